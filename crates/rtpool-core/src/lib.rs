@@ -1,0 +1,20 @@
+//! rtpool-core: the scheduler as a pure state machine.
+//!
+//! It owns the task, package, worker and function tables, the ready queue and the credits. It
+//! has no I/O, no clock, no threads: time comes in as an argument ([`Instant`]), and the only way
+//! in is [`Core::handle`], which turns one [`Event`] (a fact) into [`Action`]s (orders) that the
+//! master shell carries out. Every operation is O(1) per task it touches, never a scan of all
+//! tasks, packages or workers (the RT-BOINC rule: a predictable worst case).
+
+mod core;
+mod event;
+mod ids;
+mod queue;
+mod table;
+
+pub use crate::core::{Core, CoreConfig, CoreStats};
+pub use crate::event::{
+    Action, AssignTask, Event, PackageCounts, PackageOpts, RejectReason, TaskOutcome, TaskStatus,
+    WorkerOutcome,
+};
+pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, WorkerId};

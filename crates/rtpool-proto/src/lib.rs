@@ -1,0 +1,12 @@
+//! rtpool-proto: the wire protocol's messages and its length-prefixed msgpack codec.
+//!
+//! Pure: it works on byte buffers and knows nothing of sockets. `docs/protocol.md` is the
+//! specification; the vectors in `tests/vectors/` pin the bytes.
+
+mod codec;
+mod error;
+mod message;
+
+pub use codec::{decode_frame, encode, encode_to_vec};
+pub use error::ProtoError;
+pub use message::*;

@@ -1,0 +1,239 @@
+//! The messages of protocol version 1, one enum variant per message kind.
+//!
+//! Field order and types follow `docs/protocol.md` exactly; the codec in `codec.rs` turns these
+//! values into msgpack arrays and back. Payloads are [`Bytes`] so that decoding a frame slices
+//! it instead of copying user data.
+
+use bytes::Bytes;
+
+/// Protocol version spoken by this crate.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame body accepted before the handshake authenticated the peer.
+pub const PRE_AUTH_MAX_FRAME: usize = 8192;
+
+/// Default largest frame body after authentication (256 MiB).
+pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
+
+/// Task status codes shared by [`TaskResult`] and [`WorkerResult`].
+pub mod status {
+    /// The function returned; `data` is the pickled value.
+    pub const OK: u8 = 0;
+    /// The function raised; `data` is the pickled error report.
+    pub const ERROR: u8 = 1;
+    /// The task was cancelled; `data` is a UTF-8 message.
+    pub const CANCELLED: u8 = 2;
+    /// The system could not run the task; `data` is a UTF-8 message.
+    pub const FAILED: u8 = 3;
+}
+
+/// Message kinds as they appear as the first array element on the wire.
+pub mod kind {
+    #![allow(missing_docs)]
+    pub const HELLO: u8 = 1;
+    pub const WELCOME: u8 = 2;
+    pub const ERROR: u8 = 3;
+    pub const SUBMIT: u8 = 10;
+    pub const ACCEPTED: u8 = 11;
+    pub const RESULTS: u8 = 12;
+    pub const CANCEL: u8 = 13;
+    pub const STATUS: u8 = 14;
+    pub const STATUS_REPLY: u8 = 15;
+    pub const PULL: u8 = 20;
+    pub const ASSIGN: u8 = 21;
+    pub const RESULT: u8 = 22;
+    pub const RETURN: u8 = 23;
+    pub const HEARTBEAT: u8 = 24;
+    pub const DRAIN: u8 = 25;
+}
+
+/// Role a peer claims in its `HELLO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Submits packages and receives results.
+    Client,
+    /// Pulls tasks and publishes results.
+    Worker,
+}
+
+/// Options of a submitted package (`SUBMIT.opts`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubmitOpts {
+    /// Higher runs first; FIFO within one priority.
+    pub priority: i32,
+}
+
+/// One task's result as the master sends it to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskResult {
+    /// Position of the task in its package.
+    pub index: u32,
+    /// One of [`status`].
+    pub status: u8,
+    /// Pickled value, pickled error report, or UTF-8 message (see [`status`]).
+    pub data: Bytes,
+    /// Master: receipt of the package to assignment, microseconds.
+    pub queue_us: u64,
+    /// Master: assignment sent to result received, microseconds.
+    pub worker_us: u64,
+    /// Worker: execution time, microseconds.
+    pub exec_us: u64,
+    /// Worker: receipt of the assignment to start of execution, microseconds.
+    pub wait_us: u64,
+    /// Worker: end of execution to sending the result, microseconds.
+    pub flush_us: u64,
+}
+
+/// One task sent to a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The master's task id, opaque to the worker.
+    pub task: u64,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// SHA-256 of the function's code.
+    pub fn_hash: Bytes,
+    /// The code, present the first time this connection gets `fn_hash`.
+    pub fn_code: Option<Bytes>,
+    /// Opaque argument payload.
+    pub args: Bytes,
+}
+
+/// One task's result as a worker publishes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerResult {
+    /// The master's task id from the [`Assignment`].
+    pub task: u64,
+    /// Attempt number from the [`Assignment`].
+    pub attempt: u32,
+    /// One of [`status`].
+    pub status: u8,
+    /// Pickled value, pickled error report, or UTF-8 message.
+    pub data: Bytes,
+    /// Execution time, microseconds.
+    pub exec_us: u64,
+    /// Receipt of the assignment to start of execution, microseconds.
+    pub wait_us: u64,
+    /// End of execution to sending the result, microseconds.
+    pub flush_us: u64,
+}
+
+/// Every message of protocol version 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg {
+    /// Kind 1: first frame of every connection.
+    Hello {
+        /// Protocol version the peer speaks.
+        version: u32,
+        /// Client or worker.
+        role: Role,
+        /// Secret token for that role.
+        token: String,
+        /// Informational peer name (host and pid), at most 256 bytes.
+        name: String,
+        /// Tasks a worker runs at once; 0 for clients.
+        slots: u32,
+    },
+    /// Kind 2: handshake accepted.
+    Welcome {
+        /// Protocol version of the master.
+        version: u32,
+        /// Connection id.
+        session: u64,
+        /// Largest frame body accepted from now on.
+        max_frame_bytes: u32,
+        /// How often an idle worker should send `HEARTBEAT`.
+        heartbeat_ms: u32,
+    },
+    /// Kind 3: an error; fatal codes close the connection.
+    Error {
+        /// Machine-readable code (see `docs/protocol.md`).
+        code: String,
+        /// Human-readable message saying what to try.
+        message: String,
+        /// The request or package the error refers to, or 0.
+        reference: u64,
+    },
+    /// Kind 10: a package of tasks sharing one function.
+    Submit {
+        /// Client-chosen request id, unique on the connection.
+        req_id: u64,
+        /// SHA-256 of `fn_code` (32 bytes).
+        fn_hash: Bytes,
+        /// The pickled function.
+        fn_code: Bytes,
+        /// Package options.
+        opts: SubmitOpts,
+        /// One opaque payload per task.
+        tasks: Vec<Bytes>,
+    },
+    /// Kind 11: a package was accepted.
+    Accepted {
+        /// The `req_id` of the `SUBMIT`.
+        req_id: u64,
+        /// The master's package id.
+        package: u64,
+    },
+    /// Kind 12: results of one package, in completion order.
+    Results {
+        /// Package id.
+        package: u64,
+        /// One entry per completed task.
+        results: Vec<TaskResult>,
+    },
+    /// Kind 13: cancel tasks of a package (empty `indices` = all).
+    Cancel {
+        /// Package id.
+        package: u64,
+        /// Task indices to cancel; empty cancels the whole package.
+        indices: Vec<u32>,
+    },
+    /// Kind 14: ask for a package's counters.
+    Status {
+        /// Client-chosen request id.
+        req_id: u64,
+        /// Package id.
+        package: u64,
+    },
+    /// Kind 15: a package's counters.
+    StatusReply {
+        /// The `req_id` of the `STATUS`.
+        req_id: u64,
+        /// Package id.
+        package: u64,
+        /// Tasks in the package.
+        total: u32,
+        /// Waiting for a worker.
+        queued: u32,
+        /// Assigned to a worker.
+        running: u32,
+        /// Result sent to the client.
+        done: u32,
+        /// Cancelled.
+        cancelled: u32,
+    },
+    /// Kind 20: the worker grants more credits.
+    Pull {
+        /// Credits added.
+        credits: u32,
+    },
+    /// Kind 21: tasks for a worker.
+    Assign {
+        /// At most as many as the worker's credits.
+        tasks: Vec<Assignment>,
+    },
+    /// Kind 22: results from a worker.
+    Result {
+        /// One entry per finished task.
+        results: Vec<WorkerResult>,
+    },
+    /// Kind 23: assigned tasks handed back unstarted, as `(task, attempt)`.
+    Return {
+        /// Tasks handed back.
+        tasks: Vec<(u64, u32)>,
+    },
+    /// Kind 24: the worker is alive.
+    Heartbeat,
+    /// Kind 25: the worker wants no more tasks (graceful shutdown).
+    Drain,
+}
