@@ -1,0 +1,57 @@
+# rtpool: one entry point for people, pre-commit and CI. `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.rtpool-installed
+CARGO ?= cargo
+# The Python package's native module is rebuilt whenever a Rust or packaging file changes.
+NATIVE_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
+
+.DEFAULT_GOAL := help
+.PHONY: help install fmt lint test test-rust test-python bench demo clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(PY):
+	@command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs)"; exit 1; }
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP): $(PY) $(NATIVE_SRC)
+	$(PIP) install -q "maturin>=1.5,<2" "ruff>=0.5"
+	$(PIP) install -q -e '.[test,bench]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install rtpool (builds the Rust core) with test deps
+
+fmt: $(STAMP) ## format Rust and Python code
+	$(CARGO) fmt --all
+	$(VENV)/bin/ruff format python tests benches examples
+	$(VENV)/bin/ruff check --fix python tests benches examples
+
+lint: $(STAMP) ## rustfmt, clippy, ruff
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(VENV)/bin/ruff check python tests benches examples
+	$(VENV)/bin/ruff format --check python tests benches examples
+
+test-rust: ## Rust unit, property and scenario tests (+ benches compile)
+	$(CARGO) test --workspace --locked
+	$(CARGO) bench --workspace --locked -- --test
+
+test-python: $(STAMP) ## pytest end-to-end tests against a real master
+	$(PY) -m pytest tests -q
+
+test: test-rust test-python ## every test (installs what it needs)
+
+bench: $(STAMP) ## latency, throughput, payload benchmarks (prints percentiles)
+	$(PY) -m rtpool bench all
+
+demo: $(STAMP) ## the main job: factorization benchmark on a LocalCluster
+	$(PY) -m rtpool demo
+
+clean: ## remove build outputs and the venv
+	$(CARGO) clean
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache python/rtpool/*.so

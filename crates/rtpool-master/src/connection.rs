@@ -1,0 +1,375 @@
+//! One task pair per connection: the reader authenticates the peer, then turns frames into core
+//! events; the writer encodes whatever the scheduler sends it, several frames per write.
+//!
+//! Bad input from a peer is that peer's problem only: a fatal protocol error is answered with an
+//! `ERROR` frame and closes this connection, never the master.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rtpool_core::{
+    ClientId, Event, FnHash, PackageId, PackageOpts, TaskId, TaskStatus, WorkerId, WorkerOutcome,
+};
+use rtpool_proto::{decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::auth::{AuthFailure, Tokens};
+use crate::scheduler::{rejected, Out, ToScheduler};
+
+/// Settings every connection needs.
+#[derive(Debug)]
+pub struct ConnCtx {
+    /// The master's tokens.
+    pub tokens: Tokens,
+    /// Frame limit after authentication.
+    pub max_frame_bytes: usize,
+    /// Announced to workers in `WELCOME`.
+    pub heartbeat_ms: u32,
+    /// Time a peer has to complete its handshake.
+    pub handshake_timeout: Duration,
+}
+
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// Largest write the writer batches before flushing.
+const WRITE_BATCH_BYTES: usize = 1 << 20;
+/// How long a connection closed for a fatal error keeps draining the peer's input, so the
+/// kernel does not answer unread bytes with a reset that could destroy our `ERROR` frame.
+const LINGER: Duration = Duration::from_secs(2);
+
+fn error_msg(code: &str, message: impl Into<String>, reference: u64) -> Msg {
+    Msg::Error { code: code.into(), message: message.into(), reference }
+}
+
+/// Serve one accepted connection until it closes or the master shuts down.
+pub async fn serve(
+    stream: TcpStream,
+    ctx: Arc<ConnCtx>,
+    sched: mpsc::UnboundedSender<ToScheduler>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let (mut rd, mut wr) = stream.into_split();
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let hello = tokio::time::timeout(ctx.handshake_timeout, read_hello(&mut rd, &mut buf)).await;
+    let (role, slots, name) = match hello {
+        Ok(Ok(Msg::Hello { version, role, token, name, slots })) => {
+            if let Err(msg) = check_hello(&ctx, version, role, &token) {
+                warn!(%peer, %name, "refused: {msg:?}");
+                return refuse(rd, wr, msg).await;
+            }
+            (role, slots, name)
+        }
+        Ok(Ok(other)) => {
+            let msg = error_msg("unknown_kind", format!("the first message must be HELLO, not {}", kind_name(&other)), 0);
+            return refuse(rd, wr, msg).await;
+        }
+        Ok(Err(e)) => {
+            debug!(%peer, "handshake failed: {e}");
+            return refuse(rd, wr, proto_error_msg(&e)).await;
+        }
+        Err(_) => {
+            let msg = error_msg("malformed", format!("no HELLO within {:?}; closing", ctx.handshake_timeout), 0);
+            return refuse(rd, wr, msg).await;
+        }
+    };
+    let session = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let welcome = Msg::Welcome {
+        version: PROTOCOL_VERSION,
+        session,
+        max_frame_bytes: ctx.max_frame_bytes.min(u32::MAX as usize) as u32,
+        heartbeat_ms: ctx.heartbeat_ms,
+    };
+    let mut out = BytesMut::new();
+    encode(&welcome, &mut out);
+    if wr.write_all(&out).await.is_err() {
+        return;
+    }
+    info!(%peer, %name, session, ?role, slots, "connected");
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (join, lost) = match role {
+        Role::Client => (Event::ClientJoined { client: ClientId(session) }, Event::ClientLost { client: ClientId(session) }),
+        Role::Worker => (
+            Event::WorkerJoined { worker: WorkerId(session), slots },
+            Event::WorkerLost { worker: WorkerId(session) },
+        ),
+    };
+    let _ = sched.send(ToScheduler::Register { session, tx: tx.clone(), event: join });
+    let writer = tokio::spawn(write_loop(wr, rx));
+    let mut reader = Reader { session, role, ctx, sched: sched.clone(), tx, verified: None };
+    let fatal = tokio::select! {
+        fatal = reader.read_loop(&mut rd, buf) => fatal,
+        _ = shutdown.wait_for(|stop| *stop) => false,
+    };
+    let _ = sched.send(ToScheduler::Closed { session, event: lost });
+    drop(reader);
+    if fatal {
+        linger(&mut rd).await;
+    }
+    let _ = writer.await;
+    info!(session, "disconnected");
+}
+
+fn check_hello(ctx: &ConnCtx, version: u32, role: Role, token: &str) -> Result<(), Msg> {
+    if version != PROTOCOL_VERSION {
+        return Err(error_msg(
+            "version",
+            format!("protocol version {version} is not supported; this master speaks version {PROTOCOL_VERSION}: upgrade rtpool on this peer or the master"),
+            0,
+        ));
+    }
+    let who = match role {
+        Role::Client => "client",
+        Role::Worker => "worker",
+    };
+    match ctx.tokens.check(role, token) {
+        Ok(()) => Ok(()),
+        Err(AuthFailure::Invalid) => Err(error_msg(
+            "auth",
+            format!("invalid {who} token; use the {who} token printed by `rtpool master` on first start (also in <data-dir>/{who}.token)"),
+            0,
+        )),
+        Err(AuthFailure::WrongRole) => {
+            let other = if role == Role::Client { "worker" } else { "client" };
+            Err(error_msg(
+                "auth",
+                format!("this is the {other} token, which cannot connect as a {who}; use the {who} token (<data-dir>/{who}.token)"),
+                0,
+            ))
+        }
+    }
+}
+
+async fn read_hello(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<Msg, ProtoError> {
+    loop {
+        if let Some(msg) = decode_frame(buf, PRE_AUTH_MAX_FRAME)? {
+            return Ok(msg);
+        }
+        let n = rd.read_buf(buf).await.map_err(|e| ProtoError::Malformed { kind: None, reason: format!("connection failed during handshake: {e}") })?;
+        if n == 0 {
+            return Err(ProtoError::Malformed { kind: None, reason: "connection closed before HELLO".into() });
+        }
+    }
+}
+
+/// Send a fatal error on a connection that never authenticated, then close it.
+async fn refuse(mut rd: OwnedReadHalf, mut wr: OwnedWriteHalf, msg: Msg) {
+    let mut out = BytesMut::new();
+    encode(&msg, &mut out);
+    let _ = wr.write_all(&out).await;
+    let _ = wr.shutdown().await;
+    linger(&mut rd).await;
+}
+
+/// Discard the peer's input until it closes or [`LINGER`] passes (bounded in time and bytes).
+async fn linger(rd: &mut OwnedReadHalf) {
+    let mut sink = [0u8; 8192];
+    let mut budget = 16usize << 20;
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = rd.read(&mut sink).await {
+            if n == 0 || n >= budget {
+                break;
+            }
+            budget -= n;
+        }
+    })
+    .await;
+}
+
+fn proto_error_msg(e: &ProtoError) -> Msg {
+    let reference = match e {
+        ProtoError::BadOption { req_id, .. } => *req_id,
+        _ => 0,
+    };
+    error_msg(e.code(), e.to_string(), reference)
+}
+
+fn kind_name(msg: &Msg) -> &'static str {
+    match msg {
+        Msg::Hello { .. } => "HELLO",
+        Msg::Welcome { .. } => "WELCOME",
+        Msg::Error { .. } => "ERROR",
+        Msg::Submit { .. } => "SUBMIT",
+        Msg::Accepted { .. } => "ACCEPTED",
+        Msg::Results { .. } => "RESULTS",
+        Msg::Cancel { .. } => "CANCEL",
+        Msg::Status { .. } => "STATUS",
+        Msg::StatusReply { .. } => "STATUS_REPLY",
+        Msg::Pull { .. } => "PULL",
+        Msg::Assign { .. } => "ASSIGN",
+        Msg::Result { .. } => "RESULT",
+        Msg::Return { .. } => "RETURN",
+        Msg::Heartbeat => "HEARTBEAT",
+        Msg::Drain => "DRAIN",
+    }
+}
+
+struct Reader {
+    session: u64,
+    role: Role,
+    ctx: Arc<ConnCtx>,
+    sched: mpsc::UnboundedSender<ToScheduler>,
+    tx: mpsc::UnboundedSender<Out>,
+    /// The last (hash, code) pair whose SHA-256 was verified, so a client that submits the same
+    /// function again pays a memcmp instead of a hash.
+    verified: Option<(Bytes, Bytes)>,
+}
+
+impl Reader {
+    /// Read frames until EOF (false) or a fatal protocol error (true, after queueing `ERROR`).
+    async fn read_loop(&mut self, rd: &mut OwnedReadHalf, mut buf: BytesMut) -> bool {
+        let mut events = Vec::new();
+        loop {
+            loop {
+                match decode_frame(&mut buf, self.ctx.max_frame_bytes) {
+                    Ok(Some(msg)) => match self.to_event(msg) {
+                        Ok(Some(ev)) => events.push(ev),
+                        Ok(None) => {}
+                        Err(fatal) => return self.fail(fatal, events),
+                    },
+                    Ok(None) => break,
+                    Err(e) if !e.is_fatal() => {
+                        let _ = self.tx.send(Out::Send(proto_error_msg(&e)));
+                    }
+                    Err(e) => {
+                        warn!(session = self.session, "protocol error: {e}");
+                        return self.fail(proto_error_msg(&e), events);
+                    }
+                }
+            }
+            self.flush(&mut events);
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(64 * 1024);
+            }
+            match rd.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn flush(&self, events: &mut Vec<Event>) {
+        match events.len() {
+            0 => {}
+            1 => {
+                let _ = self.sched.send(ToScheduler::Event(events.pop().expect("one event")));
+            }
+            _ => {
+                let _ = self.sched.send(ToScheduler::Events(std::mem::take(events)));
+            }
+        }
+    }
+
+    fn fail(&self, msg: Msg, mut events: Vec<Event>) -> bool {
+        // Events decoded before the bad frame are valid: hand them over first.
+        self.flush(&mut events);
+        let _ = self.tx.send(Out::SendAndClose(msg));
+        true
+    }
+
+    /// Turn one message into a core event; `Err` is a fatal error to send.
+    fn to_event(&mut self, msg: Msg) -> Result<Option<Event>, Msg> {
+        match (self.role, msg) {
+            (Role::Client, Msg::Submit { req_id, fn_hash, fn_code, opts, tasks }) => {
+                let Some(hash) = self.verify(&fn_hash, &fn_code) else {
+                    let _ = self.tx.send(Out::Send(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
+                    return Ok(None);
+                };
+                let client = ClientId(self.session);
+                let opts = PackageOpts { priority: opts.priority };
+                Ok(Some(Event::Submit { client, req_id, fn_hash: hash, fn_code, opts, tasks }))
+            }
+            (Role::Client, Msg::Cancel { package, indices }) => {
+                Ok(Some(Event::Cancel { client: ClientId(self.session), package: PackageId(package), indices }))
+            }
+            (Role::Client, Msg::Status { req_id, package }) => {
+                Ok(Some(Event::Status { client: ClientId(self.session), req_id, package: PackageId(package) }))
+            }
+            (Role::Worker, Msg::Pull { credits }) => Ok(Some(Event::Credit { worker: WorkerId(self.session), credits })),
+            (Role::Worker, Msg::Result { results }) => {
+                let mut outcomes = Vec::with_capacity(results.len());
+                for r in results {
+                    let status = TaskStatus::from_u8(r.status).ok_or_else(|| {
+                        error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=3)", r.task, r.status), 0)
+                    })?;
+                    outcomes.push(WorkerOutcome {
+                        task: TaskId(r.task),
+                        attempt: r.attempt,
+                        status,
+                        data: r.data,
+                        exec_us: r.exec_us,
+                        wait_us: r.wait_us,
+                        flush_us: r.flush_us,
+                    });
+                }
+                Ok(Some(Event::Results { worker: WorkerId(self.session), results: outcomes }))
+            }
+            (Role::Worker, Msg::Return { tasks }) => Ok(Some(Event::Returned {
+                worker: WorkerId(self.session),
+                tasks: tasks.into_iter().map(|(t, a)| (TaskId(t), a)).collect(),
+            })),
+            (Role::Worker, Msg::Heartbeat) => Ok(None),
+            (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain { worker: WorkerId(self.session) })),
+            (role, other) => Err(error_msg(
+                "unknown_kind",
+                format!("a {} may not send {}", if role == Role::Client { "client" } else { "worker" }, kind_name(&other)),
+                0,
+            )),
+        }
+    }
+
+    fn verify(&mut self, fn_hash: &Bytes, fn_code: &Bytes) -> Option<FnHash> {
+        let hash: [u8; 32] = fn_hash.as_ref().try_into().ok()?;
+        let cached = matches!(&self.verified, Some((h, c)) if h == fn_hash && c == fn_code);
+        if !cached {
+            let digest: [u8; 32] = Sha256::digest(fn_code).into();
+            if digest != hash {
+                return None;
+            }
+            self.verified = Some((fn_hash.clone(), fn_code.clone()));
+        }
+        Some(FnHash(hash))
+    }
+}
+
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Out>) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    while let Some(first) = rx.recv().await {
+        let mut close = push(first, &mut buf);
+        while !close && buf.len() < WRITE_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(out) => close = push(out, &mut buf),
+                Err(_) => break,
+            }
+        }
+        if wr.write_all(&buf).await.is_err() {
+            return;
+        }
+        buf.clear();
+        if close {
+            let _ = wr.shutdown().await;
+            return;
+        }
+    }
+}
+
+fn push(out: Out, buf: &mut BytesMut) -> bool {
+    match out {
+        Out::Send(msg) => {
+            encode(&msg, buf);
+            false
+        }
+        Out::SendAndClose(msg) => {
+            encode(&msg, buf);
+            true
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! Errors of the master's setup (binding, data dir, tokens). Peer errors never reach here: they
+//! become an `ERROR` frame for that peer.
+
+use std::path::PathBuf;
+
+/// Why the master could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum MasterError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}; is another master running there? try another --listen port")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The data dir or a token file could not be read or written.
+    #[error("cannot use data dir {path}: {source}; check that it exists and is writable")]
+    DataDir {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A token file exists but holds no usable token.
+    #[error("token file {path} is empty or malformed; delete it to have a new token generated")]
+    BadTokenFile {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The runtime could not be built or the server thread failed.
+    #[error("master runtime failed: {0}")]
+    Runtime(String),
+}

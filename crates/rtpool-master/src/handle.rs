@@ -1,0 +1,203 @@
+//! Running a master: [`MasterHandle`] embeds one in background threads (what `rtpool._native`
+//! and `LocalCluster` use), [`run_blocking`] runs one in the foreground until a signal (what
+//! `rtpool master` and the `rtpool-master` binary use).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rtpool_core::CoreStats;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::auth::Tokens;
+use crate::config::MasterConfig;
+use crate::connection::ConnCtx;
+use crate::error::MasterError;
+use crate::scheduler::ToScheduler;
+use crate::server;
+
+/// Gauges of a running master.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MasterStats {
+    /// The core's gauges and counters.
+    pub core: CoreStats,
+    /// Authenticated connections.
+    pub connections: usize,
+}
+
+/// A master running in a background thread. Dropping it stops the master.
+pub struct MasterHandle {
+    addr: SocketAddr,
+    tokens: Tokens,
+    stop: watch::Sender<bool>,
+    sched: mpsc::UnboundedSender<ToScheduler>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {
+    let (mut tokens, created) = match &config.data_dir {
+        Some(dir) => Tokens::load_or_create(dir)?,
+        None => (Tokens::generate(), true),
+    };
+    if let Some(t) = &config.client_token {
+        tokens.client = t.clone();
+    }
+    if let Some(t) = &config.worker_token {
+        tokens.worker = t.clone();
+    }
+    Ok((tokens, created))
+}
+
+fn build_runtime() -> Result<tokio::runtime::Runtime, MasterError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| MasterError::Runtime(e.to_string()))
+}
+
+async fn bind(listen: &str) -> Result<TcpListener, MasterError> {
+    TcpListener::bind(listen)
+        .await
+        .map_err(|source| MasterError::Bind { addr: listen.to_string(), source })
+}
+
+fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Arc<ConnCtx> {
+    Arc::new(ConnCtx {
+        tokens,
+        max_frame_bytes: config.max_frame_bytes,
+        heartbeat_ms: config.heartbeat_ms,
+        handshake_timeout: config.handshake_timeout,
+    })
+}
+
+impl MasterHandle {
+    /// Bind and start serving in a new thread; returns once the master accepts connections.
+    ///
+    /// # Errors
+    /// When the address cannot be bound or the data dir cannot be used.
+    pub fn start(config: MasterConfig) -> Result<Self, MasterError> {
+        let (tokens, _) = resolve_tokens(&config)?;
+        let ctx = conn_ctx(&config, tokens.clone());
+        let (stop, stop_rx) = watch::channel(false);
+        let (sched_tx, sched_rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let sched = sched_tx.clone();
+        let thread = std::thread::Builder::new()
+            .name("rtpool-master".into())
+            .spawn(move || {
+                let rt = match build_runtime() {
+                    Ok(rt) => rt,
+                    Err(e) => return drop(ready_tx.send(Err(e))),
+                };
+                rt.block_on(async move {
+                    let listener = match bind(&config.listen).await {
+                        Ok(l) => l,
+                        Err(e) => return drop(ready_tx.send(Err(e))),
+                    };
+                    let addr = listener.local_addr().expect("a bound listener has an address");
+                    let _ = ready_tx.send(Ok(addr));
+                    server::serve(listener, ctx, sched_tx, sched_rx, stop_rx).await;
+                });
+            })
+            .map_err(|e| MasterError::Runtime(e.to_string()))?;
+        let addr = ready_rx
+            .recv()
+            .map_err(|_| MasterError::Runtime("master thread died during start-up".into()))??;
+        Ok(Self { addr, tokens, stop, sched, thread: Some(thread) })
+    }
+
+    /// The address the master listens on (with the real port when 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The tokens peers must present.
+    pub fn tokens(&self) -> &Tokens {
+        &self.tokens
+    }
+
+    /// Current gauges, or `None` once the master stopped. Blocks briefly; call it from outside
+    /// the master's runtime.
+    pub fn stats(&self) -> Option<MasterStats> {
+        let (tx, rx) = oneshot::channel();
+        self.sched.send(ToScheduler::Stats(tx)).ok()?;
+        rx.blocking_recv().ok()
+    }
+
+    /// Stop serving: tell every peer, close every connection, join the thread. Idempotent.
+    pub fn stop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MasterHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Run a master in the current thread until SIGINT or SIGTERM, printing its tokens on first
+/// start and then one `listening on ADDR` line (flushed) once it accepts connections.
+///
+/// # Errors
+/// When the address cannot be bound or the data dir cannot be used.
+pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
+    let (tokens, created) = resolve_tokens(&config)?;
+    let rt = build_runtime()?;
+    rt.block_on(async move {
+        let listener = bind(&config.listen).await?;
+        let addr = listener.local_addr().map_err(|e| MasterError::Runtime(e.to_string()))?;
+        announce(&config, &tokens, created, addr);
+        let ctx = conn_ctx(&config, tokens);
+        let (stop, stop_rx) = watch::channel(false);
+        let (sched_tx, sched_rx) = mpsc::unbounded_channel();
+        let server = tokio::spawn(server::serve(listener, ctx, sched_tx, sched_rx, stop_rx));
+        wait_for_signal().await;
+        tracing::info!("signal received, shutting down");
+        let _ = stop.send(true);
+        let _ = server.await;
+        Ok(())
+    })
+}
+
+fn announce(config: &MasterConfig, tokens: &Tokens, created: bool, addr: SocketAddr) {
+    let mut out = std::io::stdout().lock();
+    if let Some(dir) = &config.data_dir {
+        if created {
+            let _ = writeln!(out, "first start: generated tokens in {}", dir.display());
+            let _ = writeln!(out, "client token: {}", tokens.client);
+            let _ = writeln!(out, "worker token: {}", tokens.worker);
+        } else {
+            let _ = writeln!(out, "tokens: {}/client.token and worker.token", dir.display());
+        }
+    } else {
+        let _ = writeln!(out, "client token: {}", tokens.client);
+        let _ = writeln!(out, "worker token: {}", tokens.worker);
+    }
+    if !addr.ip().is_loopback() {
+        tracing::warn!("listening on a non-loopback address {addr}: use TLS or a trusted network");
+    }
+    let _ = writeln!(out, "listening on {addr}");
+    let _ = out.flush();
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("cannot install a SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,29 @@
+//! rtpool-master: the tokio server around the scheduler core.
+//!
+//! The master is glue: one task ([`scheduler`]) owns the [`rtpool_core::Core`]; one reader and
+//! one writer task per connection ([`connection`]) turn frames into core events and the core's
+//! actions into frames. Nothing shares the core behind a lock. The whole server runs on one
+//! thread (a current-thread runtime): a task's path from client to worker and back then never
+//! pays a cross-thread wake-up inside the master, which on a small VM costs more than the
+//! scheduling itself.
+
+pub mod auth;
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod handle;
+pub mod scheduler;
+pub mod server;
+
+pub use auth::Tokens;
+pub use config::MasterConfig;
+pub use error::MasterError;
+pub use handle::{run_blocking, MasterHandle, MasterStats};
+
+/// Install a stderr logger with `filter` (e.g. `info`, `rtpool_master=debug`); a no-op when a
+/// logger is already installed.
+pub fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

@@ -1,0 +1,45 @@
+//! The accept loop and the shutdown sequence (as in mini-redis: broadcast stop, then wait until
+//! every connection task has finished).
+
+use std::sync::Arc;
+
+use rtpool_core::CoreConfig;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{error, info};
+
+use crate::connection::{self, ConnCtx};
+use crate::scheduler::{Scheduler, ToScheduler};
+
+/// Serve `listener` until `stop` turns true; then tell every peer, close every connection and
+/// return.
+pub async fn serve(
+    listener: TcpListener,
+    ctx: Arc<ConnCtx>,
+    sched_tx: mpsc::UnboundedSender<ToScheduler>,
+    sched_rx: mpsc::UnboundedReceiver<ToScheduler>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let scheduler = tokio::spawn(Scheduler::new(CoreConfig::default()).run(sched_rx));
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    conns.spawn(connection::serve(stream, ctx.clone(), sched_tx.clone(), stop.clone()));
+                }
+                // Out of file descriptors and the like: log, and keep serving the others.
+                Err(e) => error!("accept failed: {e}"),
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    info!("shutting down: telling {} connections", conns.len());
+    drop(listener);
+    let _ = sched_tx.send(ToScheduler::Shutdown);
+    while conns.join_next().await.is_some() {}
+    drop(sched_tx);
+    let _ = scheduler.await;
+}
