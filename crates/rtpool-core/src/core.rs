@@ -1,9 +1,38 @@
 //! The [`Core`]: tables, ready queue, credits, and the one entry point [`Core::handle`].
+//!
+//! This file holds the state and the helpers that several events share (freeing tasks and
+//! packages, requeueing); the events themselves are in `core/client_events.rs` and
+//! `core/worker_events.rs`, assignment in `core/dispatch.rs`, and the invariant walk in
+//! `core/invariants.rs`.
+//!
+//! Where a task is, and who points at it:
+//!
+//! | task state  | ready queue      | worker in-flight set | package counter |
+//! |-------------|------------------|----------------------|-----------------|
+//! | `Queued`    | one live entry   | none                 | `queued`        |
+//! | `Running`   | tombstones only  | its worker's         | `running`       |
+//! | `Cancelled` | tombstones only  | its worker's         | `cancelled`     |
+//! | freed       | tombstones only  | none                 | `done` or `cancelled` |
+
+mod client_events;
+mod dispatch;
+mod invariants;
+mod worker_events;
+
+use std::collections::HashMap;
 
 use bytes::Bytes;
 
+use crate::client::Client;
 use crate::event::{Action, Event};
-use crate::ids::{FnHash, Instant};
+use crate::function::FunctionTable;
+use crate::hungry::HungryRing;
+use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, WorkerId};
+use crate::package::Package;
+use crate::queue::ReadyQueue;
+use crate::table::Table;
+use crate::task::{Task, TaskState};
+use crate::worker::Worker;
 
 /// Tunables of the core; every field has a sane default.
 #[derive(Debug, Clone)]
@@ -19,6 +48,8 @@ impl Default for CoreConfig {
 }
 
 /// Gauges and counters for logs, status and tests.
+///
+/// `tasks == queued + running + cancelling` at all times.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CoreStats {
     /// Tasks held (queued, running or waiting for delivery).
@@ -29,6 +60,9 @@ pub struct CoreStats {
     pub queued: usize,
     /// Tasks assigned to workers.
     pub running: usize,
+    /// Tasks their client cancelled while a worker held them: kept until that worker's result,
+    /// return or loss, then freed without a result.
+    pub cancelling: usize,
     /// Connected workers.
     pub workers: usize,
     /// Connected clients.
@@ -41,16 +75,67 @@ pub struct CoreStats {
     pub stale_results: u64,
 }
 
+/// Gauges of one worker, from [`Core::worker_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Tasks it runs at once, as it announced on joining.
+    pub slots: u32,
+    /// Tasks it may still be sent.
+    pub credits: u32,
+    /// Tasks it holds: assigned and neither answered nor returned (cancelled ones included).
+    pub in_flight: usize,
+    /// It sent `DRAIN`: it gets no more tasks.
+    pub draining: bool,
+}
+
 /// The scheduler state machine.
+#[derive(Debug)]
 pub struct Core {
-    // implementation: see the module docs
+    config: CoreConfig,
+    tasks: Table<Task>,
+    packages: Table<Package>,
+    queue: ReadyQueue,
+    functions: FunctionTable,
+    workers: HashMap<WorkerId, Worker>,
+    clients: HashMap<ClientId, Client>,
+    hungry: HungryRing,
+    /// Tasks in state `Running`.
+    running: usize,
+    /// Tasks in state `Cancelled`.
+    cancelling: usize,
+    /// Epoch of the next worker to join.
+    next_epoch: u64,
+    /// Sequence number of the next assignment.
+    next_seq: u64,
+    delivered: u64,
+    stale_results: u64,
+}
+
+impl Default for Core {
+    fn default() -> Self {
+        Self::new(CoreConfig::default())
+    }
 }
 
 impl Core {
     /// An empty core.
     pub fn new(config: CoreConfig) -> Self {
-        let _ = config;
-        todo!()
+        Self {
+            config,
+            tasks: Table::default(),
+            packages: Table::default(),
+            queue: ReadyQueue::default(),
+            functions: FunctionTable::default(),
+            workers: HashMap::new(),
+            clients: HashMap::new(),
+            hungry: HungryRing::default(),
+            running: 0,
+            cancelling: 0,
+            next_epoch: 0,
+            next_seq: 0,
+            delivered: 0,
+            stale_results: 0,
+        }
     }
 
     /// Apply one event at time `now`, appending the resulting actions to `out`.
@@ -59,25 +144,96 @@ impl Core {
     /// that worker, a package of another client) never panics: it is ignored and counted, or
     /// answered with an action such as [`Action::UnknownPackage`].
     pub fn handle(&mut self, event: Event, now: Instant, out: &mut Vec<Action>) {
-        let _ = (event, now, out);
-        todo!()
+        match event {
+            Event::ClientJoined { client } => self.on_client_joined(client),
+            Event::ClientLost { client } => self.on_client_lost(client),
+            Event::Submit { client, req_id, fn_hash, fn_code, opts, tasks } => {
+                let submit = client_events::Submit { client, req_id, fn_hash, fn_code, opts, tasks };
+                self.on_submit(submit, now, out);
+            }
+            Event::Cancel { client, package, indices } => {
+                self.on_cancel(client, package, &indices, out)
+            }
+            Event::Status { client, req_id, package } => self.on_status(client, req_id, package, out),
+            Event::WorkerJoined { worker, slots } => self.on_worker_joined(worker, slots),
+            Event::Credit { worker, credits } => self.on_credit(worker, credits, now, out),
+            Event::Results { worker, results } => self.on_results(worker, results, now, out),
+            Event::Returned { worker, tasks } => self.on_returned(worker, &tasks, now, out),
+            Event::Drain { worker } => self.on_drain(worker),
+            Event::WorkerLost { worker } => self.on_worker_lost(worker, now, out),
+        }
     }
 
     /// Current gauges and counters.
     pub fn stats(&self) -> CoreStats {
-        todo!()
+        CoreStats {
+            tasks: self.tasks.len(),
+            packages: self.packages.len(),
+            queued: self.queue.len(),
+            running: self.running,
+            cancelling: self.cancelling,
+            workers: self.workers.len(),
+            clients: self.clients.len(),
+            functions: self.functions.len(),
+            delivered: self.delivered,
+            stale_results: self.stale_results,
+        }
     }
 
     /// The code stored for `hash`, if a live package uses it.
     pub fn function_code(&self, hash: &FnHash) -> Option<&Bytes> {
-        let _ = hash;
-        todo!()
+        self.functions.code(hash)
     }
 
-    /// Check every internal invariant, panicking with a description of the first broken one.
-    /// O(size of the state): for tests only.
-    #[doc(hidden)]
-    pub fn check_invariants(&self) {
-        todo!()
+    /// Connected workers.
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// One worker's gauges, or `None` if it is not connected.
+    pub fn worker_stats(&self, worker: WorkerId) -> Option<WorkerStats> {
+        self.workers.get(&worker).map(|w| WorkerStats {
+            slots: w.slots,
+            credits: w.credits,
+            in_flight: w.in_flight.len(),
+            draining: w.draining,
+        })
+    }
+
+    /// Takes a `Running` or `Cancelled` task out of its worker's in-flight set and requeues it at
+    /// the front of its priority, or frees it if it was cancelled. The caller has checked that
+    /// the task exists and is held; the worker may already be removed (worker lost).
+    fn requeue_front(&mut self, id: TaskId) {
+        let task = self.tasks.get_mut(id.0).expect("requeue of a freed task");
+        if let Some(w) = task.holder().and_then(|w| self.workers.get_mut(&w)) {
+            w.in_flight.remove(&id);
+        }
+        match task.state {
+            TaskState::Running { .. } => {
+                task.state = TaskState::Queued;
+                let package = self.packages.get_mut(task.package.0).expect("running task without package");
+                package.counts.running -= 1;
+                package.counts.queued += 1;
+                self.queue.push_front(package.opts.priority, id);
+                self.running -= 1;
+            }
+            TaskState::Cancelled { .. } => {
+                self.tasks.remove(id.0);
+                self.cancelling -= 1;
+            }
+            TaskState::Queued => panic!("requeue of {id}, which is already queued"),
+        }
+    }
+
+    /// Frees `package` if none of its tasks is queued or running, releasing its function.
+    fn free_package_if_finished(&mut self, package: PackageId) {
+        if !self.packages.get(package.0).is_some_and(Package::is_finished) {
+            return;
+        }
+        let p = self.packages.remove(package.0).expect("checked above");
+        if let Some(client) = self.clients.get_mut(&p.client) {
+            client.packages.remove(&package);
+        }
+        self.functions.release(&p.fn_hash);
     }
 }

@@ -6,13 +6,19 @@
 //! master shell carries out. Every operation is O(1) per task it touches, never a scan of all
 //! tasks, packages or workers (the RT-BOINC rule: a predictable worst case).
 
+mod client;
 mod core;
 mod event;
+mod function;
+mod hungry;
 mod ids;
+mod package;
 mod queue;
 mod table;
+mod task;
+mod worker;
 
-pub use crate::core::{Core, CoreConfig, CoreStats};
+pub use crate::core::{Core, CoreConfig, CoreStats, WorkerStats};
 pub use crate::event::{
     Action, AssignTask, Event, PackageCounts, PackageOpts, RejectReason, TaskOutcome, TaskStatus,
     WorkerOutcome,

@@ -1,0 +1,218 @@
+//! [`Table`]: a generational slab with a free list, the storage of tasks and packages.
+//!
+//! Insert, get and remove are O(1) and never scan (the RT-BOINC rule). An id packs the slot index
+//! in its low 32 bits and the slot's generation in its high 32 bits; removing a value bumps the
+//! generation, so an id kept after its value was removed (a late worker result, a tombstone in
+//! the ready queue) is recognised as stale instead of reaching whatever reuses the slot. The
+//! table knows nothing of what it stores: the id newtypes are the caller's business.
+
+/// One slot: a live value, or a hole that remembers the generation its next value gets.
+#[derive(Debug, Clone)]
+enum Slot<T> {
+    Occupied { generation: u32, value: T },
+    Vacant { generation: u32, next_free: Option<u32> },
+}
+
+/// A generational slab keyed by packed `u64` ids.
+#[derive(Debug, Clone)]
+pub(crate) struct Table<T> {
+    slots: Vec<Slot<T>>,
+    /// Head of the free list (most recently freed first, which keeps the hot slots hot).
+    free_head: Option<u32>,
+    len: usize,
+}
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Self { slots: Vec::new(), free_head: None, len: 0 }
+    }
+}
+
+/// Packs a slot index and generation into an id.
+fn pack(index: u32, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(index)
+}
+
+/// Splits an id into slot index and generation.
+fn unpack(id: u64) -> (u32, u32) {
+    // Truncation is the point: low half is the index, high half the generation.
+    (id as u32, (id >> 32) as u32)
+}
+
+impl<T> Table<T> {
+    /// Live values.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Stores `value` and returns its id.
+    ///
+    /// # Panics
+    ///
+    /// If the table would need more than 2^32 slots.
+    pub(crate) fn insert(&mut self, value: T) -> u64 {
+        self.len += 1;
+        if let Some(index) = self.free_head {
+            let slot = &mut self.slots[index as usize];
+            let Slot::Vacant { generation, next_free } = *slot else {
+                panic!("table free list points at occupied slot {index}");
+            };
+            self.free_head = next_free;
+            *slot = Slot::Occupied { generation, value };
+            return pack(index, generation);
+        }
+        let index = u32::try_from(self.slots.len()).expect("table is full: 2^32 slots");
+        self.slots.push(Slot::Occupied { generation: 0, value });
+        pack(index, 0)
+    }
+
+    /// The value of `id`, or `None` if it was removed (or never existed).
+    pub(crate) fn get(&self, id: u64) -> Option<&T> {
+        let (index, generation) = unpack(id);
+        match self.slots.get(index as usize)? {
+            Slot::Occupied { generation: g, value } if *g == generation => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The value of `id` for mutation, or `None` if it was removed (or never existed).
+    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        let (index, generation) = unpack(id);
+        match self.slots.get_mut(index as usize)? {
+            Slot::Occupied { generation: g, value } if *g == generation => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Removes and returns the value of `id`, or `None` if the id is stale.
+    ///
+    /// A slot whose generation is exhausted is retired rather than reused, so an id can never
+    /// come back to life after 2^32 reuses of its slot.
+    pub(crate) fn remove(&mut self, id: u64) -> Option<T> {
+        let (index, generation) = unpack(id);
+        let slot = self.slots.get_mut(index as usize)?;
+        if !matches!(slot, Slot::Occupied { generation: g, .. } if *g == generation) {
+            return None;
+        }
+        let next = generation.checked_add(1);
+        let vacant = Slot::Vacant { generation: next.unwrap_or(u32::MAX), next_free: self.free_head };
+        let Slot::Occupied { value, .. } = std::mem::replace(slot, vacant) else {
+            unreachable!("slot checked occupied above");
+        };
+        if next.is_some() {
+            self.free_head = Some(index);
+        }
+        self.len -= 1;
+        Some(value)
+    }
+
+    /// Every live `(id, value)`, in slot order. O(slots): for invariant checks only.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.slots.iter().enumerate().filter_map(|(i, slot)| match slot {
+            Slot::Occupied { generation, value } => Some((pack(i as u32, *generation), value)),
+            Slot::Vacant { .. } => None,
+        })
+    }
+
+    /// Panics if the length or the free list disagree with the slots. O(slots).
+    pub(crate) fn check(&self) {
+        let occupied = self.iter().count();
+        assert_eq!(occupied, self.len, "table len {} but {} occupied slots", self.len, occupied);
+        let mut seen = vec![false; self.slots.len()];
+        let mut cursor = self.free_head;
+        while let Some(index) = cursor {
+            let i = index as usize;
+            assert!(!seen[i], "table free list loops at slot {index}");
+            seen[i] = true;
+            match self.slots[i] {
+                Slot::Vacant { next_free, .. } => cursor = next_free,
+                Slot::Occupied { .. } => panic!("table free list holds occupied slot {index}"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_get_remove() {
+        let mut t = Table::default();
+        let a = t.insert("a");
+        let b = t.insert("b");
+        assert_ne!(a, b);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.get(a), Some(&"a"));
+        *t.get_mut(b).unwrap() = "B";
+        assert_eq!(t.remove(b), Some("B"));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.get(b), None);
+        t.check();
+    }
+
+    #[test]
+    fn stale_id_is_rejected_after_reuse() {
+        let mut t = Table::default();
+        let a = t.insert(1);
+        assert_eq!(t.remove(a), Some(1));
+        let b = t.insert(2);
+        assert_eq!(a as u32, b as u32, "the slot is reused");
+        assert_ne!(a, b, "with a new generation");
+        assert_eq!(t.get(a), None);
+        assert_eq!(t.get_mut(a), None);
+        assert_eq!(t.remove(a), None);
+        assert_eq!(t.get(b), Some(&2));
+        t.check();
+    }
+
+    #[test]
+    fn double_remove_is_none() {
+        let mut t = Table::default();
+        let a = t.insert(1);
+        assert_eq!(t.remove(a), Some(1));
+        assert_eq!(t.remove(a), None);
+        assert_eq!(t.len(), 0);
+        t.check();
+    }
+
+    #[test]
+    fn unknown_ids_are_none() {
+        let mut t: Table<u8> = Table::default();
+        assert_eq!(t.get(0), None);
+        assert_eq!(t.get(u64::MAX), None);
+        assert_eq!(t.remove(12345), None);
+        t.insert(7);
+        assert_eq!(t.get(1 << 32), None, "right index, wrong generation");
+    }
+
+    #[test]
+    fn free_list_is_lifo_and_len_exact() {
+        let mut t = Table::default();
+        let ids: Vec<u64> = (0..10).map(|i| t.insert(i)).collect();
+        for &id in &ids[2..6] {
+            t.remove(id);
+        }
+        assert_eq!(t.len(), 6);
+        t.check();
+        let again = t.insert(99);
+        assert_eq!(again as u32, ids[5] as u32, "most recently freed slot first");
+        let live: Vec<i32> = t.iter().map(|(_, v)| *v).collect();
+        assert_eq!(live, vec![0, 1, 99, 6, 7, 8, 9]);
+        t.check();
+    }
+
+    #[test]
+    fn exhausted_generation_retires_the_slot() {
+        let mut t = Table::default();
+        let a = t.insert(1);
+        t.slots[0] = Slot::Occupied { generation: u32::MAX, value: 1 };
+        let last = pack(0, u32::MAX);
+        assert_ne!(a, last);
+        assert_eq!(t.remove(last), Some(1));
+        let b = t.insert(2);
+        assert_eq!(b as u32, 1, "slot 0 is not reused");
+        assert_eq!(t.get(last), None);
+        t.check();
+    }
+}

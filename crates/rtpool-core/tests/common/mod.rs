@@ -1,0 +1,275 @@
+//! `TestEnv`: a core, a synthetic clock and builders for the scenario tests.
+//!
+//! Every step goes through [`TestEnv::step`], which checks the core's invariants afterwards and
+//! remembers the current assignment of each task, so tests can say "complete this task" without
+//! tracking attempts themselves.
+
+// Each test binary uses a different subset of the helpers.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use rtpool_core::{
+    Action, AssignTask, ClientId, Core, CoreConfig, Event, FnHash, Instant, PackageId, PackageOpts,
+    TaskId, TaskOutcome, TaskStatus, WorkerId, WorkerOutcome,
+};
+
+/// The hash of test function `n`.
+pub fn fn_hash(n: u8) -> FnHash {
+    FnHash([n; 32])
+}
+
+/// The code of test function `n`.
+pub fn fn_code(n: u8) -> Bytes {
+    Bytes::from(format!("code of function {n}"))
+}
+
+/// A package to submit.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    /// Tasks in it.
+    pub tasks: usize,
+    /// Its priority.
+    pub priority: i32,
+    /// Which test function.
+    pub function: u8,
+}
+
+impl Spec {
+    /// `tasks` tasks of function 0 at priority 0.
+    pub fn tasks(tasks: usize) -> Self {
+        Self { tasks, priority: 0, function: 0 }
+    }
+
+    /// The same, at `priority`.
+    pub fn priority(self, priority: i32) -> Self {
+        Self { priority, ..self }
+    }
+
+    /// The same, with test function `function`.
+    pub fn function(self, function: u8) -> Self {
+        Self { function, ..self }
+    }
+}
+
+/// A core under test.
+pub struct TestEnv {
+    pub core: Core,
+    pub now: Instant,
+    next_worker: u64,
+    next_client: u64,
+    next_req: u64,
+    /// Current `(worker, attempt)` of every task ever assigned, from the `Assign` actions.
+    pub assigned: HashMap<TaskId, (WorkerId, u32)>,
+    /// Argument payload of every task ever assigned.
+    pub args: HashMap<TaskId, Bytes>,
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestEnv {
+    /// An empty core at time 1 s.
+    pub fn new() -> Self {
+        Self::with_config(CoreConfig::default())
+    }
+
+    /// An empty core with `config`.
+    pub fn with_config(config: CoreConfig) -> Self {
+        Self {
+            core: Core::new(config),
+            now: Instant(1_000_000_000),
+            next_worker: 1,
+            next_client: 1,
+            next_req: 1,
+            assigned: HashMap::new(),
+            args: HashMap::new(),
+        }
+    }
+
+    /// Handles one event at the current time, checks the invariants, records assignments.
+    pub fn step(&mut self, event: Event) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.core.handle(event, self.now, &mut out);
+        self.core.check_invariants();
+        for action in &out {
+            if let Action::Assign { worker, tasks } = action {
+                for t in tasks {
+                    self.assigned.insert(t.task, (*worker, t.attempt));
+                    self.args.insert(t.task, t.args.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&mut self, ms: u64) {
+        self.now = Instant(self.now.0 + ms * 1_000_000);
+    }
+
+    /// A new worker with `slots` slots and no credits.
+    pub fn new_worker(&mut self, slots: u32) -> WorkerId {
+        let worker = WorkerId(self.next_worker);
+        self.next_worker += 1;
+        assert!(self.step(Event::WorkerJoined { worker, slots }).is_empty());
+        worker
+    }
+
+    /// A new client.
+    pub fn new_client(&mut self) -> ClientId {
+        let client = ClientId(self.next_client);
+        self.next_client += 1;
+        assert!(self.step(Event::ClientJoined { client }).is_empty());
+        client
+    }
+
+    /// The worker grants `n` credits.
+    pub fn credit(&mut self, worker: WorkerId, n: u32) -> Vec<Action> {
+        self.step(Event::Credit { worker, credits: n })
+    }
+
+    /// Submits `n` tasks of function 0 at priority 0; returns the package and the actions.
+    pub fn submit(&mut self, client: ClientId, n: usize) -> (PackageId, Vec<Action>) {
+        self.submit_spec(client, Spec::tasks(n))
+    }
+
+    /// Submits a package; task `i`'s payload is `"<req_id>:<i>"`.
+    ///
+    /// # Panics
+    ///
+    /// If it is not accepted.
+    pub fn submit_spec(&mut self, client: ClientId, spec: Spec) -> (PackageId, Vec<Action>) {
+        let req_id = self.next_req;
+        self.next_req += 1;
+        let tasks = (0..spec.tasks).map(|i| Bytes::from(format!("{req_id}:{i}"))).collect();
+        let out = self.step(Event::Submit {
+            client,
+            req_id,
+            fn_hash: fn_hash(spec.function),
+            fn_code: fn_code(spec.function),
+            opts: PackageOpts { priority: spec.priority },
+            tasks,
+        });
+        match out.first() {
+            Some(&Action::Accepted { client: c, req_id: r, package }) => {
+                assert_eq!((c, r), (client, req_id));
+                (package, out)
+            }
+            other => panic!("submission not accepted first: {other:?}"),
+        }
+    }
+
+    /// The worker publishes an `Ok` result for `task`, at its current attempt, with the task's
+    /// own arguments as data.
+    pub fn complete(&mut self, worker: WorkerId, task: TaskId) -> Vec<Action> {
+        let attempt = self.attempt(task);
+        self.result(worker, task, attempt)
+    }
+
+    /// The worker publishes an `Ok` result for `(task, attempt)`.
+    pub fn result(&mut self, worker: WorkerId, task: TaskId, attempt: u32) -> Vec<Action> {
+        let outcome = self.outcome(task, attempt);
+        self.step(Event::Results { worker, results: vec![outcome] })
+    }
+
+    /// A result for `(task, attempt)`: status Ok, data = its args, 1/2/3 ms worker timings.
+    pub fn outcome(&self, task: TaskId, attempt: u32) -> WorkerOutcome {
+        WorkerOutcome {
+            task,
+            attempt,
+            status: TaskStatus::Ok,
+            data: self.args.get(&task).cloned().unwrap_or_default(),
+            exec_us: 1_000,
+            wait_us: 2_000,
+            flush_us: 3_000,
+        }
+    }
+
+    /// The attempt of the task's latest assignment.
+    pub fn attempt(&self, task: TaskId) -> u32 {
+        self.assigned.get(&task).unwrap_or_else(|| panic!("{task} was never assigned")).1
+    }
+
+    /// The index of an assigned task in its package, from its payload.
+    pub fn index(&self, task: TaskId) -> u32 {
+        let args = std::str::from_utf8(&self.args[&task]).unwrap();
+        args.split(':').nth(1).unwrap().parse().unwrap()
+    }
+
+    /// The client cancels `indices` of its package (empty = all).
+    pub fn cancel(&mut self, client: ClientId, package: PackageId, indices: &[u32]) -> Vec<Action> {
+        self.step(Event::Cancel { client, package, indices: indices.to_vec() })
+    }
+
+    /// The client asks for the package's counters.
+    pub fn status(&mut self, client: ClientId, package: PackageId) -> Vec<Action> {
+        self.step(Event::Status { client, req_id: 77, package })
+    }
+
+    /// The worker starts draining.
+    pub fn drain(&mut self, worker: WorkerId) -> Vec<Action> {
+        self.step(Event::Drain { worker })
+    }
+
+    /// The worker returns tasks at their current attempts.
+    pub fn return_tasks(&mut self, worker: WorkerId, tasks: &[TaskId]) -> Vec<Action> {
+        let tasks = tasks.iter().map(|&t| (t, self.attempt(t))).collect();
+        self.step(Event::Returned { worker, tasks })
+    }
+
+    /// The worker's connection closes.
+    pub fn lose_worker(&mut self, worker: WorkerId) -> Vec<Action> {
+        self.step(Event::WorkerLost { worker })
+    }
+
+    /// The client's connection closes.
+    pub fn lose_client(&mut self, client: ClientId) -> Vec<Action> {
+        self.step(Event::ClientLost { client })
+    }
+}
+
+/// The tasks of every `Assign`, per worker, in action order.
+pub fn assignments(actions: &[Action]) -> Vec<(WorkerId, Vec<AssignTask>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Assign { worker, tasks } => Some((*worker, tasks.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ids of the tasks assigned to `worker` by these actions.
+pub fn tasks_of(actions: &[Action], worker: WorkerId) -> Vec<TaskId> {
+    assignments(actions)
+        .into_iter()
+        .filter(|(w, _)| *w == worker)
+        .flat_map(|(_, tasks)| tasks.into_iter().map(|t| t.task))
+        .collect()
+}
+
+/// Every assigned task id, in action order.
+pub fn all_assigned(actions: &[Action]) -> Vec<TaskId> {
+    assignments(actions).into_iter().flat_map(|(_, ts)| ts.into_iter().map(|t| t.task)).collect()
+}
+
+/// The results of every `SendResults`, as `(package, outcomes)`.
+pub fn results(actions: &[Action]) -> Vec<(PackageId, Vec<TaskOutcome>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SendResults { package, results, .. } => Some((*package, results.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The indices of every delivered result, in order.
+pub fn result_indices(actions: &[Action]) -> Vec<u32> {
+    results(actions).into_iter().flat_map(|(_, rs)| rs.into_iter().map(|r| r.index)).collect()
+}
