@@ -6,7 +6,8 @@
 mod codec;
 mod error;
 mod message;
+mod reader;
 
-pub use codec::{decode_frame, encode, encode_to_vec};
+pub use codec::{decode_body, decode_frame, encode, encode_to_vec};
 pub use error::ProtoError;
 pub use message::*;

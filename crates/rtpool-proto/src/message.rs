@@ -15,6 +15,15 @@ pub const PRE_AUTH_MAX_FRAME: usize = 8192;
 /// Default largest frame body after authentication (256 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
 
+/// Longest `HELLO.name` accepted, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// Longest `HELLO.token` accepted, in bytes.
+pub const MAX_TOKEN_BYTES: usize = 1024;
+
+/// Length of a function hash (SHA-256), in bytes.
+pub const FN_HASH_BYTES: usize = 32;
+
 /// Task status codes shared by [`TaskResult`] and [`WorkerResult`].
 pub mod status {
     /// The function returned; `data` is the pickled value.
@@ -45,6 +54,28 @@ pub mod kind {
     pub const RETURN: u8 = 23;
     pub const HEARTBEAT: u8 = 24;
     pub const DRAIN: u8 = 25;
+
+    /// The upper-case name of a message kind (`"HELLO"`), or `None` if no such kind exists.
+    pub fn name(kind: u8) -> Option<&'static str> {
+        Some(match kind {
+            HELLO => "HELLO",
+            WELCOME => "WELCOME",
+            ERROR => "ERROR",
+            SUBMIT => "SUBMIT",
+            ACCEPTED => "ACCEPTED",
+            RESULTS => "RESULTS",
+            CANCEL => "CANCEL",
+            STATUS => "STATUS",
+            STATUS_REPLY => "STATUS_REPLY",
+            PULL => "PULL",
+            ASSIGN => "ASSIGN",
+            RESULT => "RESULT",
+            RETURN => "RETURN",
+            HEARTBEAT => "HEARTBEAT",
+            DRAIN => "DRAIN",
+            _ => return None,
+        })
+    }
 }
 
 /// Role a peer claims in its `HELLO`.
@@ -54,6 +85,25 @@ pub enum Role {
     Client,
     /// Pulls tasks and publishes results.
     Worker,
+}
+
+impl Role {
+    /// The role's name on the wire: `"client"` or `"worker"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Worker => "worker",
+        }
+    }
+
+    /// Parses the wire name of a role; `None` for anything but `"client"` and `"worker"`.
+    pub fn from_wire(name: &[u8]) -> Option<Role> {
+        match name {
+            b"client" => Some(Role::Client),
+            b"worker" => Some(Role::Worker),
+            _ => None,
+        }
+    }
 }
 
 /// Options of a submitted package (`SUBMIT.opts`).
@@ -236,4 +286,34 @@ pub enum Msg {
     Heartbeat,
     /// Kind 25: the worker wants no more tasks (graceful shutdown).
     Drain,
+}
+
+impl Msg {
+    /// The message kind written as the first array element on the wire (see [`kind`]).
+    pub fn kind(&self) -> u8 {
+        match self {
+            Msg::Hello { .. } => kind::HELLO,
+            Msg::Welcome { .. } => kind::WELCOME,
+            Msg::Error { .. } => kind::ERROR,
+            Msg::Submit { .. } => kind::SUBMIT,
+            Msg::Accepted { .. } => kind::ACCEPTED,
+            Msg::Results { .. } => kind::RESULTS,
+            Msg::Cancel { .. } => kind::CANCEL,
+            Msg::Status { .. } => kind::STATUS,
+            Msg::StatusReply { .. } => kind::STATUS_REPLY,
+            Msg::Pull { .. } => kind::PULL,
+            Msg::Assign { .. } => kind::ASSIGN,
+            Msg::Result { .. } => kind::RESULT,
+            Msg::Return { .. } => kind::RETURN,
+            Msg::Heartbeat => kind::HEARTBEAT,
+            Msg::Drain => kind::DRAIN,
+        }
+    }
+
+    /// The upper-case name of the message kind, as in `docs/protocol.md` (`"SUBMIT"`).
+    pub fn name(&self) -> &'static str {
+        // Every variant has a kind that `kind::name` knows; the match in `kind()` and the table
+        // in `kind::name` are tested against each other.
+        kind::name(self.kind()).unwrap_or("UNKNOWN")
+    }
 }

@@ -1,0 +1,255 @@
+//! Messages to frame bodies: the msgpack writing behind [`encode`](super::encode).
+//!
+//! This module owns the schema of every message as the encoder writes it. It writes the most
+//! compact msgpack form of every value (as msgpack-python does), so its bytes are the Python
+//! encoder's, pinned by `tests/vectors/vectors.json`.
+
+use std::io;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::message::{Assignment, Msg, SubmitOpts};
+
+/// Bytes to reserve for the body of `msg`: exact for payloads, a generous guess for the rest,
+/// so that a large `SUBMIT` or `ASSIGN` is written without the buffer growing on the way.
+pub(super) fn size_hint(msg: &Msg) -> usize {
+    match msg {
+        Msg::Hello { token, name, .. } => 48 + token.len() + name.len(),
+        Msg::Error { code, message, .. } => 32 + code.len() + message.len(),
+        Msg::Submit { fn_code, tasks, .. } => {
+            96 + fn_code.len() + tasks.iter().map(|t| 5 + t.len()).sum::<usize>()
+        }
+        Msg::Results { results, .. } => {
+            16 + results.iter().map(|t| 64 + t.data.len()).sum::<usize>()
+        }
+        Msg::Cancel { indices, .. } => 16 + 5 * indices.len(),
+        Msg::Assign { tasks } => {
+            let one = |a: &Assignment| {
+                64 + a.fn_hash.len() + a.fn_code.as_ref().map_or(0, Bytes::len) + a.args.len()
+            };
+            8 + tasks.iter().map(one).sum::<usize>()
+        }
+        Msg::Result { results } => 8 + results.iter().map(|t| 56 + t.data.len()).sum::<usize>(),
+        Msg::Return { tasks } => 8 + 16 * tasks.len(),
+        _ => 64,
+    }
+}
+
+/// Appends the msgpack body of `msg` to `out`.
+pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
+    let w = &mut Writer(out);
+    let k = msg.kind();
+    match msg {
+        Msg::Hello {
+            version,
+            role,
+            token,
+            name,
+            slots,
+        } => {
+            w.head(k, 5);
+            w.uint(*version);
+            w.str(role.as_str());
+            w.str(token);
+            w.str(name);
+            w.uint(*slots);
+        }
+        Msg::Welcome {
+            version,
+            session,
+            max_frame_bytes,
+            heartbeat_ms,
+        } => {
+            w.head(k, 4);
+            w.uint(*version);
+            w.uint(*session);
+            w.uint(*max_frame_bytes);
+            w.uint(*heartbeat_ms);
+        }
+        Msg::Error {
+            code,
+            message,
+            reference,
+        } => {
+            w.head(k, 3);
+            w.str(code);
+            w.str(message);
+            w.uint(*reference);
+        }
+        Msg::Submit {
+            req_id,
+            fn_hash,
+            fn_code,
+            opts,
+            tasks,
+        } => {
+            w.head(k, 5);
+            w.uint(*req_id);
+            w.bin(fn_hash);
+            w.bin(fn_code);
+            write_opts(opts, w);
+            w.array(tasks.len());
+            for task in tasks {
+                w.bin(task);
+            }
+        }
+        Msg::Accepted { req_id, package } | Msg::Status { req_id, package } => {
+            w.head(k, 2);
+            w.uint(*req_id);
+            w.uint(*package);
+        }
+        Msg::Results { package, results } => {
+            w.head(k, 2);
+            w.uint(*package);
+            w.array(results.len());
+            for t in results {
+                w.array(8);
+                w.uint(t.index);
+                w.uint(t.status);
+                w.bin(&t.data);
+                for us in [t.queue_us, t.worker_us, t.exec_us, t.wait_us, t.flush_us] {
+                    w.uint(us);
+                }
+            }
+        }
+        Msg::Cancel { package, indices } => {
+            w.head(k, 2);
+            w.uint(*package);
+            w.array(indices.len());
+            for index in indices {
+                w.uint(*index);
+            }
+        }
+        Msg::StatusReply {
+            req_id,
+            package,
+            total,
+            queued,
+            running,
+            done,
+            cancelled,
+        } => {
+            w.head(k, 7);
+            w.uint(*req_id);
+            w.uint(*package);
+            for n in [total, queued, running, done, cancelled] {
+                w.uint(*n);
+            }
+        }
+        Msg::Pull { credits } => {
+            w.head(k, 1);
+            w.uint(*credits);
+        }
+        Msg::Assign { tasks } => {
+            w.head(k, 1);
+            w.array(tasks.len());
+            for a in tasks {
+                w.array(5);
+                w.uint(a.task);
+                w.uint(a.attempt);
+                w.bin(&a.fn_hash);
+                match &a.fn_code {
+                    Some(code) => w.bin(code),
+                    None => w.nil(),
+                }
+                w.bin(&a.args);
+            }
+        }
+        Msg::Result { results } => {
+            w.head(k, 1);
+            w.array(results.len());
+            for t in results {
+                w.array(7);
+                w.uint(t.task);
+                w.uint(t.attempt);
+                w.uint(t.status);
+                w.bin(&t.data);
+                for us in [t.exec_us, t.wait_us, t.flush_us] {
+                    w.uint(us);
+                }
+            }
+        }
+        Msg::Return { tasks } => {
+            w.head(k, 1);
+            w.array(tasks.len());
+            for (task, attempt) in tasks {
+                w.array(2);
+                w.uint(*task);
+                w.uint(*attempt);
+            }
+        }
+        Msg::Heartbeat | Msg::Drain => w.head(k, 0),
+    }
+}
+
+/// Writes `opts` with only the keys whose value differs from the default, in spec order, so the
+/// bytes match the Python encoder's (default options are the empty map `0x80`).
+fn write_opts(opts: &SubmitOpts, w: &mut Writer<'_>) {
+    let defaults = SubmitOpts::default();
+    let has_priority = opts.priority != defaults.priority;
+    w.map(usize::from(has_priority));
+    if has_priority {
+        w.str("priority");
+        w.sint(opts.priority.into());
+    }
+}
+
+/// Appends msgpack values to a `BytesMut` through rmp's encoder.
+struct Writer<'a>(&'a mut BytesMut);
+
+/// Writing to memory cannot fail: `BytesMut` grows (or aborts on out-of-memory).
+const INFALLIBLE: &str = "writing to a BytesMut cannot fail";
+
+impl io::Write for Writer<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Writer<'_> {
+    /// The message array header and its kind.
+    fn head(&mut self, kind: u8, fields: usize) {
+        self.array(1 + fields);
+        self.uint(kind);
+    }
+
+    fn uint(&mut self, value: impl Into<u64>) {
+        rmp::encode::write_uint(self, value.into()).expect(INFALLIBLE);
+    }
+
+    fn sint(&mut self, value: i64) {
+        rmp::encode::write_sint(self, value).expect(INFALLIBLE);
+    }
+
+    fn nil(&mut self) {
+        rmp::encode::write_nil(self).expect(INFALLIBLE);
+    }
+
+    fn str(&mut self, value: &str) {
+        rmp::encode::write_str_len(self, len32(value.len())).expect(INFALLIBLE);
+        self.0.extend_from_slice(value.as_bytes());
+    }
+
+    fn bin(&mut self, value: &[u8]) {
+        rmp::encode::write_bin_len(self, len32(value.len())).expect(INFALLIBLE);
+        self.0.extend_from_slice(value);
+    }
+
+    fn array(&mut self, len: usize) {
+        rmp::encode::write_array_len(self, len32(len)).expect(INFALLIBLE);
+    }
+
+    fn map(&mut self, len: usize) {
+        rmp::encode::write_map_len(self, len32(len)).expect(INFALLIBLE);
+    }
+}
+
+/// A msgpack length. rmp's own writers would cut a longer one silently; refuse it instead.
+fn len32(len: usize) -> u32 {
+    u32::try_from(len).expect("msgpack cannot hold a str, bin or array above 2^32-1")
+}

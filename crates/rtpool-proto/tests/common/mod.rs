@@ -1,0 +1,519 @@
+//! Shared by the integration tests: named sample messages (the source of the shared vectors),
+//! proptest strategies for every message kind, and a tiny msgpack builder for hand-made bodies.
+
+#![allow(dead_code)] // each test crate uses a different part of this module
+
+use bytes::{BufMut, Bytes, BytesMut};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use rtpool_proto::{Assignment, Msg, Role, SubmitOpts, TaskResult, WorkerResult};
+
+/// A 32-byte function hash: `start, start+1, ...`.
+pub fn hash(start: u8) -> Bytes {
+    (0..32u8).map(|i| start.wrapping_add(i)).collect()
+}
+
+fn submit(req_id: u64, priority: i32, tasks: Vec<Bytes>) -> Msg {
+    Msg::Submit {
+        req_id,
+        fn_hash: hash(0),
+        fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+        opts: SubmitOpts { priority },
+        tasks,
+    }
+}
+
+fn task_result(index: u32, status: u8, data: &'static [u8]) -> TaskResult {
+    TaskResult {
+        index,
+        status,
+        data: Bytes::from_static(data),
+        queue_us: 120,
+        worker_us: 3_400,
+        exec_us: 3_000,
+        wait_us: 15,
+        flush_us: 200,
+    }
+}
+
+/// One named sample per message kind and per edge case; `tests/vectors/vectors.json` is made
+/// from this list (see `regenerate_vectors` in `tests/vectors.rs`).
+pub fn samples() -> Vec<(String, Msg)> {
+    let mut out: Vec<(String, Msg)> = vec![
+        (
+            "hello_client".into(),
+            Msg::Hello {
+                version: 1,
+                role: Role::Client,
+                token: "client-token".into(),
+                name: "laptop:4242".into(),
+                slots: 0,
+            },
+        ),
+        (
+            "hello_worker".into(),
+            Msg::Hello {
+                version: 1,
+                role: Role::Worker,
+                token: "worker-token".into(),
+                name: "node-7.cluster.example.org:31337".into(), // 32 bytes: str8
+                slots: 4,
+            },
+        ),
+        (
+            "hello_utf8_name".into(),
+            Msg::Hello {
+                version: 1,
+                role: Role::Client,
+                token: "t".into(),
+                name: "Zürich-läptop:1".into(),
+                slots: 0,
+            },
+        ),
+        (
+            "welcome".into(),
+            Msg::Welcome {
+                version: 1,
+                session: 42,
+                max_frame_bytes: 256 << 20,
+                heartbeat_ms: 5_000,
+            },
+        ),
+        (
+            "error_rejected".into(),
+            Msg::Error {
+                code: "rejected".into(),
+                message: "SUBMIT 7 has a bad option `deadline`: unknown option".into(),
+                reference: 7,
+            },
+        ),
+        (
+            "error_auth_no_ref".into(),
+            Msg::Error {
+                code: "auth".into(),
+                message: "bad token".into(),
+                reference: 0,
+            },
+        ),
+        (
+            "error_long_message_str16".into(),
+            Msg::Error {
+                code: "malformed".into(),
+                message: "x".repeat(300),
+                reference: 0,
+            },
+        ),
+        (
+            "submit_default_opts".into(),
+            submit(
+                1,
+                0,
+                vec![Bytes::from_static(b"args-0"), Bytes::from_static(b"args-1")],
+            ),
+        ),
+        (
+            "submit_priority_5".into(),
+            submit(2, 5, vec![Bytes::from_static(b"a")]),
+        ),
+        (
+            "submit_priority_minus_3".into(),
+            submit(3, -3, vec![Bytes::from_static(b"a")]),
+        ),
+        (
+            "submit_empty_task_payload".into(),
+            submit(4, 0, vec![Bytes::new()]),
+        ),
+        (
+            "submit_task_bin16_300_bytes".into(),
+            submit(5, 0, vec![(0..300u32).map(|i| (i % 251) as u8).collect()]),
+        ),
+        (
+            "accepted".into(),
+            Msg::Accepted {
+                req_id: 1,
+                package: 1_001,
+            },
+        ),
+        (
+            "results_two".into(),
+            Msg::Results {
+                package: 1_001,
+                results: vec![
+                    task_result(0, 0, b"\x80\x05K\x2a."),
+                    task_result(1, 2, b"cancelled by the master: shutdown"),
+                ],
+            },
+        ),
+        (
+            "results_bin8_255_and_bin16_256".into(),
+            Msg::Results {
+                package: 9,
+                results: vec![
+                    TaskResult {
+                        data: Bytes::from(vec![0x55; 255]),
+                        ..task_result(0, 0, b"")
+                    },
+                    TaskResult {
+                        data: Bytes::from(vec![0xaa; 256]),
+                        ..task_result(1, 3, b"")
+                    },
+                ],
+            },
+        ),
+        (
+            "cancel_all".into(),
+            Msg::Cancel {
+                package: 1_001,
+                indices: vec![],
+            },
+        ),
+        (
+            "cancel_some".into(),
+            Msg::Cancel {
+                package: 1_001,
+                indices: vec![0, 2, 300],
+            },
+        ),
+        (
+            "cancel_array16".into(),
+            Msg::Cancel {
+                package: 1,
+                indices: (0..16).collect(),
+            },
+        ),
+        (
+            "status".into(),
+            Msg::Status {
+                req_id: 5,
+                package: 1_001,
+            },
+        ),
+        (
+            "status_reply".into(),
+            Msg::StatusReply {
+                req_id: 5,
+                package: 1_001,
+                total: 1_000,
+                queued: 600,
+                running: 8,
+                done: 390,
+                cancelled: 2,
+            },
+        ),
+        ("pull".into(), Msg::Pull { credits: 6 }),
+        ("pull_u32_max".into(), Msg::Pull { credits: u32::MAX }),
+        (
+            "assign_with_fn_code".into(),
+            Msg::Assign {
+                tasks: vec![Assignment {
+                    task: 77,
+                    attempt: 1,
+                    fn_hash: hash(0),
+                    fn_code: Some(Bytes::from_static(b"\x80\x05\x95code")),
+                    args: Bytes::from_static(b"args-0"),
+                }],
+            },
+        ),
+        (
+            "assign_cached_fn_code_nil".into(),
+            Msg::Assign {
+                tasks: vec![
+                    Assignment {
+                        task: 78,
+                        attempt: 1,
+                        fn_hash: hash(0),
+                        fn_code: None,
+                        args: Bytes::from_static(b"args-1"),
+                    },
+                    Assignment {
+                        task: 79,
+                        attempt: 2,
+                        fn_hash: hash(0),
+                        fn_code: None,
+                        args: Bytes::new(),
+                    },
+                ],
+            },
+        ),
+        (
+            "result".into(),
+            Msg::Result {
+                results: vec![WorkerResult {
+                    task: 77,
+                    attempt: 1,
+                    status: 1,
+                    data: Bytes::from_static(b"\x80\x05error-report"),
+                    exec_us: 3_000,
+                    wait_us: 15,
+                    flush_us: 200,
+                }],
+            },
+        ),
+        (
+            "return".into(),
+            Msg::Return {
+                tasks: vec![(78, 1), (79, 2)],
+            },
+        ),
+        ("return_none".into(), Msg::Return { tasks: vec![] }),
+        ("heartbeat".into(), Msg::Heartbeat),
+        ("drain".into(), Msg::Drain),
+    ];
+    // Integer widths: each value in u64 fields, at the edges of fixint/uint8/16/32/64.
+    for value in [
+        127u64,
+        128,
+        255,
+        256,
+        65_535,
+        65_536,
+        (1 << 32) - 1,
+        1 << 32,
+        u64::MAX,
+    ] {
+        out.push((
+            format!("accepted_u64_{value}"),
+            Msg::Accepted {
+                req_id: value,
+                package: value,
+            },
+        ));
+    }
+    // i32 edges of the priority option: fixint, int8, int16, int32 and positive uint forms.
+    for priority in [-32, -33, -128, -129, i32::MIN, 127, 128, i32::MAX] {
+        let name = format!("submit_priority_{priority}").replace('-', "minus_");
+        out.push((name, submit(6, priority, vec![Bytes::from_static(b"a")])));
+    }
+    out
+}
+
+fn arb_bytes(max: usize) -> impl Strategy<Value = Bytes> {
+    vec(any::<u8>(), 0..max).prop_map(Bytes::from)
+}
+
+fn arb_hash() -> impl Strategy<Value = Bytes> {
+    vec(any::<u8>(), 32).prop_map(Bytes::from)
+}
+
+/// Integers biased towards the edges of msgpack's integer formats.
+fn arb_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..300,
+        (0u32..64).prop_map(|shift| 1u64 << shift),
+        (1u32..64).prop_map(|shift| (1u64 << shift) - 1),
+        any::<u64>(),
+    ]
+}
+
+fn arb_u32() -> impl Strategy<Value = u32> {
+    arb_u64().prop_map(|v| v as u32)
+}
+
+fn arb_i32() -> impl Strategy<Value = i32> {
+    prop_oneof![-300i32..300, any::<i32>(), Just(i32::MIN), Just(i32::MAX)]
+}
+
+fn arb_task_result() -> impl Strategy<Value = TaskResult> {
+    (
+        arb_u32(),
+        any::<u8>(),
+        arb_bytes(40),
+        [arb_u64(), arb_u64(), arb_u64(), arb_u64(), arb_u64()],
+    )
+        .prop_map(|(index, status, data, us)| TaskResult {
+            index,
+            status,
+            data,
+            queue_us: us[0],
+            worker_us: us[1],
+            exec_us: us[2],
+            wait_us: us[3],
+            flush_us: us[4],
+        })
+}
+
+fn arb_assignment() -> impl Strategy<Value = Assignment> {
+    (
+        arb_u64(),
+        arb_u32(),
+        arb_hash(),
+        proptest::option::of(arb_bytes(40)),
+        arb_bytes(40),
+    )
+        .prop_map(|(task, attempt, fn_hash, fn_code, args)| Assignment {
+            task,
+            attempt,
+            fn_hash,
+            fn_code,
+            args,
+        })
+}
+
+fn arb_worker_result() -> impl Strategy<Value = WorkerResult> {
+    (
+        arb_u64(),
+        arb_u32(),
+        any::<u8>(),
+        arb_bytes(40),
+        [arb_u64(), arb_u64(), arb_u64()],
+    )
+        .prop_map(|(task, attempt, status, data, us)| WorkerResult {
+            task,
+            attempt,
+            status,
+            data,
+            exec_us: us[0],
+            wait_us: us[1],
+            flush_us: us[2],
+        })
+}
+
+/// Any well-formed message (within the decoder's limits on name, token and fn_hash).
+pub fn arb_msg() -> impl Strategy<Value = Msg> {
+    prop_oneof![
+        (
+            arb_u32(),
+            prop_oneof![Just(Role::Client), Just(Role::Worker)],
+            "\\PC{0,200}",
+            "\\PC{0,64}",
+            arb_u32()
+        )
+            .prop_map(|(version, role, token, name, slots)| Msg::Hello {
+                version,
+                role,
+                token,
+                name,
+                slots
+            }),
+        (arb_u32(), arb_u64(), arb_u32(), arb_u32()).prop_map(|(v, s, m, h)| Msg::Welcome {
+            version: v,
+            session: s,
+            max_frame_bytes: m,
+            heartbeat_ms: h
+        }),
+        ("\\PC{0,20}", "\\PC{0,80}", arb_u64()).prop_map(|(code, message, reference)| {
+            Msg::Error {
+                code,
+                message,
+                reference,
+            }
+        }),
+        (
+            arb_u64(),
+            arb_hash(),
+            arb_bytes(80),
+            arb_i32(),
+            vec(arb_bytes(40), 0..20)
+        )
+            .prop_map(|(req_id, fn_hash, fn_code, priority, tasks)| Msg::Submit {
+                req_id,
+                fn_hash,
+                fn_code,
+                opts: SubmitOpts { priority },
+                tasks
+            }),
+        (arb_u64(), arb_u64()).prop_map(|(req_id, package)| Msg::Accepted { req_id, package }),
+        (arb_u64(), vec(arb_task_result(), 0..8))
+            .prop_map(|(package, results)| Msg::Results { package, results }),
+        (arb_u64(), vec(arb_u32(), 0..40))
+            .prop_map(|(package, indices)| Msg::Cancel { package, indices }),
+        (arb_u64(), arb_u64()).prop_map(|(req_id, package)| Msg::Status { req_id, package }),
+        (
+            arb_u64(),
+            arb_u64(),
+            [arb_u32(), arb_u32(), arb_u32(), arb_u32(), arb_u32()]
+        )
+            .prop_map(|(req_id, package, n)| Msg::StatusReply {
+                req_id,
+                package,
+                total: n[0],
+                queued: n[1],
+                running: n[2],
+                done: n[3],
+                cancelled: n[4]
+            }),
+        arb_u32().prop_map(|credits| Msg::Pull { credits }),
+        vec(arb_assignment(), 0..8).prop_map(|tasks| Msg::Assign { tasks }),
+        vec(arb_worker_result(), 0..8).prop_map(|results| Msg::Result { results }),
+        vec((arb_u64(), arb_u32()), 0..20).prop_map(|tasks| Msg::Return { tasks }),
+        Just(Msg::Heartbeat),
+        Just(Msg::Drain),
+    ]
+}
+
+/// A msgpack value to build hand-made (and broken) bodies with.
+#[derive(Debug, Clone)]
+pub enum V {
+    /// Unsigned integer, most compact form.
+    U(u64),
+    /// Signed integer, most compact form.
+    I(i64),
+    /// Raw bytes written as they are (a marker of a chosen width, a broken tail).
+    Raw(Vec<u8>),
+    /// str.
+    S(String),
+    /// bin.
+    B(Vec<u8>),
+    /// nil.
+    Nil,
+    /// bool.
+    Bool(bool),
+    /// float64.
+    F(f64),
+    /// array.
+    A(Vec<V>),
+    /// map.
+    M(Vec<(V, V)>),
+}
+
+impl V {
+    /// A str value.
+    pub fn s(text: &str) -> V {
+        V::S(text.to_owned())
+    }
+
+    /// The value's msgpack bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write(&mut out);
+        out
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        use rmp::encode::*;
+        match self {
+            V::U(v) => drop(write_uint(out, *v)),
+            V::I(v) => drop(write_sint(out, *v)),
+            V::Raw(bytes) => out.extend_from_slice(bytes),
+            V::S(s) => drop(write_str(out, s)),
+            V::B(b) => drop(write_bin(out, b)),
+            V::Nil => drop(write_nil(out)),
+            V::Bool(b) => drop(write_bool(out, *b)),
+            V::F(f) => drop(write_f64(out, *f)),
+            V::A(items) => {
+                write_array_len(out, items.len() as u32).unwrap();
+                items.iter().for_each(|item| item.write(out));
+            }
+            V::M(entries) => {
+                write_map_len(out, entries.len() as u32).unwrap();
+                for (k, v) in entries {
+                    k.write(out);
+                    v.write(out);
+                }
+            }
+        }
+    }
+}
+
+/// A whole frame (length prefix included) around `body`.
+pub fn frame_of(body: &[u8]) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(4 + body.len());
+    buf.put_u32(body.len() as u32);
+    buf.extend_from_slice(body);
+    buf
+}
+
+/// A whole frame around the msgpack encoding of `value`.
+pub fn frame(value: &V) -> BytesMut {
+    frame_of(&value.to_bytes())
+}
