@@ -360,9 +360,8 @@ def _render_payload(s: Dict[str, object], console) -> None:
     )
     t.add_column("size")
     t.add_column("n", justify="right")
-    for col in ("rtpool p50", "rtpool max", "rtpool MB/s", "floor p50", "floor max", "floor MB/s"):
+    for col in ("p50", "max", "MB/s", "TCP p50", "TCP max", "TCP MB/s", "p50/TCP"):
         t.add_column(col, justify="right")
-    t.add_column("p50 ratio", justify="right")
     for row in s["sizes"]:
         rt, fl = row["rtpool"], row["floor"]
         t.add_row(
@@ -378,8 +377,9 @@ def _render_payload(s: Dict[str, object], console) -> None:
         )
     console.print(t)
     console.print(
-        "[dim]MB/s = 2 x size / p50 (out and back, MB = 10^6 bytes); exact percentiles of the "
-        "samples; rtpool and floor round trips alternate one by one.[/]"
+        "[dim]p50/max/MB/s: rtpool; TCP: the floor, same size. MB/s = 2 x size / p50 (out and "
+        "back, MB = 10^6 bytes); exact percentiles of the samples; rtpool and floor round trips "
+        "alternate one by one.[/]"
     )
 
 

@@ -422,17 +422,17 @@ def _progress(console):
 # (label, where, key); keys ending in a derived name are computed by derive_points().
 _POINT_ROWS = (
     ("1 serialize", "client", "serialize_us"),
-    ("2a queue wait", "master", "queue_us"),
-    ("2b transfer to worker*", "master+worker", "transfer_to_worker_us"),
-    ("   of which prefetch wait", "worker", "wait_us"),
+    ("2 queue wait", "master", "queue_us"),
+    ("2 to worker*", "master>worker", "transfer_to_worker_us"),
+    ("  prefetch wait", "worker", "wait_us"),
     ("3 execution", "worker", "exec_us"),
-    ("  (same function, this process)", "client", "local_exec_us"),
-    ("4 result transfer*", "worker+master+client", "result_transfer_us"),
-    ("   of which flush", "worker", "flush_us"),
-    ("   of which client hops", "client+master", "client_hops_us"),
+    ("  same, locally", "client", "local_exec_us"),
+    ("4 result back*", "worker>client", "result_transfer_us"),
+    ("  flush", "worker", "flush_us"),
+    ("  client hops*", "client<>master", "client_hops_us"),
     ("5 deserialize", "client", "deserialize_us"),
     ("6 total await", "client", "total_us"),
-    ("overhead = total - queue - exec", "", "overhead_us"),
+    ("overhead*", "", "overhead_us"),
 )
 
 
@@ -451,43 +451,43 @@ def render(result: Dict[str, object], console) -> None:
         f"{m['usable_cpus']} CPUs ({m['cpu_model']}), Python {m['python']}"
     )
     t = Table(title="Factorization: makespan", title_justify="left")
-    for col, just in (("run", "left"), ("time", "right"), ("vs sequential", "right")):
+    for col, just in (("run", "left"), ("time", "right"), ("speed-up", "right")):
         t.add_column(col, justify=just)
     t.add_column("note")
     t.add_row(
-        "sequential (this process)",
+        "sequential",
         f"{result['sequential_s']:.3f} s",
         "1.00x",
         f"mean task {result['mean_task_ms']:.2f} ms",
     )
     t.add_row(
-        f"parallel ceiling ({n} plain processes)",
+        f"ceiling, {n} processes",
         f"{result['ceiling_s']:.3f} s",
         fmt_ratio(result["ceiling_speedup"]),
-        "even split, fork, no pool",
+        "even split, no pool",
     )
     t.add_row(
-        f"rtpool LocalCluster(workers={n})",
+        f"rtpool, {n} workers",
         f"{result['rtpool_makespan_s']:.3f} s",
         fmt_ratio(result["speedup"]),
-        "verified" if result["results_verified"] else f"[red]{result['mismatches']} wrong[/]",
+        "all verified" if result["results_verified"] else f"[red]{result['mismatches']} wrong[/]",
     )
-    t.add_row("efficiency (speed-up / N)", f"{result['efficiency']:.2f}", "", "")
+    t.add_row("efficiency", f"{result['efficiency']:.2f}", "", "speed-up / N")
     t.add_row(
-        "makespan / ceiling",
+        "makespan/ceiling",
         fmt_ratio(result["makespan_over_ceiling"], 3),
         "",
         f"bar <= {MAKESPAN_BAR}: {verdict(bars['makespan_ok'])}",
     )
     t.add_row(
-        "LocalCluster() to first result",
+        "start to 1st result",
         f"{result['start_to_first_result_s']:.3f} s",
         "",
-        f"bar < {STARTUP_BAR_S} s: {verdict(bars['startup_ok'])}",
+        f"LocalCluster(); bar < {STARTUP_BAR_S} s: {verdict(bars['startup_ok'])}",
     )
     console.print(t)
 
-    p = Table(title="Measurement points per task (thesis section 3.1.1)", title_justify="left")
+    p = Table(title="Measurement points per task (thesis 3.1.1)", title_justify="left")
     for col, just in (("point", "left"), ("where", "left"), ("p50", "right"), ("p90", "right")):
         p.add_column(col, justify=just)
     p.add_column("max", justify="right")
@@ -498,11 +498,11 @@ def render(result: Dict[str, object], console) -> None:
         p.add_row(label, where, fmt_us(s.get("p50")), fmt_us(s.get("p90")), fmt_us(s.get("max")))
     console.print(p)
     console.print(
-        "[dim]* derived: the master<->worker hops = worker_us - exec - wait - flush, split in "
-        "half each way; transfer to worker adds the worker's prefetch wait, result transfer "
-        "adds the flush and the client hops (total - serialize - queue - worker - deserialize, "
-        "client->master and master->client together). Queue wait includes waiting for a free "
-        "worker, as all tasks are submitted at once.[/]"
+        "[dim]* derived: the master<->worker hops (worker_us - exec - wait - flush) split in "
+        "half each way; 'to worker' adds the prefetch wait, 'result back' the flush and the "
+        "client hops (total - serialize - queue - worker - deserialize: client->master and "
+        "master->client together); overhead = total - queue - exec. Queue wait includes "
+        "waiting for a free worker: all tasks are submitted at once.[/]"
     )
     if result["missing_timing_keys"]:
         console.print(f"[yellow]missing timing keys: {result['missing_timing_keys']}[/]")

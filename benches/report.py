@@ -1,0 +1,190 @@
+"""Turn the JSON of `rtpool demo --json` and `rtpool bench all --json` into markdown tables.
+
+    python -m rtpool demo --json > demo.json
+    python -m rtpool bench all --json > bench.json
+    python benches/report.py demo.json bench.json
+
+Prints the tables docs/benchmarks.md shows, with each figure next to its bar.
+"""
+
+import json
+import sys
+
+from rtpool._bench_stats import fmt_us
+
+
+def _row(*cells):
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header, rows):
+    lines = [_row(*header), _row(*("---" for _ in header))]
+    lines += [_row(*r) for r in rows]
+    return "\n".join(lines)
+
+
+def _ok(flag):
+    return "meets" if flag else "**misses**"
+
+
+def demo_tables(d):
+    """Markdown for one demo result: makespans and measurement points."""
+    n, bars = d["workers"], d["bars"]
+    out = [
+        f"{d['tasks']} semiprimes, seed {d['seed']}, N = {n}; mean task "
+        f"{d['mean_task_ms']:.2f} ms (sequential run)\n",
+        _table(
+            ("run", "time", "speed-up vs sequential", "note"),
+            [
+                ("sequential", f"{d['sequential_s']:.3f} s", "1.00x", ""),
+                (
+                    f"parallel ceiling, {n} processes",
+                    f"{d['ceiling_s']:.3f} s",
+                    f"{d['ceiling_speedup']:.2f}x",
+                    "even split, fork",
+                ),
+                (
+                    f"rtpool, LocalCluster(workers={n})",
+                    f"{d['rtpool_makespan_s']:.3f} s",
+                    f"{d['speedup']:.2f}x",
+                    "all results verified" if d["results_verified"] else "WRONG RESULTS",
+                ),
+                ("efficiency (speed-up / N)", f"{d['efficiency']:.2f}", "", ""),
+                (
+                    "makespan / ceiling",
+                    f"{d['makespan_over_ceiling']:.3f}",
+                    "",
+                    f"bar <= {bars['makespan_over_ceiling_max']}: {_ok(bars['makespan_ok'])}",
+                ),
+                (
+                    "LocalCluster() to first result",
+                    f"{d['start_to_first_result_s']:.3f} s",
+                    "",
+                    f"bar < {bars['start_to_first_result_max_s']} s: {_ok(bars['startup_ok'])}",
+                ),
+            ],
+        ),
+        "",
+    ]
+    t = dict(d["timings_us"])
+    t["local_exec_us"] = d["local_exec_us"]
+    rows = [
+        ("1 serialize (client, share of the package)", "serialize_us"),
+        ("2 queue wait (master: receipt to assignment)", "queue_us"),
+        ("2 transfer to worker* (incl. prefetch wait)", "transfer_to_worker_us"),
+        ("   prefetch wait (worker)", "wait_us"),
+        ("3 execution (worker)", "exec_us"),
+        ("   same function in the client process", "local_exec_us"),
+        ("4 result transfer* (incl. flush and client hops)", "result_transfer_us"),
+        ("   flush (worker)", "flush_us"),
+        ("   client hops* (client->master + master->client)", "client_hops_us"),
+        ("5 deserialize (client)", "deserialize_us"),
+        ("6 total await (client)", "total_us"),
+        ("overhead* = total - queue - exec", "overhead_us"),
+    ]
+    out.append(
+        _table(
+            ("measurement point", "p50", "p90", "max"),
+            [
+                (label, fmt_us(t[k]["p50"]), fmt_us(t[k]["p90"]), fmt_us(t[k]["max"]))
+                for label, k in rows
+            ],
+        )
+    )
+    return "\n".join(out)
+
+
+def latency_table(s):
+    """Markdown for the latency section."""
+    keys = ("p50_us", "p90_us", "p99_us", "p99_9_us", "max_us", "mean_us")
+    b = s["bars"]
+    return "\n".join(
+        [
+            _table(
+                ("", "n", "p50", "p90", "p99", "p99.9", "max", "mean"),
+                [
+                    (name, s[side]["count"], *(fmt_us(s[side][k]) for k in keys))
+                    for name, side in (("rtpool", "rtpool"), ("TCP floor", "floor"))
+                ],
+            ),
+            "",
+            f"rtpool p50 / floor p50 = **{s['p50_ratio']:.2f}x** (bar <= "
+            f"{b['p50_ratio_max']}x: {_ok(b['p50_ok'])}); rtpool p99.9 = "
+            f"**{fmt_us(s['rtpool']['p99_9_us'])}** (bar <= {fmt_us(b['p99_9_max_us'])}: "
+            f"{_ok(b['p99_9_ok'])}), {s['p99_9_ratio']:.1f}x the floor's p50.",
+        ]
+    )
+
+
+def throughput_table(s):
+    """Markdown for the throughput section."""
+    rows = [
+        (i, f"{r['submit_s']:.3f} s", f"{r['seconds']:.3f} s", f"{r['tasks_per_s']:,.0f}")
+        for i, r in enumerate(s["runs"], 1)
+    ]
+    return "\n".join(
+        [
+            _table(("run", "submit_many returned", "submit to last result", "tasks/s"), rows),
+            "",
+            f"best **{s['best_tasks_per_s']:,.0f}** tasks/s, median "
+            f"{s['median_tasks_per_s']:,.0f} tasks/s (bar >= {s['bars']['tasks_per_s_min']:,}: "
+            f"{_ok(s['bars']['ok'])})",
+        ]
+    )
+
+
+def payload_table(s):
+    """Markdown for the payload section."""
+    rows = []
+    for r in s["sizes"]:
+        size = r["size_bytes"]
+        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+        rt, fl = r["rtpool"], r["floor"]
+        rows.append(
+            (
+                label,
+                rt["count"],
+                fmt_us(rt["p50_us"]),
+                fmt_us(rt["max_us"]),
+                f"{rt['mb_per_s']:,.0f}",
+                fmt_us(fl["p50_us"]),
+                fmt_us(fl["max_us"]),
+                f"{fl['mb_per_s']:,.0f}",
+                f"{r['p50_ratio']:.2f}x",
+            )
+        )
+    header = (
+        "size",
+        "n",
+        "rtpool p50",
+        "rtpool max",
+        "rtpool MB/s",
+        "floor p50",
+        "floor max",
+        "floor MB/s",
+        "p50 ratio",
+    )
+    return _table(header, rows)
+
+
+def main(paths):
+    """Print markdown for each JSON file given (demo or bench output)."""
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        m = data["machine"]
+        print(f"<!-- {path}: {m['cpu_model']}, {m['usable_cpus']} CPUs, Python {m['python']} -->")
+        if "sequential_s" in data:
+            print(demo_tables(data), end="\n\n")
+        for name, fn in (
+            ("latency", latency_table),
+            ("throughput", throughput_table),
+            ("payload", payload_table),
+        ):
+            if name in data:
+                print(f"**{name}**\n\n{fn(data[name])}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
