@@ -23,11 +23,12 @@ pub async fn serve(
 ) {
     let scheduler = tokio::spawn(Scheduler::new(CoreConfig::default()).run(sched_rx));
     let mut conns = JoinSet::new();
+    let conn_stop = stop.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    conns.spawn(connection::serve(stream, ctx.clone(), sched_tx.clone(), stop.clone()));
+                    conns.spawn(connection::serve(stream, ctx.clone(), sched_tx.clone(), conn_stop.clone()));
                 }
                 // Out of file descriptors and the like: log, and keep serving the others.
                 Err(e) => error!("accept failed: {e}"),
