@@ -1,1 +1,212 @@
-fn main() {}
+//! Criterion benches of single core operations with 10^3 and 10^5 tasks already queued.
+//!
+//! Each bench times one `handle` call and undoes its effect outside the timed region (cancel
+//! the submitted package, return the assigned task, refill the queue), so the state size stays
+//! put however many iterations criterion runs. The claim under test is the RT-BOINC one: the
+//! cost of an operation does not grow with the number of queued tasks.
+
+// `criterion_group!` defines an undocumented `pub fn benches`.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::time::{Duration, Instant as WallClock};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use rtpool_core::{
+    Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, PackageId, PackageOpts, TaskId,
+    TaskStatus, WorkerId, WorkerOutcome,
+};
+
+const CLIENT: ClientId = ClientId(1);
+const WORKER: WorkerId = WorkerId(1);
+const QUEUED: [usize; 2] = [1_000, 100_000];
+
+fn submit_event(tasks: usize) -> Event {
+    Event::Submit {
+        client: CLIENT,
+        req_id: 1,
+        fn_hash: FnHash([7; 32]),
+        fn_code: Bytes::from_static(b"def f(x): return x"),
+        opts: PackageOpts::default(),
+        tasks: vec![Bytes::from_static(b"args"); tasks],
+    }
+}
+
+fn handle(core: &mut Core, event: Event) -> Vec<Action> {
+    let mut out = Vec::new();
+    core.handle(event, Instant(0), &mut out);
+    out
+}
+
+fn accepted(out: &[Action]) -> PackageId {
+    match out.first() {
+        Some(Action::Accepted { package, .. }) => *package,
+        other => panic!("not accepted: {other:?}"),
+    }
+}
+
+/// The single task of the single `Assign` in `out`.
+fn assigned(out: &[Action]) -> (TaskId, u32) {
+    match out {
+        [Action::Assign { tasks, .. }] if tasks.len() == 1 => (tasks[0].task, tasks[0].attempt),
+        other => panic!("one assignment expected: {other:?}"),
+    }
+}
+
+/// A core with one client, one worker without credits, and `queued` tasks in the queue.
+fn core_with_queue(queued: usize) -> Core {
+    let mut core = Core::new(CoreConfig::default());
+    handle(&mut core, Event::ClientJoined { client: CLIENT });
+    handle(
+        &mut core,
+        Event::WorkerJoined {
+            worker: WORKER,
+            slots: 1,
+        },
+    );
+    handle(&mut core, submit_event(queued));
+    core
+}
+
+/// Times `op` on a core with `queued` tasks; `undo` runs untimed after each call.
+fn timed(
+    core: &mut Core,
+    iters: u64,
+    mut op: impl FnMut(&mut Core) -> Vec<Action>,
+    mut undo: impl FnMut(&mut Core, Vec<Action>),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let start = WallClock::now();
+        let out = black_box(op(core));
+        total += start.elapsed();
+        undo(core, out);
+    }
+    total
+}
+
+fn submit(c: &mut Criterion) {
+    let mut group = c.benchmark_group("submit");
+    for queued in QUEUED {
+        for size in [1, 1_000] {
+            let mut core = core_with_queue(queued);
+            group.bench_function(BenchmarkId::new(format!("{size}_tasks"), queued), |b| {
+                b.iter_custom(|iters| {
+                    let undo = |core: &mut Core, out: Vec<Action>| {
+                        let package = accepted(&out);
+                        handle(
+                            core,
+                            Event::Cancel {
+                                client: CLIENT,
+                                package,
+                                indices: vec![],
+                            },
+                        );
+                    };
+                    timed(
+                        &mut core,
+                        iters,
+                        |core| handle(core, submit_event(size)),
+                        undo,
+                    )
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn assign(c: &mut Criterion) {
+    let mut group = c.benchmark_group("assign");
+    for queued in QUEUED {
+        let mut core = core_with_queue(queued);
+        group.bench_function(BenchmarkId::from_parameter(queued), |b| {
+            b.iter_custom(|iters| {
+                let undo = |core: &mut Core, out: Vec<Action>| {
+                    let tasks = vec![assigned(&out)];
+                    handle(
+                        core,
+                        Event::Returned {
+                            worker: WORKER,
+                            tasks,
+                        },
+                    );
+                };
+                timed(
+                    &mut core,
+                    iters,
+                    |core| {
+                        handle(
+                            core,
+                            Event::Credit {
+                                worker: WORKER,
+                                credits: 1,
+                            },
+                        )
+                    },
+                    undo,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+fn complete(c: &mut Criterion) {
+    let mut group = c.benchmark_group("complete");
+    for queued in QUEUED {
+        let mut core = core_with_queue(queued);
+        let mut running = assigned(&handle(
+            &mut core,
+            Event::Credit {
+                worker: WORKER,
+                credits: 1,
+            },
+        ));
+        group.bench_function(BenchmarkId::from_parameter(queued), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let (task, attempt) = running;
+                    let result = WorkerOutcome {
+                        task,
+                        attempt,
+                        status: TaskStatus::Ok,
+                        data: Bytes::from_static(b"ok"),
+                        exec_us: 1,
+                        wait_us: 1,
+                        flush_us: 1,
+                    };
+                    let event = Event::Results {
+                        worker: WORKER,
+                        results: vec![result],
+                    };
+                    let start = WallClock::now();
+                    black_box(handle(&mut core, event));
+                    total += start.elapsed();
+                    handle(&mut core, submit_event(1));
+                    running = assigned(&handle(
+                        &mut core,
+                        Event::Credit {
+                            worker: WORKER,
+                            credits: 1,
+                        },
+                    ));
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    targets = submit, assign, complete
+}
+criterion_main!(benches);

@@ -43,7 +43,9 @@ pub struct CoreConfig {
 
 impl Default for CoreConfig {
     fn default() -> Self {
-        Self { max_tasks_per_package: 1 << 24 }
+        Self {
+            max_tasks_per_package: 1 << 24,
+        }
     }
 }
 
@@ -147,14 +149,34 @@ impl Core {
         match event {
             Event::ClientJoined { client } => self.on_client_joined(client),
             Event::ClientLost { client } => self.on_client_lost(client),
-            Event::Submit { client, req_id, fn_hash, fn_code, opts, tasks } => {
-                let submit = client_events::Submit { client, req_id, fn_hash, fn_code, opts, tasks };
+            Event::Submit {
+                client,
+                req_id,
+                fn_hash,
+                fn_code,
+                opts,
+                tasks,
+            } => {
+                let submit = client_events::Submit {
+                    client,
+                    req_id,
+                    fn_hash,
+                    fn_code,
+                    opts,
+                    tasks,
+                };
                 self.on_submit(submit, now, out);
             }
-            Event::Cancel { client, package, indices } => {
-                self.on_cancel(client, package, &indices, out)
-            }
-            Event::Status { client, req_id, package } => self.on_status(client, req_id, package, out),
+            Event::Cancel {
+                client,
+                package,
+                indices,
+            } => self.on_cancel(client, package, &indices, out),
+            Event::Status {
+                client,
+                req_id,
+                package,
+            } => self.on_status(client, req_id, package, out),
             Event::WorkerJoined { worker, slots } => self.on_worker_joined(worker, slots),
             Event::Credit { worker, credits } => self.on_credit(worker, credits, now, out),
             Event::Results { worker, results } => self.on_results(worker, results, now, out),
@@ -211,7 +233,10 @@ impl Core {
         match task.state {
             TaskState::Running { .. } => {
                 task.state = TaskState::Queued;
-                let package = self.packages.get_mut(task.package.0).expect("running task without package");
+                let package = self
+                    .packages
+                    .get_mut(task.package.0)
+                    .expect("running task without package");
                 package.counts.running -= 1;
                 package.counts.queued += 1;
                 self.queue.push_front(package.opts.priority, id);
@@ -227,7 +252,11 @@ impl Core {
 
     /// Frees `package` if none of its tasks is queued or running, releasing its function.
     fn free_package_if_finished(&mut self, package: PackageId) {
-        if !self.packages.get(package.0).is_some_and(Package::is_finished) {
+        if !self
+            .packages
+            .get(package.0)
+            .is_some_and(Package::is_finished)
+        {
             return;
         }
         let p = self.packages.remove(package.0).expect("checked above");
@@ -235,5 +264,53 @@ impl Core {
             client.packages.remove(&package);
         }
         self.functions.release(&p.fn_hash);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::PackageOpts;
+
+    fn submit(core: &mut Core, n: usize) -> PackageId {
+        let mut out = Vec::new();
+        let tasks = vec![Bytes::from_static(b"x"); n];
+        let event = Event::Submit {
+            client: ClientId(1),
+            req_id: 1,
+            fn_hash: FnHash([0; 32]),
+            fn_code: Bytes::from_static(b"f"),
+            opts: PackageOpts::default(),
+            tasks,
+        };
+        core.handle(event, Instant(0), &mut out);
+        match out[0] {
+            Action::Accepted { package, .. } => package,
+            ref other => panic!("not accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cancelled_queue_entries_are_purged_once_they_outnumber_live_ones() {
+        let mut core = Core::default();
+        let keep = submit(&mut core, 10);
+        for _ in 0..30 {
+            let package = submit(&mut core, 100);
+            let cancel = Event::Cancel {
+                client: ClientId(1),
+                package,
+                indices: vec![],
+            };
+            core.handle(cancel, Instant(0), &mut Vec::new());
+            assert!(core.queue.tombstones() <= core.queue.len() + 1024 + 100);
+        }
+        core.check_invariants();
+        assert!(
+            core.queue.tombstones() < 1100,
+            "{} tombstones",
+            core.queue.tombstones()
+        );
+        assert_eq!(core.queue.len(), 10);
+        assert!(core.packages.get(keep.0).is_some());
     }
 }

@@ -36,7 +36,10 @@ impl FunctionTable {
     /// One more package uses `hash`. The first one stores `code`; later ones keep the stored
     /// copy (the shell has checked that both hash to `hash`).
     pub(crate) fn acquire(&mut self, hash: FnHash, code: Bytes) {
-        self.by_hash.entry(hash).or_insert(Function { code, refs: 0 }).refs += 1;
+        self.by_hash
+            .entry(hash)
+            .or_insert(Function { code, refs: 0 })
+            .refs += 1;
     }
 
     /// One package using `hash` was freed; the code goes with the last one.
@@ -45,7 +48,10 @@ impl FunctionTable {
     ///
     /// If `hash` is not held: the core released more than it acquired.
     pub(crate) fn release(&mut self, hash: &FnHash) {
-        let f = self.by_hash.get_mut(hash).unwrap_or_else(|| panic!("release of unknown function {hash:?}"));
+        let f = self
+            .by_hash
+            .get_mut(hash)
+            .unwrap_or_else(|| panic!("release of unknown function {hash:?}"));
         f.refs -= 1;
         if f.refs == 0 {
             self.by_hash.remove(hash);
@@ -69,7 +75,11 @@ mod tests {
         fns.acquire(h, Bytes::from_static(b"first"));
         fns.acquire(h, Bytes::from_static(b"second"));
         assert_eq!(fns.len(), 1);
-        assert_eq!(fns.code(&h).unwrap().as_ref(), b"first", "the first copy is kept");
+        assert_eq!(
+            fns.code(&h).unwrap().as_ref(),
+            b"first",
+            "the first copy is kept"
+        );
         fns.release(&h);
         assert!(fns.code(&h).is_some());
         fns.release(&h);

@@ -56,6 +56,9 @@ mod tests {
         r.retain(|&(w, _)| w != WorkerId(2));
         assert_eq!(r.len(), 2);
         assert_eq!(r.pop_front(), Some((WorkerId(1), 0)));
-        assert_eq!(r.iter().copied().collect::<Vec<_>>(), vec![(WorkerId(3), 2)]);
+        assert_eq!(
+            r.iter().copied().collect::<Vec<_>>(),
+            vec![(WorkerId(3), 2)]
+        );
     }
 }

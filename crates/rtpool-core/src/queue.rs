@@ -40,14 +40,20 @@ impl ReadyQueue {
 
     /// Queues a new task behind the others of its priority.
     pub(crate) fn push_back(&mut self, priority: i32, task: TaskId) {
-        self.buckets.entry(Reverse(priority)).or_default().push_back(task);
+        self.buckets
+            .entry(Reverse(priority))
+            .or_default()
+            .push_back(task);
         self.live += 1;
     }
 
     /// Queues a task ahead of the others of its priority (returned or requeued work, which has
     /// waited longest).
     pub(crate) fn push_front(&mut self, priority: i32, task: TaskId) {
-        self.buckets.entry(Reverse(priority)).or_default().push_front(task);
+        self.buckets
+            .entry(Reverse(priority))
+            .or_default()
+            .push_front(task);
         self.live += 1;
     }
 
@@ -97,7 +103,9 @@ impl ReadyQueue {
     /// Every entry, tombstones included, as `(priority, task)` in pop order. For invariant
     /// checks.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (i32, TaskId)> + '_ {
-        self.buckets.iter().flat_map(|(p, bucket)| bucket.iter().map(move |&t| (p.0, t)))
+        self.buckets
+            .iter()
+            .flat_map(|(p, bucket)| bucket.iter().map(move |&t| (p.0, t)))
     }
 }
 
@@ -108,7 +116,9 @@ mod tests {
     use super::*;
 
     fn drain(q: &mut ReadyQueue, dead: &HashSet<u64>) -> Vec<u64> {
-        std::iter::from_fn(|| q.pop(|t| !dead.contains(&t.0))).map(|t| t.0).collect()
+        std::iter::from_fn(|| q.pop(|t| !dead.contains(&t.0)))
+            .map(|t| t.0)
+            .collect()
     }
 
     #[test]

@@ -9,8 +9,14 @@
 /// One slot: a live value, or a hole that remembers the generation its next value gets.
 #[derive(Debug, Clone)]
 enum Slot<T> {
-    Occupied { generation: u32, value: T },
-    Vacant { generation: u32, next_free: Option<u32> },
+    Occupied {
+        generation: u32,
+        value: T,
+    },
+    Vacant {
+        generation: u32,
+        next_free: Option<u32>,
+    },
 }
 
 /// A generational slab keyed by packed `u64` ids.
@@ -24,7 +30,11 @@ pub(crate) struct Table<T> {
 
 impl<T> Default for Table<T> {
     fn default() -> Self {
-        Self { slots: Vec::new(), free_head: None, len: 0 }
+        Self {
+            slots: Vec::new(),
+            free_head: None,
+            len: 0,
+        }
     }
 }
 
@@ -54,7 +64,11 @@ impl<T> Table<T> {
         self.len += 1;
         if let Some(index) = self.free_head {
             let slot = &mut self.slots[index as usize];
-            let Slot::Vacant { generation, next_free } = *slot else {
+            let Slot::Vacant {
+                generation,
+                next_free,
+            } = *slot
+            else {
                 panic!("table free list points at occupied slot {index}");
             };
             self.free_head = next_free;
@@ -62,7 +76,10 @@ impl<T> Table<T> {
             return pack(index, generation);
         }
         let index = u32::try_from(self.slots.len()).expect("table is full: 2^32 slots");
-        self.slots.push(Slot::Occupied { generation: 0, value });
+        self.slots.push(Slot::Occupied {
+            generation: 0,
+            value,
+        });
         pack(index, 0)
     }
 
@@ -70,7 +87,10 @@ impl<T> Table<T> {
     pub(crate) fn get(&self, id: u64) -> Option<&T> {
         let (index, generation) = unpack(id);
         match self.slots.get(index as usize)? {
-            Slot::Occupied { generation: g, value } if *g == generation => Some(value),
+            Slot::Occupied {
+                generation: g,
+                value,
+            } if *g == generation => Some(value),
             _ => None,
         }
     }
@@ -79,7 +99,10 @@ impl<T> Table<T> {
     pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
         let (index, generation) = unpack(id);
         match self.slots.get_mut(index as usize)? {
-            Slot::Occupied { generation: g, value } if *g == generation => Some(value),
+            Slot::Occupied {
+                generation: g,
+                value,
+            } if *g == generation => Some(value),
             _ => None,
         }
     }
@@ -95,7 +118,10 @@ impl<T> Table<T> {
             return None;
         }
         let next = generation.checked_add(1);
-        let vacant = Slot::Vacant { generation: next.unwrap_or(u32::MAX), next_free: self.free_head };
+        let vacant = Slot::Vacant {
+            generation: next.unwrap_or(u32::MAX),
+            next_free: self.free_head,
+        };
         let Slot::Occupied { value, .. } = std::mem::replace(slot, vacant) else {
             unreachable!("slot checked occupied above");
         };
@@ -108,16 +134,23 @@ impl<T> Table<T> {
 
     /// Every live `(id, value)`, in slot order. O(slots): for invariant checks only.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
-        self.slots.iter().enumerate().filter_map(|(i, slot)| match slot {
-            Slot::Occupied { generation, value } => Some((pack(i as u32, *generation), value)),
-            Slot::Vacant { .. } => None,
-        })
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| match slot {
+                Slot::Occupied { generation, value } => Some((pack(i as u32, *generation), value)),
+                Slot::Vacant { .. } => None,
+            })
     }
 
     /// Panics if the length or the free list disagree with the slots. O(slots).
     pub(crate) fn check(&self) {
         let occupied = self.iter().count();
-        assert_eq!(occupied, self.len, "table len {} but {} occupied slots", self.len, occupied);
+        assert_eq!(
+            occupied, self.len,
+            "table len {} but {} occupied slots",
+            self.len, occupied
+        );
         let mut seen = vec![false; self.slots.len()];
         let mut cursor = self.free_head;
         while let Some(index) = cursor {
@@ -196,7 +229,10 @@ mod tests {
         assert_eq!(t.len(), 6);
         t.check();
         let again = t.insert(99);
-        assert_eq!(again as u32, ids[5] as u32, "most recently freed slot first");
+        assert_eq!(
+            again as u32, ids[5] as u32,
+            "most recently freed slot first"
+        );
         let live: Vec<i32> = t.iter().map(|(_, v)| *v).collect();
         assert_eq!(live, vec![0, 1, 99, 6, 7, 8, 9]);
         t.check();
@@ -206,7 +242,10 @@ mod tests {
     fn exhausted_generation_retires_the_slot() {
         let mut t = Table::default();
         let a = t.insert(1);
-        t.slots[0] = Slot::Occupied { generation: u32::MAX, value: 1 };
+        t.slots[0] = Slot::Occupied {
+            generation: u32::MAX,
+            value: 1,
+        };
         let last = pack(0, u32::MAX);
         assert_ne!(a, last);
         assert_eq!(t.remove(last), Some(1));

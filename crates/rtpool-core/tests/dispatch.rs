@@ -74,7 +74,11 @@ fn no_task_is_assigned_without_a_worker_and_credits_wait_for_tasks() {
     assert_eq!(tasks_of(&env.credit(w, 5), w).len(), 3);
     assert_eq!(env.core.worker_stats(w).unwrap().credits, 2);
     let (_, out) = env.submit(client, 4);
-    assert_eq!(tasks_of(&out, w).len(), 2, "credits granted earlier are used as tasks arrive");
+    assert_eq!(
+        tasks_of(&out, w).len(),
+        2,
+        "credits granted earlier are used as tasks arrive"
+    );
 }
 
 #[test]
@@ -140,12 +144,20 @@ fn code_is_sent_once_per_worker_per_hash() {
     env.submit_spec(client, Spec::tasks(3).function(1));
     env.submit_spec(client, Spec::tasks(1).function(2));
     let out = env.credit(a, 2);
-    let sent: Vec<_> = assignments(&out)[0].1.iter().map(|t| t.fn_code.clone()).collect();
+    let sent: Vec<_> = assignments(&out)[0]
+        .1
+        .iter()
+        .map(|t| t.fn_code.clone())
+        .collect();
     assert_eq!(sent, [Some(fn_code(1)), None]);
     let out = env.credit(b, 1);
     let first_b = &assignments(&out)[0].1[0];
     assert_eq!(first_b.fn_hash, fn_hash(1));
-    assert_eq!(first_b.fn_code, Some(fn_code(1)), "another worker gets the code too");
+    assert_eq!(
+        first_b.fn_code,
+        Some(fn_code(1)),
+        "another worker gets the code too"
+    );
     let out = env.credit(a, 2);
     let tasks = &assignments(&out)[0].1;
     assert_eq!(tasks[0].fn_hash, fn_hash(2));
@@ -166,7 +178,11 @@ fn code_cache_survives_the_function_being_dropped_and_resubmitted() {
     env.submit(client, 1);
     assert_eq!(env.core.function_code(&fn_hash(0)), Some(&fn_code(0)));
     let out = env.credit(w, 1);
-    assert_eq!(assignments(&out)[0].1[0].fn_code, None, "the worker keeps every code it got");
+    assert_eq!(
+        assignments(&out)[0].1[0].fn_code,
+        None,
+        "the worker keeps every code it got"
+    );
 }
 
 #[test]
@@ -178,7 +194,10 @@ fn draining_worker_gets_nothing_more() {
     let client = env.new_client();
     let (_, out) = env.submit(client, 3);
     assert!(all_assigned(&out).is_empty());
-    assert!(all_assigned(&env.credit(w, 5)).is_empty(), "credits after drain are ignored");
+    assert!(
+        all_assigned(&env.credit(w, 5)).is_empty(),
+        "credits after drain are ignored"
+    );
     assert_eq!(env.core.worker_stats(w).unwrap().credits, 0);
     assert!(env.core.worker_stats(w).unwrap().draining);
 }
@@ -209,7 +228,12 @@ fn rejoining_worker_id_is_ignored_while_connected() {
     let mut env = TestEnv::new();
     let w = env.new_worker(1);
     env.credit(w, 2);
-    assert!(env.step(rtpool_core::Event::WorkerJoined { worker: w, slots: 9 }).is_empty());
+    assert!(env
+        .step(rtpool_core::Event::WorkerJoined {
+            worker: w,
+            slots: 9
+        })
+        .is_empty());
     assert_eq!(env.core.worker_stats(w).unwrap().credits, 2);
     assert_eq!(env.core.stats().workers, 1);
 }

@@ -27,7 +27,9 @@ impl Core {
     /// Cancels and frees every package of the client, then forgets it. Tasks that workers hold
     /// become `Cancelled`, so their later results are dropped. O(tasks of its packages).
     pub(super) fn on_client_lost(&mut self, client: ClientId) {
-        let Some(c) = self.clients.remove(&client) else { return };
+        let Some(c) = self.clients.remove(&client) else {
+            return;
+        };
         let mut packages: Vec<PackageId> = c.packages.into_iter().collect();
         // Sorted so the order tables are freed in, and so later ids, never depend on hashing.
         packages.sort_unstable();
@@ -50,27 +52,65 @@ impl Core {
         let total = match total {
             Ok(total) => total,
             Err(reason) => {
-                out.push(Action::Rejected { client: s.client, req_id: s.req_id, reason });
+                out.push(Action::Rejected {
+                    client: s.client,
+                    req_id: s.req_id,
+                    reason,
+                });
                 return;
             }
         };
-        let counts = PackageCounts { total, queued: total, ..PackageCounts::default() };
+        let counts = PackageCounts {
+            total,
+            queued: total,
+            ..PackageCounts::default()
+        };
         let priority = s.opts.priority;
-        let package = Package { client: s.client, fn_hash: s.fn_hash, opts: s.opts, counts, tasks: Vec::new() };
+        let package = Package {
+            client: s.client,
+            fn_hash: s.fn_hash,
+            opts: s.opts,
+            counts,
+            tasks: Vec::new(),
+        };
         let package = PackageId(self.packages.insert(package));
         self.functions.acquire(s.fn_hash, s.fn_code);
-        self.clients.entry(s.client).or_default().packages.insert(package);
+        self.clients
+            .entry(s.client)
+            .or_default()
+            .packages
+            .insert(package);
         let ids = self.create_tasks(package, priority, s.tasks, now);
-        self.packages.get_mut(package.0).expect("just inserted").tasks = ids;
-        out.push(Action::Accepted { client: s.client, req_id: s.req_id, package });
+        self.packages
+            .get_mut(package.0)
+            .expect("just inserted")
+            .tasks = ids;
+        out.push(Action::Accepted {
+            client: s.client,
+            req_id: s.req_id,
+            package,
+        });
         self.dispatch(now, out);
     }
 
     /// Inserts one queued task per payload and returns their ids in index order.
-    fn create_tasks(&mut self, package: PackageId, priority: i32, payloads: Vec<Bytes>, now: Instant) -> Vec<TaskId> {
+    fn create_tasks(
+        &mut self,
+        package: PackageId,
+        priority: i32,
+        payloads: Vec<Bytes>,
+        now: Instant,
+    ) -> Vec<TaskId> {
         let mut ids = Vec::with_capacity(payloads.len());
         for (index, args) in (0u32..).zip(payloads) {
-            let task = Task { package, index, args, submitted_at: now, attempt: 0, state: TaskState::Queued };
+            let task = Task {
+                package,
+                index,
+                args,
+                submitted_at: now,
+                attempt: 0,
+                state: TaskState::Queued,
+            };
             let id = TaskId(self.tasks.insert(task));
             self.queue.push_back(priority, id);
             ids.push(id);
@@ -79,7 +119,13 @@ impl Core {
     }
 
     /// Cancels the named tasks (all if `indices` is empty) of the client's own package.
-    pub(super) fn on_cancel(&mut self, client: ClientId, package: PackageId, indices: &[u32], out: &mut Vec<Action>) {
+    pub(super) fn on_cancel(
+        &mut self,
+        client: ClientId,
+        package: PackageId,
+        indices: &[u32],
+        out: &mut Vec<Action>,
+    ) {
         if self.owned_package(client, package).is_none() {
             out.push(Action::UnknownPackage { client, package });
             return;
@@ -90,9 +136,20 @@ impl Core {
     }
 
     /// Answers with the package's counters.
-    pub(super) fn on_status(&mut self, client: ClientId, req_id: u64, package: PackageId, out: &mut Vec<Action>) {
+    pub(super) fn on_status(
+        &mut self,
+        client: ClientId,
+        req_id: u64,
+        package: PackageId,
+        out: &mut Vec<Action>,
+    ) {
         out.push(match self.owned_package(client, package) {
-            Some(p) => Action::StatusReply { client, req_id, package, counts: p.counts },
+            Some(p) => Action::StatusReply {
+                client,
+                req_id,
+                package,
+                counts: p.counts,
+            },
             None => Action::UnknownPackage { client, package },
         });
     }
@@ -109,13 +166,19 @@ impl Core {
             let total = self.packages.get(package.0).map_or(0, |p| p.tasks.len());
             (0..total).for_each(|index| self.cancel_index(package, index));
         } else {
-            indices.iter().for_each(|&index| self.cancel_index(package, index as usize));
+            indices
+                .iter()
+                .for_each(|&index| self.cancel_index(package, index as usize));
         }
     }
 
     /// Cancels the task at `index` of `package`, if the index is in range.
     fn cancel_index(&mut self, package: PackageId, index: usize) {
-        if let Some(&id) = self.packages.get(package.0).and_then(|p| p.tasks.get(index)) {
+        if let Some(&id) = self
+            .packages
+            .get(package.0)
+            .and_then(|p| p.tasks.get(index))
+        {
             self.cancel_task(id);
         }
     }
@@ -123,11 +186,16 @@ impl Core {
     /// Cancels one task if it is queued (freed now) or running (marked, freed when its worker
     /// answers); a stale id (done or cancelled) or an already cancelled task is left alone.
     fn cancel_task(&mut self, id: TaskId) {
-        let Some(task) = self.tasks.get_mut(id.0) else { return };
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
         if matches!(task.state, TaskState::Cancelled { .. }) {
             return;
         }
-        let package = self.packages.get_mut(task.package.0).expect("live task without package");
+        let package = self
+            .packages
+            .get_mut(task.package.0)
+            .expect("live task without package");
         package.counts.cancelled += 1;
         match task.state {
             TaskState::Queued => {
@@ -150,7 +218,11 @@ impl Core {
     fn compact_queue_if_sparse(&mut self) {
         if self.queue.tombstones() > self.queue.len() + 1024 {
             let tasks = &self.tasks;
-            self.queue.compact(|id| tasks.get(id.0).is_some_and(|t| t.state == TaskState::Queued));
+            self.queue.compact(|id| {
+                tasks
+                    .get(id.0)
+                    .is_some_and(|t| t.state == TaskState::Queued)
+            });
         }
     }
 }

@@ -19,9 +19,15 @@ impl Core {
         let mut batches: Vec<(WorkerId, Vec<AssignTask>)> = Vec::new();
         let mut slot_of: HashMap<WorkerId, usize> = HashMap::new();
         while !self.queue.is_empty() {
-            let Some(worker) = self.next_hungry() else { break };
+            let Some(worker) = self.next_hungry() else {
+                break;
+            };
             let tasks = &self.tasks;
-            let id = self.queue.pop(|id| tasks.get(id.0).is_some_and(|t| t.state == TaskState::Queued));
+            let id = self.queue.pop(|id| {
+                tasks
+                    .get(id.0)
+                    .is_some_and(|t| t.state == TaskState::Queued)
+            });
             let id = id.expect("ready queue counts a live task it cannot find");
             let assignment = self.assign(id, worker, now);
             let slot = *slot_of.entry(worker).or_insert_with(|| {
@@ -31,7 +37,11 @@ impl Core {
             batches[slot].1.push(assignment);
             self.ring_if_hungry(worker);
         }
-        out.extend(batches.into_iter().map(|(worker, tasks)| Action::Assign { worker, tasks }));
+        out.extend(
+            batches
+                .into_iter()
+                .map(|(worker, tasks)| Action::Assign { worker, tasks }),
+        );
     }
 
     /// Puts the worker at the back of the hungry ring if it can take a task and is not there.
@@ -65,16 +75,37 @@ impl Core {
         self.next_seq += 1;
         let task = self.tasks.get_mut(id.0).expect("popped a freed task");
         task.attempt += 1;
-        task.state = TaskState::Running { worker, assigned_at: now, seq };
-        let package = self.packages.get_mut(task.package.0).expect("queued task without package");
+        task.state = TaskState::Running {
+            worker,
+            assigned_at: now,
+            seq,
+        };
+        let package = self
+            .packages
+            .get_mut(task.package.0)
+            .expect("queued task without package");
         package.counts.queued -= 1;
         package.counts.running += 1;
-        let w = self.workers.get_mut(&worker).expect("hungry worker is connected");
+        let w = self
+            .workers
+            .get_mut(&worker)
+            .expect("hungry worker is connected");
         w.credits -= 1;
         w.in_flight.insert(id);
         let fn_hash = package.fn_hash;
-        let fn_code = w.fn_sent.insert(fn_hash).then(|| self.functions.code(&fn_hash).expect("live package's function").clone());
+        let fn_code = w.fn_sent.insert(fn_hash).then(|| {
+            self.functions
+                .code(&fn_hash)
+                .expect("live package's function")
+                .clone()
+        });
         self.running += 1;
-        AssignTask { task: id, attempt: task.attempt, fn_hash, fn_code, args: task.args.clone() }
+        AssignTask {
+            task: id,
+            attempt: task.attempt,
+            fn_hash,
+            fn_code,
+            args: task.args.clone(),
+        }
     }
 }

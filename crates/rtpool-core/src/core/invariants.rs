@@ -29,8 +29,16 @@ impl Core {
         self.tasks.check();
         self.packages.check();
         let tally = self.check_tasks();
-        assert_eq!(tally.running, self.running, "running counter {} but {} running tasks", self.running, tally.running);
-        assert_eq!(tally.cancelling, self.cancelling, "cancelling counter {} but {} cancelled held tasks", self.cancelling, tally.cancelling);
+        assert_eq!(
+            tally.running, self.running,
+            "running counter {} but {} running tasks",
+            self.running, tally.running
+        );
+        assert_eq!(
+            tally.cancelling, self.cancelling,
+            "cancelling counter {} but {} cancelled held tasks",
+            self.cancelling, tally.cancelling
+        );
         self.check_queue(tally.queued);
         self.check_workers(tally.running + tally.cancelling);
         self.check_packages(&tally.per_package);
@@ -43,8 +51,14 @@ impl Core {
         for (raw, task) in self.tasks.iter() {
             let id = TaskId(raw);
             if let Some(worker) = task.holder() {
-                let w = self.workers.get(&worker).unwrap_or_else(|| panic!("{id} is held by {worker}, which is not connected"));
-                assert!(w.in_flight.contains(&id), "{id} is held by {worker} but not in its in-flight set");
+                let w = self
+                    .workers
+                    .get(&worker)
+                    .unwrap_or_else(|| panic!("{id} is held by {worker}, which is not connected"));
+                assert!(
+                    w.in_flight.contains(&id),
+                    "{id} is held by {worker} but not in its in-flight set"
+                );
                 assert!(task.attempt >= 1, "{id} is held by {worker} with attempt 0");
             }
             match task.state {
@@ -67,9 +81,18 @@ impl Core {
 
     /// A live task's package exists and lists it at its index.
     fn check_task_in_package(&self, id: TaskId, task: &Task) {
-        let package = self.packages.get(task.package.0).unwrap_or_else(|| panic!("{id} belongs to {}, which does not exist", task.package));
+        let package = self
+            .packages
+            .get(task.package.0)
+            .unwrap_or_else(|| panic!("{id} belongs to {}, which does not exist", task.package));
         let listed = package.tasks.get(task.index as usize);
-        assert_eq!(listed, Some(&id), "{id} has index {} in {} but the package lists {listed:?}", task.index, task.package);
+        assert_eq!(
+            listed,
+            Some(&id),
+            "{id} has index {} in {} but the package lists {listed:?}",
+            task.index,
+            task.package
+        );
     }
 
     /// Each queued task has exactly one live queue entry, at its package's priority, and the
@@ -79,15 +102,45 @@ impl Core {
         let mut entries = 0;
         for (priority, id) in self.queue.iter() {
             entries += 1;
-            let Some(task) = self.tasks.get(id.0).filter(|t| t.state == TaskState::Queued) else { continue };
+            let Some(task) = self
+                .tasks
+                .get(id.0)
+                .filter(|t| t.state == TaskState::Queued)
+            else {
+                continue;
+            };
             assert!(live.insert(id), "{id} is queued twice");
-            let package = &self.packages.get(task.package.0).expect("checked by check_tasks");
-            assert_eq!(priority, package.opts.priority, "{id} is queued at priority {priority}, its package has {}", package.opts.priority);
+            let package = &self
+                .packages
+                .get(task.package.0)
+                .expect("checked by check_tasks");
+            assert_eq!(
+                priority, package.opts.priority,
+                "{id} is queued at priority {priority}, its package has {}",
+                package.opts.priority
+            );
         }
-        assert_eq!(live.len(), queued_tasks, "{} queued tasks but {} live queue entries", queued_tasks, live.len());
-        assert_eq!(self.queue.len(), queued_tasks, "queue counts {} live entries, {} tasks are queued", self.queue.len(), queued_tasks);
+        assert_eq!(
+            live.len(),
+            queued_tasks,
+            "{} queued tasks but {} live queue entries",
+            queued_tasks,
+            live.len()
+        );
+        assert_eq!(
+            self.queue.len(),
+            queued_tasks,
+            "queue counts {} live entries, {} tasks are queued",
+            self.queue.len(),
+            queued_tasks
+        );
         let tombstones = entries - live.len();
-        assert_eq!(self.queue.tombstones(), tombstones, "queue counts {} tombstones, holds {tombstones}", self.queue.tombstones());
+        assert_eq!(
+            self.queue.tombstones(),
+            tombstones,
+            "queue counts {} tombstones, holds {tombstones}",
+            self.queue.tombstones()
+        );
     }
 
     /// In-flight sets hold exactly the tasks held by their worker; credits, draining and the
@@ -104,14 +157,34 @@ impl Core {
             in_flight += w.in_flight.len();
             for task in &w.in_flight {
                 let holder = self.tasks.get(task.0).and_then(Task::holder);
-                assert_eq!(holder, Some(id), "{task} is in {id}'s in-flight set but is held by {holder:?}");
+                assert_eq!(
+                    holder,
+                    Some(id),
+                    "{task} is in {id}'s in-flight set but is held by {holder:?}"
+                );
             }
-            assert!(!w.draining || w.credits == 0, "draining {id} has {} credits", w.credits);
-            assert!(!w.is_hungry() || w.in_ring, "{id} has {} credits but is not in the hungry ring", w.credits);
+            assert!(
+                !w.draining || w.credits == 0,
+                "draining {id} has {} credits",
+                w.credits
+            );
+            assert!(
+                !w.is_hungry() || w.in_ring,
+                "{id} has {} credits but is not in the hungry ring",
+                w.credits
+            );
             let entries = ring.get(&id).copied().unwrap_or(0);
-            assert_eq!(entries, usize::from(w.in_ring), "{id} has {entries} live ring entries, in_ring = {}", w.in_ring);
+            assert_eq!(
+                entries,
+                usize::from(w.in_ring),
+                "{id} has {entries} live ring entries, in_ring = {}",
+                w.in_ring
+            );
         }
-        assert_eq!(in_flight, held_tasks, "in-flight sets hold {in_flight} tasks, {held_tasks} tasks are held");
+        assert_eq!(
+            in_flight, held_tasks,
+            "in-flight sets hold {in_flight} tasks, {held_tasks} tasks are held"
+        );
     }
 
     /// Package counters match the tasks and add up; owners and functions agree.
@@ -121,20 +194,57 @@ impl Core {
             let id = PackageId(raw);
             let c = p.counts;
             let (queued, running) = per_package.get(&id).copied().unwrap_or((0, 0));
-            assert_eq!((c.queued, c.running), (queued, running), "{id} counts (queued, running) = ({}, {}) but holds ({queued}, {running})", c.queued, c.running);
-            let sum = u64::from(c.queued) + u64::from(c.running) + u64::from(c.done) + u64::from(c.cancelled);
-            assert_eq!(sum, u64::from(c.total), "{id} counters {c:?} do not add up to its total");
-            assert_eq!(p.tasks.len(), c.total as usize, "{id} lists {} tasks, total is {}", p.tasks.len(), c.total);
-            assert!(!p.is_finished(), "{id} has nothing queued or running but was not freed: {c:?}");
-            let owner = self.clients.get(&p.client).unwrap_or_else(|| panic!("{id} belongs to {}, which is not connected", p.client));
-            assert!(owner.packages.contains(&id), "{id} is not in its client {}'s package set", p.client);
+            assert_eq!(
+                (c.queued, c.running),
+                (queued, running),
+                "{id} counts (queued, running) = ({}, {}) but holds ({queued}, {running})",
+                c.queued,
+                c.running
+            );
+            let sum = u64::from(c.queued)
+                + u64::from(c.running)
+                + u64::from(c.done)
+                + u64::from(c.cancelled);
+            assert_eq!(
+                sum,
+                u64::from(c.total),
+                "{id} counters {c:?} do not add up to its total"
+            );
+            assert_eq!(
+                p.tasks.len(),
+                c.total as usize,
+                "{id} lists {} tasks, total is {}",
+                p.tasks.len(),
+                c.total
+            );
+            assert!(
+                !p.is_finished(),
+                "{id} has nothing queued or running but was not freed: {c:?}"
+            );
+            let owner = self
+                .clients
+                .get(&p.client)
+                .unwrap_or_else(|| panic!("{id} belongs to {}, which is not connected", p.client));
+            assert!(
+                owner.packages.contains(&id),
+                "{id} is not in its client {}'s package set",
+                p.client
+            );
             *fn_refs.entry(p.fn_hash).or_default() += 1;
         }
         for (hash, f) in self.functions.iter() {
             let refs = fn_refs.remove(hash).unwrap_or(0);
-            assert_eq!(f.refs, refs, "function {hash:?} has refcount {} but {refs} packages use it", f.refs);
+            assert_eq!(
+                f.refs, refs,
+                "function {hash:?} has refcount {} but {refs} packages use it",
+                f.refs
+            );
         }
-        assert!(fn_refs.is_empty(), "packages use functions that are not stored: {:?}", fn_refs.keys());
+        assert!(
+            fn_refs.is_empty(),
+            "packages use functions that are not stored: {:?}",
+            fn_refs.keys()
+        );
     }
 
     /// Each client's package set names live packages it owns.
@@ -142,7 +252,11 @@ impl Core {
         for (&id, c) in &self.clients {
             for package in &c.packages {
                 let owner = self.packages.get(package.0).map(|p| p.client);
-                assert_eq!(owner, Some(id), "{id} lists {package}, whose owner is {owner:?}");
+                assert_eq!(
+                    owner,
+                    Some(id),
+                    "{id} lists {package}, whose owner is {owner:?}"
+                );
             }
         }
     }

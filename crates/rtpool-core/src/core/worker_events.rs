@@ -29,8 +29,16 @@ impl Core {
     }
 
     /// Adds credits (saturating) and dispatches. Ignored for unknown or draining workers.
-    pub(super) fn on_credit(&mut self, worker: WorkerId, credits: u32, now: Instant, out: &mut Vec<Action>) {
-        let Some(w) = self.workers.get_mut(&worker) else { return };
+    pub(super) fn on_credit(
+        &mut self,
+        worker: WorkerId,
+        credits: u32,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(w) = self.workers.get_mut(&worker) else {
+            return;
+        };
         if w.draining {
             return;
         }
@@ -41,7 +49,13 @@ impl Core {
 
     /// Accepts each result that matches the worker's current assignment, and sends the accepted
     /// ones as one `SendResults` per package, in completion order.
-    pub(super) fn on_results(&mut self, worker: WorkerId, results: Vec<WorkerOutcome>, now: Instant, out: &mut Vec<Action>) {
+    pub(super) fn on_results(
+        &mut self,
+        worker: WorkerId,
+        results: Vec<WorkerOutcome>,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
         let mut deliveries: Vec<Delivery> = Vec::new();
         let mut slot_of: HashMap<PackageId, usize> = HashMap::new();
         for result in results {
@@ -49,32 +63,56 @@ impl Core {
                 continue;
             };
             let slot = *slot_of.entry(package).or_insert_with(|| {
-                deliveries.push(Delivery { client, package, results: Vec::new() });
+                deliveries.push(Delivery {
+                    client,
+                    package,
+                    results: Vec::new(),
+                });
                 deliveries.len() - 1
             });
             deliveries[slot].results.push(outcome);
         }
         for d in deliveries {
             self.delivered += d.results.len() as u64;
-            out.push(Action::SendResults { client: d.client, package: d.package, results: d.results });
+            out.push(Action::SendResults {
+                client: d.client,
+                package: d.package,
+                results: d.results,
+            });
         }
     }
 
     /// Frees the task of one result and returns what to send, or `None` if the result is stale
     /// (counted) or its task was cancelled by the client (dropped). Frees a finished package.
-    fn accept_result(&mut self, worker: WorkerId, r: WorkerOutcome, now: Instant) -> Option<(ClientId, PackageId, TaskOutcome)> {
-        if !self.tasks.get(r.task.0).is_some_and(|t| t.is_held_by(worker, r.attempt)) {
+    fn accept_result(
+        &mut self,
+        worker: WorkerId,
+        r: WorkerOutcome,
+        now: Instant,
+    ) -> Option<(ClientId, PackageId, TaskOutcome)> {
+        if !self
+            .tasks
+            .get(r.task.0)
+            .is_some_and(|t| t.is_held_by(worker, r.attempt))
+        {
             self.stale_results += 1;
             return None;
         }
         let task = self.tasks.remove(r.task.0).expect("checked above");
-        self.workers.get_mut(&worker).expect("holder is connected").in_flight.remove(&r.task);
+        self.workers
+            .get_mut(&worker)
+            .expect("holder is connected")
+            .in_flight
+            .remove(&r.task);
         let TaskState::Running { assigned_at, .. } = task.state else {
             self.cancelling -= 1;
             return None;
         };
         self.running -= 1;
-        let package = self.packages.get_mut(task.package.0).expect("running task without package");
+        let package = self
+            .packages
+            .get_mut(task.package.0)
+            .expect("running task without package");
         package.counts.running -= 1;
         package.counts.done += 1;
         let client = package.client;
@@ -94,10 +132,20 @@ impl Core {
 
     /// Puts the returned tasks that this worker holds (with that attempt) back at the front of
     /// the ready queue, in the order given, then dispatches. Others are ignored.
-    pub(super) fn on_returned(&mut self, worker: WorkerId, tasks: &[(TaskId, u32)], now: Instant, out: &mut Vec<Action>) {
+    pub(super) fn on_returned(
+        &mut self,
+        worker: WorkerId,
+        tasks: &[(TaskId, u32)],
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
         // Reversed, so that after the pushes to the front the first returned task is first.
         for &(id, attempt) in tasks.iter().rev() {
-            if self.tasks.get(id.0).is_some_and(|t| t.is_held_by(worker, attempt)) {
+            if self
+                .tasks
+                .get(id.0)
+                .is_some_and(|t| t.is_held_by(worker, attempt))
+            {
                 self.requeue_front(id);
             }
         }
@@ -116,15 +164,22 @@ impl Core {
     /// Forgets the worker: its running tasks go back to the front of the ready queue (in the
     /// order they were assigned), its cancelled ones are freed; then dispatches.
     pub(super) fn on_worker_lost(&mut self, worker: WorkerId, now: Instant, out: &mut Vec<Action>) {
-        let Some(w) = self.workers.remove(&worker) else { return };
-        let mut held: Vec<(u64, TaskId)> = w.in_flight.iter().map(|&id| (self.assignment_seq(id), id)).collect();
+        let Some(w) = self.workers.remove(&worker) else {
+            return;
+        };
+        let mut held: Vec<(u64, TaskId)> = w
+            .in_flight
+            .iter()
+            .map(|&id| (self.assignment_seq(id), id))
+            .collect();
         held.sort_unstable();
         for &(_, id) in held.iter().rev() {
             self.requeue_front(id);
         }
         if self.hungry.len() > 2 * self.workers.len() + 16 {
             let workers = &self.workers;
-            self.hungry.retain(|(id, epoch)| workers.get(id).is_some_and(|w| w.epoch == *epoch));
+            self.hungry
+                .retain(|(id, epoch)| workers.get(id).is_some_and(|w| w.epoch == *epoch));
         }
         self.dispatch(now, out);
     }

@@ -39,7 +39,11 @@ pub struct Spec {
 impl Spec {
     /// `tasks` tasks of function 0 at priority 0.
     pub fn tasks(tasks: usize) -> Self {
-        Self { tasks, priority: 0, function: 0 }
+        Self {
+            tasks,
+            priority: 0,
+            function: 0,
+        }
     }
 
     /// The same, at `priority`.
@@ -146,17 +150,25 @@ impl TestEnv {
     pub fn submit_spec(&mut self, client: ClientId, spec: Spec) -> (PackageId, Vec<Action>) {
         let req_id = self.next_req;
         self.next_req += 1;
-        let tasks = (0..spec.tasks).map(|i| Bytes::from(format!("{req_id}:{i}"))).collect();
+        let tasks = (0..spec.tasks)
+            .map(|i| Bytes::from(format!("{req_id}:{i}")))
+            .collect();
         let out = self.step(Event::Submit {
             client,
             req_id,
             fn_hash: fn_hash(spec.function),
             fn_code: fn_code(spec.function),
-            opts: PackageOpts { priority: spec.priority },
+            opts: PackageOpts {
+                priority: spec.priority,
+            },
             tasks,
         });
         match out.first() {
-            Some(&Action::Accepted { client: c, req_id: r, package }) => {
+            Some(&Action::Accepted {
+                client: c,
+                req_id: r,
+                package,
+            }) => {
                 assert_eq!((c, r), (client, req_id));
                 (package, out)
             }
@@ -174,7 +186,10 @@ impl TestEnv {
     /// The worker publishes an `Ok` result for `(task, attempt)`.
     pub fn result(&mut self, worker: WorkerId, task: TaskId, attempt: u32) -> Vec<Action> {
         let outcome = self.outcome(task, attempt);
-        self.step(Event::Results { worker, results: vec![outcome] })
+        self.step(Event::Results {
+            worker,
+            results: vec![outcome],
+        })
     }
 
     /// A result for `(task, attempt)`: status Ok, data = its args, 1/2/3 ms worker timings.
@@ -192,7 +207,10 @@ impl TestEnv {
 
     /// The attempt of the task's latest assignment.
     pub fn attempt(&self, task: TaskId) -> u32 {
-        self.assigned.get(&task).unwrap_or_else(|| panic!("{task} was never assigned")).1
+        self.assigned
+            .get(&task)
+            .unwrap_or_else(|| panic!("{task} was never assigned"))
+            .1
     }
 
     /// The index of an assigned task in its package, from its payload.
@@ -203,12 +221,20 @@ impl TestEnv {
 
     /// The client cancels `indices` of its package (empty = all).
     pub fn cancel(&mut self, client: ClientId, package: PackageId, indices: &[u32]) -> Vec<Action> {
-        self.step(Event::Cancel { client, package, indices: indices.to_vec() })
+        self.step(Event::Cancel {
+            client,
+            package,
+            indices: indices.to_vec(),
+        })
     }
 
     /// The client asks for the package's counters.
     pub fn status(&mut self, client: ClientId, package: PackageId) -> Vec<Action> {
-        self.step(Event::Status { client, req_id: 77, package })
+        self.step(Event::Status {
+            client,
+            req_id: 77,
+            package,
+        })
     }
 
     /// The worker starts draining.
@@ -255,7 +281,10 @@ pub fn tasks_of(actions: &[Action], worker: WorkerId) -> Vec<TaskId> {
 
 /// Every assigned task id, in action order.
 pub fn all_assigned(actions: &[Action]) -> Vec<TaskId> {
-    assignments(actions).into_iter().flat_map(|(_, ts)| ts.into_iter().map(|t| t.task)).collect()
+    assignments(actions)
+        .into_iter()
+        .flat_map(|(_, ts)| ts.into_iter().map(|t| t.task))
+        .collect()
 }
 
 /// The results of every `SendResults`, as `(package, outcomes)`.
@@ -263,7 +292,9 @@ pub fn results(actions: &[Action]) -> Vec<(PackageId, Vec<TaskOutcome>)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::SendResults { package, results, .. } => Some((*package, results.clone())),
+            Action::SendResults {
+                package, results, ..
+            } => Some((*package, results.clone())),
             _ => None,
         })
         .collect()
@@ -271,5 +302,8 @@ pub fn results(actions: &[Action]) -> Vec<(PackageId, Vec<TaskOutcome>)> {
 
 /// The indices of every delivered result, in order.
 pub fn result_indices(actions: &[Action]) -> Vec<u32> {
-    results(actions).into_iter().flat_map(|(_, rs)| rs.into_iter().map(|r| r.index)).collect()
+    results(actions)
+        .into_iter()
+        .flat_map(|(_, rs)| rs.into_iter().map(|r| r.index))
+        .collect()
 }

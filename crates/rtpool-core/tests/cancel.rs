@@ -1,0 +1,259 @@
+//! Scenarios: submission limits, status, cancellation and client loss.
+
+mod common;
+
+use bytes::Bytes;
+use common::{fn_code, fn_hash, result_indices, tasks_of, TestEnv};
+use rtpool_core::{Action, CoreConfig, Event, PackageCounts, PackageOpts, RejectReason};
+
+fn counts(out: &[Action]) -> PackageCounts {
+    match out {
+        [Action::StatusReply {
+            counts, req_id: 77, ..
+        }] => *counts,
+        other => panic!("one StatusReply expected: {other:?}"),
+    }
+}
+
+fn submit_raw(env: &mut TestEnv, n: usize) -> Vec<Action> {
+    let client = rtpool_core::ClientId(1);
+    let tasks = vec![Bytes::from_static(b"x"); n];
+    let opts = PackageOpts::default();
+    env.step(Event::Submit {
+        client,
+        req_id: 9,
+        fn_hash: fn_hash(0),
+        fn_code: fn_code(0),
+        opts,
+        tasks,
+    })
+}
+
+#[test]
+fn empty_and_oversized_packages_are_rejected() {
+    let mut env = TestEnv::with_config(CoreConfig {
+        max_tasks_per_package: 3,
+    });
+    let client = env.new_client();
+    let rejected = |reason| {
+        vec![Action::Rejected {
+            client,
+            req_id: 9,
+            reason,
+        }]
+    };
+    assert_eq!(submit_raw(&mut env, 0), rejected(RejectReason::Empty));
+    assert_eq!(
+        submit_raw(&mut env, 4),
+        rejected(RejectReason::TooManyTasks { tasks: 4, limit: 3 })
+    );
+    assert!(matches!(
+        submit_raw(&mut env, 3)[..],
+        [Action::Accepted { .. }]
+    ));
+    assert_eq!(env.core.stats().packages, 1);
+}
+
+#[test]
+fn status_counts_every_state() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 5);
+    let w = env.new_worker(1);
+    let tasks = tasks_of(&env.credit(w, 2), w);
+    env.complete(w, tasks[0]);
+    env.cancel(client, package, &[4]);
+    let expected = PackageCounts {
+        total: 5,
+        queued: 2,
+        running: 1,
+        done: 1,
+        cancelled: 1,
+    };
+    assert_eq!(counts(&env.status(client, package)), expected);
+}
+
+#[test]
+fn cancel_of_a_queued_task_frees_it_and_it_is_never_assigned() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 3);
+    assert!(env.cancel(client, package, &[1]).is_empty());
+    assert_eq!(env.core.stats().queued, 2);
+    assert_eq!(env.core.stats().tasks, 2);
+    let w = env.new_worker(1);
+    let got: Vec<u32> = tasks_of(&env.credit(w, 3), w)
+        .iter()
+        .map(|&t| env.index(t))
+        .collect();
+    assert_eq!(got, [0, 2]);
+    assert_eq!(env.core.worker_stats(w).unwrap().credits, 1);
+}
+
+#[test]
+fn cancel_of_a_running_task_drops_its_result() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 2);
+    let w = env.new_worker(1);
+    let tasks = tasks_of(&env.credit(w, 2), w);
+    env.cancel(client, package, &[0]);
+    let stats = env.core.stats();
+    assert_eq!((stats.running, stats.cancelling, stats.tasks), (1, 1, 2));
+    assert!(
+        env.complete(w, tasks[0]).is_empty(),
+        "the client already considers it cancelled"
+    );
+    assert_eq!(
+        env.core.stats().stale_results,
+        0,
+        "a cancelled task's result is expected, not stale"
+    );
+    assert_eq!(env.core.stats().cancelling, 0);
+    assert_eq!(result_indices(&env.complete(w, tasks[1])), [1]);
+    assert_eq!(env.core.stats().packages, 0);
+}
+
+#[test]
+fn cancel_of_the_whole_package_frees_it_at_once() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 4);
+    let w = env.new_worker(1);
+    let tasks = tasks_of(&env.credit(w, 1), w);
+    assert!(env.cancel(client, package, &[]).is_empty());
+    let stats = env.core.stats();
+    assert_eq!((stats.packages, stats.functions, stats.queued), (0, 0, 0));
+    assert_eq!(
+        (stats.tasks, stats.cancelling),
+        (1, 1),
+        "the worker still holds one"
+    );
+    assert_eq!(
+        env.status(client, package),
+        [Action::UnknownPackage { client, package }]
+    );
+    assert!(env.complete(w, tasks[0]).is_empty());
+    assert_eq!(env.core.stats().tasks, 0);
+}
+
+#[test]
+fn cancel_of_another_clients_package_is_unknown() {
+    let mut env = TestEnv::new();
+    let (owner, other) = (env.new_client(), env.new_client());
+    let (package, _) = env.submit(owner, 2);
+    assert_eq!(
+        env.cancel(other, package, &[]),
+        [Action::UnknownPackage {
+            client: other,
+            package
+        }]
+    );
+    assert_eq!(
+        env.status(other, package),
+        [Action::UnknownPackage {
+            client: other,
+            package
+        }]
+    );
+    assert_eq!(counts(&env.status(owner, package)).queued, 2, "untouched");
+}
+
+#[test]
+fn cancel_ignores_out_of_range_duplicate_and_finished_indices() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 3);
+    let w = env.new_worker(1);
+    let first = tasks_of(&env.credit(w, 1), w)[0];
+    env.complete(w, first);
+    assert!(env
+        .cancel(client, package, &[0, 2, 2, 99, u32::MAX])
+        .is_empty());
+    let expected = PackageCounts {
+        total: 3,
+        queued: 1,
+        running: 0,
+        done: 1,
+        cancelled: 1,
+    };
+    assert_eq!(counts(&env.status(client, package)), expected);
+}
+
+#[test]
+fn cancelled_running_task_returned_or_lost_is_freed_not_requeued() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 3);
+    let w = env.new_worker(1);
+    let tasks = tasks_of(&env.credit(w, 3), w);
+    env.cancel(client, package, &[0, 1]);
+    env.return_tasks(w, &[tasks[0]]);
+    assert_eq!(
+        (env.core.stats().queued, env.core.stats().cancelling),
+        (0, 1)
+    );
+    env.lose_worker(w);
+    let stats = env.core.stats();
+    assert_eq!(
+        (stats.queued, stats.cancelling, stats.tasks),
+        (1, 0, 1),
+        "only index 2 is requeued"
+    );
+}
+
+#[test]
+fn client_lost_frees_everything() {
+    let mut env = TestEnv::new();
+    let (gone, stays) = (env.new_client(), env.new_client());
+    env.submit(gone, 3);
+    env.submit(gone, 2);
+    let (kept, _) = env.submit(stays, 1);
+    let w = env.new_worker(2);
+    let tasks = tasks_of(&env.credit(w, 2), w);
+    assert!(env.lose_client(gone).is_empty());
+    let stats = env.core.stats();
+    assert_eq!((stats.clients, stats.packages, stats.queued), (1, 1, 1));
+    assert_eq!((stats.cancelling, stats.functions), (2, 1));
+    for task in tasks {
+        assert!(
+            env.complete(w, task).is_empty(),
+            "results of a lost client are dropped"
+        );
+    }
+    let w2 = env.new_worker(1);
+    let last = tasks_of(&env.credit(w2, 1), w2)[0];
+    let out = env.complete(w2, last);
+    assert!(
+        matches!(out[..], [Action::SendResults { client, package, .. }] if client == stays && package == kept)
+    );
+    let stats = env.core.stats();
+    assert_eq!((stats.tasks, stats.packages, stats.functions), (0, 0, 0));
+}
+
+#[test]
+fn submit_without_join_registers_the_client_so_its_loss_frees_it() {
+    let mut env = TestEnv::new();
+    submit_raw(&mut env, 2);
+    assert_eq!(env.core.stats().clients, 1);
+    env.lose_client(rtpool_core::ClientId(1));
+    assert_eq!(env.core.stats(), rtpool_core::CoreStats::default());
+}
+
+#[test]
+fn many_cancels_without_workers_leave_nothing_behind() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    for _ in 0..50 {
+        let (package, _) = env.submit(client, 100);
+        env.cancel(client, package, &[]);
+    }
+    assert_eq!(env.core.stats().tasks, 0);
+    let (_, _) = env.submit(client, 1);
+    let w = env.new_worker(1);
+    assert_eq!(
+        tasks_of(&env.credit(w, 5), w).len(),
+        1,
+        "tombstones are skipped"
+    );
+}

@@ -1,0 +1,149 @@
+//! Scenarios: workers that return tasks, drain, or vanish.
+
+mod common;
+
+use common::{all_assigned, assignments, result_indices, tasks_of, TestEnv};
+
+#[test]
+fn worker_lost_mid_package_requeues_at_the_front_and_its_late_result_is_ignored() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 4);
+    let (lost, other) = (env.new_worker(2), env.new_worker(1));
+    let held = tasks_of(&env.credit(lost, 2), lost);
+    let done = tasks_of(&env.credit(other, 1), other)[0];
+    env.complete(other, done);
+    let (_, later) = env.submit(client, 1);
+    assert!(all_assigned(&later).is_empty());
+    assert!(env.lose_worker(lost).is_empty(), "no credits anywhere");
+    assert_eq!(env.core.stats().queued, 4);
+    let next = tasks_of(&env.credit(other, 2), other);
+    assert_eq!(
+        next, held,
+        "requeued ahead of the rest, in assignment order"
+    );
+    assert!(next.iter().all(|&t| env.attempt(t) == 2), "next attempt");
+    assert!(
+        env.result(lost, held[0], 1).is_empty(),
+        "late result of the lost attempt"
+    );
+    assert!(
+        env.result(other, held[0], 1).is_empty(),
+        "old attempt from the new holder too"
+    );
+    assert_eq!(env.core.stats().stale_results, 2);
+    assert_eq!(
+        result_indices(&env.complete(other, held[0])),
+        [env.index(held[0])]
+    );
+}
+
+#[test]
+fn worker_lost_hands_its_tasks_to_an_idle_worker_at_once() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 2);
+    let (lost, idle) = (env.new_worker(2), env.new_worker(2));
+    let held = tasks_of(&env.credit(lost, 2), lost);
+    env.credit(idle, 2);
+    let out = env.lose_worker(lost);
+    assert_eq!(tasks_of(&out, idle), held);
+    assert_eq!(env.core.stats().workers, 1);
+}
+
+#[test]
+fn drain_and_return_hand_tasks_to_another_worker() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 3);
+    let (leaving, staying) = (env.new_worker(1), env.new_worker(1));
+    let held = tasks_of(&env.credit(leaving, 3), leaving);
+    env.drain(leaving);
+    env.complete(leaving, held[0]);
+    env.credit(staying, 2);
+    let out = env.return_tasks(leaving, &held[1..]);
+    assert_eq!(
+        tasks_of(&out, staying),
+        held[1..],
+        "returned tasks keep their order"
+    );
+    assert!(tasks_of(&out, staying).iter().all(|&t| env.attempt(t) == 2));
+    assert_eq!(env.core.worker_stats(leaving).unwrap().in_flight, 0);
+    env.lose_worker(leaving);
+    assert_eq!(env.core.stats().running, 2);
+}
+
+#[test]
+fn returned_tasks_go_to_the_front_of_their_priority() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 4);
+    let w = env.new_worker(1);
+    let held = tasks_of(&env.credit(w, 2), w);
+    env.return_tasks(w, &held);
+    let again = tasks_of(&env.credit(w, 4), w);
+    let indices: Vec<u32> = again.iter().map(|&t| env.index(t)).collect();
+    assert_eq!(indices, [0, 1, 2, 3]);
+    let attempts: Vec<u32> = again.iter().map(|&t| env.attempt(t)).collect();
+    assert_eq!(attempts, [2, 2, 1, 1]);
+}
+
+#[test]
+fn return_of_tasks_not_held_is_ignored() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 2);
+    let (a, b) = (env.new_worker(1), env.new_worker(1));
+    let ta = tasks_of(&env.credit(a, 1), a)[0];
+    let tb = tasks_of(&env.credit(b, 1), b)[0];
+    env.return_tasks(a, &[tb]);
+    let stale_attempt = vec![(ta, 5)];
+    env.step(rtpool_core::Event::Returned {
+        worker: a,
+        tasks: stale_attempt,
+    });
+    let stats = env.core.stats();
+    assert_eq!((stats.running, stats.queued), (2, 0));
+}
+
+#[test]
+fn worker_ids_may_be_reused_after_loss() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let w = env.new_worker(1);
+    env.credit(w, 3);
+    env.lose_worker(w);
+    let out = env.step(rtpool_core::Event::WorkerJoined {
+        worker: w,
+        slots: 1,
+    });
+    assert!(out.is_empty());
+    assert_eq!(
+        env.core.worker_stats(w).unwrap().credits,
+        0,
+        "a new connection starts at 0"
+    );
+    env.credit(w, 1);
+    let (_, out) = env.submit(client, 3);
+    assert_eq!(assignments(&out), vec![(w, assignments(&out)[0].1.clone())]);
+    assert_eq!(
+        tasks_of(&out, w).len(),
+        1,
+        "one ring entry: the old one is dead"
+    );
+}
+
+#[test]
+fn many_workers_joining_and_leaving_while_idle_keep_dispatch_exact() {
+    let mut env = TestEnv::new();
+    for _ in 0..100 {
+        let w = env.new_worker(1);
+        env.credit(w, 1);
+        env.lose_worker(w);
+    }
+    let w = env.new_worker(1);
+    env.credit(w, 2);
+    let client = env.new_client();
+    let (_, out) = env.submit(client, 3);
+    assert_eq!(tasks_of(&out, w).len(), 2);
+}
