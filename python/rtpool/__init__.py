@@ -1,0 +1,49 @@
+"""rtpool: a real-time distributed task pool.
+
+Clients submit packages of tasks to a Rust master, pull-based Python workers run them, and the
+results come back as ``concurrent.futures`` futures::
+
+    import rtpool
+
+    with rtpool.LocalCluster(workers=2) as cluster:
+        client = cluster.client()
+        print(list(client.map(pow, range(5), range(5))))
+
+Against a running master (``rtpool master``, ``rtpool worker``)::
+
+    client = rtpool.Client("127.0.0.1:7070", token)
+
+The heavy parts (the client, the embedded master) are imported on first use, so
+``rtpool worker`` starts fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import errors
+
+__version__ = "0.1.0"
+
+__all__ = ["Client", "LocalCluster", "Package", "__version__", "errors"]
+
+if TYPE_CHECKING:
+    from .client import Client, Package
+    from .cluster import LocalCluster
+
+_LAZY = {"Client": "client", "Package": "client", "LocalCluster": "cluster"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rtpool' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

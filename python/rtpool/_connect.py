@@ -1,0 +1,171 @@
+"""Opening an authenticated connection to the master (shared by the client and the worker).
+
+Connect over TCP with ``TCP_NODELAY`` (every frame is a complete message the peer waits for),
+send ``HELLO``, wait for ``WELCOME``, and turn each way this can fail into an error that says
+what failed, where, and what to try.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import List, NamedTuple, Tuple, Union
+
+from . import _protocol as P
+from .errors import AuthenticationError, ConnectError, ProtocolError
+
+Address = Union[str, Tuple[str, int]]
+
+_NAME_MAX_BYTES = 256
+
+
+class Welcome(NamedTuple):
+    """The master's ``WELCOME`` fields."""
+
+    version: int
+    session: int
+    max_frame_bytes: int
+    heartbeat_ms: int
+
+
+def parse_address(address: Address) -> Tuple[str, int]:
+    """Split ``"host:port"`` (or ``"[v6]:port"``) or pass a ``(host, port)`` tuple through.
+
+    Raises:
+        ValueError: The address has no valid port.
+    """
+    if isinstance(address, tuple):
+        host, port = address
+        return str(host), int(port)
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"master address must be 'host:port', got {address!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def default_name() -> str:
+    """``hostname:pid``, the informational peer name sent in ``HELLO``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _clip_name(name: str) -> str:
+    data = name.encode("utf-8")
+    if len(data) <= _NAME_MAX_BYTES:
+        return name
+    return data[:_NAME_MAX_BYTES].decode("utf-8", "ignore")
+
+
+def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
+    where = f"{host}:{port}"
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror as exc:
+        raise ConnectError(
+            f"cannot reach master at {where} (cannot resolve host {host!r}: {exc.strerror}); "
+            "check the address"
+        ) from None
+    except ConnectionRefusedError:
+        raise ConnectError(
+            f"cannot reach master at {where} (connection refused); is `rtpool master` running?"
+        ) from None
+    except socket.timeout:
+        raise ConnectError(
+            f"cannot reach master at {where} (no answer within {timeout:g} s); "
+            "is the address right and the port open?"
+        ) from None
+    except OSError as exc:
+        raise ConnectError(
+            f"cannot reach master at {where} ({exc.strerror or exc}); "
+            "is `rtpool master` running and reachable?"
+        ) from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _handshake_error(msg: list, where: str, role: str) -> Exception:
+    code, message = (msg[1], msg[2]) if len(msg) >= 3 else ("?", repr(msg))
+    if code == P.ERR_AUTH:
+        env = "RTPOOL_TOKEN" if role == "client" else "RTPOOL_WORKER_TOKEN"
+        return AuthenticationError(
+            f"master at {where} refused the {role} token ({message}); use the {role} token "
+            f"from the master's data dir ({role}.token) or ${env}"
+        )
+    if code == P.ERR_VERSION:
+        return ProtocolError(
+            f"master at {where} does not speak protocol version {P.PROTOCOL_VERSION} "
+            f"({message}); use the same rtpool version on both sides"
+        )
+    if code == P.ERR_SHUTDOWN:
+        return ConnectError(f"master at {where} is shutting down ({message}); try again later")
+    return ProtocolError(f"master at {where} refused the handshake: {code}: {message}")
+
+
+def connect(
+    address: Address,
+    *,
+    role: str,
+    token: str,
+    name: str,
+    slots: int,
+    timeout: float,
+) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
+    """Open a connection to the master and complete the handshake.
+
+    Args:
+        address: ``"host:port"`` or ``(host, port)``.
+        role: ``"client"`` or ``"worker"``.
+        token: The master's token for that role.
+        name: Informational peer name (clipped to 256 bytes).
+        slots: Tasks run at once (workers), 0 for clients.
+        timeout: Seconds to wait for the connection and for ``WELCOME``.
+
+    Returns:
+        ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY``, the
+        ``WELCOME`` fields, the frame reader (its limit raised to ``max_frame_bytes``) and any
+        messages that arrived right after ``WELCOME``.
+
+    Raises:
+        ConnectError: The master cannot be reached or closed the connection.
+        AuthenticationError: The master refused the token.
+        ProtocolError: The master answered something that is not a ``WELCOME``.
+    """
+    host, port = parse_address(address)
+    where = f"{host}:{port}"
+    sock = _open_socket(host, port, timeout)
+    try:
+        sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, role, token, _clip_name(name), slots))
+        reader = P.FrameReader(P.PRE_AUTH_MAX_FRAME)
+        msgs: List[list] = []
+        while not msgs:
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                raise ConnectError(
+                    f"master at {where} did not answer the handshake within {timeout:g} s; "
+                    "is it an rtpool master?"
+                ) from None
+            except OSError as exc:
+                raise ConnectError(
+                    f"connection to master at {where} failed during the handshake "
+                    f"({exc.strerror or exc})"
+                ) from None
+            if not data:
+                raise ConnectError(
+                    f"master at {where} closed the connection during the handshake; "
+                    "see the master's log"
+                )
+            msgs = reader.feed(data)
+        first = msgs[0]
+        if first[0] == P.ERROR:
+            raise _handshake_error(first, where, role)
+        if first[0] != P.WELCOME or len(first) != 5:
+            raise ProtocolError(f"master at {where} answered HELLO with {first!r:.100}")
+        welcome = Welcome(*first[1:])
+        reader.max_frame = welcome.max_frame_bytes
+        sock.settimeout(None)
+        return sock, welcome, reader, msgs[1:]
+    except BaseException:
+        sock.close()
+        raise

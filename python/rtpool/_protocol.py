@@ -1,0 +1,269 @@
+"""The rtpool wire protocol, version 1 (see ``docs/protocol.md``, which is authoritative).
+
+A frame is a 4-byte big-endian body length followed by one msgpack array whose first element
+is the message kind. This module only turns messages into bytes and back; sockets belong to
+the client and the worker. It sits on the hot path of every task, so it avoids per-message
+allocations beyond what msgpack itself needs.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Any, List, Union
+
+import msgpack
+
+from .errors import ProtocolError
+
+PROTOCOL_VERSION = 1
+#: Largest frame body accepted before the handshake authenticated the peer.
+PRE_AUTH_MAX_FRAME = 8192
+#: The master's default ``max_frame_bytes`` (256 MiB).
+DEFAULT_MAX_FRAME = 256 << 20
+
+# Message kinds (first array element).
+HELLO = 1
+WELCOME = 2
+ERROR = 3
+SUBMIT = 10
+ACCEPTED = 11
+RESULTS = 12
+CANCEL = 13
+STATUS = 14
+STATUS_REPLY = 15
+PULL = 20
+ASSIGN = 21
+RESULT = 22
+RETURN = 23
+HEARTBEAT = 24
+DRAIN = 25
+
+KIND_NAMES = {
+    HELLO: "HELLO",
+    WELCOME: "WELCOME",
+    ERROR: "ERROR",
+    SUBMIT: "SUBMIT",
+    ACCEPTED: "ACCEPTED",
+    RESULTS: "RESULTS",
+    CANCEL: "CANCEL",
+    STATUS: "STATUS",
+    STATUS_REPLY: "STATUS_REPLY",
+    PULL: "PULL",
+    ASSIGN: "ASSIGN",
+    RESULT: "RESULT",
+    RETURN: "RETURN",
+    HEARTBEAT: "HEARTBEAT",
+    DRAIN: "DRAIN",
+}
+
+# Task status codes (TaskResult.status, WorkerResult.status).
+STATUS_OK = 0
+STATUS_ERROR = 1
+STATUS_CANCELLED = 2
+STATUS_FAILED = 3
+
+# ERROR codes; the fatal ones close the connection.
+ERR_VERSION = "version"
+ERR_AUTH = "auth"
+ERR_TOO_LARGE = "too_large"
+ERR_MALFORMED = "malformed"
+ERR_UNKNOWN_KIND = "unknown_kind"
+ERR_REJECTED = "rejected"
+ERR_UNKNOWN_PACKAGE = "unknown_package"
+ERR_SHUTDOWN = "shutdown"
+NON_FATAL_ERRORS = frozenset({ERR_REJECTED, ERR_UNKNOWN_PACKAGE})
+
+#: SUBMIT options of version 1 with their defaults, in the order the spec lists them (which is
+#: the order an encoder writes the keys in).
+SUBMIT_OPTION_DEFAULTS = {"priority": 0}
+
+_LEN = struct.Struct(">I")
+_unpack_len = _LEN.unpack_from
+_pack_len = _LEN.pack
+_unpackb = msgpack.unpackb
+# A msgpack Packer is about twice as fast as msgpack.packb (which builds a Packer per call),
+# but it is not safe to share between threads: one per thread.
+_local = threading.local()
+
+# Frames whose body is at least this large are decoded from a memoryview instead of a slice,
+# so a big SUBMIT/ASSIGN payload is not copied once more before msgpack copies it out.
+_VIEW_THRESHOLD = 1 << 16
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+def submit_opts(opts: dict) -> dict:
+    """Return the SUBMIT ``opts`` map as the spec wants it on the wire.
+
+    Keys with their default value are left out, the others are written in spec order.
+
+    Args:
+        opts: Option names to values; unknown names are kept, after the known ones.
+
+    Returns:
+        A new dict, possibly empty.
+    """
+    out = {}
+    for key, default in SUBMIT_OPTION_DEFAULTS.items():
+        value = opts.get(key, default)
+        if value != default:
+            out[key] = value
+    for key, value in opts.items():
+        if key not in SUBMIT_OPTION_DEFAULTS:
+            out[key] = value
+    return out
+
+
+def _packer() -> msgpack.Packer:
+    packer = msgpack.Packer(use_bin_type=True)
+    _local.pack = packer.pack
+    return packer
+
+
+def encode(kind: int, *fields: Any) -> bytes:
+    """Encode one message as a whole frame (length prefix included).
+
+    Args:
+        kind: The message kind (``HELLO``, ``SUBMIT``, ...).
+        *fields: The message's fields in spec order. ``bytes`` become msgpack bin, ``str``
+            msgpack str. For ``SUBMIT`` the opts map is normalised with :func:`submit_opts`.
+
+    Returns:
+        The frame bytes, ready for ``sendall``.
+    """
+    if kind == SUBMIT and len(fields) == 5:
+        fields = (fields[0], fields[1], fields[2], submit_opts(fields[3]), fields[4])
+    try:
+        pack = _local.pack
+    except AttributeError:
+        pack = _packer().pack
+    body = pack([kind, *fields])
+    return _pack_len(len(body)) + body
+
+
+def _decode_body(body: Buffer) -> list:
+    try:
+        msg = _unpackb(body, raw=False)
+    except Exception as exc:
+        raise ProtocolError(f"malformed frame: the body is not valid msgpack ({exc})") from None
+    if type(msg) is not list or not msg or type(msg[0]) is not int:
+        raise ProtocolError(
+            f"malformed frame: expected an array starting with a message kind, got {msg!r:.80}"
+        )
+    return msg
+
+
+def decode(frame: Buffer, max_frame: int = DEFAULT_MAX_FRAME) -> list:
+    """Decode exactly one whole frame (length prefix included).
+
+    Args:
+        frame: The frame bytes.
+        max_frame: Largest body length accepted.
+
+    Returns:
+        The message as a list ``[kind, field, ...]``; bin fields are ``bytes``, str fields
+        ``str``, nil is ``None``.
+
+    Raises:
+        ProtocolError: The frame is truncated, has trailing bytes, is too large or is not a
+            msgpack array starting with a kind.
+    """
+    reader = FrameReader(max_frame)
+    msgs = reader.feed(frame)
+    if len(msgs) != 1 or reader.buffered:
+        raise ProtocolError(
+            f"expected exactly one frame, got {len(msgs)} and {reader.buffered} extra bytes"
+        )
+    return msgs[0]
+
+
+class FrameReader:
+    """Accumulates bytes from a stream and decodes the complete frames in them.
+
+    ``feed()`` returns the messages completed by the new bytes and keeps any partial frame for
+    the next call. A length prefix of 0 or above ``max_frame`` raises :class:`ProtocolError`
+    as soon as the 4 prefix bytes are there, before the body is buffered.
+
+    Args:
+        max_frame: Largest body length accepted; raise it after the handshake with the
+            ``max_frame_bytes`` of ``WELCOME``.
+    """
+
+    __slots__ = ("_buf", "_need", "max_frame")
+
+    def __init__(self, max_frame: int = PRE_AUTH_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf: Buffer = b""
+        # While a large frame is incomplete: the buffer length at which it will be complete,
+        # so each chunk is appended without rescanning.
+        self._need = 0
+
+    @property
+    def buffered(self) -> int:
+        """Number of bytes of an incomplete frame held for the next ``feed()``."""
+        return len(self._buf)
+
+    def feed(self, data: Buffer) -> List[list]:
+        """Add bytes from the stream.
+
+        Args:
+            data: The bytes just received (any length, possibly empty).
+
+        Returns:
+            The decoded messages completed by these bytes, in stream order (often empty).
+
+        Raises:
+            ProtocolError: A length prefix is 0 or above ``max_frame``, or a body does not
+                decode. The stream cannot be resynchronised after that: close it.
+        """
+        buf = self._buf
+        if buf:
+            if type(buf) is bytearray:
+                buf += data
+                if len(buf) < self._need:
+                    return []
+            else:
+                buf = buf + data
+        else:
+            buf = data
+        msgs = []
+        pos = 0
+        end = len(buf)
+        max_frame = self.max_frame
+        while end - pos >= 4:
+            n = _unpack_len(buf, pos)[0]
+            if n == 0 or n > max_frame:
+                self._buf = b""
+                if n == 0:
+                    raise ProtocolError("malformed frame: length prefix 0")
+                raise ProtocolError(f"frame of {n} bytes is above the limit of {max_frame} bytes")
+            stop = pos + 4 + n
+            if stop > end:
+                break
+            if n < _VIEW_THRESHOLD:
+                msgs.append(_decode_body(buf[pos + 4 : stop]))
+            else:
+                with memoryview(buf) as view:
+                    msgs.append(_decode_body(view[pos + 4 : stop]))
+            pos = stop
+        self._keep(buf, pos, end)
+        return msgs
+
+    def _keep(self, buf: Buffer, pos: int, end: int) -> None:
+        if pos == end:
+            self._buf = b""
+            self._need = 0
+            return
+        if end - pos >= 4:
+            need = 4 + _unpack_len(buf, pos)[0]
+            if need >= _VIEW_THRESHOLD:
+                # A large frame is arriving in pieces: grow a bytearray in place.
+                if type(buf) is bytearray and pos == 0:
+                    self._buf = buf
+                else:
+                    self._buf = bytearray(memoryview(buf)[pos:])
+                self._need = need
+                return
+        self._buf = bytes(buf[pos:])
+        self._need = 0

@@ -1,0 +1,233 @@
+"""What crosses the wire inside the protocol's opaque ``bin`` fields.
+
+* The function of a package: cloudpickle (so lambdas, closures and functions defined in
+  ``__main__`` work), pickled once per function object and cached with its SHA-256.
+* A task's arguments: ``pickle.dumps((args, kwargs_or_None), protocol=5)``, with cloudpickle as
+  the fallback for arguments plain pickle refuses (a lambda passed as an argument).
+* A result: the same, for the return value.
+* An error report: a pickled dict ``{type, message, traceback, exc}`` where ``exc`` is the
+  pickled exception, or ``None`` when it cannot be pickled (or unpickled) on the worker.
+
+The client rebuilds a task's exception with the remote traceback as its ``__cause__``, as
+``concurrent.futures.ProcessPoolExecutor`` does, or raises :class:`~rtpool.errors.TaskFailed`
+when the exception cannot be rebuilt. cloudpickle is imported lazily: a worker that runs only
+importable functions never loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import threading
+import traceback
+import weakref
+from typing import Any, Callable, Dict, Tuple
+
+from .errors import RemoteTraceback, TaskFailed
+
+PICKLE_PROTOCOL = 5
+
+_dumps = pickle.dumps
+_loads = pickle.loads
+
+# fn -> (digest, code). Weak keys so a cached function can still be garbage collected.
+_fn_cache: weakref.WeakKeyDictionary[Any, Tuple[bytes, bytes]] = weakref.WeakKeyDictionary()
+# id(fn) -> (fn, digest, code) for callables that take no weak reference (builtins, objects
+# with __slots__): the entry keeps fn alive so its id cannot be reused by another object.
+_fn_cache_by_id: Dict[int, Tuple[Any, bytes, bytes]] = {}
+_FN_CACHE_BY_ID_MAX = 1024
+_fn_cache_lock = threading.Lock()
+
+
+def _cloudpickle():
+    import cloudpickle
+
+    return cloudpickle
+
+
+def serialize_function(fn: Callable) -> Tuple[bytes, bytes]:
+    """Pickle a task function with cloudpickle, once per function object.
+
+    The result is cached per function object for the life of the object: a function (or a
+    closure, or a callable object) is pickled the first time it is submitted, and later changes
+    to the globals or state it captured by value are not seen by later submissions.
+
+    Args:
+        fn: Any callable cloudpickle can pickle.
+
+    Returns:
+        ``(sha256 digest of the code, code)``.
+
+    Raises:
+        TypeError: ``fn`` is not callable or cannot be pickled.
+    """
+    try:
+        return _fn_cache[fn]
+    except KeyError:
+        pass
+    except TypeError:  # not weakref-able or not hashable
+        entry = _fn_cache_by_id.get(id(fn))
+        if entry is not None and entry[0] is fn:
+            return entry[1], entry[2]
+    if not callable(fn):
+        raise TypeError(f"the task function must be callable, got {type(fn).__name__}")
+    try:
+        code = _cloudpickle().dumps(fn, protocol=PICKLE_PROTOCOL)
+    except Exception as exc:
+        raise TypeError(
+            f"cannot pickle the task function {fn!r:.100}: {exc}; define it at module level "
+            "or make what it captures picklable"
+        ) from exc
+    digest = hashlib.sha256(code).digest()
+    with _fn_cache_lock:
+        try:
+            _fn_cache[fn] = (digest, code)
+        except TypeError:
+            if len(_fn_cache_by_id) >= _FN_CACHE_BY_ID_MAX:
+                _fn_cache_by_id.clear()
+            _fn_cache_by_id[id(fn)] = (fn, digest, code)
+    return digest, code
+
+
+def _dumps_fallback(obj: Any, what: str) -> bytes:
+    try:
+        return _cloudpickle().dumps(obj, protocol=PICKLE_PROTOCOL)
+    except Exception as exc:
+        raise TypeError(f"cannot pickle {what}: {exc}") from exc
+
+
+def dumps_args(args: tuple, kwargs: dict | None) -> bytes:
+    """Serialize one task's arguments.
+
+    Args:
+        args: Positional arguments.
+        kwargs: Keyword arguments, or ``None`` (preferred when empty: smaller and faster).
+
+    Returns:
+        The payload for ``SUBMIT.tasks[i]``.
+
+    Raises:
+        TypeError: Neither pickle nor cloudpickle can pickle the arguments.
+    """
+    try:
+        return _dumps((args, kwargs), PICKLE_PROTOCOL)
+    except Exception:
+        return _dumps_fallback((args, kwargs), "the task's arguments")
+
+
+def loads_args(payload: bytes) -> Tuple[tuple, dict | None]:
+    """Inverse of :func:`dumps_args`: ``(args, kwargs_or_None)``."""
+    return _loads(payload)
+
+
+def dumps_result(value: Any) -> bytes:
+    """Serialize a task's return value (pickle protocol 5, cloudpickle as the fallback).
+
+    Raises:
+        TypeError: The value cannot be pickled at all.
+    """
+    try:
+        return _dumps(value, PICKLE_PROTOCOL)
+    except Exception:
+        return _dumps_fallback(value, "the task's return value")
+
+
+def loads_result(data: bytes) -> Any:
+    """Inverse of :func:`dumps_result`."""
+    return _loads(data)
+
+
+def loads_function(code: bytes) -> Callable:
+    """Load a function pickled by :func:`serialize_function`."""
+    return _loads(code)
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    module = cls.__module__
+    if module in ("builtins", "__main__", None):
+        return cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
+
+
+def _pickle_exception(exc: BaseException) -> bytes | None:
+    # An exception may pickle fine and still fail to unpickle (an __init__ with required
+    # arguments it does not pass to super()): check here, where the error is still cheap to
+    # report, rather than leave the client with an opaque unpickling error.
+    for dumps in (_dumps, lambda obj, proto: _cloudpickle().dumps(obj, protocol=proto)):
+        try:
+            data = dumps(exc, PICKLE_PROTOCOL)
+            _loads(data)
+            return data
+        except Exception:
+            continue
+    return None
+
+
+def dumps_error(exc: BaseException, tb: str | None = None) -> bytes:
+    """Build the pickled error report of a task that raised.
+
+    Args:
+        exc: The exception the task raised.
+        tb: The formatted traceback; by default formatted from ``exc.__traceback__``.
+
+    Returns:
+        ``pickle.dumps({"type", "message", "traceback", "exc"})``.
+    """
+    if tb is None:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<str() of the {type(exc).__name__} failed>"
+    report = {
+        "type": _type_name(exc),
+        "message": message,
+        "traceback": tb,
+        "exc": _pickle_exception(exc),
+    }
+    return _dumps(report, PICKLE_PROTOCOL)
+
+
+def error_from_report(data: bytes) -> BaseException:
+    """Rebuild the exception a task raised on a worker, for the client to raise.
+
+    Args:
+        data: The pickled error report (``TaskResult.data`` of status 1).
+
+    Returns:
+        The task's own exception with ``__cause__`` set to a
+        :class:`~rtpool.errors.RemoteTraceback` carrying the remote traceback text, or a
+        :class:`~rtpool.errors.TaskFailed` when the exception cannot be unpickled here (or the
+        report itself is unreadable).
+    """
+    try:
+        report = _loads(data)
+        type_name = str(report["type"])
+        message = str(report["message"])
+        tb = str(report["traceback"])
+        exc_bytes = report["exc"]
+    except Exception as exc:
+        return TaskFailed(f"the task raised, but its error report cannot be read: {exc}")
+    reason = "it could not be pickled on the worker"
+    if exc_bytes is not None:
+        try:
+            exc = _loads(exc_bytes)
+        except Exception as load_exc:
+            reason = f"it cannot be unpickled on the client: {load_exc}"
+        else:
+            if isinstance(exc, BaseException):
+                exc.__cause__ = RemoteTraceback(tb)
+                return exc
+            reason = f"it unpickled as a {type(exc).__name__}, not an exception"
+    return TaskFailed(
+        f"the task raised {type_name}: {message} ({reason}); remote traceback:\n{tb}",
+        type_name,
+        message,
+        tb,
+    )
+
+
+def run_chunk(fn: Callable, chunk: list) -> list:
+    """Run ``fn(*args)`` for every argument tuple of a chunk (``Client.map(chunksize=n)``)."""
+    return [fn(*args) for args in chunk]

@@ -1,0 +1,185 @@
+"""The ``rtpool`` command: ``master``, ``worker``, ``demo`` and ``bench``.
+
+Heavy imports are deferred to the subcommand that needs them, so ``rtpool worker`` starts
+quickly and ``rtpool --help`` works without the native module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List
+
+__all__ = ["main"]
+
+_DESCRIPTION = """\
+rtpool: a real-time distributed task pool. Clients submit packages of Python tasks to a
+master; pull-based workers run them; results come back as concurrent.futures futures.
+
+typical session:
+  rtpool master                                  # prints the tokens on first start
+  RTPOOL_WORKER_TOKEN=... rtpool worker --master 127.0.0.1:7070 --procs 4
+  RTPOOL_TOKEN=... python -c 'import rtpool
+  print(rtpool.Client("127.0.0.1:7070").submit(pow, 2, 8).result())'
+"""
+
+_MASTER_HELP = """\
+Run the master in the foreground until SIGINT/SIGTERM. On first start it generates a client
+and a worker token and writes them to the data dir (client.token, worker.token); it prints
+"listening on HOST:PORT" once it accepts connections.
+
+example:
+  rtpool master --listen 0.0.0.0:7070 --data-dir /var/lib/rtpool
+"""
+
+_WORKER_HELP = """\
+Start worker processes that pull tasks from a master and run them. The task functions'
+modules must be importable here (functions defined in __main__ or as lambdas travel by value).
+SIGTERM or Ctrl-C finishes the running tasks, hands queued ones back and exits; a second one
+exits at once.
+
+example:
+  RTPOOL_WORKER_TOKEN=$(cat ~/.local/share/rtpool/worker.token) \\
+      rtpool worker --master 127.0.0.1:7070 --procs 8
+"""
+
+_DEMO_HELP = """\
+Start a local cluster, run a few packages and print where the time goes (medians of the
+measurement points). Pass --help after `demo` for its own options.
+
+example:
+  rtpool demo
+"""
+
+_BENCH_HELP = """\
+Measure latency (p50, p99, p99.9, max) and throughput end to end. Pass --help after `bench`
+for its own options.
+
+example:
+  rtpool bench
+"""
+
+
+def _default_data_dir() -> str:
+    env = os.environ.get("RTPOOL_DATA_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return os.path.join(base, "rtpool")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import worker
+
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="rtpool", description=_DESCRIPTION, formatter_class=raw)
+    parser.add_argument("--version", action="version", version=f"rtpool {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    master = sub.add_parser(
+        "master",
+        help="run the master (scheduler and broker)",
+        description=_MASTER_HELP,
+        formatter_class=raw,
+    )
+    master.add_argument(
+        "--listen",
+        default="127.0.0.1:7070",
+        metavar="HOST:PORT",
+        help="address to listen on (default: 127.0.0.1:7070; port 0 picks a free one)",
+    )
+    master.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="where the tokens live (default: $RTPOOL_DATA_DIR or ~/.local/share/rtpool)",
+    )
+    master.add_argument(
+        "--max-frame-mb",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="largest frame accepted after the handshake, in MiB (default: 256)",
+    )
+    master.add_argument(
+        "--heartbeat-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="how often idle workers send a heartbeat",
+    )
+    master.add_argument(
+        "--log-level", default="info", help="error, warn, info, debug or trace (default: info)"
+    )
+
+    work = sub.add_parser(
+        "worker", help="run worker processes", description=_WORKER_HELP, formatter_class=raw
+    )
+    worker.add_arguments(work)
+    sub.add_parser("demo", help="run the demo", description=_DEMO_HELP, formatter_class=raw)
+    sub.add_parser("bench", help="run the benchmarks", description=_BENCH_HELP, formatter_class=raw)
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _run_master(args: argparse.Namespace) -> int:
+    from . import _native
+    from .errors import RtpoolError
+
+    data_dir = args.data_dir or _default_data_dir()
+    max_frame = None if args.max_frame_mb is None else args.max_frame_mb << 20
+    try:
+        _native.run_master(
+            listen=args.listen,
+            data_dir=data_dir,
+            max_frame_bytes=max_frame,
+            heartbeat_ms=args.heartbeat_ms,
+            log_level=args.log_level,
+        )
+    except RtpoolError as exc:
+        print(f"rtpool master: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: List[str] | None = None) -> int:
+    """Entry point of the ``rtpool`` command.
+
+    Args:
+        argv: Arguments without the program name; default ``sys.argv[1:]``.
+
+    Returns:
+        The exit code.
+    """
+    if argv is None:
+        argv = sys.argv[1:]
+    # demo and bench parse their own options (they are owned by other modules).
+    if argv and argv[0] == "demo":
+        from . import _demo
+
+        return _demo.main(argv[1:])
+    if argv and argv[0] == "bench":
+        from . import _bench
+
+        return _bench.main(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "master":
+        return _run_master(args)
+    if args.command == "worker":
+        from . import worker
+
+        return worker.run(args)
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

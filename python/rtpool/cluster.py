@@ -1,0 +1,238 @@
+"""``LocalCluster``: a master and workers on this machine, for tests, demos and notebooks.
+
+The master runs embedded in this process (``rtpool._native.Master``, background threads, an
+ephemeral port, generated tokens); each worker is an ``rtpool worker`` subprocess in its own
+process group. Nothing waits for the workers to start: tasks queue at the master until they
+join, so the first result comes as soon as the first worker is up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from typing import Any, Dict, List
+
+from .client import Client
+
+__all__ = ["LocalCluster"]
+
+_STOP_TIMEOUT_S = 5.0
+
+
+class _State:
+    """Everything ``close()`` must release, kept apart so the finalizer does not keep the
+    cluster alive."""
+
+    def __init__(self, master: Any) -> None:
+        self.master = master
+        self.workers: List[subprocess.Popen | None] = []
+        self.clients: List[Client] = []
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    # Each worker leads its own process group: its forked children go with it.
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.send_signal(sig)
+        except (ProcessLookupError, OSError):
+            pass
+
+
+def _stop_workers(procs: List[subprocess.Popen], graceful: bool, timeout: float) -> None:
+    live = [p for p in procs if p.poll() is None]
+    try:
+        for proc in live:
+            if graceful:
+                proc.send_signal(signal.SIGTERM)
+            else:
+                _kill_group(proc, signal.SIGKILL)
+        end = time.monotonic() + timeout
+        for proc in live:
+            try:
+                proc.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        # Stragglers (a task that does not finish, or an interrupted wait) and whatever a
+        # stopped worker left in its process group.
+        for proc in procs:
+            _kill_group(proc, signal.SIGKILL)
+            try:
+                proc.wait(_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _shutdown(state: _State) -> None:
+    try:
+        for client in state.clients:
+            try:
+                client.close()
+            except Exception:
+                pass
+        state.clients.clear()
+        procs = [p for p in state.workers if p is not None]
+        _stop_workers(procs, graceful=True, timeout=_STOP_TIMEOUT_S)
+    finally:
+        state.master.stop()
+
+
+class LocalCluster:
+    """A master and ``workers`` worker processes on this machine.
+
+    Example::
+
+        with rtpool.LocalCluster(workers=2) as cluster:
+            client = cluster.client()
+            print(client.submit(pow, 2, 10).result())
+
+    Worker processes get this process's ``sys.path`` as ``PYTHONPATH`` (so functions this
+    process can import, the workers can too) and die with it (PR_SET_PDEATHSIG on Linux).
+
+    Args:
+        workers: Worker processes to start (each ``rtpool worker --procs 1``).
+        prefetch: ``--prefetch`` of the workers (the bound of their adaptive prefetch).
+
+    Raises:
+        RtpoolError: The embedded master cannot start.
+    """
+
+    def __init__(self, workers: int = 2, *, prefetch: int | None = None) -> None:
+        from . import _native
+
+        self._prefetch = prefetch
+        self._master = _native.Master(listen="127.0.0.1:0")
+        self._state = _State(self._master)
+        self._finalizer = weakref.finalize(self, _shutdown, self._state)
+        try:
+            for _ in range(workers):
+                self.add_worker()
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if not self._finalizer.alive else f"{len(self.worker_pids)} workers"
+        return f"<rtpool.LocalCluster {self.address} {state}>"
+
+    @property
+    def address(self) -> str:
+        """The master's ``host:port``."""
+        return self._master.address
+
+    @property
+    def client_token(self) -> str:
+        """The token clients present."""
+        return self._master.client_token
+
+    @property
+    def worker_token(self) -> str:
+        """The token workers present."""
+        return self._master.worker_token
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """PIDs of the worker processes still running, by index (stopped ones are left out)."""
+        return [p.pid for p in self._state.workers if p is not None and p.poll() is None]
+
+    def client(self, **kwargs: Any) -> Client:
+        """Connect a :class:`~rtpool.Client` to this cluster; it is closed with the cluster.
+
+        Args:
+            **kwargs: Passed to :class:`~rtpool.Client` (``name``, ``connect_timeout``).
+        """
+        self._check_open()
+        client = Client(self.address, self.client_token, **kwargs)
+        self._state.clients.append(client)
+        return client
+
+    def add_worker(self) -> int:
+        """Start one more worker process (it joins in the background).
+
+        Returns:
+            The worker's index, for :meth:`stop_worker`.
+        """
+        self._check_open()
+        paths = [p or os.getcwd() for p in sys.path]
+        env = dict(os.environ)
+        env["RTPOOL_WORKER_TOKEN"] = self.worker_token
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", self.address]
+        cmd += ["--procs", "1", "--parent-pid", str(os.getpid())]
+        if self._prefetch is not None:
+            cmd += ["--prefetch", str(self._prefetch)]
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._state.workers.append(proc)
+        return len(self._state.workers) - 1
+
+    def stop_worker(self, index: int, graceful: bool = True, timeout: float = 10.0) -> int:
+        """Stop worker ``index``: SIGTERM (graceful drain) or SIGKILL of its process group.
+
+        Args:
+            index: As returned by :meth:`add_worker` (the first ``workers`` are 0, 1, ...).
+            graceful: SIGTERM and let it finish its running task, or kill it at once.
+            timeout: Seconds to wait for a graceful stop before killing it.
+
+        Returns:
+            The worker process's exit code (negative: killed by that signal).
+        """
+        proc = self._state.workers[index]
+        if proc is None:
+            raise ValueError(f"worker {index} was already stopped")
+        self._state.workers[index] = None
+        _stop_workers([proc], graceful, timeout)
+        return proc.returncode
+
+    def wait_for_workers(self, n: int | None = None, timeout: float = 10.0) -> None:
+        """Wait until the master counts at least ``n`` worker connections.
+
+        Args:
+            n: Workers to wait for; by default every worker process started.
+            timeout: Seconds to wait.
+
+        Raises:
+            TimeoutError: Fewer than ``n`` workers connected in time.
+        """
+        if n is None:
+            n = len(self.worker_pids)
+        end = time.monotonic() + timeout
+        while True:
+            count = int(self.stats().get("workers", 0))
+            if count >= n:
+                return
+            if time.monotonic() >= end:
+                dead = [
+                    f"pid {p.pid} exit {p.returncode}"
+                    for p in self._state.workers
+                    if p is not None and p.poll() is not None
+                ]
+                raise TimeoutError(
+                    f"{count} of {n} workers connected to {self.address} within {timeout:g} s"
+                    + (f"; exited: {', '.join(dead)}" if dead else "")
+                )
+            time.sleep(0.01)
+
+    def stats(self) -> Dict[str, int]:
+        """The master's gauges and counters (``workers``, ``queued``, ``running``, ...)."""
+        return dict(self._master.stats())
+
+    def close(self) -> None:
+        """Close the clients, stop the workers (SIGTERM, then SIGKILL after 5 s) and the
+        master. Idempotent."""
+        self._finalizer()
+
+    def _check_open(self) -> None:
+        if not self._finalizer.alive:
+            raise RuntimeError("the LocalCluster is closed")

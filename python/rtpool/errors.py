@@ -1,0 +1,98 @@
+"""Exceptions raised by rtpool.
+
+Every error rtpool raises itself derives from :class:`RtpoolError`, so ``except RtpoolError``
+catches them all. A task that raises is different: its future re-raises the task's own
+exception (with the remote traceback as ``__cause__``), as ``concurrent.futures`` does for a
+process pool; only when that exception cannot be rebuilt on the client is it a
+:class:`TaskFailed`. Cancelled tasks raise ``concurrent.futures.CancelledError`` and timeouts
+``TimeoutError``, as the Executor interface promises.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "ConnectError",
+    "ConnectionLost",
+    "ProtocolError",
+    "QuotaExceeded",
+    "RemoteTraceback",
+    "RtpoolError",
+    "SubmitRejected",
+    "TaskFailed",
+]
+
+
+class RtpoolError(Exception):
+    """Base class of every error raised by rtpool itself."""
+
+
+class ConnectError(RtpoolError):
+    """The master could not be reached (refused, unresolvable, timed out, closed early)."""
+
+
+class AuthenticationError(RtpoolError):
+    """The master refused the token (wrong token, or the token of the other role)."""
+
+
+class ConnectionLost(RtpoolError):
+    """The connection to the master broke; pending tasks of that connection failed with it."""
+
+
+class ProtocolError(RtpoolError):
+    """A peer sent bytes that do not follow the rtpool wire protocol (or a frame too large)."""
+
+
+class SubmitRejected(RtpoolError):
+    """The master refused a package (bad option, empty package, ...); nothing of it ran."""
+
+
+class QuotaExceeded(RtpoolError):
+    """Reserved: the user's compute-time quota is used up."""
+
+
+class TaskFailed(RtpoolError):
+    """A task could not produce a result the client can use.
+
+    Raised for a task that raised an exception which could not be unpickled on the client (the
+    remote type name, message and traceback are kept as attributes), and for a task the system
+    could not run at all (status ``failed``).
+
+    Attributes:
+        type_name: Qualified name of the remote exception type (``"mod.Class"``), or ``""``.
+        remote_message: ``str()`` of the remote exception, or the master's message.
+        remote_traceback: The formatted remote traceback, or ``""``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        type_name: str = "",
+        remote_message: str = "",
+        remote_traceback: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self):
+        return (
+            type(self),
+            (self.args[0], self.type_name, self.remote_message, self.remote_traceback),
+        )
+
+
+class RemoteTraceback(Exception):
+    """Carries the formatted traceback of a task that raised on a worker.
+
+    rtpool sets it as ``__cause__`` of the re-raised exception, so a traceback printed on the
+    client shows where the task failed on the worker (as ``ProcessPoolExecutor`` does).
+    """
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'

@@ -1,0 +1,599 @@
+"""``rtpool worker``: processes that pull tasks from the master and run them.
+
+The parent process forks ``--procs`` children and supervises them (forwards SIGTERM/SIGINT,
+restarts a child that crashes, with a bounded backoff). Each child holds one connection with
+``slots=1`` and runs a single-threaded loop:
+
+* **Credit-based pull.** The child keeps ``1 + prefetch`` tasks assigned to it (running, queued
+  locally or promised by outstanding credits). ``prefetch`` adapts to about 2 ms of work by an
+  EMA of the observed time per task: no-op tasks get a deep pipeline (throughput), 10 ms tasks
+  keep one queued (load balance at the end of a package).
+* **Batched results.** Results go out in one ``RESULT`` frame, with the ``PULL`` that tops the
+  credits up, in one write: when the local queue runs empty, 64 results are pending, or the
+  oldest pending result would wait more than 1 ms (also counting the next task's expected time,
+  so a long task never holds back the result before it).
+* **Graceful shutdown.** SIGTERM only sets a flag; after the running task the child sends
+  ``DRAIN``, its pending results and ``RETURN`` of every unstarted task, then closes. A second
+  signal exits at once. Whatever is still in flight is requeued by the master on disconnect.
+
+A background thread sends ``HEARTBEAT`` when nothing was sent for ``heartbeat_ms``. Imports are
+kept light: start-up time counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from typing import Any, Dict, List
+
+from . import _protocol as P
+from ._connect import connect, default_name
+from .errors import RtpoolError
+
+__all__ = ["WorkerConnection", "add_arguments", "main", "run"]
+
+EXIT_OK = 0
+#: The child cannot start: bad address, bad token. Restarting would not help.
+EXIT_CONFIG = 2
+#: The connection to the master dropped. The worker exits (reconnection is a later issue).
+EXIT_LOST = 3
+
+DEFAULT_PREFETCH = 64
+#: Prefetch aims at this much queued work per child.
+PREFETCH_TARGET_NS = 2_000_000
+#: Results wait at most this long for company before they are sent.
+FLUSH_AFTER_NS = 1_000_000
+FLUSH_AFTER_RESULTS = 64
+_EMA_ALPHA = 0.2
+
+_perf_ns = time.perf_counter_ns
+_loads = pickle.loads
+_dumps = pickle.dumps
+_MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+_RECV_BYTES = 1 << 18
+_HEARTBEAT = P.encode(P.HEARTBEAT)
+
+# Restarting crashed children: at most this many restarts of one slot within the window.
+_RESTART_MAX = 5
+_RESTART_WINDOW_S = 60.0
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 5.0
+
+
+def _log(message: str) -> None:
+    print(f"rtpool worker[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+def set_parent_death_signal(sig: int) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent exits (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class _Stop(Exception):
+    """The connection is unusable; carries the exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _LoadFailure:
+    """A function whose code could not be loaded: every task of it gets this report."""
+
+    __slots__ = ("report",)
+
+    def __init__(self, report: bytes) -> None:
+        self.report = report
+
+
+def _load_error_report(exc: BaseException, what: str, where: str) -> bytes:
+    from ._serialize import dumps_error
+
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        hint = f"install module {exc.name!r} on the worker or put it on the worker's PYTHONPATH"
+        new: BaseException = ModuleNotFoundError(
+            f"cannot load {what} on worker {where}: {exc}; {hint}", name=exc.name
+        )
+    else:
+        message = f"cannot load {what} on worker {where}: {type(exc).__name__}: {exc}"
+        try:
+            new = type(exc)(message) if type(exc).__module__ == "builtins" else None
+        except Exception:
+            new = None
+        if new is None:
+            new = RuntimeError(message)
+    return dumps_error(new, tb)
+
+
+class WorkerConnection:
+    """One worker connection (``slots=1``): the pull loop of a child process.
+
+    Args:
+        address: The master's ``host:port``.
+        token: The worker token.
+        name: Informational name sent in ``HELLO``.
+        max_prefetch: Upper bound of the adaptive prefetch.
+        connect_timeout: Seconds to wait for the connection and the handshake.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        name: str,
+        max_prefetch: int = DEFAULT_PREFETCH,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.address = address
+        self.name = name
+        self.max_prefetch = max(1, max_prefetch)
+        self.sock, welcome, self.reader, self._early = connect(
+            address,
+            role="worker",
+            token=token,
+            name=name,
+            slots=1,
+            timeout=connect_timeout,
+        )
+        self.heartbeat_s = max(welcome.heartbeat_ms, 1) / 1000
+        self.stopping = False
+        self._signals = 0
+        self._send_lock = threading.Lock()
+        self._last_send = time.monotonic()
+        self._hb_stop = threading.Event()
+        # Credits granted with PULL and not yet used by ASSIGN.
+        self.outstanding = 0
+        self.ema_ns: float | None = None
+        self.prefetch = 1
+        self.codes: Dict[bytes, bytes] = {}
+        self.functions: Dict[bytes, Any] = {}
+        self.queue: deque = deque()
+        self.pending: List[list] = []
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    # -- signals ----------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM: graceful shutdown, a second one exits at once. SIGINT is the parent's."""
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            os._exit(1)
+        self.stopping = True
+
+    # -- I/O --------------------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        try:
+            with self._send_lock:
+                self.sock.sendall(data)
+                self._last_send = time.monotonic()
+        except OSError as exc:
+            raise _Stop(EXIT_LOST, f"sending to the master failed: {exc.strerror or exc}") from None
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.heartbeat_s
+        while not self._hb_stop.wait(interval / 2):
+            if time.monotonic() - self._last_send >= interval * 0.9:
+                try:
+                    with self._send_lock:
+                        self.sock.sendall(_HEARTBEAT)
+                        self._last_send = time.monotonic()
+                except OSError:
+                    return
+
+    def _recv_nowait(self) -> None:
+        """Take whatever the socket holds without blocking."""
+        try:
+            data = self.sock.recv(_RECV_BYTES, _MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            raise _Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
+        if not data:
+            raise _Stop(EXIT_LOST, "the master closed the connection")
+        self._on_messages(self.reader.feed(data))
+
+    def _wait(self) -> None:
+        """Block until the master sends something or a signal arrives."""
+        readable, _, _ = select.select([self.sock, self._wake_r], [], [])
+        if self._wake_r in readable:
+            try:
+                while os.read(self._wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        if self.sock in readable:
+            self._recv_nowait()
+
+    def _on_messages(self, msgs: List[list]) -> None:
+        now = _perf_ns()
+        queue = self.queue
+        codes = self.codes
+        for msg in msgs:
+            kind = msg[0]
+            if kind == P.ASSIGN:
+                tasks = msg[1]
+                self.outstanding = max(0, self.outstanding - len(tasks))
+                for t in tasks:  # [task, attempt, fn_hash, fn_code|nil, args]
+                    if t[3] is not None:
+                        codes[t[2]] = t[3]
+                    t[3] = now  # reuse the slot: receipt time
+                    queue.append(t)
+            elif kind == P.ERROR:
+                code, message = msg[1], msg[2]
+                if code in P.NON_FATAL_ERRORS:
+                    _log(f"master reported {code}: {message}")
+                else:
+                    raise _Stop(EXIT_LOST, f"the master reported {code}: {message}")
+            else:
+                raise _Stop(EXIT_LOST, f"unexpected message kind {kind} from the master")
+
+    # -- running tasks ----------------------------------------------------------------------
+
+    def _function(self, fn_hash: bytes) -> Any:
+        fn = self.functions.get(fn_hash)
+        if fn is not None:
+            return fn
+        code = self.codes.pop(fn_hash, None)
+        try:
+            if code is None:
+                raise LookupError(
+                    f"the master sent no code for function {fn_hash.hex()[:16]}; "
+                    "this is a bug in the master"
+                )
+            fn = _loads(code)
+        except BaseException as exc:
+            fn = _LoadFailure(_load_error_report(exc, "the task's function", self.name))
+        self.functions[fn_hash] = fn
+        return fn
+
+    def _run(self, t: list) -> None:
+        # t = [task, attempt, fn_hash, received_ns, args]
+        fn = self._function(t[2])
+        t_begin = _perf_ns()  # after the one-time code load, which is no guide to the next task
+        status = P.STATUS_OK
+        if type(fn) is _LoadFailure:
+            t_start = t_end = _perf_ns()
+            status = P.STATUS_ERROR
+            data = fn.report
+        else:
+            try:
+                args, kwargs = _loads(t[4])
+            except BaseException as exc:
+                t_start = t_end = _perf_ns()
+                status = P.STATUS_ERROR
+                data = _load_error_report(exc, "the task's arguments", self.name)
+            else:
+                t_start = _perf_ns()
+                try:
+                    value = fn(*args, **kwargs) if kwargs else fn(*args)
+                except BaseException as exc:
+                    t_end = _perf_ns()
+                    status = P.STATUS_ERROR
+                    data = self._error(exc)
+                else:
+                    t_end = _perf_ns()
+                    try:
+                        data = _dumps(value, 5)
+                    except Exception:
+                        data = self._result_fallback(value)
+                        if type(data) is not bytes:
+                            status = P.STATUS_ERROR
+                            data = self._error(data)
+        t_done = _perf_ns()
+        self.pending.append(
+            [t[0], t[1], status, data, (t_end - t_start) // 1000, (t_start - t[3]) // 1000, t_end]
+        )
+        sample = t_done - t_begin
+        ema = self.ema_ns
+        self.ema_ns = ema = sample if ema is None else ema + _EMA_ALPHA * (sample - ema)
+        self.prefetch = min(self.max_prefetch, max(1, int(PREFETCH_TARGET_NS / (ema + 1))))
+
+    @staticmethod
+    def _error(exc: BaseException) -> bytes:
+        from ._serialize import dumps_error
+
+        return dumps_error(exc)
+
+    @staticmethod
+    def _result_fallback(value: Any) -> Any:
+        from ._serialize import dumps_result
+
+        try:
+            return dumps_result(value)
+        except Exception as exc:
+            return exc
+
+    def _flush(self) -> None:
+        """Send the pending results and top the credits up, in one write."""
+        out = b""
+        pending = self.pending
+        if pending:
+            now = _perf_ns()
+            for r in pending:
+                r[6] = (now - r[6]) // 1000
+            out = P.encode(P.RESULT, pending)
+            pending.clear()
+        credits = 1 + self.prefetch - len(self.queue) - self.outstanding
+        if credits > 0:
+            out += P.encode(P.PULL, credits)
+            self.outstanding += credits
+        if out:
+            self._send(out)
+
+    def _should_flush(self) -> bool:
+        pending = self.pending
+        if not pending:
+            return False
+        if len(pending) >= FLUSH_AFTER_RESULTS:
+            return True
+        # Flush now if the oldest result would otherwise wait past the deadline during the
+        # next task.
+        return _perf_ns() - pending[0][6] + (self.ema_ns or 0) >= FLUSH_AFTER_NS
+
+    def serve(self) -> int:
+        """Pull and run tasks until a signal or the connection ends; return the exit code."""
+        hb = threading.Thread(target=self._heartbeat_loop, name="rtpool-heartbeat", daemon=True)
+        hb.start()
+        try:
+            if self._early:
+                self._on_messages(self._early)
+            self._flush()
+            queue = self.queue
+            while not self.stopping:
+                if not queue:
+                    if self.pending:
+                        self._flush()
+                    self._wait()
+                    continue
+                self._recv_nowait()
+                self._run(queue.popleft())
+                if not queue or self._should_flush():
+                    self._flush()
+            return self._drain()
+        except _Stop as stop:
+            _log(f"{stop}; exiting (master {self.address})")
+            return stop.code
+        finally:
+            self._hb_stop.set()
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def _drain(self) -> int:
+        """Graceful shutdown: DRAIN, pending results, RETURN of unstarted tasks, close."""
+        self._hb_stop.set()
+        try:
+            self._recv_nowait()
+        except _Stop:
+            return EXIT_OK
+        out = P.encode(P.DRAIN)
+        pending = self.pending
+        if pending:
+            now = _perf_ns()
+            for r in pending:
+                r[6] = (now - r[6]) // 1000
+            out += P.encode(P.RESULT, pending)
+            pending.clear()
+        if self.queue:
+            out += P.encode(P.RETURN, [[t[0], t[1]] for t in self.queue])
+            self.queue.clear()
+        try:
+            self._send(out)
+            # Half-close and wait for the master to close: closing with unread data would
+            # reset the connection, and the master could miss the frames above.
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.settimeout(2.0)
+            while self.sock.recv(_RECV_BYTES):
+                pass
+        except (_Stop, OSError):
+            pass
+        return EXIT_OK
+
+
+def run_child(args: argparse.Namespace, token: str, name: str) -> int:
+    """Body of one child process: connect, serve, return the exit code."""
+    try:
+        conn = WorkerConnection(args.master, token, name, args.prefetch)
+    except RtpoolError as exc:
+        _log(str(exc))
+        return EXIT_CONFIG
+    except ValueError as exc:
+        _log(str(exc))
+        return EXIT_CONFIG
+    conn.install_signal_handlers()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    return conn.serve()
+
+
+class _Supervisor:
+    """The parent: forks the children, forwards signals, restarts crashed children."""
+
+    def __init__(self, args: argparse.Namespace, token: str) -> None:
+        self.args = args
+        self.token = token
+        self.children: Dict[int, int] = {}  # pid -> slot
+        self.restarts: Dict[int, List[float]] = {}
+        self.stopping = False
+        self.exit_code = EXIT_OK
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def _spawn(self, slot: int) -> None:
+        mask = {signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, mask)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                self._child(slot)  # never returns
+            self.children[pid] = slot
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, mask)
+
+    def _child(self, slot: int) -> None:
+        code = 1
+        try:
+            # Signals stay blocked until the child's own handlers are in place.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            parent = os.getppid()
+            set_parent_death_signal(signal.SIGTERM)
+            if os.getppid() != parent:
+                os._exit(EXIT_OK)
+            name = self.args.name or default_name()
+            if self.args.name and self.args.procs > 1:
+                name = f"{name}-{slot}"
+            code = run_child(self.args, self.token, name)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+
+    def _may_restart(self, slot: int) -> float | None:
+        now = time.monotonic()
+        recent = [t for t in self.restarts.get(slot, []) if now - t < _RESTART_WINDOW_S]
+        if len(recent) >= _RESTART_MAX:
+            return None
+        recent.append(now)
+        self.restarts[slot] = recent
+        return min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (len(recent) - 1))
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < end:
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        for slot in range(self.args.procs):
+            self._spawn(slot)
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            slot = self.children.pop(pid, None)
+            if slot is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            if self.stopping or code == EXIT_OK:
+                continue
+            if code in (EXIT_CONFIG, EXIT_LOST):
+                self.exit_code = max(self.exit_code, code)
+                continue
+            delay = self._may_restart(slot)
+            if delay is None:
+                _log(
+                    f"child {pid} died ({_describe(code)}) {_RESTART_MAX} times within "
+                    f"{_RESTART_WINDOW_S:g} s; not restarting it"
+                )
+                self.exit_code = max(self.exit_code, 1)
+                continue
+            _log(f"child {pid} died ({_describe(code)}); restarting it in {delay:g} s")
+            self._sleep(delay)
+            if not self.stopping:
+                self._spawn(slot)
+        return self.exit_code
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``rtpool worker`` options to a parser."""
+    parser.add_argument("--master", required=True, metavar="HOST:PORT", help="master address")
+    parser.add_argument(
+        "--token", default=None, help="worker token (default: $RTPOOL_WORKER_TOKEN)"
+    )
+    parser.add_argument(
+        "--procs", type=int, default=1, metavar="N", help="worker processes (default: 1)"
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        default=DEFAULT_PREFETCH,
+        metavar="MAX",
+        help=f"most tasks a process queues ahead; adaptive below that (default: "
+        f"{DEFAULT_PREFETCH})",
+    )
+    parser.add_argument("--name", default=None, help="name in the master's log (hostname:pid)")
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="exit when process PID exits (used by LocalCluster)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``rtpool worker`` with parsed arguments; return the exit code."""
+    token = args.token or os.environ.get("RTPOOL_WORKER_TOKEN")
+    if not token:
+        _log(
+            "no worker token: pass --token or set RTPOOL_WORKER_TOKEN (the master keeps it in "
+            "its data dir as worker.token)"
+        )
+        return EXIT_CONFIG
+    if args.procs < 1:
+        _log("--procs must be at least 1")
+        return EXIT_CONFIG
+    if args.parent_pid is not None:
+        set_parent_death_signal(signal.SIGTERM)
+        if os.getppid() != args.parent_pid:
+            return EXIT_OK
+    return _Supervisor(args, token).run()
+
+
+def main(argv: List[str] | None = None) -> int:
+    """Entry point of ``rtpool worker`` (also ``python -m rtpool.worker``)."""
+    parser = argparse.ArgumentParser(prog="rtpool worker", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Fixtures: a master subprocess, worker subprocesses against it, and a LocalCluster.
+
+Processes are started with their output in ``tmp_path`` and stopped by PID (each worker leads
+its own process group, so its forked children are stopped with it).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, List
+
+import pytest
+
+from helpers import stop_process, worker_env
+
+
+@dataclass
+class MasterProcess:
+    """A running ``rtpool master`` subprocess."""
+
+    proc: subprocess.Popen
+    address: str
+    client_token: str
+    worker_token: str
+    data_dir: Path
+    log: Path
+
+    @property
+    def host_port(self):
+        host, _, port = self.address.rpartition(":")
+        return host, int(port)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _read_listening_line(proc: subprocess.Popen, log: Path, timeout: float) -> str:
+    # Raw reads of the pipe: a buffered readline() could hold the line select() waits for.
+    fd = proc.stdout.fileno()
+    end = time.monotonic() + timeout
+    out = b""
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        out += chunk
+        for line in out.decode(errors="replace").splitlines():
+            if line.startswith("listening on "):
+                return line.split()[-1]
+    stop_process(proc)
+    raise RuntimeError(
+        f"master did not print 'listening on' within {timeout} s; stdout: {out!r}; "
+        f"log: {log.read_text(errors='replace')[-2000:]!r}"
+    )
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[MasterProcess]:
+    """An ``rtpool master`` subprocess on an ephemeral port with its data dir in tmp_path."""
+    data_dir = tmp_path / "data"
+    log = tmp_path / "master.log"
+    cmd = [sys.executable, "-m", "rtpool", "master", "--listen", "127.0.0.1:0"]
+    cmd += ["--data-dir", str(data_dir), "--log-level", "debug"]
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
+        )
+    try:
+        address = _read_listening_line(proc, log, timeout=30.0)
+        m = MasterProcess(
+            proc=proc,
+            address=address,
+            client_token=(data_dir / "client.token").read_text().strip(),
+            worker_token=(data_dir / "worker.token").read_text().strip(),
+            data_dir=data_dir,
+            log=log,
+        )
+        yield m
+    finally:
+        stop_process(proc)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@dataclass
+class Workers:
+    """Factory of ``rtpool worker`` subprocesses against the ``master`` fixture."""
+
+    master: MasterProcess
+    tmp_path: Path
+    procs: List[subprocess.Popen] = field(default_factory=list)
+
+    def start(self, procs: int = 1, *extra: str, token: str = "") -> subprocess.Popen:
+        n = len(self.procs)
+        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", self.master.address]
+        cmd += ["--procs", str(procs), "--name", f"test-worker-{n}", *extra]
+        with open(self.tmp_path / f"worker-{n}.log", "wb") as log:
+            proc = subprocess.Popen(
+                cmd,
+                env=worker_env(token or self.master.worker_token),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def log_text(self, index: int) -> str:
+        return (self.tmp_path / f"worker-{index}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            stop_process(proc, group=True)
+
+
+@pytest.fixture
+def workers(master: MasterProcess, tmp_path: Path) -> Iterator[Workers]:
+    """Start worker subprocesses with ``workers.start(procs=1)``; all are stopped by PID."""
+    factory = Workers(master, tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+
+
+@pytest.fixture
+def client_factory(master: MasterProcess) -> Iterator[Callable[..., object]]:
+    """Connect Clients to the ``master`` fixture; all are closed at the end."""
+    import rtpool
+
+    clients = []
+
+    def make(**kwargs):
+        client = rtpool.Client(master.address, master.client_token, **kwargs)
+        clients.append(client)
+        return client
+
+    try:
+        yield make
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[object]:
+    """A LocalCluster with 2 workers."""
+    import rtpool
+
+    with rtpool.LocalCluster(workers=2) as c:
+        yield c
+
+
+@pytest.fixture
+def cluster_client(cluster):
+    """A Client of the ``cluster`` fixture."""
+    return cluster.client()
+
+
+def pytest_configure(config) -> None:
+    # Workers import task functions from this directory as the module ``tasks``.
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)

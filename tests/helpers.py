@@ -1,0 +1,56 @@
+"""Test helpers: waiting on conditions, processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Callable
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def wait_until(pred: Callable[[], object], timeout: float = 5.0, interval: float = 0.005) -> object:
+    """Poll ``pred`` until it returns something truthy; fail the test after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() >= end:
+            raise AssertionError(f"condition not met within {timeout} s: {pred}")
+        time.sleep(interval)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0, group: bool = False) -> int | None:
+    """SIGTERM a process (or its process group), wait, SIGKILL if it does not exit."""
+    if proc.poll() is None:
+        try:
+            if group:
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:
+                proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    if group:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout)
+    return proc.returncode
+
+
+def worker_env(token: str) -> dict:
+    """Environment of a worker subprocess: the token, and this directory on PYTHONPATH."""
+    env = dict(os.environ)
+    env["RTPOOL_WORKER_TOKEN"] = token
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, env.get("PYTHONPATH")) if p)
+    return env

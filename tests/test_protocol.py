@@ -1,0 +1,115 @@
+"""Unit tests of the frame codec (no master needed)."""
+
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+
+from rtpool import _protocol as P
+from rtpool.errors import ProtocolError
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def test_encode_is_length_prefixed_msgpack_array():
+    data = P.encode(P.PULL, 5)
+    assert data == b"\x00\x00\x00\x03" + bytes([0x92, 20, 5])
+
+
+def test_encode_bytes_as_bin_and_str_as_str():
+    data = P.encode(P.HELLO, 1, "client", "tok", "name", 0)
+    assert msgpack.unpackb(data[4:], raw=True) == [1, 1, b"client", b"tok", b"name", 0]
+    body = P.encode(P.RESULT, [[1, 1, 0, b"\x80", 0, 0, 0]])[4:]
+    assert b"\xc4\x01\x80" in body  # bin8 of one byte
+
+
+def test_submit_opts_only_non_default_keys():
+    with_default = P.encode(P.SUBMIT, 1, b"h" * 32, b"code", {"priority": 0}, [b"a"])
+    without = P.encode(P.SUBMIT, 1, b"h" * 32, b"code", {}, [b"a"])
+    assert with_default == without
+    assert P.decode(without)[4] == {}
+    assert P.decode(P.encode(P.SUBMIT, 1, b"h" * 32, b"c", {"priority": -3}, [b"a"]))[4] == {
+        "priority": -3
+    }
+
+
+def test_reader_one_byte_at_a_time():
+    stream = P.encode(P.ACCEPTED, 7, 9) + P.encode(P.HEARTBEAT) + P.encode(P.PULL, 3)
+    reader = P.FrameReader()
+    msgs = []
+    for i in range(len(stream)):
+        msgs += reader.feed(stream[i : i + 1])
+    assert msgs == [[P.ACCEPTED, 7, 9], [P.HEARTBEAT], [P.PULL, 3]]
+    assert reader.buffered == 0
+
+
+def test_reader_many_frames_in_one_chunk_and_a_partial_one():
+    stream = b"".join(P.encode(P.PULL, i) for i in range(100))
+    tail = P.encode(P.PULL, 100)
+    reader = P.FrameReader()
+    assert reader.feed(stream + tail[:3]) == [[P.PULL, i] for i in range(100)]
+    assert reader.buffered == 3
+    assert reader.feed(tail[3:]) == [[P.PULL, 100]]
+
+
+def test_reader_large_frame_in_pieces():
+    payload = bytes(range(256)) * 8192  # 2 MiB
+    data = P.encode(P.ASSIGN, [[1, 1, b"h" * 32, None, payload]]) + P.encode(P.PULL, 1)
+    reader = P.FrameReader(P.DEFAULT_MAX_FRAME)
+    msgs = []
+    for i in range(0, len(data), 65536 - 7):
+        msgs += reader.feed(data[i : i + 65536 - 7])
+    assert len(msgs) == 2
+    assert msgs[0][1][0][4] == payload
+    assert msgs[0][1][0][3] is None
+    assert msgs[1] == [P.PULL, 1]
+
+
+def test_reader_rejects_zero_length():
+    with pytest.raises(ProtocolError, match="length prefix 0"):
+        P.FrameReader().feed(b"\x00\x00\x00\x00")
+
+
+def test_reader_rejects_oversized_prefix_before_the_body():
+    reader = P.FrameReader(P.PRE_AUTH_MAX_FRAME)
+    with pytest.raises(ProtocolError, match="above the limit of 8192"):
+        reader.feed(struct.pack(">I", P.PRE_AUTH_MAX_FRAME + 1))
+
+
+def test_reader_accepts_exactly_the_limit():
+    body = msgpack.packb([P.PULL, 1]) + b""
+    reader = P.FrameReader(len(body))
+    assert reader.feed(frame(body)) == [[P.PULL, 1]]
+    reader.max_frame = len(body) - 1
+    with pytest.raises(ProtocolError):
+        reader.feed(frame(body))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xc1",  # never used in msgpack
+        msgpack.packb({"a": 1}),  # not an array
+        msgpack.packb([]),  # no kind
+        msgpack.packb(["x", 1]),  # kind not an int
+        msgpack.packb([1]) + b"\x01",  # trailing bytes after the array
+    ],
+)
+def test_reader_rejects_malformed_bodies(body):
+    with pytest.raises(ProtocolError, match="malformed"):
+        P.FrameReader().feed(frame(body))
+
+
+def test_decode_rejects_trailing_bytes():
+    with pytest.raises(ProtocolError, match="exactly one frame"):
+        P.decode(P.encode(P.PULL, 1) + b"\x00")
+
+
+def test_results_decode_to_lists_of_lists():
+    results = [[i, 0, b"x", 1, 2, 3, 4, 5] for i in range(64)]
+    (msg,) = P.FrameReader(P.DEFAULT_MAX_FRAME).feed(P.encode(P.RESULTS, 9, results))
+    assert msg == [P.RESULTS, 9, results]

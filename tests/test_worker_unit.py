@@ -1,0 +1,197 @@
+"""The worker's pull loop against a scripted fake master (no Rust side needed)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+
+import pytest
+
+import tasks
+from fakemaster import FakeMaster
+from helpers import wait_until
+from rtpool import _protocol as P
+from rtpool import _serialize as S
+from rtpool.worker import EXIT_LOST, EXIT_OK, WorkerConnection
+
+HASH = b"\x01" * 32
+CODE = S.serialize_function(tasks.square)[1]
+
+
+class Running:
+    """A WorkerConnection serving in a thread, and the master's side of its connection."""
+
+    def __init__(self, fake: FakeMaster, **kwargs) -> None:
+        self.conn = WorkerConnection(fake.address, "tok", "unit-worker", **kwargs)
+        self.code = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        self.master = fake.accept()
+
+    def _serve(self) -> None:
+        self.code = self.conn.serve()
+
+    def stop(self) -> None:
+        # What the SIGTERM handler does: set the flag, wake the select().
+        self.conn.stopping = True
+        os.write(self.conn._wake_w, b"\0")
+
+    def join(self) -> int:
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+        return self.code
+
+
+@pytest.fixture
+def fake():
+    with FakeMaster() as m:
+        yield m
+
+
+def assignment(task, fn_code=CODE, args=((3,), None), fn_hash=HASH, attempt=1):
+    return [task, attempt, fn_hash, fn_code, pickle.dumps(args, 5)]
+
+
+def test_hello_then_pull_then_result(fake):
+    w = Running(fake)
+    assert w.master.hello == [P.HELLO, 1, "worker", "tok", "unit-worker", 1]
+    assert w.master.recv_kind(P.PULL) == [P.PULL, 2]  # 1 slot + prefetch 1 until it learns
+    w.master.send(P.ASSIGN, [assignment(10)])
+    result = w.master.recv_kind(P.RESULT)
+    ((task, attempt, status, data, exec_us, wait_us, flush_us),) = result[1]
+    assert (task, attempt, status, pickle.loads(data)) == (10, 1, P.STATUS_OK, 9)
+    assert min(exec_us, wait_us, flush_us) >= 0
+    # A fast task makes the prefetch deeper at once (2 ms of work, at most 64).
+    credits = w.master.recv_kind(P.PULL)[1]
+    assert 2 <= credits <= 64
+    # The code is cached: later assignments carry no code.
+    w.master.send(P.ASSIGN, [assignment(11, fn_code=None, args=((4,), None))])
+    assert pickle.loads(w.master.recv_kind(P.RESULT)[1][0][3]) == 16
+    w.stop()
+    assert w.master.recv_kind(P.DRAIN, skip=(P.PULL, P.HEARTBEAT)) == [P.DRAIN]
+    assert w.master.recv(5) is None  # half-closed by the worker
+    w.master.close()
+    assert w.join() == EXIT_OK
+
+
+def test_kwargs_reach_the_function(fake):
+    w = Running(fake)
+    w.master.recv_kind(P.PULL)
+    echo = S.serialize_function(tasks.echo)[1]
+    w.master.send(P.ASSIGN, [assignment(1, echo, ((1,), {"priority": 2}))])
+    assert pickle.loads(w.master.recv_kind(P.RESULT)[1][0][3]) == ((1,), {"priority": 2})
+    w.master.close()
+    assert w.join() == EXIT_LOST
+
+
+def test_task_exception_is_reported(fake):
+    w = Running(fake)
+    w.master.recv_kind(P.PULL)
+    fail = S.serialize_function(tasks.fail)[1]
+    w.master.send(P.ASSIGN, [assignment(1, fail, (("boom",), None))])
+    (r,) = w.master.recv_kind(P.RESULT)[1]
+    assert r[2] == P.STATUS_ERROR
+    exc = S.error_from_report(r[3])
+    assert type(exc) is tasks.TaskError and str(exc) == "boom"
+    assert "in fail" in exc.__cause__.tb
+    w.master.close()
+    w.join()
+
+
+def test_unpicklable_result_is_an_error(fake):
+    w = Running(fake)
+    w.master.recv_kind(P.PULL)
+    fn = S.serialize_function(tasks.return_generator)[1]
+    w.master.send(P.ASSIGN, [assignment(1, fn, ((), None))])
+    (r,) = w.master.recv_kind(P.RESULT)[1]
+    assert r[2] == P.STATUS_ERROR
+    assert "cannot pickle the task's return value" in str(S.error_from_report(r[3]))
+    w.master.close()
+    w.join()
+
+
+def test_missing_module_is_named(fake):
+    w = Running(fake)
+    w.master.recv_kind(P.PULL)
+    code = b"\x80\x05\x95\x00\x00\x00\x00\x00\x00\x00\x00\x8c\x0eno_such_mod_xy\x8c\x02fn\x93."
+    w.master.send(P.ASSIGN, [assignment(1, code), assignment(2, None)])
+    results = w.master.recv_kind(P.RESULT)[1]
+    while len(results) < 2:
+        results += w.master.recv_kind(P.RESULT)[1]
+    for r in results:
+        assert r[2] == P.STATUS_ERROR
+        exc = S.error_from_report(r[3])
+        assert type(exc) is ModuleNotFoundError
+        assert exc.name == "no_such_mod_xy"
+        assert "install module 'no_such_mod_xy' on the worker" in str(exc)
+        assert "unit-worker" in str(exc)
+    w.master.close()
+    w.join()
+
+
+def test_results_are_batched_and_each_sent_once(fake):
+    w = Running(fake)
+    w.master.recv_kind(P.PULL)
+    noop = S.serialize_function(tasks.noop)[1]
+    w.master.send(P.ASSIGN, [assignment(0, noop, ((), None))])
+    w.master.recv_kind(P.RESULT)
+    credits = w.master.recv_kind(P.PULL)[1] + 1  # one credit was left over
+    w.master.send(P.ASSIGN, [assignment(i, None, ((), None)) for i in range(1, credits + 1)])
+    frames = []
+    seen = []
+    while len(seen) < credits:
+        msg = w.master.recv()
+        if msg[0] == P.RESULT:
+            frames.append(msg)
+            seen += [r[0] for r in msg[1]]
+    assert sorted(seen) == list(range(1, credits + 1))
+    assert len(frames) < credits  # several results per frame
+    assert max(len(f[1]) for f in frames) <= 64
+    w.master.close()
+    w.join()
+
+
+def test_graceful_drain_returns_unstarted_tasks(fake, tmp_path):
+    log = tmp_path / "started"
+    w = Running(fake)
+    assert w.master.recv_kind(P.PULL) == [P.PULL, 2]
+    fn = S.serialize_function(tasks.logged)[1]
+    w.master.send(
+        P.ASSIGN,
+        [
+            assignment(1, fn, ((1, str(log), 0.3), None), attempt=1),
+            assignment(2, None, ((2, str(log), 0.3), None), attempt=3),
+        ],
+    )
+    wait_until(lambda: log.exists() and log.read_text() == "1\n")
+    w.stop()
+    msgs = []
+    while (msg := w.master.recv(5)) is not None:
+        msgs.append(msg)
+    w.master.close()
+    assert w.join() == EXIT_OK
+    kinds = [m[0] for m in msgs if m[0] not in (P.PULL, P.HEARTBEAT)]
+    # Task 1's result may go out before DRAIN (a slow task's result is not held back) or
+    # right after it; RETURN of the unstarted task 2 comes last.
+    assert kinds in ([P.RESULT, P.DRAIN, P.RETURN], [P.DRAIN, P.RESULT, P.RETURN])
+    (r,) = next(m for m in msgs if m[0] == P.RESULT)[1]
+    assert (r[0], r[2], pickle.loads(r[3])[0]) == (1, P.STATUS_OK, 1)
+    assert msgs[-1] == [P.RETURN, [[2, 3]]]
+    assert log.read_text() == "1\n"  # task 2 never started
+
+
+def test_heartbeat_when_idle():
+    with FakeMaster(heartbeat_ms=50) as fake:
+        w = Running(fake)
+        w.master.recv_kind(P.PULL)
+        assert w.master.recv_kind(P.HEARTBEAT, timeout=2) == [P.HEARTBEAT]
+        w.master.close()
+        assert w.join() == EXIT_LOST
+
+
+def test_fatal_error_from_master_ends_the_worker(fake):
+    w = Running(fake)
+    w.master.recv_kind(P.PULL)
+    w.master.send(P.ERROR, "shutdown", "master going down", 0)
+    assert w.join() == EXIT_LOST
