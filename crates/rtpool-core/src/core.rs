@@ -7,12 +7,15 @@
 //!
 //! Where a task is, and who points at it:
 //!
-//! | task state  | ready queue      | worker in-flight set | package counter |
-//! |-------------|------------------|----------------------|-----------------|
-//! | `Queued`    | one live entry   | none                 | `queued`        |
-//! | `Running`   | tombstones only  | its worker's         | `running`       |
-//! | `Cancelled` | tombstones only  | its worker's         | `cancelled`     |
-//! | freed       | tombstones only  | none                 | `done` or `cancelled` |
+//! | task state  | ready queue    | worker in-flight set | package counter        |
+//! |-------------|----------------|----------------------|------------------------|
+//! | `Queued`    | one live entry | none                 | `queued`               |
+//! | `Running`   | none           | its worker's         | `running`              |
+//! | `Cancelled` | none           | its worker's         | `cancelled`            |
+//! | freed       | maybe a tombstone (if cancelled while queued) | none | `done` or `cancelled` |
+//!
+//! A `Cancelled` task's package may already be freed: the client is done with it, and only the
+//! worker's answer (or loss) is awaited so the in-flight set stays exact.
 
 mod client_events;
 mod dispatch;

@@ -20,6 +20,22 @@ pub(crate) struct Package {
 }
 
 impl Package {
+    /// A package of `total` queued tasks; the caller fills in their ids.
+    pub(crate) fn new(client: ClientId, fn_hash: FnHash, opts: PackageOpts, total: u32) -> Self {
+        let counts = PackageCounts {
+            total,
+            queued: total,
+            ..PackageCounts::default()
+        };
+        Self {
+            client,
+            fn_hash,
+            opts,
+            counts,
+            tasks: Vec::new(),
+        }
+    }
+
     /// No task is queued or running any more.
     pub(crate) fn is_finished(&self) -> bool {
         self.counts.queued == 0 && self.counts.running == 0

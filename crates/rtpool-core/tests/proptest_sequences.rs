@@ -206,6 +206,14 @@ impl Model {
     /// delivered `(package, index)` in order, and the other actions.
     fn step(&mut self, event: Event) -> (Vec<(usize, u32)>, Vec<Action>) {
         let out = self.env.step(event);
+        self.observe(out)
+    }
+
+    /// Checks assignments and deliveries against the model, as [`Model::step`].
+    fn observe(
+        &mut self,
+        out: impl IntoIterator<Item = Action>,
+    ) -> (Vec<(usize, u32)>, Vec<Action>) {
         let mut delivered = Vec::new();
         let mut replies = Vec::new();
         let mut assigned_to = HashSet::new();
@@ -230,51 +238,57 @@ impl Model {
     }
 
     fn check_assign(&mut self, worker: WorkerId, tasks: &[AssignTask]) {
-        let w = self
-            .workers
-            .get_mut(&worker)
-            .unwrap_or_else(|| panic!("assign to unknown {worker}"));
+        let w = self.workers.get_mut(&worker);
+        let w = w.unwrap_or_else(|| panic!("assign to unknown {worker}"));
         assert!(!w.draining, "assign to draining {worker}");
+        let n = tasks.len() as u64;
         assert!(
-            tasks.len() as u64 <= w.avail,
-            "{worker} got {} tasks with {} credits",
-            tasks.len(),
+            n <= w.avail,
+            "{worker} got {n} tasks with {} credits",
             w.avail
         );
-        w.avail -= tasks.len() as u64;
+        w.avail -= n;
         for t in tasks {
-            let (p, index) = parse_args(&t.args);
-            assert_eq!(
-                self.packages[p].fates[index as usize],
-                Fate::Pending,
-                "assigned a finished task {p}:{index}"
-            );
-            assert!(
-                self.holder.insert(t.task, worker).is_none(),
-                "{} assigned while held",
-                t.task
-            );
-            let previous = self.tasks.get(&t.task).map_or(0, |&(pp, ii, a)| {
-                assert_eq!((pp, ii), (p, index), "task id {} changed identity", t.task);
-                a
-            });
-            assert_eq!(
-                t.attempt,
-                previous + 1,
-                "attempts of {} must count up by one",
-                t.task
-            );
-            self.tasks.insert(t.task, (p, index, t.attempt));
-            w.in_flight.push((t.task, t.attempt));
-            let function = self.packages[p].function;
-            assert_eq!(t.fn_hash, fn_hash(function));
-            let first = w.fn_seen.insert(t.fn_hash);
-            assert_eq!(
-                t.fn_code,
-                first.then(|| fn_code(function)),
-                "code cache of {worker}"
-            );
+            self.check_assigned_task(worker, t);
         }
+    }
+
+    /// One assigned task: pending, not held elsewhere, next attempt, code only the first time.
+    fn check_assigned_task(&mut self, worker: WorkerId, t: &AssignTask) {
+        let (p, index) = parse_args(&t.args);
+        let fate = self.packages[p].fates[index as usize];
+        assert_eq!(
+            fate,
+            Fate::Pending,
+            "assigned task {p}:{index}, which is {fate:?}"
+        );
+        let other = self.holder.insert(t.task, worker);
+        assert!(
+            other.is_none(),
+            "{} assigned while held by {other:?}",
+            t.task
+        );
+        let previous = self.tasks.get(&t.task).map_or(0, |&(pp, ii, a)| {
+            assert_eq!((pp, ii), (p, index), "task id {} changed identity", t.task);
+            a
+        });
+        assert_eq!(
+            t.attempt,
+            previous + 1,
+            "attempts of {} count up by one",
+            t.task
+        );
+        self.tasks.insert(t.task, (p, index, t.attempt));
+        let w = self.workers.get_mut(&worker).unwrap();
+        w.in_flight.push((t.task, t.attempt));
+        let function = self.packages[p].function;
+        assert_eq!(t.fn_hash, fn_hash(function));
+        let first = w.fn_seen.insert(t.fn_hash);
+        assert_eq!(
+            t.fn_code,
+            first.then(|| fn_code(function)),
+            "code cache of {worker}"
+        );
     }
 
     fn check_delivery(
@@ -313,17 +327,14 @@ impl Model {
             return;
         };
         let p = self.packages.len();
-        let tasks = (0..n as u32).map(|i| args(p, i)).collect();
-        let (fn_hash, fn_code) = (fn_hash(function), fn_code(function));
-        let opts = PackageOpts { priority };
         let req_id = p as u64;
         let out = self.env.step(Event::Submit {
             client,
             req_id,
-            fn_hash,
-            fn_code,
-            opts,
-            tasks,
+            fn_hash: fn_hash(function),
+            fn_code: fn_code(function),
+            opts: PackageOpts { priority },
+            tasks: (0..n as u32).map(|i| args(p, i)).collect(),
         });
         let Some(&Action::Accepted {
             client: c,
@@ -336,21 +347,17 @@ impl Model {
         assert_eq!((c, r), (client, req_id));
         assert!(
             self.packages.iter().all(|m| m.id != package),
-            "package id {package} reused"
+            "{package} reused"
         );
+        let fates = vec![Fate::Pending; n];
         self.packages.push(MPackage {
             id: package,
             client,
             function,
-            fates: vec![Fate::Pending; n],
+            fates,
         });
-        // Replay the rest through the checks (the submission itself is done).
-        for action in out.into_iter().skip(1) {
-            let Action::Assign { worker, tasks } = action else {
-                panic!("unexpected {action:?}")
-            };
-            self.check_assign(worker, &tasks);
-        }
+        let (delivered, replies) = self.observe(out.into_iter().skip(1));
+        assert!(delivered.is_empty() && replies.is_empty());
     }
 
     fn credit(&mut self, w: usize, n: u32) {

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use super::Core;
-use crate::event::{Action, PackageCounts, PackageOpts, RejectReason};
+use crate::event::{Action, PackageOpts, RejectReason};
 use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId};
 use crate::package::Package;
 use crate::task::{Task, TaskState};
@@ -43,40 +43,24 @@ impl Core {
     /// Creates the package and its tasks, answers `Accepted`, then dispatches. A submission from
     /// a client that never joined registers it, so its loss still frees its packages.
     pub(super) fn on_submit(&mut self, s: Submit, now: Instant, out: &mut Vec<Action>) {
-        let limit = self.config.max_tasks_per_package.min(u32::MAX as usize);
-        let total = match s.tasks.len() {
-            0 => Err(RejectReason::Empty),
-            n if n > limit => Err(RejectReason::TooManyTasks { tasks: n, limit }),
-            n => Ok(n as u32),
-        };
-        let total = match total {
+        let (client, req_id) = (s.client, s.req_id);
+        let total = match self.check_size(s.tasks.len()) {
             Ok(total) => total,
             Err(reason) => {
                 out.push(Action::Rejected {
-                    client: s.client,
-                    req_id: s.req_id,
+                    client,
+                    req_id,
                     reason,
                 });
                 return;
             }
         };
-        let counts = PackageCounts {
-            total,
-            queued: total,
-            ..PackageCounts::default()
-        };
         let priority = s.opts.priority;
-        let package = Package {
-            client: s.client,
-            fn_hash: s.fn_hash,
-            opts: s.opts,
-            counts,
-            tasks: Vec::new(),
-        };
+        let package = Package::new(client, s.fn_hash, s.opts, total);
         let package = PackageId(self.packages.insert(package));
         self.functions.acquire(s.fn_hash, s.fn_code);
         self.clients
-            .entry(s.client)
+            .entry(client)
             .or_default()
             .packages
             .insert(package);
@@ -86,11 +70,21 @@ impl Core {
             .expect("just inserted")
             .tasks = ids;
         out.push(Action::Accepted {
-            client: s.client,
-            req_id: s.req_id,
+            client,
+            req_id,
             package,
         });
         self.dispatch(now, out);
+    }
+
+    /// The task count of a package, if it is within 1..=limit (and so fits a `u32`).
+    fn check_size(&self, tasks: usize) -> Result<u32, RejectReason> {
+        let limit = self.config.max_tasks_per_package.min(u32::MAX as usize);
+        match tasks {
+            0 => Err(RejectReason::Empty),
+            n if n > limit => Err(RejectReason::TooManyTasks { tasks: n, limit }),
+            n => Ok(n as u32),
+        }
     }
 
     /// Inserts one queued task per payload and returns their ids in index order.

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::Core;
 use crate::ids::{FnHash, PackageId, TaskId, WorkerId};
+use crate::package::Package;
 use crate::task::{Task, TaskState};
 
 /// What the task walk counted, to compare with the counters kept elsewhere.
@@ -110,36 +111,31 @@ impl Core {
                 continue;
             };
             assert!(live.insert(id), "{id} is queued twice");
-            let package = &self
+            let expected = self
                 .packages
                 .get(task.package.0)
-                .expect("checked by check_tasks");
+                .expect("checked by check_tasks")
+                .opts
+                .priority;
             assert_eq!(
-                priority, package.opts.priority,
-                "{id} is queued at priority {priority}, its package has {}",
-                package.opts.priority
+                priority, expected,
+                "{id} is queued at priority {priority}, not {expected}"
             );
         }
+        let (counted, tombstones) = (self.queue.len(), self.queue.tombstones());
+        let found = live.len();
         assert_eq!(
-            live.len(),
-            queued_tasks,
-            "{} queued tasks but {} live queue entries",
-            queued_tasks,
-            live.len()
+            found, queued_tasks,
+            "{queued_tasks} queued tasks, {found} live queue entries"
         );
         assert_eq!(
-            self.queue.len(),
-            queued_tasks,
-            "queue counts {} live entries, {} tasks are queued",
-            self.queue.len(),
-            queued_tasks
+            counted, queued_tasks,
+            "queue counts {counted} live entries, not {queued_tasks}"
         );
-        let tombstones = entries - live.len();
+        let held = entries - found;
         assert_eq!(
-            self.queue.tombstones(),
-            tombstones,
-            "queue counts {} tombstones, holds {tombstones}",
-            self.queue.tombstones()
+            tombstones, held,
+            "queue counts {tombstones} tombstones but holds {held}"
         );
     }
 
@@ -192,42 +188,14 @@ impl Core {
         let mut fn_refs: HashMap<FnHash, u32> = HashMap::new();
         for (raw, p) in self.packages.iter() {
             let id = PackageId(raw);
-            let c = p.counts;
-            let (queued, running) = per_package.get(&id).copied().unwrap_or((0, 0));
-            assert_eq!(
-                (c.queued, c.running),
-                (queued, running),
-                "{id} counts (queued, running) = ({}, {}) but holds ({queued}, {running})",
-                c.queued,
-                c.running
-            );
-            let sum = u64::from(c.queued)
-                + u64::from(c.running)
-                + u64::from(c.done)
-                + u64::from(c.cancelled);
-            assert_eq!(
-                sum,
-                u64::from(c.total),
-                "{id} counters {c:?} do not add up to its total"
-            );
-            assert_eq!(
-                p.tasks.len(),
-                c.total as usize,
-                "{id} lists {} tasks, total is {}",
-                p.tasks.len(),
-                c.total
-            );
-            assert!(
-                !p.is_finished(),
-                "{id} has nothing queued or running but was not freed: {c:?}"
-            );
-            let owner = self
-                .clients
-                .get(&p.client)
-                .unwrap_or_else(|| panic!("{id} belongs to {}, which is not connected", p.client));
+            let held = per_package.get(&id).copied().unwrap_or((0, 0));
+            check_counts(id, p, held);
+            let owner = self.clients.get(&p.client);
+            let owner =
+                owner.unwrap_or_else(|| panic!("{id} belongs to {}, not connected", p.client));
             assert!(
                 owner.packages.contains(&id),
-                "{id} is not in its client {}'s package set",
+                "{id} is not in {}'s package set",
                 p.client
             );
             *fn_refs.entry(p.fn_hash).or_default() += 1;
@@ -236,13 +204,13 @@ impl Core {
             let refs = fn_refs.remove(hash).unwrap_or(0);
             assert_eq!(
                 f.refs, refs,
-                "function {hash:?} has refcount {} but {refs} packages use it",
+                "function {hash:?} has refcount {}, used by {refs}",
                 f.refs
             );
         }
         assert!(
             fn_refs.is_empty(),
-            "packages use functions that are not stored: {:?}",
+            "functions in use but not stored: {:?}",
             fn_refs.keys()
         );
     }
@@ -260,4 +228,34 @@ impl Core {
             }
         }
     }
+}
+
+/// A package's counters match the `(queued, running)` tasks it holds, add up to its total, and
+/// show it unfinished (a finished package must have been freed).
+fn check_counts(id: PackageId, p: &Package, held: (u32, u32)) {
+    let c = p.counts;
+    assert_eq!(
+        (c.queued, c.running),
+        held,
+        "{id} counts {c:?} but holds (queued, running) {held:?}"
+    );
+    let sum = [c.queued, c.running, c.done, c.cancelled]
+        .map(u64::from)
+        .iter()
+        .sum::<u64>();
+    assert_eq!(
+        sum,
+        u64::from(c.total),
+        "{id} counters {c:?} do not add up to its total"
+    );
+    let listed = p.tasks.len();
+    assert_eq!(
+        listed, c.total as usize,
+        "{id} lists {listed} tasks, total is {}",
+        c.total
+    );
+    assert!(
+        !p.is_finished(),
+        "{id} has nothing queued or running but was not freed: {c:?}"
+    );
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::Core;
 use crate::event::{Action, TaskOutcome, WorkerOutcome};
 use crate::ids::{ClientId, Instant, PackageId, TaskId, WorkerId};
-use crate::task::TaskState;
+use crate::task::{Task, TaskState};
 use crate::worker::Worker;
 
 /// Results of one event for one package, in completion order.
@@ -90,25 +90,7 @@ impl Core {
         r: WorkerOutcome,
         now: Instant,
     ) -> Option<(ClientId, PackageId, TaskOutcome)> {
-        if !self
-            .tasks
-            .get(r.task.0)
-            .is_some_and(|t| t.is_held_by(worker, r.attempt))
-        {
-            self.stale_results += 1;
-            return None;
-        }
-        let task = self.tasks.remove(r.task.0).expect("checked above");
-        self.workers
-            .get_mut(&worker)
-            .expect("holder is connected")
-            .in_flight
-            .remove(&r.task);
-        let TaskState::Running { assigned_at, .. } = task.state else {
-            self.cancelling -= 1;
-            return None;
-        };
-        self.running -= 1;
+        let (task, assigned_at) = self.take_answered(worker, &r)?;
         let package = self
             .packages
             .get_mut(task.package.0)
@@ -128,6 +110,33 @@ impl Core {
         };
         self.free_package_if_finished(task.package);
         Some((client, task.package, outcome))
+    }
+
+    /// Takes the task a result answers out of the worker and the table, with the time it was
+    /// assigned. `None` if the result is stale (counted: the task is not held by this worker at
+    /// this attempt) or the task was cancelled (freed without a result).
+    fn take_answered(&mut self, worker: WorkerId, r: &WorkerOutcome) -> Option<(Task, Instant)> {
+        if !self
+            .tasks
+            .get(r.task.0)
+            .is_some_and(|t| t.is_held_by(worker, r.attempt))
+        {
+            self.stale_results += 1;
+            return None;
+        }
+        let task = self.tasks.remove(r.task.0).expect("checked above");
+        let w = self.workers.get_mut(&worker).expect("holder is connected");
+        w.in_flight.remove(&r.task);
+        match task.state {
+            TaskState::Running { assigned_at, .. } => {
+                self.running -= 1;
+                Some((task, assigned_at))
+            }
+            _ => {
+                self.cancelling -= 1;
+                None
+            }
+        }
     }
 
     /// Puts the returned tasks that this worker holds (with that attempt) back at the front of
