@@ -31,8 +31,8 @@ def demo_tables(d):
     """Markdown for one demo result: makespans and measurement points."""
     n, bars = d["workers"], d["bars"]
     out = [
-        f"{d['tasks']} semiprimes, seed {d['seed']}, N = {n}; mean task "
-        f"{d['mean_task_ms']:.2f} ms (sequential run)\n",
+        f"{d['tasks']} semiprimes, seed {d['seed']}, N = {n}, best of {d['rounds']} rounds; "
+        f"mean task {d['mean_task_ms']:.2f} ms (best sequential run)\n",
         _table(
             ("run", "time", "speed-up vs sequential", "note"),
             [
@@ -49,12 +49,24 @@ def demo_tables(d):
                     f"{d['speedup']:.2f}x",
                     "all results verified" if d["results_verified"] else "WRONG RESULTS",
                 ),
+                (
+                    f"submit_many call ({d['tasks']} tasks)",
+                    fmt_us(d["submit_many_us"]),
+                    "",
+                    f"of which pickling {fmt_us(d['package_serialize_us'])}",
+                ),
                 ("efficiency (speed-up / N)", f"{d['efficiency']:.2f}", "", ""),
                 (
-                    "makespan / ceiling",
+                    "makespan / ceiling (same round, median of rounds)",
                     f"{d['makespan_over_ceiling']:.3f}",
                     "",
                     f"bar <= {bars['makespan_over_ceiling_max']}: {_ok(bars['makespan_ok'])}",
+                ),
+                (
+                    "makespan / ceiling (best / best, any rounds)",
+                    f"{d['makespan_over_ceiling_best']:.3f}",
+                    "",
+                    "not judged: may pair runs under different load",
                 ),
                 (
                     "LocalCluster() to first result",
@@ -62,6 +74,20 @@ def demo_tables(d):
                     "",
                     f"bar < {bars['start_to_first_result_max_s']} s: {_ok(bars['startup_ok'])}",
                 ),
+            ],
+        ),
+        "",
+        _table(
+            ("round", "sequential", "ceiling", "rtpool", "rtpool / ceiling"),
+            [
+                (
+                    i,
+                    f"{r['sequential_s']:.3f} s",
+                    f"{r['ceiling_s']:.3f} s",
+                    f"{r['rtpool_makespan_s']:.3f} s",
+                    f"{r['makespan_over_ceiling']:.3f}",
+                )
+                for i, r in enumerate(d["per_round"], 1)
             ],
         ),
         "",
@@ -77,7 +103,7 @@ def demo_tables(d):
         ("   same function in the client process", "local_exec_us"),
         ("4 result transfer* (incl. flush and client hops)", "result_transfer_us"),
         ("   flush (worker)", "flush_us"),
-        ("   client hops* (client->master + master->client)", "client_hops_us"),
+        ("   client side* (futures, encode, both client hops)", "client_hops_us"),
         ("5 deserialize (client)", "deserialize_us"),
         ("6 total await (client)", "total_us"),
         ("overhead* = total - queue - exec", "overhead_us"),

@@ -70,7 +70,7 @@ def test_floor_echoes_and_stops_its_child():
 
 
 def test_demo_json_has_every_field_and_correct_results():
-    out = run_json(["demo", "--tasks", "20", "--workers", "2", "--seed", "3"])
+    out = run_json(["demo", "--tasks", "20", "--workers", "2", "--seed", "3", "--rounds", "2"])
     for key in (
         "machine",
         "sequential_s",
@@ -80,6 +80,7 @@ def test_demo_json_has_every_field_and_correct_results():
         "speedup",
         "efficiency",
         "makespan_over_ceiling",
+        "makespan_over_ceiling_best",
         "mean_task_ms",
         "start_to_first_result_s",
         "shutdown_s",
@@ -90,6 +91,11 @@ def test_demo_json_has_every_field_and_correct_results():
     ):
         assert key in out, key
     assert out["workers"] == 2 and out["tasks"] == 20 and out["seed"] == 3
+    assert len(out["per_round"]) == 2
+    ratios = sorted(r["makespan_over_ceiling"] for r in out["per_round"])
+    assert out["makespan_over_ceiling"] == ratios[0]  # the lower median of two rounds
+    for key in ("sequential_s", "ceiling_s", "rtpool_makespan_s"):
+        assert out[key] == min(r[key] for r in out["per_round"]), key
     assert out["results_verified"] is True and out["mismatches"] == 0
     assert out["semiprimes"] == [p * q for p, q in semiprimes(20, seed=3)]
     for n, f in zip(out["semiprimes"], out["rtpool_factors"]):
@@ -98,6 +104,7 @@ def test_demo_json_has_every_field_and_correct_results():
         assert out[key] > 0, key
     assert out["speedup"] == pytest.approx(out["sequential_s"] / out["rtpool_makespan_s"], 0.01)
     assert out["missing_timing_keys"] == []
+    assert 0 < out["package_serialize_us"] <= out["submit_many_us"]
     for name in ("serialize_us", "queue_us", "exec_us", "total_us", "transfer_to_worker_us"):
         s = out["timings_us"][name]
         assert s["p50"] is not None and 0 <= s["p50"] <= s["p90"] <= s["max"], (name, s)

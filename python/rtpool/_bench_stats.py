@@ -114,6 +114,8 @@ def fmt_us(value: float | None) -> str:
     """Format microseconds for a table: ``850 us``, ``1.23 ms``, ``2.50 s``; ``-`` if unknown."""
     if value is None:
         return "-"
+    if value < 10:
+        return f"{value:.1f} us"
     if value < 1000:
         return f"{value:.0f} us"
     if value < 1_000_000:

@@ -16,7 +16,9 @@ One run measures, on the same tasks:
    to the last result, every result checked against the sequential run;
 4. start-up: a fresh ``LocalCluster`` from construction to the first result of a no-op task.
 
-and prints the makespans, speed-ups and the per-task measurement points (median and p90).
+Steps 1-3 are repeated ``--rounds`` times (default 3) and the best of each is reported, as the
+thesis did; the per-round figures are in the JSON. It prints the makespans, speed-ups and the
+per-task measurement points (median and p90) of the best rtpool round.
 
 ``smallest_factor`` lives here, in an importable module, so workers import it by reference.
 This module imports only the standard library at the top, so that import is cheap.
@@ -43,6 +45,7 @@ Q_MIN = 4 * P_MAX
 Q_MAX = 64 * P_MAX
 
 TARGET_TASK_MS = 10.0
+WARMUP_SEED = 0x5EED
 MAKESPAN_BAR = 1.05  # rtpool makespan / parallel ceiling
 STARTUP_BAR_S = 0.5  # LocalCluster() to the first result
 
@@ -159,14 +162,16 @@ def calibrate(target_ms: float = TARGET_TASK_MS, probes: int = 7) -> Dict[str, f
 # --- the three ways to run the tasks ---------------------------------------------------------
 
 
-def run_sequential(numbers: Sequence[int], progress=None) -> Tuple[float, List[int], List[float]]:
+def run_sequential(
+    numbers: Sequence[int], progress=None, label: str = "sequential"
+) -> Tuple[float, List[int], List[float]]:
     """Run every task here, one after another.
 
     Returns:
         ``(seconds, factors, per-task microseconds)``.
     """
     factors, per_task_us = [], []
-    task = progress.add_task("sequential", total=len(numbers)) if progress else None
+    task = progress.add_task(label, total=len(numbers)) if progress else None
     t0 = time.perf_counter()
     for n in numbers:
         t = time.perf_counter_ns()
@@ -222,32 +227,44 @@ def run_ceiling(numbers: Sequence[int], procs: int, timeout_s: float) -> Tuple[f
 
 
 def run_rtpool(
-    numbers: Sequence[int], workers: int, timeout_s: float, progress=None
-) -> Tuple[float, List[int], List[Dict[str, float]]]:
+    numbers: Sequence[int], workers: int, timeout_s: float, progress=None, label: str = "rtpool"
+) -> Dict[str, object]:
     """Run all tasks as one package on a ``LocalCluster(workers=workers)``.
 
     The cluster is started and its workers warmed up (each imports this module once) before
     the clock starts; the makespan runs from ``submit_many`` to the last result.
 
     Returns:
-        ``(makespan seconds, factors in input order, per-task timings dicts)``.
+        ``makespan_s``, ``submit_many_us`` (the call itself: pickling, futures, encoding,
+        sending), ``factors`` (input order) and ``timings`` (one dict per task).
     """
     import rtpool
 
     with rtpool.LocalCluster(workers=workers) as cluster:
         cluster.wait_for_workers(workers, timeout=30)
         with cluster.client() as client:
-            client.submit_many(smallest_factor, [91] * (2 * workers)).results()
-            task = progress.add_task("rtpool", total=len(numbers)) if progress else None
-            t0 = time.perf_counter()
+            # Warm up with tasks like the real ones: each worker imports this module, and its
+            # adaptive prefetch (an EMA of task time) starts from ~10 ms tasks. Sub-ms warm-up
+            # tasks would leave it at its maximum, so that the first ~65 real tasks went to
+            # each worker at once.
+            warm = [p * q for p, q in semiprimes(2 * workers, WARMUP_SEED)]
+            client.submit_many(smallest_factor, warm).results(timeout=30)
+            task = progress.add_task(label, total=len(numbers)) if progress else None
+            t0 = time.perf_counter_ns()
             pkg = client.submit_many(smallest_factor, numbers)
+            t_submitted = time.perf_counter_ns()
             for _ in pkg.as_completed(timeout=timeout_s):
                 if progress:
                     progress.advance(task)
-            makespan = time.perf_counter() - t0
+            makespan_ns = time.perf_counter_ns() - t0
             factors = [f.result() for f in pkg.futures]
             timings = [dict(getattr(f, "timings", None) or {}) for f in pkg.futures]
-    return makespan, factors, timings
+    return {
+        "makespan_s": makespan_ns / 1e9,
+        "submit_many_us": (t_submitted - t0) / 1000,
+        "factors": factors,
+        "timings": timings,
+    }
 
 
 def run_startup(workers: int, timeout_s: float = 30.0) -> Dict[str, float]:
@@ -273,18 +290,27 @@ def run_startup(workers: int, timeout_s: float = 30.0) -> Dict[str, float]:
 # --- measurement points ----------------------------------------------------------------------
 
 
-def derive_points(timings: Sequence[Dict[str, float]]) -> Dict[str, List[float]]:
+def derive_points(
+    timings: Sequence[Dict[str, float]], package_tasks: int = 1
+) -> Dict[str, List[float]]:
     """Per-task measurement points: the SDK's keys plus the derived transfer times.
 
     The master only sees when it sent an assignment and when the result arrived (worker_us);
     the worker knows how long it waited, ran and held the result (wait_us, exec_us, flush_us).
-    What is left of worker_us is the two master<->worker hops, split evenly:
+    What is left of worker_us is the two master<->worker hops, split evenly. The client's
+    serialize_us is each task's share of its package's pickling, and total_us starts before the
+    whole package is pickled, so the package's pickling is ``serialize_us * package_tasks``.
 
     * transfer_to_worker = (worker - exec - wait - flush) / 2 + wait
-    * client_hops = total - serialize - queue - worker - deserialize: client->master and
-      master->client together (the SDK does not time them apart)
+    * client_hops = total - serialize * package_tasks - queue - worker - deserialize: what the
+      client's own figures leave over: building the futures, encoding and sending the SUBMIT
+      frame, client->master, master->client, and handing the result to its future
     * result_transfer = (worker - exec - wait - flush) / 2 + flush + client_hops
     * overhead = total - queue - exec: what running the task remotely added, queueing aside
+
+    Args:
+        timings: One ``Future.timings`` dict per task (missing keys are skipped).
+        package_tasks: Tasks in the package these tasks were submitted in.
     """
     points: Dict[str, List[float]] = {k: [] for k in TIMING_KEYS}
     for extra in ("transfer_to_worker_us", "client_hops_us", "result_transfer_us", "overhead_us"):
@@ -299,7 +325,7 @@ def derive_points(timings: Sequence[Dict[str, float]]) -> Dict[str, List[float]]
         client_hops = max(
             0.0,
             t["total_us"]
-            - t["serialize_us"]
+            - t["serialize_us"] * package_tasks
             - t["queue_us"]
             - t["worker_us"]
             - t["deserialize_us"],
@@ -314,65 +340,97 @@ def derive_points(timings: Sequence[Dict[str, float]]) -> Dict[str, List[float]]
 # --- the run ---------------------------------------------------------------------------------
 
 
-def run_demo(workers: int, tasks: int, seed: int, console=None) -> Dict[str, object]:
+def run_demo(
+    workers: int, tasks: int, seed: int, rounds: int = 3, console=None
+) -> Dict[str, object]:
     """Run the whole demo and return every figure as a JSON-ready dict.
+
+    Each round runs sequential, ceiling and rtpool once, in that order (rtpool on a fresh
+    cluster, closed before the next round forks its ceiling processes). Times are the best of
+    the rounds, as in the thesis ("3 runs, the best result taken"); the makespan/ceiling ratio
+    is taken within each round (the two ran back to back under the same background load) and
+    its median over rounds is the figure judged against the bar. ``per_round`` keeps it all.
 
     Args:
         workers: N, the number of worker processes (and of ceiling processes).
         tasks: How many semiprimes.
         seed: Seed of the semiprime list.
+        rounds: How many times to run the three.
         console: A rich console for progress bars (``None``: no progress output).
     """
     from ._bench_stats import machine_info, median_p90, safe_ratio
 
-    info = {"machine": machine_info(), "workers": workers, "tasks": tasks, "seed": seed}
+    info = {
+        "machine": machine_info(),
+        "workers": workers,
+        "tasks": tasks,
+        "seed": seed,
+        "rounds": rounds,
+    }
     pairs = semiprimes(tasks, seed)
     numbers = [p * q for p, q in pairs]
     expected = [p for p, _ in pairs]
-
-    progress = _progress(console)
-    with progress:
-        seq_s, seq_factors, local_us = run_sequential(numbers, progress if console else None)
-    timeout_s = max(60.0, 20 * seq_s)
-    _say(console, f"parallel ceiling: {workers} plain processes ...")
-    ceil_s, ceil_factors = run_ceiling(numbers, workers, timeout_s)
-    progress = _progress(console)
-    with progress:
-        makespan, rt_factors, timings = run_rtpool(
-            numbers, workers, timeout_s, progress if console else None
+    per_round, best_rt, local_us, wrong = [], None, [], 0
+    for r in range(rounds):
+        tag = f"round {r + 1}/{rounds}"
+        with _progress(console) as progress:
+            seq_s, seq_factors, us = run_sequential(numbers, progress, f"sequential, {tag}")
+        local_us.extend(us)
+        timeout_s = max(60.0, 20 * seq_s)
+        _say(console, f"parallel ceiling, {tag}: {workers} plain processes ...")
+        ceil_s, ceil_factors = run_ceiling(numbers, workers, timeout_s)
+        with _progress(console) as progress:
+            rt = run_rtpool(numbers, workers, timeout_s, progress, f"rtpool, {tag}")
+        wrong += sum(a != b for a, b in zip(rt["factors"], expected))
+        wrong += len(expected) - len(rt["factors"])
+        wrong += seq_factors != expected or ceil_factors != expected
+        per_round.append(
+            {
+                "sequential_s": round(seq_s, 4),
+                "ceiling_s": round(ceil_s, 4),
+                "rtpool_makespan_s": round(rt["makespan_s"], 4),
+                "makespan_over_ceiling": safe_ratio(rt["makespan_s"], ceil_s),
+            }
         )
+        if best_rt is None or rt["makespan_s"] < best_rt["makespan_s"]:
+            best_rt = rt
     _say(console, "start-up: a fresh LocalCluster to its first result ...")
     startup = run_startup(workers)
 
-    mismatches = [i for i, (a, b) in enumerate(zip(rt_factors, seq_factors)) if a != b]
+    seq_s = min(x["sequential_s"] for x in per_round)
+    ceil_s = min(x["ceiling_s"] for x in per_round)
+    makespan = best_rt["makespan_s"]
     speedup = safe_ratio(seq_s, makespan)
-    points = derive_points(timings)
-    missing = [k for k in TIMING_KEYS if len(points[k]) < len(timings)]
+    points = derive_points(best_rt["timings"], package_tasks=tasks)
+    serialize = points["serialize_us"]
     figures = {
-        "sequential_s": round(seq_s, 4),
-        "ceiling_s": round(ceil_s, 4),
+        "sequential_s": seq_s,
+        "ceiling_s": ceil_s,
         "rtpool_makespan_s": round(makespan, 4),
         "ceiling_speedup": safe_ratio(seq_s, ceil_s),
         "speedup": speedup,
         "efficiency": None if speedup is None else round(speedup / workers, 3),
-        "makespan_over_ceiling": safe_ratio(makespan, ceil_s),
-        "mean_task_ms": round(seq_s / max(1, tasks) * 1000, 3),
+        # Judged: rtpool vs the ceiling of the same round (back to back, same background
+        # load), the median over rounds. Best vs best may pair runs from different load.
+        "makespan_over_ceiling": _median([x["makespan_over_ceiling"] for x in per_round]),
+        "makespan_over_ceiling_best": safe_ratio(makespan, ceil_s),
+        "mean_task_ms": round(seq_s / tasks * 1000, 3),
+        "package_serialize_us": round(serialize[0] * tasks, 1) if serialize else None,
+        "submit_many_us": round(best_rt["submit_many_us"], 1),
         **startup,
     }
     info.update(figures)
     info.update(
         {
+            "per_round": per_round,
             "prime_range": [P_MIN, P_MAX],
-            "results_verified": not mismatches
-            and rt_factors == expected
-            and ceil_factors == expected
-            and len(rt_factors) == tasks,
-            "mismatches": len(mismatches),
+            "results_verified": wrong == 0,
+            "mismatches": int(wrong),
             "semiprimes": numbers,
-            "rtpool_factors": rt_factors,
+            "rtpool_factors": best_rt["factors"],
             "timings_us": {k: median_p90(v) for k, v in points.items()},
             "local_exec_us": median_p90(local_us),
-            "missing_timing_keys": missing,
+            "missing_timing_keys": [k for k in TIMING_KEYS if len(points[k]) < tasks],
             "bars": {
                 "makespan_over_ceiling_max": MAKESPAN_BAR,
                 "makespan_ok": _at_most(figures["makespan_over_ceiling"], MAKESPAN_BAR),
@@ -382,6 +440,11 @@ def run_demo(workers: int, tasks: int, seed: int, console=None) -> Dict[str, obj
         }
     )
     return info
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = sorted(v for v in values if v is not None)
+    return known[(len(known) - 1) // 2] if known else None
 
 
 def _at_most(value: float | None, bar: float) -> bool | None:
@@ -395,7 +458,7 @@ def _say(console, text: str) -> None:
 
 class _NoProgress:
     def __enter__(self):
-        return self
+        return None  # so `if progress:` skips the updates
 
     def __exit__(self, *exc):
         return None
@@ -429,11 +492,30 @@ _POINT_ROWS = (
     ("  same, locally", "client", "local_exec_us"),
     ("4 result back*", "worker>client", "result_transfer_us"),
     ("  flush", "worker", "flush_us"),
-    ("  client hops*", "client<>master", "client_hops_us"),
+    ("  client side*", "client<>master", "client_hops_us"),
     ("5 deserialize", "client", "deserialize_us"),
     ("6 total await", "client", "total_us"),
     ("overhead*", "", "overhead_us"),
 )
+
+
+def _render_rounds(per_round: Sequence[Dict[str, float]], console) -> None:
+    from rich.table import Table
+
+    from ._bench_stats import fmt_ratio
+
+    t = Table(title="Per round (back to back)", title_justify="left")
+    for col in ("round", "sequential", "ceiling", "rtpool", "rtpool/ceiling"):
+        t.add_column(col, justify="right")
+    for i, r in enumerate(per_round, 1):
+        t.add_row(
+            str(i),
+            f"{r['sequential_s']:.3f} s",
+            f"{r['ceiling_s']:.3f} s",
+            f"{r['rtpool_makespan_s']:.3f} s",
+            fmt_ratio(r["makespan_over_ceiling"], 3),
+        )
+    console.print(t)
 
 
 def render(result: Dict[str, object], console) -> None:
@@ -450,7 +532,10 @@ def render(result: Dict[str, object], console) -> None:
         f"p in [{P_MIN}, {P_MAX}]), N = {n} workers, "
         f"{m['usable_cpus']} CPUs ({m['cpu_model']}), Python {m['python']}"
     )
-    t = Table(title="Factorization: makespan", title_justify="left")
+    title = "Factorization: makespan"
+    if result["rounds"] > 1:
+        title += f", best of {result['rounds']} rounds"
+    t = Table(title=title, title_justify="left")
     for col, just in (("run", "left"), ("time", "right"), ("speed-up", "right")):
         t.add_column(col, justify=just)
     t.add_column("note")
@@ -472,12 +557,24 @@ def render(result: Dict[str, object], console) -> None:
         fmt_ratio(result["speedup"]),
         "all verified" if result["results_verified"] else f"[red]{result['mismatches']} wrong[/]",
     )
+    t.add_row(
+        "  submit_many call",
+        fmt_us(result["submit_many_us"]),
+        "",
+        f"of which pickling {fmt_us(result['package_serialize_us'])}",
+    )
     t.add_row("efficiency", f"{result['efficiency']:.2f}", "", "speed-up / N")
     t.add_row(
         "makespan/ceiling",
         fmt_ratio(result["makespan_over_ceiling"], 3),
         "",
-        f"bar <= {MAKESPAN_BAR}: {verdict(bars['makespan_ok'])}",
+        f"same-round median; bar <= {MAKESPAN_BAR}: {verdict(bars['makespan_ok'])}",
+    )
+    t.add_row(
+        "  best/best",
+        fmt_ratio(result["makespan_over_ceiling_best"], 3),
+        "",
+        "best rtpool / best ceiling, any rounds",
     )
     t.add_row(
         "start to 1st result",
@@ -486,6 +583,8 @@ def render(result: Dict[str, object], console) -> None:
         f"LocalCluster(); bar < {STARTUP_BAR_S} s: {verdict(bars['startup_ok'])}",
     )
     console.print(t)
+    if len(result["per_round"]) > 1:
+        _render_rounds(result["per_round"], console)
 
     p = Table(title="Measurement points per task (thesis 3.1.1)", title_justify="left")
     for col, just in (("point", "left"), ("where", "left"), ("p50", "right"), ("p90", "right")):
@@ -498,11 +597,12 @@ def render(result: Dict[str, object], console) -> None:
         p.add_row(label, where, fmt_us(s.get("p50")), fmt_us(s.get("p90")), fmt_us(s.get("max")))
     console.print(p)
     console.print(
-        "[dim]* derived: the master<->worker hops (worker_us - exec - wait - flush) split in "
-        "half each way; 'to worker' adds the prefetch wait, 'result back' the flush and the "
-        "client hops (total - serialize - queue - worker - deserialize: client->master and "
-        "master->client together); overhead = total - queue - exec. Queue wait includes "
-        "waiting for a free worker: all tasks are submitted at once.[/]"
+        "[dim]Per task, from the best round. Serialize is each task's share of the package's "
+        "pickling. * derived: the master<->worker hops (worker_us - exec - wait - flush) split "
+        "in half each way; 'to worker' adds the prefetch wait, 'result back' the flush and the "
+        "client side (total - package pickling - queue - worker - deserialize: futures, "
+        "encoding, client->master, master->client, hand-off); overhead = total - queue - exec. "
+        "Queue wait includes waiting for a free worker: all tasks are submitted at once.[/]"
     )
     if result["missing_timing_keys"]:
         console.print(f"[yellow]missing timing keys: {result['missing_timing_keys']}[/]")
@@ -527,6 +627,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--tasks", type=int, default=500, help="number of semiprimes (default 500)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the semiprime list (default 1)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="run sequential, ceiling and rtpool this many times; report the best (default 3)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     ap.add_argument(
         "--calibrate",
@@ -544,8 +650,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 when every result was verified, 1 when a result was wrong, 2 on bad arguments.
     """
     args = build_parser().parse_args(argv)
-    if args.workers < 1 or args.tasks < 1:
-        print("rtpool demo: --workers and --tasks must be at least 1", file=sys.stderr)
+    if min(args.workers, args.tasks, args.rounds) < 1:
+        print("rtpool demo: --workers, --tasks and --rounds must be at least 1", file=sys.stderr)
         return 2
     if args.calibrate:
         print(json.dumps(calibrate(), indent=None if args.json else 2))
@@ -555,7 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rich.console import Console
 
         console = Console(stderr=True)
-    result = run_demo(args.workers, args.tasks, args.seed, console)
+    result = run_demo(args.workers, args.tasks, args.seed, args.rounds, console)
     if args.json:
         print(json.dumps(result))
     else:
