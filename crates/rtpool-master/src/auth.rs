@@ -34,7 +34,10 @@ pub enum AuthFailure {
 impl Tokens {
     /// Fresh random tokens.
     pub fn generate() -> Self {
-        Self { client: new_token("rtc_"), worker: new_token("rtw_") }
+        Self {
+            client: new_token("rtc_"),
+            worker: new_token("rtw_"),
+        }
     }
 
     /// Check `token` for `role` in constant time (both comparisons always run).
@@ -55,8 +58,10 @@ impl Tokens {
     /// [`MasterError::DataDir`] when the dir or a file cannot be read or written,
     /// [`MasterError::BadTokenFile`] when a file holds no usable token.
     pub fn load_or_create(dir: &Path) -> Result<(Self, bool), MasterError> {
-        fs::create_dir_all(dir)
-            .map_err(|source| MasterError::DataDir { path: dir.to_path_buf(), source })?;
+        fs::create_dir_all(dir).map_err(|source| MasterError::DataDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let (client, new_c) = load_or_create_one(&dir.join("client.token"), "rtc_")?;
         let (worker, new_w) = load_or_create_one(&dir.join("worker.token"), "rtw_")?;
         Ok((Self { client, worker }, new_c || new_w))
@@ -76,7 +81,10 @@ fn new_token(prefix: &str) -> String {
 }
 
 fn load_or_create_one(path: &PathBuf, prefix: &str) -> Result<(String, bool), MasterError> {
-    let io_err = |source| MasterError::DataDir { path: path.clone(), source };
+    let io_err = |source| MasterError::DataDir {
+        path: path.clone(),
+        source,
+    };
     match fs::read_to_string(path) {
         Ok(text) => {
             let token = text.trim().to_string();
@@ -117,8 +125,14 @@ mod tests {
         assert!(t.client.starts_with("rtc_") && t.worker.starts_with("rtw_"));
         assert_eq!(t.check(Role::Client, &t.client), Ok(()));
         assert_eq!(t.check(Role::Worker, &t.worker), Ok(()));
-        assert_eq!(t.check(Role::Client, &t.worker), Err(AuthFailure::WrongRole));
-        assert_eq!(t.check(Role::Worker, &t.client), Err(AuthFailure::WrongRole));
+        assert_eq!(
+            t.check(Role::Client, &t.worker),
+            Err(AuthFailure::WrongRole)
+        );
+        assert_eq!(
+            t.check(Role::Worker, &t.client),
+            Err(AuthFailure::WrongRole)
+        );
         assert_eq!(t.check(Role::Client, "nope"), Err(AuthFailure::Invalid));
         assert_eq!(t.check(Role::Client, ""), Err(AuthFailure::Invalid));
     }
@@ -135,11 +149,17 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = fs::metadata(dir.join("client.token")).unwrap().permissions().mode();
+            let mode = fs::metadata(dir.join("client.token"))
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
         fs::write(dir.join("worker.token"), "\n").unwrap();
-        assert!(matches!(Tokens::load_or_create(&dir), Err(MasterError::BadTokenFile { .. })));
+        assert!(matches!(
+            Tokens::load_or_create(&dir),
+            Err(MasterError::BadTokenFile { .. })
+        ));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -12,7 +12,9 @@ use bytes::{Bytes, BytesMut};
 use rtpool_core::{
     ClientId, Event, FnHash, PackageId, PackageOpts, TaskId, TaskStatus, WorkerId, WorkerOutcome,
 };
-use rtpool_proto::{decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION};
+use rtpool_proto::{
+    decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
+};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -45,7 +47,11 @@ const WRITE_BATCH_BYTES: usize = 1 << 20;
 const LINGER: Duration = Duration::from_secs(2);
 
 fn error_msg(code: &str, message: impl Into<String>, reference: u64) -> Msg {
-    Msg::Error { code: code.into(), message: message.into(), reference }
+    Msg::Error {
+        code: code.into(),
+        message: message.into(),
+        reference,
+    }
 }
 
 /// Serve one accepted connection until it closes or the master shuts down.
@@ -56,12 +62,21 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let (mut rd, mut wr) = stream.into_split();
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let hello = tokio::time::timeout(ctx.handshake_timeout, read_hello(&mut rd, &mut buf)).await;
     let (role, slots, name) = match hello {
-        Ok(Ok(Msg::Hello { version, role, token, name, slots })) => {
+        Ok(Ok(Msg::Hello {
+            version,
+            role,
+            token,
+            name,
+            slots,
+        })) => {
             if let Err(msg) = check_hello(&ctx, version, role, &token) {
                 warn!(%peer, %name, "refused: {msg:?}");
                 return refuse(rd, wr, msg).await;
@@ -69,7 +84,11 @@ pub async fn serve(
             (role, slots, name)
         }
         Ok(Ok(other)) => {
-            let msg = error_msg("unknown_kind", format!("the first message must be HELLO, not {}", kind_name(&other)), 0);
+            let msg = error_msg(
+                "unknown_kind",
+                format!("the first message must be HELLO, not {}", kind_name(&other)),
+                0,
+            );
             return refuse(rd, wr, msg).await;
         }
         Ok(Err(e)) => {
@@ -77,7 +96,11 @@ pub async fn serve(
             return refuse(rd, wr, proto_error_msg(&e)).await;
         }
         Err(_) => {
-            let msg = error_msg("malformed", format!("no HELLO within {:?}; closing", ctx.handshake_timeout), 0);
+            let msg = error_msg(
+                "malformed",
+                format!("no HELLO within {:?}; closing", ctx.handshake_timeout),
+                0,
+            );
             return refuse(rd, wr, msg).await;
         }
     };
@@ -96,20 +119,46 @@ pub async fn serve(
     info!(%peer, %name, session, ?role, slots, "connected");
     let (tx, rx) = mpsc::unbounded_channel();
     let (join, lost) = match role {
-        Role::Client => (Event::ClientJoined { client: ClientId(session) }, Event::ClientLost { client: ClientId(session) }),
+        Role::Client => (
+            Event::ClientJoined {
+                client: ClientId(session),
+            },
+            Event::ClientLost {
+                client: ClientId(session),
+            },
+        ),
         Role::Worker => (
-            Event::WorkerJoined { worker: WorkerId(session), slots },
-            Event::WorkerLost { worker: WorkerId(session) },
+            Event::WorkerJoined {
+                worker: WorkerId(session),
+                slots,
+            },
+            Event::WorkerLost {
+                worker: WorkerId(session),
+            },
         ),
     };
-    let _ = sched.send(ToScheduler::Register { session, tx: tx.clone(), event: join });
+    let _ = sched.send(ToScheduler::Register {
+        session,
+        tx: tx.clone(),
+        event: join,
+    });
     let writer = tokio::spawn(write_loop(wr, rx));
-    let mut reader = Reader { session, role, ctx, sched: sched.clone(), tx, verified: None };
+    let mut reader = Reader {
+        session,
+        role,
+        ctx,
+        sched: sched.clone(),
+        tx,
+        verified: None,
+    };
     let fatal = tokio::select! {
         fatal = reader.read_loop(&mut rd, buf) => fatal,
         _ = shutdown.wait_for(|stop| *stop) => false,
     };
-    let _ = sched.send(ToScheduler::Closed { session, event: lost });
+    let _ = sched.send(ToScheduler::Closed {
+        session,
+        event: lost,
+    });
     drop(reader);
     if fatal {
         linger(&mut rd).await;
@@ -153,9 +202,15 @@ async fn read_hello(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<Msg, P
         if let Some(msg) = decode_frame(buf, PRE_AUTH_MAX_FRAME)? {
             return Ok(msg);
         }
-        let n = rd.read_buf(buf).await.map_err(|e| ProtoError::Malformed { kind: None, reason: format!("connection failed during handshake: {e}") })?;
+        let n = rd.read_buf(buf).await.map_err(|e| ProtoError::Malformed {
+            kind: None,
+            reason: format!("connection failed during handshake: {e}"),
+        })?;
         if n == 0 {
-            return Err(ProtoError::Malformed { kind: None, reason: "connection closed before HELLO".into() });
+            return Err(ProtoError::Malformed {
+                kind: None,
+                reason: "connection closed before HELLO".into(),
+            });
         }
     }
 }
@@ -230,7 +285,7 @@ impl Reader {
         loop {
             loop {
                 match decode_frame(&mut buf, self.ctx.max_frame_bytes) {
-                    Ok(Some(msg)) => match self.to_event(msg) {
+                    Ok(Some(msg)) => match self.on_message(msg) {
                         Ok(Some(ev)) => events.push(ev),
                         Ok(None) => {}
                         Err(fatal) => return self.fail(fatal, events),
@@ -260,7 +315,9 @@ impl Reader {
         match events.len() {
             0 => {}
             1 => {
-                let _ = self.sched.send(ToScheduler::Event(events.pop().expect("one event")));
+                let _ = self
+                    .sched
+                    .send(ToScheduler::Event(events.pop().expect("one event")));
             }
             _ => {
                 let _ = self.sched.send(ToScheduler::Events(std::mem::take(events)));
@@ -276,24 +333,49 @@ impl Reader {
     }
 
     /// Turn one message into a core event; `Err` is a fatal error to send.
-    fn to_event(&mut self, msg: Msg) -> Result<Option<Event>, Msg> {
+    fn on_message(&mut self, msg: Msg) -> Result<Option<Event>, Msg> {
         match (self.role, msg) {
-            (Role::Client, Msg::Submit { req_id, fn_hash, fn_code, opts, tasks }) => {
+            (
+                Role::Client,
+                Msg::Submit {
+                    req_id,
+                    fn_hash,
+                    fn_code,
+                    opts,
+                    tasks,
+                },
+            ) => {
                 let Some(hash) = self.verify(&fn_hash, &fn_code) else {
                     let _ = self.tx.send(Out::Send(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
                     return Ok(None);
                 };
                 let client = ClientId(self.session);
-                let opts = PackageOpts { priority: opts.priority };
-                Ok(Some(Event::Submit { client, req_id, fn_hash: hash, fn_code, opts, tasks }))
+                let opts = PackageOpts {
+                    priority: opts.priority,
+                };
+                Ok(Some(Event::Submit {
+                    client,
+                    req_id,
+                    fn_hash: hash,
+                    fn_code,
+                    opts,
+                    tasks,
+                }))
             }
-            (Role::Client, Msg::Cancel { package, indices }) => {
-                Ok(Some(Event::Cancel { client: ClientId(self.session), package: PackageId(package), indices }))
-            }
-            (Role::Client, Msg::Status { req_id, package }) => {
-                Ok(Some(Event::Status { client: ClientId(self.session), req_id, package: PackageId(package) }))
-            }
-            (Role::Worker, Msg::Pull { credits }) => Ok(Some(Event::Credit { worker: WorkerId(self.session), credits })),
+            (Role::Client, Msg::Cancel { package, indices }) => Ok(Some(Event::Cancel {
+                client: ClientId(self.session),
+                package: PackageId(package),
+                indices,
+            })),
+            (Role::Client, Msg::Status { req_id, package }) => Ok(Some(Event::Status {
+                client: ClientId(self.session),
+                req_id,
+                package: PackageId(package),
+            })),
+            (Role::Worker, Msg::Pull { credits }) => Ok(Some(Event::Credit {
+                worker: WorkerId(self.session),
+                credits,
+            })),
             (Role::Worker, Msg::Result { results }) => {
                 let mut outcomes = Vec::with_capacity(results.len());
                 for r in results {
@@ -310,17 +392,30 @@ impl Reader {
                         flush_us: r.flush_us,
                     });
                 }
-                Ok(Some(Event::Results { worker: WorkerId(self.session), results: outcomes }))
+                Ok(Some(Event::Results {
+                    worker: WorkerId(self.session),
+                    results: outcomes,
+                }))
             }
             (Role::Worker, Msg::Return { tasks }) => Ok(Some(Event::Returned {
                 worker: WorkerId(self.session),
                 tasks: tasks.into_iter().map(|(t, a)| (TaskId(t), a)).collect(),
             })),
             (Role::Worker, Msg::Heartbeat) => Ok(None),
-            (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain { worker: WorkerId(self.session) })),
+            (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain {
+                worker: WorkerId(self.session),
+            })),
             (role, other) => Err(error_msg(
                 "unknown_kind",
-                format!("a {} may not send {}", if role == Role::Client { "client" } else { "worker" }, kind_name(&other)),
+                format!(
+                    "a {} may not send {}",
+                    if role == Role::Client {
+                        "client"
+                    } else {
+                        "worker"
+                    },
+                    kind_name(&other)
+                ),
                 0,
             )),
         }

@@ -60,7 +60,10 @@ fn build_runtime() -> Result<tokio::runtime::Runtime, MasterError> {
 async fn bind(listen: &str) -> Result<TcpListener, MasterError> {
     TcpListener::bind(listen)
         .await
-        .map_err(|source| MasterError::Bind { addr: listen.to_string(), source })
+        .map_err(|source| MasterError::Bind {
+            addr: listen.to_string(),
+            source,
+        })
 }
 
 fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Arc<ConnCtx> {
@@ -96,7 +99,9 @@ impl MasterHandle {
                         Ok(l) => l,
                         Err(e) => return drop(ready_tx.send(Err(e))),
                     };
-                    let addr = listener.local_addr().expect("a bound listener has an address");
+                    let addr = listener
+                        .local_addr()
+                        .expect("a bound listener has an address");
                     let _ = ready_tx.send(Ok(addr));
                     server::serve(listener, ctx, sched_tx, sched_rx, stop_rx).await;
                 });
@@ -105,7 +110,13 @@ impl MasterHandle {
         let addr = ready_rx
             .recv()
             .map_err(|_| MasterError::Runtime("master thread died during start-up".into()))??;
-        Ok(Self { addr, tokens, stop, sched, thread: Some(thread) })
+        Ok(Self {
+            addr,
+            tokens,
+            stop,
+            sched,
+            thread: Some(thread),
+        })
     }
 
     /// The address the master listens on (with the real port when 0 was asked for).
@@ -151,7 +162,9 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let rt = build_runtime()?;
     rt.block_on(async move {
         let listener = bind(&config.listen).await?;
-        let addr = listener.local_addr().map_err(|e| MasterError::Runtime(e.to_string()))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| MasterError::Runtime(e.to_string()))?;
         announce(&config, &tokens, created, addr);
         let ctx = conn_ctx(&config, tokens);
         let (stop, stop_rx) = watch::channel(false);
@@ -173,7 +186,11 @@ fn announce(config: &MasterConfig, tokens: &Tokens, created: bool, addr: SocketA
             let _ = writeln!(out, "client token: {}", tokens.client);
             let _ = writeln!(out, "worker token: {}", tokens.worker);
         } else {
-            let _ = writeln!(out, "tokens: {}/client.token and worker.token", dir.display());
+            let _ = writeln!(
+                out,
+                "tokens: {}/client.token and worker.token",
+                dir.display()
+            );
         }
     } else {
         let _ = writeln!(out, "client token: {}", tokens.client);

@@ -96,7 +96,10 @@ impl Scheduler {
                 self.apply(event);
             }
             ToScheduler::Stats(reply) => {
-                let _ = reply.send(MasterStats { core: self.core.stats(), connections: self.routes.len() });
+                let _ = reply.send(MasterStats {
+                    core: self.core.stats(),
+                    connections: self.routes.len(),
+                });
             }
             ToScheduler::Shutdown => {
                 for tx in self.routes.values() {
@@ -145,17 +148,46 @@ impl Scheduler {
                     .collect();
                 self.send(worker_session(worker), Msg::Assign { tasks });
             }
-            Action::Accepted { client, req_id, package } => {
-                self.send(client.0, Msg::Accepted { req_id, package: package.0 });
+            Action::Accepted {
+                client,
+                req_id,
+                package,
+            } => {
+                self.send(
+                    client.0,
+                    Msg::Accepted {
+                        req_id,
+                        package: package.0,
+                    },
+                );
             }
-            Action::Rejected { client, req_id, reason } => {
+            Action::Rejected {
+                client,
+                req_id,
+                reason,
+            } => {
                 self.send(client.0, rejected(req_id, reason.to_string()));
             }
-            Action::SendResults { client, package, results } => {
+            Action::SendResults {
+                client,
+                package,
+                results,
+            } => {
                 let results = results.into_iter().map(to_wire_result).collect();
-                self.send(client_session(client), Msg::Results { package: package.0, results });
+                self.send(
+                    client_session(client),
+                    Msg::Results {
+                        package: package.0,
+                        results,
+                    },
+                );
             }
-            Action::StatusReply { client, req_id, package, counts } => {
+            Action::StatusReply {
+                client,
+                req_id,
+                package,
+                counts,
+            } => {
                 self.send(
                     client.0,
                     Msg::StatusReply {
@@ -188,7 +220,11 @@ impl Scheduler {
 
 /// The non-fatal `rejected` error for a submission.
 pub fn rejected(req_id: u64, message: String) -> Msg {
-    Msg::Error { code: "rejected".into(), message, reference: req_id }
+    Msg::Error {
+        code: "rejected".into(),
+        message,
+        reference: req_id,
+    }
 }
 
 fn worker_session(w: WorkerId) -> u64 {

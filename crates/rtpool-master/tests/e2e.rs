@@ -1,0 +1,265 @@
+//! End-to-end scenarios against an in-process master, with raw protocol peers on loopback.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rtpool_master::{MasterConfig, MasterHandle};
+use rtpool_proto::{decode_frame, encode_to_vec, Msg, Role, SubmitOpts, WorkerResult};
+use sha2::{Digest, Sha256};
+
+struct Peer {
+    sock: TcpStream,
+    buf: BytesMut,
+}
+
+impl Peer {
+    fn connect(master: &MasterHandle) -> Self {
+        let sock = TcpStream::connect(master.addr()).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        sock.set_nodelay(true).unwrap();
+        Self {
+            sock,
+            buf: BytesMut::new(),
+        }
+    }
+
+    fn hello(master: &MasterHandle, role: Role, token: &str, slots: u32) -> (Self, Msg) {
+        let mut p = Self::connect(master);
+        let name = "test".to_string();
+        p.send(&Msg::Hello {
+            version: 1,
+            role,
+            token: token.into(),
+            name,
+            slots,
+        });
+        let reply = p.recv();
+        (p, reply)
+    }
+
+    fn send(&mut self, msg: &Msg) {
+        self.sock.write_all(&encode_to_vec(msg)).unwrap();
+    }
+
+    /// Next message, or panic after the read timeout.
+    fn recv(&mut self) -> Msg {
+        loop {
+            if let Some(m) = decode_frame(&mut self.buf, 1 << 30).unwrap() {
+                return m;
+            }
+            let mut chunk = [0u8; 65536];
+            let n = self.sock.read(&mut chunk).expect("read timed out");
+            assert!(n > 0, "connection closed while a message was expected");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// True when the master closed the connection (after any pending messages).
+    fn is_closed(&mut self) -> bool {
+        let mut chunk = [0u8; 1024];
+        matches!(self.sock.read(&mut chunk), Ok(0) | Err(_))
+    }
+}
+
+fn master() -> MasterHandle {
+    MasterHandle::start(MasterConfig {
+        listen: "127.0.0.1:0".into(),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn submit(req_id: u64, code: &[u8], tasks: Vec<Bytes>) -> Msg {
+    let fn_hash = Bytes::copy_from_slice(&Sha256::digest(code));
+    Msg::Submit {
+        req_id,
+        fn_hash,
+        fn_code: Bytes::copy_from_slice(code),
+        opts: SubmitOpts::default(),
+        tasks,
+    }
+}
+
+fn expect_error(msg: Msg, code: &str) -> String {
+    match msg {
+        Msg::Error {
+            code: c, message, ..
+        } if c == code => message,
+        other => panic!("expected ERROR {code}, got {other:?}"),
+    }
+}
+
+#[test]
+fn package_round_trip_with_code_cache_and_credits() {
+    let m = master();
+    let (mut client, w) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
+    assert!(matches!(w, Msg::Welcome { version: 1, .. }));
+    let (mut worker, w) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
+    assert!(matches!(w, Msg::Welcome { .. }));
+
+    let tasks: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i])).collect();
+    client.send(&submit(7, b"code", tasks));
+    let package = match client.recv() {
+        Msg::Accepted { req_id: 7, package } => package,
+        other => panic!("expected ACCEPTED, got {other:?}"),
+    };
+    // Credits bound what the worker holds: 2 credits, 2 tasks; code only in the first.
+    worker.send(&Msg::Pull { credits: 2 });
+    let first = match worker.recv() {
+        Msg::Assign { tasks } => tasks,
+        other => panic!("expected ASSIGN, got {other:?}"),
+    };
+    assert_eq!(first.len(), 2);
+    assert_eq!(first[0].fn_code.as_deref(), Some(&b"code"[..]));
+    assert_eq!(first[1].fn_code, None);
+    let results: Vec<WorkerResult> = first
+        .iter()
+        .map(|a| WorkerResult {
+            task: a.task,
+            attempt: a.attempt,
+            status: 0,
+            data: a.args.clone(),
+            exec_us: 5,
+            wait_us: 1,
+            flush_us: 1,
+        })
+        .collect();
+    worker.send(&Msg::Result { results });
+    worker.send(&Msg::Pull { credits: 1 });
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match client.recv() {
+            Msg::Results {
+                package: p,
+                results,
+            } => {
+                assert_eq!(p, package);
+                for r in results {
+                    assert_eq!(r.data.as_ref(), &[r.index as u8]);
+                    assert_eq!(r.exec_us, 5);
+                    seen.push(r.index);
+                }
+            }
+            other => panic!("expected RESULTS, got {other:?}"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, vec![0, 1]);
+    let last = match worker.recv() {
+        Msg::Assign { tasks } => tasks,
+        other => panic!("expected ASSIGN, got {other:?}"),
+    };
+    assert_eq!(last.len(), 1);
+    assert_eq!(
+        last[0].fn_code, None,
+        "code is sent once per worker connection"
+    );
+
+    // The worker dies holding the last task: a new worker gets it, with the next attempt.
+    drop(worker);
+    let (mut worker2, _) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
+    worker2.send(&Msg::Pull { credits: 4 });
+    let again = match worker2.recv() {
+        Msg::Assign { tasks } => tasks,
+        other => panic!("expected ASSIGN, got {other:?}"),
+    };
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].task, last[0].task);
+    assert_eq!(again[0].attempt, last[0].attempt + 1);
+    assert!(
+        again[0].fn_code.is_some(),
+        "a new connection gets the code again"
+    );
+    let a = &again[0];
+    let r = WorkerResult {
+        task: a.task,
+        attempt: a.attempt,
+        status: 0,
+        data: a.args.clone(),
+        exec_us: 1,
+        wait_us: 0,
+        flush_us: 0,
+    };
+    worker2.send(&Msg::Result { results: vec![r] });
+    match client.recv() {
+        Msg::Results { results, .. } => assert_eq!(results[0].index, 2),
+        other => panic!("expected RESULTS, got {other:?}"),
+    }
+    // Delivered packages are freed.
+    client.send(&Msg::Status { req_id: 9, package });
+    assert!(expect_error(client.recv(), "unknown_package").contains("package"));
+    let stats = m.stats().unwrap();
+    assert_eq!(
+        (stats.core.tasks, stats.core.packages, stats.core.functions),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
+    let m = master();
+    let (client_tok, worker_tok) = (m.tokens().client.clone(), m.tokens().worker.clone());
+    let (mut good, _) = Peer::hello(&m, Role::Client, &client_tok, 0);
+
+    let (mut p, reply) = Peer::hello(&m, Role::Client, "rtc_wrong", 0);
+    assert!(expect_error(reply, "auth").contains("invalid client token"));
+    assert!(p.is_closed());
+
+    let (mut p, reply) = Peer::hello(&m, Role::Client, &worker_tok, 0);
+    assert!(expect_error(reply, "auth").contains("worker token"));
+    assert!(p.is_closed());
+
+    let (mut p, reply) = Peer::hello(&m, Role::Worker, &client_tok, 1);
+    assert!(expect_error(reply, "auth").contains("client token"));
+    assert!(p.is_closed());
+
+    // Version mismatch.
+    let mut p = Peer::connect(&m);
+    p.send(&Msg::Hello {
+        version: 99,
+        role: Role::Client,
+        token: client_tok.clone(),
+        name: "x".into(),
+        slots: 0,
+    });
+    assert!(expect_error(p.recv(), "version").contains("99"));
+
+    // Oversized length prefix before authentication: refused without reading the body.
+    let mut p = Peer::connect(&m);
+    p.sock.write_all(&(1u32 << 20).to_be_bytes()).unwrap();
+    expect_error(p.recv(), "too_large");
+    assert!(p.is_closed());
+
+    // Malformed body after authentication.
+    let (mut p, _) = Peer::hello(&m, Role::Client, &client_tok, 0);
+    p.sock.write_all(&[0, 0, 0, 3, 0xc1, 0xc1, 0xc1]).unwrap();
+    expect_error(p.recv(), "malformed");
+    assert!(p.is_closed());
+
+    // A worker message from a client.
+    let (mut p, _) = Peer::hello(&m, Role::Client, &client_tok, 0);
+    p.send(&Msg::Pull { credits: 1 });
+    expect_error(p.recv(), "unknown_kind");
+
+    // A wrong hash is a non-fatal rejection.
+    let (mut w, _) = Peer::hello(&m, Role::Worker, &worker_tok, 1);
+    let mut bad = submit(3, b"code", vec![Bytes::from_static(b"a")]);
+    if let Msg::Submit { fn_hash, .. } = &mut bad {
+        *fn_hash = Bytes::from(vec![0u8; 32]);
+    }
+    good.send(&bad);
+    match good.recv() {
+        Msg::Error {
+            code, reference: 3, ..
+        } => assert_eq!(code, "rejected"),
+        other => panic!("expected ERROR rejected, got {other:?}"),
+    }
+    // ... and the master still serves the good client.
+    good.send(&submit(4, b"code", vec![Bytes::from_static(b"a")]));
+    assert!(matches!(good.recv(), Msg::Accepted { req_id: 4, .. }));
+    w.send(&Msg::Pull { credits: 1 });
+    assert!(matches!(w.recv(), Msg::Assign { .. }));
+}
