@@ -10,6 +10,7 @@ Prints the tables docs/benchmarks.md shows, with each figure next to its bar.
 import json
 import sys
 
+from rtpool._bench import _BREAKDOWN_ROWS
 from rtpool._bench_stats import fmt_us
 
 
@@ -138,6 +139,20 @@ def latency_table(s):
             f"{b['p50_ratio_max']}x: {_ok(b['p50_ok'])}); rtpool p99.9 = "
             f"**{fmt_us(s['rtpool']['p99_9_us'])}** (bar <= {fmt_us(b['p99_9_max_us'])}: "
             f"{_ok(b['p99_9_ok'])}), {s['p99_9_ratio']:.1f}x the floor's p50.",
+            "",
+            "Where a no-op round trip goes, from `Future.timings`:",
+            "",
+            _table(
+                ("part", "p50", "p90"),
+                [
+                    (
+                        label,
+                        fmt_us(s["breakdown_us"][k]["p50"]),
+                        fmt_us(s["breakdown_us"][k]["p90"]),
+                    )
+                    for label, k in _BREAKDOWN_ROWS
+                ],
+            ),
         ]
     )
 

@@ -123,6 +123,9 @@ def test_bench_latency_json_percentiles_in_order():
     assert lat["p50_ratio"] == pytest.approx(
         lat["rtpool"]["p50_us"] / lat["floor"]["p50_us"], abs=0.001
     )
+    b = lat["breakdown_us"]
+    assert b["total_us"]["p50"] > 0 and b["worker_us"]["p50"] >= b["exec_us"]["p50"]
+    assert b["master_worker_hops_us"]["p50"] > 0
     assert "throughput" not in out and "payload" not in out
 
 

@@ -88,6 +88,7 @@ def bench_latency(
                     break
             gc.collect()
             h_rt, h_floor = new_histogram(), new_histogram()
+            points: List[Dict[str, float]] = []
             say(f"latency: up to {count} round trips each, blocks of {block}")
             deadline = time.perf_counter() + seconds
             done, blocks, timed_out = 0, 0, False
@@ -95,8 +96,10 @@ def bench_latency(
                 in_block = 0
                 for _ in range(min(block, count - done)):
                     t0 = time.perf_counter_ns()
-                    client.submit(noop).result(timeout=RESULT_TIMEOUT_S)
+                    fut = client.submit(noop)
+                    fut.result(timeout=RESULT_TIMEOUT_S)
                     record_ns(h_rt, time.perf_counter_ns() - t0)
+                    points.append(fut.timings)  # read after the clock stopped
                     in_block += 1
                     if time.perf_counter() > deadline:
                         timed_out = True
@@ -120,6 +123,7 @@ def bench_latency(
         "floor": floor,
         "p50_ratio": p50_ratio,
         "p99_9_ratio": safe_ratio(rt["p99_9_us"], floor["p50_us"]),
+        "breakdown_us": breakdown(points),
         "bars": {
             "p50_ratio_max": LATENCY_P50_BAR,
             "p50_ok": p50_ratio is not None and p50_ratio <= LATENCY_P50_BAR,
@@ -127,6 +131,42 @@ def bench_latency(
             "p99_9_ok": rt["p99_9_us"] <= LATENCY_P99_9_BAR_US,
         },
     }
+
+
+def breakdown(timings: Sequence[Dict[str, float] | None]) -> Dict[str, Dict[str, float]]:
+    """Median and p90 of each ``Future.timings`` key over single-task round trips, plus:
+
+    * ``master_worker_hops_us`` = worker - exec - wait - flush: master->worker->master on the
+      wire, including the worker's reading, decoding, encoding and sending;
+    * ``client_side_us`` = total - serialize - queue - worker - deserialize: client->master,
+      master->client, and the client's encoding, sending and waking the waiting thread.
+    """
+    from ._bench_stats import median_p90
+
+    keys = ("serialize_us", "queue_us", "worker_us", "exec_us", "wait_us", "flush_us")
+    keys += ("deserialize_us", "total_us")
+    cols: Dict[str, List[float]] = {k: [] for k in keys}
+    cols["master_worker_hops_us"], cols["client_side_us"] = [], []
+    for t in timings:
+        if not t or any(t.get(k) is None for k in keys):
+            continue
+        for k in keys:
+            cols[k].append(float(t[k]))
+        cols["master_worker_hops_us"].append(
+            t["worker_us"] - t["exec_us"] - t["wait_us"] - t["flush_us"]
+        )
+        cols["client_side_us"].append(
+            t["total_us"] - t["serialize_us"] - t["queue_us"] - t["worker_us"] - t["deserialize_us"]
+        )
+    out = {}
+    for k, v in cols.items():
+        s = median_p90(v)
+        out[k] = {"p50": _round1(s["p50"]), "p90": _round1(s["p90"])}
+    return out
+
+
+def _round1(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
 
 
 # --- throughput ------------------------------------------------------------------------------
@@ -297,8 +337,8 @@ def _render_latency(s: Dict[str, object], console) -> None:
     for col in ("p50", "p90", "p99", "p99.9", "max", "mean"):
         t.add_column(col, justify="right")
     for name, h in (
-        ("rtpool submit().result()", s["rtpool"]),
-        ("floor: TCP ping-pong", s["floor"]),
+        ("rtpool", s["rtpool"]),
+        ("TCP floor", s["floor"]),
     ):
         t.add_row(
             name,
@@ -313,12 +353,40 @@ def _render_latency(s: Dict[str, object], console) -> None:
         f"= {fmt_ratio(s['p99_9_ratio'])} floor p50 (bar <= {fmt_us(LATENCY_P99_9_BAR_US)}: "
         f"{verdict(b['p99_9_ok'])})"
     )
+    _render_breakdown(s["breakdown_us"], console)
     console.print(
         f"[dim]HdrHistogram, us, 3 significant digits; blocks of {s['block']} rtpool round "
         f"trips then as many floor round trips ({s['floor_message_bytes']}-byte frames, "
         f"TCP_NODELAY), alternating, after {s['warmup']} warm-up round trips each"
         f"{'; stopped by the time budget' if s['stopped_by_time'] else ''}.[/]"
     )
+
+
+_BREAKDOWN_ROWS = (
+    ("client: pickling", "serialize_us"),
+    ("client side: encode, send, both client hops, wake-up", "client_side_us"),
+    ("master: queue (receipt to assignment)", "queue_us"),
+    ("master<->worker hops incl. worker I/O", "master_worker_hops_us"),
+    ("worker: receipt to start", "wait_us"),
+    ("worker: execution", "exec_us"),
+    ("worker: end to send", "flush_us"),
+    ("client: unpickling", "deserialize_us"),
+    ("total (Future.timings)", "total_us"),
+)
+
+
+def _render_breakdown(b: Dict[str, Dict[str, float]], console) -> None:
+    from rich.table import Table
+
+    from ._bench_stats import fmt_us
+
+    t = Table(title="Where a no-op round trip goes (Future.timings)", title_justify="left")
+    t.add_column("part")
+    t.add_column("p50", justify="right")
+    t.add_column("p90", justify="right")
+    for label, key in _BREAKDOWN_ROWS:
+        t.add_row(label, fmt_us(b[key]["p50"]), fmt_us(b[key]["p90"]))
+    console.print(t)
 
 
 def _render_throughput(s: Dict[str, object], console) -> None:
@@ -360,7 +428,7 @@ def _render_payload(s: Dict[str, object], console) -> None:
     )
     t.add_column("size")
     t.add_column("n", justify="right")
-    for col in ("p50", "max", "MB/s", "TCP p50", "TCP max", "TCP MB/s", "p50/TCP"):
+    for col in ("p50", "max", "MB/s", "TCP p50", "TCP MB/s", "x TCP"):
         t.add_column(col, justify="right")
     for row in s["sizes"]:
         rt, fl = row["rtpool"], row["floor"]
@@ -371,15 +439,14 @@ def _render_payload(s: Dict[str, object], console) -> None:
             fmt_us(rt["max_us"]),
             f"{rt['mb_per_s']:,.0f}",
             fmt_us(fl["p50_us"]),
-            fmt_us(fl["max_us"]),
             f"{fl['mb_per_s']:,.0f}",
             fmt_ratio(row["p50_ratio"]),
         )
     console.print(t)
     console.print(
-        "[dim]p50/max/MB/s: rtpool; TCP: the floor, same size. MB/s = 2 x size / p50 (out and "
-        "back, MB = 10^6 bytes); exact percentiles of the samples; rtpool and floor round trips "
-        "alternate one by one.[/]"
+        "[dim]p50/max/MB/s: rtpool; TCP: the floor, same size (its max is in --json); x TCP: "
+        "rtpool p50 / floor p50. MB/s = 2 x size / p50 (out and back, MB = 10^6 bytes); exact "
+        "percentiles of the samples; rtpool and floor round trips alternate one by one.[/]"
     )
 
 
