@@ -31,6 +31,7 @@ def _ok(flag):
 def demo_tables(d):
     """Markdown for one demo result: makespans and measurement points."""
     n, bars = d["workers"], d["bars"]
+    cpu_share = d["client_master_cpu_s"] / (d["rtpool_makespan_s"] * d["machine"]["usable_cpus"])
     out = [
         f"{d['tasks']} semiprimes, seed {d['seed']}, N = {n}, best of {d['rounds']} rounds; "
         f"mean task {d['mean_task_ms']:.2f} ms (best sequential run)\n",
@@ -55,6 +56,12 @@ def demo_tables(d):
                     fmt_us(d["submit_many_us"]),
                     "",
                     f"of which pickling {fmt_us(d['package_serialize_us'])}",
+                ),
+                (
+                    "CPU of the client + embedded master during the makespan",
+                    f"{d['client_master_cpu_s']:.3f} s",
+                    "",
+                    f"{cpu_share:.1%} of all CPUs",
                 ),
                 ("efficiency (speed-up / N)", f"{d['efficiency']:.2f}", "", ""),
                 (

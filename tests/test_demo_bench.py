@@ -105,6 +105,7 @@ def test_demo_json_has_every_field_and_correct_results():
     assert out["speedup"] == pytest.approx(out["sequential_s"] / out["rtpool_makespan_s"], 0.01)
     assert out["missing_timing_keys"] == []
     assert 0 < out["package_serialize_us"] <= out["submit_many_us"]
+    assert out["client_master_cpu_s"] > 0
     for name in ("serialize_us", "queue_us", "exec_us", "total_us", "transfer_to_worker_us"):
         s = out["timings_us"][name]
         assert s["p50"] is not None and 0 <= s["p50"] <= s["p90"] <= s["max"], (name, s)

@@ -250,6 +250,7 @@ def run_rtpool(
             warm = [p * q for p, q in semiprimes(2 * workers, WARMUP_SEED)]
             client.submit_many(smallest_factor, warm).results(timeout=30)
             task = progress.add_task(label, total=len(numbers)) if progress else None
+            cpu0 = _process_cpu_s()
             t0 = time.perf_counter_ns()
             pkg = client.submit_many(smallest_factor, numbers)
             t_submitted = time.perf_counter_ns()
@@ -257,14 +258,27 @@ def run_rtpool(
                 if progress:
                     progress.advance(task)
             makespan_ns = time.perf_counter_ns() - t0
+            cpu1 = _process_cpu_s()
             factors = [f.result() for f in pkg.futures]
             timings = [dict(getattr(f, "timings", None) or {}) for f in pkg.futures]
     return {
         "makespan_s": makespan_ns / 1e9,
         "submit_many_us": (t_submitted - t0) / 1000,
+        # This process is the client and the embedded master: CPU it took from the workers.
+        "client_master_cpu_s": None if cpu0 is None else cpu1 - cpu0,
         "factors": factors,
         "timings": timings,
     }
+
+
+def _process_cpu_s() -> float | None:
+    """User + system CPU seconds of this process, all threads (None where unknown)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_startup(workers: int, timeout_s: float = 30.0) -> Dict[str, float]:
@@ -417,6 +431,7 @@ def run_demo(
         "mean_task_ms": round(seq_s / tasks * 1000, 3),
         "package_serialize_us": round(serialize[0] * tasks, 1) if serialize else None,
         "submit_many_us": round(best_rt["submit_many_us"], 1),
+        "client_master_cpu_s": _round(best_rt["client_master_cpu_s"], 3),
         **startup,
     }
     info.update(figures)
@@ -440,6 +455,10 @@ def run_demo(
         }
     )
     return info
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -563,6 +582,10 @@ def render(result: Dict[str, object], console) -> None:
         "",
         f"of which pickling {fmt_us(result['package_serialize_us'])}",
     )
+    cpu = result["client_master_cpu_s"]
+    if cpu is not None:
+        share = cpu / (result["rtpool_makespan_s"] * result["machine"]["usable_cpus"])
+        t.add_row("  client+master CPU", f"{cpu:.3f} s", "", f"{share:.1%} of all CPUs")
     t.add_row("efficiency", f"{result['efficiency']:.2f}", "", "speed-up / N")
     t.add_row(
         "makespan/ceiling",
