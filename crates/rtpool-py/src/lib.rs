@@ -11,7 +11,10 @@ use rtpool_master::{MasterConfig, MasterError, MasterHandle};
 
 fn to_py_err(py: Python<'_>, e: MasterError) -> PyErr {
     let msg = e.to_string();
-    match py.import("rtpool.errors").and_then(|m| m.getattr("RtpoolError")) {
+    match py
+        .import("rtpool.errors")
+        .and_then(|m| m.getattr("RtpoolError"))
+    {
         Ok(cls) => match cls.call1((msg.clone(),)) {
             Ok(inst) => PyErr::from_value(inst),
             Err(err) => err,
@@ -61,9 +64,21 @@ impl Master {
         max_frame_bytes: Option<usize>,
         heartbeat_ms: Option<u32>,
     ) -> PyResult<Self> {
-        let cfg = config(listen, client_token, worker_token, data_dir, max_frame_bytes, heartbeat_ms);
-        let inner = py.allow_threads(|| MasterHandle::start(cfg)).map_err(|e| to_py_err(py, e))?;
-        Ok(Self { inner, stopped: false })
+        let cfg = config(
+            listen,
+            client_token,
+            worker_token,
+            data_dir,
+            max_frame_bytes,
+            heartbeat_ms,
+        );
+        let inner = py
+            .allow_threads(|| MasterHandle::start(cfg))
+            .map_err(|e| to_py_err(py, e))?;
+        Ok(Self {
+            inner,
+            stopped: false,
+        })
     }
 
     /// `host:port` the master listens on.
@@ -117,18 +132,16 @@ impl Master {
         slf
     }
 
-    fn __exit__(
-        &mut self,
-        py: Python<'_>,
-        _t: PyObject,
-        _v: PyObject,
-        _tb: PyObject,
-    ) {
+    fn __exit__(&mut self, py: Python<'_>, _t: PyObject, _v: PyObject, _tb: PyObject) {
         self.stop(py);
     }
 
     fn __repr__(&self) -> String {
-        format!("<rtpool._native.Master {}{}>", self.inner.addr(), if self.stopped { " stopped" } else { "" })
+        format!(
+            "<rtpool._native.Master {}{}>",
+            self.inner.addr(),
+            if self.stopped { " stopped" } else { "" }
+        )
     }
 }
 
@@ -145,7 +158,8 @@ fn run_master(
 ) -> PyResult<()> {
     rtpool_master::init_logging(&log_level);
     let cfg = config(listen, None, None, data_dir, max_frame_bytes, heartbeat_ms);
-    py.allow_threads(|| rtpool_master::run_blocking(cfg)).map_err(|e| to_py_err(py, e))
+    py.allow_threads(|| rtpool_master::run_blocking(cfg))
+        .map_err(|e| to_py_err(py, e))
 }
 
 /// The `rtpool._native` extension module.
