@@ -36,10 +36,12 @@ import time
 from typing import Dict, List, Sequence, Tuple
 
 # p (the smaller prime) is drawn uniformly from this range. Trial division costs ~p iterations;
-# at ~75-80 ns per iteration (CPython 3.11, AMD EPYC VM) that is ~9-11 ms per task. Changing it
-# changes every task list: keep it fixed, and use --calibrate to see what another machine needs.
-P_MIN = 115_000
-P_MAX = 145_000
+# on the 2-vCPU AMD EPYC VM rtpool is developed on, CPython 3.11 takes 77 ns per iteration when
+# the VM is quiet and 90-110 ns under the neighbours' usual load, so a task takes 8-11 ms
+# (about 10 ms). Changing the range changes every task list: keep it fixed, and use
+# --calibrate to see what another machine would need.
+P_MIN = 100_000
+P_MAX = 125_000
 # q is much larger than p, so p is always the smallest factor.
 Q_MIN = 4 * P_MAX
 Q_MAX = 64 * P_MAX
