@@ -86,10 +86,11 @@ def demo_tables(d):
         ),
         "",
         _table(
-            ("round", "sequential", "ceiling", "rtpool", "rtpool / ceiling"),
+            ("round", "first", "sequential", "ceiling", "rtpool", "rtpool / ceiling"),
             [
                 (
                     i,
+                    r["first"],
                     f"{r['sequential_s']:.3f} s",
                     f"{r['ceiling_s']:.3f} s",
                     f"{r['rtpool_makespan_s']:.3f} s",
