@@ -132,7 +132,7 @@ def encode(kind: int, *fields: Any) -> bytes:
     Returns:
         The frame bytes, ready for ``sendall``.
     """
-    if kind == SUBMIT and len(fields) == 5:
+    if kind == SUBMIT and len(fields) == 5 and fields[3]:
         fields = (fields[0], fields[1], fields[2], submit_opts(fields[3]), fields[4])
     try:
         pack = _local.pack

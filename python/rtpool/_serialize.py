@@ -37,6 +37,9 @@ _fn_cache: weakref.WeakKeyDictionary[Any, Tuple[bytes, bytes]] = weakref.WeakKey
 _fn_cache_by_id: Dict[int, Tuple[Any, bytes, bytes]] = {}
 _FN_CACHE_BY_ID_MAX = 1024
 _fn_cache_lock = threading.Lock()
+# The function submitted last and its entry: most loops submit one function over and over, and
+# an identity check is cheaper than a weak-key lookup. It keeps that one function alive.
+_last: Tuple[Any, Tuple[bytes, bytes] | None] = (object(), None)
 
 
 def _cloudpickle():
@@ -61,8 +64,14 @@ def serialize_function(fn: Callable) -> Tuple[bytes, bytes]:
     Raises:
         TypeError: ``fn`` is not callable or cannot be pickled.
     """
+    global _last
+    last = _last
+    if last[0] is fn:
+        return last[1]
     try:
-        return _fn_cache[fn]
+        entry = _fn_cache[fn]
+        _last = (fn, entry)
+        return entry
     except KeyError:
         pass
     except TypeError:  # not weakref-able or not hashable
@@ -79,6 +88,7 @@ def serialize_function(fn: Callable) -> Tuple[bytes, bytes]:
             "or make what it captures picklable"
         ) from exc
     digest = hashlib.sha256(code).digest()
+    _last = (fn, (digest, code))
     with _fn_cache_lock:
         try:
             _fn_cache[fn] = (digest, code)

@@ -366,12 +366,14 @@ class WorkerConnection:
             self._flush()
             queue = self.queue
             while not self.stopping:
-                if not queue:
+                if queue:
+                    self._recv_nowait()
+                else:
                     if self.pending:
                         self._flush()
-                    self._wait()
-                    continue
-                self._recv_nowait()
+                    self._wait()  # it also reads what woke it: no second recv
+                    if not queue or self.stopping:
+                        continue
                 self._run(queue.popleft())
                 if not queue or self._should_flush():
                     self._flush()
