@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import socket
 import struct
+import subprocess
 
 import psutil
 import pytest
@@ -202,3 +203,31 @@ def test_missing_module_on_the_worker_is_named(
     with pytest.raises(ModuleNotFoundError, match="install module 'client_only_mod' on the worker"):
         client.submit(client_only_mod.f, 1).result(30)
     assert client.submit(tasks.square, 3).result(30) == 9  # the worker lives on
+
+
+def test_supervisor_restarts_a_crashed_child(master, workers, client_factory):
+    proc = workers.start(procs=1)
+    client = client_factory()
+    (_, first_pid) = client.submit(tasks.pid_of, 0).result(30)
+    assert psutil.Process(first_pid).ppid() == proc.pid
+    psutil.Process(first_pid).kill()
+    # The supervisor forks a new child, which connects and takes the next tasks.
+    results = client.submit_many(tasks.pid_of, range(20)).results(30)
+    pids = {pid for _, pid in results}
+    assert first_pid not in pids and len(pids) == 1
+    assert psutil.Process(pids.pop()).ppid() == proc.pid
+    assert "died (killed by SIGKILL); restarting it" in workers.log_text(0)
+
+
+def test_second_sigterm_exits_at_once(master, workers, client_factory, tmp_path):
+    log = tmp_path / "runs"
+    proc = workers.start(procs=1)
+    client = client_factory()
+    fut = client.submit(tasks.logged, 1, str(log), 60.0)
+    wait_until(lambda: log.exists(), timeout=30)
+    proc.send_signal(signal.SIGTERM)  # graceful: would wait for the 60 s task
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(10)
+    assert not fut.done()  # the master requeues it; no worker is left to run it

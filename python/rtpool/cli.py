@@ -18,10 +18,11 @@ rtpool: a real-time distributed task pool. Clients submit packages of Python tas
 master; pull-based workers run them; results come back as concurrent.futures futures.
 
 typical session:
-  rtpool master                                  # prints the tokens on first start
+  rtpool master                     # first start: generates the tokens and prints them
   RTPOOL_WORKER_TOKEN=... rtpool worker --master 127.0.0.1:7070 --procs 4
-  RTPOOL_TOKEN=... python -c 'import rtpool
-  print(rtpool.Client("127.0.0.1:7070").submit(pow, 2, 8).result())'
+  RTPOOL_TOKEN=... python app.py    # app.py: rtpool.Client("127.0.0.1:7070").map(f, xs)
+
+or, all on this machine: rtpool.LocalCluster(workers=4).client()
 """
 
 _MASTER_HELP = """\
