@@ -273,7 +273,9 @@ class WorkerConnection:
         return fn
 
     def _run(self, t: list) -> None:
-        # t = [task, attempt, fn_hash, received_ns, args]
+        # t = [task, attempt, fn_hash, received_ns, args]. wait_us runs from receipt to the
+        # call (unpickling the arguments included), exec_us is the call, and flush_us from
+        # its end to the write (pickling the result included).
         fn = self._function(t[2])
         t_begin = _perf_ns()  # after the one-time code load, which is no guide to the next task
         status = P.STATUS_OK
@@ -329,16 +331,21 @@ class WorkerConnection:
         except Exception as exc:
             return exc
 
+    def _results_frame(self) -> bytes:
+        """The pending results as one RESULT frame (or nothing), their flush_us filled in."""
+        pending = self.pending
+        if not pending:
+            return b""
+        now = _perf_ns()
+        for r in pending:
+            r[6] = (now - r[6]) // 1000  # end of execution -> flush_us
+        frame = P.encode(P.RESULT, pending)
+        pending.clear()
+        return frame
+
     def _flush(self) -> None:
         """Send the pending results and top the credits up, in one write."""
-        out = b""
-        pending = self.pending
-        if pending:
-            now = _perf_ns()
-            for r in pending:
-                r[6] = (now - r[6]) // 1000
-            out = P.encode(P.RESULT, pending)
-            pending.clear()
+        out = self._results_frame()
         credits = 1 + self.prefetch - len(self.queue) - self.outstanding
         if credits > 0:
             out += P.encode(P.PULL, credits)
@@ -395,14 +402,7 @@ class WorkerConnection:
             self._recv_nowait()
         except _Stop:
             return EXIT_OK
-        out = P.encode(P.DRAIN)
-        pending = self.pending
-        if pending:
-            now = _perf_ns()
-            for r in pending:
-                r[6] = (now - r[6]) // 1000
-            out += P.encode(P.RESULT, pending)
-            pending.clear()
+        out = P.encode(P.DRAIN) + self._results_frame()
         if self.queue:
             out += P.encode(P.RETURN, [[t[0], t[1]] for t in self.queue])
             self.queue.clear()
