@@ -331,3 +331,22 @@ def test_close_cancels_pending(fake):
     assert fut.cancelled()
     assert conn.recv_kind(P.CANCEL) == [P.CANCEL, 1, []]
     assert conn.recv(5) is None
+
+
+def test_package_futures_work_with_wait_as_completed_and_callbacks(fake, client):
+    pkg = client.submit_many(tasks.square, range(4))
+    seen = []
+    pkg[2].add_done_callback(lambda f: seen.append(f.result()))
+    conn = fake.accept()
+    msg = conn.recv_kind(P.SUBMIT)
+    conn.send(P.ACCEPTED, msg[1], 6)
+    conn.send(P.RESULTS, 6, [result_entry(2, 4)])
+    done, not_done = cf.wait(pkg.futures, timeout=5, return_when=cf.FIRST_COMPLETED)
+    assert done == {pkg[2]} and len(not_done) == 3
+    assert seen == [4]
+    with pytest.raises(TimeoutError):
+        pkg[0].result(timeout=0.01)
+    conn.send(P.RESULTS, 6, [result_entry(i, i * i) for i in (3, 0, 1)])
+    order = [f.result() for f in cf.as_completed(pkg.futures, timeout=5)]
+    assert sorted(order) == [0, 1, 4, 9]
+    assert pkg[0].exception(0) is None

@@ -177,7 +177,8 @@ class _Connection:
                 raise self._lost
             for lo, hi in bounds:
                 seg = _Segment(self, next(self._ids), hi - lo, t0_ns, serialize_us)
-                seg.futures = [Future(seg, i) for i in range(hi - lo)]
+                cond = threading.Condition()
+                seg.futures = [Future(seg, i, cond) for i in range(hi - lo)]
                 futures.extend(seg.futures)
                 segments.append(seg)
                 self._by_req[seg.req_id] = seg

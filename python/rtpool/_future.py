@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 from _thread import allocate_lock as _allocate_lock
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from threading import Condition
 from typing import TYPE_CHECKING, Any, Dict
 
 if TYPE_CHECKING:
@@ -31,8 +32,20 @@ class Future(cf.Future):
     # condition). This relies on Future's internals (_condition, _state, _result, _exception,
     # _waiters, _invoke_callbacks), unchanged from Python 3.9 to 3.13.
 
-    def __init__(self, seg: _Segment | None = None, index: int = 0) -> None:
-        super().__init__()
+    def __init__(
+        self, seg: _Segment | None = None, index: int = 0, condition: Condition | None = None
+    ) -> None:
+        if condition is None:
+            super().__init__()
+        else:
+            # The futures of one package share a condition: creating one per future is half
+            # the cost of a future, and no waiter here relies on its notify (see _wait_done).
+            self._condition = condition
+            self._state = PENDING
+            self._result = None
+            self._exception = None
+            self._waiters = []
+            self._done_callbacks = []
         self._seg = seg
         self._index = index
         self._wakes: list | None = None
