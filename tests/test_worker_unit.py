@@ -195,3 +195,28 @@ def test_fatal_error_from_master_ends_the_worker(fake):
     w.master.recv_kind(P.PULL)
     w.master.send(P.ERROR, "shutdown", "master going down", 0)
     assert w.join() == EXIT_LOST
+
+
+def test_result_above_the_frame_limit_becomes_an_error():
+    with FakeMaster(max_frame_bytes=4096) as fake:
+        w = Running(fake)
+        w.master.recv_kind(P.PULL)
+        fn = S.serialize_function(tasks.apply)[1]
+        big = S.dumps_args((bytes, 10_000), None)
+        small = S.dumps_args((bytes, 1000), None)
+        w.master.send(P.ASSIGN, [[1, 1, HASH, fn, big]])
+        (r,) = w.master.recv_kind(P.RESULT)[1]
+        assert r[2] == P.STATUS_ERROR
+        exc = S.error_from_report(r[3])
+        assert type(exc) is ValueError
+        assert "above the master's frame limit of 4096 bytes" in str(exc)
+        # Results that fit alone but not together go out in several frames.
+        w.master.send(P.ASSIGN, [[i, 1, HASH, None, small] for i in range(2, 8)])
+        got = []
+        while len(got) < 6:
+            msg = w.master.recv_kind(P.RESULT, skip=(P.PULL, P.HEARTBEAT))
+            assert len(P.encode(*msg)) - 4 <= 4096
+            got += [r[0] for r in msg[1]]
+        assert sorted(got) == list(range(2, 8))
+        w.master.close()
+        w.join()

@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from . import _protocol as P
 from ._connect import connect, default_name
@@ -61,6 +61,9 @@ _dumps = pickle.dumps
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 _RECV_BYTES = 1 << 18
 _HEARTBEAT = P.encode(P.HEARTBEAT)
+# Bytes of a RESULT frame besides the data (prefix, headers, ids, times), and per result.
+_RESULT_FRAME_OVERHEAD = 64
+_RESULT_OVERHEAD = 64
 
 # Restarting crashed children: at most this many restarts of one slot within the window.
 _RESTART_MAX = 5
@@ -154,6 +157,10 @@ class WorkerConnection:
             timeout=connect_timeout,
         )
         self.heartbeat_s = max(welcome.heartbeat_ms, 1) / 1000
+        # A RESULT frame must fit the master's frame limit: results are batched up to this
+        # many bytes, and a single larger result is replaced by an error.
+        self.frame_budget = welcome.max_frame_bytes - _RESULT_FRAME_OVERHEAD
+        self.pending_bytes = 0
         self.stopping = False
         self._signals = 0
         self._send_lock = threading.Lock()
@@ -278,43 +285,63 @@ class WorkerConnection:
         # its end to the write (pickling the result included).
         fn = self._function(t[2])
         t_begin = _perf_ns()  # after the one-time code load, which is no guide to the next task
-        status = P.STATUS_OK
-        if type(fn) is _LoadFailure:
-            t_start = t_end = _perf_ns()
+        status, data, t_start, t_end = self._execute(fn, t[4])
+        size = len(data) + _RESULT_OVERHEAD
+        if size > self.frame_budget:
             status = P.STATUS_ERROR
-            data = fn.report
-        else:
-            try:
-                args, kwargs = _loads(t[4])
-            except BaseException as exc:
-                t_start = t_end = _perf_ns()
-                status = P.STATUS_ERROR
-                data = _load_error_report(exc, "the task's arguments", self.name)
-            else:
-                t_start = _perf_ns()
-                try:
-                    value = fn(*args, **kwargs) if kwargs else fn(*args)
-                except BaseException as exc:
-                    t_end = _perf_ns()
-                    status = P.STATUS_ERROR
-                    data = self._error(exc)
-                else:
-                    t_end = _perf_ns()
-                    try:
-                        data = _dumps(value, 5)
-                    except Exception:
-                        data = self._result_fallback(value)
-                        if type(data) is not bytes:
-                            status = P.STATUS_ERROR
-                            data = self._error(data)
-        t_done = _perf_ns()
+            data = self._error(self._too_large(len(data)))
+            size = len(data) + _RESULT_OVERHEAD
+        if self.pending_bytes + size > self.frame_budget:
+            self._flush()
+        self.pending_bytes += size
         self.pending.append(
             [t[0], t[1], status, data, (t_end - t_start) // 1000, (t_start - t[3]) // 1000, t_end]
         )
-        sample = t_done - t_begin
+        sample = _perf_ns() - t_begin
         ema = self.ema_ns
         self.ema_ns = ema = sample if ema is None else ema + _EMA_ALPHA * (sample - ema)
         self.prefetch = min(self.max_prefetch, max(1, int(PREFETCH_TARGET_NS / (ema + 1))))
+
+    def _execute(self, fn: Any, payload: bytes) -> Tuple[int, bytes, int, int]:
+        """Run one task: ``(status, data, start_ns, end_ns)`` of the call itself."""
+        if type(fn) is _LoadFailure:
+            now = _perf_ns()
+            return P.STATUS_ERROR, fn.report, now, now
+        try:
+            args, kwargs = _loads(payload)
+        except BaseException as exc:
+            now = _perf_ns()
+            return (
+                P.STATUS_ERROR,
+                _load_error_report(exc, "the task's arguments", self.name),
+                now,
+                now,
+            )
+        t_start = _perf_ns()
+        try:
+            value = fn(*args, **kwargs) if kwargs else fn(*args)
+        except BaseException as exc:
+            t_end = _perf_ns()
+            return P.STATUS_ERROR, self._error(exc), t_start, t_end
+        t_end = _perf_ns()
+        try:
+            return P.STATUS_OK, _dumps(value, 5), t_start, t_end
+        except Exception:
+            data = self._result_fallback(value)
+            if type(data) is bytes:
+                return P.STATUS_OK, data, t_start, t_end
+            return P.STATUS_ERROR, self._error(data), t_start, t_end
+
+    def _too_large(self, size: int) -> Exception:
+        limit = self.frame_budget + _RESULT_FRAME_OVERHEAD
+        try:
+            raise ValueError(
+                f"the task's result pickles to {size} bytes, above the master's frame limit of "
+                f"{limit} bytes; return less data (or write it elsewhere and return a "
+                "reference), or start the master with a larger --max-frame-mb"
+            )
+        except ValueError as exc:
+            return exc
 
     @staticmethod
     def _error(exc: BaseException) -> bytes:
@@ -341,6 +368,7 @@ class WorkerConnection:
             r[6] = (now - r[6]) // 1000  # end of execution -> flush_us
         frame = P.encode(P.RESULT, pending)
         pending.clear()
+        self.pending_bytes = 0
         return frame
 
     def _flush(self) -> None:
