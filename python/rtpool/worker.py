@@ -28,6 +28,7 @@ import pickle
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -61,6 +62,9 @@ _dumps = pickle.dumps
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 _RECV_BYTES = 1 << 18
 _HEARTBEAT = P.encode(P.HEARTBEAT)
+_SO_TIMESTAMPNS = 35  # Linux (asm-generic); not in the socket module
+_TIMESPEC = struct.Struct("qq")
+_CMSG_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 # Bytes of a RESULT frame besides the data (prefix, headers, ids, times), and per result.
 _RESULT_FRAME_OVERHEAD = 64
 _RESULT_OVERHEAD = 64
@@ -74,6 +78,35 @@ _BACKOFF_MAX_S = 5.0
 
 def _log(message: str) -> None:
     print(f"rtpool worker[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+def adaptive_prefetch(task_ns: float, max_prefetch: int) -> int:
+    """Tasks to queue ahead: about 2 ms of tasks of ``task_ns`` each, from 1 to ``max_prefetch``."""
+    return min(max_prefetch, max(1, int(PREFETCH_TARGET_NS / (task_ns + 1))))
+
+
+def _enable_kernel_timestamps(sock: socket.socket) -> bool:
+    # An assignment that arrives while a task runs waits in the socket until the task ends;
+    # the kernel's receive timestamp (SO_TIMESTAMPNS) lets wait_us count that time too.
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _received_ns(ancillary: Any) -> int:
+    """perf_counter_ns() of when the kernel received the data just read (else: now)."""
+    now = _perf_ns()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            age = time.time_ns() - (sec * 1_000_000_000 + nsec)
+            if 0 < age < 60_000_000_000:  # the wall clock may have been stepped
+                return now - age
+    return now
 
 
 def set_parent_death_signal(sig: int) -> None:
@@ -157,6 +190,7 @@ class WorkerConnection:
             timeout=connect_timeout,
         )
         self.heartbeat_s = max(welcome.heartbeat_ms, 1) / 1000
+        self._kernel_ts = _enable_kernel_timestamps(self.sock)
         # A RESULT frame must fit the master's frame limit: results are batched up to this
         # many bytes, and a single larger result is replaced by an error.
         self.frame_budget = welcome.max_frame_bytes - _RESULT_FRAME_OVERHEAD
@@ -216,14 +250,17 @@ class WorkerConnection:
     def _recv_nowait(self) -> None:
         """Take whatever the socket holds without blocking."""
         try:
-            data = self.sock.recv(_RECV_BYTES, _MSG_DONTWAIT)
+            if self._kernel_ts:
+                data, ancillary, _, _ = self.sock.recvmsg(_RECV_BYTES, _CMSG_BYTES, _MSG_DONTWAIT)
+            else:
+                data, ancillary = self.sock.recv(_RECV_BYTES, _MSG_DONTWAIT), ()
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             raise _Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
         if not data:
             raise _Stop(EXIT_LOST, "the master closed the connection")
-        self._on_messages(self.reader.feed(data))
+        self._on_messages(self.reader.feed(data), _received_ns(ancillary))
 
     def _wait(self) -> None:
         """Block until the master sends something or a signal arrives."""
@@ -237,8 +274,7 @@ class WorkerConnection:
         if self.sock in readable:
             self._recv_nowait()
 
-    def _on_messages(self, msgs: List[list]) -> None:
-        now = _perf_ns()
+    def _on_messages(self, msgs: List[list], now: int) -> None:
         queue = self.queue
         codes = self.codes
         for msg in msgs:
@@ -300,7 +336,7 @@ class WorkerConnection:
         sample = _perf_ns() - t_begin
         ema = self.ema_ns
         self.ema_ns = ema = sample if ema is None else ema + _EMA_ALPHA * (sample - ema)
-        self.prefetch = min(self.max_prefetch, max(1, int(PREFETCH_TARGET_NS / (ema + 1))))
+        self.prefetch = adaptive_prefetch(ema, self.max_prefetch)
 
     def _execute(self, fn: Any, payload: bytes) -> Tuple[int, bytes, int, int]:
         """Run one task: ``(status, data, start_ns, end_ns)`` of the call itself."""
@@ -397,7 +433,7 @@ class WorkerConnection:
         hb.start()
         try:
             if self._early:
-                self._on_messages(self._early)
+                self._on_messages(self._early, _perf_ns())
             self._flush()
             queue = self.queue
             while not self.stopping:
