@@ -92,6 +92,8 @@ class _Connection:
         self.session = welcome.session
         self.max_frame_bytes = welcome.max_frame_bytes
         self._reader = reader
+        # Locks of threads waiting in Future.result(), released by the reader thread.
+        self._wakes: List[Any] = []
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -293,7 +295,12 @@ class _Connection:
             recv = self.sock.recv
             feed = self._reader.feed
             dispatch = self._dispatch
+            wakes = self._wakes
             while True:
+                if wakes:
+                    for lock in wakes:
+                        lock.release()
+                    wakes.clear()
                 data = recv(1 << 18)
                 if not data:
                     break
@@ -308,6 +315,9 @@ class _Connection:
             reason = f"the master sent a malformed message: {exc!r}"
         except OSError as exc:
             reason = f"connection error: {exc.strerror or exc}"
+        for lock in self._wakes:
+            lock.release()
+        self._wakes.clear()
         self._connection_lost(reason)
 
     def _dispatch(self, msgs: List[list]) -> None:
@@ -337,6 +347,7 @@ class _Connection:
             fut = futures[r[0]]
             status = r[1]
             t0 = perf_ns()
+            value = None
             if status == 0:
                 try:
                     value = loads(r[2])
@@ -359,16 +370,18 @@ class _Connection:
             fut._entry = r
             fut._deser_ns = t1 - t0
             fut._done_ns = t1
-            try:
-                if error is None:
-                    fut.set_result(value)
-                elif status == 2:
-                    if not fut._to_cancelled():
-                        continue
-                else:
-                    fut.set_exception(error)
-            except _InvalidStateError:
-                continue  # cancelled here while its result was on the way
+            if status == 2:
+                if not fut._to_cancelled():
+                    continue
+            else:
+                wakes = fut._finish(value, error)
+                if wakes is None:
+                    continue  # cancelled here while its result was on the way
+                fut._invoke_callbacks()
+                if wakes:
+                    # Released just before the next recv(): a waiter woken earlier would find
+                    # this thread still holding the GIL and block once more.
+                    self._wakes.extend(wakes)
             seg.n_results += 1
         if seg.n_results + seg.n_cancelled >= seg.n:
             with self._lock:

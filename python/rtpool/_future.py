@@ -16,6 +16,7 @@ __all__ = ["Future"]
 
 _InvalidStateError = cf.InvalidStateError
 _DONE = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
+_NO_WAKES = ()
 
 
 class Future(cf.Future):
@@ -91,34 +92,39 @@ class Future(cf.Future):
             raise TimeoutError()
         return super().exception(0)
 
-    def set_result(self, result: Any) -> None:
+    def _finish(self, result: Any, exception: BaseException | None) -> Any:
+        """Move to FINISHED; return the waiters' locks to release (the caller releases them
+        and runs the callbacks), or None if the future was already done."""
         with self._condition:
             if self._state in _DONE:
-                raise _InvalidStateError(f"{self._state}: {self!r}")
-            self._result = result
+                return None
             self._state = FINISHED
-            for waiter in self._waiters:
-                waiter.add_result(self)
+            if exception is None:
+                self._result = result
+                for waiter in self._waiters:
+                    waiter.add_result(self)
+            else:
+                self._exception = exception
+                for waiter in self._waiters:
+                    waiter.add_exception(self)
             self._condition.notify_all()
             wakes, self._wakes = self._wakes, None
-        if wakes:
-            for lock in wakes:
-                lock.release()
+        return wakes or _NO_WAKES
+
+    def set_result(self, result: Any) -> None:
+        wakes = self._finish(result, None)
+        if wakes is None:
+            raise _InvalidStateError(f"{self._state}: {self!r}")
+        for lock in wakes:
+            lock.release()
         self._invoke_callbacks()
 
     def set_exception(self, exception: BaseException | None) -> None:
-        with self._condition:
-            if self._state in _DONE:
-                raise _InvalidStateError(f"{self._state}: {self!r}")
-            self._exception = exception
-            self._state = FINISHED
-            for waiter in self._waiters:
-                waiter.add_exception(self)
-            self._condition.notify_all()
-            wakes, self._wakes = self._wakes, None
-        if wakes:
-            for lock in wakes:
-                lock.release()
+        wakes = self._finish(None, exception)
+        if wakes is None:
+            raise _InvalidStateError(f"{self._state}: {self!r}")
+        for lock in wakes:
+            lock.release()
         self._invoke_callbacks()
 
     def _to_cancelled(self) -> bool:
