@@ -350,3 +350,21 @@ def test_package_futures_work_with_wait_as_completed_and_callbacks(fake, client)
     order = [f.result() for f in cf.as_completed(pkg.futures, timeout=5)]
     assert sorted(order) == [0, 1, 4, 9]
     assert pkg[0].exception(0) is None
+
+
+def test_view_shutdown_cancels_its_own_package_and_keeps_the_client(fake, client):
+    view = client.options(priority=1)
+    pkg = view.submit_many(tasks.square, range(3))
+    other = client.submit(tasks.square, 5)
+    conn = fake.accept()
+    first = conn.recv_kind(P.SUBMIT)
+    second = conn.recv_kind(P.SUBMIT)
+    conn.send(P.ACCEPTED, first[1], 1)
+    conn.send(P.ACCEPTED, second[1], 2)
+    view.shutdown(wait=True, cancel_futures=True)
+    assert all(f.cancelled() for f in pkg)
+    assert conn.recv_kind(P.CANCEL) == [P.CANCEL, 1, []]  # one frame for the package
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        view.submit(tasks.square, 1)
+    conn.send(P.RESULTS, 2, [result_entry(0, 25)])
+    assert other.result(5) == 25

@@ -81,7 +81,7 @@ def test_reader_rejects_oversized_prefix_before_the_body():
 
 
 def test_reader_accepts_exactly_the_limit():
-    body = msgpack.packb([P.PULL, 1]) + b""
+    body = msgpack.packb([P.PULL, 1])
     reader = P.FrameReader(len(body))
     assert reader.feed(frame(body)) == [[P.PULL, 1]]
     reader.max_frame = len(body) - 1

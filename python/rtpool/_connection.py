@@ -476,15 +476,21 @@ class _Connection:
             segments = list(self._by_req.values()) + list(self._segments.values())
         return [f for seg in segments for f in (seg.futures or ()) if not f.done()]
 
+    def cancel_segment(self, seg: _Segment) -> int:
+        """Cancel the futures of ``seg`` without a result; one ``CANCEL`` for all of them."""
+        futures = seg.futures
+        if futures is None:
+            return 0
+        n = sum(1 for f in futures if f._to_cancelled())
+        if n:
+            self.on_local_cancel(seg, ALL, n)
+        return n
+
     def cancel_all(self) -> None:
         with self._lock:
             segments = list(self._by_req.values()) + list(self._segments.values())
         for seg in segments:
-            futures = seg.futures
-            if futures is not None:
-                n = sum(1 for f in futures if f._to_cancelled())
-                if n:
-                    self.on_local_cancel(seg, ALL, n)
+            self.cancel_segment(seg)
 
     def close_if_idle(self) -> None:
         """Close the socket once no package waits for results (after shutdown)."""

@@ -17,7 +17,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
 from ._connect import Address, default_name
-from ._connection import ALL, _Connection, _Segment
+from ._connection import _Connection, _Segment
 from ._future import Future
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
 from .errors import AuthenticationError
@@ -126,16 +126,7 @@ class Package:
         Returns:
             The number of futures this call cancelled.
         """
-        count = 0
-        for seg in self._segments:
-            futures = seg.futures
-            if futures is None:
-                continue
-            n = sum(1 for f in futures if f._to_cancelled())
-            if n:
-                self._conn.on_local_cancel(seg, ALL, n)
-            count += n
-        return count
+        return sum(self._conn.cancel_segment(seg) for seg in self._segments)
 
     def status(self, timeout: float = 10.0) -> Dict[str, int]:
         """Ask the master for the package's counters.
@@ -363,13 +354,12 @@ class ClientView(_Submitter):
             cancel_futures: Cancel those that have no result yet.
         """
         self._shut = True
-        futures = [f for s in self._submitted for f in (s.futures or ()) if not f.done()]
-        self._submitted = []
+        segments, self._submitted = self._submitted, []
         if cancel_futures:
-            for fut in futures:
-                fut.cancel()
+            for seg in segments:
+                self._conn.cancel_segment(seg)
         if wait:
-            cf.wait(futures)
+            cf.wait([f for seg in segments for f in (seg.futures or ()) if not f.done()])
 
 
 class Client(_Submitter):
