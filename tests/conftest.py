@@ -99,14 +99,16 @@ class Workers:
     tmp_path: Path
     procs: List[subprocess.Popen] = field(default_factory=list)
 
-    def start(self, procs: int = 1, *extra: str, token: str = "") -> subprocess.Popen:
+    def start(
+        self, procs: int = 1, *extra: str, token: str = "", env: dict | None = None
+    ) -> subprocess.Popen:
         n = len(self.procs)
         cmd = [sys.executable, "-m", "rtpool", "worker", "--master", self.master.address]
         cmd += ["--procs", str(procs), "--name", f"test-worker-{n}", *extra]
         with open(self.tmp_path / f"worker-{n}.log", "wb") as log:
             proc = subprocess.Popen(
                 cmd,
-                env=worker_env(token or self.master.worker_token),
+                env={**worker_env(token or self.master.worker_token), **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -38,6 +38,13 @@ def pid_of(x: int, seconds: float = 0.0):
     return x, os.getpid()
 
 
+def slow_where_marked(x: int, seconds: float):
+    """``(x, pid)`` after ``seconds``, or five times that on a worker started with
+    ``RTPOOL_TEST_SLOW=1`` (a slow machine among fast ones)."""
+    time.sleep(seconds * (5 if os.environ.get("RTPOOL_TEST_SLOW") else 1))
+    return x, os.getpid()
+
+
 def logged(x: int, path: str, seconds: float = 0.0):
     """Append ``x`` to the file at ``path`` (one line per execution), then return ``(x, pid)``."""
     with open(path, "a") as f:

@@ -335,8 +335,32 @@ class WorkerConnection:
         )
         sample = _perf_ns() - t_begin
         ema = self.ema_ns
-        self.ema_ns = ema = sample if ema is None else ema + _EMA_ALPHA * (sample - ema)
+        if ema is None or sample > 2 * ema:
+            # Fast attack: one task much slower than the average is enough to stop hoarding
+            # (a package of 10 ms tasks after a run of no-ops); the average decays slowly.
+            ema = sample
+        else:
+            ema += _EMA_ALPHA * (sample - ema)
+        self.ema_ns = ema
         self.prefetch = adaptive_prefetch(ema, self.max_prefetch)
+        surplus = len(self.queue) - self.prefetch
+        if surplus > 0:
+            self._give_back(surplus)
+
+    def _give_back(self, count: int) -> None:
+        """RETURN the last ``count`` unstarted tasks, so idle workers can take them.
+
+        The prefetch was sized for shorter tasks: what this worker holds beyond its new prefetch
+        would otherwise wait here while other workers run dry (the end of a package, or a slow
+        machine among fast ones). ``RETURN`` also withdraws the credits still outstanding at the
+        master, so the tasks do not come straight back; the next flush asks for what the new
+        prefetch wants.
+        """
+        queue = self.queue
+        given = [queue.pop() for _ in range(count)]
+        given.reverse()
+        self._send(P.encode(P.RETURN, [[t[0], t[1]] for t in given]))
+        self.outstanding = 0
 
     def _execute(self, fn: Any, payload: bytes) -> Tuple[int, bytes, int, int]:
         """Run one task: ``(status, data, start_ns, end_ns)`` of the call itself."""

@@ -123,7 +123,8 @@ pub enum Event {
         /// Results, in the order the worker sent them.
         results: Vec<WorkerOutcome>,
     },
-    /// A worker hands back unstarted tasks, as `(task, attempt)`.
+    /// A worker hands back unstarted tasks, as `(task, attempt)`, and withdraws its unused
+    /// credits (it sends `Credit` again for what it wants).
     Returned {
         /// The worker.
         worker: WorkerId,

@@ -494,6 +494,8 @@ impl Model {
                 tasks.push((task, attempt + 3));
             }
         }
+        // Returning withdraws the worker's unused credits.
+        self.workers.get_mut(&worker).expect("picked worker").avail = 0;
         let (delivered, replies) = self.step(Event::Returned { worker, tasks });
         assert!(delivered.is_empty() && replies.is_empty());
     }

@@ -74,6 +74,30 @@ fn drain_and_return_hand_tasks_to_another_worker() {
 }
 
 #[test]
+fn return_withdraws_unused_credits_so_the_tasks_go_to_other_workers() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (hoarder, other) = (env.new_worker(1), env.new_worker(1));
+    // Both asked for a deep prefetch while tasks were short; a package of 6 is split 3/3.
+    env.credit(hoarder, 10);
+    env.credit(other, 10);
+    let (_, out) = env.submit(client, 6);
+    let held = tasks_of(&out, hoarder);
+    assert_eq!(held.len(), 3);
+    assert_eq!(env.core.worker_stats(hoarder).unwrap().credits, 7);
+    // The tasks turn out long: the hoarder keeps one and returns two. Its 7 unused credits are
+    // withdrawn, so both go to the other worker, not straight back.
+    let out = env.return_tasks(hoarder, &held[1..]);
+    assert_eq!(env.core.worker_stats(hoarder).unwrap().credits, 0);
+    assert_eq!(tasks_of(&out, other), held[1..]);
+    assert!(tasks_of(&out, hoarder).is_empty());
+    // Asking again works as before.
+    env.complete(hoarder, held[0]);
+    env.credit(hoarder, 1);
+    assert_eq!(env.core.worker_stats(hoarder).unwrap().credits, 1);
+}
+
+#[test]
 fn returned_tasks_go_to_the_front_of_their_priority() {
     let mut env = TestEnv::new();
     let client = env.new_client();

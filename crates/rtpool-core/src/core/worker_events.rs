@@ -148,6 +148,12 @@ impl Core {
         now: Instant,
         out: &mut Vec<Action>,
     ) {
+        // Returning withdraws the worker's unused credits: it gives work back because it holds
+        // more than it can run soon, so tasks must not flow straight back to it. It asks again
+        // with `Credit`. (Its ring entry, if any, is skipped when reached, as after a drain.)
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.credits = 0;
+        }
         // Reversed, so that after the pushes to the front the first returned task is first.
         for &(id, attempt) in tasks.iter().rev() {
             if self
