@@ -75,7 +75,7 @@ def bench_latency(
     Returns:
         The section's JSON-ready dict.
     """
-    with _cluster(workers) as cluster, EchoPeer() as peer:
+    with _cluster(workers) as cluster, EchoPeer() as peer, EchoPeer(relay=True) as chain:
         cluster.wait_for_workers(workers, timeout=30)
         with cluster.client() as client:
             frame = make_frame(FLOOR_MESSAGE_BYTES)
@@ -84,10 +84,11 @@ def bench_latency(
             for _ in range(warmup):
                 client.submit(noop).result(timeout=RESULT_TIMEOUT_S)
                 peer.roundtrip_ns(frame)
+                chain.roundtrip_ns(frame)
                 if time.perf_counter() > stop:
                     break
             gc.collect()
-            h_rt, h_floor = new_histogram(), new_histogram()
+            h_rt, h_floor, h_chain = new_histogram(), new_histogram(), new_histogram()
             points: List[Dict[str, float]] = []
             say(f"latency: up to {count} round trips each, blocks of {block}")
             deadline = time.perf_counter() + seconds
@@ -106,9 +107,12 @@ def bench_latency(
                         break
                 for _ in range(in_block):
                     record_ns(h_floor, peer.roundtrip_ns(frame))
+                for _ in range(in_block):
+                    record_ns(h_chain, chain.roundtrip_ns(frame))
                 done += in_block
                 blocks += 1
     rt, floor = summarize_histogram(h_rt), summarize_histogram(h_floor)
+    relay_chain = summarize_histogram(h_chain)
     p50_ratio = safe_ratio(rt["p50_us"], floor["p50_us"])
     return {
         "workers": workers,
@@ -121,7 +125,10 @@ def bench_latency(
         "floor_message_bytes": FLOOR_MESSAGE_BYTES,
         "rtpool": rt,
         "floor": floor,
+        "relay_chain": relay_chain,
         "p50_ratio": p50_ratio,
+        "chain_p50_ratio": safe_ratio(relay_chain["p50_us"], floor["p50_us"]),
+        "p50_ratio_to_chain": safe_ratio(rt["p50_us"], relay_chain["p50_us"]),
         "p99_9_ratio": safe_ratio(rt["p99_9_us"], floor["p50_us"]),
         "breakdown_us": breakdown(points),
         "bars": {
@@ -342,6 +349,7 @@ def _render_latency(s: Dict[str, object], console) -> None:
     for name, h in (
         ("rtpool", s["rtpool"]),
         ("TCP floor", s["floor"]),
+        ("relay chain", s["relay_chain"]),
     ):
         t.add_row(
             name,
@@ -356,10 +364,16 @@ def _render_latency(s: Dict[str, object], console) -> None:
         f"= {fmt_ratio(s['p99_9_ratio'])} floor p50 (bar <= {fmt_us(LATENCY_P99_9_BAR_US)}: "
         f"{verdict(b['p99_9_ok'])})"
     )
+    console.print(
+        f"relay chain p50 / floor p50 = {fmt_ratio(s['chain_p50_ratio'])}: the same three "
+        f"processes and four hops as rtpool with no work at all; rtpool p50 / relay chain p50 "
+        f"= {fmt_ratio(s['p50_ratio_to_chain'])}"
+    )
     _render_breakdown(s["breakdown_us"], console)
     console.print(
         f"[dim]HdrHistogram, us, 3 significant digits; blocks of {s['block']} rtpool round "
-        f"trips then as many floor round trips ({s['floor_message_bytes']}-byte frames, "
+        f"trips, then as many floor and as many relay-chain round trips "
+        f"({s['floor_message_bytes']}-byte frames, "
         f"TCP_NODELAY), alternating, after {s['warmup']} warm-up round trips each"
         f"{'; stopped by the time budget' if s['stopped_by_time'] else ''}.[/]"
     )

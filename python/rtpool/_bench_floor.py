@@ -9,6 +9,12 @@ nothing else (no msgpack, no pickle, no scheduler).
 The echo peer is a child process running this file as a script (``python _bench_floor.py
 PORT``): it connects back to the parent, echoes frames until it reads a zero length, and exits.
 The parent stops it by PID in ``close()`` whatever happens.
+
+The **relay chain** (``EchoPeer(relay=True)``) is the floor of rtpool's topology: the child
+relays each frame to an echo process of its own and the echo back, so a round trip crosses
+three processes and four one-way hops, as client -> master -> worker -> master -> client does,
+with no work at all in between. On a small VM the wake-ups of that chain, not the work, set
+what any design with a separate master and worker can reach.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ class EchoPeer:
     Use as a context manager; ``roundtrip_ns(frame)`` sends one frame and waits for its echo.
     """
 
-    def __init__(self, connect_timeout_s: float = 15.0) -> None:
+    def __init__(self, connect_timeout_s: float = 15.0, relay: bool = False) -> None:
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._buf = bytearray(_HEADER.size)
@@ -62,7 +68,8 @@ class EchoPeer:
             port = listener.getsockname()[1]
             # Run this file as a script: the child needs nothing of rtpool and starts faster.
             self._proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), str(port)],
+                [sys.executable, os.path.abspath(__file__), str(port)]
+                + (["relay"] if relay else []),
                 stdin=subprocess.DEVNULL,
             )
             sock = self._accept(listener, connect_timeout_s)
@@ -132,8 +139,18 @@ class EchoPeer:
         self.close()
 
 
-def serve(port: int) -> int:
-    """The child's side: connect to ``127.0.0.1:port`` and echo frames until a zero length."""
+def serve(port: int, relay: bool = False) -> int:
+    """The child's side: connect to ``127.0.0.1:port`` and echo frames until a zero length
+    (with ``relay``, pass each frame through an echo process of its own first)."""
+    inner = EchoPeer() if relay else None
+    try:
+        return _serve(port, inner)
+    finally:
+        if inner is not None:
+            inner.close()
+
+
+def _serve(port: int, inner: EchoPeer | None) -> int:
     sock = socket.create_connection(("127.0.0.1", port), timeout=15)
     sock.settimeout(None)
     _nodelay(sock)
@@ -152,6 +169,8 @@ def serve(port: int) -> int:
             frame = memoryview(buf)[: _HEADER.size + size]
             if not _recv_exactly(sock, frame[_HEADER.size :]):
                 return 0
+            if inner is not None:
+                inner.roundtrip_ns(bytes(frame))
             # One write for header and body: the same number of segments as the request.
             sock.sendall(frame)
     finally:
@@ -159,4 +178,4 @@ def serve(port: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1])))
+    sys.exit(serve(int(sys.argv[1]), relay=sys.argv[2:3] == ["relay"]))
