@@ -88,9 +88,9 @@ def _handshake_error(msg: list, where: str, role: str) -> Exception:
     code, message = (msg[1], msg[2]) if len(msg) >= 3 else ("?", repr(msg))
     if code == P.ERR_AUTH:
         env = "RTPOOL_TOKEN" if role == "client" else "RTPOOL_WORKER_TOKEN"
+        # The master's message already says which token to use; add where a client finds it.
         return AuthenticationError(
-            f"master at {where} refused the {role} token ({message}); use the {role} token "
-            f"from the master's data dir ({role}.token) or ${env}"
+            f"master at {where} refused the {role} token: {message}; or set ${env}"
         )
     if code == P.ERR_VERSION:
         return ProtocolError(

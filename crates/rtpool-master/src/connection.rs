@@ -86,14 +86,14 @@ pub async fn serve(
         Ok(Ok(other)) => {
             let msg = error_msg(
                 "unknown_kind",
-                format!("the first message must be HELLO, not {}", kind_name(&other)),
+                format!("the first message must be HELLO, not {}", other.name()),
                 0,
             );
             return refuse(rd, wr, msg).await;
         }
         Ok(Err(e)) => {
             debug!(%peer, "handshake failed: {e}");
-            return refuse(rd, wr, proto_error_msg(&e)).await;
+            return refuse(rd, wr, e.to_msg()).await;
         }
         Err(_) => {
             let msg = error_msg(
@@ -239,34 +239,6 @@ async fn linger(rd: &mut OwnedReadHalf) {
     .await;
 }
 
-fn proto_error_msg(e: &ProtoError) -> Msg {
-    let reference = match e {
-        ProtoError::BadOption { req_id, .. } => *req_id,
-        _ => 0,
-    };
-    error_msg(e.code(), e.to_string(), reference)
-}
-
-fn kind_name(msg: &Msg) -> &'static str {
-    match msg {
-        Msg::Hello { .. } => "HELLO",
-        Msg::Welcome { .. } => "WELCOME",
-        Msg::Error { .. } => "ERROR",
-        Msg::Submit { .. } => "SUBMIT",
-        Msg::Accepted { .. } => "ACCEPTED",
-        Msg::Results { .. } => "RESULTS",
-        Msg::Cancel { .. } => "CANCEL",
-        Msg::Status { .. } => "STATUS",
-        Msg::StatusReply { .. } => "STATUS_REPLY",
-        Msg::Pull { .. } => "PULL",
-        Msg::Assign { .. } => "ASSIGN",
-        Msg::Result { .. } => "RESULT",
-        Msg::Return { .. } => "RETURN",
-        Msg::Heartbeat => "HEARTBEAT",
-        Msg::Drain => "DRAIN",
-    }
-}
-
 struct Reader {
     session: u64,
     role: Role,
@@ -292,11 +264,11 @@ impl Reader {
                     },
                     Ok(None) => break,
                     Err(e) if !e.is_fatal() => {
-                        let _ = self.tx.send(Out::Send(proto_error_msg(&e)));
+                        let _ = self.tx.send(Out::Send(e.to_msg()));
                     }
                     Err(e) => {
                         warn!(session = self.session, "protocol error: {e}");
-                        return self.fail(proto_error_msg(&e), events);
+                        return self.fail(e.to_msg(), events);
                     }
                 }
             }
@@ -414,7 +386,7 @@ impl Reader {
                     } else {
                         "worker"
                     },
-                    kind_name(&other)
+                    other.name()
                 ),
                 0,
             )),
