@@ -273,9 +273,7 @@ impl Reader {
                 }
             }
             self.flush(&mut events);
-            if buf.capacity() - buf.len() < 4096 {
-                buf.reserve(64 * 1024);
-            }
+            grow(&mut buf);
             match rd.read_buf(&mut buf).await {
                 Ok(0) | Err(_) => return false,
                 Ok(_) => {}
@@ -404,6 +402,29 @@ impl Reader {
             self.verified = Some((fn_hash.clone(), fn_code.clone()));
         }
         Some(FnHash(hash))
+    }
+}
+
+/// Make room for the next read. Inside a large frame whose prefix is known, the buffer grows
+/// geometrically towards the frame's size (one copy per doubling instead of one per 64 KiB),
+/// but never by more than what already arrived: a peer cannot make the master reserve memory
+/// for bytes it has not sent.
+fn grow(buf: &mut BytesMut) {
+    const MIN_READ: usize = 64 * 1024;
+    let free = buf.capacity() - buf.len();
+    let missing = match buf.get(..4) {
+        Some(prefix) => {
+            let len = u32::from_be_bytes(prefix.try_into().expect("4 bytes")) as usize;
+            (4 + len).saturating_sub(buf.len())
+        }
+        None => 0,
+    };
+    // Room for the rest of the frame, at most doubling what is buffered.
+    let want = missing.min(buf.len().max(MIN_READ));
+    if missing > 0 && free < want {
+        buf.reserve(want);
+    } else if free < 4096 {
+        buf.reserve(MIN_READ);
     }
 }
 
