@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 
     master = sub.add_parser(
         "master",
-        help="run the master (scheduler and broker)",
+        help="run the master: accepts packages from clients, hands tasks to workers",
         description=_MASTER_HELP,
         formatter_class=raw,
     )
@@ -118,11 +118,24 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     work = sub.add_parser(
-        "worker", help="run worker processes", description=_WORKER_HELP, formatter_class=raw
+        "worker",
+        help="run worker processes that pull tasks from a master and run them",
+        description=_WORKER_HELP,
+        formatter_class=raw,
     )
     worker.add_arguments(work)
-    sub.add_parser("demo", help="run the demo", description=_DEMO_HELP, formatter_class=raw)
-    sub.add_parser("bench", help="run the benchmarks", description=_BENCH_HELP, formatter_class=raw)
+    sub.add_parser(
+        "demo",
+        help="factorization benchmark on a LocalCluster: speed-up, efficiency, per-task times",
+        description=_DEMO_HELP,
+        formatter_class=raw,
+    )
+    sub.add_parser(
+        "bench",
+        help="latency, throughput and payload percentiles next to a raw TCP floor",
+        description=_BENCH_HELP,
+        formatter_class=raw,
+    )
     return parser
 
 
