@@ -139,7 +139,7 @@ pub async fn serve(
     };
     let _ = sched.send(ToScheduler::Register {
         session,
-        tx: tx.clone(),
+        tx,
         event: join,
     });
     let writer = tokio::spawn(write_loop(wr, rx));
@@ -148,7 +148,6 @@ pub async fn serve(
         role,
         ctx,
         sched: sched.clone(),
-        tx,
         verified: None,
     };
     let fatal = tokio::select! {
@@ -239,12 +238,19 @@ async fn linger(rd: &mut OwnedReadHalf) {
     .await;
 }
 
+/// How a message is refused.
+enum Refusal {
+    /// Answer with this error; the connection stays open.
+    Rejected(Msg),
+    /// Answer with this error and close the connection.
+    Fatal(Msg),
+}
+
 struct Reader {
     session: u64,
     role: Role,
     ctx: Arc<ConnCtx>,
     sched: mpsc::UnboundedSender<ToScheduler>,
-    tx: mpsc::UnboundedSender<Out>,
     /// The last (hash, code) pair whose SHA-256 was verified, so a client that submits the same
     /// function again pays a memcmp instead of a hash.
     verified: Option<(Bytes, Bytes)>,
@@ -260,15 +266,18 @@ impl Reader {
                     Ok(Some(msg)) => match self.on_message(msg) {
                         Ok(Some(ev)) => events.push(ev),
                         Ok(None) => {}
-                        Err(fatal) => return self.fail(fatal, events),
+                        Err(Refusal::Rejected(msg)) => self.reply(&mut events, msg, false),
+                        Err(Refusal::Fatal(msg)) => {
+                            self.reply(&mut events, msg, true);
+                            return true;
+                        }
                     },
                     Ok(None) => break,
-                    Err(e) if !e.is_fatal() => {
-                        let _ = self.tx.send(Out::Send(e.to_msg()));
-                    }
+                    Err(e) if !e.is_fatal() => self.reply(&mut events, e.to_msg(), false),
                     Err(e) => {
                         warn!(session = self.session, "protocol error: {e}");
-                        return self.fail(e.to_msg(), events);
+                        self.reply(&mut events, e.to_msg(), true);
+                        return true;
                     }
                 }
             }
@@ -295,15 +304,20 @@ impl Reader {
         }
     }
 
-    fn fail(&self, msg: Msg, mut events: Vec<Event>) -> bool {
-        // Events decoded before the bad frame are valid: hand them over first.
-        self.flush(&mut events);
-        let _ = self.tx.send(Out::SendAndClose(msg));
-        true
+    /// Answer the peer through the scheduler, after the events decoded before (they are valid
+    /// and their answers come first).
+    fn reply(&self, events: &mut Vec<Event>, msg: Msg, close: bool) {
+        self.flush(events);
+        let session = self.session;
+        let _ = self.sched.send(ToScheduler::Reply {
+            session,
+            msg,
+            close,
+        });
     }
 
-    /// Turn one message into a core event; `Err` is a fatal error to send.
-    fn on_message(&mut self, msg: Msg) -> Result<Option<Event>, Msg> {
+    /// Turn one message into a core event, or the error to answer it with.
+    fn on_message(&mut self, msg: Msg) -> Result<Option<Event>, Refusal> {
         match (self.role, msg) {
             (
                 Role::Client,
@@ -316,8 +330,7 @@ impl Reader {
                 },
             ) => {
                 let Some(hash) = self.verify(&fn_hash, &fn_code) else {
-                    let _ = self.tx.send(Out::Send(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
-                    return Ok(None);
+                    return Err(Refusal::Rejected(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
                 };
                 let client = ClientId(self.session);
                 let opts = PackageOpts {
@@ -350,7 +363,7 @@ impl Reader {
                 let mut outcomes = Vec::with_capacity(results.len());
                 for r in results {
                     let status = TaskStatus::from_u8(r.status).ok_or_else(|| {
-                        error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=3)", r.task, r.status), 0)
+                        Refusal::Fatal(error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=3)", r.task, r.status), 0))
                     })?;
                     outcomes.push(WorkerOutcome {
                         task: TaskId(r.task),
@@ -375,7 +388,7 @@ impl Reader {
             (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain {
                 worker: WorkerId(self.session),
             })),
-            (role, other) => Err(error_msg(
+            (role, other) => Err(Refusal::Fatal(error_msg(
                 "unknown_kind",
                 format!(
                     "a {} may not send {}",
@@ -387,7 +400,7 @@ impl Reader {
                     other.name()
                 ),
                 0,
-            )),
+            ))),
         }
     }
 

@@ -44,6 +44,17 @@ pub enum ToScheduler {
         /// The loss event.
         event: Event,
     },
+    /// Send `msg` to a connection, in order with the answers to its earlier events (a
+    /// rejected `SUBMIT` must not overtake the `ACCEPTED` of the one before); `close` closes
+    /// the connection after it.
+    Reply {
+        /// Session id.
+        session: u64,
+        /// The message.
+        msg: Msg,
+        /// Close the connection after sending.
+        close: bool,
+    },
     /// Report gauges.
     Stats(oneshot::Sender<MasterStats>),
     /// Tell every peer the master is going away, then stop.
@@ -94,6 +105,19 @@ impl Scheduler {
             ToScheduler::Closed { session, event } => {
                 self.routes.remove(&session);
                 self.apply(event);
+            }
+            ToScheduler::Reply {
+                session,
+                msg,
+                close,
+            } => {
+                if let Some(tx) = self.routes.get(&session) {
+                    let _ = tx.send(if close {
+                        Out::SendAndClose(msg)
+                    } else {
+                        Out::Send(msg)
+                    });
+                }
             }
             ToScheduler::Stats(reply) => {
                 let _ = reply.send(MasterStats {

@@ -263,3 +263,36 @@ fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
     w.send(&Msg::Pull { credits: 1 });
     assert!(matches!(w.recv(), Msg::Assign { .. }));
 }
+
+#[test]
+fn answers_come_in_request_order_also_for_rejections() {
+    let m = master();
+    let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
+    let mut bad = submit(2, b"code", vec![Bytes::from_static(b"b")]);
+    if let Msg::Submit { fn_hash, .. } = &mut bad {
+        *fn_hash = Bytes::from(vec![0u8; 32]);
+    }
+    // Three submissions in one write: the rejection of the second must not overtake the
+    // acceptance of the first, nor come after the third's.
+    let mut wire = encode_to_vec(&submit(1, b"code", vec![Bytes::from_static(b"a")]));
+    wire.extend(encode_to_vec(&bad));
+    wire.extend(encode_to_vec(&submit(
+        3,
+        b"code",
+        vec![Bytes::from_static(b"c")],
+    )));
+    client.sock.write_all(&wire).unwrap();
+    let answers: Vec<(&str, u64)> = (0..3)
+        .map(|_| match client.recv() {
+            Msg::Accepted { req_id, .. } => ("accepted", req_id),
+            Msg::Error {
+                code, reference, ..
+            } if code == "rejected" => ("rejected", reference),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        vec![("accepted", 1), ("rejected", 2), ("accepted", 3)]
+    );
+}
