@@ -174,3 +174,13 @@ def pytest_configure(config) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    # `slow` tests are opt-in: they run only when selected, e.g. `pytest -m slow`.
+    if "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow test: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
