@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Instant as StdInstant;
 
 use bytes::Bytes;
-use rtpool_core::{Action, ClientId, Core, CoreConfig, Event, TaskOutcome, WorkerId};
+use rtpool_core::{Action, Core, CoreConfig, Event, TaskOutcome};
 use rtpool_proto::{Assignment, Msg, TaskResult};
 use tokio::sync::{mpsc, oneshot};
 
@@ -170,7 +170,7 @@ impl Scheduler {
                         args: t.args,
                     })
                     .collect();
-                self.send(worker_session(worker), Msg::Assign { tasks });
+                self.send(worker.0, Msg::Assign { tasks });
             }
             Action::Accepted {
                 client,
@@ -199,7 +199,7 @@ impl Scheduler {
             } => {
                 let results = results.into_iter().map(to_wire_result).collect();
                 self.send(
-                    client_session(client),
+                    client.0,
                     Msg::Results {
                         package: package.0,
                         results,
@@ -249,14 +249,6 @@ pub fn rejected(req_id: u64, message: String) -> Msg {
         message,
         reference: req_id,
     }
-}
-
-fn worker_session(w: WorkerId) -> u64 {
-    w.0
-}
-
-fn client_session(c: ClientId) -> u64 {
-    c.0
 }
 
 fn to_wire_result(o: TaskOutcome) -> TaskResult {
