@@ -32,12 +32,15 @@ RESULTS = 12
 CANCEL = 13
 STATUS = 14
 STATUS_REPLY = 15
+ATTACH = 16
+ACK = 17
 PULL = 20
 ASSIGN = 21
 RESULT = 22
 RETURN = 23
 HEARTBEAT = 24
 DRAIN = 25
+ABORT = 26
 
 KIND_NAMES = {
     HELLO: "HELLO",
@@ -49,12 +52,15 @@ KIND_NAMES = {
     CANCEL: "CANCEL",
     STATUS: "STATUS",
     STATUS_REPLY: "STATUS_REPLY",
+    ATTACH: "ATTACH",
+    ACK: "ACK",
     PULL: "PULL",
     ASSIGN: "ASSIGN",
     RESULT: "RESULT",
     RETURN: "RETURN",
     HEARTBEAT: "HEARTBEAT",
     DRAIN: "DRAIN",
+    ABORT: "ABORT",
 }
 
 # Task status codes (TaskResult.status, WorkerResult.status).
@@ -62,6 +68,9 @@ STATUS_OK = 0
 STATUS_ERROR = 1
 STATUS_CANCELLED = 2
 STATUS_FAILED = 3
+STATUS_TIMEOUT = 4
+STATUS_LOST = 5
+STATUS_QUOTA = 6
 
 # ERROR codes; the fatal ones close the connection.
 ERR_VERSION = "version"
@@ -72,11 +81,17 @@ ERR_UNKNOWN_KIND = "unknown_kind"
 ERR_REJECTED = "rejected"
 ERR_UNKNOWN_PACKAGE = "unknown_package"
 ERR_SHUTDOWN = "shutdown"
-NON_FATAL_ERRORS = frozenset({ERR_REJECTED, ERR_UNKNOWN_PACKAGE})
+ERR_QUOTA = "quota"
+ERR_TIMEOUT = "timeout"
+ERR_LEASE_EXPIRED = "lease_expired"
+ERR_IDLE = "idle"
+ERR_BUSY = "busy"
+ERR_SLOW_CONSUMER = "slow_consumer"
+NON_FATAL_ERRORS = frozenset({ERR_REJECTED, ERR_UNKNOWN_PACKAGE, ERR_QUOTA})
 
 #: SUBMIT options of version 1 with their defaults, in the order the spec lists them (which is
 #: the order an encoder writes the keys in).
-SUBMIT_OPTION_DEFAULTS = {"priority": 0}
+SUBMIT_OPTION_DEFAULTS = {"priority": 0, "timeout_ms": 0, "key": ""}
 
 _LEN = struct.Struct(">I")
 _unpack_len = _LEN.unpack_from
