@@ -15,7 +15,7 @@
 
 mod compact;
 mod frame;
-pub mod record;
+mod record;
 mod replay;
 mod writer;
 
@@ -25,7 +25,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use record::{DoneRecord, PackageRecord, Record};
+pub use record::{DoneRecord, PackageRecord, Record, FORMAT_VERSION};
 pub use writer::{Journal, JournalStats};
 
 /// When the writer thread calls `fdatasync`.

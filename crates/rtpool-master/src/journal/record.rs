@@ -369,7 +369,11 @@ mod tests {
             fn_code: Bytes::from_static(b"def f(x): return x"),
             priority: -3,
             timeout_ms: 1500,
-            tasks: vec![Bytes::from_static(b"a"), Bytes::new(), Bytes::from(vec![0xC1; 300])],
+            tasks: vec![
+                Bytes::from_static(b"a"),
+                Bytes::new(),
+                Bytes::from(vec![0xC1; 300]),
+            ],
         }
     }
 

@@ -180,7 +180,15 @@ fn fsync_policy_parses_and_displays() {
         assert_eq!(policy.to_string().parse::<FsyncPolicy>().unwrap(), policy);
     }
     assert_eq!(FsyncPolicy::default().to_string(), "batch:10");
-    for bad in ["", "Always", "batch:", "batch:0", "batch:-1", "batch:x", "sometimes"] {
+    for bad in [
+        "",
+        "Always",
+        "batch:",
+        "batch:0",
+        "batch:-1",
+        "batch:x",
+        "sometimes",
+    ] {
         let err = bad.parse::<FsyncPolicy>().unwrap_err();
         assert!(matches!(err, JournalError::BadPolicy { ref text } if text == bad));
     }
@@ -191,7 +199,12 @@ fn a_missing_file_is_an_empty_journal() {
     let dir = tempfile::tempdir().unwrap();
     let (journal, replay) = open(dir.path(), FsyncPolicy::Always);
     assert_eq!(
-        (replay.packages.len(), replay.next_package, replay.last_lsn, replay.records),
+        (
+            replay.packages.len(),
+            replay.next_package,
+            replay.last_lsn,
+            replay.records
+        ),
         (0, 0, 0, 0)
     );
     assert_eq!(replay.truncated_tail, None);
@@ -211,7 +224,9 @@ fn replay_after_close_equals_what_was_appended() {
     assert_eq!(lsns, (1..=records.len() as u64).collect::<Vec<_>>());
     journal.close().unwrap();
     journal.close().unwrap(); // idempotent
-    let size = std::fs::metadata(dir.path().join("journal.log")).unwrap().len();
+    let size = std::fs::metadata(dir.path().join("journal.log"))
+        .unwrap()
+        .len();
 
     let (journal, replay) = open(dir.path(), FsyncPolicy::default());
     assert_replay_matches(&replay, &records);
@@ -226,7 +241,10 @@ fn replay_after_close_equals_what_was_appended() {
     assert_eq!(replay.packages[0].done.len(), 1);
     assert_eq!(replay.next_package, 8);
     // Appends continue after the replayed LSN.
-    assert_eq!(journal.append(Record::End { package: 1 }), records.len() as u64 + 1);
+    assert_eq!(
+        journal.append(Record::End { package: 1 }),
+        records.len() as u64 + 1
+    );
 }
 
 #[test]
@@ -238,12 +256,19 @@ fn appends_from_many_threads_reach_the_file_in_lsn_order() {
             let j = journal.clone();
             std::thread::spawn(move || {
                 (0..250u64)
-                    .map(|i| j.append(Record::End { package: t * 1000 + i }))
+                    .map(|i| {
+                        j.append(Record::End {
+                            package: t * 1000 + i,
+                        })
+                    })
                     .collect::<Vec<_>>()
             })
         })
         .collect();
-    let mut lsns: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let mut lsns: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
     journal.close().unwrap();
     lsns.sort_unstable();
     assert_eq!(lsns, (1..=1000).collect::<Vec<_>>());
@@ -331,7 +356,11 @@ fn a_damaged_middle_record_refuses_to_open_and_names_its_offset() {
             Err(JournalError::Corrupt {
                 path: p, offset, ..
             }) => {
-                assert_eq!((p.as_path(), offset), (path.as_path(), middle as u64), "{at}");
+                assert_eq!(
+                    (p.as_path(), offset),
+                    (path.as_path(), middle as u64),
+                    "{at}"
+                );
             }
             Err(other) => panic!("damage at {at}: {other}"),
             Ok(_) => panic!("damage at {at}: opened"),
@@ -343,40 +372,54 @@ fn a_damaged_middle_record_refuses_to_open_and_names_its_offset() {
         let mut bad = good.clone();
         bad[middle] ^= 0xFF;
         std::fs::write(&path, &bad).unwrap();
-        Journal::open(config(dir.path(), FsyncPolicy::Off).0).err().unwrap()
+        Journal::open(config(dir.path(), FsyncPolicy::Off).0)
+            .err()
+            .unwrap()
     };
-    assert!(err.to_string().contains(&format!("byte offset {middle}")), "{err}");
+    assert!(
+        err.to_string().contains(&format!("byte offset {middle}")),
+        "{err}"
+    );
 }
 
 #[test]
 fn compaction_keeps_lsns_ids_and_state_and_appends_continue() {
     let dir = tempfile::tempdir().unwrap();
-    let records = scenario();
+    let mut records = scenario();
+    // The highest id and the highest LSN both belong to a package that ends: compaction drops
+    // every record of it, yet neither may be reused.
+    records.extend([package(9, "erin", 1), Record::End { package: 9 }]);
+    let n = records.len() as u64;
     let (journal, _) = open(dir.path(), FsyncPolicy::Always);
     append_all(&journal, &records);
     journal.set_watermark(4);
     journal.compact_now().unwrap();
     let stats = journal.stats();
     assert_eq!(stats.compactions, 1);
-    assert_eq!(stats.durable_lsn, records.len() as u64);
-    // Written after compaction, to the new file.
-    let lsn = journal.append(done(1, 1, 70));
-    assert_eq!(lsn, records.len() as u64 + 1);
+    assert_eq!(stats.durable_lsn, n);
     journal.close().unwrap();
 
     let (journal, replay) = open(dir.path(), FsyncPolicy::Always);
-    let mut all = records.clone();
-    all.push(done(1, 1, 70));
-    let (packages, next_package, charges) = expected(&all);
+    assert!(replay.records < n, "compaction dropped nothing: {replay:?}");
+    assert_eq!((replay.last_lsn, replay.next_package), (n, 10));
+    let above =
+        |c: &[(String, u64, u64)]| -> Vec<_> { c.iter().filter(|c| c.2 > 4).cloned().collect() };
+    let (packages, _, charges) = expected(&records);
     assert_eq!(replay.packages, packages);
-    // Package 3 (the highest id but one) ended and is gone, yet its id is never reused.
-    assert_eq!(replay.next_package, next_package);
-    let above = |c: &Vec<(String, u64, u64)>| c.iter().filter(|c| c.2 > 4).cloned().collect::<Vec<_>>();
     assert_eq!(above(&replay.charges), above(&charges));
-    // The last scenario record (End of package 3, LSN 14) is gone, but its LSN is not reused.
-    assert_eq!(replay.last_lsn, lsn);
-    assert_eq!(journal.append(Record::End { package: 1 }), lsn + 1);
-    assert!(replay.records < all.len() as u64);
+    // Appends go to the compacted file and continue the LSNs.
+    let extra = done(1, 1, 70);
+    assert_eq!(journal.append(extra.clone()), n + 1);
+    journal.close().unwrap();
+    let (_, replay) = open(dir.path(), FsyncPolicy::Always);
+    records.push(extra);
+    let (packages, next_package, charges) = expected(&records);
+    assert_eq!(replay.packages, packages);
+    assert_eq!(
+        (replay.last_lsn, replay.next_package),
+        (n + 1, next_package)
+    );
+    assert_eq!(above(&replay.charges), above(&charges));
 }
 
 #[test]
@@ -414,7 +457,12 @@ fn the_journal_compacts_itself_when_it_doubles() {
     assert_eq!(replay.last_lsn, last);
     // Charges above the watermark survive every compaction (the watermark rose mid-way, so
     // some below it may survive too).
-    let high = |c: &[(String, u64, u64)]| c.iter().filter(|c| c.2 > last / 2).cloned().collect::<Vec<_>>();
+    let high = |c: &[(String, u64, u64)]| {
+        c.iter()
+            .filter(|c| c.2 > last / 2)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     assert_eq!(high(&replay.charges), high(&charges));
 }
 
@@ -434,10 +482,21 @@ fn a_leftover_compaction_file_is_removed_at_open() {
 /// One step of a random history; `pick` chooses among the packages alive at that point.
 #[derive(Debug, Clone)]
 enum Op {
-    Package { tasks: usize },
-    Done { pick: usize, index: u32, exec_us: u64 },
-    Delivered { pick: usize, indices: Vec<u32> },
-    End { pick: usize },
+    Package {
+        tasks: usize,
+    },
+    Done {
+        pick: usize,
+        index: u32,
+        exec_us: u64,
+    },
+    Delivered {
+        pick: usize,
+        indices: Vec<u32>,
+    },
+    End {
+        pick: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -466,7 +525,11 @@ fn to_records(ops: &[Op]) -> Vec<Record> {
                 ever.push(next);
                 next += 1 + next % 2;
             }
-            Op::Done { pick, index, exec_us } => {
+            Op::Done {
+                pick,
+                index,
+                exec_us,
+            } => {
                 // Mostly live packages; now and then a late result of an ended one.
                 let from = if pick % 7 == 0 { &ever } else { &live };
                 if let Some(p) = choose(*pick / 7, from) {
@@ -612,7 +675,9 @@ impl TinyFs {
 
 impl Drop for TinyFs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(self.dir.path()).status();
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
     }
 }
 

@@ -131,37 +131,7 @@ impl Journal {
         if replay.bytes == 0 {
             start_file(&path, replay.next_package, replay.last_lsn)?;
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| JournalError::io("open", &path, e))?;
-        let size = file
-            .metadata()
-            .map_err(|e| JournalError::io("stat", &path, e))?
-            .len();
-        let shared = Arc::new(Shared::default());
-        shared.file_bytes.store(size, Relaxed);
-        shared.written_lsn.store(replay.last_lsn, Relaxed);
-        shared.synced_lsn.store(replay.last_lsn, Relaxed);
-        let (durable_tx, durable) = watch::channel(replay.last_lsn);
-        let (tx, rx) = mpsc::channel();
-        let writer = Writer {
-            path: path.clone(),
-            policy: cfg.policy,
-            compact_min_bytes: cfg.compact_min_bytes,
-            on_fatal: cfg.on_fatal,
-            file,
-            size,
-            base_size: size,
-            rx,
-            durable_tx,
-            shared: shared.clone(),
-            written_lsn: replay.last_lsn,
-            synced_lsn: replay.last_lsn,
-            last_sync: Instant::now(),
-            buf: Vec::new(),
-            group_lsn: replay.last_lsn,
-        };
+        let (writer, tx, shared, durable) = Writer::new(&cfg, replay.last_lsn)?;
         let thread = std::thread::Builder::new()
             .name("rtpool-journal".into())
             .spawn(move || writer.run())
@@ -293,8 +263,17 @@ impl Journal {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        drop(self.queue.get_mut().unwrap_or_else(PoisonError::into_inner).tx.take());
-        let thread = self.thread.get_mut().unwrap_or_else(PoisonError::into_inner);
+        drop(
+            self.queue
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .tx
+                .take(),
+        );
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(handle) = thread.take() {
             // The thread already reported a fatal error through `on_fatal`.
             let _ = handle.join();
@@ -346,6 +325,9 @@ fn log_skipped(err: &JournalError) {
     tracing::error!(error = %err, "journal compaction failed; keeping the old file");
 }
 
+/// A writer and the handle's ends of its queue, counters and durable LSN.
+type NewWriter = (Writer, mpsc::Sender<Cmd>, Arc<Shared>, watch::Receiver<u64>);
+
 /// The writer thread's state.
 struct Writer {
     path: PathBuf,
@@ -370,6 +352,44 @@ struct Writer {
 }
 
 impl Writer {
+    /// A writer appending to `cfg.path` after `last_lsn`, with the handle's ends of its
+    /// channels and counters.
+    fn new(cfg: &JournalConfig, last_lsn: u64) -> Result<NewWriter, JournalError> {
+        let path = cfg.path.clone();
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| JournalError::io("open", &path, e))?;
+        let size = file
+            .metadata()
+            .map_err(|e| JournalError::io("stat", &path, e))?
+            .len();
+        let shared = Arc::new(Shared::default());
+        shared.file_bytes.store(size, Relaxed);
+        shared.written_lsn.store(last_lsn, Relaxed);
+        shared.synced_lsn.store(last_lsn, Relaxed);
+        let (durable_tx, durable) = watch::channel(last_lsn);
+        let (tx, rx) = mpsc::channel();
+        let writer = Writer {
+            path,
+            policy: cfg.policy,
+            compact_min_bytes: cfg.compact_min_bytes,
+            on_fatal: cfg.on_fatal.clone(),
+            file,
+            size,
+            base_size: size,
+            rx,
+            durable_tx,
+            shared: shared.clone(),
+            written_lsn: last_lsn,
+            synced_lsn: last_lsn,
+            last_sync: Instant::now(),
+            buf: Vec::new(),
+            group_lsn: last_lsn,
+        };
+        Ok((writer, tx, shared, durable))
+    }
+
     /// The thread's body; returns the fatal error, if any, after calling `on_fatal` with it.
     fn run(mut self) -> Option<JournalError> {
         match self.serve() {
@@ -575,8 +595,7 @@ impl Writer {
 
     /// Reads the journal back and writes its compacted form next to it.
     fn write_compacted(&self) -> Result<u64, JournalError> {
-        let buf =
-            std::fs::read(&self.path).map_err(|e| JournalError::io("read", &self.path, e))?;
+        let buf = std::fs::read(&self.path).map_err(|e| JournalError::io("read", &self.path, e))?;
         let scan = replay::scan(&buf, &self.path)?;
         if let Some((offset, reason)) = scan.torn {
             // Every byte of this file was written by this thread: a bad record is damage.
