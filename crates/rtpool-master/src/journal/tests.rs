@@ -726,3 +726,61 @@ fn a_failed_write_calls_on_fatal_once_and_stops() {
     assert!(replay.records >= 1 && replay.last_lsn < last, "{replay:?}");
     journal.close().unwrap();
 }
+
+#[test]
+fn the_handle_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Journal>();
+}
+
+#[test]
+fn dropping_the_last_handle_writes_and_syncs_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = open(dir.path(), FsyncPolicy::Off);
+    let records = scenario();
+    let clone = journal.clone();
+    append_all(&clone, &records);
+    drop(journal);
+    drop(clone);
+    let (_, replay) = open(dir.path(), FsyncPolicy::Off);
+    assert_replay_matches(&replay, &records);
+}
+
+#[test]
+fn a_closed_journal_refuses_compaction_and_drops_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = open(dir.path(), FsyncPolicy::Always);
+    let first = journal.append(package(1, "u", 1));
+    journal.close().unwrap();
+    assert!(matches!(journal.compact_now(), Err(JournalError::Stopped)));
+    let dropped = journal.append(package(2, "u", 1));
+    assert_eq!(dropped, first + 1);
+    assert_eq!(*journal.durable().borrow(), first);
+    let (_, replay) = open(dir.path(), FsyncPolicy::Always);
+    assert_eq!((replay.records, replay.last_lsn), (1, first));
+}
+
+#[test]
+fn a_last_record_with_a_good_crc_but_a_bad_payload_is_corruption_not_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = open(dir.path(), FsyncPolicy::Off);
+    journal.append(package(1, "u", 1));
+    journal.close().unwrap();
+    let path = dir.path().join("journal.log");
+    let mut buf = std::fs::read(&path).unwrap();
+    let offset = buf.len();
+    // fixarray of 2: tag 99 (unknown), 0.
+    frame::put(&mut buf, 2, &[0x92, 99, 0]);
+    std::fs::write(&path, &buf).unwrap();
+    match Journal::open(config(dir.path(), FsyncPolicy::Off).0) {
+        Err(JournalError::Corrupt {
+            offset: at, reason, ..
+        }) => {
+            assert_eq!(at, offset as u64);
+            assert!(reason.contains("unknown record tag 99"), "{reason}");
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("opened"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), buf);
+}
