@@ -396,7 +396,7 @@ impl Writer {
             Ok(()) => None,
             Err(err) => {
                 self.shared.failed.store(true, SeqCst);
-                tracing::error!(error = %err, "journal writer stopped");
+                // Logging is the handler's: the default one logs, then exits.
                 (self.on_fatal)(&err);
                 Some(err)
             }
