@@ -143,6 +143,20 @@ def _parser() -> argparse.ArgumentParser:
         help="longest any task may run; 0 = no limit (default: 86400)",
     )
     master.add_argument(
+        "--fsync",
+        default=None,
+        metavar="POLICY",
+        help="when the crash-recovery journal is synced to disk: always (a package is "
+        "acknowledged only once on disk), batch[:MS] (at most MS ms later; default batch:10) "
+        "or off (the OS decides)",
+    )
+    master.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="keep no journal: a master crash loses every package (default: journal in the "
+        "data dir)",
+    )
+    master.add_argument(
         "--store",
         default=None,
         metavar="URL",
@@ -189,6 +203,8 @@ def _master_options(args: argparse.Namespace) -> dict:
         "max_attempts": args.max_attempts,
         "max_task_seconds": args.max_task_seconds,
         "store": args.store,
+        "fsync": args.fsync,
+        "journal": False if args.no_journal else None,
     }
     return {k: v for k, v in options.items() if v is not None}
 

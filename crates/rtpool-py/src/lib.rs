@@ -70,10 +70,19 @@ fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) ->
             "max_attempts" => cfg.max_attempts = v.extract()?,
             "max_task_seconds" => cfg.max_task_time = secs(&v, &key)?,
             "timeout_grace_s" => cfg.timeout_grace = secs(&v, &key)?,
+            "journal" => cfg.journal = v.extract()?,
+            "fsync" => {
+                let text: String = v.extract()?;
+                cfg.fsync = text
+                    .parse()
+                    .map_err(|e: rtpool_master::journal::JournalError| {
+                        pyo3::exceptions::PyValueError::new_err(e.to_string())
+                    })?;
+            }
             other => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "unknown master option {other:?}; known: lease_ms, store, result_ttl_s, \
-                     max_attempts, max_task_seconds, timeout_grace_s"
+                     max_attempts, max_task_seconds, timeout_grace_s, journal, fsync"
                 )))
             }
         }
@@ -157,6 +166,25 @@ impl Master {
             d.set_item("functions", c.functions)?;
             d.set_item("delivered", c.delivered)?;
             d.set_item("stale_results", c.stale_results)?;
+            d.set_item("cancelling", c.cancelling)?;
+            d.set_item("retained", c.retained)?;
+            d.set_item("requeued", c.requeued)?;
+            d.set_item("poisoned", c.poisoned)?;
+            d.set_item("timed_out", c.timed_out)?;
+            d.set_item("quota_failed", c.quota_failed)?;
+            d.set_item("packages_expired", c.packages_expired)?;
+            d.set_item("results_dropped", c.results_dropped)?;
+            if let Some(j) = s.journal {
+                d.set_item("journal_records", j.records)?;
+                d.set_item("journal_bytes", j.file_bytes)?;
+                d.set_item("journal_fsyncs", j.fsyncs)?;
+                d.set_item("journal_compactions", j.compactions)?;
+            }
+            if let Some(r) = s.replay {
+                d.set_item("replay_records", r.records)?;
+                d.set_item("replay_us", r.elapsed_us)?;
+                d.set_item("replay_packages", r.packages)?;
+            }
         }
         Ok(d)
     }
