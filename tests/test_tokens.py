@@ -120,6 +120,11 @@ def test_cli_against_postgres(pg_url: str, tmp_path: Path):
     assert "cannot connect to PostgreSQL at postgres://nobody@127.0.0.1:1/x" in err
 
 
+def plain_log(master) -> str:
+    """The master's log without terminal colours."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", master.log_text())
+
+
 def refusal(master, role: str, token: str) -> List[list]:
     """Send a raw HELLO and return every message until the master closes the connection."""
     with socket.create_connection(master.host_port, timeout=10) as sock:
@@ -141,7 +146,7 @@ def test_store_tokens_against_a_running_master(master, workers):
     with rtpool.Client(master.address, client_token) as client:
         assert client.submit(tasks.square, 7).result(30) == 49
     # Both connections acted for alice, not for the built-in `default` user.
-    wait_until(lambda: master.log_text().count("user=alice") >= 2, timeout=10)
+    wait_until(lambda: plain_log(master).count("user=alice") >= 2, timeout=10)
 
     # A worker token cannot connect a client; the message names the right kind.
     with pytest.raises(AuthenticationError, match="this is a worker token.*use a client token"):

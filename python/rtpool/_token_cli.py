@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 __all__ = ["add_arguments", "run"]
 
@@ -31,9 +31,7 @@ _STORE_HELP = (
 )
 
 
-def add_arguments(
-    parser: argparse.ArgumentParser, default_data_dir: Callable[[], str]
-) -> None:
+def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[], str]) -> None:
     """Add the ``token`` verbs to ``parser`` (the ``rtpool token`` subparser).
 
     Args:
@@ -126,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seconds(us: Optional[int]) -> str:
+def _seconds(us: int | None) -> str:
     return "unlimited" if us is None else f"{us / 1e6:g} s"
 
 
