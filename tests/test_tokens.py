@@ -46,7 +46,7 @@ def create(where: List[str], user: str, role: str, *extra: str) -> Tuple[str, st
 
 def listed(where: List[str]) -> dict:
     """`rtpool token list` as {id: [user, role, date, time, revoked, quota..., used...]}."""
-    lines = token_cli("list", *where).stdout.splitlines()
+    lines = token_cli("list", *where).stdout.split("\n\n")[0].splitlines()
     assert lines[0].split()[:3] == ["ID", "USER", "ROLE"], lines
     return {line.split()[0]: line.split()[1:] for line in lines[1:]}
 
@@ -75,6 +75,11 @@ def test_cli_creates_lists_revokes_and_sets_quotas(tmp_path: Path):
     out = token_cli("quota", "--user", "alice", "--seconds", "60", *where).stdout
     assert "60 s" in out
     assert listed(where)[token_id][5:7] == ["60", "s"]
+
+    # A user with a quota but no token is listed too.
+    token_cli("quota", "--user", "carol", "--seconds", "0.5", *where)
+    out = token_cli("list", *where).stdout
+    assert out.split("\n\n")[1].splitlines()[2].split() == ["carol", "0.5", "s", "0", "s"]
 
     out = token_cli("revoke", token_id[:6], *where).stdout
     assert f"revoked client token {token_id} of user alice" in out

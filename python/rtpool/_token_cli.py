@@ -128,35 +128,39 @@ def _seconds(us: int | None) -> str:
     return "unlimited" if us is None else f"{us / 1e6:g} s"
 
 
+def _align(rows: List[tuple]) -> List[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
 def format_table(tokens: List[Dict], quotas: Dict[str, Dict]) -> str:
-    """Render tokens as an aligned table with their user's quota and usage.
+    """Render tokens as an aligned table with their user's quota and usage, then the users
+    that have a quota or usage but no token.
 
     Args:
         tokens: Dicts from ``_native.token_list``.
         quotas: ``_native.token_quotas`` dicts by user name.
 
     Returns:
-        The table, one token per line after a header; a note when there are no tokens.
+        The text, one token per line after a header; a note when there are no tokens.
     """
-    if not tokens:
-        return "no tokens; create one with `rtpool token create --user U --role client`"
-    header = ("ID", "USER", "ROLE", "CREATED (UTC)", "REVOKED", "QUOTA", "USED")
-    rows = [header]
-    for t in tokens:
-        q = quotas.get(t["user"], {"quota_us": None, "used_us": 0})
-        created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["created_unix"]))
-        rows.append(
-            (
-                t["id"],
-                t["user"],
-                t["role"],
-                created,
-                "yes" if t["revoked"] else "no",
-                _seconds(q["quota_us"]),
-                _seconds(q["used_us"]),
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
-    )
+    lines = []
+    if tokens:
+        rows = [("ID", "USER", "ROLE", "CREATED (UTC)", "REVOKED", "QUOTA", "USED")]
+        for t in tokens:
+            q = quotas.get(t["user"], {"quota_us": None, "used_us": 0})
+            created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["created_unix"]))
+            revoked = "yes" if t["revoked"] else "no"
+            quota, used = _seconds(q["quota_us"]), _seconds(q["used_us"])
+            rows.append((t["id"], t["user"], t["role"], created, revoked, quota, used))
+        lines += _align(rows)
+    else:
+        lines.append("no tokens; create one with `rtpool token create --user U --role client`")
+    with_tokens = {t["user"] for t in tokens}
+    others = [q for user, q in sorted(quotas.items()) if user not in with_tokens]
+    if others:
+        lines += ["", "users without tokens:"]
+        rows = [("USER", "QUOTA", "USED")]
+        rows += [(q["user"], _seconds(q["quota_us"]), _seconds(q["used_us"])) for q in others]
+        lines += _align(rows)
+    return "\n".join(lines)
