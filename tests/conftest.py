@@ -6,10 +6,13 @@ its own process group, so its forked children are stopped with it).
 
 from __future__ import annotations
 
+import glob
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +170,34 @@ def cluster() -> Iterator[object]:
 def cluster_client(cluster):
     """A Client of the ``cluster`` fixture."""
     return cluster.client()
+
+
+_PG_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "pg-test-server"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """URL of a PostgreSQL test database: ``$RTPOOL_TEST_PG_URL`` (``make test`` sets it), else
+    a server started with scripts/pg-test-server when PostgreSQL is installed, else a skip."""
+    url = os.environ.get("RTPOOL_TEST_PG_URL")
+    if url:
+        yield url
+        return
+    if shutil.which("initdb") is None and not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
+        pytest.skip("PostgreSQL is not installed: set RTPOOL_TEST_PG_URL or run `make test`")
+    # Under /tmp, not tmp_path: as root the server runs as `postgres`, which must reach it.
+    pg_dir = tempfile.mkdtemp(prefix="rtpool-pg-")
+    started = subprocess.run(
+        [str(_PG_SCRIPT), "start", pg_dir], capture_output=True, text=True, timeout=120
+    )
+    try:
+        if started.returncode != 0:
+            pytest.skip(f"cannot start a PostgreSQL test server: {started.stderr[-1000:]}")
+        yield started.stdout.strip()
+    finally:
+        if started.returncode == 0:
+            subprocess.run([str(_PG_SCRIPT), "stop", pg_dir], capture_output=True, timeout=60)
+        shutil.rmtree(pg_dir, ignore_errors=True)
 
 
 def pytest_configure(config) -> None:

@@ -1,4 +1,4 @@
-"""The ``rtpool`` command: ``master``, ``worker``, ``demo`` and ``bench``.
+"""The ``rtpool`` command: ``master``, ``worker``, ``token``, ``demo`` and ``bench``.
 
 Heavy imports are deferred to the subcommand that needs them, so ``rtpool worker`` starts
 quickly and ``rtpool --help`` works without the native module.
@@ -174,6 +174,13 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=raw,
     )
     worker.add_arguments(work)
+    from . import _token_cli
+
+    token = sub.add_parser(
+        "token",
+        help="create, list and revoke per-user tokens; set users' compute-time quotas",
+    )
+    _token_cli.add_arguments(token, _default_data_dir)
     sub.add_parser(
         "demo",
         help="factorization benchmark on a LocalCluster: speed-up, efficiency, per-task times",
@@ -257,6 +264,10 @@ def main(argv: List[str] | None = None) -> int:
         from . import worker
 
         return worker.run(args)
+    if args.command == "token":
+        from . import _token_cli
+
+        return _token_cli.run(args)
     raise AssertionError(args.command)
 
 
