@@ -236,7 +236,9 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         announce(&config, &tokens, created, addr);
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
-        let server = tokio::spawn(server::serve(listener, ctx, scheduler, sched_tx, sched_rx, stop_rx));
+        let server = tokio::spawn(server::serve(
+            listener, ctx, scheduler, sched_tx, sched_rx, stop_rx,
+        ));
         wait_for_signal().await;
         tracing::info!("signal received, shutting down");
         let _ = stop.send(true);

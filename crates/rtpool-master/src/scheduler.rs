@@ -7,8 +7,8 @@ use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
 use rtpool_core::{
-    Action, Core, CoreConfig, Event, FnHash, PackageId, PackageOpts, RejectReason,
-    RestoredPackage, TaskOutcome, TaskStatus, UserId,
+    Action, Core, CoreConfig, Event, FnHash, PackageId, PackageOpts, RejectReason, RestoredPackage,
+    TaskOutcome, TaskStatus, UserId,
 };
 use rtpool_proto::{Assignment, Msg, TaskResult};
 use tokio::sync::{mpsc, oneshot};
@@ -433,8 +433,14 @@ impl Scheduler {
                     self.reply(session, msg, close);
                 } else {
                     let lsn = self.last_lsn;
-                    self.held
-                        .push_back((lsn, Held::Reply { session, msg, close }));
+                    self.held.push_back((
+                        lsn,
+                        Held::Reply {
+                            session,
+                            msg,
+                            close,
+                        },
+                    ));
                 }
             }
             ToScheduler::Stats(reply) => {
