@@ -66,32 +66,48 @@ def _read_listening_line(proc: subprocess.Popen, log: Path, timeout: float) -> s
     )
 
 
-@pytest.fixture
-def master(tmp_path: Path) -> Iterator[MasterProcess]:
-    """An ``rtpool master`` subprocess on an ephemeral port with its data dir in tmp_path."""
-    data_dir = tmp_path / "data"
-    log = tmp_path / "master.log"
-    cmd = [sys.executable, "-m", "rtpool", "master", "--listen", "127.0.0.1:0"]
-    cmd += ["--data-dir", str(data_dir), "--log-level", "debug"]
-    with open(log, "wb") as log_file:
+def start_master(
+    tmp_path: Path,
+    data_dir: Path | None = None,
+    listen: str = "127.0.0.1:0",
+    args: List[str] | None = None,
+    log_name: str = "master.log",
+) -> MasterProcess:
+    """Start an ``rtpool master`` subprocess and wait for its ``listening on`` line."""
+    data_dir = data_dir or tmp_path / "data"
+    log = tmp_path / log_name
+    cmd = [sys.executable, "-m", "rtpool", "master", "--listen", listen]
+    cmd += ["--data-dir", str(data_dir), "--log-level", "debug", *(args or [])]
+    with open(log, "ab") as log_file:
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
         )
+    address = _read_listening_line(proc, log, timeout=30.0)
+    return MasterProcess(
+        proc=proc,
+        address=address,
+        client_token=(data_dir / "client.token").read_text().strip(),
+        worker_token=(data_dir / "worker.token").read_text().strip(),
+        data_dir=data_dir,
+        log=log,
+    )
+
+
+def close_master(m: MasterProcess) -> None:
+    """Stop a master started by :func:`start_master` (by PID) and close its pipe."""
+    stop_process(m.proc)
+    if m.proc.stdout is not None:
+        m.proc.stdout.close()
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[MasterProcess]:
+    """An ``rtpool master`` subprocess on an ephemeral port with its data dir in tmp_path."""
+    m = start_master(tmp_path)
     try:
-        address = _read_listening_line(proc, log, timeout=30.0)
-        m = MasterProcess(
-            proc=proc,
-            address=address,
-            client_token=(data_dir / "client.token").read_text().strip(),
-            worker_token=(data_dir / "worker.token").read_text().strip(),
-            data_dir=data_dir,
-            log=log,
-        )
         yield m
     finally:
-        stop_process(proc)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        close_master(m)
 
 
 @dataclass
