@@ -4,8 +4,10 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rtpool_core::CoreStats;
 use tokio::net::TcpListener;
@@ -17,6 +19,7 @@ use crate::connection::ConnCtx;
 use crate::error::MasterError;
 use crate::scheduler::ToScheduler;
 use crate::server;
+use crate::tls::{self, Tls};
 
 /// Gauges of a running master.
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,6 +34,7 @@ pub struct MasterStats {
 pub struct MasterHandle {
     addr: SocketAddr,
     tokens: Tokens,
+    tls_cert: Option<PathBuf>,
     stop: watch::Sender<bool>,
     sched: mpsc::UnboundedSender<ToScheduler>,
     thread: Option<JoinHandle<()>>,
@@ -66,12 +70,18 @@ async fn bind(listen: &str) -> Result<TcpListener, MasterError> {
         })
 }
 
-fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Arc<ConnCtx> {
+fn conn_ctx(config: &MasterConfig, tokens: Tokens, tls: Option<Tls>) -> Arc<ConnCtx> {
+    let millis = |ms: u32| (ms > 0).then(|| Duration::from_millis(ms.into()));
     Arc::new(ConnCtx {
         tokens,
         max_frame_bytes: config.max_frame_bytes,
         heartbeat_ms: config.heartbeat_ms,
         handshake_timeout: config.handshake_timeout,
+        tls,
+        max_connections: config.max_connections,
+        max_buffered_bytes: config.max_buffered_bytes,
+        lease: millis(config.lease_ms),
+        client_timeout: millis(config.client_timeout_ms),
     })
 }
 
@@ -82,7 +92,9 @@ impl MasterHandle {
     /// When the address cannot be bound or the data dir cannot be used.
     pub fn start(config: MasterConfig) -> Result<Self, MasterError> {
         let (tokens, _) = resolve_tokens(&config)?;
-        let ctx = conn_ctx(&config, tokens.clone());
+        let tls = tls::from_config(&config)?;
+        let tls_cert = tls.as_ref().map(|t| t.cert_path.clone());
+        let ctx = conn_ctx(&config, tokens.clone(), tls);
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -113,6 +125,7 @@ impl MasterHandle {
         Ok(Self {
             addr,
             tokens,
+            tls_cert,
             stop,
             sched,
             thread: Some(thread),
@@ -127,6 +140,12 @@ impl MasterHandle {
     /// The tokens peers must present.
     pub fn tokens(&self) -> &Tokens {
         &self.tokens
+    }
+
+    /// The certificate the master serves TLS with (clients of a self-signed master use it as
+    /// their CA file); `None` for plain TCP.
+    pub fn tls_cert(&self) -> Option<&Path> {
+        self.tls_cert.as_deref()
     }
 
     /// Current gauges, or `None` once the master stopped. Blocks briefly; call it from outside
@@ -159,14 +178,15 @@ impl Drop for MasterHandle {
 /// When the address cannot be bound or the data dir cannot be used.
 pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let (tokens, created) = resolve_tokens(&config)?;
+    let tls = tls::from_config(&config)?;
     let rt = build_runtime()?;
     rt.block_on(async move {
         let listener = bind(&config.listen).await?;
         let addr = listener
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
-        announce(&config, &tokens, created, addr);
-        let ctx = conn_ctx(&config, tokens);
+        announce(&config, &tokens, created, addr, tls.as_ref());
+        let ctx = conn_ctx(&config, tokens, tls);
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let server = tokio::spawn(server::serve(listener, ctx, sched_tx, sched_rx, stop_rx));
@@ -178,7 +198,13 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     })
 }
 
-fn announce(config: &MasterConfig, tokens: &Tokens, created: bool, addr: SocketAddr) {
+fn announce(
+    config: &MasterConfig,
+    tokens: &Tokens,
+    created: bool,
+    addr: SocketAddr,
+    tls: Option<&Tls>,
+) {
     let mut out = std::io::stdout().lock();
     if let Some(dir) = &config.data_dir {
         if created {
@@ -196,8 +222,24 @@ fn announce(config: &MasterConfig, tokens: &Tokens, created: bool, addr: SocketA
         let _ = writeln!(out, "client token: {}", tokens.client);
         let _ = writeln!(out, "worker token: {}", tokens.worker);
     }
-    if !addr.ip().is_loopback() {
-        tracing::warn!("listening on a non-loopback address {addr}: use TLS or a trusted network");
+    match tls {
+        Some(tls) if tls.self_signed => {
+            let _ = writeln!(
+                out,
+                "TLS certificate (self-signed; clients use it as CA file): {}",
+                tls.cert_path.display()
+            );
+        }
+        Some(tls) => {
+            let _ = writeln!(out, "TLS certificate: {}", tls.cert_path.display());
+        }
+        None if !addr.ip().is_loopback() => {
+            tracing::warn!(
+                "listening on a non-loopback address {addr} without TLS: use --tls-cert/--tls-key \
+                 or --tls-self-signed, or a trusted network"
+            );
+        }
+        None => {}
     }
     let _ = writeln!(out, "listening on {addr}");
     let _ = out.flush();

@@ -10,6 +10,7 @@ use rtpool_core::{Action, Core, CoreConfig, Event, TaskOutcome};
 use rtpool_proto::{Assignment, Msg, TaskResult};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::connection::OutboundTx;
 use crate::handle::MasterStats;
 
 /// What a connection writer is told to do.
@@ -29,7 +30,7 @@ pub enum ToScheduler {
         /// Session id.
         session: u64,
         /// The peer's outbound queue.
-        tx: mpsc::UnboundedSender<Out>,
+        tx: OutboundTx,
         /// `ClientJoined` or `WorkerJoined`.
         event: Event,
     },
@@ -64,7 +65,7 @@ pub enum ToScheduler {
 /// The scheduler task's state.
 pub struct Scheduler {
     core: Core,
-    routes: HashMap<u64, mpsc::UnboundedSender<Out>>,
+    routes: HashMap<u64, OutboundTx>,
     epoch: StdInstant,
     actions: Vec<Action>,
 }
@@ -151,9 +152,10 @@ impl Scheduler {
     }
 
     fn send(&self, session: u64, msg: Msg) {
-        // A missing route means the peer already left; its loss event is on its way.
+        // A missing route means the peer already left; its loss event is on its way. A refused
+        // send (a slow consumer) closes that connection, whose loss event follows too.
         if let Some(tx) = self.routes.get(&session) {
-            let _ = tx.send(Out::Send(msg));
+            tx.send(Out::Send(msg));
         }
     }
 
