@@ -31,6 +31,7 @@ fn config(
     data_dir: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
     heartbeat_ms: Option<u32>,
+    tls: TlsAndLimits,
 ) -> MasterConfig {
     let d = MasterConfig::default();
     MasterConfig {
@@ -40,8 +41,26 @@ fn config(
         worker_token,
         max_frame_bytes: max_frame_bytes.unwrap_or(d.max_frame_bytes),
         heartbeat_ms: heartbeat_ms.unwrap_or(d.heartbeat_ms),
+        tls_cert: tls.tls_cert,
+        tls_key: tls.tls_key,
+        tls_self_signed: tls.tls_self_signed,
+        max_connections: tls.max_connections.unwrap_or(d.max_connections),
+        max_buffered_bytes: tls.max_buffered_bytes.unwrap_or(d.max_buffered_bytes),
+        lease_ms: tls.lease_ms.unwrap_or(d.lease_ms),
+        client_timeout_ms: tls.client_timeout_ms.unwrap_or(d.client_timeout_ms),
         ..d
     }
+}
+
+/// The TLS and limit parameters shared by `Master(...)` and `run_master(...)`.
+struct TlsAndLimits {
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_self_signed: bool,
+    max_connections: Option<usize>,
+    max_buffered_bytes: Option<usize>,
+    lease_ms: Option<u32>,
+    client_timeout_ms: Option<u32>,
 }
 
 /// An rtpool master running in background threads of this process.
@@ -54,7 +73,8 @@ struct Master {
 #[pymethods]
 impl Master {
     #[new]
-    #[pyo3(signature = (listen="127.0.0.1:0".to_string(), client_token=None, worker_token=None, data_dir=None, max_frame_bytes=None, heartbeat_ms=None))]
+    #[pyo3(signature = (listen="127.0.0.1:0".to_string(), client_token=None, worker_token=None, data_dir=None, max_frame_bytes=None, heartbeat_ms=None, *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         listen: String,
@@ -63,7 +83,23 @@ impl Master {
         data_dir: Option<PathBuf>,
         max_frame_bytes: Option<usize>,
         heartbeat_ms: Option<u32>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_self_signed: bool,
+        max_connections: Option<usize>,
+        max_buffered_bytes: Option<usize>,
+        lease_ms: Option<u32>,
+        client_timeout_ms: Option<u32>,
     ) -> PyResult<Self> {
+        let tls = TlsAndLimits {
+            tls_cert,
+            tls_key,
+            tls_self_signed,
+            max_connections,
+            max_buffered_bytes,
+            lease_ms,
+            client_timeout_ms,
+        };
         let cfg = config(
             listen,
             client_token,
@@ -71,6 +107,7 @@ impl Master {
             data_dir,
             max_frame_bytes,
             heartbeat_ms,
+            tls,
         );
         let inner = py
             .allow_threads(|| MasterHandle::start(cfg))
@@ -85,6 +122,13 @@ impl Master {
     #[getter]
     fn address(&self) -> String {
         self.inner.addr().to_string()
+    }
+
+    /// The certificate the master serves TLS with (a self-signed master's is the clients' CA
+    /// file), or `None` without TLS.
+    #[getter]
+    fn tls_cert(&self) -> Option<PathBuf> {
+        self.inner.tls_cert().map(PathBuf::from)
     }
 
     /// Token clients must present.
@@ -147,7 +191,8 @@ impl Master {
 
 /// Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
 #[pyfunction]
-#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string()))]
+#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string(), *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None))]
+#[allow(clippy::too_many_arguments)]
 fn run_master(
     py: Python<'_>,
     listen: String,
@@ -155,9 +200,33 @@ fn run_master(
     max_frame_bytes: Option<usize>,
     heartbeat_ms: Option<u32>,
     log_level: String,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_self_signed: bool,
+    max_connections: Option<usize>,
+    max_buffered_bytes: Option<usize>,
+    lease_ms: Option<u32>,
+    client_timeout_ms: Option<u32>,
 ) -> PyResult<()> {
     rtpool_master::init_logging(&log_level);
-    let cfg = config(listen, None, None, data_dir, max_frame_bytes, heartbeat_ms);
+    let tls = TlsAndLimits {
+        tls_cert,
+        tls_key,
+        tls_self_signed,
+        max_connections,
+        max_buffered_bytes,
+        lease_ms,
+        client_timeout_ms,
+    };
+    let cfg = config(
+        listen,
+        None,
+        None,
+        data_dir,
+        max_frame_bytes,
+        heartbeat_ms,
+        tls,
+    );
     py.allow_threads(|| rtpool_master::run_blocking(cfg))
         .map_err(|e| to_py_err(py, e))
 }
