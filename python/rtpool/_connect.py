@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-from typing import List, NamedTuple, Optional, Tuple, Union
+from typing import List, NamedTuple, Tuple, Union
 
 from . import _protocol as P
 from .errors import AuthenticationError, ConnectError, ProtocolError
@@ -88,7 +88,7 @@ def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def tls_context(tls: TlsOption, ca_file: Optional[str] = None) -> Optional[ssl.SSLContext]:
+def tls_context(tls: TlsOption, ca_file: str | None = None) -> ssl.SSLContext | None:
     """The TLS context for ``tls`` and ``ca_file``, or None for plain TCP.
 
     ``ca_file`` alone implies ``tls=True``: it is the trust root (for a self-signed master, the
@@ -158,7 +158,7 @@ def connect(
     slots: int,
     timeout: float,
     tls: TlsOption = False,
-    ca_file: Optional[str] = None,
+    ca_file: str | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """Open a connection to the master and complete the handshake.
 

@@ -116,9 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     master.add_argument(
         "--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate chain"
     )
-    master.add_argument(
-        "--tls-key", default=None, metavar="PEM", help="private key of --tls-cert"
-    )
+    master.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert")
     master.add_argument(
         "--tls-self-signed",
         action="store_true",
