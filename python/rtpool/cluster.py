@@ -32,6 +32,8 @@ class _State:
         self.master = master
         self.workers: List[subprocess.Popen | None] = []
         self.clients: List[Client] = []
+        # The self-signed certificate's directory (LocalCluster(tls=True)), removed last.
+        self.tls_dir: tempfile.TemporaryDirectory | None = None
 
 
 def _kill_group(proc: subprocess.Popen, sig: int) -> None:
@@ -82,6 +84,8 @@ def _shutdown(state: _State) -> None:
         _stop_workers(procs, graceful=True, timeout=_STOP_TIMEOUT_S)
     finally:
         state.master.stop()
+        if state.tls_dir is not None:
+            state.tls_dir.cleanup()
 
 
 class LocalCluster:
@@ -110,14 +114,19 @@ class LocalCluster:
         from . import _native
 
         self._prefetch = prefetch
-        # The certificate's directory lives (and is removed) with the cluster object.
-        self._tls_dir = tempfile.TemporaryDirectory(prefix="rtpool-cluster-") if tls else None
+        tls_dir = tempfile.TemporaryDirectory(prefix="rtpool-cluster-") if tls else None
         tls_args: Dict[str, Any] = {}
-        if self._tls_dir is not None:
-            tls_args = {"data_dir": self._tls_dir.name, "tls_self_signed": True}
-        self._master = _native.Master(listen="127.0.0.1:0", **tls_args)
+        if tls_dir is not None:
+            tls_args = {"data_dir": tls_dir.name, "tls_self_signed": True}
+        try:
+            self._master = _native.Master(listen="127.0.0.1:0", **tls_args)
+        except BaseException:
+            if tls_dir is not None:
+                tls_dir.cleanup()
+            raise
         self._ca_file = None if self._master.tls_cert is None else str(self._master.tls_cert)
         self._state = _State(self._master)
+        self._state.tls_dir = tls_dir
         self._finalizer = weakref.finalize(self, _shutdown, self._state)
         try:
             for _ in range(workers):
