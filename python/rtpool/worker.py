@@ -28,6 +28,7 @@ import pickle
 import select
 import signal
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -168,6 +169,8 @@ class WorkerConnection:
         name: Informational name sent in ``HELLO``.
         max_prefetch: Upper bound of the adaptive prefetch.
         connect_timeout: Seconds to wait for the connection and the handshake.
+        tls: Connect with TLS (``True`` or an ``ssl.SSLContext``).
+        ca_file: PEM certificate(s) to trust (implies TLS).
     """
 
     def __init__(
@@ -177,6 +180,8 @@ class WorkerConnection:
         name: str,
         max_prefetch: int = DEFAULT_PREFETCH,
         connect_timeout: float = 10.0,
+        tls: Any = False,
+        ca_file: str | None = None,
     ) -> None:
         self.address = address
         self.name = name
@@ -188,9 +193,14 @@ class WorkerConnection:
             name=name,
             slots=1,
             timeout=connect_timeout,
+            tls=tls,
+            ca_file=ca_file,
         )
         self.heartbeat_s = max(welcome.heartbeat_ms, 1) / 1000
-        self._kernel_ts = _enable_kernel_timestamps(self.sock)
+        # An SSLSocket has no recvmsg and takes no recv flags; it may hold decrypted bytes
+        # that select() does not see.
+        self._tls = isinstance(self.sock, ssl.SSLSocket)
+        self._kernel_ts = not self._tls and _enable_kernel_timestamps(self.sock)
         # A RESULT frame must fit the master's frame limit: results are batched up to this
         # many bytes, and a single larger result is replaced by an error.
         self.frame_budget = welcome.max_frame_bytes - _RESULT_FRAME_OVERHEAD
@@ -250,7 +260,11 @@ class WorkerConnection:
     def _recv_nowait(self) -> None:
         """Take whatever the socket holds without blocking."""
         try:
-            if self._kernel_ts:
+            if self._tls:
+                if not self.sock.pending() and not select.select([self.sock], [], [], 0)[0]:
+                    return
+                data, ancillary = self.sock.recv(_RECV_BYTES), ()
+            elif self._kernel_ts:
                 data, ancillary, _, _ = self.sock.recvmsg(_RECV_BYTES, _CMSG_BYTES, _MSG_DONTWAIT)
             else:
                 data, ancillary = self.sock.recv(_RECV_BYTES, _MSG_DONTWAIT), ()
@@ -264,6 +278,9 @@ class WorkerConnection:
 
     def _wait(self) -> None:
         """Block until the master sends something or a signal arrives."""
+        if self._tls and self.sock.pending():
+            self._recv_nowait()
+            return
         readable, _, _ = select.select([self.sock, self._wake_r], [], [])
         if self._wake_r in readable:
             try:
@@ -510,7 +527,9 @@ class WorkerConnection:
 def run_child(args: argparse.Namespace, token: str, name: str) -> int:
     """Body of one child process: connect, serve, return the exit code."""
     try:
-        conn = WorkerConnection(args.master, token, name, args.prefetch)
+        conn = WorkerConnection(
+            args.master, token, name, args.prefetch, tls=args.tls, ca_file=args.ca_file
+        )
     except RtpoolError as exc:
         _log(str(exc))
         return EXIT_CONFIG
@@ -648,6 +667,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MAX",
         help=f"most tasks a process queues ahead; adaptive below that (default: "
         f"{DEFAULT_PREFETCH})",
+    )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect with TLS (the master checked against the system trust store or --ca-file)",
+    )
+    parser.add_argument(
+        "--ca-file",
+        default=None,
+        metavar="PEM",
+        help="certificate(s) to trust, e.g. a --tls-self-signed master's cert.pem (implies --tls)",
     )
     parser.add_argument("--name", default=None, help="name in the master's log (hostname:pid)")
     parser.add_argument(
