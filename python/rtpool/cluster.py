@@ -98,15 +98,20 @@ class LocalCluster:
     Args:
         workers: Worker processes to start (each ``rtpool worker --procs 1``).
         prefetch: ``--prefetch`` of the workers (the bound of their adaptive prefetch).
+        task_memory_mb: ``--task-memory-mb`` of the workers: every task runs in a killable
+            executor process whose address space is limited to this many MiB (None: no limit).
 
     Raises:
         RtpoolError: The embedded master cannot start.
     """
 
-    def __init__(self, workers: int = 2, *, prefetch: int | None = None) -> None:
+    def __init__(
+        self, workers: int = 2, *, prefetch: int | None = None, task_memory_mb: int | None = None
+    ) -> None:
         from . import _native
 
         self._prefetch = prefetch
+        self._task_memory_mb = task_memory_mb
         self._master = _native.Master(listen="127.0.0.1:0")
         self._state = _State(self._master)
         self._finalizer = weakref.finalize(self, _shutdown, self._state)
@@ -173,6 +178,8 @@ class LocalCluster:
         cmd += ["--procs", "1", "--parent-pid", str(os.getpid())]
         if self._prefetch is not None:
             cmd += ["--prefetch", str(self._prefetch)]
+        if self._task_memory_mb is not None:
+            cmd += ["--task-memory-mb", str(self._task_memory_mb)]
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         self._state.workers.append(proc)
         return len(self._state.workers) - 1
