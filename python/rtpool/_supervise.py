@@ -28,7 +28,7 @@ import socket
 import struct
 import sys
 import warnings
-from typing import Callable, Iterable, Optional, Set, Tuple
+from typing import Any, Callable, Iterable, Optional, Set, Tuple
 
 __all__ = ["Executor", "ExecutorDied", "describe_exit"]
 
@@ -113,9 +113,7 @@ def _executor_main(sock: socket.socket, run: TaskRunner) -> int:
         sock.sendall(data)
 
 
-def _in_executor(
-    parent: int, sock: socket.socket, close_fds: Iterable[int], memory_mb: int | None
-) -> None:
+def _in_executor(parent: int, close: Iterable[Any], memory_mb: int | None) -> None:
     """First steps of the forked executor, before its loop."""
     try:
         os.setpgid(0, 0)
@@ -124,9 +122,11 @@ def _in_executor(
     _set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent:  # the child died before the prctl() took effect
         os._exit(0)
-    for fd in close_fds:  # the master connection and the child's signal pipe are not ours
+    # The master connection, the child's signal pipe: not the executor's. Closing the forked
+    # socket objects (not just their fds) keeps them from closing a reused fd later.
+    for item in close:
         try:
-            os.close(fd)
+            item.close() if hasattr(item, "close") else os.close(item)
         except OSError:
             pass
     try:
@@ -158,7 +158,7 @@ class Executor:
 
     @classmethod
     def start(
-        cls, run: TaskRunner, memory_mb: int | None = None, close_fds: Iterable[int] = ()
+        cls, run: TaskRunner, memory_mb: int | None = None, close: Iterable[Any] = ()
     ) -> Executor:
         """Fork an executor that runs tasks with ``run``.
 
@@ -166,14 +166,13 @@ class Executor:
             run: The task runner, called in the executor (it sees the child's memory as of
                 the fork: loaded modules, cached functions).
             memory_mb: ``RLIMIT_AS`` of the executor in MiB (its whole address space), or None.
-            close_fds: Descriptors of the child the executor must not keep open.
+            close: Sockets (or raw fds) of the child the executor must not keep open.
 
         Returns:
             The executor, ready for :meth:`submit`.
         """
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         parent = os.getpid()
-        close_fds = [*close_fds, mine.fileno()]
         with warnings.catch_warnings():
             # Python 3.12+ warns about fork() in a threaded process. The executor only uses
             # state of the forking thread and its own socket; the other threads (heartbeats)
@@ -183,7 +182,7 @@ class Executor:
         if pid == 0:
             code = 1
             try:
-                _in_executor(parent, theirs, close_fds, memory_mb)
+                _in_executor(parent, [*close, mine], memory_mb)
                 code = _executor_main(theirs, run)
             except BaseException:
                 pass

@@ -633,7 +633,7 @@ class WorkerConnection:
                     f"use a limit well above {base}"
                 )
         return Executor.start(
-            self._executor_task, limit, close_fds=(self.sock.fileno(), self._wake_r, self._wake_w)
+            self._executor_task, limit, close=(self.sock, self._wake_r, self._wake_w)
         )
 
     def _executor_task(self, fn_hash: bytes, code: bytes | None, payload: bytes) -> tuple:
