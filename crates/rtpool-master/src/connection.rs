@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rtpool_core::{
-    ClientId, Event, FnHash, PackageId, PackageOpts, TaskId, TaskStatus, WorkerId, WorkerOutcome,
+    ClientId, Event, FnHash, PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId,
+    WorkerOutcome,
 };
 use rtpool_proto::{
     decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
@@ -22,20 +23,24 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use crate::auth::{AuthFailure, Tokens};
+use crate::auth::{AuthError, Authenticator};
 use crate::scheduler::{rejected, Out, ToScheduler};
 
 /// Settings every connection needs.
 #[derive(Debug)]
 pub struct ConnCtx {
-    /// The master's tokens.
-    pub tokens: Tokens,
+    /// Checks `HELLO` tokens (built-in and per-user).
+    pub auth: Authenticator,
     /// Frame limit after authentication.
     pub max_frame_bytes: usize,
     /// Announced to workers in `WELCOME`.
     pub heartbeat_ms: u32,
     /// Time a peer has to complete its handshake.
     pub handshake_timeout: Duration,
+    /// Worker lease, announced in `WELCOME`.
+    pub lease_ms: u32,
+    /// This master process's random instance number, announced in `WELCOME`.
+    pub instance: u64,
 }
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -69,20 +74,20 @@ pub async fn serve(
     let (mut rd, mut wr) = stream.into_split();
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let hello = tokio::time::timeout(ctx.handshake_timeout, read_hello(&mut rd, &mut buf)).await;
-    let (role, slots, name) = match hello {
+    let (role, slots, name, user) = match hello {
         Ok(Ok(Msg::Hello {
             version,
             role,
             token,
             name,
             slots,
-        })) => {
-            if let Err(msg) = check_hello(&ctx, version, role, &token) {
+        })) => match check_hello(&ctx, version, role, &token).await {
+            Ok(user) => (role, slots, name, user),
+            Err(msg) => {
                 warn!(%peer, %name, "refused: {msg:?}");
                 return refuse(rd, wr, msg).await;
             }
-            (role, slots, name)
-        }
+        },
         Ok(Ok(other)) => {
             let msg = error_msg(
                 "unknown_kind",
@@ -110,18 +115,22 @@ pub async fn serve(
         session,
         max_frame_bytes: ctx.max_frame_bytes.min(u32::MAX as usize) as u32,
         heartbeat_ms: ctx.heartbeat_ms,
+        lease_ms: ctx.lease_ms,
+        instance: ctx.instance,
     };
     let mut out = BytesMut::new();
     encode(&welcome, &mut out);
     if wr.write_all(&out).await.is_err() {
         return;
     }
-    info!(%peer, %name, session, ?role, slots, "connected");
+    info!(%peer, %name, %user, session, ?role, slots, "connected");
     let (tx, rx) = mpsc::unbounded_channel();
     let (join, lost) = match role {
         Role::Client => (
+            // The scheduler fills in the user's id from `user`.
             Event::ClientJoined {
                 client: ClientId(session),
+                user: UserId(0),
             },
             Event::ClientLost {
                 client: ClientId(session),
@@ -139,6 +148,7 @@ pub async fn serve(
     };
     let _ = sched.send(ToScheduler::Register {
         session,
+        user,
         tx,
         event: join,
     });
@@ -166,7 +176,8 @@ pub async fn serve(
     info!(session, "disconnected");
 }
 
-fn check_hello(ctx: &ConnCtx, version: u32, role: Role, token: &str) -> Result<(), Msg> {
+/// Check a `HELLO`'s version and token; returns the user the connection acts for.
+async fn check_hello(ctx: &ConnCtx, version: u32, role: Role, token: &str) -> Result<String, Msg> {
     if version != PROTOCOL_VERSION {
         return Err(error_msg(
             "version",
@@ -174,26 +185,17 @@ fn check_hello(ctx: &ConnCtx, version: u32, role: Role, token: &str) -> Result<(
             0,
         ));
     }
-    let who = match role {
-        Role::Client => "client",
-        Role::Worker => "worker",
-    };
-    match ctx.tokens.check(role, token) {
-        Ok(()) => Ok(()),
-        Err(AuthFailure::Invalid) => Err(error_msg(
-            "auth",
-            format!("invalid {who} token; use the {who} token printed by `rtpool master` on first start (also in <data-dir>/{who}.token)"),
-            0,
-        )),
-        Err(AuthFailure::WrongRole) => {
-            let other = if role == Role::Client { "worker" } else { "client" };
-            Err(error_msg(
-                "auth",
-                format!("this is the {other} token, which cannot connect as a {who}; use the {who} token (<data-dir>/{who}.token)"),
-                0,
-            ))
-        }
-    }
+    // A store lookup is bounded like the rest of the handshake (an unreachable database must
+    // not pin connections).
+    let checked = tokio::time::timeout(ctx.handshake_timeout, ctx.auth.authenticate(token, role))
+        .await
+        .unwrap_or_else(|_| {
+            Err(AuthError::Lookup(format!(
+                "the token store did not answer within {:?}",
+                ctx.handshake_timeout
+            )))
+        });
+    checked.map_err(|e| error_msg("auth", e.to_string(), 0))
 }
 
 async fn read_hello(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<Msg, ProtoError> {
@@ -335,10 +337,14 @@ impl Reader {
                 let client = ClientId(self.session);
                 let opts = PackageOpts {
                     priority: opts.priority,
+                    timeout_ms: opts.timeout_ms,
+                    key: opts.key,
                 };
+                // The scheduler numbers the package.
                 Ok(Some(Event::Submit {
                     client,
                     req_id,
+                    package: PackageId(0),
                     fn_hash: hash,
                     fn_code,
                     opts,
@@ -355,6 +361,16 @@ impl Reader {
                 req_id,
                 package: PackageId(package),
             })),
+            (Role::Client, Msg::Attach { req_id, package }) => Ok(Some(Event::Attach {
+                client: ClientId(self.session),
+                req_id,
+                package: PackageId(package),
+            })),
+            (Role::Client, Msg::Ack { package, count }) => Ok(Some(Event::Ack {
+                client: ClientId(self.session),
+                package: PackageId(package),
+                count,
+            })),
             (Role::Worker, Msg::Pull { credits }) => Ok(Some(Event::Credit {
                 worker: WorkerId(self.session),
                 credits,
@@ -363,7 +379,7 @@ impl Reader {
                 let mut outcomes = Vec::with_capacity(results.len());
                 for r in results {
                     let status = TaskStatus::from_u8(r.status).ok_or_else(|| {
-                        Refusal::Fatal(error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=3)", r.task, r.status), 0))
+                        Refusal::Fatal(error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=6)", r.task, r.status), 0))
                     })?;
                     outcomes.push(WorkerOutcome {
                         task: TaskId(r.task),
@@ -384,7 +400,7 @@ impl Reader {
                 worker: WorkerId(self.session),
                 tasks: tasks.into_iter().map(|(t, a)| (TaskId(t), a)).collect(),
             })),
-            (Role::Worker, Msg::Heartbeat) => Ok(None),
+            (_, Msg::Heartbeat) => Ok(None),
             (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain {
                 worker: WorkerId(self.session),
             })),
