@@ -614,7 +614,8 @@ class RawClient:
 def real_master():
     native = pytest.importorskip("rtpool._native")
     try:
-        master = native.Master(listen="127.0.0.1:0", options={"lease_ms": 900})
+        options = {"lease_ms": 900, "timeout_grace_s": 0.5}
+        master = native.Master(listen="127.0.0.1:0", options=options)
     except TypeError:
         pytest.skip("the native master predates leases (issue 3)")
     try:
@@ -698,6 +699,24 @@ def test_e2e_a_timed_task_is_killed_and_the_worker_goes_on(
     fine = raw_client.submit(tasks.square, [(i,) for i in range(20)])
     got = raw_client.results(fine, 20)
     assert [pickle.loads(got[i][1]) for i in range(20)] == [i * i for i in range(20)]
+
+
+def test_e2e_abort_of_a_prefetched_task_timed_out_by_the_master(
+    real_master, start_worker, raw_client, tmp_path
+):
+    log = tmp_path / "log"
+    start_worker()
+    wait_until(lambda: real_master.stats()["workers"] == 1)
+    # B waits behind A in the worker's prefetch queue, past its limit plus the master's grace:
+    # the master fails it (status 4) and sends ABORT; the worker drops it unstarted.
+    a = raw_client.submit(tasks.logged, [(1, str(log), 1.5)])
+    b = raw_client.submit(tasks.logged, [(2, str(log))], timeout_ms=100)
+    status, data = raw_client.results(b, 1)[0]
+    assert status == P.STATUS_TIMEOUT and "told the worker to kill it" in data.decode()
+    assert raw_client.results(a, 1)[0][0] == P.STATUS_OK
+    c = raw_client.submit(tasks.logged, [(3, str(log))])
+    assert raw_client.results(c, 1)[0][0] == P.STATUS_OK  # the aborted task freed its credit
+    assert log.read_text() == "1\n3\n"
 
 
 def test_e2e_heartbeats_keep_the_lease_during_a_long_task(real_master, start_worker, raw_client):
