@@ -749,3 +749,44 @@ def test_e2e_a_worker_that_lost_its_lease_reconnects(
     assert [pickle.loads(got[i][1]) for i in range(10)] == list(range(10))
     wait_until(lambda: real_master.stats()["workers"] == 1, timeout=10)
     assert "reconnected to the master" in (tmp_path / "worker-0.log").read_text()
+
+
+def test_local_cluster_passes_the_memory_limit_to_its_workers(tmp_path):
+    rtpool = pytest.importorskip("rtpool")
+    with rtpool.LocalCluster(workers=1, task_memory_mb=4096) as cluster:
+        (pid,) = cluster.worker_pids
+        assert psutil.Process(pid).cmdline()[-2:] == ["--task-memory-mb", "4096"]
+        client = RawClient(cluster.address, cluster.client_token)
+        try:
+            package = client.submit(tasks.where, [()])
+            status, data = client.results(package, 1)[0]
+        finally:
+            client.close()
+        assert status == P.STATUS_OK
+        executor, pgid = pickle.loads(data)
+        (child,) = psutil.Process(pid).children()
+        assert [p.pid for p in child.children()] == [executor] and pgid == executor
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--task-memory-mb", "0"], "--task-memory-mb must be at least 1"),
+        (["--reconnect-timeout", "-1"], "--reconnect-timeout must be 0 (forever) or more"),
+    ],
+)
+def test_bad_worker_limits_are_refused(flags, message, capsys):
+    from rtpool import worker
+
+    assert worker.main(["--master", "127.0.0.1:1", "--token", "t", *flags]) == EXIT_CONFIG
+    assert message in capsys.readouterr().err
+
+
+def test_worker_help_names_the_new_options(capsys):
+    from rtpool import worker
+
+    with pytest.raises(SystemExit):
+        worker.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--task-memory-mb N" in out and "(default: no limit" in out
+    assert "--reconnect-timeout S" in out and "0 = forever (default: 0)" in out
