@@ -156,3 +156,8 @@ def kill_self(sig: int = signal.SIGKILL):
 def where():
     """``(pid, process group)`` of the process running the task."""
     return os.getpid(), os.getpgid(0)
+
+
+def print_text(text: str, flush: bool = False):
+    """Print ``text`` to stdout (buffered unless ``flush``)."""
+    print(text, flush=flush)

@@ -513,12 +513,15 @@ def test_an_old_master_without_instance_is_tolerated():
 # -- the worker process -----------------------------------------------------------------------
 
 
-def _worker_process(fake, tmp_path, *extra):
+def _worker_process(fake, tmp_path, *extra, buffered=False):
     cmd = [sys.executable, "-m", "rtpool", "worker", "--master", fake.address, "--procs", "1"]
+    env = worker_env("tok")
+    if buffered:
+        env.pop("PYTHONUNBUFFERED", None)
     log = open(tmp_path / "worker.log", "wb")
     proc = subprocess.Popen(
         [*cmd, *extra],
-        env=worker_env("tok"),
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -790,3 +793,23 @@ def test_worker_help_names_the_new_options(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "--task-memory-mb N" in out and "(default: no limit" in out
     assert "--reconnect-timeout S" in out and "0 = forever (default: 0)" in out
+
+
+def test_output_buffered_before_an_executor_starts_is_printed_once(fake, tmp_path):
+    proc = _worker_process(fake, tmp_path, buffered=True)  # stdout is a file: block-buffered
+    try:
+        master = fake.accept(timeout=30)
+        master.send(P.ASSIGN, [assign(1, tasks.print_text, "in the worker")])
+        master.send(
+            P.ASSIGN, [assign(2, tasks.print_text, "in the executor", True, timeout_ms=5000)]
+        )
+        got = {}
+        while len(got) < 2:
+            got.update((r[0], r) for r in recv_kind(master, P.RESULT)[1])
+        proc.send_signal(signal.SIGTERM)
+        master.close()
+        assert proc.wait(10) == EXIT_OK
+    finally:
+        stop_process(proc, group=True)
+    out = (tmp_path / "worker.log").read_text()
+    assert out.count("in the worker") == 1 and out.count("in the executor") == 1

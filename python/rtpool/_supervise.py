@@ -173,6 +173,11 @@ class Executor:
         """
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         parent = os.getpid()
+        for stream in (sys.stdout, sys.stderr):  # else the fork would print their buffers again
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
         with warnings.catch_warnings():
             # Python 3.12+ warns about fork() in a threaded process. The executor only uses
             # state of the forking thread and its own socket; the other threads (heartbeats)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import random
 import select
 import signal
 import socket
@@ -834,6 +833,8 @@ class WorkerConnection:
     def _reconnect(self) -> int | None:
         """Connect again, with exponential backoff and jitter: None once a new session is up,
         else the exit code (``reconnect_timeout`` passed, bad token, or a signal)."""
+        import random  # only here: start-up time counts
+
         lost = time.monotonic()
         limit = self.reconnect_timeout
         attempt = 0
