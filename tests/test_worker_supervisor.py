@@ -303,6 +303,19 @@ def test_a_task_over_the_memory_limit_gets_memory_error(fake):
     w.finish()
 
 
+def test_a_memory_limit_below_the_worker_itself_is_reported(fake, capsys):
+    w = Served(fake, task_memory_mb=1)
+    expect(w.master, P.PULL)
+    w.master.send(P.ASSIGN, [assign(1, tasks.square, 3)])
+    (r,) = w.results(1).values()
+    # Small allocations may still fit in memory the interpreter already holds; it must not hang.
+    assert r[2] in (P.STATUS_OK, P.STATUS_ERROR, P.STATUS_FAILED)
+    w.finish()
+    assert "--task-memory-mb 1 is below the address space the executor starts" in (
+        capsys.readouterr().err
+    )
+
+
 # -- ABORT ------------------------------------------------------------------------------------
 
 

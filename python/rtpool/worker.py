@@ -628,8 +628,8 @@ class WorkerConnection:
             if base is not None and base >= limit:
                 _log(
                     f"--task-memory-mb {limit} is below the address space the executor starts "
-                    f"with ({base} MiB, the worker's own): every allocation in a task will fail; "
-                    f"use a limit well above {base}"
+                    f"with ({base} MiB, the worker's own): tasks will get MemoryError as soon as "
+                    f"they need more memory; use a limit well above {base}"
                 )
         return Executor.start(
             self._executor_task, limit, close=(self.sock, self._wake_r, self._wake_w)
