@@ -18,7 +18,7 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from . import _protocol as P
-from ._connect import Address, connect, parse_address
+from ._connect import Address, TlsOption, connect, parse_address
 from ._future import Future
 from ._serialize import error_from_report
 from .errors import ConnectionLost, ProtocolError, SubmitRejected, TaskFailed
@@ -77,7 +77,15 @@ class _Segment:
 class _Connection:
     """One authenticated client connection: socket, reader thread and routing tables."""
 
-    def __init__(self, address: Address, token: str, name: str, connect_timeout: float):
+    def __init__(
+        self,
+        address: Address,
+        token: str,
+        name: str,
+        connect_timeout: float,
+        tls: TlsOption = False,
+        ca_file: str | None = None,
+    ):
         host, port = parse_address(address)
         self.address = f"{host}:{port}"
         sock, welcome, reader, extra = connect(
@@ -87,6 +95,8 @@ class _Connection:
             name=name,
             slots=0,
             timeout=connect_timeout,
+            tls=tls,
+            ca_file=ca_file,
         )
         self.sock = sock
         self.session = welcome.session

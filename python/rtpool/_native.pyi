@@ -1,7 +1,7 @@
 """Type stubs of the native module (PyO3, crates/rtpool-py)."""
 
 from os import PathLike
-from typing import Dict, Union
+from typing import Any, Dict, List, Tuple, Union
 
 __version__: str
 
@@ -15,6 +15,16 @@ class Master:
         data_dir: Directory for persistent state.
         max_frame_bytes: Largest frame accepted after the handshake (default 256 MiB).
         heartbeat_ms: How often idle workers should send HEARTBEAT.
+        tls_cert: PEM certificate chain to serve TLS with (with ``tls_key``).
+        tls_key: PEM private key of ``tls_cert``.
+        tls_self_signed: Serve TLS with a self-signed certificate generated into
+            ``data_dir/tls/`` (needs ``data_dir``); see :attr:`tls_cert`.
+        max_connections: Connections served at once; more get ``ERROR busy`` (default 4096).
+        max_buffered_bytes: Outbound bytes that may wait for one peer to read them before it
+            is closed as a slow consumer (default 64 MiB).
+        lease_ms: A worker silent this long is closed and its tasks requeued (default 3000;
+            0: never).
+        client_timeout_ms: A client silent this long is closed (default 30000; 0: never).
 
     Raises:
         rtpool.errors.RtpoolError: The address cannot be bound or the data dir used.
@@ -28,10 +38,22 @@ class Master:
         data_dir: Union[str, PathLike[str]] | None = None,
         max_frame_bytes: int | None = None,
         heartbeat_ms: int | None = None,
+        *,
+        tls_cert: Union[str, PathLike[str]] | None = None,
+        tls_key: Union[str, PathLike[str]] | None = None,
+        tls_self_signed: bool = False,
+        max_connections: int | None = None,
+        max_buffered_bytes: int | None = None,
+        lease_ms: int | None = None,
+        client_timeout_ms: int | None = None,
     ) -> None: ...
     @property
     def address(self) -> str:
         """``host:port`` the master listens on."""
+    @property
+    def tls_cert(self) -> str | None:
+        """The certificate the master serves TLS with (a self-signed master's is the clients'
+        ``ca_file``), or None without TLS."""
     @property
     def client_token(self) -> str:
         """Token clients must present."""
@@ -52,12 +74,61 @@ def run_master(
     max_frame_bytes: int | None = None,
     heartbeat_ms: int | None = None,
     log_level: str = "info",
+    *,
+    tls_cert: Union[str, PathLike[str]] | None = None,
+    tls_key: Union[str, PathLike[str]] | None = None,
+    tls_self_signed: bool = False,
+    max_connections: int | None = None,
+    max_buffered_bytes: int | None = None,
+    lease_ms: int | None = None,
+    client_timeout_ms: int | None = None,
 ) -> None:
     """Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
 
     Writes the tokens to ``data_dir/client.token`` and ``data_dir/worker.token`` on first
-    start and prints ``listening on HOST:PORT`` once ready.
+    start and prints ``listening on HOST:PORT`` once ready (and, with TLS, the certificate path).
+    The keyword arguments are those of :class:`Master`.
 
     Raises:
         rtpool.errors.RtpoolError: The address cannot be bound or the data dir used.
     """
+
+# Users, tokens and quotas (`rtpool token`). Each opens the store: ``store`` None or "sqlite"
+# is ``data_dir/rtpool.db``; "sqlite:///abs/path.db" or "postgres://user@host:port/db" another.
+# Token dicts: id (str, public: 12 hex chars of the SHA-256), user, role ("client"|"worker"),
+# created_unix (int), revoked (bool). Quota dicts: user, quota_us (int | None = unlimited),
+# used_us (int). Every function raises rtpool.errors.RtpoolError with a message that says what
+# to do (bad user name or quota, unknown or ambiguous id, store unreachable, ...).
+
+def token_create(
+    data_dir: Union[str, PathLike[str]],
+    user: str,
+    role: str,
+    quota_seconds: float | None = None,
+    store: str | None = None,
+) -> Tuple[str, Dict[str, Any]]:
+    """Create a token; returns ``(token, info)``. Only its SHA-256 is stored, so the token
+    cannot be shown again. With ``quota_seconds``, also set the user's quota."""
+
+def token_list(
+    data_dir: Union[str, PathLike[str]], store: str | None = None
+) -> List[Dict[str, Any]]:
+    """Every token's info (no secrets), oldest first, revoked ones included."""
+
+def token_revoke(
+    data_dir: Union[str, PathLike[str]], id: str, store: str | None = None
+) -> Dict[str, Any]:
+    """Revoke the token with this id or unique id prefix (6+ hex chars); returns its info."""
+
+def token_set_quota(
+    data_dir: Union[str, PathLike[str]],
+    user: str,
+    quota_seconds: float | None,
+    store: str | None = None,
+) -> None:
+    """Set a user's quota of execution seconds (None: unlimited); usage so far is kept."""
+
+def token_quotas(
+    data_dir: Union[str, PathLike[str]], store: str | None = None
+) -> List[Dict[str, Any]]:
+    """Every user's quota and usage in microseconds, by name."""

@@ -1,4 +1,4 @@
-"""The ``rtpool`` command: ``master``, ``worker``, ``demo`` and ``bench``.
+"""The ``rtpool`` command: ``master``, ``worker``, ``token``, ``demo`` and ``bench``.
 
 Heavy imports are deferred to the subcommand that needs them, so ``rtpool worker`` starts
 quickly and ``rtpool --help`` works without the native module.
@@ -114,6 +114,31 @@ def _parser() -> argparse.ArgumentParser:
         help="how often idle workers send a heartbeat",
     )
     master.add_argument(
+        "--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate chain"
+    )
+    master.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert")
+    master.add_argument(
+        "--tls-self-signed",
+        action="store_true",
+        help="serve TLS with a self-signed certificate generated into DIR/tls/ (its cert.pem "
+        "is the clients' ca_file and the workers' --ca-file)",
+    )
+    master.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="connections served at once; more get ERROR busy (default: 4096)",
+    )
+    master.add_argument(
+        "--max-buffered-mb",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="frames that may wait for one peer to read them, in MiB; a peer that lets more "
+        "pile up is closed as a slow consumer (default: 64)",
+    )
+    master.add_argument(
         "--lease-ms",
         type=int,
         default=None,
@@ -143,11 +168,32 @@ def _parser() -> argparse.ArgumentParser:
         help="longest any task may run; 0 = no limit (default: 86400)",
     )
     master.add_argument(
+        "--fsync",
+        default=None,
+        metavar="POLICY",
+        help="when the crash-recovery journal is synced to disk: always (a package is "
+        "acknowledged only once on disk), batch[:MS] (at most MS ms later; default batch:10) "
+        "or off (the OS decides)",
+    )
+    master.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="keep no journal: a master crash loses every package (default: journal in the "
+        "data dir)",
+    )
+    master.add_argument(
         "--store",
         default=None,
         metavar="URL",
         help="user store for tokens and quotas: postgres://user@host:port/db or "
         "sqlite:///path (default: SQLite in the data dir)",
+    )
+    master.add_argument(
+        "--client-timeout-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="a client silent this long is disconnected (default: 30000)",
     )
     master.add_argument(
         "--log-level", default="info", help="error, warn, info, debug or trace (default: info)"
@@ -160,6 +206,13 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=raw,
     )
     worker.add_arguments(work)
+    from . import _token_cli
+
+    token = sub.add_parser(
+        "token",
+        help="create, list and revoke per-user tokens; set users' compute-time quotas",
+    )
+    _token_cli.add_arguments(token, _default_data_dir)
     sub.add_parser(
         "demo",
         help="factorization benchmark on a LocalCluster: speed-up, efficiency, per-task times",
@@ -189,6 +242,8 @@ def _master_options(args: argparse.Namespace) -> dict:
         "max_attempts": args.max_attempts,
         "max_task_seconds": args.max_task_seconds,
         "store": args.store,
+        "fsync": args.fsync,
+        "journal": False if args.no_journal else None,
     }
     return {k: v for k, v in options.items() if v is not None}
 
@@ -206,6 +261,13 @@ def _run_master(args: argparse.Namespace) -> int:
             max_frame_bytes=max_frame,
             heartbeat_ms=args.heartbeat_ms,
             log_level=args.log_level,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_self_signed=args.tls_self_signed,
+            max_connections=args.max_connections,
+            max_buffered_bytes=None if args.max_buffered_mb is None else args.max_buffered_mb << 20,
+            lease_ms=args.lease_ms,
+            client_timeout_ms=args.client_timeout_ms,
             options=_master_options(args),
         )
     except RtpoolError as exc:
@@ -241,6 +303,10 @@ def main(argv: List[str] | None = None) -> int:
         from . import worker
 
         return worker.run(args)
+    if args.command == "token":
+        from . import _token_cli
+
+        return _token_cli.run(args)
     raise AssertionError(args.command)
 
 

@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
-from ._connect import Address, default_name
+from ._connect import Address, TlsOption, default_name
 from ._connection import _Connection, _Segment
 from ._future import Future
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
@@ -375,9 +375,13 @@ class Client(_Submitter):
         token: The master's client token; by default ``$RTPOOL_TOKEN``.
         name: Name shown in the master's log and status (default ``hostname:pid``).
         connect_timeout: Seconds to wait for the connection and the handshake.
+        tls: ``True`` to connect with TLS (checked against the system trust store, or
+            ``ca_file``), or a ready ``ssl.SSLContext``; ``False`` (default): plain TCP.
+        ca_file: PEM certificate(s) to trust, e.g. the ``cert.pem`` a master started with
+            ``--tls-self-signed`` prints; implies ``tls=True``.
 
     Raises:
-        ConnectError: The master cannot be reached.
+        ConnectError: The master cannot be reached (or the TLS handshake failed).
         AuthenticationError: The master refused the token (or none was given).
         ProtocolError: The master answered the handshake with something unexpected.
     """
@@ -389,6 +393,8 @@ class Client(_Submitter):
         *,
         name: str | None = None,
         connect_timeout: float = 10.0,
+        tls: TlsOption = False,
+        ca_file: str | None = None,
     ) -> None:
         if token is None:
             token = os.environ.get("RTPOOL_TOKEN")
@@ -398,7 +404,9 @@ class Client(_Submitter):
                 "first start and keeps it in its data dir as client.token)"
             )
         self._opts: Dict[str, Any] = {}
-        self._conn = _Connection(address, token, name or default_name(), connect_timeout)
+        self._conn = _Connection(
+            address, token, name or default_name(), connect_timeout, tls, ca_file
+        )
         # A client dropped without shutdown() closes once its pending tasks are done.
         self._finalizer = weakref.finalize(self, self._conn.shutdown, False)
 

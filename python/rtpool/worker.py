@@ -37,6 +37,7 @@ import pickle
 import select
 import signal
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -153,7 +154,7 @@ class _Welcome(NamedTuple):
 
 
 def _connect_worker(
-    address: str, token: str, name: str, timeout: float
+    address: str, token: str, name: str, timeout: float, tls: ssl.SSLContext | None
 ) -> Tuple[socket.socket, _Welcome, P.FrameReader, List[list]]:
     """``_connect.connect()`` for a worker, tolerant of a ``WELCOME`` with 4 to 6 fields.
 
@@ -163,6 +164,8 @@ def _connect_worker(
     host, port = _connect.parse_address(address)
     where = f"{host}:{port}"
     sock = _connect._open_socket(host, port, timeout)
+    if tls is not None:
+        sock = _connect._wrap_tls(sock, tls, host, where)
     try:
         hello = P.encode(P.HELLO, P.PROTOCOL_VERSION, "worker", token, _connect._clip_name(name), 1)
         sock.sendall(hello)
@@ -246,6 +249,8 @@ class WorkerConnection:
         name: Informational name sent in ``HELLO``.
         max_prefetch: Upper bound of the adaptive prefetch.
         connect_timeout: Seconds to wait for the connection and the handshake.
+        tls: Connect with TLS (``True`` or an ``ssl.SSLContext``).
+        ca_file: PEM certificate(s) to trust (implies TLS).
         task_memory_mb: Address-space limit (``RLIMIT_AS``, MiB) of the executor process;
             when set, every task runs in the executor. None: no limit.
         reconnect_timeout: Seconds to keep trying to reconnect after the connection drops
@@ -263,6 +268,8 @@ class WorkerConnection:
         name: str,
         max_prefetch: int = DEFAULT_PREFETCH,
         connect_timeout: float = 10.0,
+        tls: Any = False,
+        ca_file: str | None = None,
         *,
         task_memory_mb: int | None = None,
         reconnect_timeout: float | None = 0.0,
@@ -274,6 +281,7 @@ class WorkerConnection:
         self.max_prefetch = max(1, max_prefetch)
         self.task_memory_mb = task_memory_mb or None
         self.reconnect_timeout = reconnect_timeout
+        self._tls_context = _connect.tls_context(tls, ca_file)  # also for reconnections
         self.pending_bytes = 0
         self.stopping = False
         self._signals = 0
@@ -301,7 +309,9 @@ class WorkerConnection:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._start_session(*_connect_worker(address, token, name, connect_timeout))
+        self._start_session(
+            *_connect_worker(address, token, name, connect_timeout, self._tls_context)
+        )
 
     def _start_session(
         self, sock: socket.socket, welcome: _Welcome, reader: P.FrameReader, early: List[list]
@@ -317,7 +327,10 @@ class WorkerConnection:
             # At least three heartbeats per lease, whatever heartbeat_ms says.
             heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
         self.heartbeat_s = heartbeat_ms / 1000
-        self._kernel_ts = _enable_kernel_timestamps(sock)
+        # An SSLSocket has no recvmsg and takes no recv flags; it may hold decrypted bytes
+        # that select() does not see.
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._kernel_ts = not self._tls and _enable_kernel_timestamps(sock)
         # A RESULT frame must fit the master's frame limit: results are batched up to this
         # many bytes, and a single larger result is replaced by an error.
         self.frame_budget = welcome.max_frame_bytes - _RESULT_FRAME_OVERHEAD
@@ -398,7 +411,11 @@ class WorkerConnection:
     def _recv_nowait(self) -> None:
         """Take whatever the socket holds without blocking."""
         try:
-            if self._kernel_ts:
+            if self._tls:
+                if not self.sock.pending() and not select.select([self.sock], [], [], 0)[0]:
+                    return
+                data, ancillary = self.sock.recv(_RECV_BYTES), ()
+            elif self._kernel_ts:
                 data, ancillary, _, _ = self.sock.recvmsg(_RECV_BYTES, _CMSG_BYTES, _MSG_DONTWAIT)
             else:
                 data, ancillary = self.sock.recv(_RECV_BYTES, _MSG_DONTWAIT), ()
@@ -416,6 +433,9 @@ class WorkerConnection:
 
     def _wait(self) -> None:
         """Block until the master sends something or a signal arrives."""
+        if self._tls and self.sock.pending():
+            self._recv_nowait()
+            return
         readable, _, _ = select.select([self.sock, self._wake_r], [], [])
         if self._wake_r in readable:
             self._drain_wakeups()
@@ -604,6 +624,9 @@ class WorkerConnection:
         """
         fds = [ex, self.sock, self._wake_r]
         while not self._abort_running:
+            if self._tls and self.sock.pending():  # decrypted bytes select() cannot see
+                self._recv_nowait()
+                continue
             timeout = None
             if deadline is not None:
                 timeout = (deadline - _perf_ns()) / 1e9
@@ -852,7 +875,9 @@ class WorkerConnection:
                 return EXIT_OK
             timeout = min(self.connect_timeout, _RECONNECT_ATTEMPT_TIMEOUT_S)
             try:
-                parts = _connect_worker(self.address, self._token, self.name, timeout)
+                parts = _connect_worker(
+                    self.address, self._token, self.name, timeout, self._tls_context
+                )
             except AuthenticationError as exc:
                 _log(f"{exc}; exiting")
                 return EXIT_CONFIG
@@ -904,6 +929,8 @@ def run_child(args: argparse.Namespace, token: str, name: str) -> int:
             token,
             name,
             args.prefetch,
+            tls=args.tls,
+            ca_file=args.ca_file,
             task_memory_mb=getattr(args, "task_memory_mb", None),
             reconnect_timeout=getattr(args, "reconnect_timeout", 0.0),
         )
@@ -1044,6 +1071,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MAX",
         help=f"most tasks a process queues ahead; adaptive below that (default: "
         f"{DEFAULT_PREFETCH})",
+    )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect with TLS (the master checked against the system trust store or --ca-file)",
+    )
+    parser.add_argument(
+        "--ca-file",
+        default=None,
+        metavar="PEM",
+        help="certificate(s) to trust, e.g. a --tls-self-signed master's cert.pem (implies --tls)",
     )
     parser.add_argument("--name", default=None, help="name in the master's log (hostname:pid)")
     parser.add_argument(

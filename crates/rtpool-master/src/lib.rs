@@ -12,9 +12,11 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod handle;
+pub mod journal;
 pub mod scheduler;
 pub mod server;
 pub mod store;
+pub mod tls;
 
 pub use auth::Tokens;
 pub use config::MasterConfig;
