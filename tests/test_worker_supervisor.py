@@ -7,6 +7,7 @@ import os
 import pickle
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -574,9 +575,12 @@ def test_fast_path_runs_in_the_worker_process_and_limits_in_an_executor(fake, tm
 class RawClient:
     """The client side of the protocol, by hand: independent of the Client class."""
 
-    def __init__(self, address: str, token: str) -> None:
+    def __init__(self, address: str, token: str, ca_file: str | None = None) -> None:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=10)
+        if ca_file is not None:
+            context = ssl.create_default_context(cafile=ca_file)
+            self.sock = context.wrap_socket(self.sock, server_hostname=host)
         self.reader = P.FrameReader()
         self._msgs: list = []
         self.sock.sendall(P.encode(P.HELLO, 1, "client", token, "raw-client", 0))
@@ -823,3 +827,45 @@ def test_output_buffered_before_an_executor_starts_is_printed_once(fake, tmp_pat
         stop_process(proc, group=True)
     out = (tmp_path / "worker.log").read_text()
     assert out.count("in the worker") == 1 and out.count("in the executor") == 1
+
+
+def test_e2e_over_tls_limits_and_reconnection_work(tmp_path):
+    native = pytest.importorskip("rtpool._native")
+    options = {"lease_ms": 900}
+    master = native.Master(
+        listen="127.0.0.1:0", data_dir=str(tmp_path), tls_self_signed=True, options=options
+    )
+    proc = None
+    client = None
+    try:
+        cert = str(master.tls_cert)
+        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", master.address]
+        with open(tmp_path / "worker.log", "wb") as log:
+            proc = subprocess.Popen(
+                [*cmd, "--ca-file", cert],
+                env=worker_env(master.worker_token),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        client = RawClient(master.address, master.client_token, ca_file=cert)
+        looping = client.submit(tasks.spin_forever, [()], timeout_ms=300)
+        assert client.results(looping, 1)[0][0] == P.STATUS_TIMEOUT
+        (child,) = _children(proc, 1)
+        child.suspend()  # lose the lease; the worker must reconnect over TLS
+        try:
+            wait_until(lambda: master.stats()["workers"] == 0, timeout=10)
+        finally:
+            child.resume()
+        wait_until(lambda: master.stats()["workers"] == 1, timeout=10)
+        fine = client.submit(tasks.square, [(i,) for i in range(10)], timeout_ms=5000)
+        got = client.results(fine, 10)
+        assert [pickle.loads(got[i][1]) for i in range(10)] == [i * i for i in range(10)]
+    finally:
+        if client is not None:
+            client.close()
+        if proc is not None:
+            stop_process(proc, group=True)
+        master.stop()
+    assert "reconnected to the master" in (tmp_path / "worker.log").read_text()
