@@ -869,3 +869,18 @@ def test_e2e_over_tls_limits_and_reconnection_work(tmp_path):
             stop_process(proc, group=True)
         master.stop()
     assert "reconnected to the master" in (tmp_path / "worker.log").read_text()
+
+
+def test_sigterm_stops_a_worker_process_that_is_reconnecting(tmp_path):
+    fake = LeaseMaster()
+    proc = _worker_process(fake, tmp_path)
+    try:
+        expect(fake.accept(timeout=30), P.PULL)
+        fake.close()  # the master is gone: the worker backs off and retries, forever by default
+        wait_until(lambda: "reconnection attempt 2 failed" in (tmp_path / "worker.log").read_text())
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == EXIT_OK
+        assert time.monotonic() - start < 3
+    finally:
+        stop_process(proc, group=True)
