@@ -293,6 +293,10 @@ def main(argv: List[str] | None = None) -> int:
 
         return _demo.main(argv[1:])
     if argv and argv[0] == "bench":
+        if len(argv) > 1 and argv[1] in ("recovery", "journal"):
+            from . import _bench_recovery
+
+            return _bench_recovery.main(argv[1:])
         from . import _bench
 
         return _bench.main(argv[1:])
