@@ -105,15 +105,25 @@ class LocalCluster:
         prefetch: ``--prefetch`` of the workers (the bound of their adaptive prefetch).
         tls: Serve TLS with a self-signed certificate (in a temporary data dir); its clients
             and workers trust that certificate.
+        task_memory_mb: ``--task-memory-mb`` of the workers: every task runs in a killable
+            executor process whose address space is limited to this many MiB (None: no limit).
 
     Raises:
         RtpoolError: The embedded master cannot start.
     """
 
-    def __init__(self, workers: int = 2, *, prefetch: int | None = None, tls: bool = False) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        prefetch: int | None = None,
+        tls: bool = False,
+        task_memory_mb: int | None = None,
+    ) -> None:
         from . import _native
 
         self._prefetch = prefetch
+        self._task_memory_mb = task_memory_mb
         tls_dir = tempfile.TemporaryDirectory(prefix="rtpool-cluster-") if tls else None
         tls_args: Dict[str, Any] = {}
         if tls_dir is not None:
@@ -195,6 +205,8 @@ class LocalCluster:
             cmd += ["--prefetch", str(self._prefetch)]
         if self._ca_file is not None:
             cmd += ["--ca-file", self._ca_file]
+        if self._task_memory_mb is not None:
+            cmd += ["--task-memory-mb", str(self._task_memory_mb)]
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         self._state.workers.append(proc)
         return len(self._state.workers) - 1
