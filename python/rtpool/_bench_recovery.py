@@ -182,12 +182,16 @@ def bench_worker_loss(rounds: int, lease_ms: int, say: Callable) -> Dict[str, ob
                         markers.mkdir()
                         release = str(base / f"release-{tag.replace(' ', '')}")
                         fut = client.submit(wait_marker_task, str(markers), r, release)
-                        first = _wait(lambda: _markers(markers, r), 30, "the task to start")
+                        first = _wait(
+                            lambda d=markers, n=r: _markers(d, n), 30, "the task to start"
+                        )
                         victim = next(iter(first))
                         t_sig = time.time()
                         os.kill(victim, sig)
                         again = _wait(
-                            lambda: {p: t for p, t in _markers(markers, r).items() if p != victim},
+                            lambda d=markers, n=r, v=victim: {
+                                p: t for p, t in _markers(d, n).items() if p != v
+                            },
                             lease_ms / 1000 * 3 + 30,
                             "the task to start on the other worker",
                         )
