@@ -15,12 +15,12 @@ import threading
 from pathlib import Path
 from typing import List
 
-import fault_tasks
 import pytest
+
+import fault_tasks
+import rtpool
 from conftest import close_master, start_master
 from helpers import stop_process, wait_until, worker_env
-
-import rtpool
 from rtpool import _native
 from rtpool.errors import PoisonTaskError, QuotaExceededError
 
@@ -58,9 +58,7 @@ def test_poison_task_fails_naming_its_attempts_and_other_work_goes_on(
 def test_quota_exhaustion_fails_the_users_tasks_and_refuses_new_packages(
     master, workers, client_factory
 ) -> None:
-    token, _ = _native.token_create(
-        str(master.data_dir), "quser", "client", quota_seconds=0.4
-    )
+    token, _ = _native.token_create(str(master.data_dir), "quser", "client", quota_seconds=0.4)
     workers.start(1)
     limited = rtpool.Client(master.address, token)
     other = client_factory()
@@ -101,7 +99,7 @@ class _Proxy:
     def __init__(self, upstream: tuple) -> None:
         self.upstream = upstream
         self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.open = threading.Event()
         self.open.set()
         self.stopping = False
