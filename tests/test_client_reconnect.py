@@ -145,6 +145,20 @@ def test_ack_is_cumulative_per_package_one_frame_per_batch(fake, client):
     assert acks_until(conn, 2, 2) == [2]
 
 
+def test_ack_waits_while_another_thread_is_sending(fake, client):
+    # The reader never blocks on the send lock (a large SUBMIT may hold it): the ACK is sent
+    # once the lock is free, by the next sender or the heartbeat thread.
+    pkg = client.submit_many(tasks.square, range(2))
+    conn = fake.accept()
+    msg = recv(conn, P.SUBMIT)
+    conn.send(P.ACCEPTED, msg[1], 4)
+    with client._conn._send_lock:
+        conn.send(P.RESULTS, 4, [result_entry(0, 0), result_entry(1, 1)])
+        assert pkg.results(5) == [0, 1]  # results are read meanwhile
+        wait_until(lambda: client._conn._ack_later)
+    assert conn.recv_kind(P.ACK) == [P.ACK, 4, 2]
+
+
 def test_idle_client_sends_heartbeats():
     with FakeMaster(heartbeat_ms=50) as fake:
         client = rtpool.Client(fake.address, "tok")

@@ -50,6 +50,7 @@ _monotonic = time.monotonic
 _loads = pickle.loads
 _urandom = os.urandom
 _encode = P.encode
+_encode_submit = P.encode_submit
 _InvalidStateError = cf.InvalidStateError
 
 # Bytes of a SUBMIT frame besides the function code and the payloads (prefix, array header,
@@ -118,9 +119,12 @@ class _Segment:
 
 
 def _submit_frame(req_id: int, digest: bytes, code: bytes, opts: dict, tasks: list) -> bytes:
-    # A fresh random idempotency key per package (128 bits from os.urandom, as uuid4 but a
-    # fifth of its cost): a SUBMIT re-sent after a reconnect never makes a second package.
-    return _encode(P.SUBMIT, req_id, digest, code, {**opts, "key": _urandom(16).hex()}, tasks)
+    # ``opts`` are in wire form and spec order (Client.options() made them so), and "key"
+    # comes last in that order. A fresh random idempotency key per package (128 bits from
+    # os.urandom, as uuid4 but a fifth of its cost): a SUBMIT re-sent after a reconnect never
+    # makes a second package.
+    opts = {**opts, "key": _urandom(16).hex()}
+    return _encode_submit(req_id, digest, code, opts, tasks)
 
 
 def _task_error(status: int, data: bytes) -> BaseException:

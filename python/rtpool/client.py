@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List
 from ._connect import Address, default_name
 from ._connection import _Connection, _Segment
 from ._future import Future
+from ._protocol import submit_opts
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
 from .errors import AuthenticationError
 
@@ -311,8 +312,8 @@ class _Submitter(cf.Executor):
                 type.
             ValueError: A value out of range (``timeout`` not positive).
         """
-        merged = dict(self._opts)
-        merged.update(_check_options(opts))
+        # In wire form once per view (defaults left out, spec order), not once per submission.
+        merged = submit_opts({**self._opts, **_check_options(opts)})
         return ClientView(self._conn, merged)
 
     def _track(self, segments: Iterable[_Segment]) -> None:
