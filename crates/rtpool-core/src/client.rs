@@ -1,12 +1,25 @@
-//! [`Client`]: one client connection and the packages it owns.
+//! [`Client`]: one client connection, its user, and the packages attached to it.
 
 use std::collections::HashSet;
 
-use crate::ids::PackageId;
+use crate::ids::UserId;
 
 /// One client.
 #[derive(Debug, Default)]
 pub(crate) struct Client {
-    /// Its live packages, so losing the client frees them without a scan of all packages.
-    pub(crate) packages: HashSet<PackageId>,
+    pub(crate) user: UserId,
+    /// Slab keys of the packages attached to it, so losing the client detaches them without a
+    /// scan of all packages.
+    pub(crate) packages: HashSet<u64>,
+}
+
+/// One user: quota and packages.
+#[derive(Debug, Default)]
+pub(crate) struct User {
+    /// Microseconds of compute time left; `None` = unlimited.
+    pub(crate) remaining_us: Option<i64>,
+    /// Compute time charged since the shell last took it ([`crate::Core::take_usage`]).
+    pub(crate) pending_us: u64,
+    /// Slab keys of its live packages.
+    pub(crate) packages: HashSet<u64>,
 }

@@ -20,17 +20,18 @@
 mod client_events;
 mod dispatch;
 mod invariants;
+mod timers;
 mod worker_events;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 
-use crate::client::Client;
-use crate::event::{Action, Event};
+use crate::client::{Client, User};
+use crate::event::{Action, Event, TaskOutcome, TaskStatus};
 use crate::function::FunctionTable;
 use crate::hungry::HungryRing;
-use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, WorkerId};
+use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
 use crate::package::Package;
 use crate::queue::ReadyQueue;
 use crate::table::Table;
@@ -42,22 +43,39 @@ use crate::worker::Worker;
 pub struct CoreConfig {
     /// Largest number of tasks in one package (default 16,777,216).
     pub max_tasks_per_package: usize,
+    /// A task whose worker was lost on this many attempts is not retried (default 3).
+    pub max_attempts: u32,
+    /// The master fails a task with a time limit this long after the limit if its worker has
+    /// not reported (default 2 s): the worker kills it at the limit itself.
+    pub timeout_grace_ns: u64,
+    /// Longest any task may run, with or without its own limit; 0 = no limit (default 24 h).
+    pub max_exec_ns: u64,
+    /// How long a detached package keeps running and keeps its results (default 300 s).
+    pub result_ttl_ns: u64,
+    /// Emit [`Action::Delivered`] for acknowledged results (the journal needs them).
+    pub report_deliveries: bool,
 }
 
 impl Default for CoreConfig {
     fn default() -> Self {
         Self {
             max_tasks_per_package: 1 << 24,
+            max_attempts: 3,
+            timeout_grace_ns: 2_000_000_000,
+            max_exec_ns: 86_400 * 1_000_000_000,
+            result_ttl_ns: 300 * 1_000_000_000,
+            report_deliveries: false,
         }
     }
 }
 
 /// Gauges and counters for logs, status and tests.
 ///
-/// `tasks == queued + running + cancelling` at all times.
+/// `tasks == queued + running + cancelling + retained` at all times.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CoreStats {
-    /// Tasks held (queued, running or waiting for delivery).
+    /// Tasks held (queued, running, waiting for a worker's answer, or a result waiting for
+    /// its acknowledgement).
     pub tasks: usize,
     /// Packages held.
     pub packages: usize,
@@ -68,16 +86,30 @@ pub struct CoreStats {
     /// Tasks their client cancelled while a worker held them: kept until that worker's result,
     /// return or loss, then freed without a result.
     pub cancelling: usize,
+    /// Results kept until the client acknowledges them.
+    pub retained: usize,
     /// Connected workers.
     pub workers: usize,
     /// Connected clients.
     pub clients: usize,
     /// Function codes held.
     pub functions: usize,
-    /// Results delivered since start.
+    /// Results produced since start (sent, or kept for a detached client).
     pub delivered: u64,
     /// Worker results ignored because their task or attempt was no longer assigned there.
     pub stale_results: u64,
+    /// Tasks put back in the queue because their worker was lost.
+    pub requeued: u64,
+    /// Tasks failed as poison (worker lost on every attempt).
+    pub poisoned: u64,
+    /// Tasks the master failed for running past their time limit.
+    pub timed_out: u64,
+    /// Tasks failed because their user's quota ran out.
+    pub quota_failed: u64,
+    /// Packages dropped because no client attached within the result TTL.
+    pub packages_expired: u64,
+    /// Results dropped with them, never delivered.
+    pub results_dropped: u64,
 }
 
 /// Gauges of one worker, from [`Core::worker_stats`].
@@ -93,27 +125,50 @@ pub struct WorkerStats {
     pub draining: bool,
 }
 
+/// A timer: a running attempt's time limit, or a detached package's TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Timer {
+    Task(TaskId, u32),
+    Package(u64),
+}
+
 /// The scheduler state machine.
 #[derive(Debug)]
 pub struct Core {
     config: CoreConfig,
     tasks: Table<Task>,
     packages: Table<Package>,
+    /// Public package id to slab key.
+    package_slots: HashMap<PackageId, u64>,
+    /// `(user, idempotency key)` of live packages.
+    keys: HashMap<(UserId, String), PackageId>,
     queue: ReadyQueue,
     functions: FunctionTable,
     workers: HashMap<WorkerId, Worker>,
     clients: HashMap<ClientId, Client>,
+    users: HashMap<UserId, User>,
     hungry: HungryRing,
+    /// Armed timers, removed eagerly when their task answers or their package re-attaches, so
+    /// the map never holds more than the running tasks plus the detached packages.
+    timers: BTreeMap<(Instant, Timer), ()>,
     /// Tasks in state `Running`.
     running: usize,
     /// Tasks in state `Cancelled`.
     cancelling: usize,
+    /// Tasks in state `Done`.
+    retained: usize,
     /// Epoch of the next worker to join.
     next_epoch: u64,
     /// Sequence number of the next assignment.
     next_seq: u64,
     delivered: u64,
     stale_results: u64,
+    requeued: u64,
+    poisoned: u64,
+    timed_out: u64,
+    quota_failed: u64,
+    packages_expired: u64,
+    results_dropped: u64,
 }
 
 impl Default for Core {
@@ -129,32 +184,44 @@ impl Core {
             config,
             tasks: Table::default(),
             packages: Table::default(),
+            package_slots: HashMap::new(),
+            keys: HashMap::new(),
             queue: ReadyQueue::default(),
             functions: FunctionTable::default(),
             workers: HashMap::new(),
             clients: HashMap::new(),
+            users: HashMap::new(),
             hungry: HungryRing::default(),
+            timers: BTreeMap::new(),
             running: 0,
             cancelling: 0,
+            retained: 0,
             next_epoch: 0,
             next_seq: 0,
             delivered: 0,
             stale_results: 0,
+            requeued: 0,
+            poisoned: 0,
+            timed_out: 0,
+            quota_failed: 0,
+            packages_expired: 0,
+            results_dropped: 0,
         }
     }
 
     /// Apply one event at time `now`, appending the resulting actions to `out`.
     ///
     /// Bad input from a peer (an unknown task id, a result for a task that is not assigned to
-    /// that worker, a package of another client) never panics: it is ignored and counted, or
+    /// that worker, a package of another user) never panics: it is ignored and counted, or
     /// answered with an action such as [`Action::UnknownPackage`].
     pub fn handle(&mut self, event: Event, now: Instant, out: &mut Vec<Action>) {
         match event {
-            Event::ClientJoined { client } => self.on_client_joined(client),
-            Event::ClientLost { client } => self.on_client_lost(client),
+            Event::ClientJoined { client, user } => self.on_client_joined(client, user),
+            Event::ClientLost { client } => self.on_client_lost(client, now),
             Event::Submit {
                 client,
                 req_id,
+                package,
                 fn_hash,
                 fn_code,
                 opts,
@@ -163,6 +230,7 @@ impl Core {
                 let submit = client_events::Submit {
                     client,
                     req_id,
+                    package,
                     fn_hash,
                     fn_code,
                     opts,
@@ -175,6 +243,21 @@ impl Core {
                 package,
                 indices,
             } => self.on_cancel(client, package, &indices, out),
+            Event::Attach {
+                client,
+                req_id,
+                package,
+            } => self.on_attach(client, req_id, package, out),
+            Event::Ack {
+                client,
+                package,
+                count,
+            } => self.on_ack(client, package, count, out),
+            Event::Tick => self.on_tick(now, out),
+            Event::SetQuota { user, remaining_us } => {
+                self.on_set_quota(user, remaining_us, now, out)
+            }
+            Event::Restore(restored) => self.on_restore(*restored, now, out),
             Event::Status {
                 client,
                 req_id,
@@ -197,11 +280,18 @@ impl Core {
             queued: self.queue.len(),
             running: self.running,
             cancelling: self.cancelling,
+            retained: self.retained,
             workers: self.workers.len(),
             clients: self.clients.len(),
             functions: self.functions.len(),
             delivered: self.delivered,
             stale_results: self.stale_results,
+            requeued: self.requeued,
+            poisoned: self.poisoned,
+            timed_out: self.timed_out,
+            quota_failed: self.quota_failed,
+            packages_expired: self.packages_expired,
+            results_dropped: self.results_dropped,
         }
     }
 
@@ -225,9 +315,34 @@ impl Core {
         })
     }
 
+    /// When the next timer fires, so the shell can send [`Event::Tick`] then; `None` if no
+    /// timer is armed.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.timers.keys().next().map(|(at, _)| *at)
+    }
+
+    /// Compute time charged per user since the last call, microseconds (the shell writes it
+    /// behind to the user store).
+    pub fn take_usage(&mut self) -> Vec<(UserId, u64)> {
+        let mut usage: Vec<(UserId, u64)> = self
+            .users
+            .iter_mut()
+            .filter(|(_, u)| u.pending_us > 0)
+            .map(|(id, u)| (*id, std::mem::take(&mut u.pending_us)))
+            .collect();
+        usage.sort_unstable();
+        usage
+    }
+
+    /// A user's remaining compute time in microseconds (`None`: unlimited or unknown).
+    pub fn remaining_us(&self, user: UserId) -> Option<i64> {
+        self.users.get(&user).and_then(|u| u.remaining_us)
+    }
+
     /// Takes a `Running` or `Cancelled` task out of its worker's in-flight set and requeues it at
-    /// the front of its priority, or frees it if it was cancelled. The caller has checked that
-    /// the task exists and is held; the worker may already be removed (worker lost).
+    /// the front of its priority, or frees it if it was cancelled; a `Done` task is only
+    /// released by its worker. The caller has checked that the task exists and is held; the
+    /// worker may already be removed (worker lost).
     fn requeue_front(&mut self, id: TaskId) {
         let task = self.tasks.get_mut(id.0).expect("requeue of a freed task");
         if let Some(w) = task.holder().and_then(|w| self.workers.get_mut(&w)) {
@@ -236,37 +351,133 @@ impl Core {
         match task.state {
             TaskState::Running { .. } => {
                 task.state = TaskState::Queued;
+                let deadline = task.deadline.take();
+                let attempt = task.attempt;
                 let package = self
                     .packages
-                    .get_mut(task.package.0)
+                    .get_mut(task.package)
                     .expect("running task without package");
                 package.counts.running -= 1;
                 package.counts.queued += 1;
                 self.queue.push_front(package.opts.priority, id);
                 self.running -= 1;
+                if let Some(at) = deadline {
+                    self.timers.remove(&(at, Timer::Task(id, attempt)));
+                }
             }
             TaskState::Cancelled { .. } => {
                 self.tasks.remove(id.0);
                 self.cancelling -= 1;
             }
+            TaskState::Done { .. } => self.release_done(id),
             TaskState::Queued => panic!("requeue of {id}, which is already queued"),
         }
     }
 
-    /// Frees `package` if none of its tasks is queued or running, releasing its function.
-    fn free_package_if_finished(&mut self, package: PackageId) {
-        if !self
+    /// A worker no longer holds a `Done` task: free it if the client acknowledged it.
+    fn release_done(&mut self, id: TaskId) {
+        let task = self.tasks.get_mut(id.0).expect("release of a freed task");
+        if let TaskState::Done { acked, .. } = task.state {
+            if acked {
+                self.tasks.remove(id.0);
+                self.retained -= 1;
+            } else {
+                task.state = TaskState::Done {
+                    holder: None,
+                    acked: false,
+                };
+            }
+        }
+    }
+
+    /// Turns a queued or running task into `Done` with `outcome`, appending the result to its
+    /// package's unacknowledged list. A running task stays held by its worker (which the
+    /// caller tells to abort). Returns the outcome to send.
+    fn finish_task(&mut self, id: TaskId, outcome: TaskOutcome) -> TaskOutcome {
+        let task = self.tasks.get_mut(id.0).expect("finish of a freed task");
+        let package = self
             .packages
-            .get(package.0)
-            .is_some_and(Package::is_finished)
-        {
+            .get_mut(task.package)
+            .expect("live task without package");
+        let holder = match task.state {
+            TaskState::Queued => {
+                package.counts.queued -= 1;
+                self.queue.forget_one();
+                None
+            }
+            TaskState::Running { worker, seq, .. } => {
+                package.counts.running -= 1;
+                self.running -= 1;
+                Some((worker, seq))
+            }
+            other => panic!("finish of {id} in state {other:?}"),
+        };
+        package.counts.done += 1;
+        package.unacked.push_back(id);
+        if let Some(at) = task.deadline.take() {
+            self.timers.remove(&(at, Timer::Task(id, task.attempt)));
+        }
+        task.state = TaskState::Done {
+            holder,
+            acked: false,
+        };
+        task.args = Bytes::new();
+        task.outcome = Some(Box::new(outcome.clone()));
+        self.retained += 1;
+        outcome
+    }
+
+    /// A result the master makes up for a task (timeout, poison, quota): a UTF-8 message.
+    fn system_outcome(task: &Task, status: TaskStatus, message: String, now: Instant) -> TaskOutcome {
+        let (queue_us, worker_us) = match task.state {
+            TaskState::Running { assigned_at, .. } => (
+                assigned_at.micros_since(task.submitted_at),
+                now.micros_since(assigned_at),
+            ),
+            _ => (now.micros_since(task.submitted_at), 0),
+        };
+        TaskOutcome {
+            index: task.index,
+            status,
+            data: Bytes::from(message),
+            queue_us,
+            worker_us,
+            exec_us: 0,
+            wait_us: 0,
+            flush_us: 0,
+        }
+    }
+
+    /// Frees the package if none of its tasks is queued or running and every result was
+    /// acknowledged, releasing its function, key and timer.
+    fn free_package_if_finished(&mut self, slot: u64, out: &mut Vec<Action>) {
+        if !self.packages.get(slot).is_some_and(Package::is_finished) {
             return;
         }
-        let p = self.packages.remove(package.0).expect("checked above");
-        if let Some(client) = self.clients.get_mut(&p.client) {
-            client.packages.remove(&package);
+        self.free_package(slot, false, out);
+    }
+
+    /// Frees the package now; its remaining tasks must already be done, cancelled or freed.
+    fn free_package(&mut self, slot: u64, expired: bool, out: &mut Vec<Action>) {
+        let p = self.packages.remove(slot).expect("free of a freed package");
+        if let Some(client) = p.client.and_then(|c| self.clients.get_mut(&c)) {
+            client.packages.remove(&slot);
         }
+        if let Some(user) = self.users.get_mut(&p.user) {
+            user.packages.remove(&slot);
+        }
+        if !p.opts.key.is_empty() {
+            self.keys.remove(&(p.user, p.opts.key.clone()));
+        }
+        if let Some(at) = p.expires {
+            self.timers.remove(&(at, Timer::Package(slot)));
+        }
+        self.package_slots.remove(&p.id);
         self.functions.release(&p.fn_hash);
+        out.push(Action::PackageFreed {
+            package: p.id,
+            expired,
+        });
     }
 }
 
@@ -278,9 +489,12 @@ mod tests {
     fn submit(core: &mut Core, n: usize) -> PackageId {
         let mut out = Vec::new();
         let tasks = vec![Bytes::from_static(b"x"); n];
+        let id = PackageId(core.package_slots.len() as u64 + 1000 + core.next_seq);
+        core.next_seq += 1;
         let event = Event::Submit {
             client: ClientId(1),
             req_id: 1,
+            package: id,
             fn_hash: FnHash([0; 32]),
             fn_code: Bytes::from_static(b"f"),
             opts: PackageOpts::default(),
@@ -314,6 +528,6 @@ mod tests {
             core.queue.tombstones()
         );
         assert_eq!(core.queue.len(), 10);
-        assert!(core.packages.get(keep.0).is_some());
+        assert!(core.package_slots.contains_key(&keep));
     }
 }

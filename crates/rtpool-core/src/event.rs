@@ -2,13 +2,18 @@
 
 use bytes::Bytes;
 
-use crate::ids::{ClientId, FnHash, PackageId, TaskId, WorkerId};
+use crate::ids::{ClientId, FnHash, PackageId, TaskId, UserId, WorkerId};
 
 /// Options of a package.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PackageOpts {
     /// Higher runs first; FIFO within one priority.
     pub priority: i32,
+    /// Execution time limit per task, milliseconds; 0 = none.
+    pub timeout_ms: u32,
+    /// Idempotency key; empty = none. A submission whose key names a live package of the same
+    /// user attaches to that package instead of creating one.
+    pub key: String,
 }
 
 /// Outcome of a task as the protocol's status byte.
@@ -22,6 +27,12 @@ pub enum TaskStatus {
     Cancelled = 2,
     /// The system could not run it.
     Failed = 3,
+    /// It ran past its time limit.
+    Timeout = 4,
+    /// Its worker was lost on each of its attempts (a poison task).
+    Lost = 5,
+    /// Its user's quota ran out.
+    Quota = 6,
 }
 
 impl TaskStatus {
@@ -32,6 +43,9 @@ impl TaskStatus {
             1 => Some(Self::Error),
             2 => Some(Self::Cancelled),
             3 => Some(Self::Failed),
+            4 => Some(Self::Timeout),
+            5 => Some(Self::Lost),
+            6 => Some(Self::Quota),
             _ => None,
         }
     }
@@ -59,12 +73,15 @@ pub struct WorkerOutcome {
 /// A fact the shell observed. The core's only input.
 #[derive(Debug, Clone)]
 pub enum Event {
-    /// A client authenticated.
+    /// A client authenticated as `user`.
     ClientJoined {
         /// The client.
         client: ClientId,
+        /// Its user.
+        user: UserId,
     },
-    /// A client's connection closed: its unfinished packages are cancelled and freed.
+    /// A client's connection closed: its packages are detached and kept for the result TTL,
+    /// waiting for an `Attach`.
     ClientLost {
         /// The client.
         client: ClientId,
@@ -75,6 +92,8 @@ pub enum Event {
         client: ClientId,
         /// The client's request id, echoed in `Accepted`/`Rejected`.
         req_id: u64,
+        /// The id the new package gets (the shell numbers packages, so ids survive restarts).
+        package: PackageId,
         /// Hash of `fn_code`, already verified by the shell.
         fn_hash: FnHash,
         /// The function's code.
@@ -93,6 +112,35 @@ pub enum Event {
         /// Indices to cancel, empty for all.
         indices: Vec<u32>,
     },
+    /// A client (re-)attaches to a package of its user after a reconnect.
+    Attach {
+        /// The client.
+        client: ClientId,
+        /// Echoed in `Accepted`.
+        req_id: u64,
+        /// The package.
+        package: PackageId,
+    },
+    /// A client received the first `count` results of a package sent since it attached.
+    Ack {
+        /// The client.
+        client: ClientId,
+        /// Its package.
+        package: PackageId,
+        /// Cumulative count.
+        count: u64,
+    },
+    /// The shell's timer: fire every time limit and TTL that has passed.
+    Tick,
+    /// A user's remaining compute time changed (loaded from the store, or set by an admin).
+    SetQuota {
+        /// The user.
+        user: UserId,
+        /// Microseconds left; `None` = unlimited.
+        remaining_us: Option<i64>,
+    },
+    /// A package recovered from the journal after a restart: detached, waiting for its client.
+    Restore(Box<RestoredPackage>),
     /// A client asks for a package's counters.
     Status {
         /// The client.
@@ -143,6 +191,27 @@ pub enum Event {
     },
 }
 
+/// A package as the journal recorded it, for [`Event::Restore`].
+#[derive(Debug, Clone)]
+pub struct RestoredPackage {
+    /// Its id.
+    pub package: PackageId,
+    /// Its user.
+    pub user: UserId,
+    /// Hash of `fn_code`.
+    pub fn_hash: FnHash,
+    /// The function's code.
+    pub fn_code: Bytes,
+    /// Options (with the idempotency key).
+    pub opts: PackageOpts,
+    /// Every task's payload, by index.
+    pub tasks: Vec<Bytes>,
+    /// Results accepted but not acknowledged by the client, in completion order.
+    pub done: Vec<TaskOutcome>,
+    /// Indices whose results the client acknowledged.
+    pub delivered: Vec<u32>,
+}
+
 /// One task inside an [`Action::Assign`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AssignTask {
@@ -156,6 +225,8 @@ pub struct AssignTask {
     pub fn_code: Option<Bytes>,
     /// Opaque argument payload.
     pub args: Bytes,
+    /// Execution time limit, milliseconds; 0 = none.
+    pub timeout_ms: u32,
 }
 
 /// One task's result inside an [`Action::SendResults`].
@@ -188,7 +259,7 @@ pub struct PackageCounts {
     pub queued: u32,
     /// Assigned to a worker.
     pub running: u32,
-    /// Result sent to the client.
+    /// Finished: a result exists (sent, or waiting for the client to attach).
     pub done: u32,
     /// Cancelled.
     pub cancelled: u32,
@@ -207,6 +278,12 @@ pub enum RejectReason {
         tasks: usize,
         /// The configured limit.
         limit: usize,
+    },
+    /// The user's compute-time quota is used up.
+    #[error("user's compute-time quota is used up ({over_us} us over); ask an admin for more (`rtpool token quota`)")]
+    QuotaExhausted {
+        /// Microseconds used beyond the quota (0 when exactly used up).
+        over_us: u64,
     },
 }
 
@@ -238,14 +315,46 @@ pub enum Action {
         /// Why.
         reason: RejectReason,
     },
-    /// Stream results of one package to its client.
+    /// New results of one package: record them (journal) and send them to the client if one
+    /// is attached (`client` is `None` while the package is detached).
     SendResults {
-        /// The client.
-        client: ClientId,
+        /// The attached client.
+        client: Option<ClientId>,
         /// The package.
         package: PackageId,
         /// Results, in completion order.
         results: Vec<TaskOutcome>,
+    },
+    /// Send results again (after an attach): not new, so not recorded again.
+    Resend {
+        /// The client.
+        client: ClientId,
+        /// The package.
+        package: PackageId,
+        /// Every unacknowledged result, in their original order.
+        results: Vec<TaskOutcome>,
+    },
+    /// The client acknowledged these results; they are freed (journal: delivered).
+    Delivered {
+        /// The package.
+        package: PackageId,
+        /// Their indices.
+        indices: Vec<u32>,
+    },
+    /// The package is gone: all results acknowledged, cancelled, rejected after journaling, or
+    /// expired by the TTL (journal: end).
+    PackageFreed {
+        /// The package.
+        package: PackageId,
+        /// The TTL expired with results undelivered.
+        expired: bool,
+    },
+    /// Tell the worker to stop these tasks (the master already answered them).
+    Abort {
+        /// The worker.
+        worker: WorkerId,
+        /// `(task, attempt)` pairs.
+        tasks: Vec<(TaskId, u32)>,
     },
     /// Answer a status request.
     StatusReply {

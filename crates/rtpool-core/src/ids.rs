@@ -24,12 +24,17 @@ pub struct ClientId(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WorkerId(pub u64);
 
+/// A user (interned by the shell from the token's user name); quotas and idempotency keys are
+/// per user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct UserId(pub u64);
+
 /// A task: slab index in the low 32 bits, slot generation in the high 32 bits, so an id from a
 /// freed and reused slot is recognised as stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId(pub u64);
 
-/// A package, encoded like [`TaskId`].
+/// A package, numbered by the shell (from 1, never reused: the journal keeps the counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PackageId(pub u64);
 
@@ -55,4 +60,4 @@ macro_rules! display_id {
         }
     )*};
 }
-display_id!(ClientId => "client-", WorkerId => "worker-", TaskId => "task-", PackageId => "package-");
+display_id!(ClientId => "client-", WorkerId => "worker-", TaskId => "task-", PackageId => "package-", UserId => "user-");

@@ -1,43 +1,72 @@
-//! [`Package`]: the tasks one client submitted together, with one function and one priority.
+//! [`Package`]: the tasks one user submitted together, with one function and one priority.
 //!
-//! A package lives while any of its tasks is queued or running. Its counters always satisfy
-//! `queued + running + done + cancelled == total`, and it is freed (releasing its function) the
-//! moment `done + cancelled == total`.
+//! A package lives while any of its tasks is queued or running or has a result the client has
+//! not acknowledged. Its counters always satisfy `queued + running + done + cancelled ==
+//! total`. It is attached to at most one client connection; while detached (its client's
+//! connection closed) it keeps running and keeps its results for the result TTL.
+
+use std::collections::VecDeque;
 
 use crate::event::{PackageCounts, PackageOpts};
-use crate::ids::{ClientId, FnHash, TaskId};
+use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId};
 
 /// One package.
 #[derive(Debug)]
 pub(crate) struct Package {
-    pub(crate) client: ClientId,
+    /// Its public id.
+    pub(crate) id: PackageId,
+    pub(crate) user: UserId,
+    /// The attached client, if any.
+    pub(crate) client: Option<ClientId>,
     pub(crate) fn_hash: FnHash,
     pub(crate) opts: PackageOpts,
     pub(crate) counts: PackageCounts,
-    /// The task id of each index. An id whose task was freed (done or cancelled) is stale, so
-    /// a cancel by index needs no other record of what finished.
+    /// The task id of each index. An id whose task was freed is stale, so a cancel by index
+    /// needs no other record of what finished.
     pub(crate) tasks: Vec<TaskId>,
+    /// Done tasks whose results were sent (or wait for an attach), not yet acknowledged, in
+    /// completion order.
+    pub(crate) unacked: VecDeque<TaskId>,
+    /// Results acknowledged since the current attachment began.
+    pub(crate) acked: u64,
+    /// Results sent since the current attachment began.
+    pub(crate) sent: u64,
+    /// When a detached package expires (its TTL timer), if detached.
+    pub(crate) expires: Option<Instant>,
 }
 
 impl Package {
     /// A package of `total` queued tasks; the caller fills in their ids.
-    pub(crate) fn new(client: ClientId, fn_hash: FnHash, opts: PackageOpts, total: u32) -> Self {
+    pub(crate) fn new(
+        id: PackageId,
+        user: UserId,
+        client: Option<ClientId>,
+        fn_hash: FnHash,
+        opts: PackageOpts,
+        total: u32,
+    ) -> Self {
         let counts = PackageCounts {
             total,
             queued: total,
             ..PackageCounts::default()
         };
         Self {
+            id,
+            user,
             client,
             fn_hash,
             opts,
             counts,
             tasks: Vec::new(),
+            unacked: VecDeque::new(),
+            acked: 0,
+            sent: 0,
+            expires: None,
         }
     }
 
-    /// No task is queued or running any more.
+    /// No task is queued or running, and every result was acknowledged.
     pub(crate) fn is_finished(&self) -> bool {
-        self.counts.queued == 0 && self.counts.running == 0
+        self.counts.queued == 0 && self.counts.running == 0 && self.unacked.is_empty()
     }
 }

@@ -1,13 +1,16 @@
 //! [`Task`]: one unit of work of a package, and where it is ([`TaskState`]).
 //!
-//! A task lives in the task table from submission until its result is accepted or it is
-//! cancelled and no worker holds it any more. Where it is decides who else points at it: a
-//! `Queued` task has one live entry in the ready queue; a `Running` or `Cancelled` task is in
-//! exactly one worker's in-flight set.
+//! A task lives in the task table from submission until its result is acknowledged by the
+//! client (or it is cancelled) and no worker holds it any more. Where it is decides who else
+//! points at it: a `Queued` task has one live entry in the ready queue; a `Running` or
+//! `Cancelled` task is in exactly one worker's in-flight set; a `Done` task has its result in
+//! its package's unacknowledged list, and is in a worker's in-flight set too while that worker
+//! still runs it (the master answered it first: a time limit or a quota).
 
 use bytes::Bytes;
 
-use crate::ids::{Instant, PackageId, WorkerId};
+use crate::event::TaskOutcome;
+use crate::ids::{Instant, WorkerId};
 
 /// Where a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,28 +28,59 @@ pub(crate) enum TaskState {
     /// Cancelled by its client while `worker` held it: freed silently when the worker's result,
     /// return or loss comes in. Its package may already be gone.
     Cancelled { worker: WorkerId, seq: u64 },
+    /// Its result exists ([`Task::outcome`]) and waits for the client's acknowledgement.
+    /// `holder`: the worker that still runs it after the master answered it (aborted), with
+    /// its assignment order. `acked`: the client acknowledged it; the task is freed as soon as
+    /// no worker holds it.
+    Done {
+        holder: Option<(WorkerId, u64)>,
+        acked: bool,
+    },
 }
 
 /// One task.
 #[derive(Debug)]
 pub(crate) struct Task {
-    pub(crate) package: PackageId,
+    /// Slab key of its package.
+    pub(crate) package: u64,
     /// Position in the package.
     pub(crate) index: u32,
-    /// Opaque argument payload, kept until the task is freed so it can be reassigned.
+    /// Opaque argument payload, kept until the task is done so it can be reassigned.
     pub(crate) args: Bytes,
     pub(crate) submitted_at: Instant,
     /// Assignments so far; the current one if running.
     pub(crate) attempt: u32,
     pub(crate) state: TaskState,
+    /// When the master fails the running attempt if no result came (time limit + grace).
+    pub(crate) deadline: Option<Instant>,
+    /// Workers lost while they ran this task (the poison-task record); empty almost always.
+    pub(crate) lost_on: Vec<WorkerId>,
+    /// The result, once `Done`.
+    pub(crate) outcome: Option<Box<TaskOutcome>>,
 }
 
 impl Task {
+    /// A queued task.
+    pub(crate) fn new(package: u64, index: u32, args: Bytes, now: Instant) -> Self {
+        Self {
+            package,
+            index,
+            args,
+            submitted_at: now,
+            attempt: 0,
+            state: TaskState::Queued,
+            deadline: None,
+            lost_on: Vec::new(),
+            outcome: None,
+        }
+    }
+
     /// The worker holding this task, if any.
     pub(crate) fn holder(&self) -> Option<WorkerId> {
         match self.state {
             TaskState::Queued => None,
             TaskState::Running { worker, .. } | TaskState::Cancelled { worker, .. } => Some(worker),
+            TaskState::Done { holder, .. } => holder.map(|(w, _)| w),
         }
     }
 

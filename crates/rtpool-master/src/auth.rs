@@ -1,17 +1,25 @@
-//! Tokens: generated into the data dir on first start, compared in constant time.
+//! Tokens: the two built-in ones, generated into the data dir on first start and compared in
+//! constant time, and per-user ones from the [store](crate::store), checked by hash.
 //!
-//! There are two secrets, one per role, so a leaked worker token cannot submit work and a client
-//! token cannot pull other users' tasks. Each token carries a role prefix (`rtc_`, `rtw_`) so a
-//! human can tell them apart; the comparison covers the whole string.
+//! There are two built-in secrets, one per role, so a leaked worker token cannot submit work and
+//! a client token cannot pull other users' tasks; they act for the user `default`, which has no
+//! quota. Each token carries a role prefix (`rtc_`, `rtw_`) so a human can tell them apart; the
+//! comparison covers the whole string. [`Authenticator`] checks a `HELLO` against both kinds
+//! and names the user the connection acts for.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use rtpool_proto::Role;
 use subtle::ConstantTimeEq;
 
 use crate::error::MasterError;
+use crate::store::{role_prefix, Store, StoreError, UserQuota};
+
+/// The user that the built-in tokens act for.
+pub const DEFAULT_USER: &str = "default";
 
 /// The master's two secrets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +73,161 @@ impl Tokens {
         let (client, new_c) = load_or_create_one(&dir.join("client.token"), "rtc_")?;
         let (worker, new_w) = load_or_create_one(&dir.join("worker.token"), "rtw_")?;
         Ok((Self { client, worker }, new_c || new_w))
+    }
+}
+
+/// Why a `HELLO` token was refused; the message is what the peer reads in `ERROR auth`.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// The token is neither built-in nor a valid (unrevoked) store token.
+    #[error("invalid {role} token (unknown or revoked); use the {role} token printed by `rtpool master` on first start (also in <data-dir>/{role}.token) or one from `rtpool token create --role {role}`", role = .role.as_str())]
+    Invalid {
+        /// The role the peer asked for.
+        role: Role,
+    },
+    /// The token is valid, but for the other role.
+    #[error("this is a {other} token, which cannot connect as a {role}; use a {role} token (<data-dir>/{role}.token, or `rtpool token create --role {role}`)", role = .role.as_str(), other = .role.other().as_str())]
+    WrongRole {
+        /// The role the peer asked for.
+        role: Role,
+    },
+    /// The store could not be asked; the token may be fine.
+    #[error("the master cannot check the token now: {0}")]
+    Store(#[from] StoreError),
+    /// The lookup task died (the master is shutting down).
+    #[error("the master cannot check the token now: {0}")]
+    Lookup(String),
+}
+
+trait OtherRole {
+    fn other(self) -> Role;
+}
+
+impl OtherRole for Role {
+    fn other(self) -> Role {
+        match self {
+            Role::Client => Role::Worker,
+            Role::Worker => Role::Client,
+        }
+    }
+}
+
+/// Checks `HELLO` tokens: the built-in ones, then the store's. Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct Authenticator {
+    inner: Arc<AuthInner>,
+}
+
+struct AuthInner {
+    builtin: Tokens,
+    /// Behind a std mutex: every call blocks and runs on a blocking thread, never on the
+    /// master's runtime thread; handshakes and usage write-behind are rare enough to share it.
+    store: Option<Mutex<Box<dyn Store>>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("has_store", &self.inner.store.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Authenticator {
+    /// Accept the `builtin` tokens, and when `store` is given, the store's tokens too.
+    pub fn new(builtin: Tokens, store: Option<Box<dyn Store>>) -> Self {
+        Self {
+            inner: Arc::new(AuthInner {
+                builtin,
+                store: store.map(Mutex::new),
+            }),
+        }
+    }
+
+    /// The built-in tokens.
+    pub fn tokens(&self) -> &Tokens {
+        &self.inner.builtin
+    }
+
+    /// Whether per-user tokens are checked too.
+    pub fn has_store(&self) -> bool {
+        self.inner.store.is_some()
+    }
+
+    /// The user `token` acts for when connecting as `role`: [`DEFAULT_USER`] for a built-in
+    /// token, the token's user for a store token. The store is asked on a blocking thread.
+    ///
+    /// # Errors
+    /// [`AuthError::Invalid`], [`AuthError::WrongRole`], or [`AuthError::Store`] when the store
+    /// failed.
+    pub async fn authenticate(&self, token: &str, role: Role) -> Result<String, AuthError> {
+        match self.inner.builtin.check(role, token) {
+            Ok(()) => return Ok(DEFAULT_USER.to_string()),
+            Err(AuthFailure::WrongRole) => return Err(AuthError::WrongRole { role }),
+            Err(AuthFailure::Invalid) => {}
+        }
+        // Only strings shaped like a store token cost a lookup.
+        let plausible = [Role::Client, Role::Worker]
+            .iter()
+            .any(|r| token.starts_with(role_prefix(*r)))
+            && token.len() <= 128;
+        if self.inner.store.is_none() || !plausible {
+            return Err(AuthError::Invalid { role });
+        }
+        let this = self.clone();
+        let token = token.to_string();
+        let found =
+            tokio::task::spawn_blocking(move || this.with_store(None, |s| s.verify(&token)))
+                .await
+                .map_err(|e| AuthError::Lookup(e.to_string()))??;
+        match found {
+            Some((user, r)) if r == role => Ok(user),
+            Some(_) => Err(AuthError::WrongRole { role }),
+            None => Err(AuthError::Invalid { role }),
+        }
+    }
+
+    /// Every user's quota and usage (empty without a store). Blocks: call it at start-up or from
+    /// a blocking thread.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub fn quotas(&self) -> Result<Vec<UserQuota>, StoreError> {
+        self.with_store(Vec::new(), |s| s.quotas())
+    }
+
+    /// [`Store::add_usage`] on the store (a no-op without one). Blocks: call it from a blocking
+    /// thread.
+    ///
+    /// # Errors
+    /// The store's error; then nothing was written.
+    pub fn add_usage(&self, usage: &[(String, u64)], watermark: u64) -> Result<(), StoreError> {
+        self.with_store((), |s| s.add_usage(usage, watermark))
+    }
+
+    /// [`Store::watermark`] (0 without a store). Blocks.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub fn watermark(&self) -> Result<u64, StoreError> {
+        self.with_store(0, |s| s.watermark())
+    }
+
+    /// Run `f` on the store, or return `absent` when there is none.
+    fn with_store<T>(
+        &self,
+        absent: T,
+        f: impl FnOnce(&mut dyn Store) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let Some(store) = &self.inner.store else {
+            return Ok(absent);
+        };
+        // A panic while holding the lock leaves the database consistent (it has its own
+        // transactions), so the store is still usable.
+        let mut guard = store
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(guard.as_mut())
     }
 }
 
@@ -161,5 +324,82 @@ mod tests {
             Err(MasterError::BadTokenFile { .. })
         ));
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn authenticator_accepts_builtin_and_store_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = crate::store::open(None, dir.path()).unwrap();
+        let (alice, alice_info) = store.create_token("alice", Role::Client, None).unwrap();
+        let (alice_w, _) = store.create_token("alice", Role::Worker, None).unwrap();
+        let (bob, _) = store.create_token("bob", Role::Client, None).unwrap();
+        store.revoke(&alice_info.id).unwrap();
+        // A second handle, as `rtpool token` would have while the master runs.
+        let mut cli = crate::store::open(None, dir.path()).unwrap();
+        let builtin = Tokens::generate();
+        let auth = Authenticator::new(builtin.clone(), Some(store));
+        let ok = |r: Result<String, AuthError>| r.unwrap();
+        assert_eq!(
+            ok(auth.authenticate(&builtin.client, Role::Client).await),
+            "default"
+        );
+        assert_eq!(
+            ok(auth.authenticate(&builtin.worker, Role::Worker).await),
+            "default"
+        );
+        assert_eq!(ok(auth.authenticate(&bob, Role::Client).await), "bob");
+        assert_eq!(ok(auth.authenticate(&alice_w, Role::Worker).await), "alice");
+
+        let err = auth.authenticate(&alice, Role::Client).await.unwrap_err();
+        assert!(
+            matches!(err, AuthError::Invalid { role: Role::Client }),
+            "{err}"
+        );
+        assert!(err
+            .to_string()
+            .contains("invalid client token (unknown or revoked)"));
+        let err = auth.authenticate(&alice_w, Role::Client).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "this is a worker token, which cannot connect as a client; use a client token \
+             (<data-dir>/client.token, or `rtpool token create --role client`)"
+        );
+        let err = auth
+            .authenticate(&builtin.client, Role::Worker)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, AuthError::WrongRole { role: Role::Worker }),
+            "{err}"
+        );
+        let err = auth.authenticate("nope", Role::Worker).await.unwrap_err();
+        assert!(
+            matches!(err, AuthError::Invalid { role: Role::Worker }),
+            "{err}"
+        );
+
+        // A token created after the authenticator opened the store works at once.
+        let (carol, _) = cli.create_token("carol", Role::Client, Some(3.0)).unwrap();
+        assert_eq!(ok(auth.authenticate(&carol, Role::Client).await), "carol");
+        auth.add_usage(&[("carol".into(), 5)], 7).unwrap();
+        assert_eq!(auth.watermark().unwrap(), 7);
+        let carol_q = auth
+            .quotas()
+            .unwrap()
+            .into_iter()
+            .find(|q| q.user == "carol");
+        assert_eq!(
+            carol_q.map(|q| (q.quota_us, q.used_us)),
+            Some((Some(3_000_000), 5))
+        );
+
+        // Without a store only the built-in tokens pass.
+        let bare = Authenticator::new(builtin.clone(), None);
+        assert!(matches!(
+            bare.authenticate(&bob, Role::Client).await,
+            Err(AuthError::Invalid { .. })
+        ));
+        assert_eq!(bare.quotas().unwrap(), vec![]);
+        assert_eq!(bare.watermark().unwrap(), 0);
     }
 }

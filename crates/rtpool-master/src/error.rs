@@ -28,6 +28,9 @@ pub enum MasterError {
         /// The file.
         path: PathBuf,
     },
+    /// The store of users and tokens could not be opened.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     /// The runtime could not be built or the server thread failed.
     #[error("master runtime failed: {0}")]
     Runtime(String),

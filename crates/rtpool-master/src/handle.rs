@@ -11,7 +11,7 @@ use rtpool_core::CoreStats;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::auth::Tokens;
+use crate::auth::{Authenticator, Tokens};
 use crate::config::MasterConfig;
 use crate::connection::ConnCtx;
 use crate::error::MasterError;
@@ -66,13 +66,18 @@ async fn bind(listen: &str) -> Result<TcpListener, MasterError> {
         })
 }
 
-fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Arc<ConnCtx> {
-    Arc::new(ConnCtx {
-        tokens,
+/// Connection settings, with the data dir's store (if any) behind the authenticator.
+fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Result<Arc<ConnCtx>, MasterError> {
+    let store = match &config.data_dir {
+        Some(dir) => Some(crate::store::open(None, dir)?),
+        None => None,
+    };
+    Ok(Arc::new(ConnCtx {
+        auth: Authenticator::new(tokens, store),
         max_frame_bytes: config.max_frame_bytes,
         heartbeat_ms: config.heartbeat_ms,
         handshake_timeout: config.handshake_timeout,
-    })
+    }))
 }
 
 impl MasterHandle {
@@ -82,7 +87,7 @@ impl MasterHandle {
     /// When the address cannot be bound or the data dir cannot be used.
     pub fn start(config: MasterConfig) -> Result<Self, MasterError> {
         let (tokens, _) = resolve_tokens(&config)?;
-        let ctx = conn_ctx(&config, tokens.clone());
+        let ctx = conn_ctx(&config, tokens.clone())?;
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -165,8 +170,8 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         let addr = listener
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
+        let ctx = conn_ctx(&config, tokens.clone())?;
         announce(&config, &tokens, created, addr);
-        let ctx = conn_ctx(&config, tokens);
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let server = tokio::spawn(server::serve(listener, ctx, sched_tx, sched_rx, stop_rx));

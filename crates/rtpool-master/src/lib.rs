@@ -14,6 +14,7 @@ pub mod error;
 pub mod handle;
 pub mod scheduler;
 pub mod server;
+pub mod store;
 
 pub use auth::Tokens;
 pub use config::MasterConfig;

@@ -34,7 +34,17 @@ pub mod status {
     pub const CANCELLED: u8 = 2;
     /// The system could not run the task; `data` is a UTF-8 message.
     pub const FAILED: u8 = 3;
+    /// The task ran past its time limit and was killed; `data` is a UTF-8 message.
+    pub const TIMEOUT: u8 = 4;
+    /// The task's worker was lost on each of its attempts (a poison task); `data` is a UTF-8
+    /// message naming the attempts.
+    pub const LOST: u8 = 5;
+    /// The user's compute-time quota ran out before the task ran; `data` is a UTF-8 message.
+    pub const QUOTA: u8 = 6;
 }
+
+/// Longest idempotency key (`SUBMIT.opts.key`) accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 128;
 
 /// Message kinds as they appear as the first array element on the wire.
 pub mod kind {
@@ -48,12 +58,15 @@ pub mod kind {
     pub const CANCEL: u8 = 13;
     pub const STATUS: u8 = 14;
     pub const STATUS_REPLY: u8 = 15;
+    pub const ATTACH: u8 = 16;
+    pub const ACK: u8 = 17;
     pub const PULL: u8 = 20;
     pub const ASSIGN: u8 = 21;
     pub const RESULT: u8 = 22;
     pub const RETURN: u8 = 23;
     pub const HEARTBEAT: u8 = 24;
     pub const DRAIN: u8 = 25;
+    pub const ABORT: u8 = 26;
 
     /// The upper-case name of a message kind (`"HELLO"`), or `None` if no such kind exists.
     pub fn name(kind: u8) -> Option<&'static str> {
@@ -67,12 +80,15 @@ pub mod kind {
             CANCEL => "CANCEL",
             STATUS => "STATUS",
             STATUS_REPLY => "STATUS_REPLY",
+            ATTACH => "ATTACH",
+            ACK => "ACK",
             PULL => "PULL",
             ASSIGN => "ASSIGN",
             RESULT => "RESULT",
             RETURN => "RETURN",
             HEARTBEAT => "HEARTBEAT",
             DRAIN => "DRAIN",
+            ABORT => "ABORT",
             _ => return None,
         })
     }
@@ -111,6 +127,10 @@ impl Role {
 pub struct SubmitOpts {
     /// Higher runs first; FIFO within one priority.
     pub priority: i32,
+    /// Execution time limit per task, milliseconds; 0 = none.
+    pub timeout_ms: u32,
+    /// Idempotency key (at most [`MAX_KEY_BYTES`]); empty = none.
+    pub key: String,
 }
 
 /// One task's result as the master sends it to the client.
@@ -147,6 +167,8 @@ pub struct Assignment {
     pub fn_code: Option<Bytes>,
     /// Opaque argument payload.
     pub args: Bytes,
+    /// Execution time limit, milliseconds; 0 = none.
+    pub timeout_ms: u32,
 }
 
 /// One task's result as a worker publishes it.
@@ -192,8 +214,13 @@ pub enum Msg {
         session: u64,
         /// Largest frame body accepted from now on.
         max_frame_bytes: u32,
-        /// How often an idle worker should send `HEARTBEAT`.
+        /// How often an idle peer should send `HEARTBEAT`.
         heartbeat_ms: u32,
+        /// A worker silent for this long loses its connection and its tasks.
+        lease_ms: u32,
+        /// Random number drawn at master start: a change tells a reconnecting peer the master
+        /// restarted.
+        instance: u64,
     },
     /// Kind 3: an error; fatal codes close the connection.
     Error {
@@ -262,6 +289,21 @@ pub enum Msg {
         /// Cancelled.
         cancelled: u32,
     },
+    /// Kind 16: re-attach to a package after a reconnect.
+    Attach {
+        /// Client-chosen request id.
+        req_id: u64,
+        /// Package id.
+        package: u64,
+    },
+    /// Kind 17: the client received the first `count` results of a package on this connection
+    /// since the `ACCEPTED` that answered its `SUBMIT` or `ATTACH`.
+    Ack {
+        /// Package id.
+        package: u64,
+        /// Cumulative count of `TaskResult` entries received.
+        count: u64,
+    },
     /// Kind 20: the worker grants more credits.
     Pull {
         /// Credits added.
@@ -286,6 +328,12 @@ pub enum Msg {
     Heartbeat,
     /// Kind 25: the worker wants no more tasks (graceful shutdown).
     Drain,
+    /// Kind 26: stop these assigned tasks, as `(task, attempt)`; the master already answered
+    /// them.
+    Abort {
+        /// Tasks to stop.
+        tasks: Vec<(u64, u32)>,
+    },
 }
 
 impl Msg {
@@ -301,12 +349,15 @@ impl Msg {
             Msg::Cancel { .. } => kind::CANCEL,
             Msg::Status { .. } => kind::STATUS,
             Msg::StatusReply { .. } => kind::STATUS_REPLY,
+            Msg::Attach { .. } => kind::ATTACH,
+            Msg::Ack { .. } => kind::ACK,
             Msg::Pull { .. } => kind::PULL,
             Msg::Assign { .. } => kind::ASSIGN,
             Msg::Result { .. } => kind::RESULT,
             Msg::Return { .. } => kind::RETURN,
             Msg::Heartbeat => kind::HEARTBEAT,
             Msg::Drain => kind::DRAIN,
+            Msg::Abort { .. } => kind::ABORT,
         }
     }
 

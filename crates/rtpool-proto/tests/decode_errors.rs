@@ -92,7 +92,7 @@ fn trailing_bytes_after_the_array() {
 
 #[test]
 fn unknown_kinds() {
-    for k in [0u64, 4, 9, 16, 26, 99, 255, 256, u64::MAX] {
+    for k in [0u64, 4, 9, 18, 27, 99, 255, 256, u64::MAX] {
         let err = error_of(&V::A(vec![V::U(k)]));
         assert_eq!(err, ProtoError::UnknownKind { kind: k });
         assert_eq!(err.code(), "unknown_kind");
@@ -199,6 +199,7 @@ fn wrong_types() {
                     V::B(hash(0).to_vec()),
                     V::s("code"),
                     V::B(vec![]),
+                    V::U(0),
                 ])]),
             ]),
             kind::ASSIGN,
@@ -289,7 +290,10 @@ fn any_integer_width_that_fits_is_accepted() {
             req_id: 1,
             fn_hash: hash(0),
             fn_code: bytes::Bytes::new(),
-            opts: SubmitOpts { priority: -3 },
+            opts: SubmitOpts {
+                priority: -3,
+                ..SubmitOpts::default()
+            },
             tasks: vec![],
         }))
     );
@@ -424,7 +428,7 @@ fn unknown_option_is_a_non_fatal_bad_option() {
         ProtoError::BadOption {
             req_id: 9,
             key: "deadline".into(),
-            reason: "unknown option (version 1 knows only `priority`)".into(),
+            reason: "unknown option (version 1 knows `priority`, `timeout_ms` and `key`)".into(),
         }
     );
     assert_eq!(err.code(), "rejected");
@@ -434,8 +438,8 @@ fn unknown_option_is_a_non_fatal_bad_option() {
         err.to_msg(),
         Msg::Error {
             code: "rejected".into(),
-            message: "SUBMIT 9 has a bad option `deadline`: unknown option (version 1 knows only \
-                      `priority`)"
+            message: "SUBMIT 9 has a bad option `deadline`: unknown option (version 1 knows \
+                      `priority`, `timeout_ms` and `key`)"
                 .into(),
             reference: 9,
         }
@@ -447,11 +451,11 @@ fn unknown_option_is_a_non_fatal_bad_option() {
 #[test]
 fn non_int_priority_is_a_bad_option() {
     for (value, needle) in [
-        (V::s("high"), "expected an i32, found a str"),
-        (V::F(1.5), "expected an i32, found a float"),
-        (V::Nil, "expected an i32, found nil"),
-        (V::U(1 << 31), "2147483648 is out of range for i32"),
-        (V::I(-(1 << 31) - 1), "-2147483649 is out of range for i32"),
+        (V::s("high"), "expected an integer, found a str"),
+        (V::F(1.5), "expected an integer, found a float"),
+        (V::Nil, "expected an integer, found nil"),
+        (V::U(1 << 31), "2147483648 is out of range -2147483648..=2147483647"),
+        (V::I(-(1 << 31) - 1), "-2147483649 is out of range -2147483648..=2147483647"),
         (
             V::A(vec![V::A(vec![V::M(vec![(V::U(1), V::Nil)])])]),
             "found an array",

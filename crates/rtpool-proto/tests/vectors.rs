@@ -101,7 +101,16 @@ fn msg_to_json(msg: &Msg) -> Value {
             session,
             max_frame_bytes,
             heartbeat_ms,
-        } => json!([version, session, max_frame_bytes, heartbeat_ms]),
+            lease_ms,
+            instance,
+        } => json!([
+            version,
+            session,
+            max_frame_bytes,
+            heartbeat_ms,
+            lease_ms,
+            instance
+        ]),
         Msg::Error {
             code,
             message,
@@ -114,17 +123,26 @@ fn msg_to_json(msg: &Msg) -> Value {
             opts,
             tasks,
         } => {
-            let opts = if opts.priority == 0 {
-                json!({})
-            } else {
-                json!({ "priority": opts.priority })
-            };
+            let mut map = serde_json::Map::new();
+            if opts.priority != 0 {
+                map.insert("priority".into(), json!(opts.priority));
+            }
+            if opts.timeout_ms != 0 {
+                map.insert("timeout_ms".into(), json!(opts.timeout_ms));
+            }
+            if !opts.key.is_empty() {
+                map.insert("key".into(), json!(opts.key));
+            }
+            let opts = Value::Object(map);
             let tasks: Vec<Value> = tasks.iter().map(|t| bin(t)).collect();
             json!([req_id, bin(fn_hash), bin(fn_code), opts, tasks])
         }
-        Msg::Accepted { req_id, package } | Msg::Status { req_id, package } => {
+        Msg::Accepted { req_id, package }
+        | Msg::Status { req_id, package }
+        | Msg::Attach { req_id, package } => {
             json!([req_id, package])
         }
+        Msg::Ack { package, count } => json!([package, count]),
         Msg::Results { package, results } => {
             let results: Vec<Value> = results
                 .iter()
@@ -159,7 +177,14 @@ fn msg_to_json(msg: &Msg) -> Value {
                 .iter()
                 .map(|a| {
                     let code = a.fn_code.as_deref().map_or(Value::Null, bin);
-                    json!([a.task, a.attempt, bin(&a.fn_hash), code, bin(&a.args)])
+                    json!([
+                        a.task,
+                        a.attempt,
+                        bin(&a.fn_hash),
+                        code,
+                        bin(&a.args),
+                        a.timeout_ms
+                    ])
                 })
                 .collect();
             json!([tasks])
@@ -181,7 +206,7 @@ fn msg_to_json(msg: &Msg) -> Value {
                 .collect();
             json!([results])
         }
-        Msg::Return { tasks } => json!([tasks
+        Msg::Return { tasks } | Msg::Abort { tasks } => json!([tasks
             .iter()
             .map(|(task, attempt)| json!([task, attempt]))
             .collect::<Vec<_>>()]),

@@ -1,10 +1,11 @@
-//! Client events: join, submit, cancel, status, loss.
+//! Client events: join, submit, attach, acknowledge, cancel, status, loss, and packages
+//! restored from the journal.
 
 use bytes::Bytes;
 
-use super::Core;
-use crate::event::{Action, PackageOpts, RejectReason};
-use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId};
+use super::{Core, Timer};
+use crate::event::{Action, PackageOpts, RejectReason, RestoredPackage, TaskOutcome};
+use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId};
 use crate::package::Package;
 use crate::task::{Task, TaskState};
 
@@ -12,39 +13,106 @@ use crate::task::{Task, TaskState};
 pub(super) struct Submit {
     pub(super) client: ClientId,
     pub(super) req_id: u64,
+    pub(super) package: PackageId,
     pub(super) fn_hash: FnHash,
     pub(super) fn_code: Bytes,
     pub(super) opts: PackageOpts,
     pub(super) tasks: Vec<Bytes>,
 }
 
+/// A task id that names no task (an index whose result was delivered before a restart).
+const NO_TASK: TaskId = TaskId(u64::MAX);
+
 impl Core {
-    /// Registers a client (again: idempotent).
-    pub(super) fn on_client_joined(&mut self, client: ClientId) {
-        self.clients.entry(client).or_default();
+    /// Registers a client of `user` (again: idempotent).
+    pub(super) fn on_client_joined(&mut self, client: ClientId, user: UserId) {
+        self.clients.entry(client).or_default().user = user;
+        self.users.entry(user).or_default();
     }
 
-    /// Cancels and frees every package of the client, then forgets it. Tasks that workers hold
-    /// become `Cancelled`, so their later results are dropped. O(tasks of its packages).
-    pub(super) fn on_client_lost(&mut self, client: ClientId) {
+    /// Detaches every package of the client and forgets it. The packages keep running; each
+    /// is freed when no client attached within the result TTL. O(its packages).
+    pub(super) fn on_client_lost(&mut self, client: ClientId, now: Instant) {
         let Some(c) = self.clients.remove(&client) else {
             return;
         };
-        let mut packages: Vec<PackageId> = c.packages.into_iter().collect();
-        // Sorted so the order tables are freed in, and so later ids, never depend on hashing.
-        packages.sort_unstable();
-        for package in packages {
-            self.cancel_indices(package, &[]);
-            self.free_package_if_finished(package);
+        let mut slots: Vec<u64> = c.packages.into_iter().collect();
+        // Sorted so the order never depends on hashing.
+        slots.sort_unstable();
+        for slot in slots {
+            self.detach(slot, now);
         }
-        self.compact_queue_if_sparse();
     }
 
-    /// Creates the package and its tasks, answers `Accepted`, then dispatches. A submission from
-    /// a client that never joined registers it, so its loss still frees its packages.
+    /// Detaches a package and arms its TTL timer.
+    fn detach(&mut self, slot: u64, now: Instant) {
+        let at = Instant(now.0.saturating_add(self.config.result_ttl_ns));
+        let p = self.packages.get_mut(slot).expect("detach of a freed package");
+        p.client = None;
+        if let Some(old) = p.expires.replace(at) {
+            self.timers.remove(&(old, Timer::Package(slot)));
+        }
+        self.timers.insert((at, Timer::Package(slot)), ());
+    }
+
+    /// Attaches a package to `client`: disarms its TTL, restarts the acknowledgement count,
+    /// and resends every unacknowledged result.
+    fn attach(&mut self, client: ClientId, slot: u64, out: &mut Vec<Action>) {
+        let p = self.packages.get_mut(slot).expect("attach of a freed package");
+        if let Some(old) = p.client.replace(client) {
+            if old != client {
+                if let Some(c) = self.clients.get_mut(&old) {
+                    c.packages.remove(&slot);
+                }
+            }
+        }
+        if let Some(at) = p.expires.take() {
+            self.timers.remove(&(at, Timer::Package(slot)));
+        }
+        p.acked = 0;
+        p.sent = p.unacked.len() as u64;
+        let package = p.id;
+        let results: Vec<TaskOutcome> = p
+            .unacked
+            .iter()
+            .map(|id| {
+                let task = self.tasks.get(id.0).expect("unacked task is live");
+                (**task.outcome.as_ref().expect("done task has an outcome")).clone()
+            })
+            .collect();
+        self.clients.entry(client).or_default().packages.insert(slot);
+        if !results.is_empty() {
+            out.push(Action::Resend {
+                client,
+                package,
+                results,
+            });
+        }
+    }
+
+    /// Creates the package and its tasks, answers `Accepted`, then dispatches. A submission
+    /// whose idempotency key names a live package of the same user attaches to that package
+    /// instead (answered with its id).
     pub(super) fn on_submit(&mut self, s: Submit, now: Instant, out: &mut Vec<Action>) {
         let (client, req_id) = (s.client, s.req_id);
-        let total = match self.check_size(s.tasks.len()) {
+        let user = self.clients.entry(client).or_default().user;
+        if !s.opts.key.is_empty() {
+            if let Some(&existing) = self.keys.get(&(user, s.opts.key.clone())) {
+                let slot = self.package_slots[&existing];
+                out.push(Action::Accepted {
+                    client,
+                    req_id,
+                    package: existing,
+                });
+                self.attach(client, slot, out);
+                return;
+            }
+        }
+        let checked = self.check_size(s.tasks.len()).and_then(|total| {
+            self.check_quota(user)?;
+            Ok(total)
+        });
+        let total = match checked {
             Ok(total) => total,
             Err(reason) => {
                 out.push(Action::Rejected {
@@ -55,26 +123,52 @@ impl Core {
                 return;
             }
         };
-        let priority = s.opts.priority;
-        let package = Package::new(client, s.fn_hash, s.opts, total);
-        let package = PackageId(self.packages.insert(package));
-        self.functions.acquire(s.fn_hash, s.fn_code);
-        self.clients
-            .entry(client)
-            .or_default()
-            .packages
-            .insert(package);
-        let ids = self.create_tasks(package, priority, s.tasks, now);
-        self.packages
-            .get_mut(package.0)
-            .expect("just inserted")
-            .tasks = ids;
+        let slot = self.create_package(
+            s.package,
+            user,
+            Some(client),
+            s.fn_hash,
+            s.fn_code,
+            s.opts,
+            total,
+        );
+        let priority = self.packages.get(slot).expect("just made").opts.priority;
+        let ids = self.create_tasks(slot, priority, s.tasks, now);
+        self.packages.get_mut(slot).expect("just made").tasks = ids;
         out.push(Action::Accepted {
             client,
             req_id,
-            package,
+            package: s.package,
         });
         self.dispatch(now, out);
+    }
+
+    /// Inserts a package (no tasks yet) and indexes it by id, user, key and client.
+    #[allow(clippy::too_many_arguments)]
+    fn create_package(
+        &mut self,
+        id: PackageId,
+        user: UserId,
+        client: Option<ClientId>,
+        fn_hash: FnHash,
+        fn_code: Bytes,
+        opts: PackageOpts,
+        total: u32,
+    ) -> u64 {
+        let key = opts.key.clone();
+        let slot = self
+            .packages
+            .insert(Package::new(id, user, client, fn_hash, opts, total));
+        self.package_slots.insert(id, slot);
+        if !key.is_empty() {
+            self.keys.insert((user, key), id);
+        }
+        self.functions.acquire(fn_hash, fn_code);
+        self.users.entry(user).or_default().packages.insert(slot);
+        if let Some(client) = client {
+            self.clients.entry(client).or_default().packages.insert(slot);
+        }
+        slot
     }
 
     /// The task count of a package, if it is within 1..=limit (and so fits a `u32`).
@@ -87,32 +181,167 @@ impl Core {
         }
     }
 
+    /// Refuses a user whose quota is used up.
+    fn check_quota(&self, user: UserId) -> Result<(), RejectReason> {
+        match self.users.get(&user).and_then(|u| u.remaining_us) {
+            Some(left) if left <= 0 => Err(RejectReason::QuotaExhausted {
+                over_us: left.unsigned_abs(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Inserts one queued task per payload and returns their ids in index order.
     fn create_tasks(
         &mut self,
-        package: PackageId,
+        slot: u64,
         priority: i32,
         payloads: Vec<Bytes>,
         now: Instant,
     ) -> Vec<TaskId> {
         let mut ids = Vec::with_capacity(payloads.len());
         for (index, args) in (0u32..).zip(payloads) {
-            let task = Task {
-                package,
-                index,
-                args,
-                submitted_at: now,
-                attempt: 0,
-                state: TaskState::Queued,
-            };
-            let id = TaskId(self.tasks.insert(task));
+            let id = TaskId(self.tasks.insert(Task::new(slot, index, args, now)));
             self.queue.push_back(priority, id);
             ids.push(id);
         }
         ids
     }
 
-    /// Cancels the named tasks (all if `indices` is empty) of the client's own package.
+    /// Recreates a package from the journal, detached, with its TTL armed: delivered indices
+    /// are gone, done ones wait for an attach, the rest is queued.
+    pub(super) fn on_restore(&mut self, r: RestoredPackage, now: Instant, out: &mut Vec<Action>) {
+        if self.package_slots.contains_key(&r.package) || r.tasks.is_empty() {
+            return;
+        }
+        let total = r.tasks.len().min(u32::MAX as usize) as u32;
+        let slot = self.create_package(
+            r.package, r.user, None, r.fn_hash, r.fn_code, r.opts, total,
+        );
+        let priority = self.packages.get(slot).expect("just made").opts.priority;
+        let mut done: Vec<Option<TaskOutcome>> = vec![None; r.tasks.len()];
+        let mut order = Vec::with_capacity(r.done.len());
+        for outcome in r.done {
+            let i = outcome.index as usize;
+            if i < done.len() && done[i].is_none() {
+                order.push(outcome.index);
+                done[i] = Some(outcome);
+            }
+        }
+        let mut delivered = vec![false; r.tasks.len()];
+        for &i in &r.delivered {
+            if let Some(d) = delivered.get_mut(i as usize) {
+                *d = true;
+            }
+        }
+        let mut ids = Vec::with_capacity(r.tasks.len());
+        let mut counts = (0u32, 0u32);
+        for (index, args) in (0u32..).zip(r.tasks) {
+            let i = index as usize;
+            if delivered[i] {
+                ids.push(NO_TASK);
+                counts.0 += 1;
+                continue;
+            }
+            let mut task = Task::new(slot, index, args, now);
+            if let Some(outcome) = done[i].take() {
+                task.args = Bytes::new();
+                task.state = TaskState::Done {
+                    holder: None,
+                    acked: false,
+                };
+                task.outcome = Some(Box::new(outcome));
+                self.retained += 1;
+                counts.1 += 1;
+                ids.push(TaskId(self.tasks.insert(task)));
+            } else {
+                let id = TaskId(self.tasks.insert(task));
+                self.queue.push_back(priority, id);
+                ids.push(id);
+            }
+        }
+        let p = self.packages.get_mut(slot).expect("just made");
+        // Delivered ones count as done; so do the retained ones.
+        p.counts.done = counts.0 + counts.1;
+        p.counts.queued = total - p.counts.done;
+        for index in order {
+            let id = ids[index as usize];
+            if id != NO_TASK {
+                p.unacked.push_back(id);
+            }
+        }
+        p.tasks = ids;
+        self.detach(slot, now);
+        self.free_package_if_finished(slot, out);
+        self.dispatch(now, out);
+    }
+
+    /// Attaches the client to a live package of its user.
+    pub(super) fn on_attach(
+        &mut self,
+        client: ClientId,
+        req_id: u64,
+        package: PackageId,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(slot) = self.users_package(client, package) else {
+            out.push(Action::UnknownPackage { client, package });
+            return;
+        };
+        out.push(Action::Accepted {
+            client,
+            req_id,
+            package,
+        });
+        self.attach(client, slot, out);
+    }
+
+    /// Frees the results the client acknowledged, then the package if it is finished.
+    pub(super) fn on_ack(
+        &mut self,
+        client: ClientId,
+        package: PackageId,
+        count: u64,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(slot) = self.attached_package(client, package) else {
+            return;
+        };
+        let p = self.packages.get_mut(slot).expect("attached package is live");
+        let count = count.min(p.sent);
+        let n = count.saturating_sub(p.acked) as usize;
+        p.acked = p.acked.max(count);
+        let acked: Vec<TaskId> = p.unacked.drain(..n.min(p.unacked.len())).collect();
+        let mut indices = Vec::new();
+        for id in acked {
+            let task = self.tasks.get_mut(id.0).expect("unacked task is live");
+            if self.config.report_deliveries {
+                indices.push(task.index);
+            }
+            match task.state {
+                TaskState::Done { holder: None, .. } => {
+                    self.tasks.remove(id.0);
+                    self.retained -= 1;
+                }
+                TaskState::Done { holder, .. } => {
+                    task.state = TaskState::Done {
+                        holder,
+                        acked: true,
+                    };
+                    task.outcome = None;
+                }
+                other => panic!("unacked {id} is {other:?}"),
+            }
+        }
+        if !indices.is_empty() {
+            out.push(Action::Delivered { package, indices });
+        }
+        self.free_package_if_finished(slot, out);
+    }
+
+    /// Cancels the named tasks (all if `indices` is empty) of a package of the client's user.
+    /// Cancelling the whole package also drops its unacknowledged results: the client gave up
+    /// on it.
     pub(super) fn on_cancel(
         &mut self,
         client: ClientId,
@@ -120,13 +349,41 @@ impl Core {
         indices: &[u32],
         out: &mut Vec<Action>,
     ) {
-        if self.owned_package(client, package).is_none() {
+        let Some(slot) = self.users_package(client, package) else {
             out.push(Action::UnknownPackage { client, package });
             return;
+        };
+        self.cancel_indices(slot, indices, out);
+        if indices.is_empty() {
+            self.drop_unacked(slot);
         }
-        self.cancel_indices(package, indices);
-        self.free_package_if_finished(package);
+        self.free_package_if_finished(slot, out);
         self.compact_queue_if_sparse();
+    }
+
+    /// Drops every unacknowledged result of the package (returns how many).
+    pub(super) fn drop_unacked(&mut self, slot: u64) -> usize {
+        let p = self.packages.get_mut(slot).expect("live package");
+        let ids: Vec<TaskId> = p.unacked.drain(..).collect();
+        let n = ids.len();
+        for id in ids {
+            let task = self.tasks.get_mut(id.0).expect("unacked task is live");
+            match task.state {
+                TaskState::Done { holder: None, .. } => {
+                    self.tasks.remove(id.0);
+                    self.retained -= 1;
+                }
+                TaskState::Done { holder, .. } => {
+                    task.state = TaskState::Done {
+                        holder,
+                        acked: true,
+                    };
+                    task.outcome = None;
+                }
+                other => panic!("unacked {id} is {other:?}"),
+            }
+        }
+        n
     }
 
     /// Answers with the package's counters.
@@ -137,58 +394,65 @@ impl Core {
         package: PackageId,
         out: &mut Vec<Action>,
     ) {
-        out.push(match self.owned_package(client, package) {
-            Some(p) => Action::StatusReply {
+        out.push(match self.users_package(client, package) {
+            Some(slot) => Action::StatusReply {
                 client,
                 req_id,
                 package,
-                counts: p.counts,
+                counts: self.packages.get(slot).expect("live").counts,
             },
             None => Action::UnknownPackage { client, package },
         });
     }
 
-    /// The package, if it is live and `client`'s.
-    fn owned_package(&self, client: ClientId, package: PackageId) -> Option<&Package> {
-        self.packages.get(package.0).filter(|p| p.client == client)
+    /// The slab key of the package, if it is live and belongs to the client's user.
+    fn users_package(&self, client: ClientId, package: PackageId) -> Option<u64> {
+        let user = self.clients.get(&client)?.user;
+        let slot = *self.package_slots.get(&package)?;
+        (self.packages.get(slot)?.user == user).then_some(slot)
+    }
+
+    /// The slab key of the package, if it is live and attached to this client.
+    fn attached_package(&self, client: ClientId, package: PackageId) -> Option<u64> {
+        let slot = *self.package_slots.get(&package)?;
+        (self.packages.get(slot)?.client == Some(client)).then_some(slot)
     }
 
     /// Cancels tasks of a live package by index (all if `indices` is empty). Indices out of
     /// range, and tasks already done or cancelled, are skipped. Does not free the package.
-    fn cancel_indices(&mut self, package: PackageId, indices: &[u32]) {
+    pub(super) fn cancel_indices(&mut self, slot: u64, indices: &[u32], out: &mut Vec<Action>) {
+        let mut aborts = Vec::new();
         if indices.is_empty() {
-            let total = self.packages.get(package.0).map_or(0, |p| p.tasks.len());
-            (0..total).for_each(|index| self.cancel_index(package, index));
+            let total = self.packages.get(slot).map_or(0, |p| p.tasks.len());
+            (0..total).for_each(|index| self.cancel_index(slot, index, &mut aborts));
         } else {
             indices
                 .iter()
-                .for_each(|&index| self.cancel_index(package, index as usize));
+                .for_each(|&index| self.cancel_index(slot, index as usize, &mut aborts));
         }
+        self.push_aborts(aborts, out);
     }
 
-    /// Cancels the task at `index` of `package`, if the index is in range.
-    fn cancel_index(&mut self, package: PackageId, index: usize) {
-        if let Some(&id) = self
-            .packages
-            .get(package.0)
-            .and_then(|p| p.tasks.get(index))
-        {
-            self.cancel_task(id);
+    /// Cancels the task at `index` of the package, if the index is in range.
+    fn cancel_index(&mut self, slot: u64, index: usize, aborts: &mut Vec<(crate::WorkerId, TaskId, u32)>) {
+        if let Some(&id) = self.packages.get(slot).and_then(|p| p.tasks.get(index)) {
+            self.cancel_task(id, aborts);
         }
     }
 
     /// Cancels one task if it is queued (freed now) or running (marked, freed when its worker
-    /// answers); a stale id (done or cancelled) or an already cancelled task is left alone.
-    fn cancel_task(&mut self, id: TaskId) {
+    /// answers, and the worker is told to abort it); a stale id (done or cancelled) is left
+    /// alone.
+    fn cancel_task(&mut self, id: TaskId, aborts: &mut Vec<(crate::WorkerId, TaskId, u32)>) {
         let Some(task) = self.tasks.get_mut(id.0) else {
             return;
         };
-        if matches!(task.state, TaskState::Cancelled { .. }) {
+        if matches!(task.state, TaskState::Cancelled { .. } | TaskState::Done { .. }) {
             return;
         }
         let package = self
             .packages
-            .get_mut(task.package.0)
+            .get_mut(task.package)
             .expect("live task without package");
         package.counts.cancelled += 1;
         match task.state {
@@ -200,16 +464,20 @@ impl Core {
             TaskState::Running { worker, seq, .. } => {
                 package.counts.running -= 1;
                 task.state = TaskState::Cancelled { worker, seq };
+                if let Some(at) = task.deadline.take() {
+                    self.timers.remove(&(at, Timer::Task(id, task.attempt)));
+                }
+                aborts.push((worker, id, task.attempt));
                 self.running -= 1;
                 self.cancelling += 1;
             }
-            TaskState::Cancelled { .. } => unreachable!("filtered above"),
+            _ => unreachable!("filtered above"),
         }
     }
 
     /// Purges the ready queue's tombstones once they outnumber its live entries (plus slack, so
     /// small queues are not compacted on every cancel). Amortised O(1) per cancelled task.
-    fn compact_queue_if_sparse(&mut self) {
+    pub(super) fn compact_queue_if_sparse(&mut self) {
         if self.queue.tombstones() > self.queue.len() + 1024 {
             let tasks = &self.tasks;
             self.queue.compact(|id| {

@@ -82,7 +82,7 @@ impl Core {
         };
         let package = self
             .packages
-            .get_mut(task.package.0)
+            .get_mut(task.package)
             .expect("queued task without package");
         package.counts.queued -= 1;
         package.counts.running += 1;
@@ -100,12 +100,16 @@ impl Core {
                 .clone()
         });
         self.running += 1;
-        AssignTask {
+        let timeout_ms = package.opts.timeout_ms;
+        let assignment = AssignTask {
             task: id,
             attempt: task.attempt,
             fn_hash,
             fn_code,
             args: task.args.clone(),
-        }
+            timeout_ms,
+        };
+        self.arm_task_timer(id, timeout_ms, now);
+        assignment
     }
 }

@@ -4,7 +4,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::Core;
-use crate::ids::{FnHash, PackageId, TaskId, WorkerId};
+use super::Timer;
+use crate::ids::{FnHash, TaskId, WorkerId};
 use crate::package::Package;
 use crate::task::{Task, TaskState};
 
@@ -14,8 +15,11 @@ struct Tally {
     queued: usize,
     running: usize,
     cancelling: usize,
-    /// `(queued, running)` per package.
-    per_package: HashMap<PackageId, (u32, u32)>,
+    /// `Done` tasks; of them, those a worker still holds.
+    retained: usize,
+    done_held: usize,
+    /// `(queued, running)` per package slab key.
+    per_package: HashMap<u64, (u32, u32)>,
 }
 
 impl Core {
@@ -40,10 +44,45 @@ impl Core {
             "cancelling counter {} but {} cancelled held tasks",
             self.cancelling, tally.cancelling
         );
+        assert_eq!(
+            tally.retained, self.retained,
+            "retained counter {} but {} done tasks",
+            self.retained, tally.retained
+        );
         self.check_queue(tally.queued);
-        self.check_workers(tally.running + tally.cancelling);
+        self.check_workers(tally.running + tally.cancelling + tally.done_held);
         self.check_packages(&tally.per_package);
         self.check_clients();
+        self.check_timers();
+    }
+
+    /// Every armed timer names a running attempt with that deadline or a detached package with
+    /// that expiry, and every deadline and expiry is armed.
+    fn check_timers(&self) {
+        let mut armed = 0;
+        for &(at, timer) in self.timers.keys() {
+            match timer {
+                Timer::Task(id, attempt) => {
+                    let task = self.tasks.get(id.0).unwrap_or_else(|| panic!("timer of freed {id}"));
+                    assert!(
+                        matches!(task.state, TaskState::Running { .. }),
+                        "timer of {id}, which is {:?}",
+                        task.state
+                    );
+                    assert_eq!(task.attempt, attempt, "timer of an old attempt of {id}");
+                    assert_eq!(task.deadline, Some(at), "{id}'s deadline is not its timer");
+                }
+                Timer::Package(slot) => {
+                    let p = self.packages.get(slot).expect("timer of a freed package");
+                    assert!(p.client.is_none(), "{} is attached but has a TTL", p.id);
+                    assert_eq!(p.expires, Some(at), "{}'s expiry is not its timer", p.id);
+                }
+            }
+            armed += 1;
+        }
+        let deadlines = self.tasks.iter().filter(|(_, t)| t.deadline.is_some()).count();
+        let expiries = self.packages.iter().filter(|(_, p)| p.expires.is_some()).count();
+        assert_eq!(armed, deadlines + expiries, "timers and deadlines disagree");
     }
 
     /// Every task points at a live package (unless cancelled) and at a worker that holds it.
@@ -69,6 +108,24 @@ impl Core {
                     tally.cancelling += 1;
                     continue;
                 }
+                TaskState::Done { holder, acked } => {
+                    tally.retained += 1;
+                    tally.done_held += usize::from(holder.is_some());
+                    assert!(
+                        acked || task.outcome.is_some(),
+                        "unacknowledged done {id} has no outcome"
+                    );
+                    if !acked {
+                        let p = self
+                            .packages
+                            .get(task.package)
+                            .unwrap_or_else(|| panic!("unacked {id} without package"));
+                        assert!(p.unacked.contains(&id), "done {id} is not in its unacked list");
+                    } else {
+                        assert!(holder.is_some(), "acked {id} with no holder was not freed");
+                    }
+                    continue;
+                }
             }
             self.check_task_in_package(id, task);
             let entry = tally.per_package.entry(task.package).or_default();
@@ -84,15 +141,15 @@ impl Core {
     fn check_task_in_package(&self, id: TaskId, task: &Task) {
         let package = self
             .packages
-            .get(task.package.0)
-            .unwrap_or_else(|| panic!("{id} belongs to {}, which does not exist", task.package));
+            .get(task.package)
+            .unwrap_or_else(|| panic!("{id} belongs to slot {}, which does not exist", task.package));
         let listed = package.tasks.get(task.index as usize);
         assert_eq!(
             listed,
             Some(&id),
             "{id} has index {} in {} but the package lists {listed:?}",
             task.index,
-            task.package
+            package.id
         );
     }
 
@@ -113,7 +170,7 @@ impl Core {
             assert!(live.insert(id), "{id} is queued twice");
             let expected = self
                 .packages
-                .get(task.package.0)
+                .get(task.package)
                 .expect("checked by check_tasks")
                 .opts
                 .priority;
@@ -183,23 +240,35 @@ impl Core {
         );
     }
 
-    /// Package counters match the tasks and add up; owners and functions agree.
-    fn check_packages(&self, per_package: &HashMap<PackageId, (u32, u32)>) {
+    /// Package counters match the tasks and add up; owners, ids, keys and functions agree.
+    fn check_packages(&self, per_package: &HashMap<u64, (u32, u32)>) {
         let mut fn_refs: HashMap<FnHash, u32> = HashMap::new();
-        for (raw, p) in self.packages.iter() {
-            let id = PackageId(raw);
-            let held = per_package.get(&id).copied().unwrap_or((0, 0));
-            check_counts(id, p, held);
-            let owner = self.clients.get(&p.client);
-            let owner =
-                owner.unwrap_or_else(|| panic!("{id} belongs to {}, not connected", p.client));
-            assert!(
-                owner.packages.contains(&id),
-                "{id} is not in {}'s package set",
-                p.client
-            );
+        for (slot, p) in self.packages.iter() {
+            let id = p.id;
+            assert_eq!(self.package_slots.get(&id), Some(&slot), "{id} is not indexed");
+            let held = per_package.get(&slot).copied().unwrap_or((0, 0));
+            check_counts(p, held);
+            if let Some(client) = p.client {
+                let owner = self
+                    .clients
+                    .get(&client)
+                    .unwrap_or_else(|| panic!("{id} is attached to {client}, not connected"));
+                assert!(owner.packages.contains(&slot), "{id} is not in {client}'s set");
+                assert_eq!(owner.user, p.user, "{id} is attached to another user's client");
+            }
+            let user = self.users.get(&p.user).expect("package of an unknown user");
+            assert!(user.packages.contains(&slot), "{id} is not in its user's set");
+            if !p.opts.key.is_empty() {
+                assert_eq!(self.keys.get(&(p.user, p.opts.key.clone())), Some(&id));
+            }
+            for tid in &p.unacked {
+                let t = self.tasks.get(tid.0).expect("unacked task is live");
+                assert!(matches!(t.state, TaskState::Done { acked: false, .. }));
+            }
             *fn_refs.entry(p.fn_hash).or_default() += 1;
         }
+        assert_eq!(self.package_slots.len(), self.packages.len(), "stale package ids");
+        assert!(self.keys.len() <= self.packages.len(), "stale idempotency keys");
         for (hash, f) in self.functions.iter() {
             let refs = fn_refs.remove(hash).unwrap_or(0);
             assert_eq!(
@@ -215,16 +284,12 @@ impl Core {
         );
     }
 
-    /// Each client's package set names live packages it owns.
+    /// Each client's package set names live packages attached to it.
     fn check_clients(&self) {
         for (&id, c) in &self.clients {
-            for package in &c.packages {
-                let owner = self.packages.get(package.0).map(|p| p.client);
-                assert_eq!(
-                    owner,
-                    Some(id),
-                    "{id} lists {package}, whose owner is {owner:?}"
-                );
+            for &slot in &c.packages {
+                let owner = self.packages.get(slot).and_then(|p| p.client);
+                assert_eq!(owner, Some(id), "{id} lists slot {slot}, attached to {owner:?}");
             }
         }
     }
@@ -232,7 +297,8 @@ impl Core {
 
 /// A package's counters match the `(queued, running)` tasks it holds, add up to its total, and
 /// show it unfinished (a finished package must have been freed).
-fn check_counts(id: PackageId, p: &Package, held: (u32, u32)) {
+fn check_counts(p: &Package, held: (u32, u32)) {
+    let id = p.id;
     let c = p.counts;
     assert_eq!(
         (c.queued, c.running),
@@ -256,6 +322,6 @@ fn check_counts(id: PackageId, p: &Package, held: (u32, u32)) {
     );
     assert!(
         !p.is_finished(),
-        "{id} has nothing queued or running but was not freed: {c:?}"
+        "{id} has nothing queued, running or unacknowledged but was not freed: {c:?}"
     );
 }

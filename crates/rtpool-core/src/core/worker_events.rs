@@ -1,19 +1,11 @@
 //! Worker events: join, credit, results, return, drain, loss.
 
-use std::collections::HashMap;
-
+use super::timers::Results;
 use super::Core;
-use crate::event::{Action, TaskOutcome, WorkerOutcome};
-use crate::ids::{ClientId, Instant, PackageId, TaskId, WorkerId};
-use crate::task::{Task, TaskState};
+use crate::event::{Action, TaskOutcome, TaskStatus, WorkerOutcome};
+use crate::ids::{Instant, TaskId, UserId, WorkerId};
+use crate::task::TaskState;
 use crate::worker::Worker;
-
-/// Results of one event for one package, in completion order.
-struct Delivery {
-    client: ClientId,
-    package: PackageId,
-    results: Vec<TaskOutcome>,
-}
 
 impl Core {
     /// Registers a worker with no credits. A second join under a connected id is ignored: ids
@@ -47,8 +39,9 @@ impl Core {
         self.dispatch(now, out);
     }
 
-    /// Accepts each result that matches the worker's current assignment, and sends the accepted
-    /// ones as one `SendResults` per package, in completion order.
+    /// Accepts each result that matches the worker's current assignment, charges its execution
+    /// time to the package's user, and sends the accepted ones as one `SendResults` per
+    /// package, in completion order.
     pub(super) fn on_results(
         &mut self,
         worker: WorkerId,
@@ -56,86 +49,81 @@ impl Core {
         now: Instant,
         out: &mut Vec<Action>,
     ) {
-        let mut deliveries: Vec<Delivery> = Vec::new();
-        let mut slot_of: HashMap<PackageId, usize> = HashMap::new();
+        let mut batch = Results::default();
+        let mut exhausted: Vec<UserId> = Vec::new();
         for result in results {
-            let Some((client, package, outcome)) = self.accept_result(worker, result, now) else {
-                continue;
-            };
-            let slot = *slot_of.entry(package).or_insert_with(|| {
-                deliveries.push(Delivery {
-                    client,
-                    package,
-                    results: Vec::new(),
-                });
-                deliveries.len() - 1
-            });
-            deliveries[slot].results.push(outcome);
+            if let Some((slot, outcome)) = self.accept_result(worker, result, now, &mut exhausted) {
+                batch.add(self, slot, outcome);
+            }
         }
-        for d in deliveries {
-            self.delivered += d.results.len() as u64;
-            out.push(Action::SendResults {
-                client: d.client,
-                package: d.package,
-                results: d.results,
-            });
+        self.push_results(batch, out);
+        for user in exhausted {
+            self.fail_for_quota(user, now, out);
         }
     }
 
-    /// Frees the task of one result and returns what to send, or `None` if the result is stale
-    /// (counted) or its task was cancelled by the client (dropped). Frees a finished package.
+    /// Turns one result into the task's outcome and returns it with the package's slab key, or
+    /// `None` if the result is stale (counted) or answers a task the master already answered
+    /// (cancelled, timed out: the task is released).
     fn accept_result(
         &mut self,
         worker: WorkerId,
         r: WorkerOutcome,
         now: Instant,
-    ) -> Option<(ClientId, PackageId, TaskOutcome)> {
-        let (task, assigned_at) = self.take_answered(worker, &r)?;
-        let package = self
-            .packages
-            .get_mut(task.package.0)
-            .expect("running task without package");
-        package.counts.running -= 1;
-        package.counts.done += 1;
-        let client = package.client;
-        let outcome = TaskOutcome {
-            index: task.index,
-            status: r.status,
-            data: r.data,
-            queue_us: assigned_at.micros_since(task.submitted_at),
-            worker_us: now.micros_since(assigned_at),
-            exec_us: r.exec_us,
-            wait_us: r.wait_us,
-            flush_us: r.flush_us,
-        };
-        self.free_package_if_finished(task.package);
-        Some((client, task.package, outcome))
-    }
-
-    /// Takes the task a result answers out of the worker and the table, with the time it was
-    /// assigned. `None` if the result is stale (counted: the task is not held by this worker at
-    /// this attempt) or the task was cancelled (freed without a result).
-    fn take_answered(&mut self, worker: WorkerId, r: &WorkerOutcome) -> Option<(Task, Instant)> {
-        if !self
+        exhausted: &mut Vec<UserId>,
+    ) -> Option<(u64, TaskOutcome)> {
+        let Some(task) = self
             .tasks
             .get(r.task.0)
-            .is_some_and(|t| t.is_held_by(worker, r.attempt))
-        {
+            .filter(|t| t.is_held_by(worker, r.attempt))
+        else {
             self.stale_results += 1;
             return None;
+        };
+        let slot = task.package;
+        let state = task.state;
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.in_flight.remove(&r.task);
         }
-        let task = self.tasks.remove(r.task.0).expect("checked above");
-        let w = self.workers.get_mut(&worker).expect("holder is connected");
-        w.in_flight.remove(&r.task);
-        match task.state {
-            TaskState::Running { assigned_at, .. } => {
-                self.running -= 1;
-                Some((task, assigned_at))
+        // The worker spent the time whatever became of the result.
+        if self.packages.get(slot).is_some() {
+            if let Some(user) = self.charge(slot, r.exec_us) {
+                exhausted.push(user);
             }
-            _ => {
+        }
+        match state {
+            TaskState::Running { assigned_at, .. } => {
+                self.disarm_task_timer(r.task);
+                let task = self.tasks.get(r.task.0).expect("checked above");
+                let outcome = TaskOutcome {
+                    index: task.index,
+                    status: r.status,
+                    data: r.data,
+                    queue_us: assigned_at.micros_since(task.submitted_at),
+                    worker_us: now.micros_since(assigned_at),
+                    exec_us: r.exec_us,
+                    wait_us: r.wait_us,
+                    flush_us: r.flush_us,
+                };
+                // Now `Done` with no holder: the in-flight entry is already gone.
+                let outcome = self.finish_task(r.task, outcome);
+                let task = self.tasks.get_mut(r.task.0).expect("just finished");
+                task.state = TaskState::Done {
+                    holder: None,
+                    acked: false,
+                };
+                Some((slot, outcome))
+            }
+            TaskState::Cancelled { .. } => {
+                self.tasks.remove(r.task.0);
                 self.cancelling -= 1;
                 None
             }
+            TaskState::Done { .. } => {
+                self.release_done(r.task);
+                None
+            }
+            TaskState::Queued => unreachable!("a held task is not queued"),
         }
     }
 
@@ -177,7 +165,8 @@ impl Core {
     }
 
     /// Forgets the worker: its running tasks go back to the front of the ready queue (in the
-    /// order they were assigned), its cancelled ones are freed; then dispatches.
+    /// order they were assigned) with their loss recorded, except those lost on every allowed
+    /// attempt, which fail as poison tasks; its cancelled ones are freed; then dispatches.
     pub(super) fn on_worker_lost(&mut self, worker: WorkerId, now: Instant, out: &mut Vec<Action>) {
         let Some(w) = self.workers.remove(&worker) else {
             return;
@@ -188,9 +177,42 @@ impl Core {
             .map(|&id| (self.assignment_seq(id), id))
             .collect();
         held.sort_unstable();
+        let mut poisoned = Results::default();
         for &(_, id) in held.iter().rev() {
+            let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
+            if matches!(task.state, TaskState::Running { .. }) {
+                task.lost_on.push(worker);
+                if task.lost_on.len() >= self.config.max_attempts.max(1) as usize {
+                    let slot = task.package;
+                    let names: Vec<String> = task
+                        .lost_on
+                        .iter()
+                        .enumerate()
+                        .map(|(i, w)| format!("attempt {} on {w}", i + 1))
+                        .collect();
+                    let message = format!(
+                        "poison task: its worker was lost (crashed, killed or cut off) on each \
+                         of its {} attempts ({}); it is not retried",
+                        names.len(),
+                        names.join(", ")
+                    );
+                    let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+                    let outcome = self.finish_task(id, outcome);
+                    // The lost worker holds nothing any more.
+                    let task = self.tasks.get_mut(id.0).expect("just finished");
+                    task.state = TaskState::Done {
+                        holder: None,
+                        acked: false,
+                    };
+                    self.poisoned += 1;
+                    poisoned.add(self, slot, outcome);
+                    continue;
+                }
+                self.requeued += 1;
+            }
             self.requeue_front(id);
         }
+        self.push_results(poisoned, out);
         if self.hungry.len() > 2 * self.workers.len() + 16 {
             let workers = &self.workers;
             self.hungry
@@ -202,7 +224,14 @@ impl Core {
     /// When a held task was assigned, in the core-wide assignment order.
     fn assignment_seq(&self, id: TaskId) -> u64 {
         match self.tasks.get(id.0).map(|t| t.state) {
-            Some(TaskState::Running { seq, .. } | TaskState::Cancelled { seq, .. }) => seq,
+            Some(
+                TaskState::Running { seq, .. }
+                | TaskState::Cancelled { seq, .. }
+                | TaskState::Done {
+                    holder: Some((_, seq)),
+                    ..
+                },
+            ) => seq,
             other => panic!("in-flight {id} is not held but {other:?}"),
         }
     }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use rtpool_core::{
     Action, AssignTask, ClientId, Core, CoreConfig, Event, FnHash, Instant, PackageId, PackageOpts,
-    TaskId, TaskOutcome, TaskStatus, WorkerId, WorkerOutcome,
+    TaskId, TaskOutcome, TaskStatus, UserId, WorkerId, WorkerOutcome,
 };
 
 /// The hash of test function `n`.
@@ -34,6 +34,8 @@ pub struct Spec {
     pub priority: i32,
     /// Which test function.
     pub function: u8,
+    /// Time limit per task, ms (0: none).
+    pub timeout_ms: u32,
 }
 
 impl Spec {
@@ -43,7 +45,13 @@ impl Spec {
             tasks,
             priority: 0,
             function: 0,
+            timeout_ms: 0,
         }
+    }
+
+    /// The same, with a time limit per task.
+    pub fn timeout_ms(self, timeout_ms: u32) -> Self {
+        Self { timeout_ms, ..self }
     }
 
     /// The same, at `priority`.
@@ -64,6 +72,12 @@ pub struct TestEnv {
     next_worker: u64,
     next_client: u64,
     next_req: u64,
+    next_package: u64,
+    /// Acknowledge every result sent to a client right away (as the SDK does), so a package
+    /// is freed once its last result is out. Tests of acknowledgement turn it off.
+    pub auto_ack: bool,
+    /// Results sent per `(client, package)` since the client attached.
+    pub sent: HashMap<(ClientId, PackageId), u64>,
     /// Current `(worker, attempt)` of every task ever assigned, from the `Assign` actions.
     pub assigned: HashMap<TaskId, (WorkerId, u32)>,
     /// Argument payload of every task ever assigned.
@@ -90,6 +104,9 @@ impl TestEnv {
             next_worker: 1,
             next_client: 1,
             next_req: 1,
+            next_package: 1,
+            auto_ack: true,
+            sent: HashMap::new(),
             assigned: HashMap::new(),
             args: HashMap::new(),
         }
@@ -100,15 +117,67 @@ impl TestEnv {
         let mut out = Vec::new();
         self.core.handle(event, self.now, &mut out);
         self.core.check_invariants();
+        let mut acks = Vec::new();
         for action in &out {
-            if let Action::Assign { worker, tasks } = action {
-                for t in tasks {
-                    self.assigned.insert(t.task, (*worker, t.attempt));
-                    self.args.insert(t.task, t.args.clone());
+            match action {
+                Action::Assign { worker, tasks } => {
+                    for t in tasks {
+                        self.assigned.insert(t.task, (*worker, t.attempt));
+                        self.args.insert(t.task, t.args.clone());
+                    }
                 }
+                Action::Accepted {
+                    client, package, ..
+                } => {
+                    self.sent.insert((*client, *package), 0);
+                }
+                Action::SendResults {
+                    client: Some(client),
+                    package,
+                    results,
+                }
+                | Action::Resend {
+                    client,
+                    package,
+                    results,
+                } => {
+                    let n = self.sent.entry((*client, *package)).or_default();
+                    *n += results.len() as u64;
+                    acks.push((*client, *package, *n));
+                }
+                _ => {}
+            }
+        }
+        if self.auto_ack {
+            for (client, package, count) in acks {
+                self.core.handle(
+                    Event::Ack {
+                        client,
+                        package,
+                        count,
+                    },
+                    self.now,
+                    &mut out,
+                );
+                self.core.check_invariants();
             }
         }
         out
+    }
+
+    /// Acknowledges everything sent to `client` for `package` so far.
+    pub fn ack_all(&mut self, client: ClientId, package: PackageId) -> Vec<Action> {
+        let count = self.sent.get(&(client, package)).copied().unwrap_or(0);
+        self.step(Event::Ack {
+            client,
+            package,
+            count,
+        })
+    }
+
+    /// The timer fires at the current time.
+    pub fn tick(&mut self) -> Vec<Action> {
+        self.step(Event::Tick)
     }
 
     /// Moves the clock forward.
@@ -124,11 +193,16 @@ impl TestEnv {
         worker
     }
 
-    /// A new client.
+    /// A new client of user 1.
     pub fn new_client(&mut self) -> ClientId {
+        self.new_client_of(UserId(1))
+    }
+
+    /// A new client of `user`.
+    pub fn new_client_of(&mut self, user: UserId) -> ClientId {
         let client = ClientId(self.next_client);
         self.next_client += 1;
-        assert!(self.step(Event::ClientJoined { client }).is_empty());
+        assert!(self.step(Event::ClientJoined { client, user }).is_empty());
         client
     }
 
@@ -153,13 +227,18 @@ impl TestEnv {
         let tasks = (0..spec.tasks)
             .map(|i| Bytes::from(format!("{req_id}:{i}")))
             .collect();
+        let package = PackageId(self.next_package);
+        self.next_package += 1;
         let out = self.step(Event::Submit {
             client,
             req_id,
+            package,
             fn_hash: fn_hash(spec.function),
             fn_code: fn_code(spec.function),
             opts: PackageOpts {
                 priority: spec.priority,
+                timeout_ms: spec.timeout_ms,
+                key: String::new(),
             },
             tasks,
         });
@@ -167,9 +246,9 @@ impl TestEnv {
             Some(&Action::Accepted {
                 client: c,
                 req_id: r,
-                package,
+                package: p,
             }) => {
-                assert_eq!((c, r), (client, req_id));
+                assert_eq!((c, r, p), (client, req_id, package));
                 (package, out)
             }
             other => panic!("submission not accepted first: {other:?}"),
@@ -287,7 +366,8 @@ pub fn all_assigned(actions: &[Action]) -> Vec<TaskId> {
         .collect()
 }
 
-/// The results of every `SendResults`, as `(package, outcomes)`.
+/// The results of every `SendResults` (new results, whether a client is attached or not), as
+/// `(package, outcomes)`.
 pub fn results(actions: &[Action]) -> Vec<(PackageId, Vec<TaskOutcome>)> {
     actions
         .iter()

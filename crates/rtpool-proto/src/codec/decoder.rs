@@ -12,6 +12,7 @@ use rmp::Marker;
 use crate::error::ProtoError;
 use crate::message::{
     kind, Assignment, Msg, Role, SubmitOpts, TaskResult, WorkerResult, FN_HASH_BYTES,
+    MAX_KEY_BYTES,
     MAX_NAME_BYTES, MAX_TOKEN_BYTES,
 };
 use crate::reader::{describe, Int, Reader};
@@ -67,11 +68,16 @@ pub fn decode_body(body: Bytes) -> Result<Msg, ProtoError> {
 pub(super) fn field_count(k: u8) -> usize {
     match k {
         kind::HELLO | kind::SUBMIT => 5,
-        kind::WELCOME => 4,
+        kind::WELCOME => 6,
         kind::ERROR => 3,
-        kind::ACCEPTED | kind::RESULTS | kind::CANCEL | kind::STATUS => 2,
+        kind::ACCEPTED
+        | kind::RESULTS
+        | kind::CANCEL
+        | kind::STATUS
+        | kind::ATTACH
+        | kind::ACK => 2,
         kind::STATUS_REPLY => 7,
-        kind::PULL | kind::ASSIGN | kind::RESULT | kind::RETURN => 1,
+        kind::PULL | kind::ASSIGN | kind::RESULT | kind::RETURN | kind::ABORT => 1,
         _ => 0, // HEARTBEAT, DRAIN
     }
 }
@@ -84,6 +90,8 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
             session: r.u64("WELCOME.session")?,
             max_frame_bytes: r.u32("WELCOME.max_frame_bytes")?,
             heartbeat_ms: r.u32("WELCOME.heartbeat_ms")?,
+            lease_ms: r.u32("WELCOME.lease_ms")?,
+            instance: r.u64("WELCOME.instance")?,
         },
         kind::ERROR => Msg::Error {
             code: r.string("ERROR.code", usize::MAX)?,
@@ -118,27 +126,40 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
             done: r.u32("STATUS_REPLY.done")?,
             cancelled: r.u32("STATUS_REPLY.cancelled")?,
         },
+        kind::ATTACH => Msg::Attach {
+            req_id: r.u64("ATTACH.req_id")?,
+            package: r.u64("ATTACH.package")?,
+        },
+        kind::ACK => Msg::Ack {
+            package: r.u64("ACK.package")?,
+            count: r.u64("ACK.count")?,
+        },
         kind::PULL => Msg::Pull {
             credits: r.u32("PULL.credits")?,
         },
         kind::ASSIGN => decode_assign(r)?,
         kind::RESULT => decode_result(r)?,
-        kind::RETURN => {
-            // [[task, attempt]]: 3 bytes at least each.
-            let n = r.array_len("RETURN.tasks", 3)?;
-            let mut tasks = Vec::with_capacity(n);
-            for _ in 0..n {
-                r.record("RETURN.tasks[]", 2)?;
-                tasks.push((
-                    r.u64("RETURN.tasks[].task")?,
-                    r.u32("RETURN.tasks[].attempt")?,
-                ));
-            }
-            Msg::Return { tasks }
-        }
+        kind::RETURN => Msg::Return {
+            tasks: decode_task_refs(r, "RETURN.tasks")?,
+        },
+        kind::ABORT => Msg::Abort {
+            tasks: decode_task_refs(r, "ABORT.tasks")?,
+        },
         kind::HEARTBEAT => Msg::Heartbeat,
         _ => Msg::Drain,
     })
+}
+
+/// `[[task: u64, attempt: u32]]`, as in `RETURN` and `ABORT`.
+fn decode_task_refs(r: &mut Reader, field: &str) -> Result<Vec<(u64, u32)>, ProtoError> {
+    // [[task, attempt]]: 3 bytes at least each.
+    let n = r.array_len(field, 3)?;
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        r.record(field, 2)?;
+        tasks.push((r.u64(field)?, r.u32(field)?));
+    }
+    Ok(tasks)
 }
 
 fn decode_hello(r: &mut Reader) -> Result<Msg, ProtoError> {
@@ -201,26 +222,70 @@ fn decode_opts(r: &mut Reader) -> Result<(SubmitOpts, Option<(String, String)>),
     let n = r.map_len("SUBMIT.opts")?;
     let mut opts = SubmitOpts::default();
     let mut bad = None;
-    let mut has_priority = false;
+    let mut seen = [false; 3];
     for _ in 0..n {
         let key = r.str_range("SUBMIT.opts key", usize::MAX)?;
-        let is_priority = r.bytes_of(key.clone()) == b"priority";
-        let problem = if is_priority && !has_priority {
-            has_priority = true;
-            match read_i32_option(r, "SUBMIT.opts.priority")? {
-                Ok(priority) => {
-                    opts.priority = priority;
-                    None
-                }
-                Err(reason) => Some(reason),
+        let slot = match r.bytes_of(key.clone()) {
+            b"priority" => Some(0),
+            b"timeout_ms" => Some(1),
+            b"key" => Some(2),
+            _ => None,
+        };
+        let problem = match slot {
+            Some(i) if seen[i] => {
+                r.skip("SUBMIT.opts value", 0)?;
+                Some("duplicate option".to_owned())
             }
-        } else {
-            r.skip("SUBMIT.opts value", 0)?;
-            Some(if is_priority {
-                "duplicate option".to_owned()
-            } else {
-                "unknown option (version 1 knows only `priority`)".to_owned()
-            })
+            Some(0) => {
+                seen[0] = true;
+                match read_int_option(r, "SUBMIT.opts.priority", i32::MIN.into(), i32::MAX.into())? {
+                    Ok(v) => {
+                        opts.priority = v as i32;
+                        None
+                    }
+                    Err(reason) => Some(reason),
+                }
+            }
+            Some(1) => {
+                seen[1] = true;
+                match read_int_option(r, "SUBMIT.opts.timeout_ms", 0, u32::MAX.into())? {
+                    Ok(v) => {
+                        opts.timeout_ms = v as u32;
+                        None
+                    }
+                    Err(reason) => Some(reason),
+                }
+            }
+            Some(_) => {
+                seen[2] = true;
+                if matches!(
+                    r.peek_marker(),
+                    Some(Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32)
+                ) {
+                    let range = r.str_range("SUBMIT.opts.key", usize::MAX)?;
+                    let value = r.bytes_of(range);
+                    if value.len() > MAX_KEY_BYTES {
+                        Some(format!(
+                            "{} bytes is longer than the limit of {MAX_KEY_BYTES}",
+                            value.len()
+                        ))
+                    } else {
+                        opts.key = String::from_utf8_lossy(value).into_owned();
+                        None
+                    }
+                } else {
+                    let found = r.peek_marker().map(describe);
+                    r.skip("SUBMIT.opts.key", 0)?;
+                    Some(format!("expected a str, found {}", found.unwrap_or("?")))
+                }
+            }
+            None => {
+                r.skip("SUBMIT.opts value", 0)?;
+                Some(
+                    "unknown option (version 1 knows `priority`, `timeout_ms` and `key`)"
+                        .to_owned(),
+                )
+            }
         };
         if let (Some(reason), None) = (problem, &bad) {
             bad = Some((quote(r.bytes_of(key)), reason));
@@ -229,9 +294,14 @@ fn decode_opts(r: &mut Reader) -> Result<(SubmitOpts, Option<(String, String)>),
     Ok((opts, bad))
 }
 
-/// Reads an option that must be an `i32`: `Ok(Err(reason))` for a wrong type or range (the
-/// value is consumed), `Err` when the body itself is broken.
-fn read_i32_option(r: &mut Reader, field: &str) -> Result<Result<i32, String>, ProtoError> {
+/// Reads an integer option within `min..=max`: `Ok(Err(reason))` for a wrong type or range
+/// (the value is consumed), `Err` when the body itself is broken.
+fn read_int_option(
+    r: &mut Reader,
+    field: &str,
+    min: i64,
+    max: i64,
+) -> Result<Result<i64, String>, ProtoError> {
     let is_int = matches!(
         r.peek_marker(),
         Some(
@@ -251,13 +321,18 @@ fn read_i32_option(r: &mut Reader, field: &str) -> Result<Result<i32, String>, P
         let found = r.peek_marker().map(describe);
         r.skip(field, 0)?;
         return Ok(Err(format!(
-            "expected an i32, found {}",
+            "expected an integer, found {}",
             found.unwrap_or("?")
         )));
     }
-    Ok(match r.int(field)? {
-        Int::Uint(v) => i32::try_from(v).map_err(|_| format!("{v} is out of range for i32")),
-        Int::Neg(v) => i32::try_from(v).map_err(|_| format!("{v} is out of range for i32")),
+    let value: i128 = match r.int(field)? {
+        Int::Uint(v) => v.into(),
+        Int::Neg(v) => v.into(),
+    };
+    Ok(if value < min.into() || value > max.into() {
+        Err(format!("{value} is out of range {min}..={max}"))
+    } else {
+        Ok(value as i64)
     })
 }
 
@@ -283,17 +358,18 @@ fn decode_results(r: &mut Reader) -> Result<Msg, ProtoError> {
 }
 
 fn decode_assign(r: &mut Reader) -> Result<Msg, ProtoError> {
-    // fixarray, task, attempt, two empty bins and a nil: 8 bytes at least.
-    let n = r.array_len("ASSIGN.tasks", 8)?;
+    // fixarray, task, attempt, two empty bins, a nil and timeout_ms: 9 bytes at least.
+    let n = r.array_len("ASSIGN.tasks", 9)?;
     let mut tasks = Vec::with_capacity(n);
     for _ in 0..n {
-        r.record("ASSIGN.tasks[]", 5)?;
+        r.record("ASSIGN.tasks[]", 6)?;
         tasks.push(Assignment {
             task: r.u64("ASSIGN.tasks[].task")?,
             attempt: r.u32("ASSIGN.tasks[].attempt")?,
             fn_hash: r.bin("ASSIGN.tasks[].fn_hash")?,
             fn_code: r.bin_or_nil("ASSIGN.tasks[].fn_code")?,
             args: r.bin("ASSIGN.tasks[].args")?,
+            timeout_ms: r.u32("ASSIGN.tasks[].timeout_ms")?,
         });
     }
     Ok(Msg::Assign { tasks })

@@ -30,7 +30,7 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
             8 + tasks.iter().map(one).sum::<usize>()
         }
         Msg::Result { results } => 8 + results.iter().map(|t| 56 + t.data.len()).sum::<usize>(),
-        Msg::Return { tasks } => 8 + 16 * tasks.len(),
+        Msg::Return { tasks } | Msg::Abort { tasks } => 8 + 16 * tasks.len(),
         _ => 64,
     }
 }
@@ -59,12 +59,16 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
             session,
             max_frame_bytes,
             heartbeat_ms,
+            lease_ms,
+            instance,
         } => {
-            w.head(k, 4);
+            w.head(k, 6);
             w.uint(*version);
             w.uint(*session);
             w.uint(*max_frame_bytes);
             w.uint(*heartbeat_ms);
+            w.uint(*lease_ms);
+            w.uint(*instance);
         }
         Msg::Error {
             code,
@@ -93,7 +97,9 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.bin(task);
             }
         }
-        Msg::Accepted { req_id, package } | Msg::Status { req_id, package } => {
+        Msg::Accepted { req_id, package }
+        | Msg::Status { req_id, package }
+        | Msg::Attach { req_id, package } => {
             w.head(k, 2);
             w.uint(*req_id);
             w.uint(*package);
@@ -136,6 +142,11 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.uint(*n);
             }
         }
+        Msg::Ack { package, count } => {
+            w.head(k, 2);
+            w.uint(*package);
+            w.uint(*count);
+        }
         Msg::Pull { credits } => {
             w.head(k, 1);
             w.uint(*credits);
@@ -144,7 +155,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
             w.head(k, 1);
             w.array(tasks.len());
             for a in tasks {
-                w.array(5);
+                w.array(6);
                 w.uint(a.task);
                 w.uint(a.attempt);
                 w.bin(&a.fn_hash);
@@ -153,6 +164,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                     None => w.nil(),
                 }
                 w.bin(&a.args);
+                w.uint(a.timeout_ms);
             }
         }
         Msg::Result { results } => {
@@ -169,7 +181,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 }
             }
         }
-        Msg::Return { tasks } => {
+        Msg::Return { tasks } | Msg::Abort { tasks } => {
             w.head(k, 1);
             w.array(tasks.len());
             for (task, attempt) in tasks {
@@ -185,12 +197,21 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
 /// Writes `opts` with only the keys whose value differs from the default, in spec order, so the
 /// bytes match the Python encoder's (default options are the empty map `0x80`).
 fn write_opts(opts: &SubmitOpts, w: &mut Writer<'_>) {
-    let defaults = SubmitOpts::default();
-    let has_priority = opts.priority != defaults.priority;
-    w.map(usize::from(has_priority));
+    let has_priority = opts.priority != 0;
+    let has_timeout = opts.timeout_ms != 0;
+    let has_key = !opts.key.is_empty();
+    w.map(usize::from(has_priority) + usize::from(has_timeout) + usize::from(has_key));
     if has_priority {
         w.str("priority");
         w.sint(opts.priority.into());
+    }
+    if has_timeout {
+        w.str("timeout_ms");
+        w.uint(opts.timeout_ms);
+    }
+    if has_key {
+        w.str("key");
+        w.str(&opts.key);
     }
 }
 

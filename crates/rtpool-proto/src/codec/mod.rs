@@ -102,7 +102,10 @@ mod tests {
             req_id: 7,
             fn_hash: Bytes::from(vec![0xab; 32]),
             fn_code: Bytes::from_static(b"code"),
-            opts: SubmitOpts { priority: 5 },
+            opts: SubmitOpts {
+                priority: 5,
+                ..SubmitOpts::default()
+            },
             tasks: vec![Bytes::from_static(b"t0"), Bytes::from_static(b"")],
         }
     }

@@ -18,7 +18,10 @@ fn submit(req_id: u64, priority: i32, tasks: Vec<Bytes>) -> Msg {
         req_id,
         fn_hash: hash(0),
         fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-        opts: SubmitOpts { priority },
+        opts: SubmitOpts {
+            priority,
+            ..SubmitOpts::default()
+        },
         tasks,
     }
 }
@@ -77,6 +80,42 @@ pub fn samples() -> Vec<(String, Msg)> {
                 session: 42,
                 max_frame_bytes: 256 << 20,
                 heartbeat_ms: 5_000,
+                lease_ms: 3_000,
+                instance: 0x1234_5678_9abc_def0,
+            },
+        ),
+        (
+            "submit_timeout_and_key".into(),
+            Msg::Submit {
+                req_id: 9,
+                fn_hash: hash(0),
+                fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+                opts: SubmitOpts {
+                    priority: 2,
+                    timeout_ms: 1_500,
+                    key: "5f0c2d3e9a7b4c1d8e6f0a2b3c4d5e6f".into(),
+                },
+                tasks: vec![Bytes::from_static(b"a")],
+            },
+        ),
+        (
+            "attach".into(),
+            Msg::Attach {
+                req_id: 12,
+                package: 1_001,
+            },
+        ),
+        (
+            "ack".into(),
+            Msg::Ack {
+                package: 1_001,
+                count: 300,
+            },
+        ),
+        (
+            "abort".into(),
+            Msg::Abort {
+                tasks: vec![(77, 1), (4_294_967_296, 3)],
             },
         ),
         (
@@ -211,6 +250,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                     fn_hash: hash(0),
                     fn_code: Some(Bytes::from_static(b"\x80\x05\x95code")),
                     args: Bytes::from_static(b"args-0"),
+                    timeout_ms: 2_000,
                 }],
             },
         ),
@@ -224,6 +264,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                         fn_hash: hash(0),
                         fn_code: None,
                         args: Bytes::from_static(b"args-1"),
+                        timeout_ms: 0,
                     },
                     Assignment {
                         task: 79,
@@ -231,6 +272,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                         fn_hash: hash(0),
                         fn_code: None,
                         args: Bytes::new(),
+                        timeout_ms: u32::MAX,
                     },
                 ],
             },
@@ -339,14 +381,18 @@ fn arb_assignment() -> impl Strategy<Value = Assignment> {
         arb_hash(),
         proptest::option::of(arb_bytes(40)),
         arb_bytes(40),
+        arb_u32(),
     )
-        .prop_map(|(task, attempt, fn_hash, fn_code, args)| Assignment {
-            task,
-            attempt,
-            fn_hash,
-            fn_code,
-            args,
-        })
+        .prop_map(
+            |(task, attempt, fn_hash, fn_code, args, timeout_ms)| Assignment {
+                task,
+                attempt,
+                fn_hash,
+                fn_code,
+                args,
+                timeout_ms,
+            },
+        )
 }
 
 fn arb_worker_result() -> impl Strategy<Value = WorkerResult> {
@@ -385,12 +431,16 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
                 name,
                 slots
             }),
-        (arb_u32(), arb_u64(), arb_u32(), arb_u32()).prop_map(|(v, s, m, h)| Msg::Welcome {
-            version: v,
-            session: s,
-            max_frame_bytes: m,
-            heartbeat_ms: h
-        }),
+        (arb_u32(), arb_u64(), arb_u32(), arb_u32(), arb_u32(), arb_u64()).prop_map(
+            |(v, s, m, h, l, i)| Msg::Welcome {
+                version: v,
+                session: s,
+                max_frame_bytes: m,
+                heartbeat_ms: h,
+                lease_ms: l,
+                instance: i,
+            }
+        ),
         ("\\PC{0,20}", "\\PC{0,80}", arb_u64()).prop_map(|(code, message, reference)| {
             Msg::Error {
                 code,
@@ -402,22 +452,31 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
             arb_u64(),
             arb_hash(),
             arb_bytes(80),
-            arb_i32(),
+            (arb_i32(), arb_u32(), "[a-z0-9]{0,32}"),
             vec(arb_bytes(40), 0..20)
         )
-            .prop_map(|(req_id, fn_hash, fn_code, priority, tasks)| Msg::Submit {
-                req_id,
-                fn_hash,
-                fn_code,
-                opts: SubmitOpts { priority },
-                tasks
-            }),
+            .prop_map(
+                |(req_id, fn_hash, fn_code, (priority, timeout_ms, key), tasks)| Msg::Submit {
+                    req_id,
+                    fn_hash,
+                    fn_code,
+                    opts: SubmitOpts {
+                        priority,
+                        timeout_ms,
+                        key
+                    },
+                    tasks
+                }
+            ),
         (arb_u64(), arb_u64()).prop_map(|(req_id, package)| Msg::Accepted { req_id, package }),
         (arb_u64(), vec(arb_task_result(), 0..8))
             .prop_map(|(package, results)| Msg::Results { package, results }),
         (arb_u64(), vec(arb_u32(), 0..40))
             .prop_map(|(package, indices)| Msg::Cancel { package, indices }),
         (arb_u64(), arb_u64()).prop_map(|(req_id, package)| Msg::Status { req_id, package }),
+        (arb_u64(), arb_u64()).prop_map(|(req_id, package)| Msg::Attach { req_id, package }),
+        (arb_u64(), arb_u64()).prop_map(|(package, count)| Msg::Ack { package, count }),
+        vec((arb_u64(), arb_u32()), 0..20).prop_map(|tasks| Msg::Abort { tasks }),
         (
             arb_u64(),
             arb_u64(),

@@ -1,0 +1,382 @@
+//! [`SqliteStore`]: the default store, one SQLite file (normally `<data-dir>/rtpool.db`).
+//!
+//! WAL mode lets `rtpool token` change the file while a master reads it; `synchronous=FULL`
+//! makes every commit durable, which matters for [`Store::add_usage`] (usage and its watermark
+//! must not roll back behind the journal) and costs little: the master writes usage about once
+//! a second, off the dispatch path, and tokens change by hand.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rtpool_proto::Role;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::{
+    check_id_prefix, check_user, from_db_int, new_token, now_unix, one_match, quota_to_us,
+    role_from_db, to_db_int, token_hash, token_id, Store, StoreError, TokenInfo, UserQuota,
+    SCHEMA_VERSION, WATERMARK_KEY,
+};
+
+/// Schema migrations: `(version, SQL)`, applied in order, each once. Every statement is also
+/// idempotent, so a half-applied upgrade can be retried.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    "CREATE TABLE IF NOT EXISTS tokens (
+        hash TEXT PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        user_name TEXT NOT NULL,
+        role TEXT NOT NULL,
+        created_unix INTEGER NOT NULL,
+        revoked INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE IF NOT EXISTS users (
+        user_name TEXT PRIMARY KEY,
+        quota_us INTEGER,
+        used_us INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE IF NOT EXISTS meta (
+        key TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    );",
+)];
+
+/// A store in one SQLite file.
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SqliteStore {
+    /// Open (creating if missing) the database at `path` and bring its schema up to date.
+    ///
+    /// # Errors
+    /// [`StoreError::OpenSqlite`] when the file cannot be opened or set up,
+    /// [`StoreError::SchemaTooNew`] when a newer rtpool wrote it.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let open_err = |source| StoreError::OpenSqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(open_err)?;
+        // A master and `rtpool token` may write at the same moment: wait for the lock.
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(open_err)?;
+        restrict_permissions(path);
+        let mut store = Self {
+            conn,
+            path: path.to_path_buf(),
+        };
+        store.migrate().map_err(|e| match e {
+            StoreError::Sqlite(source) => open_err(source),
+            other => other,
+        })?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        // IMMEDIATE: two processes opening a new file at once migrate one after the other.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
+        let current: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_version",
+            [],
+            |r| r.get(0),
+        )?;
+        if current > SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found: current,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+            tx.execute_batch(sql)?;
+            tx.execute(
+                "INSERT INTO schema_version (version) VALUES (?1)",
+                [version],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn token_by_id(&self, id: &str) -> Result<TokenInfo, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT id, user_name, role, created_unix, revoked FROM tokens WHERE id = ?1",
+                [id],
+                raw_token,
+            )?
+            .into_info()
+    }
+}
+
+/// Owner-only permissions on a new database file: it holds no secrets, but who may connect
+/// and how much they used is nobody else's business. Best effort (the file may be elsewhere).
+fn restrict_permissions(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
+/// A `tokens` row before its role is parsed (row closures cannot return a [`StoreError`]).
+struct RawToken {
+    id: String,
+    user: String,
+    role: String,
+    created_unix: i64,
+    revoked: bool,
+}
+
+impl RawToken {
+    fn into_info(self) -> Result<TokenInfo, StoreError> {
+        Ok(TokenInfo {
+            role: role_from_db(&self.role)?,
+            id: self.id,
+            user: self.user,
+            created_unix: self.created_unix,
+            revoked: self.revoked,
+        })
+    }
+}
+
+fn raw_token(r: &Row<'_>) -> rusqlite::Result<RawToken> {
+    Ok(RawToken {
+        id: r.get(0)?,
+        user: r.get(1)?,
+        role: r.get(2)?,
+        created_unix: r.get(3)?,
+        revoked: r.get(4)?,
+    })
+}
+
+impl Store for SqliteStore {
+    fn create_token(
+        &mut self,
+        user: &str,
+        role: Role,
+        quota_seconds: Option<f64>,
+    ) -> Result<(String, TokenInfo), StoreError> {
+        check_user(user)?;
+        let quota_us = quota_to_us(quota_seconds)?;
+        let token = new_token(role);
+        let hash = token_hash(&token);
+        let info = TokenInfo {
+            id: token_id(&hash),
+            user: user.into(),
+            role,
+            created_unix: now_unix(),
+            revoked: false,
+        };
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO tokens (hash, id, user_name, role, created_unix, revoked)
+             VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+            params![hash, info.id, user, role.as_str(), info.created_unix],
+        )?;
+        tx.execute(
+            "INSERT INTO users (user_name) VALUES (?1) ON CONFLICT (user_name) DO NOTHING",
+            [user],
+        )?;
+        if quota_seconds.is_some() {
+            tx.execute(
+                "UPDATE users SET quota_us = ?2 WHERE user_name = ?1",
+                params![user, quota_us],
+            )?;
+        }
+        tx.commit()?;
+        Ok((token, info))
+    }
+
+    fn list_tokens(&mut self) -> Result<Vec<TokenInfo>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, user_name, role, created_unix, revoked FROM tokens
+             ORDER BY created_unix, rowid",
+        )?;
+        let rows = stmt.query_map([], raw_token)?;
+        rows.map(|r| r?.into_info()).collect()
+    }
+
+    fn revoke(&mut self, id: &str) -> Result<TokenInfo, StoreError> {
+        let prefix = check_id_prefix(id)?;
+        let matches = {
+            let mut stmt = self
+                .conn
+                .prepare("SELECT id FROM tokens WHERE id LIKE ?1 || '%' ORDER BY id")?;
+            let rows = stmt.query_map([&prefix], |r| r.get::<_, String>(0))?;
+            rows.collect::<Result<Vec<_>, _>>()?
+        };
+        let id = one_match(&prefix, matches)?;
+        self.conn
+            .execute("UPDATE tokens SET revoked = 1 WHERE id = ?1", [&id])?;
+        self.token_by_id(&id)
+    }
+
+    fn verify(&mut self, token: &str) -> Result<Option<(String, Role)>, StoreError> {
+        let row: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT user_name, role FROM tokens WHERE hash = ?1 AND revoked = 0",
+                [token_hash(token)],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        row.map(|(user, role)| Ok((user, role_from_db(&role)?)))
+            .transpose()
+    }
+
+    fn set_quota(&mut self, user: &str, quota_seconds: Option<f64>) -> Result<(), StoreError> {
+        check_user(user)?;
+        let quota_us = quota_to_us(quota_seconds)?;
+        self.conn.execute(
+            "INSERT INTO users (user_name, quota_us) VALUES (?1, ?2)
+             ON CONFLICT (user_name) DO UPDATE SET quota_us = excluded.quota_us",
+            params![user, quota_us],
+        )?;
+        Ok(())
+    }
+
+    fn quotas(&mut self) -> Result<Vec<UserQuota>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT user_name, quota_us, used_us FROM users ORDER BY user_name")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<i64>>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (user, quota_us, used_us) = r?;
+            Ok(UserQuota {
+                user,
+                quota_us: quota_us.map(|q| from_db_int("quota_us", q)).transpose()?,
+                used_us: from_db_int("used_us", used_us)?,
+            })
+        })
+        .collect()
+    }
+
+    fn add_usage(&mut self, usage: &[(String, u64)], watermark: u64) -> Result<(), StoreError> {
+        let watermark = to_db_int("watermark", watermark)?;
+        let tx = self.conn.transaction()?;
+        {
+            let mut add = tx.prepare(
+                "INSERT INTO users (user_name, used_us) VALUES (?1, ?2)
+                 ON CONFLICT (user_name) DO UPDATE SET used_us = used_us + excluded.used_us",
+            )?;
+            for (user, delta_us) in usage {
+                add.execute(params![user, to_db_int("usage", *delta_us)?])?;
+            }
+        }
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
+            params![WATERMARK_KEY, watermark],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn watermark(&mut self) -> Result<u64, StoreError> {
+        let value: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                [WATERMARK_KEY],
+                |r| r.get(0),
+            )
+            .optional()?;
+        from_db_int("watermark", value.unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{check_ambiguous, check_store, raw_token_absent_from, sibling_id};
+
+    #[test]
+    fn sqlite_store_passes_the_shared_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rtpool.db");
+        let mut store = SqliteStore::open(&path).unwrap();
+        let tokens = check_store(&mut store);
+        let id = store.list_tokens().unwrap()[0].id.clone();
+        store
+            .conn
+            .execute(
+                "INSERT INTO tokens VALUES ('planted', ?1, 'mallory', 'client', 0, 0)",
+                [sibling_id(&id)],
+            )
+            .unwrap();
+        check_ambiguous(&mut store, &id);
+        drop(store);
+        // The file and its WAL hold hashes only (checkpointed on close, so look at both).
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            raw_token_absent_from(&bytes, &tokens);
+        }
+    }
+
+    #[test]
+    fn reopening_keeps_data_and_migrates_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let (token, info) = SqliteStore::open(&path)
+            .unwrap()
+            .create_token("alice", Role::Client, Some(1.5))
+            .unwrap();
+        let mut again = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            again.verify(&token).unwrap(),
+            Some(("alice".into(), Role::Client))
+        );
+        assert_eq!(again.list_tokens().unwrap(), vec![info]);
+        let versions: i64 = again
+            .conn
+            .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(versions, 1);
+        let mode: String = again
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .conn
+            .execute("INSERT INTO schema_version (version) VALUES (99)", [])
+            .unwrap();
+        drop(store);
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert!(
+            matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
+            "{err}"
+        );
+    }
+}
