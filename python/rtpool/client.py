@@ -168,7 +168,7 @@ class Package:
 
         Raises:
             TimeoutError: The master did not answer in time.
-            ConnectionLost: The connection broke.
+            ConnectionLost: The connection broke (or is being re-established: ask again).
         """
         total = {"total": 0, "queued": 0, "running": 0, "done": 0, "cancelled": 0}
         pos = 0

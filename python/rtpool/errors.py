@@ -5,7 +5,9 @@ catches them all. A task that raises is different: its future re-raises the task
 exception (with the remote traceback as ``__cause__``), as ``concurrent.futures`` does for a
 process pool; only when that exception cannot be rebuilt on the client is it a
 :class:`TaskFailed`. Cancelled tasks raise ``concurrent.futures.CancelledError`` and timeouts
-``TimeoutError``, as the Executor interface promises.
+``TimeoutError``, as the Executor interface promises; a task killed past its ``timeout``
+option raises :class:`TaskTimeoutError`, which is a ``TimeoutError`` too. See
+``docs/reliability-client.md`` for which error means what.
 """
 
 from __future__ import annotations
