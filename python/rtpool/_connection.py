@@ -464,11 +464,16 @@ class _Connection:
 
     # -- receiving --------------------------------------------------------------------------
 
-    def _run(self, extra: List[list]) -> None:
+    def _run(self, extra: List[list] | None) -> None:
         """The reader thread: read sessions one after the other until the end."""
-        while extra is not None:
-            reason = self._read_session(extra)
-            extra = self._after_drop(reason)
+        try:
+            while extra is not None:
+                reason = self._read_session(extra)
+                extra = self._after_drop(reason)
+        except BaseException as exc:
+            # Our own bug: fail the futures rather than leave them pending forever.
+            self._connection_lost(f"the client's reader thread failed: {exc!r}")
+            raise
 
     def _read_session(self, extra: List[list]) -> str:
         """Read one connection until it breaks; return why it did."""
@@ -497,6 +502,8 @@ class _Connection:
                         self._send_acks()
                 if self.closing:
                     self.close_if_idle()
+                    if self._closed:
+                        break
         except ProtocolError as exc:
             reason = f"the master sent an invalid frame: {exc}"
         except (IndexError, TypeError, ValueError, KeyError) as exc:
@@ -875,7 +882,9 @@ class _Connection:
         self._stop.set()
         if sock is not None:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                # Only the reading side: this wakes the reader thread, which first sends the
+                # ACKs of the batch it may be handling, then closes the socket.
+                sock.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
 
