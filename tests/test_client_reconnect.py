@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import pickle
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import List
 
 import pytest
 
 import rtpool
 import tasks
+from conftest import _read_listening_line
 from fakemaster import FakeConn, FakeMaster
-from helpers import wait_until
+from helpers import stop_process, wait_until, worker_env
 from rtpool import _protocol as P
 from rtpool.errors import (
     ConnectionLost,
@@ -383,3 +387,83 @@ def test_amended_welcome_is_understood():
             assert (client._conn.instance, client.session) == (42, 7)
         finally:
             client.close()
+
+
+# -- end to end: a real master killed and restarted ---------------------------------------
+
+
+def _master_help() -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rtpool", "master", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc.stdout + proc.stderr
+
+
+def _start_master(port: int, data_dir: Path, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "rtpool", "master", "--listen", f"127.0.0.1:{port}"]
+    cmd += ["--data-dir", str(data_dir), "--fsync", "always", "--log-level", "debug"]
+    with open(log, "ab") as log_file:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
+        )
+    _read_listening_line(proc, log, timeout=30.0)
+    return proc
+
+
+def test_e2e_package_completes_across_a_master_kill_and_restart(tmp_path, workers_started):
+    if "--fsync" not in _master_help():
+        pytest.skip("this master has no journal (--fsync) to restart from")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data_dir, log = tmp_path / "data", tmp_path / "master.log"
+    master = _start_master(port, data_dir, log)
+    try:
+        token = (data_dir / "client.token").read_text().strip()
+        worker_token = (data_dir / "worker.token").read_text().strip()
+        workers_started(f"127.0.0.1:{port}", worker_token)
+        client = rtpool.Client(f"127.0.0.1:{port}", token)
+        try:
+            pkg = client.submit_many(tasks.sleep_return, [(i, 0.05) for i in range(40)], star=True)
+            wait_until(lambda: sum(f.done() for f in pkg) >= 5, timeout=30)
+            master.kill()  # SIGKILL: no goodbye to anyone
+            master.wait(10)
+            master = _start_master(port, data_dir, log)
+            workers_started(f"127.0.0.1:{port}", worker_token)  # in case the first ones exited
+            assert pkg.results(60) == list(range(40))
+            assert client.reconnects >= 1
+        finally:
+            client.close()
+    finally:
+        stop_process(master)
+        if master.stdout is not None:
+            master.stdout.close()
+
+
+@pytest.fixture
+def workers_started(tmp_path):
+    """``start(address, token)`` runs a 2-process worker; all are stopped by PID at the end."""
+    procs: List[subprocess.Popen] = []
+
+    def start(address: str, token: str) -> None:
+        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", address, "--procs", "2"]
+        with open(tmp_path / f"worker-{len(procs)}.log", "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    env=worker_env(token),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            stop_process(proc, group=True)
