@@ -4,6 +4,7 @@ heartbeats, reconnection with ATTACH and deduplication, and the new task errors.
 from __future__ import annotations
 
 import pickle
+import queue
 import socket
 import subprocess
 import sys
@@ -298,6 +299,34 @@ def test_shutdown_wait_waits_across_a_reconnect(fake, client):
     assert fut.result(0) == 16
     assert conn.recv_kind(P.ACK) == [P.ACK, 1, 1]
     assert conn.recv(5) is None  # then closed
+
+
+def test_master_shutdown_error_reconnects_but_malformed_does_not(fake, client):
+    first = client.submit(tasks.square, 2)
+    conn = fake.accept()
+    recv(conn, P.SUBMIT)
+    conn.send(P.ERROR, "shutdown", "the master is shutting down", 0)
+    conn.close()
+    conn = fake.accept()  # a retriable error: the client came back
+    msg = recv(conn, P.SUBMIT)
+    conn.send(P.ERROR, "malformed", "bad frame", 0)
+    conn.close()
+    with pytest.raises(ConnectionLost, match="the master reported malformed: bad frame"):
+        first.result(5)
+    assert client.reconnects == 1 and msg[1] == 1
+    with pytest.raises(queue.Empty):
+        fake.accept(timeout=0.3)  # no second reconnection
+
+
+def test_close_stops_both_threads(fake):
+    client = rtpool.Client(fake.address, "tok")
+    conn = fake.accept()
+    threads = (client._conn._thread, client._conn._heartbeat_thread)
+    client.close()
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive()
+    assert conn.recv(5) is None
 
 
 def test_wrong_token_on_reconnect_stops_and_fails_pending(fake, client):
