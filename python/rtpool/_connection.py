@@ -479,31 +479,30 @@ class _Connection:
         """Read one connection until it breaks; return why it did."""
         reason = "the master closed the connection"
         try:
-            if extra:
-                self._dispatch(extra)
-                if self._acks:
-                    self._send_acks()
             recv = self.sock.recv
             feed = self._reader.feed
             dispatch = self._dispatch
             wakes = self._wakes
+            msgs = extra
             while True:
-                if wakes:
-                    for lock in wakes:
-                        lock.release()
-                    wakes.clear()
+                if msgs:
+                    dispatch(msgs)
+                    if wakes:
+                        # Released only now, after the whole batch: a waiter woken earlier
+                        # would find this thread still holding the GIL and block once more.
+                        for lock in wakes:
+                            lock.release()
+                        wakes.clear()
+                    if self._acks:
+                        self._send_acks()  # its sendall() lets the woken threads run
+                    if self.closing:
+                        self.close_if_idle()
+                        if self._closed:
+                            break
                 data = recv(1 << 18)
                 if not data:
                     break
                 msgs = feed(data)
-                if msgs:
-                    dispatch(msgs)
-                    if self._acks:
-                        self._send_acks()
-                if self.closing:
-                    self.close_if_idle()
-                    if self._closed:
-                        break
         except ProtocolError as exc:
             reason = f"the master sent an invalid frame: {exc}"
         except (IndexError, TypeError, ValueError, KeyError) as exc:
@@ -583,9 +582,7 @@ class _Connection:
                     continue  # cancelled here while its result was on the way
                 fut._invoke_callbacks()
                 if wakes:
-                    # Released just before the next recv(): a waiter woken earlier would find
-                    # this thread still holding the GIL and block once more.
-                    self._wakes.extend(wakes)
+                    self._wakes.extend(wakes)  # released after the batch, see _read_session
             seg.n_results += 1
         if seg.n_results + seg.n_cancelled >= seg.n:
             with self._lock:
