@@ -9,23 +9,28 @@
 #![allow(missing_docs)]
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant as WallClock};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rtpool_core::{
     Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, PackageId, PackageOpts, TaskId,
-    TaskStatus, WorkerId, WorkerOutcome,
+    TaskStatus, UserId, WorkerId, WorkerOutcome,
 };
 
 const CLIENT: ClientId = ClientId(1);
 const WORKER: WorkerId = WorkerId(1);
 const QUEUED: [usize; 2] = [1_000, 100_000];
 
+/// Package ids are never reused: each submission takes the next one.
+static NEXT_PACKAGE: AtomicU64 = AtomicU64::new(1);
+
 fn submit_event(tasks: usize) -> Event {
     Event::Submit {
         client: CLIENT,
         req_id: 1,
+        package: PackageId(NEXT_PACKAGE.fetch_add(1, Ordering::Relaxed)),
         fn_hash: FnHash([7; 32]),
         fn_code: Bytes::from_static(b"def f(x): return x"),
         opts: PackageOpts::default(),
@@ -57,7 +62,13 @@ fn assigned(out: &[Action]) -> (TaskId, u32) {
 /// A core with one client, one worker without credits, and `queued` tasks in the queue.
 fn core_with_queue(queued: usize) -> Core {
     let mut core = Core::new(CoreConfig::default());
-    handle(&mut core, Event::ClientJoined { client: CLIENT });
+    handle(
+        &mut core,
+        Event::ClientJoined {
+            client: CLIENT,
+            user: UserId(1),
+        },
+    );
     handle(
         &mut core,
         Event::WorkerJoined {
@@ -153,8 +164,8 @@ fn assign(c: &mut Criterion) {
     group.finish();
 }
 
-/// Answers the running task (timed), then queues one more task and assigns the next (untimed),
-/// so the queue keeps its size.
+/// Answers the running task (timed), then acknowledges the result, queues one more task and
+/// assigns the next (untimed), so the queue keeps its size.
 fn complete_once(core: &mut Core, running: &mut (TaskId, u32)) -> Duration {
     let (task, attempt) = *running;
     let data = Bytes::from_static(b"ok");
@@ -172,8 +183,27 @@ fn complete_once(core: &mut Core, running: &mut (TaskId, u32)) -> Duration {
         results: vec![result],
     };
     let start = WallClock::now();
-    black_box(handle(core, event));
+    let out = black_box(handle(core, event));
     let elapsed = start.elapsed();
+    // The client acknowledges the result (untimed), so the package is freed.
+    for action in out {
+        if let Action::SendResults {
+            client: Some(client),
+            package,
+            results,
+        } = action
+        {
+            let count = results.len() as u64;
+            handle(
+                core,
+                Event::Ack {
+                    client,
+                    package,
+                    count,
+                },
+            );
+        }
+    }
     handle(core, submit_event(1));
     *running = assigned(&handle(
         core,

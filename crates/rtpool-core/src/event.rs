@@ -136,7 +136,8 @@ pub enum Event {
     SetQuota {
         /// The user.
         user: UserId,
-        /// Microseconds left; `None` = unlimited.
+        /// Microseconds left as of the last [`crate::Core::take_usage`] (the core subtracts
+        /// what it charged since); `None` = unlimited.
         remaining_us: Option<i64>,
     },
     /// A package recovered from the journal after a restart: detached, waiting for its client.

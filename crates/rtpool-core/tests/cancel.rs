@@ -4,7 +4,9 @@ mod common;
 
 use bytes::Bytes;
 use common::{fn_code, fn_hash, result_indices, tasks_of, TestEnv};
-use rtpool_core::{Action, CoreConfig, Event, PackageCounts, PackageOpts, RejectReason};
+use rtpool_core::{
+    Action, CoreConfig, Event, PackageCounts, PackageId, PackageOpts, RejectReason, UserId,
+};
 
 fn counts(out: &[Action]) -> PackageCounts {
     match out {
@@ -22,6 +24,7 @@ fn submit_raw(env: &mut TestEnv, n: usize) -> Vec<Action> {
     env.step(Event::Submit {
         client,
         req_id: 9,
+        package: PackageId(900),
         fn_hash: fn_hash(0),
         fn_code: fn_code(0),
         opts,
@@ -33,6 +36,7 @@ fn submit_raw(env: &mut TestEnv, n: usize) -> Vec<Action> {
 fn empty_and_oversized_packages_are_rejected() {
     let mut env = TestEnv::with_config(CoreConfig {
         max_tasks_per_package: 3,
+        ..CoreConfig::default()
     });
     let client = env.new_client();
     let rejected = |reason| {
@@ -121,7 +125,20 @@ fn cancel_of_the_whole_package_frees_it_at_once() {
     let (package, _) = env.submit(client, 4);
     let w = env.new_worker(1);
     let tasks = tasks_of(&env.credit(w, 1), w);
-    assert!(env.cancel(client, package, &[]).is_empty());
+    assert_eq!(
+        env.cancel(client, package, &[]),
+        [
+            Action::Abort {
+                worker: w,
+                tasks: vec![(tasks[0], 1)]
+            },
+            Action::PackageFreed {
+                package,
+                expired: false
+            }
+        ],
+        "the worker is told to stop the running task"
+    );
     let stats = env.core.stats();
     assert_eq!((stats.packages, stats.functions, stats.queued), (0, 0, 0));
     assert_eq!(
@@ -137,10 +154,12 @@ fn cancel_of_the_whole_package_frees_it_at_once() {
     assert_eq!(env.core.stats().tasks, 0);
 }
 
+/// Changed by design: packages belong to users, not connections, so "another client" is now a
+/// client of another user (a second client of the same user may cancel, see below).
 #[test]
-fn cancel_of_another_clients_package_is_unknown() {
+fn cancel_of_another_users_package_is_unknown() {
     let mut env = TestEnv::new();
-    let (owner, other) = (env.new_client(), env.new_client());
+    let (owner, other) = (env.new_client(), env.new_client_of(UserId(2)));
     let (package, _) = env.submit(owner, 2);
     assert_eq!(
         env.cancel(other, package, &[]),
@@ -157,6 +176,22 @@ fn cancel_of_another_clients_package_is_unknown() {
         }]
     );
     assert_eq!(counts(&env.status(owner, package)).queued, 2, "untouched");
+}
+
+#[test]
+fn cancel_by_another_client_of_the_same_user_is_allowed() {
+    let mut env = TestEnv::new();
+    let (owner, sibling) = (env.new_client(), env.new_client());
+    let (package, _) = env.submit(owner, 2);
+    assert!(env.cancel(sibling, package, &[1]).is_empty());
+    assert_eq!(counts(&env.status(sibling, package)).cancelled, 1);
+    assert_eq!(
+        env.cancel(sibling, package, &[]),
+        [Action::PackageFreed {
+            package,
+            expired: false
+        }]
+    );
 }
 
 #[test]
@@ -202,42 +237,103 @@ fn cancelled_running_task_returned_or_lost_is_freed_not_requeued() {
     );
 }
 
+/// Changed by design (leases/retention): a lost client used to cancel its packages at once.
+/// Now they are detached and keep running; their results are recorded (sent to no client) and
+/// retained until the result TTL passes, when the rest is cancelled and the results dropped.
 #[test]
-fn client_lost_frees_everything() {
+fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
     let mut env = TestEnv::new();
-    let (gone, stays) = (env.new_client(), env.new_client());
-    env.submit(gone, 3);
-    env.submit(gone, 2);
+    let (gone, stays) = (env.new_client(), env.new_client_of(UserId(2)));
+    let (p1, _) = env.submit(gone, 3);
+    let (p2, _) = env.submit(gone, 2);
     let (kept, _) = env.submit(stays, 1);
     let w = env.new_worker(2);
     let tasks = tasks_of(&env.credit(w, 2), w);
     assert!(env.lose_client(gone).is_empty());
     let stats = env.core.stats();
-    assert_eq!((stats.clients, stats.packages, stats.queued), (1, 1, 1));
-    assert_eq!((stats.cancelling, stats.functions), (2, 1));
+    assert_eq!((stats.clients, stats.packages, stats.queued), (1, 3, 4));
+    assert_eq!(
+        (stats.running, stats.cancelling, stats.functions),
+        (2, 0, 1)
+    );
+    assert!(env.core.next_timer().is_some(), "the TTL is armed");
     for task in tasks {
+        let out = env.complete(w, task);
         assert!(
-            env.complete(w, task).is_empty(),
-            "results of a lost client are dropped"
+            matches!(out[..], [Action::SendResults { client: None, package, .. }] if package == p1),
+            "results of a detached package are recorded for no client: {out:?}"
         );
     }
+    assert_eq!(env.core.stats().retained, 2);
     let w2 = env.new_worker(1);
-    let last = tasks_of(&env.credit(w2, 1), w2)[0];
-    let out = env.complete(w2, last);
+    let third = tasks_of(&env.credit(w2, 1), w2)[0];
+    assert_eq!(env.index(third), 2, "p1's last task, FIFO");
+    // The TTL passes: both detached packages expire (the running task is aborted), the kept
+    // one is untouched.
+    env.now = env.core.next_timer().unwrap();
+    let attempt = env.attempt(third);
+    assert_eq!(
+        env.tick(),
+        [
+            Action::Abort {
+                worker: w2,
+                tasks: vec![(third, attempt)]
+            },
+            Action::PackageFreed {
+                package: p1,
+                expired: true
+            },
+            Action::PackageFreed {
+                package: p2,
+                expired: true
+            },
+        ]
+    );
+    let stats = env.core.stats();
+    assert_eq!((stats.packages_expired, stats.results_dropped), (2, 2));
+    assert_eq!((stats.packages, stats.queued, stats.retained), (1, 1, 0));
     assert!(
-        matches!(out[..], [Action::SendResults { client, package, .. }] if client == stays && package == kept)
+        env.complete(w2, third).is_empty(),
+        "the aborted task's answer is dropped"
+    );
+    let w3 = env.new_worker(1);
+    let last = tasks_of(&env.credit(w3, 1), w3)[0];
+    let out = env.complete(w3, last);
+    assert!(
+        matches!(out[..], [Action::SendResults { client, package, .. }, Action::PackageFreed { .. }] if client == Some(stays) && package == kept),
+        "{out:?}"
     );
     let stats = env.core.stats();
     assert_eq!((stats.tasks, stats.packages, stats.functions), (0, 0, 0));
 }
 
+/// Changed by design: the loss of a client no longer frees its package at once; the package is
+/// detached and only the TTL frees it.
 #[test]
-fn submit_without_join_registers_the_client_so_its_loss_frees_it() {
+fn submit_without_join_registers_the_client_and_its_loss_detaches_the_package() {
     let mut env = TestEnv::new();
     submit_raw(&mut env, 2);
     assert_eq!(env.core.stats().clients, 1);
     env.lose_client(rtpool_core::ClientId(1));
-    assert_eq!(env.core.stats(), rtpool_core::CoreStats::default());
+    let stats = env.core.stats();
+    assert_eq!((stats.clients, stats.packages, stats.queued), (0, 1, 2));
+    env.advance(299_999);
+    assert!(env.tick().is_empty(), "not before the TTL");
+    env.advance(1);
+    assert_eq!(
+        env.tick(),
+        [Action::PackageFreed {
+            package: PackageId(900),
+            expired: true
+        }]
+    );
+    assert_eq!(
+        env.core.stats(),
+        rtpool_core::CoreStats {
+            packages_expired: 1,
+            ..rtpool_core::CoreStats::default()
+        }
+    );
 }
 
 #[test]

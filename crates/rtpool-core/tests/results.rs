@@ -15,15 +15,19 @@ fn timings_are_computed_from_now() {
     let task = tasks_of(&env.credit(w, 1), w)[0];
     env.advance(12);
     let out = env.complete(w, task);
+    // The auto-ack of the test env frees the package right after the result is sent.
     let [Action::SendResults {
         client: c,
         package: p,
         results,
+    }, Action::PackageFreed {
+        package: freed,
+        expired: false,
     }] = out.as_slice()
     else {
-        panic!("one SendResults expected: {out:?}");
+        panic!("one SendResults then PackageFreed expected: {out:?}");
     };
-    assert_eq!((*c, *p), (client, package));
+    assert_eq!((*c, *p, *freed), (Some(client), package, package));
     let r = &results[0];
     assert_eq!((r.queue_us, r.worker_us), (5_000, 12_000));
     assert_eq!((r.exec_us, r.wait_us, r.flush_us), (1_000, 2_000, 3_000));

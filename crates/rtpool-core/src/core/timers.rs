@@ -136,7 +136,11 @@ impl Core {
         now: Instant,
         out: &mut Vec<Action>,
     ) {
-        self.users.entry(user).or_default().remaining_us = remaining_us;
+        let u = self.users.entry(user).or_default();
+        // The shell's figure does not include what was charged since it last took the usage.
+        let pending = u.pending_us.min(i64::MAX as u64) as i64;
+        let remaining_us = remaining_us.map(|left| left.saturating_sub(pending));
+        u.remaining_us = remaining_us;
         if remaining_us.is_some_and(|left| left < 0) {
             self.fail_for_quota(user, now, out);
         }
