@@ -114,6 +114,42 @@ def _parser() -> argparse.ArgumentParser:
         help="how often idle workers send a heartbeat",
     )
     master.add_argument(
+        "--lease-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="a worker silent this long loses its tasks, which run elsewhere (default: 3000)",
+    )
+    master.add_argument(
+        "--result-ttl",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a disconnected client's packages keep running and keep their results this long, "
+        "waiting for it to reconnect; then they are dropped (default: 300)",
+    )
+    master.add_argument(
+        "--max-attempts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a task whose worker was lost on N attempts fails as a poison task (default: 3)",
+    )
+    master.add_argument(
+        "--max-task-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="longest any task may run; 0 = no limit (default: 86400)",
+    )
+    master.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="user store for tokens and quotas: postgres://user@host:port/db or "
+        "sqlite:///path (default: SQLite in the data dir)",
+    )
+    master.add_argument(
         "--log-level", default="info", help="error, warn, info, debug or trace (default: info)"
     )
 
@@ -145,6 +181,18 @@ def _version() -> str:
     return __version__
 
 
+def _master_options(args: argparse.Namespace) -> dict:
+    """The reliability options of ``rtpool master`` that were given, for ``_native``."""
+    options = {
+        "lease_ms": args.lease_ms,
+        "result_ttl_s": args.result_ttl,
+        "max_attempts": args.max_attempts,
+        "max_task_seconds": args.max_task_seconds,
+        "store": args.store,
+    }
+    return {k: v for k, v in options.items() if v is not None}
+
+
 def _run_master(args: argparse.Namespace) -> int:
     from . import _native
     from .errors import RtpoolError
@@ -158,6 +206,7 @@ def _run_master(args: argparse.Namespace) -> int:
             max_frame_bytes=max_frame,
             heartbeat_ms=args.heartbeat_ms,
             log_level=args.log_level,
+            options=_master_options(args),
         )
     except RtpoolError as exc:
         print(f"rtpool master: {exc}", file=sys.stderr)

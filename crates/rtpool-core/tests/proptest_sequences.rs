@@ -1,26 +1,47 @@
 //! Random event sequences against a model of what the core must guarantee.
 //!
-//! After every step: the core's own invariants, plus the model's global properties: every
-//! assignment fits the credits the worker granted (and goes to a non-draining worker, with the
-//! next attempt and the code only the first time), every delivered result is for a task that is
-//! still pending and goes to its owner, the counters and gauges match the model exactly, and the
-//! core is work-conserving (no task waits while a worker has credits). At the end the test
-//! drains the system (completes everything, with a fresh worker for what is queued) and checks
-//! that no task was lost: each one was delivered exactly once, or cancelled by its client, or
-//! its client was lost, and the core is empty.
+//! The model predicts every effect of an event except which queued task goes to which worker
+//! (dispatch is the core's choice; the model checks its legality): results (worker results,
+//! time-outs, poison tasks), resends on attach, aborts, acknowledged deliveries, freed and
+//! expired packages, and every counter. After every step: the core's own invariants, plus the
+//! model's global properties: every assignment fits the credits the worker granted (and goes to
+//! a non-draining worker, with the next attempt, the package's time limit, and the code only the
+//! first time), every result is for a task that is still pending and goes to the client attached
+//! to its package (or to none while it is detached), each result is sent at most once per
+//! attachment, the counters, gauges and next timer match the model exactly, and the core is
+//! work-conserving (no task waits while a worker has credits). Clients belong to users: a client
+//! of the same user may attach, acknowledge, cancel; another user's gets `UnknownPackage`.
+//! Acknowledgements are random (the test env's auto-ack is off), time advances past time
+//! limits and result TTLs, and lost workers count toward the poison cap.
+//!
+//! At the end the test drains the system (completes everything, with a fresh worker for what
+//! is queued, attaches a client to every detached package and acknowledges everything) and
+//! checks that no task was lost: each one was acknowledged exactly once, or cancelled, or its
+//! result was dropped with its package (whole cancel, TTL), and the core is empty.
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use bytes::Bytes;
 use common::{fn_code, fn_hash, TestEnv};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use rtpool_core::{
-    Action, AssignTask, ClientId, Event, FnHash, PackageCounts, PackageId, PackageOpts, TaskId,
-    TaskOutcome, TaskStatus, WorkerId, WorkerOutcome,
+    Action, AssignTask, ClientId, CoreConfig, Event, FnHash, Instant, PackageCounts, PackageId,
+    PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerOutcome,
 };
+
+const MS: u64 = 1_000_000;
+const GRACE_MS: u64 = 20;
+const MAX_EXEC_MS: u64 = 1_000;
+const TTL_MS: u64 = 400;
+/// Lower than the default (3) so that random sequences reach the poison cap often.
+const MAX_ATTEMPTS: u32 = 2;
+/// Time limits a package may have (ms; 0 = none, so only the master's maximum applies).
+const TIMEOUTS: [u32; 4] = [0, 0, 30, 100];
+/// Idempotency keys a package may have ("" = none).
+const KEYS: [&str; 4] = ["", "", "a", "b"];
 
 /// One random step. Selectors (`w`, `c`, `p`, `k`) are taken modulo what exists.
 #[derive(Debug, Clone)]
@@ -52,7 +73,9 @@ enum Op {
         w: usize,
         mask: u8,
     },
-    AddClient,
+    AddClient {
+        user: u64,
+    },
     LoseClient {
         c: usize,
     },
@@ -61,9 +84,12 @@ enum Op {
         n: usize,
         priority: i32,
         function: u8,
+        timeout: usize,
+        key: usize,
     },
     Cancel {
         p: usize,
+        c: usize,
         indices: Vec<u32>,
     },
     CancelForeign {
@@ -72,47 +98,113 @@ enum Op {
     },
     Status {
         p: usize,
+        c: usize,
+    },
+    Attach {
+        p: usize,
+        c: usize,
+    },
+    Ack {
+        p: usize,
+        c: usize,
+        how: u8,
     },
     Advance {
         ms: u64,
     },
+    Tick,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     let sel = any::<usize>;
     prop_oneof![
-        2 => (1u32..4).prop_map(|slots| Op::AddWorker { slots }),
-        1 => sel().prop_map(|w| Op::LoseWorker { w }),
+        3 => (1u32..4).prop_map(|slots| Op::AddWorker { slots }),
+        3 => sel().prop_map(|w| Op::LoseWorker { w }),
         4 => (sel(), 0u32..4).prop_map(|(w, n)| Op::Credit { w, n }),
         1 => sel().prop_map(|w| Op::Drain { w }),
         6 => (sel(), sel(), 1usize..4).prop_map(|(w, k, count)| Op::Complete { w, k, count }),
         2 => (sel(), sel(), 0u8..4).prop_map(|(w, k, kind)| Op::Stale { w, k, kind }),
         1 => (sel(), any::<u8>()).prop_map(|(w, mask)| Op::Return { w, mask }),
-        1 => Just(Op::AddClient),
+        1 => (0u64..3).prop_map(|user| Op::AddClient { user }),
         1 => sel().prop_map(|c| Op::LoseClient { c }),
-        4 => (sel(), 1usize..6, -1i32..=1, 0u8..3)
-            .prop_map(|(c, n, priority, function)| Op::Submit { c, n, priority, function }),
-        2 => (sel(), vec(0u32..7, 0..3)).prop_map(|(p, indices)| Op::Cancel { p, indices }),
+        4 => (sel(), 1usize..6, -1i32..=1, 0u8..3, sel(), sel()).prop_map(
+            |(c, n, priority, function, timeout, key)| Op::Submit {
+                c,
+                n,
+                priority,
+                function,
+                timeout,
+                key
+            }
+        ),
+        2 => (sel(), sel(), vec(0u32..7, 0..3)).prop_map(|(p, c, indices)| Op::Cancel {
+            p,
+            c,
+            indices
+        }),
         1 => (sel(), sel()).prop_map(|(c, p)| Op::CancelForeign { c, p }),
-        1 => sel().prop_map(|p| Op::Status { p }),
-        1 => (0u64..50).prop_map(|ms| Op::Advance { ms }),
+        1 => (sel(), sel()).prop_map(|(p, c)| Op::Status { p, c }),
+        2 => (sel(), sel()).prop_map(|(p, c)| Op::Attach { p, c }),
+        4 => (sel(), sel(), any::<u8>()).prop_map(|(p, c, how)| Op::Ack { p, c, how }),
+        3 => (0u64..250).prop_map(|ms| Op::Advance { ms }),
+        2 => Just(Op::Tick),
     ]
 }
 
 /// What became of one task, in the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
+    /// Queued or running.
     Pending,
-    Delivered,
+    /// Its result exists and waits for the client's acknowledgement.
+    Done,
+    /// Its result was acknowledged.
+    Acked,
+    /// Cancelled before it had a result (by its client, or by the TTL).
     Cancelled,
-    ClientLost,
+    /// Its result was dropped unacknowledged with its package (whole cancel, TTL).
+    Dropped,
 }
 
 struct MPackage {
     id: PackageId,
-    client: ClientId,
+    user: UserId,
+    client: Option<ClientId>,
     function: u8,
+    timeout_ms: u32,
+    key: &'static str,
     fates: Vec<Fate>,
+    /// Workers lost while running each index.
+    losses: Vec<u32>,
+    /// Indices with a result not acknowledged, in completion order.
+    unacked: VecDeque<u32>,
+    /// Indices sent to the attached client since it attached.
+    sent: Vec<u32>,
+    /// Results the attached client acknowledged since it attached.
+    acked: u64,
+    /// When it expires, while detached.
+    expires: Option<Instant>,
+    freed: bool,
+}
+
+impl MPackage {
+    fn count(&self, fate: Fate) -> usize {
+        self.fates.iter().filter(|&&f| f == fate).count()
+    }
+
+    fn is_finished(&self) -> bool {
+        !self.fates.contains(&Fate::Pending) && self.unacked.is_empty()
+    }
+}
+
+/// A task the core ever assigned.
+struct MTask {
+    p: usize,
+    index: u32,
+    /// Its latest attempt.
+    attempt: u32,
+    /// When the master fails the running attempt.
+    deadline: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -120,21 +212,58 @@ struct MWorker {
     /// Credits granted minus tasks assigned.
     avail: u64,
     draining: bool,
+    /// Held `(task, attempt)`, in assignment order.
     in_flight: Vec<(TaskId, u32)>,
     fn_seen: HashSet<FnHash>,
+}
+
+/// The effects of one event other than assignments. Results are `(package, client, index,
+/// status)`; aborts `(worker, task, attempt)`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Effects {
+    results: Vec<(PackageId, Option<ClientId>, u32, TaskStatus)>,
+    resends: Vec<(ClientId, PackageId, Vec<u32>)>,
+    aborts: Vec<(WorkerId, TaskId, u32)>,
+    delivered: Vec<(PackageId, Vec<u32>)>,
+    freed: Vec<(PackageId, bool)>,
+    replies: Vec<Action>,
+}
+
+impl Effects {
+    /// Sorted where the core's order within one event is not part of the contract.
+    fn normalized(mut self, keep_result_order: bool) -> Self {
+        if !keep_result_order {
+            self.results.sort_by_key(|&(p, c, i, s)| (p, c, i, s as u8));
+        }
+        self.aborts.sort();
+        self.freed.sort();
+        self
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counters {
+    stale: u64,
+    requeued: u64,
+    poisoned: u64,
+    timed_out: u64,
+    expired: u64,
+    dropped: u64,
 }
 
 struct Model {
     env: TestEnv,
     workers: BTreeMap<WorkerId, MWorker>,
-    clients: Vec<ClientId>,
+    clients: Vec<(ClientId, UserId)>,
     packages: Vec<MPackage>,
-    /// `(package index, task index, latest attempt)` of every task ever assigned.
-    tasks: HashMap<TaskId, (usize, u32, u32)>,
+    by_id: HashMap<PackageId, usize>,
+    tasks: HashMap<TaskId, MTask>,
     holder: HashMap<TaskId, WorkerId>,
-    /// Assignments that were answered or returned: results for them are stale.
+    /// Assignments that were answered, returned or lost: results for them are stale.
     history: Vec<(WorkerId, TaskId, u32)>,
-    stale: u64,
+    next_package: u64,
+    next_req: u64,
+    n: Counters,
 }
 
 fn args(package: usize, index: u32) -> Bytes {
@@ -151,17 +280,33 @@ fn pick<T: Copy>(items: &[T], sel: usize) -> Option<T> {
     (!items.is_empty()).then(|| items[sel % items.len()])
 }
 
+fn config() -> CoreConfig {
+    CoreConfig {
+        max_attempts: MAX_ATTEMPTS,
+        timeout_grace_ns: GRACE_MS * MS,
+        max_exec_ns: MAX_EXEC_MS * MS,
+        result_ttl_ns: TTL_MS * MS,
+        report_deliveries: true,
+        ..CoreConfig::default()
+    }
+}
+
 impl Model {
     fn new() -> Self {
+        let mut env = TestEnv::with_config(config());
+        env.auto_ack = false;
         Self {
-            env: TestEnv::new(),
+            env,
             workers: BTreeMap::new(),
             clients: Vec::new(),
             packages: Vec::new(),
+            by_id: HashMap::new(),
             tasks: HashMap::new(),
             holder: HashMap::new(),
             history: Vec::new(),
-            stale: 0,
+            next_package: 1,
+            next_req: 1,
+            n: Counters::default(),
         }
     }
 
@@ -169,9 +314,24 @@ impl Model {
         pick(&self.workers.keys().copied().collect::<Vec<_>>(), sel)
     }
 
-    fn is_live(&self, p: usize) -> bool {
-        let pkg = &self.packages[p];
-        self.clients.contains(&pkg.client) && pkg.fates.contains(&Fate::Pending)
+    fn pick_package(&self, sel: usize) -> Option<usize> {
+        (!self.packages.is_empty()).then(|| sel % self.packages.len())
+    }
+
+    /// A connected client of `user` (or, with `same == false`, of any other user).
+    fn pick_client_of(&self, user: UserId, same: bool, sel: usize) -> Option<ClientId> {
+        let of: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, u)| (*u == user) == same)
+            .map(|(c, _)| *c)
+            .collect();
+        pick(&of, sel)
+    }
+
+    fn next_req(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
     }
 
     fn apply(&mut self, op: Op) {
@@ -186,37 +346,47 @@ impl Model {
             Op::Complete { w, k, count } => self.complete(w, k, count),
             Op::Stale { w, k, kind } => self.stale_result(w, k, kind),
             Op::Return { w, mask } => self.return_tasks(w, mask),
-            Op::AddClient => self.clients.push(self.env.new_client()),
+            Op::AddClient { user } => {
+                let user = UserId(user);
+                let client = self.env.new_client_of(user);
+                self.clients.push((client, user));
+            }
             Op::LoseClient { c } => self.lose_client(c),
             Op::Submit {
                 c,
                 n,
                 priority,
                 function,
-            } => self.submit(c, n, priority, function),
-            Op::Cancel { p, indices } => self.cancel(p, &indices),
+                timeout,
+                key,
+            } => self.submit(
+                c,
+                n,
+                priority,
+                function,
+                TIMEOUTS[timeout % 4],
+                KEYS[key % 4],
+            ),
+            Op::Cancel { p, c, indices } => self.cancel(p, c, &indices),
             Op::CancelForeign { c, p } => self.cancel_foreign(c, p),
-            Op::Status { p } => self.status(p),
+            Op::Status { p, c } => self.status(p, c),
+            Op::Attach { p, c } => self.attach_op(p, c),
+            Op::Ack { p, c, how } => self.ack(p, c, how),
             Op::Advance { ms } => self.env.advance(ms),
+            Op::Tick => self.tick(),
         }
         self.check_global();
     }
 
-    /// Steps the core and checks its assignments and deliveries against the model. Returns the
-    /// delivered `(package, index)` in order, and the other actions.
-    fn step(&mut self, event: Event) -> (Vec<(usize, u32)>, Vec<Action>) {
+    /// Steps the core and checks its actions against `expected`: assignments are checked for
+    /// legality and recorded, everything else must match exactly (results in order when
+    /// `ordered`, else as a set).
+    fn run(&mut self, event: Event, expected: Effects, ordered: bool) {
         let out = self.env.step(event);
-        self.observe(out)
-    }
-
-    /// Checks assignments and deliveries against the model, as [`Model::step`].
-    fn observe(
-        &mut self,
-        out: impl IntoIterator<Item = Action>,
-    ) -> (Vec<(usize, u32)>, Vec<Action>) {
-        let mut delivered = Vec::new();
-        let mut replies = Vec::new();
+        let mut got = Effects::default();
         let mut assigned_to = HashSet::new();
+        let mut freed_now = HashSet::new();
+        let mut sends: Vec<(Option<ClientId>, PackageId, Vec<u32>)> = Vec::new();
         for action in out {
             match action {
                 Action::Assign { worker, tasks } => {
@@ -230,11 +400,90 @@ impl Model {
                     client,
                     package,
                     results,
-                } => self.check_delivery(client, package, &results, &mut delivered),
-                other => replies.push(other),
+                } => {
+                    assert!(!results.is_empty(), "empty SendResults");
+                    assert!(
+                        !freed_now.contains(&package),
+                        "results of {package} after it was freed"
+                    );
+                    assert!(
+                        sends.iter().all(|s| s.1 != package) || !ordered,
+                        "two SendResults for {package} in one worker event"
+                    );
+                    let p = self.by_id[&package];
+                    for r in &results {
+                        self.check_result_data(p, r.index, r.status, &r.data);
+                        got.results.push((package, client, r.index, r.status));
+                    }
+                    sends.push((client, package, results.iter().map(|r| r.index).collect()));
+                }
+                Action::Resend {
+                    client,
+                    package,
+                    results,
+                } => {
+                    let p = self.by_id[&package];
+                    for r in &results {
+                        self.check_result_data(p, r.index, r.status, &r.data);
+                    }
+                    let indices: Vec<u32> = results.iter().map(|r| r.index).collect();
+                    got.resends.push((client, package, indices.clone()));
+                    sends.push((Some(client), package, Vec::new()));
+                    // A resend restarts the attachment's record.
+                    self.packages[p].sent = indices;
+                }
+                Action::Abort { worker, tasks } => {
+                    assert!(!tasks.is_empty(), "empty Abort");
+                    got.aborts
+                        .extend(tasks.into_iter().map(|(t, a)| (worker, t, a)));
+                }
+                Action::Delivered { package, indices } => got.delivered.push((package, indices)),
+                Action::PackageFreed { package, expired } => {
+                    assert!(freed_now.insert(package), "{package} freed twice");
+                    got.freed.push((package, expired));
+                }
+                other => got.replies.push(other),
             }
         }
-        (delivered, replies)
+        assert_eq!(
+            got.normalized(ordered),
+            expected.normalized(ordered),
+            "effects (left: core, right: model)"
+        );
+        // At most once per attachment.
+        for (client, package, indices) in sends {
+            let Some(client) = client else { continue };
+            let pkg = &mut self.packages[self.by_id[&package]];
+            assert_eq!(
+                pkg.client,
+                Some(client),
+                "{package} sent to a detached client"
+            );
+            for index in indices {
+                assert!(
+                    !pkg.sent.contains(&index),
+                    "{package}:{index} sent twice to {client} in one attachment"
+                );
+                pkg.sent.push(index);
+            }
+        }
+    }
+
+    fn check_result_data(&self, p: usize, index: u32, status: TaskStatus, data: &Bytes) {
+        let text = String::from_utf8_lossy(data);
+        match status {
+            TaskStatus::Ok => assert_eq!(*data, args(p, index), "result routed to the wrong task"),
+            TaskStatus::Timeout => assert!(
+                text.contains("time limit") || text.contains("maximum execution time"),
+                "{text}"
+            ),
+            TaskStatus::Lost => {
+                for a in 1..=MAX_ATTEMPTS {
+                    assert!(text.contains(&format!("attempt {a} on worker-")), "{text}");
+                }
+            }
+            other => panic!("unexpected status {other:?}"),
+        }
     }
 
     fn check_assign(&mut self, worker: WorkerId, tasks: &[AssignTask]) {
@@ -253,24 +502,33 @@ impl Model {
         }
     }
 
-    /// One assigned task: pending, not held elsewhere, next attempt, code only the first time.
+    /// One assigned task: pending, not held elsewhere, next attempt, its package's time limit,
+    /// code only the first time. Arms the model's deadline.
     fn check_assigned_task(&mut self, worker: WorkerId, t: &AssignTask) {
         let (p, index) = parse_args(&t.args);
-        let fate = self.packages[p].fates[index as usize];
+        let pkg = &self.packages[p];
+        let fate = pkg.fates[index as usize];
+        assert!(!pkg.freed, "assigned task {p}:{index} of a freed package");
         assert_eq!(
             fate,
             Fate::Pending,
             "assigned task {p}:{index}, which is {fate:?}"
         );
+        assert_eq!(t.timeout_ms, pkg.timeout_ms, "time limit of {p}:{index}");
         let other = self.holder.insert(t.task, worker);
         assert!(
             other.is_none(),
             "{} assigned while held by {other:?}",
             t.task
         );
-        let previous = self.tasks.get(&t.task).map_or(0, |&(pp, ii, a)| {
-            assert_eq!((pp, ii), (p, index), "task id {} changed identity", t.task);
-            a
+        let previous = self.tasks.get(&t.task).map_or(0, |m| {
+            assert_eq!(
+                (m.p, m.index),
+                (p, index),
+                "task id {} changed identity",
+                t.task
+            );
+            m.attempt
         });
         assert_eq!(
             t.attempt,
@@ -278,10 +536,24 @@ impl Model {
             "attempts of {} count up by one",
             t.task
         );
-        self.tasks.insert(t.task, (p, index, t.attempt));
+        let limit = if pkg.timeout_ms > 0 {
+            (u64::from(pkg.timeout_ms) + GRACE_MS).min(MAX_EXEC_MS)
+        } else {
+            MAX_EXEC_MS
+        };
+        let deadline = Some(Instant(self.env.now.0 + limit * MS));
+        let function = pkg.function;
+        self.tasks.insert(
+            t.task,
+            MTask {
+                p,
+                index,
+                attempt: t.attempt,
+                deadline,
+            },
+        );
         let w = self.workers.get_mut(&worker).unwrap();
         w.in_flight.push((t.task, t.attempt));
-        let function = self.packages[p].function;
         assert_eq!(t.fn_hash, fn_hash(function));
         let first = w.fn_seen.insert(t.fn_hash);
         assert_eq!(
@@ -291,73 +563,146 @@ impl Model {
         );
     }
 
-    fn check_delivery(
-        &mut self,
-        client: ClientId,
-        package: PackageId,
-        results: &[TaskOutcome],
-        delivered: &mut Vec<(usize, u32)>,
-    ) {
-        let p = self
-            .packages
+    /// A pending task gets its result: it waits for the acknowledgement.
+    fn produce(&mut self, p: usize, index: u32, status: TaskStatus, fx: &mut Effects) {
+        let pkg = &mut self.packages[p];
+        let fate = &mut pkg.fates[index as usize];
+        assert_eq!(*fate, Fate::Pending, "model: result of {p}:{index}");
+        *fate = Fate::Done;
+        pkg.unacked.push_back(index);
+        fx.results.push((pkg.id, pkg.client, index, status));
+    }
+
+    /// The held task of package `p` at `index`, if a worker holds it.
+    fn held_task(&self, p: usize, index: u32) -> Option<(TaskId, WorkerId)> {
+        self.holder
             .iter()
-            .position(|m| m.id == package)
-            .expect("results of an unknown package");
-        assert_eq!(
-            self.packages[p].client, client,
-            "results of {package} sent to another client"
-        );
-        assert!(!results.is_empty());
-        for r in results {
-            let fate = &mut self.packages[p].fates[r.index as usize];
-            assert_eq!(
-                *fate,
-                Fate::Pending,
-                "result for {p}:{} which is {fate:?}",
-                r.index
-            );
-            *fate = Fate::Delivered;
-            assert_eq!(r.data, args(p, r.index), "result routed to the wrong task");
-            delivered.push((p, r.index));
+            .find(|(t, _)| {
+                let m = &self.tasks[t];
+                (m.p, m.index) == (p, index)
+            })
+            .map(|(&t, &w)| (t, w))
+    }
+
+    /// Cancels a pending task (aborting it if held).
+    fn cancel_index(&mut self, p: usize, index: u32, fx: &mut Effects) {
+        let Some(fate) = self.packages[p].fates.get_mut(index as usize) else {
+            return;
+        };
+        if *fate != Fate::Pending {
+            return;
+        }
+        *fate = Fate::Cancelled;
+        if let Some((task, worker)) = self.held_task(p, index) {
+            let m = self.tasks.get_mut(&task).unwrap();
+            m.deadline = None;
+            fx.aborts.push((worker, task, m.attempt));
         }
     }
 
-    fn submit(&mut self, c: usize, n: usize, priority: i32, function: u8) {
-        let Some(client) = pick(&self.clients, c) else {
+    /// Drops every unacknowledged result of the package; returns how many.
+    fn drop_unacked(&mut self, p: usize) -> u64 {
+        let pkg = &mut self.packages[p];
+        let n = pkg.unacked.len() as u64;
+        for index in pkg.unacked.drain(..) {
+            pkg.fates[index as usize] = Fate::Dropped;
+        }
+        n
+    }
+
+    fn free(&mut self, p: usize, expired: bool, fx: &mut Effects) {
+        let pkg = &mut self.packages[p];
+        pkg.freed = true;
+        pkg.client = None;
+        pkg.expires = None;
+        fx.freed.push((pkg.id, expired));
+    }
+
+    /// Attaches `client` to live package `p`: the unacknowledged results are resent.
+    fn attach(&mut self, p: usize, client: ClientId, fx: &mut Effects) {
+        let pkg = &mut self.packages[p];
+        pkg.client = Some(client);
+        pkg.expires = None;
+        pkg.acked = 0;
+        pkg.sent.clear();
+        if !pkg.unacked.is_empty() {
+            fx.resends
+                .push((client, pkg.id, pkg.unacked.iter().copied().collect()));
+        }
+    }
+
+    fn submit(
+        &mut self,
+        c: usize,
+        n: usize,
+        priority: i32,
+        function: u8,
+        timeout_ms: u32,
+        key: &'static str,
+    ) {
+        let Some((client, user)) = pick(&self.clients, c) else {
             return;
         };
         let p = self.packages.len();
-        let req_id = p as u64;
-        let out = self.env.step(Event::Submit {
-            client,
-            req_id,
-            fn_hash: fn_hash(function),
-            fn_code: fn_code(function),
-            opts: PackageOpts { priority },
-            tasks: (0..n as u32).map(|i| args(p, i)).collect(),
-        });
-        let Some(&Action::Accepted {
-            client: c,
-            req_id: r,
-            package,
-        }) = out.first()
-        else {
-            panic!("not accepted first: {out:?}");
-        };
-        assert_eq!((c, r), (client, req_id));
-        assert!(
-            self.packages.iter().all(|m| m.id != package),
-            "{package} reused"
+        let package = PackageId(self.next_package);
+        self.next_package += 1;
+        let req_id = self.next_req();
+        let existing = (!key.is_empty())
+            .then(|| {
+                self.packages
+                    .iter()
+                    .position(|m| !m.freed && m.user == user && m.key == key)
+            })
+            .flatten();
+        let mut fx = Effects::default();
+        if let Some(e) = existing {
+            // Idempotent resubmission: the live package's id, and an attach.
+            fx.replies.push(Action::Accepted {
+                client,
+                req_id,
+                package: self.packages[e].id,
+            });
+            self.attach(e, client, &mut fx);
+        } else {
+            fx.replies.push(Action::Accepted {
+                client,
+                req_id,
+                package,
+            });
+            self.by_id.insert(package, p);
+            self.packages.push(MPackage {
+                id: package,
+                user,
+                client: Some(client),
+                function,
+                timeout_ms,
+                key,
+                fates: vec![Fate::Pending; n],
+                losses: vec![0; n],
+                unacked: VecDeque::new(),
+                sent: Vec::new(),
+                acked: 0,
+                expires: None,
+                freed: false,
+            });
+        }
+        self.run(
+            Event::Submit {
+                client,
+                req_id,
+                package,
+                fn_hash: fn_hash(function),
+                fn_code: fn_code(function),
+                opts: PackageOpts {
+                    priority,
+                    timeout_ms,
+                    key: key.to_string(),
+                },
+                tasks: (0..n as u32).map(|i| args(p, i)).collect(),
+            },
+            fx,
+            false,
         );
-        let fates = vec![Fate::Pending; n];
-        self.packages.push(MPackage {
-            id: package,
-            client,
-            function,
-            fates,
-        });
-        let (delivered, replies) = self.observe(out.into_iter().skip(1));
-        assert!(delivered.is_empty() && replies.is_empty());
     }
 
     fn credit(&mut self, w: usize, n: u32) {
@@ -371,8 +716,11 @@ impl Model {
         if !mw.draining {
             mw.avail += u64::from(n);
         }
-        let (delivered, replies) = self.step(Event::Credit { worker, credits: n });
-        assert!(delivered.is_empty() && replies.is_empty());
+        self.run(
+            Event::Credit { worker, credits: n },
+            Effects::default(),
+            false,
+        );
     }
 
     fn drain(&mut self, w: usize) {
@@ -381,20 +729,38 @@ impl Model {
         };
         let mw = self.workers.get_mut(&worker).unwrap();
         (mw.avail, mw.draining) = (0, true);
-        assert!(self.env.step(Event::Drain { worker }).is_empty());
+        self.run(Event::Drain { worker }, Effects::default(), false);
     }
 
+    /// The worker is lost: each task it ran is requeued with its loss recorded, or fails as a
+    /// poison task on its last allowed attempt; what it held otherwise is let go.
     fn lose_worker(&mut self, w: usize) {
         let Some(worker) = self.pick_worker(w) else {
             return;
         };
         let mw = self.workers.remove(&worker).unwrap();
-        for (task, attempt) in mw.in_flight {
+        let mut fx = Effects::default();
+        // Latest assignment first, as the core does (it requeues each at the front, so they end
+        // up in assignment order); this is also the order of the poison results.
+        for (task, attempt) in mw.in_flight.into_iter().rev() {
             self.holder.remove(&task);
             self.history.push((worker, task, attempt));
+            let m = self.tasks.get_mut(&task).unwrap();
+            m.deadline = None;
+            let (p, index) = (m.p, m.index);
+            if self.packages[p].fates[index as usize] != Fate::Pending {
+                continue;
+            }
+            let losses = &mut self.packages[p].losses[index as usize];
+            *losses += 1;
+            if *losses >= MAX_ATTEMPTS {
+                self.n.poisoned += 1;
+                self.produce(p, index, TaskStatus::Lost, &mut fx);
+            } else {
+                self.n.requeued += 1;
+            }
         }
-        let (delivered, replies) = self.step(Event::WorkerLost { worker });
-        assert!(delivered.is_empty() && replies.is_empty());
+        self.run(Event::WorkerLost { worker }, fx, false);
     }
 
     /// Takes entries out of a worker's in-flight list, as answered or returned.
@@ -409,6 +775,7 @@ impl Model {
         for &(task, attempt) in &taken {
             self.holder.remove(&task);
             self.history.push((worker, task, attempt));
+            self.tasks.get_mut(&task).unwrap().deadline = None;
         }
         taken
     }
@@ -419,7 +786,8 @@ impl Model {
         }
     }
 
-    /// The worker answers `count` of its tasks (from the `k`th on) in one event.
+    /// The worker answers `count` of its tasks (from the `k`th on) in one event. Answers for
+    /// tasks the master already answered (cancelled, timed out) are dropped silently.
     fn complete_on(&mut self, worker: WorkerId, k: usize, count: usize) {
         let len = self.workers[&worker].in_flight.len();
         if len == 0 {
@@ -427,29 +795,28 @@ impl Model {
         }
         let chosen: Vec<usize> = (0..count.min(len)).map(|j| (k + j) % len).collect();
         let taken = self.take_in_flight(worker, &chosen);
-        let mut expected: Vec<(usize, u32)> = Vec::new();
+        let mut fx = Effects::default();
         let mut results = Vec::new();
         for &(task, attempt) in &taken {
-            let (p, index, _) = self.tasks[&task];
+            let (p, index) = (self.tasks[&task].p, self.tasks[&task].index);
             if self.packages[p].fates[index as usize] == Fate::Pending {
-                expected.push((p, index));
+                self.produce(p, index, TaskStatus::Ok, &mut fx);
             }
             results.push(outcome(task, attempt, args(p, index)));
         }
         // One SendResults per package, packages in order of their first result.
-        let mut order: Vec<usize> = Vec::new();
-        expected.iter().for_each(|&(p, _)| {
-            if !order.contains(&p) {
-                order.push(p)
+        let mut order: Vec<PackageId> = Vec::new();
+        for r in &fx.results {
+            if !order.contains(&r.0) {
+                order.push(r.0);
             }
-        });
-        let grouped: Vec<_> = order
+        }
+        let grouped = order
             .iter()
-            .flat_map(|&p| expected.iter().filter(move |e| e.0 == p).copied())
+            .flat_map(|&p| fx.results.iter().filter(move |r| r.0 == p).copied())
             .collect();
-        let (delivered, replies) = self.step(Event::Results { worker, results });
-        assert_eq!(delivered, grouped);
-        assert!(replies.is_empty());
+        fx.results = grouped;
+        self.run(Event::Results { worker, results }, fx, true);
     }
 
     fn stale_result(&mut self, w: usize, k: usize, kind: u8) {
@@ -473,13 +840,16 @@ impl Model {
                 1,
             ),
         };
-        self.stale += 1;
+        self.n.stale += 1;
         let results = vec![outcome(task, attempt, Bytes::from_static(b"stale"))];
-        let (delivered, replies) = self.step(Event::Results {
-            worker: from,
-            results,
-        });
-        assert!(delivered.is_empty() && replies.is_empty());
+        self.run(
+            Event::Results {
+                worker: from,
+                results,
+            },
+            Effects::default(),
+            true,
+        );
     }
 
     fn return_tasks(&mut self, w: usize, mask: u8) {
@@ -494,159 +864,346 @@ impl Model {
                 tasks.push((task, attempt + 3));
             }
         }
-        // Returning withdraws the worker's unused credits.
+        // Returning withdraws the worker's unused credits; returns are not losses.
         self.workers.get_mut(&worker).expect("picked worker").avail = 0;
-        let (delivered, replies) = self.step(Event::Returned { worker, tasks });
-        assert!(delivered.is_empty() && replies.is_empty());
+        self.run(Event::Returned { worker, tasks }, Effects::default(), false);
     }
 
+    /// The client's packages are detached, with their TTL armed; nothing is cancelled.
     fn lose_client(&mut self, c: usize) {
-        let Some(client) = pick(&self.clients, c) else {
+        let Some((client, _)) = pick(&self.clients, c) else {
             return;
         };
-        self.clients.retain(|&x| x != client);
-        for pkg in self.packages.iter_mut().filter(|m| m.client == client) {
-            pkg.fates
-                .iter_mut()
-                .filter(|f| **f == Fate::Pending)
-                .for_each(|f| *f = Fate::ClientLost);
+        self.clients.retain(|&(x, _)| x != client);
+        let expires = Instant(self.env.now.0 + TTL_MS * MS);
+        for pkg in self
+            .packages
+            .iter_mut()
+            .filter(|m| !m.freed && m.client == Some(client))
+        {
+            pkg.client = None;
+            pkg.expires = Some(expires);
         }
-        assert!(self.env.step(Event::ClientLost { client }).is_empty());
+        self.run(Event::ClientLost { client }, Effects::default(), false);
     }
 
-    fn cancel(&mut self, p: usize, indices: &[u32]) {
-        let Some(p) = pick(&(0..self.packages.len()).collect::<Vec<_>>(), p) else {
+    /// A client of the package's user cancels some of its tasks (all if `indices` is empty).
+    fn cancel(&mut self, p: usize, c: usize, indices: &[u32]) {
+        let Some(p) = self.pick_package(p) else {
             return;
         };
-        let (client, package) = (self.packages[p].client, self.packages[p].id);
-        if !self.clients.contains(&client) {
+        let Some(client) = self.pick_client_of(self.packages[p].user, true, c) else {
             return;
-        }
-        let live = self.is_live(p);
-        if live {
-            let fates = &mut self.packages[p].fates;
-            let all: Vec<u32> = (0..fates.len() as u32).collect();
+        };
+        let package = self.packages[p].id;
+        let mut fx = Effects::default();
+        if self.packages[p].freed {
+            fx.replies.push(Action::UnknownPackage { client, package });
+        } else {
+            let all: Vec<u32> = (0..self.packages[p].fates.len() as u32).collect();
             for &i in if indices.is_empty() { &all } else { indices } {
-                if let Some(f) = fates.get_mut(i as usize).filter(|f| **f == Fate::Pending) {
-                    *f = Fate::Cancelled;
-                }
+                self.cancel_index(p, i, &mut fx);
+            }
+            if indices.is_empty() {
+                // Not counted as dropped: the client gave up on them.
+                self.drop_unacked(p);
+            }
+            if self.packages[p].is_finished() {
+                self.free(p, false, &mut fx);
             }
         }
-        let (delivered, replies) = self.step(Event::Cancel {
-            client,
-            package,
-            indices: indices.to_vec(),
-        });
-        assert!(delivered.is_empty());
-        let expected = if live {
-            vec![]
-        } else {
-            vec![Action::UnknownPackage { client, package }]
-        };
-        assert_eq!(replies, expected);
+        self.run(
+            Event::Cancel {
+                client,
+                package,
+                indices: indices.to_vec(),
+            },
+            fx,
+            false,
+        );
     }
 
+    /// A client of another user names the package: it does not exist for it.
     fn cancel_foreign(&mut self, c: usize, p: usize) {
-        let (Some(client), Some(pkg)) = (
-            pick(&self.clients, c),
-            self.packages.get(p % self.packages.len().max(1)),
-        ) else {
+        let Some(p) = self.pick_package(p) else {
             return;
         };
-        if pkg.client == client {
+        let Some(client) = self.pick_client_of(self.packages[p].user, false, c) else {
             return;
-        }
-        let package = pkg.id;
-        let (delivered, replies) = self.step(Event::Cancel {
-            client,
-            package,
-            indices: vec![],
-        });
-        assert!(delivered.is_empty());
-        assert_eq!(replies, [Action::UnknownPackage { client, package }]);
+        };
+        let package = self.packages[p].id;
+        let fx = Effects {
+            replies: vec![Action::UnknownPackage { client, package }],
+            ..Effects::default()
+        };
+        self.run(
+            Event::Cancel {
+                client,
+                package,
+                indices: vec![],
+            },
+            fx,
+            false,
+        );
+        let fx = Effects {
+            replies: vec![Action::UnknownPackage { client, package }],
+            ..Effects::default()
+        };
+        let req_id = self.next_req();
+        self.run(
+            Event::Attach {
+                client,
+                req_id,
+                package,
+            },
+            fx,
+            false,
+        );
     }
 
-    fn status(&mut self, p: usize) {
-        let Some(p) = pick(&(0..self.packages.len()).collect::<Vec<_>>(), p) else {
+    fn status(&mut self, p: usize, c: usize) {
+        let Some(p) = self.pick_package(p) else {
             return;
         };
-        let (client, package) = (self.packages[p].client, self.packages[p].id);
-        if !self.clients.contains(&client) {
+        let Some(client) = self.pick_client_of(self.packages[p].user, true, c) else {
             return;
-        }
-        let expected = if self.is_live(p) {
+        };
+        let package = self.packages[p].id;
+        let reply = if self.packages[p].freed {
+            Action::UnknownPackage { client, package }
+        } else {
             Action::StatusReply {
                 client,
                 req_id: 5,
                 package,
                 counts: self.counts(p),
             }
-        } else {
-            Action::UnknownPackage { client, package }
         };
-        let (delivered, replies) = self.step(Event::Status {
-            client,
-            req_id: 5,
-            package,
-        });
-        assert!(delivered.is_empty());
-        assert_eq!(replies, [expected]);
+        let fx = Effects {
+            replies: vec![reply],
+            ..Effects::default()
+        };
+        self.run(
+            Event::Status {
+                client,
+                req_id: 5,
+                package,
+            },
+            fx,
+            false,
+        );
     }
 
-    /// The counters the model expects for package `p`.
+    /// Any connected client attaches to a package: accepted (with a resend) if it is live and
+    /// of the client's user.
+    fn attach_op(&mut self, p: usize, c: usize) {
+        let (Some(p), Some((client, user))) = (self.pick_package(p), pick(&self.clients, c)) else {
+            return;
+        };
+        let package = self.packages[p].id;
+        let req_id = self.next_req();
+        let mut fx = Effects::default();
+        if self.packages[p].freed || self.packages[p].user != user {
+            fx.replies.push(Action::UnknownPackage { client, package });
+        } else {
+            fx.replies.push(Action::Accepted {
+                client,
+                req_id,
+                package,
+            });
+            self.attach(p, client, &mut fx);
+        }
+        self.run(
+            Event::Attach {
+                client,
+                req_id,
+                package,
+            },
+            fx,
+            false,
+        );
+    }
+
+    /// The attached client (or, sometimes, another connected client, which is ignored)
+    /// acknowledges all, half, more than, or fewer than it already did of what it was sent.
+    fn ack(&mut self, p: usize, c: usize, how: u8) {
+        let Some(p) = self.pick_package(p) else {
+            return;
+        };
+        let pkg = &self.packages[p];
+        let client = if how % 5 == 4 {
+            pick(&self.clients, c).map(|(c, _)| c)
+        } else {
+            pkg.client
+        };
+        let Some(client) = client else {
+            return;
+        };
+        let sent = pkg.sent.len() as u64;
+        let count = match how % 5 {
+            1 => sent / 2,
+            2 => sent + 3,
+            3 => pkg.acked.saturating_sub(1),
+            _ => sent,
+        };
+        let package = pkg.id;
+        let mut fx = Effects::default();
+        if !pkg.freed && pkg.client == Some(client) {
+            let pkg = &mut self.packages[p];
+            let count = count.min(sent);
+            let n = count.saturating_sub(pkg.acked) as usize;
+            pkg.acked = pkg.acked.max(count);
+            let indices: Vec<u32> = pkg.unacked.drain(..n).collect();
+            for &i in &indices {
+                pkg.fates[i as usize] = Fate::Acked;
+            }
+            if !indices.is_empty() {
+                fx.delivered.push((package, indices));
+            }
+            if pkg.is_finished() {
+                self.free(p, false, &mut fx);
+            }
+        }
+        self.run(
+            Event::Ack {
+                client,
+                package,
+                count,
+            },
+            fx,
+            false,
+        );
+    }
+
+    /// Fires every due timer in time order (a task's limit before a package's TTL at the same
+    /// instant): running attempts past their limit fail with Timeout and are aborted (their
+    /// worker keeps holding them); detached packages past their TTL are dropped.
+    fn tick(&mut self) {
+        let now = self.env.now;
+        let mut due: Vec<(Instant, u8, u64)> = Vec::new();
+        for (&task, _) in self.holder.iter() {
+            let m = &self.tasks[&task];
+            if let Some(at) = m.deadline.filter(|&at| at <= now) {
+                if self.packages[m.p].fates[m.index as usize] == Fate::Pending {
+                    due.push((at, 0, task.0));
+                }
+            }
+        }
+        for (p, pkg) in self.packages.iter().enumerate() {
+            if let Some(at) = pkg.expires.filter(|&at| at <= now && !pkg.freed) {
+                due.push((at, 1, p as u64));
+            }
+        }
+        due.sort_unstable();
+        let mut fx = Effects::default();
+        for (_, kind, what) in due {
+            if kind == 0 {
+                let task = TaskId(what);
+                let m = self.tasks.get_mut(&task).unwrap();
+                if m.deadline.is_none() {
+                    continue; // cancelled by an earlier expiry in this tick
+                }
+                m.deadline = None;
+                let (p, index, attempt) = (m.p, m.index, m.attempt);
+                self.n.timed_out += 1;
+                self.produce(p, index, TaskStatus::Timeout, &mut fx);
+                fx.aborts.push((self.holder[&task], task, attempt));
+            } else {
+                let p = what as usize;
+                for i in 0..self.packages[p].fates.len() as u32 {
+                    self.cancel_index(p, i, &mut fx);
+                }
+                self.n.dropped += self.drop_unacked(p);
+                self.n.expired += 1;
+                self.free(p, true, &mut fx);
+            }
+        }
+        self.run(Event::Tick, fx, false);
+    }
+
+    /// The counters the model expects for live package `p`.
     fn counts(&self, p: usize) -> PackageCounts {
         let pkg = &self.packages[p];
-        let count = |fate| pkg.fates.iter().filter(|&&f| f == fate).count() as u32;
         let running = self
             .holder
             .keys()
-            .filter(|t| self.is_pending_of(t, p))
+            .filter(|t| self.is_running_of(t, p))
             .count() as u32;
-        let pending = count(Fate::Pending);
+        let pending = pkg.count(Fate::Pending) as u32;
         PackageCounts {
             total: pkg.fates.len() as u32,
             queued: pending - running,
             running,
-            done: count(Fate::Delivered),
-            cancelled: count(Fate::Cancelled),
+            done: (pkg.count(Fate::Done) + pkg.count(Fate::Acked)) as u32,
+            cancelled: pkg.count(Fate::Cancelled) as u32,
         }
     }
 
-    fn is_pending_of(&self, task: &TaskId, p: usize) -> bool {
-        let (tp, index, _) = self.tasks[task];
-        tp == p && self.packages[p].fates[index as usize] == Fate::Pending
+    fn fate_of(&self, task: &TaskId) -> Fate {
+        let m = &self.tasks[task];
+        self.packages[m.p].fates[m.index as usize]
     }
 
-    fn is_pending(&self, task: &TaskId) -> bool {
-        let (p, index, _) = self.tasks[task];
-        self.packages[p].fates[index as usize] == Fate::Pending
+    fn is_running_of(&self, task: &TaskId, p: usize) -> bool {
+        self.tasks[task].p == p && self.fate_of(task) == Fate::Pending
     }
 
-    /// Gauges, counters, credits and work conservation, after every step.
+    /// Gauges, counters, credits, timers and work conservation, after every step.
     fn check_global(&self) {
         let stats = self.env.core.stats();
         let fates = || self.packages.iter().flat_map(|p| p.fates.iter());
-        let pending = fates().filter(|&&f| f == Fate::Pending).count();
-        let running = self.holder.keys().filter(|t| self.is_pending(t)).count();
+        let count = |f: Fate| fates().filter(|&&x| x == f).count();
+        let held = |f: &[Fate]| {
+            self.holder
+                .keys()
+                .filter(|t| f.contains(&self.fate_of(t)))
+                .count()
+        };
+        let running = held(&[Fate::Pending]);
         assert_eq!(stats.running, running, "running");
-        assert_eq!(stats.cancelling, self.holder.len() - running, "cancelling");
-        assert_eq!(stats.queued, pending - running, "queued");
-        assert_eq!(stats.tasks, stats.queued + stats.running + stats.cancelling);
+        assert_eq!(stats.cancelling, held(&[Fate::Cancelled]), "cancelling");
+        assert_eq!(stats.queued, count(Fate::Pending) - running, "queued");
+        // Unacknowledged results, plus answered tasks their worker still runs.
+        let retained = count(Fate::Done) + held(&[Fate::Acked, Fate::Dropped]);
+        assert_eq!(stats.retained, retained, "retained");
+        assert_eq!(
+            stats.tasks,
+            stats.queued + stats.running + stats.cancelling + stats.retained
+        );
         assert_eq!(
             stats.delivered,
-            fates().filter(|&&f| f == Fate::Delivered).count() as u64
+            (count(Fate::Done) + count(Fate::Acked) + count(Fate::Dropped)) as u64,
+            "results produced"
         );
-        assert_eq!(
-            stats.packages,
-            (0..self.packages.len())
-                .filter(|&p| self.is_live(p))
-                .count()
-        );
+        let live: Vec<&MPackage> = self.packages.iter().filter(|p| !p.freed).collect();
+        assert_eq!(stats.packages, live.len());
+        for pkg in &live {
+            assert!(!pkg.is_finished(), "model: {} finished but live", pkg.id);
+        }
         assert_eq!(
             (stats.workers, stats.clients),
             (self.workers.len(), self.clients.len())
         );
-        assert_eq!(stats.stale_results, self.stale);
+        let n = Counters {
+            stale: stats.stale_results,
+            requeued: stats.requeued,
+            poisoned: stats.poisoned,
+            timed_out: stats.timed_out,
+            expired: stats.packages_expired,
+            dropped: stats.results_dropped,
+        };
+        assert_eq!(n, self.n, "counters (left: core, right: model)");
+        let deadlines = self
+            .holder
+            .keys()
+            .filter(|t| self.fate_of(t) == Fate::Pending)
+            .filter_map(|t| self.tasks[t].deadline);
+        let expiries = live.iter().filter_map(|p| p.expires);
+        assert_eq!(
+            self.env.core.next_timer(),
+            deadlines.chain(expiries).min(),
+            "next timer"
+        );
         for (&id, w) in &self.workers {
             let s = self.env.core.worker_stats(id).unwrap();
             assert_eq!(
@@ -661,8 +1218,9 @@ impl Model {
         }
     }
 
-    /// Completes everything still running, hands what is queued to a fresh worker, and checks
-    /// that every task ended delivered or cancelled and the core is empty.
+    /// Completes everything still held, hands what is queued to a fresh worker, attaches a
+    /// client to every detached package and acknowledges every result; then checks that every
+    /// task ended acknowledged, cancelled or dropped, and the core is empty.
     fn finish(&mut self) {
         for _ in 0..3 {
             let workers: Vec<WorkerId> = self.workers.keys().copied().collect();
@@ -678,16 +1236,49 @@ impl Model {
                 self.check_global();
             }
         }
-        self.check_global();
+        for p in 0..self.packages.len() {
+            if self.packages[p].freed {
+                continue;
+            }
+            let user = self.packages[p].user;
+            let client = match self.packages[p].client {
+                Some(client) => client,
+                None => {
+                    let client = match self.pick_client_of(user, true, 0) {
+                        Some(client) => client,
+                        None => {
+                            let client = self.env.new_client_of(user);
+                            self.clients.push((client, user));
+                            client
+                        }
+                    };
+                    let c = self.clients.iter().position(|x| x.0 == client).unwrap();
+                    self.attach_op(p, c);
+                    client
+                }
+            };
+            assert_eq!(self.packages[p].client, Some(client));
+            let how = 0; // everything sent
+            let c = self.clients.iter().position(|x| x.0 == client).unwrap();
+            self.ack(p, c, how);
+            assert!(
+                self.packages[p].freed,
+                "package {p} not freed by its last ack"
+            );
+            self.check_global();
+        }
         let stats = self.env.core.stats();
         assert_eq!(
-            (stats.tasks, stats.packages, stats.functions),
-            (0, 0, 0),
+            (stats.tasks, stats.packages, stats.functions, stats.retained),
+            (0, 0, 0, 0),
             "{stats:?}"
         );
+        assert_eq!(self.env.core.next_timer(), None);
         for (p, pkg) in self.packages.iter().enumerate() {
             assert!(
-                !pkg.fates.contains(&Fate::Pending),
+                pkg.fates
+                    .iter()
+                    .all(|f| matches!(f, Fate::Acked | Fate::Cancelled | Fate::Dropped)),
                 "package {p} lost a task: {:?}",
                 pkg.fates
             );
@@ -711,7 +1302,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_sequences_keep_every_promise(ops in vec(op(), 1..120)) {
+    fn random_sequences_keep_every_promise(ops in vec(op(), 1..150)) {
         let mut model = Model::new();
         for op in ops {
             model.apply(op);

@@ -21,6 +21,34 @@ pub struct MasterConfig {
     pub heartbeat_ms: u32,
     /// A peer must complete its handshake within this time (default 10 s).
     pub handshake_timeout: Duration,
+    /// A worker silent for this long loses its connection and its tasks (default 3000 ms).
+    pub lease_ms: u32,
+    /// User store: `None` = SQLite in the data dir (when there is one), or `sqlite:///path`,
+    /// or `postgres://user@host:port/db`.
+    pub store: Option<String>,
+    /// How long a disconnected client's packages keep running and keep their results
+    /// (default 300 s).
+    pub result_ttl: Duration,
+    /// A task whose worker was lost on this many attempts fails as a poison task (default 3).
+    pub max_attempts: u32,
+    /// Longest any task may run; zero = no limit (default 24 h).
+    pub max_task_time: Duration,
+    /// How long past a task's own time limit the master waits for the worker's report before
+    /// failing the task itself (default 2 s).
+    pub timeout_grace: Duration,
+}
+
+impl MasterConfig {
+    /// The core's tunables from this configuration.
+    pub fn core_config(&self) -> rtpool_core::CoreConfig {
+        rtpool_core::CoreConfig {
+            max_attempts: self.max_attempts.max(1),
+            timeout_grace_ns: self.timeout_grace.as_nanos().min(u64::MAX as u128) as u64,
+            max_exec_ns: self.max_task_time.as_nanos().min(u64::MAX as u128) as u64,
+            result_ttl_ns: self.result_ttl.as_nanos().min(u64::MAX as u128) as u64,
+            ..rtpool_core::CoreConfig::default()
+        }
+    }
 }
 
 impl Default for MasterConfig {
@@ -33,6 +61,12 @@ impl Default for MasterConfig {
             max_frame_bytes: rtpool_proto::DEFAULT_MAX_FRAME,
             heartbeat_ms: 1000,
             handshake_timeout: Duration::from_secs(10),
+            lease_ms: 3000,
+            store: None,
+            result_ttl: Duration::from_secs(300),
+            max_attempts: 3,
+            max_task_time: Duration::from_secs(86_400),
+            timeout_grace: Duration::from_secs(2),
         }
     }
 }

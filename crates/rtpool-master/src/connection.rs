@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rtpool_core::{
-    ClientId, Event, FnHash, PackageId, PackageOpts, TaskId, TaskStatus, WorkerId, WorkerOutcome,
+    ClientId, Event, FnHash, PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId,
+    WorkerOutcome,
 };
 use rtpool_proto::{
     decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
@@ -36,6 +37,10 @@ pub struct ConnCtx {
     pub heartbeat_ms: u32,
     /// Time a peer has to complete its handshake.
     pub handshake_timeout: Duration,
+    /// Worker lease, announced in `WELCOME`.
+    pub lease_ms: u32,
+    /// This master process's random instance number, announced in `WELCOME`.
+    pub instance: u64,
 }
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -110,19 +115,22 @@ pub async fn serve(
         session,
         max_frame_bytes: ctx.max_frame_bytes.min(u32::MAX as usize) as u32,
         heartbeat_ms: ctx.heartbeat_ms,
+        lease_ms: ctx.lease_ms,
+        instance: ctx.instance,
     };
     let mut out = BytesMut::new();
     encode(&welcome, &mut out);
     if wr.write_all(&out).await.is_err() {
         return;
     }
-    // TODO: the lead plumbs `user` into the scheduler (quota accounting).
     info!(%peer, %name, %user, session, ?role, slots, "connected");
     let (tx, rx) = mpsc::unbounded_channel();
     let (join, lost) = match role {
         Role::Client => (
+            // The scheduler fills in the user's id from `user`.
             Event::ClientJoined {
                 client: ClientId(session),
+                user: UserId(0),
             },
             Event::ClientLost {
                 client: ClientId(session),
@@ -140,6 +148,7 @@ pub async fn serve(
     };
     let _ = sched.send(ToScheduler::Register {
         session,
+        user,
         tx,
         event: join,
     });
@@ -328,10 +337,14 @@ impl Reader {
                 let client = ClientId(self.session);
                 let opts = PackageOpts {
                     priority: opts.priority,
+                    timeout_ms: opts.timeout_ms,
+                    key: opts.key,
                 };
+                // The scheduler numbers the package.
                 Ok(Some(Event::Submit {
                     client,
                     req_id,
+                    package: PackageId(0),
                     fn_hash: hash,
                     fn_code,
                     opts,
@@ -348,6 +361,16 @@ impl Reader {
                 req_id,
                 package: PackageId(package),
             })),
+            (Role::Client, Msg::Attach { req_id, package }) => Ok(Some(Event::Attach {
+                client: ClientId(self.session),
+                req_id,
+                package: PackageId(package),
+            })),
+            (Role::Client, Msg::Ack { package, count }) => Ok(Some(Event::Ack {
+                client: ClientId(self.session),
+                package: PackageId(package),
+                count,
+            })),
             (Role::Worker, Msg::Pull { credits }) => Ok(Some(Event::Credit {
                 worker: WorkerId(self.session),
                 credits,
@@ -356,7 +379,7 @@ impl Reader {
                 let mut outcomes = Vec::with_capacity(results.len());
                 for r in results {
                     let status = TaskStatus::from_u8(r.status).ok_or_else(|| {
-                        Refusal::Fatal(error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=3)", r.task, r.status), 0))
+                        Refusal::Fatal(error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=6)", r.task, r.status), 0))
                     })?;
                     outcomes.push(WorkerOutcome {
                         task: TaskId(r.task),
@@ -377,7 +400,7 @@ impl Reader {
                 worker: WorkerId(self.session),
                 tasks: tasks.into_iter().map(|(t, a)| (TaskId(t), a)).collect(),
             })),
-            (Role::Worker, Msg::Heartbeat) => Ok(None),
+            (_, Msg::Heartbeat) => Ok(None),
             (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain {
                 worker: WorkerId(self.session),
             })),

@@ -68,16 +68,32 @@ async fn bind(listen: &str) -> Result<TcpListener, MasterError> {
 
 /// Connection settings, with the data dir's store (if any) behind the authenticator.
 fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Result<Arc<ConnCtx>, MasterError> {
-    let store = match &config.data_dir {
-        Some(dir) => Some(crate::store::open(None, dir)?),
-        None => None,
+    let store = match (&config.store, &config.data_dir) {
+        (Some(url), Some(dir)) => Some(crate::store::open(Some(url), dir)?),
+        (Some(url), None) => Some(crate::store::open(Some(url), &std::env::temp_dir())?),
+        (None, Some(dir)) => Some(crate::store::open(None, dir)?),
+        (None, None) => None,
     };
     Ok(Arc::new(ConnCtx {
         auth: Authenticator::new(tokens, store),
         max_frame_bytes: config.max_frame_bytes,
         heartbeat_ms: config.heartbeat_ms,
         handshake_timeout: config.handshake_timeout,
+        lease_ms: config.lease_ms,
+        instance: random_instance(),
     }))
+}
+
+/// A random number naming this master process (`WELCOME.instance`).
+fn random_instance() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return t.as_nanos() as u64 ^ u64::from(std::process::id());
+    }
+    u64::from_le_bytes(bytes)
 }
 
 impl MasterHandle {
@@ -88,6 +104,7 @@ impl MasterHandle {
     pub fn start(config: MasterConfig) -> Result<Self, MasterError> {
         let (tokens, _) = resolve_tokens(&config)?;
         let ctx = conn_ctx(&config, tokens.clone())?;
+        let core_config = config.core_config();
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -108,7 +125,7 @@ impl MasterHandle {
                         .local_addr()
                         .expect("a bound listener has an address");
                     let _ = ready_tx.send(Ok(addr));
-                    server::serve(listener, ctx, sched_tx, sched_rx, stop_rx).await;
+                    server::serve(listener, ctx, core_config, sched_tx, sched_rx, stop_rx).await;
                 });
             })
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
@@ -171,10 +188,11 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
         let ctx = conn_ctx(&config, tokens.clone())?;
+        let core_config = config.core_config();
         announce(&config, &tokens, created, addr);
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
-        let server = tokio::spawn(server::serve(listener, ctx, sched_tx, sched_rx, stop_rx));
+        let server = tokio::spawn(server::serve(listener, ctx, core_config, sched_tx, sched_rx, stop_rx));
         wait_for_signal().await;
         tracing::info!("signal received, shutting down");
         let _ = stop.send(true);

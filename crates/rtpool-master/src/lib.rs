@@ -12,6 +12,7 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod handle;
+pub mod journal;
 pub mod scheduler;
 pub mod server;
 pub mod store;

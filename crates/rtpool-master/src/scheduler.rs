@@ -3,14 +3,22 @@
 //! of the connection they address.
 
 use std::collections::HashMap;
-use std::time::Instant as StdInstant;
+use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
-use rtpool_core::{Action, Core, CoreConfig, Event, TaskOutcome};
+use rtpool_core::{
+    Action, Core, CoreConfig, Event, PackageId, RejectReason, TaskOutcome, UserId,
+};
 use rtpool_proto::{Assignment, Msg, TaskResult};
 use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
 
+use crate::auth::Authenticator;
 use crate::handle::MasterStats;
+use crate::store::UserQuota;
+
+/// How often charged compute time is written behind to the user store, and quotas re-read.
+const USAGE_FLUSH: Duration = Duration::from_secs(1);
 
 /// What a connection writer is told to do.
 #[derive(Debug)]
@@ -28,6 +36,8 @@ pub enum ToScheduler {
     Register {
         /// Session id.
         session: u64,
+        /// The authenticated user's name.
+        user: String,
         /// The peer's outbound queue.
         tx: mpsc::UnboundedSender<Out>,
         /// `ClientJoined` or `WorkerJoined`.
@@ -57,6 +67,8 @@ pub enum ToScheduler {
     },
     /// Report gauges.
     Stats(oneshot::Sender<MasterStats>),
+    /// Quotas re-read from the store after a usage flush.
+    Quotas(Vec<UserQuota>),
     /// Tell every peer the master is going away, then stop.
     Shutdown,
 }
@@ -67,37 +79,168 @@ pub struct Scheduler {
     routes: HashMap<u64, mpsc::UnboundedSender<Out>>,
     epoch: StdInstant,
     actions: Vec<Action>,
+    /// User names interned as core [`UserId`]s.
+    users: HashMap<String, UserId>,
+    user_names: Vec<String>,
+    /// Id of the next package.
+    next_package: u64,
+    /// Token checks and the user store (quotas are written behind through it).
+    auth: Option<Authenticator>,
+    /// A usage flush is running; its answer comes back as [`ToScheduler::Quotas`].
+    flushing: bool,
 }
 
 impl Scheduler {
-    /// A scheduler with an empty core.
+    /// A scheduler with an empty core and no user store.
     pub fn new(config: CoreConfig) -> Self {
         Self {
             core: Core::new(config),
             routes: HashMap::new(),
             epoch: StdInstant::now(),
             actions: Vec::with_capacity(64),
+            users: HashMap::new(),
+            user_names: Vec::new(),
+            next_package: 1,
+            auth: None,
+            flushing: false,
         }
     }
 
+    /// Charge compute time to users and enforce their quotas through `auth`'s store.
+    pub fn with_auth(mut self, auth: Authenticator) -> Self {
+        self.auth = Some(auth);
+        self
+    }
+
     /// Run until every sender is dropped or [`ToScheduler::Shutdown`] arrives.
-    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<ToScheduler>) {
-        while let Some(msg) = rx.recv().await {
-            if !self.on_message(msg) {
-                break;
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<ToScheduler>,
+        tx: mpsc::UnboundedSender<ToScheduler>,
+    ) {
+        self.load_quotas().await;
+        let mut flush = tokio::time::interval(USAGE_FLUSH);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let timer = self.core.next_timer().map(|at| {
+                let now = self.now();
+                tokio::time::Instant::now() + Duration::from_nanos(at.0.saturating_sub(now.0))
+            });
+            tokio::select! {
+                msg = rx.recv() => {
+                    let Some(msg) = msg else { break };
+                    if !self.on_message(msg) {
+                        break;
+                    }
+                }
+                _ = sleep_until(timer), if timer.is_some() => self.apply(Event::Tick),
+                _ = flush.tick() => self.flush_usage(&tx),
             }
         }
+        // Whatever was charged since the last flush.
+        self.flush_usage_now();
     }
 
     fn now(&self) -> rtpool_core::Instant {
         rtpool_core::Instant(self.epoch.elapsed().as_nanos() as u64)
     }
 
+    /// The core id of a user name.
+    fn user_id(&mut self, name: &str) -> UserId {
+        if let Some(&id) = self.users.get(name) {
+            return id;
+        }
+        let id = UserId(self.user_names.len() as u64);
+        self.user_names.push(name.to_owned());
+        self.users.insert(name.to_owned(), id);
+        id
+    }
+
+    /// Reads every user's quota from the store at start-up.
+    async fn load_quotas(&mut self) {
+        let Some(auth) = self.auth.clone().filter(Authenticator::has_store) else {
+            return;
+        };
+        match tokio::task::spawn_blocking(move || auth.quotas()).await {
+            Ok(Ok(quotas)) => self.set_quotas(quotas),
+            Ok(Err(e)) => warn!("cannot read quotas from the user store: {e}"),
+            Err(e) => warn!("quota reader failed: {e}"),
+        }
+    }
+
+    fn set_quotas(&mut self, quotas: Vec<UserQuota>) {
+        for q in quotas {
+            let user = self.user_id(&q.user);
+            let remaining_us = q
+                .quota_us
+                .map(|quota| quota as i64 - q.used_us.min(i64::MAX as u64) as i64);
+            self.apply(Event::SetQuota { user, remaining_us });
+        }
+    }
+
+    /// Usage charged since the last flush, by user name.
+    fn take_usage(&mut self) -> Vec<(String, u64)> {
+        self.core
+            .take_usage()
+            .into_iter()
+            .map(|(user, us)| (self.user_names[user.0 as usize].clone(), us))
+            .collect()
+    }
+
+    /// Writes the usage behind (off this task) and re-reads the quotas.
+    fn flush_usage(&mut self, tx: &mpsc::UnboundedSender<ToScheduler>) {
+        let Some(auth) = self.auth.clone().filter(Authenticator::has_store) else {
+            let _ = self.core.take_usage();
+            return;
+        };
+        if self.flushing {
+            return;
+        }
+        let usage = self.take_usage();
+        self.flushing = true;
+        let tx = tx.clone();
+        tokio::task::spawn_blocking(move || {
+            if !usage.is_empty() {
+                if let Err(e) = auth.add_usage(&usage, 0) {
+                    warn!("cannot write usage to the user store (kept in memory): {e}");
+                }
+            }
+            match auth.quotas() {
+                Ok(q) => drop(tx.send(ToScheduler::Quotas(q))),
+                Err(e) => {
+                    warn!("cannot read quotas from the user store: {e}");
+                    drop(tx.send(ToScheduler::Quotas(Vec::new())));
+                }
+            }
+        });
+    }
+
+    /// Writes the last usage synchronously at shutdown.
+    fn flush_usage_now(&mut self) {
+        let Some(auth) = self.auth.clone().filter(Authenticator::has_store) else {
+            return;
+        };
+        let usage = self.take_usage();
+        if !usage.is_empty() {
+            if let Err(e) = auth.add_usage(&usage, 0) {
+                warn!("cannot write the last usage to the user store: {e}");
+            }
+        }
+    }
+
     /// Handle one message; false means stop.
     fn on_message(&mut self, msg: ToScheduler) -> bool {
         match msg {
-            ToScheduler::Register { session, tx, event } => {
+            ToScheduler::Register {
+                session,
+                user,
+                tx,
+                mut event,
+            } => {
                 self.routes.insert(session, tx);
+                if let Event::ClientJoined { user: id, .. } = &mut event {
+                    *id = self.user_id(&user);
+                }
                 self.apply(event);
             }
             ToScheduler::Event(event) => self.apply(event),
@@ -125,6 +268,10 @@ impl Scheduler {
                     connections: self.routes.len(),
                 });
             }
+            ToScheduler::Quotas(quotas) => {
+                self.flushing = false;
+                self.set_quotas(quotas);
+            }
             ToScheduler::Shutdown => {
                 for tx in self.routes.values() {
                     let _ = tx.send(Out::SendAndClose(Msg::Error {
@@ -140,7 +287,11 @@ impl Scheduler {
         true
     }
 
-    fn apply(&mut self, event: Event) {
+    fn apply(&mut self, mut event: Event) {
+        if let Event::Submit { package, .. } = &mut event {
+            *package = PackageId(self.next_package);
+            self.next_package += 1;
+        }
         let now = self.now();
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
@@ -168,6 +319,7 @@ impl Scheduler {
                         fn_hash: Bytes::copy_from_slice(&t.fn_hash.0),
                         fn_code: t.fn_code,
                         args: t.args,
+                        timeout_ms: t.timeout_ms,
                     })
                     .collect();
                 self.send(worker.0, Msg::Assign { tasks });
@@ -190,9 +342,22 @@ impl Scheduler {
                 req_id,
                 reason,
             } => {
-                self.send(client.0, rejected(req_id, reason.to_string()));
+                let msg = match reason {
+                    RejectReason::QuotaExhausted { .. } => Msg::Error {
+                        code: "quota".into(),
+                        message: reason.to_string(),
+                        reference: req_id,
+                    },
+                    _ => rejected(req_id, reason.to_string()),
+                };
+                self.send(client.0, msg);
             }
             Action::SendResults {
+                client: Some(client),
+                package,
+                results,
+            }
+            | Action::Resend {
                 client,
                 package,
                 results,
@@ -205,6 +370,16 @@ impl Scheduler {
                         results,
                     },
                 );
+            }
+            Action::SendResults { client: None, .. } | Action::Delivered { .. } => {}
+            Action::PackageFreed { package, expired } => {
+                if expired {
+                    info!(%package, "no client attached within the result TTL: dropped");
+                }
+            }
+            Action::Abort { worker, tasks } => {
+                let tasks = tasks.into_iter().map(|(t, a)| (t.0, a)).collect();
+                self.send(worker.0, Msg::Abort { tasks });
             }
             Action::StatusReply {
                 client,
@@ -231,14 +406,23 @@ impl Scheduler {
                     Msg::Error {
                         code: "unknown_package".into(),
                         message: format!(
-                            "{package} is not one of this client's live packages (finished \
-                             packages are forgotten once their results are delivered)"
+                            "{package} is not one of this user's live packages (finished \
+                             packages are forgotten once their results are acknowledged, \
+                             detached ones after the result TTL)"
                         ),
                         reference: package.0,
                     },
                 );
             }
         }
+    }
+}
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -17,11 +17,13 @@ use crate::scheduler::{Scheduler, ToScheduler};
 pub async fn serve(
     listener: TcpListener,
     ctx: Arc<ConnCtx>,
+    core_config: CoreConfig,
     sched_tx: mpsc::UnboundedSender<ToScheduler>,
     sched_rx: mpsc::UnboundedReceiver<ToScheduler>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let scheduler = tokio::spawn(Scheduler::new(CoreConfig::default()).run(sched_rx));
+    let scheduler = Scheduler::new(core_config).with_auth(ctx.auth.clone());
+    let scheduler = tokio::spawn(scheduler.run(sched_rx, sched_tx.clone()));
     let mut conns = JoinSet::new();
     let conn_stop = stop.clone();
     loop {

@@ -188,7 +188,15 @@ fn package_round_trip_with_code_cache_and_credits() {
         Msg::Results { results, .. } => assert_eq!(results[0].index, 2),
         other => panic!("expected RESULTS, got {other:?}"),
     }
-    // Delivered packages are freed.
+    // Results are kept until the client acknowledges them.
+    client.send(&Msg::Status { req_id: 8, package });
+    match client.recv() {
+        Msg::StatusReply { done: 3, .. } => {}
+        other => panic!("expected STATUS_REPLY with 3 done, got {other:?}"),
+    }
+    assert_eq!(m.stats().unwrap().core.retained, 3);
+    // Acknowledged packages are freed.
+    client.send(&Msg::Ack { package, count: 3 });
     client.send(&Msg::Status { req_id: 9, package });
     assert!(expect_error(client.recv(), "unknown_package").contains("package"));
     let stats = m.stats().unwrap();

@@ -44,6 +44,43 @@ fn config(
     }
 }
 
+/// Applies the reliability options given as a dict (`lease_ms`, `store`, `result_ttl_s`,
+/// `max_attempts`, `max_task_seconds`, `timeout_grace_s`, `journal`, `fsync`); an unknown key is
+/// an error naming the known ones.
+fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    use std::time::Duration;
+    let Some(options) = options else {
+        return Ok(());
+    };
+    let secs = |v: &Bound<'_, PyAny>, key: &str| -> PyResult<Duration> {
+        let x: f64 = v.extract()?;
+        Duration::try_from_secs_f64(x).map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!("{key} must be >= 0 seconds, not {x}"))
+        })
+    };
+    for (k, v) in options.iter() {
+        let key: String = k.extract()?;
+        if v.is_none() {
+            continue;
+        }
+        match key.as_str() {
+            "lease_ms" => cfg.lease_ms = v.extract()?,
+            "store" => cfg.store = Some(v.extract()?),
+            "result_ttl_s" => cfg.result_ttl = secs(&v, &key)?,
+            "max_attempts" => cfg.max_attempts = v.extract()?,
+            "max_task_seconds" => cfg.max_task_time = secs(&v, &key)?,
+            "timeout_grace_s" => cfg.timeout_grace = secs(&v, &key)?,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown master option {other:?}; known: lease_ms, store, result_ttl_s, \
+                     max_attempts, max_task_seconds, timeout_grace_s"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// An rtpool master running in background threads of this process.
 #[pyclass(module = "rtpool._native")]
 struct Master {
@@ -54,7 +91,8 @@ struct Master {
 #[pymethods]
 impl Master {
     #[new]
-    #[pyo3(signature = (listen="127.0.0.1:0".to_string(), client_token=None, worker_token=None, data_dir=None, max_frame_bytes=None, heartbeat_ms=None))]
+    #[pyo3(signature = (listen="127.0.0.1:0".to_string(), client_token=None, worker_token=None, data_dir=None, max_frame_bytes=None, heartbeat_ms=None, options=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         listen: String,
@@ -63,8 +101,9 @@ impl Master {
         data_dir: Option<PathBuf>,
         max_frame_bytes: Option<usize>,
         heartbeat_ms: Option<u32>,
+        options: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let cfg = config(
+        let mut cfg = config(
             listen,
             client_token,
             worker_token,
@@ -72,6 +111,7 @@ impl Master {
             max_frame_bytes,
             heartbeat_ms,
         );
+        apply_options(&mut cfg, options.as_ref())?;
         let inner = py
             .allow_threads(|| MasterHandle::start(cfg))
             .map_err(|e| to_py_err(py, e))?;
@@ -147,7 +187,7 @@ impl Master {
 
 /// Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
 #[pyfunction]
-#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string()))]
+#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string(), options=None))]
 fn run_master(
     py: Python<'_>,
     listen: String,
@@ -155,9 +195,11 @@ fn run_master(
     max_frame_bytes: Option<usize>,
     heartbeat_ms: Option<u32>,
     log_level: String,
+    options: Option<Bound<'_, PyDict>>,
 ) -> PyResult<()> {
     rtpool_master::init_logging(&log_level);
-    let cfg = config(listen, None, None, data_dir, max_frame_bytes, heartbeat_ms);
+    let mut cfg = config(listen, None, None, data_dir, max_frame_bytes, heartbeat_ms);
+    apply_options(&mut cfg, options.as_ref())?;
     py.allow_threads(|| rtpool_master::run_blocking(cfg))
         .map_err(|e| to_py_err(py, e))
 }

@@ -54,7 +54,12 @@ impl Core {
                 Timer::Task(id, attempt) => {
                     self.time_out(id, attempt, now, &mut results, &mut aborts)
                 }
-                Timer::Package(slot) => self.expire(slot, out),
+                Timer::Package(slot) => {
+                    // The results gathered so far go first: they may be of this package, and
+                    // nothing of a package may follow its `PackageFreed`.
+                    self.push_results(std::mem::take(&mut results), out);
+                    self.expire(slot, out);
+                }
             }
         }
         self.push_results(results, out);
@@ -186,7 +191,9 @@ impl Core {
                 let outcome = Self::system_outcome(
                     task,
                     TaskStatus::Quota,
-                    format!("{user}'s compute-time quota ran out; the task was not run to completion"),
+                    format!(
+                        "{user}'s compute-time quota ran out; the task was not run to completion"
+                    ),
                     now,
                 );
                 let outcome = self.finish_task(id, outcome);

@@ -1,0 +1,120 @@
+//! Compaction: rewriting the journal as the smallest file that replays to the same state.
+//!
+//! This module owns what the compacted file holds and the write-fsync-rename-fsync sequence
+//! that makes it replace the old one atomically. When to compact, and what happens to appends
+//! meanwhile (they wait in the channel), is the writer's.
+//!
+//! The compacted file holds, in order: a meta record (`next_package`, `last_lsn`); for each
+//! live package its `Package` record, its undelivered `Done` records and one `Delivered` record
+//! with all its delivered indices; then a `Charge` record for every charge above the watermark
+//! that no kept `Done` record carries. Every record keeps the LSN it had (the merged `Delivered`
+//! takes the highest of those it merges), so LSNs stay unique and the watermark keeps meaning
+//! the same thing.
+
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use super::frame;
+use super::record::{self, Entry, Record};
+use super::replay::State;
+use super::JournalError;
+
+/// `<path>.compact`: where the compacted file is written before it is renamed over `path`.
+pub(crate) fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = OsString::from(path.as_os_str());
+    name.push(".compact");
+    PathBuf::from(name)
+}
+
+/// Writes the compacted form of `state` to [`tmp_path`] and fsyncs it; returns its size.
+///
+/// Charges with an LSN at or below `watermark` are dropped: the user store has them.
+pub(crate) fn write(path: &Path, state: &State, watermark: u64) -> Result<u64, JournalError> {
+    let tmp = tmp_path(path);
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| JournalError::io("create", &tmp, e))?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut buf = Vec::new();
+    let mut size = 0u64;
+    let mut put = |lsn: u64, entry: &Entry| -> Result<(), JournalError> {
+        buf.clear();
+        let len = frame::put_with(&mut buf, lsn, |b| record::encode_into(b, entry))
+            .map_err(|bytes| JournalError::RecordTooLarge { lsn, bytes })?;
+        size += len as u64;
+        out.write_all(&buf)
+            .map_err(|e| JournalError::io("write", &tmp, e))
+    };
+    let meta = Entry::Meta {
+        next_package: state.next_package,
+        last_lsn: state.last_lsn,
+    };
+    // The meta record is not a sequenced record: LSN 0 is never assigned.
+    put(0, &meta)?;
+    for p in state.live.values() {
+        put(p.lsn, &Entry::Record(Record::Package(p.record.clone())))?;
+        for (lsn, done) in &p.done {
+            put(*lsn, &Entry::Record(Record::Done(done.clone())))?;
+        }
+        if !p.delivered.is_empty() {
+            let indices = p.delivered.iter().copied().collect();
+            let package = p.record.package;
+            put(
+                p.delivered_lsn,
+                &Entry::Record(Record::Delivered { package, indices }),
+            )?;
+        }
+    }
+    let kept = state.kept_done_lsns();
+    let mut charges: Vec<_> = state
+        .charges
+        .iter()
+        .filter(|(_, _, lsn)| *lsn > watermark && !kept.contains(lsn))
+        .collect();
+    charges.sort_by_key(|c| c.2);
+    for (user, exec_us, lsn) in charges {
+        let user = user.clone();
+        let exec_us = *exec_us;
+        put(*lsn, &Entry::Record(Record::Charge { user, exec_us }))?;
+    }
+    let file = out
+        .into_inner()
+        .map_err(|e| JournalError::io("write", &tmp, e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| JournalError::io("fsync", &tmp, e))?;
+    Ok(size)
+}
+
+/// Renames [`tmp_path`] over `path` and fsyncs the directory so the rename survives a crash.
+pub(crate) fn install(path: &Path) -> Result<(), InstallError> {
+    let tmp = tmp_path(path);
+    std::fs::rename(&tmp, path)
+        .map_err(|e| InstallError::Rename(JournalError::io("rename", &tmp, e)))?;
+    sync_dir(path).map_err(InstallError::DirSync)
+}
+
+/// Why [`install`] failed.
+#[derive(Debug)]
+pub(crate) enum InstallError {
+    /// The rename failed: the old file is still in place and complete.
+    Rename(JournalError),
+    /// The rename happened but may not be on disk: whether a crash leaves the old or the new
+    /// file is unknown, so appends to the new one cannot be promised.
+    DirSync(JournalError),
+}
+
+/// Fsyncs the directory holding `path`, making a create or rename in it durable.
+pub(crate) fn sync_dir(path: &Path) -> Result<(), JournalError> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| JournalError::io("fsync directory of", path, e))
+}

@@ -1,0 +1,242 @@
+//! The master's crash-recovery journal: an append-only log of accepted packages, accepted
+//! results, deliveries and package ends, replayed at start and compacted as it grows (like
+//! Redis's AOF).
+//!
+//! This module owns the file `<data_dir>/journal.log`, its format (see `docs/journal.md`), the
+//! writer thread that group-commits appends under an [`FsyncPolicy`], replay at open and
+//! compaction. It does not know the scheduler: the caller turns scheduler events into
+//! [`Record`]s and a [`Replay`] back into scheduler state, decides when a result may be
+//! released to a client (by watching [`Journal::durable`]) and tells the journal which charges
+//! are safely in the user store ([`Journal::set_watermark`]).
+//!
+//! Files: [`record`] (types, msgpack payloads), [`frame`] (on-disk framing), [`replay`]
+//! (reading a file back, torn-tail repair), [`compact`] (rewriting it), [`writer`] (the
+//! [`Journal`] handle and its thread).
+
+mod compact;
+mod frame;
+mod record;
+mod replay;
+mod writer;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use record::{DoneRecord, PackageRecord, Record, FORMAT_VERSION};
+pub use writer::{Journal, JournalStats};
+
+/// When the writer thread calls `fdatasync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// After every group write: a record is durable before [`Journal::durable`] says so.
+    Always,
+    /// At most `window` after a record was written (group commit over time). A crash loses at
+    /// most the last `window` of records; [`Journal::durable`] only reports synced ones.
+    Batch {
+        /// Longest time a written record waits for its fsync.
+        window: Duration,
+    },
+    /// Never, except at close: the OS decides. [`Journal::durable`] reports written records,
+    /// which survive a master crash but not a machine crash.
+    Off,
+}
+
+/// Window of `FsyncPolicy::Batch` when none is given.
+pub const DEFAULT_BATCH_WINDOW: Duration = Duration::from_millis(10);
+
+impl Default for FsyncPolicy {
+    fn default() -> Self {
+        FsyncPolicy::Batch {
+            window: DEFAULT_BATCH_WINDOW,
+        }
+    }
+}
+
+impl FromStr for FsyncPolicy {
+    type Err = JournalError;
+
+    /// Parses `always`, `batch` (10 ms), `batch:<ms>` (ms >= 1) or `off`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || JournalError::BadPolicy {
+            text: text.to_owned(),
+        };
+        match text {
+            "always" => Ok(FsyncPolicy::Always),
+            "off" => Ok(FsyncPolicy::Off),
+            "batch" => Ok(FsyncPolicy::default()),
+            _ => {
+                let ms = text.strip_prefix("batch:").ok_or_else(bad)?;
+                match ms.parse::<u64>() {
+                    Ok(ms) if ms > 0 => Ok(FsyncPolicy::Batch {
+                        window: Duration::from_millis(ms),
+                    }),
+                    _ => Err(bad()),
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for FsyncPolicy {
+    /// The form [`FromStr`] reads back (`batch:<ms>`, with the window in whole milliseconds).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FsyncPolicy::Always => f.write_str("always"),
+            FsyncPolicy::Off => f.write_str("off"),
+            FsyncPolicy::Batch { window } => write!(f, "batch:{}", window.as_millis()),
+        }
+    }
+}
+
+/// Called once when the journal can no longer promise durability (a failed write or fsync).
+pub type FatalHandler = Arc<dyn Fn(&JournalError) + Send + Sync>;
+
+/// Default size above which the journal is compacted (64 MiB).
+pub const DEFAULT_COMPACT_MIN_BYTES: u64 = 64 << 20;
+
+/// Exit status of the default [`FatalHandler`] (`EX_TEMPFAIL`: a supervisor may restart us).
+pub const FATAL_EXIT_CODE: i32 = 75;
+
+/// How to open a [`Journal`].
+#[derive(Clone)]
+pub struct JournalConfig {
+    /// The journal file, normally `<data_dir>/journal.log`. Compaction writes
+    /// `<path>.compact` next to it.
+    pub path: PathBuf,
+    /// When to fsync.
+    pub policy: FsyncPolicy,
+    /// Never compact below this size; above it, compact when the file has doubled since the
+    /// last compaction.
+    pub compact_min_bytes: u64,
+    /// Called once, from the writer thread, when a write or fsync failed. The default logs,
+    /// prints to stderr and exits the process with [`FATAL_EXIT_CODE`]: after a failed fsync
+    /// the page cache state is unknown, and only a restart and replay can tell what is on disk.
+    pub on_fatal: FatalHandler,
+}
+
+impl JournalConfig {
+    /// A config for `path` with the default policy (batch, 10 ms), 64 MiB compaction threshold
+    /// and the exiting fatal handler.
+    pub fn new(path: PathBuf) -> Self {
+        JournalConfig {
+            path,
+            policy: FsyncPolicy::default(),
+            compact_min_bytes: DEFAULT_COMPACT_MIN_BYTES,
+            on_fatal: Arc::new(exit_on_fatal),
+        }
+    }
+}
+
+impl fmt::Debug for JournalConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JournalConfig")
+            .field("path", &self.path)
+            .field("policy", &self.policy)
+            .field("compact_min_bytes", &self.compact_min_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default [`FatalHandler`].
+fn exit_on_fatal(err: &JournalError) {
+    tracing::error!(error = %err, "journal failed; exiting so that a restart replays it");
+    eprintln!("rtpool-master: journal failed: {err}; exiting (status {FATAL_EXIT_CODE})");
+    std::process::exit(FATAL_EXIT_CODE);
+}
+
+/// What [`Journal::open`] read back: the state to rebuild, and how the read went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// Packages not ended, by ascending package id.
+    pub packages: Vec<ReplayedPackage>,
+    /// 1 + the highest package id ever journaled (0 when none was); survives compaction.
+    pub next_package: u64,
+    /// `(user, exec_us, lsn)` for every `Done` record (any package, ended or not, whose
+    /// `Package` record is in the file) and every `Charge` record in the file, by ascending
+    /// LSN. Charges with an LSN at or below the watermark in force at the last compaction may
+    /// be gone; the caller compares LSNs with what its user store holds.
+    pub charges: Vec<(String, u64, u64)>,
+    /// Records read (the per-file meta record not counted).
+    pub records: u64,
+    /// Bytes of whole records read, i.e. the file's size after any tail repair.
+    pub bytes: u64,
+    /// Time spent reading and replaying (for a records/s line in the log).
+    pub elapsed: Duration,
+    /// `(offset, bytes cut)` when a torn last record was cut off.
+    pub truncated_tail: Option<(u64, u64)>,
+    /// Highest LSN ever assigned (0 for a new journal); appends continue after it.
+    pub last_lsn: u64,
+}
+
+/// One live package as replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayedPackage {
+    /// The package as accepted.
+    pub record: PackageRecord,
+    /// Accepted results not yet delivered, in journal order.
+    pub done: Vec<DoneRecord>,
+    /// Task indices delivered, ascending, without duplicates.
+    pub delivered: Vec<u32>,
+}
+
+/// Why the journal could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// A file operation failed.
+    #[error("cannot {op} journal {path}: {source}; check the data dir's disk and permissions")]
+    Io {
+        /// What was being done (`read`, `write`, `fsync`, ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A damaged record with valid records after it: not a torn tail, so the master refuses to
+    /// guess.
+    #[error(
+        "journal {path} is corrupt at byte offset {offset}: {reason}; valid records follow, so \
+         this is not a torn write: restore the file from a backup or move it away to start empty"
+    )]
+    Corrupt {
+        /// The journal file.
+        path: PathBuf,
+        /// Byte offset of the damaged record.
+        offset: u64,
+        /// Which check failed.
+        reason: String,
+    },
+    /// A record whose payload is above the frame limit (1 GiB); a caller bug.
+    #[error("journal record {lsn} has a {bytes}-byte payload, above the 1 GiB limit")]
+    RecordTooLarge {
+        /// The record's LSN.
+        lsn: u64,
+        /// Its payload size.
+        bytes: usize,
+    },
+    /// The writer thread stopped after a fatal error; nothing more is written.
+    #[error("journal writer has stopped after a fatal error; restart the master")]
+    Stopped,
+    /// An fsync policy string [`FsyncPolicy::from_str`] does not know.
+    #[error("unknown fsync policy {text:?}; use always, batch, batch:<ms> or off")]
+    BadPolicy {
+        /// What was given.
+        text: String,
+    },
+}
+
+impl JournalError {
+    pub(crate) fn io(op: &'static str, path: &std::path::Path, source: std::io::Error) -> Self {
+        JournalError::Io {
+            op,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
