@@ -44,7 +44,15 @@ test-rust: ## Rust unit, property and scenario tests (+ benches compile)
 test-python: $(STAMP) ## pytest end-to-end tests against a real master
 	$(PY) -m pytest tests -q
 
-test: test-rust test-python ## every test (installs what it needs)
+# A throwaway PostgreSQL (scripts/pg-test-server) serves the store tests of both suites through
+# RTPOOL_TEST_PG_URL; it is stopped however the tests end.
+test: ## every test (installs what it needs, starts a throwaway PostgreSQL)
+	@pg_dir=$$(mktemp -d /tmp/rtpool-pg.XXXXXX); \
+	cleanup() { scripts/pg-test-server stop "$$pg_dir" || true; rm -rf "$$pg_dir"; }; \
+	url=$$(scripts/pg-test-server start "$$pg_dir") || { cleanup; exit 1; }; \
+	trap cleanup EXIT; trap 'exit 130' INT TERM; \
+	echo "PostgreSQL for the store tests: $$url"; \
+	RTPOOL_TEST_PG_URL="$$url" $(MAKE) --no-print-directory test-rust test-python
 
 bench: $(STAMP) ## latency, throughput, payload benchmarks (prints percentiles)
 	$(PY) -m rtpool bench all

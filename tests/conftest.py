@@ -6,10 +6,13 @@ its own process group, so its forked children are stopped with it).
 
 from __future__ import annotations
 
+import glob
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,32 +66,48 @@ def _read_listening_line(proc: subprocess.Popen, log: Path, timeout: float) -> s
     )
 
 
-@pytest.fixture
-def master(tmp_path: Path) -> Iterator[MasterProcess]:
-    """An ``rtpool master`` subprocess on an ephemeral port with its data dir in tmp_path."""
-    data_dir = tmp_path / "data"
-    log = tmp_path / "master.log"
-    cmd = [sys.executable, "-m", "rtpool", "master", "--listen", "127.0.0.1:0"]
-    cmd += ["--data-dir", str(data_dir), "--log-level", "debug"]
-    with open(log, "wb") as log_file:
+def start_master(
+    tmp_path: Path,
+    data_dir: Path | None = None,
+    listen: str = "127.0.0.1:0",
+    args: List[str] | None = None,
+    log_name: str = "master.log",
+) -> MasterProcess:
+    """Start an ``rtpool master`` subprocess and wait for its ``listening on`` line."""
+    data_dir = data_dir or tmp_path / "data"
+    log = tmp_path / log_name
+    cmd = [sys.executable, "-m", "rtpool", "master", "--listen", listen]
+    cmd += ["--data-dir", str(data_dir), "--log-level", "debug", *(args or [])]
+    with open(log, "ab") as log_file:
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
         )
+    address = _read_listening_line(proc, log, timeout=30.0)
+    return MasterProcess(
+        proc=proc,
+        address=address,
+        client_token=(data_dir / "client.token").read_text().strip(),
+        worker_token=(data_dir / "worker.token").read_text().strip(),
+        data_dir=data_dir,
+        log=log,
+    )
+
+
+def close_master(m: MasterProcess) -> None:
+    """Stop a master started by :func:`start_master` (by PID) and close its pipe."""
+    stop_process(m.proc)
+    if m.proc.stdout is not None:
+        m.proc.stdout.close()
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[MasterProcess]:
+    """An ``rtpool master`` subprocess on an ephemeral port with its data dir in tmp_path."""
+    m = start_master(tmp_path)
     try:
-        address = _read_listening_line(proc, log, timeout=30.0)
-        m = MasterProcess(
-            proc=proc,
-            address=address,
-            client_token=(data_dir / "client.token").read_text().strip(),
-            worker_token=(data_dir / "worker.token").read_text().strip(),
-            data_dir=data_dir,
-            log=log,
-        )
         yield m
     finally:
-        stop_process(proc)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        close_master(m)
 
 
 @dataclass
@@ -167,6 +186,34 @@ def cluster() -> Iterator[object]:
 def cluster_client(cluster):
     """A Client of the ``cluster`` fixture."""
     return cluster.client()
+
+
+_PG_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "pg-test-server"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """URL of a PostgreSQL test database: ``$RTPOOL_TEST_PG_URL`` (``make test`` sets it), else
+    a server started with scripts/pg-test-server when PostgreSQL is installed, else a skip."""
+    url = os.environ.get("RTPOOL_TEST_PG_URL")
+    if url:
+        yield url
+        return
+    if shutil.which("initdb") is None and not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
+        pytest.skip("PostgreSQL is not installed: set RTPOOL_TEST_PG_URL or run `make test`")
+    # Under /tmp, not tmp_path: as root the server runs as `postgres`, which must reach it.
+    pg_dir = tempfile.mkdtemp(prefix="rtpool-pg-")
+    started = subprocess.run(
+        [str(_PG_SCRIPT), "start", pg_dir], capture_output=True, text=True, timeout=120
+    )
+    try:
+        if started.returncode != 0:
+            pytest.skip(f"cannot start a PostgreSQL test server: {started.stderr[-1000:]}")
+        yield started.stdout.strip()
+    finally:
+        if started.returncode == 0:
+            subprocess.run([str(_PG_SCRIPT), "stop", pg_dir], capture_output=True, timeout=60)
+        shutil.rmtree(pg_dir, ignore_errors=True)
 
 
 def pytest_configure(config) -> None:

@@ -1,7 +1,7 @@
 """Type stubs of the native module (PyO3, crates/rtpool-py)."""
 
 from os import PathLike
-from typing import Dict, Union
+from typing import Any, Dict, List, Tuple, Union
 
 __version__: str
 
@@ -61,3 +61,43 @@ def run_master(
     Raises:
         rtpool.errors.RtpoolError: The address cannot be bound or the data dir used.
     """
+
+# Users, tokens and quotas (`rtpool token`). Each opens the store: ``store`` None or "sqlite"
+# is ``data_dir/rtpool.db``; "sqlite:///abs/path.db" or "postgres://user@host:port/db" another.
+# Token dicts: id (str, public: 12 hex chars of the SHA-256), user, role ("client"|"worker"),
+# created_unix (int), revoked (bool). Quota dicts: user, quota_us (int | None = unlimited),
+# used_us (int). Every function raises rtpool.errors.RtpoolError with a message that says what
+# to do (bad user name or quota, unknown or ambiguous id, store unreachable, ...).
+
+def token_create(
+    data_dir: Union[str, PathLike[str]],
+    user: str,
+    role: str,
+    quota_seconds: float | None = None,
+    store: str | None = None,
+) -> Tuple[str, Dict[str, Any]]:
+    """Create a token; returns ``(token, info)``. Only its SHA-256 is stored, so the token
+    cannot be shown again. With ``quota_seconds``, also set the user's quota."""
+
+def token_list(
+    data_dir: Union[str, PathLike[str]], store: str | None = None
+) -> List[Dict[str, Any]]:
+    """Every token's info (no secrets), oldest first, revoked ones included."""
+
+def token_revoke(
+    data_dir: Union[str, PathLike[str]], id: str, store: str | None = None
+) -> Dict[str, Any]:
+    """Revoke the token with this id or unique id prefix (6+ hex chars); returns its info."""
+
+def token_set_quota(
+    data_dir: Union[str, PathLike[str]],
+    user: str,
+    quota_seconds: float | None,
+    store: str | None = None,
+) -> None:
+    """Set a user's quota of execution seconds (None: unlimited); usage so far is kept."""
+
+def token_quotas(
+    data_dir: Union[str, PathLike[str]], store: str | None = None
+) -> List[Dict[str, Any]]:
+    """Every user's quota and usage in microseconds, by name."""

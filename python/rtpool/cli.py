@@ -1,4 +1,4 @@
-"""The ``rtpool`` command: ``master``, ``worker``, ``demo`` and ``bench``.
+"""The ``rtpool`` command: ``master``, ``worker``, ``token``, ``demo`` and ``bench``.
 
 Heavy imports are deferred to the subcommand that needs them, so ``rtpool worker`` starts
 quickly and ``rtpool --help`` works without the native module.
@@ -143,6 +143,20 @@ def _parser() -> argparse.ArgumentParser:
         help="longest any task may run; 0 = no limit (default: 86400)",
     )
     master.add_argument(
+        "--fsync",
+        default=None,
+        metavar="POLICY",
+        help="when the crash-recovery journal is synced to disk: always (a package is "
+        "acknowledged only once on disk), batch[:MS] (at most MS ms later; default batch:10) "
+        "or off (the OS decides)",
+    )
+    master.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="keep no journal: a master crash loses every package (default: journal in the "
+        "data dir)",
+    )
+    master.add_argument(
         "--store",
         default=None,
         metavar="URL",
@@ -160,6 +174,13 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=raw,
     )
     worker.add_arguments(work)
+    from . import _token_cli
+
+    token = sub.add_parser(
+        "token",
+        help="create, list and revoke per-user tokens; set users' compute-time quotas",
+    )
+    _token_cli.add_arguments(token, _default_data_dir)
     sub.add_parser(
         "demo",
         help="factorization benchmark on a LocalCluster: speed-up, efficiency, per-task times",
@@ -189,6 +210,8 @@ def _master_options(args: argparse.Namespace) -> dict:
         "max_attempts": args.max_attempts,
         "max_task_seconds": args.max_task_seconds,
         "store": args.store,
+        "fsync": args.fsync,
+        "journal": False if args.no_journal else None,
     }
     return {k: v for k, v in options.items() if v is not None}
 
@@ -241,6 +264,10 @@ def main(argv: List[str] | None = None) -> int:
         from . import worker
 
         return worker.run(args)
+    if args.command == "token":
+        from . import _token_cli
+
+        return _token_cli.run(args)
     raise AssertionError(args.command)
 
 

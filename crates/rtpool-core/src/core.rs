@@ -428,7 +428,12 @@ impl Core {
     }
 
     /// A result the master makes up for a task (timeout, poison, quota): a UTF-8 message.
-    fn system_outcome(task: &Task, status: TaskStatus, message: String, now: Instant) -> TaskOutcome {
+    fn system_outcome(
+        task: &Task,
+        status: TaskStatus,
+        message: String,
+        now: Instant,
+    ) -> TaskOutcome {
         let (queue_us, worker_us) = match task.state {
             TaskState::Running { assigned_at, .. } => (
                 assigned_at.micros_since(task.submitted_at),

@@ -326,6 +326,12 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[test]
+    fn authenticator_is_shareable_across_tasks() {
+        fn assert_shareable<T: Send + Sync + Clone + 'static>() {}
+        assert_shareable::<Authenticator>();
+    }
+
     #[tokio::test]
     async fn authenticator_accepts_builtin_and_store_tokens() {
         let dir = tempfile::tempdir().unwrap();

@@ -36,6 +36,11 @@ pub struct MasterConfig {
     /// How long past a task's own time limit the master waits for the worker's report before
     /// failing the task itself (default 2 s).
     pub timeout_grace: Duration,
+    /// Keep the crash-recovery journal `<data_dir>/journal.log` (default true; needs a data
+    /// dir).
+    pub journal: bool,
+    /// When the journal is fsynced (default `batch` with a 10 ms window).
+    pub fsync: crate::journal::FsyncPolicy,
 }
 
 impl MasterConfig {
@@ -67,6 +72,8 @@ impl Default for MasterConfig {
             max_attempts: 3,
             max_task_time: Duration::from_secs(86_400),
             timeout_grace: Duration::from_secs(2),
+            journal: true,
+            fsync: crate::journal::FsyncPolicy::default(),
         }
     }
 }

@@ -319,6 +319,9 @@ impl Reader {
     }
 
     /// Turn one message into a core event, or the error to answer it with.
+    // The refusal is built at most once per connection (or per rejected SUBMIT): its size
+    // costs nothing on the accepted path.
+    #[allow(clippy::result_large_err)]
     fn on_message(&mut self, msg: Msg) -> Result<Option<Event>, Refusal> {
         match (self.role, msg) {
             (

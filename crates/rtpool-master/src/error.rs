@@ -31,6 +31,9 @@ pub enum MasterError {
     /// The store of users and tokens could not be opened.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The journal could not be opened or replayed (corruption names the byte offset).
+    #[error("journal: {0}; the master will not start on a journal it cannot trust (move the file away to start empty, losing its packages)")]
+    Journal(#[from] crate::journal::JournalError),
     /// The runtime could not be built or the server thread failed.
     #[error("master runtime failed: {0}")]
     Runtime(String),

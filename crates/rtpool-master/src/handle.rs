@@ -15,16 +15,34 @@ use crate::auth::{Authenticator, Tokens};
 use crate::config::MasterConfig;
 use crate::connection::ConnCtx;
 use crate::error::MasterError;
-use crate::scheduler::ToScheduler;
+use crate::journal::{Journal, JournalConfig};
+use crate::scheduler::{Scheduler, ToScheduler};
 use crate::server;
 
 /// Gauges of a running master.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct MasterStats {
     /// The core's gauges and counters.
     pub core: CoreStats,
     /// Authenticated connections.
     pub connections: usize,
+    /// The journal's counters, if there is a journal.
+    pub journal: Option<crate::journal::JournalStats>,
+    /// What the journal replayed at start-up.
+    pub replay: Option<ReplayStats>,
+}
+
+/// The journal replay at start-up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplayStats {
+    /// Records read.
+    pub records: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Time taken, microseconds.
+    pub elapsed_us: u64,
+    /// Live packages found.
+    pub packages: usize,
 }
 
 /// A master running in a background thread. Dropping it stops the master.
@@ -84,6 +102,32 @@ fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Result<Arc<ConnCtx>, Maste
     }))
 }
 
+/// The scheduler, with the journal opened and replayed when there is a data dir.
+fn scheduler(config: &MasterConfig) -> Result<Scheduler, MasterError> {
+    let scheduler = Scheduler::new(config.core_config());
+    let Some(dir) = config.data_dir.as_ref().filter(|_| config.journal) else {
+        return Ok(scheduler);
+    };
+    let mut jc = JournalConfig::new(dir.join("journal.log"));
+    jc.policy = config.fsync;
+    let (journal, replay) = Journal::open(jc)?;
+    let secs = replay.elapsed.as_secs_f64();
+    tracing::info!(
+        records = replay.records,
+        bytes = replay.bytes,
+        packages = replay.packages.len(),
+        "journal {} replayed in {:.1} ms ({:.0} records/s), fsync {}",
+        journal.path().display(),
+        secs * 1e3,
+        replay.records as f64 / secs.max(1e-9),
+        config.fsync
+    );
+    if let Some((offset, cut)) = replay.truncated_tail {
+        tracing::warn!("journal had a torn tail: cut {cut} bytes at offset {offset}");
+    }
+    Ok(scheduler.with_journal(journal, replay, config.fsync))
+}
+
 /// A random number naming this master process (`WELCOME.instance`).
 fn random_instance() -> u64 {
     let mut bytes = [0u8; 8];
@@ -104,7 +148,7 @@ impl MasterHandle {
     pub fn start(config: MasterConfig) -> Result<Self, MasterError> {
         let (tokens, _) = resolve_tokens(&config)?;
         let ctx = conn_ctx(&config, tokens.clone())?;
-        let core_config = config.core_config();
+        let scheduler = scheduler(&config)?;
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -125,7 +169,7 @@ impl MasterHandle {
                         .local_addr()
                         .expect("a bound listener has an address");
                     let _ = ready_tx.send(Ok(addr));
-                    server::serve(listener, ctx, core_config, sched_tx, sched_rx, stop_rx).await;
+                    server::serve(listener, ctx, scheduler, sched_tx, sched_rx, stop_rx).await;
                 });
             })
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
@@ -188,11 +232,13 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
         let ctx = conn_ctx(&config, tokens.clone())?;
-        let core_config = config.core_config();
+        let scheduler = scheduler(&config)?;
         announce(&config, &tokens, created, addr);
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
-        let server = tokio::spawn(server::serve(listener, ctx, core_config, sched_tx, sched_rx, stop_rx));
+        let server = tokio::spawn(server::serve(
+            listener, ctx, scheduler, sched_tx, sched_rx, stop_rx,
+        ));
         wait_for_signal().await;
         tracing::info!("signal received, shutting down");
         let _ = stop.send(true);

@@ -2,19 +2,21 @@
 //! stamps them with the master's monotonic clock, and routes the core's actions to the writer
 //! of the connection they address.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
 use rtpool_core::{
-    Action, Core, CoreConfig, Event, PackageId, RejectReason, TaskOutcome, UserId,
+    Action, Core, CoreConfig, Event, FnHash, PackageId, PackageOpts, RejectReason, RestoredPackage,
+    TaskOutcome, TaskStatus, UserId,
 };
 use rtpool_proto::{Assignment, Msg, TaskResult};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::auth::Authenticator;
-use crate::handle::MasterStats;
+use crate::handle::{MasterStats, ReplayStats};
+use crate::journal::{DoneRecord, FsyncPolicy, Journal, PackageRecord, Record, Replay};
 use crate::store::UserQuota;
 
 /// How often charged compute time is written behind to the user store, and quotas re-read.
@@ -88,13 +90,35 @@ pub struct Scheduler {
     auth: Option<Authenticator>,
     /// A usage flush is running; its answer comes back as [`ToScheduler::Quotas`].
     flushing: bool,
+    core_config: CoreConfig,
+    /// Users of connected clients, by session.
+    client_users: HashMap<u64, UserId>,
+    /// The crash-recovery journal, if any.
+    journal: Option<Journal>,
+    /// `fsync always`: a package is handled (and acknowledged) only once its record is durable.
+    ack_after_fsync: bool,
+    /// What the journal replayed at start-up, waiting to be restored.
+    replay: Option<Replay>,
+    replay_stats: Option<ReplayStats>,
+    /// LSN of the last record appended.
+    last_lsn: u64,
+    /// Client events held back behind a submission whose record is not durable yet, in
+    /// arrival order, with the LSN each must wait for.
+    held: VecDeque<(u64, Held)>,
+}
+
+/// Something a client sent that waits for the journal (`fsync always`).
+enum Held {
+    Event(Event),
+    Reply { session: u64, msg: Msg, close: bool },
+    Closed { session: u64, event: Event },
 }
 
 impl Scheduler {
     /// A scheduler with an empty core and no user store.
     pub fn new(config: CoreConfig) -> Self {
         Self {
-            core: Core::new(config),
+            core: Core::new(config.clone()),
             routes: HashMap::new(),
             epoch: StdInstant::now(),
             actions: Vec::with_capacity(64),
@@ -103,7 +127,34 @@ impl Scheduler {
             next_package: 1,
             auth: None,
             flushing: false,
+            core_config: config,
+            client_users: HashMap::new(),
+            journal: None,
+            ack_after_fsync: false,
+            replay: None,
+            replay_stats: None,
+            last_lsn: 0,
+            held: VecDeque::new(),
         }
+    }
+
+    /// Record packages, results and deliveries in `journal`, and restore what `replay` found
+    /// when the scheduler starts.
+    pub fn with_journal(mut self, journal: Journal, replay: Replay, policy: FsyncPolicy) -> Self {
+        self.core_config.report_deliveries = true;
+        self.core = Core::new(self.core_config.clone());
+        self.ack_after_fsync = policy == FsyncPolicy::Always;
+        self.next_package = replay.next_package.max(1);
+        self.last_lsn = replay.last_lsn;
+        self.replay_stats = Some(ReplayStats {
+            records: replay.records,
+            bytes: replay.bytes,
+            elapsed_us: replay.elapsed.as_micros() as u64,
+            packages: replay.packages.len(),
+        });
+        self.journal = Some(journal);
+        self.replay = Some(replay);
+        self
     }
 
     /// Charge compute time to users and enforce their quotas through `auth`'s store.
@@ -118,19 +169,27 @@ impl Scheduler {
         mut rx: mpsc::UnboundedReceiver<ToScheduler>,
         tx: mpsc::UnboundedSender<ToScheduler>,
     ) {
+        self.restore().await;
         self.load_quotas().await;
         let mut flush = tokio::time::interval(USAGE_FLUSH);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut durable = self.journal.as_ref().map(Journal::durable);
         loop {
             let timer = self.core.next_timer().map(|at| {
                 let now = self.now();
                 tokio::time::Instant::now() + Duration::from_nanos(at.0.saturating_sub(now.0))
             });
+            let waiting = !self.held.is_empty();
             tokio::select! {
                 msg = rx.recv() => {
                     let Some(msg) = msg else { break };
                     if !self.on_message(msg) {
                         break;
+                    }
+                }
+                changed = wait_durable(&mut durable), if waiting => {
+                    if let Some(lsn) = changed {
+                        self.release_held(lsn);
                     }
                 }
                 _ = sleep_until(timer), if timer.is_some() => self.apply(Event::Tick),
@@ -139,6 +198,106 @@ impl Scheduler {
         }
         // Whatever was charged since the last flush.
         self.flush_usage_now();
+        if let Some(journal) = self.journal.take() {
+            if let Err(e) = journal.close() {
+                warn!("journal close failed: {e}");
+            }
+        }
+    }
+
+    /// Rebuilds the packages the journal replayed, and charges the compute time recorded
+    /// after the store's watermark (so a crash never lets a user overshoot its quota).
+    async fn restore(&mut self) {
+        let Some(replay) = self.replay.take() else {
+            return;
+        };
+        let watermark = match self.auth.clone().filter(Authenticator::has_store) {
+            Some(auth) => tokio::task::spawn_blocking(move || auth.watermark())
+                .await
+                .ok()
+                .and_then(Result::ok),
+            None => None,
+        };
+        if let (Some(watermark), Some(auth)) = (watermark, self.auth.clone()) {
+            let mut sums: HashMap<String, u64> = HashMap::new();
+            for (user, exec_us, lsn) in &replay.charges {
+                if *lsn > watermark {
+                    *sums.entry(user.clone()).or_default() += exec_us;
+                }
+            }
+            let usage: Vec<(String, u64)> = sums.into_iter().collect();
+            let last = replay.last_lsn;
+            let journal = self.journal.clone();
+            let res = tokio::task::spawn_blocking(move || auth.add_usage(&usage, last)).await;
+            match res {
+                Ok(Ok(())) => {
+                    if let Some(j) = journal {
+                        j.set_watermark(last);
+                    }
+                }
+                Ok(Err(e)) => warn!("cannot charge replayed usage to the user store: {e}"),
+                Err(e) => warn!("usage writer failed: {e}"),
+            }
+        }
+        let restored = replay.packages.len();
+        for p in replay.packages {
+            let user = self.user_id(&p.record.user);
+            let r = p.record;
+            let done = p
+                .done
+                .into_iter()
+                .map(|d| TaskOutcome {
+                    index: d.index,
+                    status: TaskStatus::from_u8(d.status).unwrap_or(TaskStatus::Failed),
+                    data: d.data,
+                    queue_us: 0,
+                    worker_us: 0,
+                    exec_us: d.exec_us,
+                    wait_us: 0,
+                    flush_us: 0,
+                })
+                .collect();
+            let event = Event::Restore(Box::new(RestoredPackage {
+                package: PackageId(r.package),
+                user,
+                fn_hash: FnHash(r.fn_hash),
+                fn_code: r.fn_code,
+                opts: PackageOpts {
+                    priority: r.priority,
+                    timeout_ms: r.timeout_ms,
+                    key: r.key,
+                },
+                tasks: r.tasks,
+                done,
+                delivered: p.delivered,
+            }));
+            self.apply_now(event);
+        }
+        if restored > 0 {
+            info!("restored {restored} packages from the journal; waiting for their clients to attach");
+        }
+    }
+
+    /// Handles held client events whose submissions are now durable.
+    fn release_held(&mut self, durable: u64) {
+        while let Some((lsn, _)) = self.held.front() {
+            if *lsn > durable {
+                break;
+            }
+            let (_, held) = self.held.pop_front().expect("peeked");
+            match held {
+                Held::Event(event) => self.apply_now(event),
+                Held::Reply {
+                    session,
+                    msg,
+                    close,
+                } => self.reply(session, msg, close),
+                Held::Closed { session, event } => {
+                    self.routes.remove(&session);
+                    self.apply_now(event);
+                }
+            }
+        }
     }
 
     fn now(&self) -> rtpool_core::Instant {
@@ -199,10 +358,18 @@ impl Scheduler {
         let usage = self.take_usage();
         self.flushing = true;
         let tx = tx.clone();
+        // Every result charged so far was journaled at or before this LSN.
+        let watermark = self.last_lsn;
+        let journal = self.journal.clone();
         tokio::task::spawn_blocking(move || {
             if !usage.is_empty() {
-                if let Err(e) = auth.add_usage(&usage, 0) {
-                    warn!("cannot write usage to the user store (kept in memory): {e}");
+                match auth.add_usage(&usage, watermark) {
+                    Ok(()) => {
+                        if let Some(j) = journal {
+                            j.set_watermark(watermark);
+                        }
+                    }
+                    Err(e) => warn!("cannot write usage to the user store: {e}"),
                 }
             }
             match auth.quotas() {
@@ -222,7 +389,7 @@ impl Scheduler {
         };
         let usage = self.take_usage();
         if !usage.is_empty() {
-            if let Err(e) = auth.add_usage(&usage, 0) {
+            if let Err(e) = auth.add_usage(&usage, self.last_lsn) {
                 warn!("cannot write the last usage to the user store: {e}");
             }
         }
@@ -240,32 +407,48 @@ impl Scheduler {
                 self.routes.insert(session, tx);
                 if let Event::ClientJoined { user: id, .. } = &mut event {
                     *id = self.user_id(&user);
+                    self.client_users.insert(session, *id);
                 }
                 self.apply(event);
             }
             ToScheduler::Event(event) => self.apply(event),
             ToScheduler::Events(events) => events.into_iter().for_each(|e| self.apply(e)),
             ToScheduler::Closed { session, event } => {
-                self.routes.remove(&session);
-                self.apply(event);
+                self.client_users.remove(&session);
+                if self.held.is_empty() {
+                    self.routes.remove(&session);
+                    self.apply(event);
+                } else {
+                    // After the events it sent before closing.
+                    let lsn = self.last_lsn;
+                    self.held.push_back((lsn, Held::Closed { session, event }));
+                }
             }
             ToScheduler::Reply {
                 session,
                 msg,
                 close,
             } => {
-                if let Some(tx) = self.routes.get(&session) {
-                    let _ = tx.send(if close {
-                        Out::SendAndClose(msg)
-                    } else {
-                        Out::Send(msg)
-                    });
+                if self.held.is_empty() {
+                    self.reply(session, msg, close);
+                } else {
+                    let lsn = self.last_lsn;
+                    self.held.push_back((
+                        lsn,
+                        Held::Reply {
+                            session,
+                            msg,
+                            close,
+                        },
+                    ));
                 }
             }
             ToScheduler::Stats(reply) => {
                 let _ = reply.send(MasterStats {
                     core: self.core.stats(),
                     connections: self.routes.len(),
+                    journal: self.journal.as_ref().map(Journal::stats),
+                    replay: self.replay_stats,
                 });
             }
             ToScheduler::Quotas(quotas) => {
@@ -287,18 +470,123 @@ impl Scheduler {
         true
     }
 
+    /// Numbers and journals a submission; under `fsync always` holds it (and every client
+    /// event after it) until its record is durable. Everything else is handled now.
     fn apply(&mut self, mut event: Event) {
-        if let Event::Submit { package, .. } = &mut event {
+        let is_client_event = matches!(
+            event,
+            Event::Submit { .. }
+                | Event::Cancel { .. }
+                | Event::Status { .. }
+                | Event::Attach { .. }
+                | Event::Ack { .. }
+        );
+        if let Event::Submit {
+            client,
+            package,
+            fn_hash,
+            fn_code,
+            opts,
+            tasks,
+            ..
+        } = &mut event
+        {
             *package = PackageId(self.next_package);
             self.next_package += 1;
+            if let Some(journal) = &self.journal {
+                let user = self
+                    .client_users
+                    .get(&client.0)
+                    .map(|u| self.user_names[u.0 as usize].clone())
+                    .unwrap_or_default();
+                self.last_lsn = journal.append(Record::Package(PackageRecord {
+                    package: package.0,
+                    user,
+                    key: opts.key.clone(),
+                    fn_hash: fn_hash.0,
+                    fn_code: fn_code.clone(),
+                    priority: opts.priority,
+                    timeout_ms: opts.timeout_ms,
+                    tasks: tasks.clone(),
+                }));
+                if self.ack_after_fsync {
+                    self.held.push_back((self.last_lsn, Held::Event(event)));
+                    return;
+                }
+            }
+        } else if is_client_event && !self.held.is_empty() {
+            let lsn = self.last_lsn;
+            self.held.push_back((lsn, Held::Event(event)));
+            return;
         }
+        self.apply_now(event);
+    }
+
+    /// Runs the core on one event and carries out its actions.
+    fn apply_now(&mut self, event: Event) {
+        let submitted = match &event {
+            Event::Submit { package, .. } => Some(*package),
+            _ => None,
+        };
         let now = self.now();
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
+        if let (Some(package), Some(journal)) = (submitted, &self.journal) {
+            // A refused or deduplicated submission never became a package: end its record.
+            let created = actions
+                .iter()
+                .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
+            if !created {
+                self.last_lsn = journal.append(Record::End { package: package.0 });
+            }
+        }
         for action in actions.drain(..) {
+            self.journal_action(&action);
             self.route(action);
         }
         self.actions = actions;
+    }
+
+    /// Appends the journal record an action implies, if any.
+    fn journal_action(&mut self, action: &Action) {
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        match action {
+            Action::SendResults {
+                package, results, ..
+            } => {
+                for r in results {
+                    self.last_lsn = journal.append(Record::Done(DoneRecord {
+                        package: package.0,
+                        index: r.index,
+                        status: r.status as u8,
+                        data: r.data.clone(),
+                        exec_us: r.exec_us,
+                    }));
+                }
+            }
+            Action::Delivered { package, indices } => {
+                self.last_lsn = journal.append(Record::Delivered {
+                    package: package.0,
+                    indices: indices.clone(),
+                });
+            }
+            Action::PackageFreed { package, .. } => {
+                self.last_lsn = journal.append(Record::End { package: package.0 });
+            }
+            _ => {}
+        }
+    }
+
+    fn reply(&self, session: u64, msg: Msg, close: bool) {
+        if let Some(tx) = self.routes.get(&session) {
+            let _ = tx.send(if close {
+                Out::SendAndClose(msg)
+            } else {
+                Out::Send(msg)
+            });
+        }
     }
 
     fn send(&self, session: u64, msg: Msg) {
@@ -415,6 +703,20 @@ impl Scheduler {
                 );
             }
         }
+    }
+}
+
+/// The next durable LSN the journal reports; `None` if it stopped (then never again).
+async fn wait_durable(rx: &mut Option<tokio::sync::watch::Receiver<u64>>) -> Option<u64> {
+    match rx {
+        Some(r) => {
+            if r.changed().await.is_err() {
+                *rx = None;
+                return None;
+            }
+            Some(*r.borrow_and_update())
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use rtpool_core::CoreConfig;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -17,12 +16,12 @@ use crate::scheduler::{Scheduler, ToScheduler};
 pub async fn serve(
     listener: TcpListener,
     ctx: Arc<ConnCtx>,
-    core_config: CoreConfig,
+    scheduler: Scheduler,
     sched_tx: mpsc::UnboundedSender<ToScheduler>,
     sched_rx: mpsc::UnboundedReceiver<ToScheduler>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let scheduler = Scheduler::new(core_config).with_auth(ctx.auth.clone());
+    let scheduler = scheduler.with_auth(ctx.auth.clone());
     let scheduler = tokio::spawn(scheduler.run(sched_rx, sched_tx.clone()));
     let mut conns = JoinSet::new();
     let conn_stop = stop.clone();

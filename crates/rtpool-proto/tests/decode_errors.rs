@@ -454,8 +454,14 @@ fn non_int_priority_is_a_bad_option() {
         (V::s("high"), "expected an integer, found a str"),
         (V::F(1.5), "expected an integer, found a float"),
         (V::Nil, "expected an integer, found nil"),
-        (V::U(1 << 31), "2147483648 is out of range -2147483648..=2147483647"),
-        (V::I(-(1 << 31) - 1), "-2147483649 is out of range -2147483648..=2147483647"),
+        (
+            V::U(1 << 31),
+            "2147483648 is out of range -2147483648..=2147483647",
+        ),
+        (
+            V::I(-(1 << 31) - 1),
+            "-2147483649 is out of range -2147483648..=2147483647",
+        ),
         (
             V::A(vec![V::A(vec![V::M(vec![(V::U(1), V::Nil)])])]),
             "found an array",

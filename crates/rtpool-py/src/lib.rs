@@ -1,5 +1,6 @@
-//! PyO3 glue only: the `rtpool._native` module embeds the master ([`Master`]) and runs it in the
-//! foreground for `rtpool master` ([`run_master`]). Errors are raised as
+//! PyO3 glue only: the `rtpool._native` module embeds the master ([`Master`]), runs it in the
+//! foreground for `rtpool master` ([`run_master`]) and manages users, tokens and quotas for
+//! `rtpool token` (`token_*`, over [`rtpool_master::store`]). Errors are raised as
 //! `rtpool.errors.RtpoolError`, never as a bare exception with Debug text.
 
 use std::path::PathBuf;
@@ -7,10 +8,16 @@ use std::path::PathBuf;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use rtpool_master::store::{self, Store, StoreError, TokenInfo, UserQuota};
 use rtpool_master::{MasterConfig, MasterError, MasterHandle};
+use rtpool_proto::Role;
 
 fn to_py_err(py: Python<'_>, e: MasterError) -> PyErr {
-    let msg = e.to_string();
+    rtpool_error(py, e.to_string())
+}
+
+/// `rtpool.errors.RtpoolError(msg)`, or a `RuntimeError` if that class cannot be imported.
+fn rtpool_error(py: Python<'_>, msg: String) -> PyErr {
     match py
         .import("rtpool.errors")
         .and_then(|m| m.getattr("RtpoolError"))
@@ -70,10 +77,19 @@ fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) ->
             "max_attempts" => cfg.max_attempts = v.extract()?,
             "max_task_seconds" => cfg.max_task_time = secs(&v, &key)?,
             "timeout_grace_s" => cfg.timeout_grace = secs(&v, &key)?,
+            "journal" => cfg.journal = v.extract()?,
+            "fsync" => {
+                let text: String = v.extract()?;
+                cfg.fsync = text
+                    .parse()
+                    .map_err(|e: rtpool_master::journal::JournalError| {
+                        pyo3::exceptions::PyValueError::new_err(e.to_string())
+                    })?;
+            }
             other => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "unknown master option {other:?}; known: lease_ms, store, result_ttl_s, \
-                     max_attempts, max_task_seconds, timeout_grace_s"
+                     max_attempts, max_task_seconds, timeout_grace_s, journal, fsync"
                 )))
             }
         }
@@ -157,6 +173,25 @@ impl Master {
             d.set_item("functions", c.functions)?;
             d.set_item("delivered", c.delivered)?;
             d.set_item("stale_results", c.stale_results)?;
+            d.set_item("cancelling", c.cancelling)?;
+            d.set_item("retained", c.retained)?;
+            d.set_item("requeued", c.requeued)?;
+            d.set_item("poisoned", c.poisoned)?;
+            d.set_item("timed_out", c.timed_out)?;
+            d.set_item("quota_failed", c.quota_failed)?;
+            d.set_item("packages_expired", c.packages_expired)?;
+            d.set_item("results_dropped", c.results_dropped)?;
+            if let Some(j) = s.journal {
+                d.set_item("journal_records", j.records)?;
+                d.set_item("journal_bytes", j.file_bytes)?;
+                d.set_item("journal_fsyncs", j.fsyncs)?;
+                d.set_item("journal_compactions", j.compactions)?;
+            }
+            if let Some(r) = s.replay {
+                d.set_item("replay_records", r.records)?;
+                d.set_item("replay_us", r.elapsed_us)?;
+                d.set_item("replay_packages", r.packages)?;
+            }
         }
         Ok(d)
     }
@@ -204,11 +239,129 @@ fn run_master(
         .map_err(|e| to_py_err(py, e))
 }
 
+fn store_err(py: Python<'_>, e: StoreError) -> PyErr {
+    rtpool_error(py, e.to_string())
+}
+
+/// Open the store, run `f` on it with the GIL released, and turn its error into `RtpoolError`.
+fn with_store<T: Send>(
+    py: Python<'_>,
+    data_dir: PathBuf,
+    store_url: Option<String>,
+    f: impl FnOnce(&mut dyn Store) -> Result<T, StoreError> + Send,
+) -> PyResult<T> {
+    py.allow_threads(|| {
+        let mut s = store::open(store_url.as_deref(), &data_dir)?;
+        f(s.as_mut())
+    })
+    .map_err(|e| store_err(py, e))
+}
+
+fn parse_role(py: Python<'_>, role: &str) -> PyResult<Role> {
+    Role::from_wire(role.as_bytes()).ok_or_else(|| {
+        rtpool_error(
+            py,
+            format!("invalid role {role:?}: use \"client\" or \"worker\""),
+        )
+    })
+}
+
+fn token_dict<'py>(py: Python<'py>, t: &TokenInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("id", &t.id)?;
+    d.set_item("user", &t.user)?;
+    d.set_item("role", t.role.as_str())?;
+    d.set_item("created_unix", t.created_unix)?;
+    d.set_item("revoked", t.revoked)?;
+    Ok(d)
+}
+
+fn quota_dict<'py>(py: Python<'py>, q: &UserQuota) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("user", &q.user)?;
+    d.set_item("quota_us", q.quota_us)?;
+    d.set_item("used_us", q.used_us)?;
+    Ok(d)
+}
+
+/// Create a token; returns `(token, info)`. The token is not stored and cannot be shown again.
+#[pyfunction]
+#[pyo3(signature = (data_dir, user, role, quota_seconds=None, store=None))]
+fn token_create<'py>(
+    py: Python<'py>,
+    data_dir: PathBuf,
+    user: String,
+    role: &str,
+    quota_seconds: Option<f64>,
+    store: Option<String>,
+) -> PyResult<(String, Bound<'py, PyDict>)> {
+    let role = parse_role(py, role)?;
+    let (token, info) = with_store(py, data_dir, store, |s| {
+        s.create_token(&user, role, quota_seconds)
+    })?;
+    Ok((token, token_dict(py, &info)?))
+}
+
+/// Every token (without the secrets), oldest first.
+#[pyfunction]
+#[pyo3(signature = (data_dir, store=None))]
+fn token_list<'py>(
+    py: Python<'py>,
+    data_dir: PathBuf,
+    store: Option<String>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let tokens = with_store(py, data_dir, store, |s| s.list_tokens())?;
+    tokens.iter().map(|t| token_dict(py, t)).collect()
+}
+
+/// Revoke a token by id or unique id prefix (at least 6 hex chars); returns its info.
+#[pyfunction]
+#[pyo3(signature = (data_dir, id, store=None))]
+fn token_revoke<'py>(
+    py: Python<'py>,
+    data_dir: PathBuf,
+    id: String,
+    store: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let info = with_store(py, data_dir, store, |s| s.revoke(&id))?;
+    token_dict(py, &info)
+}
+
+/// Set a user's quota in seconds of execution time; `None` means unlimited.
+#[pyfunction]
+#[pyo3(signature = (data_dir, user, quota_seconds, store=None))]
+fn token_set_quota(
+    py: Python<'_>,
+    data_dir: PathBuf,
+    user: String,
+    quota_seconds: Option<f64>,
+    store: Option<String>,
+) -> PyResult<()> {
+    with_store(py, data_dir, store, |s| s.set_quota(&user, quota_seconds))
+}
+
+/// Every user's quota and usage, in microseconds.
+#[pyfunction]
+#[pyo3(signature = (data_dir, store=None))]
+fn token_quotas<'py>(
+    py: Python<'py>,
+    data_dir: PathBuf,
+    store: Option<String>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let quotas = with_store(py, data_dir, store, |s| s.quotas())?;
+    quotas.iter().map(|q| quota_dict(py, q)).collect()
+}
+
 /// The `rtpool._native` extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Master>()?;
     m.add_function(wrap_pyfunction!(run_master, m)?)?;
+    m.add_function(wrap_pyfunction!(token_create, m)?)?;
+    m.add_function(wrap_pyfunction!(token_list, m)?)?;
+    m.add_function(wrap_pyfunction!(token_revoke, m)?)?;
+    m.add_function(wrap_pyfunction!(token_set_quota, m)?)?;
+    m.add_function(wrap_pyfunction!(token_quotas, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

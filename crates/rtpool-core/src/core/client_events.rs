@@ -47,7 +47,10 @@ impl Core {
     /// Detaches a package and arms its TTL timer.
     fn detach(&mut self, slot: u64, now: Instant) {
         let at = Instant(now.0.saturating_add(self.config.result_ttl_ns));
-        let p = self.packages.get_mut(slot).expect("detach of a freed package");
+        let p = self
+            .packages
+            .get_mut(slot)
+            .expect("detach of a freed package");
         p.client = None;
         if let Some(old) = p.expires.replace(at) {
             self.timers.remove(&(old, Timer::Package(slot)));
@@ -58,7 +61,10 @@ impl Core {
     /// Attaches a package to `client`: disarms its TTL, restarts the acknowledgement count,
     /// and resends every unacknowledged result.
     fn attach(&mut self, client: ClientId, slot: u64, out: &mut Vec<Action>) {
-        let p = self.packages.get_mut(slot).expect("attach of a freed package");
+        let p = self
+            .packages
+            .get_mut(slot)
+            .expect("attach of a freed package");
         if let Some(old) = p.client.replace(client) {
             if old != client {
                 if let Some(c) = self.clients.get_mut(&old) {
@@ -80,7 +86,11 @@ impl Core {
                 (**task.outcome.as_ref().expect("done task has an outcome")).clone()
             })
             .collect();
-        self.clients.entry(client).or_default().packages.insert(slot);
+        self.clients
+            .entry(client)
+            .or_default()
+            .packages
+            .insert(slot);
         if !results.is_empty() {
             out.push(Action::Resend {
                 client,
@@ -166,7 +176,11 @@ impl Core {
         self.functions.acquire(fn_hash, fn_code);
         self.users.entry(user).or_default().packages.insert(slot);
         if let Some(client) = client {
-            self.clients.entry(client).or_default().packages.insert(slot);
+            self.clients
+                .entry(client)
+                .or_default()
+                .packages
+                .insert(slot);
         }
         slot
     }
@@ -215,9 +229,8 @@ impl Core {
             return;
         }
         let total = r.tasks.len().min(u32::MAX as usize) as u32;
-        let slot = self.create_package(
-            r.package, r.user, None, r.fn_hash, r.fn_code, r.opts, total,
-        );
+        let slot =
+            self.create_package(r.package, r.user, None, r.fn_hash, r.fn_code, r.opts, total);
         let priority = self.packages.get(slot).expect("just made").opts.priority;
         let mut done: Vec<Option<TaskOutcome>> = vec![None; r.tasks.len()];
         let mut order = Vec::with_capacity(r.done.len());
@@ -307,7 +320,10 @@ impl Core {
         let Some(slot) = self.attached_package(client, package) else {
             return;
         };
-        let p = self.packages.get_mut(slot).expect("attached package is live");
+        let p = self
+            .packages
+            .get_mut(slot)
+            .expect("attached package is live");
         let count = count.min(p.sent);
         let n = count.saturating_sub(p.acked) as usize;
         p.acked = p.acked.max(count);
@@ -434,7 +450,12 @@ impl Core {
     }
 
     /// Cancels the task at `index` of the package, if the index is in range.
-    fn cancel_index(&mut self, slot: u64, index: usize, aborts: &mut Vec<(crate::WorkerId, TaskId, u32)>) {
+    fn cancel_index(
+        &mut self,
+        slot: u64,
+        index: usize,
+        aborts: &mut Vec<(crate::WorkerId, TaskId, u32)>,
+    ) {
         if let Some(&id) = self.packages.get(slot).and_then(|p| p.tasks.get(index)) {
             self.cancel_task(id, aborts);
         }
@@ -447,7 +468,10 @@ impl Core {
         let Some(task) = self.tasks.get_mut(id.0) else {
             return;
         };
-        if matches!(task.state, TaskState::Cancelled { .. } | TaskState::Done { .. }) {
+        if matches!(
+            task.state,
+            TaskState::Cancelled { .. } | TaskState::Done { .. }
+        ) {
             return;
         }
         let package = self

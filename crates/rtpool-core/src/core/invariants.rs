@@ -63,7 +63,10 @@ impl Core {
         for &(at, timer) in self.timers.keys() {
             match timer {
                 Timer::Task(id, attempt) => {
-                    let task = self.tasks.get(id.0).unwrap_or_else(|| panic!("timer of freed {id}"));
+                    let task = self
+                        .tasks
+                        .get(id.0)
+                        .unwrap_or_else(|| panic!("timer of freed {id}"));
                     assert!(
                         matches!(task.state, TaskState::Running { .. }),
                         "timer of {id}, which is {:?}",
@@ -80,8 +83,16 @@ impl Core {
             }
             armed += 1;
         }
-        let deadlines = self.tasks.iter().filter(|(_, t)| t.deadline.is_some()).count();
-        let expiries = self.packages.iter().filter(|(_, p)| p.expires.is_some()).count();
+        let deadlines = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.deadline.is_some())
+            .count();
+        let expiries = self
+            .packages
+            .iter()
+            .filter(|(_, p)| p.expires.is_some())
+            .count();
         assert_eq!(armed, deadlines + expiries, "timers and deadlines disagree");
     }
 
@@ -120,7 +131,10 @@ impl Core {
                             .packages
                             .get(task.package)
                             .unwrap_or_else(|| panic!("unacked {id} without package"));
-                        assert!(p.unacked.contains(&id), "done {id} is not in its unacked list");
+                        assert!(
+                            p.unacked.contains(&id),
+                            "done {id} is not in its unacked list"
+                        );
                     } else {
                         assert!(holder.is_some(), "acked {id} with no holder was not freed");
                     }
@@ -139,10 +153,12 @@ impl Core {
 
     /// A live task's package exists and lists it at its index.
     fn check_task_in_package(&self, id: TaskId, task: &Task) {
-        let package = self
-            .packages
-            .get(task.package)
-            .unwrap_or_else(|| panic!("{id} belongs to slot {}, which does not exist", task.package));
+        let package = self.packages.get(task.package).unwrap_or_else(|| {
+            panic!(
+                "{id} belongs to slot {}, which does not exist",
+                task.package
+            )
+        });
         let listed = package.tasks.get(task.index as usize);
         assert_eq!(
             listed,
@@ -245,7 +261,11 @@ impl Core {
         let mut fn_refs: HashMap<FnHash, u32> = HashMap::new();
         for (slot, p) in self.packages.iter() {
             let id = p.id;
-            assert_eq!(self.package_slots.get(&id), Some(&slot), "{id} is not indexed");
+            assert_eq!(
+                self.package_slots.get(&id),
+                Some(&slot),
+                "{id} is not indexed"
+            );
             let held = per_package.get(&slot).copied().unwrap_or((0, 0));
             check_counts(p, held);
             if let Some(client) = p.client {
@@ -253,11 +273,20 @@ impl Core {
                     .clients
                     .get(&client)
                     .unwrap_or_else(|| panic!("{id} is attached to {client}, not connected"));
-                assert!(owner.packages.contains(&slot), "{id} is not in {client}'s set");
-                assert_eq!(owner.user, p.user, "{id} is attached to another user's client");
+                assert!(
+                    owner.packages.contains(&slot),
+                    "{id} is not in {client}'s set"
+                );
+                assert_eq!(
+                    owner.user, p.user,
+                    "{id} is attached to another user's client"
+                );
             }
             let user = self.users.get(&p.user).expect("package of an unknown user");
-            assert!(user.packages.contains(&slot), "{id} is not in its user's set");
+            assert!(
+                user.packages.contains(&slot),
+                "{id} is not in its user's set"
+            );
             if !p.opts.key.is_empty() {
                 assert_eq!(self.keys.get(&(p.user, p.opts.key.clone())), Some(&id));
             }
@@ -267,8 +296,15 @@ impl Core {
             }
             *fn_refs.entry(p.fn_hash).or_default() += 1;
         }
-        assert_eq!(self.package_slots.len(), self.packages.len(), "stale package ids");
-        assert!(self.keys.len() <= self.packages.len(), "stale idempotency keys");
+        assert_eq!(
+            self.package_slots.len(),
+            self.packages.len(),
+            "stale package ids"
+        );
+        assert!(
+            self.keys.len() <= self.packages.len(),
+            "stale idempotency keys"
+        );
         for (hash, f) in self.functions.iter() {
             let refs = fn_refs.remove(hash).unwrap_or(0);
             assert_eq!(
@@ -289,7 +325,11 @@ impl Core {
         for (&id, c) in &self.clients {
             for &slot in &c.packages {
                 let owner = self.packages.get(slot).and_then(|p| p.client);
-                assert_eq!(owner, Some(id), "{id} lists slot {slot}, attached to {owner:?}");
+                assert_eq!(
+                    owner,
+                    Some(id),
+                    "{id} lists slot {slot}, attached to {owner:?}"
+                );
             }
         }
     }

@@ -36,6 +36,8 @@ pub struct Spec {
     pub function: u8,
     /// Time limit per task, ms (0: none).
     pub timeout_ms: u32,
+    /// Idempotency key ("": none).
+    pub key: &'static str,
 }
 
 impl Spec {
@@ -46,7 +48,13 @@ impl Spec {
             priority: 0,
             function: 0,
             timeout_ms: 0,
+            key: "",
         }
+    }
+
+    /// The same, with an idempotency key.
+    pub fn key(self, key: &'static str) -> Self {
+        Self { key, ..self }
     }
 
     /// The same, with a time limit per task.
@@ -223,6 +231,24 @@ impl TestEnv {
     /// If it is not accepted.
     pub fn submit_spec(&mut self, client: ClientId, spec: Spec) -> (PackageId, Vec<Action>) {
         let req_id = self.next_req;
+        let (package, out) = self.submit_raw(client, spec);
+        match out.first() {
+            Some(&Action::Accepted {
+                client: c,
+                req_id: r,
+                package: p,
+            }) => {
+                assert_eq!((c, r, p), (client, req_id, package));
+                (package, out)
+            }
+            other => panic!("submission not accepted first: {other:?}"),
+        }
+    }
+
+    /// Submits a package under the next package id, whatever the answer; returns that id (the
+    /// one the core was offered) and the actions.
+    pub fn submit_raw(&mut self, client: ClientId, spec: Spec) -> (PackageId, Vec<Action>) {
+        let req_id = self.next_req;
         self.next_req += 1;
         let tasks = (0..spec.tasks)
             .map(|i| Bytes::from(format!("{req_id}:{i}")))
@@ -238,21 +264,47 @@ impl TestEnv {
             opts: PackageOpts {
                 priority: spec.priority,
                 timeout_ms: spec.timeout_ms,
-                key: String::new(),
+                key: spec.key.to_string(),
             },
             tasks,
         });
-        match out.first() {
-            Some(&Action::Accepted {
-                client: c,
-                req_id: r,
-                package: p,
-            }) => {
-                assert_eq!((c, r, p), (client, req_id, package));
-                (package, out)
-            }
-            other => panic!("submission not accepted first: {other:?}"),
-        }
+        (package, out)
+    }
+
+    /// The client attaches to a package.
+    pub fn attach(&mut self, client: ClientId, package: PackageId) -> Vec<Action> {
+        let req_id = self.next_req;
+        self.next_req += 1;
+        self.step(Event::Attach {
+            client,
+            req_id,
+            package,
+        })
+    }
+
+    /// The client acknowledges the first `count` results sent since it attached.
+    pub fn ack(&mut self, client: ClientId, package: PackageId, count: u64) -> Vec<Action> {
+        self.step(Event::Ack {
+            client,
+            package,
+            count,
+        })
+    }
+
+    /// Sets a user's remaining compute time.
+    pub fn set_quota(&mut self, user: UserId, remaining_us: Option<i64>) -> Vec<Action> {
+        self.step(Event::SetQuota { user, remaining_us })
+    }
+
+    /// The worker publishes an `Ok` result for `task` at its current attempt, measured at
+    /// `exec_us`.
+    pub fn complete_exec(&mut self, worker: WorkerId, task: TaskId, exec_us: u64) -> Vec<Action> {
+        let mut outcome = self.outcome(task, self.attempt(task));
+        outcome.exec_us = exec_us;
+        self.step(Event::Results {
+            worker,
+            results: vec![outcome],
+        })
     }
 
     /// The worker publishes an `Ok` result for `task`, at its current attempt, with the task's
@@ -385,5 +437,55 @@ pub fn result_indices(actions: &[Action]) -> Vec<u32> {
     results(actions)
         .into_iter()
         .flat_map(|(_, rs)| rs.into_iter().map(|r| r.index))
+        .collect()
+}
+
+/// Every `(package, expired)` freed by these actions, in order.
+pub fn freed(actions: &[Action]) -> Vec<(PackageId, bool)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PackageFreed { package, expired } => Some((*package, *expired)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every `(worker, task, attempt)` of the `Abort` actions, in order.
+pub fn aborts(actions: &[Action]) -> Vec<(WorkerId, TaskId, u32)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Abort { worker, tasks } => Some(tasks.iter().map(|&(t, at)| (*worker, t, at))),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// The indices of every `Resend`, in order.
+pub fn resent_indices(actions: &[Action]) -> Vec<u32> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Resend { results, .. } => Some(results.iter().map(|r| r.index)),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// Every result of every `SendResults`, as `(index, status, UTF-8 data)`.
+pub fn outcomes(actions: &[Action]) -> Vec<(u32, TaskStatus, String)> {
+    results(actions)
+        .into_iter()
+        .flat_map(|(_, rs)| rs)
+        .map(|r| {
+            (
+                r.index,
+                r.status,
+                String::from_utf8_lossy(&r.data).into_owned(),
+            )
+        })
         .collect()
 }

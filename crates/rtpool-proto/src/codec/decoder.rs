@@ -12,8 +12,7 @@ use rmp::Marker;
 use crate::error::ProtoError;
 use crate::message::{
     kind, Assignment, Msg, Role, SubmitOpts, TaskResult, WorkerResult, FN_HASH_BYTES,
-    MAX_KEY_BYTES,
-    MAX_NAME_BYTES, MAX_TOKEN_BYTES,
+    MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_TOKEN_BYTES,
 };
 use crate::reader::{describe, Int, Reader};
 
@@ -70,12 +69,9 @@ pub(super) fn field_count(k: u8) -> usize {
         kind::HELLO | kind::SUBMIT => 5,
         kind::WELCOME => 6,
         kind::ERROR => 3,
-        kind::ACCEPTED
-        | kind::RESULTS
-        | kind::CANCEL
-        | kind::STATUS
-        | kind::ATTACH
-        | kind::ACK => 2,
+        kind::ACCEPTED | kind::RESULTS | kind::CANCEL | kind::STATUS | kind::ATTACH | kind::ACK => {
+            2
+        }
         kind::STATUS_REPLY => 7,
         kind::PULL | kind::ASSIGN | kind::RESULT | kind::RETURN | kind::ABORT => 1,
         _ => 0, // HEARTBEAT, DRAIN
@@ -238,7 +234,8 @@ fn decode_opts(r: &mut Reader) -> Result<(SubmitOpts, Option<(String, String)>),
             }
             Some(0) => {
                 seen[0] = true;
-                match read_int_option(r, "SUBMIT.opts.priority", i32::MIN.into(), i32::MAX.into())? {
+                match read_int_option(r, "SUBMIT.opts.priority", i32::MIN.into(), i32::MAX.into())?
+                {
                     Ok(v) => {
                         opts.priority = v as i32;
                         None

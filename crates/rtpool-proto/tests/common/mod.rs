@@ -431,16 +431,22 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
                 name,
                 slots
             }),
-        (arb_u32(), arb_u64(), arb_u32(), arb_u32(), arb_u32(), arb_u64()).prop_map(
-            |(v, s, m, h, l, i)| Msg::Welcome {
+        (
+            arb_u32(),
+            arb_u64(),
+            arb_u32(),
+            arb_u32(),
+            arb_u32(),
+            arb_u64()
+        )
+            .prop_map(|(v, s, m, h, l, i)| Msg::Welcome {
                 version: v,
                 session: s,
                 max_frame_bytes: m,
                 heartbeat_ms: h,
                 lease_ms: l,
                 instance: i,
-            }
-        ),
+            }),
         ("\\PC{0,20}", "\\PC{0,80}", arb_u64()).prop_map(|(code, message, reference)| {
             Msg::Error {
                 code,

@@ -1,0 +1,162 @@
+//! Scenarios: leases on tasks. A lost worker's tasks are reassigned with the next attempt; its
+//! late results are stale; a task whose worker is lost on every allowed attempt fails as a
+//! poison task; returned tasks are not losses.
+
+mod common;
+
+use common::{outcomes, result_indices, tasks_of, TestEnv};
+use rtpool_core::{Action, CoreConfig, TaskStatus};
+
+#[test]
+fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 3);
+    let (lost, other) = (env.new_worker(2), env.new_worker(2));
+    let held = tasks_of(&env.credit(lost, 2), lost);
+    assert!(held.iter().all(|&t| env.attempt(t) == 1));
+    let out = env.lose_worker(lost);
+    assert!(out.is_empty(), "no credits anywhere: {out:?}");
+    let stats = env.core.stats();
+    assert_eq!((stats.requeued, stats.queued, stats.running), (2, 3, 0));
+    let next = tasks_of(&env.credit(other, 2), other);
+    assert_eq!(next, held, "the lost worker's tasks go first");
+    assert!(next.iter().all(|&t| env.attempt(t) == 2), "attempt + 1");
+}
+
+#[test]
+fn stale_result_of_the_lost_attempt_is_ignored_and_counted_and_one_result_is_delivered() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 1);
+    let (lost, other) = (env.new_worker(1), env.new_worker(1));
+    let task = tasks_of(&env.credit(lost, 1), lost)[0];
+    env.lose_worker(lost);
+    assert_eq!(tasks_of(&env.credit(other, 1), other), [task]);
+    assert!(
+        env.result(lost, task, 1).is_empty(),
+        "the lost worker's attempt"
+    );
+    assert!(
+        env.result(other, task, 1).is_empty(),
+        "the old attempt from the new holder"
+    );
+    assert_eq!(env.core.stats().stale_results, 2);
+    assert_eq!(
+        env.core.stats().running,
+        1,
+        "still running on the new worker"
+    );
+    let out = env.complete(other, task);
+    assert_eq!(result_indices(&out), [0]);
+    assert!(
+        env.complete(other, task).is_empty(),
+        "a repeat is stale too"
+    );
+    let stats = env.core.stats();
+    assert_eq!((stats.delivered, stats.stale_results), (1, 3));
+    assert_eq!((stats.packages, stats.tasks), (0, 0));
+}
+
+#[test]
+fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_goes_on() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 3);
+    let mut victims = Vec::new();
+    let mut last = Vec::new();
+    for _ in 0..3 {
+        let w = env.new_worker(1);
+        let got = tasks_of(&env.credit(w, 1), w);
+        assert_eq!(got.len(), 1);
+        assert_eq!(env.index(got[0]), 0, "the requeued task is at the front");
+        victims.push(w);
+        last = env.lose_worker(w);
+    }
+    let [(index, status, message)] = &outcomes(&last)[..] else {
+        panic!("one poison result expected: {last:?}");
+    };
+    assert_eq!((*index, *status), (0, TaskStatus::Lost));
+    for (i, w) in victims.iter().enumerate() {
+        let named = format!("attempt {} on {w}", i + 1);
+        assert!(message.contains(&named), "{named:?} not in {message:?}");
+    }
+    let stats = env.core.stats();
+    assert_eq!((stats.poisoned, stats.requeued), (1, 2));
+    assert_eq!(stats.queued, 2, "the other tasks wait, unharmed");
+    let w = env.new_worker(2);
+    let rest = tasks_of(&env.credit(w, 2), w);
+    assert_eq!(rest.len(), 2);
+    env.complete(w, rest[0]);
+    let out = env.complete(w, rest[1]);
+    assert_eq!(
+        out.last(),
+        Some(&Action::PackageFreed {
+            package,
+            expired: false
+        })
+    );
+    assert_eq!(env.core.stats().poisoned, 1);
+}
+
+#[test]
+fn returned_tasks_do_not_count_toward_the_poison_cap() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 1);
+    let w = env.new_worker(1);
+    let task = tasks_of(&env.credit(w, 1), w)[0];
+    for _ in 0..5 {
+        env.return_tasks(w, &[task]);
+        assert_eq!(tasks_of(&env.credit(w, 1), w), [task]);
+    }
+    assert_eq!(env.attempt(task), 6);
+    // Two losses after five returns: still under the cap of three.
+    for _ in 0..2 {
+        let lost = env.new_worker(1);
+        env.return_tasks(w, &[task]);
+        assert_eq!(tasks_of(&env.credit(lost, 1), lost), [task]);
+        assert!(outcomes(&env.lose_worker(lost)).is_empty(), "requeued");
+        env.credit(w, 1);
+    }
+    let stats = env.core.stats();
+    assert_eq!((stats.poisoned, stats.requeued, stats.running), (0, 2, 1));
+    assert_eq!(env.attempt(task), 10, "1 + 5 returns + 2 × (return, lost)");
+    let out = env.complete(w, task);
+    assert_eq!(outcomes(&out)[0].1, TaskStatus::Ok);
+}
+
+#[test]
+fn poison_cap_follows_max_attempts() {
+    let mut env = TestEnv::with_config(CoreConfig {
+        max_attempts: 1,
+        ..CoreConfig::default()
+    });
+    let client = env.new_client();
+    env.submit(client, 1);
+    let w = env.new_worker(1);
+    env.credit(w, 1);
+    let out = env.lose_worker(w);
+    let got = outcomes(&out);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, TaskStatus::Lost);
+    assert!(
+        got[0].2.contains(&format!("attempt 1 on {w}")),
+        "{}",
+        got[0].2
+    );
+    assert_eq!(env.core.stats().requeued, 0);
+}
+
+#[test]
+fn lost_worker_with_a_cancelled_task_frees_it_without_a_loss() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 2);
+    let w = env.new_worker(2);
+    assert_eq!(tasks_of(&env.credit(w, 2), w).len(), 2);
+    env.cancel(client, package, &[0]);
+    env.lose_worker(w);
+    let stats = env.core.stats();
+    assert_eq!((stats.cancelling, stats.requeued, stats.queued), (0, 1, 1));
+}

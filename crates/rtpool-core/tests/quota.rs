@@ -1,0 +1,182 @@
+//! Scenarios: compute-time quotas. Submissions of a user with no time left are rejected; every
+//! accepted result charges its measured execution time to its package's user; a user going
+//! below zero has its queued and running tasks failed (running ones aborted), and no one else.
+
+mod common;
+
+use common::{aborts, outcomes, tasks_of, Spec, TestEnv};
+use rtpool_core::{Action, RejectReason, TaskStatus, UserId};
+
+const ALICE: UserId = UserId(1);
+const BOB: UserId = UserId(2);
+
+#[test]
+fn submit_is_rejected_when_the_quota_is_exhausted_and_accepted_otherwise() {
+    let mut env = TestEnv::new();
+    let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
+    assert!(env.set_quota(ALICE, Some(0)).is_empty());
+    let (_, out) = env.submit_raw(alice, Spec::tasks(1));
+    assert!(
+        matches!(
+            &out[..],
+            [Action::Rejected {
+                reason: RejectReason::QuotaExhausted { over_us: 0 },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    env.set_quota(ALICE, Some(-5));
+    let (_, out) = env.submit_raw(alice, Spec::tasks(1));
+    assert!(
+        matches!(
+            &out[..],
+            [Action::Rejected {
+                reason: RejectReason::QuotaExhausted { over_us: 5 },
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    assert_eq!(env.core.stats().packages, 0);
+    env.submit(bob, 1);
+    env.set_quota(ALICE, Some(1));
+    env.submit(alice, 1);
+    env.set_quota(ALICE, None);
+    env.submit(alice, 1);
+    assert_eq!(env.core.remaining_us(ALICE), None, "unlimited");
+    assert_eq!(env.core.stats().packages, 3);
+}
+
+#[test]
+fn results_charge_their_exec_us_to_the_packages_user_and_take_usage_resets() {
+    let mut env = TestEnv::new();
+    let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
+    env.set_quota(ALICE, Some(10_000));
+    env.submit(alice, 2);
+    env.submit(bob, 1);
+    let w = env.new_worker(3);
+    let tasks = tasks_of(&env.credit(w, 3), w);
+    env.complete_exec(w, tasks[0], 1_500);
+    env.complete_exec(w, tasks[1], 2_000);
+    env.complete_exec(w, tasks[2], 700);
+    assert_eq!(env.core.remaining_us(ALICE), Some(6_500));
+    assert_eq!(env.core.remaining_us(BOB), None, "unlimited, still charged");
+    assert_eq!(env.core.take_usage(), [(ALICE, 3_500), (BOB, 700)]);
+    assert_eq!(env.core.take_usage(), [], "taken");
+}
+
+#[test]
+fn stale_results_are_not_charged() {
+    let mut env = TestEnv::new();
+    let alice = env.new_client_of(ALICE);
+    env.set_quota(ALICE, Some(10_000));
+    env.submit(alice, 1);
+    let w = env.new_worker(1);
+    let task = tasks_of(&env.credit(w, 1), w)[0];
+    env.result(w, task, 7);
+    assert_eq!(env.core.stats().stale_results, 1);
+    assert_eq!(env.core.take_usage(), []);
+    assert_eq!(env.core.remaining_us(ALICE), Some(10_000));
+}
+
+#[test]
+fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
+    let mut env = TestEnv::new();
+    let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
+    env.set_quota(ALICE, Some(1_500));
+    let (package, _) = env.submit(alice, 4);
+    env.submit(bob, 2);
+    let w = env.new_worker(3);
+    let tasks = tasks_of(&env.credit(w, 3), w);
+    assert!(
+        tasks.iter().all(|&t| env.args[&t].starts_with(b"1:")),
+        "alice's first three"
+    );
+    env.complete_exec(w, tasks[0], 1_000);
+    assert_eq!(env.core.remaining_us(ALICE), Some(500), "still above zero");
+    let out = env.complete_exec(w, tasks[1], 1_000);
+    let got: Vec<(u32, TaskStatus)> = outcomes(&out).into_iter().map(|(i, s, _)| (i, s)).collect();
+    assert_eq!(
+        got,
+        [
+            (1, TaskStatus::Ok),
+            (2, TaskStatus::Quota),
+            (3, TaskStatus::Quota)
+        ],
+        "the charged result itself is delivered; the running and the queued one fail"
+    );
+    let message = &outcomes(&out)[1].2;
+    assert!(message.contains("quota ran out"), "{message}");
+    assert_eq!(aborts(&out), [(w, tasks[2], 1)]);
+    assert_eq!(
+        out.last(),
+        Some(&Action::PackageFreed {
+            package,
+            expired: false
+        })
+    );
+    let stats = env.core.stats();
+    assert_eq!((stats.quota_failed, stats.queued, stats.running), (2, 2, 0));
+    assert_eq!(env.core.remaining_us(ALICE), Some(-500));
+    // Bob's tasks run as usual.
+    let w2 = env.new_worker(2);
+    let bobs = tasks_of(&env.credit(w2, 2), w2);
+    assert_eq!(bobs.len(), 2);
+    for task in bobs {
+        assert_eq!(outcomes(&env.complete(w2, task))[0].1, TaskStatus::Ok);
+    }
+    // The aborted task's late answer is dropped; its package is gone, so it is not charged.
+    assert!(env.complete_exec(w, tasks[2], 9_999).is_empty());
+    assert_eq!(env.core.take_usage(), [(ALICE, 2_000), (BOB, 2_000)]);
+    assert_eq!(env.core.stats().tasks, 0);
+    let (_, out) = env.submit_raw(alice, Spec::tasks(1));
+    assert!(matches!(
+        &out[..],
+        [Action::Rejected {
+            reason: RejectReason::QuotaExhausted { over_us: 500 },
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn set_quota_below_zero_fails_the_users_tasks_at_once() {
+    let mut env = TestEnv::new();
+    let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
+    env.submit(alice, 2);
+    env.submit(bob, 1);
+    let w = env.new_worker(1);
+    let running = tasks_of(&env.credit(w, 1), w)[0];
+    let out = env.set_quota(ALICE, Some(-1));
+    let got: Vec<(u32, TaskStatus)> = outcomes(&out).into_iter().map(|(i, s, _)| (i, s)).collect();
+    assert_eq!(got, [(0, TaskStatus::Quota), (1, TaskStatus::Quota)]);
+    assert_eq!(aborts(&out), [(w, running, 1)]);
+    let stats = env.core.stats();
+    assert_eq!(
+        (stats.quota_failed, stats.queued),
+        (2, 1),
+        "bob's task waits"
+    );
+    assert!(
+        env.set_quota(ALICE, Some(-2)).is_empty(),
+        "nothing left to fail"
+    );
+}
+
+#[test]
+fn set_quota_subtracts_usage_not_yet_taken() {
+    let mut env = TestEnv::new();
+    let alice = env.new_client_of(ALICE);
+    env.set_quota(ALICE, Some(10_000));
+    env.submit(alice, 1);
+    let w = env.new_worker(1);
+    let task = tasks_of(&env.credit(w, 1), w)[0];
+    env.complete_exec(w, task, 1_000);
+    // The shell's figure predates the charge: the core subtracts what it has not taken yet.
+    env.set_quota(ALICE, Some(10_000));
+    assert_eq!(env.core.remaining_us(ALICE), Some(9_000));
+    assert_eq!(env.core.take_usage(), [(ALICE, 1_000)]);
+    env.set_quota(ALICE, Some(9_000));
+    assert_eq!(env.core.remaining_us(ALICE), Some(9_000));
+}

@@ -1,0 +1,166 @@
+"""``rtpool token``: create, list and revoke per-user tokens, and set users' quotas.
+
+The store is the data dir's ``rtpool.db`` (SQLite) unless ``--store`` names another one; a
+running master sees changes at once (it looks tokens up on every handshake).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable, Dict, List
+
+__all__ = ["add_arguments", "run"]
+
+_TOKEN_HELP = """\
+Manage per-user tokens and compute-time quotas. A user has any number of client and worker
+tokens and one quota of execution seconds (unlimited unless set). Only each token's SHA-256
+is stored: a token is shown once, when it is created.
+
+examples:
+  RTPOOL_TOKEN=$(rtpool token create --user alice --role client --quota-seconds 3600)
+  rtpool token list
+  rtpool token revoke 3f9a2c
+  rtpool token quota --user alice --unlimited
+"""
+
+_STORE_HELP = (
+    "store URL: sqlite (the data dir's rtpool.db, default), sqlite:///abs/path.db or "
+    "postgres://user@host:port/db"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[], str]) -> None:
+    """Add the ``token`` verbs to ``parser`` (the ``rtpool token`` subparser).
+
+    Args:
+        parser: The subparser to fill.
+        default_data_dir: Returns the data dir used when ``--data-dir`` is not given (the same
+            as ``rtpool master``'s).
+    """
+    parser.description = _TOKEN_HELP
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    verbs = parser.add_subparsers(dest="token_command", metavar="VERB")
+    verbs.required = True
+
+    def verb(name: str, help: str) -> argparse.ArgumentParser:
+        p = verbs.add_parser(name, help=help, description=help)
+        p.add_argument(
+            "--data-dir",
+            default=None,
+            metavar="DIR",
+            help="the master's data dir (default: $RTPOOL_DATA_DIR or ~/.local/share/rtpool)",
+        )
+        p.add_argument("--store", default=None, metavar="URL", help=_STORE_HELP)
+        p.set_defaults(default_data_dir=default_data_dir)
+        return p
+
+    create = verb("create", "create a token and print it (once: it cannot be shown again)")
+    create.add_argument("--user", required=True, help="the user the token acts for")
+    create.add_argument("--role", required=True, choices=["client", "worker"])
+    create.add_argument(
+        "--quota-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="also set the user's quota of execution seconds",
+    )
+    verb("list", "list tokens (id, user, role, created, revoked) with each user's quota")
+    revoke = verb("revoke", "revoke a token: it no longer connects")
+    revoke.add_argument("id", metavar="ID", help="token id, or a unique prefix of 6+ chars")
+    quota = verb("quota", "set a user's quota of execution seconds")
+    quota.add_argument("--user", required=True)
+    amount = quota.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--seconds", type=float, metavar="S", help="quota in seconds")
+    amount.add_argument("--unlimited", action="store_true", help="remove the quota")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``rtpool token`` verb.
+
+    Args:
+        args: Parsed arguments from a parser set up by :func:`add_arguments`.
+
+    Returns:
+        The exit code: 0, or 1 after printing the error to stderr.
+    """
+    from . import _native
+    from .errors import RtpoolError
+
+    data_dir = args.data_dir or args.default_data_dir()
+    store = args.store
+    try:
+        if args.token_command == "create":
+            token, info = _native.token_create(
+                data_dir, args.user, args.role, args.quota_seconds, store=store
+            )
+            # stdout carries the token alone, so `$(rtpool token create ...)` captures it.
+            print(token)
+            sys.stdout.flush()
+            print(
+                f"created {info['role']} token {info['id']} for user {info['user']}; "
+                "store it now: it is not kept and cannot be shown again "
+                f"(revoke with `rtpool token revoke {info['id']}`)",
+                file=sys.stderr,
+            )
+        elif args.token_command == "list":
+            tokens = _native.token_list(data_dir, store=store)
+            quotas = {q["user"]: q for q in _native.token_quotas(data_dir, store=store)}
+            print(format_table(tokens, quotas))
+        elif args.token_command == "revoke":
+            info = _native.token_revoke(data_dir, args.id, store=store)
+            print(f"revoked {info['role']} token {info['id']} of user {info['user']}")
+        elif args.token_command == "quota":
+            seconds = None if args.unlimited else args.seconds
+            _native.token_set_quota(data_dir, args.user, seconds, store=store)
+            what = "unlimited" if seconds is None else f"{seconds:g} s"
+            print(f"quota of user {args.user}: {what}")
+        else:
+            raise AssertionError(args.token_command)
+    except RtpoolError as exc:
+        print(f"rtpool token {args.token_command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _seconds(us: int | None) -> str:
+    return "unlimited" if us is None else f"{us / 1e6:g} s"
+
+
+def _align(rows: List[tuple]) -> List[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def format_table(tokens: List[Dict], quotas: Dict[str, Dict]) -> str:
+    """Render tokens as an aligned table with their user's quota and usage, then the users
+    that have a quota or usage but no token.
+
+    Args:
+        tokens: Dicts from ``_native.token_list``.
+        quotas: ``_native.token_quotas`` dicts by user name.
+
+    Returns:
+        The text, one token per line after a header; a note when there are no tokens.
+    """
+    lines = []
+    if tokens:
+        rows = [("ID", "USER", "ROLE", "CREATED (UTC)", "REVOKED", "QUOTA", "USED")]
+        for t in tokens:
+            q = quotas.get(t["user"], {"quota_us": None, "used_us": 0})
+            created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["created_unix"]))
+            revoked = "yes" if t["revoked"] else "no"
+            quota, used = _seconds(q["quota_us"]), _seconds(q["used_us"])
+            rows.append((t["id"], t["user"], t["role"], created, revoked, quota, used))
+        lines += _align(rows)
+    else:
+        lines.append("no tokens; create one with `rtpool token create --user U --role client`")
+    with_tokens = {t["user"] for t in tokens}
+    others = [q for user, q in sorted(quotas.items()) if user not in with_tokens]
+    if others:
+        lines += ["", "users without tokens:"]
+        rows = [("USER", "QUOTA", "USED")]
+        rows += [(q["user"], _seconds(q["quota_us"]), _seconds(q["used_us"])) for q in others]
+        lines += _align(rows)
+    return "\n".join(lines)
