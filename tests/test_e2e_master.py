@@ -155,7 +155,7 @@ def _rejected_submits(sock):
 
 def test_master_death_fails_pending_futures_and_stops_workers(master, workers, client_factory):
     worker = workers.start(2, "--reconnect-timeout", "1")
-    client = client_factory()
+    client = client_factory(reconnect_timeout=0.5)  # then it gives up reconnecting
     pkg = client.submit_many(tasks.sleep_return, [(i, 0.05) for i in range(200)], star=True)
     wait_until(lambda: any(f.done() for f in pkg), timeout=30)
     master.proc.send_signal(signal.SIGKILL)

@@ -37,6 +37,14 @@ def test_submit_opts_only_non_default_keys():
     }
 
 
+def test_encode_submit_matches_encode_for_wire_form_opts():
+    opts = P.submit_opts({"key": "k" * 32, "timeout_ms": 1500, "priority": 2})
+    assert list(opts) == ["priority", "timeout_ms", "key"]  # spec order
+    args = (9, b"h" * 32, b"code", opts, [b"a", b"b"])
+    assert P.encode_submit(*args) == P.encode(P.SUBMIT, *args)
+    assert P.decode(P.encode_submit(*args))[4] == opts
+
+
 def test_reader_one_byte_at_a_time():
     stream = P.encode(P.ACCEPTED, 7, 9) + P.encode(P.HEARTBEAT) + P.encode(P.PULL, 3)
     reader = P.FrameReader()

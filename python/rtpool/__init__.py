@@ -22,10 +22,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .errors import PoisonTaskError, QuotaExceededError, ResultsLost, TaskTimeoutError
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "LocalCluster", "Package", "__version__", "errors"]
+__all__ = [
+    "Client",
+    "LocalCluster",
+    "Package",
+    "PoisonTaskError",
+    "QuotaExceededError",
+    "ResultsLost",
+    "TaskTimeoutError",
+    "__version__",
+    "errors",
+]
 
 if TYPE_CHECKING:
     from .client import Client, Package

@@ -30,6 +30,8 @@ class Welcome(NamedTuple):
     session: int
     max_frame_bytes: int
     heartbeat_ms: int
+    lease_ms: int = 0
+    instance: int = 0
 
 
 def parse_address(address: Address) -> Tuple[str, int]:
@@ -221,7 +223,7 @@ def connect(
         first = msgs[0]
         if first[0] == P.ERROR:
             raise _handshake_error(first, where, role)
-        if first[0] != P.WELCOME or len(first) != 5:
+        if first[0] != P.WELCOME or len(first) not in (5, 7):  # 5: before lease_ms/instance
             raise ProtocolError(f"master at {where} answered HELLO with {first!r:.100}")
         welcome = Welcome(*first[1:])
         reader.max_frame = welcome.max_frame_bytes

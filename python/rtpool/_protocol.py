@@ -157,6 +157,17 @@ def encode(kind: int, *fields: Any) -> bytes:
     return _pack_len(len(body)) + body
 
 
+def encode_submit(req_id: int, fn_hash: bytes, fn_code: bytes, opts: dict, tasks: list) -> bytes:
+    """Encode a ``SUBMIT`` frame whose ``opts`` are already in wire form (the submission path:
+    :func:`encode` would normalise them again with :func:`submit_opts`)."""
+    try:
+        pack = _local.pack
+    except AttributeError:
+        pack = _packer().pack
+    body = pack([SUBMIT, req_id, fn_hash, fn_code, opts, tasks])
+    return _pack_len(len(body)) + body
+
+
 def _decode_body(body: Buffer) -> list:
     try:
         msg = _unpackb(body, raw=False)

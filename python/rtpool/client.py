@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import itertools
+import math
 import os
 import pickle
 import time
@@ -19,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List
 from ._connect import Address, TlsOption, default_name
 from ._connection import _Connection, _Segment
 from ._future import Future
+from ._protocol import submit_opts
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
 from .errors import AuthenticationError
 
@@ -28,21 +30,46 @@ _perf_ns = time.perf_counter_ns
 _dumps = pickle.dumps
 
 #: The options ``Client.options()`` accepts, in protocol order.
-VALID_OPTIONS = ("priority",)
+VALID_OPTIONS = ("priority", "timeout")
 _I32 = (-(2**31), 2**31 - 1)
+_U32_MAX = 2**32 - 1
 
 
 def _check_options(opts: Dict[str, Any]) -> Dict[str, Any]:
+    """Validate ``options()`` keywords; return them as SUBMIT opts (``timeout`` becomes
+    ``timeout_ms``; ``timeout=None`` clears it)."""
     for key in opts:
         if key not in VALID_OPTIONS:
             raise TypeError(f"unknown option {key!r}; valid options: {', '.join(VALID_OPTIONS)}")
+    out = {}
     priority = opts.get("priority")
     if priority is not None:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"option 'priority' must be an int, got {type(priority).__name__}")
         if not _I32[0] <= priority <= _I32[1]:
             raise ValueError(f"option 'priority' must fit in 32 bits, got {priority}")
-    return dict(opts)
+        out["priority"] = priority
+    if "timeout" in opts:
+        out["timeout_ms"] = _timeout_ms(opts["timeout"])
+    return out
+
+
+def _timeout_ms(timeout: Any) -> int:
+    if timeout is None:
+        return 0  # the wire default: no limit
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(
+            f"option 'timeout' must be a number of seconds, got {type(timeout).__name__}"
+        )
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(
+            f"option 'timeout' must be a positive number of seconds, got {timeout!r} "
+            "(use timeout=None for no limit)"
+        )
+    timeout_ms = math.ceil(timeout * 1000)
+    if timeout_ms > _U32_MAX:
+        raise ValueError(f"option 'timeout' must be at most {_U32_MAX // 1000} s, got {timeout}")
+    return timeout_ms
 
 
 class Package:
@@ -141,7 +168,7 @@ class Package:
 
         Raises:
             TimeoutError: The master did not answer in time.
-            ConnectionLost: The connection broke.
+            ConnectionLost: The connection broke (or is being re-established: ask again).
         """
         total = {"total": 0, "queued": 0, "running": 0, "done": 0, "cancelled": 0}
         pos = 0
@@ -272,7 +299,9 @@ class _Submitter(cf.Executor):
 
         Args:
             **opts: Package options. ``priority`` (int, default 0): higher runs first, FIFO
-                within one priority.
+                within one priority. ``timeout`` (seconds, default None: no limit): each
+                task's execution time limit; a task past it is killed and its future raises
+                :class:`~rtpool.errors.TaskTimeoutError`.
 
         Returns:
             A :class:`ClientView`; its ``submit``/``submit_many``/``map`` pass every keyword
@@ -281,9 +310,10 @@ class _Submitter(cf.Executor):
         Raises:
             TypeError: An unknown option name (the message lists the valid ones) or a wrong
                 type.
+            ValueError: A value out of range (``timeout`` not positive).
         """
-        merged = dict(self._opts)
-        merged.update(_check_options(opts))
+        # In wire form once per view (defaults left out, spec order), not once per submission.
+        merged = submit_opts({**self._opts, **_check_options(opts)})
         return ClientView(self._conn, merged)
 
     def _track(self, segments: Iterable[_Segment]) -> None:
@@ -379,6 +409,10 @@ class Client(_Submitter):
             ``ca_file``), or a ready ``ssl.SSLContext``; ``False`` (default): plain TCP.
         ca_file: PEM certificate(s) to trust, e.g. the ``cert.pem`` a master started with
             ``--tls-self-signed`` prints; implies ``tls=True``.
+        reconnect_timeout: When the connection drops with tasks pending, seconds to keep
+            trying to reconnect (backoff from 0.05 s doubling to 5 s, with jitter); packages
+            are then re-attached and no result is lost or delivered twice. 0 disables it:
+            pending futures fail with :class:`~rtpool.errors.ConnectionLost` at once.
 
     Raises:
         ConnectError: The master cannot be reached (or the TLS handshake failed).
@@ -395,7 +429,10 @@ class Client(_Submitter):
         connect_timeout: float = 10.0,
         tls: TlsOption = False,
         ca_file: str | None = None,
+        reconnect_timeout: float = 60.0,
     ) -> None:
+        if not reconnect_timeout >= 0:
+            raise ValueError(f"reconnect_timeout must be >= 0 seconds, got {reconnect_timeout!r}")
         if token is None:
             token = os.environ.get("RTPOOL_TOKEN")
         if not token:
@@ -405,7 +442,13 @@ class Client(_Submitter):
             )
         self._opts: Dict[str, Any] = {}
         self._conn = _Connection(
-            address, token, name or default_name(), connect_timeout, tls, ca_file
+            address,
+            token,
+            name or default_name(),
+            connect_timeout,
+            tls,
+            ca_file,
+            reconnect_timeout,
         )
         # A client dropped without shutdown() closes once its pending tasks are done.
         self._finalizer = weakref.finalize(self, self._conn.shutdown, False)
@@ -425,6 +468,11 @@ class Client(_Submitter):
         return self._conn.session
 
     @property
+    def reconnects(self) -> int:
+        """How many times the client reconnected to the master after losing the connection."""
+        return self._conn.reconnects
+
+    @property
     def max_frame_bytes(self) -> int:
         """The master's frame limit; larger packages are split into several frames."""
         return self._conn.max_frame_bytes
@@ -433,8 +481,10 @@ class Client(_Submitter):
         """Stop accepting tasks and close the connection when nothing is pending.
 
         Args:
-            wait: Block until every pending task has a result, then close.
-            cancel_futures: First cancel every task that has no result yet.
+            wait: Block until every pending task has a result, then close (across
+                reconnections).
+            cancel_futures: First cancel every task that has no result yet (the master is
+                told with one ``CANCEL`` per package).
         """
         self._conn.shutdown(wait, cancel_futures)
 

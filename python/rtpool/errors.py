@@ -5,22 +5,33 @@ catches them all. A task that raises is different: its future re-raises the task
 exception (with the remote traceback as ``__cause__``), as ``concurrent.futures`` does for a
 process pool; only when that exception cannot be rebuilt on the client is it a
 :class:`TaskFailed`. Cancelled tasks raise ``concurrent.futures.CancelledError`` and timeouts
-``TimeoutError``, as the Executor interface promises.
+``TimeoutError``, as the Executor interface promises; a task killed past its ``timeout``
+option raises :class:`TaskTimeoutError`, which is a ``TimeoutError`` too. See
+``docs/reliability-client.md`` for which error means what.
 """
 
 from __future__ import annotations
+
+import re
 
 __all__ = [
     "AuthenticationError",
     "ConnectError",
     "ConnectionLost",
+    "PoisonTaskError",
     "ProtocolError",
     "QuotaExceeded",
+    "QuotaExceededError",
     "RemoteTraceback",
+    "ResultsLost",
     "RtpoolError",
     "SubmitRejected",
     "TaskFailed",
+    "TaskTimeoutError",
 ]
+
+
+_ATTEMPTS = re.compile(r"(\d+) attempts?")
 
 
 class RtpoolError(Exception):
@@ -36,7 +47,17 @@ class AuthenticationError(RtpoolError):
 
 
 class ConnectionLost(RtpoolError):
-    """The connection to the master broke; pending tasks of that connection failed with it."""
+    """The connection to the master broke and could not be re-established (or reconnection is
+    off: ``reconnect_timeout=0``); pending tasks of that connection failed with it."""
+
+
+class ResultsLost(ConnectionLost):
+    """After a reconnect, the master no longer knew a package: its results are gone.
+
+    The package stayed detached longer than the master's result TTL (``--result-ttl``), or the
+    master restarted without the package in its store. Its unfinished tasks fail with this
+    error; resubmit them.
+    """
 
 
 class ProtocolError(RtpoolError):
@@ -45,10 +66,6 @@ class ProtocolError(RtpoolError):
 
 class SubmitRejected(RtpoolError):
     """The master refused a package (bad option, empty package, ...); nothing of it ran."""
-
-
-class QuotaExceeded(RtpoolError):
-    """Reserved: the user's compute-time quota is used up."""
 
 
 class TaskFailed(RtpoolError):
@@ -96,3 +113,46 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f'\n"""\n{self.tb}"""'
+
+
+class TaskTimeoutError(TaskFailed, TimeoutError):
+    """The task ran longer than its ``timeout`` option and was stopped (status ``timeout``).
+
+    It is also a builtin ``TimeoutError``, so ``except TimeoutError`` catches it along with a
+    ``Future.result(timeout)`` that ran out.
+    """
+
+
+class PoisonTaskError(TaskFailed):
+    """The task's worker was lost on each of its attempts (status ``lost``): a poison task.
+
+    The master stops retrying a task whose worker died (or lost its lease) ``--max-attempts``
+    times, so one task that crashes its worker cannot take down the pool.
+
+    Attributes:
+        attempts: The number of attempts the master's message names, or None.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        type_name: str = "",
+        remote_message: str = "",
+        remote_traceback: str = "",
+    ) -> None:
+        super().__init__(message, type_name, remote_message, remote_traceback)
+        found = _ATTEMPTS.search(remote_message)
+        self.attempts: int | None = int(found.group(1)) if found else None
+
+
+class QuotaExceededError(TaskFailed):
+    """The user's compute-time quota is used up.
+
+    Raised by the futures of a package the master refused for that reason (``ERROR quota``:
+    nothing of it ran; the connection stays usable) and by a task whose quota ran out before
+    it ran (status ``quota``).
+    """
+
+
+#: The former name of :class:`QuotaExceededError`.
+QuotaExceeded = QuotaExceededError
