@@ -460,6 +460,7 @@ def test_e2e_package_completes_across_a_master_kill_and_restart(tmp_path, worker
             wait_until(lambda: sum(f.done() for f in pkg) >= 5, timeout=30)
             master.kill()  # SIGKILL: no goodbye to anyone
             master.wait(10)
+            master.stdout.close()
             master = _start_master(port, data_dir, log)
             workers_started(f"127.0.0.1:{port}", worker_token)  # in case the first ones exited
             assert pkg.results(60) == list(range(40))
