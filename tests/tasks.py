@@ -5,7 +5,9 @@ Workers started by the fixtures have this directory on their PYTHONPATH.
 
 from __future__ import annotations
 
+import itertools
 import os
+import signal
 import time
 
 
@@ -88,3 +90,74 @@ def return_unpicklable():
 
 def return_generator():
     return (i for i in range(3))  # cannot be pickled at all
+
+
+# -- for time limits, memory limits and ABORT (they run in the worker's executor process) --
+
+
+def spin_forever():
+    """Loop in Python bytecode forever: only a kill ends it."""
+    while True:
+        pass
+
+
+def spin_in_c():
+    """Loop forever inside one C call (no bytecode runs, so no Python signal handler either)."""
+    return sum(itertools.repeat(0))
+
+
+def ignore_sigterm_and_sleep(path: str, seconds: float = 60.0):
+    """Ignore SIGTERM, write ``started`` to ``path``, sleep."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(path, "w") as f:
+        f.write("started")
+    time.sleep(seconds)
+
+
+def sleep_with_pid(path: str, seconds: float = 60.0):
+    """Write this process's pid to ``path``, sleep, return the pid and process group."""
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(path + ".tmp", path)  # readers never see a partial pid
+    time.sleep(seconds)
+    return os.getpid(), os.getpgid(0)
+
+
+def fork_grandchild(path: str, seconds: float = 60.0):
+    """Fork a process that sleeps ``seconds``, write its pid to ``path``, then sleep too."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(seconds)
+        finally:
+            os._exit(0)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(pid))
+    os.rename(path + ".tmp", path)
+    time.sleep(seconds)
+
+
+def allocate_mib(n: int) -> int:
+    """Allocate (and zero) ``n`` MiB; return the size."""
+    return len(bytearray(n << 20))
+
+
+def kill_self(sig: int = signal.SIGKILL):
+    """Die by ``sig``, as if the kernel's OOM killer (SIGKILL) or a crash (SIGSEGV) struck."""
+    import faulthandler
+    import resource
+
+    faulthandler.disable()  # pytest's handler would print a "fatal error" report
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # and the kernel could write a core file
+    os.kill(os.getpid(), sig)
+    time.sleep(10)
+
+
+def where():
+    """``(pid, process group)`` of the process running the task."""
+    return os.getpid(), os.getpgid(0)
+
+
+def print_text(text: str, flush: bool = False):
+    """Print ``text`` to stdout (buffered unless ``flush``)."""
+    print(text, flush=flush)

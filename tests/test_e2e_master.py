@@ -154,7 +154,7 @@ def _rejected_submits(sock):
 
 
 def test_master_death_fails_pending_futures_and_stops_workers(master, workers, client_factory):
-    worker = workers.start(procs=2)
+    worker = workers.start(2, "--reconnect-timeout", "1")
     client = client_factory(reconnect_timeout=0.5)  # then it gives up reconnecting
     pkg = client.submit_many(tasks.sleep_return, [(i, 0.05) for i in range(200)], star=True)
     wait_until(lambda: any(f.done() for f in pkg), timeout=30)
@@ -162,7 +162,7 @@ def test_master_death_fails_pending_futures_and_stops_workers(master, workers, c
     with pytest.raises(ConnectionLost, match="Check that the master is running") as info:
         pkg.results(30)
     assert master.address in str(info.value)
-    assert worker.wait(30) == 3  # the workers exit when the master is gone
+    assert worker.wait(30) == 3  # the workers exit when they cannot reconnect within 1 s
 
 
 def test_worker_with_a_wrong_token_exits_with_a_message(master, workers):

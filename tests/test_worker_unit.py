@@ -23,6 +23,8 @@ class Running:
     """A WorkerConnection serving in a thread, and the master's side of its connection."""
 
     def __init__(self, fake: FakeMaster, **kwargs) -> None:
+        # These tests end a worker by closing its connection: no reconnection unless asked.
+        kwargs.setdefault("reconnect_timeout", None)
         self.conn = WorkerConnection(fake.address, "tok", "unit-worker", **kwargs)
         self.code = None
         self.thread = threading.Thread(target=self._serve, daemon=True)

@@ -1,20 +1,24 @@
 """Opening an authenticated connection to the master (shared by the client and the worker).
 
 Connect over TCP with ``TCP_NODELAY`` (every frame is a complete message the peer waits for),
-send ``HELLO``, wait for ``WELCOME``, and turn each way this can fail into an error that says
-what failed, where, and what to try.
+optionally wrap the socket in TLS, send ``HELLO``, wait for ``WELCOME``, and turn each way this
+can fail into an error that says what failed, where, and what to try.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import ssl
 from typing import List, NamedTuple, Tuple, Union
 
 from . import _protocol as P
 from .errors import AuthenticationError, ConnectError, ProtocolError
 
 Address = Union[str, Tuple[str, int]]
+#: ``False``: plain TCP; ``True``: TLS checked against the system's trust store (or ``ca_file``);
+#: an ``ssl.SSLContext``: TLS with that context.
+TlsOption = Union[bool, ssl.SSLContext]
 
 _NAME_MAX_BYTES = 256
 
@@ -86,6 +90,49 @@ def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
+def tls_context(tls: TlsOption, ca_file: str | None = None) -> ssl.SSLContext | None:
+    """The TLS context for ``tls`` and ``ca_file``, or None for plain TCP.
+
+    ``ca_file`` alone implies ``tls=True``: it is the trust root (for a self-signed master, the
+    certificate it printed), instead of the system's trust store.
+
+    Raises:
+        ValueError: ``ca_file`` was given with a ready ``ssl.SSLContext``.
+        ConnectError: ``ca_file`` cannot be read as PEM certificates.
+    """
+    if isinstance(tls, ssl.SSLContext):
+        if ca_file is not None:
+            raise ValueError("pass ca_file or an ssl.SSLContext, not both")
+        return tls
+    if not tls and ca_file is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=os.fspath(ca_file) if ca_file else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConnectError(
+            f"cannot use {ca_file!r} as the CA file ({exc}); pass the master's certificate "
+            "(a self-signed master prints its path)"
+        ) from None
+
+
+def _wrap_tls(sock: socket.socket, context: ssl.SSLContext, host: str, where: str) -> socket.socket:
+    try:
+        return context.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as exc:
+        sock.close()
+        raise ConnectError(
+            f"the TLS certificate of master at {where} is not trusted ({exc.verify_message}); "
+            "for a self-signed master pass ca_file= (worker: --ca-file) with its certificate"
+        ) from None
+    except (ssl.SSLError, OSError) as exc:
+        sock.close()
+        detail = "no answer" if isinstance(exc, socket.timeout) else str(exc)
+        raise ConnectError(
+            f"TLS handshake with master at {where} failed ({detail}); does the master serve "
+            "TLS (--tls-cert/--tls-key or --tls-self-signed)?"
+        ) from None
+
+
 def _handshake_error(msg: list, where: str, role: str) -> Exception:
     code, message = (msg[1], msg[2]) if len(msg) >= 3 else ("?", repr(msg))
     if code == P.ERR_AUTH:
@@ -112,6 +159,8 @@ def connect(
     name: str,
     slots: int,
     timeout: float,
+    tls: TlsOption = False,
+    ca_file: str | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """Open a connection to the master and complete the handshake.
 
@@ -121,10 +170,14 @@ def connect(
         token: The master's token for that role.
         name: Informational peer name (clipped to 256 bytes).
         slots: Tasks run at once (workers), 0 for clients.
-        timeout: Seconds to wait for the connection and for ``WELCOME``.
+        timeout: Seconds to wait for the connection, the TLS handshake and ``WELCOME``.
+        tls: ``False`` for plain TCP, ``True`` for TLS checked against the system trust store
+            (or ``ca_file``), or a ready ``ssl.SSLContext``.
+        ca_file: PEM file of the certificates to trust (implies TLS).
 
     Returns:
-        ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY``, the
+        ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (an
+        ``ssl.SSLSocket`` with TLS), the
         ``WELCOME`` fields, the frame reader (its limit raised to ``max_frame_bytes``) and any
         messages that arrived right after ``WELCOME``.
 
@@ -135,7 +188,10 @@ def connect(
     """
     host, port = parse_address(address)
     where = f"{host}:{port}"
+    context = tls_context(tls, ca_file)
     sock = _open_socket(host, port, timeout)
+    if context is not None:
+        sock = _wrap_tls(sock, context, host, where)
     try:
         sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, role, token, _clip_name(name), slots))
         reader = P.FrameReader(P.PRE_AUTH_MAX_FRAME)
@@ -147,6 +203,11 @@ def connect(
                 raise ConnectError(
                     f"master at {where} did not answer the handshake within {timeout:g} s; "
                     "is it an rtpool master?"
+                ) from None
+            except ssl.SSLError as exc:
+                raise ConnectError(
+                    f"TLS connection to master at {where} failed during the handshake ({exc}); "
+                    "does the master serve TLS?"
                 ) from None
             except OSError as exc:
                 raise ConnectError(

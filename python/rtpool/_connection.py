@@ -28,7 +28,7 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from . import _protocol as P
-from ._connect import Address, connect, parse_address
+from ._connect import Address, TlsOption, connect, parse_address
 from ._future import Future
 from ._serialize import error_from_report
 from .errors import (
@@ -152,11 +152,20 @@ class _Connection:
         token: str,
         name: str,
         connect_timeout: float,
+        tls: TlsOption = False,
+        ca_file: str | None = None,
         reconnect_timeout: float = 60.0,
     ):
         host, port = parse_address(address)
         self.address = f"{host}:{port}"
-        self._hello = {"role": "client", "token": token, "name": name, "slots": 0}
+        self._hello = {
+            "role": "client",
+            "token": token,
+            "name": name,
+            "slots": 0,
+            "tls": tls,
+            "ca_file": ca_file,
+        }
         self.connect_timeout = connect_timeout
         self.reconnect_timeout = reconnect_timeout
         sock, welcome, reader, extra = connect((host, port), **self._hello, timeout=connect_timeout)

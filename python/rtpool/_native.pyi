@@ -15,6 +15,16 @@ class Master:
         data_dir: Directory for persistent state.
         max_frame_bytes: Largest frame accepted after the handshake (default 256 MiB).
         heartbeat_ms: How often idle workers should send HEARTBEAT.
+        tls_cert: PEM certificate chain to serve TLS with (with ``tls_key``).
+        tls_key: PEM private key of ``tls_cert``.
+        tls_self_signed: Serve TLS with a self-signed certificate generated into
+            ``data_dir/tls/`` (needs ``data_dir``); see :attr:`tls_cert`.
+        max_connections: Connections served at once; more get ``ERROR busy`` (default 4096).
+        max_buffered_bytes: Outbound bytes that may wait for one peer to read them before it
+            is closed as a slow consumer (default 64 MiB).
+        lease_ms: A worker silent this long is closed and its tasks requeued (default 3000;
+            0: never).
+        client_timeout_ms: A client silent this long is closed (default 30000; 0: never).
 
     Raises:
         rtpool.errors.RtpoolError: The address cannot be bound or the data dir used.
@@ -28,10 +38,22 @@ class Master:
         data_dir: Union[str, PathLike[str]] | None = None,
         max_frame_bytes: int | None = None,
         heartbeat_ms: int | None = None,
+        *,
+        tls_cert: Union[str, PathLike[str]] | None = None,
+        tls_key: Union[str, PathLike[str]] | None = None,
+        tls_self_signed: bool = False,
+        max_connections: int | None = None,
+        max_buffered_bytes: int | None = None,
+        lease_ms: int | None = None,
+        client_timeout_ms: int | None = None,
     ) -> None: ...
     @property
     def address(self) -> str:
         """``host:port`` the master listens on."""
+    @property
+    def tls_cert(self) -> str | None:
+        """The certificate the master serves TLS with (a self-signed master's is the clients'
+        ``ca_file``), or None without TLS."""
     @property
     def client_token(self) -> str:
         """Token clients must present."""
@@ -52,11 +74,20 @@ def run_master(
     max_frame_bytes: int | None = None,
     heartbeat_ms: int | None = None,
     log_level: str = "info",
+    *,
+    tls_cert: Union[str, PathLike[str]] | None = None,
+    tls_key: Union[str, PathLike[str]] | None = None,
+    tls_self_signed: bool = False,
+    max_connections: int | None = None,
+    max_buffered_bytes: int | None = None,
+    lease_ms: int | None = None,
+    client_timeout_ms: int | None = None,
 ) -> None:
     """Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
 
     Writes the tokens to ``data_dir/client.token`` and ``data_dir/worker.token`` on first
-    start and prints ``listening on HOST:PORT`` once ready.
+    start and prints ``listening on HOST:PORT`` once ready (and, with TLS, the certificate path).
+    The keyword arguments are those of :class:`Master`.
 
     Raises:
         rtpool.errors.RtpoolError: The address cannot be bound or the data dir used.

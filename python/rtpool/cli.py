@@ -114,6 +114,31 @@ def _parser() -> argparse.ArgumentParser:
         help="how often idle workers send a heartbeat",
     )
     master.add_argument(
+        "--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate chain"
+    )
+    master.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert")
+    master.add_argument(
+        "--tls-self-signed",
+        action="store_true",
+        help="serve TLS with a self-signed certificate generated into DIR/tls/ (its cert.pem "
+        "is the clients' ca_file and the workers' --ca-file)",
+    )
+    master.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="connections served at once; more get ERROR busy (default: 4096)",
+    )
+    master.add_argument(
+        "--max-buffered-mb",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="frames that may wait for one peer to read them, in MiB; a peer that lets more "
+        "pile up is closed as a slow consumer (default: 64)",
+    )
+    master.add_argument(
         "--lease-ms",
         type=int,
         default=None,
@@ -162,6 +187,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="user store for tokens and quotas: postgres://user@host:port/db or "
         "sqlite:///path (default: SQLite in the data dir)",
+    )
+    master.add_argument(
+        "--client-timeout-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="a client silent this long is disconnected (default: 30000)",
     )
     master.add_argument(
         "--log-level", default="info", help="error, warn, info, debug or trace (default: info)"
@@ -229,6 +261,13 @@ def _run_master(args: argparse.Namespace) -> int:
             max_frame_bytes=max_frame,
             heartbeat_ms=args.heartbeat_ms,
             log_level=args.log_level,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_self_signed=args.tls_self_signed,
+            max_connections=args.max_connections,
+            max_buffered_bytes=None if args.max_buffered_mb is None else args.max_buffered_mb << 20,
+            lease_ms=args.lease_ms,
+            client_timeout_ms=args.client_timeout_ms,
             options=_master_options(args),
         )
     except RtpoolError as exc:
@@ -254,6 +293,10 @@ def main(argv: List[str] | None = None) -> int:
 
         return _demo.main(argv[1:])
     if argv and argv[0] == "bench":
+        if len(argv) > 1 and argv[1] in ("recovery", "journal"):
+            from . import _bench_recovery
+
+            return _bench_recovery.main(argv[1:])
         from . import _bench
 
         return _bench.main(argv[1:])

@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
-from ._connect import Address, default_name
+from ._connect import Address, TlsOption, default_name
 from ._connection import _Connection, _Segment
 from ._future import Future
 from ._protocol import submit_opts
@@ -405,13 +405,17 @@ class Client(_Submitter):
         token: The master's client token; by default ``$RTPOOL_TOKEN``.
         name: Name shown in the master's log and status (default ``hostname:pid``).
         connect_timeout: Seconds to wait for the connection and the handshake.
+        tls: ``True`` to connect with TLS (checked against the system trust store, or
+            ``ca_file``), or a ready ``ssl.SSLContext``; ``False`` (default): plain TCP.
+        ca_file: PEM certificate(s) to trust, e.g. the ``cert.pem`` a master started with
+            ``--tls-self-signed`` prints; implies ``tls=True``.
         reconnect_timeout: When the connection drops with tasks pending, seconds to keep
             trying to reconnect (backoff from 0.05 s doubling to 5 s, with jitter); packages
             are then re-attached and no result is lost or delivered twice. 0 disables it:
             pending futures fail with :class:`~rtpool.errors.ConnectionLost` at once.
 
     Raises:
-        ConnectError: The master cannot be reached.
+        ConnectError: The master cannot be reached (or the TLS handshake failed).
         AuthenticationError: The master refused the token (or none was given).
         ProtocolError: The master answered the handshake with something unexpected.
     """
@@ -423,6 +427,8 @@ class Client(_Submitter):
         *,
         name: str | None = None,
         connect_timeout: float = 10.0,
+        tls: TlsOption = False,
+        ca_file: str | None = None,
         reconnect_timeout: float = 60.0,
     ) -> None:
         if not reconnect_timeout >= 0:
@@ -436,7 +442,13 @@ class Client(_Submitter):
             )
         self._opts: Dict[str, Any] = {}
         self._conn = _Connection(
-            address, token, name or default_name(), connect_timeout, reconnect_timeout
+            address,
+            token,
+            name or default_name(),
+            connect_timeout,
+            tls,
+            ca_file,
+            reconnect_timeout,
         )
         # A client dropped without shutdown() closes once its pending tasks are done.
         self._finalizer = weakref.finalize(self, self._conn.shutdown, False)

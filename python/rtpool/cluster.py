@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import weakref
 from typing import Any, Dict, List
@@ -31,6 +32,8 @@ class _State:
         self.master = master
         self.workers: List[subprocess.Popen | None] = []
         self.clients: List[Client] = []
+        # The self-signed certificate's directory (LocalCluster(tls=True)), removed last.
+        self.tls_dir: tempfile.TemporaryDirectory | None = None
 
 
 def _kill_group(proc: subprocess.Popen, sig: int) -> None:
@@ -81,6 +84,8 @@ def _shutdown(state: _State) -> None:
         _stop_workers(procs, graceful=True, timeout=_STOP_TIMEOUT_S)
     finally:
         state.master.stop()
+        if state.tls_dir is not None:
+            state.tls_dir.cleanup()
 
 
 class LocalCluster:
@@ -98,17 +103,40 @@ class LocalCluster:
     Args:
         workers: Worker processes to start (each ``rtpool worker --procs 1``).
         prefetch: ``--prefetch`` of the workers (the bound of their adaptive prefetch).
+        tls: Serve TLS with a self-signed certificate (in a temporary data dir); its clients
+            and workers trust that certificate.
+        task_memory_mb: ``--task-memory-mb`` of the workers: every task runs in a killable
+            executor process whose address space is limited to this many MiB (None: no limit).
 
     Raises:
         RtpoolError: The embedded master cannot start.
     """
 
-    def __init__(self, workers: int = 2, *, prefetch: int | None = None) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        prefetch: int | None = None,
+        tls: bool = False,
+        task_memory_mb: int | None = None,
+    ) -> None:
         from . import _native
 
         self._prefetch = prefetch
-        self._master = _native.Master(listen="127.0.0.1:0")
+        self._task_memory_mb = task_memory_mb
+        tls_dir = tempfile.TemporaryDirectory(prefix="rtpool-cluster-") if tls else None
+        tls_args: Dict[str, Any] = {}
+        if tls_dir is not None:
+            tls_args = {"data_dir": tls_dir.name, "tls_self_signed": True}
+        try:
+            self._master = _native.Master(listen="127.0.0.1:0", **tls_args)
+        except BaseException:
+            if tls_dir is not None:
+                tls_dir.cleanup()
+            raise
+        self._ca_file = None if self._master.tls_cert is None else str(self._master.tls_cert)
         self._state = _State(self._master)
+        self._state.tls_dir = tls_dir
         self._finalizer = weakref.finalize(self, _shutdown, self._state)
         try:
             for _ in range(workers):
@@ -154,6 +182,8 @@ class LocalCluster:
             **kwargs: Passed to :class:`~rtpool.Client` (``name``, ``connect_timeout``).
         """
         self._check_open()
+        if self._ca_file is not None:
+            kwargs.setdefault("ca_file", self._ca_file)
         client = Client(self.address, self.client_token, **kwargs)
         self._state.clients.append(client)
         return client
@@ -173,6 +203,10 @@ class LocalCluster:
         cmd += ["--procs", "1", "--parent-pid", str(os.getpid())]
         if self._prefetch is not None:
             cmd += ["--prefetch", str(self._prefetch)]
+        if self._ca_file is not None:
+            cmd += ["--ca-file", self._ca_file]
+        if self._task_memory_mb is not None:
+            cmd += ["--task-memory-mb", str(self._task_memory_mb)]
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         self._state.workers.append(proc)
         return len(self._state.workers) - 1

@@ -15,9 +15,18 @@ restarts a child that crashes, with a bounded backoff). Each child holds one con
 * **Graceful shutdown.** SIGTERM only sets a flag; after the running task the child sends
   ``DRAIN``, its pending results and ``RETURN`` of every unstarted task, then closes. A second
   signal exits at once. Whatever is still in flight is requeued by the master on disconnect.
+* **Limits.** A task with a time limit (``timeout_ms``), or any task when the worker has a
+  memory limit (``--task-memory-mb``), runs in an executor process (``_supervise.py``) that the
+  child kills, with its whole process group, past the deadline or on ``ABORT``. Other tasks run
+  in the child itself: no process hop on the fast path, but they cannot be interrupted.
+* **Reconnection.** When the connection drops, the child reconnects with backoff (until
+  ``--reconnect-timeout``); the new session holds nothing, so unstarted tasks of the old one are
+  dropped (the master requeued them), and unsent results are sent again only to the same
+  master instance (which counts them as stale).
 
-A background thread sends ``HEARTBEAT`` when nothing was sent for ``heartbeat_ms``. Imports are
-kept light: start-up time counts.
+A background thread sends ``HEARTBEAT`` when nothing was sent for ``heartbeat_ms``, also while
+a task runs, so the master's lease never expires for a busy worker. Imports are kept light:
+start-up time counts.
 """
 
 from __future__ import annotations
@@ -28,24 +37,28 @@ import pickle
 import select
 import signal
 import socket
+import ssl
 import struct
 import sys
 import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
+from . import _connect
 from . import _protocol as P
-from ._connect import connect, default_name
-from .errors import RtpoolError
+from ._connect import default_name
+from ._supervise import Executor, ExecutorDied, address_space_mib
+from .errors import AuthenticationError, ConnectError, ProtocolError, RtpoolError
 
 __all__ = ["WorkerConnection", "add_arguments", "main", "run"]
 
 EXIT_OK = 0
 #: The child cannot start: bad address, bad token. Restarting would not help.
 EXIT_CONFIG = 2
-#: The connection to the master dropped. The worker exits (reconnection is a later issue).
+#: The connection to the master dropped and could not be restored within
+#: ``--reconnect-timeout`` (or reconnection is off).
 EXIT_LOST = 3
 
 DEFAULT_PREFETCH = 64
@@ -74,6 +87,12 @@ _RESTART_MAX = 5
 _RESTART_WINDOW_S = 60.0
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 5.0
+# Reconnecting to the master: exponential backoff with jitter, each attempt bounded.
+_RECONNECT_FIRST_S = 0.1
+_RECONNECT_MAX_S = 5.0
+_RECONNECT_ATTEMPT_TIMEOUT_S = 5.0
+# In-session ERROR codes after which reconnecting would not help.
+_CONFIG_ERRORS = frozenset({P.ERR_AUTH, P.ERR_VERSION})
 
 
 def _log(message: str) -> None:
@@ -122,6 +141,68 @@ def set_parent_death_signal(sig: int) -> None:
         pass
 
 
+class _Welcome(NamedTuple):
+    """``WELCOME`` as a worker reads it: ``lease_ms`` and ``instance`` are None when an older
+    master leaves them out."""
+
+    version: int
+    session: int
+    max_frame_bytes: int
+    heartbeat_ms: int
+    lease_ms: int | None
+    instance: int | None
+
+
+def _connect_worker(
+    address: str, token: str, name: str, timeout: float, tls: ssl.SSLContext | None
+) -> Tuple[socket.socket, _Welcome, P.FrameReader, List[list]]:
+    """``_connect.connect()`` for a worker, tolerant of a ``WELCOME`` with 4 to 6 fields.
+
+    Raises:
+        ConnectError, AuthenticationError, ProtocolError: As ``_connect.connect()``.
+    """
+    host, port = _connect.parse_address(address)
+    where = f"{host}:{port}"
+    sock = _connect._open_socket(host, port, timeout)
+    if tls is not None:
+        sock = _connect._wrap_tls(sock, tls, host, where)
+    try:
+        hello = P.encode(P.HELLO, P.PROTOCOL_VERSION, "worker", token, _connect._clip_name(name), 1)
+        sock.sendall(hello)
+        reader = P.FrameReader(P.PRE_AUTH_MAX_FRAME)
+        msgs: List[list] = []
+        while not msgs:
+            try:
+                data = sock.recv(65536)
+            except OSError as exc:
+                raise ConnectError(
+                    f"connection to master at {where} failed during the handshake "
+                    f"({exc.strerror or exc})"
+                ) from None
+            if not data:
+                raise ConnectError(f"master at {where} closed the connection during the handshake")
+            msgs = reader.feed(data)
+        first = msgs[0]
+        if first[0] == P.ERROR:
+            raise _connect._handshake_error(first, where, "worker")
+        if first[0] != P.WELCOME or not 5 <= len(first) <= 7:
+            raise ProtocolError(f"master at {where} answered HELLO with {first!r:.100}")
+        fields = first[1:] + [None] * (7 - len(first))
+        welcome = _Welcome(*fields)
+        reader.max_frame = welcome.max_frame_bytes
+        sock.settimeout(None)
+        return sock, welcome, reader, msgs[1:]
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _seconds(ms: int) -> str:
+    """``2000`` -> ``"2.0"``, ``300`` -> ``"0.3"``, ``1250`` -> ``"1.25"``."""
+    text = f"{ms / 1000:.3f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
 class _Stop(Exception):
     """The connection is unusable; carries the exit code."""
 
@@ -168,6 +249,16 @@ class WorkerConnection:
         name: Informational name sent in ``HELLO``.
         max_prefetch: Upper bound of the adaptive prefetch.
         connect_timeout: Seconds to wait for the connection and the handshake.
+        tls: Connect with TLS (``True`` or an ``ssl.SSLContext``).
+        ca_file: PEM certificate(s) to trust (implies TLS).
+        task_memory_mb: Address-space limit (``RLIMIT_AS``, MiB) of the executor process;
+            when set, every task runs in the executor. None: no limit.
+        reconnect_timeout: Seconds to keep trying to reconnect after the connection drops
+            (0: forever; None: do not reconnect, exit with ``EXIT_LOST``).
+
+    Raises:
+        RtpoolError: The first connection fails (``ConnectError``, ``AuthenticationError``,
+            ``ProtocolError``).
     """
 
     def __init__(
@@ -177,28 +268,24 @@ class WorkerConnection:
         name: str,
         max_prefetch: int = DEFAULT_PREFETCH,
         connect_timeout: float = 10.0,
+        tls: Any = False,
+        ca_file: str | None = None,
+        *,
+        task_memory_mb: int | None = None,
+        reconnect_timeout: float | None = 0.0,
     ) -> None:
         self.address = address
         self.name = name
+        self._token = token
+        self.connect_timeout = connect_timeout
         self.max_prefetch = max(1, max_prefetch)
-        self.sock, welcome, self.reader, self._early = connect(
-            address,
-            role="worker",
-            token=token,
-            name=name,
-            slots=1,
-            timeout=connect_timeout,
-        )
-        self.heartbeat_s = max(welcome.heartbeat_ms, 1) / 1000
-        self._kernel_ts = _enable_kernel_timestamps(self.sock)
-        # A RESULT frame must fit the master's frame limit: results are batched up to this
-        # many bytes, and a single larger result is replaced by an error.
-        self.frame_budget = welcome.max_frame_bytes - _RESULT_FRAME_OVERHEAD
+        self.task_memory_mb = task_memory_mb or None
+        self.reconnect_timeout = reconnect_timeout
+        self._tls_context = _connect.tls_context(tls, ca_file)  # also for reconnections
         self.pending_bytes = 0
         self.stopping = False
         self._signals = 0
         self._send_lock = threading.Lock()
-        self._last_send = time.monotonic()
         self._hb_stop = threading.Event()
         # Credits granted with PULL and not yet used by ASSIGN.
         self.outstanding = 0
@@ -208,9 +295,72 @@ class WorkerConnection:
         self.functions: Dict[bytes, Any] = {}
         self.queue: deque = deque()
         self.pending: List[list] = []
+        # Results whose write failed when the connection dropped, for the next session.
+        self.unsent: List[list] = []
+        #: The master's ``WELCOME.instance`` (None: not announced yet).
+        self.instance: int | None = None
+        #: Sessions opened so far (1 + successful reconnections).
+        self.sessions = 0
+        self._executor: Executor | None = None
+        self._memory_warned = False
+        # (task, attempt) running in the executor, and whether ABORT named it.
+        self._running: Tuple[int, int] | None = None
+        self._abort_running = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._start_session(
+            *_connect_worker(address, token, name, connect_timeout, self._tls_context)
+        )
+
+    def _start_session(
+        self, sock: socket.socket, welcome: _Welcome, reader: P.FrameReader, early: List[list]
+    ) -> None:
+        with self._send_lock:
+            self.sock = sock
+            self._last_send = time.monotonic()
+        self.reader = reader
+        self._early = early
+        self.session = welcome.session
+        heartbeat_ms = max(welcome.heartbeat_ms, 1)
+        if welcome.lease_ms:
+            # At least three heartbeats per lease, whatever heartbeat_ms says.
+            heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
+        self.heartbeat_s = heartbeat_ms / 1000
+        # An SSLSocket has no recvmsg and takes no recv flags; it may hold decrypted bytes
+        # that select() does not see.
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._kernel_ts = not self._tls and _enable_kernel_timestamps(sock)
+        # A RESULT frame must fit the master's frame limit: results are batched up to this
+        # many bytes, and a single larger result is replaced by an error.
+        self.frame_budget = welcome.max_frame_bytes - _RESULT_FRAME_OVERHEAD
+        old, new = self.instance, welcome.instance
+        if old is not None and new is not None and old != new:
+            # A restarted master requeued every task of ours: their results are not wanted.
+            dropped = len(self.unsent) + len(self.pending)
+            if dropped:
+                _log(f"the master restarted; dropping {dropped} results it no longer expects")
+            self.unsent = []
+            self.pending = []
+            self.pending_bytes = 0
+        if new is not None:
+            self.instance = new
+        self.sessions += 1
+
+    def _end_session(self) -> None:
+        """Close the connection and forget what the master took back with it."""
+        with self._send_lock:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.sock.close()
+        # The master requeued the unstarted tasks; the code cache is per connection.
+        self.queue.clear()
+        self.outstanding = 0
+        self.codes.clear()
+        self.functions.clear()
+        self._early = []
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -223,8 +373,18 @@ class WorkerConnection:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals += 1
         if self._signals > 1:
+            ex = self._executor
+            if ex is not None:  # its parent-death signal would spare the task's grandchildren
+                ex.kill_group()
             os._exit(1)
         self.stopping = True
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
 
     # -- I/O --------------------------------------------------------------------------------
 
@@ -237,20 +397,25 @@ class WorkerConnection:
             raise _Stop(EXIT_LOST, f"sending to the master failed: {exc.strerror or exc}") from None
 
     def _heartbeat_loop(self) -> None:
-        interval = self.heartbeat_s
-        while not self._hb_stop.wait(interval / 2):
-            if time.monotonic() - self._last_send >= interval * 0.9:
+        # Runs for the life of serve(), across reconnections; it also keeps the lease while a
+        # task runs (in the executor, or here between the task's bytecodes).
+        while not self._hb_stop.wait(self.heartbeat_s / 2):
+            if time.monotonic() - self._last_send >= self.heartbeat_s * 0.9:
                 try:
                     with self._send_lock:
                         self.sock.sendall(_HEARTBEAT)
                         self._last_send = time.monotonic()
                 except OSError:
-                    return
+                    pass  # the main loop finds the broken connection and reconnects
 
     def _recv_nowait(self) -> None:
         """Take whatever the socket holds without blocking."""
         try:
-            if self._kernel_ts:
+            if self._tls:
+                if not self.sock.pending() and not select.select([self.sock], [], [], 0)[0]:
+                    return
+                data, ancillary = self.sock.recv(_RECV_BYTES), ()
+            elif self._kernel_ts:
                 data, ancillary, _, _ = self.sock.recvmsg(_RECV_BYTES, _CMSG_BYTES, _MSG_DONTWAIT)
             else:
                 data, ancillary = self.sock.recv(_RECV_BYTES, _MSG_DONTWAIT), ()
@@ -260,17 +425,20 @@ class WorkerConnection:
             raise _Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
         if not data:
             raise _Stop(EXIT_LOST, "the master closed the connection")
-        self._on_messages(self.reader.feed(data), _received_ns(ancillary))
+        try:
+            msgs = self.reader.feed(data)
+        except ProtocolError as exc:
+            raise _Stop(EXIT_LOST, f"bad frame from the master: {exc}") from None
+        self._on_messages(msgs, _received_ns(ancillary))
 
     def _wait(self) -> None:
         """Block until the master sends something or a signal arrives."""
+        if self._tls and self.sock.pending():
+            self._recv_nowait()
+            return
         readable, _, _ = select.select([self.sock, self._wake_r], [], [])
         if self._wake_r in readable:
-            try:
-                while os.read(self._wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
+            self._drain_wakeups()
         if self.sock in readable:
             self._recv_nowait()
 
@@ -282,19 +450,55 @@ class WorkerConnection:
             if kind == P.ASSIGN:
                 tasks = msg[1]
                 self.outstanding = max(0, self.outstanding - len(tasks))
-                for t in tasks:  # [task, attempt, fn_hash, fn_code|nil, args]
+                for t in tasks:  # [task, attempt, fn_hash, fn_code|nil, args, timeout_ms]
                     if t[3] is not None:
                         codes[t[2]] = t[3]
                     t[3] = now  # reuse the slot: receipt time
+                    if len(t) < 6:
+                        t.append(0)  # a master older than timeout_ms
                     queue.append(t)
+            elif kind == P.ABORT:
+                self._on_abort(msg[1], now)
             elif kind == P.ERROR:
                 code, message = msg[1], msg[2]
                 if code in P.NON_FATAL_ERRORS:
                     _log(f"master reported {code}: {message}")
+                elif code in _CONFIG_ERRORS:
+                    raise _Stop(EXIT_CONFIG, f"the master reported {code}: {message}")
                 else:
                     raise _Stop(EXIT_LOST, f"the master reported {code}: {message}")
             else:
                 raise _Stop(EXIT_LOST, f"unexpected message kind {kind} from the master")
+
+    def _on_abort(self, tasks: List[list], now: int) -> None:
+        """Drop the named unstarted tasks, flag the running one for a kill; answer status 2.
+
+        A task that runs here (not in the executor) is never named: this is only read between
+        such tasks, when its result is already pending or sent, and the master discards it.
+        """
+        wanted = {(t[0], t[1]) for t in tasks}
+        if self._running is not None and self._running in wanted:
+            self._abort_running = True  # _await_executor kills it and reports it
+        queue = self.queue
+        aborted = [t for t in queue if (t[0], t[1]) in wanted]
+        if not aborted:
+            return
+        kept = [t for t in queue if (t[0], t[1]) not in wanted]
+        queue.clear()
+        queue.extend(kept)
+        message = b"aborted by the master before it started"
+        for t in aborted:
+            self._add_result(
+                [t[0], t[1], P.STATUS_CANCELLED, message, 0, (now - t[3]) // 1000, _perf_ns()]
+            )
+
+    def _add_result(self, result: list) -> None:
+        """Queue a result that is not the end of a task run here (it asks for no credit)."""
+        size = len(result[3]) + _RESULT_OVERHEAD
+        if self.pending_bytes + size > self.frame_budget:
+            self._flush(pull=False)
+        self.pending_bytes += size
+        self.pending.append(result)
 
     # -- running tasks ----------------------------------------------------------------------
 
@@ -302,7 +506,8 @@ class WorkerConnection:
         fn = self.functions.get(fn_hash)
         if fn is not None:
             return fn
-        code = self.codes.pop(fn_hash, None)
+        # The code stays cached: a fresh executor needs it again.
+        code = self.codes.get(fn_hash)
         try:
             if code is None:
                 raise LookupError(
@@ -316,12 +521,16 @@ class WorkerConnection:
         return fn
 
     def _run(self, t: list) -> None:
-        # t = [task, attempt, fn_hash, received_ns, args]. wait_us runs from receipt to the
-        # call (unpickling the arguments included), exec_us is the call, and flush_us from
-        # its end to the write (pickling the result included).
-        fn = self._function(t[2])
-        t_begin = _perf_ns()  # after the one-time code load, which is no guide to the next task
-        status, data, t_start, t_end = self._execute(fn, t[4])
+        # t = [task, attempt, fn_hash, received_ns, args, timeout_ms]. wait_us runs from
+        # receipt to the call (unpickling the arguments included), exec_us is the call, and
+        # flush_us from its end to the write (pickling the result included).
+        if t[5] or self.task_memory_mb:
+            status, data, t_start, t_end = self._run_in_executor(t)
+            t_begin = t_start
+        else:
+            fn = self._function(t[2])
+            t_begin = _perf_ns()  # after the one-time code load, which is no guide to the next
+            status, data, t_start, t_end = self._execute(fn, t[4])
         size = len(data) + _RESULT_OVERHEAD
         if size > self.frame_budget:
             status = P.STATUS_ERROR
@@ -361,6 +570,114 @@ class WorkerConnection:
         given.reverse()
         self._send(P.encode(P.RETURN, [[t[0], t[1]] for t in given]))
         self.outstanding = 0
+
+    # -- the executor (tasks with limits) ---------------------------------------------------
+
+    def _run_in_executor(self, t: list) -> Tuple[int, bytes, int, int]:
+        """Run a task in the executor until it answers, its deadline passes, or ``ABORT``.
+
+        Returns ``(status, data, start_ns, end_ns)`` like :meth:`_execute`; the executor is
+        killed (with its process group) on a timeout or an abort, and when the connection
+        drops meanwhile (``_Stop`` goes on up: the master requeued the task).
+        """
+        task, attempt, fn_hash, _, payload, timeout_ms = t
+        if self.pending:
+            self._flush(pull=False)  # a long task must not hold earlier results back
+        ex = self._executor
+        if ex is None or not ex.is_alive():
+            ex = self._executor = self._start_executor()
+        t_start = _perf_ns()
+        deadline = t_start + timeout_ms * 1_000_000 if timeout_ms else None
+        self._running = (task, attempt)
+        self._abort_running = False
+        try:
+            ex.submit(fn_hash, self.codes.get(fn_hash), payload)
+            answer = self._await_executor(ex, deadline)
+        except ExecutorDied as died:
+            self._executor = None
+            return P.STATUS_FAILED, self._died_message(str(died), attempt), t_start, _perf_ns()
+        except BaseException:
+            self._kill_executor()
+            raise
+        finally:
+            self._running = None
+        if answer is not None:
+            status, data, exec_ns = answer
+            t_end = _perf_ns()
+            return status, data, max(t_start, t_end - exec_ns), t_end
+        self._kill_executor()
+        t_end = _perf_ns()
+        if self._abort_running:
+            text = f"aborted by the master while running; killed (attempt {attempt})"
+            return P.STATUS_CANCELLED, text.encode(), t_start, t_end
+        text = (
+            f"task exceeded its time limit of {_seconds(timeout_ms)} s and was killed "
+            f"(attempt {attempt})"
+        )
+        return P.STATUS_TIMEOUT, text.encode(), t_start, t_end
+
+    def _await_executor(self, ex: Executor, deadline: int | None) -> Tuple[int, bytes, int] | None:
+        """The executor's answer, or None at the deadline or on ``ABORT`` of the task.
+
+        Meanwhile it reads the master's messages (assignments queue up, ``ABORT`` is seen at
+        once) and signals (SIGTERM lets the task finish, as for a task run here).
+        """
+        fds = [ex, self.sock, self._wake_r]
+        while not self._abort_running:
+            if self._tls and self.sock.pending():  # decrypted bytes select() cannot see
+                self._recv_nowait()
+                continue
+            timeout = None
+            if deadline is not None:
+                timeout = (deadline - _perf_ns()) / 1e9
+                if timeout <= 0:
+                    return None
+            readable, _, _ = select.select(fds, [], [], timeout)
+            if ex in readable:
+                answer = ex.read()
+                if answer is not None:
+                    return answer
+            if self.sock in readable:
+                self._recv_nowait()
+            if self._wake_r in readable:
+                self._drain_wakeups()
+        return None
+
+    def _start_executor(self) -> Executor:
+        limit = self.task_memory_mb
+        if limit and not self._memory_warned:
+            self._memory_warned = True
+            base = address_space_mib()
+            if base is not None and base >= limit:
+                _log(
+                    f"--task-memory-mb {limit} is below the address space the executor starts "
+                    f"with ({base} MiB, the worker's own): tasks will get MemoryError as soon as "
+                    f"they need more memory; use a limit well above {base}"
+                )
+        return Executor.start(
+            self._executor_task, limit, close=(self.sock, self._wake_r, self._wake_w)
+        )
+
+    def _executor_task(self, fn_hash: bytes, code: bytes | None, payload: bytes) -> tuple:
+        """Runs in the executor (a fork of this object): one task -> (status, data, exec_ns)."""
+        if code is not None:
+            self.codes[fn_hash] = code
+        status, data, t_start, t_end = self._execute(self._function(fn_hash), payload)
+        return status, data, t_end - t_start
+
+    def _kill_executor(self) -> None:
+        ex, self._executor = self._executor, None
+        if ex is not None:
+            ex.kill()
+
+    @staticmethod
+    def _died_message(how: str, attempt: int) -> bytes:
+        text = f"the task's process died ({how}) while running the task (attempt {attempt})"
+        if "SIGKILL" in how:
+            text += "; the kernel's out-of-memory killer may have ended it"
+        return text.encode()
+
+    # -- executing and reporting ------------------------------------------------------------
 
     def _execute(self, fn: Any, payload: bytes) -> Tuple[int, bytes, int, int]:
         """Run one task: ``(status, data, start_ns, end_ns)`` of the call itself."""
@@ -427,19 +744,49 @@ class WorkerConnection:
         for r in pending:
             r[6] = (now - r[6]) // 1000  # end of execution -> flush_us
         frame = P.encode(P.RESULT, pending)
-        pending.clear()
+        self.pending = []  # a new list: _flush keeps the old one if the write fails
         self.pending_bytes = 0
         return frame
 
-    def _flush(self) -> None:
-        """Send the pending results and top the credits up, in one write."""
+    def _flush(self, pull: bool = True) -> None:
+        """Send the pending results and (``pull``) top the credits up, in one write."""
+        pending = self.pending
         out = self._results_frame()
-        credits = 1 + self.prefetch - len(self.queue) - self.outstanding
-        if credits > 0:
-            out += P.encode(P.PULL, credits)
-            self.outstanding += credits
+        if pull:
+            credits = 1 + self.prefetch - len(self.queue) - self.outstanding
+            if credits > 0:
+                out += P.encode(P.PULL, credits)
+                self.outstanding += credits
         if out:
-            self._send(out)
+            try:
+                self._send(out)
+            except _Stop:
+                self.unsent += pending  # (empty if there were no results)
+                raise
+
+    def _send_unsent(self) -> None:
+        """Send the results a dropped connection kept back, in frames within the limit."""
+        unsent, self.unsent = self.unsent, []
+        frames = []
+        batch: List[list] = []
+        size = 0
+        for r in unsent:
+            n = len(r[3]) + _RESULT_OVERHEAD
+            if n > self.frame_budget:
+                continue  # the new session's limit is lower; stale anyway
+            if batch and size + n > self.frame_budget:
+                frames.append(P.encode(P.RESULT, batch))
+                batch, size = [], 0
+            batch.append(r)
+            size += n
+        if batch:
+            frames.append(P.encode(P.RESULT, batch))
+        if frames:
+            try:
+                self._send(b"".join(frames))
+            except _Stop:
+                self.unsent = unsent
+                raise
 
     def _should_flush(self) -> bool:
         pending = self.pending
@@ -451,37 +798,104 @@ class WorkerConnection:
         # next task.
         return _perf_ns() - pending[0][6] + (self.ema_ns or 0) >= FLUSH_AFTER_NS
 
+    # -- the loop ---------------------------------------------------------------------------
+
     def serve(self) -> int:
-        """Pull and run tasks until a signal or the connection ends; return the exit code."""
+        """Pull and run tasks until a signal, a fatal error, or a connection loss that
+        reconnection could not repair; return the exit code."""
         hb = threading.Thread(target=self._heartbeat_loop, name="rtpool-heartbeat", daemon=True)
         hb.start()
         try:
-            if self._early:
-                self._on_messages(self._early, _perf_ns())
-            self._flush()
-            queue = self.queue
-            while not self.stopping:
-                if queue:
-                    self._recv_nowait()
-                else:
-                    if self.pending:
-                        self._flush()
-                    self._wait()  # it also reads what woke it: no second recv
-                    if not queue or self.stopping:
-                        continue
-                self._run(queue.popleft())
-                if not queue or self._should_flush():
-                    self._flush()
-            return self._drain()
-        except _Stop as stop:
-            _log(f"{stop}; exiting (master {self.address})")
-            return stop.code
+            while True:
+                try:
+                    return self._serve_session()
+                except _Stop as stop:
+                    self._end_session()
+                    if self.stopping:
+                        _log(f"{stop}; exiting")
+                        return EXIT_OK
+                    if stop.code != EXIT_LOST or self.reconnect_timeout is None:
+                        _log(f"{stop}; exiting (master {self.address})")
+                        return stop.code
+                    _log(f"{stop}; reconnecting (master {self.address})")
+                code = self._reconnect()
+                if code is not None:
+                    return code
         finally:
             self._hb_stop.set()
+            self._kill_executor()
             try:
                 self.sock.close()
             except OSError:
                 pass
+
+    def _serve_session(self) -> int:
+        if self._early:
+            early, self._early = self._early, []
+            self._on_messages(early, _perf_ns())
+        if self.unsent:
+            self._send_unsent()
+        self._flush()
+        queue = self.queue
+        while not self.stopping:
+            if queue:
+                self._recv_nowait()
+                if not queue:  # an ABORT took it
+                    continue
+            else:
+                if self.pending:
+                    self._flush()
+                self._wait()  # it also reads what woke it: no second recv
+                if not queue or self.stopping:
+                    continue
+            self._run(queue.popleft())
+            if not queue or self._should_flush():
+                self._flush()
+        return self._drain()
+
+    def _reconnect(self) -> int | None:
+        """Connect again, with exponential backoff and jitter: None once a new session is up,
+        else the exit code (``reconnect_timeout`` passed, bad token, or a signal)."""
+        import random  # only here: start-up time counts
+
+        lost = time.monotonic()
+        limit = self.reconnect_timeout
+        attempt = 0
+        while True:  # bounded by reconnect_timeout when set (0 = forever, by request)
+            attempt += 1
+            delay = min(_RECONNECT_MAX_S, _RECONNECT_FIRST_S * 2 ** min(attempt - 1, 10))
+            delay *= random.uniform(0.5, 1.0)  # workers of a restarted master spread out
+            if limit:
+                left = lost + limit - time.monotonic()
+                if left <= 0:
+                    _log(f"could not reconnect to the master at {self.address} within {limit:g} s")
+                    return EXIT_LOST
+                delay = min(delay, left)
+            if self._sleep(delay):
+                return EXIT_OK
+            timeout = min(self.connect_timeout, _RECONNECT_ATTEMPT_TIMEOUT_S)
+            try:
+                parts = _connect_worker(
+                    self.address, self._token, self.name, timeout, self._tls_context
+                )
+            except AuthenticationError as exc:
+                _log(f"{exc}; exiting")
+                return EXIT_CONFIG
+            except (RtpoolError, OSError, ValueError) as exc:
+                if attempt & (attempt - 1) == 0:  # attempts 1, 2, 4, 8...: a falling rate
+                    _log(f"reconnection attempt {attempt} failed: {exc}")
+                continue
+            self._start_session(*parts)
+            _log(f"reconnected to the master at {self.address} after {attempt} attempt(s)")
+            return None
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` or until a signal; return whether the worker is stopping."""
+        if not self.stopping and seconds > 0:
+            readable, _, _ = select.select([self._wake_r], [], [], seconds)
+            if readable:
+                self._drain_wakeups()
+        return self.stopping
 
     def _drain(self) -> int:
         """Graceful shutdown: DRAIN, pending results, RETURN of unstarted tasks, close."""
@@ -510,7 +924,16 @@ class WorkerConnection:
 def run_child(args: argparse.Namespace, token: str, name: str) -> int:
     """Body of one child process: connect, serve, return the exit code."""
     try:
-        conn = WorkerConnection(args.master, token, name, args.prefetch)
+        conn = WorkerConnection(
+            args.master,
+            token,
+            name,
+            args.prefetch,
+            tls=args.tls,
+            ca_file=args.ca_file,
+            task_memory_mb=getattr(args, "task_memory_mb", None),
+            reconnect_timeout=getattr(args, "reconnect_timeout", 0.0),
+        )
     except RtpoolError as exc:
         _log(str(exc))
         return EXIT_CONFIG
@@ -649,7 +1072,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"most tasks a process queues ahead; adaptive below that (default: "
         f"{DEFAULT_PREFETCH})",
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect with TLS (the master checked against the system trust store or --ca-file)",
+    )
+    parser.add_argument(
+        "--ca-file",
+        default=None,
+        metavar="PEM",
+        help="certificate(s) to trust, e.g. a --tls-self-signed master's cert.pem (implies --tls)",
+    )
     parser.add_argument("--name", default=None, help="name in the master's log (hostname:pid)")
+    parser.add_argument(
+        "--task-memory-mb",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run every task in a killable executor process whose address space (RLIMIT_AS, "
+        "the interpreter's own ~100 MiB included) is limited to N MiB; a task past it gets "
+        "MemoryError (default: no limit, tasks without a time limit run in the worker process)",
+    )
+    parser.add_argument(
+        "--reconnect-timeout",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="after losing the master, keep reconnecting (backoff 0.1 s doubling to 5 s) for "
+        "S seconds, then exit; 0 = forever (default: 0)",
+    )
     parser.add_argument(
         "--parent-pid",
         type=int,
@@ -670,6 +1121,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.procs < 1:
         _log("--procs must be at least 1")
+        return EXIT_CONFIG
+    if args.task_memory_mb is not None and args.task_memory_mb < 1:
+        _log("--task-memory-mb must be at least 1")
+        return EXIT_CONFIG
+    if args.reconnect_timeout < 0:
+        _log("--reconnect-timeout must be 0 (forever) or more")
         return EXIT_CONFIG
     if args.parent_pid is not None:
         set_parent_death_signal(signal.SIGTERM)

@@ -19,9 +19,10 @@ pub struct MasterConfig {
     pub max_frame_bytes: usize,
     /// How often idle workers send heartbeats (default 1000 ms).
     pub heartbeat_ms: u32,
-    /// A peer must complete its handshake within this time (default 10 s).
+    /// A peer must complete its handshake (TLS included) within this time (default 10 s).
     pub handshake_timeout: Duration,
-    /// A worker silent for this long loses its connection and its tasks (default 3000 ms).
+    /// A worker that sent nothing for this long is closed with `ERROR lease_expired` and its
+    /// tasks requeued (default 3000 ms; 0: never).
     pub lease_ms: u32,
     /// User store: `None` = SQLite in the data dir (when there is one), or `sqlite:///path`,
     /// or `postgres://user@host:port/db`.
@@ -41,6 +42,24 @@ pub struct MasterConfig {
     pub journal: bool,
     /// When the journal is fsynced (default `batch` with a 10 ms window).
     pub fsync: crate::journal::FsyncPolicy,
+    /// PEM certificate chain to serve TLS with (with [`MasterConfig::tls_key`]); plain TCP
+    /// when neither is set and [`MasterConfig::tls_self_signed`] is false.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of [`MasterConfig::tls_cert`].
+    pub tls_key: Option<PathBuf>,
+    /// Serve TLS with a self-signed certificate for localhost, 127.0.0.1, ::1 and the listen
+    /// host, generated on first start into `<data_dir>/tls/{cert.pem,key.pem}` (needs
+    /// [`MasterConfig::data_dir`]).
+    pub tls_self_signed: bool,
+    /// Connections served at once (authenticated or not); the next one gets `ERROR busy`
+    /// (default 4096).
+    pub max_connections: usize,
+    /// Bytes of outbound frames a connection may have waiting for its peer to read them;
+    /// beyond that it is closed with `ERROR slow_consumer` (default 64 MiB).
+    pub max_buffered_bytes: usize,
+    /// A client that sent nothing for this long is closed with `ERROR idle` (default
+    /// 30000 ms; 0: never).
+    pub client_timeout_ms: u32,
 }
 
 impl MasterConfig {
@@ -74,6 +93,12 @@ impl Default for MasterConfig {
             timeout_grace: Duration::from_secs(2),
             journal: true,
             fsync: crate::journal::FsyncPolicy::default(),
+            tls_cert: None,
+            tls_key: None,
+            tls_self_signed: false,
+            max_connections: 4096,
+            max_buffered_bytes: 64 << 20,
+            client_timeout_ms: 30_000,
         }
     }
 }

@@ -2,9 +2,15 @@
 //! events; the writer encodes whatever the scheduler sends it, several frames per write.
 //!
 //! Bad input from a peer is that peer's problem only: a fatal protocol error is answered with an
-//! `ERROR` frame and closes this connection, never the master.
+//! `ERROR` frame and closes this connection, never the master. Neither can a slow or silent peer
+//! hold the master's resources: the handshake (TLS included) has a deadline, an authenticated
+//! peer that sends nothing for its lease or idle timeout is closed, and one that does not read
+//! what it is sent is closed once [`OutboundTx`] holds `max_buffered_bytes` for it.
+//!
+//! The same code serves plain TCP and TLS: the reader and writer are generic over the stream
+//! halves, so the plain path keeps tokio's lock-free owned halves of a `TcpStream`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,17 +23,18 @@ use rtpool_proto::{
     decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
 };
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
+use tokio_rustls::server::TlsStream;
 use tracing::{debug, info, warn};
 
 use crate::auth::{AuthError, Authenticator};
 use crate::scheduler::{rejected, Out, ToScheduler};
+use crate::tls::Tls;
 
 /// Settings every connection needs.
-#[derive(Debug)]
 pub struct ConnCtx {
     /// Checks `HELLO` tokens (built-in and per-user).
     pub auth: Authenticator,
@@ -35,18 +42,47 @@ pub struct ConnCtx {
     pub max_frame_bytes: usize,
     /// Announced to workers in `WELCOME`.
     pub heartbeat_ms: u32,
-    /// Time a peer has to complete its handshake.
+    /// Time a peer has to complete its handshake, TLS handshake included.
     pub handshake_timeout: Duration,
     /// Worker lease, announced in `WELCOME`.
     pub lease_ms: u32,
     /// This master process's random instance number, announced in `WELCOME`.
     pub instance: u64,
+    /// TLS setup; `None` for plain TCP.
+    pub tls: Option<Tls>,
+    /// Connections served at once; the accept loop refuses more with `ERROR busy`.
+    pub max_connections: usize,
+    /// Outbound bytes a connection may have queued before it is closed as a slow consumer.
+    pub max_buffered_bytes: usize,
+    /// Silence after which a worker is closed (`lease_expired`); `None`: never.
+    pub lease: Option<Duration>,
+    /// Silence after which a client is closed (`idle`); `None`: never.
+    pub client_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for ConnCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Tokens stay out of logs.
+        f.debug_struct("ConnCtx")
+            .field("max_frame_bytes", &self.max_frame_bytes)
+            .field("heartbeat_ms", &self.heartbeat_ms)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("tls", &self.tls)
+            .field("max_connections", &self.max_connections)
+            .field("max_buffered_bytes", &self.max_buffered_bytes)
+            .field("lease", &self.lease)
+            .field("client_timeout", &self.client_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 /// Largest write the writer batches before flushing.
 const WRITE_BATCH_BYTES: usize = 1 << 20;
+/// The silence allowed when a timeout is disabled: far enough never to fire, near enough not to
+/// overflow an `Instant`.
+const NEVER: Duration = Duration::from_secs(30 * 365 * 86_400);
 /// How long a connection closed for a fatal error keeps draining the peer's input, so the
 /// kernel does not answer unread bytes with a reset that could destroy our `ERROR` frame.
 const LINGER: Duration = Duration::from_secs(2);
@@ -59,21 +95,124 @@ fn error_msg(code: &str, message: impl Into<String>, reference: u64) -> Msg {
     }
 }
 
+/// A connection after its transport handshake: plain TCP, or TLS over TCP.
+enum Transport {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// The first byte of a TLS record carrying a handshake (a ClientHello starts with it). Our own
+/// frames start with a big-endian length, whose first byte is 0 for any frame the master takes
+/// before authentication.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// Bring `stream` to where frames can be read: nothing for plain TCP, the TLS handshake (by
+/// `deadline`) for TLS. A plain peer of a TLS master is refused here with a readable `ERROR`.
+async fn establish(stream: TcpStream, ctx: &ConnCtx, deadline: Instant) -> Option<Transport> {
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = &ctx.tls else {
+        return Some(Transport::Plain(stream));
+    };
+    let handshake = async {
+        let mut first = [0u8; 1];
+        match stream.peek(&mut first).await {
+            Ok(1) if first[0] == TLS_HANDSHAKE_RECORD => {}
+            Ok(1) => return Err(Some(stream)),
+            _ => return Err(None),
+        }
+        match tls.acceptor.accept(stream).await {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                debug!("TLS handshake failed: {e}");
+                Err(None)
+            }
+        }
+    };
+    match tokio::time::timeout_at(deadline, handshake).await {
+        Ok(Ok(s)) => Some(Transport::Tls(Box::new(s))),
+        Ok(Err(Some(plain))) => {
+            let (rd, wr) = plain.into_split();
+            let msg = error_msg(
+                "malformed",
+                "this master requires TLS: connect with tls=True (rtpool worker --tls) and, for \
+                 a self-signed master, its certificate as the CA file",
+                0,
+            );
+            refuse(rd, wr, msg).await;
+            None
+        }
+        // A failed or unfinished TLS handshake leaves no channel to send `ERROR` on.
+        Ok(Err(None)) | Err(_) => None,
+    }
+}
+
 /// Serve one accepted connection until it closes or the master shuts down.
 pub async fn serve(
     stream: TcpStream,
     ctx: Arc<ConnCtx>,
     sched: mpsc::UnboundedSender<ToScheduler>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let (mut rd, mut wr) = stream.into_split();
+    let deadline = Instant::now() + ctx.handshake_timeout;
+    // One body per transport, monomorphized: the plain path pays nothing for TLS.
+    match establish(stream, &ctx, deadline).await {
+        Some(Transport::Plain(s)) => {
+            let (rd, wr) = s.into_split();
+            serve_halves(rd, wr, peer, deadline, ctx, sched, shutdown).await;
+        }
+        Some(Transport::Tls(s)) => {
+            let (rd, wr) = tokio::io::split(*s);
+            serve_halves(rd, wr, peer, deadline, ctx, sched, shutdown).await;
+        }
+        None => debug!(%peer, "closed during the transport handshake"),
+    }
+}
+
+/// Refuse a connection beyond the connection limit with `ERROR busy`, without reading a frame
+/// (after a TLS handshake when the master serves TLS, so the peer can read the refusal).
+pub async fn refuse_busy(stream: TcpStream, ctx: Arc<ConnCtx>) {
+    let deadline = Instant::now() + ctx.handshake_timeout.min(LINGER);
+    let msg = error_msg(
+        "busy",
+        format!(
+            "the master serves its limit of {} connections; retry later or raise \
+             --max-connections",
+            ctx.max_connections
+        ),
+        0,
+    );
+    match establish(stream, &ctx, deadline).await {
+        Some(Transport::Plain(s)) => {
+            let (rd, wr) = s.into_split();
+            refuse(rd, wr, msg).await;
+        }
+        Some(Transport::Tls(s)) => {
+            let (rd, wr) = tokio::io::split(*s);
+            refuse(rd, wr, msg).await;
+        }
+        None => {}
+    }
+}
+
+async fn serve_halves<R, W>(
+    mut rd: R,
+    mut wr: W,
+    peer: String,
+    deadline: Instant,
+    ctx: Arc<ConnCtx>,
+    sched: mpsc::UnboundedSender<ToScheduler>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    // Before authentication the buffer holds at most one HELLO and what came with it.
     let mut buf = BytesMut::with_capacity(16 * 1024);
-    let hello = tokio::time::timeout(ctx.handshake_timeout, read_hello(&mut rd, &mut buf)).await;
+    let hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)).await;
     let (role, slots, name, user) = match hello {
         Ok(Ok(Msg::Hello {
             version,
@@ -101,8 +240,9 @@ pub async fn serve(
             return refuse(rd, wr, e.to_msg()).await;
         }
         Err(_) => {
+            debug!(%peer, "no HELLO within the handshake timeout");
             let msg = error_msg(
-                "malformed",
+                "timeout",
                 format!("no HELLO within {:?}; closing", ctx.handshake_timeout),
                 0,
             );
@@ -124,7 +264,8 @@ pub async fn serve(
         return;
     }
     info!(%peer, %name, %user, session, ?role, slots, "connected");
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = OutboundTx::new(ctx.max_buffered_bytes);
+    let overflow = tx.shared.clone();
     let (join, lost) = match role {
         Role::Client => (
             // The scheduler fills in the user's id from `user`.
@@ -152,7 +293,7 @@ pub async fn serve(
         tx,
         event: join,
     });
-    let writer = tokio::spawn(write_loop(wr, rx));
+    let mut writer = tokio::spawn(write_loop(wr, rx));
     let mut reader = Reader {
         session,
         role,
@@ -163,6 +304,10 @@ pub async fn serve(
     let fatal = tokio::select! {
         fatal = reader.read_loop(&mut rd, buf) => fatal,
         _ = shutdown.wait_for(|stop| *stop) => false,
+        () = overflow.notify.notified() => {
+            warn!(session, "slow consumer: closing");
+            true
+        }
     };
     let _ = sched.send(ToScheduler::Closed {
         session,
@@ -172,7 +317,11 @@ pub async fn serve(
     if fatal {
         linger(&mut rd).await;
     }
-    let _ = writer.await;
+    // The writer ends once the scheduler dropped this route (or after its closing frame); a
+    // peer that does not read gets LINGER to take it, then loses its connection anyway.
+    if tokio::time::timeout(LINGER, &mut writer).await.is_err() {
+        writer.abort();
+    }
     info!(session, "disconnected");
 }
 
@@ -198,7 +347,10 @@ async fn check_hello(ctx: &ConnCtx, version: u32, role: Role, token: &str) -> Re
     checked.map_err(|e| error_msg("auth", e.to_string(), 0))
 }
 
-async fn read_hello(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<Msg, ProtoError> {
+async fn read_hello<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+) -> Result<Msg, ProtoError> {
     loop {
         if let Some(msg) = decode_frame(buf, PRE_AUTH_MAX_FRAME)? {
             return Ok(msg);
@@ -217,16 +369,24 @@ async fn read_hello(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<Msg, P
 }
 
 /// Send a fatal error on a connection that never authenticated, then close it.
-async fn refuse(mut rd: OwnedReadHalf, mut wr: OwnedWriteHalf, msg: Msg) {
+async fn refuse<R, W>(mut rd: R, mut wr: W, msg: Msg)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut out = BytesMut::new();
     encode(&msg, &mut out);
-    let _ = wr.write_all(&out).await;
-    let _ = wr.shutdown().await;
+    // Bounded: a peer that does not read cannot keep a refused connection open.
+    let _ = tokio::time::timeout(LINGER, async {
+        let _ = wr.write_all(&out).await;
+        let _ = wr.shutdown().await;
+    })
+    .await;
     linger(&mut rd).await;
 }
 
 /// Discard the peer's input until it closes or [`LINGER`] passes (bounded in time and bytes).
-async fn linger(rd: &mut OwnedReadHalf) {
+async fn linger<R: AsyncRead + Unpin>(rd: &mut R) {
     let mut sink = [0u8; 8192];
     let mut budget = 16usize << 20;
     let _ = tokio::time::timeout(LINGER, async {
@@ -260,8 +420,19 @@ struct Reader {
 
 impl Reader {
     /// Read frames until EOF (false) or a fatal protocol error (true, after queueing `ERROR`).
-    async fn read_loop(&mut self, rd: &mut OwnedReadHalf, mut buf: BytesMut) -> bool {
+    /// A peer silent past its lease (worker) or idle timeout (client) is such an error.
+    async fn read_loop<R: AsyncRead + Unpin>(&mut self, rd: &mut R, mut buf: BytesMut) -> bool {
         let mut events = Vec::new();
+        let (silence, code) = match self.role {
+            Role::Worker => (self.ctx.lease, "lease_expired"),
+            Role::Client => (self.ctx.client_timeout, "idle"),
+        };
+        // One timer for the connection's life: a read only notes its time, and the timer,
+        // when it fires early, moves itself to the last read plus the allowed silence.
+        let silence = silence.unwrap_or(NEVER);
+        let mut last_read = Instant::now();
+        let timer = tokio::time::sleep_until(last_read + silence);
+        tokio::pin!(timer);
         loop {
             loop {
                 match decode_frame(&mut buf, self.ctx.max_frame_bytes) {
@@ -285,11 +456,44 @@ impl Reader {
             }
             self.flush(&mut events);
             grow(&mut buf);
-            match rd.read_buf(&mut buf).await {
+            let read = loop {
+                tokio::select! {
+                    biased;
+                    read = rd.read_buf(&mut buf) => break read,
+                    () = &mut timer => {
+                        let deadline = last_read + silence;
+                        if Instant::now() >= deadline {
+                            let msg = self.silence_error(code, silence);
+                            self.reply(&mut events, msg, true);
+                            return true;
+                        }
+                        timer.as_mut().reset(deadline);
+                    }
+                }
+            };
+            match read {
                 Ok(0) | Err(_) => return false,
-                Ok(_) => {}
+                // Any bytes count as a sign of life, not only whole frames: a worker uploading
+                // a large RESULT over a slow link is busy, not silent.
+                Ok(_) => last_read = Instant::now(),
             }
         }
+    }
+
+    fn silence_error(&self, code: &str, silence: Duration) -> Msg {
+        let ms = silence.as_millis();
+        let message = match self.role {
+            Role::Worker => format!(
+                "no frame from this worker for {ms} ms (its lease): closing and requeueing its \
+                 tasks; a worker sends HEARTBEAT while it computes"
+            ),
+            Role::Client => format!(
+                "no frame from this client for {ms} ms: closing; a client sends HEARTBEAT while \
+                 it waits"
+            ),
+        };
+        warn!(session = self.session, "{code}: silent for {ms} ms");
+        error_msg(code, message, 0)
     }
 
     fn flush(&self, events: &mut Vec<Event>) {
@@ -460,19 +664,142 @@ fn grow(buf: &mut BytesMut) {
     }
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Out>) {
+/// The sending end of one connection's outbound queue, held by the scheduler.
+///
+/// The queue itself is unbounded (the scheduler never waits for a peer), but it counts the bytes
+/// it holds: a [`send`](OutboundTx::send) that would take them past the limit is refused, and
+/// the connection is closed with `ERROR slow_consumer` (its writer drops what is queued, its
+/// reader stops). A queue holding nothing takes one message of any size, so a frame larger than
+/// the limit (up to `max_frame_bytes`) can still be delivered to a peer that reads.
+#[derive(Debug, Clone)]
+pub struct OutboundTx {
+    tx: mpsc::UnboundedSender<(Out, usize)>,
+    shared: Arc<Outbound>,
+}
+
+/// What a connection's [`OutboundTx`] and its writer share.
+#[derive(Debug)]
+struct Outbound {
+    /// Estimated encoded bytes sent to the queue and not yet written to the socket.
+    queued_bytes: AtomicUsize,
+    limit_bytes: usize,
+    /// Set once, by the send that found the queue full.
+    overflowed: AtomicBool,
+    /// Wakes the connection's reader when the queue overflowed.
+    notify: Notify,
+}
+
+/// The writer's end of an [`OutboundTx`].
+#[derive(Debug)]
+pub struct OutboundRx {
+    rx: mpsc::UnboundedReceiver<(Out, usize)>,
+    shared: Arc<Outbound>,
+}
+
+impl OutboundTx {
+    /// A queue that holds at most `limit_bytes` (estimated encoded size) at once.
+    pub fn new(limit_bytes: usize) -> (Self, OutboundRx) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Outbound {
+            queued_bytes: AtomicUsize::new(0),
+            limit_bytes,
+            overflowed: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        let rx = OutboundRx {
+            rx,
+            shared: shared.clone(),
+        };
+        (Self { tx, shared }, rx)
+    }
+
+    /// Queue `out` for the peer. False when it was not queued: the connection is gone, or the
+    /// queue was full (the connection is then being closed as a slow consumer). Never blocks.
+    pub fn send(&self, out: Out) -> bool {
+        let shared = &*self.shared;
+        if shared.overflowed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let size = estimated_size(&out);
+        let before = shared.queued_bytes.fetch_add(size, Ordering::Relaxed);
+        if before > 0 && before + size > shared.limit_bytes {
+            shared.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            shared.overflowed.store(true, Ordering::Relaxed);
+            shared.notify.notify_one();
+            // Wakes a writer waiting on an empty queue; it sends the error and closes.
+            let _ = self.tx.send((Out::Send(Msg::Heartbeat), 0));
+            return false;
+        }
+        if self.tx.send((out, size)).is_err() {
+            shared.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Estimated bytes queued and not yet written (for tests and gauges).
+    pub fn queued_bytes(&self) -> usize {
+        self.shared.queued_bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// An upper-bound-ish estimate of `out`'s encoded size: its payloads plus a per-item overhead.
+/// It need not be exact, only cheap and the same number on both ends of the queue.
+fn estimated_size(out: &Out) -> usize {
+    let (Out::Send(msg) | Out::SendAndClose(msg)) = out;
+    match msg {
+        Msg::Results { results, .. } => {
+            16 + results.iter().map(|r| 48 + r.data.len()).sum::<usize>()
+        }
+        Msg::Assign { tasks, .. } => {
+            16 + tasks
+                .iter()
+                .map(|t| 64 + t.args.len() + t.fn_code.as_ref().map_or(0, |c| c.len()))
+                .sum::<usize>()
+        }
+        _ => 64,
+    }
+}
+
+fn slow_consumer(limit_bytes: usize) -> Msg {
+    error_msg(
+        "slow_consumer",
+        format!(
+            "more than {} MiB of frames waited for this peer to read them: closing; read \
+             results as they come, or raise the master's --max-buffered-mb",
+            limit_bytes >> 20
+        ),
+        0,
+    )
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: OutboundRx) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
-    while let Some(first) = rx.recv().await {
+    let shared = rx.shared.clone();
+    while let Some((first, size)) = rx.rx.recv().await {
+        let mut batch_bytes = size;
         let mut close = push(first, &mut buf);
         while !close && buf.len() < WRITE_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(out) => close = push(out, &mut buf),
+            match rx.rx.try_recv() {
+                Ok((out, size)) => {
+                    batch_bytes += size;
+                    close = push(out, &mut buf);
+                }
                 Err(_) => break,
             }
+        }
+        if shared.overflowed.load(Ordering::Relaxed) {
+            // Nothing of `buf` was written yet, so the stream is at a frame boundary.
+            buf.clear();
+            encode(&slow_consumer(shared.limit_bytes), &mut buf);
+            close = true;
         }
         if wr.write_all(&buf).await.is_err() {
             return;
         }
+        shared
+            .queued_bytes
+            .fetch_sub(batch_bytes, Ordering::Relaxed);
         buf.clear();
         if close {
             let _ = wr.shutdown().await;

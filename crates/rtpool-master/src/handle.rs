@@ -4,8 +4,10 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rtpool_core::CoreStats;
 use tokio::net::TcpListener;
@@ -18,6 +20,7 @@ use crate::error::MasterError;
 use crate::journal::{Journal, JournalConfig};
 use crate::scheduler::{Scheduler, ToScheduler};
 use crate::server;
+use crate::tls::{self, Tls};
 
 /// Gauges of a running master.
 #[derive(Debug, Clone, Default)]
@@ -49,6 +52,7 @@ pub struct ReplayStats {
 pub struct MasterHandle {
     addr: SocketAddr,
     tokens: Tokens,
+    tls_cert: Option<PathBuf>,
     stop: watch::Sender<bool>,
     sched: mpsc::UnboundedSender<ToScheduler>,
     thread: Option<JoinHandle<()>>,
@@ -85,7 +89,12 @@ async fn bind(listen: &str) -> Result<TcpListener, MasterError> {
 }
 
 /// Connection settings, with the data dir's store (if any) behind the authenticator.
-fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Result<Arc<ConnCtx>, MasterError> {
+fn conn_ctx(
+    config: &MasterConfig,
+    tokens: Tokens,
+    tls: Option<Tls>,
+) -> Result<Arc<ConnCtx>, MasterError> {
+    let millis = |ms: u32| (ms > 0).then(|| Duration::from_millis(ms.into()));
     let store = match (&config.store, &config.data_dir) {
         (Some(url), Some(dir)) => Some(crate::store::open(Some(url), dir)?),
         (Some(url), None) => Some(crate::store::open(Some(url), &std::env::temp_dir())?),
@@ -99,6 +108,11 @@ fn conn_ctx(config: &MasterConfig, tokens: Tokens) -> Result<Arc<ConnCtx>, Maste
         handshake_timeout: config.handshake_timeout,
         lease_ms: config.lease_ms,
         instance: random_instance(),
+        tls,
+        max_connections: config.max_connections,
+        max_buffered_bytes: config.max_buffered_bytes,
+        lease: millis(config.lease_ms),
+        client_timeout: millis(config.client_timeout_ms),
     }))
 }
 
@@ -147,7 +161,9 @@ impl MasterHandle {
     /// When the address cannot be bound or the data dir cannot be used.
     pub fn start(config: MasterConfig) -> Result<Self, MasterError> {
         let (tokens, _) = resolve_tokens(&config)?;
-        let ctx = conn_ctx(&config, tokens.clone())?;
+        let tls = tls::from_config(&config)?;
+        let tls_cert = tls.as_ref().map(|t| t.cert_path.clone());
+        let ctx = conn_ctx(&config, tokens.clone(), tls)?;
         let scheduler = scheduler(&config)?;
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
@@ -179,6 +195,7 @@ impl MasterHandle {
         Ok(Self {
             addr,
             tokens,
+            tls_cert,
             stop,
             sched,
             thread: Some(thread),
@@ -193,6 +210,12 @@ impl MasterHandle {
     /// The tokens peers must present.
     pub fn tokens(&self) -> &Tokens {
         &self.tokens
+    }
+
+    /// The certificate the master serves TLS with (clients of a self-signed master use it as
+    /// their CA file); `None` for plain TCP.
+    pub fn tls_cert(&self) -> Option<&Path> {
+        self.tls_cert.as_deref()
     }
 
     /// Current gauges, or `None` once the master stopped. Blocks briefly; call it from outside
@@ -225,15 +248,16 @@ impl Drop for MasterHandle {
 /// When the address cannot be bound or the data dir cannot be used.
 pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let (tokens, created) = resolve_tokens(&config)?;
+    let tls = tls::from_config(&config)?;
     let rt = build_runtime()?;
     rt.block_on(async move {
         let listener = bind(&config.listen).await?;
         let addr = listener
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
-        let ctx = conn_ctx(&config, tokens.clone())?;
+        announce(&config, &tokens, created, addr, tls.as_ref());
+        let ctx = conn_ctx(&config, tokens, tls)?;
         let scheduler = scheduler(&config)?;
-        announce(&config, &tokens, created, addr);
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let server = tokio::spawn(server::serve(
@@ -247,7 +271,13 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     })
 }
 
-fn announce(config: &MasterConfig, tokens: &Tokens, created: bool, addr: SocketAddr) {
+fn announce(
+    config: &MasterConfig,
+    tokens: &Tokens,
+    created: bool,
+    addr: SocketAddr,
+    tls: Option<&Tls>,
+) {
     let mut out = std::io::stdout().lock();
     if let Some(dir) = &config.data_dir {
         if created {
@@ -265,8 +295,24 @@ fn announce(config: &MasterConfig, tokens: &Tokens, created: bool, addr: SocketA
         let _ = writeln!(out, "client token: {}", tokens.client);
         let _ = writeln!(out, "worker token: {}", tokens.worker);
     }
-    if !addr.ip().is_loopback() {
-        tracing::warn!("listening on a non-loopback address {addr}: use TLS or a trusted network");
+    match tls {
+        Some(tls) if tls.self_signed => {
+            let _ = writeln!(
+                out,
+                "TLS certificate (self-signed; clients use it as CA file): {}",
+                tls.cert_path.display()
+            );
+        }
+        Some(tls) => {
+            let _ = writeln!(out, "TLS certificate: {}", tls.cert_path.display());
+        }
+        None if !addr.ip().is_loopback() => {
+            tracing::warn!(
+                "listening on a non-loopback address {addr} without TLS: use --tls-cert/--tls-key \
+                 or --tls-self-signed, or a trusted network"
+            );
+        }
+        None => {}
     }
     let _ = writeln!(out, "listening on {addr}");
     let _ = out.flush();

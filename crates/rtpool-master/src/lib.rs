@@ -16,6 +16,7 @@ pub mod journal;
 pub mod scheduler;
 pub mod server;
 pub mod store;
+pub mod tls;
 
 pub use auth::Tokens;
 pub use config::MasterConfig;

@@ -21,6 +21,30 @@ struct Args {
     /// How often idle workers send heartbeats, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     heartbeat_ms: u32,
+    /// Serve TLS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve TLS with a self-signed certificate for localhost, 127.0.0.1, ::1 and the listen
+    /// host, generated on first start into <data-dir>/tls/ (clients use its cert.pem as CA file).
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    tls_self_signed: bool,
+    /// Connections served at once; more are answered `ERROR busy` and closed.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
+    /// Outbound frames, in MiB, that may wait for one peer to read them; a peer that lets more
+    /// pile up is closed with `ERROR slow_consumer`.
+    #[arg(long, default_value_t = 64)]
+    max_buffered_mb: usize,
+    /// Worker lease, in milliseconds: a worker silent this long is closed and its tasks are
+    /// requeued (0: never).
+    #[arg(long, default_value_t = 3000)]
+    lease_ms: u32,
+    /// A client silent this long, in milliseconds, is closed with `ERROR idle` (0: never).
+    #[arg(long, default_value_t = 30_000)]
+    client_timeout_ms: u32,
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, default_value = "info", env = "RTPOOL_LOG")]
     log_level: String,
@@ -35,6 +59,13 @@ fn main() -> anyhow::Result<()> {
         data_dir,
         max_frame_bytes: args.max_frame_mb << 20,
         heartbeat_ms: args.heartbeat_ms,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_self_signed: args.tls_self_signed,
+        max_connections: args.max_connections,
+        max_buffered_bytes: args.max_buffered_mb << 20,
+        lease_ms: args.lease_ms,
+        client_timeout_ms: args.client_timeout_ms,
         ..MasterConfig::default()
     };
     run_blocking(config)?;

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::auth::Authenticator;
+use crate::connection::OutboundTx;
 use crate::handle::{MasterStats, ReplayStats};
 use crate::journal::{DoneRecord, FsyncPolicy, Journal, PackageRecord, Record, Replay};
 use crate::store::UserQuota;
@@ -41,7 +42,7 @@ pub enum ToScheduler {
         /// The authenticated user's name.
         user: String,
         /// The peer's outbound queue.
-        tx: mpsc::UnboundedSender<Out>,
+        tx: OutboundTx,
         /// `ClientJoined` or `WorkerJoined`.
         event: Event,
     },
@@ -78,7 +79,7 @@ pub enum ToScheduler {
 /// The scheduler task's state.
 pub struct Scheduler {
     core: Core,
-    routes: HashMap<u64, mpsc::UnboundedSender<Out>>,
+    routes: HashMap<u64, OutboundTx>,
     epoch: StdInstant,
     actions: Vec<Action>,
     /// User names interned as core [`UserId`]s.
@@ -590,9 +591,10 @@ impl Scheduler {
     }
 
     fn send(&self, session: u64, msg: Msg) {
-        // A missing route means the peer already left; its loss event is on its way.
+        // A missing route means the peer already left; its loss event is on its way. A refused
+        // send (a slow consumer) closes that connection, whose loss event follows too.
         if let Some(tx) = self.routes.get(&session) {
-            let _ = tx.send(Out::Send(msg));
+            tx.send(Out::Send(msg));
         }
     }
 

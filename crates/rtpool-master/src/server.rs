@@ -6,10 +6,13 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::connection::{self, ConnCtx};
 use crate::scheduler::{Scheduler, ToScheduler};
+
+/// Connections being refused with `ERROR busy` at once, at most.
+const MAX_REFUSALS: usize = 64;
 
 /// Serve `listener` until `stop` turns true; then tell every peer, close every connection and
 /// return.
@@ -24,12 +27,22 @@ pub async fn serve(
     let scheduler = scheduler.with_auth(ctx.auth.clone());
     let scheduler = tokio::spawn(scheduler.run(sched_rx, sched_tx.clone()));
     let mut conns = JoinSet::new();
+    // Connections beyond the limit, being told `ERROR busy`; bounded too, past that they are
+    // closed without a word.
+    let mut refusals = JoinSet::new();
     let conn_stop = stop.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    conns.spawn(connection::serve(stream, ctx.clone(), sched_tx.clone(), conn_stop.clone()));
+                    while conns.try_join_next().is_some() {}
+                    while refusals.try_join_next().is_some() {}
+                    if conns.len() < ctx.max_connections {
+                        conns.spawn(connection::serve(stream, ctx.clone(), sched_tx.clone(), conn_stop.clone()));
+                    } else if refusals.len() < MAX_REFUSALS {
+                        warn!("connection limit ({}) reached: refusing a connection", ctx.max_connections);
+                        refusals.spawn(connection::refuse_busy(stream, ctx.clone()));
+                    }
                 }
                 // Out of file descriptors and the like: log, and keep serving the others.
                 Err(e) => error!("accept failed: {e}"),
@@ -40,6 +53,7 @@ pub async fn serve(
     }
     info!("shutting down: telling {} connections", conns.len());
     drop(listener);
+    refusals.shutdown().await;
     let _ = sched_tx.send(ToScheduler::Shutdown);
     while conns.join_next().await.is_some() {}
     drop(sched_tx);

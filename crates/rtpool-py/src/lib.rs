@@ -38,6 +38,7 @@ fn config(
     data_dir: Option<PathBuf>,
     max_frame_bytes: Option<usize>,
     heartbeat_ms: Option<u32>,
+    tls: TlsAndLimits,
 ) -> MasterConfig {
     let d = MasterConfig::default();
     MasterConfig {
@@ -47,6 +48,13 @@ fn config(
         worker_token,
         max_frame_bytes: max_frame_bytes.unwrap_or(d.max_frame_bytes),
         heartbeat_ms: heartbeat_ms.unwrap_or(d.heartbeat_ms),
+        tls_cert: tls.tls_cert,
+        tls_key: tls.tls_key,
+        tls_self_signed: tls.tls_self_signed,
+        max_connections: tls.max_connections.unwrap_or(d.max_connections),
+        max_buffered_bytes: tls.max_buffered_bytes.unwrap_or(d.max_buffered_bytes),
+        lease_ms: tls.lease_ms.unwrap_or(d.lease_ms),
+        client_timeout_ms: tls.client_timeout_ms.unwrap_or(d.client_timeout_ms),
         ..d
     }
 }
@@ -97,6 +105,17 @@ fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) ->
     Ok(())
 }
 
+/// The TLS and limit parameters shared by `Master(...)` and `run_master(...)`.
+struct TlsAndLimits {
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_self_signed: bool,
+    max_connections: Option<usize>,
+    max_buffered_bytes: Option<usize>,
+    lease_ms: Option<u32>,
+    client_timeout_ms: Option<u32>,
+}
+
 /// An rtpool master running in background threads of this process.
 #[pyclass(module = "rtpool._native")]
 struct Master {
@@ -107,7 +126,7 @@ struct Master {
 #[pymethods]
 impl Master {
     #[new]
-    #[pyo3(signature = (listen="127.0.0.1:0".to_string(), client_token=None, worker_token=None, data_dir=None, max_frame_bytes=None, heartbeat_ms=None, options=None))]
+    #[pyo3(signature = (listen="127.0.0.1:0".to_string(), client_token=None, worker_token=None, data_dir=None, max_frame_bytes=None, heartbeat_ms=None, *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None, options=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -117,8 +136,24 @@ impl Master {
         data_dir: Option<PathBuf>,
         max_frame_bytes: Option<usize>,
         heartbeat_ms: Option<u32>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_self_signed: bool,
+        max_connections: Option<usize>,
+        max_buffered_bytes: Option<usize>,
+        lease_ms: Option<u32>,
+        client_timeout_ms: Option<u32>,
         options: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        let tls = TlsAndLimits {
+            tls_cert,
+            tls_key,
+            tls_self_signed,
+            max_connections,
+            max_buffered_bytes,
+            lease_ms,
+            client_timeout_ms,
+        };
         let mut cfg = config(
             listen,
             client_token,
@@ -126,6 +161,7 @@ impl Master {
             data_dir,
             max_frame_bytes,
             heartbeat_ms,
+            tls,
         );
         apply_options(&mut cfg, options.as_ref())?;
         let inner = py
@@ -141,6 +177,13 @@ impl Master {
     #[getter]
     fn address(&self) -> String {
         self.inner.addr().to_string()
+    }
+
+    /// The certificate the master serves TLS with (a self-signed master's is the clients' CA
+    /// file), or `None` without TLS.
+    #[getter]
+    fn tls_cert(&self) -> Option<PathBuf> {
+        self.inner.tls_cert().map(PathBuf::from)
     }
 
     /// Token clients must present.
@@ -222,7 +265,8 @@ impl Master {
 
 /// Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
 #[pyfunction]
-#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string(), options=None))]
+#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string(), *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None, options=None))]
+#[allow(clippy::too_many_arguments)]
 fn run_master(
     py: Python<'_>,
     listen: String,
@@ -230,10 +274,34 @@ fn run_master(
     max_frame_bytes: Option<usize>,
     heartbeat_ms: Option<u32>,
     log_level: String,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_self_signed: bool,
+    max_connections: Option<usize>,
+    max_buffered_bytes: Option<usize>,
+    lease_ms: Option<u32>,
+    client_timeout_ms: Option<u32>,
     options: Option<Bound<'_, PyDict>>,
 ) -> PyResult<()> {
     rtpool_master::init_logging(&log_level);
-    let mut cfg = config(listen, None, None, data_dir, max_frame_bytes, heartbeat_ms);
+    let tls = TlsAndLimits {
+        tls_cert,
+        tls_key,
+        tls_self_signed,
+        max_connections,
+        max_buffered_bytes,
+        lease_ms,
+        client_timeout_ms,
+    };
+    let mut cfg = config(
+        listen,
+        None,
+        None,
+        data_dir,
+        max_frame_bytes,
+        heartbeat_ms,
+        tls,
+    );
     apply_options(&mut cfg, options.as_ref())?;
     py.allow_threads(|| rtpool_master::run_blocking(cfg))
         .map_err(|e| to_py_err(py, e))

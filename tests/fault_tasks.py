@@ -1,0 +1,32 @@
+"""Tasks for the fault-injection tests, importable by worker processes (tests/ is on their
+PYTHONPATH)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def kill_own_worker() -> None:
+    """Kills the process running it, as a crashing native extension would."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def busy(seconds: float) -> float:
+    """Burns CPU for ``seconds`` (charged to the user's quota as execution time)."""
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return seconds
+
+
+def mark_then_sleep(marker_dir: str, seconds: float, value: int) -> int:
+    """Writes ``<marker_dir>/<pid>`` when it starts, sleeps, returns ``value``."""
+    path = os.path.join(marker_dir, str(os.getpid()))
+    with open(path + ".tmp", "w") as f:
+        f.write(str(time.time()))
+    os.replace(path + ".tmp", path)
+    time.sleep(seconds)
+    return value
