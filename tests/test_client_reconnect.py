@@ -10,14 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import List
 
 import pytest
 
 import rtpool
 import tasks
-from conftest import _read_listening_line
+from conftest import close_master, start_master
 from fakemaster import FakeConn, FakeMaster
 from helpers import stop_process, wait_until, worker_env
 from rtpool import _protocol as P
@@ -431,48 +430,6 @@ def _master_help() -> str:
     return proc.stdout + proc.stderr
 
 
-def _start_master(port: int, data_dir: Path, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "rtpool", "master", "--listen", f"127.0.0.1:{port}"]
-    cmd += ["--data-dir", str(data_dir), "--fsync", "always", "--log-level", "debug"]
-    with open(log, "ab") as log_file:
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
-        )
-    _read_listening_line(proc, log, timeout=30.0)
-    return proc
-
-
-def test_e2e_package_completes_across_a_master_kill_and_restart(tmp_path, workers_started):
-    if "--fsync" not in _master_help():
-        pytest.skip("this master has no journal (--fsync) to restart from")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    data_dir, log = tmp_path / "data", tmp_path / "master.log"
-    master = _start_master(port, data_dir, log)
-    try:
-        token = (data_dir / "client.token").read_text().strip()
-        worker_token = (data_dir / "worker.token").read_text().strip()
-        workers_started(f"127.0.0.1:{port}", worker_token)
-        client = rtpool.Client(f"127.0.0.1:{port}", token)
-        try:
-            pkg = client.submit_many(tasks.sleep_return, [(i, 0.05) for i in range(40)], star=True)
-            wait_until(lambda: sum(f.done() for f in pkg) >= 5, timeout=30)
-            master.kill()  # SIGKILL: no goodbye to anyone
-            master.wait(10)
-            master.stdout.close()
-            master = _start_master(port, data_dir, log)
-            workers_started(f"127.0.0.1:{port}", worker_token)  # in case the first ones exited
-            assert pkg.results(60) == list(range(40))
-            assert client.reconnects >= 1
-        finally:
-            client.close()
-    finally:
-        stop_process(master)
-        if master.stdout is not None:
-            master.stdout.close()
-
-
 @pytest.fixture
 def workers_started(tmp_path):
     """``start(address, token)`` runs a 2-process worker; all are stopped by PID at the end."""
@@ -497,3 +454,31 @@ def workers_started(tmp_path):
     finally:
         for proc in procs:
             stop_process(proc, group=True)
+
+
+def test_e2e_package_completes_across_a_master_kill_and_restart(tmp_path, workers_started):
+    if "--fsync" not in _master_help():
+        pytest.skip("this master has no journal (--fsync) to restart from")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        listen = f"127.0.0.1:{s.getsockname()[1]}"  # the restarted master needs the same port
+    args = ["--fsync", "always"]
+    master = start_master(tmp_path, listen=listen, args=args)
+    try:
+        workers_started(master.address, master.worker_token)
+        client = rtpool.Client(master.address, master.client_token)
+        try:
+            pkg = client.submit_many(tasks.sleep_return, [(i, 0.05) for i in range(40)], star=True)
+            wait_until(lambda: sum(f.done() for f in pkg) >= 5, timeout=30)
+            master.proc.kill()  # SIGKILL: no goodbye to anyone
+            master.proc.wait(10)
+            close_master(master)
+            master = start_master(tmp_path, listen=listen, args=args, log_name="master2.log")
+            workers_started(master.address, master.worker_token)  # if the first ones exited
+            assert pkg.results(60) == list(range(40))
+            assert client.reconnects >= 1
+            assert client._conn.instance != 0
+        finally:
+            client.close()
+    finally:
+        close_master(master)

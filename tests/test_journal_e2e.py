@@ -43,12 +43,14 @@ def _fill(data_dir: Path, packages: int, fsync: str = "always") -> list:
     m = _native.Master(data_dir=str(data_dir), options={"fsync": fsync})
     ids = []
     try:
-        with rtpool.Client(m.address, m.client_token) as c:
-            for i in range(packages):
-                pkg = c.submit_many(pow, [(i, 2), (i, 3), (i, 4)], star=True)
-                ids.append(pkg.id)
-            # Closing with pending futures only detaches the packages (they wait for the TTL).
-            c.shutdown(wait=False)
+        # Not `with Client`: its exit waits for the futures, and no worker runs them. When the
+        # master stops, the connection drops and the packages stay in the journal, detached;
+        # with reconnection off the futures then fail at once.
+        c = rtpool.Client(m.address, m.client_token, reconnect_timeout=0)
+        for i in range(packages):
+            pkg = c.submit_many(pow, [(i, 2), (i, 3), (i, 4)], star=True)
+            ids.append(pkg.id)
+        c.shutdown(wait=False)
     finally:
         m.stop()
     return ids
@@ -130,14 +132,14 @@ def test_fsync_always_acknowledges_after_the_record_is_on_disk(tmp_path: Path) -
     data = tmp_path / "data"
     m = _native.Master(data_dir=str(data), options={"fsync": "always"})
     try:
-        with rtpool.Client(m.address, m.client_token) as c:
-            before = m.stats()["journal_fsyncs"]
-            t0 = time.monotonic()
-            pkg = c.submit_many(pow, [(2, 3)], star=True)
-            assert pkg.id is not None
-            assert time.monotonic() - t0 < 30
-            # The package id is known only after ACCEPTED, sent after its fsync.
-            assert m.stats()["journal_fsyncs"] > before
-            c.shutdown(wait=False)
+        c = rtpool.Client(m.address, m.client_token, reconnect_timeout=0)  # see _fill()
+        before = m.stats()["journal_fsyncs"]
+        t0 = time.monotonic()
+        pkg = c.submit_many(pow, [(2, 3)], star=True)
+        assert pkg.id is not None
+        assert time.monotonic() - t0 < 30
+        # The package id is known only after ACCEPTED, sent after its fsync.
+        assert m.stats()["journal_fsyncs"] > before
+        c.shutdown(wait=False)
     finally:
         m.stop()
