@@ -160,3 +160,33 @@ fn lost_worker_with_a_cancelled_task_frees_it_without_a_loss() {
     let stats = env.core.stats();
     assert_eq!((stats.cancelling, stats.requeued, stats.queued), (0, 1, 1));
 }
+
+#[test]
+fn prefetched_tasks_of_a_lost_worker_are_not_counted_as_losses() {
+    // A one-slot worker holding 4 tasks ran only the oldest: three deaths make that one a
+    // poison task, but the three it had prefetched each time are requeued, not poisoned.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 4);
+    let mut first = None;
+    for round in 0..3 {
+        let w = env.new_worker(1);
+        let held = tasks_of(&env.credit(w, 4), w);
+        assert_eq!(held.len(), 4);
+        first.get_or_insert(held[0]);
+        assert_eq!(Some(held[0]), first, "the oldest goes first again");
+        let out = env.lose_worker(w);
+        let lost: Vec<_> = outcomes(&out)
+            .into_iter()
+            .filter(|o| o.1 == TaskStatus::Lost)
+            .collect();
+        assert_eq!(
+            lost.len(),
+            usize::from(round == 2),
+            "round {round}: {out:?}"
+        );
+    }
+    let stats = env.core.stats();
+    assert_eq!(stats.poisoned, 1);
+    assert_eq!(stats.queued, 3, "the prefetched ones wait for a worker");
+}

@@ -215,6 +215,8 @@ struct MWorker {
     /// Held `(task, attempt)`, in assignment order.
     in_flight: Vec<(TaskId, u32)>,
     fn_seen: HashSet<FnHash>,
+    /// Tasks it runs at once: only its `slots` oldest running tasks count a loss.
+    slots: u32,
 }
 
 /// The effects of one event other than assignments. Results are `(package, client, index,
@@ -338,7 +340,13 @@ impl Model {
         match op {
             Op::AddWorker { slots } => {
                 let w = self.env.new_worker(slots);
-                self.workers.insert(w, MWorker::default());
+                self.workers.insert(
+                    w,
+                    MWorker {
+                        slots,
+                        ..MWorker::default()
+                    },
+                );
             }
             Op::LoseWorker { w } => self.lose_worker(w),
             Op::Credit { w, n } => self.credit(w, n),
@@ -740,6 +748,18 @@ impl Model {
         };
         let mw = self.workers.remove(&worker).unwrap();
         let mut fx = Effects::default();
+        // Only the `slots` oldest tasks still running can have been executing: the rest waited
+        // in the worker's prefetch queue, and their loss is not counted.
+        let suspects: HashSet<TaskId> = mw
+            .in_flight
+            .iter()
+            .filter(|(task, _)| {
+                let m = &self.tasks[task];
+                self.packages[m.p].fates[m.index as usize] == Fate::Pending
+            })
+            .take(mw.slots.max(1) as usize)
+            .map(|(task, _)| *task)
+            .collect();
         // Latest assignment first, as the core does (it requeues each at the front, so they end
         // up in assignment order); this is also the order of the poison results.
         for (task, attempt) in mw.in_flight.into_iter().rev() {
@@ -749,6 +769,10 @@ impl Model {
             m.deadline = None;
             let (p, index) = (m.p, m.index);
             if self.packages[p].fates[index as usize] != Fate::Pending {
+                continue;
+            }
+            if !suspects.contains(&task) {
+                self.n.requeued += 1;
                 continue;
             }
             let losses = &mut self.packages[p].losses[index as usize];

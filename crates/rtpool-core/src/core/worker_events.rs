@@ -177,10 +177,26 @@ impl Core {
             .map(|&id| (self.assignment_seq(id), id))
             .collect();
         held.sort_unstable();
+        // A worker runs its tasks in the order they were assigned, `slots` at a time: only its
+        // `slots` oldest running tasks can have been executing when it was lost. The others
+        // were waiting in its prefetch queue, and their loss is not held against them.
+        let mut suspects = std::collections::HashSet::new();
+        for &(_, id) in &held {
+            if suspects.len() >= w.slots.max(1) as usize {
+                break;
+            }
+            if self
+                .tasks
+                .get(id.0)
+                .is_some_and(|t| matches!(t.state, TaskState::Running { .. }))
+            {
+                suspects.insert(id);
+            }
+        }
         let mut poisoned = Results::default();
         for &(_, id) in held.iter().rev() {
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
-            if matches!(task.state, TaskState::Running { .. }) {
+            if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
                 task.lost_on.push(worker);
                 if task.lost_on.len() >= self.config.max_attempts.max(1) as usize {
                     let slot = task.package;
@@ -208,6 +224,8 @@ impl Core {
                     poisoned.add(self, slot, outcome);
                     continue;
                 }
+            }
+            if matches!(task.state, TaskState::Running { .. }) {
                 self.requeued += 1;
             }
             self.requeue_front(id);
