@@ -528,6 +528,12 @@ class WorkerConnection:
             status, data, t_start, t_end = self._run_in_executor(t)
             t_begin = t_start
         else:
+            if t[1] > 1 and self.pending:
+                # A retried task may be the one that killed its last worker: send the results
+                # before it first, so that if it kills this one too, the master sees it as the
+                # oldest task this worker held (the one it blames), not an innocent neighbour
+                # whose result was still waiting to be batched.
+                self._flush(pull=False)
             fn = self._function(t[2])
             t_begin = _perf_ns()  # after the one-time code load, which is no guide to the next
             status, data, t_start, t_end = self._execute(fn, t[4])

@@ -53,8 +53,9 @@ pub(crate) struct Task {
     pub(crate) state: TaskState,
     /// When the master fails the running attempt if no result came (time limit + grace).
     pub(crate) deadline: Option<Instant>,
-    /// Workers lost while they ran this task (the poison-task record); empty almost always.
-    pub(crate) lost_on: Vec<WorkerId>,
+    /// `(worker, attempt)` of each loss of a worker while it ran this task (the poison-task
+    /// record); empty almost always.
+    pub(crate) lost_on: Vec<(WorkerId, u32)>,
     /// The result, once `Done`.
     pub(crate) outcome: Option<Box<TaskOutcome>>,
 }

@@ -197,18 +197,17 @@ impl Core {
         for &(_, id) in held.iter().rev() {
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
             if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
-                task.lost_on.push(worker);
+                task.lost_on.push((worker, task.attempt));
                 if task.lost_on.len() >= self.config.max_attempts.max(1) as usize {
                     let slot = task.package;
                     let names: Vec<String> = task
                         .lost_on
                         .iter()
-                        .enumerate()
-                        .map(|(i, w)| format!("attempt {} on {w}", i + 1))
+                        .map(|(w, attempt)| format!("attempt {attempt} on {w}"))
                         .collect();
                     let message = format!(
-                        "poison task: its worker was lost (crashed, killed or cut off) on each \
-                         of its {} attempts ({}); it is not retried",
+                        "poison task: its worker was lost (crashed, killed or cut off) while \
+                         running it {} times ({}); it is not retried",
                         names.len(),
                         names.join(", ")
                     );
