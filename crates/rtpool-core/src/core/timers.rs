@@ -191,9 +191,9 @@ impl Core {
                 let outcome = Self::system_outcome(
                     task,
                     TaskStatus::Quota,
-                    format!(
-                        "{user}'s compute-time quota ran out; the task was not run to completion"
-                    ),
+                    "the user's compute-time quota ran out before this task could finish \
+                     (see `rtpool token list`; an admin raises it with `rtpool token quota`)"
+                        .to_owned(),
                     now,
                 );
                 let outcome = self.finish_task(id, outcome);
