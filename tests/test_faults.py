@@ -225,3 +225,5 @@ def test_postgres_store_end_to_end(tmp_path: Path, pg_url: str) -> None:
         for p in procs:
             stop_process(p, group=True)
         close_master(m)
+    # A PostgreSQL client must not be used or dropped inside the master's runtime.
+    assert "panicked" not in m.log_text(), m.log_text()[-3000:]

@@ -56,6 +56,9 @@ pub struct MasterHandle {
     stop: watch::Sender<bool>,
     sched: mpsc::UnboundedSender<ToScheduler>,
     thread: Option<JoinHandle<()>>,
+    /// Kept so the store is closed here, after the runtime's thread ended: a PostgreSQL client
+    /// blocks on a runtime of its own when it closes, which cannot run inside ours.
+    ctx: Option<Arc<ConnCtx>>,
 }
 
 fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {
@@ -164,6 +167,7 @@ impl MasterHandle {
         let tls = tls::from_config(&config)?;
         let tls_cert = tls.as_ref().map(|t| t.cert_path.clone());
         let ctx = conn_ctx(&config, tokens.clone(), tls)?;
+        let kept = ctx.clone();
         let scheduler = scheduler(&config)?;
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
@@ -199,6 +203,7 @@ impl MasterHandle {
             stop,
             sched,
             thread: Some(thread),
+            ctx: Some(kept),
         })
     }
 
@@ -232,6 +237,7 @@ impl MasterHandle {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        self.ctx = None;
     }
 }
 
@@ -249,15 +255,18 @@ impl Drop for MasterHandle {
 pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let (tokens, created) = resolve_tokens(&config)?;
     let tls = tls::from_config(&config)?;
+    // The store and the journal open before the runtime starts: a PostgreSQL client blocks on
+    // a runtime of its own, which cannot start inside ours.
+    let ctx = conn_ctx(&config, tokens.clone(), tls)?;
+    let kept = ctx.clone();
+    let scheduler = scheduler(&config)?;
     let rt = build_runtime()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let listener = bind(&config.listen).await?;
         let addr = listener
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
-        announce(&config, &tokens, created, addr, tls.as_ref());
-        let ctx = conn_ctx(&config, tokens, tls)?;
-        let scheduler = scheduler(&config)?;
+        announce(&config, &tokens, created, addr, ctx.tls.as_ref());
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let server = tokio::spawn(server::serve(
@@ -268,7 +277,11 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         let _ = stop.send(true);
         let _ = server.await;
         Ok(())
-    })
+    });
+    // The runtime first, then the store (see `MasterHandle::ctx`).
+    drop(rt);
+    drop(kept);
+    result
 }
 
 fn announce(

@@ -198,7 +198,7 @@ impl Scheduler {
             }
         }
         // Whatever was charged since the last flush.
-        self.flush_usage_now();
+        self.flush_usage_now().await;
         if let Some(journal) = self.journal.take() {
             if let Err(e) = journal.close() {
                 warn!("journal close failed: {e}");
@@ -383,16 +383,25 @@ impl Scheduler {
         });
     }
 
-    /// Writes the last usage synchronously at shutdown.
-    fn flush_usage_now(&mut self) {
+    /// Writes the last usage at shutdown, and waits for it (off this task: a store may block).
+    async fn flush_usage_now(&mut self) {
         let Some(auth) = self.auth.clone().filter(Authenticator::has_store) else {
             return;
         };
         let usage = self.take_usage();
-        if !usage.is_empty() {
-            if let Err(e) = auth.add_usage(&usage, self.last_lsn) {
-                warn!("cannot write the last usage to the user store: {e}");
+        if usage.is_empty() {
+            return;
+        }
+        let watermark = self.last_lsn;
+        let done = tokio::task::spawn_blocking(move || auth.add_usage(&usage, watermark)).await;
+        match done {
+            Ok(Ok(())) => {
+                if let Some(j) = &self.journal {
+                    j.set_watermark(watermark);
+                }
             }
+            Ok(Err(e)) => warn!("cannot write the last usage to the user store: {e}"),
+            Err(e) => warn!("usage writer failed: {e}"),
         }
     }
 
