@@ -7,7 +7,7 @@ thread decodes what the master sends and resolves the futures, so a result reach
 thread after exactly one thread hop. Everything per task on these two paths is kept small: a
 package is one frame, and a ``RESULTS`` batch is decoded without building a dict per result.
 
-Delivery (see ``docs/reliability-client.md``): after each batch of frames read, the reader
+Delivery (see ``docs/reliability.md``): after each batch of frames read, the reader
 sends one ``ACK`` per package that got results. When the connection drops, the reader thread
 reconnects with backoff, re-sends every ``SUBMIT`` not yet ``ACCEPTED`` (same bytes, so the
 same idempotency ``key``), ``ATTACH``es every accepted package with pending futures, and keeps

@@ -7,7 +7,7 @@ process pool; only when that exception cannot be rebuilt on the client is it a
 :class:`TaskFailed`. Cancelled tasks raise ``concurrent.futures.CancelledError`` and timeouts
 ``TimeoutError``, as the Executor interface promises; a task killed past its ``timeout``
 option raises :class:`TaskTimeoutError`, which is a ``TimeoutError`` too. See
-``docs/reliability-client.md`` for which error means what.
+``docs/reliability.md`` for which error means what.
 """
 
 from __future__ import annotations
