@@ -143,3 +143,17 @@ def test_fsync_always_acknowledges_after_the_record_is_on_disk(tmp_path: Path) -
         c.shutdown(wait=False)
     finally:
         m.stop()
+
+
+def test_local_cluster_passes_data_dir_and_master_options(tmp_path: Path) -> None:
+    with rtpool.LocalCluster(
+        workers=1, data_dir=tmp_path / "d", master_options={"fsync": "always"}
+    ) as cluster:
+        with cluster.client() as c:
+            assert c.submit(pow, 2, 5).result(timeout=60) == 32
+        assert cluster._master.stats()["journal_fsyncs"] >= 1
+    assert (tmp_path / "d" / "journal.log").stat().st_size > 0
+    with pytest.raises(
+        ValueError, match="unknown master option 'bogus'|unknown master option \"bogus\""
+    ):
+        rtpool.LocalCluster(workers=0, master_options={"bogus": 1})

@@ -107,6 +107,12 @@ class LocalCluster:
             and workers trust that certificate.
         task_memory_mb: ``--task-memory-mb`` of the workers: every task runs in a killable
             executor process whose address space is limited to this many MiB (None: no limit).
+        data_dir: The master's data dir (tokens, journal, user store); None (default): nothing
+            on disk, no journal.
+        master_options: Reliability options of the master, as ``rtpool master`` takes them:
+            ``lease_ms``, ``result_ttl_s``, ``max_attempts``, ``max_task_seconds``,
+            ``timeout_grace_s``, ``fsync`` (``"always"``, ``"batch:10"``, ``"off"``),
+            ``journal`` (False: none), ``store``.
 
     Raises:
         RtpoolError: The embedded master cannot start.
@@ -119,6 +125,8 @@ class LocalCluster:
         prefetch: int | None = None,
         tls: bool = False,
         task_memory_mb: int | None = None,
+        data_dir: str | os.PathLike | None = None,
+        master_options: Dict[str, Any] | None = None,
     ) -> None:
         from . import _native
 
@@ -128,8 +136,12 @@ class LocalCluster:
         tls_args: Dict[str, Any] = {}
         if tls_dir is not None:
             tls_args = {"data_dir": tls_dir.name, "tls_self_signed": True}
+        if data_dir is not None:
+            tls_args["data_dir"] = os.fspath(data_dir)
         try:
-            self._master = _native.Master(listen="127.0.0.1:0", **tls_args)
+            self._master = _native.Master(
+                listen="127.0.0.1:0", options=dict(master_options or {}), **tls_args
+            )
         except BaseException:
             if tls_dir is not None:
                 tls_dir.cleanup()
