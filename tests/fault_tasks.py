@@ -30,3 +30,12 @@ def mark_then_sleep(marker_dir: str, seconds: float, value: int) -> int:
     os.replace(path + ".tmp", path)
     time.sleep(seconds)
     return value
+
+
+def ignore_sigterm_write_pid(path: str, seconds: float) -> None:
+    """Ignores SIGTERM, writes its pid to ``path``, sleeps."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    time.sleep(seconds)

@@ -227,3 +227,34 @@ def test_postgres_store_end_to_end(tmp_path: Path, pg_url: str) -> None:
         close_master(m)
     # A PostgreSQL client must not be used or dropped inside the master's runtime.
     assert "panicked" not in m.log_text(), m.log_text()[-3000:]
+
+
+def test_options_timeout_ends_endless_tasks_end_to_end(
+    master, workers, client_factory, tmp_path: Path
+) -> None:
+    import tasks
+
+    workers.start(1)
+    client = client_factory()
+    view = client.options(timeout=0.5)
+    loop = view.submit(tasks.spin_forever)
+    stubborn = view.submit(fault_tasks.ignore_sigterm_write_pid, str(tmp_path / "pid"), 60.0)
+    for fut in (loop, stubborn):
+        with pytest.raises(TimeoutError) as info:
+            fut.result(timeout=60)
+        assert isinstance(info.value, rtpool.TaskTimeoutError)
+        assert "time limit" in str(info.value)
+    # The process that ignored SIGTERM is gone, and the worker is ready for the next task.
+    pid = int((tmp_path / "pid").read_text())
+    wait_until(lambda: not _alive(pid), timeout=10)
+    assert view.submit(pow, 2, 8).result(timeout=30) == 256
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
