@@ -330,23 +330,9 @@ impl Core {
         let acked: Vec<TaskId> = p.unacked.drain(..n.min(p.unacked.len())).collect();
         let mut indices = Vec::new();
         for id in acked {
-            let task = self.tasks.get_mut(id.0).expect("unacked task is live");
+            let index = self.let_go_of_result(id);
             if self.config.report_deliveries {
-                indices.push(task.index);
-            }
-            match task.state {
-                TaskState::Done { holder: None, .. } => {
-                    self.tasks.remove(id.0);
-                    self.retained -= 1;
-                }
-                TaskState::Done { holder, .. } => {
-                    task.state = TaskState::Done {
-                        holder,
-                        acked: true,
-                    };
-                    task.outcome = None;
-                }
-                other => panic!("unacked {id} is {other:?}"),
+                indices.push(index);
             }
         }
         if !indices.is_empty() {
@@ -383,23 +369,32 @@ impl Core {
         let ids: Vec<TaskId> = p.unacked.drain(..).collect();
         let n = ids.len();
         for id in ids {
-            let task = self.tasks.get_mut(id.0).expect("unacked task is live");
-            match task.state {
-                TaskState::Done { holder: None, .. } => {
-                    self.tasks.remove(id.0);
-                    self.retained -= 1;
-                }
-                TaskState::Done { holder, .. } => {
-                    task.state = TaskState::Done {
-                        holder,
-                        acked: true,
-                    };
-                    task.outcome = None;
-                }
-                other => panic!("unacked {id} is {other:?}"),
-            }
+            self.let_go_of_result(id);
         }
         n
+    }
+
+    /// The client has (or gave up on) the result of a `Done` task taken off its package's
+    /// unacknowledged list: free the task, or, if a worker still holds it, mark it
+    /// acknowledged so that worker's answer frees it. Returns the task's index.
+    fn let_go_of_result(&mut self, id: TaskId) -> u32 {
+        let task = self.tasks.get_mut(id.0).expect("unacked task is live");
+        let index = task.index;
+        match task.state {
+            TaskState::Done { holder: None, .. } => {
+                self.tasks.remove(id.0);
+                self.retained -= 1;
+            }
+            TaskState::Done { holder, .. } => {
+                task.state = TaskState::Done {
+                    holder,
+                    acked: true,
+                };
+                task.outcome = None;
+            }
+            other => panic!("unacked {id} is {other:?}"),
+        }
+        index
     }
 
     /// Answers with the package's counters.
