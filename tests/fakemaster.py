@@ -73,6 +73,7 @@ class FakeMaster:
         self.token = token
         self.max_frame_bytes = max_frame_bytes
         self.heartbeat_ms = heartbeat_ms
+        self.hellos = 0  # handshakes so far
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.conns: queue.Queue[FakeConn] = queue.Queue()
@@ -101,15 +102,20 @@ class FakeMaster:
         except OSError:
             return
         hello = msgs[0]
+        self.hellos += 1
         if hello[0] != P.HELLO or hello[3] != self.token:
             sock.sendall(P.encode(P.ERROR, "auth", "bad token for this master", 0))
             sock.close()
             return
         reader.max_frame = self.max_frame_bytes
-        sock.sendall(P.encode(P.WELCOME, 1, 1, self.max_frame_bytes, self.heartbeat_ms))
+        sock.sendall(P.encode(P.WELCOME, *self.welcome_fields()))
         conn = FakeConn(sock, reader, hello)
         conn._msgs.extend(msgs[1:])
         self.conns.put(conn)
+
+    def welcome_fields(self) -> list:
+        """The fields of the WELCOME answering each HELLO (subclasses send other forms)."""
+        return [1, 1, self.max_frame_bytes, self.heartbeat_ms]
 
     def accept(self, timeout: float = 5.0) -> FakeConn:
         """The next authenticated connection."""

@@ -59,23 +59,8 @@ class FakeMasterV1b(FakeMaster):
         self.instance = instance
         super().__init__(**kwargs)
 
-    def _handshake(self, sock: socket.socket) -> None:
-        reader = P.FrameReader()
-        msgs: List[list] = []
-        try:
-            while not msgs:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                msgs = reader.feed(data)
-        except OSError:
-            return
-        reader.max_frame = self.max_frame_bytes
-        welcome = (1, 7, self.max_frame_bytes, self.heartbeat_ms, 15000, self.instance)
-        sock.sendall(P.encode(P.WELCOME, *welcome))
-        conn = FakeConn(sock, reader, msgs[0])
-        conn._msgs.extend(msgs[1:])
-        self.conns.put(conn)
+    def welcome_fields(self) -> list:
+        return [1, 7, self.max_frame_bytes, self.heartbeat_ms, 15000, self.instance]
 
 
 @pytest.fixture

@@ -47,34 +47,13 @@ class LeaseMaster(FakeMaster):
     def __init__(self, instance: int | None = 7, lease_ms: int = 3000, **kwargs) -> None:
         self.instance = instance
         self.lease_ms = lease_ms
-        self.hellos = 0
         super().__init__(**kwargs)
 
-    def _handshake(self, sock: socket.socket) -> None:
-        reader = P.FrameReader()
-        msgs: list = []
-        try:
-            while not msgs:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                msgs = reader.feed(data)
-        except OSError:
-            return
-        hello = msgs[0]
-        self.hellos += 1
-        if hello[0] != P.HELLO or hello[3] != self.token:
-            sock.sendall(P.encode(P.ERROR, "auth", "bad token for this master", 0))
-            sock.close()
-            return
-        reader.max_frame = self.max_frame_bytes
+    def welcome_fields(self) -> list:
         fields = [1, self.hellos, self.max_frame_bytes, self.heartbeat_ms, self.lease_ms]
         if self.instance is not None:
             fields.append(self.instance)
-        sock.sendall(P.encode(P.WELCOME, *fields))
-        conn = FakeConn(sock, reader, hello)
-        conn._msgs.extend(msgs[1:])
-        self.conns.put(conn)
+        return fields
 
 
 def next_msg(master: FakeConn, kinds, deadline: float) -> list:
