@@ -110,6 +110,26 @@ pub struct CoreStats {
     pub packages_expired: u64,
     /// Results dropped with them, never delivered.
     pub results_dropped: u64,
+    /// Results of tasks with a deadline that came by it.
+    pub deadlines_met: u64,
+    /// Results of tasks with a deadline that came after it (late, `on_miss = run`).
+    pub deadlines_missed: u64,
+    /// Tasks dropped because they could no longer make their deadline (`on_miss = drop`).
+    pub deadline_dropped: u64,
+    /// Packages refused by admission control.
+    pub admission_refused: u64,
+    /// Backup copies started by straggler hedging.
+    pub hedges: u64,
+    /// Tasks whose accepted result came from a backup copy.
+    pub hedge_wins: u64,
+    /// Copies started beyond the first (replicas, disagreement copies and hedges).
+    pub extra_copies: u64,
+    /// Copies cancelled because their task's result was already accepted.
+    pub copies_cancelled: u64,
+    /// Results that disagreed with an earlier copy's.
+    pub disagreements: u64,
+    /// Tasks failed because their copies never reached a quorum.
+    pub quorum_failed: u64,
 }
 
 /// Gauges of one worker, from [`Core::worker_stats`].
@@ -292,6 +312,7 @@ impl Core {
             quota_failed: self.quota_failed,
             packages_expired: self.packages_expired,
             results_dropped: self.results_dropped,
+            ..CoreStats::default()
         }
     }
 
@@ -450,6 +471,7 @@ impl Core {
             exec_us: 0,
             wait_us: 0,
             flush_us: 0,
+            late_us: 0,
         }
     }
 

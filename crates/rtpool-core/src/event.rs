@@ -4,16 +4,71 @@ use bytes::Bytes;
 
 use crate::ids::{ClientId, FnHash, PackageId, TaskId, UserId, WorkerId};
 
+/// What happens to the tasks of a package that can no longer make their deadline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MissPolicy {
+    /// They run anyway; each late result reports its lateness (the default).
+    #[default]
+    Run,
+    /// They are dropped: a queued task that cannot finish in time (by its function's estimate)
+    /// is not started, and at the deadline every unfinished task fails with
+    /// [`TaskStatus::Missed`] (running ones are aborted on their workers).
+    Drop,
+}
+
 /// Options of a package.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PackageOpts {
-    /// Higher runs first; FIFO within one priority.
+    /// Higher runs first. Within one priority, users take turns (fair share) and each user's
+    /// packages run earliest deadline first (FIFO for packages without a deadline, after those
+    /// with one).
     pub priority: i32,
     /// Execution time limit per task, milliseconds; 0 = none.
     pub timeout_ms: u32,
     /// Idempotency key; empty = none. A submission whose key names a live package of the same
     /// user attaches to that package instead of creating one.
     pub key: String,
+    /// Deadline of every task, milliseconds after the master received the package; 0 = none.
+    pub deadline_ms: u32,
+    /// What to do with tasks that can no longer make the deadline.
+    pub on_miss: MissPolicy,
+    /// Admission control: refuse the package at submission if, by the running estimate of its
+    /// function's execution time, the queue ahead and the worker slots, it cannot finish by
+    /// its deadline.
+    pub admit: bool,
+    /// Copies of each task run on distinct workers; 0 and 1 both mean one (no redundancy).
+    pub replicas: u8,
+    /// Byte-equal results needed to accept a task's result; 0 and 1 both mean the first result
+    /// wins (the other copies are cancelled).
+    pub quorum: u8,
+    /// Most copies of one task ever started (initial replicas, copies added after a
+    /// disagreement, hedges); 0 = the default, `replicas + quorum` (at most 16).
+    pub max_copies: u8,
+    /// Straggler hedging: a task that runs longer than a multiple of its function's p95
+    /// execution time, or whose deadline is at risk, gets a backup copy on another worker; the
+    /// first result wins.
+    pub hedge: bool,
+}
+
+impl PackageOpts {
+    /// Copies started per task at submission (at least 1).
+    pub fn replicas(&self) -> u8 {
+        self.replicas.max(1)
+    }
+
+    /// Agreeing results needed (at least 1).
+    pub fn quorum(&self) -> u8 {
+        self.quorum.max(1)
+    }
+
+    /// Most copies of one task ever started.
+    pub fn max_copies(&self) -> u8 {
+        if self.max_copies > 0 {
+            self.max_copies.max(self.replicas())
+        } else {
+            self.replicas().saturating_add(self.quorum()).min(16).max(self.replicas())
+        }
+    }
 }
 
 /// Outcome of a task as the protocol's status byte.
@@ -33,6 +88,11 @@ pub enum TaskStatus {
     Lost = 5,
     /// Its user's quota ran out.
     Quota = 6,
+    /// It could no longer make its deadline and its package's policy is `on_miss = drop`.
+    Missed = 7,
+    /// Its copies' results disagreed and no quorum was reached within the copy limit; the data
+    /// is a msgpack array `[message: str, [[worker: str, status: u8, data: bin], ...]]`.
+    Disagree = 8,
 }
 
 impl TaskStatus {
@@ -46,6 +106,8 @@ impl TaskStatus {
             4 => Some(Self::Timeout),
             5 => Some(Self::Lost),
             6 => Some(Self::Quota),
+            7 => Some(Self::Missed),
+            8 => Some(Self::Disagree),
             _ => None,
         }
     }
@@ -249,6 +311,9 @@ pub struct TaskOutcome {
     pub wait_us: u64,
     /// Worker-measured result batching delay, microseconds.
     pub flush_us: u64,
+    /// How late the result came after the package's deadline, microseconds; 0 if on time or
+    /// without a deadline.
+    pub late_us: u64,
 }
 
 /// Counters of a package.
@@ -264,6 +329,10 @@ pub struct PackageCounts {
     pub done: u32,
     /// Cancelled.
     pub cancelled: u32,
+    /// Results that came by the package's deadline (0 without a deadline).
+    pub met: u32,
+    /// Results that came after the deadline, and tasks dropped for it (status 7).
+    pub missed: u32,
 }
 
 /// Why a submission was refused.
@@ -285,6 +354,33 @@ pub enum RejectReason {
     QuotaExhausted {
         /// Microseconds used beyond the quota (0 when exactly used up).
         over_us: u64,
+    },
+    /// Options that contradict each other or exceed a limit.
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+    /// Admission control: the package cannot finish by its deadline.
+    #[error(
+        "admission refused: {tasks} tasks are estimated to finish {finish_us} us after \
+         submission but the deadline is {deadline_us} us, short by {short_us} us (estimate \
+         {per_task_us} us per task from {samples} runs of the function, {slots} worker slots, \
+         {backlog_us} us of queued and running work ahead)",
+        short_us = finish_us.saturating_sub(*deadline_us)
+    )]
+    Admission {
+        /// Tasks in the package.
+        tasks: u32,
+        /// Estimated completion of its last task, after submission.
+        finish_us: u64,
+        /// Its deadline, after submission.
+        deadline_us: u64,
+        /// Estimated execution time of one task.
+        per_task_us: u64,
+        /// Results the estimate is learned from (0: no worker slot, nothing learned).
+        samples: u32,
+        /// Worker slots counted.
+        slots: u32,
+        /// Estimated work ahead of it, microseconds of one slot.
+        backlog_us: u64,
     },
 }
 

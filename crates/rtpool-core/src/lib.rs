@@ -20,7 +20,7 @@ mod worker;
 
 pub use crate::core::{Core, CoreConfig, CoreStats, WorkerStats};
 pub use crate::event::{
-    Action, AssignTask, Event, PackageCounts, PackageOpts, RejectReason, RestoredPackage,
+    Action, AssignTask, Event, MissPolicy, PackageCounts, PackageOpts, RejectReason, RestoredPackage,
     TaskOutcome, TaskStatus, WorkerOutcome,
 };
 pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};

@@ -73,6 +73,7 @@ fn status_counts_every_state() {
         running: 1,
         done: 1,
         cancelled: 1,
+        ..PackageCounts::default()
     };
     assert_eq!(counts(&env.status(client, package)), expected);
 }
@@ -211,6 +212,7 @@ fn cancel_ignores_out_of_range_duplicate_and_finished_indices() {
         running: 0,
         done: 1,
         cancelled: 1,
+        ..PackageCounts::default()
     };
     assert_eq!(counts(&env.status(client, package)), expected);
 }

@@ -713,6 +713,7 @@ impl Model {
                     priority,
                     timeout_ms,
                     key: key.to_string(),
+                    ..PackageOpts::default()
                 },
                 tasks: (0..n as u32).map(|i| args(p, i)).collect(),
             },
@@ -1168,6 +1169,7 @@ impl Model {
             running,
             done: (pkg.count(Fate::Done) + pkg.count(Fate::Acked)) as u32,
             cancelled: pkg.count(Fate::Cancelled) as u32,
+            ..PackageCounts::default()
         }
     }
 

@@ -317,6 +317,7 @@ fn outcome(index: u32) -> TaskOutcome {
         exec_us: 3,
         wait_us: 4,
         flush_us: 5,
+        late_us: 0,
     }
 }
 

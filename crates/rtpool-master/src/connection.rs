@@ -546,6 +546,7 @@ impl Reader {
                     priority: opts.priority,
                     timeout_ms: opts.timeout_ms,
                     key: opts.key,
+                    ..PackageOpts::default()
                 };
                 // The scheduler numbers the package.
                 Ok(Some(Event::Submit {

@@ -256,6 +256,7 @@ impl Scheduler {
                     exec_us: d.exec_us,
                     wait_us: 0,
                     flush_us: 0,
+                    late_us: 0,
                 })
                 .collect();
             let event = Event::Restore(Box::new(RestoredPackage {
@@ -267,6 +268,7 @@ impl Scheduler {
                     priority: r.priority,
                     timeout_ms: r.timeout_ms,
                     key: r.key,
+                    ..PackageOpts::default()
                 },
                 tasks: r.tasks,
                 done,

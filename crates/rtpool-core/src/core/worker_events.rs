@@ -104,6 +104,7 @@ impl Core {
                     exec_us: r.exec_us,
                     wait_us: r.wait_us,
                     flush_us: r.flush_us,
+                    late_us: 0,
                 };
                 // Now `Done` with no holder: the in-flight entry is already gone.
                 let outcome = self.finish_task(r.task, outcome);

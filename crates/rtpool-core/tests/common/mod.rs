@@ -265,6 +265,7 @@ impl TestEnv {
                 priority: spec.priority,
                 timeout_ms: spec.timeout_ms,
                 key: spec.key.to_string(),
+                ..PackageOpts::default()
             },
             tasks,
         });
