@@ -54,6 +54,13 @@ pub struct CoreConfig {
     pub result_ttl_ns: u64,
     /// Emit [`Action::Delivered`] for acknowledged results (the journal needs them).
     pub report_deliveries: bool,
+    /// Straggler hedging: a hedged task gets a backup copy once it has run this many times its
+    /// function's p95 execution time (default 3.0).
+    pub hedge_factor: f64,
+    /// Results of a function needed before its estimate is trusted for hedging and for
+    /// dropping tasks that cannot make their deadline (default 5). Admission control uses
+    /// any estimate it has.
+    pub estimate_min_samples: u32,
 }
 
 impl Default for CoreConfig {
@@ -65,6 +72,8 @@ impl Default for CoreConfig {
             max_exec_ns: 86_400 * 1_000_000_000,
             result_ttl_ns: 300 * 1_000_000_000,
             report_deliveries: false,
+            hedge_factor: 3.0,
+            estimate_min_samples: 5,
         }
     }
 }
