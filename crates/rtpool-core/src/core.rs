@@ -18,6 +18,7 @@
 //! worker's answer (or loss) is awaited so the in-flight set stays exact.
 
 mod client_events;
+mod copies;
 mod dispatch;
 mod invariants;
 mod timers;
@@ -28,12 +29,14 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 
 use crate::client::{Client, User};
+use crate::estimate::{Estimate, Estimator};
 use crate::event::{Action, Event, TaskOutcome, TaskStatus};
 use crate::function::FunctionTable;
+use crate::group::Group;
 use crate::hungry::HungryRing;
 use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
 use crate::package::Package;
-use crate::queue::ReadyQueue;
+use crate::queue::{QueueKey, ReadyQueue};
 use crate::table::Table;
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
@@ -154,11 +157,14 @@ pub struct WorkerStats {
     pub draining: bool,
 }
 
-/// A timer: a running attempt's time limit, or a detached package's TTL.
+/// A timer: a running attempt's time limit, a detached package's TTL, a package's deadline
+/// (`on_miss = drop`), or a hedged attempt's straggler check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
     Task(TaskId, u32),
     Package(u64),
+    Deadline(u64),
+    Hedge(TaskId, u32),
 }
 
 /// The scheduler state machine.
@@ -172,6 +178,12 @@ pub struct Core {
     /// `(user, idempotency key)` of live packages.
     keys: HashMap<(UserId, String), PackageId>,
     queue: ReadyQueue,
+    /// Copy groups of tasks that run as several copies.
+    groups: Table<Group>,
+    /// Aborts decided while handling the current event, sent at its end.
+    pending_aborts: Vec<(WorkerId, TaskId, u32)>,
+    /// Credits of the connected workers that are not draining.
+    free_credits: u64,
     functions: FunctionTable,
     workers: HashMap<WorkerId, Worker>,
     clients: HashMap<ClientId, Client>,
@@ -186,6 +198,15 @@ pub struct Core {
     cancelling: usize,
     /// Tasks in state `Done`.
     retained: usize,
+    /// Execution-time estimate of each function seen, by hash (kept after its packages go:
+    /// the next package of the same function starts with what was learned).
+    estimates: HashMap<FnHash, Estimator>,
+    /// Slots of the connected workers that are not draining.
+    total_slots: u64,
+    /// Estimated work of the running tasks, microseconds of one slot.
+    running_work_us: u64,
+    /// Submission order of the next package.
+    next_package_seq: u64,
     /// Epoch of the next worker to join.
     next_epoch: u64,
     /// Sequence number of the next assignment.
@@ -198,6 +219,16 @@ pub struct Core {
     quota_failed: u64,
     packages_expired: u64,
     results_dropped: u64,
+    deadlines_met: u64,
+    deadlines_missed: u64,
+    deadline_dropped: u64,
+    admission_refused: u64,
+    hedges: u64,
+    hedge_wins: u64,
+    extra_copies: u64,
+    copies_cancelled: u64,
+    disagreements: u64,
+    quorum_failed: u64,
 }
 
 impl Default for Core {
@@ -216,12 +247,19 @@ impl Core {
             package_slots: HashMap::new(),
             keys: HashMap::new(),
             queue: ReadyQueue::default(),
+            groups: Table::default(),
+            pending_aborts: Vec::new(),
+            free_credits: 0,
             functions: FunctionTable::default(),
             workers: HashMap::new(),
             clients: HashMap::new(),
             users: HashMap::new(),
             hungry: HungryRing::default(),
             timers: BTreeMap::new(),
+            estimates: HashMap::new(),
+            total_slots: 0,
+            running_work_us: 0,
+            next_package_seq: 0,
             running: 0,
             cancelling: 0,
             retained: 0,
@@ -235,6 +273,16 @@ impl Core {
             quota_failed: 0,
             packages_expired: 0,
             results_dropped: 0,
+            deadlines_met: 0,
+            deadlines_missed: 0,
+            deadline_dropped: 0,
+            admission_refused: 0,
+            hedges: 0,
+            hedge_wins: 0,
+            extra_copies: 0,
+            copies_cancelled: 0,
+            disagreements: 0,
+            quorum_failed: 0,
         }
     }
 
@@ -299,6 +347,10 @@ impl Core {
             Event::Drain { worker } => self.on_drain(worker),
             Event::WorkerLost { worker } => self.on_worker_lost(worker, now, out),
         }
+        if !self.pending_aborts.is_empty() {
+            let aborts = std::mem::take(&mut self.pending_aborts);
+            self.push_aborts(aborts, out);
+        }
     }
 
     /// Current gauges and counters.
@@ -321,7 +373,16 @@ impl Core {
             quota_failed: self.quota_failed,
             packages_expired: self.packages_expired,
             results_dropped: self.results_dropped,
-            ..CoreStats::default()
+            deadlines_met: self.deadlines_met,
+            deadlines_missed: self.deadlines_missed,
+            deadline_dropped: self.deadline_dropped,
+            admission_refused: self.admission_refused,
+            hedges: self.hedges,
+            hedge_wins: self.hedge_wins,
+            extra_copies: self.extra_copies,
+            copies_cancelled: self.copies_cancelled,
+            disagreements: self.disagreements,
+            quorum_failed: self.quorum_failed,
         }
     }
 
@@ -364,6 +425,52 @@ impl Core {
         usage
     }
 
+    /// What the core has learned of a function's execution time (`None`: no result yet).
+    pub fn estimate(&mut self, hash: &FnHash) -> Option<Estimate> {
+        self.estimates.get_mut(hash).map(Estimator::estimate)
+    }
+
+    /// A function's estimate if it rests on enough results to act on (hedging, dropping a
+    /// task that cannot make its deadline).
+    fn trusted_estimate(&mut self, hash: &FnHash) -> Option<Estimate> {
+        let min = u64::from(self.config.estimate_min_samples.max(1));
+        self.estimates
+            .get_mut(hash)
+            .filter(|e| e.samples() >= min)
+            .map(Estimator::estimate)
+    }
+
+    /// Where the tasks of the package in `slot` queue.
+    fn queue_key(&self, slot: u64) -> QueueKey {
+        let p = self.packages.get(slot).expect("queue key of a freed package");
+        QueueKey {
+            priority: p.opts.priority,
+            user: p.user,
+            deadline: p.deadline.map_or(u64::MAX, |d| d.0),
+            seq: p.seq,
+        }
+    }
+
+    /// Queues a task of a live package: at the back of its package, or at the front
+    /// (returned, requeued or hedge work).
+    fn enqueue(&mut self, id: TaskId, front: bool) {
+        let slot = self.tasks.get(id.0).expect("enqueue of a freed task").package;
+        let key = self.queue_key(slot);
+        let est = self.packages.get(slot).expect("checked by queue_key").est_us;
+        if front {
+            self.queue.push_front(slot, key, est, id);
+        } else {
+            self.queue.push_back(slot, key, est, id);
+        }
+    }
+
+    /// A task of the package in `slot` stops running: its estimated work leaves the sum.
+    fn leave_running(&mut self, slot: u64) {
+        let est = self.packages.get(slot).map_or(0, |p| p.est_us);
+        self.running_work_us = self.running_work_us.saturating_sub(est);
+        self.running -= 1;
+    }
+
     /// A user's remaining compute time in microseconds (`None`: unlimited or unknown).
     pub fn remaining_us(&self, user: UserId) -> Option<i64> {
         self.users.get(&user).and_then(|u| u.remaining_us)
@@ -381,19 +488,18 @@ impl Core {
         match task.state {
             TaskState::Running { .. } => {
                 task.state = TaskState::Queued;
-                let deadline = task.deadline.take();
-                let attempt = task.attempt;
+                let (slot, shadow) = (task.package, task.shadow);
+                self.disarm_task_timer(id);
                 let package = self
                     .packages
-                    .get_mut(task.package)
+                    .get_mut(slot)
                     .expect("running task without package");
-                package.counts.running -= 1;
-                package.counts.queued += 1;
-                self.queue.push_front(package.opts.priority, id);
-                self.running -= 1;
-                if let Some(at) = deadline {
-                    self.timers.remove(&(at, Timer::Task(id, attempt)));
+                if !shadow {
+                    package.counts.running -= 1;
+                    package.counts.queued += 1;
                 }
+                self.leave_running(slot);
+                self.enqueue(id, true);
             }
             TaskState::Cancelled { .. } => {
                 self.tasks.remove(id.0);
@@ -421,39 +527,64 @@ impl Core {
     }
 
     /// Turns a queued or running task into `Done` with `outcome`, appending the result to its
-    /// package's unacknowledged list. A running task stays held by its worker (which the
-    /// caller tells to abort). Returns the outcome to send.
-    fn finish_task(&mut self, id: TaskId, outcome: TaskOutcome) -> TaskOutcome {
+    /// package's unacknowledged list and scoring it against the package's deadline. A running
+    /// task stays held by its worker (which the caller tells to abort). Returns the outcome to
+    /// send.
+    fn finish_task(&mut self, id: TaskId, mut outcome: TaskOutcome, now: Instant) -> TaskOutcome {
         let task = self.tasks.get_mut(id.0).expect("finish of a freed task");
+        let slot = task.package;
         let package = self
             .packages
-            .get_mut(task.package)
+            .get_mut(slot)
             .expect("live task without package");
         let holder = match task.state {
             TaskState::Queued => {
                 package.counts.queued -= 1;
-                self.queue.forget_one();
+                self.queue.forget_one(slot);
                 None
             }
             TaskState::Running { worker, seq, .. } => {
                 package.counts.running -= 1;
+                self.running_work_us = self.running_work_us.saturating_sub(package.est_us);
                 self.running -= 1;
                 Some((worker, seq))
             }
             other => panic!("finish of {id} in state {other:?}"),
         };
+        if let Some(deadline) = package.deadline {
+            outcome.late_us = now.micros_since(deadline);
+            if outcome.status == TaskStatus::Missed {
+                package.counts.missed += 1;
+                self.deadline_dropped += 1;
+            } else if now <= deadline {
+                package.counts.met += 1;
+                self.deadlines_met += 1;
+            } else {
+                package.counts.missed += 1;
+                self.deadlines_missed += 1;
+            }
+        }
         package.counts.done += 1;
         package.unacked.push_back(id);
-        if let Some(at) = task.deadline.take() {
-            self.timers.remove(&(at, Timer::Task(id, task.attempt)));
-        }
+        debug_assert!(!task.shadow, "finish of a shadow copy");
         task.state = TaskState::Done {
             holder,
             acked: false,
         };
         task.args = Bytes::new();
         task.outcome = Some(Box::new(outcome.clone()));
+        let group = task.group.take();
         self.retained += 1;
+        self.disarm_task_timer(id);
+        if let Some(g) = group {
+            // The task is decided: its other copies stop.
+            let group = self.groups.remove(g).expect("live group");
+            for copy in group.copies {
+                if copy != id {
+                    self.cancel_copy(copy);
+                }
+            }
+        }
         outcome
     }
 
@@ -507,6 +638,10 @@ impl Core {
         }
         if let Some(at) = p.expires {
             self.timers.remove(&(at, Timer::Package(slot)));
+        }
+        if p.deadline_armed {
+            let at = p.deadline.expect("an armed deadline exists");
+            self.timers.remove(&(at, Timer::Deadline(slot)));
         }
         self.package_slots.remove(&p.id);
         self.functions.release(&p.fn_hash);

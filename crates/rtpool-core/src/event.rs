@@ -362,8 +362,8 @@ pub enum RejectReason {
     #[error(
         "admission refused: {tasks} tasks are estimated to finish {finish_us} us after \
          submission but the deadline is {deadline_us} us, short by {short_us} us (estimate \
-         {per_task_us} us per task from {samples} runs of the function, {slots} worker slots, \
-         {backlog_us} us of queued and running work ahead)",
+         {per_task_us} us per task, p95 {p95_us} us, from {samples} runs of the function; \
+         {slots} worker slots; {backlog_us} us of queued and running work ahead)",
         short_us = finish_us.saturating_sub(*deadline_us)
     )]
     Admission {
@@ -373,8 +373,10 @@ pub enum RejectReason {
         finish_us: u64,
         /// Its deadline, after submission.
         deadline_us: u64,
-        /// Estimated execution time of one task.
+        /// Estimated execution time of one task (the function's mean).
         per_task_us: u64,
+        /// The function's p95 execution time (its last task's estimate).
+        p95_us: u64,
         /// Results the estimate is learned from (0: no worker slot, nothing learned).
         samples: u32,
         /// Worker slots counted.

@@ -8,8 +8,10 @@
 
 mod client;
 mod core;
+mod estimate;
 mod event;
 mod function;
+mod group;
 mod hungry;
 mod ids;
 mod package;
@@ -19,6 +21,7 @@ mod task;
 mod worker;
 
 pub use crate::core::{Core, CoreConfig, CoreStats, WorkerStats};
+pub use crate::estimate::Estimate;
 pub use crate::event::{
     Action, AssignTask, Event, MissPolicy, PackageCounts, PackageOpts, RejectReason, RestoredPackage,
     TaskOutcome, TaskStatus, WorkerOutcome,

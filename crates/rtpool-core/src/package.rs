@@ -33,6 +33,15 @@ pub(crate) struct Package {
     pub(crate) sent: u64,
     /// When a detached package expires (its TTL timer), if detached.
     pub(crate) expires: Option<Instant>,
+    /// Absolute deadline of its tasks, if it has one.
+    pub(crate) deadline: Option<Instant>,
+    /// Its deadline timer is armed (`on_miss = drop`, tasks still unfinished).
+    pub(crate) deadline_armed: bool,
+    /// Core-wide submission order: EDF tie-break, FIFO among packages without a deadline.
+    pub(crate) seq: u64,
+    /// Estimated execution time of one task when it was submitted, microseconds (0: unknown);
+    /// the queue's work sums use it.
+    pub(crate) est_us: u64,
 }
 
 impl Package {
@@ -62,6 +71,10 @@ impl Package {
             acked: 0,
             sent: 0,
             expires: None,
+            deadline: None,
+            deadline_armed: false,
+            seq: 0,
+            est_us: 0,
         }
     }
 

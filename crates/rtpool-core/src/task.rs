@@ -58,6 +58,12 @@ pub(crate) struct Task {
     pub(crate) lost_on: Vec<(WorkerId, u32)>,
     /// The result, once `Done`.
     pub(crate) outcome: Option<Box<TaskOutcome>>,
+    /// Slab key of its copy group, if the task runs as several copies (replicas, a hedge).
+    pub(crate) group: Option<u64>,
+    /// An extra copy: not the task its package lists, not in the package's counters.
+    pub(crate) shadow: bool,
+    /// When its straggler check fires (hedged packages), if armed.
+    pub(crate) hedge_at: Option<Instant>,
 }
 
 impl Task {
@@ -73,6 +79,9 @@ impl Task {
             deadline: None,
             lost_on: Vec::new(),
             outcome: None,
+            group: None,
+            shadow: false,
+            hedge_at: None,
         }
     }
 

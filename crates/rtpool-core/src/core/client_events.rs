@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use super::{Core, Timer};
-use crate::event::{Action, PackageOpts, RejectReason, RestoredPackage, TaskOutcome};
+use crate::event::{Action, MissPolicy, PackageOpts, RejectReason, RestoredPackage, TaskOutcome};
 use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId};
 use crate::package::Package;
 use crate::task::{Task, TaskState};
@@ -22,6 +22,9 @@ pub(super) struct Submit {
 
 /// A task id that names no task (an index whose result was delivered before a restart).
 const NO_TASK: TaskId = TaskId(u64::MAX);
+
+/// Most copies of one task (replicas, disagreement copies and hedges together).
+const MAX_COPIES: u8 = 16;
 
 impl Core {
     /// Registers a client of `user` (again: idempotent).
@@ -119,12 +122,17 @@ impl Core {
             }
         }
         let checked = self.check_size(s.tasks.len()).and_then(|total| {
+            Self::check_options(&s.opts)?;
             self.check_quota(user)?;
+            self.check_admission(&s.fn_hash, &s.opts, total)?;
             Ok(total)
         });
         let total = match checked {
             Ok(total) => total,
             Err(reason) => {
+                if matches!(reason, RejectReason::Admission { .. }) {
+                    self.admission_refused += 1;
+                }
                 out.push(Action::Rejected {
                     client,
                     req_id,
@@ -141,9 +149,9 @@ impl Core {
             s.fn_code,
             s.opts,
             total,
+            now,
         );
-        let priority = self.packages.get(slot).expect("just made").opts.priority;
-        let ids = self.create_tasks(slot, priority, s.tasks, now);
+        let ids = self.create_tasks(slot, s.tasks, now);
         self.packages.get_mut(slot).expect("just made").tasks = ids;
         out.push(Action::Accepted {
             client,
@@ -164,11 +172,27 @@ impl Core {
         fn_code: Bytes,
         opts: PackageOpts,
         total: u32,
+        now: Instant,
     ) -> u64 {
         let key = opts.key.clone();
-        let slot = self
-            .packages
-            .insert(Package::new(id, user, client, fn_hash, opts, total));
+        let mut package = Package::new(id, user, client, fn_hash, opts, total);
+        package.seq = self.next_package_seq;
+        self.next_package_seq += 1;
+        package.est_us = self.estimate(&fn_hash).map_or(0, |e| e.mean_us);
+        let deadline_ms = package.opts.deadline_ms;
+        if deadline_ms > 0 {
+            package.deadline = Some(Instant(
+                now.0.saturating_add(u64::from(deadline_ms) * 1_000_000),
+            ));
+        }
+        let drop_at = package
+            .deadline
+            .filter(|_| package.opts.on_miss == MissPolicy::Drop);
+        package.deadline_armed = drop_at.is_some();
+        let slot = self.packages.insert(package);
+        if let Some(at) = drop_at {
+            self.timers.insert((at, Timer::Deadline(slot)), ());
+        }
         self.package_slots.insert(id, slot);
         if !key.is_empty() {
             self.keys.insert((user, key), id);
@@ -195,6 +219,87 @@ impl Core {
         }
     }
 
+    /// Refuses options that contradict each other or exceed a limit.
+    fn check_options(opts: &PackageOpts) -> Result<(), RejectReason> {
+        let bad = |m: String| Err(RejectReason::InvalidOptions(m));
+        let (replicas, quorum) = (opts.replicas(), opts.quorum());
+        if replicas > MAX_COPIES {
+            return bad(format!("replicas is {replicas}, at most {MAX_COPIES}"));
+        }
+        if quorum > replicas {
+            return bad(format!(
+                "quorum is {quorum} but replicas is {replicas}: a quorum needs that many copies"
+            ));
+        }
+        if opts.max_copies > MAX_COPIES {
+            return bad(format!(
+                "max_copies is {}, at most {MAX_COPIES}",
+                opts.max_copies
+            ));
+        }
+        if opts.max_copies > 0 && opts.max_copies < replicas {
+            return bad(format!(
+                "max_copies is {} but replicas is {replicas}",
+                opts.max_copies
+            ));
+        }
+        if opts.admit && opts.deadline_ms == 0 {
+            return bad("admit needs a deadline".to_owned());
+        }
+        if opts.on_miss == MissPolicy::Drop && opts.deadline_ms == 0 {
+            return bad("on_miss = drop needs a deadline".to_owned());
+        }
+        Ok(())
+    }
+
+    /// Admission control: with `admit`, refuses a package whose last task, by the running
+    /// estimate of its function, cannot finish by its deadline. The estimate: the work queued
+    /// at its priority or above and the work running (each task at its function's mean) are
+    /// spread over the worker slots, then its own tasks; its last task takes the function's
+    /// p95. A function with no result yet is admitted (nothing is known). O(priority classes).
+    pub(super) fn check_admission(
+        &mut self,
+        fn_hash: &FnHash,
+        opts: &PackageOpts,
+        tasks: u32,
+    ) -> Result<(), RejectReason> {
+        if !opts.admit || opts.deadline_ms == 0 {
+            return Ok(());
+        }
+        let deadline_us = u64::from(opts.deadline_ms) * 1_000;
+        let slots = self.total_slots.min(u64::from(u32::MAX)) as u32;
+        let backlog_us = self
+            .queue
+            .work_at_or_above(opts.priority)
+            .saturating_add(self.running_work_us);
+        let est = self.estimate(fn_hash).unwrap_or_default();
+        let refuse = |finish_us: u64| RejectReason::Admission {
+            tasks,
+            finish_us,
+            deadline_us,
+            per_task_us: est.mean_us,
+            p95_us: est.p95_us,
+            samples: est.samples.min(u64::from(u32::MAX)) as u32,
+            slots,
+            backlog_us,
+        };
+        if slots == 0 {
+            return Err(refuse(u64::MAX));
+        }
+        if est.samples == 0 {
+            return Ok(());
+        }
+        let own = u64::from(tasks - 1).saturating_mul(est.mean_us);
+        let finish_us = backlog_us
+            .saturating_add(own)
+            .div_ceil(u64::from(slots))
+            .saturating_add(est.p95_us);
+        if finish_us > deadline_us {
+            return Err(refuse(finish_us));
+        }
+        Ok(())
+    }
+
     /// Refuses a user whose quota is used up.
     fn check_quota(&self, user: UserId) -> Result<(), RejectReason> {
         match self.users.get(&user).and_then(|u| u.remaining_us) {
@@ -206,17 +311,17 @@ impl Core {
     }
 
     /// Inserts one queued task per payload and returns their ids in index order.
-    fn create_tasks(
-        &mut self,
-        slot: u64,
-        priority: i32,
-        payloads: Vec<Bytes>,
-        now: Instant,
-    ) -> Vec<TaskId> {
+    fn create_tasks(&mut self, slot: u64, payloads: Vec<Bytes>, now: Instant) -> Vec<TaskId> {
+        let key = self.queue_key(slot);
+        let p = self.packages.get(slot).expect("live package");
+        let (est, replicas) = (p.est_us, p.opts.replicas());
         let mut ids = Vec::with_capacity(payloads.len());
         for (index, args) in (0u32..).zip(payloads) {
             let id = TaskId(self.tasks.insert(Task::new(slot, index, args, now)));
-            self.queue.push_back(priority, id);
+            self.queue.push_back(slot, key, est, id);
+            for _ in 1..replicas {
+                self.new_copy(id, now, false);
+            }
             ids.push(id);
         }
         ids
@@ -229,9 +334,12 @@ impl Core {
             return;
         }
         let total = r.tasks.len().min(u32::MAX as usize) as u32;
-        let slot =
-            self.create_package(r.package, r.user, None, r.fn_hash, r.fn_code, r.opts, total);
-        let priority = self.packages.get(slot).expect("just made").opts.priority;
+        let slot = self.create_package(
+            r.package, r.user, None, r.fn_hash, r.fn_code, r.opts, total, now,
+        );
+        let key = self.queue_key(slot);
+        let p = self.packages.get(slot).expect("just made");
+        let (est, replicas) = (p.est_us, p.opts.replicas());
         let mut done: Vec<Option<TaskOutcome>> = vec![None; r.tasks.len()];
         let mut order = Vec::with_capacity(r.done.len());
         for outcome in r.done {
@@ -269,7 +377,10 @@ impl Core {
                 ids.push(TaskId(self.tasks.insert(task)));
             } else {
                 let id = TaskId(self.tasks.insert(task));
-                self.queue.push_back(priority, id);
+                self.queue.push_back(slot, key, est, id);
+                for _ in 1..replicas {
+                    self.new_copy(id, now, false);
+                }
                 ids.push(id);
             }
         }
@@ -469,25 +580,36 @@ impl Core {
         ) {
             return;
         }
+        if let Some(g) = task.group.take() {
+            // The other copies go with it.
+            let group = self.groups.remove(g).expect("live group");
+            for copy in group.copies {
+                if copy != id {
+                    self.cancel_copy(copy);
+                }
+            }
+        }
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
+        let slot = task.package;
         let package = self
             .packages
-            .get_mut(task.package)
+            .get_mut(slot)
             .expect("live task without package");
         package.counts.cancelled += 1;
         match task.state {
             TaskState::Queued => {
                 package.counts.queued -= 1;
                 self.tasks.remove(id.0);
-                self.queue.forget_one();
+                self.queue.forget_one(slot);
             }
             TaskState::Running { worker, seq, .. } => {
                 package.counts.running -= 1;
                 task.state = TaskState::Cancelled { worker, seq };
-                if let Some(at) = task.deadline.take() {
-                    self.timers.remove(&(at, Timer::Task(id, task.attempt)));
-                }
                 aborts.push((worker, id, task.attempt));
-                self.running -= 1;
+                self.disarm_task_timer(id);
+                self.leave_running(slot);
                 self.cancelling += 1;
             }
             _ => unreachable!("filtered above"),

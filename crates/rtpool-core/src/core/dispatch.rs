@@ -8,27 +8,55 @@
 
 use std::collections::HashMap;
 
+use super::timers::Results;
 use super::Core;
-use crate::event::{Action, AssignTask};
+use crate::event::{Action, AssignTask, MissPolicy, TaskStatus};
 use crate::ids::{Instant, TaskId, WorkerId};
 use crate::task::TaskState;
 
+/// Queued tasks a worker may pass over in one turn because it holds another copy of them,
+/// before it is left without a task this round.
+const MAX_SKIPS: usize = 32;
+
 impl Core {
-    /// Assigns queued tasks while a non-draining worker has credits.
+    /// Assigns queued tasks while a non-draining worker has credits. A worker never gets two
+    /// copies of one task; a task of an `on_miss = drop` package that cannot finish by its
+    /// deadline (by its function's p50) is dropped instead of started.
     pub(super) fn dispatch(&mut self, now: Instant, out: &mut Vec<Action>) {
         let mut batches: Vec<(WorkerId, Vec<AssignTask>)> = Vec::new();
         let mut slot_of: HashMap<WorkerId, usize> = HashMap::new();
+        let mut dropped = Results::default();
+        // Workers that found nothing they may run this round: back in the ring afterwards.
+        let mut passed: Vec<WorkerId> = Vec::new();
+        let mut skipped: Vec<TaskId> = Vec::new();
         while !self.queue.is_empty() {
             let Some(worker) = self.next_hungry() else {
                 break;
             };
-            let tasks = &self.tasks;
-            let id = self.queue.pop(|id| {
-                tasks
-                    .get(id.0)
-                    .is_some_and(|t| t.state == TaskState::Queued)
-            });
-            let id = id.expect("ready queue counts a live task it cannot find");
+            let mut found = None;
+            while let Some((id, slot)) = self.pop_queued() {
+                if self.conflicts(id, worker) {
+                    skipped.push(id);
+                    if skipped.len() >= MAX_SKIPS {
+                        break;
+                    }
+                    continue;
+                }
+                if self.cannot_make_it(id, slot, now) {
+                    self.drop_late(id, slot, now, &mut dropped);
+                    continue;
+                }
+                found = Some(id);
+                break;
+            }
+            // Passed-over copies go back where they were, in order.
+            for id in skipped.drain(..).rev() {
+                self.enqueue(id, true);
+            }
+            let Some(id) = found else {
+                passed.push(worker);
+                continue;
+            };
             let assignment = self.assign(id, worker, now);
             let slot = *slot_of.entry(worker).or_insert_with(|| {
                 batches.push((worker, Vec::new()));
@@ -37,11 +65,65 @@ impl Core {
             batches[slot].1.push(assignment);
             self.ring_if_hungry(worker);
         }
+        for worker in passed {
+            self.ring_if_hungry(worker);
+        }
+        self.push_results(dropped, out);
         out.extend(
             batches
                 .into_iter()
                 .map(|(worker, tasks)| Action::Assign { worker, tasks }),
         );
+    }
+
+    /// Pops the next queued task and its package's slab key.
+    fn pop_queued(&mut self) -> Option<(TaskId, u64)> {
+        let tasks = &self.tasks;
+        self.queue.pop(|id| {
+            tasks
+                .get(id.0)
+                .is_some_and(|t| t.state == TaskState::Queued)
+        })
+    }
+
+    /// A queued task of an `on_miss = drop` package whose deadline is nearer than its
+    /// function's trusted p50 (extra copies are not judged: they go with their task).
+    fn cannot_make_it(&mut self, id: TaskId, slot: u64, now: Instant) -> bool {
+        let p = self.packages.get(slot).expect("queued task's package");
+        let Some(deadline) = p.deadline.filter(|_| p.opts.on_miss == MissPolicy::Drop) else {
+            return false;
+        };
+        if self.tasks.get(id.0).is_some_and(|t| t.shadow) {
+            return false;
+        }
+        let fn_hash = p.fn_hash;
+        self.trusted_estimate(&fn_hash)
+            .is_some_and(|e| now.0.saturating_add(e.p50_us * 1_000) > deadline.0)
+    }
+
+    /// Fails a popped task that cannot make its deadline with status 7.
+    fn drop_late(&mut self, id: TaskId, slot: u64, now: Instant, results: &mut Results) {
+        // Put back as queued first: finishing a queued task takes it off the queue's count.
+        self.enqueue(id, true);
+        let task = self.tasks.get(id.0).expect("popped task is live");
+        let left = self
+            .packages
+            .get(slot)
+            .and_then(|p| p.deadline)
+            .map_or(0, |d| d.micros_since(now));
+        let outcome = Self::system_outcome(
+            task,
+            TaskStatus::Missed,
+            format!(
+                "the task could not finish by its deadline ({:.3} s left, its function takes \
+                 about that long or longer); its package's on_miss policy is drop, so it was \
+                 not started",
+                left as f64 / 1e6
+            ),
+            now,
+        );
+        let outcome = self.finish_task(id, outcome, now);
+        results.add(self, slot, outcome);
     }
 
     /// Puts the worker at the back of the hungry ring if it can take a task and is not there.
@@ -84,13 +166,17 @@ impl Core {
             .packages
             .get_mut(task.package)
             .expect("queued task without package");
-        package.counts.queued -= 1;
-        package.counts.running += 1;
+        if !task.shadow {
+            package.counts.queued -= 1;
+            package.counts.running += 1;
+        }
+        self.running_work_us = self.running_work_us.saturating_add(package.est_us);
         let w = self
             .workers
             .get_mut(&worker)
             .expect("hungry worker is connected");
         w.credits -= 1;
+        self.free_credits -= 1;
         w.in_flight.insert(id);
         let fn_hash = package.fn_hash;
         let fn_code = w.fn_sent.insert(fn_hash).then(|| {
@@ -110,6 +196,7 @@ impl Core {
             timeout_ms,
         };
         self.arm_task_timer(id, timeout_ms, now);
+        self.arm_hedge(id, now);
         assignment
     }
 }

@@ -20,6 +20,8 @@ struct Tally {
     done_held: usize,
     /// `(queued, running)` per package slab key.
     per_package: HashMap<u64, (u32, u32)>,
+    /// Estimated work of the running tasks.
+    running_work_us: u64,
 }
 
 impl Core {
@@ -49,7 +51,12 @@ impl Core {
             "retained counter {} but {} done tasks",
             self.retained, tally.retained
         );
+        assert_eq!(
+            tally.running_work_us, self.running_work_us,
+            "running work sum"
+        );
         self.check_queue(tally.queued);
+        self.check_groups();
         self.check_workers(tally.running + tally.cancelling + tally.done_held);
         self.check_packages(&tally.per_package);
         self.check_clients();
@@ -80,9 +87,37 @@ impl Core {
                     assert!(p.client.is_none(), "{} is attached but has a TTL", p.id);
                     assert_eq!(p.expires, Some(at), "{}'s expiry is not its timer", p.id);
                 }
+                Timer::Deadline(slot) => {
+                    let p = self.packages.get(slot).expect("deadline of a freed package");
+                    assert!(p.deadline_armed, "{}'s deadline timer is not marked", p.id);
+                    assert_eq!(p.deadline, Some(at), "{}'s deadline is not its timer", p.id);
+                }
+                Timer::Hedge(id, attempt) => {
+                    let task = self
+                        .tasks
+                        .get(id.0)
+                        .unwrap_or_else(|| panic!("hedge timer of freed {id}"));
+                    assert!(
+                        matches!(task.state, TaskState::Running { .. }),
+                        "hedge timer of {id}, which is {:?}",
+                        task.state
+                    );
+                    assert_eq!(task.attempt, attempt, "hedge timer of an old attempt of {id}");
+                    assert_eq!(task.hedge_at, Some(at), "{id}'s hedge_at is not its timer");
+                }
             }
             armed += 1;
         }
+        let hedges = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.hedge_at.is_some())
+            .count();
+        let drops = self
+            .packages
+            .iter()
+            .filter(|(_, p)| p.deadline_armed)
+            .count();
         let deadlines = self
             .tasks
             .iter()
@@ -93,7 +128,11 @@ impl Core {
             .iter()
             .filter(|(_, p)| p.expires.is_some())
             .count();
-        assert_eq!(armed, deadlines + expiries, "timers and deadlines disagree");
+        assert_eq!(
+            armed,
+            deadlines + expiries + hedges + drops,
+            "timers and deadlines disagree"
+        );
     }
 
     /// Every task points at a live package (unless cancelled) and at a worker that holds it.
@@ -141,6 +180,23 @@ impl Core {
                     continue;
                 }
             }
+            if let Some(g) = task.group {
+                let group = self
+                    .groups
+                    .get(g)
+                    .unwrap_or_else(|| panic!("{id} is in freed group {g}"));
+                assert!(group.copies.contains(&id), "{id} is not in its group's copies");
+                assert_eq!(group.package, task.package, "{id}'s group is of another package");
+                assert_eq!(group.index, task.index, "{id}'s group is of another index");
+            } else {
+                assert!(!task.shadow, "shadow {id} is in no group");
+            }
+            if let TaskState::Running { .. } = task.state {
+                tally.running_work_us += self.packages.get(task.package).map_or(0, |p| p.est_us);
+            }
+            if task.shadow {
+                continue;
+            }
             self.check_task_in_package(id, task);
             let entry = tally.per_package.entry(task.package).or_default();
             match task.state {
@@ -169,12 +225,39 @@ impl Core {
         );
     }
 
-    /// Each queued task has exactly one live queue entry, at its package's priority, and the
-    /// queue's counts are exact.
+    /// Each group has live copies of one task, exactly one of them the package's listed copy.
+    fn check_groups(&self) {
+        for (g, group) in self.groups.iter() {
+            assert!(!group.copies.is_empty(), "group {g} has no live copy");
+            let mut listed = 0;
+            for c in &group.copies {
+                let t = self
+                    .tasks
+                    .get(c.0)
+                    .unwrap_or_else(|| panic!("group {g} lists freed {c}"));
+                assert_eq!(t.group, Some(g), "{c} is listed by group {g} but is not in it");
+                assert!(
+                    matches!(t.state, TaskState::Queued | TaskState::Running { .. }),
+                    "{c} of group {g} is {:?}",
+                    t.state
+                );
+                listed += usize::from(!t.shadow);
+            }
+            assert_eq!(listed, 1, "group {g} has {listed} listed copies");
+            assert!(
+                usize::from(group.started) >= group.copies.len() + group.votes.len(),
+                "group {g} counts fewer started copies than it has"
+            );
+        }
+    }
+
+    /// Each queued task has exactly one live queue entry, in its package's queue with its
+    /// package's key, and the queue's counts are exact.
     fn check_queue(&self, queued_tasks: usize) {
+        self.queue.check();
         let mut live = HashSet::new();
         let mut entries = 0;
-        for (priority, id) in self.queue.iter() {
+        for (slot, key, id) in self.queue.iter() {
             entries += 1;
             let Some(task) = self
                 .tasks
@@ -184,16 +267,8 @@ impl Core {
                 continue;
             };
             assert!(live.insert(id), "{id} is queued twice");
-            let expected = self
-                .packages
-                .get(task.package)
-                .expect("checked by check_tasks")
-                .opts
-                .priority;
-            assert_eq!(
-                priority, expected,
-                "{id} is queued at priority {priority}, not {expected}"
-            );
+            assert_eq!(task.package, slot, "{id} is queued under another package");
+            assert_eq!(key, self.queue_key(slot), "{id} is queued with a stale key");
         }
         let (counted, tombstones) = (self.queue.len(), self.queue.tombstones());
         let found = live.len();
@@ -222,8 +297,13 @@ impl Core {
             }
         }
         let mut in_flight = 0;
+        let (mut credits, mut slots) = (0u64, 0u64);
         for (&id, w) in &self.workers {
             in_flight += w.in_flight.len();
+            credits += u64::from(w.credits);
+            if !w.draining {
+                slots += u64::from(w.slots);
+            }
             for task in &w.in_flight {
                 let holder = self.tasks.get(task.0).and_then(Task::holder);
                 assert_eq!(
@@ -254,6 +334,8 @@ impl Core {
             in_flight, held_tasks,
             "in-flight sets hold {in_flight} tasks, {held_tasks} tasks are held"
         );
+        assert_eq!(credits, self.free_credits, "free credits sum");
+        assert_eq!(slots, self.total_slots, "worker slots sum");
     }
 
     /// Package counters match the tasks and add up; owners, ids, keys and functions agree.

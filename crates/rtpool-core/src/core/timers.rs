@@ -32,11 +32,15 @@ impl Core {
         self.timers.insert((at, Timer::Task(id, task.attempt)), ());
     }
 
-    /// Disarms a task's time limit (its worker answered, returned it, or was lost).
+    /// Disarms a task's time limit and straggler check (its worker answered, returned it, or
+    /// was lost; the master answered it).
     pub(super) fn disarm_task_timer(&mut self, id: TaskId) {
         if let Some(task) = self.tasks.get_mut(id.0) {
             if let Some(at) = task.deadline.take() {
                 self.timers.remove(&(at, Timer::Task(id, task.attempt)));
+            }
+            if let Some(at) = task.hedge_at.take() {
+                self.timers.remove(&(at, Timer::Hedge(id, task.attempt)));
             }
         }
     }
@@ -45,6 +49,7 @@ impl Core {
     pub(super) fn on_tick(&mut self, now: Instant, out: &mut Vec<Action>) {
         let mut results = Results::default();
         let mut aborts = Aborts::new();
+        let mut dispatch = false;
         while let Some((&(at, timer), _)) = self.timers.first_key_value() {
             if at > now {
                 break;
@@ -60,10 +65,56 @@ impl Core {
                     self.push_results(std::mem::take(&mut results), out);
                     self.expire(slot, out);
                 }
+                Timer::Deadline(slot) => {
+                    self.drop_missed(slot, now, &mut results);
+                    // Freed only after its results are out (below).
+                    self.push_results(std::mem::take(&mut results), out);
+                    self.compact_queue_if_sparse();
+                }
+                Timer::Hedge(id, attempt) => {
+                    self.on_hedge_timer(id, attempt, now);
+                    dispatch = true;
+                }
             }
         }
         self.push_results(results, out);
         self.push_aborts(aborts, out);
+        if dispatch {
+            self.dispatch(now, out);
+        }
+    }
+
+    /// A package's deadline passed with `on_miss = drop`: each of its unfinished tasks fails
+    /// with status 7 (running ones are aborted on their workers). O(tasks of the package).
+    fn drop_missed(&mut self, slot: u64, now: Instant, results: &mut Results) {
+        let Some(p) = self.packages.get_mut(slot) else {
+            return;
+        };
+        p.deadline_armed = false;
+        let ids = p.tasks.clone();
+        for id in ids {
+            let Some(task) = self.tasks.get(id.0) else {
+                continue;
+            };
+            let running = match task.state {
+                TaskState::Queued => None,
+                TaskState::Running { worker, .. } => Some((worker, task.attempt)),
+                _ => continue,
+            };
+            let outcome = Self::system_outcome(
+                task,
+                TaskStatus::Missed,
+                "the task's deadline passed before it finished; its package's on_miss policy \
+                 is drop, so it was dropped"
+                    .to_owned(),
+                now,
+            );
+            let outcome = self.finish_task(id, outcome, now);
+            if let Some((worker, attempt)) = running {
+                self.pending_aborts.push((worker, id, attempt));
+            }
+            results.add(self, slot, outcome);
+        }
     }
 
     /// Fails a running attempt that is past its limit: the client gets status 4, the worker an
@@ -109,8 +160,12 @@ impl Core {
             )
         };
         let outcome = Self::system_outcome(task, TaskStatus::Timeout, message, now);
-        let outcome = self.finish_task(id, outcome);
         self.timed_out += 1;
+        if task.group.is_some() {
+            self.copy_answered(id, worker, outcome, true, now, results);
+            return;
+        }
+        let outcome = self.finish_task(id, outcome, now);
         aborts.push((worker, id, attempt));
         results.add(self, slot, outcome);
     }
@@ -196,7 +251,7 @@ impl Core {
                         .to_owned(),
                     now,
                 );
-                let outcome = self.finish_task(id, outcome);
+                let outcome = self.finish_task(id, outcome, now);
                 self.quota_failed += 1;
                 if let Some((worker, attempt)) = running {
                     aborts.push((worker, id, attempt));

@@ -17,6 +17,7 @@ impl Core {
         }
         let epoch = self.next_epoch;
         self.next_epoch += 1;
+        self.total_slots += u64::from(slots);
         self.workers.insert(worker, Worker::new(slots, epoch));
     }
 
@@ -34,7 +35,9 @@ impl Core {
         if w.draining {
             return;
         }
+        let before = w.credits;
         w.credits = w.credits.saturating_add(credits);
+        self.free_credits += u64::from(w.credits - before);
         self.ring_if_hungry(worker);
         self.dispatch(now, out);
     }
@@ -52,7 +55,8 @@ impl Core {
         let mut batch = Results::default();
         let mut exhausted: Vec<UserId> = Vec::new();
         for result in results {
-            if let Some((slot, outcome)) = self.accept_result(worker, result, now, &mut exhausted) {
+            let accepted = self.accept_result(worker, result, now, &mut exhausted, &mut batch);
+            if let Some((slot, outcome)) = accepted {
                 batch.add(self, slot, outcome);
             }
         }
@@ -71,6 +75,7 @@ impl Core {
         r: WorkerOutcome,
         now: Instant,
         exhausted: &mut Vec<UserId>,
+        batch: &mut Results,
     ) -> Option<(u64, TaskOutcome)> {
         let Some(task) = self
             .tasks
@@ -86,7 +91,10 @@ impl Core {
             w.in_flight.remove(&r.task);
         }
         // The worker spent the time whatever became of the result.
-        if self.packages.get(slot).is_some() {
+        if let Some(p) = self.packages.get(slot) {
+            if r.status == TaskStatus::Ok {
+                self.estimates.entry(p.fn_hash).or_default().add(r.exec_us);
+            }
             if let Some(user) = self.charge(slot, r.exec_us) {
                 exhausted.push(user);
             }
@@ -106,8 +114,13 @@ impl Core {
                     flush_us: r.flush_us,
                     late_us: 0,
                 };
+                if task.group.is_some() {
+                    // One vote of several: the group decides whether there is a result.
+                    self.copy_answered(r.task, worker, outcome, false, now, batch);
+                    return None;
+                }
                 // Now `Done` with no holder: the in-flight entry is already gone.
-                let outcome = self.finish_task(r.task, outcome);
+                let outcome = self.finish_task(r.task, outcome, now);
                 let task = self.tasks.get_mut(r.task.0).expect("just finished");
                 task.state = TaskState::Done {
                     holder: None,
@@ -141,6 +154,7 @@ impl Core {
         // more than it can run soon, so tasks must not flow straight back to it. It asks again
         // with `Credit`. (Its ring entry, if any, is skipped when reached, as after a drain.)
         if let Some(w) = self.workers.get_mut(&worker) {
+            self.free_credits -= u64::from(w.credits);
             w.credits = 0;
         }
         // Reversed, so that after the pushes to the front the first returned task is first.
@@ -160,6 +174,10 @@ impl Core {
     /// skipped when reached.
     pub(super) fn on_drain(&mut self, worker: WorkerId) {
         if let Some(w) = self.workers.get_mut(&worker) {
+            self.free_credits -= u64::from(w.credits);
+            if !w.draining {
+                self.total_slots -= u64::from(w.slots);
+            }
             w.credits = 0;
             w.draining = true;
         }
@@ -172,6 +190,10 @@ impl Core {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
+        self.free_credits -= u64::from(w.credits);
+        if !w.draining {
+            self.total_slots -= u64::from(w.slots);
+        }
         let mut held: Vec<(u64, TaskId)> = w
             .in_flight
             .iter()
@@ -213,14 +235,18 @@ impl Core {
                         names.join(", ")
                     );
                     let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
-                    let outcome = self.finish_task(id, outcome);
+                    self.poisoned += 1;
+                    if task.group.is_some() {
+                        self.copy_answered(id, worker, outcome, false, now, &mut poisoned);
+                        continue;
+                    }
+                    let outcome = self.finish_task(id, outcome, now);
                     // The lost worker holds nothing any more.
                     let task = self.tasks.get_mut(id.0).expect("just finished");
                     task.state = TaskState::Done {
                         holder: None,
                         acked: false,
                     };
-                    self.poisoned += 1;
                     poisoned.add(self, slot, outcome);
                     continue;
                 }

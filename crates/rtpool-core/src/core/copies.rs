@@ -1,0 +1,310 @@
+//! Copies of a task: replicas validated by quorum, copies added after a disagreement, and
+//! straggler hedges (see [`crate::group`]). Every operation here touches one group, at most
+//! `max_copies` (16) tasks: O(1) in the size of the state.
+
+use super::timers::Results;
+use super::{Core, Timer};
+use crate::event::{TaskOutcome, TaskStatus};
+use crate::group::{Group, Vote};
+use crate::ids::{Instant, TaskId, WorkerId};
+use crate::task::{Task, TaskState};
+
+impl Core {
+    /// Makes a task the first copy of a group, if it is not in one yet. Returns the group.
+    pub(super) fn ensure_group(&mut self, id: TaskId) -> u64 {
+        let task = self.tasks.get(id.0).expect("group of a freed task");
+        if let Some(g) = task.group {
+            return g;
+        }
+        let g = self.groups.insert(Group::new(task.package, task.index, id));
+        self.tasks.get_mut(id.0).expect("checked").group = Some(g);
+        g
+    }
+
+    /// Starts one more copy of the task `of` (any live copy of it): a shadow, queued at the
+    /// front of its package (`front`) or the back. Returns it.
+    pub(super) fn new_copy(&mut self, of: TaskId, now: Instant, front: bool) -> TaskId {
+        let g = self.ensure_group(of);
+        let task = self.tasks.get(of.0).expect("copy of a freed task");
+        let mut copy = Task::new(task.package, task.index, task.args.clone(), now);
+        copy.submitted_at = task.submitted_at;
+        copy.group = Some(g);
+        copy.shadow = true;
+        let id = TaskId(self.tasks.insert(copy));
+        let group = self.groups.get_mut(g).expect("live group");
+        group.copies.push(id);
+        group.started = group.started.saturating_add(1);
+        self.extra_copies += 1;
+        self.enqueue(id, front);
+        id
+    }
+
+    /// Whether `worker` already holds or answered another copy of the task: copies run on
+    /// distinct workers, so agreeing answers are independent.
+    pub(super) fn conflicts(&self, id: TaskId, worker: WorkerId) -> bool {
+        let Some(group) = self
+            .tasks
+            .get(id.0)
+            .and_then(|t| t.group)
+            .and_then(|g| self.groups.get(g))
+        else {
+            return false;
+        };
+        group.votes.iter().any(|v| v.worker == worker)
+            || group.copies.iter().any(|&c| {
+                c != id && self.tasks.get(c.0).and_then(Task::holder) == Some(worker)
+            })
+    }
+
+    /// Cancels a live copy that lost the race (or whose task ended otherwise): a queued one is
+    /// freed, a running one is aborted on its worker and freed when the worker answers.
+    pub(super) fn cancel_copy(&mut self, id: TaskId) {
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
+        task.group = None;
+        let slot = task.package;
+        match task.state {
+            TaskState::Queued => {
+                self.tasks.remove(id.0);
+                self.queue.forget_one(slot);
+            }
+            TaskState::Running { worker, seq, .. } => {
+                task.state = TaskState::Cancelled { worker, seq };
+                self.pending_aborts.push((worker, id, task.attempt));
+                self.disarm_task_timer(id);
+                self.leave_running(slot);
+                self.cancelling += 1;
+            }
+            _ => return,
+        }
+        self.copies_cancelled += 1;
+    }
+
+    /// A running copy leaves after answering (or being failed by the master): if its worker
+    /// still holds it (`held`, a master-made outcome) it is aborted there and freed when the
+    /// worker answers; otherwise it is freed now. It must not be the package's listed copy.
+    fn retire_copy(&mut self, id: TaskId, held: bool) {
+        self.disarm_task_timer(id);
+        let task = self.tasks.get_mut(id.0).expect("retire of a freed copy");
+        debug_assert!(task.shadow, "retire of a primary");
+        let slot = task.package;
+        let TaskState::Running { worker, seq, .. } = task.state else {
+            panic!("retire of {id} in state {:?}", task.state);
+        };
+        if held {
+            task.group = None;
+            task.state = TaskState::Cancelled { worker, seq };
+            self.pending_aborts.push((worker, id, task.attempt));
+            self.cancelling += 1;
+        } else {
+            self.tasks.remove(id.0);
+        }
+        self.leave_running(slot);
+    }
+
+    /// Makes the live copy `next` the package's listed copy instead of the running copy `old`,
+    /// which becomes a shadow (about to be retired).
+    fn promote(&mut self, next: TaskId, old: TaskId) {
+        let next_queued = {
+            let t = self.tasks.get_mut(next.0).expect("promotion of a freed copy");
+            t.shadow = false;
+            t.state == TaskState::Queued
+        };
+        let t = self.tasks.get_mut(old.0).expect("live primary");
+        t.shadow = true;
+        let (slot, index) = (t.package, t.index as usize);
+        let p = self.packages.get_mut(slot).expect("live package");
+        p.tasks[index] = next;
+        p.counts.running -= 1;
+        if next_queued {
+            p.counts.queued += 1;
+        } else {
+            p.counts.running += 1;
+        }
+    }
+
+    /// One copy of a grouped task answered (`held == false`: its worker sent a result or was
+    /// lost) or the master failed it (`held == true`: a time limit; the worker still runs it).
+    /// The answer is a vote; `quorum` byte-equal votes accept it, the other copies are
+    /// cancelled. Otherwise more copies start (up to `max_copies`) while the quorum can still
+    /// be reached, and with no copy left the task fails with status 8, every answer attached.
+    pub(super) fn copy_answered(
+        &mut self,
+        id: TaskId,
+        worker: WorkerId,
+        outcome: TaskOutcome,
+        held: bool,
+        now: Instant,
+        results: &mut Results,
+    ) {
+        self.disarm_task_timer(id);
+        let task = self.tasks.get(id.0).expect("answer of a freed copy");
+        let (g, slot, is_primary) = (
+            task.group.expect("a grouped copy"),
+            task.package,
+            !task.shadow,
+        );
+        let opts = &self.packages.get(slot).expect("live package").opts;
+        let (quorum, max_copies) = (usize::from(opts.quorum()), opts.max_copies());
+        let group = self.groups.get_mut(g).expect("live group");
+        group.copies.retain(|&c| c != id);
+        group.votes.push(Vote {
+            worker,
+            status: outcome.status,
+            data: outcome.data.clone(),
+        });
+        let agree = group.agreeing(outcome.status, &outcome.data);
+        if agree >= quorum {
+            let winner = if is_primary {
+                id
+            } else {
+                self.retire_copy(id, held);
+                self.hedge_wins += u64::from(self.groups.get(g).is_some_and(|g| g.hedged));
+                let index = self.groups.get(g).expect("live group").index;
+                self.packages.get(slot).expect("live package").tasks[index as usize]
+            };
+            self.finish_copy_task(winner, outcome, is_primary && !held, now, results);
+            return;
+        }
+        if group.votes.len() > 1 && agree == 1 {
+            self.disagreements += 1;
+        }
+        let need = quorum.saturating_sub(group.best_agreement());
+        let room = usize::from(max_copies.saturating_sub(group.started));
+        let spawn = need.saturating_sub(group.copies.len()).min(room);
+        for _ in 0..spawn {
+            self.new_copy(id, now, true);
+        }
+        let group = self.groups.get(g).expect("live group");
+        if !is_primary {
+            self.retire_copy(id, held);
+            return;
+        }
+        // The listed copy answered without deciding the task: another live copy takes its
+        // place, or, with none left, the task fails.
+        let next = group
+            .copies
+            .iter()
+            .copied()
+            .find(|&c| {
+                matches!(
+                    self.tasks.get(c.0).map(|t| t.state),
+                    Some(TaskState::Running { .. })
+                )
+            })
+            .or_else(|| group.copies.first().copied());
+        if let Some(next) = next {
+            self.promote(next, id);
+            self.retire_copy(id, held);
+            return;
+        }
+        let data = group.disagreement(quorum as u8);
+        let message = Self::system_outcome(
+            self.tasks.get(id.0).expect("live"),
+            TaskStatus::Disagree,
+            String::new(),
+            now,
+        );
+        let failed = TaskOutcome { data, ..message };
+        self.quorum_failed += 1;
+        self.finish_copy_task(id, failed, !held, now, results);
+    }
+
+    /// Finishes the package's listed copy with `outcome` (which cancels the other copies). If
+    /// `answered`, its own worker sent the answer and holds nothing; otherwise a worker still
+    /// running it is told to abort.
+    fn finish_copy_task(
+        &mut self,
+        id: TaskId,
+        outcome: TaskOutcome,
+        answered: bool,
+        now: Instant,
+        results: &mut Results,
+    ) {
+        let task = self.tasks.get(id.0).expect("finish of a freed task");
+        let slot = task.package;
+        let running_on = match task.state {
+            TaskState::Running { worker, .. } => Some((worker, task.attempt)),
+            _ => None,
+        };
+        let outcome = self.finish_task(id, outcome, now);
+        if let Some((worker, attempt)) = running_on {
+            if answered {
+                let task = self.tasks.get_mut(id.0).expect("just finished");
+                task.state = TaskState::Done {
+                    holder: None,
+                    acked: false,
+                };
+            } else {
+                self.pending_aborts.push((worker, id, attempt));
+            }
+        }
+        results.add(self, slot, outcome);
+    }
+
+    /// Arms a hedged task's straggler check when it starts: after `hedge_factor` times its
+    /// function's p95, or earlier when its deadline would be at risk (less than a p95 left).
+    /// Nothing is armed until the function's estimate rests on enough results.
+    pub(super) fn arm_hedge(&mut self, id: TaskId, now: Instant) {
+        let task = self.tasks.get(id.0).expect("hedge of a freed task");
+        let p = self.packages.get(task.package).expect("live package");
+        if !p.opts.hedge {
+            return;
+        }
+        let (fn_hash, deadline) = (p.fn_hash, p.deadline);
+        let Some(est) = self.trusted_estimate(&fn_hash) else {
+            return;
+        };
+        let p95_ns = est.p95_us.max(1) * 1_000;
+        let delay = (p95_ns as f64 * self.config.hedge_factor.max(1.0)) as u64;
+        let mut at = now.0.saturating_add(delay);
+        if let Some(deadline) = deadline {
+            at = at.min(deadline.0.saturating_sub(p95_ns).max(now.0));
+        }
+        self.arm_hedge_at(id, Instant(at));
+    }
+
+    fn arm_hedge_at(&mut self, id: TaskId, at: Instant) {
+        let task = self.tasks.get_mut(id.0).expect("hedge of a freed task");
+        if let Some(old) = task.hedge_at.replace(at) {
+            self.timers.remove(&(old, Timer::Hedge(id, task.attempt)));
+        }
+        self.timers.insert((at, Timer::Hedge(id, task.attempt)), ());
+    }
+
+    /// A hedged attempt's check fired: if it still runs, start a backup copy for another
+    /// worker — unless no other worker has a free credit now (then check again a p95 later).
+    /// One hedge per task, within `max_copies`.
+    pub(super) fn on_hedge_timer(&mut self, id: TaskId, attempt: u32, now: Instant) {
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
+        let TaskState::Running { worker, .. } = task.state else {
+            return;
+        };
+        if task.attempt != attempt {
+            return;
+        }
+        task.hedge_at = None;
+        let slot = task.package;
+        let group = task.group.and_then(|g| self.groups.get(g));
+        let p = self.packages.get(slot).expect("live package");
+        if group.is_some_and(|g| g.hedged || g.started >= p.opts.max_copies()) {
+            return;
+        }
+        let fn_hash = p.fn_hash;
+        let own = self.workers.get(&worker).map_or(0, |w| u64::from(w.credits));
+        if self.free_credits <= own {
+            let retry = self
+                .estimate(&fn_hash)
+                .map_or(1_000, |e| e.p95_us.max(1_000));
+            self.arm_hedge_at(id, Instant(now.0.saturating_add(retry * 1_000)));
+            return;
+        }
+        self.new_copy(id, now, true);
+        let g = self.tasks.get(id.0).and_then(|t| t.group).expect("grouped");
+        self.groups.get_mut(g).expect("live group").hedged = true;
+        self.hedges += 1;
+    }
+}

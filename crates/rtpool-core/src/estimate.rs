@@ -1,0 +1,194 @@
+//! [`Estimator`]: a running estimate of one function's execution time, learned from the
+//! execution times workers report.
+//!
+//! A histogram of fixed log-spaced buckets (four per octave, so a quantile is known within
+//! 19 %) from 1 us to about 12 days. When it has counted [`WINDOW`] samples every count and the
+//! sum are halved, so the estimate follows a function whose cost changes, with older samples
+//! weighing less. Adding a sample is O(1); a quantile walks the fixed bucket array, O(1) in the
+//! size of the state (and cached until the next sample).
+
+/// Buckets per doubling of the execution time.
+const PER_OCTAVE: u32 = 4;
+/// Buckets: 40 octaves cover 1 us to 2^40 us (about 12.7 days).
+const BUCKETS: usize = 40 * PER_OCTAVE as usize;
+/// Samples counted before the counts are halved.
+const WINDOW: u32 = 1024;
+
+/// What the core knows of a function's execution time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Estimate {
+    /// Results it was learned from (all of them, not only the current window).
+    pub samples: u64,
+    /// Mean of the current window, microseconds.
+    pub mean_us: u64,
+    /// Median, microseconds (a bucket's upper bound, at most the largest sample).
+    pub p50_us: u64,
+    /// 95th percentile, microseconds (likewise).
+    pub p95_us: u64,
+}
+
+/// The running histogram of one function.
+#[derive(Debug, Clone)]
+pub(crate) struct Estimator {
+    counts: Box<[u32; BUCKETS]>,
+    /// Samples in the window (sum of `counts`).
+    window: u32,
+    /// Sum of the window's samples, halved with the counts.
+    sum_us: u64,
+    /// Largest sample ever seen: caps a quantile, which is otherwise a bucket's upper bound.
+    max_us: u64,
+    samples: u64,
+    /// The estimate as of the last sample, computed on demand.
+    cached: Option<Estimate>,
+}
+
+impl Default for Estimator {
+    fn default() -> Self {
+        Self {
+            counts: Box::new([0; BUCKETS]),
+            window: 0,
+            sum_us: 0,
+            max_us: 0,
+            samples: 0,
+            cached: None,
+        }
+    }
+}
+
+/// The bucket of a duration: `floor(log2(us) * PER_OCTAVE)`, by the leading bit and the two
+/// bits after it.
+fn bucket(us: u64) -> usize {
+    let us = us.max(1);
+    let octave = 63 - us.leading_zeros();
+    // The two bits below the leading one pick the quarter octave, roughly (linear within it).
+    let frac = if octave >= 2 {
+        (us >> (octave - 2)) & 0b11
+    } else {
+        (us << (2 - octave)) & 0b11
+    };
+    ((octave * PER_OCTAVE) as usize + frac as usize).min(BUCKETS - 1)
+}
+
+/// The upper bound (exclusive) of a bucket, microseconds.
+fn upper(bucket: usize) -> u64 {
+    let octave = bucket as u32 / PER_OCTAVE;
+    let frac = bucket as u64 % u64::from(PER_OCTAVE);
+    let base = 1u64 << octave;
+    // Quarter steps of the octave: base * (4 + frac + 1) / 4.
+    (base * (4 + frac + 1)).div_ceil(4)
+}
+
+impl Estimator {
+    /// Counts one execution time.
+    pub(crate) fn add(&mut self, us: u64) {
+        if self.window >= WINDOW {
+            for c in self.counts.iter_mut() {
+                *c /= 2;
+            }
+            self.window = self.counts.iter().sum();
+            self.sum_us /= 2;
+        }
+        self.counts[bucket(us)] += 1;
+        self.window += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
+        self.max_us = self.max_us.max(us);
+        self.samples += 1;
+        self.cached = None;
+    }
+
+    /// Results learned from.
+    pub(crate) fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// The current estimate (`samples == 0`: nothing known).
+    pub(crate) fn estimate(&mut self) -> Estimate {
+        if let Some(e) = self.cached {
+            return e;
+        }
+        let e = if self.window == 0 {
+            Estimate::default()
+        } else {
+            Estimate {
+                samples: self.samples,
+                mean_us: self.sum_us / u64::from(self.window),
+                p50_us: self.quantile(0.50),
+                p95_us: self.quantile(0.95),
+            }
+        };
+        self.cached = Some(e);
+        e
+    }
+
+    /// The upper bound of the bucket holding the `q` quantile, capped by the largest sample.
+    fn quantile(&self, q: f64) -> u64 {
+        let rank = (f64::from(self.window) * q).ceil().max(1.0) as u32;
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return upper(i).min(self.max_us).max(1);
+            }
+        }
+        self.max_us
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_bound_their_samples() {
+        let mut last = 0;
+        for us in [1u64, 2, 3, 4, 5, 7, 8, 9, 100, 1_000, 10_000, 123_456, 1 << 30] {
+            let b = bucket(us);
+            assert!(b >= last, "bucket({us}) = {b} < {last}");
+            last = b;
+            assert!(upper(b) > us, "upper({b}) = {} <= {us}", upper(b));
+            assert!(
+                upper(b) as f64 <= us as f64 * 1.26 + 1.0,
+                "upper({b}) = {} too far above {us}",
+                upper(b)
+            );
+        }
+    }
+
+    #[test]
+    fn quantiles_of_a_known_distribution() {
+        let mut e = Estimator::default();
+        // 90 samples of 10 ms, 10 of 100 ms: p50 ~10 ms, p95 ~100 ms, mean 19 ms.
+        for _ in 0..90 {
+            e.add(10_000);
+        }
+        for _ in 0..10 {
+            e.add(100_000);
+        }
+        let est = e.estimate();
+        assert_eq!(est.samples, 100);
+        assert_eq!(est.mean_us, 19_000);
+        assert!((10_000..=12_500).contains(&est.p50_us), "{est:?}");
+        assert!((100_000..=125_000).contains(&est.p95_us), "{est:?}");
+    }
+
+    #[test]
+    fn old_samples_fade() {
+        let mut e = Estimator::default();
+        for _ in 0..WINDOW {
+            e.add(1_000);
+        }
+        // Three halvings later, the old samples are an eighth of the window.
+        for _ in 0..(3 * WINDOW) {
+            e.add(50_000);
+        }
+        let est = e.estimate();
+        assert!(est.p50_us >= 50_000, "{est:?}");
+        assert_eq!(est.samples, u64::from(4 * WINDOW));
+        assert!(e.window <= WINDOW + 1);
+    }
+
+    #[test]
+    fn empty_estimator_knows_nothing() {
+        assert_eq!(Estimator::default().estimate(), Estimate::default());
+    }
+}
