@@ -358,6 +358,16 @@ pub enum RejectReason {
     /// Options that contradict each other or exceed a limit.
     #[error("invalid options: {0}")]
     InvalidOptions(String),
+    /// Admission control: no worker slot is connected (or every worker drains), so nothing
+    /// can finish by the deadline.
+    #[error(
+        "admission refused: no worker slot is connected, so nothing can finish by the deadline \
+         of {deadline_us} us; start workers or submit without admit"
+    )]
+    NoWorkerSlots {
+        /// Its deadline, after submission.
+        deadline_us: u64,
+    },
     /// Admission control: the package cannot finish by its deadline.
     #[error(
         "admission refused: {tasks} tasks are estimated to finish {finish_us} us after \

@@ -130,7 +130,10 @@ impl Core {
         let total = match checked {
             Ok(total) => total,
             Err(reason) => {
-                if matches!(reason, RejectReason::Admission { .. }) {
+                if matches!(
+                    reason,
+                    RejectReason::Admission { .. } | RejectReason::NoWorkerSlots { .. }
+                ) {
                     self.admission_refused += 1;
                 }
                 out.push(Action::Rejected {
@@ -284,7 +287,7 @@ impl Core {
             backlog_us,
         };
         if slots == 0 {
-            return Err(refuse(u64::MAX));
+            return Err(RejectReason::NoWorkerSlots { deadline_us });
         }
         if est.samples == 0 {
             return Ok(());

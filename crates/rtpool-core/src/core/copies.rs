@@ -103,6 +103,24 @@ impl Core {
         self.leave_running(slot);
     }
 
+    /// The live copy of the group to list next: a running one if any (it is nearest to an
+    /// answer), else the first.
+    fn next_primary(&self, g: u64) -> TaskId {
+        let group = self.groups.get(g).expect("live group");
+        group
+            .copies
+            .iter()
+            .copied()
+            .find(|&c| {
+                matches!(
+                    self.tasks.get(c.0).map(|t| t.state),
+                    Some(TaskState::Running { .. })
+                )
+            })
+            .or_else(|| group.copies.first().copied())
+            .expect("a group with a live copy")
+    }
+
     /// Makes the live copy `next` the package's listed copy instead of the running copy `old`,
     /// which becomes a shadow (about to be retired).
     fn promote(&mut self, next: TaskId, old: TaskId) {
@@ -149,6 +167,17 @@ impl Core {
         let (quorum, max_copies) = (usize::from(opts.quorum()), opts.max_copies());
         let group = self.groups.get_mut(g).expect("live group");
         group.copies.retain(|&c| c != id);
+        // A failure the master made up (a time limit, a lost worker) is not an answer while
+        // another copy may still give one: the copy just leaves.
+        let system = held || outcome.status == TaskStatus::Lost;
+        if system && !group.copies.is_empty() {
+            if is_primary {
+                let next = self.next_primary(g);
+                self.promote(next, id);
+            }
+            self.retire_copy(id, held);
+            return;
+        }
         group.votes.push(Vote {
             worker,
             status: outcome.status,
@@ -183,18 +212,8 @@ impl Core {
         }
         // The listed copy answered without deciding the task: another live copy takes its
         // place, or, with none left, the task fails.
-        let next = group
-            .copies
-            .iter()
-            .copied()
-            .find(|&c| {
-                matches!(
-                    self.tasks.get(c.0).map(|t| t.state),
-                    Some(TaskState::Running { .. })
-                )
-            })
-            .or_else(|| group.copies.first().copied());
-        if let Some(next) = next {
+        if !group.copies.is_empty() {
+            let next = self.next_primary(g);
             self.promote(next, id);
             self.retire_copy(id, held);
             return;

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use rtpool_core::{
-    Action, AssignTask, ClientId, Core, CoreConfig, Event, FnHash, Instant, PackageId, PackageOpts,
-    TaskId, TaskOutcome, TaskStatus, UserId, WorkerId, WorkerOutcome,
+    Action, AssignTask, ClientId, Core, CoreConfig, Event, FnHash, Instant, MissPolicy, PackageId,
+    PackageOpts, TaskId, TaskOutcome, TaskStatus, UserId, WorkerId, WorkerOutcome,
 };
 
 /// The hash of test function `n`.
@@ -38,6 +38,20 @@ pub struct Spec {
     pub timeout_ms: u32,
     /// Idempotency key ("": none).
     pub key: &'static str,
+    /// Deadline, ms after submission (0: none).
+    pub deadline_ms: u32,
+    /// Drop tasks that cannot make the deadline.
+    pub drop_late: bool,
+    /// Admission control.
+    pub admit: bool,
+    /// Copies per task (0/1: one).
+    pub replicas: u8,
+    /// Agreeing results needed (0/1: first wins).
+    pub quorum: u8,
+    /// Most copies ever (0: default).
+    pub max_copies: u8,
+    /// Straggler hedging.
+    pub hedge: bool,
 }
 
 impl Spec {
@@ -49,6 +63,59 @@ impl Spec {
             function: 0,
             timeout_ms: 0,
             key: "",
+            deadline_ms: 0,
+            drop_late: false,
+            admit: false,
+            replicas: 0,
+            quorum: 0,
+            max_copies: 0,
+            hedge: false,
+        }
+    }
+
+    /// The same, with a deadline `ms` after submission.
+    pub fn deadline_ms(self, deadline_ms: u32) -> Self {
+        Self {
+            deadline_ms,
+            ..self
+        }
+    }
+
+    /// The same, with `on_miss = drop`.
+    pub fn drop_late(self) -> Self {
+        Self {
+            drop_late: true,
+            ..self
+        }
+    }
+
+    /// The same, with admission control.
+    pub fn admit(self) -> Self {
+        Self {
+            admit: true,
+            ..self
+        }
+    }
+
+    /// The same, with `replicas` copies and a quorum of `quorum`.
+    pub fn replicas(self, replicas: u8, quorum: u8) -> Self {
+        Self {
+            replicas,
+            quorum,
+            ..self
+        }
+    }
+
+    /// The same, with at most `max_copies` copies.
+    pub fn max_copies(self, max_copies: u8) -> Self {
+        Self { max_copies, ..self }
+    }
+
+    /// The same, with straggler hedging.
+    pub fn hedge(self) -> Self {
+        Self {
+            hedge: true,
+            ..self
         }
     }
 
@@ -265,7 +332,17 @@ impl TestEnv {
                 priority: spec.priority,
                 timeout_ms: spec.timeout_ms,
                 key: spec.key.to_string(),
-                ..PackageOpts::default()
+                deadline_ms: spec.deadline_ms,
+                on_miss: if spec.drop_late {
+                    MissPolicy::Drop
+                } else {
+                    MissPolicy::Run
+                },
+                admit: spec.admit,
+                replicas: spec.replicas,
+                quorum: spec.quorum,
+                max_copies: spec.max_copies,
+                hedge: spec.hedge,
             },
             tasks,
         });
@@ -301,6 +378,26 @@ impl TestEnv {
     /// `exec_us`.
     pub fn complete_exec(&mut self, worker: WorkerId, task: TaskId, exec_us: u64) -> Vec<Action> {
         let mut outcome = self.outcome(task, self.attempt(task));
+        outcome.exec_us = exec_us;
+        self.step(Event::Results {
+            worker,
+            results: vec![outcome],
+        })
+    }
+
+    /// The worker publishes a result for `task` at its current attempt with `status` and
+    /// `data`, measured at `exec_us`.
+    pub fn answer(
+        &mut self,
+        worker: WorkerId,
+        task: TaskId,
+        status: TaskStatus,
+        data: &[u8],
+        exec_us: u64,
+    ) -> Vec<Action> {
+        let mut outcome = self.outcome(task, self.attempt(task));
+        outcome.status = status;
+        outcome.data = Bytes::copy_from_slice(data);
         outcome.exec_us = exec_us;
         self.step(Event::Results {
             worker,
