@@ -442,7 +442,10 @@ impl Core {
 
     /// Where the tasks of the package in `slot` queue.
     fn queue_key(&self, slot: u64) -> QueueKey {
-        let p = self.packages.get(slot).expect("queue key of a freed package");
+        let p = self
+            .packages
+            .get(slot)
+            .expect("queue key of a freed package");
         QueueKey {
             priority: p.opts.priority,
             user: p.user,
@@ -454,9 +457,17 @@ impl Core {
     /// Queues a task of a live package: at the back of its package, or at the front
     /// (returned, requeued or hedge work).
     fn enqueue(&mut self, id: TaskId, front: bool) {
-        let slot = self.tasks.get(id.0).expect("enqueue of a freed task").package;
+        let slot = self
+            .tasks
+            .get(id.0)
+            .expect("enqueue of a freed task")
+            .package;
         let key = self.queue_key(slot);
-        let est = self.packages.get(slot).expect("checked by queue_key").est_us;
+        let est = self
+            .packages
+            .get(slot)
+            .expect("checked by queue_key")
+            .est_us;
         if front {
             self.queue.push_front(slot, key, est, id);
         } else {

@@ -141,7 +141,21 @@ mod tests {
     #[test]
     fn buckets_are_monotonic_and_bound_their_samples() {
         let mut last = 0;
-        for us in [1u64, 2, 3, 4, 5, 7, 8, 9, 100, 1_000, 10_000, 123_456, 1 << 30] {
+        for us in [
+            1u64,
+            2,
+            3,
+            4,
+            5,
+            7,
+            8,
+            9,
+            100,
+            1_000,
+            10_000,
+            123_456,
+            1 << 30,
+        ] {
             let b = bucket(us);
             assert!(b >= last, "bucket({us}) = {b} < {last}");
             last = b;

@@ -66,7 +66,10 @@ impl PackageOpts {
         if self.max_copies > 0 {
             self.max_copies.max(self.replicas())
         } else {
-            self.replicas().saturating_add(self.quorum()).min(16).max(self.replicas())
+            self.replicas()
+                .saturating_add(self.quorum())
+                .min(16)
+                .max(self.replicas())
         }
     }
 }

@@ -168,7 +168,10 @@ impl ReadyQueue {
     /// (and its entry, even with no package left) until the turn comes up in [`Self::pop`], so
     /// a user never holds two turns however often its packages come and go.
     fn drop_package(&mut self, slot: u64) {
-        let pq = self.packages.remove(&slot).expect("drop of an unqueued package");
+        let pq = self
+            .packages
+            .remove(&slot)
+            .expect("drop of an unqueued package");
         debug_assert_eq!(pq.live, 0);
         self.tombstones -= pq.tasks.len();
         let user = self
@@ -203,7 +206,10 @@ impl ReadyQueue {
             };
             let pq = self.packages.get_mut(&slot).expect("queued package");
             let task = loop {
-                let task = pq.tasks.pop_front().expect("a queued package has a live entry");
+                let task = pq
+                    .tasks
+                    .pop_front()
+                    .expect("a queued package has a live entry");
                 if is_live(task) {
                     break task;
                 }
@@ -248,7 +254,12 @@ impl ReadyQueue {
                 pq.tasks.retain(|&t| is_live(t));
             }
         }
-        self.tombstones = self.packages.values().map(|pq| pq.tasks.len()).sum::<usize>() - self.live;
+        self.tombstones = self
+            .packages
+            .values()
+            .map(|pq| pq.tasks.len())
+            .sum::<usize>()
+            - self.live;
     }
 
     /// Every entry, tombstones included, as `(package slot, key, task)`. For invariant checks.
@@ -267,7 +278,12 @@ impl ReadyQueue {
         let mut listed = 0;
         for (prio, class) in &self.classes {
             assert!(!class.users.is_empty(), "empty class {}", prio.0);
-            assert_eq!(class.turns.len(), class.users.len(), "class {} turns", prio.0);
+            assert_eq!(
+                class.turns.len(),
+                class.users.len(),
+                "class {} turns",
+                prio.0
+            );
             for (user, uq) in &class.users {
                 let turns = class.turns.iter().filter(|u| *u == user).count();
                 assert_eq!(turns, 1, "{user} has {turns} turns");

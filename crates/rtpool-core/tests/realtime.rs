@@ -92,7 +92,10 @@ fn fairness_holds_for_three_users_over_many_assignments() {
     let w = env.new_worker(1);
     let got = order(&mut env, w, 90);
     for p in 1..=3 {
-        let n = got.iter().filter(|a| a.starts_with(&format!("{p}:"))).count();
+        let n = got
+            .iter()
+            .filter(|a| a.starts_with(&format!("{p}:")))
+            .count();
         assert_eq!(n, 30, "user {p} got {n} of 90: {got:?}");
     }
 }
@@ -109,12 +112,19 @@ fn results_are_scored_against_the_deadline_with_their_lateness() {
     assert_eq!(results(&on_time)[0].1[0].late_us, 0);
     env.advance(70);
     let late = env.complete(w, tasks[1]);
-    assert_eq!(results(&late)[0].1[0].late_us, 30_000, "80 ms after a 50 ms deadline");
+    assert_eq!(
+        results(&late)[0].1[0].late_us,
+        30_000,
+        "80 ms after a 50 ms deadline"
+    );
     let c = counts(&env.status(client, package));
     assert_eq!((c.met, c.missed, c.done, c.queued), (1, 1, 2, 1));
     let stats = env.core.stats();
     assert_eq!((stats.deadlines_met, stats.deadlines_missed), (1, 1));
-    assert_eq!(stats.deadline_dropped, 0, "on_miss = run: the late task still ran");
+    assert_eq!(
+        stats.deadline_dropped, 0,
+        "on_miss = run: the late task still ran"
+    );
 }
 
 #[test]
@@ -139,7 +149,10 @@ fn on_miss_drop_fails_every_unfinished_task_at_the_deadline() {
     let (package, _) = env.submit_spec(client, Spec::tasks(3).deadline_ms(50).drop_late());
     let w = env.new_worker(1);
     let running = tasks_of(&env.credit(w, 1), w)[0];
-    assert_eq!(env.core.next_timer().map(|t| t.0), Some(env.now.0 + 50_000_000));
+    assert_eq!(
+        env.core.next_timer().map(|t| t.0),
+        Some(env.now.0 + 50_000_000)
+    );
     env.advance(49);
     assert!(env.tick().is_empty(), "not yet");
     env.advance(1);
@@ -187,11 +200,18 @@ fn on_miss_drop_does_not_start_a_task_its_estimate_says_is_too_late() {
     env.advance(70);
     let w = env.new_worker(1);
     let out = env.credit(w, 2);
-    assert!(assignments(&out).is_empty(), "30 ms left, 40 ms needed: {out:?}");
+    assert!(
+        assignments(&out).is_empty(),
+        "30 ms left, 40 ms needed: {out:?}"
+    );
     let got = outcomes(&out);
     assert_eq!(got.len(), 2);
     assert!(got.iter().all(|o| o.1 == TaskStatus::Missed));
-    assert!(got[0].2.contains("could not finish by its deadline"), "{}", got[0].2);
+    assert!(
+        got[0].2.contains("could not finish by its deadline"),
+        "{}",
+        got[0].2
+    );
     assert_eq!(env.core.stats().deadline_dropped, 2);
 }
 
@@ -229,10 +249,7 @@ fn admission_refuses_what_cannot_finish_in_time_and_says_by_how_much() {
         env.credit(w, 0);
     }
     // 10 tasks of 10 ms on 2 slots: 9 x 10 ms / 2 + one p95 (10-12.5 ms) > 30 ms.
-    let (_, out) = env.submit_raw(
-        client,
-        Spec::tasks(10).function(5).deadline_ms(30).admit(),
-    );
+    let (_, out) = env.submit_raw(client, Spec::tasks(10).function(5).deadline_ms(30).admit());
     let reason = rejected(&out);
     let RejectReason::Admission {
         tasks,
@@ -246,7 +263,10 @@ fn admission_refuses_what_cannot_finish_in_time_and_says_by_how_much() {
     else {
         panic!("{reason:?}");
     };
-    assert_eq!((tasks, deadline_us, per_task_us, slots, backlog_us), (10, 30_000, 10_000, 2, 0));
+    assert_eq!(
+        (tasks, deadline_us, per_task_us, slots, backlog_us),
+        (10, 30_000, 10_000, 2, 0)
+    );
     assert!((55_000..=57_500).contains(&finish_us), "{finish_us}");
     let message = reason.to_string();
     assert!(message.contains("short by"), "{message}");
@@ -270,7 +290,13 @@ fn admission_counts_the_work_ahead_at_the_same_priority_or_higher() {
     let (_, out) = env.submit_raw(client, urgent);
     let reason = rejected(&out);
     assert!(
-        matches!(reason, RejectReason::Admission { backlog_us: 200_000, .. }),
+        matches!(
+            reason,
+            RejectReason::Admission {
+                backlog_us: 200_000,
+                ..
+            }
+        ),
         "{reason:?}"
     );
     // At a higher priority the queued work is not ahead of it.
@@ -285,7 +311,12 @@ fn admission_with_no_worker_refuses_and_with_no_estimate_admits() {
     let spec = Spec::tasks(1).function(9).deadline_ms(50).admit();
     let (_, out) = env.submit_raw(client, spec);
     let reason = rejected(&out);
-    assert_eq!(reason, RejectReason::NoWorkerSlots { deadline_us: 50_000 });
+    assert_eq!(
+        reason,
+        RejectReason::NoWorkerSlots {
+            deadline_us: 50_000
+        }
+    );
     assert!(reason.to_string().contains("no worker slot"), "{reason}");
     let w = env.new_worker(1);
     env.credit(w, 0);
@@ -312,16 +343,28 @@ fn contradictory_options_are_refused_with_a_reason() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     for (spec, words) in [
-        (Spec::tasks(1).replicas(2, 3), "quorum is 3 but replicas is 2"),
+        (
+            Spec::tasks(1).replicas(2, 3),
+            "quorum is 3 but replicas is 2",
+        ),
         (Spec::tasks(1).replicas(17, 1), "at most 16"),
         (Spec::tasks(1).admit(), "admit needs a deadline"),
         (Spec::tasks(1).drop_late(), "needs a deadline"),
-        (Spec::tasks(1).replicas(3, 1).max_copies(2), "max_copies is 2"),
+        (
+            Spec::tasks(1).replicas(3, 1).max_copies(2),
+            "max_copies is 2",
+        ),
     ] {
         let (_, out) = env.submit_raw(client, spec);
         let reason = rejected(&out);
-        assert!(matches!(reason, RejectReason::InvalidOptions(_)), "{reason:?}");
-        assert!(reason.to_string().contains(words), "{reason} lacks {words:?}");
+        assert!(
+            matches!(reason, RejectReason::InvalidOptions(_)),
+            "{reason:?}"
+        );
+        assert!(
+            reason.to_string().contains(words),
+            "{reason} lacks {words:?}"
+        );
     }
     assert_eq!(env.core.stats().packages, 0);
 }

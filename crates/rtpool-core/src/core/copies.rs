@@ -51,9 +51,10 @@ impl Core {
             return false;
         };
         group.votes.iter().any(|v| v.worker == worker)
-            || group.copies.iter().any(|&c| {
-                c != id && self.tasks.get(c.0).and_then(Task::holder) == Some(worker)
-            })
+            || group
+                .copies
+                .iter()
+                .any(|&c| c != id && self.tasks.get(c.0).and_then(Task::holder) == Some(worker))
     }
 
     /// Cancels a live copy that lost the race (or whose task ended otherwise): a queued one is
@@ -125,7 +126,10 @@ impl Core {
     /// which becomes a shadow (about to be retired).
     fn promote(&mut self, next: TaskId, old: TaskId) {
         let next_queued = {
-            let t = self.tasks.get_mut(next.0).expect("promotion of a freed copy");
+            let t = self
+                .tasks
+                .get_mut(next.0)
+                .expect("promotion of a freed copy");
             t.shadow = false;
             t.state == TaskState::Queued
         };
@@ -256,7 +260,9 @@ impl Core {
                     acked: false,
                 };
             } else {
+                // Another copy decided it while this one still runs.
                 self.pending_aborts.push((worker, id, attempt));
+                self.copies_cancelled += 1;
             }
         }
         results.add(self, slot, outcome);
@@ -313,7 +319,10 @@ impl Core {
             return;
         }
         let fn_hash = p.fn_hash;
-        let own = self.workers.get(&worker).map_or(0, |w| u64::from(w.credits));
+        let own = self
+            .workers
+            .get(&worker)
+            .map_or(0, |w| u64::from(w.credits));
         if self.free_credits <= own {
             let retry = self
                 .estimate(&fn_hash)

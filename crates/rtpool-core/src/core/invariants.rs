@@ -88,7 +88,10 @@ impl Core {
                     assert_eq!(p.expires, Some(at), "{}'s expiry is not its timer", p.id);
                 }
                 Timer::Deadline(slot) => {
-                    let p = self.packages.get(slot).expect("deadline of a freed package");
+                    let p = self
+                        .packages
+                        .get(slot)
+                        .expect("deadline of a freed package");
                     assert!(p.deadline_armed, "{}'s deadline timer is not marked", p.id);
                     assert_eq!(p.deadline, Some(at), "{}'s deadline is not its timer", p.id);
                 }
@@ -102,7 +105,10 @@ impl Core {
                         "hedge timer of {id}, which is {:?}",
                         task.state
                     );
-                    assert_eq!(task.attempt, attempt, "hedge timer of an old attempt of {id}");
+                    assert_eq!(
+                        task.attempt, attempt,
+                        "hedge timer of an old attempt of {id}"
+                    );
                     assert_eq!(task.hedge_at, Some(at), "{id}'s hedge_at is not its timer");
                 }
             }
@@ -185,8 +191,14 @@ impl Core {
                     .groups
                     .get(g)
                     .unwrap_or_else(|| panic!("{id} is in freed group {g}"));
-                assert!(group.copies.contains(&id), "{id} is not in its group's copies");
-                assert_eq!(group.package, task.package, "{id}'s group is of another package");
+                assert!(
+                    group.copies.contains(&id),
+                    "{id} is not in its group's copies"
+                );
+                assert_eq!(
+                    group.package, task.package,
+                    "{id}'s group is of another package"
+                );
                 assert_eq!(group.index, task.index, "{id}'s group is of another index");
             } else {
                 assert!(!task.shadow, "shadow {id} is in no group");
@@ -235,7 +247,11 @@ impl Core {
                     .tasks
                     .get(c.0)
                     .unwrap_or_else(|| panic!("group {g} lists freed {c}"));
-                assert_eq!(t.group, Some(g), "{c} is listed by group {g} but is not in it");
+                assert_eq!(
+                    t.group,
+                    Some(g),
+                    "{c} is listed by group {g} but is not in it"
+                );
                 assert!(
                     matches!(t.state, TaskState::Queued | TaskState::Running { .. }),
                     "{c} of group {g} is {:?}",

@@ -49,7 +49,6 @@ impl Core {
     pub(super) fn on_tick(&mut self, now: Instant, out: &mut Vec<Action>) {
         let mut results = Results::default();
         let mut aborts = Aborts::new();
-        let mut dispatch = false;
         while let Some((&(at, timer), _)) = self.timers.first_key_value() {
             if at > now {
                 break;
@@ -71,17 +70,13 @@ impl Core {
                     self.push_results(std::mem::take(&mut results), out);
                     self.compact_queue_if_sparse();
                 }
-                Timer::Hedge(id, attempt) => {
-                    self.on_hedge_timer(id, attempt, now);
-                    dispatch = true;
-                }
+                Timer::Hedge(id, attempt) => self.on_hedge_timer(id, attempt, now),
             }
         }
         self.push_results(results, out);
         self.push_aborts(aborts, out);
-        if dispatch {
-            self.dispatch(now, out);
-        }
+        // A hedge, or a copy that replaces one failed by its time limit, may wait.
+        self.dispatch(now, out);
     }
 
     /// A package's deadline passed with `on_miss = drop`: each of its unfinished tasks fails

@@ -64,6 +64,8 @@ impl Core {
         for user in exhausted {
             self.fail_for_quota(user, now, out);
         }
+        // A disagreement may have queued another copy.
+        self.dispatch(now, out);
     }
 
     /// Turns one result into the task's outcome and returns it with the package's slab key, or

@@ -1,0 +1,392 @@
+//! Redundant execution: replicas on distinct workers, quorum agreement and disagreement, the
+//! first result winning, straggler hedging, and copies meeting worker loss, cancels and time
+//! limits. Every step checks the core's invariants (through `TestEnv`).
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{aborts, outcomes, results, tasks_of, Spec, TestEnv};
+use proptest::prelude::*;
+use rtpool_core::{Action, CoreConfig, TaskId, TaskStatus, UserId, WorkerId};
+
+/// Workers, each with `credits` credits, and the tasks each was given.
+fn workers(env: &mut TestEnv, n: usize, credits: u32) -> Vec<(WorkerId, Vec<TaskId>)> {
+    (0..n)
+        .map(|_| {
+            let w = env.new_worker(credits);
+            let tasks = tasks_of(&env.credit(w, credits), w);
+            (w, tasks)
+        })
+        .collect()
+}
+
+/// Teaches the core that test function `f` runs `exec_us` per task.
+fn learn(env: &mut TestEnv, f: u8, exec_us: u64, n: usize) {
+    let client = env.new_client_of(UserId(99));
+    env.submit_spec(client, Spec::tasks(n).function(f));
+    let w = env.new_worker(1);
+    for _ in 0..n {
+        let task = tasks_of(&env.credit(w, 1), w)[0];
+        env.complete_exec(w, task, exec_us);
+    }
+    env.drain(w);
+    env.lose_worker(w);
+}
+
+#[test]
+fn replicas_go_to_distinct_workers() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).replicas(3, 2));
+    let w1 = env.new_worker(4);
+    let got = tasks_of(&env.credit(w1, 4), w1);
+    assert_eq!(got.len(), 1, "one copy per worker, however many credits");
+    let rest = workers(&mut env, 2, 4);
+    assert!(rest.iter().all(|(_, t)| t.len() == 1));
+    let all: Vec<TaskId> = got
+        .iter()
+        .chain(rest.iter().flat_map(|(_, t)| t))
+        .copied()
+        .collect();
+    let distinct: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(distinct.len(), 3, "three different copies");
+    let stats = env.core.stats();
+    assert_eq!((stats.running, stats.extra_copies), (3, 2));
+}
+
+#[test]
+fn a_quorum_of_agreeing_results_is_accepted_once() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit_spec(client, Spec::tasks(1).replicas(2, 2));
+    let ws = workers(&mut env, 2, 1);
+    let first = env.answer(ws[0].0, ws[0].1[0], TaskStatus::Ok, b"42", 100);
+    assert!(results(&first).is_empty(), "one vote is not a quorum");
+    let second = env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"42", 100);
+    assert_eq!(outcomes(&second), [(0, TaskStatus::Ok, "42".to_owned())]);
+    assert!(aborts(&second).is_empty(), "no copy left to cancel");
+    assert_eq!(common::freed(&second), [(package, false)]);
+    assert_eq!(env.core.stats().tasks, 0);
+}
+
+#[test]
+fn a_disagreement_starts_another_copy_which_decides() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).replicas(2, 2).max_copies(3));
+    let ws = workers(&mut env, 3, 1);
+    assert!(ws[2].1.is_empty(), "two copies, two workers");
+    env.answer(ws[0].0, ws[0].1[0], TaskStatus::Ok, b"right", 100);
+    let out = env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"wrong", 100);
+    assert!(results(&out).is_empty());
+    // The third copy goes to the idle third worker (which had a credit).
+    let third = tasks_of(&out, ws[2].0);
+    assert_eq!(third.len(), 1, "{out:?}");
+    assert_eq!(env.core.stats().disagreements, 1);
+    let out = env.answer(ws[2].0, third[0], TaskStatus::Ok, b"right", 100);
+    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "right".to_owned())]);
+    assert_eq!(env.core.stats().extra_copies, 2);
+}
+
+#[test]
+fn without_a_quorum_the_task_fails_with_every_answer_attached() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).replicas(2, 2).max_copies(2));
+    let ws = workers(&mut env, 2, 1);
+    env.answer(ws[0].0, ws[0].1[0], TaskStatus::Ok, b"liar", 100);
+    let out = env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"honest", 100);
+    let got = results(&out);
+    let r = &got[0].1[0];
+    assert_eq!(r.status, TaskStatus::Disagree);
+    // msgpack [message, [[worker, status, data], [worker, status, data]]]
+    assert_eq!(r.data[0], 0x92);
+    let text = String::from_utf8_lossy(&r.data);
+    for needle in ["no quorum", "liar", "honest", "worker-1", "worker-2"] {
+        assert!(text.contains(needle), "{needle} missing from {text:?}");
+    }
+    assert_eq!(env.core.stats().quorum_failed, 1);
+    assert_eq!(env.core.stats().tasks, 0);
+}
+
+#[test]
+fn the_first_result_wins_and_the_other_copies_are_aborted() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).replicas(3, 1));
+    let ws = workers(&mut env, 3, 1);
+    let out = env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"fast", 100);
+    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "fast".to_owned())]);
+    let mut aborted = aborts(&out);
+    aborted.sort();
+    assert_eq!(
+        aborted,
+        [(ws[0].0, ws[0].1[0], 1), (ws[2].0, ws[2].1[0], 1)]
+    );
+    assert_eq!(env.core.stats().copies_cancelled, 2);
+    // The losers answer anyway (or report the abort): nothing more reaches the client.
+    for i in [0, 2] {
+        let out = env.answer(ws[i].0, ws[i].1[0], TaskStatus::Cancelled, b"", 0);
+        assert!(results(&out).is_empty(), "{out:?}");
+    }
+    let stats = env.core.stats();
+    assert_eq!((stats.tasks, stats.cancelling, stats.delivered), (0, 0, 1));
+}
+
+#[test]
+fn when_the_listed_copy_answers_first_without_quorum_another_copy_takes_its_place() {
+    let mut env = TestEnv::new();
+    env.auto_ack = false;
+    let client = env.new_client();
+    let (package, _) = env.submit_spec(client, Spec::tasks(1).replicas(3, 2));
+    let ws = workers(&mut env, 3, 1);
+    // Whichever copy the package lists, answer copies one by one and check the counters.
+    env.answer(ws[0].0, ws[0].1[0], TaskStatus::Ok, b"a", 10);
+    let status = env.status(client, package);
+    let Action::StatusReply { counts, .. } = status[0] else {
+        panic!("{status:?}")
+    };
+    assert_eq!(
+        (counts.running, counts.done),
+        (1, 0),
+        "one task, still running"
+    );
+    env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"b", 10);
+    let out = env.answer(ws[2].0, ws[2].1[0], TaskStatus::Ok, b"a", 10);
+    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "a".to_owned())]);
+}
+
+#[test]
+fn a_lost_worker_s_copy_is_requeued_for_another_worker() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).replicas(2, 2));
+    let ws = workers(&mut env, 2, 1);
+    env.lose_worker(ws[0].0);
+    let w3 = env.new_worker(1);
+    let again = tasks_of(&env.credit(w3, 1), w3);
+    assert_eq!(again, [ws[0].1[0]], "the lost copy runs again elsewhere");
+    env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"x", 10);
+    let out = env.answer(w3, again[0], TaskStatus::Ok, b"x", 10);
+    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "x".to_owned())]);
+}
+
+#[test]
+fn cancelling_a_replicated_task_aborts_every_copy() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (package, _) = env.submit_spec(client, Spec::tasks(2).replicas(2, 2));
+    let ws = workers(&mut env, 2, 1);
+    let out = env.cancel(client, package, &[]);
+    let mut aborted: Vec<WorkerId> = aborts(&out).into_iter().map(|a| a.0).collect();
+    aborted.sort();
+    assert_eq!(aborted, [ws[0].0, ws[1].0]);
+    assert_eq!(env.core.stats().queued, 0, "the queued copies went too");
+}
+
+#[test]
+fn a_time_limit_on_one_copy_lets_the_other_copy_answer() {
+    let mut env = TestEnv::with_config(CoreConfig {
+        timeout_grace_ns: 0,
+        ..CoreConfig::default()
+    });
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).replicas(2, 1).timeout_ms(100));
+    let w1 = env.new_worker(1);
+    let t1 = tasks_of(&env.credit(w1, 1), w1);
+    env.advance(50);
+    let w2 = env.new_worker(1);
+    let t2 = tasks_of(&env.credit(w2, 1), w2);
+    env.advance(60);
+    let out = env.tick();
+    assert!(
+        results(&out).is_empty(),
+        "the other copy may still answer: {out:?}"
+    );
+    assert_eq!(aborts(&out), [(w1, t1[0], 1)]);
+    let out = env.answer(w2, t2[0], TaskStatus::Ok, b"ok", 10);
+    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "ok".to_owned())]);
+    env.advance(100);
+    assert!(results(&env.tick()).is_empty());
+}
+
+#[test]
+fn a_straggler_gets_a_hedge_on_an_idle_worker_and_the_first_result_wins() {
+    let mut env = TestEnv::new();
+    learn(&mut env, 2, 10_000, 10);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let slow = env.new_worker(1);
+    let t = tasks_of(&env.credit(slow, 1), slow);
+    let fast = env.new_worker(1);
+    assert!(env.credit(fast, 1).is_empty(), "nothing to run yet");
+    // 3 x p95 (10-12.5 ms): not yet at 29 ms, a hedge by 38 ms.
+    env.advance(29);
+    assert!(env.tick().is_empty());
+    env.advance(9);
+    let out = env.tick();
+    let backup = tasks_of(&out, fast);
+    assert_eq!(backup.len(), 1, "{out:?}");
+    assert_eq!(env.core.stats().hedges, 1);
+    let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 10_000);
+    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "done".to_owned())]);
+    assert_eq!(aborts(&out), [(slow, t[0], 1)]);
+    assert_eq!(env.core.stats().hedge_wins, 1);
+    let late = env.answer(slow, t[0], TaskStatus::Ok, b"done", 100_000);
+    assert!(results(&late).is_empty());
+    assert_eq!(env.core.stats().delivered, 11, "10 learning results + 1");
+}
+
+#[test]
+fn a_hedge_waits_until_another_worker_has_a_free_credit() {
+    let mut env = TestEnv::new();
+    learn(&mut env, 2, 10_000, 10);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let slow = env.new_worker(1);
+    tasks_of(&env.credit(slow, 1), slow);
+    env.advance(40);
+    assert!(env.tick().is_empty(), "no idle worker: no hedge");
+    assert_eq!(env.core.stats().hedges, 0);
+    let idle = env.new_worker(1);
+    env.credit(idle, 1);
+    env.advance(15);
+    let out = env.tick();
+    assert_eq!(tasks_of(&out, idle).len(), 1, "{out:?}");
+}
+
+#[test]
+fn a_deadline_at_risk_hedges_before_the_straggler_factor() {
+    let mut env = TestEnv::new();
+    learn(&mut env, 2, 10_000, 10);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge().deadline_ms(20));
+    let slow = env.new_worker(1);
+    tasks_of(&env.credit(slow, 1), slow);
+    let idle = env.new_worker(1);
+    env.credit(idle, 1);
+    // At deadline - p95 (about 8-10 ms), long before 3 x p95.
+    env.advance(10);
+    let out = env.tick();
+    assert_eq!(tasks_of(&out, idle).len(), 1, "{out:?}");
+}
+
+#[test]
+fn no_hedge_without_a_trusted_estimate() {
+    let mut env = TestEnv::new();
+    learn(&mut env, 2, 10_000, 2);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let slow = env.new_worker(1);
+    tasks_of(&env.credit(slow, 1), slow);
+    let idle = env.new_worker(1);
+    env.credit(idle, 1);
+    env.advance(1_000);
+    let out = env.tick();
+    assert!(
+        tasks_of(&out, idle).is_empty(),
+        "2 results are too few to act on"
+    );
+    assert_eq!(env.core.stats().hedges, 0);
+}
+
+/// What a random run may do.
+#[derive(Debug, Clone)]
+enum Op {
+    /// A worker (by index) answers its oldest copy with one of two values.
+    Answer(usize, bool),
+    /// A worker is lost (and a new one joins in its place).
+    Lose(usize),
+    /// A worker gets credits.
+    Credit(usize, u32),
+    /// The clock moves on and timers fire.
+    Tick(u64),
+    /// The client cancels one index.
+    Cancel(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..4usize, any::<bool>()).prop_map(|(w, v)| Op::Answer(w, v)),
+        1 => (0..4usize).prop_map(Op::Lose),
+        2 => (0..4usize, 1..3u32).prop_map(|(w, c)| Op::Credit(w, c)),
+        2 => (1..40u64).prop_map(Op::Tick),
+        1 => (0..6u32).prop_map(Op::Cancel),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Whatever the workers answer, lose or cancel, the invariants hold at every step (checked
+    /// by `TestEnv::step`) and the client never gets two results for one index.
+    #[test]
+    fn copies_never_deliver_twice(
+        replicas in 1..4u8,
+        quorum_pick in 0..3u8,
+        hedge in any::<bool>(),
+        timeout in prop_oneof![Just(0u32), Just(30u32)],
+        ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        let mut env = TestEnv::with_config(CoreConfig {
+            timeout_grace_ns: 0,
+            estimate_min_samples: 1,
+            ..CoreConfig::default()
+        });
+        learn(&mut env, 1, 5_000, 2);
+        let quorum = 1 + quorum_pick % replicas;
+        let client = env.new_client();
+        let mut spec = Spec::tasks(6).function(1).replicas(replicas, quorum).timeout_ms(timeout);
+        if hedge {
+            spec = spec.hedge();
+        }
+        let (package, _) = env.submit_spec(client, spec);
+        let mut ws: Vec<WorkerId> = (0..4).map(|_| env.new_worker(2)).collect();
+        let mut held: HashMap<WorkerId, Vec<TaskId>> = HashMap::new();
+        let mut delivered: HashMap<u32, u32> = HashMap::new();
+        for op in ops {
+            let out = match op {
+                Op::Answer(i, v) => {
+                    let w = ws[i];
+                    let Some(task) = held.get_mut(&w).and_then(|t| (!t.is_empty()).then(|| t.remove(0))) else {
+                        continue;
+                    };
+                    env.answer(w, task, TaskStatus::Ok, if v { b"a" } else { b"b" }, 5_000)
+                }
+                Op::Lose(i) => {
+                    held.remove(&ws[i]);
+                    let out = env.lose_worker(ws[i]);
+                    ws[i] = env.new_worker(2);
+                    out
+                }
+                Op::Credit(i, c) => env.credit(ws[i], c),
+                Op::Tick(ms) => {
+                    env.advance(ms);
+                    env.tick()
+                }
+                Op::Cancel(index) => env.cancel(client, package, &[index]),
+            };
+            for action in &out {
+                match action {
+                    Action::Assign { worker, tasks } => {
+                        held.entry(*worker).or_default().extend(tasks.iter().map(|t| t.task));
+                    }
+                    Action::Abort { worker, tasks } => {
+                        if let Some(h) = held.get_mut(worker) {
+                            h.retain(|t| !tasks.iter().any(|a| a.0 == *t));
+                        }
+                    }
+                    Action::SendResults { results, .. } => {
+                        for r in results {
+                            let n = delivered.entry(r.index).or_default();
+                            *n += 1;
+                            prop_assert_eq!(*n, 1, "index {} delivered twice", r.index);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
