@@ -221,10 +221,10 @@ fn a_straggler_gets_a_hedge_on_an_idle_worker_and_the_first_result_wins() {
     let t = tasks_of(&env.credit(slow, 1), slow);
     let fast = env.new_worker(1);
     assert!(env.credit(fast, 1).is_empty(), "nothing to run yet");
-    // 3 x p95 (10-12.5 ms): not yet at 29 ms, a hedge by 38 ms.
-    env.advance(29);
+    // 1.5 x p95 (10-12.5 ms): not yet at 14 ms, a hedge by 19 ms.
+    env.advance(14);
     assert!(env.tick().is_empty());
-    env.advance(9);
+    env.advance(5);
     let out = env.tick();
     let backup = tasks_of(&out, fast);
     assert_eq!(backup.len(), 1, "{out:?}");
@@ -266,7 +266,7 @@ fn a_deadline_at_risk_hedges_before_the_straggler_factor() {
     tasks_of(&env.credit(slow, 1), slow);
     let idle = env.new_worker(1);
     env.credit(idle, 1);
-    // At deadline - p95 (about 8-10 ms), long before 3 x p95.
+    // At deadline - p95 (about 8-10 ms), before 1.5 x p95.
     env.advance(10);
     let out = env.tick();
     assert_eq!(tasks_of(&out, idle).len(), 1, "{out:?}");

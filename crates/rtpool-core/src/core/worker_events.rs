@@ -94,7 +94,9 @@ impl Core {
         }
         // The worker spent the time whatever became of the result.
         if let Some(p) = self.packages.get(slot) {
-            if r.status == TaskStatus::Ok {
+            // The estimate learns from answers that count: not from a copy that lost a race
+            // (cancelled), which is often the straggler the estimate should not describe.
+            if r.status == TaskStatus::Ok && matches!(state, TaskState::Running { .. }) {
                 self.estimates.entry(p.fn_hash).or_default().add(r.exec_us);
             }
             if let Some(user) = self.charge(slot, r.exec_us) {
