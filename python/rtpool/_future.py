@@ -130,11 +130,15 @@ class Future(cf.Future):
     def _to_cancelled(self) -> bool:
         # Like Future.cancel(), but True only for the call that moved the future from PENDING
         # (so every task is counted once) and never for RUNNING: rtpool futures stay PENDING
-        # until their result arrives.
+        # until their result arrives. An rtpool future never runs here, so nothing would call
+        # set_running_or_notify_cancel(): it is notified at once, which wakes cf.wait() and
+        # cf.as_completed() (they count only CANCELLED_AND_NOTIFIED futures as done).
         with self._condition:
             if self._state != PENDING:
                 return False
-            self._state = CANCELLED
+            self._state = CANCELLED_AND_NOTIFIED
+            for waiter in self._waiters:
+                waiter.add_cancelled(self)
             self._condition.notify_all()
             wakes, self._wakes = self._wakes, None
         if wakes:
