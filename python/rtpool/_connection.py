@@ -73,6 +73,8 @@ _NO_RETRY = frozenset(
 # they stay countable for ACK, up to this many (the oldest are forgotten first).
 _LATE_MAX = 1024
 _HEARTBEAT = P.encode(P.HEARTBEAT)
+# The SUBMIT options written before "key" (spec order).
+_BEFORE_KEY = frozenset({"priority", "timeout_ms"})
 
 
 class _Segment:
@@ -119,12 +121,25 @@ class _Segment:
 
 
 def _submit_frame(req_id: int, digest: bytes, code: bytes, opts: dict, tasks: list) -> bytes:
-    # ``opts`` are in wire form and spec order (Client.options() made them so), and "key"
-    # comes last in that order. A fresh random idempotency key per package (128 bits from
-    # os.urandom, as uuid4 but a fifth of its cost): a SUBMIT re-sent after a reconnect never
-    # makes a second package.
-    opts = {**opts, "key": _urandom(16).hex()}
+    # ``opts`` are in wire form and spec order (Client.options() made them so). A fresh random
+    # idempotency key per package (128 bits from os.urandom, as uuid4 but a fifth of its
+    # cost): a SUBMIT re-sent after a reconnect never makes a second package.
+    key = _urandom(16).hex()
+    if opts.keys() <= _BEFORE_KEY:
+        opts = {**opts, "key": key}  # the common case: "key" goes last
+    else:
+        opts = _with_key(opts, key)
     return _encode_submit(req_id, digest, code, opts, tasks)
+
+
+def _with_key(opts: dict, key: str) -> dict:
+    """``opts`` with ``"key"`` in its spec position: after priority and timeout_ms."""
+    out = {}
+    for name, value in opts.items():
+        if "key" not in out and name not in _BEFORE_KEY:
+            out["key"] = key
+        out[name] = value
+    return out
 
 
 def _task_error(status: int, data: bytes) -> BaseException:

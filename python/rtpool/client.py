@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import itertools
-import math
 import os
 import pickle
 import time
@@ -20,7 +19,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List
 from ._connect import Address, TlsOption, default_name
 from ._connection import _Connection, _Segment
 from ._future import Future
-from ._protocol import submit_opts
+from ._options import check_options, resolve
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
 from .errors import AuthenticationError
 
@@ -28,48 +27,6 @@ __all__ = ["Client", "ClientView", "Future", "Package"]
 
 _perf_ns = time.perf_counter_ns
 _dumps = pickle.dumps
-
-#: The options ``Client.options()`` accepts, in protocol order.
-VALID_OPTIONS = ("priority", "timeout")
-_I32 = (-(2**31), 2**31 - 1)
-_U32_MAX = 2**32 - 1
-
-
-def _check_options(opts: Dict[str, Any]) -> Dict[str, Any]:
-    """Validate ``options()`` keywords; return them as SUBMIT opts (``timeout`` becomes
-    ``timeout_ms``; ``timeout=None`` clears it)."""
-    for key in opts:
-        if key not in VALID_OPTIONS:
-            raise TypeError(f"unknown option {key!r}; valid options: {', '.join(VALID_OPTIONS)}")
-    out = {}
-    priority = opts.get("priority")
-    if priority is not None:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(f"option 'priority' must be an int, got {type(priority).__name__}")
-        if not _I32[0] <= priority <= _I32[1]:
-            raise ValueError(f"option 'priority' must fit in 32 bits, got {priority}")
-        out["priority"] = priority
-    if "timeout" in opts:
-        out["timeout_ms"] = _timeout_ms(opts["timeout"])
-    return out
-
-
-def _timeout_ms(timeout: Any) -> int:
-    if timeout is None:
-        return 0  # the wire default: no limit
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(
-            f"option 'timeout' must be a number of seconds, got {type(timeout).__name__}"
-        )
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(
-            f"option 'timeout' must be a positive number of seconds, got {timeout!r} "
-            "(use timeout=None for no limit)"
-        )
-    timeout_ms = math.ceil(timeout * 1000)
-    if timeout_ms > _U32_MAX:
-        raise ValueError(f"option 'timeout' must be at most {_U32_MAX // 1000} s, got {timeout}")
-    return timeout_ms
 
 
 class Package:
@@ -192,6 +149,8 @@ class _Submitter(cf.Executor):
 
     _conn: _Connection
     _opts: Dict[str, Any]
+    # An absolute deadline (time.time() seconds): deadline_ms is computed at each submission.
+    _deadline_at: float | None = None
 
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` on a worker.
@@ -208,6 +167,7 @@ class _Submitter(cf.Executor):
 
         Raises:
             TypeError: ``fn`` or the arguments cannot be pickled.
+            ValueError: The executor's absolute ``deadline`` has passed.
             RuntimeError: The executor was shut down.
             ConnectionLost: The connection to the master is gone.
         """
@@ -215,7 +175,8 @@ class _Submitter(cf.Executor):
         digest, code = serialize_function(fn)
         payload = dumps_args(args, kwargs or None)
         t1 = _perf_ns()
-        fut, seg = self._conn.submit_one(digest, code, self._opts, payload, t0, t1 - t0)
+        opts = self._opts if self._deadline_at is None else resolve(self._opts, self._deadline_at)
+        fut, seg = self._conn.submit_one(digest, code, opts, payload, t0, t1 - t0)
         self._track((seg,))
         return fut
 
@@ -232,7 +193,8 @@ class _Submitter(cf.Executor):
 
         Raises:
             TypeError: ``fn`` or an item cannot be pickled.
-            ValueError: One item alone is larger than the master's frame limit.
+            ValueError: One item alone is larger than the master's frame limit, or the
+                executor's absolute ``deadline`` has passed.
             RuntimeError: The executor was shut down.
             ConnectionLost: The connection to the master is gone.
         """
@@ -255,7 +217,8 @@ class _Submitter(cf.Executor):
             else:
                 payloads = [dumps_args((a,), None) for a in items]
         t1 = _perf_ns()
-        futures, segments = self._conn.submit(digest, code, self._opts, payloads, t0, t1 - t0)
+        opts = self._opts if self._deadline_at is None else resolve(self._opts, self._deadline_at)
+        futures, segments = self._conn.submit(digest, code, opts, payloads, t0, t1 - t0)
         self._track(segments)
         return Package(self._conn, futures, segments)
 
@@ -297,11 +260,36 @@ class _Submitter(cf.Executor):
     def options(self, **opts: Any) -> ClientView:
         """An executor sharing this connection that submits with these package options.
 
+        Options given here are merged into this executor's own (``client.options(a=1)
+        .options(b=2)`` has both); ``None`` resets one to its default. Everything is checked
+        here, before anything is sent. See ``docs/realtime.md`` for deadlines, hedging and
+        quorum.
+
         Args:
-            **opts: Package options. ``priority`` (int, default 0): higher runs first, FIFO
-                within one priority. ``timeout`` (seconds, default None: no limit): each
-                task's execution time limit; a task past it is killed and its future raises
-                :class:`~rtpool.errors.TaskTimeoutError`.
+            **opts: Package options:
+
+                * ``priority`` (int, default 0): higher runs first. Within one priority users
+                  take turns, and each user's packages run earliest deadline first.
+                * ``timeout`` (seconds, default None: no limit): each task's execution time
+                  limit; a task past it is killed and its future raises
+                  :class:`~rtpool.errors.TaskTimeoutError`.
+                * ``deadline`` (default None): every task's deadline, as seconds from
+                  submission (int or float > 0) or an absolute ``datetime.datetime`` (aware,
+                  or naive in local time), turned into milliseconds from now with this
+                  machine's clock at each submission (rounded up).
+                * ``on_miss`` (``"run"``, default, or ``"drop"``): late tasks run anyway and
+                  report ``future.lateness``, or are dropped and raise
+                  :class:`~rtpool.errors.DeadlineMissedError`.
+                * ``admit`` (bool, default False): admission control; the master refuses a
+                  package that cannot finish by its deadline and its futures raise
+                  :class:`~rtpool.errors.AdmissionError`. Needs ``deadline``.
+                * ``replicas`` (1 to 16, default 1): copies of each task, on distinct workers.
+                * ``quorum`` (1 to ``replicas``, default 1): byte-equal results needed; copies
+                  that never agree raise :class:`~rtpool.errors.QuorumError`.
+                * ``max_copies`` (0 to 16, default 0: ``replicas + quorum``): most copies of
+                  one task ever started; at least ``replicas``.
+                * ``hedge`` (bool, default False): a straggling task gets one backup copy on
+                  another worker; the first result wins.
 
         Returns:
             A :class:`ClientView`; its ``submit``/``submit_many``/``map`` pass every keyword
@@ -310,11 +298,12 @@ class _Submitter(cf.Executor):
         Raises:
             TypeError: An unknown option name (the message lists the valid ones) or a wrong
                 type.
-            ValueError: A value out of range (``timeout`` not positive).
+            ValueError: A value out of range (``timeout`` not positive, ``deadline`` in the
+                past, ``quorum`` above ``replicas``, ...) or ``admit`` without a deadline.
         """
         # In wire form once per view (defaults left out, spec order), not once per submission.
-        merged = submit_opts({**self._opts, **_check_options(opts)})
-        return ClientView(self._conn, merged)
+        merged, deadline_at = check_options(self._opts, self._deadline_at, opts)
+        return ClientView(self._conn, merged, deadline_at)
 
     def _track(self, segments: Iterable[_Segment]) -> None:
         pass
@@ -346,9 +335,12 @@ class ClientView(_Submitter):
     work (and waits for what it submitted), the client stays open.
     """
 
-    def __init__(self, conn: _Connection, opts: Dict[str, Any]) -> None:
+    def __init__(
+        self, conn: _Connection, opts: Dict[str, Any], deadline_at: float | None = None
+    ) -> None:
         self._conn = conn
         self._opts = opts
+        self._deadline_at = deadline_at
         self._submitted: List[_Segment] = []
         self._shut = False
 
