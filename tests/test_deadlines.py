@@ -1,20 +1,34 @@
-"""Deadlines, hedging and quorum in the SDK: option validation and wire form.
+"""Deadlines, hedging and quorum in the SDK: option validation and wire form, result decoding
+(``late_us``, statuses 7 and 8, ``ERROR admission``), the deadline report.
 
-Against the scripted fake master.
+Against the scripted fake master. The end-to-end tests of the master's side are in
+``test_realtime_e2e.py``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import pickle
+import threading
 import time
 
+import msgpack
 import pytest
 
 import rtpool
 import tasks
 from fakemaster import FakeMaster
+from helpers import wait_until
 from rtpool import _protocol as P
+from rtpool._serialize import dumps_error
+from rtpool.errors import (
+    AdmissionError,
+    DeadlineMissedError,
+    ProtocolError,
+    QuorumError,
+    SubmitRejected,
+    TaskFailed,
+)
 
 SPEC_ORDER = list(P.SUBMIT_OPTION_DEFAULTS)
 
@@ -22,6 +36,29 @@ SPEC_ORDER = list(P.SUBMIT_OPTION_DEFAULTS)
 def recv(conn, kind):
     """The next message of ``kind``, skipping heartbeats and ACKs."""
     return conn.recv_kind(kind, skip=(P.HEARTBEAT, P.ACK))
+
+
+def entry(index, value=None, status=P.STATUS_OK, late_us=None):
+    """A TaskResult: 8 fields (a master without deadlines) or 9 with ``late_us``."""
+    data = pickle.dumps(value, 5) if status == P.STATUS_OK else value
+    r = [index, status, data, 11, 22, 33, 44, 55]
+    return r if late_us is None else [*r, late_us]
+
+
+def accept(fake, conn=None, package=7):
+    """Read the next SUBMIT (on ``conn``, or the next connection) and accept it as
+    ``package``; return (conn, submit message)."""
+    conn = fake.accept() if conn is None else conn
+    msg = recv(conn, P.SUBMIT)
+    conn.send(P.ACCEPTED, msg[1], package)
+    return conn, msg
+
+
+def task_error_report(message="boom"):
+    try:
+        tasks.fail(message)
+    except tasks.TaskError as exc:
+        return dumps_error(exc)
 
 
 @pytest.fixture
@@ -195,3 +232,201 @@ def test_options_merge_across_views_and_are_checked_together(client):
     relative = absolute.options(deadline=2)
     assert relative._deadline_at is None
     assert relative._opts == {"deadline_ms": 2000, "admit": True}
+
+
+# -- results: late_us, statuses 7 and 8 --------------------------------------------------------
+
+
+def test_results_with_8_and_9_fields(fake, client):
+    plain = client.submit_many(tasks.square, [0, 1])
+    conn, _ = accept(fake, package=1)
+    conn.send(P.RESULTS, 1, [entry(0, 0), entry(1, 1, late_us=0)])
+    assert plain.results(5) == [0, 1]
+    assert [f.lateness for f in plain] == [None, None]  # no deadline
+    assert plain[0].timings["late_us"] == 0
+
+    timed = client.options(deadline=1).submit_many(tasks.square, range(3))
+    assert [f.lateness for f in timed] == [None] * 3  # no result yet
+    accept(fake, conn, package=2)
+    conn.send(P.RESULTS, 2, [entry(0, 0, late_us=0), entry(1, 1, late_us=250_000), entry(2, 4)])
+    assert timed.results(5) == [0, 1, 4]
+    assert [f.lateness for f in timed] == [0.0, 0.25, 0.0]
+    assert [f.timings["late_us"] for f in timed] == [0, 250_000, 0]
+    assert timed[1].timings["flush_us"] == 55
+
+
+def test_status_7_is_deadline_missed(fake, client):
+    fut = client.options(deadline=0.1, on_miss="drop").submit(tasks.square, 3)
+    conn, _ = accept(fake)
+    conn.send(P.RESULTS, 7, [entry(0, b"deadline passed 12 ms ago", P.STATUS_MISSED, 12_000)])
+    with pytest.raises(DeadlineMissedError, match="deadline passed 12 ms ago") as info:
+        fut.result(5)
+    assert isinstance(info.value, TimeoutError) and isinstance(info.value, TaskFailed)
+    assert fut.lateness == 0.012
+
+
+def disagreement(message, copies):
+    return msgpack.packb([message, [list(c) for c in copies]], use_bin_type=True)
+
+
+def test_status_8_is_a_quorum_error_with_every_copy(fake, client):
+    copies = [
+        ("w1", P.STATUS_OK, pickle.dumps(4)),
+        ("w2", P.STATUS_OK, pickle.dumps(5)),
+        ("w3", P.STATUS_ERROR, task_error_report("bad copy")),
+        ("w4", P.STATUS_TIMEOUT, b"ran past 100 ms"),
+        ("w5", P.STATUS_OK, b"not a pickle"),
+    ]
+    fut = client.options(replicas=2, quorum=2).submit(tasks.square, 2)
+    conn, _ = accept(fake)
+    data = disagreement("no 2 of 5 copies agreed", copies)
+    conn.send(P.RESULTS, 7, [entry(0, data, P.STATUS_DISAGREE, 0)])
+    with pytest.raises(QuorumError, match="5 copies did not reach a quorum: no 2 of 5") as info:
+        fut.result(5)
+    results = info.value.results
+    assert [(w, s) for w, s, _ in results] == [(w, s) for w, s, _ in copies]
+    assert results[0][2] == 4 and results[1][2] == 5
+    assert isinstance(results[2][2], tasks.TaskError) and str(results[2][2]) == "bad copy"
+    assert "in fail" in results[2][2].__cause__.tb
+    assert results[3][2] == "ran past 100 ms"
+    assert isinstance(results[4][2], TaskFailed)  # a copy whose value does not unpickle
+    assert fut.lateness is None
+
+
+def test_unreadable_disagreement_report_is_still_a_quorum_error(fake, client):
+    fut = client.submit(tasks.square, 2)
+    conn, _ = accept(fake)
+    conn.send(P.RESULTS, 7, [entry(0, b"\xc1", P.STATUS_DISAGREE)])
+    with pytest.raises(QuorumError, match="cannot be read") as info:
+        fut.result(5)
+    assert info.value.results == []
+
+
+def test_quorum_error_pickles_with_its_results():
+    err = QuorumError("no quorum", [("w1", 0, 4), ("w2", 4, "slow")])
+    copy = pickle.loads(pickle.dumps(err))
+    assert type(copy) is QuorumError
+    assert str(copy) == "no quorum" and copy.results == err.results
+
+
+def test_decode_disagreement():
+    data = disagreement("m", [("a", 0, b"x"), ("b", 1, b"")])
+    assert P.decode_disagreement(data) == ("m", [("a", 0, b"x"), ("b", 1, b"")])
+    assert P.decode_disagreement(disagreement("none", [])) == ("none", [])
+    bad = [
+        b"\xc1",
+        msgpack.packb(["m"]),
+        msgpack.packb([1, []]),
+        msgpack.packb(["m", "not a list"]),
+        msgpack.packb(["m", [["a", 0]]]),
+        msgpack.packb(["m", [["a", "0", b""]]], use_bin_type=True),
+        msgpack.packb(["m", [["a", 0, "str, not bin"]]], use_bin_type=True),
+    ]
+    for data in bad:
+        with pytest.raises(ProtocolError, match="malformed"):
+            P.decode_disagreement(data)
+
+
+# -- admission ---------------------------------------------------------------------------------
+
+
+def test_admission_refusal_fails_the_package_and_keeps_the_connection(fake, client):
+    view = client.options(deadline=0.5, admit=True)
+    pkg = view.submit_many(tasks.square, range(3))
+    conn = fake.accept()
+    msg = conn.recv_kind(P.SUBMIT)
+    assert msg[4]["admit"] is True
+    reason = "admission refused: 3 tasks are estimated to finish 900000 us after submission"
+    conn.send(P.ERROR, "admission", reason, msg[1])
+    with pytest.raises(AdmissionError, match="cannot finish by its deadline: admission refused"):
+        pkg[0].result(5)
+    assert all(isinstance(f.exception(0), AdmissionError) for f in pkg)
+    assert isinstance(pkg[0].exception(0), SubmitRejected)
+    with pytest.raises(AdmissionError):
+        _ = pkg.id  # waits for the master's answer
+    it = view.map(tasks.square, [1])
+    msg = recv(conn, P.SUBMIT)
+    conn.send(P.ERROR, "admission", reason, msg[1])
+    with pytest.raises(AdmissionError, match="900000 us"):
+        next(it)
+    good = client.submit(tasks.square, 3)
+    accept(fake, conn, package=1)
+    conn.send(P.RESULTS, 1, [entry(0, 9)])
+    assert good.result(5) == 9
+
+
+# -- status and deadline report ----------------------------------------------------------------
+
+
+def ask_status(pkg):
+    out = {}
+    t = threading.Thread(target=lambda: out.update(pkg.status(timeout=5)))
+    t.start()
+    return t, out
+
+
+def test_status_reports_met_and_missed_from_a_9_field_reply(fake, client):
+    pkg = client.options(deadline=1).submit_many(tasks.square, range(10))
+    conn, _ = accept(fake, package=3)
+    t, out = ask_status(pkg)
+    req = recv(conn, P.STATUS)
+    conn.send(P.STATUS_REPLY, req[1], 3, 10, 5, 2, 3, 0, 2, 1)
+    t.join(5)
+    assert out == {
+        "total": 10,
+        "queued": 5,
+        "running": 2,
+        "done": 3,
+        "cancelled": 0,
+        "met": 2,
+        "missed": 1,
+    }
+
+
+def test_status_of_a_finished_package_with_a_deadline_is_local(fake, client):
+    pkg = client.options(deadline=1).submit_many(tasks.square, range(3))
+    conn, _ = accept(fake, package=3)
+    conn.send(
+        P.RESULTS, 3, [entry(0, 0, late_us=0), entry(1, 1, late_us=5), entry(2, 4, late_us=0)]
+    )
+    pkg.results(5)
+    assert pkg.status() == {
+        "total": 3,
+        "queued": 0,
+        "running": 0,
+        "done": 3,
+        "cancelled": 0,
+        "met": 2,
+        "missed": 1,
+    }
+
+
+def test_deadline_report(fake, client):
+    pkg = client.options(deadline=0.2, on_miss="drop").submit_many(tasks.square, range(6))
+    conn, _ = accept(fake, package=4)
+    assert pkg[4].cancel()
+    conn.send(
+        P.RESULTS,
+        4,
+        [
+            entry(0, 0, late_us=0),
+            entry(1, 1, late_us=500_000),
+            entry(2, b"dropped", P.STATUS_MISSED, late_us=1000),
+            entry(5, task_error_report(), P.STATUS_ERROR, late_us=0),
+        ],
+    )
+    wait_until(lambda: pkg[5].done())
+    assert pkg.deadline_report() == {
+        "met": 2,  # index 0, and 5 (an error, but by the deadline)
+        "missed": 2,
+        "dropped": 1,
+        "cancelled": 1,
+        "pending": 1,
+        "lateness": {1: 0.5, 2: 0.001},
+    }
+
+
+def test_deadline_report_needs_a_deadline(fake, client):
+    pkg = client.submit_many(tasks.square, range(2))
+    with pytest.raises(ValueError, match="no deadline"):
+        pkg.deadline_report()

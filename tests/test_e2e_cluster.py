@@ -98,6 +98,7 @@ def test_timings_are_filled(cluster_client):
         "exec_us",
         "wait_us",
         "flush_us",
+        "late_us",
         "deserialize_us",
         "total_us",
     }

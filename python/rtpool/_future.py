@@ -168,8 +168,10 @@ class Future(cf.Future):
         Keys: ``serialize_us`` (client pickling, this task's share of its package),
         ``queue_us`` (master: receipt to assignment), ``worker_us`` (master: assignment to
         result), ``exec_us`` (worker: the function), ``wait_us`` (worker: receipt to start),
-        ``flush_us`` (worker: end to send), ``deserialize_us`` (client unpickling) and
-        ``total_us`` (from the start of ``submit`` to the result being set).
+        ``flush_us`` (worker: end to send), ``late_us`` (master: how long after the
+        package's deadline the result came; 0 when on time, without a deadline, or from a
+        master without deadlines), ``deserialize_us`` (client unpickling) and ``total_us``
+        (from the start of ``submit`` to the result being set).
         """
         r = self._entry
         if r is None:
@@ -182,6 +184,21 @@ class Future(cf.Future):
             "exec_us": r[5],
             "wait_us": r[6],
             "flush_us": r[7],
+            "late_us": r[8] if len(r) > 8 else 0,
             "deserialize_us": self._deser_ns / 1000,
             "total_us": (self._done_ns - seg.t0_ns) / 1000 if seg is not None else 0.0,
         }
+
+    @property
+    def lateness(self) -> float | None:
+        """How late the task's result came after its package's deadline, in seconds.
+
+        0.0 for a result that came by the deadline; None for a task without a deadline, and
+        before the result came (or for a future cancelled here). A task dropped at its
+        deadline (``on_miss="drop"``) reports the master's lateness of its failure.
+        """
+        r = self._entry
+        seg = self._seg
+        if r is None or seg is None or not seg.has_deadline:
+            return None
+        return (r[8] if len(r) > 8 else 0) / 1e6

@@ -20,6 +20,7 @@ from ._connect import Address, TlsOption, default_name
 from ._connection import _Connection, _Segment
 from ._future import Future
 from ._options import check_options, resolve
+from ._protocol import STATUS_MISSED
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
 from .errors import AuthenticationError
 
@@ -96,6 +97,29 @@ class Package:
         end = time.monotonic() + timeout
         return [f.result(max(0.0, end - time.monotonic())) for f in self.futures]
 
+    def deadline_report(self) -> Dict[str, Any]:
+        """How the package's tasks fared against its deadline, from the results received.
+
+        Returns:
+            ``{"met", "missed", "dropped", "cancelled", "pending", "lateness"}``: ``met``
+            counts results that came by the deadline (whatever their status), ``missed`` the
+            late ones and the dropped ones (``on_miss="drop"``, status 7, also counted in
+            ``dropped``), ``cancelled`` the cancelled tasks, ``pending`` those without a result
+            yet; ``lateness`` maps the index of each late task to its lateness in seconds.
+
+        Raises:
+            ValueError: The package was submitted without a deadline.
+        """
+        if not any(seg.has_deadline for seg in self._segments):
+            raise ValueError(
+                "the package has no deadline; submit it with client.options(deadline=...)"
+            )
+        counts = _deadline_counts(self.futures)
+        lateness = counts.pop("lateness")
+        counts["pending"] = sum(1 for f in self.futures if f._entry is None and not f.cancelled())
+        counts["lateness"] = lateness
+        return counts
+
     def as_completed(self, timeout: float | None = None) -> Iterator[Future]:
         """Yield the futures as they complete (``concurrent.futures.as_completed``).
 
@@ -120,14 +144,16 @@ class Package:
 
         Returns:
             ``{"total", "queued", "running", "done", "cancelled"}`` summed over the package's
-            frames. ``done`` counts results the master has sent; parts the master already freed
-            are counted from the futures here.
+            frames, and ``"met"`` and ``"missed"`` from a master with deadlines (results by
+            the deadline; late results and tasks dropped for it). ``done`` counts results the
+            master has sent; parts the master already freed are counted from the futures here.
 
         Raises:
             TimeoutError: The master did not answer in time.
             ConnectionLost: The connection broke (or is being re-established: ask again).
         """
-        total = {"total": 0, "queued": 0, "running": 0, "done": 0, "cancelled": 0}
+        total = dict.fromkeys(_STATUS_KEYS, 0)
+        deadline_counts = False
         pos = 0
         for seg in self._segments:
             futures = self.futures[pos : pos + seg.n]
@@ -139,9 +165,49 @@ class Package:
             if reply is None:
                 cancelled = sum(1 for f in futures if f.cancelled())
                 reply = (seg.n, 0, 0, seg.n - cancelled, cancelled)
-            for key, value in zip(("total", "queued", "running", "done", "cancelled"), reply):
+                if seg.has_deadline:
+                    counts = _deadline_counts(futures)
+                    reply += (counts["met"], counts["missed"])
+            deadline_counts = deadline_counts or len(reply) > 5
+            for key, value in zip(_STATUS_KEYS, reply):
                 total[key] += value
+        if not deadline_counts:
+            del total["met"], total["missed"]
         return total
+
+
+#: Counters of STATUS_REPLY, in wire order (a master without deadlines sends the first five).
+_STATUS_KEYS = ("total", "queued", "running", "done", "cancelled", "met", "missed")
+
+
+def _deadline_counts(futures: List[Future]) -> Dict[str, Any]:
+    """``met``, ``missed``, ``dropped``, ``cancelled`` and ``lateness`` of these futures."""
+    met = missed = dropped = cancelled = 0
+    lateness: Dict[int, float] = {}
+    for i, fut in enumerate(futures):
+        r = fut._entry
+        if fut.cancelled():
+            cancelled += 1
+            continue
+        if r is None:
+            continue
+        late_us = r[8] if len(r) > 8 else 0
+        if r[1] == STATUS_MISSED:
+            dropped += 1
+            missed += 1
+        elif late_us > 0:
+            missed += 1
+        else:
+            met += 1
+        if late_us > 0:
+            lateness[i] = late_us / 1e6
+    return {
+        "met": met,
+        "missed": missed,
+        "dropped": dropped,
+        "cancelled": cancelled,
+        "lateness": lateness,
+    }
 
 
 class _Submitter(cf.Executor):
