@@ -1,12 +1,14 @@
 """Deadlines, hedging and quorum in the SDK: option validation and wire form, result decoding
-(``late_us``, statuses 7 and 8, ``ERROR admission``), the deadline report.
+(``late_us``, statuses 7 and 8, ``ERROR admission``), the deadline report, anytime gather.
 
-Against the scripted fake master. The end-to-end tests of the master's side are in
+Against the scripted fake master, plus one anytime gather against a real LocalCluster (it
+needs only ``CANCEL``). The end-to-end tests of the master's side are in
 ``test_realtime_e2e.py``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import datetime as dt
 import pickle
 import threading
@@ -430,3 +432,112 @@ def test_deadline_report_needs_a_deadline(fake, client):
     pkg = client.submit_many(tasks.square, range(2))
     with pytest.raises(ValueError, match="no deadline"):
         pkg.deadline_report()
+
+
+# -- anytime gather ----------------------------------------------------------------------------
+
+
+def test_gather_takes_what_is_done_and_cancels_the_rest_by_index(fake, client):
+    pkg = client.submit_many(tasks.square, range(5))
+    conn, _ = accept(fake, package=8)
+    conn.send(P.RESULTS, 8, [entry(0, 0), entry(3, 9)])
+    wait_until(lambda: pkg[3].done())
+    t0 = time.monotonic()
+    out = client.gather(pkg.futures, deadline=0.2, default="late")
+    assert time.monotonic() - t0 >= 0.2
+    assert out == [0, "late", "late", 9, "late"]
+    assert [f.cancelled() for f in pkg] == [False, True, True, False, True]
+    assert recv(conn, P.CANCEL) == [P.CANCEL, 8, [1, 2, 4]]  # one frame for the package
+
+
+def test_gather_over_several_packages_sends_one_cancel_each(fake, client):
+    a = client.submit_many(tasks.square, range(3))
+    b = client.submit(tasks.square, 5)
+    conn, _ = accept(fake, package=1)
+    accept(fake, conn, package=2)
+    conn.send(P.RESULTS, 1, [entry(1, 1)])
+    wait_until(lambda: a[1].done())
+    out = client.gather([b, *a], deadline=0.05)
+    assert out == [None, None, 1, None]
+    cancels = sorted([recv(conn, P.CANCEL), recv(conn, P.CANCEL)])
+    assert cancels == [[P.CANCEL, 1, [0, 2]], [P.CANCEL, 2, [0]]]
+
+
+def test_gather_without_deadline_waits_for_all(fake, client):
+    pkg = client.submit_many(tasks.square, range(3))
+    conn, _ = accept(fake, package=2)
+    conn.send(P.RESULTS, 2, [entry(2, 4)])
+    threading.Timer(0.05, conn.send, (P.RESULTS, 2, [entry(0, 0), entry(1, 1)])).start()
+    assert client.gather(pkg.futures) == [0, 1, 4]
+
+
+def test_gather_raises_the_first_failure_at_once(fake, client):
+    pkg = client.submit_many(tasks.square, range(3))
+    conn, _ = accept(fake, package=2)
+    conn_entries = [entry(1, task_error_report("one"), P.STATUS_ERROR)]
+    threading.Timer(0.05, conn.send, (P.RESULTS, 2, conn_entries)).start()
+    t0 = time.monotonic()
+    with pytest.raises(tasks.TaskError, match="one"):
+        client.gather(pkg.futures, deadline=30)
+    assert time.monotonic() - t0 < 10  # not at the deadline
+    assert not pkg[0].cancelled() and not pkg[2].cancelled()  # left running, as asyncio does
+
+
+def test_gather_return_exceptions(fake, client):
+    pkg = client.submit_many(tasks.square, range(3))
+    conn, _ = accept(fake, package=2)
+    conn.send(P.RESULTS, 2, [entry(0, task_error_report("zero"), P.STATUS_ERROR), entry(2, 4)])
+    wait_until(lambda: pkg[2].done())
+    out = client.gather(pkg.futures, deadline=0.05, default=-1, return_exceptions=True)
+    assert isinstance(out[0], tasks.TaskError) and out[1:] == [-1, 4]
+    assert recv(conn, P.CANCEL) == [P.CANCEL, 2, [1]]
+
+
+def test_gather_deadline_in_the_past_and_foreign_futures(client):
+    foreign = [cf.Future(), cf.Future()]
+    foreign[0].set_result("done")
+    past = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5)
+    assert client.gather(foreign, deadline=past, default=0) == ["done", 0]
+    assert foreign[1].cancelled()
+    with pytest.raises(TypeError, match="'deadline' must be a number of seconds or a datetime"):
+        client.gather(foreign, deadline="soon")
+
+
+def test_gather_gives_default_for_tasks_the_master_cancelled(fake, client):
+    pkg = client.submit_many(tasks.square, range(2))
+    conn, _ = accept(fake, package=2)
+    conn.send(P.RESULTS, 2, [entry(0, b"master shutting down", P.STATUS_CANCELLED), entry(1, 1)])
+    assert client.gather(pkg.futures, deadline=5, default="x") == ["x", 1]
+
+
+def test_package_results_until(fake, client):
+    pkg = client.submit_many(tasks.square, range(3))
+    conn, _ = accept(fake, package=6)
+    conn.send(P.RESULTS, 6, [entry(1, 1)])
+    wait_until(lambda: pkg[1].done())
+    assert pkg.results(until=0.05, default=0.5) == [0.5, 1, 0.5]
+    assert recv(conn, P.CANCEL) == [P.CANCEL, 6, [0, 2]]
+    at = dt.datetime.now() + dt.timedelta(seconds=1)
+    with pytest.raises(TypeError, match="timeout= or until="):
+        pkg.results(1, until=at)
+
+
+def test_gather_against_a_cluster_cancels_and_aborts_the_slow_tasks():
+    # Fast tasks first (FIFO), slow ones after; every task has a timeout, so the workers run
+    # them in their supervised executor and can kill the running slow ones when aborted.
+    with rtpool.LocalCluster(workers=2) as cluster:
+        cluster.wait_for_workers(2, timeout=30)
+        client = cluster.client()
+        assert client.submit(tasks.square, 2).result(30) == 4  # warm: code cached, workers up
+        fast = [(i, 0.05) for i in range(4)]
+        slow = [(i, 60.0) for i in range(4, 8)]
+        pkg = client.options(timeout=120).submit_many(tasks.sleep_return, fast + slow, star=True)
+        out = client.gather(pkg.futures, deadline=2.0, default=None)
+        assert out == [0, 1, 2, 3, None, None, None, None]
+        assert all(f.cancelled() for f in pkg.futures[4:])
+        # The queued slow tasks are dropped and the running ones aborted and killed: the master
+        # holds nothing within seconds, though they would run for a minute.
+        wait_until(lambda: cluster.stats()["tasks"] == 0, timeout=15)
+        stats = cluster.stats()
+        assert stats["queued"] == 0 and stats["running"] == 0
+        assert client.submit(tasks.square, 3).result(15) == 9  # the workers are free again

@@ -16,6 +16,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
+from ._anytime import gather as _gather
 from ._connect import Address, TlsOption, default_name
 from ._connection import _Connection, _Segment
 from ._future import Future
@@ -79,19 +80,35 @@ class Package:
         """True when every task has a result (or was cancelled)."""
         return all(f.done() for f in self.futures)
 
-    def results(self, timeout: float | None = None) -> List[Any]:
+    def results(
+        self, timeout: float | None = None, *, until: Any = None, default: Any = None
+    ) -> List[Any]:
         """Wait for every task and return the values in input order.
+
+        With ``until``, an anytime result: wait until that time at most, give ``default`` for
+        each task without a result by then and cancel those tasks (as :meth:`Client.gather`
+        does: the master drops the queued ones and aborts the running ones, which a worker
+        kills only in packages with a ``timeout``).
 
         Args:
             timeout: Seconds to wait for the whole package; None waits forever.
+            until: Seconds from now, or a ``datetime.datetime``: return at that time with what
+                is done. Not together with ``timeout``.
+            default: With ``until``, the value of each unfinished (or cancelled) task.
 
         Returns:
             One value per task, in input order.
 
         Raises:
-            TimeoutError: The package did not finish in time.
-            Exception: The first failed task's exception, in input order.
+            TimeoutError: The package did not finish within ``timeout``.
+            Exception: The first failed task's exception, in input order (with ``until``: as
+                soon as a task fails, see :meth:`Client.gather`).
+            TypeError: Both ``timeout`` and ``until`` were given.
         """
+        if until is not None:
+            if timeout is not None:
+                raise TypeError("pass timeout= or until=, not both")
+            return _gather(self.futures, until, default=default)
         if timeout is None:
             return [f.result() for f in self.futures]
         end = time.monotonic() + timeout
@@ -322,6 +339,50 @@ class _Submitter(cf.Executor):
             chunks = iter(lambda: list(itertools.islice(items, chunksize)), [])
             package = self.submit_many(functools.partial(run_chunk, fn), chunks)
         return _result_iterator(package, end, chunksize > 1)
+
+    def gather(
+        self,
+        futures: Iterable[cf.Future],
+        deadline: Any = None,
+        *,
+        default: Any = None,
+        return_exceptions: bool = False,
+    ) -> List[Any]:
+        """Anytime gather: the values of the futures done by ``deadline``, ``default`` for
+        the rest, which are cancelled.
+
+        Waits without polling until every future is done or the deadline passes, then cancels
+        those still pending with one ``CANCEL`` per master package: the master drops the
+        queued tasks and sends ``ABORT`` for the running ones. A worker kills a running task
+        only if it runs in its supervised executor, that is, if its package has a
+        ``timeout`` (``client.options(timeout=...)``); otherwise the task runs to its end on
+        the worker and its result is discarded.
+
+        Example::
+
+            futures = [client.submit(refine, x) for x in inputs]
+            best_effort = client.gather(futures, deadline=0.5, default=None)
+
+        Args:
+            futures: Futures of this client (of any packages), or any
+                ``concurrent.futures.Future``.
+            deadline: Seconds from now, or an absolute ``datetime.datetime`` (aware, or naive
+                in local time); one already passed takes what is done now. None (default)
+                waits for every future.
+            default: The value of each future without a result by the deadline, and of each
+                cancelled future.
+            return_exceptions: Put the exception of a failed future in the list instead of
+                raising it (as ``asyncio.gather``).
+
+        Returns:
+            One entry per future, in input order.
+
+        Raises:
+            Exception: Without ``return_exceptions``, the first failed future's exception, as
+                soon as one fails; the other futures are then left running.
+            TypeError: ``deadline`` is neither a number nor a datetime.
+        """
+        return _gather(futures, deadline, default=default, return_exceptions=return_exceptions)
 
     def options(self, **opts: Any) -> ClientView:
         """An executor sharing this connection that submits with these package options.
