@@ -218,6 +218,14 @@ def test_unknown_option_lists_every_valid_one(client):
     )
 
 
+def test_none_resets_an_option_to_its_default(client):
+    view = client.options(priority=3, timeout=2, deadline=1, on_miss="drop", replicas=2, hedge=True)
+    reset = view.options(
+        priority=None, timeout=None, deadline=None, on_miss=None, replicas=None, hedge=None
+    )
+    assert reset._opts == {} and reset._deadline_at is None
+
+
 def test_options_merge_across_views_and_are_checked_together(client):
     assert client.options(replicas=3).options(quorum=2)._opts == {"replicas": 3, "quorum": 2}
     assert client.options(deadline=5).options(admit=True)._opts == {

@@ -61,8 +61,8 @@ def check_options(
             raise TypeError(f"unknown option {key!r}; valid options: {', '.join(VALID_OPTIONS)}")
     out = dict(base)
     deadline_at = base_deadline_at
-    if new.get("priority") is not None:
-        out["priority"] = _int_option("priority", new["priority"], *_I32)
+    if "priority" in new:
+        out["priority"] = _int_option("priority", new["priority"], *_I32, 0)
     if "timeout" in new:
         out["timeout_ms"] = _timeout_ms(new["timeout"])
     if "deadline" in new:

@@ -121,8 +121,10 @@ class Package:
             ``{"met", "missed", "dropped", "cancelled", "pending", "lateness"}``: ``met``
             counts results that came by the deadline (whatever their status), ``missed`` the
             late ones and the dropped ones (``on_miss="drop"``, status 7, also counted in
-            ``dropped``), ``cancelled`` the cancelled tasks, ``pending`` those without a result
-            yet; ``lateness`` maps the index of each late task to its lateness in seconds.
+            ``dropped``), ``cancelled`` the cancelled tasks, ``pending`` those not done yet;
+            ``lateness`` maps the index of each late task to its lateness in seconds. Tasks
+            that failed on the client (the package was refused, the connection lost) are in
+            none of these.
 
         Raises:
             ValueError: The package was submitted without a deadline.
@@ -133,7 +135,7 @@ class Package:
             )
         counts = _deadline_counts(self.futures)
         lateness = counts.pop("lateness")
-        counts["pending"] = sum(1 for f in self.futures if f._entry is None and not f.cancelled())
+        counts["pending"] = sum(1 for f in self.futures if not f.done())
         counts["lateness"] = lateness
         return counts
 
