@@ -530,7 +530,7 @@ def test_package_results_until(fake, client):
         pkg.results(1, until=at)
 
 
-def test_gather_against_a_cluster_cancels_and_aborts_the_slow_tasks():
+def test_gather_against_a_cluster_cancels_and_aborts_the_long_tasks():
     # Fast tasks first (FIFO), slow ones after; every task has a timeout, so the workers run
     # them in their supervised executor and can kill the running slow ones when aborted.
     with rtpool.LocalCluster(workers=2) as cluster:

@@ -58,7 +58,7 @@ def test_quorum_error_carries_every_copy():
 # -- hedging -----------------------------------------------------------------------------------
 
 
-def test_hedging_rescues_tasks_stuck_on_a_slow_worker():
+def test_hedging_rescues_tasks_stuck_on_a_straggling_worker():
     with rtpool.LocalCluster(workers=1) as cluster:
         client = cluster.client()
         # Warm-up on the fast worker only: the function's estimate (p95 ~20 ms) must not
