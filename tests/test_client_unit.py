@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import pickle
 import socket
+import threading
 
 import pytest
 
@@ -392,3 +393,16 @@ def test_view_shutdown_cancels_its_own_package_and_keeps_the_client(fake, client
         view.submit(tasks.square, 1)
     conn.send(P.RESULTS, 2, [result_entry(0, 25)])
     assert other.result(5) == 25
+
+
+def test_cancelled_futures_wake_wait_and_as_completed(fake, client):
+    # cf.wait() and cf.as_completed() count a cancelled future as done only once notified.
+    pkg = client.submit_many(tasks.square, range(2))
+    conn = fake.accept()
+    msg = conn.recv_kind(P.SUBMIT)
+    conn.send(P.ACCEPTED, msg[1], 6)
+    threading.Timer(0.05, pkg[0].cancel).start()
+    done, _ = cf.wait(pkg.futures, timeout=5, return_when=cf.FIRST_COMPLETED)
+    assert done == {pkg[0]}
+    threading.Timer(0.05, pkg[1].cancel).start()
+    assert set(cf.as_completed(pkg.futures, timeout=5)) == set(pkg.futures)

@@ -73,3 +73,25 @@ def test_stats_and_wait_for_workers():
         assert len(cluster.worker_pids) == 2
         with pytest.raises(TimeoutError, match="2 of 3 workers"):
             cluster.wait_for_workers(3, timeout=0.2)
+
+
+def test_worker_env_sets_variables_of_one_worker():
+    import rt_tasks
+
+    with rtpool.LocalCluster(workers=1, worker_env=[{"RTPOOL_TEST_MARK": "first"}]) as cluster:
+        client = cluster.client()
+        mark, pid = client.submit(rt_tasks.env_of, "RTPOOL_TEST_MARK").result(30)
+        assert mark == "first"
+        second = cluster.add_worker(env={"RTPOOL_TEST_MARK": "second"})
+        cluster.wait_for_workers(2, timeout=30)
+        cluster.stop_worker(0)
+        mark, other = client.submit(rt_tasks.env_of, "RTPOOL_TEST_MARK").result(30)
+        assert (mark, second) == ("second", 1) and other != pid
+        cluster.add_worker()
+        cluster.stop_worker(second)
+        assert client.submit(rt_tasks.env_of, "RTPOOL_TEST_MARK").result(30)[0] is None
+
+
+def test_worker_env_longer_than_workers_is_refused():
+    with pytest.raises(ValueError, match="worker_env has 2 entries for 1 workers"):
+        rtpool.LocalCluster(workers=1, worker_env=[{}, {}])

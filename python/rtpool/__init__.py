@@ -22,15 +22,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from .errors import PoisonTaskError, QuotaExceededError, ResultsLost, TaskTimeoutError
+from .errors import (
+    AdmissionError,
+    DeadlineMissedError,
+    PoisonTaskError,
+    QuorumError,
+    QuotaExceededError,
+    ResultsLost,
+    TaskTimeoutError,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdmissionError",
     "Client",
+    "DeadlineMissedError",
     "LocalCluster",
     "Package",
     "PoisonTaskError",
+    "QuorumError",
     "QuotaExceededError",
     "ResultsLost",
     "TaskTimeoutError",

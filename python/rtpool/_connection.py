@@ -32,11 +32,14 @@ from ._connect import Address, TlsOption, connect, parse_address
 from ._future import Future
 from ._serialize import error_from_report
 from .errors import (
+    AdmissionError,
     AuthenticationError,
     ConnectError,
     ConnectionLost,
+    DeadlineMissedError,
     PoisonTaskError,
     ProtocolError,
+    QuorumError,
     QuotaExceededError,
     ResultsLost,
     SubmitRejected,
@@ -73,6 +76,8 @@ _NO_RETRY = frozenset(
 # they stay countable for ACK, up to this many (the oldest are forgotten first).
 _LATE_MAX = 1024
 _HEARTBEAT = P.encode(P.HEARTBEAT)
+# The SUBMIT options written before "key" (spec order).
+_BEFORE_KEY = frozenset({"priority", "timeout_ms"})
 
 
 class _Segment:
@@ -88,6 +93,7 @@ class _Segment:
         "error",
         "frame",
         "futures",
+        "has_deadline",
         "n",
         "n_cancelled",
         "n_results",
@@ -105,6 +111,8 @@ class _Segment:
         self.package: int | None = None
         self.error: BaseException | None = None
         self.futures: List[Future] | None = None
+        # Whether the package has a deadline (its futures then report their lateness).
+        self.has_deadline = False
         # The SUBMIT frame, kept until ACCEPTED so a reconnect re-sends the very same bytes.
         self.frame: bytes | None = None
         self.n = n
@@ -119,16 +127,31 @@ class _Segment:
 
 
 def _submit_frame(req_id: int, digest: bytes, code: bytes, opts: dict, tasks: list) -> bytes:
-    # ``opts`` are in wire form and spec order (Client.options() made them so), and "key"
-    # comes last in that order. A fresh random idempotency key per package (128 bits from
-    # os.urandom, as uuid4 but a fifth of its cost): a SUBMIT re-sent after a reconnect never
-    # makes a second package.
-    opts = {**opts, "key": _urandom(16).hex()}
+    # ``opts`` are in wire form and spec order (Client.options() made them so). A fresh random
+    # idempotency key per package (128 bits from os.urandom, as uuid4 but a fifth of its
+    # cost): a SUBMIT re-sent after a reconnect never makes a second package.
+    key = _urandom(16).hex()
+    if opts.keys() <= _BEFORE_KEY:
+        opts = {**opts, "key": key}  # the common case: "key" goes last
+    else:
+        opts = _with_key(opts, key)
     return _encode_submit(req_id, digest, code, opts, tasks)
+
+
+def _with_key(opts: dict, key: str) -> dict:
+    """``opts`` with ``"key"`` in its spec position: after priority and timeout_ms."""
+    out = {}
+    for name, value in opts.items():
+        if "key" not in out and name not in _BEFORE_KEY:
+            out["key"] = key
+        out[name] = value
+    return out
 
 
 def _task_error(status: int, data: bytes) -> BaseException:
     """The exception of a task that ended with a status other than ok/error/cancelled."""
+    if status == P.STATUS_DISAGREE:
+        return _quorum_error(data)
     message = bytes(data).decode("utf-8", "replace")
     if status == P.STATUS_TIMEOUT:
         return TaskTimeoutError(f"the task ran past its timeout: {message}", "", message)
@@ -140,7 +163,40 @@ def _task_error(status: int, data: bytes) -> BaseException:
         )
     if status == P.STATUS_QUOTA:
         return QuotaExceededError(f"the user's quota ran out before the task ran: {message}")
+    if status == P.STATUS_MISSED:
+        return DeadlineMissedError(
+            f"the task could not make its deadline and was dropped (on_miss='drop'): {message}",
+            "",
+            message,
+        )
     return TaskFailed(f"the master could not run the task: {message}", "", message)
+
+
+def _quorum_error(data: bytes) -> QuorumError:
+    """The :class:`QuorumError` of a task with status 8, every copy's result attached."""
+    try:
+        message, copies = P.decode_disagreement(data)
+    except ProtocolError as exc:
+        return QuorumError(
+            f"the task's copies did not reach a quorum, and the master's report of them "
+            f"cannot be read: {exc}"
+        )
+    results = [(worker, status, _copy_value(status, data)) for worker, status, data in copies]
+    return QuorumError(
+        f"the task's {len(results)} copies did not reach a quorum: {message}", results
+    )
+
+
+def _copy_value(status: int, data: bytes) -> Any:
+    """One copy's value in a :class:`QuorumError`: what its future would have given."""
+    if status == P.STATUS_OK:
+        try:
+            return _loads(data)
+        except Exception as exc:
+            return TaskFailed(f"the copy's result cannot be unpickled on the client: {exc!r}")
+    if status == P.STATUS_ERROR:
+        return error_from_report(data)
+    return bytes(data).decode("utf-8", "replace")
 
 
 class _Connection:
@@ -347,11 +403,13 @@ class _Connection:
         n = len(payloads)
         bounds = self._split(payloads, len(code)) if n > 1 else [(0, 1)]
         serialize_us = serialize_ns / 1000 / n
+        has_deadline = "deadline_ms" in opts
         futures: List[Future] = []
         segments: List[_Segment] = []
         single = len(bounds) == 1
         for lo, hi in bounds:
             seg = _Segment(self, next(self._ids), hi - lo, t0_ns, serialize_us)
+            seg.has_deadline = has_deadline
             cond = threading.Condition()
             seg.futures = [Future(seg, i, cond) for i in range(hi - lo)]
             tasks = payloads if single else payloads[lo:hi]
@@ -377,6 +435,8 @@ class _Connection:
         """:meth:`submit` for one task: the latency path, kept short."""
         req_id = next(self._ids)  # itertools.count: atomic under the GIL
         seg = _Segment(self, req_id, 1, t0_ns, serialize_ns / 1000)
+        if "deadline_ms" in opts:
+            seg.has_deadline = True
         fut = Future(seg, 0)
         seg.futures = [fut]
         seg.frame = frame = _submit_frame(req_id, digest, code, opts, [payload])
@@ -441,7 +501,8 @@ class _Connection:
         raise seg.error or SubmitRejected(f"the master at {self.address} rejected the package")
 
     def status(self, seg: _Segment, timeout: float) -> tuple | None:
-        """``(total, queued, running, done, cancelled)``, or None if the master freed it."""
+        """``(total, queued, running, done, cancelled)``, followed by ``(met, missed)`` from
+        a master with deadlines, or None if the master freed the package."""
         waiter = [seg.package, None, False, None]
         with self._lock:
             if self._lost is not None:
@@ -625,12 +686,13 @@ class _Connection:
         with self._cond:
             waiter = self._status.get(msg[1])
             if waiter is not None:
-                waiter[1] = tuple(msg[3:8])
+                # 5 counters, or 7 (met, missed) from a master with deadlines.
+                waiter[1] = tuple(msg[3:10])
                 waiter[2] = True
                 self._cond.notify_all()
 
     def _on_error(self, code: str, message: str, ref: int) -> None:
-        if code == P.ERR_REJECTED or code == P.ERR_QUOTA:
+        if code == P.ERR_REJECTED or code == P.ERR_QUOTA or code == P.ERR_ADMISSION:
             with self._cond:
                 self._drop_since = None
                 seg = self._by_req.pop(ref, None)
@@ -640,6 +702,11 @@ class _Connection:
                     exc: BaseException = QuotaExceededError(
                         f"the master at {self.address} refused the package (request {ref}): "
                         f"the user's compute-time quota is used up: {message}"
+                    )
+                elif code == P.ERR_ADMISSION:
+                    exc = AdmissionError(
+                        f"the master at {self.address} refused the package (request {ref}): it "
+                        f"cannot finish by its deadline: {message}"
                     )
                 else:
                     exc = SubmitRejected(

@@ -130,11 +130,15 @@ class Future(cf.Future):
     def _to_cancelled(self) -> bool:
         # Like Future.cancel(), but True only for the call that moved the future from PENDING
         # (so every task is counted once) and never for RUNNING: rtpool futures stay PENDING
-        # until their result arrives.
+        # until their result arrives. An rtpool future never runs here, so nothing would call
+        # set_running_or_notify_cancel(): it is notified at once, which wakes cf.wait() and
+        # cf.as_completed() (they count only CANCELLED_AND_NOTIFIED futures as done).
         with self._condition:
             if self._state != PENDING:
                 return False
-            self._state = CANCELLED
+            self._state = CANCELLED_AND_NOTIFIED
+            for waiter in self._waiters:
+                waiter.add_cancelled(self)
             self._condition.notify_all()
             wakes, self._wakes = self._wakes, None
         if wakes:
@@ -164,8 +168,10 @@ class Future(cf.Future):
         Keys: ``serialize_us`` (client pickling, this task's share of its package),
         ``queue_us`` (master: receipt to assignment), ``worker_us`` (master: assignment to
         result), ``exec_us`` (worker: the function), ``wait_us`` (worker: receipt to start),
-        ``flush_us`` (worker: end to send), ``deserialize_us`` (client unpickling) and
-        ``total_us`` (from the start of ``submit`` to the result being set).
+        ``flush_us`` (worker: end to send), ``late_us`` (master: how long after the
+        package's deadline the result came; 0 when on time, without a deadline, or from a
+        master without deadlines), ``deserialize_us`` (client unpickling) and ``total_us``
+        (from the start of ``submit`` to the result being set).
         """
         r = self._entry
         if r is None:
@@ -178,6 +184,21 @@ class Future(cf.Future):
             "exec_us": r[5],
             "wait_us": r[6],
             "flush_us": r[7],
+            "late_us": r[8] if len(r) > 8 else 0,
             "deserialize_us": self._deser_ns / 1000,
             "total_us": (self._done_ns - seg.t0_ns) / 1000 if seg is not None else 0.0,
         }
+
+    @property
+    def lateness(self) -> float | None:
+        """How late the task's result came after its package's deadline, in seconds.
+
+        0.0 for a result that came by the deadline; None for a task without a deadline, and
+        before the result came (or for a future cancelled here). A task dropped at its
+        deadline (``on_miss="drop"``) reports the master's lateness of its failure.
+        """
+        r = self._entry
+        seg = self._seg
+        if r is None or seg is None or not seg.has_deadline:
+            return None
+        return (r[8] if len(r) > 8 else 0) / 1e6

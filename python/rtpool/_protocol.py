@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import Any, List, Union
+from typing import Any, List, Tuple, Union
 
 import msgpack
 
@@ -71,6 +71,8 @@ STATUS_FAILED = 3
 STATUS_TIMEOUT = 4
 STATUS_LOST = 5
 STATUS_QUOTA = 6
+STATUS_MISSED = 7
+STATUS_DISAGREE = 8
 
 # ERROR codes; the fatal ones close the connection.
 ERR_VERSION = "version"
@@ -82,16 +84,29 @@ ERR_REJECTED = "rejected"
 ERR_UNKNOWN_PACKAGE = "unknown_package"
 ERR_SHUTDOWN = "shutdown"
 ERR_QUOTA = "quota"
+ERR_ADMISSION = "admission"
 ERR_TIMEOUT = "timeout"
 ERR_LEASE_EXPIRED = "lease_expired"
 ERR_IDLE = "idle"
 ERR_BUSY = "busy"
 ERR_SLOW_CONSUMER = "slow_consumer"
-NON_FATAL_ERRORS = frozenset({ERR_REJECTED, ERR_UNKNOWN_PACKAGE, ERR_QUOTA})
+NON_FATAL_ERRORS = frozenset({ERR_REJECTED, ERR_UNKNOWN_PACKAGE, ERR_QUOTA, ERR_ADMISSION})
 
 #: SUBMIT options of version 1 with their defaults, in the order the spec lists them (which is
-#: the order an encoder writes the keys in).
-SUBMIT_OPTION_DEFAULTS = {"priority": 0, "timeout_ms": 0, "key": ""}
+#: the order an encoder writes the keys in). ``max_copies`` 0 stands for the master's default,
+#: ``replicas + quorum``.
+SUBMIT_OPTION_DEFAULTS = {
+    "priority": 0,
+    "timeout_ms": 0,
+    "key": "",
+    "deadline_ms": 0,
+    "on_miss": "run",
+    "admit": False,
+    "replicas": 1,
+    "quorum": 1,
+    "max_copies": 0,
+    "hedge": False,
+}
 
 _LEN = struct.Struct(">I")
 _unpack_len = _LEN.unpack_from
@@ -128,6 +143,38 @@ def submit_opts(opts: dict) -> dict:
         if key not in SUBMIT_OPTION_DEFAULTS:
             out[key] = value
     return out
+
+
+def decode_disagreement(data: Buffer) -> Tuple[str, List[Tuple[str, int, bytes]]]:
+    """Decode the ``data`` of a ``TaskResult`` with status 8 (disagree).
+
+    Args:
+        data: msgpack ``[message: str, [[worker: str, status: u8, data: bin], ...]]``.
+
+    Returns:
+        ``(message, [(worker, status, data), ...])``, one entry per copy of the task.
+
+    Raises:
+        ProtocolError: ``data`` does not have that form.
+    """
+    try:
+        msg = _unpackb(data, raw=False)
+    except Exception as exc:
+        raise ProtocolError(f"malformed disagreement report: not valid msgpack ({exc})") from None
+    if type(msg) is not list or len(msg) != 2 or type(msg[0]) is not str:
+        raise ProtocolError(f"malformed disagreement report: {msg!r:.80}")
+    copies = []
+    for entry in msg[1] if type(msg[1]) is list else (None,):
+        if (
+            type(entry) is not list
+            or len(entry) != 3
+            or type(entry[0]) is not str
+            or type(entry[1]) is not int
+            or type(entry[2]) is not bytes
+        ):
+            raise ProtocolError(f"malformed copy in a disagreement report: {entry!r:.80}")
+        copies.append((entry[0], entry[1], entry[2]))
+    return msg[0], copies
 
 
 def _packer() -> msgpack.Packer:

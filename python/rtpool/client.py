@@ -10,17 +10,18 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import itertools
-import math
 import os
 import pickle
 import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
+from ._anytime import gather as _gather
 from ._connect import Address, TlsOption, default_name
 from ._connection import _Connection, _Segment
 from ._future import Future
-from ._protocol import submit_opts
+from ._options import check_options, resolve
+from ._protocol import STATUS_MISSED
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
 from .errors import AuthenticationError
 
@@ -28,48 +29,6 @@ __all__ = ["Client", "ClientView", "Future", "Package"]
 
 _perf_ns = time.perf_counter_ns
 _dumps = pickle.dumps
-
-#: The options ``Client.options()`` accepts, in protocol order.
-VALID_OPTIONS = ("priority", "timeout")
-_I32 = (-(2**31), 2**31 - 1)
-_U32_MAX = 2**32 - 1
-
-
-def _check_options(opts: Dict[str, Any]) -> Dict[str, Any]:
-    """Validate ``options()`` keywords; return them as SUBMIT opts (``timeout`` becomes
-    ``timeout_ms``; ``timeout=None`` clears it)."""
-    for key in opts:
-        if key not in VALID_OPTIONS:
-            raise TypeError(f"unknown option {key!r}; valid options: {', '.join(VALID_OPTIONS)}")
-    out = {}
-    priority = opts.get("priority")
-    if priority is not None:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(f"option 'priority' must be an int, got {type(priority).__name__}")
-        if not _I32[0] <= priority <= _I32[1]:
-            raise ValueError(f"option 'priority' must fit in 32 bits, got {priority}")
-        out["priority"] = priority
-    if "timeout" in opts:
-        out["timeout_ms"] = _timeout_ms(opts["timeout"])
-    return out
-
-
-def _timeout_ms(timeout: Any) -> int:
-    if timeout is None:
-        return 0  # the wire default: no limit
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(
-            f"option 'timeout' must be a number of seconds, got {type(timeout).__name__}"
-        )
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(
-            f"option 'timeout' must be a positive number of seconds, got {timeout!r} "
-            "(use timeout=None for no limit)"
-        )
-    timeout_ms = math.ceil(timeout * 1000)
-    if timeout_ms > _U32_MAX:
-        raise ValueError(f"option 'timeout' must be at most {_U32_MAX // 1000} s, got {timeout}")
-    return timeout_ms
 
 
 class Package:
@@ -121,23 +80,64 @@ class Package:
         """True when every task has a result (or was cancelled)."""
         return all(f.done() for f in self.futures)
 
-    def results(self, timeout: float | None = None) -> List[Any]:
+    def results(
+        self, timeout: float | None = None, *, until: Any = None, default: Any = None
+    ) -> List[Any]:
         """Wait for every task and return the values in input order.
+
+        With ``until``, an anytime result: wait until that time at most, give ``default`` for
+        each task without a result by then and cancel those tasks (as :meth:`Client.gather`
+        does: the master drops the queued ones and aborts the running ones, which a worker
+        kills only in packages with a ``timeout``).
 
         Args:
             timeout: Seconds to wait for the whole package; None waits forever.
+            until: Seconds from now, or a ``datetime.datetime``: return at that time with what
+                is done. Not together with ``timeout``.
+            default: With ``until``, the value of each unfinished (or cancelled) task.
 
         Returns:
             One value per task, in input order.
 
         Raises:
-            TimeoutError: The package did not finish in time.
-            Exception: The first failed task's exception, in input order.
+            TimeoutError: The package did not finish within ``timeout``.
+            Exception: The first failed task's exception, in input order (with ``until``: as
+                soon as a task fails, see :meth:`Client.gather`).
+            TypeError: Both ``timeout`` and ``until`` were given.
         """
+        if until is not None:
+            if timeout is not None:
+                raise TypeError("pass timeout= or until=, not both")
+            return _gather(self.futures, until, default=default)
         if timeout is None:
             return [f.result() for f in self.futures]
         end = time.monotonic() + timeout
         return [f.result(max(0.0, end - time.monotonic())) for f in self.futures]
+
+    def deadline_report(self) -> Dict[str, Any]:
+        """How the package's tasks fared against its deadline, from the results received.
+
+        Returns:
+            ``{"met", "missed", "dropped", "cancelled", "pending", "lateness"}``: ``met``
+            counts results that came by the deadline (whatever their status), ``missed`` the
+            late ones and the dropped ones (``on_miss="drop"``, status 7, also counted in
+            ``dropped``), ``cancelled`` the cancelled tasks, ``pending`` those not done yet;
+            ``lateness`` maps the index of each late task to its lateness in seconds. Tasks
+            that failed on the client (the package was refused, the connection lost) are in
+            none of these.
+
+        Raises:
+            ValueError: The package was submitted without a deadline.
+        """
+        if not any(seg.has_deadline for seg in self._segments):
+            raise ValueError(
+                "the package has no deadline; submit it with client.options(deadline=...)"
+            )
+        counts = _deadline_counts(self.futures)
+        lateness = counts.pop("lateness")
+        counts["pending"] = sum(1 for f in self.futures if not f.done())
+        counts["lateness"] = lateness
+        return counts
 
     def as_completed(self, timeout: float | None = None) -> Iterator[Future]:
         """Yield the futures as they complete (``concurrent.futures.as_completed``).
@@ -163,14 +163,16 @@ class Package:
 
         Returns:
             ``{"total", "queued", "running", "done", "cancelled"}`` summed over the package's
-            frames. ``done`` counts results the master has sent; parts the master already freed
-            are counted from the futures here.
+            frames, and ``"met"`` and ``"missed"`` from a master with deadlines (results by
+            the deadline; late results and tasks dropped for it). ``done`` counts results the
+            master has sent; parts the master already freed are counted from the futures here.
 
         Raises:
             TimeoutError: The master did not answer in time.
             ConnectionLost: The connection broke (or is being re-established: ask again).
         """
-        total = {"total": 0, "queued": 0, "running": 0, "done": 0, "cancelled": 0}
+        total = dict.fromkeys(_STATUS_KEYS, 0)
+        deadline_counts = False
         pos = 0
         for seg in self._segments:
             futures = self.futures[pos : pos + seg.n]
@@ -182,9 +184,49 @@ class Package:
             if reply is None:
                 cancelled = sum(1 for f in futures if f.cancelled())
                 reply = (seg.n, 0, 0, seg.n - cancelled, cancelled)
-            for key, value in zip(("total", "queued", "running", "done", "cancelled"), reply):
+                if seg.has_deadline:
+                    counts = _deadline_counts(futures)
+                    reply += (counts["met"], counts["missed"])
+            deadline_counts = deadline_counts or len(reply) > 5
+            for key, value in zip(_STATUS_KEYS, reply):
                 total[key] += value
+        if not deadline_counts:
+            del total["met"], total["missed"]
         return total
+
+
+#: Counters of STATUS_REPLY, in wire order (a master without deadlines sends the first five).
+_STATUS_KEYS = ("total", "queued", "running", "done", "cancelled", "met", "missed")
+
+
+def _deadline_counts(futures: List[Future]) -> Dict[str, Any]:
+    """``met``, ``missed``, ``dropped``, ``cancelled`` and ``lateness`` of these futures."""
+    met = missed = dropped = cancelled = 0
+    lateness: Dict[int, float] = {}
+    for i, fut in enumerate(futures):
+        r = fut._entry
+        if fut.cancelled():
+            cancelled += 1
+            continue
+        if r is None:
+            continue
+        late_us = r[8] if len(r) > 8 else 0
+        if r[1] == STATUS_MISSED:
+            dropped += 1
+            missed += 1
+        elif late_us > 0:
+            missed += 1
+        else:
+            met += 1
+        if late_us > 0:
+            lateness[i] = late_us / 1e6
+    return {
+        "met": met,
+        "missed": missed,
+        "dropped": dropped,
+        "cancelled": cancelled,
+        "lateness": lateness,
+    }
 
 
 class _Submitter(cf.Executor):
@@ -192,6 +234,8 @@ class _Submitter(cf.Executor):
 
     _conn: _Connection
     _opts: Dict[str, Any]
+    # An absolute deadline (time.time() seconds): deadline_ms is computed at each submission.
+    _deadline_at: float | None = None
 
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` on a worker.
@@ -208,6 +252,7 @@ class _Submitter(cf.Executor):
 
         Raises:
             TypeError: ``fn`` or the arguments cannot be pickled.
+            ValueError: The executor's absolute ``deadline`` has passed.
             RuntimeError: The executor was shut down.
             ConnectionLost: The connection to the master is gone.
         """
@@ -215,7 +260,8 @@ class _Submitter(cf.Executor):
         digest, code = serialize_function(fn)
         payload = dumps_args(args, kwargs or None)
         t1 = _perf_ns()
-        fut, seg = self._conn.submit_one(digest, code, self._opts, payload, t0, t1 - t0)
+        opts = self._opts if self._deadline_at is None else resolve(self._opts, self._deadline_at)
+        fut, seg = self._conn.submit_one(digest, code, opts, payload, t0, t1 - t0)
         self._track((seg,))
         return fut
 
@@ -232,7 +278,8 @@ class _Submitter(cf.Executor):
 
         Raises:
             TypeError: ``fn`` or an item cannot be pickled.
-            ValueError: One item alone is larger than the master's frame limit.
+            ValueError: One item alone is larger than the master's frame limit, or the
+                executor's absolute ``deadline`` has passed.
             RuntimeError: The executor was shut down.
             ConnectionLost: The connection to the master is gone.
         """
@@ -255,7 +302,8 @@ class _Submitter(cf.Executor):
             else:
                 payloads = [dumps_args((a,), None) for a in items]
         t1 = _perf_ns()
-        futures, segments = self._conn.submit(digest, code, self._opts, payloads, t0, t1 - t0)
+        opts = self._opts if self._deadline_at is None else resolve(self._opts, self._deadline_at)
+        futures, segments = self._conn.submit(digest, code, opts, payloads, t0, t1 - t0)
         self._track(segments)
         return Package(self._conn, futures, segments)
 
@@ -294,14 +342,83 @@ class _Submitter(cf.Executor):
             package = self.submit_many(functools.partial(run_chunk, fn), chunks)
         return _result_iterator(package, end, chunksize > 1)
 
+    def gather(
+        self,
+        futures: Iterable[cf.Future],
+        deadline: Any = None,
+        *,
+        default: Any = None,
+        return_exceptions: bool = False,
+    ) -> List[Any]:
+        """Anytime gather: the values of the futures done by ``deadline``, ``default`` for
+        the rest, which are cancelled.
+
+        Waits without polling until every future is done or the deadline passes, then cancels
+        those still pending with one ``CANCEL`` per master package: the master drops the
+        queued tasks and sends ``ABORT`` for the running ones. A worker kills a running task
+        only if it runs in its supervised executor, that is, if its package has a
+        ``timeout`` (``client.options(timeout=...)``); otherwise the task runs to its end on
+        the worker and its result is discarded.
+
+        Example::
+
+            futures = [client.submit(refine, x) for x in inputs]
+            best_effort = client.gather(futures, deadline=0.5, default=None)
+
+        Args:
+            futures: Futures of this client (of any packages), or any
+                ``concurrent.futures.Future``.
+            deadline: Seconds from now, or an absolute ``datetime.datetime`` (aware, or naive
+                in local time); one already passed takes what is done now. None (default)
+                waits for every future.
+            default: The value of each future without a result by the deadline, and of each
+                cancelled future.
+            return_exceptions: Put the exception of a failed future in the list instead of
+                raising it (as ``asyncio.gather``).
+
+        Returns:
+            One entry per future, in input order.
+
+        Raises:
+            Exception: Without ``return_exceptions``, the first failed future's exception, as
+                soon as one fails; the other futures are then left running.
+            TypeError: ``deadline`` is neither a number nor a datetime.
+        """
+        return _gather(futures, deadline, default=default, return_exceptions=return_exceptions)
+
     def options(self, **opts: Any) -> ClientView:
         """An executor sharing this connection that submits with these package options.
 
+        Options given here are merged into this executor's own (``client.options(a=1)
+        .options(b=2)`` has both); ``None`` resets one to its default. Everything is checked
+        here, before anything is sent. See ``docs/realtime.md`` for deadlines, hedging and
+        quorum.
+
         Args:
-            **opts: Package options. ``priority`` (int, default 0): higher runs first, FIFO
-                within one priority. ``timeout`` (seconds, default None: no limit): each
-                task's execution time limit; a task past it is killed and its future raises
-                :class:`~rtpool.errors.TaskTimeoutError`.
+            **opts: Package options:
+
+                * ``priority`` (int, default 0): higher runs first. Within one priority users
+                  take turns, and each user's packages run earliest deadline first.
+                * ``timeout`` (seconds, default None: no limit): each task's execution time
+                  limit; a task past it is killed and its future raises
+                  :class:`~rtpool.errors.TaskTimeoutError`.
+                * ``deadline`` (default None): every task's deadline, as seconds from
+                  submission (int or float > 0) or an absolute ``datetime.datetime`` (aware,
+                  or naive in local time), turned into milliseconds from now with this
+                  machine's clock at each submission (rounded up).
+                * ``on_miss`` (``"run"``, default, or ``"drop"``): late tasks run anyway and
+                  report ``future.lateness``, or are dropped and raise
+                  :class:`~rtpool.errors.DeadlineMissedError`.
+                * ``admit`` (bool, default False): admission control; the master refuses a
+                  package that cannot finish by its deadline and its futures raise
+                  :class:`~rtpool.errors.AdmissionError`. Needs ``deadline``.
+                * ``replicas`` (1 to 16, default 1): copies of each task, on distinct workers.
+                * ``quorum`` (1 to ``replicas``, default 1): byte-equal results needed; copies
+                  that never agree raise :class:`~rtpool.errors.QuorumError`.
+                * ``max_copies`` (0 to 16, default 0: ``replicas + quorum``): most copies of
+                  one task ever started; at least ``replicas``.
+                * ``hedge`` (bool, default False): a straggling task gets one backup copy on
+                  another worker; the first result wins.
 
         Returns:
             A :class:`ClientView`; its ``submit``/``submit_many``/``map`` pass every keyword
@@ -310,11 +427,12 @@ class _Submitter(cf.Executor):
         Raises:
             TypeError: An unknown option name (the message lists the valid ones) or a wrong
                 type.
-            ValueError: A value out of range (``timeout`` not positive).
+            ValueError: A value out of range (``timeout`` not positive, ``deadline`` in the
+                past, ``quorum`` above ``replicas``, ...) or ``admit`` without a deadline.
         """
         # In wire form once per view (defaults left out, spec order), not once per submission.
-        merged = submit_opts({**self._opts, **_check_options(opts)})
-        return ClientView(self._conn, merged)
+        merged, deadline_at = check_options(self._opts, self._deadline_at, opts)
+        return ClientView(self._conn, merged, deadline_at)
 
     def _track(self, segments: Iterable[_Segment]) -> None:
         pass
@@ -346,9 +464,12 @@ class ClientView(_Submitter):
     work (and waits for what it submitted), the client stays open.
     """
 
-    def __init__(self, conn: _Connection, opts: Dict[str, Any]) -> None:
+    def __init__(
+        self, conn: _Connection, opts: Dict[str, Any], deadline_at: float | None = None
+    ) -> None:
         self._conn = conn
         self._opts = opts
+        self._deadline_at = deadline_at
         self._submitted: List[_Segment] = []
         self._shut = False
 

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import weakref
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping, Sequence
 
 from .client import Client
 
@@ -113,9 +113,14 @@ class LocalCluster:
             ``lease_ms``, ``result_ttl_s``, ``max_attempts``, ``max_task_seconds``,
             ``timeout_grace_s``, ``fsync`` (``"always"``, ``"batch:10"``, ``"off"``),
             ``journal`` (False: none), ``store``.
+        worker_env: Extra environment variables per worker: ``worker_env[i]`` is added to
+            the environment of worker ``i`` (a list shorter than ``workers`` leaves the rest
+            alone). Tests use it to make one worker different, e.g. ``worker_env=[{"SLOW":
+            "10"}, {}]``; see also ``add_worker(env=...)``.
 
     Raises:
         RtpoolError: The embedded master cannot start.
+        ValueError: ``worker_env`` has more entries than ``workers``.
     """
 
     def __init__(
@@ -127,8 +132,16 @@ class LocalCluster:
         task_memory_mb: int | None = None,
         data_dir: str | os.PathLike | None = None,
         master_options: Dict[str, Any] | None = None,
+        worker_env: Sequence[Mapping[str, str]] | None = None,
     ) -> None:
         from . import _native
+
+        worker_env = list(worker_env or ())
+        if len(worker_env) > workers:
+            raise ValueError(
+                f"worker_env has {len(worker_env)} entries for {workers} workers; give at most "
+                "one per worker"
+            )
 
         self._prefetch = prefetch
         self._task_memory_mb = task_memory_mb
@@ -151,8 +164,8 @@ class LocalCluster:
         self._state.tls_dir = tls_dir
         self._finalizer = weakref.finalize(self, _shutdown, self._state)
         try:
-            for _ in range(workers):
-                self.add_worker()
+            for i in range(workers):
+                self.add_worker(env=worker_env[i] if i < len(worker_env) else None)
         except BaseException:
             self.close()
             raise
@@ -200,17 +213,20 @@ class LocalCluster:
         self._state.clients.append(client)
         return client
 
-    def add_worker(self) -> int:
+    def add_worker(self, env: Mapping[str, str] | None = None) -> int:
         """Start one more worker process (it joins in the background).
+
+        Args:
+            env: Extra environment variables of this worker (on top of this process's).
 
         Returns:
             The worker's index, for :meth:`stop_worker`.
         """
         self._check_open()
         paths = [p or os.getcwd() for p in sys.path]
-        env = dict(os.environ)
-        env["RTPOOL_WORKER_TOKEN"] = self.worker_token
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        proc_env = {**os.environ, **(env or {})}
+        proc_env["RTPOOL_WORKER_TOKEN"] = self.worker_token
+        proc_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         cmd = [sys.executable, "-m", "rtpool", "worker", "--master", self.address]
         cmd += ["--procs", "1", "--parent-pid", str(os.getpid())]
         if self._prefetch is not None:
@@ -219,7 +235,7 @@ class LocalCluster:
             cmd += ["--ca-file", self._ca_file]
         if self._task_memory_mb is not None:
             cmd += ["--task-memory-mb", str(self._task_memory_mb)]
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=proc_env, stdin=subprocess.DEVNULL, start_new_session=True)
         self._state.workers.append(proc)
         return len(self._state.workers) - 1
 

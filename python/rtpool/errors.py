@@ -6,7 +6,8 @@ exception (with the remote traceback as ``__cause__``), as ``concurrent.futures`
 process pool; only when that exception cannot be rebuilt on the client is it a
 :class:`TaskFailed`. Cancelled tasks raise ``concurrent.futures.CancelledError`` and timeouts
 ``TimeoutError``, as the Executor interface promises; a task killed past its ``timeout``
-option raises :class:`TaskTimeoutError`, which is a ``TimeoutError`` too. See
+option raises :class:`TaskTimeoutError`, and one dropped at its deadline
+:class:`DeadlineMissedError`; both are ``TimeoutError`` too. See
 ``docs/reliability.md`` for which error means what.
 """
 
@@ -15,11 +16,14 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "AdmissionError",
     "AuthenticationError",
     "ConnectError",
     "ConnectionLost",
+    "DeadlineMissedError",
     "PoisonTaskError",
     "ProtocolError",
+    "QuorumError",
     "QuotaExceeded",
     "QuotaExceededError",
     "RemoteTraceback",
@@ -156,3 +160,46 @@ class QuotaExceededError(TaskFailed):
 
 #: The former name of :class:`QuotaExceededError`.
 QuotaExceeded = QuotaExceededError
+
+
+class AdmissionError(SubmitRejected):
+    """Admission control refused a package (``options(admit=True)``, ``ERROR admission``).
+
+    By the master's running estimate of the function's execution time, the work queued and
+    running ahead of it and the worker slots, the package's last task could not finish by its
+    deadline. Nothing of it ran and the connection stays usable; the message states the
+    estimate and the shortfall. Every future of the package raises it, and so does
+    ``Package.id``.
+    """
+
+
+class DeadlineMissedError(TaskFailed, TimeoutError):
+    """The task could not make its deadline and was dropped (status ``missed``).
+
+    Only with ``options(deadline=..., on_miss="drop")``: a queued task that its function's
+    estimate says cannot finish in time is not started, and at the deadline every unfinished
+    task fails with this error (running ones are stopped on their workers). It is also a
+    builtin ``TimeoutError``. With ``on_miss="run"`` (the default) late tasks run anyway and
+    report their lateness in ``future.lateness`` instead.
+    """
+
+
+class QuorumError(TaskFailed):
+    """The copies of a task never agreed (status ``disagree``; ``options(quorum=...)``).
+
+    The master ran up to ``max_copies`` copies of the task on distinct workers, and fewer than
+    ``quorum`` of their results were byte-equal.
+
+    Attributes:
+        results: One ``(worker, status, value)`` per copy: the worker's name, the copy's
+            status code (0 ok, 1 error, ...) and its value: the unpickled return value for
+            status 0, the exception the copy raised for status 1 (as ``future.result()``
+            would raise it), otherwise the master's message (``str``).
+    """
+
+    def __init__(self, message: str, results: list | None = None) -> None:
+        super().__init__(message, "", message, "")
+        self.results: list = list(results or ())
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.results))
