@@ -201,6 +201,7 @@ def test_absolute_deadline_in_the_past(fake, client, monkeypatch):
         ({"hedge": 1}, TypeError, "option 'hedge' must be True or False"),
         ({"admit": "yes"}, TypeError, "option 'admit' must be True or False"),
         ({"admit": True}, ValueError, "option 'admit' needs a deadline"),
+        ({"on_miss": "drop"}, ValueError, "option on_miss='drop' needs a deadline"),
         ({"priority": True}, TypeError, "option 'priority' must be an int"),
     ],
 )

@@ -96,8 +96,11 @@ def _check_together(opts: Dict[str, Any], deadline_at: float | None) -> None:
             f"option 'max_copies' ({max_copies}) must be at least 'replicas' ({replicas}), "
             "or 0 for the default (replicas + quorum)"
         )
-    if opts.get("admit") and not opts.get("deadline_ms") and deadline_at is None:
+    has_deadline = bool(opts.get("deadline_ms")) or deadline_at is not None
+    if opts.get("admit") and not has_deadline:
         raise ValueError("option 'admit' needs a deadline: pass deadline= too")
+    if opts.get("on_miss", "run") == "drop" and not has_deadline:
+        raise ValueError("option on_miss='drop' needs a deadline: pass deadline= too")
 
 
 def _int_option(name: str, value: Any, lo: int, hi: int, none: int | None = None) -> int:
