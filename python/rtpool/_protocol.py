@@ -91,7 +91,18 @@ NON_FATAL_ERRORS = frozenset({ERR_REJECTED, ERR_UNKNOWN_PACKAGE, ERR_QUOTA})
 
 #: SUBMIT options of version 1 with their defaults, in the order the spec lists them (which is
 #: the order an encoder writes the keys in).
-SUBMIT_OPTION_DEFAULTS = {"priority": 0, "timeout_ms": 0, "key": ""}
+SUBMIT_OPTION_DEFAULTS = {
+    "priority": 0,
+    "timeout_ms": 0,
+    "key": "",
+    "deadline_ms": 0,
+    "on_miss": "run",
+    "admit": False,
+    "replicas": 1,
+    "quorum": 1,
+    "max_copies": 0,
+    "hedge": False,
+}
 
 _LEN = struct.Struct(">I")
 _unpack_len = _LEN.unpack_from
