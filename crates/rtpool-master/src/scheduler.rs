@@ -698,6 +698,8 @@ impl Scheduler {
                         running: counts.running,
                         done: counts.done,
                         cancelled: counts.cancelled,
+                        met: counts.met,
+                        missed: counts.missed,
                     },
                 );
             }
@@ -760,5 +762,6 @@ fn to_wire_result(o: TaskOutcome) -> TaskResult {
         exec_us: o.exec_us,
         wait_us: o.wait_us,
         flush_us: o.flush_us,
+        late_us: o.late_us,
     }
 }
