@@ -643,13 +643,17 @@ impl Scheduler {
                 req_id,
                 reason,
             } => {
-                let msg = match reason {
-                    RejectReason::QuotaExhausted { .. } => Msg::Error {
-                        code: "quota".into(),
-                        message: reason.to_string(),
-                        reference: req_id,
-                    },
-                    _ => rejected(req_id, reason.to_string()),
+                let code = match reason {
+                    RejectReason::QuotaExhausted { .. } => "quota",
+                    RejectReason::Admission { .. } => "admission",
+                    RejectReason::Empty
+                    | RejectReason::TooManyTasks { .. }
+                    | RejectReason::InvalidOptions(_) => "rejected",
+                };
+                let msg = Msg::Error {
+                    code: code.into(),
+                    message: reason.to_string(),
+                    reference: req_id,
                 };
                 self.send(client.0, msg);
             }
