@@ -256,20 +256,16 @@ impl Scheduler {
                     exec_us: d.exec_us,
                     wait_us: 0,
                     flush_us: 0,
-                    late_us: 0,
+                    late_us: d.late_us,
                 })
                 .collect();
+            let opts = restored_opts(&r);
             let event = Event::Restore(Box::new(RestoredPackage {
                 package: PackageId(r.package),
                 user,
                 fn_hash: FnHash(r.fn_hash),
                 fn_code: r.fn_code,
-                opts: PackageOpts {
-                    priority: r.priority,
-                    timeout_ms: r.timeout_ms,
-                    key: r.key,
-                    ..PackageOpts::default()
-                },
+                opts,
                 tasks: r.tasks,
                 done,
                 delivered: p.delivered,
@@ -511,16 +507,8 @@ impl Scheduler {
                     .get(&client.0)
                     .map(|u| self.user_names[u.0 as usize].clone())
                     .unwrap_or_default();
-                self.last_lsn = journal.append(Record::Package(PackageRecord {
-                    package: package.0,
-                    user,
-                    key: opts.key.clone(),
-                    fn_hash: fn_hash.0,
-                    fn_code: fn_code.clone(),
-                    priority: opts.priority,
-                    timeout_ms: opts.timeout_ms,
-                    tasks: tasks.clone(),
-                }));
+                let record = package_record(*package, user, *fn_hash, fn_code, opts, tasks);
+                self.last_lsn = journal.append(Record::Package(record));
                 if self.ack_after_fsync {
                     self.held.push_back((self.last_lsn, Held::Event(event)));
                     return;
@@ -575,6 +563,7 @@ impl Scheduler {
                         status: r.status as u8,
                         data: r.data.clone(),
                         exec_us: r.exec_us,
+                        late_us: r.late_us,
                     }));
                 }
             }
@@ -747,6 +736,63 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
+/// The journal record of an accepted package.
+fn package_record(
+    package: PackageId,
+    user: String,
+    fn_hash: FnHash,
+    fn_code: &Bytes,
+    opts: &PackageOpts,
+    tasks: &[Bytes],
+) -> PackageRecord {
+    // Destructured so that a new option cannot be left out of the journal.
+    let PackageOpts {
+        priority,
+        timeout_ms,
+        key,
+        deadline_ms,
+        on_miss,
+        admit,
+        replicas,
+        quorum,
+        max_copies,
+        hedge,
+    } = opts;
+    PackageRecord {
+        package: package.0,
+        user,
+        key: key.clone(),
+        fn_hash: fn_hash.0,
+        fn_code: fn_code.clone(),
+        priority: *priority,
+        timeout_ms: *timeout_ms,
+        tasks: tasks.to_vec(),
+        deadline_ms: *deadline_ms,
+        on_miss: *on_miss,
+        admit: *admit,
+        replicas: *replicas,
+        quorum: *quorum,
+        max_copies: *max_copies,
+        hedge: *hedge,
+    }
+}
+
+/// The options of a package restored from its journal record.
+fn restored_opts(r: &PackageRecord) -> PackageOpts {
+    PackageOpts {
+        priority: r.priority,
+        timeout_ms: r.timeout_ms,
+        key: r.key.clone(),
+        deadline_ms: r.deadline_ms,
+        on_miss: r.on_miss,
+        admit: r.admit,
+        replicas: r.replicas,
+        quorum: r.quorum,
+        max_copies: r.max_copies,
+        hedge: r.hedge,
+    }
+}
+
 /// The non-fatal `rejected` error for a submission.
 pub fn rejected(req_id: u64, message: String) -> Msg {
     Msg::Error {
@@ -767,5 +813,50 @@ fn to_wire_result(o: TaskOutcome) -> TaskResult {
         wait_us: o.wait_us,
         flush_us: o.flush_us,
         late_us: o.late_us,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rtpool_core::MissPolicy;
+
+    use super::*;
+
+    #[test]
+    fn package_options_survive_the_journal_record() {
+        let opts = PackageOpts {
+            priority: -2,
+            timeout_ms: 900,
+            key: "k-1".into(),
+            deadline_ms: 250,
+            on_miss: MissPolicy::Drop,
+            admit: true,
+            replicas: 3,
+            quorum: 2,
+            max_copies: 5,
+            hedge: true,
+        };
+        let tasks = [Bytes::from_static(b"a")];
+        let code = Bytes::from_static(b"code");
+        let record = package_record(
+            PackageId(7),
+            "alice".into(),
+            FnHash([1; 32]),
+            &code,
+            &opts,
+            &tasks,
+        );
+        assert_eq!(restored_opts(&record), opts);
+        assert_eq!((record.package, record.user.as_str()), (7, "alice"));
+        let default = PackageOpts::default();
+        let record = package_record(
+            PackageId(8),
+            String::new(),
+            FnHash([1; 32]),
+            &code,
+            &default,
+            &tasks,
+        );
+        assert_eq!(restored_opts(&record), default);
     }
 }
