@@ -728,6 +728,14 @@ pub struct OutboundRx {
     shared: Arc<Outbound>,
 }
 
+#[cfg(test)]
+impl OutboundRx {
+    /// The next queued message, without waiting (for tests of what the scheduler sends).
+    pub(crate) fn try_recv(&mut self) -> Option<Out> {
+        self.rx.try_recv().ok().map(|(out, _)| out)
+    }
+}
+
 impl OutboundTx {
     /// A queue that holds at most `limit_bytes` (estimated encoded size) at once.
     pub fn new(limit_bytes: usize) -> (Self, OutboundRx) {

@@ -818,9 +818,103 @@ fn to_wire_result(o: TaskOutcome) -> TaskResult {
 
 #[cfg(test)]
 mod tests {
-    use rtpool_core::MissPolicy;
+    use rtpool_core::{ClientId, MissPolicy, PackageCounts};
 
     use super::*;
+
+    /// A scheduler with one client route (session 5), and that route's receiving end.
+    fn with_client() -> (Scheduler, crate::connection::OutboundRx) {
+        let mut scheduler = Scheduler::new(CoreConfig::default());
+        let (tx, rx) = OutboundTx::new(1 << 20);
+        scheduler.routes.insert(5, tx);
+        (scheduler, rx)
+    }
+
+    fn sent(rx: &mut crate::connection::OutboundRx) -> Msg {
+        match rx.try_recv() {
+            Some(Out::Send(msg)) => msg,
+            other => panic!("expected one message, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_answer_with_their_code_and_the_reason() {
+        let (mut scheduler, mut rx) = with_client();
+        let admission = RejectReason::Admission {
+            tasks: 100,
+            finish_us: 5_000_000,
+            deadline_us: 1_000_000,
+            per_task_us: 50_000,
+            samples: 12,
+            slots: 1,
+            backlog_us: 0,
+        };
+        let cases = [
+            (admission, "admission"),
+            (
+                RejectReason::InvalidOptions("quorum 3 > replicas 2".into()),
+                "rejected",
+            ),
+            (RejectReason::QuotaExhausted { over_us: 0 }, "quota"),
+            (RejectReason::Empty, "rejected"),
+        ];
+        for (reason, code) in cases {
+            let message = reason.to_string();
+            scheduler.route(Action::Rejected {
+                client: ClientId(5),
+                req_id: 9,
+                reason,
+            });
+            let expected = Msg::Error {
+                code: code.into(),
+                message,
+                reference: 9,
+            };
+            assert_eq!(sent(&mut rx), expected);
+        }
+    }
+
+    #[test]
+    fn met_missed_and_late_us_reach_the_wire() {
+        let (mut scheduler, mut rx) = with_client();
+        let counts = PackageCounts {
+            total: 10,
+            done: 10,
+            met: 7,
+            missed: 3,
+            ..PackageCounts::default()
+        };
+        scheduler.route(Action::StatusReply {
+            client: ClientId(5),
+            req_id: 4,
+            package: PackageId(2),
+            counts,
+        });
+        let Msg::StatusReply { met, missed, .. } = sent(&mut rx) else {
+            panic!("expected STATUS_REPLY");
+        };
+        assert_eq!((met, missed), (7, 3));
+        let outcome = TaskOutcome {
+            index: 1,
+            status: TaskStatus::Missed,
+            data: Bytes::from_static(b"missed its deadline"),
+            queue_us: 1,
+            worker_us: 2,
+            exec_us: 3,
+            wait_us: 4,
+            flush_us: 5,
+            late_us: 6,
+        };
+        scheduler.route(Action::SendResults {
+            client: Some(ClientId(5)),
+            package: PackageId(2),
+            results: vec![outcome],
+        });
+        let Msg::Results { results, .. } = sent(&mut rx) else {
+            panic!("expected RESULTS");
+        };
+        assert_eq!((results[0].status, results[0].late_us), (7, 6));
+    }
 
     #[test]
     fn package_options_survive_the_journal_record() {
