@@ -1,7 +1,13 @@
-//! [`MasterConfig`]: every knob of the master, each with a sane default.
+//! [`MasterConfig`]: every knob of the master, each with a sane default, and the checks of the
+//! knobs that have a valid range ([`MasterConfig::validate`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::error::MasterError;
+
+/// Default of [`MasterConfig::hedge_factor`].
+pub const DEFAULT_HEDGE_FACTOR: f64 = 1.5;
 
 /// Configuration of one master.
 #[derive(Debug, Clone)]
@@ -32,6 +38,10 @@ pub struct MasterConfig {
     pub result_ttl: Duration,
     /// A task whose worker was lost on this many attempts fails as a poison task (default 3).
     pub max_attempts: u32,
+    /// Straggler hedging: a task of a package with `hedge` gets a backup copy once it has run
+    /// this many times its function's p95 execution time (default 1.5; must be above 1, see
+    /// [`check_hedge_factor`]).
+    pub hedge_factor: f64,
     /// Longest any task may run; zero = no limit (default 24 h).
     pub max_task_time: Duration,
     /// How long past a task's own time limit the master waits for the worker's report before
@@ -70,8 +80,41 @@ impl MasterConfig {
             timeout_grace_ns: self.timeout_grace.as_nanos().min(u64::MAX as u128) as u64,
             max_exec_ns: self.max_task_time.as_nanos().min(u64::MAX as u128) as u64,
             result_ttl_ns: self.result_ttl.as_nanos().min(u64::MAX as u128) as u64,
+            hedge_factor: self.hedge_factor,
             ..rtpool_core::CoreConfig::default()
         }
+    }
+
+    /// Checks the knobs that have a valid range.
+    ///
+    /// # Errors
+    ///
+    /// [`MasterError::InvalidConfig`] naming the first knob out of range and why.
+    pub fn validate(&self) -> Result<(), MasterError> {
+        check_hedge_factor(self.hedge_factor).map_err(|reason| MasterError::InvalidConfig {
+            option: "hedge factor",
+            reason,
+        })?;
+        Ok(())
+    }
+}
+
+/// Checks a hedge factor, for [`MasterConfig::validate`] and for the front ends that want to
+/// refuse a bad value as soon as they read it (`--hedge-factor`, `options={"hedge_factor":}`).
+///
+/// # Errors
+///
+/// Why `value` is not a finite number above 1. At 1 or below, every hedged task would get a
+/// backup copy as soon as it reached its function's typical time: twice the work for nothing.
+pub fn check_hedge_factor(value: f64) -> Result<f64, String> {
+    if value.is_finite() && value > 1.0 {
+        Ok(value)
+    } else {
+        Err(format!(
+            "must be a number above 1 (a hedged task gets a backup copy once it has run that \
+             many times its function's p95 execution time; default {DEFAULT_HEDGE_FACTOR}), \
+             not {value}"
+        ))
     }
 }
 
@@ -89,6 +132,7 @@ impl Default for MasterConfig {
             store: None,
             result_ttl: Duration::from_secs(300),
             max_attempts: 3,
+            hedge_factor: DEFAULT_HEDGE_FACTOR,
             max_task_time: Duration::from_secs(86_400),
             timeout_grace: Duration::from_secs(2),
             journal: true,
@@ -100,5 +144,43 @@ impl Default for MasterConfig {
             max_buffered_bytes: 64 << 20,
             client_timeout_ms: 30_000,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hedge_factor_reaches_the_core() {
+        let config = MasterConfig {
+            hedge_factor: 2.5,
+            ..MasterConfig::default()
+        };
+        assert!(config.validate().is_ok());
+        assert_eq!(config.core_config().hedge_factor, 2.5);
+        let default = MasterConfig::default();
+        assert_eq!(
+            default.core_config().hedge_factor,
+            rtpool_core::CoreConfig::default().hedge_factor
+        );
+    }
+
+    #[test]
+    fn a_hedge_factor_of_1_or_less_is_refused_with_its_value() {
+        for bad in [1.0, 0.5, 0.0, -3.0, f64::NAN, f64::INFINITY] {
+            let config = MasterConfig {
+                hedge_factor: bad,
+                ..MasterConfig::default()
+            };
+            let err = config.validate().expect_err("refused");
+            let text = err.to_string();
+            assert!(
+                text.starts_with("invalid hedge factor: must be a number above 1"),
+                "{text}"
+            );
+            assert!(text.ends_with(&format!("not {bad}")), "{text}");
+        }
+        assert_eq!(check_hedge_factor(1.000_001), Ok(1.000_001));
     }
 }

@@ -16,11 +16,12 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rtpool_core::{
-    ClientId, Event, FnHash, PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId,
-    WorkerOutcome,
+    ClientId, Event, FnHash, MissPolicy, PackageId, PackageOpts, TaskId, TaskStatus, UserId,
+    WorkerId, WorkerOutcome,
 };
 use rtpool_proto::{
-    decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
+    decode_frame, encode, Msg, OnMiss, ProtoError, Role, SubmitOpts, PRE_AUTH_MAX_FRAME,
+    PROTOCOL_VERSION,
 };
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -542,12 +543,7 @@ impl Reader {
                     return Err(Refusal::Rejected(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
                 };
                 let client = ClientId(self.session);
-                let opts = PackageOpts {
-                    priority: opts.priority,
-                    timeout_ms: opts.timeout_ms,
-                    key: opts.key,
-                    ..PackageOpts::default()
-                };
+                let opts = to_core_opts(opts);
                 // The scheduler numbers the package.
                 Ok(Some(Event::Submit {
                     client,
@@ -587,7 +583,7 @@ impl Reader {
                 let mut outcomes = Vec::with_capacity(results.len());
                 for r in results {
                     let status = TaskStatus::from_u8(r.status).ok_or_else(|| {
-                        Refusal::Fatal(error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=6)", r.task, r.status), 0))
+                        Refusal::Fatal(error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=8)", r.task, r.status), 0))
                     })?;
                     outcomes.push(WorkerOutcome {
                         task: TaskId(r.task),
@@ -639,6 +635,41 @@ impl Reader {
             self.verified = Some((fn_hash.clone(), fn_code.clone()));
         }
         Some(FnHash(hash))
+    }
+}
+
+/// The core's options of a package from its `SUBMIT.opts`. Values are passed on as sent: the
+/// wire's default of 1 replica and a quorum of 1 mean what the core's 0 means, and contradictions
+/// (a quorum above the replicas, more than 16 copies, `admit` without a deadline) are the core's
+/// to refuse.
+fn to_core_opts(opts: SubmitOpts) -> PackageOpts {
+    // Destructured so that a new wire option cannot be forgotten here.
+    let SubmitOpts {
+        priority,
+        timeout_ms,
+        key,
+        deadline_ms,
+        on_miss,
+        admit,
+        replicas,
+        quorum,
+        max_copies,
+        hedge,
+    } = opts;
+    PackageOpts {
+        priority,
+        timeout_ms,
+        key,
+        deadline_ms,
+        on_miss: match on_miss {
+            OnMiss::Run => MissPolicy::Run,
+            OnMiss::Drop => MissPolicy::Drop,
+        },
+        admit,
+        replicas,
+        quorum,
+        max_copies,
+        hedge,
     }
 }
 
@@ -695,6 +726,14 @@ struct Outbound {
 pub struct OutboundRx {
     rx: mpsc::UnboundedReceiver<(Out, usize)>,
     shared: Arc<Outbound>,
+}
+
+#[cfg(test)]
+impl OutboundRx {
+    /// The next queued message, without waiting (for tests of what the scheduler sends).
+    pub(crate) fn try_recv(&mut self) -> Option<Out> {
+        self.rx.try_recv().ok().map(|(out, _)| out)
+    }
 }
 
 impl OutboundTx {
@@ -819,5 +858,59 @@ fn push(out: Out, buf: &mut BytesMut) -> bool {
             encode(&msg, buf);
             true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_submit_option_reaches_the_core() {
+        let opts = SubmitOpts {
+            priority: -4,
+            timeout_ms: 1_500,
+            key: "k".into(),
+            deadline_ms: 250,
+            on_miss: OnMiss::Drop,
+            admit: true,
+            replicas: 3,
+            quorum: 2,
+            max_copies: 5,
+            hedge: true,
+        };
+        let expected = PackageOpts {
+            priority: -4,
+            timeout_ms: 1_500,
+            key: "k".into(),
+            deadline_ms: 250,
+            on_miss: MissPolicy::Drop,
+            admit: true,
+            replicas: 3,
+            quorum: 2,
+            max_copies: 5,
+            hedge: true,
+        };
+        assert_eq!(to_core_opts(opts), expected);
+    }
+
+    #[test]
+    fn default_wire_options_mean_the_core_defaults() {
+        let core = to_core_opts(SubmitOpts::default());
+        let default = PackageOpts::default();
+        // The wire says 1 replica and a quorum of 1 where the core's default says 0: the same.
+        assert_eq!(
+            (core.replicas(), core.quorum()),
+            (default.replicas(), default.quorum())
+        );
+        assert_eq!(core.max_copies(), default.max_copies());
+        assert_eq!(
+            PackageOpts {
+                replicas: 0,
+                quorum: 0,
+                ..core
+            },
+            default
+        );
     }
 }

@@ -34,6 +34,14 @@ pub enum MasterError {
     /// The journal could not be opened or replayed (corruption names the byte offset).
     #[error("journal: {0}; the master will not start on a journal it cannot trust (move the file away to start empty, losing its packages)")]
     Journal(#[from] crate::journal::JournalError),
+    /// A configuration value is out of its range (see [`crate::MasterConfig::validate`]).
+    #[error("invalid {option}: {reason}")]
+    InvalidConfig {
+        /// The knob, as a user would name it (`hedge factor`).
+        option: &'static str,
+        /// What is wrong with its value and what is allowed.
+        reason: String,
+    },
     /// The runtime could not be built or the server thread failed.
     #[error("master runtime failed: {0}")]
     Runtime(String),

@@ -161,8 +161,10 @@ impl MasterHandle {
     /// Bind and start serving in a new thread; returns once the master accepts connections.
     ///
     /// # Errors
-    /// When the address cannot be bound or the data dir cannot be used.
+    /// When the configuration is invalid, the address cannot be bound or the data dir cannot
+    /// be used.
     pub fn start(config: MasterConfig) -> Result<Self, MasterError> {
+        config.validate()?;
         let (tokens, _) = resolve_tokens(&config)?;
         let tls = tls::from_config(&config)?;
         let tls_cert = tls.as_ref().map(|t| t.cert_path.clone());
@@ -251,8 +253,10 @@ impl Drop for MasterHandle {
 /// start and then one `listening on ADDR` line (flushed) once it accepts connections.
 ///
 /// # Errors
-/// When the address cannot be bound or the data dir cannot be used.
+/// When the configuration is invalid, the address cannot be bound or the data dir cannot be
+/// used.
 pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
+    config.validate()?;
     let (tokens, created) = resolve_tokens(&config)?;
     let tls = tls::from_config(&config)?;
     // The store and the journal open before the runtime starts: a PostgreSQL client blocks on

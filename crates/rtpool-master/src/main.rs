@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use rtpool_master::config::{check_hedge_factor, DEFAULT_HEDGE_FACTOR};
 use rtpool_master::{run_blocking, MasterConfig};
 
 /// The rtpool master: accepts task packages from clients and hands them to pull-based workers.
@@ -45,6 +46,11 @@ struct Args {
     /// A client silent this long, in milliseconds, is closed with `ERROR idle` (0: never).
     #[arg(long, default_value_t = 30_000)]
     client_timeout_ms: u32,
+    /// Straggler hedging: a task of a package submitted with `hedge` gets a backup copy on
+    /// another worker once it has run this many times its function's p95 execution time
+    /// (must be above 1).
+    #[arg(long, value_name = "F", default_value_t = DEFAULT_HEDGE_FACTOR, value_parser = parse_hedge_factor)]
+    hedge_factor: f64,
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, default_value = "info", env = "RTPOOL_LOG")]
     log_level: String,
@@ -66,10 +72,19 @@ fn main() -> anyhow::Result<()> {
         max_buffered_bytes: args.max_buffered_mb << 20,
         lease_ms: args.lease_ms,
         client_timeout_ms: args.client_timeout_ms,
+        hedge_factor: args.hedge_factor,
         ..MasterConfig::default()
     };
     run_blocking(config)?;
     Ok(())
+}
+
+/// `--hedge-factor`: a number above 1.
+fn parse_hedge_factor(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number; use e.g. 3 or 2.5"))?;
+    check_hedge_factor(value)
 }
 
 fn default_data_dir() -> Option<PathBuf> {

@@ -256,20 +256,16 @@ impl Scheduler {
                     exec_us: d.exec_us,
                     wait_us: 0,
                     flush_us: 0,
-                    late_us: 0,
+                    late_us: d.late_us,
                 })
                 .collect();
+            let opts = restored_opts(&r);
             let event = Event::Restore(Box::new(RestoredPackage {
                 package: PackageId(r.package),
                 user,
                 fn_hash: FnHash(r.fn_hash),
                 fn_code: r.fn_code,
-                opts: PackageOpts {
-                    priority: r.priority,
-                    timeout_ms: r.timeout_ms,
-                    key: r.key,
-                    ..PackageOpts::default()
-                },
+                opts,
                 tasks: r.tasks,
                 done,
                 delivered: p.delivered,
@@ -511,16 +507,8 @@ impl Scheduler {
                     .get(&client.0)
                     .map(|u| self.user_names[u.0 as usize].clone())
                     .unwrap_or_default();
-                self.last_lsn = journal.append(Record::Package(PackageRecord {
-                    package: package.0,
-                    user,
-                    key: opts.key.clone(),
-                    fn_hash: fn_hash.0,
-                    fn_code: fn_code.clone(),
-                    priority: opts.priority,
-                    timeout_ms: opts.timeout_ms,
-                    tasks: tasks.clone(),
-                }));
+                let record = package_record(*package, user, *fn_hash, fn_code, opts, tasks);
+                self.last_lsn = journal.append(Record::Package(record));
                 if self.ack_after_fsync {
                     self.held.push_back((self.last_lsn, Held::Event(event)));
                     return;
@@ -575,6 +563,7 @@ impl Scheduler {
                         status: r.status as u8,
                         data: r.data.clone(),
                         exec_us: r.exec_us,
+                        late_us: r.late_us,
                     }));
                 }
             }
@@ -643,13 +632,19 @@ impl Scheduler {
                 req_id,
                 reason,
             } => {
-                let msg = match reason {
-                    RejectReason::QuotaExhausted { .. } => Msg::Error {
-                        code: "quota".into(),
-                        message: reason.to_string(),
-                        reference: req_id,
-                    },
-                    _ => rejected(req_id, reason.to_string()),
+                let code = match reason {
+                    RejectReason::QuotaExhausted { .. } => "quota",
+                    RejectReason::Admission { .. } | RejectReason::NoWorkerSlots { .. } => {
+                        "admission"
+                    }
+                    RejectReason::Empty
+                    | RejectReason::TooManyTasks { .. }
+                    | RejectReason::InvalidOptions(_) => "rejected",
+                };
+                let msg = Msg::Error {
+                    code: code.into(),
+                    message: reason.to_string(),
+                    reference: req_id,
                 };
                 self.send(client.0, msg);
             }
@@ -698,6 +693,8 @@ impl Scheduler {
                         running: counts.running,
                         done: counts.done,
                         cancelled: counts.cancelled,
+                        met: counts.met,
+                        missed: counts.missed,
                     },
                 );
             }
@@ -741,6 +738,63 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
+/// The journal record of an accepted package.
+fn package_record(
+    package: PackageId,
+    user: String,
+    fn_hash: FnHash,
+    fn_code: &Bytes,
+    opts: &PackageOpts,
+    tasks: &[Bytes],
+) -> PackageRecord {
+    // Destructured so that a new option cannot be left out of the journal.
+    let PackageOpts {
+        priority,
+        timeout_ms,
+        key,
+        deadline_ms,
+        on_miss,
+        admit,
+        replicas,
+        quorum,
+        max_copies,
+        hedge,
+    } = opts;
+    PackageRecord {
+        package: package.0,
+        user,
+        key: key.clone(),
+        fn_hash: fn_hash.0,
+        fn_code: fn_code.clone(),
+        priority: *priority,
+        timeout_ms: *timeout_ms,
+        tasks: tasks.to_vec(),
+        deadline_ms: *deadline_ms,
+        on_miss: *on_miss,
+        admit: *admit,
+        replicas: *replicas,
+        quorum: *quorum,
+        max_copies: *max_copies,
+        hedge: *hedge,
+    }
+}
+
+/// The options of a package restored from its journal record.
+fn restored_opts(r: &PackageRecord) -> PackageOpts {
+    PackageOpts {
+        priority: r.priority,
+        timeout_ms: r.timeout_ms,
+        key: r.key.clone(),
+        deadline_ms: r.deadline_ms,
+        on_miss: r.on_miss,
+        admit: r.admit,
+        replicas: r.replicas,
+        quorum: r.quorum,
+        max_copies: r.max_copies,
+        hedge: r.hedge,
+    }
+}
+
 /// The non-fatal `rejected` error for a submission.
 pub fn rejected(req_id: u64, message: String) -> Msg {
     Msg::Error {
@@ -760,5 +814,152 @@ fn to_wire_result(o: TaskOutcome) -> TaskResult {
         exec_us: o.exec_us,
         wait_us: o.wait_us,
         flush_us: o.flush_us,
+        late_us: o.late_us,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rtpool_core::{ClientId, MissPolicy, PackageCounts};
+
+    use super::*;
+
+    /// A scheduler with one client route (session 5), and that route's receiving end.
+    fn with_client() -> (Scheduler, crate::connection::OutboundRx) {
+        let mut scheduler = Scheduler::new(CoreConfig::default());
+        let (tx, rx) = OutboundTx::new(1 << 20);
+        scheduler.routes.insert(5, tx);
+        (scheduler, rx)
+    }
+
+    fn sent(rx: &mut crate::connection::OutboundRx) -> Msg {
+        match rx.try_recv() {
+            Some(Out::Send(msg)) => msg,
+            other => panic!("expected one message, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_answer_with_their_code_and_the_reason() {
+        let (mut scheduler, mut rx) = with_client();
+        let admission = RejectReason::Admission {
+            tasks: 100,
+            finish_us: 5_000_000,
+            deadline_us: 1_000_000,
+            per_task_us: 50_000,
+            p95_us: 60_000,
+            samples: 12,
+            slots: 1,
+            backlog_us: 0,
+        };
+        let cases = [
+            (admission, "admission"),
+            (
+                RejectReason::NoWorkerSlots {
+                    deadline_us: 50_000,
+                },
+                "admission",
+            ),
+            (
+                RejectReason::InvalidOptions("quorum 3 > replicas 2".into()),
+                "rejected",
+            ),
+            (RejectReason::QuotaExhausted { over_us: 0 }, "quota"),
+            (RejectReason::Empty, "rejected"),
+        ];
+        for (reason, code) in cases {
+            let message = reason.to_string();
+            scheduler.route(Action::Rejected {
+                client: ClientId(5),
+                req_id: 9,
+                reason,
+            });
+            let expected = Msg::Error {
+                code: code.into(),
+                message,
+                reference: 9,
+            };
+            assert_eq!(sent(&mut rx), expected);
+        }
+    }
+
+    #[test]
+    fn met_missed_and_late_us_reach_the_wire() {
+        let (mut scheduler, mut rx) = with_client();
+        let counts = PackageCounts {
+            total: 10,
+            done: 10,
+            met: 7,
+            missed: 3,
+            ..PackageCounts::default()
+        };
+        scheduler.route(Action::StatusReply {
+            client: ClientId(5),
+            req_id: 4,
+            package: PackageId(2),
+            counts,
+        });
+        let Msg::StatusReply { met, missed, .. } = sent(&mut rx) else {
+            panic!("expected STATUS_REPLY");
+        };
+        assert_eq!((met, missed), (7, 3));
+        let outcome = TaskOutcome {
+            index: 1,
+            status: TaskStatus::Missed,
+            data: Bytes::from_static(b"missed its deadline"),
+            queue_us: 1,
+            worker_us: 2,
+            exec_us: 3,
+            wait_us: 4,
+            flush_us: 5,
+            late_us: 6,
+        };
+        scheduler.route(Action::SendResults {
+            client: Some(ClientId(5)),
+            package: PackageId(2),
+            results: vec![outcome],
+        });
+        let Msg::Results { results, .. } = sent(&mut rx) else {
+            panic!("expected RESULTS");
+        };
+        assert_eq!((results[0].status, results[0].late_us), (7, 6));
+    }
+
+    #[test]
+    fn package_options_survive_the_journal_record() {
+        let opts = PackageOpts {
+            priority: -2,
+            timeout_ms: 900,
+            key: "k-1".into(),
+            deadline_ms: 250,
+            on_miss: MissPolicy::Drop,
+            admit: true,
+            replicas: 3,
+            quorum: 2,
+            max_copies: 5,
+            hedge: true,
+        };
+        let tasks = [Bytes::from_static(b"a")];
+        let code = Bytes::from_static(b"code");
+        let record = package_record(
+            PackageId(7),
+            "alice".into(),
+            FnHash([1; 32]),
+            &code,
+            &opts,
+            &tasks,
+        );
+        assert_eq!(restored_opts(&record), opts);
+        assert_eq!((record.package, record.user.as_str()), (7, "alice"));
+        let default = PackageOpts::default();
+        let record = package_record(
+            PackageId(8),
+            String::new(),
+            FnHash([1; 32]),
+            &code,
+            &default,
+            &tasks,
+        );
+        assert_eq!(restored_opts(&record), default);
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rtpool_master::{MasterConfig, MasterHandle};
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, Role, SubmitOpts, WorkerResult};
+use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, Role, SubmitOpts, WorkerResult};
 use sha2::{Digest, Sha256};
 
 struct Peer {
@@ -57,6 +57,22 @@ impl Peer {
         }
     }
 
+    /// The next whole frame as it came (length prefix included), undecoded.
+    fn recv_frame(&mut self) -> Vec<u8> {
+        loop {
+            if self.buf.len() >= 4 {
+                let len = u32::from_be_bytes(self.buf[..4].try_into().unwrap()) as usize;
+                if self.buf.len() >= 4 + len {
+                    return self.buf.split_to(4 + len).to_vec();
+                }
+            }
+            let mut chunk = [0u8; 65536];
+            let n = self.sock.read(&mut chunk).expect("read timed out");
+            assert!(n > 0, "connection closed while a frame was expected");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
     /// True when the master closed the connection (after any pending messages).
     fn is_closed(&mut self) -> bool {
         let mut chunk = [0u8; 1024];
@@ -73,14 +89,52 @@ fn master() -> MasterHandle {
 }
 
 fn submit(req_id: u64, code: &[u8], tasks: Vec<Bytes>) -> Msg {
+    submit_with(req_id, code, tasks, SubmitOpts::default())
+}
+
+fn submit_with(req_id: u64, code: &[u8], tasks: Vec<Bytes>, opts: SubmitOpts) -> Msg {
     let fn_hash = Bytes::copy_from_slice(&Sha256::digest(code));
     Msg::Submit {
         req_id,
         fn_hash,
         fn_code: Bytes::copy_from_slice(code),
-        opts: SubmitOpts::default(),
+        opts,
         tasks,
     }
+}
+
+fn tasks(n: u8) -> Vec<Bytes> {
+    (0..n).map(|i| Bytes::from(vec![i])).collect()
+}
+
+fn expect_accepted(msg: Msg, req_id: u64) -> u64 {
+    match msg {
+        Msg::Accepted { req_id: r, package } if r == req_id => package,
+        other => panic!("expected ACCEPTED {req_id}, got {other:?}"),
+    }
+}
+
+/// Runs the tasks of one `ASSIGN` (after a `PULL` of `credits`), each reporting `exec_us`.
+fn run_assigned(worker: &mut Peer, credits: u32, exec_us: u64) -> usize {
+    worker.send(&Msg::Pull { credits });
+    let assigned = match worker.recv() {
+        Msg::Assign { tasks } => tasks,
+        other => panic!("expected ASSIGN, got {other:?}"),
+    };
+    let results = assigned
+        .iter()
+        .map(|a| WorkerResult {
+            task: a.task,
+            attempt: a.attempt,
+            status: 0,
+            data: a.args.clone(),
+            exec_us,
+            wait_us: 0,
+            flush_us: 0,
+        })
+        .collect();
+    worker.send(&Msg::Result { results });
+    assigned.len()
 }
 
 fn expect_error(msg: Msg, code: &str) -> String {
@@ -303,4 +357,212 @@ fn answers_come_in_request_order_also_for_rejections() {
         answers,
         vec![("accepted", 1), ("rejected", 2), ("accepted", 3)]
     );
+}
+
+#[test]
+fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fields() {
+    let m = master();
+    let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
+    // Two workers with slots (no credits yet): room for two replicas on distinct workers.
+    let worker_token = m.tokens().worker.clone();
+    let (_w1, _) = Peer::hello(&m, Role::Worker, &worker_token, 2);
+    let (_w2, _) = Peer::hello(&m, Role::Worker, &worker_token, 2);
+    let opts = SubmitOpts {
+        priority: 1,
+        timeout_ms: 5_000,
+        key: "e2e-every-option".into(),
+        deadline_ms: 60_000,
+        on_miss: OnMiss::Drop,
+        admit: true,
+        replicas: 2,
+        quorum: 1,
+        max_copies: 3,
+        hedge: true,
+    };
+    client.send(&submit_with(21, b"code", tasks(3), opts));
+    let package = expect_accepted(client.recv(), 21);
+
+    client.send(&Msg::Status {
+        req_id: 22,
+        package,
+    });
+    let frame = client.recv_frame();
+    // fixarray of 10 (the kind and 9 fields), then kind 15.
+    assert_eq!(
+        &frame[4..6],
+        &[0x9a, 0x0f],
+        "STATUS_REPLY is [15, 9 fields]"
+    );
+    let reply = decode_frame(&mut BytesMut::from(&frame[..]), 1 << 20)
+        .unwrap()
+        .unwrap();
+    match reply {
+        Msg::StatusReply {
+            req_id: 22,
+            package: p,
+            total: 3,
+            queued,
+            running: 0,
+            done: 0,
+            cancelled: 0,
+            met: 0,
+            missed: 0,
+        } if p == package => assert_eq!(queued, 3),
+        other => panic!("expected STATUS_REPLY of 3 queued tasks, got {other:?}"),
+    }
+    assert_eq!(m.stats().unwrap().core.admission_refused, 0);
+}
+
+#[test]
+fn contradictory_options_are_rejected_and_the_client_goes_on() {
+    let m = master();
+    let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
+    let d = SubmitOpts::default;
+    let cases = [
+        (
+            "quorum above replicas",
+            SubmitOpts {
+                replicas: 2,
+                quorum: 3,
+                ..d()
+            },
+        ),
+        (
+            "more than 16 replicas",
+            SubmitOpts {
+                replicas: 17,
+                ..d()
+            },
+        ),
+        (
+            "more than 16 copies",
+            SubmitOpts {
+                max_copies: 17,
+                ..d()
+            },
+        ),
+        (
+            "admission control without a deadline",
+            SubmitOpts { admit: true, ..d() },
+        ),
+    ];
+    for (req_id, (what, opts)) in (30..).zip(cases) {
+        client.send(&submit_with(req_id, b"code", tasks(1), opts));
+        match client.recv() {
+            Msg::Error {
+                code,
+                message,
+                reference,
+            } => {
+                assert_eq!((code.as_str(), reference), ("rejected", req_id), "{what}");
+                assert!(
+                    message.starts_with("invalid options: "),
+                    "{what}: {message}"
+                );
+            }
+            other => panic!("{what}: expected ERROR rejected, got {other:?}"),
+        }
+    }
+    // Not fatal: the same connection submits a valid package.
+    client.send(&submit(40, b"code", tasks(1)));
+    expect_accepted(client.recv(), 40);
+}
+
+#[test]
+fn a_late_result_reports_its_lateness_and_counts_as_missed() {
+    let m = master();
+    let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
+    let (mut worker, _) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
+    let opts = SubmitOpts {
+        deadline_ms: 1,
+        ..SubmitOpts::default()
+    };
+    client.send(&submit_with(50, b"code", tasks(1), opts));
+    let package = expect_accepted(client.recv(), 50);
+    worker.send(&Msg::Pull { credits: 1 });
+    let Msg::Assign { tasks: assigned } = worker.recv() else {
+        panic!("expected ASSIGN");
+    };
+    // Not a race: the deadline is 1 ms after the SUBMIT, the result comes 30 ms after.
+    std::thread::sleep(Duration::from_millis(30));
+    let result = WorkerResult {
+        task: assigned[0].task,
+        attempt: assigned[0].attempt,
+        status: 0,
+        data: Bytes::from_static(b"late"),
+        exec_us: 10,
+        wait_us: 0,
+        flush_us: 0,
+    };
+    worker.send(&Msg::Result {
+        results: vec![result],
+    });
+    match client.recv() {
+        Msg::Results { results, .. } => {
+            assert_eq!(
+                results[0].status, 0,
+                "on_miss = run: the late result is kept"
+            );
+            assert!(results[0].late_us >= 20_000, "{:?}", results[0]);
+        }
+        other => panic!("expected RESULTS, got {other:?}"),
+    }
+    client.send(&Msg::Status {
+        req_id: 51,
+        package,
+    });
+    match client.recv() {
+        Msg::StatusReply {
+            done: 1,
+            met: 0,
+            missed: 1,
+            ..
+        } => {}
+        other => panic!("expected STATUS_REPLY with 1 missed, got {other:?}"),
+    }
+    assert_eq!(m.stats().unwrap().core.deadlines_missed, 1);
+}
+
+#[test]
+fn admission_control_refuses_with_a_non_fatal_admission_error() {
+    let m = master();
+    let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
+    let (mut worker, _) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
+    // Teach the master that this function takes a second per task.
+    client.send(&submit(60, b"slow", tasks(5)));
+    expect_accepted(client.recv(), 60);
+    let mut ran = 0;
+    while ran < 5 {
+        ran += run_assigned(&mut worker, 5, 1_000_000);
+    }
+    let mut received = 0;
+    while received < 5 {
+        match client.recv() {
+            Msg::Results { results, .. } => received += results.len(),
+            other => panic!("expected RESULTS, got {other:?}"),
+        }
+    }
+    // 50 one-second tasks on one slot cannot finish within 100 ms.
+    let opts = SubmitOpts {
+        deadline_ms: 100,
+        admit: true,
+        ..SubmitOpts::default()
+    };
+    client.send(&submit_with(61, b"slow", tasks(50), opts));
+    let message = match client.recv() {
+        Msg::Error {
+            code,
+            message,
+            reference: 61,
+        } if code == "admission" => message,
+        other => panic!("expected ERROR admission for 61, got {other:?}"),
+    };
+    assert!(
+        message.starts_with("admission refused: 50 tasks"),
+        "{message}"
+    );
+    // Not fatal: the same connection submits a package without admission control.
+    client.send(&submit(62, b"slow", tasks(1)));
+    expect_accepted(client.recv(), 62);
+    assert_eq!(m.stats().unwrap().core.admission_refused, 1);
 }

@@ -40,7 +40,8 @@ pub enum ProtoError {
         kind: u64,
     },
 
-    /// A `SUBMIT` whose `opts` map has an unknown key or a wrong-typed value.
+    /// A `SUBMIT` whose `opts` map has an unknown or duplicate key, a wrong-typed value or a
+    /// value outside the option's set (`on_miss`, the length of `key`).
     ///
     /// The rest of the frame decoded fine and was consumed, so the connection stays usable:
     /// the master answers a non-fatal `ERROR rejected` with `ref = req_id`.

@@ -41,6 +41,12 @@ pub mod status {
     pub const LOST: u8 = 5;
     /// The user's compute-time quota ran out before the task ran; `data` is a UTF-8 message.
     pub const QUOTA: u8 = 6;
+    /// The task could not make its package's deadline and the package's `on_miss` is
+    /// `"drop"`; `data` is a UTF-8 message.
+    pub const MISSED: u8 = 7;
+    /// The task's copies never reached the quorum; `data` is a msgpack array
+    /// `[message: str, [[worker: str, status: u8, data: bin], ...]]` of every copy's result.
+    pub const DISAGREE: u8 = 8;
 }
 
 /// Longest idempotency key (`SUBMIT.opts.key`) accepted, in bytes.
@@ -122,15 +128,81 @@ impl Role {
     }
 }
 
-/// Options of a submitted package (`SUBMIT.opts`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the master does with the tasks of a package that can no longer make their deadline
+/// (`SUBMIT.opts.on_miss`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnMiss {
+    /// `"run"`: late tasks run anyway; each late result reports its lateness (the default).
+    #[default]
+    Run,
+    /// `"drop"`: tasks that cannot finish in time are not started, and at the deadline every
+    /// unfinished task fails with [`status::MISSED`].
+    Drop,
+}
+
+impl OnMiss {
+    /// The policy's name on the wire: `"run"` or `"drop"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnMiss::Run => "run",
+            OnMiss::Drop => "drop",
+        }
+    }
+
+    /// Parses the wire name of a policy; `None` for anything but `"run"` and `"drop"`.
+    pub fn from_wire(name: &[u8]) -> Option<OnMiss> {
+        match name {
+            b"run" => Some(OnMiss::Run),
+            b"drop" => Some(OnMiss::Drop),
+            _ => None,
+        }
+    }
+}
+
+/// Options of a submitted package (`SUBMIT.opts`). [`Default`] gives the protocol's defaults,
+/// which the encoder leaves out of the map.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubmitOpts {
-    /// Higher runs first; FIFO within one priority.
+    /// Higher runs first; within one priority, users take turns and each user's packages run
+    /// earliest deadline first.
     pub priority: i32,
     /// Execution time limit per task, milliseconds; 0 = none.
     pub timeout_ms: u32,
     /// Idempotency key (at most [`MAX_KEY_BYTES`]); empty = none.
     pub key: String,
+    /// Deadline of every task, milliseconds after the master received the `SUBMIT`; 0 = none.
+    pub deadline_ms: u32,
+    /// What happens to tasks that can no longer make the deadline.
+    pub on_miss: OnMiss,
+    /// Admission control: the master refuses the package with `ERROR admission` when it
+    /// estimates it cannot finish by its deadline.
+    pub admit: bool,
+    /// Copies of each task, run on distinct workers (default 1; 0 means 1 too).
+    pub replicas: u8,
+    /// Byte-equal results needed before one is accepted (default 1: the first result wins;
+    /// 0 means 1 too).
+    pub quorum: u8,
+    /// Most copies of one task ever started; 0 = the master's default (`replicas + quorum`).
+    pub max_copies: u8,
+    /// Straggler hedging: a slow or at-risk task gets one backup copy on another worker.
+    pub hedge: bool,
+}
+
+impl Default for SubmitOpts {
+    fn default() -> Self {
+        Self {
+            priority: 0,
+            timeout_ms: 0,
+            key: String::new(),
+            deadline_ms: 0,
+            on_miss: OnMiss::Run,
+            admit: false,
+            replicas: 1,
+            quorum: 1,
+            max_copies: 0,
+            hedge: false,
+        }
+    }
 }
 
 /// One task's result as the master sends it to the client.
@@ -152,6 +224,9 @@ pub struct TaskResult {
     pub wait_us: u64,
     /// Worker: end of execution to sending the result, microseconds.
     pub flush_us: u64,
+    /// Master: how long after the package's deadline the result came, microseconds; 0 when
+    /// on time or without a deadline.
+    pub late_us: u64,
 }
 
 /// One task sent to a worker.
@@ -288,6 +363,10 @@ pub enum Msg {
         done: u32,
         /// Cancelled.
         cancelled: u32,
+        /// Results that came by the package's deadline (0 without a deadline).
+        met: u32,
+        /// Results that came after the deadline, and tasks dropped for it (status 7).
+        missed: u32,
     },
     /// Kind 16: re-attach to a package after a reconnect.
     Attach {

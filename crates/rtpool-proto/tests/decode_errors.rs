@@ -5,7 +5,7 @@ mod common;
 
 use bytes::BytesMut;
 use common::{frame, frame_of, hash, V};
-use rtpool_proto::{decode_frame, encode, kind, Msg, ProtoError, Role, SubmitOpts};
+use rtpool_proto::{decode_frame, encode, kind, Msg, OnMiss, ProtoError, Role, SubmitOpts};
 
 const LIMIT: usize = 1 << 20;
 
@@ -428,7 +428,10 @@ fn unknown_option_is_a_non_fatal_bad_option() {
         ProtoError::BadOption {
             req_id: 9,
             key: "deadline".into(),
-            reason: "unknown option (version 1 knows `priority`, `timeout_ms` and `key`)".into(),
+            reason: "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
+                     `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, `max_copies` and \
+                     `hedge`)"
+                .into(),
         }
     );
     assert_eq!(err.code(), "rejected");
@@ -439,7 +442,8 @@ fn unknown_option_is_a_non_fatal_bad_option() {
         Msg::Error {
             code: "rejected".into(),
             message: "SUBMIT 9 has a bad option `deadline`: unknown option (version 1 knows \
-                      `priority`, `timeout_ms` and `key`)"
+                      `priority`, `timeout_ms`, `key`, `deadline_ms`, `on_miss`, `admit`, \
+                      `replicas`, `quorum`, `max_copies` and `hedge`)"
                 .into(),
             reference: 9,
         }
@@ -481,6 +485,161 @@ fn non_int_priority_is_a_bad_option() {
         }
         assert!(buf.is_empty(), "frame consumed");
     }
+}
+
+/// The reason of the `BadOption` that a `SUBMIT` with the single option `key: value` gets.
+fn bad_option_reason(key: &str, value: V) -> String {
+    let mut buf = frame(&submit_with_opts(V::M(vec![(V::s(key), value)])));
+    let reason = match decode(&mut buf) {
+        Err(ProtoError::BadOption {
+            req_id: 9,
+            key: got,
+            reason,
+        }) => {
+            assert_eq!(got, key);
+            reason
+        }
+        other => panic!("{key}: expected BadOption, got {other:?}"),
+    };
+    assert!(buf.is_empty(), "{key}: frame consumed");
+    reason
+}
+
+#[test]
+fn deadline_options_with_a_wrong_type_or_value_are_bad_options() {
+    let cases = [
+        ("deadline_ms", V::I(-1), "-1 is out of range 0..=4294967295"),
+        ("deadline_ms", V::U(1 << 32), "out of range 0..=4294967295"),
+        (
+            "deadline_ms",
+            V::s("1s"),
+            "expected an integer, found a str",
+        ),
+        (
+            "deadline_ms",
+            V::F(0.5),
+            "expected an integer, found a float",
+        ),
+        (
+            "on_miss",
+            V::s("later"),
+            "expected \"run\" or \"drop\", found \"later\"",
+        ),
+        ("on_miss", V::s("Drop"), "found \"Drop\""),
+        ("on_miss", V::U(1), "expected a str, found an integer"),
+        ("on_miss", V::Nil, "expected a str, found nil"),
+        ("admit", V::U(1), "expected a bool, found an integer"),
+        ("admit", V::s("true"), "expected a bool, found a str"),
+        ("hedge", V::Nil, "expected a bool, found nil"),
+        (
+            "hedge",
+            V::A(vec![V::Bool(true)]),
+            "expected a bool, found an array",
+        ),
+        ("replicas", V::U(256), "256 is out of range 0..=255"),
+        ("replicas", V::I(-1), "-1 is out of range 0..=255"),
+        ("quorum", V::Bool(true), "expected an integer, found a bool"),
+        ("quorum", V::U(1_000), "1000 is out of range 0..=255"),
+        ("max_copies", V::s("3"), "expected an integer, found a str"),
+        ("max_copies", V::U(300), "300 is out of range 0..=255"),
+    ];
+    for (key, value, needle) in cases {
+        let reason = bad_option_reason(key, value);
+        assert!(
+            reason.contains(needle),
+            "{key}: {reason:?} lacks {needle:?}"
+        );
+    }
+    // A long wrong `on_miss` is quoted cut, as a long unknown key is.
+    let reason = bad_option_reason("on_miss", V::S("x".repeat(1_000)));
+    assert!(reason.len() < 100, "{reason}");
+}
+
+#[test]
+fn deadline_options_decode_in_any_order_and_width() {
+    // Keys in reverse spec order, integers in wider formats than needed: accepted.
+    let opts = V::M(vec![
+        (V::s("hedge"), V::Bool(false)),
+        (V::s("max_copies"), V::Raw(vec![0xcd, 0x00, 0x04])), // uint16 4
+        (V::s("quorum"), V::Raw(vec![0xd0, 0x02])),           // int8 2
+        (V::s("replicas"), V::U(3)),
+        (V::s("admit"), V::Bool(true)),
+        (V::s("on_miss"), V::s("run")),
+        (
+            V::s("deadline_ms"),
+            V::Raw(vec![0xcf, 0, 0, 0, 0, 0, 0, 0x03, 0xe8]),
+        ), // uint64 1000
+    ]);
+    let mut buf = frame(&submit_with_opts(opts));
+    let Ok(Some(Msg::Submit { opts, .. })) = decode(&mut buf) else {
+        panic!("SUBMIT did not decode");
+    };
+    assert_eq!(
+        opts,
+        SubmitOpts {
+            deadline_ms: 1_000,
+            on_miss: OnMiss::Run,
+            admit: true,
+            replicas: 3,
+            quorum: 2,
+            max_copies: 4,
+            hedge: false,
+            ..SubmitOpts::default()
+        }
+    );
+    // Without the keys, the documented defaults: one replica, a quorum of one.
+    let mut buf = frame(&submit_with_opts(V::M(vec![])));
+    let Ok(Some(Msg::Submit { opts, .. })) = decode(&mut buf) else {
+        panic!("SUBMIT did not decode");
+    };
+    assert_eq!((opts.replicas, opts.quorum, opts.max_copies), (1, 1, 0));
+    assert_eq!(
+        (opts.on_miss, opts.admit, opts.hedge),
+        (OnMiss::Run, false, false)
+    );
+}
+
+#[test]
+fn a_duplicate_deadline_option_is_a_bad_option() {
+    let opts = V::M(vec![
+        (V::s("on_miss"), V::s("drop")),
+        (V::s("on_miss"), V::s("run")),
+    ]);
+    match error_of(&submit_with_opts(opts)) {
+        ProtoError::BadOption { key, reason, .. } => {
+            assert_eq!(key, "on_miss");
+            assert_eq!(reason, "duplicate option");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn version_1_records_without_the_deadline_fields_are_malformed() {
+    // A STATUS_REPLY with 7 fields (before met/missed) and a TaskResult with 8 (before late_us).
+    let status_reply = V::A(vec![
+        V::U(15),
+        V::U(1),
+        V::U(2),
+        V::U(3),
+        V::U(0),
+        V::U(0),
+        V::U(3),
+        V::U(0),
+    ]);
+    assert_malformed(
+        &status_reply,
+        Some(kind::STATUS_REPLY),
+        &["STATUS_REPLY has 7 fields, expected 9"],
+    );
+    let mut result = vec![V::U(0), V::U(0), V::B(b"data".to_vec())];
+    result.extend([V::U(1), V::U(2), V::U(3), V::U(4), V::U(5)]);
+    let results = V::A(vec![V::U(12), V::U(1), V::A(vec![V::A(result)])]);
+    assert_malformed(
+        &results,
+        Some(kind::RESULTS),
+        &["RESULTS.results[] has 8 fields, expected 9"],
+    );
 }
 
 #[test]

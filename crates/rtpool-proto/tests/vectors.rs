@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use bytes::BytesMut;
 use rmp::Marker;
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, DEFAULT_MAX_FRAME};
+use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, DEFAULT_MAX_FRAME};
 use serde_json::{json, Value};
 
 fn vectors_path() -> PathBuf {
@@ -133,6 +133,27 @@ fn msg_to_json(msg: &Msg) -> Value {
             if !opts.key.is_empty() {
                 map.insert("key".into(), json!(opts.key));
             }
+            if opts.deadline_ms != 0 {
+                map.insert("deadline_ms".into(), json!(opts.deadline_ms));
+            }
+            if opts.on_miss != OnMiss::Run {
+                map.insert("on_miss".into(), json!(opts.on_miss.as_str()));
+            }
+            if opts.admit {
+                map.insert("admit".into(), json!(true));
+            }
+            if opts.replicas != 1 {
+                map.insert("replicas".into(), json!(opts.replicas));
+            }
+            if opts.quorum != 1 {
+                map.insert("quorum".into(), json!(opts.quorum));
+            }
+            if opts.max_copies != 0 {
+                map.insert("max_copies".into(), json!(opts.max_copies));
+            }
+            if opts.hedge {
+                map.insert("hedge".into(), json!(true));
+            }
             let opts = Value::Object(map);
             let tasks: Vec<Value> = tasks.iter().map(|t| bin(t)).collect();
             json!([req_id, bin(fn_hash), bin(fn_code), opts, tasks])
@@ -155,7 +176,8 @@ fn msg_to_json(msg: &Msg) -> Value {
                         t.worker_us,
                         t.exec_us,
                         t.wait_us,
-                        t.flush_us
+                        t.flush_us,
+                        t.late_us
                     ])
                 })
                 .collect();
@@ -170,7 +192,9 @@ fn msg_to_json(msg: &Msg) -> Value {
             running,
             done,
             cancelled,
-        } => json!([req_id, package, total, queued, running, done, cancelled]),
+            met,
+            missed,
+        } => json!([req_id, package, total, queued, running, done, cancelled, met, missed]),
         Msg::Pull { credits } => json!([credits]),
         Msg::Assign { tasks } => {
             let tasks: Vec<Value> = tasks

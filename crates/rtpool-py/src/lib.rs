@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use rtpool_master::config::check_hedge_factor;
 use rtpool_master::store::{self, Store, StoreError, TokenInfo, UserQuota};
-use rtpool_master::{MasterConfig, MasterError, MasterHandle};
+use rtpool_master::{MasterConfig, MasterError, MasterHandle, MasterStats};
 use rtpool_proto::Role;
 
 fn to_py_err(py: Python<'_>, e: MasterError) -> PyErr {
@@ -60,8 +61,8 @@ fn config(
 }
 
 /// Applies the reliability options given as a dict (`lease_ms`, `store`, `result_ttl_s`,
-/// `max_attempts`, `max_task_seconds`, `timeout_grace_s`, `journal`, `fsync`); an unknown key is
-/// an error naming the known ones.
+/// `max_attempts`, `hedge_factor`, `max_task_seconds`, `timeout_grace_s`, `journal`, `fsync`); an
+/// unknown key or an out-of-range value is a `ValueError` naming the known keys or the range.
 fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
     use std::time::Duration;
     let Some(options) = options else {
@@ -83,6 +84,11 @@ fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) ->
             "store" => cfg.store = Some(v.extract()?),
             "result_ttl_s" => cfg.result_ttl = secs(&v, &key)?,
             "max_attempts" => cfg.max_attempts = v.extract()?,
+            "hedge_factor" => {
+                cfg.hedge_factor = check_hedge_factor(v.extract()?).map_err(|reason| {
+                    pyo3::exceptions::PyValueError::new_err(format!("hedge_factor {reason}"))
+                })?;
+            }
             "max_task_seconds" => cfg.max_task_time = secs(&v, &key)?,
             "timeout_grace_s" => cfg.timeout_grace = secs(&v, &key)?,
             "journal" => cfg.journal = v.extract()?,
@@ -97,11 +103,45 @@ fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) ->
             other => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "unknown master option {other:?}; known: lease_ms, store, result_ttl_s, \
-                     max_attempts, max_task_seconds, timeout_grace_s, journal, fsync"
+                     max_attempts, hedge_factor, max_task_seconds, timeout_grace_s, journal, \
+                     fsync"
                 )))
             }
         }
     }
+    Ok(())
+}
+
+/// The core's gauges and counters of `s` into `d`, under their field names.
+fn set_core_stats(d: &Bound<'_, PyDict>, s: &MasterStats) -> PyResult<()> {
+    let c = &s.core;
+    d.set_item("tasks", c.tasks)?;
+    d.set_item("packages", c.packages)?;
+    d.set_item("queued", c.queued)?;
+    d.set_item("running", c.running)?;
+    d.set_item("workers", c.workers)?;
+    d.set_item("clients", c.clients)?;
+    d.set_item("functions", c.functions)?;
+    d.set_item("delivered", c.delivered)?;
+    d.set_item("stale_results", c.stale_results)?;
+    d.set_item("cancelling", c.cancelling)?;
+    d.set_item("retained", c.retained)?;
+    d.set_item("requeued", c.requeued)?;
+    d.set_item("poisoned", c.poisoned)?;
+    d.set_item("timed_out", c.timed_out)?;
+    d.set_item("quota_failed", c.quota_failed)?;
+    d.set_item("packages_expired", c.packages_expired)?;
+    d.set_item("results_dropped", c.results_dropped)?;
+    d.set_item("deadlines_met", c.deadlines_met)?;
+    d.set_item("deadlines_missed", c.deadlines_missed)?;
+    d.set_item("deadline_dropped", c.deadline_dropped)?;
+    d.set_item("admission_refused", c.admission_refused)?;
+    d.set_item("hedges", c.hedges)?;
+    d.set_item("hedge_wins", c.hedge_wins)?;
+    d.set_item("extra_copies", c.extra_copies)?;
+    d.set_item("copies_cancelled", c.copies_cancelled)?;
+    d.set_item("disagreements", c.disagreements)?;
+    d.set_item("quorum_failed", c.quorum_failed)?;
     Ok(())
 }
 
@@ -205,25 +245,8 @@ impl Master {
             return Ok(d);
         }
         if let Some(s) = py.allow_threads(|| self.inner.stats()) {
-            let c = s.core;
             d.set_item("connections", s.connections)?;
-            d.set_item("tasks", c.tasks)?;
-            d.set_item("packages", c.packages)?;
-            d.set_item("queued", c.queued)?;
-            d.set_item("running", c.running)?;
-            d.set_item("workers", c.workers)?;
-            d.set_item("clients", c.clients)?;
-            d.set_item("functions", c.functions)?;
-            d.set_item("delivered", c.delivered)?;
-            d.set_item("stale_results", c.stale_results)?;
-            d.set_item("cancelling", c.cancelling)?;
-            d.set_item("retained", c.retained)?;
-            d.set_item("requeued", c.requeued)?;
-            d.set_item("poisoned", c.poisoned)?;
-            d.set_item("timed_out", c.timed_out)?;
-            d.set_item("quota_failed", c.quota_failed)?;
-            d.set_item("packages_expired", c.packages_expired)?;
-            d.set_item("results_dropped", c.results_dropped)?;
+            set_core_stats(&d, &s)?;
             if let Some(j) = s.journal {
                 d.set_item("journal_records", j.records)?;
                 d.set_item("journal_bytes", j.file_bytes)?;

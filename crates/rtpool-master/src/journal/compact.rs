@@ -51,6 +51,7 @@ pub(crate) fn write(path: &Path, state: &State, watermark: u64) -> Result<u64, J
             .map_err(|e| JournalError::io("write", &tmp, e))
     };
     let meta = Entry::Meta {
+        version: record::FORMAT_VERSION,
         next_package: state.next_package,
         last_lsn: state.last_lsn,
     };

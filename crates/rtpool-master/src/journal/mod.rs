@@ -25,7 +25,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use record::{DoneRecord, PackageRecord, Record, FORMAT_VERSION};
+pub use record::{DoneRecord, PackageRecord, Record, FORMAT_VERSION, MIN_FORMAT_VERSION};
 pub use writer::{Journal, JournalStats};
 
 /// When the writer thread calls `fdatasync`.
@@ -169,6 +169,9 @@ pub struct Replay {
     pub truncated_tail: Option<(u64, u64)>,
     /// Highest LSN ever assigned (0 for a new journal); appends continue after it.
     pub last_lsn: u64,
+    /// Format version of the file as it was read ([`FORMAT_VERSION`] for a new journal). An
+    /// older file is rewritten in the current format at open (see [`Journal::open`]).
+    pub format_version: u64,
 }
 
 /// One live package as replayed.

@@ -6,9 +6,20 @@
 //! `docs/journal.md`; changing it means a new [`FORMAT_VERSION`].
 
 use bytes::Bytes;
+use rtpool_core::MissPolicy;
 
-/// Version written in every file's meta record; replay refuses any other.
-pub const FORMAT_VERSION: u64 = 1;
+/// Version written in every file's meta record.
+pub const FORMAT_VERSION: u64 = 2;
+
+/// Oldest version replay reads; it refuses any other. Version 1 has no deadline options in
+/// `Package` records and no `late_us` in `Done` records: they read as their defaults.
+pub const MIN_FORMAT_VERSION: u64 = 1;
+
+/// `Package.opts.on_miss` on disk.
+mod on_miss {
+    pub const RUN: u64 = 0;
+    pub const DROP: u64 = 1;
+}
 
 /// Payload tags: the first element of every payload array.
 mod tag {
@@ -39,6 +50,20 @@ pub struct PackageRecord {
     pub timeout_ms: u32,
     /// Task arguments, one per task; a task's index is its position here.
     pub tasks: Vec<Bytes>,
+    /// Deadline of every task, milliseconds after the package was received; 0 = none.
+    pub deadline_ms: u32,
+    /// What happens to tasks that can no longer make the deadline.
+    pub on_miss: MissPolicy,
+    /// Admission control was asked for.
+    pub admit: bool,
+    /// Copies of each task (0 and 1 both mean one).
+    pub replicas: u8,
+    /// Agreeing results needed (0 and 1 both mean the first result wins).
+    pub quorum: u8,
+    /// Most copies of one task ever started; 0 = the default.
+    pub max_copies: u8,
+    /// Straggler hedging.
+    pub hedge: bool,
 }
 
 /// One task's result, accepted from a worker.
@@ -54,6 +79,9 @@ pub struct DoneRecord {
     pub data: Bytes,
     /// Execution time charged to the package's user, in microseconds.
     pub exec_us: u64,
+    /// How long after the package's deadline the result came, in microseconds (0: on time or
+    /// no deadline).
+    pub late_us: u64,
 }
 
 /// One journaled fact. The lead turns scheduler events into these; the journal never looks at
@@ -91,6 +119,8 @@ pub enum Record {
 pub(crate) enum Entry {
     /// First record of every file: ids and LSNs that must survive compaction.
     Meta {
+        /// Format of the file's records ([`FORMAT_VERSION`] when written by this master).
+        version: u64,
         /// 1 + the highest package id ever journaled (0 when none was).
         next_package: u64,
         /// The highest LSN ever assigned when the file was written.
@@ -108,18 +138,55 @@ pub(crate) fn encode(entry: &Entry) -> Vec<u8> {
     out
 }
 
+/// `rec` as a version-1 master wrote it: `Package` without its options array, `Done`
+/// without `late_us`.
+#[cfg(test)]
+pub(crate) fn encode_v1(rec: &Record) -> Vec<u8> {
+    let mut payload = encode(&Entry::Record(rec.clone()));
+    match rec {
+        Record::Package(p) => {
+            let opts = (
+                p.deadline_ms,
+                p.on_miss,
+                p.admit,
+                p.replicas,
+                p.quorum,
+                p.max_copies,
+            );
+            let defaults = (0, MissPolicy::Run, false, 1, 1, 0);
+            assert_eq!(
+                (opts, p.hedge),
+                (defaults, false),
+                "version 1 has no options"
+            );
+            // fixarray 10 -> 9, and the options array (8 bytes at the defaults) cut off.
+            assert_eq!(payload[0], 0x9a);
+            payload[0] = 0x99;
+            payload.truncate(payload.len() - 8);
+        }
+        Record::Done(d) => {
+            assert_eq!((payload[0], d.late_us), (0x97, 0), "a fixint late_us of 0");
+            payload[0] = 0x96;
+            payload.pop();
+        }
+        _ => {}
+    }
+    payload
+}
+
 /// Appends the msgpack payload of `entry` to `out`.
 pub(crate) fn encode_into(out: &mut Vec<u8>, entry: &Entry) {
     out.reserve(64 + entry_data_len(entry));
     let mut w = Writer(out);
     match entry {
         Entry::Meta {
+            version,
             next_package,
             last_lsn,
         } => {
             w.array(4);
             w.uint(tag::META);
-            w.uint(FORMAT_VERSION);
+            w.uint(*version);
             w.uint(*next_package);
             w.uint(*last_lsn);
         }
@@ -142,7 +209,7 @@ fn entry_data_len(entry: &Entry) -> usize {
 fn encode_record(w: &mut Writer<'_>, rec: &Record) {
     match rec {
         Record::Package(p) => {
-            w.array(9);
+            w.array(10);
             w.uint(tag::PACKAGE);
             w.uint(p.package);
             w.str(&p.user);
@@ -155,15 +222,27 @@ fn encode_record(w: &mut Writer<'_>, rec: &Record) {
             for task in &p.tasks {
                 w.bin(task);
             }
+            w.array(7);
+            w.uint(p.deadline_ms.into());
+            w.uint(match p.on_miss {
+                MissPolicy::Run => on_miss::RUN,
+                MissPolicy::Drop => on_miss::DROP,
+            });
+            w.bool(p.admit);
+            w.uint(p.replicas.into());
+            w.uint(p.quorum.into());
+            w.uint(p.max_copies.into());
+            w.bool(p.hedge);
         }
         Record::Done(d) => {
-            w.array(6);
+            w.array(7);
             w.uint(tag::DONE);
             w.uint(d.package);
             w.uint(d.index.into());
             w.uint(d.status.into());
             w.bin(&d.data);
             w.uint(d.exec_us);
+            w.uint(d.late_us);
         }
         Record::Delivered { package, indices } => {
             w.array(3);
@@ -209,6 +288,9 @@ impl Writer<'_> {
     fn bin(&mut self, v: &[u8]) {
         rmp::encode::write_bin(self.0, v).expect(INFALLIBLE);
     }
+    fn bool(&mut self, v: bool) {
+        rmp::encode::write_bool(self.0, v).expect(INFALLIBLE);
+    }
 }
 
 /// A msgpack length; the master never accepts anything near 4 GiB, so a longer one is our bug.
@@ -221,18 +303,30 @@ pub(crate) fn decode(payload: &[u8]) -> Result<Entry, String> {
     let mut r = Reader(payload);
     let fields = r.array("record")?;
     let tag = r.uint("tag")?;
+    // Version 1 records of `Package` and `Done` lack their last field; either form is read
+    // whatever the file's version (a version-1 file is appended to in version 2 until its
+    // upgrade).
     let (entry, expected) = match tag {
         tag::META => (decode_meta(&mut r)?, 4),
-        tag::PACKAGE => (Entry::Record(Record::Package(decode_package(&mut r)?)), 9),
+        tag::PACKAGE => {
+            let v1 = fields == 9;
+            let package = decode_package(&mut r, v1)?;
+            (
+                Entry::Record(Record::Package(package)),
+                if v1 { 9 } else { 10 },
+            )
+        }
         tag::DONE => {
+            let v1 = fields == 6;
             let done = DoneRecord {
                 package: r.uint("Done.package")?,
                 index: r.narrow("Done.index")?,
                 status: r.narrow("Done.status")?,
                 data: r.bin("Done.data")?,
                 exec_us: r.uint("Done.exec_us")?,
+                late_us: if v1 { 0 } else { r.uint("Done.late_us")? },
             };
-            (Entry::Record(Record::Done(done)), 6)
+            (Entry::Record(Record::Done(done)), if v1 { 6 } else { 7 })
         }
         tag::DELIVERED => {
             let package = r.uint("Delivered.package")?;
@@ -267,18 +361,21 @@ pub(crate) fn decode(payload: &[u8]) -> Result<Entry, String> {
 
 fn decode_meta(r: &mut Reader<'_>) -> Result<Entry, String> {
     let version = r.uint("Meta.version")?;
-    if version != FORMAT_VERSION {
+    if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(format!(
-            "journal format version {version}, this master reads version {FORMAT_VERSION}"
+            "journal format version {version}, this master reads versions \
+             {MIN_FORMAT_VERSION} to {FORMAT_VERSION}"
         ));
     }
     Ok(Entry::Meta {
+        version,
         next_package: r.uint("Meta.next_package")?,
         last_lsn: r.uint("Meta.last_lsn")?,
     })
 }
 
-fn decode_package(r: &mut Reader<'_>) -> Result<PackageRecord, String> {
+/// Decodes a `Package` record's fields; `v1`: without the options array of version 2.
+fn decode_package(r: &mut Reader<'_>, v1: bool) -> Result<PackageRecord, String> {
     let package = r.uint("Package.package")?;
     let user = r.str("Package.user")?;
     let key = r.str("Package.key")?;
@@ -295,7 +392,7 @@ fn decode_package(r: &mut Reader<'_>) -> Result<PackageRecord, String> {
     for _ in 0..n {
         tasks.push(r.bin("Package.tasks[]")?);
     }
-    Ok(PackageRecord {
+    let mut record = PackageRecord {
         package,
         user,
         key,
@@ -304,7 +401,43 @@ fn decode_package(r: &mut Reader<'_>) -> Result<PackageRecord, String> {
         priority,
         timeout_ms,
         tasks,
-    })
+        // Version 1 has no options array: the defaults a `SUBMIT` without the options gets.
+        deadline_ms: 0,
+        on_miss: MissPolicy::Run,
+        admit: false,
+        replicas: 1,
+        quorum: 1,
+        max_copies: 0,
+        hedge: false,
+    };
+    if !v1 {
+        decode_package_opts(r, &mut record)?;
+    }
+    Ok(record)
+}
+
+/// The options array of a version-2 `Package` record.
+fn decode_package_opts(r: &mut Reader<'_>, p: &mut PackageRecord) -> Result<(), String> {
+    let n = r.array("Package.opts")?;
+    if n != 7 {
+        return Err(format!("Package.opts has {n} fields, expected 7"));
+    }
+    p.deadline_ms = r.narrow("Package.opts.deadline_ms")?;
+    p.on_miss = match r.uint("Package.opts.on_miss")? {
+        on_miss::RUN => MissPolicy::Run,
+        on_miss::DROP => MissPolicy::Drop,
+        other => {
+            return Err(format!(
+                "Package.opts.on_miss: {other} is not 0 (run) or 1 (drop)"
+            ))
+        }
+    };
+    p.admit = r.bool("Package.opts.admit")?;
+    p.replicas = r.narrow("Package.opts.replicas")?;
+    p.quorum = r.narrow("Package.opts.quorum")?;
+    p.max_copies = r.narrow("Package.opts.max_copies")?;
+    p.hedge = r.bool("Package.opts.hedge")?;
+    Ok(())
 }
 
 /// A msgpack cursor over one payload. The payload passed its CRC, so a failure here means a
@@ -324,6 +457,9 @@ impl Reader<'_> {
     fn sint(&mut self, field: &str) -> Result<i32, String> {
         rmp::decode::read_int(&mut self.0)
             .map_err(|e| format!("{field}: expected a 32-bit integer ({e})"))
+    }
+    fn bool(&mut self, field: &str) -> Result<bool, String> {
+        rmp::decode::read_bool(&mut self.0).map_err(|e| format!("{field}: expected a bool ({e})"))
     }
     fn narrow<T: TryFrom<u64>>(&mut self, field: &str) -> Result<T, String> {
         let v = self.uint(field)?;
@@ -374,6 +510,27 @@ mod tests {
                 Bytes::new(),
                 Bytes::from(vec![0xC1; 300]),
             ],
+            deadline_ms: 0,
+            on_miss: MissPolicy::Run,
+            admit: false,
+            replicas: 1,
+            quorum: 1,
+            max_copies: 0,
+            hedge: false,
+        }
+    }
+
+    /// A package with every deadline, replica and hedging option away from its default.
+    fn package_with_every_option() -> PackageRecord {
+        PackageRecord {
+            deadline_ms: u32::MAX,
+            on_miss: MissPolicy::Drop,
+            admit: true,
+            replicas: 16,
+            quorum: 9,
+            max_copies: 255,
+            hedge: true,
+            ..sample_package(3)
         }
     }
 
@@ -386,7 +543,9 @@ mod tests {
                 status: 255,
                 data: Bytes::from(vec![1u8; 70_000]),
                 exec_us: 123_456_789_012,
+                late_us: u64::MAX,
             }),
+            Record::Package(package_with_every_option()),
             Record::Delivered {
                 package: 4,
                 indices: vec![0, 1, 127, 128, 65_536, u32::MAX],
@@ -410,11 +569,109 @@ mod tests {
             let payload = encode(&entry);
             assert_eq!(decode(&payload).unwrap(), entry);
         }
-        let meta = Entry::Meta {
-            next_package: 42,
-            last_lsn: 7,
+        for version in MIN_FORMAT_VERSION..=FORMAT_VERSION {
+            let meta = Entry::Meta {
+                version,
+                next_package: 42,
+                last_lsn: 7,
+            };
+            assert_eq!(decode(&encode(&meta)).unwrap(), meta);
+        }
+    }
+
+    #[test]
+    fn every_package_option_round_trips() {
+        let p = package_with_every_option();
+        let entry = Entry::Record(Record::Package(p.clone()));
+        let Entry::Record(Record::Package(back)) = decode(&encode(&entry)).unwrap() else {
+            panic!("not a Package record");
         };
-        assert_eq!(decode(&encode(&meta)).unwrap(), meta);
+        assert_eq!(back, p);
+        // Each option on its own, so that no two fields can be swapped unnoticed.
+        let single = [
+            PackageRecord {
+                deadline_ms: 250,
+                ..sample_package(1)
+            },
+            PackageRecord {
+                on_miss: MissPolicy::Drop,
+                ..sample_package(1)
+            },
+            PackageRecord {
+                admit: true,
+                ..sample_package(1)
+            },
+            PackageRecord {
+                replicas: 3,
+                ..sample_package(1)
+            },
+            PackageRecord {
+                quorum: 2,
+                ..sample_package(1)
+            },
+            PackageRecord {
+                max_copies: 5,
+                ..sample_package(1)
+            },
+            PackageRecord {
+                hedge: true,
+                ..sample_package(1)
+            },
+        ];
+        for p in single {
+            let entry = Entry::Record(Record::Package(p));
+            assert_eq!(decode(&encode(&entry)).unwrap(), entry);
+        }
+    }
+
+    #[test]
+    fn version_1_records_read_with_default_options() {
+        let v1_package = encode_v1(&Record::Package(sample_package(8)));
+        let Entry::Record(Record::Package(p)) = decode(&v1_package).unwrap() else {
+            panic!("not a Package record");
+        };
+        assert_eq!(p, sample_package(8));
+        assert_eq!((p.replicas, p.quorum, p.on_miss), (1, 1, MissPolicy::Run));
+        let done = DoneRecord {
+            package: 8,
+            index: 2,
+            status: 0,
+            data: Bytes::from_static(b"ok"),
+            exec_us: 40,
+            late_us: 0,
+        };
+        let v1_done = encode_v1(&Record::Done(done.clone()));
+        assert_eq!(decode(&v1_done).unwrap(), Entry::Record(Record::Done(done)));
+    }
+
+    #[test]
+    fn bad_package_options_are_rejected() {
+        let payload = encode(&Entry::Record(Record::Package(sample_package(1))));
+        // The options array is the last 8 bytes: fixarray 7, then deadline_ms, on_miss, ...
+        let opts_at = payload.len() - 8;
+        assert_eq!(payload[opts_at], 0x97);
+        let mut bad_policy = payload.clone();
+        bad_policy[opts_at + 2] = 2;
+        assert!(decode(&bad_policy)
+            .unwrap_err()
+            .contains("on_miss: 2 is not 0 (run) or 1 (drop)"));
+        let mut short = payload.clone();
+        short[opts_at] = 0x96;
+        short.pop();
+        assert!(decode(&short)
+            .unwrap_err()
+            .contains("Package.opts has 6 fields, expected 7"));
+        let mut not_bool = payload.clone();
+        not_bool[opts_at + 3] = 0x01; // admit
+        assert!(decode(&not_bool)
+            .unwrap_err()
+            .contains("Package.opts.admit"));
+        let mut big_replicas = payload;
+        big_replicas.truncate(opts_at + 4);
+        big_replicas.extend_from_slice(&[0xcd, 0x01, 0x00, 0x01, 0x00, 0xc2]); // replicas 256
+        assert!(decode(&big_replicas)
+            .unwrap_err()
+            .contains("Package.opts.replicas"));
     }
 
     #[test]
@@ -447,6 +704,14 @@ mod tests {
         w.uint(0);
         w.uint(0);
         assert!(decode(&buf).unwrap_err().contains("version"));
+        let mut buf = Vec::new();
+        let mut w = Writer(&mut buf);
+        w.array(4);
+        w.uint(tag::META);
+        w.uint(MIN_FORMAT_VERSION - 1);
+        w.uint(0);
+        w.uint(0);
+        assert!(decode(&buf).unwrap_err().contains("reads versions 1 to 2"));
         let mut buf = Vec::new();
         let mut w = Writer(&mut buf);
         w.array(2);

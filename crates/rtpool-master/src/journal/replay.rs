@@ -38,6 +38,8 @@ pub(crate) struct State {
     pub(crate) last_lsn: u64,
     /// Records applied, meta records not counted.
     pub(crate) records: u64,
+    /// Version of the file's meta record; `None` before one was read.
+    pub(crate) format_version: Option<u64>,
 }
 
 impl State {
@@ -46,9 +48,11 @@ impl State {
         self.last_lsn = self.last_lsn.max(lsn);
         let rec = match entry {
             Entry::Meta {
+                version,
                 next_package,
                 last_lsn,
             } => {
+                self.format_version.get_or_insert(version);
                 self.next_package = self.next_package.max(next_package);
                 self.last_lsn = self.last_lsn.max(last_lsn);
                 return;
@@ -139,6 +143,7 @@ impl State {
             elapsed: std::time::Duration::ZERO,
             truncated_tail: None,
             last_lsn: self.last_lsn,
+            format_version: self.format_version.unwrap_or(record::FORMAT_VERSION),
         }
     }
 }

@@ -40,6 +40,17 @@ fn package(id: u64, user: &str, tasks: usize) -> Record {
         priority: id as i32 % 5 - 2,
         timeout_ms: 1000 + id as u32,
         tasks: (0..tasks).map(|i| Bytes::from(vec![i as u8; i])).collect(),
+        deadline_ms: (id as u32 % 3) * 100,
+        on_miss: if id % 2 == 1 {
+            rtpool_core::MissPolicy::Drop
+        } else {
+            rtpool_core::MissPolicy::Run
+        },
+        admit: id % 3 == 1,
+        replicas: (id % 4) as u8,
+        quorum: (id % 3) as u8,
+        max_copies: (id % 5) as u8,
+        hedge: id % 2 == 1,
     })
 }
 
@@ -50,6 +61,7 @@ fn done(package: u64, index: u32, exec_us: u64) -> Record {
         status: (index % 3) as u8,
         data: Bytes::from(format!("result {package}/{index}")),
         exec_us,
+        late_us: u64::from(index % 2) * exec_us,
     })
 }
 
@@ -213,6 +225,67 @@ fn a_missing_file_is_an_empty_journal() {
     assert_eq!(frame_offsets(&dir.path().join("journal.log")).len(), 1);
     let (_, again) = open(dir.path(), FsyncPolicy::Always);
     assert_eq!((again.records, again.last_lsn), (0, 0));
+}
+
+#[test]
+fn a_version_1_file_replays_with_default_options_and_is_upgraded_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.log");
+    let v1_package = PackageRecord {
+        deadline_ms: 0,
+        on_miss: rtpool_core::MissPolicy::Run,
+        admit: false,
+        replicas: 1,
+        quorum: 1,
+        max_copies: 0,
+        hedge: false,
+        ..match package(4, "alice", 2) {
+            Record::Package(p) => p,
+            _ => unreachable!(),
+        }
+    };
+    let v1_done = DoneRecord {
+        late_us: 0,
+        ..match done(4, 1, 70) {
+            Record::Done(d) => d,
+            _ => unreachable!(),
+        }
+    };
+    let records = [
+        Record::Package(v1_package.clone()),
+        Record::Done(v1_done.clone()),
+    ];
+    let mut buf = Vec::new();
+    let meta = record::Entry::Meta {
+        version: 1,
+        next_package: 5,
+        last_lsn: 2,
+    };
+    frame::put_with(&mut buf, 0, |b| b.extend(record::encode(&meta))).unwrap();
+    for (lsn, rec) in (1..).zip(&records) {
+        frame::put_with(&mut buf, lsn, |b| b.extend(record::encode_v1(rec))).unwrap();
+    }
+    std::fs::write(&path, &buf).unwrap();
+
+    let (journal, replay) = open(dir.path(), FsyncPolicy::Always);
+    assert_eq!(replay.format_version, 1);
+    assert_eq!(replay.packages.len(), 1);
+    assert_eq!(replay.packages[0].record, v1_package);
+    assert_eq!(replay.packages[0].done, vec![v1_done]);
+    assert_eq!(
+        journal.stats().compactions,
+        1,
+        "upgraded by a compaction at open"
+    );
+    journal.close().unwrap();
+
+    // The file is now version 2 and replays to the same state.
+    let (journal, again) = open(dir.path(), FsyncPolicy::Always);
+    assert_eq!(again.format_version, FORMAT_VERSION);
+    assert_eq!(again.packages, replay.packages);
+    assert_eq!((again.next_package, again.last_lsn), (5, 2));
+    assert_eq!(journal.stats().compactions, 0, "no second upgrade");
+    journal.close().unwrap();
 }
 
 #[test]
@@ -702,6 +775,7 @@ fn a_failed_write_calls_on_fatal_once_and_stops() {
             status: 0,
             data: big.clone(),
             exec_us: 1,
+            late_us: 0,
         }));
         if journal.stats().failed {
             break;

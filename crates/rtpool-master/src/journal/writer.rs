@@ -116,7 +116,9 @@ pub struct JournalStats {
 
 impl Journal {
     /// Replays the journal at `cfg.path` (a missing file is an empty journal, a torn last
-    /// record is cut off), then starts the writer thread appending after it.
+    /// record is cut off), then starts the writer thread appending after it. A file of an
+    /// older format version ([`super::MIN_FORMAT_VERSION`] or later) is rewritten in the
+    /// current one first.
     ///
     /// # Errors
     ///
@@ -146,12 +148,33 @@ impl Journal {
             shared,
             durable,
         };
-        Ok((
-            Journal {
-                inner: Arc::new(inner),
-            },
-            replay,
-        ))
+        let journal = Journal {
+            inner: Arc::new(inner),
+        };
+        if replay.format_version < record::FORMAT_VERSION {
+            journal.upgrade(replay.format_version);
+        }
+        Ok((journal, replay))
+    }
+
+    /// Rewrites a file of an older format version in the current one (a compaction), so that
+    /// its meta record tells a master that reads only the old version to refuse it. On failure
+    /// the file is still read and appended to by this master; the next compaction retries.
+    fn upgrade(&self, from: u64) {
+        match self.compact_now() {
+            Ok(()) => tracing::info!(
+                path = %self.inner.path.display(),
+                "journal upgraded from format version {from} to {}",
+                record::FORMAT_VERSION
+            ),
+            Err(err) => tracing::warn!(
+                path = %self.inner.path.display(),
+                error = %err,
+                "journal format version {from} could not be upgraded to {} now; \
+                 retrying at the next compaction",
+                record::FORMAT_VERSION
+            ),
+        }
     }
 
     /// Queues `rec` for the writer thread and returns its LSN. Never waits for I/O.
@@ -304,6 +327,7 @@ fn remove_stale_compaction(path: &Path) -> Result<(), JournalError> {
 fn start_file(path: &Path, next_package: u64, last_lsn: u64) -> Result<(), JournalError> {
     let mut buf = Vec::new();
     let meta = Entry::Meta {
+        version: record::FORMAT_VERSION,
         next_package,
         last_lsn,
     };

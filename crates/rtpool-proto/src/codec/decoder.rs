@@ -6,12 +6,14 @@
 //! intermediate value tree), compares map keys as bytes, and returns every `bin` field as a
 //! zero-copy slice of the frame.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use rmp::Marker;
 
 use crate::error::ProtoError;
 use crate::message::{
-    kind, Assignment, Msg, Role, SubmitOpts, TaskResult, WorkerResult, FN_HASH_BYTES,
+    kind, Assignment, Msg, OnMiss, Role, SubmitOpts, TaskResult, WorkerResult, FN_HASH_BYTES,
     MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_TOKEN_BYTES,
 };
 use crate::reader::{describe, Int, Reader};
@@ -28,8 +30,9 @@ const QUOTE_BYTES: usize = 64;
 ///   field count, a wrong type, a negative or too-large integer, an over-long `name` or `token`,
 ///   a `role` other than `"client"`/`"worker"`, a `SUBMIT.fn_hash` that is not 32 bytes.
 /// - [`ProtoError::UnknownKind`]: the first element is not a kind of protocol version 1.
-/// - [`ProtoError::BadOption`]: a `SUBMIT` with an unknown or wrong-typed option, when all the
-///   rest of it is well formed.
+/// - [`ProtoError::BadOption`]: a `SUBMIT` with an unknown, duplicate or wrong-typed option, an
+///   `on_miss` other than `"run"`/`"drop"` or a `key` over 128 bytes, when all the rest of it
+///   is well formed.
 pub fn decode_body(body: Bytes) -> Result<Msg, ProtoError> {
     let mut r = Reader::new(body);
     let elems = match r.peek_marker() {
@@ -72,7 +75,7 @@ pub(super) fn field_count(k: u8) -> usize {
         kind::ACCEPTED | kind::RESULTS | kind::CANCEL | kind::STATUS | kind::ATTACH | kind::ACK => {
             2
         }
-        kind::STATUS_REPLY => 7,
+        kind::STATUS_REPLY => 9,
         kind::PULL | kind::ASSIGN | kind::RESULT | kind::RETURN | kind::ABORT => 1,
         _ => 0, // HEARTBEAT, DRAIN
     }
@@ -121,6 +124,8 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
             running: r.u32("STATUS_REPLY.running")?,
             done: r.u32("STATUS_REPLY.done")?,
             cancelled: r.u32("STATUS_REPLY.cancelled")?,
+            met: r.u32("STATUS_REPLY.met")?,
+            missed: r.u32("STATUS_REPLY.missed")?,
         },
         kind::ATTACH => Msg::Attach {
             req_id: r.u64("ATTACH.req_id")?,
@@ -212,76 +217,49 @@ fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
     })
 }
 
+/// The keys of `SUBMIT.opts` in version 1, in spec order; a key's position is its slot in
+/// [`read_option`].
+const OPTION_KEYS: [&str; 10] = [
+    "priority",
+    "timeout_ms",
+    "key",
+    "deadline_ms",
+    "on_miss",
+    "admit",
+    "replicas",
+    "quorum",
+    "max_copies",
+    "hedge",
+];
+
+/// Why an unknown option was refused; names the ones this version knows.
+const UNKNOWN_OPTION: &str = "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
+                              `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, \
+                              `max_copies` and `hedge`)";
+
 /// Reads `SUBMIT.opts`. A bad option does not stop the decoding (the rest of the frame must
 /// still be checked); the first one is returned as `(key, reason)` beside the options.
 fn decode_opts(r: &mut Reader) -> Result<(SubmitOpts, Option<(String, String)>), ProtoError> {
     let n = r.map_len("SUBMIT.opts")?;
     let mut opts = SubmitOpts::default();
     let mut bad = None;
-    let mut seen = [false; 3];
+    let mut seen = [false; OPTION_KEYS.len()];
     for _ in 0..n {
         let key = r.str_range("SUBMIT.opts key", usize::MAX)?;
-        let slot = match r.bytes_of(key.clone()) {
-            b"priority" => Some(0),
-            b"timeout_ms" => Some(1),
-            b"key" => Some(2),
-            _ => None,
-        };
+        let name = r.bytes_of(key.clone());
+        let slot = OPTION_KEYS.iter().position(|k| k.as_bytes() == name);
         let problem = match slot {
             Some(i) if seen[i] => {
                 r.skip("SUBMIT.opts value", 0)?;
                 Some("duplicate option".to_owned())
             }
-            Some(0) => {
-                seen[0] = true;
-                match read_int_option(r, "SUBMIT.opts.priority", i32::MIN.into(), i32::MAX.into())?
-                {
-                    Ok(v) => {
-                        opts.priority = v as i32;
-                        None
-                    }
-                    Err(reason) => Some(reason),
-                }
-            }
-            Some(1) => {
-                seen[1] = true;
-                match read_int_option(r, "SUBMIT.opts.timeout_ms", 0, u32::MAX.into())? {
-                    Ok(v) => {
-                        opts.timeout_ms = v as u32;
-                        None
-                    }
-                    Err(reason) => Some(reason),
-                }
-            }
-            Some(_) => {
-                seen[2] = true;
-                if matches!(
-                    r.peek_marker(),
-                    Some(Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32)
-                ) {
-                    let range = r.str_range("SUBMIT.opts.key", usize::MAX)?;
-                    let value = r.bytes_of(range);
-                    if value.len() > MAX_KEY_BYTES {
-                        Some(format!(
-                            "{} bytes is longer than the limit of {MAX_KEY_BYTES}",
-                            value.len()
-                        ))
-                    } else {
-                        opts.key = String::from_utf8_lossy(value).into_owned();
-                        None
-                    }
-                } else {
-                    let found = r.peek_marker().map(describe);
-                    r.skip("SUBMIT.opts.key", 0)?;
-                    Some(format!("expected a str, found {}", found.unwrap_or("?")))
-                }
+            Some(i) => {
+                seen[i] = true;
+                read_option(r, i, &mut opts)?.err()
             }
             None => {
                 r.skip("SUBMIT.opts value", 0)?;
-                Some(
-                    "unknown option (version 1 knows `priority`, `timeout_ms` and `key`)"
-                        .to_owned(),
-                )
+                Some(UNKNOWN_OPTION.to_owned())
             }
         };
         if let (Some(reason), None) = (problem, &bad) {
@@ -289,6 +267,89 @@ fn decode_opts(r: &mut Reader) -> Result<(SubmitOpts, Option<(String, String)>),
         }
     }
     Ok((opts, bad))
+}
+
+/// Reads the value of option `OPTION_KEYS[slot]` into `opts`: `Ok(Err(reason))` for a wrong
+/// type or value (the value is consumed, `opts` unchanged), `Err` when the body itself is
+/// broken. Limits that involve other options or the master's state (`quorum <= replicas`,
+/// at most 16 copies, `admit` without a deadline) are the master's to check.
+fn read_option(
+    r: &mut Reader,
+    slot: usize,
+    opts: &mut SubmitOpts,
+) -> Result<Result<(), String>, ProtoError> {
+    let u8_max = u8::MAX.into();
+    let u32_max = u32::MAX.into();
+    Ok(match slot {
+        0 => read_int_option(r, "SUBMIT.opts.priority", i32::MIN.into(), i32::MAX.into())?
+            .map(|v| opts.priority = v as i32),
+        1 => read_int_option(r, "SUBMIT.opts.timeout_ms", 0, u32_max)?
+            .map(|v| opts.timeout_ms = v as u32),
+        2 => read_str_option(r, "SUBMIT.opts.key")?.and_then(|range| {
+            let value = r.bytes_of(range);
+            if value.len() > MAX_KEY_BYTES {
+                return Err(format!(
+                    "{} bytes is longer than the limit of {MAX_KEY_BYTES}",
+                    value.len()
+                ));
+            }
+            opts.key = String::from_utf8_lossy(value).into_owned();
+            Ok(())
+        }),
+        3 => read_int_option(r, "SUBMIT.opts.deadline_ms", 0, u32_max)?
+            .map(|v| opts.deadline_ms = v as u32),
+        4 => read_str_option(r, "SUBMIT.opts.on_miss")?.and_then(|range| {
+            let value = r.bytes_of(range);
+            let policy = OnMiss::from_wire(value)
+                .ok_or_else(|| format!("expected \"run\" or \"drop\", found {:?}", quote(value)))?;
+            opts.on_miss = policy;
+            Ok(())
+        }),
+        5 => read_bool_option(r, "SUBMIT.opts.admit")?.map(|v| opts.admit = v),
+        6 => {
+            read_int_option(r, "SUBMIT.opts.replicas", 0, u8_max)?.map(|v| opts.replicas = v as u8)
+        }
+        7 => read_int_option(r, "SUBMIT.opts.quorum", 0, u8_max)?.map(|v| opts.quorum = v as u8),
+        8 => read_int_option(r, "SUBMIT.opts.max_copies", 0, u8_max)?
+            .map(|v| opts.max_copies = v as u8),
+        _ => read_bool_option(r, "SUBMIT.opts.hedge")?.map(|v| opts.hedge = v),
+    })
+}
+
+/// Reads a `str` option and returns its range: `Ok(Err(reason))` for another type (the value
+/// is consumed), `Err` when the body itself is broken.
+fn read_str_option(
+    r: &mut Reader,
+    field: &str,
+) -> Result<Result<Range<usize>, String>, ProtoError> {
+    if matches!(
+        r.peek_marker(),
+        Some(Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32)
+    ) {
+        return Ok(Ok(r.str_range(field, usize::MAX)?));
+    }
+    let found = r.peek_marker().map(describe);
+    r.skip(field, 0)?;
+    Ok(Err(format!(
+        "expected a str, found {}",
+        found.unwrap_or("?")
+    )))
+}
+
+/// Reads a `bool` option: `Ok(Err(reason))` for another type (the value is consumed), `Err`
+/// when the body itself is broken.
+fn read_bool_option(r: &mut Reader, field: &str) -> Result<Result<bool, String>, ProtoError> {
+    let found = r.peek_marker();
+    // `skip` consumes the one byte of a bool, or the whole value of another type.
+    r.skip(field, 0)?;
+    Ok(match found {
+        Some(Marker::True) => Ok(true),
+        Some(Marker::False) => Ok(false),
+        other => Err(format!(
+            "expected a bool, found {}",
+            other.map_or("?", describe)
+        )),
+    })
 }
 
 /// Reads an integer option within `min..=max`: `Ok(Err(reason))` for a wrong type or range
@@ -335,11 +396,11 @@ fn read_int_option(
 
 fn decode_results(r: &mut Reader) -> Result<Msg, ProtoError> {
     let package = r.u64("RESULTS.package")?;
-    // fixarray, 7 one-byte fields and an empty bin: 10 bytes at least.
-    let n = r.array_len("RESULTS.results", 10)?;
+    // fixarray, 8 one-byte fields and an empty bin: 11 bytes at least.
+    let n = r.array_len("RESULTS.results", 11)?;
     let mut results = Vec::with_capacity(n);
     for _ in 0..n {
-        r.record("RESULTS.results[]", 8)?;
+        r.record("RESULTS.results[]", 9)?;
         results.push(TaskResult {
             index: r.u32("RESULTS.results[].index")?,
             status: r.u8("RESULTS.results[].status")?,
@@ -349,6 +410,7 @@ fn decode_results(r: &mut Reader) -> Result<Msg, ProtoError> {
             exec_us: r.u64("RESULTS.results[].exec_us")?,
             wait_us: r.u64("RESULTS.results[].wait_us")?,
             flush_us: r.u64("RESULTS.results[].flush_us")?,
+            late_us: r.u64("RESULTS.results[].late_us")?,
         });
     }
     Ok(Msg::Results { package, results })

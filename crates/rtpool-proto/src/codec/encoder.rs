@@ -109,11 +109,18 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
             w.uint(*package);
             w.array(results.len());
             for t in results {
-                w.array(8);
+                w.array(9);
                 w.uint(t.index);
                 w.uint(t.status);
                 w.bin(&t.data);
-                for us in [t.queue_us, t.worker_us, t.exec_us, t.wait_us, t.flush_us] {
+                for us in [
+                    t.queue_us,
+                    t.worker_us,
+                    t.exec_us,
+                    t.wait_us,
+                    t.flush_us,
+                    t.late_us,
+                ] {
                     w.uint(us);
                 }
             }
@@ -134,11 +141,13 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
             running,
             done,
             cancelled,
+            met,
+            missed,
         } => {
-            w.head(k, 7);
+            w.head(k, 9);
             w.uint(*req_id);
             w.uint(*package);
-            for n in [total, queued, running, done, cancelled] {
+            for n in [total, queued, running, done, cancelled, met, missed] {
                 w.uint(*n);
             }
         }
@@ -194,24 +203,50 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
     }
 }
 
+/// A value of `SUBMIT.opts`.
+#[derive(Clone, PartialEq)]
+enum OptValue<'a> {
+    Int(i64),
+    Uint(u64),
+    Str(&'a str),
+    Bool(bool),
+}
+
+/// Every option of `opts` with its key, in spec order.
+fn opt_values(opts: &SubmitOpts) -> [(&'static str, OptValue<'_>); 10] {
+    use OptValue::{Bool, Int, Str, Uint};
+    [
+        ("priority", Int(opts.priority.into())),
+        ("timeout_ms", Uint(opts.timeout_ms.into())),
+        ("key", Str(&opts.key)),
+        ("deadline_ms", Uint(opts.deadline_ms.into())),
+        ("on_miss", Str(opts.on_miss.as_str())),
+        ("admit", Bool(opts.admit)),
+        ("replicas", Uint(opts.replicas.into())),
+        ("quorum", Uint(opts.quorum.into())),
+        ("max_copies", Uint(opts.max_copies.into())),
+        ("hedge", Bool(opts.hedge)),
+    ]
+}
+
 /// Writes `opts` with only the keys whose value differs from the default, in spec order, so the
 /// bytes match the Python encoder's (default options are the empty map `0x80`).
 fn write_opts(opts: &SubmitOpts, w: &mut Writer<'_>) {
-    let has_priority = opts.priority != 0;
-    let has_timeout = opts.timeout_ms != 0;
-    let has_key = !opts.key.is_empty();
-    w.map(usize::from(has_priority) + usize::from(has_timeout) + usize::from(has_key));
-    if has_priority {
-        w.str("priority");
-        w.sint(opts.priority.into());
-    }
-    if has_timeout {
-        w.str("timeout_ms");
-        w.uint(opts.timeout_ms);
-    }
-    if has_key {
-        w.str("key");
-        w.str(&opts.key);
+    let defaults = SubmitOpts::default();
+    let entries = opt_values(opts)
+        .into_iter()
+        .zip(opt_values(&defaults))
+        .filter(|((_, value), (_, default))| value != default)
+        .map(|(entry, _)| entry);
+    w.map(entries.clone().count());
+    for (key, value) in entries {
+        w.str(key);
+        match value {
+            OptValue::Int(v) => w.sint(v),
+            OptValue::Uint(v) => w.uint(v),
+            OptValue::Str(v) => w.str(v),
+            OptValue::Bool(v) => w.bool(v),
+        }
     }
 }
 
@@ -249,6 +284,10 @@ impl Writer<'_> {
 
     fn nil(&mut self) {
         rmp::encode::write_nil(self).expect(INFALLIBLE);
+    }
+
+    fn bool(&mut self, value: bool) {
+        rmp::encode::write_bool(self, value).expect(INFALLIBLE);
     }
 
     fn str(&mut self, value: &str) {

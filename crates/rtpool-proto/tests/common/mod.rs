@@ -6,7 +6,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
-use rtpool_proto::{Assignment, Msg, Role, SubmitOpts, TaskResult, WorkerResult};
+use rtpool_proto::{Assignment, Msg, OnMiss, Role, SubmitOpts, TaskResult, WorkerResult};
 
 /// A 32-byte function hash: `start, start+1, ...`.
 pub fn hash(start: u8) -> Bytes {
@@ -36,6 +36,7 @@ fn task_result(index: u32, status: u8, data: &'static [u8]) -> TaskResult {
         exec_us: 3_000,
         wait_us: 15,
         flush_us: 200,
+        late_us: 0,
     }
 }
 
@@ -94,6 +95,63 @@ pub fn samples() -> Vec<(String, Msg)> {
                     priority: 2,
                     timeout_ms: 1_500,
                     key: "5f0c2d3e9a7b4c1d8e6f0a2b3c4d5e6f".into(),
+                    ..SubmitOpts::default()
+                },
+                tasks: vec![Bytes::from_static(b"a")],
+            },
+        ),
+        (
+            // Every option away from its default: each key once, in spec order.
+            "submit_every_option".into(),
+            Msg::Submit {
+                req_id: 10,
+                fn_hash: hash(0),
+                fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+                opts: SubmitOpts {
+                    priority: 2,
+                    timeout_ms: 1_500,
+                    key: "5f0c2d3e9a7b4c1d8e6f0a2b3c4d5e6f".into(),
+                    deadline_ms: 250,
+                    on_miss: OnMiss::Drop,
+                    admit: true,
+                    replicas: 3,
+                    quorum: 2,
+                    max_copies: 5,
+                    hedge: true,
+                },
+                tasks: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
+            },
+        ),
+        (
+            // The common real-time case: a deadline with admission control, nothing else.
+            "submit_deadline_admit".into(),
+            Msg::Submit {
+                req_id: 11,
+                fn_hash: hash(0),
+                fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+                opts: SubmitOpts {
+                    deadline_ms: 70_000, // uint32
+                    admit: true,
+                    ..SubmitOpts::default()
+                },
+                tasks: vec![Bytes::from_static(b"a")],
+            },
+        ),
+        (
+            // Explicit values the decoder accepts though they mean the same as a default (0
+            // replicas or quorum is 1) or that the master, not the codec, refuses (quorum
+            // above replicas): the codec keeps them as sent.
+            "submit_hedge_replicas_0_quorum_9".into(),
+            Msg::Submit {
+                req_id: 12,
+                fn_hash: hash(0),
+                fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+                opts: SubmitOpts {
+                    on_miss: OnMiss::Run,
+                    replicas: 0,
+                    quorum: 9,
+                    hedge: true,
+                    ..SubmitOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
             },
@@ -200,6 +258,28 @@ pub fn samples() -> Vec<(String, Msg)> {
             },
         ),
         (
+            "results_late_missed_disagree".into(),
+            Msg::Results {
+                package: 1_002,
+                results: vec![
+                    TaskResult {
+                        late_us: 1_250,
+                        ..task_result(0, 0, b"\x80\x05K\x2a.")
+                    },
+                    TaskResult {
+                        late_us: 70_000,
+                        ..task_result(1, 7, b"missed its deadline")
+                    },
+                    task_result(
+                        2,
+                        8,
+                        // ["quorum of 2 not reached", [["w1", 0, b"\x01"], ["w2", 0, b"\x02"]]]
+                        b"\x92\xb7quorum of 2 not reached\x92\x93\xa2w1\x00\xc4\x01\x01\x93\xa2w2\x00\xc4\x01\x02",
+                    ),
+                ],
+            },
+        ),
+        (
             "cancel_all".into(),
             Msg::Cancel {
                 package: 1_001,
@@ -237,6 +317,22 @@ pub fn samples() -> Vec<(String, Msg)> {
                 running: 8,
                 done: 390,
                 cancelled: 2,
+                met: 0,
+                missed: 0,
+            },
+        ),
+        (
+            "status_reply_met_missed".into(),
+            Msg::StatusReply {
+                req_id: 6,
+                package: 1_002,
+                total: 1_000,
+                queued: 0,
+                running: 0,
+                done: 1_000,
+                cancelled: 0,
+                met: 990,
+                missed: 10,
             },
         ),
         ("pull".into(), Msg::Pull { credits: 6 }),
@@ -360,7 +456,14 @@ fn arb_task_result() -> impl Strategy<Value = TaskResult> {
         arb_u32(),
         any::<u8>(),
         arb_bytes(40),
-        [arb_u64(), arb_u64(), arb_u64(), arb_u64(), arb_u64()],
+        [
+            arb_u64(),
+            arb_u64(),
+            arb_u64(),
+            arb_u64(),
+            arb_u64(),
+            arb_u64(),
+        ],
     )
         .prop_map(|(index, status, data, us)| TaskResult {
             index,
@@ -371,7 +474,50 @@ fn arb_task_result() -> impl Strategy<Value = TaskResult> {
             exec_us: us[2],
             wait_us: us[3],
             flush_us: us[4],
+            late_us: us[5],
         })
+}
+
+/// Any `u8` option value, defaults (0 and 1) often.
+fn arb_u8_option() -> impl Strategy<Value = u8> {
+    prop_oneof![Just(0u8), Just(1), 2u8..=16, any::<u8>()]
+}
+
+/// Any options the decoder accepts, with the defaults frequent (so that the encoder leaves
+/// some keys out and writes others).
+fn arb_submit_opts() -> impl Strategy<Value = SubmitOpts> {
+    (
+        (arb_i32(), arb_u32(), "[a-z0-9]{0,32}"),
+        (
+            arb_u32(),
+            prop_oneof![Just(OnMiss::Run), Just(OnMiss::Drop)],
+            any::<bool>(),
+        ),
+        (
+            arb_u8_option(),
+            arb_u8_option(),
+            arb_u8_option(),
+            any::<bool>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (priority, timeout_ms, key),
+                (deadline_ms, on_miss, admit),
+                (replicas, quorum, max_copies, hedge),
+            )| SubmitOpts {
+                priority,
+                timeout_ms,
+                key,
+                deadline_ms,
+                on_miss,
+                admit,
+                replicas,
+                quorum,
+                max_copies,
+                hedge,
+            },
+        )
 }
 
 fn arb_assignment() -> impl Strategy<Value = Assignment> {
@@ -458,22 +604,16 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
             arb_u64(),
             arb_hash(),
             arb_bytes(80),
-            (arb_i32(), arb_u32(), "[a-z0-9]{0,32}"),
+            arb_submit_opts(),
             vec(arb_bytes(40), 0..20)
         )
-            .prop_map(
-                |(req_id, fn_hash, fn_code, (priority, timeout_ms, key), tasks)| Msg::Submit {
-                    req_id,
-                    fn_hash,
-                    fn_code,
-                    opts: SubmitOpts {
-                        priority,
-                        timeout_ms,
-                        key
-                    },
-                    tasks
-                }
-            ),
+            .prop_map(|(req_id, fn_hash, fn_code, opts, tasks)| Msg::Submit {
+                req_id,
+                fn_hash,
+                fn_code,
+                opts,
+                tasks
+            }),
         (arb_u64(), arb_u64()).prop_map(|(req_id, package)| Msg::Accepted { req_id, package }),
         (arb_u64(), vec(arb_task_result(), 0..8))
             .prop_map(|(package, results)| Msg::Results { package, results }),
@@ -486,7 +626,15 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
         (
             arb_u64(),
             arb_u64(),
-            [arb_u32(), arb_u32(), arb_u32(), arb_u32(), arb_u32()]
+            [
+                arb_u32(),
+                arb_u32(),
+                arb_u32(),
+                arb_u32(),
+                arb_u32(),
+                arb_u32(),
+                arb_u32()
+            ]
         )
             .prop_map(|(req_id, package, n)| Msg::StatusReply {
                 req_id,
@@ -495,7 +643,9 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
                 queued: n[1],
                 running: n[2],
                 done: n[3],
-                cancelled: n[4]
+                cancelled: n[4],
+                met: n[5],
+                missed: n[6]
             }),
         arb_u32().prop_map(|credits| Msg::Pull { credits }),
         vec(arb_assignment(), 0..8).prop_map(|tasks| Msg::Assign { tasks }),
