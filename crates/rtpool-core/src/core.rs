@@ -470,11 +470,12 @@ impl Core {
             .get(slot)
             .expect("checked by queue_key")
             .est_us;
-        if front {
-            self.queue.push_front(slot, key, est, id);
+        let pos = if front {
+            self.queue.push_front(slot, key, est, id)
         } else {
-            self.queue.push_back(slot, key, est, id);
-        }
+            self.queue.push_back(slot, key, est, id)
+        };
+        self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
     }
 
     /// A task of the package in `slot` stops running: its estimated work leaves the sum.
@@ -553,7 +554,7 @@ impl Core {
         let holder = match task.state {
             TaskState::Queued => {
                 package.counts.queued -= 1;
-                self.queue.forget_one(slot);
+                self.queue.remove(slot, task.queue_pos);
                 None
             }
             TaskState::Running { worker, seq, .. } => {
@@ -662,56 +663,5 @@ impl Core {
             package: p.id,
             expired,
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::PackageOpts;
-
-    fn submit(core: &mut Core, n: usize) -> PackageId {
-        let mut out = Vec::new();
-        let tasks = vec![Bytes::from_static(b"x"); n];
-        let id = PackageId(core.package_slots.len() as u64 + 1000 + core.next_seq);
-        core.next_seq += 1;
-        let event = Event::Submit {
-            client: ClientId(1),
-            req_id: 1,
-            package: id,
-            fn_hash: FnHash([0; 32]),
-            fn_code: Bytes::from_static(b"f"),
-            opts: PackageOpts::default(),
-            tasks,
-        };
-        core.handle(event, Instant(0), &mut out);
-        match out[0] {
-            Action::Accepted { package, .. } => package,
-            ref other => panic!("not accepted: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn cancelled_queue_entries_are_purged_once_they_outnumber_live_ones() {
-        let mut core = Core::default();
-        let keep = submit(&mut core, 10);
-        for _ in 0..30 {
-            let package = submit(&mut core, 100);
-            let cancel = Event::Cancel {
-                client: ClientId(1),
-                package,
-                indices: vec![],
-            };
-            core.handle(cancel, Instant(0), &mut Vec::new());
-            assert!(core.queue.tombstones() <= core.queue.len() + 1024 + 100);
-        }
-        core.check_invariants();
-        assert!(
-            core.queue.tombstones() < 1100,
-            "{} tombstones",
-            core.queue.tombstones()
-        );
-        assert_eq!(core.queue.len(), 10);
-        assert!(core.package_slots.contains_key(&keep));
     }
 }

@@ -10,12 +10,10 @@
 //!    in submission order; within a package, tasks in index order (returned and requeued tasks
 //!    go to the front of their package).
 //!
-//! It holds task ids only; the task table says whether an entry is still live. Cancelling a
-//! queued task does not search the queue: the core frees the task and calls
-//! [`ReadyQueue::forget_one`], which leaves a tombstone (the id, now stale) that
-//! [`ReadyQueue::pop`] skips later. A package whose last live entry goes is dropped from the
-//! queue with its tombstones, and a package whose tombstones outnumber its live entries is
-//! compacted, so memory stays O(live entries) at an amortised O(1) per cancel.
+//! Within a package, entries are keyed by a position: a push to the back takes the next higher
+//! one, a push to the front the next lower one. The task remembers its position, so taking a
+//! cancelled (or master-finished) task out is an exact O(log n) removal: the queue holds only
+//! queued tasks, and no operation ever walks past dead entries or compacts.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -39,13 +37,15 @@ impl QueueKey {
     }
 }
 
-/// One package's queued tasks.
+/// One package's queued tasks, by position.
 #[derive(Debug)]
 struct PackageQueue {
     key: QueueKey,
-    tasks: VecDeque<TaskId>,
-    /// Entries of `tasks` that are live queued tasks.
-    live: usize,
+    tasks: BTreeMap<i64, TaskId>,
+    /// Position of the next push to the back.
+    next_back: i64,
+    /// Position of the last push to the front.
+    next_front: i64,
     /// Estimated execution time of each task, microseconds (for the class's work sum).
     est_us: u64,
 }
@@ -62,7 +62,7 @@ struct Class {
     users: HashMap<UserId, UserQueue>,
     /// Users with queued tasks, in turn order (each appears once).
     turns: VecDeque<UserId>,
-    /// Estimated work of the class's live entries, microseconds of one slot.
+    /// Estimated work of the class's queued tasks, microseconds of one slot.
     work_us: u64,
 }
 
@@ -72,26 +72,19 @@ pub(crate) struct ReadyQueue {
     classes: BTreeMap<Reverse<i32>, Class>,
     /// Package slab key to its queued tasks.
     packages: HashMap<u64, PackageQueue>,
-    /// Entries that are still queued tasks (exact).
+    /// Queued tasks.
     live: usize,
-    /// Entries that are tombstones of cancelled tasks.
-    tombstones: usize,
 }
 
 impl ReadyQueue {
-    /// Live (not cancelled) queued tasks.
+    /// Queued tasks.
     pub(crate) fn len(&self) -> usize {
         self.live
     }
 
-    /// No live task is queued (tombstones may remain).
+    /// No task is queued.
     pub(crate) fn is_empty(&self) -> bool {
         self.live == 0
-    }
-
-    /// Tombstones not yet skipped or purged.
-    pub(crate) fn tombstones(&self) -> usize {
-        self.tombstones
     }
 
     /// Estimated work queued at priority `priority` or higher, microseconds of one slot.
@@ -103,57 +96,70 @@ impl ReadyQueue {
             .sum()
     }
 
-    /// Queues a task of package `slot` behind the others of its package.
-    pub(crate) fn push_back(&mut self, slot: u64, key: QueueKey, est_us: u64, task: TaskId) {
-        self.package_entry(slot, key, est_us).push_back(task);
+    /// Queues a task of package `slot` behind the others of its package; returns its position.
+    pub(crate) fn push_back(&mut self, slot: u64, key: QueueKey, est_us: u64, task: TaskId) -> i64 {
+        let pq = self.package_entry(slot, key, est_us);
+        let pos = pq.next_back;
+        pq.next_back += 1;
+        pq.tasks.insert(pos, task);
+        pos
     }
 
     /// Queues a task of package `slot` ahead of the others of its package (returned or
-    /// requeued work, which has waited longest).
-    pub(crate) fn push_front(&mut self, slot: u64, key: QueueKey, est_us: u64, task: TaskId) {
-        self.package_entry(slot, key, est_us).push_front(task);
+    /// requeued work, which has waited longest); returns its position.
+    pub(crate) fn push_front(
+        &mut self,
+        slot: u64,
+        key: QueueKey,
+        est_us: u64,
+        task: TaskId,
+    ) -> i64 {
+        let pq = self.package_entry(slot, key, est_us);
+        pq.next_front -= 1;
+        let pos = pq.next_front;
+        pq.tasks.insert(pos, task);
+        pos
     }
 
-    /// The package's deque, entered in its user and class if it had no live entry; counts one
-    /// more live entry.
-    fn package_entry(&mut self, slot: u64, key: QueueKey, est_us: u64) -> &mut VecDeque<TaskId> {
+    /// The package's queue, entered in its user and class if it had no task queued; counts one
+    /// more queued task.
+    fn package_entry(&mut self, slot: u64, key: QueueKey, est_us: u64) -> &mut PackageQueue {
         let class = self.classes.entry(Reverse(key.priority)).or_default();
         class.work_us = class.work_us.saturating_add(est_us);
         self.live += 1;
         let pq = self.packages.entry(slot).or_insert_with(|| PackageQueue {
             key,
-            tasks: VecDeque::new(),
-            live: 0,
+            tasks: BTreeMap::new(),
+            next_back: 0,
+            next_front: 0,
             est_us,
         });
-        pq.live += 1;
-        if pq.live == 1 {
+        if pq.tasks.is_empty() {
             let user = class.users.entry(key.user).or_insert_with(|| {
                 class.turns.push_back(key.user);
                 UserQueue::default()
             });
             user.packages.insert(key.order(), slot);
         }
-        &mut pq.tasks
+        pq
     }
 
-    /// Records that one queued task of package `slot` left the queue without being popped (it
-    /// was cancelled or finished by the master, and is no longer `Queued`), so its entry is now
-    /// a tombstone.
+    /// Takes the task at `pos` of package `slot` out of the queue (it was cancelled or
+    /// finished by the master). O(log n).
     ///
     /// # Panics
     ///
-    /// If the package has no live entry: the caller's bookkeeping is broken.
-    pub(crate) fn forget_one(&mut self, slot: u64) {
+    /// If no task is queued there: the caller's bookkeeping is broken.
+    pub(crate) fn remove(&mut self, slot: u64, pos: i64) {
         let pq = self
             .packages
             .get_mut(&slot)
-            .filter(|pq| pq.live > 0)
-            .unwrap_or_else(|| panic!("ready queue: forget_one of slot {slot} with no live entry"));
-        pq.live -= 1;
+            .unwrap_or_else(|| panic!("ready queue: remove from slot {slot}, which is not queued"));
+        pq.tasks
+            .remove(&pos)
+            .unwrap_or_else(|| panic!("ready queue: nothing at {pos} of slot {slot}"));
         self.live -= 1;
-        self.tombstones += 1;
-        let (key, est_us, now_empty) = (pq.key, pq.est_us, pq.live == 0);
+        let (key, est_us, now_empty) = (pq.key, pq.est_us, pq.tasks.is_empty());
         let class = self
             .classes
             .get_mut(&Reverse(key.priority))
@@ -164,16 +170,15 @@ impl ReadyQueue {
         }
     }
 
-    /// Removes a package with no live entry, with its tombstones. Its user keeps its turn
-    /// (and its entry, even with no package left) until the turn comes up in [`Self::pop`], so
-    /// a user never holds two turns however often its packages come and go.
+    /// Removes a package with no task queued. Its user keeps its turn (and its entry, even
+    /// with no package left) until the turn comes up in [`Self::pop`], so a user never holds two
+    /// turns however often its packages come and go.
     fn drop_package(&mut self, slot: u64) {
         let pq = self
             .packages
             .remove(&slot)
             .expect("drop of an unqueued package");
-        debug_assert_eq!(pq.live, 0);
-        self.tombstones -= pq.tasks.len();
+        debug_assert!(pq.tasks.is_empty());
         let user = self
             .classes
             .get_mut(&Reverse(pq.key.priority))
@@ -182,12 +187,11 @@ impl ReadyQueue {
         user.packages.remove(&pq.key.order());
     }
 
-    /// Takes the next live task: highest class; in it, the user whose turn it is; of that
-    /// user, the package with the earliest deadline; of that package, the front task. `is_live`
-    /// tells a queued task from a tombstone. Returns the task and its package's slab key.
-    /// Cost: O(log classes + log packages of the user + tombstones skipped + users whose
-    /// packages all went since their last turn).
-    pub(crate) fn pop(&mut self, mut is_live: impl FnMut(TaskId) -> bool) -> Option<(TaskId, u64)> {
+    /// Takes the next task: highest class; in it, the user whose turn it is; of that user, the
+    /// package with the earliest deadline; of that package, the front task. Returns the task
+    /// and its package's slab key. Cost: O(log classes + log packages of the user + log tasks of
+    /// the package), plus the turns of users whose packages all went since their last turn.
+    pub(crate) fn pop(&mut self) -> Option<(TaskId, u64)> {
         while self.live > 0 {
             let mut class_entry = self.classes.first_entry()?;
             let class = class_entry.get_mut();
@@ -205,20 +209,10 @@ impl ReadyQueue {
                 continue;
             };
             let pq = self.packages.get_mut(&slot).expect("queued package");
-            let task = loop {
-                let task = pq
-                    .tasks
-                    .pop_front()
-                    .expect("a queued package has a live entry");
-                if is_live(task) {
-                    break task;
-                }
-                self.tombstones -= 1;
-            };
-            pq.live -= 1;
+            let (_, task) = pq.tasks.pop_first().expect("a queued package has a task");
             self.live -= 1;
             class.work_us = class.work_us.saturating_sub(pq.est_us);
-            let package_done = pq.live == 0;
+            let package_done = pq.tasks.is_empty();
             let user_done = package_done && user.packages.len() == 1;
             if user_done {
                 class.users.remove(&user_id);
@@ -230,7 +224,6 @@ impl ReadyQueue {
             }
             if package_done {
                 let pq = self.packages.remove(&slot).expect("just popped from it");
-                self.tombstones -= pq.tasks.len();
                 if !user_done {
                     self.classes
                         .get_mut(&Reverse(pq.key.priority))
@@ -245,36 +238,19 @@ impl ReadyQueue {
         None
     }
 
-    /// Drops the tombstones of packages where they outnumber the live entries. O(entries of
-    /// those packages): call it when tombstones outnumber live entries overall, so its cost is
-    /// paid for by the cancels that made them.
-    pub(crate) fn compact(&mut self, mut is_live: impl FnMut(TaskId) -> bool) {
-        for pq in self.packages.values_mut() {
-            if pq.tasks.len() > 2 * pq.live {
-                pq.tasks.retain(|&t| is_live(t));
-            }
-        }
-        self.tombstones = self
-            .packages
-            .values()
-            .map(|pq| pq.tasks.len())
-            .sum::<usize>()
-            - self.live;
-    }
-
-    /// Every entry, tombstones included, as `(package slot, key, task)`. For invariant checks.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, QueueKey, TaskId)> + '_ {
-        self.packages
-            .iter()
-            .flat_map(|(&slot, pq)| pq.tasks.iter().map(move |&t| (slot, pq.key, t)))
+    /// Every entry as `(package slot, key, position, task)`. For invariant checks.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, QueueKey, i64, TaskId)> + '_ {
+        self.packages.iter().flat_map(|(&slot, pq)| {
+            pq.tasks
+                .iter()
+                .map(move |(&pos, &t)| (slot, pq.key, pos, t))
+        })
     }
 
     /// Checks the queue's own structure (counts, turns, classes). For invariant checks.
     pub(crate) fn check(&self) {
-        let live: usize = self.packages.values().map(|pq| pq.live).sum();
+        let live: usize = self.packages.values().map(|pq| pq.tasks.len()).sum();
         assert_eq!(live, self.live, "queue live count");
-        let entries: usize = self.packages.values().map(|pq| pq.tasks.len()).sum();
-        assert_eq!(entries - live, self.tombstones, "queue tombstone count");
         let mut listed = 0;
         for (prio, class) in &self.classes {
             assert!(!class.users.is_empty(), "empty class {}", prio.0);
@@ -289,7 +265,7 @@ impl ReadyQueue {
                 assert_eq!(turns, 1, "{user} has {turns} turns");
                 for (order, slot) in &uq.packages {
                     let pq = &self.packages[slot];
-                    assert!(pq.live > 0, "slot {slot} queued with no live entry");
+                    assert!(!pq.tasks.is_empty(), "slot {slot} queued with no task");
                     assert_eq!(pq.key.order(), *order);
                     assert_eq!(pq.key.user, *user);
                     assert_eq!(pq.key.priority, prio.0);
@@ -300,7 +276,7 @@ impl ReadyQueue {
                 .packages
                 .values()
                 .filter(|pq| pq.key.priority == prio.0)
-                .map(|pq| pq.est_us * pq.live as u64)
+                .map(|pq| pq.est_us * pq.tasks.len() as u64)
                 .sum();
             assert_eq!(work, class.work_us, "class {} work sum", prio.0);
         }
@@ -310,8 +286,6 @@ impl ReadyQueue {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
-
     use super::*;
 
     fn key(priority: i32, user: u64, deadline: u64, seq: u64) -> QueueKey {
@@ -323,10 +297,8 @@ mod tests {
         }
     }
 
-    fn drain(q: &mut ReadyQueue, dead: &HashSet<u64>) -> Vec<u64> {
-        let out = std::iter::from_fn(|| q.pop(|t| !dead.contains(&t.0)))
-            .map(|(t, _)| t.0)
-            .collect();
+    fn drain(q: &mut ReadyQueue) -> Vec<u64> {
+        let out = std::iter::from_fn(|| q.pop()).map(|(t, _)| t.0).collect();
         q.check();
         out
     }
@@ -341,7 +313,7 @@ mod tests {
         q.push_back(2, key(5, 1, u64::MAX, 2), 0, TaskId(5));
         q.check();
         assert_eq!(q.len(), 5);
-        assert_eq!(drain(&mut q, &HashSet::new()), vec![2, 5, 1, 3, 4]);
+        assert_eq!(drain(&mut q), vec![2, 5, 1, 3, 4]);
         assert!(q.is_empty());
         assert_eq!(q.iter().count(), 0);
         assert!(q.classes.is_empty(), "empty classes are removed");
@@ -352,14 +324,13 @@ mod tests {
         let mut q = ReadyQueue::default();
         q.push_back(1, key(0, 2, u64::MAX, 1), 0, TaskId(1));
         for slot in 10..1000 {
-            q.push_back(slot, key(0, 1, u64::MAX, slot), 0, TaskId(slot));
-            q.forget_one(slot);
+            let pos = q.push_back(slot, key(0, 1, u64::MAX, slot), 0, TaskId(slot));
+            q.remove(slot, pos);
         }
         q.check();
         assert!(q.classes[&Reverse(0)].turns.len() <= 2);
-        assert_eq!(drain(&mut q, &(10..1000).collect()), vec![1]);
+        assert_eq!(drain(&mut q), vec![1]);
         assert!(q.is_empty());
-        assert_eq!(q.tombstones(), 0);
     }
 
     #[test]
@@ -371,7 +342,7 @@ mod tests {
         q.push_back(4, key(0, 1, 500, 4), 0, TaskId(40));
         q.push_back(3, key(0, 1, 100, 3), 0, TaskId(31));
         assert_eq!(
-            drain(&mut q, &HashSet::new()),
+            drain(&mut q),
             vec![30, 31, 20, 40, 10],
             "deadline 100, then 500 (submission order), then no deadline"
         );
@@ -386,10 +357,7 @@ mod tests {
         q.push_back(2, key(0, 2, u64::MAX, 2), 0, TaskId(200));
         q.push_back(3, key(0, 3, 10, 3), 0, TaskId(300));
         q.push_back(3, key(0, 3, 10, 3), 0, TaskId(301));
-        assert_eq!(
-            drain(&mut q, &HashSet::new()),
-            vec![100, 200, 300, 101, 301, 102, 103, 104]
-        );
+        assert_eq!(drain(&mut q), vec![100, 200, 300, 101, 301, 102, 103, 104]);
     }
 
     #[test]
@@ -398,77 +366,57 @@ mod tests {
         q.push_back(1, key(1, 1, u64::MAX, 1), 0, TaskId(1));
         q.push_back(2, key(0, 1, u64::MAX, 2), 0, TaskId(2));
         q.push_front(2, key(0, 1, u64::MAX, 2), 0, TaskId(3));
-        assert_eq!(drain(&mut q, &HashSet::new()), vec![1, 3, 2]);
+        q.push_front(2, key(0, 1, u64::MAX, 2), 0, TaskId(4));
+        assert_eq!(drain(&mut q), vec![1, 4, 3, 2]);
     }
 
     #[test]
-    fn tombstones_are_skipped_and_count_stays_exact() {
+    fn removal_is_exact_and_keeps_the_order() {
         let mut q = ReadyQueue::default();
-        for t in 1..=4 {
-            q.push_back(7, key(0, 1, u64::MAX, 1), 0, TaskId(t));
-        }
-        let dead: HashSet<u64> = [1, 3].into();
-        q.forget_one(7);
-        q.forget_one(7);
+        let pos: Vec<i64> = (1..=4)
+            .map(|t| q.push_back(7, key(0, 1, u64::MAX, 1), 0, TaskId(t)))
+            .collect();
+        q.remove(7, pos[0]);
+        q.remove(7, pos[2]);
         assert_eq!(q.len(), 2);
-        assert_eq!(q.tombstones(), 2);
         q.check();
-        assert_eq!(drain(&mut q, &dead), vec![2, 4]);
-        assert_eq!(q.tombstones(), 0, "the package went with its tombstones");
+        assert_eq!(drain(&mut q), vec![2, 4]);
         assert!(q.is_empty());
     }
 
     #[test]
-    fn forgetting_a_whole_package_drops_it_and_its_user() {
+    fn removing_a_whole_package_drops_it() {
         let mut q = ReadyQueue::default();
-        q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(1));
-        q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(2));
+        let a = q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(1));
+        let b = q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(2));
         q.push_back(2, key(0, 2, u64::MAX, 2), 0, TaskId(3));
-        q.forget_one(1);
-        q.forget_one(1);
+        q.remove(1, a);
+        q.remove(1, b);
         q.check();
-        assert_eq!(q.tombstones(), 0);
-        let dead: HashSet<u64> = [1, 2].into();
-        assert_eq!(drain(&mut q, &dead), vec![3]);
+        assert_eq!(q.iter().count(), 1);
+        assert_eq!(drain(&mut q), vec![3]);
     }
 
     #[test]
-    fn compact_drops_tombstones_and_keeps_order() {
+    fn work_sums_follow_the_queued_tasks() {
         let mut q = ReadyQueue::default();
-        for t in 1u64..=6 {
-            q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(t));
-        }
-        let dead: HashSet<u64> = [2, 3, 6, 5].into();
-        for _ in 0..4 {
-            q.forget_one(1);
-        }
-        q.compact(|t| !dead.contains(&t.0));
-        q.check();
-        assert_eq!(q.tombstones(), 0);
-        assert_eq!(q.iter().count(), 2);
-        assert_eq!(drain(&mut q, &dead), vec![1, 4]);
-    }
-
-    #[test]
-    fn work_sums_follow_the_live_entries() {
-        let mut q = ReadyQueue::default();
-        q.push_back(1, key(0, 1, u64::MAX, 1), 100, TaskId(1));
+        let a = q.push_back(1, key(0, 1, u64::MAX, 1), 100, TaskId(1));
         q.push_back(1, key(0, 1, u64::MAX, 1), 100, TaskId(2));
         q.push_back(2, key(5, 1, u64::MAX, 2), 7, TaskId(3));
         assert_eq!(q.work_at_or_above(0), 207);
         assert_eq!(q.work_at_or_above(5), 7);
         assert_eq!(q.work_at_or_above(6), 0);
-        q.forget_one(1);
+        q.remove(1, a);
         q.check();
         assert_eq!(q.work_at_or_above(0), 107);
-        q.pop(|t| t.0 != 1);
+        q.pop();
         assert_eq!(q.work_at_or_above(0), 100);
         q.check();
     }
 
     #[test]
-    #[should_panic(expected = "forget_one of slot 9 with no live entry")]
-    fn forget_on_empty_queue_panics() {
-        ReadyQueue::default().forget_one(9);
+    #[should_panic(expected = "not queued")]
+    fn removing_from_an_unqueued_package_panics() {
+        ReadyQueue::default().remove(9, 0);
     }
 }

@@ -64,6 +64,8 @@ pub(crate) struct Task {
     pub(crate) shadow: bool,
     /// When its straggler check fires (hedged packages), if armed.
     pub(crate) hedge_at: Option<Instant>,
+    /// Its position in its package's ready queue, while `Queued`.
+    pub(crate) queue_pos: i64,
 }
 
 impl Task {
@@ -82,6 +84,7 @@ impl Task {
             group: None,
             shadow: false,
             hedge_at: None,
+            queue_pos: 0,
         }
     }
 

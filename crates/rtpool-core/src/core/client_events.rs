@@ -321,7 +321,8 @@ impl Core {
         let mut ids = Vec::with_capacity(payloads.len());
         for (index, args) in (0u32..).zip(payloads) {
             let id = TaskId(self.tasks.insert(Task::new(slot, index, args, now)));
-            self.queue.push_back(slot, key, est, id);
+            let pos = self.queue.push_back(slot, key, est, id);
+            self.tasks.get_mut(id.0).expect("just made").queue_pos = pos;
             for _ in 1..replicas {
                 self.new_copy(id, now, false);
             }
@@ -380,7 +381,8 @@ impl Core {
                 ids.push(TaskId(self.tasks.insert(task)));
             } else {
                 let id = TaskId(self.tasks.insert(task));
-                self.queue.push_back(slot, key, est, id);
+                let pos = self.queue.push_back(slot, key, est, id);
+                self.tasks.get_mut(id.0).expect("just made").queue_pos = pos;
                 for _ in 1..replicas {
                     self.new_copy(id, now, false);
                 }
@@ -474,7 +476,6 @@ impl Core {
             self.drop_unacked(slot);
         }
         self.free_package_if_finished(slot, out);
-        self.compact_queue_if_sparse();
     }
 
     /// Drops every unacknowledged result of the package (returns how many).
@@ -604,8 +605,8 @@ impl Core {
         match task.state {
             TaskState::Queued => {
                 package.counts.queued -= 1;
+                self.queue.remove(slot, task.queue_pos);
                 self.tasks.remove(id.0);
-                self.queue.forget_one(slot);
             }
             TaskState::Running { worker, seq, .. } => {
                 package.counts.running -= 1;
@@ -616,19 +617,6 @@ impl Core {
                 self.cancelling += 1;
             }
             _ => unreachable!("filtered above"),
-        }
-    }
-
-    /// Purges the ready queue's tombstones once they outnumber its live entries (plus slack, so
-    /// small queues are not compacted on every cancel). Amortised O(1) per cancelled task.
-    pub(super) fn compact_queue_if_sparse(&mut self) {
-        if self.queue.tombstones() > self.queue.len() + 1024 {
-            let tasks = &self.tasks;
-            self.queue.compact(|id| {
-                tasks
-                    .get(id.0)
-                    .is_some_and(|t| t.state == TaskState::Queued)
-            });
         }
     }
 }

@@ -67,8 +67,8 @@ impl Core {
         let slot = task.package;
         match task.state {
             TaskState::Queued => {
+                self.queue.remove(slot, task.queue_pos);
                 self.tasks.remove(id.0);
-                self.queue.forget_one(slot);
             }
             TaskState::Running { worker, seq, .. } => {
                 task.state = TaskState::Cancelled { worker, seq };

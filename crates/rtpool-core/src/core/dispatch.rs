@@ -78,12 +78,7 @@ impl Core {
 
     /// Pops the next queued task and its package's slab key.
     fn pop_queued(&mut self) -> Option<(TaskId, u64)> {
-        let tasks = &self.tasks;
-        self.queue.pop(|id| {
-            tasks
-                .get(id.0)
-                .is_some_and(|t| t.state == TaskState::Queued)
-        })
+        self.queue.pop()
     }
 
     /// A queued task of an `on_miss = drop` package whose deadline is nearer than its

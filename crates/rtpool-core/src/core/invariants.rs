@@ -267,40 +267,34 @@ impl Core {
         }
     }
 
-    /// Each queued task has exactly one live queue entry, in its package's queue with its
-    /// package's key, and the queue's counts are exact.
+    /// Each queued task has exactly one queue entry, at its position, in its package's queue
+    /// with its package's key, and the queue holds nothing else.
     fn check_queue(&self, queued_tasks: usize) {
         self.queue.check();
-        let mut live = HashSet::new();
-        let mut entries = 0;
-        for (slot, key, id) in self.queue.iter() {
-            entries += 1;
-            let Some(task) = self
+        let mut seen = HashSet::new();
+        for (slot, key, pos, id) in self.queue.iter() {
+            let task = self
                 .tasks
                 .get(id.0)
-                .filter(|t| t.state == TaskState::Queued)
-            else {
-                continue;
-            };
-            assert!(live.insert(id), "{id} is queued twice");
+                .unwrap_or_else(|| panic!("the queue holds freed {id}"));
+            assert_eq!(
+                task.state,
+                TaskState::Queued,
+                "the queue holds {id}, which is {:?}",
+                task.state
+            );
+            assert!(seen.insert(id), "{id} is queued twice");
             assert_eq!(task.package, slot, "{id} is queued under another package");
+            assert_eq!(task.queue_pos, pos, "{id} is queued at another position");
             assert_eq!(key, self.queue_key(slot), "{id} is queued with a stale key");
         }
-        let (counted, tombstones) = (self.queue.len(), self.queue.tombstones());
-        let found = live.len();
         assert_eq!(
-            found, queued_tasks,
-            "{queued_tasks} queued tasks, {found} live queue entries"
+            seen.len(),
+            queued_tasks,
+            "{queued_tasks} queued tasks, {} queue entries",
+            seen.len()
         );
-        assert_eq!(
-            counted, queued_tasks,
-            "queue counts {counted} live entries, not {queued_tasks}"
-        );
-        let held = entries - found;
-        assert_eq!(
-            tombstones, held,
-            "queue counts {tombstones} tombstones but holds {held}"
-        );
+        assert_eq!(self.queue.len(), queued_tasks, "queue count");
     }
 
     /// In-flight sets hold exactly the tasks held by their worker; credits, draining and the

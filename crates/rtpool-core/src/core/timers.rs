@@ -68,7 +68,6 @@ impl Core {
                     self.drop_missed(slot, now, &mut results);
                     // Freed only after its results are out (below).
                     self.push_results(std::mem::take(&mut results), out);
-                    self.compact_queue_if_sparse();
                 }
                 Timer::Hedge(id, attempt) => self.on_hedge_timer(id, attempt, now),
             }
@@ -180,7 +179,6 @@ impl Core {
         self.results_dropped += dropped as u64;
         self.packages_expired += 1;
         self.free_package(slot, true, out);
-        self.compact_queue_if_sparse();
     }
 
     /// Sets a user's remaining compute time; a user now below zero has its packages failed.
