@@ -481,6 +481,11 @@ fn main() {
         &growth,
     );
     let ratio_json = ratios(&plan, &cells);
+    if plan.quick {
+        println!(
+            "\n(quick grid: a smoke test of the bench, not a measurement: verdicts mean nothing)"
+        );
+    }
     println!(
         "\ndeadline tick: {fired} of {} ticks dropped a task (core.stats().deadline_dropped \
          moved)",
