@@ -1,12 +1,21 @@
-//! Criterion benches of single core operations with 10^3 and 10^5 tasks already queued.
+//! Criterion benches of single core operations with 10^3, 10^5 and 10^6 tasks already queued
+//! (10^6 is left out under `--test`, where only compiling and one pass matter).
 //!
 //! Each bench times one `handle` call and undoes its effect outside the timed region (cancel
 //! the submitted package, return the assigned task, refill the queue), so the state size stays
 //! put however many iterations criterion runs. The claim under test is the RT-BOINC one: the
 //! cost of an operation does not grow with the number of queued tasks.
+//!
+//! `submit`, `assign` and `complete` use a core with one client and one worker; the `ops` group
+//! runs every operation of the `worst_case` bench (`rig::Op`) on its rig's core (10 users, 1,000
+//! busy workers) and gives their means. The worst case (max, p99.9) is `worst_case`'s job.
 
 // `criterion_group!` defines an undocumented `pub fn benches`.
 #![allow(missing_docs)]
+
+// Shared with `worst_case`, which uses more of it.
+#[allow(dead_code)]
+mod rig;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +30,18 @@ use rtpool_core::{
 
 const CLIENT: ClientId = ClientId(1);
 const WORKER: WorkerId = WorkerId(1);
-const QUEUED: [usize; 2] = [1_000, 100_000];
+/// Workers of the `ops` group's cores.
+const OPS_WORKERS: usize = 1_000;
+
+/// Queued tasks of each bench's core: 10^3, 10^5 and 10^6, without 10^6 under `--test`
+/// (building that core takes longer than the single pass `--test` makes).
+fn queued_sizes() -> Vec<usize> {
+    if std::env::args().any(|a| a == "--test") {
+        vec![1_000, 100_000]
+    } else {
+        vec![1_000, 100_000, 1_000_000]
+    }
+}
 
 /// Package ids are never reused: each submission takes the next one.
 static NEXT_PACKAGE: AtomicU64 = AtomicU64::new(1);
@@ -99,7 +119,7 @@ fn timed(
 
 fn submit(c: &mut Criterion) {
     let mut group = c.benchmark_group("submit");
-    for queued in QUEUED {
+    for queued in queued_sizes() {
         for size in [1, 1_000] {
             let mut core = core_with_queue(queued);
             group.bench_function(BenchmarkId::new(format!("{size}_tasks"), queued), |b| {
@@ -130,7 +150,7 @@ fn submit(c: &mut Criterion) {
 
 fn assign(c: &mut Criterion) {
     let mut group = c.benchmark_group("assign");
-    for queued in QUEUED {
+    for queued in queued_sizes() {
         let mut core = core_with_queue(queued);
         group.bench_function(BenchmarkId::from_parameter(queued), |b| {
             b.iter_custom(|iters| {
@@ -217,7 +237,7 @@ fn complete_once(core: &mut Core, running: &mut (TaskId, u32)) -> Duration {
 
 fn complete(c: &mut Criterion) {
     let mut group = c.benchmark_group("complete");
-    for queued in QUEUED {
+    for queued in queued_sizes() {
         let mut core = core_with_queue(queued);
         let mut running = assigned(&handle(
             &mut core,
@@ -237,12 +257,35 @@ fn complete(c: &mut Criterion) {
     group.finish();
 }
 
+/// Every operation of the worst-case rig, one core per size. The compacting cancel is left out:
+/// its set-up is O(n) per call, and its cost is the worst case, not a mean.
+fn ops(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ops");
+    // The untimed undo costs up to a few times the timed call: keep criterion's time short.
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_millis(500));
+    for queued in queued_sizes() {
+        let mut rig = rig::Rig::new(queued, OPS_WORKERS);
+        for op in rig::Op::ALL {
+            if op == rig::Op::CancelCompacting {
+                continue;
+            }
+            group.bench_function(BenchmarkId::new(op.slug(), queued), |b| {
+                b.iter_custom(|iters| (0..iters).map(|_| rig.step(op)).sum())
+            });
+        }
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = submit, assign, complete
+    targets = submit, assign, complete, ops
 }
 criterion_main!(benches);

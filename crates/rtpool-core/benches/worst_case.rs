@@ -1,0 +1,519 @@
+//! RT-BOINC's micro-benchmark: the worst case of every core operation.
+//!
+//! For each operation of [`rig::Op`] (submit, assign, complete, cancel, worker lost, lease
+//! expiry, time-limit tick, deadline tick) on cores holding 10^3, 10^5 and 10^6 queued tasks
+//! with 10, 1,000 and 10,000 busy workers, it times single `Core::handle` calls, each undone
+//! outside the timed region so the state keeps its size, records every one in an HdrHistogram,
+//! and prints mean, p99, p99.9 and max per operation and size, then for each operation the
+//! worst case at 10^6 over that at 10^3. The bar: no operation scans all tasks, packages or
+//! workers, so that ratio stays within 3x.
+//!
+//! A shared VM disturbs the max most, so three things keep the noise out of the verdict:
+//!
+//! * **interleaving**: each operation runs in blocks that alternate over all the cores, so a
+//!   burst of background load hits every size alike;
+//! * **on-CPU time**: the time the thread waited on a run queue during the call (from
+//!   `/proc/thread-self/schedstat`, read outside the timed region) is taken off, so a
+//!   preemption, a whole 4 ms tick here, does not count as the core's;
+//! * **rounds**: the whole grid runs several times on freshly built cores. Each round replays
+//!   the same operations on the same states, so a worst case of the core (a scan, a table
+//!   that grows) comes back at the same run of every round, while an interrupt or a stolen
+//!   vCPU does not. The verdict uses the *recurring max*: over the runs, the largest of each
+//!   run's smallest on-CPU time across the rounds.
+//!
+//! ```text
+//! cargo bench -p rtpool-core --bench worst_case               # full grid, 3 rounds, ~1 min
+//! cargo bench -p rtpool-core --bench worst_case -- --quick    # small grid, under a second
+//! RTPOOL_WORST_CASE_JSON=wc.json cargo bench ...              # the figures as JSON too
+//! RTPOOL_WORST_CASE_ROUNDS=5 cargo bench ...                  # more rounds
+//! ```
+//!
+//! `--test` (what `cargo bench -- --test` passes every bench) runs the quick grid, as does
+//! `RTPOOL_WORST_CASE_QUICK=1`. Wall-clock time comes from `std::time::Instant`: this is a
+//! bench, not the core.
+
+mod rig;
+
+use std::time::{Duration, Instant as WallClock};
+
+use hdrhistogram::Histogram;
+use rig::{Op, Rig};
+use serde_json::json;
+
+/// What to run.
+struct Plan {
+    quick: bool,
+    /// Queued tasks, smallest first.
+    sizes: Vec<usize>,
+    /// Workers.
+    workers: Vec<usize>,
+    /// Times the whole grid runs, each on freshly built cores.
+    rounds: usize,
+    /// Timed calls per operation, core and round.
+    iterations: usize,
+    /// Blocks the iterations are split into (interleaved over the cores).
+    blocks: usize,
+    /// Untimed calls per operation and core before the first block.
+    warm_up: usize,
+    /// Timed calls of the compacting cancel per core and round (each costs O(n) of untimed
+    /// set-up).
+    compactions: usize,
+    /// Wall time (timed and untimed) one operation may spend on one core in one round.
+    budget: Duration,
+}
+
+impl Plan {
+    fn from_env() -> Self {
+        let quick = std::env::args().any(|a| a == "--quick" || a == "--test")
+            || std::env::var("RTPOOL_WORST_CASE_QUICK").is_ok_and(|v| v == "1");
+        let rounds = std::env::var("RTPOOL_WORST_CASE_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&r| r > 0);
+        if quick {
+            Self {
+                quick,
+                sizes: vec![1_000, 10_000],
+                workers: vec![10, 100],
+                rounds: rounds.unwrap_or(1),
+                iterations: 200,
+                blocks: 4,
+                warm_up: 10,
+                compactions: 2,
+                budget: Duration::from_millis(300),
+            }
+        } else {
+            Self {
+                quick,
+                sizes: vec![1_000, 100_000, 1_000_000],
+                workers: vec![10, 1_000, 10_000],
+                rounds: rounds.unwrap_or(3),
+                iterations: 5_000,
+                blocks: 20,
+                warm_up: 100,
+                compactions: 3,
+                budget: Duration::from_secs(3),
+            }
+        }
+    }
+}
+
+/// The figures of one operation on one core size, over all rounds.
+struct Cell {
+    op: Op,
+    /// Set for the growth runs (submissions that are not undone).
+    growing: bool,
+    queued: usize,
+    workers: usize,
+    /// Wall time of every run.
+    wall: Histogram<u64>,
+    /// Wall time less the run-queue wait of every run.
+    on_cpu: Histogram<u64>,
+    /// On-CPU time of each run, by round, in run order.
+    runs: Vec<Vec<u64>>,
+    /// Runs during which the thread was scheduled out.
+    descheduled: u64,
+}
+
+impl Cell {
+    fn new(op: Op, growing: bool, queued: usize, workers: usize) -> Self {
+        Self {
+            op,
+            growing,
+            queued,
+            workers,
+            wall: histogram(),
+            on_cpu: histogram(),
+            runs: Vec::new(),
+            descheduled: 0,
+        }
+    }
+
+    fn start_round(&mut self) {
+        self.runs.push(Vec::new());
+    }
+
+    fn record(&mut self, (elapsed, before, after): (Duration, Sched, Sched)) {
+        let wall = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let waited = after.waited_ns.saturating_sub(before.waited_ns);
+        let on_cpu = wall.saturating_sub(waited).max(1);
+        self.wall.saturating_record(wall);
+        self.on_cpu.saturating_record(on_cpu);
+        if after.switches != before.switches {
+            self.descheduled += 1;
+        }
+        self.runs
+            .last_mut()
+            .expect("a round was started")
+            .push(on_cpu);
+    }
+
+    /// The worst case that recurs: the largest, over the runs, of a run's smallest on-CPU time
+    /// over the rounds. Rounds replay the same operations on the same states, so a cost of the
+    /// core comes back at the same run of every round; a preemption, an interrupt or a stolen
+    /// vCPU does not.
+    fn recurring_max(&self) -> u64 {
+        let n = self.runs.iter().map(Vec::len).min().unwrap_or(0);
+        (0..n)
+            .map(|i| self.runs.iter().map(|r| r[i]).min().unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Each round's largest on-CPU time.
+    fn round_max(&self) -> Vec<u64> {
+        self.runs
+            .iter()
+            .map(|r| r.iter().copied().max().unwrap_or(0))
+            .collect()
+    }
+
+    fn name(&self) -> String {
+        if self.growing {
+            format!("{}, growing", self.op.name())
+        } else {
+            self.op.name().to_owned()
+        }
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// A reading of `/proc/thread-self/schedstat`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sched {
+    /// Nanoseconds this thread has waited on a run queue (second field).
+    waited_ns: u64,
+    /// Times it has been put on a CPU (third field).
+    switches: u64,
+}
+
+/// Reads this thread's scheduler statistics, before and after each timed call: a change means
+/// the call was preempted, and the waiting time is not the core's. Reads zeros where the file
+/// does not exist (not Linux, or no schedstats), so on-CPU time is then the wall time.
+struct SchedProbe {
+    file: Option<std::fs::File>,
+}
+
+impl SchedProbe {
+    fn open() -> Self {
+        Self {
+            file: std::fs::File::open("/proc/thread-self/schedstat").ok(),
+        }
+    }
+
+    fn is_available(&self) -> bool {
+        self.file.is_some()
+    }
+
+    fn read(&self) -> Sched {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = &self.file else {
+            return Sched::default();
+        };
+        let mut buf = [0u8; 128];
+        let n = file.read_at(&mut buf, 0).unwrap_or(0);
+        let text = std::str::from_utf8(&buf[..n]).unwrap_or("");
+        let mut fields = text
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0));
+        Sched {
+            waited_ns: fields.next().unwrap_or(0),
+            switches: fields.next().unwrap_or(0),
+        }
+    }
+}
+
+/// The cores of one round: `(queued, workers, rig)`, in plan order.
+type Rigs = Vec<(usize, usize, Rig)>;
+
+fn build_rigs(plan: &Plan, round: usize) -> Rigs {
+    let started = WallClock::now();
+    let mut rigs = Vec::new();
+    for &n in &plan.sizes {
+        for &w in &plan.workers {
+            rigs.push((n, w, Rig::new(n, w)));
+        }
+    }
+    eprintln!(
+        "round {}: built {} cores in {:.2} s",
+        round + 1,
+        rigs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    rigs
+}
+
+/// Times `op` on every core, interleaved in blocks; `cells` are the op's, in `rigs` order.
+fn run_op(plan: &Plan, probe: &SchedProbe, op: Op, rigs: &mut Rigs, cells: &mut [Cell]) {
+    let (count, blocks, warm_up) = match op {
+        Op::CancelCompacting => (plan.compactions, plan.compactions, 0),
+        _ => (plan.iterations, plan.blocks, plan.warm_up),
+    };
+    for (_, _, rig) in rigs.iter_mut() {
+        (0..warm_up).for_each(|_| {
+            rig.step(op);
+        });
+    }
+    cells.iter_mut().for_each(Cell::start_round);
+    let per_block = count.div_ceil(blocks);
+    let mut spent = vec![Duration::ZERO; rigs.len()];
+    for block in 0..blocks {
+        // Rotate which core goes first, so none always follows the same other one.
+        for j in 0..rigs.len() {
+            let c = (j + block) % rigs.len();
+            if spent[c] >= plan.budget {
+                continue;
+            }
+            let start = WallClock::now();
+            for _ in 0..per_block {
+                cells[c].record(rigs[c].2.step_probed(op, || probe.read()));
+            }
+            spent[c] += start.elapsed();
+        }
+    }
+}
+
+/// Submits 100-task packages without undo until each core's queue has doubled: the cost of a
+/// submission while the tables grow. Interleaved one call per core at a time.
+fn run_growth(plan: &Plan, probe: &SchedProbe, rigs: &mut Rigs, cells: &mut [Cell]) {
+    let goals: Vec<usize> = rigs.iter().map(|(_, _, r)| 2 * r.target).collect();
+    cells.iter_mut().for_each(Cell::start_round);
+    let started = WallClock::now();
+    let mut busy = true;
+    while busy && started.elapsed() < 4 * plan.budget {
+        busy = false;
+        for (c, (_, _, rig)) in rigs.iter_mut().enumerate() {
+            if rig.target < goals[c] {
+                busy = true;
+                cells[c].record(rig.grow_probed(|| probe.read()));
+            }
+        }
+    }
+}
+
+/// `1.23 us` style, three significant digits.
+fn fmt_ns(ns: f64) -> String {
+    let (value, unit) = match ns {
+        n if n < 1e3 => (n, "ns"),
+        n if n < 1e6 => (n / 1e3, "us"),
+        n if n < 1e9 => (n / 1e6, "ms"),
+        n => (n / 1e9, "s"),
+    };
+    match value {
+        v if v >= 100.0 => format!("{v:.0} {unit}"),
+        v if v >= 10.0 => format!("{v:.1} {unit}"),
+        v => format!("{v:.2} {unit}"),
+    }
+}
+
+/// `10^6` for powers of ten from 100, the number otherwise.
+fn fmt_count(n: usize) -> String {
+    let (mut m, mut p) = (n, 0);
+    while m >= 10 && m % 10 == 0 {
+        m /= 10;
+        p += 1;
+    }
+    if m == 1 && p >= 2 {
+        format!("10^{p}")
+    } else {
+        n.to_string()
+    }
+}
+
+fn print_table(title: &str, cells: &[&Cell]) {
+    println!("\n{title}\n");
+    println!(
+        "| operation | tasks queued | workers | runs | mean | p99 | p99.9 | max | max on CPU | \
+         recurring max |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for c in cells {
+        let h = &c.wall;
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.name(),
+            fmt_count(c.queued),
+            fmt_count(c.workers),
+            h.len(),
+            fmt_ns(h.mean()),
+            fmt_ns(h.value_at_quantile(0.99) as f64),
+            fmt_ns(h.value_at_quantile(0.999) as f64),
+            fmt_ns(h.max() as f64),
+            fmt_ns(c.on_cpu.max() as f64),
+            fmt_ns(c.recurring_max() as f64),
+        );
+    }
+}
+
+/// `b / a`, with a floor of 1 on `a`.
+fn ratio(b: f64, a: f64) -> f64 {
+    b / a.max(1.0)
+}
+
+/// For each operation and worker count, the figures at the largest size over those at the
+/// smallest; prints one line per operation and returns them as JSON.
+fn ratios(plan: &Plan, cells: &[Cell]) -> Vec<serde_json::Value> {
+    let (small, large) = (plan.sizes[0], *plan.sizes.last().expect("sizes"));
+    let find = |op: Op, growing: bool, n: usize, w: usize| {
+        cells
+            .iter()
+            .find(|c| c.op == op && c.growing == growing && c.queued == n && c.workers == w)
+    };
+    let mut kinds: Vec<(Op, bool)> = cells.iter().map(|c| (c.op, c.growing)).collect();
+    kinds.dedup();
+    let mut json = Vec::new();
+    println!(
+        "\nRecurring max at {} / at {} (in brackets: max on CPU, max of wall time, p99.9, \
+         mean):\n",
+        fmt_count(large),
+        fmt_count(small)
+    );
+    for (op, growing) in kinds {
+        let mut parts = Vec::new();
+        let mut worst: f64 = 0.0;
+        let mut name = String::new();
+        for &w in &plan.workers {
+            let (Some(a), Some(b)) = (find(op, growing, small, w), find(op, growing, large, w))
+            else {
+                continue;
+            };
+            name = a.name();
+            let recurring = ratio(b.recurring_max() as f64, a.recurring_max() as f64);
+            let on_cpu = ratio(b.on_cpu.max() as f64, a.on_cpu.max() as f64);
+            let wall = ratio(b.wall.max() as f64, a.wall.max() as f64);
+            let p999 = ratio(
+                b.wall.value_at_quantile(0.999) as f64,
+                a.wall.value_at_quantile(0.999) as f64,
+            );
+            let mean = ratio(b.wall.mean(), a.wall.mean());
+            worst = worst.max(recurring);
+            parts.push(format!(
+                "W={} {recurring:.2} ({on_cpu:.2}, {wall:.2}, {p999:.2}, {mean:.2})",
+                fmt_count(w)
+            ));
+            json.push(json!({
+                "operation": op.slug(), "growing": growing, "workers": w,
+                "recurring_max_ratio": recurring, "max_on_cpu_ratio": on_cpu,
+                "max_ratio": wall, "p999_ratio": p999, "mean_ratio": mean,
+            }));
+        }
+        let verdict = if worst <= 3.0 { "within 3x" } else { "OVER 3x" };
+        println!("- {name}: {} -- {verdict}", parts.join("; "));
+    }
+    json
+}
+
+fn cell_json(c: &Cell) -> serde_json::Value {
+    let h = &c.wall;
+    json!({
+        "operation": c.op.slug(), "name": c.name(), "growing": c.growing,
+        "tasks_queued": c.queued, "workers": c.workers, "runs": h.len(),
+        "mean_ns": h.mean(), "p99_ns": h.value_at_quantile(0.99),
+        "p999_ns": h.value_at_quantile(0.999), "max_ns": h.max(),
+        "max_on_cpu_ns": c.on_cpu.max(), "round_max_on_cpu_ns": c.round_max(),
+        "recurring_max_ns": c.recurring_max(), "descheduled_runs": c.descheduled,
+    })
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+fn main() {
+    let plan = Plan::from_env();
+    let probe = SchedProbe::open();
+    let started = WallClock::now();
+    let load_before = load_average();
+    println!(
+        "worst_case: {} grid, {} round(s), load average before: {load_before}",
+        if plan.quick { "quick" } else { "full" },
+        plan.rounds
+    );
+    if !probe.is_available() {
+        println!("  no /proc/thread-self/schedstat: on-CPU time is wall time");
+    }
+    // Op-major, then the cores in plan order; the growth cells last.
+    let mut cells = Vec::new();
+    for (op, growing) in Op::ALL
+        .iter()
+        .map(|&op| (op, false))
+        .chain([(Op::Submit100, true)])
+    {
+        for &n in &plan.sizes {
+            for &w in &plan.workers {
+                cells.push(Cell::new(op, growing, n, w));
+            }
+        }
+    }
+    let per_op = plan.sizes.len() * plan.workers.len();
+    let (mut fired, mut noop) = (0, 0);
+    for round in 0..plan.rounds {
+        let mut rigs = build_rigs(&plan, round);
+        for (i, op) in Op::ALL.into_iter().enumerate() {
+            let t = WallClock::now();
+            let op_cells = &mut cells[i * per_op..(i + 1) * per_op];
+            run_op(&plan, &probe, op, &mut rigs, op_cells);
+            eprintln!("  {}: {:.2} s", op.name(), t.elapsed().as_secs_f64());
+        }
+        for (_, _, rig) in &rigs {
+            fired += rig.deadline_fired;
+            noop += rig.deadline_noop;
+        }
+        let t = WallClock::now();
+        let growth_cells = &mut cells[Op::ALL.len() * per_op..];
+        run_growth(&plan, &probe, &mut rigs, growth_cells);
+        eprintln!("  growth: {:.2} s", t.elapsed().as_secs_f64());
+    }
+
+    let (steady, growth): (Vec<&Cell>, Vec<&Cell>) = cells.iter().partition(|c| !c.growing);
+    print_table(
+        "Steady state: one `Core::handle` call per run, undone outside the timing",
+        &steady,
+    );
+    print_table(
+        "Growth: submission of a 100-task package, not undone, until the queue has doubled",
+        &growth,
+    );
+    let ratio_json = ratios(&plan, &cells);
+    if plan.quick {
+        println!(
+            "\n(quick grid: a smoke test of the bench, not a measurement: verdicts mean nothing)"
+        );
+    }
+    println!(
+        "\ndeadline tick: {fired} of {} ticks dropped a task (core.stats().deadline_dropped \
+         moved)",
+        fired + noop
+    );
+    if fired == 0 {
+        println!(
+            "  the core armed no deadline timer: the deadline rows time a Tick that fires nothing"
+        );
+    }
+    let load_after = load_average();
+    let elapsed = started.elapsed().as_secs_f64();
+    println!("load average after: {load_after}; total {elapsed:.1} s");
+
+    if let Ok(path) = std::env::var("RTPOOL_WORST_CASE_JSON") {
+        let doc = json!({
+            "quick": plan.quick,
+            "rounds": plan.rounds,
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "seconds": elapsed,
+            "cells": cells.iter().map(cell_json).collect::<Vec<_>>(),
+            "ratios": ratio_json,
+            "deadline_ticks": {"dropped": fired, "no_op": noop},
+        });
+        let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
+        std::fs::write(&path, text + "\n")
+            .unwrap_or_else(|e| panic!("cannot write RTPOOL_WORST_CASE_JSON={path}: {e}"));
+        println!("JSON written to {path}");
+    }
+}
