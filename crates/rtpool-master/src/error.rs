@@ -34,6 +34,16 @@ pub enum MasterError {
     /// The journal could not be opened or replayed (corruption names the byte offset).
     #[error("journal: {0}; the master will not start on a journal it cannot trust (move the file away to start empty, losing its packages)")]
     Journal(#[from] crate::journal::JournalError),
+    /// A CPU list (`--cpus`) that does not parse.
+    #[error(
+        "bad CPU list {list:?}: {reason}; write CPUs as taskset -c does, e.g. 1 or 0,1 or 0-3"
+    )]
+    BadCpuList {
+        /// The list as given.
+        list: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The runtime could not be built or the server thread failed.
     #[error("master runtime failed: {0}")]
     Runtime(String),

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use rtpool_master::{run_blocking, MasterConfig};
+use rtpool_master::{run_blocking, MasterConfig, RealtimeConfig};
 
 /// The rtpool master: accepts task packages from clients and hands them to pull-based workers.
 #[derive(Debug, Parser)]
@@ -45,6 +45,18 @@ struct Args {
     /// A client silent this long, in milliseconds, is closed with `ERROR idle` (0: never).
     #[arg(long, default_value_t = 30_000)]
     client_timeout_ms: u32,
+    /// Real-time mode: lock the master's memory (mlockall), run its threads under SCHED_FIFO
+    /// and pin them with --cpus, each as far as the OS permits (a refused step is logged once
+    /// and stays in normal mode).
+    #[arg(long)]
+    realtime: bool,
+    /// SCHED_FIFO priority of the master's threads in real-time mode (1-99).
+    #[arg(long, value_name = "N", default_value_t = rtpool_master::realtime::DEFAULT_PRIORITY,
+          value_parser = clap::value_parser!(u8).range(1..=99), requires = "realtime")]
+    rt_priority: u8,
+    /// Pin the master's threads to these CPUs in real-time mode: `1`, `0,1`, `0-3`.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus, requires = "realtime")]
+    cpus: Option<CpuList>,
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, default_value = "info", env = "RTPOOL_LOG")]
     log_level: String,
@@ -66,10 +78,26 @@ fn main() -> anyhow::Result<()> {
         max_buffered_bytes: args.max_buffered_mb << 20,
         lease_ms: args.lease_ms,
         client_timeout_ms: args.client_timeout_ms,
+        realtime: RealtimeConfig {
+            enabled: args.realtime,
+            priority: args.rt_priority,
+            cpus: args.cpus.map(|c| c.0),
+        },
         ..MasterConfig::default()
     };
     run_blocking(config)?;
     Ok(())
+}
+
+/// The value of `--cpus`; a newtype because clap takes an `Option<Vec<_>>` field for an option
+/// given several times.
+#[derive(Debug, Clone)]
+struct CpuList(Vec<usize>);
+
+fn parse_cpus(list: &str) -> Result<CpuList, String> {
+    rtpool_master::realtime::parse_cpus(list)
+        .map(CpuList)
+        .map_err(|e| e.to_string())
 }
 
 fn default_data_dir() -> Option<PathBuf> {
