@@ -263,6 +263,9 @@ impl MasterHandle {
             let _ = t.join();
         }
         self.ctx = None;
+        // Lets go of the memory lock (the process's last real-time master unlocks it): a
+        // stopped handle may be kept around, by Python's `Master` for one.
+        self.realtime = Realtime::disabled();
     }
 }
 
