@@ -226,7 +226,9 @@ def test_bench_realtime_quick_json_is_complete_and_leaves_no_hog():
         assert c["count"] == out["settings"]["block"], (name, c)
         assert 0 < c["p50_us"] <= c["p99_us"] <= c["p99_9_us"] <= c["max_us"], (name, c)
         assert c["tasks_per_s"] > 0, (name, c)
-        assert (c["hog_iterations_per_s"] is not None) == name.endswith("/load"), (name, c)
+        for part in ("latency", "throughput"):
+            hog = c[f"hog_iterations_per_s_{part}"]
+            assert (hog is not None and hog > 0) == name.endswith("/load"), (name, c)
     assert set(out["ratios"]) == {
         "realtime/normal idle",
         "realtime/normal load",

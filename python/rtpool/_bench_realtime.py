@@ -10,8 +10,9 @@ PID after it; each also ends by itself after ``--hog-limit`` seconds). Per block
   repeat), recorded in an HdrHistogram: p50, p99, p99.9, max;
 * **throughput**: one package of ``--tasks`` no-op tasks, submitted at once and waited for:
   tasks/s;
-* under load, **the hogs' rate** (loop iterations/s): what the stack took from the rest of the
-  machine.
+* under load, **the hogs' rate** (loop iterations/s), during each of the two parts (a fresh set
+  of hogs for each): what the stack took from the rest of the machine while it answered one
+  request at a time, and while it ran a package as fast as it could.
 
 The four configurations (normal/realtime x idle/load) are interleaved in blocks, in a shuffled
 order each round, so a noisy neighbour hits all alike. In the realtime configurations the
@@ -213,27 +214,42 @@ class _Cell:
         self.tasks = 0
         self.task_seconds = 0.0
         self.block_rates: List[float] = []
-        self.hog_rates: List[float] = []
+        self.hog_rates_latency: List[float] = []
+        self.hog_rates_throughput: List[float] = []
 
     def summary(self) -> Dict[str, object]:
         out: Dict[str, object] = dict(summarize_histogram(self.hist))
         out["tasks_per_s"] = round(self.tasks / self.task_seconds, 1) if self.task_seconds else None
         rates = sorted(self.block_rates)
         out["tasks_per_s_median_block"] = round(rates[len(rates) // 2], 1) if rates else None
-        hogs = sorted(self.hog_rates)
-        out["hog_iterations_per_s"] = round(hogs[len(hogs) // 2]) if hogs else None
+        for part in ("latency", "throughput"):
+            hogs = sorted(getattr(self, f"hog_rates_{part}"))
+            out[f"hog_iterations_per_s_{part}"] = round(hogs[len(hogs) // 2]) if hogs else None
         return out
 
 
-def _block(stack: _Stack, cell: _Cell, block: int, tasks: int) -> None:
+def _block(
+    stack: _Stack, cell: _Cell, block: int, tasks: int, hogs: Callable[[], _Hogs | None]
+) -> None:
+    """A latency part and a throughput part, each under its own hogs when ``hogs()`` gives."""
     client = stack.client
-    for _ in range(block):
-        t0 = time.perf_counter_ns()
-        client.submit(noop).result(timeout=RESULT_TIMEOUT_S)
-        record_ns(cell.hist, time.perf_counter_ns() - t0)
-    t0 = time.perf_counter()
-    client.submit_many(noop, range(tasks)).results(timeout=RESULT_TIMEOUT_S)
-    secs = time.perf_counter() - t0
+    running = hogs()
+    try:
+        for _ in range(block):
+            t0 = time.perf_counter_ns()
+            client.submit(noop).result(timeout=RESULT_TIMEOUT_S)
+            record_ns(cell.hist, time.perf_counter_ns() - t0)
+    finally:
+        if running is not None:
+            cell.hog_rates_latency.append(running.stop())
+    running = hogs()
+    try:
+        t0 = time.perf_counter()
+        client.submit_many(noop, range(tasks)).results(timeout=RESULT_TIMEOUT_S)
+        secs = time.perf_counter() - t0
+    finally:
+        if running is not None:
+            cell.hog_rates_throughput.append(running.stop())
     cell.tasks += tasks
     cell.task_seconds += secs
     cell.block_rates.append(tasks / secs)
@@ -259,7 +275,7 @@ def bench_realtime(opts: argparse.Namespace, say: Callable[[str], None]) -> Dict
                 stacks[mode].connect()
                 stacks[mode].wait_for_workers()
                 say(f"{mode}: warm-up")
-                _block(stacks[mode], _Cell(), opts.block, opts.tasks)
+                _block(stacks[mode], _Cell(), opts.block, opts.tasks, lambda: None)
             client_fifo_ok = client_fifo and _set_client_policy(True, opts.priority)
             _set_client_policy(False, 0)
             facts = {
@@ -282,15 +298,22 @@ def bench_realtime(opts: argparse.Namespace, say: Callable[[str], None]) -> Dict
                 order = [(m, load) for load in LOADS for m in MODES]
                 rng.shuffle(order)
                 for mode, load in order:
-                    cell = cells[(mode, load)]
-                    hogs = _Hogs(hog_count, opts.hog_limit) if load == "load" else None
+                    # The hogs start while the client is still normal, like any other load.
+                    hogs = (lambda: _Hogs(hog_count, opts.hog_limit)) if load == "load" else None
+                    fifo = client_fifo and mode == "realtime"
+
+                    def start_hogs(hogs=hogs, fifo=fifo) -> _Hogs | None:
+                        _set_client_policy(False, 0)
+                        running = hogs() if hogs is not None else None
+                        _set_client_policy(fifo, opts.priority)
+                        return running
+
                     try:
-                        _set_client_policy(client_fifo and mode == "realtime", opts.priority)
-                        _block(stacks[mode], cell, opts.block, opts.tasks)
+                        _block(
+                            stacks[mode], cells[(mode, load)], opts.block, opts.tasks, start_hogs
+                        )
                     finally:
                         _set_client_policy(False, 0)
-                        if hogs is not None:
-                            cell.hog_rates.append(hogs.stop())
                 rounds_done = r + 1
                 say(f"round {rounds_done}/{opts.rounds} done")
         finally:
@@ -334,9 +357,11 @@ def _ratios(s: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, float | None
     for load in LOADS:
         a, b = s[f"realtime/{load}"], s[f"normal/{load}"]
         out[f"realtime/normal {load}"] = {k: safe_ratio(a[k], b[k]) for k in keys}
-    out["realtime/normal load"]["hog_iterations_per_s"] = safe_ratio(
-        s["realtime/load"]["hog_iterations_per_s"], s["normal/load"]["hog_iterations_per_s"]
-    )
+    for part in ("latency", "throughput"):
+        key = f"hog_iterations_per_s_{part}"
+        out["realtime/normal load"][key] = safe_ratio(
+            s["realtime/load"][key], s["normal/load"][key]
+        )
     for mode in MODES:
         a, b = s[f"{mode}/load"], s[f"{mode}/idle"]
         out[f"{mode} load/idle"] = {k: safe_ratio(a[k], b[k]) for k in keys}
@@ -357,11 +382,11 @@ def _render(result: Dict[str, object]) -> None:
         f"of {st['block']} round trips + {st['tasks']} tasks; load = {st['hogs']} CPU hogs; "
         f"client FIFO in realtime: {st['client_fifo']})"
     )
-    cols = ("config", "n", "p50", "p99", "p99.9", "max", "tasks/s", "hog it/s")
+    cols = ("config", "n", "p50", "p99", "p99.9", "max", "tasks/s", "hogs lat.", "hogs thr.")
     for col in cols:
         t.add_column(col, justify="right" if col != "config" else "left")
     for name, c in result["cells"].items():
-        hog = c["hog_iterations_per_s"]
+        hl, ht = c["hog_iterations_per_s_latency"], c["hog_iterations_per_s_throughput"]
         t.add_row(
             name,
             str(c["count"]),
@@ -370,11 +395,12 @@ def _render(result: Dict[str, object]) -> None:
             fmt_us(c["p99_9_us"]),
             fmt_us(c["max_us"]),
             "-" if c["tasks_per_s"] is None else f"{c['tasks_per_s']:.0f}",
-            "-" if hog is None else f"{hog / 1e6:.1f} M",
+            "-" if hl is None else f"{hl / 1e6:.1f} M/s",
+            "-" if ht is None else f"{ht / 1e6:.1f} M/s",
         )
     console.print(t)
     r = Table(title="Ratios (below 1: lower latency / fewer tasks per second)")
-    for col in ("ratio", "p50", "p99", "p99.9", "max", "tasks/s", "hog it/s"):
+    for col in ("ratio", "p50", "p99", "p99.9", "max", "tasks/s", "hogs lat.", "hogs thr."):
         r.add_column(col, justify="right" if col != "ratio" else "left")
 
     def f(v: object) -> str:
@@ -388,7 +414,8 @@ def _render(result: Dict[str, object]) -> None:
             f(x["p99_9_us"]),
             f(x["max_us"]),
             f(x["tasks_per_s"]),
-            f(x.get("hog_iterations_per_s")),
+            f(x.get("hog_iterations_per_s_latency")),
+            f(x.get("hog_iterations_per_s_throughput")),
         )
     console.print(r)
     for mode, fx in result["facts"].items():
@@ -411,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rtpool bench realtime", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    ap.add_argument("--rounds", type=int, default=10, help="rounds of 4 blocks (10)")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds of 4 blocks (20)")
     ap.add_argument("--block", type=int, default=300, help="round trips per block (300)")
     ap.add_argument("--tasks", type=int, default=3000, help="tasks per throughput block (3000)")
     ap.add_argument("--seconds", type=float, default=120, help="time budget of the rounds (120)")
