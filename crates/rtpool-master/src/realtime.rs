@@ -655,6 +655,7 @@ mod tests {
         assert_eq!(rt.report().fifo_threads, 0, "the thread left");
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn blocking_pool_threads_enter_and_leave() {
         let rt = Realtime::start(&config(DEFAULT_PRIORITY, None));
