@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import close_master, start_master
-from helpers import wait_until, worker_env
+from helpers import stop_process, wait_until, worker_env
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="real-time mode is Linux-only"
@@ -52,10 +52,11 @@ def test_cpu_lists_parse_like_the_master():
 
 
 @pytest.mark.skipif(not PERMITTED, reason="needs root (SCHED_FIFO, mlockall)")
-def test_master_and_worker_run_realtime_and_tasks_still_run(tmp_path, client_factory):
+def test_master_and_worker_run_realtime_and_tasks_still_run(tmp_path):
+    cpu = min(os.sched_getaffinity(0))  # one this process may use
     m = start_master(
         tmp_path,
-        args=["--realtime", "--rt-priority", "20", "--cpus", "0"],
+        args=["--realtime", "--rt-priority", "20", "--cpus", str(cpu)],
         log_name="rt-master.log",
     )
     worker = None
@@ -86,15 +87,16 @@ def test_master_and_worker_run_realtime_and_tasks_still_run(tmp_path, client_fac
             client.close()
         text = m.log_text()
         assert (
-            "real-time mode: memory locked, SCHED_FIFO 20 on 1 thread(s), pinned to CPUs 0" in text
+            f"real-time mode: memory locked, SCHED_FIFO 20 on 1 thread(s), pinned to CPUs {cpu}"
+            in text
         )
         assert "real-time mode: cannot" not in text and "are not available" not in text
         # From outside: the master's process is locked, its runtime thread (the main thread of
-        # `rtpool master`) runs FIFO on CPU 0, the journal writer does not.
+        # `rtpool master`) runs FIFO on the CPU asked for, the journal writer does not.
         pid = m.proc.pid
         assert _vmlck_kb(pid) > 0
         assert _policy(pid) == os.SCHED_FIFO
-        assert os.sched_getaffinity(pid) == {0}
+        assert os.sched_getaffinity(pid) == {cpu}
         comms = {
             int(t): Path(f"/proc/{pid}/task/{t}/comm").read_text().strip()
             for t in os.listdir(f"/proc/{pid}/task")
@@ -111,8 +113,6 @@ def test_master_and_worker_run_realtime_and_tasks_still_run(tmp_path, client_fac
         assert "real-time mode: memory locked, SCHED_FIFO 10" in log.read_text()
     finally:
         if worker is not None:
-            from helpers import stop_process
-
             stop_process(worker, group=True)
         close_master(m)
 
@@ -243,3 +243,32 @@ def test_bench_realtime_quick_json_is_complete_and_leaves_no_hog():
         assert all(w["fifo_threads"] >= 1 and w["vmlck_kb"] > 0 for w in rt["workers"]), rt
         assert out["settings"]["client_fifo"] is True
     assert _hog_processes() == []
+
+
+def test_worker_refusals_warn_once_each_and_leave_normal_mode():
+    # In a subprocess: apply() locks the memory of the process it runs in.
+    code = (
+        "import json, os\n"
+        "from rtpool._realtime import Realtime\n"
+        "r = Realtime(0, [1000], 100, log=lambda s: print('LOG', s)).apply()\n"
+        "print(json.dumps({'fifo': r.fifo, 'cpus': r.cpus, 'warnings': r.warnings,\n"
+        "                  'policy': os.sched_getscheduler(0), 'active': r.active}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    report = json.loads(lines[-1])
+    assert report["fifo"] is False and report["active"] is False, report
+    assert report["policy"] == os.SCHED_OTHER and report["cpus"] == [], report
+    fifo = [w for w in report["warnings"] if "SCHED_FIFO priority 0" in w]
+    pin = [w for w in report["warnings"] if "CPUs 1000 are not available" in w]
+    assert len(fifo) == 1 and len(pin) == 1, report
+    assert "CAP_SYS_NICE" in fifo[0] and "RLIMIT_RTPRIO" in fifo[0]
+    summary = [x for x in lines if x.startswith("LOG real-time mode: memory")]
+    assert summary and "SCHED_FIFO refused" in summary[0], lines
