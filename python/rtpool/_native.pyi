@@ -25,6 +25,14 @@ class Master:
         lease_ms: A worker silent this long is closed and its tasks requeued (default 3000;
             0: never).
         client_timeout_ms: A client silent this long is closed (default 30000; 0: never).
+        realtime: Real-time mode: lock this process's memory (mlockall), run the master's
+            threads under SCHED_FIFO ``rt_priority`` and pin them to ``cpus``, each as far as
+            the OS permits (a refused step is logged once and stays normal; see
+            ``stats()["realtime"]``). The lock covers the whole process, this interpreter
+            included, until the master stops.
+        rt_priority: SCHED_FIFO priority, 1-99 (default 50).
+        cpus: CPUs to pin the master's threads to: a list of ints or ``"0,1"``/``"0-3"``
+            (default: no pinning).
 
     Raises:
         rtpool.errors.RtpoolError: The address cannot be bound or the data dir used.
@@ -46,6 +54,10 @@ class Master:
         max_buffered_bytes: int | None = None,
         lease_ms: int | None = None,
         client_timeout_ms: int | None = None,
+        options: Dict[str, Any] | None = None,
+        realtime: bool = False,
+        rt_priority: int = 50,
+        cpus: Union[str, List[int]] | None = None,
     ) -> None: ...
     @property
     def address(self) -> str:
@@ -60,9 +72,12 @@ class Master:
     @property
     def worker_token(self) -> str:
         """Token workers must present."""
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> Dict[str, Any]:
         """Gauges and counters (connections, tasks, packages, queued, running, workers, ...);
-        empty once stopped."""
+        empty once stopped. In real-time mode also ``realtime``: a dict of ``active`` (every
+        step took effect), ``memory_locked``, ``priority``, ``fifo_threads`` (threads under
+        SCHED_FIFO now), ``cpus`` (pinned to; [] = not pinned), ``pinned_threads`` and
+        ``warnings`` (one per refused step)."""
     def stop(self) -> None:
         """Stop serving and close every connection. Idempotent."""
     def __enter__(self) -> Master: ...
@@ -82,6 +97,10 @@ def run_master(
     max_buffered_bytes: int | None = None,
     lease_ms: int | None = None,
     client_timeout_ms: int | None = None,
+    options: Dict[str, Any] | None = None,
+    realtime: bool = False,
+    rt_priority: int = 50,
+    cpus: Union[str, List[int]] | None = None,
 ) -> None:
     """Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
 

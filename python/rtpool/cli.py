@@ -196,6 +196,26 @@ def _parser() -> argparse.ArgumentParser:
         help="a client silent this long is disconnected (default: 30000)",
     )
     master.add_argument(
+        "--realtime",
+        action="store_true",
+        help="real-time mode: lock the master's memory (mlockall), run its threads under "
+        "SCHED_FIFO and pin them with --cpus, each as far as the OS permits (a refused step is "
+        "logged once and stays normal)",
+    )
+    master.add_argument(
+        "--rt-priority",
+        type=int,
+        default=None,
+        metavar="N",
+        help="SCHED_FIFO priority with --realtime, 1-99 (default: 50)",
+    )
+    master.add_argument(
+        "--cpus",
+        default=None,
+        metavar="LIST",
+        help="with --realtime, pin the master's threads to these CPUs: 1, 0,1 or 0-3",
+    )
+    master.add_argument(
         "--log-level", default="info", help="error, warn, info, debug or trace (default: info)"
     )
 
@@ -254,6 +274,14 @@ def _run_master(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir or _default_data_dir()
     max_frame = None if args.max_frame_mb is None else args.max_frame_mb << 20
+    rt_given = [f for f, v in (("--rt-priority", args.rt_priority), ("--cpus", args.cpus)) if v]
+    if rt_given and not args.realtime:
+        print(f"rtpool master: {', '.join(rt_given)} need --realtime", file=sys.stderr)
+        return 2
+    rt_priority = 50 if args.rt_priority is None else args.rt_priority
+    if not 1 <= rt_priority <= 99:
+        print("rtpool master: --rt-priority must be 1-99", file=sys.stderr)
+        return 2
     try:
         _native.run_master(
             listen=args.listen,
@@ -269,6 +297,9 @@ def _run_master(args: argparse.Namespace) -> int:
             lease_ms=args.lease_ms,
             client_timeout_ms=args.client_timeout_ms,
             options=_master_options(args),
+            realtime=args.realtime,
+            rt_priority=rt_priority,
+            cpus=args.cpus,
         )
     except RtpoolError as exc:
         print(f"rtpool master: {exc}", file=sys.stderr)
@@ -297,6 +328,10 @@ def main(argv: List[str] | None = None) -> int:
             from . import _bench_recovery
 
             return _bench_recovery.main(argv[1:])
+        if len(argv) > 1 and argv[1] == "realtime":
+            from . import _bench_realtime
+
+            return _bench_realtime.main(argv[2:])
         from . import _bench
 
         return _bench.main(argv[1:])

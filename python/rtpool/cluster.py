@@ -117,6 +117,13 @@ class LocalCluster:
             the environment of worker ``i`` (a list shorter than ``workers`` leaves the rest
             alone). Tests use it to make one worker different, e.g. ``worker_env=[{"SLOW":
             "10"}, {}]``; see also ``add_worker(env=...)``.
+        realtime: Real-time mode for the master and the workers (``rtpool worker
+            --realtime``): memory locked, SCHED_FIFO, optional pinning, each as far as the OS
+            permits (``stats()["realtime"]`` says what took effect for the master). The
+            master is embedded: its memory lock covers this whole process until ``close()``.
+        rt_priority: SCHED_FIFO priority of both, 1-99 (default 50).
+        cpus: CPUs to pin the master's threads and the workers to (a list of ints or
+            ``"0,1"``); None: no pinning.
 
     Raises:
         RtpoolError: The embedded master cannot start.
@@ -133,6 +140,9 @@ class LocalCluster:
         data_dir: str | os.PathLike | None = None,
         master_options: Dict[str, Any] | None = None,
         worker_env: Sequence[Mapping[str, str]] | None = None,
+        realtime: bool = False,
+        rt_priority: int = 50,
+        cpus: str | List[int] | None = None,
     ) -> None:
         from . import _native
 
@@ -145,6 +155,14 @@ class LocalCluster:
 
         self._prefetch = prefetch
         self._task_memory_mb = task_memory_mb
+        self._realtime_args: List[str] = []
+        rt_args: Dict[str, Any] = {}
+        if realtime:
+            rt_args = {"realtime": True, "rt_priority": rt_priority, "cpus": cpus}
+            self._realtime_args = ["--realtime", "--rt-priority", str(rt_priority)]
+            if cpus is not None:
+                text = cpus if isinstance(cpus, str) else ",".join(str(c) for c in cpus)
+                self._realtime_args += ["--cpus", text]
         tls_dir = tempfile.TemporaryDirectory(prefix="rtpool-cluster-") if tls else None
         tls_args: Dict[str, Any] = {}
         if tls_dir is not None:
@@ -153,7 +171,7 @@ class LocalCluster:
             tls_args["data_dir"] = os.fspath(data_dir)
         try:
             self._master = _native.Master(
-                listen="127.0.0.1:0", options=dict(master_options or {}), **tls_args
+                listen="127.0.0.1:0", options=dict(master_options or {}), **tls_args, **rt_args
             )
         except BaseException:
             if tls_dir is not None:
@@ -235,6 +253,7 @@ class LocalCluster:
             cmd += ["--ca-file", self._ca_file]
         if self._task_memory_mb is not None:
             cmd += ["--task-memory-mb", str(self._task_memory_mb)]
+        cmd += self._realtime_args
         proc = subprocess.Popen(cmd, env=proc_env, stdin=subprocess.DEVNULL, start_new_session=True)
         self._state.workers.append(proc)
         return len(self._state.workers) - 1
@@ -286,8 +305,9 @@ class LocalCluster:
                 )
             time.sleep(0.01)
 
-    def stats(self) -> Dict[str, int]:
-        """The master's gauges and counters (``workers``, ``queued``, ``running``, ...)."""
+    def stats(self) -> Dict[str, Any]:
+        """The master's gauges and counters (``workers``, ``queued``, ``running``, ...; in
+        real-time mode ``realtime``, a dict: see ``rtpool._native.Master.stats``)."""
         return dict(self._master.stats())
 
     def close(self) -> None:

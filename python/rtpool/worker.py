@@ -19,6 +19,9 @@ restarts a child that crashes, with a bounded backoff). Each child holds one con
   memory limit (``--task-memory-mb``), runs in an executor process (``_supervise.py``) that the
   child kills, with its whole process group, past the deadline or on ``ABORT``. Other tasks run
   in the child itself: no process hop on the fast path, but they cannot be interrupted.
+* **Real-time mode** (``--realtime``). Each child locks its memory and runs its main thread (I/O
+  and the tasks it runs itself) under ``SCHED_FIFO``, within a CPU budget; what it starts runs
+  normal. Why, and what a refusal does: ``_realtime.py``.
 * **Reconnection.** When the connection drops, the child reconnects with backoff (until
   ``--reconnect-timeout``); the new session holds nothing, so unstarted tasks of the old one are
   dropped (the master requeued them), and unsent results are sent again only to the same
@@ -306,6 +309,8 @@ class WorkerConnection:
         # (task, attempt) running in the executor, and whether ABORT named it.
         self._running: Tuple[int, int] | None = None
         self._abort_running = False
+        #: Real-time mode of this process (``run_child`` sets it), or None.
+        self.realtime: Any = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -433,6 +438,8 @@ class WorkerConnection:
 
     def _wait(self) -> None:
         """Block until the master sends something or a signal arrives."""
+        if self.realtime is not None:
+            self.realtime.before_wait()  # back to SCHED_FIFO if the budget demoted us
         if self._tls and self.sock.pending():
             self._recv_nowait()
             return
@@ -929,6 +936,12 @@ class WorkerConnection:
 
 def run_child(args: argparse.Namespace, token: str, name: str) -> int:
     """Body of one child process: connect, serve, return the exit code."""
+    realtime = None
+    if getattr(args, "realtime", False):
+        from ._realtime import Realtime
+
+        realtime = Realtime(args.rt_priority, args.cpus, args.rt_budget_ms, log=_log)
+        realtime.apply()
     try:
         conn = WorkerConnection(
             args.master,
@@ -946,6 +959,7 @@ def run_child(args: argparse.Namespace, token: str, name: str) -> int:
     except ValueError as exc:
         _log(str(exc))
         return EXIT_CONFIG
+    conn.realtime = realtime
     conn.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     return conn.serve()
@@ -1108,12 +1122,78 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "S seconds, then exit; 0 = forever (default: 0)",
     )
     parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="real-time mode: each worker process locks its memory (mlockall) and runs its I/O "
+        "and the tasks it runs itself under SCHED_FIFO, within --rt-budget-ms; executor "
+        "processes and whatever tasks start run normal. A step the OS refuses is logged once "
+        "and stays normal",
+    )
+    parser.add_argument(
+        "--rt-priority",
+        type=int,
+        default=None,
+        metavar="N",
+        help="SCHED_FIFO priority with --realtime, 1-99 (default: 50)",
+    )
+    parser.add_argument(
+        "--cpus",
+        type=_cpu_list,
+        default=None,
+        metavar="LIST",
+        help="with --realtime, pin the worker processes to these CPUs: 1, 0,1 or 0-3",
+    )
+    parser.add_argument(
+        "--rt-budget-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="with --realtime, CPU time a worker process may spend under SCHED_FIFO without "
+        "waiting before it drops to normal scheduling until it next waits for work, so a "
+        "runaway task cannot starve the machine; 0 = no budget (default: 100)",
+    )
+    parser.add_argument(
         "--parent-pid",
         type=int,
         default=None,
         metavar="PID",
         help="exit when process PID exits (used by LocalCluster)",
     )
+
+
+def _cpu_list(text: str) -> List[int]:
+    from ._realtime import parse_cpus
+
+    try:
+        return parse_cpus(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; write CPUs as taskset -c does") from None
+
+
+def _check_realtime(args: argparse.Namespace) -> str | None:
+    """Fill the real-time defaults; the error message for a bad combination, else None."""
+    from ._realtime import DEFAULT_BUDGET_MS, DEFAULT_PRIORITY
+
+    given = [
+        f
+        for f, v in (
+            ("--rt-priority", args.rt_priority),
+            ("--cpus", args.cpus),
+            ("--rt-budget-ms", args.rt_budget_ms),
+        )
+        if v is not None
+    ]
+    if given and not args.realtime:
+        return f"{', '.join(given)} need --realtime"
+    if args.rt_priority is None:
+        args.rt_priority = DEFAULT_PRIORITY
+    if args.rt_budget_ms is None:
+        args.rt_budget_ms = DEFAULT_BUDGET_MS
+    if not 1 <= args.rt_priority <= 99:
+        return "--rt-priority must be 1-99"
+    if args.rt_budget_ms < 0:
+        return "--rt-budget-ms must be 0 (no budget) or more"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1133,6 +1213,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.reconnect_timeout < 0:
         _log("--reconnect-timeout must be 0 (forever) or more")
+        return EXIT_CONFIG
+    problem = _check_realtime(args)
+    if problem:
+        _log(problem)
         return EXIT_CONFIG
     if args.parent_pid is not None:
         set_parent_death_signal(signal.SIGTERM)

@@ -70,6 +70,9 @@ pub struct MasterConfig {
     /// A client that sent nothing for this long is closed with `ERROR idle` (default
     /// 30000 ms; 0: never).
     pub client_timeout_ms: u32,
+    /// Real-time mode: memory locked, `SCHED_FIFO` and optional CPU pinning of the serving
+    /// threads, each as far as the OS permits (default off).
+    pub realtime: crate::realtime::RealtimeConfig,
 }
 
 impl MasterConfig {
@@ -143,6 +146,7 @@ impl Default for MasterConfig {
             max_connections: 4096,
             max_buffered_bytes: 64 << 20,
             client_timeout_ms: 30_000,
+            realtime: crate::realtime::RealtimeConfig::default(),
         }
     }
 }

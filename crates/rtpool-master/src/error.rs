@@ -42,6 +42,16 @@ pub enum MasterError {
         /// What is wrong with its value and what is allowed.
         reason: String,
     },
+    /// A CPU list (`--cpus`) that does not parse.
+    #[error(
+        "bad CPU list {list:?}: {reason}; write CPUs as taskset -c does, e.g. 1 or 0,1 or 0-3"
+    )]
+    BadCpuList {
+        /// The list as given.
+        list: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The runtime could not be built or the server thread failed.
     #[error("master runtime failed: {0}")]
     Runtime(String),

@@ -18,6 +18,7 @@ use crate::config::MasterConfig;
 use crate::connection::ConnCtx;
 use crate::error::MasterError;
 use crate::journal::{Journal, JournalConfig};
+use crate::realtime::{Realtime, RealtimeReport};
 use crate::scheduler::{Scheduler, ToScheduler};
 use crate::server;
 use crate::tls::{self, Tls};
@@ -33,6 +34,8 @@ pub struct MasterStats {
     pub journal: Option<crate::journal::JournalStats>,
     /// What the journal replayed at start-up.
     pub replay: Option<ReplayStats>,
+    /// What real-time mode achieved, when it was asked for.
+    pub realtime: Option<RealtimeReport>,
 }
 
 /// The journal replay at start-up.
@@ -59,6 +62,7 @@ pub struct MasterHandle {
     /// Kept so the store is closed here, after the runtime's thread ended: a PostgreSQL client
     /// blocks on a runtime of its own when it closes, which cannot run inside ours.
     ctx: Option<Arc<ConnCtx>>,
+    realtime: Realtime,
 }
 
 fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {
@@ -75,11 +79,26 @@ fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> 
     Ok((tokens, created))
 }
 
-fn build_runtime() -> Result<tokio::runtime::Runtime, MasterError> {
-    tokio::runtime::Builder::new_current_thread()
+/// The master's runtime: one thread, the caller's, which serves every connection and runs the
+/// scheduler. In real-time mode the caller has entered it already ([`enter_realtime`]); the
+/// blocking pool's threads (store look-ups) enter as they start.
+fn build_runtime(realtime: &Realtime) -> Result<tokio::runtime::Runtime, MasterError> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    realtime.install(&mut builder);
+    builder
         .enable_all()
         .build()
         .map_err(|e| MasterError::Runtime(e.to_string()))
+}
+
+/// Put the calling thread (the one that will run the runtime) in real-time mode and log one
+/// line on what is in effect; the guard uncounts it.
+fn enter_realtime(realtime: &Realtime) -> crate::realtime::ThreadGuard {
+    let guard = realtime.enter_thread_guard();
+    if realtime.is_enabled() {
+        tracing::info!("real-time mode: {}", realtime.summary());
+    }
+    guard
 }
 
 async fn bind(listen: &str) -> Result<TcpListener, MasterError> {
@@ -171,6 +190,8 @@ impl MasterHandle {
         let ctx = conn_ctx(&config, tokens.clone(), tls)?;
         let kept = ctx.clone();
         let scheduler = scheduler(&config)?;
+        let realtime = Realtime::start(&config.realtime);
+        let kept_realtime = realtime.clone();
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -178,7 +199,8 @@ impl MasterHandle {
         let thread = std::thread::Builder::new()
             .name("rtpool-master".into())
             .spawn(move || {
-                let rt = match build_runtime() {
+                let _realtime = enter_realtime(&realtime);
+                let rt = match build_runtime(&realtime) {
                     Ok(rt) => rt,
                     Err(e) => return drop(ready_tx.send(Err(e))),
                 };
@@ -206,6 +228,7 @@ impl MasterHandle {
             sched,
             thread: Some(thread),
             ctx: Some(kept),
+            realtime: kept_realtime,
         })
     }
 
@@ -230,7 +253,9 @@ impl MasterHandle {
     pub fn stats(&self) -> Option<MasterStats> {
         let (tx, rx) = oneshot::channel();
         self.sched.send(ToScheduler::Stats(tx)).ok()?;
-        rx.blocking_recv().ok()
+        let mut stats = rx.blocking_recv().ok()?;
+        stats.realtime = self.realtime.is_enabled().then(|| self.realtime.report());
+        Some(stats)
     }
 
     /// Stop serving: tell every peer, close every connection, join the thread. Idempotent.
@@ -240,6 +265,9 @@ impl MasterHandle {
             let _ = t.join();
         }
         self.ctx = None;
+        // Lets go of the memory lock (the process's last real-time master unlocks it): a
+        // stopped handle may be kept around, by Python's `Master` for one.
+        self.realtime = Realtime::disabled();
     }
 }
 
@@ -251,6 +279,10 @@ impl Drop for MasterHandle {
 
 /// Run a master in the current thread until SIGINT or SIGTERM, printing its tokens on first
 /// start and then one `listening on ADDR` line (flushed) once it accepts connections.
+///
+/// In real-time mode the current thread runs under `SCHED_FIFO` (and pinned) from then on,
+/// also after this returns: a thread cannot safely be given back its old policy by the safe
+/// API we use, and the thread of a command-line master is about to exit anyway.
 ///
 /// # Errors
 /// When the configuration is invalid, the address cannot be bound or the data dir cannot be
@@ -264,7 +296,11 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let ctx = conn_ctx(&config, tokens.clone(), tls)?;
     let kept = ctx.clone();
     let scheduler = scheduler(&config)?;
-    let rt = build_runtime()?;
+    // After the journal's writer thread started: it must not inherit the policy (see
+    // `realtime`).
+    let realtime = Realtime::start(&config.realtime);
+    let entered = enter_realtime(&realtime);
+    let rt = build_runtime(&realtime)?;
     let result = rt.block_on(async move {
         let listener = bind(&config.listen).await?;
         let addr = listener
@@ -285,6 +321,7 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     // The runtime first, then the store (see `MasterHandle::ctx`).
     drop(rt);
     drop(kept);
+    drop(entered);
     result
 }
 

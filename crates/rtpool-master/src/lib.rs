@@ -13,6 +13,7 @@ pub mod connection;
 pub mod error;
 pub mod handle;
 pub mod journal;
+pub mod realtime;
 pub mod scheduler;
 pub mod server;
 pub mod store;
@@ -22,6 +23,7 @@ pub use auth::Tokens;
 pub use config::MasterConfig;
 pub use error::MasterError;
 pub use handle::{run_blocking, MasterHandle, MasterStats};
+pub use realtime::{RealtimeConfig, RealtimeReport};
 
 /// Install a stderr logger with `filter` (e.g. `info`, `rtpool_master=debug`); a no-op when a
 /// logger is already installed.

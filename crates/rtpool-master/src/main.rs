@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use rtpool_master::config::{check_hedge_factor, DEFAULT_HEDGE_FACTOR};
-use rtpool_master::{run_blocking, MasterConfig};
+use rtpool_master::{run_blocking, MasterConfig, RealtimeConfig};
 
 /// The rtpool master: accepts task packages from clients and hands them to pull-based workers.
 #[derive(Debug, Parser)]
@@ -51,6 +51,18 @@ struct Args {
     /// (must be above 1).
     #[arg(long, value_name = "F", default_value_t = DEFAULT_HEDGE_FACTOR, value_parser = parse_hedge_factor)]
     hedge_factor: f64,
+    /// Real-time mode: lock the master's memory (mlockall), run its threads under SCHED_FIFO
+    /// and pin them with --cpus, each as far as the OS permits (a refused step is logged once
+    /// and stays in normal mode).
+    #[arg(long)]
+    realtime: bool,
+    /// SCHED_FIFO priority of the master's threads in real-time mode (1-99).
+    #[arg(long, value_name = "N", default_value_t = rtpool_master::realtime::DEFAULT_PRIORITY,
+          value_parser = clap::value_parser!(u8).range(1..=99), requires = "realtime")]
+    rt_priority: u8,
+    /// Pin the master's threads to these CPUs in real-time mode: `1`, `0,1`, `0-3`.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus, requires = "realtime")]
+    cpus: Option<CpuList>,
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, default_value = "info", env = "RTPOOL_LOG")]
     log_level: String,
@@ -73,6 +85,11 @@ fn main() -> anyhow::Result<()> {
         lease_ms: args.lease_ms,
         client_timeout_ms: args.client_timeout_ms,
         hedge_factor: args.hedge_factor,
+        realtime: RealtimeConfig {
+            enabled: args.realtime,
+            priority: args.rt_priority,
+            cpus: args.cpus.map(|c| c.0),
+        },
         ..MasterConfig::default()
     };
     run_blocking(config)?;
@@ -85,6 +102,17 @@ fn parse_hedge_factor(text: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("{text:?} is not a number; use e.g. 3 or 2.5"))?;
     check_hedge_factor(value)
+}
+
+/// The value of `--cpus`; a newtype because clap takes an `Option<Vec<_>>` field for an option
+/// given several times.
+#[derive(Debug, Clone)]
+struct CpuList(Vec<usize>);
+
+fn parse_cpus(list: &str) -> Result<CpuList, String> {
+    rtpool_master::realtime::parse_cpus(list)
+        .map(CpuList)
+        .map_err(|e| e.to_string())
 }
 
 fn default_data_dir() -> Option<PathBuf> {

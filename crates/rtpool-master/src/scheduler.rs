@@ -457,6 +457,7 @@ impl Scheduler {
                     connections: self.routes.len(),
                     journal: self.journal.as_ref().map(Journal::stats),
                     replay: self.replay_stats,
+                    realtime: None, // the handle adds it: it is not the scheduler's
                 });
             }
             ToScheduler::Quotas(quotas) => {

@@ -9,6 +9,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rtpool_master::config::check_hedge_factor;
+use rtpool_master::realtime::{parse_cpus, RealtimeConfig, RealtimeReport};
 use rtpool_master::store::{self, Store, StoreError, TokenInfo, UserQuota};
 use rtpool_master::{MasterConfig, MasterError, MasterHandle, MasterStats};
 use rtpool_proto::Role;
@@ -40,6 +41,7 @@ fn config(
     max_frame_bytes: Option<usize>,
     heartbeat_ms: Option<u32>,
     tls: TlsAndLimits,
+    realtime: RealtimeConfig,
 ) -> MasterConfig {
     let d = MasterConfig::default();
     MasterConfig {
@@ -56,8 +58,50 @@ fn config(
         max_buffered_bytes: tls.max_buffered_bytes.unwrap_or(d.max_buffered_bytes),
         lease_ms: tls.lease_ms.unwrap_or(d.lease_ms),
         client_timeout_ms: tls.client_timeout_ms.unwrap_or(d.client_timeout_ms),
+        realtime,
         ..d
     }
+}
+
+/// The real-time keywords of `Master(...)` and `run_master(...)`: `cpus` is a list of ints or a
+/// string as `--cpus` takes it (`"0,1"`, `"0-3"`).
+fn realtime_config(
+    py: Python<'_>,
+    realtime: bool,
+    rt_priority: u8,
+    cpus: Option<&Bound<'_, PyAny>>,
+) -> PyResult<RealtimeConfig> {
+    let cpus = match cpus {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => Some(match v.extract::<String>() {
+            Ok(text) => parse_cpus(&text).map_err(|e| to_py_err(py, e))?,
+            Err(_) => {
+                let mut list: Vec<usize> = v.extract()?;
+                list.sort_unstable();
+                list.dedup();
+                list
+            }
+        }),
+    };
+    Ok(RealtimeConfig {
+        enabled: realtime,
+        priority: rt_priority,
+        cpus,
+    })
+}
+
+/// `MasterStats::realtime` as a dict.
+fn realtime_dict<'py>(py: Python<'py>, r: &RealtimeReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("active", r.is_fully_active())?;
+    d.set_item("memory_locked", r.memory_locked)?;
+    d.set_item("priority", r.priority)?;
+    d.set_item("fifo_threads", r.fifo_threads)?;
+    d.set_item("cpus", r.cpus.clone())?;
+    d.set_item("pinned_threads", r.pinned_threads)?;
+    d.set_item("warnings", r.warnings.clone())?;
+    Ok(d)
 }
 
 /// Applies the reliability options given as a dict (`lease_ms`, `store`, `result_ttl_s`,
@@ -166,7 +210,7 @@ struct Master {
 #[pymethods]
 impl Master {
     #[new]
-    #[pyo3(signature = (listen="127.0.0.1:0".to_string(), client_token=None, worker_token=None, data_dir=None, max_frame_bytes=None, heartbeat_ms=None, *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None, options=None))]
+    #[pyo3(signature = (listen="127.0.0.1:0".to_string(), client_token=None, worker_token=None, data_dir=None, max_frame_bytes=None, heartbeat_ms=None, *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None, options=None, realtime=false, rt_priority=rtpool_master::realtime::DEFAULT_PRIORITY, cpus=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -184,7 +228,11 @@ impl Master {
         lease_ms: Option<u32>,
         client_timeout_ms: Option<u32>,
         options: Option<Bound<'_, PyDict>>,
+        realtime: bool,
+        rt_priority: u8,
+        cpus: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let realtime = realtime_config(py, realtime, rt_priority, cpus.as_ref())?;
         let tls = TlsAndLimits {
             tls_cert,
             tls_key,
@@ -202,6 +250,7 @@ impl Master {
             max_frame_bytes,
             heartbeat_ms,
             tls,
+            realtime,
         );
         apply_options(&mut cfg, options.as_ref())?;
         let inner = py
@@ -258,6 +307,9 @@ impl Master {
                 d.set_item("replay_us", r.elapsed_us)?;
                 d.set_item("replay_packages", r.packages)?;
             }
+            if let Some(r) = &s.realtime {
+                d.set_item("realtime", realtime_dict(py, r)?)?;
+            }
         }
         Ok(d)
     }
@@ -288,7 +340,7 @@ impl Master {
 
 /// Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
 #[pyfunction]
-#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string(), *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None, options=None))]
+#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string(), *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None, options=None, realtime=false, rt_priority=rtpool_master::realtime::DEFAULT_PRIORITY, cpus=None))]
 #[allow(clippy::too_many_arguments)]
 fn run_master(
     py: Python<'_>,
@@ -305,8 +357,12 @@ fn run_master(
     lease_ms: Option<u32>,
     client_timeout_ms: Option<u32>,
     options: Option<Bound<'_, PyDict>>,
+    realtime: bool,
+    rt_priority: u8,
+    cpus: Option<Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     rtpool_master::init_logging(&log_level);
+    let realtime = realtime_config(py, realtime, rt_priority, cpus.as_ref())?;
     let tls = TlsAndLimits {
         tls_cert,
         tls_key,
@@ -324,6 +380,7 @@ fn run_master(
         max_frame_bytes,
         heartbeat_ms,
         tls,
+        realtime,
     );
     apply_options(&mut cfg, options.as_ref())?;
     py.allow_threads(|| rtpool_master::run_blocking(cfg))
