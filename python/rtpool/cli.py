@@ -161,6 +161,14 @@ def _parser() -> argparse.ArgumentParser:
         help="a task whose worker was lost on N attempts fails as a poison task (default: 3)",
     )
     master.add_argument(
+        "--hedge-factor",
+        type=float,
+        default=None,
+        metavar="F",
+        help="a task submitted with hedge=True gets a backup copy on another worker once it has "
+        "run F times its function's p95 execution time (above 1; default: 1.5)",
+    )
+    master.add_argument(
         "--max-task-seconds",
         type=float,
         default=None,
@@ -260,6 +268,7 @@ def _master_options(args: argparse.Namespace) -> dict:
         "lease_ms": args.lease_ms,
         "result_ttl_s": args.result_ttl,
         "max_attempts": args.max_attempts,
+        "hedge_factor": args.hedge_factor,
         "max_task_seconds": args.max_task_seconds,
         "store": args.store,
         "fsync": args.fsync,
