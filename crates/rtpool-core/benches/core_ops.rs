@@ -7,7 +7,7 @@
 //! cost of an operation does not grow with the number of queued tasks.
 //!
 //! `submit`, `assign` and `complete` use a core with one client and one worker; the `ops` group
-//! runs every operation of the `worst_case` bench (`rig::Op`) on its rig's core (10 users, 1,000
+//! runs every operation of the `worst_case` bench (`rig::Op`) on its rig's core (4 users, 1,000
 //! busy workers) and gives their means. The worst case (max, p99.9) is `worst_case`'s job.
 
 // `criterion_group!` defines an undocumented `pub fn benches`.
@@ -257,8 +257,7 @@ fn complete(c: &mut Criterion) {
     group.finish();
 }
 
-/// Every operation of the worst-case rig, one core per size. The compacting cancel is left out:
-/// its set-up is O(n) per call, and its cost is the worst case, not a mean.
+/// Every operation of the worst-case rig, one core per size.
 fn ops(c: &mut Criterion) {
     let mut group = c.benchmark_group("ops");
     // The untimed undo costs up to a few times the timed call: keep criterion's time short.
@@ -269,9 +268,6 @@ fn ops(c: &mut Criterion) {
     for queued in queued_sizes() {
         let mut rig = rig::Rig::new(queued, OPS_WORKERS);
         for op in rig::Op::ALL {
-            if op == rig::Op::CancelCompacting {
-                continue;
-            }
             group.bench_function(BenchmarkId::new(op.slug(), queued), |b| {
                 b.iter_custom(|iters| (0..iters).map(|_| rig.step(op)).sum())
             });

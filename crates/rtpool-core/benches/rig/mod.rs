@@ -5,8 +5,10 @@
 //!
 //! What "N tasks queued, W workers" means:
 //!
-//! * 10 users with one client each; packages of 100 tasks submitted round robin over the users,
-//!   each user with its own function (so `n` = 10^6 is 10,000 packages of 100);
+//! * 4 users with one client each; packages of 100 tasks submitted round robin over the users,
+//!   each user with its own function (so `n` = 10^6 is 10,000 packages of 100, 2,500 a user):
+//!   every assignment goes through all three levels of the ready queue (class, the users'
+//!   turns, the user's packages);
 //! * `n` tasks queued, plus at most 99 (the queue is topped up a whole package at a time);
 //! * `w` workers with 4 slots, each running 4 tasks with no credit left, so nothing is assigned
 //!   unless an operation adds credits;
@@ -15,28 +17,48 @@
 //!   poison tasks, which is another path than the one timed;
 //! * every running task has a time-limit timer: the master's cap, set a year ahead so it never
 //!   fires during a bench; ticks jump the clock straight to the one timer they are meant to fire.
+//!
+//! The rig never assumes which queued task an assignment takes: users take turns, so a credit
+//! takes the front task of whichever user's turn it is, and a returned or requeued task goes to
+//! the front of its own package, not of the queue. What each worker holds is read from the
+//! `Assign` actions, and the sink keeps taking tasks until it has taken every task a lost worker
+//! left, however many other tasks come out first. After every undo [`Rig::check_size`] checks
+//! the state: queued tasks (up to the top-up), running tasks, workers, nothing cancelled,
+//! retained or poisoned, and no timer due within a day.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant as WallClock};
 
 use bytes::Bytes;
 use rtpool_core::{
-    Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, MissPolicy, PackageId, PackageOpts,
-    TaskId, TaskStatus, UserId, WorkerId, WorkerOutcome,
+    Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, MissPolicy, PackageCounts,
+    PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerOutcome,
 };
 
 /// Users (and clients: one each).
-pub const USERS: u64 = 10;
+pub const USERS: u64 = 4;
 /// Tasks per background package.
 pub const PACKAGE: usize = 100;
 /// Slots of every worker; what a worker holds when it runs its slots full.
 pub const SLOTS: u32 = 4;
 /// Tasks a worker holds with its prefetch full.
 pub const PREFETCH: u32 = 16;
+/// Tasks of the package whose deadline the deadline tick passes (one of them running).
+pub const DEADLINE_TASKS: usize = 4;
 /// The master's cap on execution time in the rig: a year, so background timers never fire.
 const MAX_EXEC_NS: u64 = 365 * 86_400 * 1_000_000_000;
+/// After every undo no timer may be due sooner than this: only the year-ahead caps are left.
+const DAY_NS: u64 = 86_400 * 1_000_000_000;
 /// Clock advance per untimed event, nanoseconds.
 const STEP_NS: u64 = 1_000;
+/// The function of the hedged packages (the users' functions are `[user; 32]`).
+const HEDGE_FN: FnHash = FnHash([0xEE; 32]);
+/// What the hedged function reports as its execution time, microseconds: its p95, so a hedged
+/// task's straggler check fires 1.5 ms after it starts.
+const HEDGE_EXEC_US: u64 = 1_000;
+/// Results of the hedged function learned before the first hedged package, so its estimate is
+/// trusted (`CoreConfig::estimate_min_samples` is 5) and hedge timers are armed.
+const HEDGE_WARM_UP: usize = 8;
 
 /// One core operation, as timed by the benches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,9 +75,6 @@ pub enum Op {
     Cancel100,
     /// `Cancel` of one index of a queued package.
     CancelOne,
-    /// `Cancel` of a package of 100 queued tasks at the moment the ready queue's tombstones
-    /// outnumber its live entries, so this cancel compacts the queue.
-    CancelCompacting,
     /// `WorkerLost` of a worker running its 4 slots full.
     WorkerLost,
     /// `WorkerLost` of a worker holding a full prefetch of 16 (4 running, 12 waiting): what the
@@ -63,8 +82,13 @@ pub enum Op {
     LeaseExpiry,
     /// `Tick` that fires exactly one task's time limit.
     TimeLimitTick,
-    /// `Tick` at the deadline of a 1-task package with `on_miss = drop`.
+    /// `Tick` at the deadline of a 4-task package with `on_miss = drop`, one task running and
+    /// three queued: the deadline timer fails all four (one aborted on its worker).
     DeadlineTick,
+    /// `Tick` that fires one hedged task's straggler check. Every other worker is busy with no
+    /// free credit (the queue is never empty), so the core re-arms the check a p95 later
+    /// instead of starting a backup copy.
+    HedgeTick,
 }
 
 impl Op {
@@ -76,11 +100,11 @@ impl Op {
         Op::Complete,
         Op::Cancel100,
         Op::CancelOne,
-        Op::CancelCompacting,
         Op::WorkerLost,
         Op::LeaseExpiry,
         Op::TimeLimitTick,
         Op::DeadlineTick,
+        Op::HedgeTick,
     ];
 
     /// Name in the tables.
@@ -92,11 +116,11 @@ impl Op {
             Op::Complete => "complete (1 result)",
             Op::Cancel100 => "cancel, queued package of 100",
             Op::CancelOne => "cancel, 1 index",
-            Op::CancelCompacting => "cancel, package of 100, queue compaction due",
             Op::WorkerLost => "worker lost (4 running)",
             Op::LeaseExpiry => "lease expiry = worker lost (16 held)",
             Op::TimeLimitTick => "tick: 1 time limit fires",
-            Op::DeadlineTick => "tick: 1 package deadline",
+            Op::DeadlineTick => "tick: deadline drops a 4-task package",
+            Op::HedgeTick => "tick: 1 hedge check (re-armed)",
         }
     }
 
@@ -109,11 +133,11 @@ impl Op {
             Op::Complete => "complete",
             Op::Cancel100 => "cancel_100",
             Op::CancelOne => "cancel_one",
-            Op::CancelCompacting => "cancel_compacting",
             Op::WorkerLost => "worker_lost",
             Op::LeaseExpiry => "lease_expiry",
             Op::TimeLimitTick => "tick_time_limit",
             Op::DeadlineTick => "tick_deadline",
+            Op::HedgeTick => "tick_hedge",
         }
     }
 }
@@ -121,7 +145,30 @@ impl Op {
 /// A background worker and the tasks it runs, oldest first.
 struct Busy {
     id: WorkerId,
-    tasks: std::collections::VecDeque<(TaskId, u32)>,
+    tasks: VecDeque<(TaskId, u32)>,
+}
+
+/// What an operation's preparation left for its undo.
+enum Pending {
+    None,
+    /// The tasks a worker about to be lost holds; `replace`: the index in `workers` of a
+    /// background worker to replace (`None`: a lease-expiry victim, not replaced).
+    Lost {
+        tasks: Vec<(TaskId, u32)>,
+        replace: Option<usize>,
+    },
+    /// A victim package that one busy worker runs a task of: its undo has the worker answer
+    /// the abort (or the task) and the client acknowledge.
+    Victim {
+        package: PackageId,
+        client: ClientId,
+        worker: WorkerId,
+        task: (TaskId, u32),
+        /// `deadline_dropped` before the tick.
+        dropped: u64,
+        /// `hedges` before the tick.
+        hedges: u64,
+    },
 }
 
 /// A core of a given size and the bookkeeping that undoes each operation.
@@ -130,6 +177,8 @@ pub struct Rig {
     pub core: Core,
     /// Queued tasks the rig keeps (`n` rounded up to what set-up left queued).
     pub target: usize,
+    /// Running tasks: 4 per background worker.
+    running: usize,
     /// The clock, nanoseconds.
     now: u64,
     /// Actions of the timed call; kept so their buffer is reused.
@@ -150,28 +199,34 @@ pub struct Rig {
     partial: Option<(PackageId, ClientId, u32)>,
     /// Tasks taken out of the queue since the last top-up.
     deficit: usize,
-    /// The package `DeadlineTick` submitted, and `deadline_dropped` before its tick.
-    deadline_victim: Option<(PackageId, ClientId, u64)>,
-    /// Deadline ticks that dropped a task (`deadline_dropped` moved), and those that did not.
+    pending: Pending,
+    /// Deadline ticks that dropped their package's 4 tasks (every one, or the undo panics).
     pub deadline_fired: u64,
-    /// See `deadline_fired`.
-    pub deadline_noop: u64,
+    /// Hedge ticks that fired their straggler check (every one, or the undo panics).
+    pub hedge_checks: u64,
+    /// Tasks the sink took beyond those lost workers left (users take turns, so the sink takes
+    /// other users' front tasks before it reaches all of a lost worker's).
+    pub sink_extra: u64,
 }
 
 fn client_of(user: u64) -> ClientId {
     ClientId(user)
 }
 
-fn ok(task: TaskId, attempt: u32, status: TaskStatus) -> WorkerOutcome {
+fn result(task: TaskId, attempt: u32, status: TaskStatus, exec_us: u64) -> WorkerOutcome {
     WorkerOutcome {
         task,
         attempt,
         status,
         data: Bytes::from_static(b"ok"),
-        exec_us: 1,
+        exec_us,
         wait_us: 1,
         flush_us: 1,
     }
+}
+
+fn ok(task: TaskId, attempt: u32, status: TaskStatus) -> WorkerOutcome {
+    result(task, attempt, status, 1)
 }
 
 impl Rig {
@@ -184,6 +239,7 @@ impl Rig {
         let mut rig = Self {
             core: Core::new(config),
             target: 0,
+            running: 0,
             now: 0,
             out: Vec::with_capacity(16),
             next_package: 1,
@@ -196,9 +252,10 @@ impl Rig {
             intact: Vec::new(),
             partial: None,
             deficit: 0,
-            deadline_victim: None,
+            pending: Pending::None,
             deadline_fired: 0,
-            deadline_noop: 0,
+            hedge_checks: 0,
+            sink_extra: 0,
         };
         for user in 1..=USERS {
             rig.apply(Event::ClientJoined {
@@ -207,19 +264,24 @@ impl Rig {
             });
         }
         rig.sink = rig.join(PREFETCH, 0).id;
+        rig.warm_up_hedged_function();
         // The workers' tasks first, so the packages submitted after stay whole.
         for _ in 0..(w * SLOTS as usize).div_ceil(PACKAGE) {
-            rig.submit_untimed(PACKAGE, PackageOpts::default());
+            rig.submit_untimed(PACKAGE, PackageOpts::default(), None);
         }
         for _ in 0..w {
             let busy = rig.join(SLOTS, SLOTS);
             rig.workers.push(busy);
         }
         for _ in 0..n.div_ceil(PACKAGE) {
-            let (package, client) = rig.submit_untimed(PACKAGE, PackageOpts::default());
+            let (package, client) = rig.submit_untimed(PACKAGE, PackageOpts::default(), None);
             rig.intact.push((package, client));
         }
-        rig.target = rig.core.stats().queued;
+        let stats = rig.core.stats();
+        rig.target = stats.queued;
+        rig.running = stats.running;
+        assert_eq!(rig.running, w * SLOTS as usize);
+        rig.check_size();
         rig
     }
 
@@ -250,7 +312,7 @@ impl Rig {
     /// Submits a 100-task package with no undo (the queue grows); returns the duration of its
     /// `handle` call and the probes, as [`Rig::step_probed`].
     pub fn grow_probed<P>(&mut self, mut probe: impl FnMut() -> P) -> (Duration, P, P) {
-        let (event, package, client) = self.submit_event(PACKAGE, PackageOpts::default());
+        let (event, package, client) = self.submit_event(PACKAGE, PackageOpts::default(), None);
         self.now += STEP_NS;
         let now = Instant(self.now);
         self.out.clear();
@@ -263,11 +325,6 @@ impl Rig {
         self.target += PACKAGE;
         self.out.clear();
         (elapsed, before, after)
-    }
-
-    /// Tasks queued now.
-    pub fn queued(&self) -> usize {
-        self.core.stats().queued
     }
 
     /// The event to time, with the state set up for it; `self.now` is its instant.
@@ -290,25 +347,32 @@ impl Rig {
                     results: vec![ok(task, attempt, TaskStatus::Ok)],
                 }
             }
-            Op::Cancel100 => self.prepare_cancel_whole(),
-            Op::CancelCompacting => {
-                // Compact now (a cancel of more tombstones than live entries), then leave
-                // tombstones 150 short of the threshold: the timed cancel of 100 more tasks,
-                // with 100 fewer live ones, crosses it (`compact_queue_if_sparse`).
-                let live = self.queued();
-                self.submit_and_cancel(live + 2048);
-                let live = self.queued();
-                self.submit_and_cancel(live + 1024 - 150);
-                self.prepare_cancel_whole()
+            Op::Cancel100 => {
+                let (package, client) = self.take_intact();
+                self.now += STEP_NS;
+                Event::Cancel {
+                    client,
+                    package,
+                    indices: vec![],
+                }
             }
             Op::CancelOne => {
-                let (package, client, index) = match self.partial {
-                    Some(p) if p.2 < PACKAGE as u32 => p,
-                    _ => {
-                        let (package, client) = self.take_intact();
-                        (package, client, 0)
+                // The partial package is the newest whole one when taken, but tasks of an
+                // older package of its user may all go meanwhile: then its own front is taken
+                // by the next assignment, and the next index may not be queued any more.
+                let next = match self.partial {
+                    Some((package, client, index)) if (index as usize) < PACKAGE => {
+                        let counts = self.counts(client, package);
+                        let whole =
+                            counts.is_some_and(|c| c.queued as usize == PACKAGE - index as usize);
+                        whole.then_some((package, client, index))
                     }
+                    _ => None,
                 };
+                let (package, client, index) = next.unwrap_or_else(|| {
+                    let (package, client) = self.take_intact();
+                    (package, client, 0)
+                });
                 self.partial = Some((package, client, index + 1));
                 self.now += STEP_NS;
                 Event::Cancel {
@@ -320,12 +384,21 @@ impl Rig {
             Op::WorkerLost => {
                 let i = self.next_index();
                 let worker = self.workers[i].id;
+                let tasks = self.workers[i].tasks.iter().copied().collect();
+                self.pending = Pending::Lost {
+                    tasks,
+                    replace: Some(i),
+                };
                 self.now += STEP_NS;
                 Event::WorkerLost { worker }
             }
             Op::LeaseExpiry => {
                 let victim = self.join(SLOTS, PREFETCH);
                 assert_eq!(victim.tasks.len(), PREFETCH as usize);
+                self.pending = Pending::Lost {
+                    tasks: victim.tasks.into_iter().collect(),
+                    replace: None,
+                };
                 self.now += STEP_NS;
                 Event::WorkerLost { worker: victim.id }
             }
@@ -337,7 +410,7 @@ impl Rig {
                     timeout_ms: 1,
                     ..PackageOpts::default()
                 };
-                self.submit_untimed(1, opts);
+                self.submit_untimed(1, opts, None);
                 let i = self.next_index();
                 let worker = self.workers[i].id;
                 let got = self.give(worker, 1);
@@ -351,16 +424,52 @@ impl Rig {
                 Event::Tick
             }
             Op::DeadlineTick => {
+                // 4 tasks at a higher priority, so a busy worker's next credit takes the
+                // first; the tick comes 1 ms + 1 us after the master received the package.
                 let opts = PackageOpts {
+                    priority: 1,
                     deadline_ms: 1,
                     on_miss: MissPolicy::Drop,
                     ..PackageOpts::default()
                 };
-                let (package, client) = self.submit_untimed(1, opts);
-                let before = self.core.stats().deadline_dropped;
-                self.deadline_victim = Some((package, client, before));
-                // Just past the deadline, 1 ms after the master received the package.
-                self.now += 1_000_000 + STEP_NS;
+                let received = self.now + STEP_NS;
+                let (package, client) = self.submit_untimed(DEADLINE_TASKS, opts, None);
+                let (worker, task) = self.run_one_of(package, client);
+                self.pending = Pending::Victim {
+                    package,
+                    client,
+                    worker,
+                    task,
+                    dropped: self.core.stats().deadline_dropped,
+                    hedges: 0,
+                };
+                self.now = received + 1_000_000 + STEP_NS;
+                Event::Tick
+            }
+            Op::HedgeTick => {
+                let opts = PackageOpts {
+                    priority: 1,
+                    hedge: true,
+                    ..PackageOpts::default()
+                };
+                let (package, client) = self.submit_untimed(1, opts, Some(HEDGE_FN));
+                let assigned_at = self.now + STEP_NS;
+                let (worker, task) = self.run_one_of(package, client);
+                let at = self.core.next_timer().expect("the hedge timer");
+                assert_eq!(
+                    at.0,
+                    assigned_at + HEDGE_EXEC_US * 1_000 * 3 / 2,
+                    "the earliest timer is the hedge check, 1.5 x p95 after the start"
+                );
+                self.pending = Pending::Victim {
+                    package,
+                    client,
+                    worker,
+                    task,
+                    dropped: 0,
+                    hedges: self.core.stats().hedges,
+                };
+                self.now = at.0;
                 Event::Tick
             }
         }
@@ -390,6 +499,10 @@ impl Rig {
                 });
             }
             Op::Complete => {
+                assert!(
+                    matches!(out, [Action::SendResults { results, .. }] if results.len() == 1),
+                    "one result sent: {out:?}"
+                );
                 self.settle(out);
                 let i = self.last_index();
                 let worker = self.workers[i].id;
@@ -397,23 +510,39 @@ impl Rig {
                 self.workers[i].tasks.extend(got);
                 self.deficit += 1;
             }
-            Op::Cancel100 | Op::CancelCompacting => {
+            Op::Cancel100 => {
                 assert!(
                     out.iter().any(|a| matches!(a, Action::PackageFreed { .. })),
                     "the cancelled package is freed: {out:?}"
                 );
                 self.deficit += PACKAGE;
             }
-            Op::CancelOne => self.deficit += 1,
-            Op::WorkerLost => {
-                self.finish_on_sink(SLOTS);
-                let i = self.last_index();
-                self.workers[i] = self.join(SLOTS, SLOTS);
-                self.deficit += SLOTS as usize;
+            Op::CancelOne => {
+                assert!(
+                    !out.iter().any(|a| matches!(a, Action::Abort { .. })),
+                    "a queued task was cancelled: {out:?}"
+                );
+                self.deficit += 1;
             }
-            Op::LeaseExpiry => {
-                self.finish_on_sink(PREFETCH);
-                self.deficit += PREFETCH as usize;
+            Op::WorkerLost | Op::LeaseExpiry => {
+                let Pending::Lost { tasks, replace } =
+                    std::mem::replace(&mut self.pending, Pending::None)
+                else {
+                    panic!("no lost worker prepared");
+                };
+                assert!(
+                    out.is_empty(),
+                    "the lost worker's tasks are requeued, nothing else: {out:?}"
+                );
+                // The queue got the lost tasks back; the sink takes them and as many others.
+                let taken = self.finish_on_sink(&tasks);
+                match replace {
+                    Some(i) => {
+                        self.workers[i] = self.join(SLOTS, SLOTS);
+                        self.deficit += taken + SLOTS as usize - tasks.len();
+                    }
+                    None => self.deficit += taken - tasks.len() + PREFETCH as usize,
+                }
             }
             Op::TimeLimitTick => {
                 assert!(
@@ -436,52 +565,113 @@ impl Rig {
                 }
             }
             Op::DeadlineTick => {
-                let (package, client, before) = self.deadline_victim.take().expect("victim");
-                if self.core.stats().deadline_dropped > before {
-                    self.deadline_fired += 1;
-                } else {
-                    self.deadline_noop += 1;
-                }
+                let Pending::Victim {
+                    package,
+                    client,
+                    worker,
+                    task,
+                    dropped,
+                    ..
+                } = std::mem::replace(&mut self.pending, Pending::None)
+                else {
+                    panic!("no deadline victim prepared");
+                };
+                assert_eq!(
+                    self.core.stats().deadline_dropped,
+                    dropped + DEADLINE_TASKS as u64,
+                    "the deadline dropped the package's tasks: {out:?}"
+                );
+                assert!(
+                    out.iter().any(|a| matches!(a,
+                        Action::Abort { worker: w, tasks } if *w == worker && tasks == &[task])),
+                    "the running task is aborted: {out:?}"
+                );
+                self.deadline_fired += 1;
                 self.settle(out);
-                if self.is_live(client, package) {
-                    self.cancel_untimed(client, package);
-                }
+                self.apply(Event::Results {
+                    worker,
+                    results: vec![ok(task.0, task.1, TaskStatus::Error)],
+                });
+                assert!(
+                    self.counts(client, package).is_none(),
+                    "the victim is freed"
+                );
+            }
+            Op::HedgeTick => {
+                let Pending::Victim {
+                    package,
+                    client,
+                    worker,
+                    task,
+                    hedges,
+                    ..
+                } = std::mem::replace(&mut self.pending, Pending::None)
+                else {
+                    panic!("no hedge victim prepared");
+                };
+                assert!(out.is_empty(), "no worker is free: no copy starts: {out:?}");
+                assert_eq!(self.core.stats().hedges, hedges, "no hedge started");
+                let again = self.core.next_timer().expect("the re-armed check");
+                assert!(
+                    again.0 > self.now && again.0 - self.now <= HEDGE_EXEC_US * 1_000,
+                    "the check is re-armed a p95 later"
+                );
+                self.hedge_checks += 1;
+                let answer = self.apply(Event::Results {
+                    worker,
+                    results: vec![result(task.0, task.1, TaskStatus::Ok, HEDGE_EXEC_US)],
+                });
+                self.settle(&answer);
+                assert!(
+                    self.counts(client, package).is_none(),
+                    "the victim is freed"
+                );
             }
         }
         self.top_up();
     }
 
     fn prepare_submit(&mut self, tasks: usize, opts: PackageOpts) -> Event {
-        let (event, _, _) = self.submit_event(tasks, opts);
+        let (event, _, _) = self.submit_event(tasks, opts, None);
         self.now += STEP_NS;
         event
-    }
-
-    fn prepare_cancel_whole(&mut self) -> Event {
-        let (package, client) = self.take_intact();
-        self.now += STEP_NS;
-        Event::Cancel {
-            client,
-            package,
-            indices: vec![],
-        }
     }
 
     /// The newest package of 100 whose tasks are all queued.
     fn take_intact(&mut self) -> (PackageId, ClientId) {
         while let Some((package, client)) = self.intact.pop() {
-            let reply = self.apply(Event::Status {
-                client,
-                req_id: 0,
-                package,
-            });
-            if let [Action::StatusReply { counts, .. }] = reply.as_slice() {
-                if counts.queued as usize == PACKAGE {
-                    return (package, client);
-                }
+            if self
+                .counts(client, package)
+                .is_some_and(|c| c.queued as usize == PACKAGE)
+            {
+                return (package, client);
             }
         }
         panic!("no whole package queued: the queue is too short for this bench");
+    }
+
+    /// A package's counters, or `None` if it is freed.
+    fn counts(&mut self, client: ClientId, package: PackageId) -> Option<PackageCounts> {
+        let reply = self.apply(Event::Status {
+            client,
+            req_id: 0,
+            package,
+        });
+        match reply.as_slice() {
+            [Action::StatusReply { counts, .. }] => Some(*counts),
+            _ => None,
+        }
+    }
+
+    /// Gives the next busy worker one credit, which must assign a task of `package` (queued
+    /// at a higher priority than the background). Returns the worker and the task.
+    fn run_one_of(&mut self, package: PackageId, client: ClientId) -> (WorkerId, (TaskId, u32)) {
+        let i = self.next_index();
+        let worker = self.workers[i].id;
+        let got = self.give(worker, 1);
+        let counts = self.counts(client, package).expect("the victim is live");
+        assert_eq!(counts.running, 1, "the victim's task is assigned");
+        (worker, got[0])
     }
 
     fn next_index(&mut self) -> usize {
@@ -503,7 +693,13 @@ impl Rig {
         out
     }
 
-    fn submit_event(&mut self, tasks: usize, opts: PackageOpts) -> (Event, PackageId, ClientId) {
+    /// The next user's submission; `fn_hash` overrides the user's function.
+    fn submit_event(
+        &mut self,
+        tasks: usize,
+        opts: PackageOpts,
+        fn_hash: Option<FnHash>,
+    ) -> (Event, PackageId, ClientId) {
         let user = self.next_user % USERS + 1;
         self.next_user += 1;
         let package = PackageId(self.next_package);
@@ -513,7 +709,7 @@ impl Rig {
             client,
             req_id: package.0,
             package,
-            fn_hash: FnHash([user as u8; 32]),
+            fn_hash: fn_hash.unwrap_or(FnHash([user as u8; 32])),
             fn_code: Bytes::from_static(b"def f(x): return x"),
             opts,
             tasks: vec![Bytes::from_static(b"args"); tasks],
@@ -521,8 +717,13 @@ impl Rig {
         (event, package, client)
     }
 
-    fn submit_untimed(&mut self, tasks: usize, opts: PackageOpts) -> (PackageId, ClientId) {
-        let (event, package, client) = self.submit_event(tasks, opts);
+    fn submit_untimed(
+        &mut self,
+        tasks: usize,
+        opts: PackageOpts,
+        fn_hash: Option<FnHash>,
+    ) -> (PackageId, ClientId) {
+        let (event, package, client) = self.submit_event(tasks, opts, fn_hash);
         let out = self.apply(event);
         assert!(
             matches!(out.first(), Some(Action::Accepted { .. })),
@@ -544,18 +745,32 @@ impl Rig {
         );
     }
 
-    fn submit_and_cancel(&mut self, tasks: usize) {
-        let (package, client) = self.submit_untimed(tasks, PackageOpts::default());
-        self.cancel_untimed(client, package);
-    }
-
-    fn is_live(&mut self, client: ClientId, package: PackageId) -> bool {
-        let reply = self.apply(Event::Status {
-            client,
-            req_id: 0,
-            package,
+    /// The sink runs a few tasks of the hedged function (ahead of everything: a higher
+    /// priority), so its estimate is trusted and hedged tasks arm their straggler check.
+    fn warm_up_hedged_function(&mut self) {
+        let opts = PackageOpts {
+            priority: 1,
+            ..PackageOpts::default()
+        };
+        self.submit_untimed(HEDGE_WARM_UP, opts, Some(HEDGE_FN));
+        let sink = self.sink;
+        let results = self
+            .give(sink, HEDGE_WARM_UP as u32)
+            .into_iter()
+            .map(|(task, attempt)| result(task, attempt, TaskStatus::Ok, HEDGE_EXEC_US))
+            .collect();
+        let out = self.apply(Event::Results {
+            worker: sink,
+            results,
         });
-        matches!(reply.as_slice(), [Action::StatusReply { .. }])
+        self.settle(&out);
+        let estimate = self.core.estimate(&HEDGE_FN).expect("learned");
+        assert_eq!(estimate.p95_us, HEDGE_EXEC_US);
+        assert_eq!(
+            self.core.stats().packages,
+            0,
+            "the warm-up package is freed"
+        );
     }
 
     /// A new worker with `slots`, given `credits`: what it was assigned.
@@ -566,7 +781,7 @@ impl Rig {
         let tasks = if credits > 0 {
             self.give(id, credits).into()
         } else {
-            Default::default()
+            VecDeque::new()
         };
         Busy { id, tasks }
     }
@@ -585,20 +800,35 @@ impl Rig {
         got
     }
 
-    /// The sink takes the `count` tasks at the front of the queue (a lost worker's) and
-    /// finishes them; the client acknowledges the results.
-    fn finish_on_sink(&mut self, count: u32) {
+    /// The sink takes queued tasks until it has taken every one of `lost` (requeued at the
+    /// front of their packages, but the users take turns, so other users' front tasks come out
+    /// in between), and finishes all it took; the clients acknowledge the results. Returns how
+    /// many it took.
+    fn finish_on_sink(&mut self, lost: &[(TaskId, u32)]) -> usize {
         let sink = self.sink;
-        let tasks = self.give(sink, count);
-        let results = tasks
-            .into_iter()
-            .map(|(task, attempt)| ok(task, attempt, TaskStatus::Ok))
+        let mut missing: HashSet<TaskId> = lost.iter().map(|&(task, _)| task).collect();
+        let mut taken = Vec::new();
+        while !missing.is_empty() {
+            assert!(
+                taken.len() <= 2 * USERS as usize * lost.len(),
+                "the lost tasks are not at the front of their users' queues"
+            );
+            for (task, attempt) in self.give(sink, missing.len() as u32) {
+                missing.remove(&task);
+                taken.push((task, attempt));
+            }
+        }
+        self.sink_extra += (taken.len() - lost.len()) as u64;
+        let results = taken
+            .iter()
+            .map(|&(task, attempt)| ok(task, attempt, TaskStatus::Ok))
             .collect();
         let out = self.apply(Event::Results {
             worker: sink,
             results,
         });
         self.settle(&out);
+        taken.len()
     }
 
     /// The clients acknowledge every result in `out`.
@@ -628,17 +858,42 @@ impl Rig {
         }
     }
 
-    /// Queues whole packages of 100 at the back for the tasks taken out of the queue.
+    /// Queues whole packages of 100 at the back for the tasks taken out of the queue, then
+    /// checks the state's size.
     fn top_up(&mut self) {
         while self.deficit >= PACKAGE {
-            let (package, client) = self.submit_untimed(PACKAGE, PackageOpts::default());
+            let (package, client) = self.submit_untimed(PACKAGE, PackageOpts::default(), None);
             self.intact.push((package, client));
             self.deficit -= PACKAGE;
         }
+        self.check_size();
+    }
+
+    /// The state has the size it was built with: `target` queued tasks less the deficit (under
+    /// 100), 4 running tasks per background worker, the workers and the sink, no cancelled,
+    /// retained or poisoned task, and no timer due within a day (only the year-ahead caps).
+    pub fn check_size(&self) {
+        let s = self.core.stats();
         assert_eq!(
-            self.queued() + self.deficit,
+            s.queued + self.deficit,
             self.target,
             "the queue keeps its size"
         );
+        assert!(self.deficit < PACKAGE);
+        assert_eq!(s.running, self.running, "the workers keep their tasks");
+        assert_eq!(
+            s.workers,
+            self.workers.len() + 1,
+            "the workers and the sink"
+        );
+        assert_eq!(s.tasks, s.queued + s.running, "no task besides");
+        assert_eq!(
+            (s.cancelling, s.retained, s.poisoned, s.stale_results),
+            (0, 0, 0, 0),
+            "nothing cancelled, retained, poisoned or stale"
+        );
+        if let Some(at) = self.core.next_timer() {
+            assert!(at.0 > self.now + DAY_NS, "a timer is due within a day");
+        }
     }
 }
