@@ -12,7 +12,7 @@
 //! | `Queued`    | one live entry | none                 | `queued`               |
 //! | `Running`   | none           | its worker's         | `running`              |
 //! | `Cancelled` | none           | its worker's         | `cancelled`            |
-//! | freed       | maybe a tombstone (if cancelled while queued) | none | `done` or `cancelled` |
+//! | freed       | none           | none                 | `done` or `cancelled`  |
 //!
 //! A `Cancelled` task's package may already be freed: the client is done with it, and only the
 //! worker's answer (or loss) is awaited so the in-flight set stays exact.
