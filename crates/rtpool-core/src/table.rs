@@ -2,10 +2,10 @@
 //!
 //! Get and remove are O(1) and never scan (the RT-BOINC rule); insert is amortised O(1) (the
 //! slot vector doubles when full). An id packs the slot index in its low 32 bits and the slot's
-//! generation in its high 32 bits; removing a value bumps the
-//! generation, so an id kept after its value was removed (a late worker result, an index of a
-//! package whose task was freed) is recognised as stale instead of reaching whatever reuses the slot. The
-//! table knows nothing of what it stores: the id newtypes are the caller's business.
+//! generation in its high 32 bits; removing a value bumps the generation, so an id kept after its
+//! value was removed (a late worker result, an index of a package whose task was freed) is
+//! recognised as stale instead of reaching whatever reuses the slot. The table knows nothing of
+//! what it stores: the id newtypes are the caller's business.
 
 /// One slot: a live value, or a hole that remembers the generation its next value gets.
 #[derive(Debug, Clone)]
