@@ -24,6 +24,7 @@ import math
 import os
 import random
 import select
+import statistics
 import subprocess
 import sys
 import time
@@ -164,15 +165,28 @@ def completion_ns(s: Sent) -> int | None:
 
 
 def measure_saturation(
-    submit: Callable[[], object], n: int, max_seconds: float
+    submit: Callable[[], object], n: int, max_seconds: float, runs: int = 1
 ) -> Dict[str, object]:
     """The rate the pool sustains for single submits: ``n`` tasks sent back to back (an open
-    loop at an infinite rate), completed tasks / (last result - first send).
+    loop at an infinite rate), completed tasks / (last result - first send); the median of
+    ``runs`` runs, so that one noisy second does not set it.
 
     Returns:
-        ``tasks``, ``seconds``, ``tasks_per_s`` and ``send_tasks_per_s`` (how fast the sender
-        alone went: when the two are close, the client is the bottleneck).
+        ``tasks_per_s`` and ``send_tasks_per_s`` (how fast the sender alone went: when the two
+        are close, the client is the bottleneck), medians, and ``runs``: each run's ``tasks``
+        (completed), ``seconds``, ``tasks_per_s``, ``send_tasks_per_s`` and ``errors``.
     """
+    results = [_saturation_run(submit, n, max_seconds) for _ in range(runs)]
+    rates = [r["tasks_per_s"] for r in results if r["tasks_per_s"]]
+    sends = [r["send_tasks_per_s"] for r in results if r["send_tasks_per_s"]]
+    return {
+        "tasks_per_s": statistics.median(rates) if rates else None,
+        "send_tasks_per_s": statistics.median(sends) if sends else None,
+        "runs": results,
+    }
+
+
+def _saturation_run(submit: Callable[[], object], n: int, max_seconds: float) -> Dict:
     sent = send_open_loop(submit, [0] * n, max_seconds)
     outcomes = collect(sent)
     done = [completion_ns(s) for s, o in zip(sent, outcomes) if o.latency_ns is not None]
@@ -224,6 +238,56 @@ def measure_capacity(
         "window": window,
         "tasks_per_s": rate,
         "steady_seconds": None if seconds is None else round(seconds, 3),
+    }
+
+
+# --- CPU use -----------------------------------------------------------------------------------
+
+
+def _proc_ticks(pid: int) -> int:
+    """utime + stime of a process, in clock ticks (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _children(pid: int) -> List[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def cpu_snapshot(pids: Sequence[int]) -> tuple | None:
+    """``(machine busy ticks, machine total ticks, ticks of pids and their children, this
+    process included)`` from /proc (None where there is no /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            cpu = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0)  # idle + iowait
+    ours = _proc_ticks(os.getpid())
+    for pid in pids:
+        ours += _proc_ticks(pid) + sum(_proc_ticks(c) for c in _children(pid))
+    return (sum(cpu[:8]) - idle, sum(cpu[:8]), ours)
+
+
+def cpu_use(before: tuple | None, after: tuple | None, wall_s: float) -> Dict[str, float | None]:
+    """Between two :func:`cpu_snapshot`: ``machine_busy`` (the share of all CPUs busy, with
+    whatever else runs on the machine) and ``pool_cores`` (CPUs used by the client, the embedded
+    master and the workers)."""
+    if before is None or after is None or wall_s <= 0:
+        return {"machine_busy": None, "pool_cores": None}
+    total = after[1] - before[1]
+    hz = os.sysconf("SC_CLK_TCK")
+    return {
+        "machine_busy": round((after[0] - before[0]) / total, 3) if total else None,
+        "pool_cores": round((after[2] - before[2]) / hz / wall_s, 2),
     }
 
 

@@ -31,6 +31,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Sequence
 
@@ -39,6 +40,8 @@ from ._bench_open import (
     CpuHogs,
     Outcome,
     collect,
+    cpu_snapshot,
+    cpu_use,
     histogram_of,
     measure_capacity,
     measure_saturation,
@@ -109,6 +112,7 @@ class Config:
     seconds: float = 0.0
     stats: Dict[str, int] = field(default_factory=dict)
     hog_pids: List[int] = field(default_factory=list)
+    cpu: List[tuple] = field(default_factory=list)  # (machine busy, total, pool ticks, wall s)
 
     def result(self) -> Dict[str, object]:
         """The JSON-ready figures of this configuration."""
@@ -133,7 +137,14 @@ class Config:
             "sender_lag": summarize(histogram_of(lags)),
             "master_stats": self.stats,
             "hog_pids": self.hog_pids,
+            "cpu": self._cpu(),
         }
+
+    def _cpu(self) -> Dict[str, float | None]:
+        if not self.cpu or any(c is None for c in self.cpu):
+            return cpu_use(None, None, 0)
+        sums = [sum(c[i] for c in self.cpu) for i in range(4)]
+        return cpu_use((0, 0, 0), tuple(sums[:3]), sums[3])
 
 
 def _stat_delta(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
@@ -149,12 +160,14 @@ def run_interleaved(
     hogs: int,
     stats: Callable[[], Dict[str, int]],
     say: Callable,
+    pids: Callable[[], List[int]] = list,
     seed: int = 7,
 ) -> None:
     """Run blocks of every configuration, a shuffled order each round, until each has sent
     ``count`` tasks or spent ``seconds`` of schedule. Each block sends open loop for about
     ``block_s``, then waits for its results (loaded blocks keep their hogs until then), so
-    the next block starts on an empty pool."""
+    the next block starts on an empty pool. ``pids()`` names the worker processes, whose CPU
+    use (with this process's) is measured per block."""
     rng = random.Random(seed)
     rounds = 0
     while True:
@@ -174,8 +187,15 @@ def run_interleaved(
             with hog:
                 if c.loaded:
                     c.hog_pids.extend(hog.pids)
+                workers = pids()
+                cpu0, t0 = cpu_snapshot(workers), time.perf_counter()
                 sent = send_open_loop(c.submit, offsets, 2 * dur + 1)
                 c.outcomes.extend(collect(sent))
+                cpu1, t1 = cpu_snapshot(workers), time.perf_counter()
+            if cpu0 is None or cpu1 is None:
+                c.cpu.append(None)
+            else:
+                c.cpu.append((*(b - a for a, b in zip(cpu0, cpu1)), t1 - t0))
             after = stats()
             for k, v in _stat_delta(before, after).items():
                 c.stats[k] = c.stats.get(k, 0) + v
@@ -237,7 +257,7 @@ def bench_open_latency(args, say: Callable) -> Dict[str, object]:
         "block_seconds": d["block_seconds"],
         "timer_slack_1us": set_timer_slack_ns(1000),
     }
-    sat_n = args.saturation_tasks or (1500 if args.quick else 20000)
+    sat_n = args.saturation_tasks or (1000 if args.quick else 10000)
     with rtpool.LocalCluster(workers=args.workers) as cluster:
         cluster.wait_for_workers(args.workers, timeout=30)
         client = cluster.client()
@@ -250,8 +270,8 @@ def bench_open_latency(args, say: Callable) -> Dict[str, object]:
         collect(send_open_loop(submit, [0] * warmup, 30))
         levels: List[tuple] = []
         if args.sweep:
-            say(f"latency: saturation, {sat_n} single submits back to back")
-            sat = measure_saturation(submit, sat_n, 60)
+            say(f"latency: saturation, 3 x {sat_n} single submits back to back")
+            sat = measure_saturation(submit, sat_n, 60, runs=3)
             out["saturation"] = sat
             if not sat["tasks_per_s"]:
                 raise RuntimeError(f"the saturation run finished no task: {sat}")
@@ -274,6 +294,7 @@ def bench_open_latency(args, say: Callable) -> Dict[str, object]:
             hogs,
             cluster.stats,
             say,
+            lambda: cluster.worker_pids,
         )
         if args.sweep:
             say("latency: saturation again (drift check)")
@@ -523,6 +544,7 @@ def bench_hedge(args, say: Callable) -> Dict[str, object]:
                 0,
                 cluster.stats,
                 say,
+                lambda: [*cluster.worker_pids, slow.pid],
             )
         finally:
             _stop_workers([slow], graceful=True, timeout=5)
@@ -591,7 +613,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--block-seconds", type=float, default=None, help="seconds per block (2; hedge 2.5)"
     )
     g.add_argument(
-        "--saturation-tasks", type=int, default=None, help="tasks of the saturation run (20000)"
+        "--saturation-tasks",
+        type=int,
+        default=None,
+        help="tasks per saturation run (10000; the median of 3 runs sets the rates)",
     )
     g.add_argument(
         "--arrivals",

@@ -47,22 +47,29 @@ def render_open_latency(s: Dict[str, object], console) -> None:
     for _, name in COLUMNS:
         t.add_column(name, justify="right")
     t.add_column("lag p99", justify="right")
+    t.add_column("CPU busy", justify="right")
+    t.add_column("pool CPUs", justify="right")
     for r in s["configs"]:
         note = f" [red]({r['unsent']} unsent)[/]" if r["unsent"] else ""
+        cpu = r["cpu"]
         t.add_row(
             r["label"],
             f"{r['rate_per_s']:,.0f}",
             f"{r['sent']}{note}",
             *_pct_cells(r["latency"]),
             fmt_us(r["sender_lag"]["p99_us"]),
+            "-" if cpu["machine_busy"] is None else f"{cpu['machine_busy']:.0%}",
+            "-" if cpu["pool_cores"] is None else f"{cpu['pool_cores']:.2f}",
         )
     console.print(t)
     sat = s.get("saturation")
     if sat:
         line = (
-            f"max throughput for single submits (sent back to back, same run): "
-            f"{sat['tasks_per_s']:,.0f} tasks/s "
-            f"(the sender alone: {sat['send_tasks_per_s']:,.0f}/s)"
+            f"max throughput for single submits (sent back to back, median of "
+            f"{len(sat['runs'])} runs in this run): {sat['tasks_per_s']:,.0f} tasks/s "
+            f"(the sender alone: {sat['send_tasks_per_s']:,.0f}/s; runs: "
+            + ", ".join(f"{r['tasks_per_s'] or 0:,.0f}" for r in sat["runs"])
+            + ")"
         )
         after, loaded = s.get("saturation_after"), s.get("saturation_loaded")
         if after:
@@ -93,7 +100,9 @@ def render_open_latency(s: Dict[str, object], console) -> None:
     console.print(
         f"[dim]blocks of {s['block_seconds']:g} s per configuration in a shuffled order each "
         f"round, the pool drained between blocks; at most {s['count_per_config']} tasks and "
-        f"{s['seconds_per_config']:g} s per configuration. HdrHistogram, us.[/]"
+        f"{s['seconds_per_config']:g} s per configuration. HdrHistogram, us. CPU busy: the "
+        f"machine's CPUs (everything on it); pool CPUs: the client with its embedded master "
+        f"and the workers, in CPUs.[/]"
     )
 
 
