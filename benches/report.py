@@ -241,11 +241,12 @@ def open_loop_tables(s):
             fmt_us(r["sender_lag"]["p99_us"]),
             _share(r["cpu"]["machine_busy"]),
             r["cpu"]["pool_cores"],
+            f"{r['client_gc']['max_ms']:.1f} ms",
         )
         for r in s["configs"]
     ]
     header = ("config", "rate/s", "tasks", *(n for _, n in _PCT), "lag p99", "CPU busy")
-    out = [_table((*header, "pool CPUs"), rows)]
+    out = [_table((*header, "pool CPUs", "GC max"), rows)]
     for key, title in (
         ("ratios_to_lowest_level", "ratio to the lowest level"),
         ("loaded_to_idle", "loaded / idle"),

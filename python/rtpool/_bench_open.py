@@ -20,6 +20,7 @@ Every loop here is bounded by a count and a time budget.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import gc
 import math
 import os
 import random
@@ -63,13 +64,18 @@ class Sent(NamedTuple):
 
 
 class Outcome(NamedTuple):
-    """One task's end: latency from its intended send time (ns; None if its result never came),
-    the sender's lag behind the schedule (ns), its exception (or None), and its future."""
+    """One task's end, without its future (a benchmark that kept hundreds of thousands of
+    futures alive would make the client's own garbage collections, and so its tail, longer).
+
+    Fields: latency from the intended send time (ns; None if the result never came), the
+    sender's lag behind the schedule (ns), the exception's type name (or None), and what
+    :func:`collect`'s ``keep`` took from the future (None without it).
+    """
 
     latency_ns: int | None
     lag_ns: int
-    error: BaseException | None
-    future: object
+    error: str | None
+    extra: object
 
 
 def set_timer_slack_ns(ns: int = 1000) -> bool:
@@ -134,19 +140,27 @@ def send_open_loop(
     return sent
 
 
-def collect(sent: Sequence[Sent], timeout_s: float = RESULT_TIMEOUT_S) -> List[Outcome]:
+def collect(
+    sent: Sequence[Sent],
+    timeout_s: float = RESULT_TIMEOUT_S,
+    keep: Callable[[object], object] | None = None,
+) -> List[Outcome]:
     """Wait for every sent task (``timeout_s`` in all) and measure each from its intended time.
 
-    A task whose result did not come in time has ``latency_ns`` None and a ``TimeoutError``.
+    A task whose result did not come in time has ``latency_ns`` None and ``"TimeoutError"``.
+
+    Args:
+        keep: Called with each finished future; what it returns is the outcome's ``extra``.
     """
     end = time.monotonic() + timeout_s
     out: List[Outcome] = []
     for s in sent:
         fut = s.future
+        lag = max(0, s.send_ns - s.intended_ns)
         try:
             error = fut.exception(max(0.0, end - time.monotonic()))
-        except TimeoutError as exc:
-            out.append(Outcome(None, s.send_ns - s.intended_ns, exc, fut))
+        except TimeoutError:
+            out.append(Outcome(None, lag, "TimeoutError", None))
             continue
         except cf.CancelledError as exc:
             error = exc
@@ -154,7 +168,8 @@ def collect(sent: Sequence[Sent], timeout_s: float = RESULT_TIMEOUT_S) -> List[O
         latency = None
         if timings is not None:
             latency = s.send_ns + round(timings["total_us"] * 1000) - s.intended_ns
-        out.append(Outcome(latency, max(0, s.send_ns - s.intended_ns), error, fut))
+        name = None if error is None else type(error).__name__
+        out.append(Outcome(latency, lag, name, None if keep is None else keep(fut)))
     return out
 
 
@@ -238,6 +253,41 @@ def measure_capacity(
         "window": window,
         "tasks_per_s": rate,
         "steady_seconds": None if seconds is None else round(seconds, 3),
+    }
+
+
+class GcWatch:
+    """Garbage-collector pauses of this process while active (``gc.callbacks``): a pause of the
+    client's collector delays every task sent or answered meanwhile."""
+
+    def __init__(self) -> None:
+        self.pauses_ns: List[int] = []
+        self.full = 0
+        self._t0 = 0
+
+    def _on_gc(self, phase: str, info: Dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter_ns()
+        elif self._t0:
+            self.pauses_ns.append(time.perf_counter_ns() - self._t0)
+            self.full += info.get("generation") == 2
+            self._t0 = 0
+
+    def __enter__(self) -> GcWatch:
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+
+def gc_summary(pauses_ns: Sequence[int], full: int) -> Dict[str, float]:
+    """``count``, ``full`` (generation 2), ``total_ms`` and ``max_ms`` of GC pauses."""
+    return {
+        "count": len(pauses_ns),
+        "full": full,
+        "total_ms": round(sum(pauses_ns) / 1e6, 2),
+        "max_ms": round(max(pauses_ns, default=0) / 1e6, 2),
     }
 
 

@@ -38,10 +38,12 @@ from typing import Callable, Dict, List, Sequence
 from ._bench_open import (
     COLUMNS,
     CpuHogs,
+    GcWatch,
     Outcome,
     collect,
     cpu_snapshot,
     cpu_use,
+    gc_summary,
     histogram_of,
     measure_capacity,
     measure_saturation,
@@ -106,6 +108,7 @@ class Config:
     submit: Callable[[], object]
     loaded: bool = False
     level_pct: float | None = None
+    keep: Callable[[object], object] | None = None  # see collect()
     outcomes: List[Outcome] = field(default_factory=list)
     unsent: int = 0
     blocks: int = 0
@@ -113,15 +116,13 @@ class Config:
     stats: Dict[str, int] = field(default_factory=dict)
     hog_pids: List[int] = field(default_factory=list)
     cpu: List[tuple] = field(default_factory=list)  # (machine busy, total, pool ticks, wall s)
+    gc_pauses_ns: List[int] = field(default_factory=list)
+    gc_full: int = 0
 
     def result(self) -> Dict[str, object]:
         """The JSON-ready figures of this configuration."""
         lat = [o.latency_ns for o in self.outcomes]
         lags = [o.lag_ns for o in self.outcomes]
-        errors: Dict[str, int] = {}
-        for o in self.outcomes:
-            if o.error is not None:
-                errors[type(o.error).__name__] = errors.get(type(o.error).__name__, 0) + 1
         return {
             "label": self.label,
             "level_pct": self.level_pct,
@@ -130,7 +131,7 @@ class Config:
             "sent": len(self.outcomes),
             "unsent": self.unsent,
             "completed": sum(x is not None for x in lat),
-            "errors": errors,
+            "errors": _error_counts(self.outcomes),
             "blocks": self.blocks,
             "seconds": round(self.seconds, 3),
             "latency": summarize(histogram_of(lat)),
@@ -138,6 +139,7 @@ class Config:
             "master_stats": self.stats,
             "hog_pids": self.hog_pids,
             "cpu": self._cpu(),
+            "client_gc": gc_summary(self.gc_pauses_ns, self.gc_full),
         }
 
     def _cpu(self) -> Dict[str, float | None]:
@@ -145,6 +147,14 @@ class Config:
             return cpu_use(None, None, 0)
         sums = [sum(c[i] for c in self.cpu) for i in range(4)]
         return cpu_use((0, 0, 0), tuple(sums[:3]), sums[3])
+
+
+def _error_counts(outcomes: Sequence[Outcome]) -> Dict[str, int]:
+    errors: Dict[str, int] = {}
+    for o in outcomes:
+        if o.error is not None:
+            errors[o.error] = errors.get(o.error, 0) + 1
+    return errors
 
 
 def _stat_delta(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
@@ -184,14 +194,18 @@ def run_interleaved(
             gc.collect()
             before = stats()
             hog = CpuHogs(hogs, lifetime_s=3 * dur + 60) if c.loaded else contextlib.nullcontext()
-            with hog:
+            with hog, GcWatch() as gcw:
                 if c.loaded:
                     c.hog_pids.extend(hog.pids)
                 workers = pids()
                 cpu0, t0 = cpu_snapshot(workers), time.perf_counter()
                 sent = send_open_loop(c.submit, offsets, 2 * dur + 1)
-                c.outcomes.extend(collect(sent))
+                c.outcomes.extend(collect(sent, keep=c.keep))
                 cpu1, t1 = cpu_snapshot(workers), time.perf_counter()
+                c.unsent += n - len(sent)
+                del sent  # the futures: see Outcome
+            c.gc_pauses_ns.extend(gcw.pauses_ns)
+            c.gc_full += gcw.full
             if cpu0 is None or cpu1 is None:
                 c.cpu.append(None)
             else:
@@ -199,7 +213,6 @@ def run_interleaved(
             after = stats()
             for k, v in _stat_delta(before, after).items():
                 c.stats[k] = c.stats.get(k, 0) + v
-            c.unsent += n - len(sent)
             c.blocks += 1
             c.seconds += dur
 
@@ -386,8 +399,10 @@ def bench_deadline(args, say: Callable) -> Dict[str, object]:
         gc.collect()
         before = cluster.stats()
         offsets = schedule_ns(n, rate, args.arrivals, random.Random(7))
-        sent = send_open_loop(lambda: sub.submit(spin, task_ms), offsets, 2 * n / rate + 5)
-        outcomes = collect(sent)
+        with GcWatch() as gcw:
+            sent = send_open_loop(lambda: sub.submit(spin, task_ms), offsets, 2 * n / rate + 5)
+            outcomes = collect(sent, keep=_deadline_keep)
+            del sent
         stats = _stat_delta(before, cluster.stats())
         say("deadline: capacity again (drift check)")
         cap_after = measure_capacity(lambda: client.submit(spin, task_ms), cap_n, window, 60)
@@ -402,8 +417,9 @@ def bench_deadline(args, say: Callable) -> Dict[str, object]:
         "capacity_after": cap_after,
         "offered_per_s": round(rate, 1),
         "requested": n,
-        "unsent": n - len(sent),
+        "unsent": n - len(outcomes),
         "master_stats": stats,
+        "client_gc": gc_summary(gcw.pauses_ns, gcw.full),
     }
     out.update(_deadline_figures(outcomes, deadline_s, view is not None))
     out["sdk"] = {"deadline_option": view is not None, "note": note}
@@ -421,8 +437,13 @@ def bench_deadline(args, say: Callable) -> Dict[str, object]:
     return out
 
 
+def _deadline_keep(fut) -> tuple:
+    """``(lateness s or None, exec ms or None)`` of a finished task."""
+    timings = fut.timings
+    return getattr(fut, "lateness", None), timings and timings["exec_us"] / 1000
+
+
 def _deadline_figures(outcomes: Sequence[Outcome], deadline_s: float, sdk: bool) -> Dict:
-    missed_type = _deadline_missed_type()
     lat = [o.latency_ns for o in outcomes]
     budget_ns = deadline_s * 1e9
     client_miss = sum(x is None or x > budget_ns for x in lat)
@@ -430,22 +451,17 @@ def _deadline_figures(outcomes: Sequence[Outcome], deadline_s: float, sdk: bool)
     if sdk:
         sdk_miss = 0
         for o in outcomes:
-            late = getattr(o.future, "lateness", None)
-            is_missed = missed_type is not None and isinstance(o.error, missed_type)
-            if is_missed or (late or 0) > 0:
+            late = o.extra[0] if o.extra else None
+            if o.error == "DeadlineMissedError" or (late or 0) > 0:
                 sdk_miss += 1
                 if late:
                     lateness.append(late * 1000)
-    errors: Dict[str, int] = {}
-    for o in outcomes:
-        if o.error is not None:
-            errors[type(o.error).__name__] = errors.get(type(o.error).__name__, 0) + 1
-    execs = [o.future.timings["exec_us"] / 1000 for o in outcomes if o.future.timings]
+    execs = [o.extra[1] for o in outcomes if o.extra and o.extra[1] is not None]
     n = len(outcomes)
     return {
         "sent": n,
         "completed": sum(x is not None for x in lat),
-        "errors": errors,
+        "errors": _error_counts(outcomes),
         "completion": summarize(histogram_of(lat)),
         "sender_lag": summarize(histogram_of([o.lag_ns for o in outcomes])),
         "exec_ms": {
@@ -487,6 +503,13 @@ def _start_worker(cluster, env_extra: Dict[str, str]) -> subprocess.Popen:
     )
 
 
+def _hedge_keep(fut) -> tuple | None:
+    """``(exec ms, ms spun)`` of a task that succeeded, else None."""
+    if fut.exception() is not None or fut.timings is None:
+        return None
+    return fut.timings["exec_us"] / 1000, fut.result()
+
+
 def bench_hedge(args, say: Callable) -> Dict[str, object]:
     """``rtpool bench hedge`` (see the module's docstring)."""
     import rtpool
@@ -524,8 +547,13 @@ def bench_hedge(args, say: Callable) -> Dict[str, object]:
                 raise RuntimeError(f"the capacity run finished too few tasks: {cap}")
             rate = load * cap["tasks_per_s"]
             configs = [
-                Config("all fast", rate, lambda: client.submit(spin, task_ms)),
-                Config("one slow", rate, lambda: client.submit(spin_maybe_slow, task_ms, True)),
+                Config("all fast", rate, lambda: client.submit(spin, task_ms), keep=_hedge_keep),
+                Config(
+                    "one slow",
+                    rate,
+                    lambda: client.submit(spin_maybe_slow, task_ms, True),
+                    keep=_hedge_keep,
+                ),
             ]
             if view is not None:
                 configs.append(
@@ -533,6 +561,7 @@ def bench_hedge(args, say: Callable) -> Dict[str, object]:
                         "one slow + hedge",
                         rate,
                         lambda: view.submit(spin_maybe_slow_hedged, task_ms, True),
+                        keep=_hedge_keep,
                     )
                 )
             run_interleaved(
@@ -550,14 +579,14 @@ def bench_hedge(args, say: Callable) -> Dict[str, object]:
             _stop_workers([slow], graceful=True, timeout=5)
     rows = {c.label: c.result() for c in configs}
     for c in configs:
-        done = [o.future for o in c.outcomes if o.error is None and o.latency_ns is not None]
-        execs = [f.timings["exec_us"] / 1000 for f in done]
+        done = [o.extra for o in c.outcomes if o.extra is not None]
+        execs = [exec_ms for exec_ms, _ in done]
         rows[c.label]["exec_ms"] = {
             "p50": _r2(percentile(execs, 50)),
             "max": _r2(max(execs, default=None)),
         }
         # The tasks return the ms they spun: more than task_ms means the slow worker ran it.
-        rows[c.label]["slow_tasks"] = sum(f.result() > task_ms for f in done)
+        rows[c.label]["slow_tasks"] = sum(spun > task_ms for _, spun in done)
     fast = rows["all fast"]["latency"]
     p99 = {k: r["latency"]["p99_us"] for k, r in rows.items()}
     hedged = safe_ratio(p99.get("one slow + hedge"), fast["p99_us"])

@@ -49,6 +49,7 @@ def render_open_latency(s: Dict[str, object], console) -> None:
     t.add_column("lag p99", justify="right")
     t.add_column("CPU busy", justify="right")
     t.add_column("pool CPUs", justify="right")
+    t.add_column("GC max", justify="right")
     for r in s["configs"]:
         note = f" [red]({r['unsent']} unsent)[/]" if r["unsent"] else ""
         cpu = r["cpu"]
@@ -60,6 +61,7 @@ def render_open_latency(s: Dict[str, object], console) -> None:
             fmt_us(r["sender_lag"]["p99_us"]),
             "-" if cpu["machine_busy"] is None else f"{cpu['machine_busy']:.0%}",
             "-" if cpu["pool_cores"] is None else f"{cpu['pool_cores']:.2f}",
+            f"{r['client_gc']['max_ms']:.1f} ms",
         )
     console.print(t)
     sat = s.get("saturation")
@@ -102,7 +104,7 @@ def render_open_latency(s: Dict[str, object], console) -> None:
         f"round, the pool drained between blocks; at most {s['count_per_config']} tasks and "
         f"{s['seconds_per_config']:g} s per configuration. HdrHistogram, us. CPU busy: the "
         f"machine's CPUs (everything on it); pool CPUs: the client with its embedded master "
-        f"and the workers, in CPUs.[/]"
+        f"and the workers, in CPUs; GC max: the client's longest garbage-collector pause.[/]"
     )
 
 
