@@ -9,12 +9,14 @@ The tests marked ``needs_rt_sdk`` need ``client.options(deadline=..., hedge=...)
 ``Future.lateness`` from the SDK (and the master's support); until those land they are skipped.
 """
 
+import concurrent.futures
 import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from rtpool._bench_open import (
     format_text_histogram,
     histogram_of,
     log_edges_us,
+    run_open_loop,
     schedule_ns,
     summarize,
     text_histogram,
@@ -95,6 +98,45 @@ def test_schedules_are_open_loop_and_seeded():
     assert a == schedule_ns(2000, 500.0, "poisson", random.Random(3))
     assert a[0] == 0 and all(x <= y for x, y in zip(a, a[1:]))
     assert a[-1] / 1e9 == pytest.approx(2000 / 500, rel=0.15)  # mean gap 1 / rate
+
+
+class FakeFuture(concurrent.futures.Future):
+    """A future with ``timings``, as rtpool's: done ones took ``total_us`` from submit."""
+
+    timings = None
+
+
+def test_run_open_loop_measures_from_the_intended_time_and_counts_the_unanswered():
+    futures = []
+
+    def submit():
+        fut = FakeFuture()
+        futures.append(fut)
+        if len(futures) % 3 == 0:  # every third never answers
+            return fut
+        fut.timings = {"total_us": 250.0}
+        if len(futures) % 3 == 1:
+            fut.set_result(len(futures))  # answered before its callback is added
+        else:
+            threading.Timer(0.01, fut.set_result, (len(futures),)).start()  # later
+        return fut
+
+    run = run_open_loop(
+        submit,
+        [0, 0, 0, 1_000_000, 1_000_000, 2_000_000],
+        10,
+        keep=lambda f: f.result(),
+        timeout_s=2,
+    )
+    assert run.sent == 6 and len(run.outcomes) == 6
+    answered = sorted((o for o in run.outcomes if o.error is None), key=lambda o: o.extra)
+    assert [o.extra for o in answered] == [1, 2, 4, 5]
+    for o in answered:
+        assert o.latency_ns >= o.lag_ns + 250_000 and o.done_ns is not None
+    lost = [o for o in run.outcomes if o.error is not None]
+    assert [o.error for o in lost] == ["TimeoutError"] * 2
+    assert all(o.latency_ns is None and o.done_ns is None for o in lost)
+    assert run.last_send_ns >= run.first_send_ns
 
 
 def test_text_histogram_counts_every_value_in_its_log_bucket():

@@ -19,7 +19,7 @@ Every loop here is bounded by a count and a time budget.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import functools
 import gc
 import math
 import os
@@ -28,6 +28,7 @@ import select
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from typing import Callable, Dict, List, NamedTuple, Sequence
@@ -55,27 +56,31 @@ COLUMNS = (
 )
 
 
-class Sent(NamedTuple):
-    """One submitted task: its intended and actual send times (perf_counter ns), its future."""
-
-    intended_ns: int
-    send_ns: int
-    future: object
-
-
 class Outcome(NamedTuple):
-    """One task's end, without its future (a benchmark that kept hundreds of thousands of
-    futures alive would make the client's own garbage collections, and so its tail, longer).
+    """One task's end. Only these figures are kept, never the future: a benchmark that kept a
+    block's futures alive until its end would make the client's own garbage collections, and
+    so its tail, longer than a real client's.
 
     Fields: latency from the intended send time (ns; None if the result never came), the
-    sender's lag behind the schedule (ns), the exception's type name (or None), and what
-    :func:`collect`'s ``keep`` took from the future (None without it).
+    sender's lag behind the schedule (ns), the exception's type name (or None), what
+    :func:`run_open_loop`'s ``keep`` took from the future (None without it), and when the
+    result reached the client (perf_counter ns; None if it never came).
     """
 
     latency_ns: int | None
     lag_ns: int
     error: str | None
     extra: object
+    done_ns: int | None
+
+
+class OpenLoopRun(NamedTuple):
+    """What :func:`run_open_loop` sent and got back."""
+
+    outcomes: List[Outcome]
+    sent: int
+    first_send_ns: int
+    last_send_ns: int
 
 
 def set_timer_slack_ns(ns: int = 1000) -> bool:
@@ -107,28 +112,61 @@ def schedule_ns(n: int, rate: float, arrivals: str, rng: random.Random) -> List[
     return out
 
 
-def send_open_loop(
-    submit: Callable[[], object], offsets_ns: Sequence[int], max_seconds: float
-) -> List[Sent]:
-    """Submit one task per offset at ``start + offset``, never waiting for results.
+def run_open_loop(
+    submit: Callable[[], object],
+    offsets_ns: Sequence[int],
+    max_seconds: float,
+    keep: Callable[[object], object] | None = None,
+    timeout_s: float = RESULT_TIMEOUT_S,
+) -> OpenLoopRun:
+    """Submit one task per offset at ``start + offset``, never waiting for results, then wait
+    for the last results.
 
-    The sender sleeps until a task's intended time; when it is behind it submits at once
-    (and the lag counts in that task's latency). It gives up on the tasks it has not sent
-    after ``max_seconds`` (the caller counts them as unsent).
+    The sender sleeps until a task's intended time; when it is behind it submits at once (and
+    the lag counts in that task's latency). It gives up on the tasks it has not sent after
+    ``max_seconds``. Each result is measured as it arrives, by a done-callback in the client's
+    reader thread (after the client stamped its arrival, so the callback is not in the
+    measurement), and the future is dropped.
 
     Args:
         submit: Submits one task and returns its future.
         offsets_ns: Intended send times, ns after the start, non-decreasing.
         max_seconds: Time budget of the sending.
-
-    Returns:
-        One :class:`Sent` per task sent, in order.
+        keep: Called with each finished future; what it returns is the outcome's ``extra``.
+        timeout_s: How long to wait for the results after the last send; a task still
+            without one then has ``latency_ns`` None and ``"TimeoutError"``.
     """
+    lock = threading.Lock()
+    all_done = threading.Event()
+    pending: Dict[int, tuple] = {}
+    outcomes: List[Outcome] = []
+    sending = [True]
+
+    def on_done(i: int, fut) -> None:
+        intended, t = pending[i]
+        try:
+            timings = None if fut.cancelled() else fut.timings
+            error = None
+            if fut.cancelled():
+                error = "CancelledError"
+            elif fut.exception() is not None:
+                error = type(fut.exception()).__name__
+            done = None if timings is None else t + round(timings["total_us"] * 1000)
+            latency = None if done is None else done - intended
+            extra = None if keep is None else keep(fut)
+            outcomes.append(Outcome(latency, max(0, t - intended), error, extra, done))
+        finally:
+            with lock:
+                del pending[i]
+                if not pending and not sending[0]:
+                    all_done.set()
+
     perf_ns, sleep = time.perf_counter_ns, time.sleep
     start = perf_ns() + 1_000_000  # 1 ms ahead: the first task is not born late
     stop = start + int(max_seconds * 1e9)
-    sent: List[Sent] = []
-    for offset in offsets_ns:
+    first = last = n = 0
+    fut = None
+    for i, offset in enumerate(offsets_ns):
         intended = start + offset
         now = perf_ns()
         if now > stop:
@@ -136,47 +174,23 @@ def send_open_loop(
         if intended > now:
             sleep((intended - now) / 1e9)
         t = perf_ns()
-        sent.append(Sent(intended, t, submit()))
-    return sent
-
-
-def collect(
-    sent: Sequence[Sent],
-    timeout_s: float = RESULT_TIMEOUT_S,
-    keep: Callable[[object], object] | None = None,
-) -> List[Outcome]:
-    """Wait for every sent task (``timeout_s`` in all) and measure each from its intended time.
-
-    A task whose result did not come in time has ``latency_ns`` None and ``"TimeoutError"``.
-
-    Args:
-        keep: Called with each finished future; what it returns is the outcome's ``extra``.
-    """
-    end = time.monotonic() + timeout_s
-    out: List[Outcome] = []
-    for s in sent:
-        fut = s.future
-        lag = max(0, s.send_ns - s.intended_ns)
-        try:
-            error = fut.exception(max(0.0, end - time.monotonic()))
-        except TimeoutError:
-            out.append(Outcome(None, lag, "TimeoutError", None))
-            continue
-        except cf.CancelledError as exc:
-            error = exc
-        timings = fut.timings
-        latency = None
-        if timings is not None:
-            latency = s.send_ns + round(timings["total_us"] * 1000) - s.intended_ns
-        name = None if error is None else type(error).__name__
-        out.append(Outcome(latency, lag, name, None if keep is None else keep(fut)))
-    return out
-
-
-def completion_ns(s: Sent) -> int | None:
-    """When a finished task's result reached the client (perf_counter ns), or None."""
-    timings = s.future.timings
-    return None if timings is None else s.send_ns + round(timings["total_us"] * 1000)
+        fut = submit()
+        with lock:
+            pending[i] = (intended, t)  # before the callback, which may run at once
+        fut.add_done_callback(functools.partial(on_done, i))
+        first, last, n = first or t, t, n + 1
+    del fut
+    with lock:
+        sending[0] = False
+        if not pending:
+            all_done.set()
+    all_done.wait(timeout_s)
+    with lock:
+        late = list(pending.items())
+        pending.clear()
+    for _, (intended, t) in late:
+        outcomes.append(Outcome(None, max(0, t - intended), "TimeoutError", None, None))
+    return OpenLoopRun(outcomes, n, first, last)
 
 
 def measure_saturation(
@@ -202,18 +216,16 @@ def measure_saturation(
 
 
 def _saturation_run(submit: Callable[[], object], n: int, max_seconds: float) -> Dict:
-    sent = send_open_loop(submit, [0] * n, max_seconds)
-    outcomes = collect(sent)
-    done = [completion_ns(s) for s, o in zip(sent, outcomes) if o.latency_ns is not None]
-    first = sent[0].send_ns
-    seconds = (max(done) - first) / 1e9 if done else float("nan")
-    send_s = (sent[-1].send_ns - first) / 1e9
+    run = run_open_loop(submit, [0] * n, max_seconds)
+    done = [o.done_ns for o in run.outcomes if o.done_ns is not None]
+    seconds = (max(done) - run.first_send_ns) / 1e9 if done else float("nan")
+    send_s = (run.last_send_ns - run.first_send_ns) / 1e9
     return {
         "tasks": len(done),
         "seconds": round(seconds, 4),
         "tasks_per_s": round(len(done) / seconds, 1) if done else None,
-        "send_tasks_per_s": round(len(sent) / send_s, 1) if send_s > 0 else None,
-        "errors": sum(o.error is not None for o in outcomes),
+        "send_tasks_per_s": round(run.sent / send_s, 1) if send_s > 0 else None,
+        "errors": sum(o.error is not None for o in run.outcomes),
     }
 
 
@@ -235,13 +247,13 @@ def measure_capacity(
     while (sent < n and time.monotonic() < end) or inflight:
         while len(inflight) < window and sent < n and time.monotonic() < end:
             t = perf_ns()
-            inflight.append(Sent(t, t, submit()))
+            inflight.append((t, submit()))
             sent += 1
-        s = inflight.popleft()
-        s.future.exception(RESULT_TIMEOUT_S)
-        c = completion_ns(s)
-        if c is not None:
-            done.append(c)
+        t, fut = inflight.popleft()
+        fut.exception(RESULT_TIMEOUT_S)
+        timings = fut.timings
+        if timings is not None:
+            done.append(t + round(timings["total_us"] * 1000))
     done.sort()
     steady = done[window : len(done) - window]
     rate, seconds = None, None

@@ -40,7 +40,6 @@ from ._bench_open import (
     CpuHogs,
     GcWatch,
     Outcome,
-    collect,
     cpu_snapshot,
     cpu_use,
     gc_summary,
@@ -48,8 +47,8 @@ from ._bench_open import (
     measure_capacity,
     measure_saturation,
     plot_distribution,
+    run_open_loop,
     schedule_ns,
-    send_open_loop,
     set_timer_slack_ns,
     summarize,
     text_histogram,
@@ -108,7 +107,7 @@ class Config:
     submit: Callable[[], object]
     loaded: bool = False
     level_pct: float | None = None
-    keep: Callable[[object], object] | None = None  # see collect()
+    keep: Callable[[object], object] | None = None  # see run_open_loop()
     outcomes: List[Outcome] = field(default_factory=list)
     unsent: int = 0
     blocks: int = 0
@@ -199,11 +198,10 @@ def run_interleaved(
                     c.hog_pids.extend(hog.pids)
                 workers = pids()
                 cpu0, t0 = cpu_snapshot(workers), time.perf_counter()
-                sent = send_open_loop(c.submit, offsets, 2 * dur + 1)
-                c.outcomes.extend(collect(sent, keep=c.keep))
+                run = run_open_loop(c.submit, offsets, 2 * dur + 1, keep=c.keep)
                 cpu1, t1 = cpu_snapshot(workers), time.perf_counter()
-                c.unsent += n - len(sent)
-                del sent  # the futures: see Outcome
+            c.outcomes.extend(run.outcomes)
+            c.unsent += n - run.sent
             c.gc_pauses_ns.extend(gcw.pauses_ns)
             c.gc_full += gcw.full
             if cpu0 is None or cpu1 is None:
@@ -280,7 +278,7 @@ def bench_open_latency(args, say: Callable) -> Dict[str, object]:
 
         warmup = 200 if args.quick and args.warmup is None else (args.warmup or 2000)
         say(f"latency: warm-up ({warmup} no-op tasks back to back)")
-        collect(send_open_loop(submit, [0] * warmup, 30))
+        run_open_loop(submit, [0] * warmup, 30)
         levels: List[tuple] = []
         if args.sweep:
             say(f"latency: saturation, 3 x {sat_n} single submits back to back")
@@ -386,7 +384,7 @@ def bench_deadline(args, say: Callable) -> Dict[str, object]:
         client = cluster.client()
         say("deadline: warm-up")
         for _ in range(3):
-            collect(send_open_loop(lambda: client.submit(spin, task_ms), [0] * window, 30))
+            run_open_loop(lambda: client.submit(spin, task_ms), [0] * window, 30)
         view, note = _probe(client, spin, (task_ms,), deadline=deadline_s)
         say(f"deadline: capacity, {cap_n} tasks, {window} in flight")
         cap = measure_capacity(lambda: client.submit(spin, task_ms), cap_n, window, 60)
@@ -400,9 +398,10 @@ def bench_deadline(args, say: Callable) -> Dict[str, object]:
         before = cluster.stats()
         offsets = schedule_ns(n, rate, args.arrivals, random.Random(7))
         with GcWatch() as gcw:
-            sent = send_open_loop(lambda: sub.submit(spin, task_ms), offsets, 2 * n / rate + 5)
-            outcomes = collect(sent, keep=_deadline_keep)
-            del sent
+            run = run_open_loop(
+                lambda: sub.submit(spin, task_ms), offsets, 2 * n / rate + 5, _deadline_keep
+            )
+        outcomes = run.outcomes
         stats = _stat_delta(before, cluster.stats())
         say("deadline: capacity again (drift check)")
         cap_after = measure_capacity(lambda: client.submit(spin, task_ms), cap_n, window, 60)
@@ -417,7 +416,7 @@ def bench_deadline(args, say: Callable) -> Dict[str, object]:
         "capacity_after": cap_after,
         "offered_per_s": round(rate, 1),
         "requested": n,
-        "unsent": n - len(outcomes),
+        "unsent": n - run.sent,
         "master_stats": stats,
         "client_gc": gc_summary(gcw.pauses_ns, gcw.full),
     }
@@ -537,9 +536,7 @@ def bench_hedge(args, say: Callable) -> Dict[str, object]:
                 (view, spin_maybe_slow_hedged, (task_ms, False)),
             ):
                 for _ in range(2 if sub is not None else 0):
-                    collect(
-                        send_open_loop(lambda s=sub, f=fn, a=fn_args: s.submit(f, *a), warm, 30)
-                    )
+                    run_open_loop(lambda s=sub, f=fn, a=fn_args: s.submit(f, *a), warm, 30)
             cap_n = 60 if args.quick else 400
             say(f"hedge: all-fast capacity, {cap_n} tasks, {window} in flight")
             cap = measure_capacity(lambda: client.submit(spin, task_ms), cap_n, window, 60)
