@@ -524,8 +524,11 @@ def plot_distribution(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
     fig, (ax, axh) = plt.subplots(1, 2, figsize=(13, 5.2))
+    most = max([int(h.get_total_count()) for h in series.values()] + [10])
     try:
         for label, h in series.items():
             n = int(h.get_total_count())
@@ -538,17 +541,20 @@ def plot_distribution(
             ys.append(h.get_max_value() / 1000)
             ax.plot(xs, ys, label=label, drawstyle="steps-post")
             _plot_histogram(axh, h, label)
-        ticks = [1, 10, 100, 1000, 10_000, 100_000, 1_000_000]
         names = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%"]
+        ticks = [10**k for k in range(len(names)) if 10**k <= most]
         ax.set_xscale("log")
+        ax.set_xlim(1, most * 1.2)
         ax.set_xticks(ticks)
-        ax.set_xticklabels(names)
+        ax.set_xticklabels(names[: len(ticks)])
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(plain)
         ax.set_xlabel("percentile")
         ax.set_ylabel("latency from the intended send time (ms)")
         ax.set_title("percentile distribution")
         axh.set_xscale("log")
         axh.set_yscale("log")
+        axh.xaxis.set_major_formatter(plain)
         axh.set_xlabel("latency (ms), 10 bins per decade")
         axh.set_ylabel("tasks")
         axh.set_title("histogram")
