@@ -170,6 +170,17 @@ def test_latency_rate_quick_counts_every_task_and_plots(tmp_path):
     assert_plot(out, png)
 
 
+def test_latency_rate_background_load_quick(tmp_path):
+    args = ["latency", "--rate", "200", "--quick", "--background-load", "--hogs", "3"]
+    out = run_json([*args, "--hog-nice", "19", "--plot", str(tmp_path / "x.png")])["open_loop"]
+    (row,) = out["configs"]
+    assert row["label"] == "200/s loaded" and row["loaded"] and row["sent"] == 200
+    assert_config_complete(row)
+    assert out["hogs"] == 3 and out["hog_nice"] == 19 and out["mode"] == "loaded"
+    assert len(row["hog_pids"]) == 3 * row["blocks"] == 6
+    assert all(gone(pid) for pid in row["hog_pids"])
+
+
 def test_latency_sweep_compare_load_quick(tmp_path):
     png = tmp_path / "sweep.png"
     args = ["latency", "--sweep", "--compare-load", "--levels", "10,50", "--quick"]

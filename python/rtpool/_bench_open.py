@@ -356,7 +356,8 @@ def cpu_use(before: tuple | None, after: tuple | None, wall_s: float) -> Dict[st
 # --- CPU hogs --------------------------------------------------------------------------------
 
 _HOG = (
-    "import sys, time\n"
+    "import os, sys, time\n"
+    "os.nice(int(sys.argv[2]))\n"
     "end = time.monotonic() + float(sys.argv[1])\n"
     "sys.stdout.write('r'); sys.stdout.flush()\n"
     "while time.monotonic() < end:\n"
@@ -371,10 +372,12 @@ class CpuHogs:
     Args:
         n: Processes (one per core for "background load").
         lifetime_s: Upper bound of their lives if the exit never comes.
+        nice: Their nice value (0: the pool's priority; 19: they get what the pool leaves, as
+            a real-time process at a higher priority would see them).
     """
 
-    def __init__(self, n: int, lifetime_s: float) -> None:
-        self.n, self.lifetime_s = n, lifetime_s
+    def __init__(self, n: int, lifetime_s: float, nice: int = 0) -> None:
+        self.n, self.lifetime_s, self.nice = n, lifetime_s, nice
         self.procs: List[subprocess.Popen] = []
 
     @property
@@ -387,7 +390,8 @@ class CpuHogs:
             for _ in range(self.n):
                 self.procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-I", "-S", "-c", _HOG, str(self.lifetime_s)],
+                        [sys.executable, "-I", "-S", "-c", _HOG, str(self.lifetime_s)]
+                        + [str(self.nice)],
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE,
                     )
@@ -490,15 +494,15 @@ def format_text_histogram(hist: Dict[str, object]) -> str:
     labels = list(hist["counts"])
     width = max([10, *(len(x) for x in labels)])
     lines = ["# Histogram: latency bucket (from the intended send time) -> tasks"]
-    lines.append("# " + "bucket".ljust(20) + "".join(x.rjust(width + 1) for x in labels))
+    lines.append("# " + "bucket".ljust(22) + "".join(x.rjust(width + 1) for x in labels))
     low = hist["from_us"]
     for i, edge in enumerate(hist["edges_us"]):
         name = f"{fmt_us(low)} - {fmt_us(edge)}"
         row = "".join(str(hist["counts"][x][i]).rjust(width + 1) for x in labels)
-        lines.append("  " + name.ljust(20) + row)
+        lines.append("  " + name.ljust(22) + row)
         low = edge
     totals = "".join(str(sum(hist["counts"][x])).rjust(width + 1) for x in labels)
-    lines.append("# " + "Total:".ljust(20) + totals)
+    lines.append("# " + "Total:".ljust(22) + totals)
     return "\n".join(lines)
 
 

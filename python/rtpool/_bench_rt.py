@@ -170,6 +170,7 @@ def run_interleaved(
     stats: Callable[[], Dict[str, int]],
     say: Callable,
     pids: Callable[[], List[int]] = list,
+    hog_nice: int = 0,
     seed: int = 7,
 ) -> None:
     """Run blocks of every configuration, a shuffled order each round, until each has sent
@@ -192,7 +193,9 @@ def run_interleaved(
             offsets = schedule_ns(n, c.rate, arrivals, rng)
             gc.collect()
             before = stats()
-            hog = CpuHogs(hogs, lifetime_s=3 * dur + 60) if c.loaded else contextlib.nullcontext()
+            hog = contextlib.nullcontext()
+            if c.loaded:
+                hog = CpuHogs(hogs, lifetime_s=3 * dur + 60, nice=hog_nice)
             with hog, GcWatch() as gcw:
                 if c.loaded:
                     c.hog_pids.extend(hog.pids)
@@ -263,6 +266,7 @@ def bench_open_latency(args, say: Callable) -> Dict[str, object]:
         "arrivals": args.arrivals,
         "mode": mode,
         "hogs": hogs if mode != "idle" else 0,
+        "hog_nice": args.hog_nice,
         "count_per_config": d["count"],
         "seconds_per_config": d["seconds"],
         "block_seconds": d["block_seconds"],
@@ -306,12 +310,13 @@ def bench_open_latency(args, say: Callable) -> Dict[str, object]:
             cluster.stats,
             say,
             lambda: cluster.worker_pids,
+            args.hog_nice,
         )
         if args.sweep:
             say("latency: saturation again (drift check)")
             out["saturation_after"] = measure_saturation(submit, sat_n, 60)
             if mode != "idle":
-                with CpuHogs(hogs, lifetime_s=120):
+                with CpuHogs(hogs, lifetime_s=120, nice=args.hog_nice):
                     out["saturation_loaded"] = measure_saturation(submit, sat_n, 60)
     out["configs"] = [c.result() for c in configs]
     _open_ratios(out, mode)
@@ -635,6 +640,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="idle and loaded blocks interleaved; loaded / idle ratios per percentile",
     )
     g.add_argument("--hogs", type=int, default=0, help="CPU hogs (default: one per usable CPU)")
+    g.add_argument(
+        "--hog-nice",
+        type=int,
+        default=0,
+        help="nice value of the hogs (default 0, the pool's own; 19: below the pool)",
+    )
     g.add_argument(
         "--block-seconds", type=float, default=None, help="seconds per block (2; hedge 2.5)"
     )

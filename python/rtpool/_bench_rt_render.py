@@ -82,7 +82,8 @@ def render_open_latency(s: Dict[str, object], console) -> None:
     if "ratios_to_lowest_level" in s:
         console.print(_ratio_table("Ratio to the lowest level", s["ratios_to_lowest_level"]))
     if "loaded_to_idle" in s:
-        console.print(_ratio_table(f"Loaded / idle ({s['hogs']} CPU hogs)", s["loaded_to_idle"]))
+        hogs = f"{s['hogs']} CPU hogs at nice {s['hog_nice']}"
+        console.print(_ratio_table(f"Loaded / idle ({hogs})", s["loaded_to_idle"]))
     b = s.get("bar")
     if b:
         text = (
