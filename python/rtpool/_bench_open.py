@@ -554,8 +554,9 @@ def plot_distribution(
             ys = [h.get_value_at_percentile(100.0 * (1 - 1 / x)) / 1000 for x in xs]
             xs.append(n * 1.0)  # the max at the last rank
             ys.append(h.get_max_value() / 1000)
-            ax.plot(xs, ys, label=label, drawstyle="steps-post")
-            _plot_histogram(axh, h, label)
+            style = _style(label, list(series))
+            ax.plot(xs, ys, label=label, drawstyle="steps-post", **style)
+            _plot_histogram(axh, h, label, style)
         names = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%"]
         ticks = [10**k for k in range(len(names)) if 10**k <= most]
         ax.set_xscale("log")
@@ -574,7 +575,7 @@ def plot_distribution(
         axh.set_ylabel("tasks")
         axh.set_title("histogram")
         if bar is not None:
-            ax.axhline(bar[0] / 1000, color="red", linestyle="--", linewidth=1, label=bar[1])
+            ax.axhline(bar[0] / 1000, color="k", linestyle="--", linewidth=1, label=bar[1])
         for a in (ax, axh):
             a.grid(True, which="both", alpha=0.3)
             a.legend(fontsize=8)
@@ -588,7 +589,17 @@ def plot_distribution(
     return path
 
 
-def _plot_histogram(ax, histogram, label: str) -> None:
+def _style(label: str, labels: List[str]) -> Dict[str, object]:
+    """One colour per configuration, shared by its idle and loaded runs (dashed when loaded)."""
+    bases = list(dict.fromkeys(x.removesuffix(" loaded") for x in labels))
+    base = label.removesuffix(" loaded")
+    return {
+        "color": f"C{bases.index(base) % 10}",
+        "linestyle": "--" if label.endswith(" loaded") else "-",
+    }
+
+
+def _plot_histogram(ax, histogram, label: str, style: Dict[str, object]) -> None:
     bins: Dict[int, int] = {}
     for item in histogram.get_recorded_iterator():
         value = max(1, histogram.get_lowest_equivalent_value(item.value_iterated_to))
@@ -599,4 +610,4 @@ def _plot_histogram(ax, histogram, label: str) -> None:
     ks = list(range(min(bins), max(bins) + 2))
     xs = [10 ** (k / 10) / 1000 for k in ks]
     ys = [bins.get(k, 0) for k in ks]
-    ax.step(xs, ys, where="post", label=label)
+    ax.step(xs, ys, where="post", label=label, **style)
