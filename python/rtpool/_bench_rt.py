@@ -690,7 +690,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def is_open_loop(args: argparse.Namespace) -> bool:
     """True when ``rtpool bench latency`` was asked for the open-loop mode."""
-    return bool(args.rate or args.sweep or args.background_load or args.compare_load)
+    return args.rate is not None or args.sweep or args.background_load or args.compare_load
 
 
 def run(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
@@ -703,7 +703,7 @@ def run(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
 
     from ._bench_stats import machine_info
 
-    if args.which == "latency" and not (args.rate or args.sweep):
+    if args.which == "latency" and args.rate is None and not args.sweep:
         ap.error("open-loop latency needs --rate R or --sweep")
     if args.rate is not None and args.rate <= 0:
         ap.error("--rate must be positive")
