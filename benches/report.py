@@ -3,6 +3,7 @@
     python -m rtpool demo --json > demo.json
     python -m rtpool bench all --json > bench.json
     python benches/report.py demo.json bench.json
+    python benches/report.py latency.json deadline.json hedge.json   # --sweep, deadline, hedge
 
 Prints the tables docs/benchmarks.md shows, with each figure next to its bar.
 """
@@ -216,6 +217,81 @@ def payload_table(s):
     return _table(header, rows)
 
 
+_PCT = (("p50_us", "p50"), ("p90_us", "p90"), ("p99_us", "p99"), ("p99_9_us", "p99.9"))
+_PCT += (("p99_99_us", "p99.99"), ("max_us", "max"))
+
+
+def _ratio(x):
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _share(x):
+    return "-" if x is None else f"{x:.0%}"
+
+
+def open_loop_tables(s):
+    """Markdown for `rtpool bench latency --rate/--sweep --json`: percentiles per
+    configuration, ratios to the lowest level and loaded / idle."""
+    rows = [
+        (
+            r["label"],
+            f"{r['rate_per_s']:,.0f}",
+            r["sent"],
+            *(fmt_us(r["latency"][k]) for k, _ in _PCT),
+            fmt_us(r["sender_lag"]["p99_us"]),
+            _share(r["cpu"]["machine_busy"]),
+            r["cpu"]["pool_cores"],
+            f"{r['client_gc']['max_ms']:.1f} ms",
+        )
+        for r in s["configs"]
+    ]
+    header = ("config", "rate/s", "tasks", *(n for _, n in _PCT), "lag p99", "CPU busy")
+    out = [_table((*header, "pool CPUs", "GC max"), rows)]
+    for key, title in (
+        ("ratios_to_lowest_level", "ratio to the lowest level"),
+        ("loaded_to_idle", "loaded / idle"),
+    ):
+        if key in s:
+            ratio_rows = [
+                (label, *(_ratio(r[k[:-3]]) for k, _ in _PCT)) for label, r in s[key].items()
+            ]
+            out.append(_table((title, *(n for _, n in _PCT)), ratio_rows))
+    return "\n\n".join(out)
+
+
+def deadline_table(s):
+    """Markdown for `rtpool bench deadline --json`."""
+    c = s["completion"]
+    row = (
+        f"{s['capacity']['tasks_per_s']:.1f} / {s['capacity_after']['tasks_per_s']:.1f}",
+        f"{s['offered_per_s']:.1f}",
+        s["sent"],
+        *(fmt_us(c[k]) for k, _ in _PCT),
+        f"{s['client_misses']} ({s['client_miss_ratio']:.3%})",
+        "-" if s["sdk_misses"] is None else f"{s['sdk_misses']} ({s['sdk_miss_ratio']:.3%})",
+    )
+    header = ("capacity/s (before / after)", "offered/s", "tasks", *(n for _, n in _PCT))
+    return _table((*header, "misses, client", "misses, SDK"), [row])
+
+
+def hedge_table(s):
+    """Markdown for `rtpool bench hedge --json`."""
+    fast = s["configs"]["all fast"]["latency"]["p99_us"]
+    rows = [
+        (
+            label,
+            r["sent"],
+            r["slow_tasks"],
+            *(fmt_us(r["latency"][k]) for k, _ in _PCT),
+            _ratio(r["latency"]["p99_us"] / fast),
+            r["master_stats"].get("hedges", "-"),
+        )
+        for label, r in s["configs"].items()
+    ]
+    header = ("config", "tasks", "ran slow", *(n for _, n in _PCT), "p99 / all fast", "hedges")
+    return _table(header, rows)
+
+
 def main(paths):
     """Print markdown for each JSON file given (demo or bench output)."""
     for path in paths:
@@ -229,6 +305,9 @@ def main(paths):
             ("latency", latency_table),
             ("throughput", throughput_table),
             ("payload", payload_table),
+            ("open_loop", open_loop_tables),
+            ("deadline", deadline_table),
+            ("hedge", hedge_table),
         ):
             if name in data:
                 print(f"**{name}**\n\n{fn(data[name])}\n")

@@ -12,6 +12,9 @@
 
 Every loop is bounded by a count and by a time budget and stops by itself. Each section starts
 its own ``LocalCluster`` and stops it (and the floor's echo process) in ``finally``.
+
+``latency --rate R`` / ``--sweep`` (open loop), ``deadline`` and ``hedge`` share this parser
+and run in :mod:`rtpool._bench_rt`.
 """
 
 from __future__ import annotations
@@ -482,18 +485,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "which",
-        choices=("latency", "throughput", "payload", "all"),
-        help="latency: no-op round trips; throughput: one big package; payload: 1 KiB-16 MiB "
-        "echoes; all: the three in sequence",
+        choices=("latency", "throughput", "payload", "all", "deadline", "hedge"),
+        help="latency: no-op round trips (open loop with --rate or --sweep); throughput: one "
+        "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
+        "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
+        "and without hedging",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     g = ap.add_argument_group("latency")
-    g.add_argument("--count", type=int, default=5000, help="round trips each (default 5000)")
     g.add_argument(
-        "--seconds", type=float, default=20.0, help="time budget of the round trips (default 20)"
+        "--count",
+        type=int,
+        default=None,
+        help="round trips each (default 5000); open loop: tasks per configuration (20000; "
+        "deadline 5000, hedge 1000)",
     )
-    g.add_argument("--warmup", type=int, default=500, help="warm-up round trips each (default 500)")
+    g.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="time budget of the round trips (default 20); open loop: of each configuration "
+        "(20; deadline 40, hedge 15)",
+    )
+    g.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up round trips each (default 500; open loop: 2000 tasks)",
+    )
     g.add_argument("--block", type=int, default=250, help="round trips per block (default 250)")
     g = ap.add_argument_group("throughput")
     g.add_argument("--tasks", type=int, default=100_000, help="tasks per package (default 100000)")
@@ -514,6 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--payload-seconds", type=float, default=8.0, help="time budget per size (default 8)"
     )
+    from . import _bench_rt
+
+    _bench_rt.add_arguments(ap)
     return ap
 
 
@@ -526,6 +549,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     ap = build_parser()
     args = ap.parse_args(argv)
+    from . import _bench_rt
+
+    if args.which in ("deadline", "hedge") or (
+        args.which == "latency" and _bench_rt.is_open_loop(args)
+    ):
+        return _bench_rt.run(args, ap)
+    args.count = 5000 if args.count is None else args.count
+    args.seconds = 20.0 if args.seconds is None else args.seconds
+    args.warmup = 500 if args.warmup is None else args.warmup
     try:
         sizes = [_parse_size(s) for s in args.sizes.split(",") if s.strip()]
     except ValueError:

@@ -21,3 +21,52 @@ def echo(payload):
         ``payload`` itself.
     """
     return payload
+
+
+def spin(ms):
+    """Busy-loop for ``ms`` milliseconds of this thread's CPU time: the task of the deadline
+    and hedge benchmarks.
+
+    CPU time rather than wall time, so the task models CPU work: on a machine whose cores are
+    shared it takes longer in wall time, as real work would (a ``time.sleep`` would not).
+
+    Args:
+        ms: Milliseconds of CPU time to burn.
+
+    Returns:
+        ``ms`` (so a caller can tell a slowed-down run by its result).
+    """
+    import time
+
+    end = time.thread_time() + ms / 1000
+    while time.thread_time() < end:
+        pass
+    return ms
+
+
+def _slowdown():
+    import os
+
+    try:
+        return max(1.0, float(os.environ.get("RTPOOL_BENCH_SLOWDOWN", "1")))
+    except ValueError:
+        return 1.0
+
+
+def spin_maybe_slow(ms, slow):
+    """:func:`spin` for ``ms``, times ``$RTPOOL_BENCH_SLOWDOWN`` when ``slow`` is true.
+
+    Only the hedge benchmark's slow worker has ``RTPOOL_BENCH_SLOWDOWN`` in its environment,
+    so with ``slow`` a task is slow there and normal everywhere else; without it, it is normal
+    everywhere (the warm-up, which gives the master a fast execution-time estimate).
+
+    Returns:
+        The milliseconds actually spun (``ms`` times the slowdown on the slow worker).
+    """
+    return spin(ms * _slowdown() if slow else ms)
+
+
+def spin_maybe_slow_hedged(ms, slow):
+    """The same as :func:`spin_maybe_slow`; a function of its own so the master keeps its own
+    execution-time estimate for the hedged configuration (it learns one per function)."""
+    return spin(ms * _slowdown() if slow else ms)

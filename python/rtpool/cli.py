@@ -54,11 +54,14 @@ example:
 """
 
 _BENCH_HELP = """\
-Measure latency (p50, p99, p99.9, max) and throughput end to end. Pass --help after `bench`
-for its own options.
+Measure latency (p50, p99, p99.9, max) and throughput end to end; open-loop latency under
+load, deadline misses and straggler hedging. Pass --help after `bench` for its own options.
 
-example:
-  rtpool bench
+examples:
+  rtpool bench all
+  rtpool bench latency --sweep --compare-load
+  rtpool bench deadline
+  rtpool bench hedge
 """
 
 
@@ -249,7 +252,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser(
         "bench",
-        help="latency, throughput and payload percentiles next to a raw TCP floor",
+        help="latency, throughput and payload percentiles next to a raw TCP floor; open-loop "
+        "latency, deadline and hedge benchmarks",
         description=_BENCH_HELP,
         formatter_class=raw,
     )
