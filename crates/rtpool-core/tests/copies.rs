@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use common::{aborts, outcomes, results, tasks_of, Spec, TestEnv};
 use proptest::prelude::*;
-use rtpool_core::{Action, CoreConfig, TaskId, TaskStatus, UserId, WorkerId};
+use rtpool_core::{Action, CoreConfig, TaskId, TaskStatus, WorkerId};
 
 /// Workers, each with `credits` credits, and the tasks each was given.
 fn workers(env: &mut TestEnv, n: usize, credits: u32) -> Vec<(WorkerId, Vec<TaskId>)> {
@@ -19,19 +19,6 @@ fn workers(env: &mut TestEnv, n: usize, credits: u32) -> Vec<(WorkerId, Vec<Task
             (w, tasks)
         })
         .collect()
-}
-
-/// Teaches the core that test function `f` runs `exec_us` per task.
-fn learn(env: &mut TestEnv, f: u8, exec_us: u64, n: usize) {
-    let client = env.new_client_of(UserId(99));
-    env.submit_spec(client, Spec::tasks(n).function(f));
-    let w = env.new_worker(1);
-    for _ in 0..n {
-        let task = tasks_of(&env.credit(w, 1), w)[0];
-        env.complete_exec(w, task, exec_us);
-    }
-    env.drain(w);
-    env.lose_worker(w);
 }
 
 #[test]
@@ -214,7 +201,7 @@ fn a_time_limit_on_one_copy_lets_the_other_copy_answer() {
 #[test]
 fn a_straggler_gets_a_hedge_on_an_idle_worker_and_the_first_result_wins() {
     let mut env = TestEnv::new();
-    learn(&mut env, 2, 10_000, 10);
+    env.learn(2, 10_000, 10);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
     let slow = env.new_worker(1);
@@ -241,7 +228,7 @@ fn a_straggler_gets_a_hedge_on_an_idle_worker_and_the_first_result_wins() {
 #[test]
 fn a_hedge_waits_until_another_worker_has_a_free_credit() {
     let mut env = TestEnv::new();
-    learn(&mut env, 2, 10_000, 10);
+    env.learn(2, 10_000, 10);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
     let slow = env.new_worker(1);
@@ -259,7 +246,7 @@ fn a_hedge_waits_until_another_worker_has_a_free_credit() {
 #[test]
 fn a_deadline_at_risk_hedges_before_the_straggler_factor() {
     let mut env = TestEnv::new();
-    learn(&mut env, 2, 10_000, 10);
+    env.learn(2, 10_000, 10);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge().deadline_ms(20));
     let slow = env.new_worker(1);
@@ -275,7 +262,7 @@ fn a_deadline_at_risk_hedges_before_the_straggler_factor() {
 #[test]
 fn no_hedge_without_a_trusted_estimate() {
     let mut env = TestEnv::new();
-    learn(&mut env, 2, 10_000, 2);
+    env.learn(2, 10_000, 2);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
     let slow = env.new_worker(1);
@@ -334,7 +321,7 @@ proptest! {
             estimate_min_samples: 1,
             ..CoreConfig::default()
         });
-        learn(&mut env, 1, 5_000, 2);
+        env.learn(1, 5_000, 2);
         let quorum = 1 + quorum_pick % replicas;
         let client = env.new_client();
         let mut spec = Spec::tasks(6).function(1).replicas(replicas, quorum).timeout_ms(timeout);

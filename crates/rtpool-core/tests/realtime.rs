@@ -33,19 +33,6 @@ fn rejected(actions: &[Action]) -> RejectReason {
     }
 }
 
-/// Teaches the core that test function `f` runs `exec_us` per task (`n` results).
-fn learn(env: &mut TestEnv, f: u8, exec_us: u64, n: usize) {
-    let client = env.new_client_of(UserId(99));
-    env.submit_spec(client, Spec::tasks(n).function(f));
-    let w = env.new_worker(1);
-    for _ in 0..n {
-        let task = tasks_of(&env.credit(w, 1), w)[0];
-        env.complete_exec(w, task, exec_us);
-    }
-    env.drain(w);
-    env.lose_worker(w);
-}
-
 #[test]
 fn earliest_deadline_first_then_packages_without_one_in_order() {
     let mut env = TestEnv::new();
@@ -191,7 +178,7 @@ fn the_drop_timer_goes_with_a_package_that_finished_in_time() {
 #[test]
 fn on_miss_drop_does_not_start_a_task_its_estimate_says_is_too_late() {
     let mut env = TestEnv::new();
-    learn(&mut env, 7, 40_000, 5);
+    env.learn(7, 40_000, 5);
     let client = env.new_client();
     env.submit_spec(
         client,
@@ -218,7 +205,7 @@ fn on_miss_drop_does_not_start_a_task_its_estimate_says_is_too_late() {
 #[test]
 fn on_miss_run_starts_late_tasks_anyway() {
     let mut env = TestEnv::new();
-    learn(&mut env, 7, 40_000, 5);
+    env.learn(7, 40_000, 5);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(7).deadline_ms(10));
     let w = env.new_worker(1);
@@ -228,7 +215,7 @@ fn on_miss_run_starts_late_tasks_anyway() {
 #[test]
 fn the_estimate_is_learned_from_ok_results() {
     let mut env = TestEnv::new();
-    learn(&mut env, 3, 10_000, 20);
+    env.learn(3, 10_000, 20);
     let est = env
         .core
         .estimate(&common::fn_hash(3))
@@ -242,7 +229,7 @@ fn the_estimate_is_learned_from_ok_results() {
 #[test]
 fn admission_refuses_what_cannot_finish_in_time_and_says_by_how_much() {
     let mut env = TestEnv::new();
-    learn(&mut env, 5, 10_000, 10);
+    env.learn(5, 10_000, 10);
     let client = env.new_client();
     for _ in 0..2 {
         let w = env.new_worker(1);
@@ -280,7 +267,7 @@ fn admission_refuses_what_cannot_finish_in_time_and_says_by_how_much() {
 #[test]
 fn admission_counts_the_work_ahead_at_the_same_priority_or_higher() {
     let mut env = TestEnv::new();
-    learn(&mut env, 5, 10_000, 10);
+    env.learn(5, 10_000, 10);
     let client = env.new_client();
     let w = env.new_worker(2);
     env.credit(w, 0);
@@ -330,7 +317,7 @@ fn admission_with_no_worker_refuses_and_with_no_estimate_admits() {
 #[test]
 fn a_draining_worker_counts_no_slots() {
     let mut env = TestEnv::new();
-    learn(&mut env, 5, 10_000, 10);
+    env.learn(5, 10_000, 10);
     let client = env.new_client();
     let w = env.new_worker(4);
     env.drain(w);

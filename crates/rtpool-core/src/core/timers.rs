@@ -85,7 +85,28 @@ impl Core {
             return;
         };
         p.deadline_armed = false;
-        let ids = p.tasks.clone();
+        let message = "the task's deadline passed before it finished; its package's on_miss \
+                       policy is drop, so it was dropped";
+        self.fail_unfinished(slot, TaskStatus::Missed, message, now, results);
+    }
+
+    /// Fails every queued and running task of the package with `status` and `message`;
+    /// running ones are aborted on their workers (at the end of the event). Returns how many.
+    /// O(tasks of the package).
+    fn fail_unfinished(
+        &mut self,
+        slot: u64,
+        status: TaskStatus,
+        message: &str,
+        now: Instant,
+        results: &mut Results,
+    ) -> u64 {
+        let ids = self
+            .packages
+            .get(slot)
+            .map(|p| p.tasks.clone())
+            .unwrap_or_default();
+        let mut failed = 0;
         for id in ids {
             let Some(task) = self.tasks.get(id.0) else {
                 continue;
@@ -95,20 +116,15 @@ impl Core {
                 TaskState::Running { worker, .. } => Some((worker, task.attempt)),
                 _ => continue,
             };
-            let outcome = Self::system_outcome(
-                task,
-                TaskStatus::Missed,
-                "the task's deadline passed before it finished; its package's on_miss policy \
-                 is drop, so it was dropped"
-                    .to_owned(),
-                now,
-            );
+            let outcome = Self::system_outcome(task, status, message.to_owned(), now);
             let outcome = self.finish_task(id, outcome, now);
             if let Some((worker, attempt)) = running {
                 self.pending_aborts.push((worker, id, attempt));
             }
             results.add(self, slot, outcome);
+            failed += 1;
         }
+        failed
     }
 
     /// Fails a running attempt that is past its limit: the client gets status 4, the worker an
@@ -220,39 +236,14 @@ impl Core {
         let mut slots: Vec<u64> = u.packages.iter().copied().collect();
         slots.sort_unstable();
         let mut results = Results::default();
-        let mut aborts = Aborts::new();
+        let message = "the user's compute-time quota ran out before this task could finish (see \
+                       `rtpool token list`; an admin raises it with `rtpool token quota`)";
         for slot in slots {
-            let ids: Vec<TaskId> = self
-                .packages
-                .get(slot)
-                .map(|p| p.tasks.clone())
-                .unwrap_or_default();
-            for id in ids {
-                let Some(task) = self.tasks.get(id.0) else {
-                    continue;
-                };
-                let running = match task.state {
-                    TaskState::Queued => None,
-                    TaskState::Running { worker, .. } => Some((worker, task.attempt)),
-                    _ => continue,
-                };
-                let outcome = Self::system_outcome(
-                    task,
-                    TaskStatus::Quota,
-                    "the user's compute-time quota ran out before this task could finish \
-                     (see `rtpool token list`; an admin raises it with `rtpool token quota`)"
-                        .to_owned(),
-                    now,
-                );
-                let outcome = self.finish_task(id, outcome, now);
-                self.quota_failed += 1;
-                if let Some((worker, attempt)) = running {
-                    aborts.push((worker, id, attempt));
-                }
-                results.add(self, slot, outcome);
-            }
+            self.quota_failed +=
+                self.fail_unfinished(slot, TaskStatus::Quota, message, now, &mut results);
         }
         self.push_results(results, out);
+        let aborts = std::mem::take(&mut self.pending_aborts);
         self.push_aborts(aborts, out);
     }
 

@@ -187,6 +187,20 @@ impl TestEnv {
         }
     }
 
+    /// Teaches the core that test function `f` runs `exec_us` per task, from `n` results of
+    /// a throwaway user's package on a throwaway worker.
+    pub fn learn(&mut self, f: u8, exec_us: u64, n: usize) {
+        let client = self.new_client_of(UserId(99));
+        self.submit_spec(client, Spec::tasks(n).function(f));
+        let w = self.new_worker(1);
+        for _ in 0..n {
+            let task = tasks_of(&self.credit(w, 1), w)[0];
+            self.complete_exec(w, task, exec_us);
+        }
+        self.drain(w);
+        self.lose_worker(w);
+    }
+
     /// Handles one event at the current time, checks the invariants, records assignments.
     pub fn step(&mut self, event: Event) -> Vec<Action> {
         let mut out = Vec::new();
