@@ -34,7 +34,7 @@ impl Core {
                 break;
             };
             let mut found = None;
-            while let Some((id, slot)) = self.pop_queued() {
+            while let Some((id, slot)) = self.queue.pop() {
                 if self.conflicts(id, worker) {
                     skipped.push(id);
                     if skipped.len() >= MAX_SKIPS {
@@ -74,11 +74,6 @@ impl Core {
                 .into_iter()
                 .map(|(worker, tasks)| Action::Assign { worker, tasks }),
         );
-    }
-
-    /// Pops the next queued task and its package's slab key.
-    fn pop_queued(&mut self) -> Option<(TaskId, u64)> {
-        self.queue.pop()
     }
 
     /// A queued task of an `on_miss = drop` package whose deadline is nearer than its
