@@ -17,6 +17,7 @@
 //! A `Cancelled` task's package may already be freed: the client is done with it, and only the
 //! worker's answer (or loss) is awaited so the in-flight set stays exact.
 
+mod calls;
 mod client_events;
 mod copies;
 mod dispatch;
@@ -66,6 +67,9 @@ pub struct CoreConfig {
     /// dropping tasks that cannot make their deadline (default 5). Admission control uses
     /// any estimate it has.
     pub estimate_min_samples: u32,
+    /// Calls queued for a function whose last server left wait this long for a server to
+    /// return, then fail (default 30 s).
+    pub service_grace_ns: u64,
 }
 
 impl Default for CoreConfig {
@@ -79,6 +83,7 @@ impl Default for CoreConfig {
             report_deliveries: false,
             hedge_factor: 1.5,
             estimate_min_samples: 5,
+            service_grace_ns: 30 * 1_000_000_000,
         }
     }
 }
@@ -348,6 +353,19 @@ impl Core {
             Event::Returned { worker, tasks } => self.on_returned(worker, &tasks, now, out),
             Event::Drain { worker } => self.on_drain(worker),
             Event::WorkerLost { worker } => self.on_worker_lost(worker, now, out),
+            Event::Serve { worker, functions } => self.on_serve(worker, functions, now, out),
+            Event::SubmitCalls {
+                client,
+                req_id,
+                package,
+                opts,
+                calls,
+            } => self.on_submit_calls(client, req_id, package, opts, calls, now, out),
+            Event::Functions {
+                client,
+                req_id,
+                name,
+            } => self.on_functions(client, req_id, &name, out),
         }
         if !self.pending_aborts.is_empty() {
             let aborts = std::mem::take(&mut self.pending_aborts);

@@ -135,6 +135,66 @@ pub struct WorkerOutcome {
     pub flush_us: u64,
 }
 
+/// A named function a worker serves (grid RPC), from its `SERVE` message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceDecl {
+    /// The function's name, 1 to 128 bytes.
+    pub name: String,
+    /// Its version, 0 to 64 bytes.
+    pub version: String,
+    /// Its interface, an opaque msgpack blob (docs/rpc.md) the core hands out but never reads.
+    pub interface: Bytes,
+}
+
+/// One call of an [`Event::SubmitCalls`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallSpec {
+    /// The function's name.
+    pub name: String,
+    /// Its version; empty = the newest served.
+    pub version: String,
+    /// Opaque argument payload.
+    pub args: Bytes,
+    /// Indices of earlier calls of the same submission whose result data are this call's
+    /// inputs, in this order.
+    pub deps: Vec<u32>,
+    /// Send the result's data to the client even though other calls depend on it (calls no
+    /// other call depends on are always sent).
+    pub fetch: bool,
+}
+
+/// A served function as the registry lists it, for [`Action::FunctionsReply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// Its name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// Connected workers serving it.
+    pub servers: u32,
+    /// Its interface blob.
+    pub interface: Bytes,
+}
+
+/// One call inside an [`Action::AssignCalls`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssignCall {
+    /// The task.
+    pub task: TaskId,
+    /// Its attempt number, from 1.
+    pub attempt: u32,
+    /// The function's name.
+    pub name: String,
+    /// The function's version (the one resolved at submission).
+    pub version: String,
+    /// Opaque argument payload.
+    pub args: Bytes,
+    /// Result data of its dependencies, in the order of its `deps`.
+    pub inputs: Vec<Bytes>,
+    /// Execution time limit, milliseconds; 0 = none.
+    pub timeout_ms: u32,
+}
+
 /// A fact the shell observed. The core's only input.
 #[derive(Debug, Clone)]
 pub enum Event {
@@ -250,6 +310,37 @@ pub enum Event {
         /// The worker.
         worker: WorkerId,
     },
+    /// A worker declares the named functions it serves (once, before it pulls).
+    Serve {
+        /// The worker.
+        worker: WorkerId,
+        /// Its functions.
+        functions: Vec<ServiceDecl>,
+    },
+    /// A client submitted a package of calls of named functions (a transaction when they
+    /// depend on each other).
+    SubmitCalls {
+        /// The submitting client.
+        client: ClientId,
+        /// The client's request id, echoed in `Accepted`/`Rejected`.
+        req_id: u64,
+        /// The id the new package gets.
+        package: PackageId,
+        /// Options (replicas, quorum, max copies, hedge, admit and `on_miss = drop` are
+        /// refused).
+        opts: PackageOpts,
+        /// The calls; task `i` of the package is call `i`.
+        calls: Vec<CallSpec>,
+    },
+    /// A client asks for the registry of served functions.
+    Functions {
+        /// The client.
+        client: ClientId,
+        /// Echoed in the reply.
+        req_id: u64,
+        /// One name's versions, or every function when empty.
+        name: String,
+    },
     /// A worker's connection closed: its assigned tasks go back to the ready queue.
     WorkerLost {
         /// The worker.
@@ -361,6 +452,22 @@ pub enum RejectReason {
     /// Options that contradict each other or exceed a limit.
     #[error("invalid options: {0}")]
     InvalidOptions(String),
+    /// A call named a function, or a version of it, that no connected worker serves.
+    #[error("no worker serves {what}; served: {served}")]
+    UnknownFunction {
+        /// The function as named: `'dmmul'` or `'dmmul' version 2`.
+        what: String,
+        /// What is served, `name (versions)` joined by commas, or `nothing`.
+        served: String,
+    },
+    /// A call of a `SubmitCalls` is malformed (a dependency on itself or a later call).
+    #[error("call #{index}: {reason}")]
+    InvalidCall {
+        /// The call's index.
+        index: u32,
+        /// What is wrong.
+        reason: String,
+    },
     /// Admission control: no worker slot is connected (or every worker drains), so nothing
     /// can finish by the deadline.
     #[error(
@@ -467,6 +574,33 @@ pub enum Action {
         worker: WorkerId,
         /// `(task, attempt)` pairs.
         tasks: Vec<(TaskId, u32)>,
+    },
+    /// Send these calls to the worker (never more than its credits, together with any
+    /// `Assign` of the same event).
+    AssignCalls {
+        /// The worker.
+        worker: WorkerId,
+        /// The calls.
+        calls: Vec<AssignCall>,
+    },
+    /// Answer a `Functions` request.
+    FunctionsReply {
+        /// The client.
+        client: ClientId,
+        /// Its request id.
+        req_id: u64,
+        /// The functions, names sorted, newest version first within a name.
+        functions: Vec<ServiceInfo>,
+    },
+    /// A worker's `Serve` entry was refused: another worker serves that name and version with
+    /// a different interface.
+    ServeRefused {
+        /// The worker.
+        worker: WorkerId,
+        /// The function's name.
+        name: String,
+        /// Its version.
+        version: String,
     },
     /// Answer a status request.
     StatusReply {

@@ -23,7 +23,7 @@ mod worker;
 pub use crate::core::{Core, CoreConfig, CoreStats, WorkerStats};
 pub use crate::estimate::Estimate;
 pub use crate::event::{
-    Action, AssignTask, Event, MissPolicy, PackageCounts, PackageOpts, RejectReason,
-    RestoredPackage, TaskOutcome, TaskStatus, WorkerOutcome,
+    Action, AssignCall, AssignTask, CallSpec, Event, MissPolicy, PackageCounts, PackageOpts, RejectReason,
+    RestoredPackage, ServiceDecl, ServiceInfo, TaskOutcome, TaskStatus, WorkerOutcome,
 };
 pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};

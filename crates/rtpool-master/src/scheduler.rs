@@ -601,6 +601,11 @@ impl Scheduler {
 
     fn route(&mut self, action: Action) {
         match action {
+            // TODO(#5): the grid RPC frames (docs/protocol.md) are routed by the shell's
+            // `ASSIGN_CALLS`/`FUNCTIONS_REPLY`/`serve_conflict` encoders, being written.
+            Action::AssignCalls { .. }
+            | Action::FunctionsReply { .. }
+            | Action::ServeRefused { .. } => {}
             Action::Assign { worker, tasks } => {
                 let tasks = tasks
                     .into_iter()
@@ -638,9 +643,11 @@ impl Scheduler {
                     RejectReason::Admission { .. } | RejectReason::NoWorkerSlots { .. } => {
                         "admission"
                     }
+                    RejectReason::UnknownFunction { .. } => "unknown_function",
                     RejectReason::Empty
                     | RejectReason::TooManyTasks { .. }
-                    | RejectReason::InvalidOptions(_) => "rejected",
+                    | RejectReason::InvalidOptions(_)
+                    | RejectReason::InvalidCall { .. } => "rejected",
                 };
                 let msg = Msg::Error {
                     code: code.into(),
