@@ -14,7 +14,8 @@ Every loop is bounded by a count and by a time budget and stops by itself. Each 
 its own ``LocalCluster`` and stops it (and the floor's echo process) in ``finally``.
 
 ``latency --rate R`` / ``--sweep`` (open loop), ``deadline`` and ``hedge`` share this parser
-and run in :mod:`rtpool._bench_rt`.
+and run in :mod:`rtpool._bench_rt`. ``ninf`` (the Ninf paper's grid RPC benchmarks) has its own
+parser and runs in :mod:`rtpool._bench_ninf`.
 """
 
 from __future__ import annotations
@@ -489,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="latency: no-op round trips (open loop with --rate or --sweep); throughput: one "
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
-        "and without hedging",
+        "and without hedging (and `rtpool bench ninf --help`: the Ninf paper's grid RPC "
+        "benchmarks)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
@@ -547,6 +549,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 when every section ran to the end, 1 when a run timed out or an echo came back
         wrong, 2 on bad arguments. Missing a speed bar is reported, not an error.
     """
+    if argv and argv[0] == "ninf":
+        from . import _bench_ninf
+
+        return _bench_ninf.main(argv[1:])
     ap = build_parser()
     args = ap.parse_args(argv)
     from . import _bench_rt

@@ -55,13 +55,15 @@ example:
 
 _BENCH_HELP = """\
 Measure latency (p50, p99, p99.9, max) and throughput end to end; open-loop latency under
-load, deadline misses and straggler hedging. Pass --help after `bench` for its own options.
+load, deadline misses and straggler hedging; the Ninf paper's grid RPC benchmarks (`ninf`).
+Pass --help after `bench` (or `bench ninf`) for its own options.
 
 examples:
   rtpool bench all
   rtpool bench latency --sweep --compare-load
   rtpool bench deadline
   rtpool bench hedge
+  rtpool bench ninf [linpack] [multi] [ep] [bars]
 """
 
 
