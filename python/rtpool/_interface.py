@@ -343,6 +343,10 @@ class Interface:
                 self._check_ref(p, ref, shape_scalars)
             elif p.type == "array":
                 self._check_array(p, value, shape_scalars)
+        if slots is not self.params:
+            for p in self._outputs:
+                if p.mode == "out" and p.shape is not None:
+                    self.expected_shape(p, shape_scalars)  # a negative size fails here already
         return BoundCall(self, args, slots is self.params, scalars, shape_scalars)
 
     def _int_names(self) -> frozenset:
