@@ -101,7 +101,8 @@ def _array_parts(arr: Any) -> tuple:
     if dt.byteorder == ">":
         dt = dt.newbyteorder("<")
         arr = arr.astype(dt)
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
     dtype_str = dt.str.encode("ascii")
     header = (
         bytes([len(dtype_str)])
@@ -219,10 +220,13 @@ def _array_from(payload: memoryview, copy: bool) -> Any:
     ndim = payload[pos]
     shape = struct.unpack_from(f"<{ndim}Q", payload, pos + 1)
     pos += 1 + 8 * ndim
-    if "numpy" not in sys.modules and ndim == 0 and dtype_str == "<c16":
-        # A complex scalar reaching a process without numpy.
-        return complex(*struct.unpack_from("<dd", payload, pos))
-    np = _numpy()
+    try:
+        np = _numpy()
+    except CallError:
+        if ndim == 0 and dtype_str == "<c16" and len(payload) == pos + 16:
+            # A complex scalar reaching a process without numpy.
+            return complex(*struct.unpack_from("<dd", payload, pos))
+        raise
     dt = np.dtype(dtype_str)
     if dt.hasobject or dt.fields is not None or dt.kind == "V":
         raise CallError(
@@ -322,6 +326,8 @@ def _unpack_one(mv: memoryview, pos: int) -> tuple:
 
 
 def _decode_value(mv: memoryview, pos: int, copy: bool) -> tuple:
+    if pos >= len(mv):
+        raise ValueError("truncated payload")
     ext = _ext_at(mv, pos)
     if ext is not None:
         code, start, end = ext
