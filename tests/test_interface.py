@@ -444,6 +444,8 @@ def good_dict() -> dict:
         (lambda d: d["params"][1].update(shape="n,n"), "shape 'n,n' is not normalized"),
         (lambda d: d.update(returns=[1]), "returns must be a map or nil"),
         (lambda d: d["params"].append(d["params"][0]), "parameter n appears twice"),
+        (lambda d: d["params"][0].update(name="return"), "'return' is a Python keyword"),
+        (lambda d: d["params"][0].update(name="a b"), "'a b' is not an identifier"),
     ],
 )
 def test_from_bytes_refuses_invalid_interfaces(mutate, reason):
@@ -573,6 +575,8 @@ def test_bind_rejects_wrong_shape_dtype_and_count():
     assert call_error(add, 1) == "add takes 2 arguments (a, b), got 1"
     one = Interface("one", "1", "", "m", [Param("a", type="int")])
     assert call_error(one) == "one takes 1 argument (a), got 0"
+    none = Interface("none", "1", "", "m", [])
+    assert call_error(none, 1) == "none takes no arguments, got 1"
 
 
 def test_bind_checks_output_buffers():
