@@ -93,6 +93,7 @@ def _array_parts(arr: Any) -> tuple:
     """``(ext 1 payload header, array data)``: the data as a contiguous little-endian uint8
     view (no copy when the array already is one)."""
     np = sys.modules["numpy"]
+    arr = np.asarray(arr)  # a subclass (np.matrix) travels as its plain array
     dt = arr.dtype
     if dt.hasobject or dt.fields is not None or dt.kind == "V":
         raise CallError(
@@ -244,8 +245,15 @@ def _array_from(payload: memoryview, copy: bool) -> Any:
         return np.empty(shape, dt.newbyteorder("="))
     arr = np.frombuffer(payload, dtype=dt, count=count, offset=pos).reshape(shape)
     if copy:
-        return arr.astype(dt.newbyteorder("="))  # a copy, in native byte order
+        return _owned(arr)
     return arr
+
+
+def _owned(arr: Any) -> Any:
+    """A writable, aligned copy of ``arr`` in native byte order."""
+    if arr.dtype.isnative:
+        return arr.copy()  # a plain memcpy
+    return arr.astype(arr.dtype.newbyteorder("="))
 
 
 def _ref_from(payload: Any) -> Ref:
@@ -562,7 +570,7 @@ def deliver(iface: Interface, payload: bytes, out_buffers: list) -> Any:
                 ) from None
             value = buffer
         elif is_array:
-            value = value.astype(value.dtype.newbyteorder("="))  # a writable array of its own
+            value = _owned(value)
         results.append(_from_wire(p, value))
     if not results:
         return None
