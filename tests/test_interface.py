@@ -495,7 +495,7 @@ def test_str_repr_and_help_show_signature_and_doc():
         "dmmul(n: int, A: In[float64[n, n]], B: In[float64[n, n]]) -> C: Out[float64[n, n]]"
         "\n\ndmmul is double precision matrix multiply"
     )
-    assert repr(iface).startswith("<Interface dmmul version '1': dmmul(n: int")
+    assert repr(iface) == "<Interface dmmul version '1'>"
     text = pydoc.render_doc(iface, renderer=pydoc.plaintext)
     assert "dmmul is double precision matrix multiply" in text
     assert "-> C: Out[float64[n, n]]" in text

@@ -474,6 +474,8 @@ def _from_wire(p: Param, value: Any) -> Any:
 def _output_problem(iface: Interface, spec: Param, value: Any) -> Any:
     """Why ``value`` does not fit the output ``spec`` (a concrete shape, from
     :meth:`BoundCall.output_specs`), or None."""
+    if spec.type == "any":
+        return None  # encode_results refuses what msgpack cannot carry
     if spec.type != "array":
         return scalar_problem(spec.type, value)
     np = sys.modules.get("numpy")

@@ -224,7 +224,7 @@ class Interface:
         return self.signature
 
     def __repr__(self) -> str:
-        return f"<Interface {self.name} version {self.version!r}: {self.signature}>"
+        return f"<Interface {self.name} version {self.version!r}>"
 
     def _key(self) -> tuple:
         return (self.name, self.version, self.doc, self.module, tuple(self.params), self.returns)
