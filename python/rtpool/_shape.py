@@ -51,6 +51,17 @@ def _eval_dim(node: ast.AST, scalars: dict) -> int:
     return _BINOPS[type(node.op)](_eval_dim(node.left, scalars), _eval_dim(node.right, scalars))
 
 
+def _parse_dim(dim: str) -> ast.AST:
+    if not dim:
+        raise ValueError("empty dimension")
+    try:
+        node = ast.parse(dim, mode="eval").body
+    except SyntaxError:
+        raise ValueError("not an expression") from None
+    _check_dim_node(node)
+    return node
+
+
 class Shape:
     """A parsed shape expression: its dimensions (an AST each, None for ``*``) and the names."""
 
@@ -64,16 +75,11 @@ class Shape:
             if dim == "*":
                 self.dims.append(None)
                 continue
-            if not dim:
-                raise ValueError("empty dimension")
             try:
-                node = ast.parse(dim, mode="eval").body
-            except SyntaxError:
-                raise ValueError(f"{dim!r} is not an expression") from None
-            try:
-                _check_dim_node(node)
+                node = _parse_dim(dim)
             except ValueError as exc:
-                raise ValueError(f"{dim!r}: {exc}") from None
+                where = f" (dimension {dim!r})" if len(self.texts) > 1 else ""
+                raise ValueError(f"{exc}{where}") from None
             names.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
             self.dims.append(node)
         self.names = frozenset(names)
