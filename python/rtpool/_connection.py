@@ -264,6 +264,9 @@ class _Connection:
         self._status: Dict[int, list] = {}
         # req_id -> [name, functions or None, answered]: FUNCTIONS requests in flight
         self._fn_waiters: Dict[int, list] = {}
+        #: Interfaces of named functions by (name, version asked for), for _calls.py: one
+        #: FUNCTIONS round trip per function and client, shared by its options() views.
+        self.interfaces: Dict[Tuple[str, str | None], Any] = {}
         self._acks: Dict[int, _Segment] = {}  # reader only: packages of the current batch
         self._ack_later: Dict[int, _Segment] = {}  # ACKs the reader could not send at once
         self._fatal: Tuple[str, str] | None = None

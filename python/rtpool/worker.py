@@ -288,34 +288,23 @@ def load_services(modules: Sequence[str]) -> List[Service]:
         ServeError: A module fails to import or marks no function, or a name and version is
             served by two modules; the message names the module.
     """
-    import importlib
-
     from . import _interface
 
     services: List[Service] = []
     seen: Dict[Tuple[str, str], str] = {}
     for module_name in modules:
         try:
-            module = importlib.import_module(module_name)
-        except BaseException as exc:
+            # It imports the module; its errors name the module.
+            found = _interface.served_functions(module_name)
+        except Exception as exc:
             hint = ""
             if isinstance(exc, ModuleNotFoundError):
-                hint = "; install it or put its directory on the worker's PYTHONPATH"
+                hint = "; install it, or put its directory on the worker's PYTHONPATH"
+            raise ServeError(f"--serve {module_name}: {type(exc).__name__}: {exc}{hint}") from exc
+        if not found:  # served_functions refuses that already; kept for the message
             raise ServeError(
-                f"--serve {module_name}: cannot import module {module_name!r}: "
-                f"{type(exc).__name__}: {exc}{hint}"
-            ) from exc
-        try:
-            found = _interface.served_functions(module)
-        except Exception as exc:
-            raise ServeError(
-                f"--serve {module_name}: cannot serve module {module_name!r}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if not found:
-            raise ServeError(
-                f"--serve {module_name}: module {module_name!r} marks no function with "
-                "@rtpool.remote; nothing to serve"
+                f"--serve {module_name}: module {module_name} serves no functions: mark them "
+                "with @rtpool.remote"
             )
         for fn, iface in found:
             key = (iface.name, iface.version)
