@@ -121,3 +121,19 @@ def test_results_decode_to_lists_of_lists():
     results = [[i, 0, b"x", 1, 2, 3, 4, 5] for i in range(64)]
     (msg,) = P.FrameReader(P.DEFAULT_MAX_FRAME).feed(P.encode(P.RESULTS, 9, results))
     assert msg == [P.RESULTS, 9, results]
+
+
+def test_call_opts_only_non_default_keys():
+    calls = [["add", "", b"\x92\x02\x03", [], False]]
+    with_default = P.encode(P.CALL, 1, {"priority": 0, "hedge": False}, calls)
+    assert with_default == P.encode(P.CALL, 1, {}, calls)
+    msg = P.decode(P.encode(P.CALL, 2, {"timeout_ms": 50, "priority": 3}, calls))
+    assert list(msg[2]) == ["priority", "timeout_ms"]  # spec order
+    assert msg == [P.CALL, 2, {"priority": 3, "timeout_ms": 50}, calls]
+
+
+def test_rpc_errors_are_not_fatal():
+    assert P.ERR_UNKNOWN_FUNCTION == "unknown_function"
+    assert P.ERR_SERVE_CONFLICT == "serve_conflict"
+    assert {P.ERR_UNKNOWN_FUNCTION, P.ERR_SERVE_CONFLICT} <= P.NON_FATAL_ERRORS
+    assert {P.SERVE, P.ASSIGN_CALLS, P.CALL, P.FUNCTIONS, P.FUNCTIONS_REPLY} == {27, 28, 18, 19, 29}

@@ -26,6 +26,7 @@ from .errors import (
     AdmissionError,
     CallError,
     DeadlineMissedError,
+    NotFetchedError,
     PoisonTaskError,
     QuorumError,
     QuotaExceededError,
@@ -40,12 +41,14 @@ __all__ = [
     "AdmissionError",
     "Array",
     "CallError",
+    "CallFuture",
     "Client",
     "DeadlineMissedError",
     "In",
     "InOut",
     "Interface",
     "LocalCluster",
+    "NotFetchedError",
     "Out",
     "Package",
     "PoisonTaskError",
@@ -53,6 +56,7 @@ __all__ = [
     "QuotaExceededError",
     "ResultsLost",
     "TaskTimeoutError",
+    "Transaction",
     "UnknownFunctionError",
     "__version__",
     "errors",
@@ -61,10 +65,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ._interface import Array, In, InOut, Interface, Out, remote
-    from .client import Client, Package
+    from .client import CallFuture, Client, Package, Transaction
     from .cluster import LocalCluster
 
 _LAZY = {"Client": "client", "Package": "client", "LocalCluster": "cluster"}
+_LAZY.update(CallFuture="client", Transaction="client")
 # Grid RPC (docs/rpc.md): named remote functions and their interfaces.
 _LAZY.update(dict.fromkeys(["Array", "In", "InOut", "Interface", "Out", "remote"], "_interface"))
 

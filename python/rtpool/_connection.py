@@ -12,6 +12,12 @@ sends one ``ACK`` per package that got results. When the connection drops, the r
 reconnects with backoff, re-sends every ``SUBMIT`` not yet ``ACCEPTED`` (same bytes, so the
 same idempotency ``key``), ``ATTACH``es every accepted package with pending futures, and keeps
 the first result of each task (the master re-sends the ones not acknowledged).
+
+Calls of named functions (``CALL``, see ``docs/rpc.md``) are packages too: a call segment
+has a ``decode`` hook that turns each result's msgpack data into the call's outputs (instead
+of unpickling it), and ``FUNCTIONS`` requests wait for their ``FUNCTIONS_REPLY`` like
+``STATUS`` (re-sent after a reconnection). The interfaces, validation and encoding are in
+``_calls.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import random
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from . import _protocol as P
 from ._connect import Address, TlsOption, connect, parse_address
@@ -45,6 +51,7 @@ from .errors import (
     SubmitRejected,
     TaskFailed,
     TaskTimeoutError,
+    UnknownFunctionError,
 )
 
 _log = logging.getLogger("rtpool.client")
@@ -90,6 +97,7 @@ class _Segment:
 
     __slots__ = (
         "conn",
+        "decode",
         "error",
         "frame",
         "futures",
@@ -100,6 +108,7 @@ class _Segment:
         "package",
         "pending_cancel",
         "req_id",
+        "retry",
         "rx",
         "serialize_us",
         "t0_ns",
@@ -124,6 +133,12 @@ class _Segment:
         self.serialize_us = serialize_us
         # Cancellations made before ACCEPTED gave the package id: indices, or ALL.
         self.pending_cancel: tuple | None = None
+        # Call packages: (index, status, data) -> (value, error), instead of unpickling.
+        self.decode: Callable[[int, int, Any], Tuple[Any, BaseException | None]] | None = None
+        # Call packages whose interfaces came from the cache: on ERROR unknown_function,
+        # called once (in a thread of its own) with the segment and the master's message,
+        # to fetch the interfaces again and re-send (see _Connection.resend_calls).
+        self.retry: Callable[[_Segment, str], None] | None = None
 
 
 def _submit_frame(req_id: int, digest: bytes, code: bytes, opts: dict, tasks: list) -> bytes:
@@ -136,6 +151,16 @@ def _submit_frame(req_id: int, digest: bytes, code: bytes, opts: dict, tasks: li
     else:
         opts = _with_key(opts, key)
     return _encode_submit(req_id, digest, code, opts, tasks)
+
+
+def _call_frame(req_id: int, opts: dict, calls: list) -> bytes:
+    """A ``CALL`` frame; ``opts`` in wire form, with a fresh idempotency key as for SUBMIT."""
+    key = _urandom(16).hex()
+    if opts.keys() <= _BEFORE_KEY:
+        opts = {**opts, "key": key}
+    else:
+        opts = _with_key(opts, key)
+    return _encode(P.CALL, req_id, opts, calls)
 
 
 def _with_key(opts: dict, key: str) -> dict:
@@ -237,6 +262,11 @@ class _Connection:
         self._attaching: Dict[int, Tuple[int, _Segment]] = {}  # package -> (req_id, segment)
         # req_id -> [package, counters or None, answered, error]
         self._status: Dict[int, list] = {}
+        # req_id -> [name, functions or None, answered]: FUNCTIONS requests in flight
+        self._fn_waiters: Dict[int, list] = {}
+        #: Interfaces of named functions by (name, version asked for), for _calls.py: one
+        #: FUNCTIONS round trip per function and client, shared by its options() views.
+        self.interfaces: Dict[Tuple[str, str | None], Any] = {}
         self._acks: Dict[int, _Segment] = {}  # reader only: packages of the current batch
         self._ack_later: Dict[int, _Segment] = {}  # ACKs the reader could not send at once
         self._fatal: Tuple[str, str] | None = None
@@ -443,6 +473,85 @@ class _Connection:
         self._send(frame, gen=self._register([seg]))
         return fut, seg
 
+    def call_segment(self, n: int, t0_ns: int, opts: Dict[str, Any]) -> _Segment:
+        """A new segment for a package of ``n`` calls; the caller sets its ``futures``,
+        ``decode`` (and ``retry``), then sends it with :meth:`send_calls`."""
+        seg = _Segment(self, next(self._ids), n, t0_ns, 0.0)
+        if "deadline_ms" in opts:
+            seg.has_deadline = True
+        return seg
+
+    def send_calls(self, seg: _Segment, opts: Dict[str, Any], calls: list) -> None:
+        """Send a ``CALL`` frame: ``calls`` are ``[name, version, args, deps, fetch]``."""
+        seg.frame = frame = _call_frame(seg.req_id, opts, calls)
+        self._send(frame, gen=self._register([seg]))
+
+    def resend_calls(self, seg: _Segment, opts: Dict[str, Any], calls: list) -> None:
+        """Send a call segment again under a new request id (the ``retry`` hook's way back,
+        after ``ERROR unknown_function``); nothing if its futures failed meanwhile."""
+        with self._lock:
+            if self._by_req.pop(seg.req_id, None) is None:
+                return  # the connection was lost for good: its futures failed with it
+            seg.req_id = next(self._ids)
+            seg.frame = frame = _call_frame(seg.req_id, opts, calls)
+            self._by_req[seg.req_id] = seg
+            gen = self._gen
+        self._send(frame, gen=gen)
+
+    def fail_unsent(self, seg: _Segment, exc: BaseException) -> None:
+        """Fail every future of a segment the master has not accepted (a ``retry`` that
+        could not rebuild its calls)."""
+        with self._cond:
+            self._by_req.pop(seg.req_id, None)
+            seg.frame = None
+            futures, seg.futures = seg.futures, None
+            seg.error = exc
+            self._cond.notify_all()
+        if futures:
+            self._fail(futures, exc)
+
+    def functions(self, name: str, timeout: float) -> list:
+        """Ask the master which functions are served (``FUNCTIONS``): ``name``'s versions,
+        or everything for ``""``. Survives a reconnection (the request is sent again).
+
+        Returns:
+            ``[[name, version, servers, interface], ...]`` as ``FUNCTIONS_REPLY`` lists them.
+
+        Raises:
+            TimeoutError: No answer within ``timeout`` seconds.
+            ConnectionLost: The connection is gone for good.
+            RuntimeError: The client was shut down.
+        """
+        waiter = [name, None, False]
+        with self._lock:
+            if self._lost is not None:
+                raise self._lost
+            if self.closing:
+                raise RuntimeError("cannot ask the master for functions after shutdown")
+            req_id = next(self._ids)
+            self._fn_waiters[req_id] = waiter
+            gen = self._gen
+            if self.sock is None:
+                self._cond.notify_all()  # a reader waiting for work reconnects
+        try:
+            self._send(_encode(P.FUNCTIONS, req_id, name), gen=gen)
+            with self._cond:
+                self._waiting += 1
+                try:
+                    self._cond.wait_for(lambda: waiter[2] or self._lost is not None, timeout)
+                finally:
+                    self._waiting -= 1
+        finally:
+            with self._lock:
+                self._fn_waiters.pop(req_id, None)
+        if waiter[2]:
+            return waiter[1]
+        if self._lost is not None:
+            raise self._lost
+        raise TimeoutError(
+            f"the master at {self.address} did not answer FUNCTIONS within {timeout:g} s"
+        )
+
     def on_local_cancel(self, seg: _Segment, indices: tuple, count: int = 1) -> None:
         """Account for futures of ``seg`` cancelled here and tell the master."""
         with self._lock:
@@ -595,6 +704,8 @@ class _Connection:
                 self._on_status_reply(msg)
             elif kind == P.ERROR:
                 self._on_error(msg[1], msg[2], msg[3])
+            elif kind == P.FUNCTIONS_REPLY:
+                self._on_functions_reply(msg[1], msg[2])
             else:
                 raise ProtocolError(f"a client does not expect message kind {kind}")
 
@@ -613,6 +724,7 @@ class _Connection:
             return  # just finished by cancellations in another thread
         perf_ns = _perf_ns
         loads = _loads
+        decode = seg.decode
         for r in results:
             fut = futures[r[0]]
             if fut._entry is not None:
@@ -623,7 +735,9 @@ class _Connection:
             status = r[1]
             t0 = perf_ns()
             value = None
-            if status == 0:
+            if decode is not None and status != 2:
+                value, error = decode(r[0], status, r[2])
+            elif status == 0:
                 try:
                     value = loads(r[2])
                 except Exception as exc:
@@ -691,7 +805,45 @@ class _Connection:
                 waiter[2] = True
                 self._cond.notify_all()
 
+    def _on_functions_reply(self, req_id: int, functions: list) -> None:
+        with self._cond:
+            waiter = self._fn_waiters.get(req_id)
+            if waiter is not None:
+                waiter[1] = functions
+                waiter[2] = True
+                self._cond.notify_all()
+
+    def _on_unknown_function(self, message: str, ref: int) -> None:
+        """``ERROR unknown_function`` for the ``CALL`` with request id ``ref``: retry it once
+        if its interfaces came from the cache, else fail its futures."""
+        with self._cond:
+            self._drop_since = None
+            seg = self._by_req.get(ref)
+            retry = None
+            if seg is not None:
+                retry, seg.retry = seg.retry, None
+                seg.frame = None  # not re-sent by a reconnection while it is rebuilt
+                if retry is None:
+                    del self._by_req[ref]
+            self._cond.notify_all()
+        if seg is None:
+            return
+        if retry is not None:
+            # It asks the master for the interfaces again: not on this thread.
+            threading.Thread(
+                target=retry, args=(seg, message), name="rtpool-call-retry", daemon=True
+            ).start()
+            return
+        futures, seg.futures = seg.futures, None
+        if futures:
+            exc = UnknownFunctionError(message)
+            seg.error = exc
+            self._fail(futures, exc)
+
     def _on_error(self, code: str, message: str, ref: int) -> None:
+        if code == P.ERR_UNKNOWN_FUNCTION:
+            self._on_unknown_function(message, ref)
+            return
         if code == P.ERR_REJECTED or code == P.ERR_QUOTA or code == P.ERR_ADMISSION:
             with self._cond:
                 self._drop_since = None
@@ -792,7 +944,7 @@ class _Connection:
     def _needs_connection(self) -> bool:
         # With self._lock held. After shutdown(), only futures still pending keep it going.
         if not self.closing:
-            return bool(self._by_req or self._segments)
+            return bool(self._by_req or self._segments or self._fn_waiters)
         segments = list(self._by_req.values()) + list(self._segments.values())
         return any(not f.done() for seg in segments for f in (seg.futures or ()))
 
@@ -867,6 +1019,9 @@ class _Connection:
                         frames.append(_encode(P.CANCEL, package, cancelled))
                 resend = sorted(self._by_req.values(), key=lambda s: s.req_id)
                 frames.extend(seg.frame for seg in resend if seg.frame is not None)
+                for req_id, waiter in self._fn_waiters.items():
+                    if not waiter[2]:
+                        frames.append(_encode(P.FUNCTIONS, req_id, waiter[0]))
                 self._cond.notify_all()
             try:
                 for frame in frames:

@@ -34,6 +34,8 @@ STATUS = 14
 STATUS_REPLY = 15
 ATTACH = 16
 ACK = 17
+CALL = 18
+FUNCTIONS = 19
 PULL = 20
 ASSIGN = 21
 RESULT = 22
@@ -41,6 +43,9 @@ RETURN = 23
 HEARTBEAT = 24
 DRAIN = 25
 ABORT = 26
+SERVE = 27
+ASSIGN_CALLS = 28
+FUNCTIONS_REPLY = 29
 
 KIND_NAMES = {
     HELLO: "HELLO",
@@ -54,6 +59,8 @@ KIND_NAMES = {
     STATUS_REPLY: "STATUS_REPLY",
     ATTACH: "ATTACH",
     ACK: "ACK",
+    CALL: "CALL",
+    FUNCTIONS: "FUNCTIONS",
     PULL: "PULL",
     ASSIGN: "ASSIGN",
     RESULT: "RESULT",
@@ -61,6 +68,9 @@ KIND_NAMES = {
     HEARTBEAT: "HEARTBEAT",
     DRAIN: "DRAIN",
     ABORT: "ABORT",
+    SERVE: "SERVE",
+    ASSIGN_CALLS: "ASSIGN_CALLS",
+    FUNCTIONS_REPLY: "FUNCTIONS_REPLY",
 }
 
 # Task status codes (TaskResult.status, WorkerResult.status).
@@ -84,13 +94,34 @@ ERR_REJECTED = "rejected"
 ERR_UNKNOWN_PACKAGE = "unknown_package"
 ERR_SHUTDOWN = "shutdown"
 ERR_QUOTA = "quota"
+ERR_UNKNOWN_FUNCTION = "unknown_function"
+ERR_SERVE_CONFLICT = "serve_conflict"
 ERR_ADMISSION = "admission"
 ERR_TIMEOUT = "timeout"
 ERR_LEASE_EXPIRED = "lease_expired"
 ERR_IDLE = "idle"
 ERR_BUSY = "busy"
 ERR_SLOW_CONSUMER = "slow_consumer"
-NON_FATAL_ERRORS = frozenset({ERR_REJECTED, ERR_UNKNOWN_PACKAGE, ERR_QUOTA, ERR_ADMISSION})
+NON_FATAL_ERRORS = frozenset(
+    {
+        ERR_REJECTED,
+        ERR_UNKNOWN_PACKAGE,
+        ERR_QUOTA,
+        ERR_UNKNOWN_FUNCTION,
+        ERR_SERVE_CONFLICT,
+        ERR_ADMISSION,
+    }
+)
+
+# Named functions (grid RPC): limits the master enforces (longer is malformed, a fatal error).
+#: Longest function name, in UTF-8 bytes (a name has at least one).
+MAX_FUNCTION_NAME_BYTES = 128
+#: Longest function version, in UTF-8 bytes (empty means the newest in a CALL).
+MAX_FUNCTION_VERSION_BYTES = 64
+#: Largest interface blob in a SERVE.
+MAX_INTERFACE_BYTES = 64 << 10
+#: Most functions one SERVE may declare.
+MAX_SERVE_FUNCTIONS = 4096
 
 #: SUBMIT options of version 1 with their defaults, in the order the spec lists them (which is
 #: the order an encoder writes the keys in). ``max_copies`` 0 stands for the master's default,
@@ -124,7 +155,7 @@ Buffer = Union[bytes, bytearray, memoryview]
 
 
 def submit_opts(opts: dict) -> dict:
-    """Return the SUBMIT ``opts`` map as the spec wants it on the wire.
+    """Return the ``opts`` map of a SUBMIT or CALL as the spec wants it on the wire.
 
     Keys with their default value are left out, the others are written in spec order.
 
@@ -189,13 +220,16 @@ def encode(kind: int, *fields: Any) -> bytes:
     Args:
         kind: The message kind (``HELLO``, ``SUBMIT``, ...).
         *fields: The message's fields in spec order. ``bytes`` become msgpack bin, ``str``
-            msgpack str. For ``SUBMIT`` the opts map is normalised with :func:`submit_opts`.
+            msgpack str. For ``SUBMIT`` and ``CALL`` the opts map is normalised with
+            :func:`submit_opts`.
 
     Returns:
         The frame bytes, ready for ``sendall``.
     """
     if kind == SUBMIT and len(fields) == 5 and fields[3]:
         fields = (fields[0], fields[1], fields[2], submit_opts(fields[3]), fields[4])
+    elif kind == CALL and len(fields) == 3 and fields[1]:
+        fields = (fields[0], submit_opts(fields[1]), fields[2])
     try:
         pack = _local.pack
     except AttributeError:

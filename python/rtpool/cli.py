@@ -40,9 +40,13 @@ modules must be importable here (functions defined in __main__ or as lambdas tra
 SIGTERM or Ctrl-C finishes the running tasks, hands queued ones back and exits; a second one
 exits at once.
 
-example:
+With --serve MODULE (repeatable), the workers also serve the functions MODULE marks with
+@rtpool.remote, which clients call by name: client.call("dmmul", n, A, B) (docs/rpc.md).
+
+examples:
   RTPOOL_WORKER_TOKEN=$(cat ~/.local/share/rtpool/worker.token) \\
       rtpool worker --master 127.0.0.1:7070 --procs 8
+  rtpool worker --master 127.0.0.1:7070 --serve mypkg.linalg
 """
 
 _DEMO_HELP = """\

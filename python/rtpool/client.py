@@ -2,7 +2,8 @@
 master, its :meth:`~Client.options` views, and :class:`Package`.
 
 The connection itself (socket, reader thread, routing of the master's answers) is in
-``_connection.py``; the futures are in ``_future.py``.
+``_connection.py``; the futures are in ``_future.py``; calls of named functions
+(:meth:`~Client.call`, :meth:`~Client.transaction`) in ``_calls.py``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import os
 import pickle
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List
 
+from . import _calls
 from ._anytime import gather as _gather
 from ._connect import Address, TlsOption, default_name
 from ._connection import _Connection, _Segment
@@ -25,7 +27,13 @@ from ._protocol import STATUS_MISSED
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
 from .errors import AuthenticationError
 
-__all__ = ["Client", "ClientView", "Future", "Package"]
+if TYPE_CHECKING:
+    from ._interface import Interface
+
+__all__ = ["CallFuture", "Client", "ClientView", "Future", "Package", "Transaction"]
+
+CallFuture = _calls.CallFuture
+Transaction = _calls.Transaction
 
 _perf_ns = time.perf_counter_ns
 _dumps = pickle.dumps
@@ -436,6 +444,100 @@ class _Submitter(cf.Executor):
 
     def _track(self, segments: Iterable[_Segment]) -> None:
         pass
+
+    # -- named functions (grid RPC, docs/rpc.md) ----------------------------------------------
+
+    def call(
+        self, name: str, /, *args: Any, version: str | None = None, timeout: float | None = None
+    ) -> Any:
+        """Call the named function ``name`` on a worker that serves it, and wait.
+
+        The function's interface is fetched from the master on first use (and cached); the
+        arguments are checked against it before anything is sent.
+
+        Example::
+
+            C = client.call("dmmul", n, A, B)     # returns C
+            client.call("dmmul", n, A, B, C)      # Ninf style: fills C in place too
+
+        Args:
+            name: The function's name.
+            *args: Its ``In`` and ``InOut`` arguments in order; or every parameter, the
+                ``Out`` ones being arrays of the right dtype and shape to fill in place.
+            version: The version to call; None: the newest served.
+            timeout: Seconds to wait for the result (None: no limit); the call is cancelled
+                when it runs out. The worker's execution limit is ``options(timeout=)``.
+
+        Returns:
+            The outputs: the return value (if any), then the ``Out`` and ``InOut`` arrays; None
+            for no output, the output itself for one, a tuple for several.
+
+        Raises:
+            CallError: The arguments do not match the interface (nothing was sent).
+            UnknownFunctionError: No worker serves ``name`` (or that version); the message
+                lists what is served.
+            TaskFailed: The function raised on the worker (remote type, message and
+                traceback), or the call could not run.
+            TimeoutError: No result within ``timeout``.
+        """
+        return _calls.call(self, name, args, version, timeout)
+
+    def call_async(self, name: str, /, *args: Any, version: str | None = None) -> CallFuture:
+        """:meth:`call` without waiting: check and send the call, return its future.
+
+        Returns:
+            A :class:`CallFuture` whose ``result()`` gives the outputs.
+
+        Raises:
+            CallError, UnknownFunctionError: As :meth:`call`, at once.
+        """
+        return _calls.call_async(self, name, args, version)
+
+    def describe(self, name: str, version: str | None = None) -> Interface:
+        """The interface of a named function, fresh from the master.
+
+        ``print()`` (or ``help()``) of it shows the signature and the docstring, e.g.
+        ``dmmul(n: int, A: In[float64[n, n]], B: In[float64[n, n]]) -> C: Out[float64[n, n]]``.
+
+        Args:
+            name: The function's name.
+            version: A version; None: the newest served.
+
+        Returns:
+            An :class:`~rtpool.Interface` (``name``, ``version``, ``doc``, ``params``,
+            ``returns``, and ``servers``: the connected workers serving it).
+
+        Raises:
+            UnknownFunctionError: No worker serves it; the message lists what is served.
+        """
+        return _calls.lookup(self._conn, name, version)
+
+    def functions(self) -> List[Interface]:
+        """Every function the connected workers serve: one :class:`~rtpool.Interface` per name
+        and version (names sorted, newest version first), with ``servers`` filled in."""
+        return _calls.fetch_interfaces(self._conn, "")
+
+    def transaction(self) -> Transaction:
+        """A graph of calls sent as one frame when the ``with`` block exits.
+
+        Example::
+
+            with client.transaction() as tx:
+                a = tx.call("dgefa", n, A)              # futures of (info, LU, ipvt)
+                x = tx.call("dgesl", n, a[1], a[2], b)  # LU and ipvt stay on the master
+            x.result()
+
+        The calls use this executor's options (``client.options(priority=...)
+        .transaction()``). See :class:`Transaction` and ``docs/rpc.md``.
+        """
+        return _calls.Transaction(self)
+
+    def _call_opts(self) -> Dict[str, Any]:
+        """This executor's package options for calls (checked once, deadline resolved now)."""
+        if not self.__dict__.get("_call_opts_checked"):
+            _calls.call_opts(self._opts, None)
+            self._call_opts_checked = True
+        return self._opts if self._deadline_at is None else resolve(self._opts, self._deadline_at)
 
 
 def _result_iterator(package: Package, end: float | None, chunked: bool) -> Iterator[Any]:

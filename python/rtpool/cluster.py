@@ -124,6 +124,10 @@ class LocalCluster:
         rt_priority: SCHED_FIFO priority of both, 1-99 (default 50).
         cpus: CPUs to pin the master's threads and the workers to (a list of ints or
             ``"0,1"``); None: no pinning.
+        serve: Modules whose ``@rtpool.remote`` functions every worker serves (``rtpool
+            worker --serve MODULE`` for each), e.g. ``serve=["mypkg.linalg"]``; see
+            ``docs/rpc.md``. A module a worker cannot load makes that worker exit at start
+            (its log names the module).
 
     Raises:
         RtpoolError: The embedded master cannot start.
@@ -143,8 +147,12 @@ class LocalCluster:
         realtime: bool = False,
         rt_priority: int = 50,
         cpus: str | List[int] | None = None,
+        serve: Sequence[str] = (),
     ) -> None:
         from . import _native
+
+        if isinstance(serve, str):
+            serve = [serve]  # one module, not its letters
 
         worker_env = list(worker_env or ())
         if len(worker_env) > workers:
@@ -154,6 +162,7 @@ class LocalCluster:
             )
 
         self._prefetch = prefetch
+        self._serve_args = [arg for module in serve for arg in ("--serve", module)]
         self._task_memory_mb = task_memory_mb
         self._realtime_args: List[str] = []
         rt_args: Dict[str, Any] = {}
@@ -254,6 +263,7 @@ class LocalCluster:
         if self._task_memory_mb is not None:
             cmd += ["--task-memory-mb", str(self._task_memory_mb)]
         cmd += self._realtime_args
+        cmd += self._serve_args
         proc = subprocess.Popen(cmd, env=proc_env, stdin=subprocess.DEVNULL, start_new_session=True)
         self._state.workers.append(proc)
         return len(self._state.workers) - 1

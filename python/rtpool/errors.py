@@ -22,6 +22,7 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "DeadlineMissedError",
+    "NotFetchedError",
     "PoisonTaskError",
     "ProtocolError",
     "QuorumError",
@@ -91,6 +92,15 @@ class UnknownFunctionError(RtpoolError, LookupError):
 
     The message names the function and lists what is served. It is also a builtin
     ``LookupError``.
+    """
+
+
+class NotFetchedError(RtpoolError):
+    """The outputs of a transaction's call were not sent to the client.
+
+    An intermediate call (one that later calls of the transaction use) keeps its outputs on
+    the master unless it was made with ``tx.call(..., fetch=True)``; its future then raises
+    this from ``result()`` once the call succeeded (and the call's own error if it failed).
     """
 
 

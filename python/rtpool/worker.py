@@ -22,6 +22,10 @@ restarts a child that crashes, with a bounded backoff). Each child holds one con
 * **Real-time mode** (``--realtime``). Each child locks its memory and runs its main thread (I/O
   and the tasks it runs itself) under ``SCHED_FIFO``, within a CPU budget; what it starts runs
   normal. Why, and what a refusal does: ``_realtime.py``.
+* **Named functions** (``--serve MODULE``, grid RPC: ``docs/rpc.md``). The modules are
+  imported once, in the parent before it forks; each session starts with ``SERVE`` (before the
+  first ``PULL``), and ``ASSIGN_CALLS`` runs through the same queue, credits, executor and
+  result batching as ``ASSIGN``, with msgpack arguments and results instead of pickle.
 * **Reconnection.** When the connection drops, the child reconnects with backoff (until
   ``--reconnect-timeout``); the new session holds nothing, so unstarted tasks of the old one are
   dropped (the master requeued them), and unsent results are sent again only to the same
@@ -47,7 +51,9 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+
+import msgpack
 
 from . import _connect
 from . import _protocol as P
@@ -55,7 +61,7 @@ from ._connect import default_name
 from ._supervise import Executor, ExecutorDied, address_space_mib
 from .errors import AuthenticationError, ConnectError, ProtocolError, RtpoolError
 
-__all__ = ["WorkerConnection", "add_arguments", "main", "run"]
+__all__ = ["ServeError", "Service", "WorkerConnection", "add_arguments", "load_services", "main", "run"]
 
 EXIT_OK = 0
 #: The child cannot start: bad address, bad token. Restarting would not help.
@@ -243,6 +249,80 @@ def _load_error_report(exc: BaseException, what: str, where: str) -> bytes:
     return dumps_error(new, tb)
 
 
+class ServeError(RtpoolError):
+    """A ``--serve`` module cannot be served: it does not import, it marks no function, or
+    two modules serve the same name and version."""
+
+
+class Service(NamedTuple):
+    """One named function this worker serves."""
+
+    #: Its position in the worker's list: the executor's key for it (see ``_CALL_KEY``).
+    index: int
+    name: str
+    version: str
+    fn: Any
+    interface: Any
+    module: str
+
+
+# A call run in the executor travels as a task whose "function hash" is this prefix and the
+# service's index (a code hash is a 32-byte digest: it never has this form).
+_CALL_KEY = b"\0rtpool-call\0"
+_CALL_INDEX = struct.Struct(">I")
+
+
+def load_services(modules: Sequence[str]) -> List[Service]:
+    """Import the ``--serve`` modules and collect the functions they mark with ``@remote``.
+
+    Only this imports the interface machinery (and, through the modules, numpy): a worker
+    that serves nothing never loads them.
+
+    Args:
+        modules: Importable module names, in the order given on the command line.
+
+    Returns:
+        The services, in module order.
+
+    Raises:
+        ServeError: A module fails to import or marks no function, or a name and version is
+            served by two modules; the message names the module.
+    """
+    from . import _interface
+
+    services: List[Service] = []
+    seen: Dict[Tuple[str, str], str] = {}
+    for module_name in modules:
+        try:
+            # It imports the module; its errors name the module.
+            found = _interface.served_functions(module_name)
+        except Exception as exc:
+            hint = ""
+            if isinstance(exc, ModuleNotFoundError):
+                hint = "; install it, or put its directory on the worker's PYTHONPATH"
+            raise ServeError(f"--serve {module_name}: {type(exc).__name__}: {exc}{hint}") from exc
+        if not found:  # served_functions refuses that already; kept for the message
+            raise ServeError(
+                f"--serve {module_name}: module {module_name} serves no functions: mark them "
+                "with @rtpool.remote"
+            )
+        for fn, iface in found:
+            key = (iface.name, iface.version)
+            if key in seen:
+                raise ServeError(
+                    f"--serve {module_name}: function {iface.name!r} version {iface.version!r} "
+                    f"is also served by module {seen[key]!r}; give one of them another version"
+                )
+            seen[key] = module_name
+            services.append(Service(len(services), key[0], key[1], fn, iface, module_name))
+    return services
+
+
+def _serve_frame(services: Sequence[Service]) -> bytes:
+    """The ``SERVE`` frame of these services (sent at the start of every session)."""
+    return P.encode(P.SERVE, [[s.name, s.version, s.interface.to_bytes()] for s in services])
+
+
 class WorkerConnection:
     """One worker connection (``slots=1``): the pull loop of a child process.
 
@@ -258,6 +338,8 @@ class WorkerConnection:
             when set, every task runs in the executor. None: no limit.
         reconnect_timeout: Seconds to keep trying to reconnect after the connection drops
             (0: forever; None: do not reconnect, exit with ``EXIT_LOST``).
+        services: The named functions to serve (:func:`load_services`); announced with
+            ``SERVE`` at the start of every session.
 
     Raises:
         RtpoolError: The first connection fails (``ConnectError``, ``AuthenticationError``,
@@ -276,6 +358,7 @@ class WorkerConnection:
         *,
         task_memory_mb: int | None = None,
         reconnect_timeout: float | None = 0.0,
+        services: Sequence[Service] = (),
     ) -> None:
         self.address = address
         self.name = name
@@ -311,6 +394,17 @@ class WorkerConnection:
         self._abort_running = False
         #: Real-time mode of this process (``run_child`` sets it), or None.
         self.realtime: Any = None
+        self.services: List[Service] = list(services)
+        self._services_by_key = {(s.name, s.version): s for s in self.services}
+        self._serve = b""
+        if self.services:
+            from . import _callcodec  # only with --serve: it may need numpy
+
+            self._serve = _serve_frame(self.services)
+            self._invoke = _callcodec.invoke
+            self._encode_error = _callcodec.encode_error
+        #: Messages of the master's ``ERROR serve_conflict`` answers (functions refused).
+        self.refused: List[str] = []
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -464,11 +558,23 @@ class WorkerConnection:
                     if len(t) < 6:
                         t.append(0)  # a master older than timeout_ms
                     queue.append(t)
+            elif kind == P.ASSIGN_CALLS:
+                calls = msg[1]
+                self.outstanding = max(0, self.outstanding - len(calls))
+                for c in calls:  # [task, attempt, name, version, args, inputs, timeout_ms]
+                    # Queued as a task whose function is (name, version), with its inputs
+                    # appended: [task, attempt, (name, version), received_ns, args,
+                    # timeout_ms, inputs].
+                    queue.append([c[0], c[1], (c[2], c[3]), now, c[4], c[6], c[5]])
             elif kind == P.ABORT:
                 self._on_abort(msg[1], now)
             elif kind == P.ERROR:
                 code, message = msg[1], msg[2]
-                if code in P.NON_FATAL_ERRORS:
+                if code == P.ERR_SERVE_CONFLICT:
+                    # Not fatal: the master serves the worker's other functions.
+                    self.refused.append(message)
+                    _log(f"warning: the master refused to serve a function: {message}")
+                elif code in P.NON_FATAL_ERRORS:
                     _log(f"master reported {code}: {message}")
                 elif code in _CONFIG_ERRORS:
                     raise _Stop(EXIT_CONFIG, f"the master reported {code}: {message}")
@@ -528,9 +634,12 @@ class WorkerConnection:
         return fn
 
     def _run(self, t: list) -> None:
-        # t = [task, attempt, fn_hash, received_ns, args, timeout_ms]. wait_us runs from
-        # receipt to the call (unpickling the arguments included), exec_us is the call, and
-        # flush_us from its end to the write (pickling the result included).
+        # t = [task, attempt, fn_hash, received_ns, args, timeout_ms], and for a call of a
+        # named function [task, attempt, (name, version), received_ns, args, timeout_ms,
+        # inputs]. wait_us runs from receipt to the call (unpickling the arguments included),
+        # exec_us is the call (for a named function, decoding its arguments and encoding its
+        # results included), and flush_us from its end to the write (pickling the result
+        # included).
         if t[5] or self.task_memory_mb:
             status, data, t_start, t_end = self._run_in_executor(t)
             t_begin = t_start
@@ -541,13 +650,18 @@ class WorkerConnection:
                 # oldest task this worker held (the one it blames), not an innocent neighbour
                 # whose result was still waiting to be batched.
                 self._flush(pull=False)
-            fn = self._function(t[2])
-            t_begin = _perf_ns()  # after the one-time code load, which is no guide to the next
-            status, data, t_start, t_end = self._execute(fn, t[4])
+            if len(t) > 6:
+                t_begin = _perf_ns()
+                status, data, t_start, t_end = self._execute_call(t[2], t[4], t[6])
+            else:
+                fn = self._function(t[2])
+                t_begin = _perf_ns()  # after the one-time code load, no guide to the next
+                status, data, t_start, t_end = self._execute(fn, t[4])
         size = len(data) + _RESULT_OVERHEAD
         if size > self.frame_budget:
             status = P.STATUS_ERROR
-            data = self._error(self._too_large(len(data)))
+            exc = self._too_large(len(data))
+            data = self._call_error(exc) if len(t) > 6 else self._error(exc)
             size = len(data) + _RESULT_OVERHEAD
         if self.pending_bytes + size > self.frame_budget:
             self._flush()
@@ -593,7 +707,17 @@ class WorkerConnection:
         killed (with its process group) on a timeout or an abort, and when the connection
         drops meanwhile (``_Stop`` goes on up: the master requeued the task).
         """
-        task, attempt, fn_hash, _, payload, timeout_ms = t
+        task, attempt, fn_hash, _, payload, timeout_ms = t[:6]
+        code = None
+        if len(t) > 6:  # a call: its service's key, its arguments and inputs in one blob
+            service = self._services_by_key.get(fn_hash)
+            if service is None:
+                now = _perf_ns()
+                return P.STATUS_FAILED, self._not_served(fn_hash), now, now
+            fn_hash = _CALL_KEY + _CALL_INDEX.pack(service.index)
+            payload = msgpack.packb([payload, t[6]], use_bin_type=True)
+        else:
+            code = self.codes.get(fn_hash)
         if self.pending:
             self._flush(pull=False)  # a long task must not hold earlier results back
         ex = self._executor
@@ -604,7 +728,7 @@ class WorkerConnection:
         self._running = (task, attempt)
         self._abort_running = False
         try:
-            ex.submit(fn_hash, self.codes.get(fn_hash), payload)
+            ex.submit(fn_hash, code, payload)
             answer = self._await_executor(ex, deadline)
         except ExecutorDied as died:
             self._executor = None
@@ -673,6 +797,12 @@ class WorkerConnection:
 
     def _executor_task(self, fn_hash: bytes, code: bytes | None, payload: bytes) -> tuple:
         """Runs in the executor (a fork of this object): one task -> (status, data, exec_ns)."""
+        if fn_hash.startswith(_CALL_KEY):
+            service = self.services[_CALL_INDEX.unpack_from(fn_hash, len(_CALL_KEY))[0]]
+            args, inputs = msgpack.unpackb(payload, raw=False)
+            key = (service.name, service.version)
+            status, data, t_start, t_end = self._execute_call(key, args, inputs)
+            return status, data, t_end - t_start
         if code is not None:
             self.codes[fn_hash] = code
         status, data, t_start, t_end = self._execute(self._function(fn_hash), payload)
@@ -721,6 +851,40 @@ class WorkerConnection:
             if type(data) is bytes:
                 return P.STATUS_OK, data, t_start, t_end
             return P.STATUS_ERROR, self._error(data), t_start, t_end
+
+    def _execute_call(
+        self, key: Tuple[str, str], args: bytes, inputs: List[bytes]
+    ) -> Tuple[int, bytes, int, int]:
+        """Run one call of a named function: ``(status, data, start_ns, end_ns)``."""
+        service = self._services_by_key.get(key)
+        if service is None:  # the master assigns only what SERVE announced
+            now = _perf_ns()
+            return P.STATUS_FAILED, self._not_served(key), now, now
+        t_start = _perf_ns()
+        try:
+            data = self._invoke(service.fn, service.interface, args, inputs)
+        except BaseException as exc:
+            t_end = _perf_ns()
+            return P.STATUS_ERROR, self._call_error(exc), t_start, t_end
+        return P.STATUS_OK, data, t_start, _perf_ns()
+
+    def _not_served(self, key: Tuple[str, str]) -> bytes:
+        served = ", ".join(f"{s.name!r} version {s.version!r}" for s in self.services)
+        return (
+            f"worker {self.name} does not serve {key[0]!r} version {key[1]!r} "
+            f"(it serves {served or 'nothing'})"
+        ).encode()
+
+    def _call_error(self, exc: BaseException) -> bytes:
+        """The msgpack error map of a call that raised (never pickle: see docs/rpc.md)."""
+        try:
+            return self._encode_error(exc)
+        except Exception:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            return msgpack.packb(
+                {"type": type(exc).__name__, "message": repr(exc), "traceback": tb},
+                use_bin_type=True,
+            )
 
     def _too_large(self, size: int) -> Exception:
         limit = self.frame_budget + _RESULT_FRAME_OVERHEAD
@@ -843,6 +1007,8 @@ class WorkerConnection:
                 pass
 
     def _serve_session(self) -> int:
+        if self._serve:
+            self._send(self._serve)  # before the first PULL, in every session
         if self._early:
             early, self._early = self._early, []
             self._on_messages(early, _perf_ns())
@@ -934,6 +1100,19 @@ class WorkerConnection:
         return EXIT_OK
 
 
+def _services(args: argparse.Namespace) -> List[Service]:
+    """The services of ``args.serve``: loaded by :func:`run` before the fork (so every child
+    inherits them), or here when a child runs without it.
+
+    Raises:
+        ServeError: As :func:`load_services`.
+    """
+    services = getattr(args, "services", None)
+    if services is None:
+        services = args.services = load_services(getattr(args, "serve", None) or ())
+    return services
+
+
 def run_child(args: argparse.Namespace, token: str, name: str) -> int:
     """Body of one child process: connect, serve, return the exit code."""
     realtime = None
@@ -952,6 +1131,7 @@ def run_child(args: argparse.Namespace, token: str, name: str) -> int:
             ca_file=args.ca_file,
             task_memory_mb=getattr(args, "task_memory_mb", None),
             reconnect_timeout=getattr(args, "reconnect_timeout", 0.0),
+            services=_services(args),
         )
     except RtpoolError as exc:
         _log(str(exc))
@@ -1153,6 +1333,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runaway task cannot starve the machine; 0 = no budget (default: 100)",
     )
     parser.add_argument(
+        "--serve",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="serve the functions MODULE marks with @rtpool.remote as named functions (grid "
+        "RPC, see docs/rpc.md); MODULE must be importable here; repeatable",
+    )
+    parser.add_argument(
         "--parent-pid",
         type=int,
         default=None,
@@ -1218,6 +1406,16 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         _log(problem)
         return EXIT_CONFIG
+    try:
+        # Once, before forking: a module that does not load stops the worker here with its
+        # name, rather than each child in a restart loop.
+        services = _services(args)
+    except ServeError as exc:
+        _log(str(exc))
+        return EXIT_CONFIG
+    if services:
+        names = ", ".join(f"{s.name} (version {s.version})" for s in services)
+        _log(f"serving {len(services)} functions: {names}")
     if args.parent_pid is not None:
         set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != args.parent_pid:

@@ -40,14 +40,16 @@ pub enum ProtoError {
         kind: u64,
     },
 
-    /// A `SUBMIT` whose `opts` map has an unknown or duplicate key, a wrong-typed value or a
-    /// value outside the option's set (`on_miss`, the length of `key`).
+    /// A `SUBMIT` or `CALL` whose `opts` map has an unknown or duplicate key, a wrong-typed
+    /// value or a value outside the option's set (`on_miss`, the length of `key`).
     ///
     /// The rest of the frame decoded fine and was consumed, so the connection stays usable:
     /// the master answers a non-fatal `ERROR rejected` with `ref = req_id`.
-    #[error("SUBMIT {req_id} has a bad option `{key}`: {reason}")]
+    #[error("{} {req_id} has a bad option `{key}`: {reason}", kind::name(*.kind).unwrap_or("request"))]
     BadOption {
-        /// The `req_id` of the refused `SUBMIT`.
+        /// The refused message's kind: [`kind::SUBMIT`] or [`kind::CALL`].
+        kind: u8,
+        /// The `req_id` of the refused `SUBMIT` or `CALL`.
         req_id: u64,
         /// The offending key (cut to 64 bytes if longer).
         key: String,
@@ -72,7 +74,8 @@ impl ProtoError {
         !matches!(self, ProtoError::BadOption { .. })
     }
 
-    /// The request the error refers to (`ERROR.ref`): the `req_id` of a refused `SUBMIT`, else 0.
+    /// The request the error refers to (`ERROR.ref`): the `req_id` of a refused `SUBMIT` or
+    /// `CALL`, else 0.
     pub fn reference(&self) -> u64 {
         match self {
             ProtoError::BadOption { req_id, .. } => *req_id,

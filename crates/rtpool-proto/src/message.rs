@@ -52,6 +52,18 @@ pub mod status {
 /// Longest idempotency key (`SUBMIT.opts.key`) accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 128;
 
+/// Longest name of a named function (grid RPC), in bytes; a name has at least one byte.
+pub const MAX_FUNCTION_NAME_BYTES: usize = 128;
+
+/// Longest version of a named function, in bytes (empty is allowed).
+pub const MAX_FUNCTION_VERSION_BYTES: usize = 64;
+
+/// Largest interface blob of a named function (`SERVE`, `FUNCTIONS_REPLY`), in bytes.
+pub const MAX_INTERFACE_BYTES: usize = 64 << 10;
+
+/// Most functions one `SERVE` may declare.
+pub const MAX_SERVE_FUNCTIONS: usize = 4096;
+
 /// Message kinds as they appear as the first array element on the wire.
 pub mod kind {
     #![allow(missing_docs)]
@@ -66,6 +78,8 @@ pub mod kind {
     pub const STATUS_REPLY: u8 = 15;
     pub const ATTACH: u8 = 16;
     pub const ACK: u8 = 17;
+    pub const CALL: u8 = 18;
+    pub const FUNCTIONS: u8 = 19;
     pub const PULL: u8 = 20;
     pub const ASSIGN: u8 = 21;
     pub const RESULT: u8 = 22;
@@ -73,6 +87,9 @@ pub mod kind {
     pub const HEARTBEAT: u8 = 24;
     pub const DRAIN: u8 = 25;
     pub const ABORT: u8 = 26;
+    pub const SERVE: u8 = 27;
+    pub const ASSIGN_CALLS: u8 = 28;
+    pub const FUNCTIONS_REPLY: u8 = 29;
 
     /// The upper-case name of a message kind (`"HELLO"`), or `None` if no such kind exists.
     pub fn name(kind: u8) -> Option<&'static str> {
@@ -88,6 +105,8 @@ pub mod kind {
             STATUS_REPLY => "STATUS_REPLY",
             ATTACH => "ATTACH",
             ACK => "ACK",
+            CALL => "CALL",
+            FUNCTIONS => "FUNCTIONS",
             PULL => "PULL",
             ASSIGN => "ASSIGN",
             RESULT => "RESULT",
@@ -95,6 +114,9 @@ pub mod kind {
             HEARTBEAT => "HEARTBEAT",
             DRAIN => "DRAIN",
             ABORT => "ABORT",
+            SERVE => "SERVE",
+            ASSIGN_CALLS => "ASSIGN_CALLS",
+            FUNCTIONS_REPLY => "FUNCTIONS_REPLY",
             _ => return None,
         })
     }
@@ -159,8 +181,8 @@ impl OnMiss {
     }
 }
 
-/// Options of a submitted package (`SUBMIT.opts`). [`Default`] gives the protocol's defaults,
-/// which the encoder leaves out of the map.
+/// Options of a submitted package (`SUBMIT.opts`, and `CALL.opts`). [`Default`] gives the
+/// protocol's defaults, which the encoder leaves out of the map.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubmitOpts {
     /// Higher runs first; within one priority, users take turns and each user's packages run
@@ -263,6 +285,67 @@ pub struct WorkerResult {
     pub wait_us: u64,
     /// End of execution to sending the result, microseconds.
     pub flush_us: u64,
+}
+
+/// A named function a worker serves, as its `SERVE` declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedFunction {
+    /// The function's name, 1 to [`MAX_FUNCTION_NAME_BYTES`] bytes.
+    pub name: String,
+    /// Its version, at most [`MAX_FUNCTION_VERSION_BYTES`] bytes.
+    pub version: String,
+    /// Its interface: an opaque msgpack blob (`docs/rpc.md`) of at most
+    /// [`MAX_INTERFACE_BYTES`], which the master hands out without reading it.
+    pub interface: Bytes,
+}
+
+/// One call of a `CALL`; call `i` is task `i` of the package the master creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The function's name, 1 to [`MAX_FUNCTION_NAME_BYTES`] bytes.
+    pub name: String,
+    /// Its version, at most [`MAX_FUNCTION_VERSION_BYTES`] bytes; empty means the newest
+    /// version served.
+    pub version: String,
+    /// Opaque argument payload (msgpack, `docs/rpc.md`).
+    pub args: Bytes,
+    /// Indices of earlier calls of the same `CALL` whose result blobs this call takes as its
+    /// inputs, in this order.
+    pub deps: Vec<u32>,
+    /// Send this call's result data to the client even though other calls depend on it.
+    pub fetch: bool,
+}
+
+/// One call sent to a worker, in `ASSIGN_CALLS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallAssignment {
+    /// The master's task id, opaque to the worker.
+    pub task: u64,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// The function's name.
+    pub name: String,
+    /// The function's version (the one the master resolved).
+    pub version: String,
+    /// Opaque argument payload.
+    pub args: Bytes,
+    /// Result blobs of the call's dependencies, in the order of its `deps`.
+    pub inputs: Vec<Bytes>,
+    /// Execution time limit, milliseconds; 0 = none.
+    pub timeout_ms: u32,
+}
+
+/// One served function as `FUNCTIONS_REPLY` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionInfo {
+    /// The function's name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// Connected workers that serve it.
+    pub servers: u32,
+    /// Its interface blob, as a worker's `SERVE` declared it.
+    pub interface: Bytes,
 }
 
 /// Every message of protocol version 1.
@@ -383,6 +466,24 @@ pub enum Msg {
         /// Cumulative count of `TaskResult` entries received.
         count: u64,
     },
+    /// Kind 18: a package of calls of named functions (grid RPC); a transaction when calls
+    /// depend on each other.
+    Call {
+        /// Client-chosen request id, unique on the connection.
+        req_id: u64,
+        /// Package options, as in `SUBMIT` (the master refuses those that do not apply to
+        /// calls).
+        opts: SubmitOpts,
+        /// The calls; call `i` is task `i` of the package.
+        calls: Vec<Call>,
+    },
+    /// Kind 19: ask for the registry of served functions.
+    Functions {
+        /// Client-chosen request id.
+        req_id: u64,
+        /// One name's versions, or every function when empty.
+        name: String,
+    },
     /// Kind 20: the worker grants more credits.
     Pull {
         /// Credits added.
@@ -413,6 +514,25 @@ pub enum Msg {
         /// Tasks to stop.
         tasks: Vec<(u64, u32)>,
     },
+    /// Kind 27: the named functions a worker serves; at most once per connection, before its
+    /// first `PULL`.
+    Serve {
+        /// At most [`MAX_SERVE_FUNCTIONS`].
+        functions: Vec<ServedFunction>,
+    },
+    /// Kind 28: calls for a worker (credits, leases, `ABORT`, `RETURN` and `RESULT` as for
+    /// `ASSIGN`).
+    AssignCalls {
+        /// At most as many as the worker's credits, together with any `ASSIGN`.
+        calls: Vec<CallAssignment>,
+    },
+    /// Kind 29: the answer to `FUNCTIONS`.
+    FunctionsReply {
+        /// The `req_id` of the `FUNCTIONS`.
+        req_id: u64,
+        /// Names sorted, newest version first within a name.
+        functions: Vec<FunctionInfo>,
+    },
 }
 
 impl Msg {
@@ -430,6 +550,8 @@ impl Msg {
             Msg::StatusReply { .. } => kind::STATUS_REPLY,
             Msg::Attach { .. } => kind::ATTACH,
             Msg::Ack { .. } => kind::ACK,
+            Msg::Call { .. } => kind::CALL,
+            Msg::Functions { .. } => kind::FUNCTIONS,
             Msg::Pull { .. } => kind::PULL,
             Msg::Assign { .. } => kind::ASSIGN,
             Msg::Result { .. } => kind::RESULT,
@@ -437,6 +559,9 @@ impl Msg {
             Msg::Heartbeat => kind::HEARTBEAT,
             Msg::Drain => kind::DRAIN,
             Msg::Abort { .. } => kind::ABORT,
+            Msg::Serve { .. } => kind::SERVE,
+            Msg::AssignCalls { .. } => kind::ASSIGN_CALLS,
+            Msg::FunctionsReply { .. } => kind::FUNCTIONS_REPLY,
         }
     }
 

@@ -179,6 +179,15 @@ impl Reader {
         self.uint(field, u64::MAX, "u64")
     }
 
+    /// Reads a `bool` field.
+    pub(crate) fn bool(&mut self, field: &str) -> Result<bool, ProtoError> {
+        match self.marker(field)? {
+            Marker::True => Ok(true),
+            Marker::False => Ok(false),
+            other => Err(self.type_error(field, "a bool", other)),
+        }
+    }
+
     /// Reads the length that follows a `str` or `bin` marker, checked against the bytes left.
     fn payload_len(&mut self, marker: Marker, field: &str) -> Result<usize, ProtoError> {
         let len = match marker {

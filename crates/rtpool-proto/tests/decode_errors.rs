@@ -92,7 +92,7 @@ fn trailing_bytes_after_the_array() {
 
 #[test]
 fn unknown_kinds() {
-    for k in [0u64, 4, 9, 18, 27, 99, 255, 256, u64::MAX] {
+    for k in [0u64, 4, 9, 30, 31, 99, 255, 256, u64::MAX] {
         let err = error_of(&V::A(vec![V::U(k)]));
         assert_eq!(err, ProtoError::UnknownKind { kind: k });
         assert_eq!(err.code(), "unknown_kind");
@@ -426,6 +426,7 @@ fn unknown_option_is_a_non_fatal_bad_option() {
     assert_eq!(
         err,
         ProtoError::BadOption {
+            kind: kind::SUBMIT,
             req_id: 9,
             key: "deadline".into(),
             reason: "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
@@ -474,6 +475,7 @@ fn non_int_priority_is_a_bad_option() {
         let mut buf = frame(&submit_with_opts(V::M(vec![(V::s("priority"), value)])));
         match decode(&mut buf) {
             Err(ProtoError::BadOption {
+                kind: kind::SUBMIT,
                 req_id: 9,
                 key,
                 reason,
@@ -492,6 +494,7 @@ fn bad_option_reason(key: &str, value: V) -> String {
     let mut buf = frame(&submit_with_opts(V::M(vec![(V::s(key), value)])));
     let reason = match decode(&mut buf) {
         Err(ProtoError::BadOption {
+            kind: kind::SUBMIT,
             req_id: 9,
             key: got,
             reason,
@@ -775,4 +778,232 @@ fn error_display_names_message_and_field() {
     assert_eq!(ProtoError::EmptyFrame.code(), "malformed");
     assert!(ProtoError::EmptyFrame.is_fatal());
     assert_eq!(ProtoError::EmptyFrame.reference(), 0);
+}
+
+/// `SERVE` of one `[name, version, interface]` entry.
+fn serve_one(name: V, version: V, interface: V) -> V {
+    V::A(vec![
+        V::U(27),
+        V::A(vec![V::A(vec![name, version, interface])]),
+    ])
+}
+
+/// `CALL 9` with `opts` and one call `[name, version, args, deps, fetch]`.
+fn call_one(opts: V, name: V, deps: V, fetch: V) -> V {
+    V::A(vec![
+        V::U(18),
+        V::U(9),
+        opts,
+        V::A(vec![V::A(vec![
+            name,
+            V::s(""),
+            V::B(b"\x90".to_vec()),
+            deps,
+            fetch,
+        ])]),
+    ])
+}
+
+#[test]
+fn serve_limits_on_name_version_interface_and_count() {
+    let ok = |value: &V| {
+        let mut buf = frame(value);
+        assert!(matches!(decode(&mut buf), Ok(Some(Msg::Serve { .. }))));
+    };
+    let iface = || V::B(b"\x80".to_vec());
+    ok(&serve_one(
+        V::s(&"n".repeat(128)),
+        V::s(&"1".repeat(64)),
+        iface(),
+    ));
+    ok(&serve_one(V::s("f"), V::s(""), V::B(vec![0; 64 << 10])));
+    assert_malformed(
+        &serve_one(V::s(""), V::s("1"), iface()),
+        Some(kind::SERVE),
+        &["SERVE.functions[].name: empty", "1 to 128 bytes"],
+    );
+    assert_malformed(
+        &serve_one(V::s(&"n".repeat(129)), V::s("1"), iface()),
+        Some(kind::SERVE),
+        &["SERVE.functions[].name: 129 bytes", "limit of 128"],
+    );
+    assert_malformed(
+        &serve_one(V::s("f"), V::s(&"1".repeat(65)), iface()),
+        Some(kind::SERVE),
+        &["SERVE.functions[].version: 65 bytes", "limit of 64"],
+    );
+    assert_malformed(
+        &serve_one(V::s("f"), V::s("1"), V::B(vec![0; (64 << 10) + 1])),
+        Some(kind::SERVE),
+        &["SERVE.functions[].interface: 65537 bytes", "limit of 65536"],
+    );
+    assert_malformed(
+        &serve_one(V::s("f"), V::U(1), iface()),
+        Some(kind::SERVE),
+        &["SERVE.functions[].version: expected str, found an integer"],
+    );
+    assert_malformed(
+        &V::A(vec![
+            V::U(27),
+            V::A(vec![V::A(vec![V::s("func"), V::s("1")])]),
+        ]),
+        Some(kind::SERVE),
+        &["SERVE.functions[] has 2 fields, expected 3"],
+    );
+    let entry = || V::A(vec![V::s("f"), V::s(""), V::B(vec![])]);
+    ok(&V::A(vec![V::U(27), V::A(vec![entry(); 4096])]));
+    assert_malformed(
+        &V::A(vec![V::U(27), V::A(vec![entry(); 4097])]),
+        Some(kind::SERVE),
+        &["4097 functions, more than the limit of 4096"],
+    );
+}
+
+#[test]
+fn call_fields_are_checked() {
+    let good = call_one(
+        V::M(vec![]),
+        V::s("add"),
+        V::A(vec![V::U(0)]),
+        V::Bool(true),
+    );
+    let mut buf = frame(&good);
+    let Ok(Some(Msg::Call { req_id, calls, .. })) = decode(&mut buf) else {
+        panic!("a well-formed CALL");
+    };
+    assert_eq!(
+        (req_id, calls[0].deps.as_slice(), calls[0].fetch),
+        (9, &[0][..], true)
+    );
+    assert_malformed(
+        &call_one(V::M(vec![]), V::s("add"), V::A(vec![]), V::U(1)),
+        Some(kind::CALL),
+        &["CALL.calls[].fetch: expected a bool, found an integer"],
+    );
+    assert_malformed(
+        &call_one(
+            V::M(vec![]),
+            V::s("add"),
+            V::A(vec![V::I(-1)]),
+            V::Bool(false),
+        ),
+        Some(kind::CALL),
+        &["CALL.calls[].deps[]: negative value -1 for u32"],
+    );
+    assert_malformed(
+        &call_one(V::M(vec![]), V::s(""), V::A(vec![]), V::Bool(false)),
+        Some(kind::CALL),
+        &["CALL.calls[].name: empty"],
+    );
+    assert_malformed(
+        &call_one(
+            V::M(vec![]),
+            V::s(&"x".repeat(129)),
+            V::A(vec![]),
+            V::Bool(false),
+        ),
+        Some(kind::CALL),
+        &["CALL.calls[].name: 129 bytes"],
+    );
+    assert_malformed(
+        &V::A(vec![V::U(18), V::U(9), V::M(vec![])]),
+        Some(kind::CALL),
+        &["CALL has 2 fields, expected 3"],
+    );
+}
+
+#[test]
+fn a_bad_call_option_is_a_non_fatal_bad_option_naming_call() {
+    let value = call_one(
+        V::M(vec![(V::s("replicas"), V::s("two"))]),
+        V::s("add"),
+        V::A(vec![]),
+        V::Bool(false),
+    );
+    let mut buf = frame(&value);
+    encode(&Msg::Heartbeat, &mut buf);
+    let err = decode(&mut buf).unwrap_err();
+    assert_eq!(
+        err,
+        ProtoError::BadOption {
+            kind: kind::CALL,
+            req_id: 9,
+            key: "replicas".into(),
+            reason: "expected an integer, found a str".into(),
+        }
+    );
+    assert!(!err.is_fatal());
+    assert_eq!(err.reference(), 9);
+    assert_eq!(
+        err.to_string(),
+        "CALL 9 has a bad option `replicas`: expected an integer, found a str"
+    );
+    assert_eq!(decode(&mut buf), Ok(Some(Msg::Heartbeat)));
+    // A bad option in a frame broken further on is fatal, as for SUBMIT.
+    let broken = call_one(
+        V::M(vec![(V::s("nope"), V::U(1))]),
+        V::s("add"),
+        V::A(vec![]),
+        V::Nil,
+    );
+    assert_malformed(&broken, Some(kind::CALL), &["CALL.calls[].fetch"]);
+}
+
+#[test]
+fn functions_name_may_be_empty_but_not_too_long() {
+    let mut buf = frame(&V::A(vec![V::U(19), V::U(4), V::s("")]));
+    assert_eq!(
+        decode(&mut buf),
+        Ok(Some(Msg::Functions {
+            req_id: 4,
+            name: String::new()
+        }))
+    );
+    assert_malformed(
+        &V::A(vec![V::U(19), V::U(4), V::s(&"x".repeat(129))]),
+        Some(kind::FUNCTIONS),
+        &["FUNCTIONS.name: 129 bytes"],
+    );
+}
+
+#[test]
+fn master_to_peer_rpc_messages_are_checked_too() {
+    let call = |inputs: V| {
+        V::A(vec![
+            V::U(28),
+            V::A(vec![V::A(vec![
+                V::U(1),
+                V::U(1),
+                V::s("add"),
+                V::s("1"),
+                V::B(vec![]),
+                inputs,
+                V::U(0),
+            ])]),
+        ])
+    };
+    let mut buf = frame(&call(V::A(vec![V::B(b"r".to_vec())])));
+    assert!(matches!(
+        decode(&mut buf),
+        Ok(Some(Msg::AssignCalls { .. }))
+    ));
+    assert_malformed(
+        &call(V::A(vec![V::s("r")])),
+        Some(kind::ASSIGN_CALLS),
+        &["ASSIGN_CALLS.calls[].inputs[]: expected bin, found a str"],
+    );
+    assert_malformed(
+        &V::A(vec![
+            V::U(29),
+            V::U(3),
+            V::A(vec![V::A(vec![
+                V::s("f"),
+                V::s("1"),
+                V::I(-2),
+                V::B(vec![]),
+            ])]),
+        ]),
+        Some(kind::FUNCTIONS_REPLY),
+        &["FUNCTIONS_REPLY.functions[].servers: negative value -2 for u32"],
+    );
 }

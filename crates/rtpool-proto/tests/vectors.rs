@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use bytes::BytesMut;
 use rmp::Marker;
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, DEFAULT_MAX_FRAME};
+use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, SubmitOpts, DEFAULT_MAX_FRAME};
 use serde_json::{json, Value};
 
 fn vectors_path() -> PathBuf {
@@ -85,6 +85,43 @@ fn bin(bytes: &[u8]) -> Value {
     json!({ "bin": hex::encode(bytes) })
 }
 
+/// The JSON form of `SUBMIT.opts` or `CALL.opts`: the keys whose value is not the default, in
+/// spec order.
+fn opts_to_json(opts: &SubmitOpts) -> Value {
+    let mut map = serde_json::Map::new();
+    if opts.priority != 0 {
+        map.insert("priority".into(), json!(opts.priority));
+    }
+    if opts.timeout_ms != 0 {
+        map.insert("timeout_ms".into(), json!(opts.timeout_ms));
+    }
+    if !opts.key.is_empty() {
+        map.insert("key".into(), json!(opts.key));
+    }
+    if opts.deadline_ms != 0 {
+        map.insert("deadline_ms".into(), json!(opts.deadline_ms));
+    }
+    if opts.on_miss != OnMiss::Run {
+        map.insert("on_miss".into(), json!(opts.on_miss.as_str()));
+    }
+    if opts.admit {
+        map.insert("admit".into(), json!(true));
+    }
+    if opts.replicas != 1 {
+        map.insert("replicas".into(), json!(opts.replicas));
+    }
+    if opts.quorum != 1 {
+        map.insert("quorum".into(), json!(opts.quorum));
+    }
+    if opts.max_copies != 0 {
+        map.insert("max_copies".into(), json!(opts.max_copies));
+    }
+    if opts.hedge {
+        map.insert("hedge".into(), json!(true));
+    }
+    Value::Object(map)
+}
+
 /// The JSON form of a message, written from the spec's field tables rather than from bytes,
 /// so that regenerating cross-checks the encoder.
 fn msg_to_json(msg: &Msg) -> Value {
@@ -123,41 +160,53 @@ fn msg_to_json(msg: &Msg) -> Value {
             opts,
             tasks,
         } => {
-            let mut map = serde_json::Map::new();
-            if opts.priority != 0 {
-                map.insert("priority".into(), json!(opts.priority));
-            }
-            if opts.timeout_ms != 0 {
-                map.insert("timeout_ms".into(), json!(opts.timeout_ms));
-            }
-            if !opts.key.is_empty() {
-                map.insert("key".into(), json!(opts.key));
-            }
-            if opts.deadline_ms != 0 {
-                map.insert("deadline_ms".into(), json!(opts.deadline_ms));
-            }
-            if opts.on_miss != OnMiss::Run {
-                map.insert("on_miss".into(), json!(opts.on_miss.as_str()));
-            }
-            if opts.admit {
-                map.insert("admit".into(), json!(true));
-            }
-            if opts.replicas != 1 {
-                map.insert("replicas".into(), json!(opts.replicas));
-            }
-            if opts.quorum != 1 {
-                map.insert("quorum".into(), json!(opts.quorum));
-            }
-            if opts.max_copies != 0 {
-                map.insert("max_copies".into(), json!(opts.max_copies));
-            }
-            if opts.hedge {
-                map.insert("hedge".into(), json!(true));
-            }
-            let opts = Value::Object(map);
             let tasks: Vec<Value> = tasks.iter().map(|t| bin(t)).collect();
-            json!([req_id, bin(fn_hash), bin(fn_code), opts, tasks])
+            json!([
+                req_id,
+                bin(fn_hash),
+                bin(fn_code),
+                opts_to_json(opts),
+                tasks
+            ])
         }
+        Msg::Call {
+            req_id,
+            opts,
+            calls,
+        } => {
+            let calls: Vec<Value> = calls
+                .iter()
+                .map(|c| json!([c.name, c.version, bin(&c.args), c.deps, c.fetch]))
+                .collect();
+            json!([req_id, opts_to_json(opts), calls])
+        }
+        Msg::Functions { req_id, name } => json!([req_id, name]),
+        Msg::Serve { functions } => json!([functions
+            .iter()
+            .map(|f| json!([f.name, f.version, bin(&f.interface)]))
+            .collect::<Vec<_>>()]),
+        Msg::FunctionsReply { req_id, functions } => json!([
+            req_id,
+            functions
+                .iter()
+                .map(|f| json!([f.name, f.version, f.servers, bin(&f.interface)]))
+                .collect::<Vec<_>>()
+        ]),
+        Msg::AssignCalls { calls } => json!([calls
+            .iter()
+            .map(|c| {
+                let inputs: Vec<Value> = c.inputs.iter().map(|i| bin(i)).collect();
+                json!([
+                    c.task,
+                    c.attempt,
+                    c.name,
+                    c.version,
+                    bin(&c.args),
+                    inputs,
+                    c.timeout_ms
+                ])
+            })
+            .collect::<Vec<_>>()]),
         Msg::Accepted { req_id, package }
         | Msg::Status { req_id, package }
         | Msg::Attach { req_id, package } => {

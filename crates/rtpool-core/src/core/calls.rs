@@ -78,8 +78,19 @@ impl Core {
             if let Some(s) = self.services.get_mut(slot) {
                 s.remove_server(worker);
             }
-            self.services.free_if_unused(slot);
+            self.free_service_if_unused(slot);
         }
+    }
+
+    /// Frees a service nothing refers to any more, with its grace timer.
+    fn free_service_if_unused(&mut self, slot: u64) {
+        let Some(s) = self.services.get(slot).filter(|s| s.is_unused()) else {
+            return;
+        };
+        if let Some(at) = s.orphan_at {
+            self.timers.remove(&(at, Timer::Service(slot)));
+        }
+        self.services.free_if_unused(slot);
     }
 
     /// Creates a package of calls, resolving each call's function and version, then
@@ -399,7 +410,7 @@ impl Core {
             let outcome = self.finish_task(id, outcome, now);
             results.add(self, pkg, outcome);
         }
-        self.services.free_if_unused(slot);
+        self.free_service_if_unused(slot);
     }
 
     /// Moves a queued call to the worker: next attempt, one credit, in-flight.
@@ -461,7 +472,7 @@ impl Core {
         if let Some(s) = self.services.get_mut(call.service) {
             s.calls -= 1;
         }
-        self.services.free_if_unused(call.service);
+        self.free_service_if_unused(call.service);
         for &j in &call.dependents {
             let Some(id) = self.call_id(slot, j) else {
                 continue;
@@ -557,7 +568,7 @@ impl Core {
         if let Some(s) = self.services.get_mut(call.service) {
             s.calls -= 1;
         }
-        self.services.free_if_unused(call.service);
+        self.free_service_if_unused(call.service);
         for &j in &call.dependents {
             if let Some(id) = self.call_id(slot, j) {
                 self.cancel_task(id, aborts);

@@ -1,7 +1,8 @@
 //! Frame bodies to messages: [`decode_body`].
 //!
 //! This module owns the schema of every message as the decoder sees it: field order, types,
-//! field counts, the limits on `name`, `token` and `fn_hash`, and the rules for `SUBMIT.opts`.
+//! field counts, the limits on `name`, `token` and `fn_hash`, on the names, versions and
+//! interfaces of named functions, and the rules for `SUBMIT.opts` (which `CALL.opts` share).
 //! It is on the master's hot path: it reads straight from the frame into the message (no
 //! intermediate value tree), compares map keys as bytes, and returns every `bin` field as a
 //! zero-copy slice of the frame.
@@ -13,8 +14,10 @@ use rmp::Marker;
 
 use crate::error::ProtoError;
 use crate::message::{
-    kind, Assignment, Msg, OnMiss, Role, SubmitOpts, TaskResult, WorkerResult, FN_HASH_BYTES,
-    MAX_KEY_BYTES, MAX_NAME_BYTES, MAX_TOKEN_BYTES,
+    kind, Assignment, Call, CallAssignment, FunctionInfo, Msg, OnMiss, Role, ServedFunction,
+    SubmitOpts, TaskResult, WorkerResult, FN_HASH_BYTES, MAX_FUNCTION_NAME_BYTES,
+    MAX_FUNCTION_VERSION_BYTES, MAX_INTERFACE_BYTES, MAX_KEY_BYTES, MAX_NAME_BYTES,
+    MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
 };
 use crate::reader::{describe, Int, Reader};
 
@@ -28,11 +31,13 @@ const QUOTE_BYTES: usize = 64;
 ///
 /// - [`ProtoError::Malformed`]: not msgpack, not an array, trailing bytes after it, a wrong
 ///   field count, a wrong type, a negative or too-large integer, an over-long `name` or `token`,
-///   a `role` other than `"client"`/`"worker"`, a `SUBMIT.fn_hash` that is not 32 bytes.
+///   a `role` other than `"client"`/`"worker"`, a `SUBMIT.fn_hash` that is not 32 bytes; a
+///   function name that is empty or over 128 bytes, a version over 64 bytes, an interface over
+///   64 KiB, a `SERVE` of more than 4096 functions.
 /// - [`ProtoError::UnknownKind`]: the first element is not a kind of protocol version 1.
-/// - [`ProtoError::BadOption`]: a `SUBMIT` with an unknown, duplicate or wrong-typed option, an
-///   `on_miss` other than `"run"`/`"drop"` or a `key` over 128 bytes, when all the rest of it
-///   is well formed.
+/// - [`ProtoError::BadOption`]: a `SUBMIT` or `CALL` with an unknown, duplicate or wrong-typed
+///   option, an `on_miss` other than `"run"`/`"drop"` or a `key` over 128 bytes, when all the
+///   rest of it is well formed.
 pub fn decode_body(body: Bytes) -> Result<Msg, ProtoError> {
     let mut r = Reader::new(body);
     let elems = match r.peek_marker() {
@@ -71,12 +76,23 @@ pub(super) fn field_count(k: u8) -> usize {
     match k {
         kind::HELLO | kind::SUBMIT => 5,
         kind::WELCOME => 6,
-        kind::ERROR => 3,
-        kind::ACCEPTED | kind::RESULTS | kind::CANCEL | kind::STATUS | kind::ATTACH | kind::ACK => {
-            2
-        }
+        kind::ERROR | kind::CALL => 3,
+        kind::ACCEPTED
+        | kind::RESULTS
+        | kind::CANCEL
+        | kind::STATUS
+        | kind::ATTACH
+        | kind::ACK
+        | kind::FUNCTIONS
+        | kind::FUNCTIONS_REPLY => 2,
         kind::STATUS_REPLY => 9,
-        kind::PULL | kind::ASSIGN | kind::RESULT | kind::RETURN | kind::ABORT => 1,
+        kind::PULL
+        | kind::ASSIGN
+        | kind::RESULT
+        | kind::RETURN
+        | kind::ABORT
+        | kind::SERVE
+        | kind::ASSIGN_CALLS => 1,
         _ => 0, // HEARTBEAT, DRAIN
     }
 }
@@ -146,6 +162,15 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
         kind::ABORT => Msg::Abort {
             tasks: decode_task_refs(r, "ABORT.tasks")?,
         },
+        kind::CALL => decode_call(r)?,
+        kind::FUNCTIONS => Msg::Functions {
+            req_id: r.u64("FUNCTIONS.req_id")?,
+            // Empty asks for every function.
+            name: r.string("FUNCTIONS.name", MAX_FUNCTION_NAME_BYTES)?,
+        },
+        kind::SERVE => decode_serve(r)?,
+        kind::ASSIGN_CALLS => decode_assign_calls(r)?,
+        kind::FUNCTIONS_REPLY => decode_functions_reply(r)?,
         kind::HEARTBEAT => Msg::Heartbeat,
         _ => Msg::Drain,
     })
@@ -192,7 +217,7 @@ fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
         )));
     }
     let fn_code = r.bin("SUBMIT.fn_code")?;
-    let (opts, bad_option) = decode_opts(r)?;
+    let (opts, bad_option) = decode_opts(r, &SUBMIT_OPTS)?;
     // The smallest task is an empty bin: 2 bytes.
     let n = r.array_len("SUBMIT.tasks", 2)?;
     let mut tasks = Vec::with_capacity(n);
@@ -203,6 +228,7 @@ fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
         // Only a frame that is well formed to its end earns the non-fatal error.
         r.expect_end()?;
         return Err(ProtoError::BadOption {
+            kind: kind::SUBMIT,
             req_id,
             key,
             reason,
@@ -237,28 +263,83 @@ const UNKNOWN_OPTION: &str = "unknown option (version 1 knows `priority`, `timeo
                               `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, \
                               `max_copies` and `hedge`)";
 
-/// Reads `SUBMIT.opts`. A bad option does not stop the decoding (the rest of the frame must
-/// still be checked); the first one is returned as `(key, reason)` beside the options.
-fn decode_opts(r: &mut Reader) -> Result<(SubmitOpts, Option<(String, String)>), ProtoError> {
-    let n = r.map_len("SUBMIT.opts")?;
+/// The field names of one message's `opts` map, for error messages (static, so that reading
+/// options allocates nothing).
+struct OptFields {
+    /// The map itself.
+    map: &'static str,
+    /// Any of its keys.
+    key: &'static str,
+    /// A value that is skipped.
+    value: &'static str,
+    /// Each option's value, by slot (as [`OPTION_KEYS`]).
+    options: [&'static str; OPTION_KEYS.len()],
+}
+
+/// `SUBMIT.opts`.
+const SUBMIT_OPTS: OptFields = OptFields {
+    map: "SUBMIT.opts",
+    key: "SUBMIT.opts key",
+    value: "SUBMIT.opts value",
+    options: [
+        "SUBMIT.opts.priority",
+        "SUBMIT.opts.timeout_ms",
+        "SUBMIT.opts.key",
+        "SUBMIT.opts.deadline_ms",
+        "SUBMIT.opts.on_miss",
+        "SUBMIT.opts.admit",
+        "SUBMIT.opts.replicas",
+        "SUBMIT.opts.quorum",
+        "SUBMIT.opts.max_copies",
+        "SUBMIT.opts.hedge",
+    ],
+};
+
+/// `CALL.opts`: the same keys as `SUBMIT.opts` (the master refuses those calls cannot use).
+const CALL_OPTS: OptFields = OptFields {
+    map: "CALL.opts",
+    key: "CALL.opts key",
+    value: "CALL.opts value",
+    options: [
+        "CALL.opts.priority",
+        "CALL.opts.timeout_ms",
+        "CALL.opts.key",
+        "CALL.opts.deadline_ms",
+        "CALL.opts.on_miss",
+        "CALL.opts.admit",
+        "CALL.opts.replicas",
+        "CALL.opts.quorum",
+        "CALL.opts.max_copies",
+        "CALL.opts.hedge",
+    ],
+};
+
+/// Reads `SUBMIT.opts` or `CALL.opts`. A bad option does not stop the decoding (the rest of
+/// the frame must still be checked); the first one is returned as `(key, reason)` beside the
+/// options.
+fn decode_opts(
+    r: &mut Reader,
+    f: &OptFields,
+) -> Result<(SubmitOpts, Option<(String, String)>), ProtoError> {
+    let n = r.map_len(f.map)?;
     let mut opts = SubmitOpts::default();
     let mut bad = None;
     let mut seen = [false; OPTION_KEYS.len()];
     for _ in 0..n {
-        let key = r.str_range("SUBMIT.opts key", usize::MAX)?;
+        let key = r.str_range(f.key, usize::MAX)?;
         let name = r.bytes_of(key.clone());
         let slot = OPTION_KEYS.iter().position(|k| k.as_bytes() == name);
         let problem = match slot {
             Some(i) if seen[i] => {
-                r.skip("SUBMIT.opts value", 0)?;
+                r.skip(f.value, 0)?;
                 Some("duplicate option".to_owned())
             }
             Some(i) => {
                 seen[i] = true;
-                read_option(r, i, &mut opts)?.err()
+                read_option(r, i, f.options[i], &mut opts)?.err()
             }
             None => {
-                r.skip("SUBMIT.opts value", 0)?;
+                r.skip(f.value, 0)?;
                 Some(UNKNOWN_OPTION.to_owned())
             }
         };
@@ -269,23 +350,24 @@ fn decode_opts(r: &mut Reader) -> Result<(SubmitOpts, Option<(String, String)>),
     Ok((opts, bad))
 }
 
-/// Reads the value of option `OPTION_KEYS[slot]` into `opts`: `Ok(Err(reason))` for a wrong
+/// Reads the value of option `OPTION_KEYS[slot]` (named `field` in errors) into `opts`:
+/// `Ok(Err(reason))` for a wrong
 /// type or value (the value is consumed, `opts` unchanged), `Err` when the body itself is
 /// broken. Limits that involve other options or the master's state (`quorum <= replicas`,
 /// at most 16 copies, `admit` without a deadline) are the master's to check.
 fn read_option(
     r: &mut Reader,
     slot: usize,
+    field: &str,
     opts: &mut SubmitOpts,
 ) -> Result<Result<(), String>, ProtoError> {
     let u8_max = u8::MAX.into();
     let u32_max = u32::MAX.into();
     Ok(match slot {
-        0 => read_int_option(r, "SUBMIT.opts.priority", i32::MIN.into(), i32::MAX.into())?
+        0 => read_int_option(r, field, i32::MIN.into(), i32::MAX.into())?
             .map(|v| opts.priority = v as i32),
-        1 => read_int_option(r, "SUBMIT.opts.timeout_ms", 0, u32_max)?
-            .map(|v| opts.timeout_ms = v as u32),
-        2 => read_str_option(r, "SUBMIT.opts.key")?.and_then(|range| {
+        1 => read_int_option(r, field, 0, u32_max)?.map(|v| opts.timeout_ms = v as u32),
+        2 => read_str_option(r, field)?.and_then(|range| {
             let value = r.bytes_of(range);
             if value.len() > MAX_KEY_BYTES {
                 return Err(format!(
@@ -296,23 +378,19 @@ fn read_option(
             opts.key = String::from_utf8_lossy(value).into_owned();
             Ok(())
         }),
-        3 => read_int_option(r, "SUBMIT.opts.deadline_ms", 0, u32_max)?
-            .map(|v| opts.deadline_ms = v as u32),
-        4 => read_str_option(r, "SUBMIT.opts.on_miss")?.and_then(|range| {
+        3 => read_int_option(r, field, 0, u32_max)?.map(|v| opts.deadline_ms = v as u32),
+        4 => read_str_option(r, field)?.and_then(|range| {
             let value = r.bytes_of(range);
             let policy = OnMiss::from_wire(value)
                 .ok_or_else(|| format!("expected \"run\" or \"drop\", found {:?}", quote(value)))?;
             opts.on_miss = policy;
             Ok(())
         }),
-        5 => read_bool_option(r, "SUBMIT.opts.admit")?.map(|v| opts.admit = v),
-        6 => {
-            read_int_option(r, "SUBMIT.opts.replicas", 0, u8_max)?.map(|v| opts.replicas = v as u8)
-        }
-        7 => read_int_option(r, "SUBMIT.opts.quorum", 0, u8_max)?.map(|v| opts.quorum = v as u8),
-        8 => read_int_option(r, "SUBMIT.opts.max_copies", 0, u8_max)?
-            .map(|v| opts.max_copies = v as u8),
-        _ => read_bool_option(r, "SUBMIT.opts.hedge")?.map(|v| opts.hedge = v),
+        5 => read_bool_option(r, field)?.map(|v| opts.admit = v),
+        6 => read_int_option(r, field, 0, u8_max)?.map(|v| opts.replicas = v as u8),
+        7 => read_int_option(r, field, 0, u8_max)?.map(|v| opts.quorum = v as u8),
+        8 => read_int_option(r, field, 0, u8_max)?.map(|v| opts.max_copies = v as u8),
+        _ => read_bool_option(r, field)?.map(|v| opts.hedge = v),
     })
 }
 
@@ -451,6 +529,142 @@ fn decode_result(r: &mut Reader) -> Result<Msg, ProtoError> {
         });
     }
     Ok(Msg::Result { results })
+}
+
+/// The name of a named function: 1 to [`MAX_FUNCTION_NAME_BYTES`] bytes.
+fn function_name(r: &mut Reader, field: &str) -> Result<String, ProtoError> {
+    let name = r.string(field, MAX_FUNCTION_NAME_BYTES)?;
+    if name.is_empty() {
+        return Err(r.malformed(format!(
+            "{field}: empty, a function name has 1 to {MAX_FUNCTION_NAME_BYTES} bytes"
+        )));
+    }
+    Ok(name)
+}
+
+/// An interface blob: at most [`MAX_INTERFACE_BYTES`].
+fn interface(r: &mut Reader, field: &str) -> Result<Bytes, ProtoError> {
+    let blob = r.bin(field)?;
+    if blob.len() > MAX_INTERFACE_BYTES {
+        return Err(r.malformed(format!(
+            "{field}: {} bytes is longer than the limit of {MAX_INTERFACE_BYTES}",
+            blob.len()
+        )));
+    }
+    Ok(blob)
+}
+
+fn decode_serve(r: &mut Reader) -> Result<Msg, ProtoError> {
+    // fixarray, a one-byte name, an empty version, an empty bin: 6 bytes at least.
+    let n = r.array_len("SERVE.functions", 6)?;
+    if n > MAX_SERVE_FUNCTIONS {
+        return Err(r.malformed(format!(
+            "SERVE.functions: {n} functions, more than the limit of {MAX_SERVE_FUNCTIONS}"
+        )));
+    }
+    let mut functions = Vec::with_capacity(n);
+    for _ in 0..n {
+        r.record("SERVE.functions[]", 3)?;
+        functions.push(ServedFunction {
+            name: function_name(r, "SERVE.functions[].name")?,
+            version: r.string("SERVE.functions[].version", MAX_FUNCTION_VERSION_BYTES)?,
+            interface: interface(r, "SERVE.functions[].interface")?,
+        });
+    }
+    Ok(Msg::Serve { functions })
+}
+
+fn decode_call(r: &mut Reader) -> Result<Msg, ProtoError> {
+    let req_id = r.u64("CALL.req_id")?;
+    let (opts, bad_option) = decode_opts(r, &CALL_OPTS)?;
+    // fixarray, a one-byte name, an empty version, an empty bin, an empty array and a bool:
+    // 8 bytes at least.
+    let n = r.array_len("CALL.calls", 8)?;
+    let mut calls = Vec::with_capacity(n);
+    for _ in 0..n {
+        r.record("CALL.calls[]", 5)?;
+        let name = function_name(r, "CALL.calls[].name")?;
+        let version = r.string("CALL.calls[].version", MAX_FUNCTION_VERSION_BYTES)?;
+        let args = r.bin("CALL.calls[].args")?;
+        let m = r.array_len("CALL.calls[].deps", 1)?;
+        let mut deps = Vec::with_capacity(m);
+        for _ in 0..m {
+            deps.push(r.u32("CALL.calls[].deps[]")?);
+        }
+        calls.push(Call {
+            name,
+            version,
+            args,
+            deps,
+            fetch: r.bool("CALL.calls[].fetch")?,
+        });
+    }
+    if let Some((key, reason)) = bad_option {
+        // As for SUBMIT: only a frame well formed to its end earns the non-fatal error.
+        r.expect_end()?;
+        return Err(ProtoError::BadOption {
+            kind: kind::CALL,
+            req_id,
+            key,
+            reason,
+        });
+    }
+    Ok(Msg::Call {
+        req_id,
+        opts,
+        calls,
+    })
+}
+
+fn decode_assign_calls(r: &mut Reader) -> Result<Msg, ProtoError> {
+    // fixarray, task, attempt, a one-byte name, an empty version, an empty bin, an empty array
+    // and timeout_ms: 10 bytes at least.
+    let n = r.array_len("ASSIGN_CALLS.calls", 10)?;
+    let mut calls = Vec::with_capacity(n);
+    for _ in 0..n {
+        r.record("ASSIGN_CALLS.calls[]", 7)?;
+        let task = r.u64("ASSIGN_CALLS.calls[].task")?;
+        let attempt = r.u32("ASSIGN_CALLS.calls[].attempt")?;
+        let name = function_name(r, "ASSIGN_CALLS.calls[].name")?;
+        let version = r.string("ASSIGN_CALLS.calls[].version", MAX_FUNCTION_VERSION_BYTES)?;
+        let args = r.bin("ASSIGN_CALLS.calls[].args")?;
+        // The smallest input is an empty bin: 2 bytes.
+        let m = r.array_len("ASSIGN_CALLS.calls[].inputs", 2)?;
+        let mut inputs = Vec::with_capacity(m);
+        for _ in 0..m {
+            inputs.push(r.bin("ASSIGN_CALLS.calls[].inputs[]")?);
+        }
+        calls.push(CallAssignment {
+            task,
+            attempt,
+            name,
+            version,
+            args,
+            inputs,
+            timeout_ms: r.u32("ASSIGN_CALLS.calls[].timeout_ms")?,
+        });
+    }
+    Ok(Msg::AssignCalls { calls })
+}
+
+fn decode_functions_reply(r: &mut Reader) -> Result<Msg, ProtoError> {
+    let req_id = r.u64("FUNCTIONS_REPLY.req_id")?;
+    // fixarray, a one-byte name, an empty version, servers, an empty bin: 7 bytes at least.
+    let n = r.array_len("FUNCTIONS_REPLY.functions", 7)?;
+    let mut functions = Vec::with_capacity(n);
+    for _ in 0..n {
+        r.record("FUNCTIONS_REPLY.functions[]", 4)?;
+        functions.push(FunctionInfo {
+            name: function_name(r, "FUNCTIONS_REPLY.functions[].name")?,
+            version: r.string(
+                "FUNCTIONS_REPLY.functions[].version",
+                MAX_FUNCTION_VERSION_BYTES,
+            )?,
+            servers: r.u32("FUNCTIONS_REPLY.functions[].servers")?,
+            interface: interface(r, "FUNCTIONS_REPLY.functions[].interface")?,
+        });
+    }
+    Ok(Msg::FunctionsReply { req_id, functions })
 }
 
 /// A peer-sent string for an error message: at most [`QUOTE_BYTES`], cut on a char boundary.

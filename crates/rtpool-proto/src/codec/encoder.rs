@@ -8,7 +8,7 @@ use std::io;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::message::{Assignment, Msg, SubmitOpts};
+use crate::message::{Assignment, Call, CallAssignment, Msg, SubmitOpts};
 
 /// Bytes to reserve for the body of `msg`: exact for payloads, a generous guess for the rest,
 /// so that a large `SUBMIT` or `ASSIGN` is written without the buffer growing on the way.
@@ -31,6 +31,32 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
         }
         Msg::Result { results } => 8 + results.iter().map(|t| 56 + t.data.len()).sum::<usize>(),
         Msg::Return { tasks } | Msg::Abort { tasks } => 8 + 16 * tasks.len(),
+        Msg::Serve { functions } => {
+            8 + functions
+                .iter()
+                .map(|f| 16 + f.name.len() + f.version.len() + f.interface.len())
+                .sum::<usize>()
+        }
+        Msg::Call { calls, .. } => {
+            let one =
+                |c: &Call| 16 + c.name.len() + c.version.len() + c.args.len() + 5 * c.deps.len();
+            96 + calls.iter().map(one).sum::<usize>()
+        }
+        Msg::AssignCalls { calls } => {
+            let one = |c: &CallAssignment| {
+                48 + c.name.len()
+                    + c.version.len()
+                    + c.args.len()
+                    + c.inputs.iter().map(|i| 5 + i.len()).sum::<usize>()
+            };
+            8 + calls.iter().map(one).sum::<usize>()
+        }
+        Msg::FunctionsReply { functions, .. } => {
+            16 + functions
+                .iter()
+                .map(|f| 24 + f.name.len() + f.version.len() + f.interface.len())
+                .sum::<usize>()
+        }
         _ => 64,
     }
 }
@@ -200,10 +226,75 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
             }
         }
         Msg::Heartbeat | Msg::Drain => w.head(k, 0),
+        Msg::Serve { functions } => {
+            w.head(k, 1);
+            w.array(functions.len());
+            for f in functions {
+                w.array(3);
+                w.str(&f.name);
+                w.str(&f.version);
+                w.bin(&f.interface);
+            }
+        }
+        Msg::Call {
+            req_id,
+            opts,
+            calls,
+        } => {
+            w.head(k, 3);
+            w.uint(*req_id);
+            write_opts(opts, w);
+            w.array(calls.len());
+            for c in calls {
+                w.array(5);
+                w.str(&c.name);
+                w.str(&c.version);
+                w.bin(&c.args);
+                w.array(c.deps.len());
+                for dep in &c.deps {
+                    w.uint(*dep);
+                }
+                w.bool(c.fetch);
+            }
+        }
+        Msg::Functions { req_id, name } => {
+            w.head(k, 2);
+            w.uint(*req_id);
+            w.str(name);
+        }
+        Msg::AssignCalls { calls } => {
+            w.head(k, 1);
+            w.array(calls.len());
+            for c in calls {
+                w.array(7);
+                w.uint(c.task);
+                w.uint(c.attempt);
+                w.str(&c.name);
+                w.str(&c.version);
+                w.bin(&c.args);
+                w.array(c.inputs.len());
+                for input in &c.inputs {
+                    w.bin(input);
+                }
+                w.uint(c.timeout_ms);
+            }
+        }
+        Msg::FunctionsReply { req_id, functions } => {
+            w.head(k, 2);
+            w.uint(*req_id);
+            w.array(functions.len());
+            for f in functions {
+                w.array(4);
+                w.str(&f.name);
+                w.str(&f.version);
+                w.uint(f.servers);
+                w.bin(&f.interface);
+            }
+        }
     }
 }
 
-/// A value of `SUBMIT.opts`.
+/// A value of `SUBMIT.opts` (and `CALL.opts`).
 #[derive(Clone, PartialEq)]
 enum OptValue<'a> {
     Int(i64),

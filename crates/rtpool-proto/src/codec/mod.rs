@@ -249,6 +249,21 @@ mod tests {
             Msg::Drain,
             Msg::Pull { credits: 0 },
             submit(),
+            Msg::Serve { functions: vec![] },
+            Msg::AssignCalls { calls: vec![] },
+            Msg::Call {
+                req_id: 1,
+                opts: SubmitOpts::default(),
+                calls: vec![],
+            },
+            Msg::Functions {
+                req_id: 1,
+                name: String::new(),
+            },
+            Msg::FunctionsReply {
+                req_id: 1,
+                functions: vec![],
+            },
         ] {
             let bytes = encode_to_vec(&msg);
             let elems = usize::from(bytes[4] & 0x0f);

@@ -6,7 +6,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
-use rtpool_proto::{Assignment, Msg, OnMiss, Role, SubmitOpts, TaskResult, WorkerResult};
+use rtpool_proto::{
+    Assignment, Call, CallAssignment, FunctionInfo, Msg, OnMiss, Role, ServedFunction, SubmitOpts,
+    TaskResult, WorkerResult,
+};
 
 /// A 32-byte function hash: `start, start+1, ...`.
 pub fn hash(start: u8) -> Bytes {
@@ -397,6 +400,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         ("heartbeat".into(), Msg::Heartbeat),
         ("drain".into(), Msg::Drain),
     ];
+    out.extend(rpc_samples());
     // Integer widths: each value in u64 fields, at the edges of fixint/uint8/16/32/64.
     for value in [
         127u64,
@@ -423,6 +427,171 @@ pub fn samples() -> Vec<(String, Msg)> {
         out.push((name, submit(6, priority, vec![Bytes::from_static(b"a")])));
     }
     out
+}
+
+/// `{"name": NAME}`: a stand-in for an interface blob (the codec never reads it).
+fn interface(name: &str) -> Bytes {
+    let mut blob = vec![0x81, 0xa4];
+    blob.extend_from_slice(b"name");
+    blob.push(0xa0 | name.len() as u8);
+    blob.extend_from_slice(name.as_bytes());
+    Bytes::from(blob)
+}
+
+fn call(name: &str, version: &str, args: &'static [u8], deps: Vec<u32>, fetch: bool) -> Call {
+    Call {
+        name: name.into(),
+        version: version.into(),
+        args: Bytes::from_static(args),
+        deps,
+        fetch,
+    }
+}
+
+/// The grid RPC messages: `SERVE`, `CALL`, `FUNCTIONS`, `FUNCTIONS_REPLY`, `ASSIGN_CALLS`, and
+/// the two errors that belong to them.
+fn rpc_samples() -> Vec<(String, Msg)> {
+    vec![
+        (
+            // An empty version, and an interface long enough for a bin16.
+            "serve_two_functions".into(),
+            Msg::Serve {
+                functions: vec![
+                    ServedFunction {
+                        name: "add".into(),
+                        version: "1".into(),
+                        interface: interface("add"),
+                    },
+                    ServedFunction {
+                        name: "dmmul".into(),
+                        version: String::new(),
+                        interface: (0..300u32).map(|i| (i % 251) as u8).collect(),
+                    },
+                ],
+            },
+        ),
+        ("serve_none".into(), Msg::Serve { functions: vec![] }),
+        (
+            "call_one_default_opts".into(),
+            Msg::Call {
+                req_id: 20,
+                opts: SubmitOpts::default(),
+                // msgpack [2, 3]
+                calls: vec![call("add", "", b"\x92\x02\x03", vec![], false)],
+            },
+        ),
+        (
+            // A transaction: call 1 takes call 0's result, call 2 both; call 0 is fetched too.
+            "call_transaction_with_opts".into(),
+            Msg::Call {
+                req_id: 21,
+                opts: SubmitOpts {
+                    priority: 1,
+                    timeout_ms: 500,
+                    deadline_ms: 2_000,
+                    ..SubmitOpts::default()
+                },
+                calls: vec![
+                    call("dgefa", "1", b"\x92\x08\xc4\x00", vec![], true),
+                    call(
+                        "dgesl",
+                        "1",
+                        b"\x91\xc7\x03\x02\x92\x00\x01",
+                        vec![0],
+                        false,
+                    ),
+                    call("check", "2.10", b"\x90", vec![0, 1], false),
+                ],
+            },
+        ),
+        (
+            "functions_all".into(),
+            Msg::Functions {
+                req_id: 22,
+                name: String::new(),
+            },
+        ),
+        (
+            "functions_one_name".into(),
+            Msg::Functions {
+                req_id: 23,
+                name: "dmmul".into(),
+            },
+        ),
+        (
+            "functions_reply_two_versions".into(),
+            Msg::FunctionsReply {
+                req_id: 23,
+                functions: vec![
+                    FunctionInfo {
+                        name: "dmmul".into(),
+                        version: "2".into(),
+                        servers: 1,
+                        interface: interface("dmmul"),
+                    },
+                    FunctionInfo {
+                        name: "dmmul".into(),
+                        version: "1".into(),
+                        servers: 300,
+                        interface: interface("dmmul"),
+                    },
+                ],
+            },
+        ),
+        (
+            "functions_reply_empty".into(),
+            Msg::FunctionsReply {
+                req_id: 22,
+                functions: vec![],
+            },
+        ),
+        (
+            "assign_calls_with_inputs".into(),
+            Msg::AssignCalls {
+                calls: vec![
+                    CallAssignment {
+                        task: 80,
+                        attempt: 1,
+                        name: "add".into(),
+                        version: "1".into(),
+                        args: Bytes::from_static(b"\x92\x02\x03"),
+                        inputs: vec![],
+                        timeout_ms: 0,
+                    },
+                    CallAssignment {
+                        task: 81,
+                        attempt: 2,
+                        name: "dgesl".into(),
+                        version: "1".into(),
+                        args: Bytes::from_static(b"\x91\xc7\x03\x02\x92\x00\x01"),
+                        inputs: vec![
+                            Bytes::from_static(b"\x93\x00\xc4\x00\xc4\x00"),
+                            Bytes::new(),
+                        ],
+                        timeout_ms: 1_500,
+                    },
+                ],
+            },
+        ),
+        (
+            "error_unknown_function".into(),
+            Msg::Error {
+                code: "unknown_function".into(),
+                message: "no worker serves 'dmmul' version 3; served: dmmul (2, 1)".into(),
+                reference: 21,
+            },
+        ),
+        (
+            "error_serve_conflict".into(),
+            Msg::Error {
+                code: "serve_conflict".into(),
+                message: "another worker serves add version 1 with a different interface; this \
+                          worker's add is not served"
+                    .into(),
+                reference: 0,
+            },
+        ),
+    ]
 }
 
 fn arb_bytes(max: usize) -> impl Strategy<Value = Bytes> {
@@ -560,9 +729,102 @@ fn arb_worker_result() -> impl Strategy<Value = WorkerResult> {
         })
 }
 
+/// A function name within the decoder's limits (1 to 128 bytes).
+fn arb_function_name() -> impl Strategy<Value = String> {
+    prop_oneof!["[a-z_][a-z0-9_.]{0,20}", "\\PC{1,32}", "[a-z]{128}"]
+}
+
+/// A function version within the decoder's limits (at most 64 bytes).
+fn arb_version() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "[0-9]{1,3}(\\.[0-9]{1,3}){0,2}",
+        "[a-z]{64}"
+    ]
+}
+
+fn arb_served_function() -> impl Strategy<Value = ServedFunction> {
+    (arb_function_name(), arb_version(), arb_bytes(60)).prop_map(|(name, version, interface)| {
+        ServedFunction {
+            name,
+            version,
+            interface,
+        }
+    })
+}
+
+fn arb_call() -> impl Strategy<Value = Call> {
+    (
+        arb_function_name(),
+        arb_version(),
+        arb_bytes(40),
+        vec(arb_u32(), 0..5),
+        any::<bool>(),
+    )
+        .prop_map(|(name, version, args, deps, fetch)| Call {
+            name,
+            version,
+            args,
+            deps,
+            fetch,
+        })
+}
+
+fn arb_call_assignment() -> impl Strategy<Value = CallAssignment> {
+    (
+        (arb_u64(), arb_u32(), arb_function_name(), arb_version()),
+        (arb_bytes(40), vec(arb_bytes(20), 0..4), arb_u32()),
+    )
+        .prop_map(
+            |((task, attempt, name, version), (args, inputs, timeout_ms))| CallAssignment {
+                task,
+                attempt,
+                name,
+                version,
+                args,
+                inputs,
+                timeout_ms,
+            },
+        )
+}
+
+fn arb_function_info() -> impl Strategy<Value = FunctionInfo> {
+    (arb_function_name(), arb_version(), arb_u32(), arb_bytes(60)).prop_map(
+        |(name, version, servers, interface)| FunctionInfo {
+            name,
+            version,
+            servers,
+            interface,
+        },
+    )
+}
+
+/// Any well-formed grid RPC message.
+fn arb_rpc_msg() -> impl Strategy<Value = Msg> {
+    prop_oneof![
+        vec(arb_served_function(), 0..6).prop_map(|functions| Msg::Serve { functions }),
+        (arb_u64(), arb_submit_opts(), vec(arb_call(), 0..6)).prop_map(|(req_id, opts, calls)| {
+            Msg::Call {
+                req_id,
+                opts,
+                calls,
+            }
+        }),
+        (
+            arb_u64(),
+            prop_oneof![Just(String::new()), arb_function_name()]
+        )
+            .prop_map(|(req_id, name)| Msg::Functions { req_id, name }),
+        (arb_u64(), vec(arb_function_info(), 0..6))
+            .prop_map(|(req_id, functions)| Msg::FunctionsReply { req_id, functions }),
+        vec(arb_call_assignment(), 0..6).prop_map(|calls| Msg::AssignCalls { calls }),
+    ]
+}
+
 /// Any well-formed message (within the decoder's limits on name, token and fn_hash).
 pub fn arb_msg() -> impl Strategy<Value = Msg> {
     prop_oneof![
+        arb_rpc_msg(),
         (
             arb_u32(),
             prop_oneof![Just(Role::Client), Just(Role::Worker)],
