@@ -123,19 +123,21 @@ def render_multi(s: Dict[str, object], console) -> None:
         f"max/min/mean)",
         title_justify="left",
     )
+    from rich.markup import escape
+
     for col in ("n", "c", "Performance[Mflops]", "Response[sec]", "Wait[sec]"):
-        t.add_column(col, justify="right")
+        t.add_column(escape(col), justify="right")
     for col in ("Throughput[MB/s]", "CPU", "Load", "Times"):
-        t.add_column(col, justify="right")
+        t.add_column(escape(col), justify="right")
     last_n = None
     for cell in s["cells"]:
         t.add_row(
             str(cell["n"]) if cell["n"] != last_n else "",
             str(cell["c"]),
-            mmm(cell["performance_mflops"]),
+            mmm(cell["performance_mflops"], 0),
             mmm(cell["response_s"], 3),
             mmm(cell["wait_s"], 3),
-            mmm(cell["throughput_mb_s"]),
+            mmm(cell["throughput_mb_s"], 1),
             _f(cell["cpu_pct"], 1),
             _f(cell["load1"], 2),
             str(cell["times"])
