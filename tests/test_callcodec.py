@@ -1,5 +1,6 @@
 """The value format of named remote calls (docs/rpc.md, "Values"), invoke() and deliver()."""
 
+import random
 import struct
 import subprocess
 import sys
@@ -224,6 +225,25 @@ def test_corrupt_payloads_raise_call_error(payload, reason):
     with pytest.raises(CallError) as info:
         decode_results(payload)
     assert reason in str(info.value)
+
+
+def test_mutated_payloads_decode_or_raise_call_error():
+    valid = encode_args([3, np.arange(6.0).reshape(2, 3), "x", [1, {"a": np.ones(2)}], Ref(0, 0)])
+    inputs = [encode_results([1])]
+    rng = random.Random(7)
+    outcomes = set()
+    for _ in range(2000):
+        data = bytearray(valid)
+        if rng.random() < 0.5:
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        else:
+            del data[rng.randrange(len(data)) :]
+        try:
+            decode_args(bytes(data), inputs)
+            outcomes.add("decoded")
+        except CallError:
+            outcomes.add("refused")
+    assert outcomes == {"decoded", "refused"}
 
 
 def test_corrupt_args_in_invoke_raise_call_error():
