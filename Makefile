@@ -21,7 +21,7 @@ $(PY):
 
 $(STAMP): $(PY) $(NATIVE_SRC)
 	$(PIP) install -q "maturin>=1.5,<2" "ruff>=0.5"
-	$(PIP) install -q -e '.[test,bench]'
+	$(PIP) install -q -e '.[test,bench,linalg]'
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install rtpool (builds the Rust core) with test deps

@@ -24,36 +24,49 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 from .errors import (
     AdmissionError,
+    CallError,
     DeadlineMissedError,
     PoisonTaskError,
     QuorumError,
     QuotaExceededError,
     ResultsLost,
     TaskTimeoutError,
+    UnknownFunctionError,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AdmissionError",
+    "Array",
+    "CallError",
     "Client",
     "DeadlineMissedError",
+    "In",
+    "InOut",
+    "Interface",
     "LocalCluster",
+    "Out",
     "Package",
     "PoisonTaskError",
     "QuorumError",
     "QuotaExceededError",
     "ResultsLost",
     "TaskTimeoutError",
+    "UnknownFunctionError",
     "__version__",
     "errors",
+    "remote",
 ]
 
 if TYPE_CHECKING:
+    from ._interface import Array, In, InOut, Interface, Out, remote
     from .client import Client, Package
     from .cluster import LocalCluster
 
 _LAZY = {"Client": "client", "Package": "client", "LocalCluster": "cluster"}
+# Grid RPC (docs/rpc.md): named remote functions and their interfaces.
+_LAZY.update(dict.fromkeys(["Array", "In", "InOut", "Interface", "Out", "remote"], "_interface"))
 
 
 def __getattr__(name: str) -> Any:

@@ -18,6 +18,7 @@ import re
 __all__ = [
     "AdmissionError",
     "AuthenticationError",
+    "CallError",
     "ConnectError",
     "ConnectionLost",
     "DeadlineMissedError",
@@ -32,6 +33,7 @@ __all__ = [
     "SubmitRejected",
     "TaskFailed",
     "TaskTimeoutError",
+    "UnknownFunctionError",
 ]
 
 
@@ -70,6 +72,26 @@ class ProtocolError(RtpoolError):
 
 class SubmitRejected(RtpoolError):
     """The master refused a package (bad option, empty package, ...); nothing of it ran."""
+
+
+class CallError(RtpoolError, TypeError):
+    """A call of a named remote function does not match the function's interface.
+
+    Raised before anything is sent: the wrong number of arguments, a scalar of the wrong type,
+    an array of the wrong dtype or shape (``docs/rpc.md``). The message names the function, the
+    argument, what was expected and what was given, e.g. ``dmmul: argument B has shape (8, 9),
+    expected (n, n) = (8, 8)``. A worker raises it too for a call payload it cannot decode or
+    that does not match the interface it serves. It is also a builtin ``TypeError``, as a local
+    call with the wrong arguments would raise.
+    """
+
+
+class UnknownFunctionError(RtpoolError, LookupError):
+    """No worker serves the named function (or the requested version of it).
+
+    The message names the function and lists what is served. It is also a builtin
+    ``LookupError``.
+    """
 
 
 class TaskFailed(RtpoolError):

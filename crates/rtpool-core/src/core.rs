@@ -25,7 +25,7 @@ mod invariants;
 mod timers;
 mod worker_events;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 
@@ -37,7 +37,9 @@ use crate::group::Group;
 use crate::hungry::HungryRing;
 use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
 use crate::package::Package;
+use crate::placement::Link;
 use crate::queue::{QueueKey, ReadyQueue};
+use crate::service::ServiceTable;
 use crate::table::Table;
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
@@ -113,6 +115,8 @@ pub struct CoreStats {
     pub clients: usize,
     /// Function codes held.
     pub functions: usize,
+    /// Named functions registered (grid RPC), as `(name, version)` entries.
+    pub services: usize,
     /// Results produced since start (sent, or kept for a detached client).
     pub delivered: u64,
     /// Worker results ignored because their task or attempt was no longer assigned there.
@@ -172,6 +176,8 @@ pub(crate) enum Timer {
     Package(u64),
     Deadline(u64),
     Hedge(TaskId, u32),
+    /// A service's grace period without servers (slab key of the service).
+    Service(u64),
 }
 
 /// The scheduler state machine.
@@ -199,6 +205,18 @@ pub struct Core {
     /// Armed timers, removed eagerly when their task answers or their package re-attaches, so
     /// the map never holds more than the running tasks plus the detached packages.
     timers: BTreeMap<(Instant, Timer), ()>,
+    /// The registry of named functions (grid RPC).
+    services: ServiceTable,
+    /// Services whose queues may hold calls (checked lazily by call dispatch).
+    waiting_services: BTreeSet<u64>,
+    /// What was learned of the links to all workers: the default for a worker not yet measured.
+    pool_link: Link,
+    /// Results of calls failed because an input failed, sent at the end of the event.
+    cascade: Vec<(u64, TaskOutcome)>,
+    /// Calls to fail because an input failed, with why (worked off by the outermost
+    /// `call_finished`, so a long chain does not recurse).
+    doomed: Vec<(TaskId, String)>,
+    failing_dependents: bool,
     /// Tasks in state `Running`.
     running: usize,
     /// Tasks in state `Cancelled`.
@@ -264,6 +282,12 @@ impl Core {
             hungry: HungryRing::default(),
             timers: BTreeMap::new(),
             estimates: HashMap::new(),
+            services: ServiceTable::default(),
+            waiting_services: BTreeSet::new(),
+            pool_link: Link::default(),
+            cascade: Vec::new(),
+            doomed: Vec::new(),
+            failing_dependents: false,
             total_slots: 0,
             running_work_us: 0,
             next_package_seq: 0,
@@ -367,6 +391,13 @@ impl Core {
                 name,
             } => self.on_functions(client, req_id, &name, out),
         }
+        if !self.cascade.is_empty() {
+            let mut results = timers::Results::default();
+            for (slot, outcome) in std::mem::take(&mut self.cascade) {
+                results.add(self, slot, outcome);
+            }
+            self.push_results(results, out);
+        }
         if !self.pending_aborts.is_empty() {
             let aborts = std::mem::take(&mut self.pending_aborts);
             self.push_aborts(aborts, out);
@@ -385,6 +416,7 @@ impl Core {
             workers: self.workers.len(),
             clients: self.clients.len(),
             functions: self.functions.len(),
+            services: self.services.len(),
             delivered: self.delivered,
             stale_results: self.stale_results,
             requeued: self.requeued,
@@ -477,12 +509,24 @@ impl Core {
     /// Queues a task of a live package: at the back of its package, or at the front
     /// (returned, requeued or hedge work).
     fn enqueue(&mut self, id: TaskId, front: bool) {
-        let slot = self
-            .tasks
-            .get(id.0)
-            .expect("enqueue of a freed task")
-            .package;
+        let task = self.tasks.get(id.0).expect("enqueue of a freed task");
+        let slot = task.package;
         let key = self.queue_key(slot);
+        if let Some(service) = task.call.as_ref().map(|c| c.service) {
+            // A call queues with its function, for the workers that serve it.
+            let s = self
+                .services
+                .get_mut(service)
+                .expect("a live call's service");
+            let pos = if front {
+                s.queue.push_front(slot, key, 0, id)
+            } else {
+                s.queue.push_back(slot, key, 0, id)
+            };
+            self.waiting_services.insert(service);
+            self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
+            return;
+        }
         let est = self
             .packages
             .get(slot)
@@ -538,7 +582,9 @@ impl Core {
                 self.cancelling -= 1;
             }
             TaskState::Done { .. } => self.release_done(id),
-            TaskState::Queued => panic!("requeue of {id}, which is already queued"),
+            TaskState::Queued | TaskState::Waiting => {
+                panic!("requeue of {id}, which is not held")
+            }
         }
     }
 
@@ -572,7 +618,19 @@ impl Core {
         let holder = match task.state {
             TaskState::Queued => {
                 package.counts.queued -= 1;
-                self.queue.remove(slot, task.queue_pos);
+                match task.call.as_ref().map(|c| c.service) {
+                    Some(service) => self
+                        .services
+                        .get_mut(service)
+                        .expect("a live call's service")
+                        .queue
+                        .remove(slot, task.queue_pos),
+                    None => self.queue.remove(slot, task.queue_pos),
+                }
+                None
+            }
+            TaskState::Waiting => {
+                package.counts.queued -= 1;
                 None
             }
             TaskState::Running { worker, seq, .. } => {
@@ -604,10 +662,18 @@ impl Core {
             acked: false,
         };
         task.args = Bytes::new();
-        task.outcome = Some(Box::new(outcome.clone()));
+        let (index, call) = (task.index, task.call.take());
         let group = task.group.take();
         self.retained += 1;
         self.disarm_task_timer(id);
+        if let Some(call) = call {
+            // Its dependents get the data; the client only if it asked (or nothing else will).
+            if !self.call_finished(slot, index, &call, &outcome, now) {
+                outcome.data = Bytes::new();
+            }
+        }
+        let task = self.tasks.get_mut(id.0).expect("finished above");
+        task.outcome = Some(Box::new(outcome.clone()));
         if let Some(g) = group {
             // The task is decided: its other copies stop.
             let group = self.groups.remove(g).expect("live group");
@@ -676,7 +742,9 @@ impl Core {
             self.timers.remove(&(at, Timer::Deadline(slot)));
         }
         self.package_slots.remove(&p.id);
-        self.functions.release(&p.fn_hash);
+        if !p.calls {
+            self.functions.release(&p.fn_hash);
+        }
         out.push(Action::PackageFreed {
             package: p.id,
             expired,

@@ -15,7 +15,9 @@ mod group;
 mod hungry;
 mod ids;
 mod package;
+mod placement;
 mod queue;
+mod service;
 mod table;
 mod task;
 mod worker;
@@ -23,7 +25,8 @@ mod worker;
 pub use crate::core::{Core, CoreConfig, CoreStats, WorkerStats};
 pub use crate::estimate::Estimate;
 pub use crate::event::{
-    Action, AssignCall, AssignTask, CallSpec, Event, MissPolicy, PackageCounts, PackageOpts, RejectReason,
-    RestoredPackage, ServiceDecl, ServiceInfo, TaskOutcome, TaskStatus, WorkerOutcome,
+    Action, AssignCall, AssignTask, CallSpec, Event, MissPolicy, PackageCounts, PackageOpts,
+    RejectReason, RestoredPackage, ServiceDecl, ServiceInfo, TaskOutcome, TaskStatus,
+    WorkerOutcome,
 };
 pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};

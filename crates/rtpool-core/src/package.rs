@@ -42,6 +42,8 @@ pub(crate) struct Package {
     /// Estimated execution time of one task when it was submitted, microseconds (0: unknown);
     /// the queue's work sums use it.
     pub(crate) est_us: u64,
+    /// A package of calls of named functions (no code of its own).
+    pub(crate) calls: bool,
 }
 
 impl Package {
@@ -75,6 +77,7 @@ impl Package {
             deadline_armed: false,
             seq: 0,
             est_us: 0,
+            calls: false,
         }
     }
 

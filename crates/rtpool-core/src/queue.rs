@@ -87,6 +87,15 @@ impl ReadyQueue {
         self.live == 0
     }
 
+    /// The highest priority with a task queued (approximately: a class whose packages all
+    /// went since its users' last turns is dropped only at the next pop). O(1).
+    pub(crate) fn top_priority(&self) -> Option<i32> {
+        if self.live == 0 {
+            return None;
+        }
+        self.classes.first_key_value().map(|(p, _)| p.0)
+    }
+
     /// Estimated work queued at priority `priority` or higher, microseconds of one slot.
     /// O(priority classes).
     pub(crate) fn work_at_or_above(&self, priority: i32) -> u64 {
@@ -236,6 +245,24 @@ impl ReadyQueue {
             return Some((task, slot));
         }
         None
+    }
+
+    /// The task [`Self::pop`] would take, without taking it. O(log n); may skip users whose
+    /// packages all went (as `pop` would).
+    pub(crate) fn peek(&self) -> Option<TaskId> {
+        let class = self.classes.values().find(|c| {
+            c.turns
+                .iter()
+                .any(|u| c.users.get(u).is_some_and(|q| !q.packages.is_empty()))
+        })?;
+        let user = class
+            .turns
+            .iter()
+            .filter_map(|u| class.users.get(u))
+            .find(|q| !q.packages.is_empty())?;
+        let (_, slot) = user.packages.first_key_value()?;
+        let pq = self.packages.get(slot)?;
+        pq.tasks.first_key_value().map(|(_, &t)| t)
     }
 
     /// Every entry as `(package slot, key, position, task)`. For invariant checks.

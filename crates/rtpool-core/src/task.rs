@@ -15,7 +15,10 @@ use crate::ids::{Instant, WorkerId};
 /// Where a task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TaskState {
-    /// In the ready queue.
+    /// A call whose inputs (results of earlier calls of its package) do not all exist yet: in
+    /// no queue; counted as queued by its package.
+    Waiting,
+    /// In the ready queue (a call: in its service's queue).
     Queued,
     /// Assigned to `worker` (attempt [`Task::attempt`]) at `assigned_at`.
     Running {
@@ -66,6 +69,25 @@ pub(crate) struct Task {
     pub(crate) hedge_at: Option<Instant>,
     /// Its position in its package's ready queue, while `Queued`.
     pub(crate) queue_pos: i64,
+    /// A call of a named function (grid RPC), not shipped code.
+    pub(crate) call: Option<Box<Call>>,
+}
+
+/// What a call adds to a task: its function, and its place in its package's dependency graph.
+#[derive(Debug)]
+pub(crate) struct Call {
+    /// Slab key of its service.
+    pub(crate) service: u64,
+    /// Indices of the calls whose results are its inputs, in input order.
+    pub(crate) deps: Vec<u32>,
+    /// The inputs received so far, by position in `deps` (empty until received).
+    pub(crate) inputs: Vec<bytes::Bytes>,
+    /// Inputs still missing.
+    pub(crate) waiting: u32,
+    /// Indices of the calls that take its result as an input (each once).
+    pub(crate) dependents: Vec<u32>,
+    /// Its result's data goes to the client (asked for, or no call depends on it).
+    pub(crate) fetch: bool,
 }
 
 impl Task {
@@ -85,13 +107,14 @@ impl Task {
             shadow: false,
             hedge_at: None,
             queue_pos: 0,
+            call: None,
         }
     }
 
     /// The worker holding this task, if any.
     pub(crate) fn holder(&self) -> Option<WorkerId> {
         match self.state {
-            TaskState::Queued => None,
+            TaskState::Queued | TaskState::Waiting => None,
             TaskState::Running { worker, .. } | TaskState::Cancelled { worker, .. } => Some(worker),
             TaskState::Done { holder, .. } => holder.map(|(w, _)| w),
         }

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use crate::ids::{FnHash, TaskId};
+use crate::placement::Link;
 
 /// One worker.
 #[derive(Debug)]
@@ -21,6 +22,12 @@ pub(crate) struct Worker {
     pub(crate) epoch: u64,
     /// It has an entry in the hungry ring.
     pub(crate) in_ring: bool,
+    /// Slab keys of the services it serves (grid RPC).
+    pub(crate) serves: Vec<u64>,
+    /// What was learned of the link to it (placement).
+    pub(crate) link: Link,
+    /// Moving average of its execution times over each function's mean (`None`: unknown).
+    pub(crate) slowness: Option<f64>,
 }
 
 impl Worker {
@@ -34,6 +41,9 @@ impl Worker {
             fn_sent: HashSet::new(),
             epoch,
             in_ring: false,
+            serves: Vec::new(),
+            link: Link::default(),
+            slowness: None,
         }
     }
 

@@ -63,7 +63,7 @@ impl Core {
 
     /// Attaches a package to `client`: disarms its TTL, restarts the acknowledgement count,
     /// and resends every unacknowledged result.
-    fn attach(&mut self, client: ClientId, slot: u64, out: &mut Vec<Action>) {
+    pub(super) fn attach(&mut self, client: ClientId, slot: u64, out: &mut Vec<Action>) {
         let p = self
             .packages
             .get_mut(slot)
@@ -166,7 +166,7 @@ impl Core {
 
     /// Inserts a package (no tasks yet) and indexes it by id, user, key and client.
     #[allow(clippy::too_many_arguments)]
-    fn create_package(
+    pub(super) fn create_package(
         &mut self,
         id: PackageId,
         user: UserId,
@@ -179,6 +179,7 @@ impl Core {
     ) -> u64 {
         let key = opts.key.clone();
         let mut package = Package::new(id, user, client, fn_hash, opts, total);
+        package.calls = fn_hash == super::calls::CALLS_HASH;
         package.seq = self.next_package_seq;
         self.next_package_seq += 1;
         package.est_us = self.estimate(&fn_hash).map_or(0, |e| e.mean_us);
@@ -200,7 +201,9 @@ impl Core {
         if !key.is_empty() {
             self.keys.insert((user, key), id);
         }
-        self.functions.acquire(fn_hash, fn_code);
+        if !package_calls(&self.packages, slot) {
+            self.functions.acquire(fn_hash, fn_code);
+        }
         self.users.entry(user).or_default().packages.insert(slot);
         if let Some(client) = client {
             self.clients
@@ -213,7 +216,7 @@ impl Core {
     }
 
     /// The task count of a package, if it is within 1..=limit (and so fits a `u32`).
-    fn check_size(&self, tasks: usize) -> Result<u32, RejectReason> {
+    pub(super) fn check_size(&self, tasks: usize) -> Result<u32, RejectReason> {
         let limit = self.config.max_tasks_per_package.min(u32::MAX as usize);
         match tasks {
             0 => Err(RejectReason::Empty),
@@ -223,7 +226,7 @@ impl Core {
     }
 
     /// Refuses options that contradict each other or exceed a limit.
-    fn check_options(opts: &PackageOpts) -> Result<(), RejectReason> {
+    pub(super) fn check_options(opts: &PackageOpts) -> Result<(), RejectReason> {
         let bad = |m: String| Err(RejectReason::InvalidOptions(m));
         let (replicas, quorum) = (opts.replicas(), opts.quorum());
         if replicas > MAX_COPIES {
@@ -304,7 +307,7 @@ impl Core {
     }
 
     /// Refuses a user whose quota is used up.
-    fn check_quota(&self, user: UserId) -> Result<(), RejectReason> {
+    pub(super) fn check_quota(&self, user: UserId) -> Result<(), RejectReason> {
         match self.users.get(&user).and_then(|u| u.remaining_us) {
             Some(left) if left <= 0 => Err(RejectReason::QuotaExhausted {
                 over_us: left.unsigned_abs(),
@@ -574,7 +577,11 @@ impl Core {
     /// Cancels one task if it is queued (freed now) or running (marked, freed when its worker
     /// answers, and the worker is told to abort it); a stale id (done or cancelled) is left
     /// alone.
-    fn cancel_task(&mut self, id: TaskId, aborts: &mut Vec<(crate::WorkerId, TaskId, u32)>) {
+    pub(super) fn cancel_task(
+        &mut self,
+        id: TaskId,
+        aborts: &mut Vec<(crate::WorkerId, TaskId, u32)>,
+    ) {
         let Some(task) = self.tasks.get_mut(id.0) else {
             return;
         };
@@ -584,6 +591,7 @@ impl Core {
         ) {
             return;
         }
+        let call = task.call.take();
         if let Some(g) = task.group.take() {
             // The other copies go with it.
             let group = self.groups.remove(g).expect("live group");
@@ -605,7 +613,18 @@ impl Core {
         match task.state {
             TaskState::Queued => {
                 package.counts.queued -= 1;
-                self.queue.remove(slot, task.queue_pos);
+                match &call {
+                    Some(c) => {
+                        if let Some(s) = self.services.get_mut(c.service) {
+                            s.queue.remove(slot, task.queue_pos);
+                        }
+                    }
+                    None => self.queue.remove(slot, task.queue_pos),
+                }
+                self.tasks.remove(id.0);
+            }
+            TaskState::Waiting => {
+                package.counts.queued -= 1;
                 self.tasks.remove(id.0);
             }
             TaskState::Running { worker, seq, .. } => {
@@ -618,5 +637,13 @@ impl Core {
             }
             _ => unreachable!("filtered above"),
         }
+        if let Some(call) = call {
+            self.cancel_dependents(slot, &call, aborts);
+        }
     }
+}
+
+/// The package in `slot` is a package of calls.
+fn package_calls(packages: &crate::table::Table<crate::package::Package>, slot: u64) -> bool {
+    packages.get(slot).is_some_and(|p| p.calls)
 }

@@ -23,6 +23,7 @@ impl Core {
     /// copies of one task; a task of an `on_miss = drop` package that cannot finish by its
     /// deadline (by its function's p50) is dropped instead of started.
     pub(super) fn dispatch(&mut self, now: Instant, out: &mut Vec<Action>) {
+        self.dispatch_calls(now, out);
         let mut batches: Vec<(WorkerId, Vec<AssignTask>)> = Vec::new();
         let mut slot_of: HashMap<WorkerId, usize> = HashMap::new();
         let mut dropped = Results::default();

@@ -22,6 +22,8 @@ struct Tally {
     per_package: HashMap<u64, (u32, u32)>,
     /// Estimated work of the running tasks.
     running_work_us: u64,
+    /// Live calls per service.
+    calls: HashMap<u64, u64>,
 }
 
 impl Core {
@@ -59,6 +61,7 @@ impl Core {
         self.check_groups();
         self.check_workers(tally.running + tally.cancelling + tally.done_held);
         self.check_packages(&tally.per_package);
+        self.check_services(&tally.calls);
         self.check_clients();
         self.check_timers();
     }
@@ -111,6 +114,18 @@ impl Core {
                     );
                     assert_eq!(task.hedge_at, Some(at), "{id}'s hedge_at is not its timer");
                 }
+                Timer::Service(slot) => {
+                    let s = self
+                        .services
+                        .get(slot)
+                        .unwrap_or_else(|| panic!("grace timer of freed service {slot}"));
+                    assert_eq!(
+                        s.orphan_at,
+                        Some(at),
+                        "{}'s orphan_at is not its timer",
+                        s.name
+                    );
+                }
             }
             armed += 1;
         }
@@ -134,9 +149,14 @@ impl Core {
             .iter()
             .filter(|(_, p)| p.expires.is_some())
             .count();
+        let orphans = self
+            .services
+            .iter()
+            .filter(|(_, s)| s.orphan_at.is_some())
+            .count();
         assert_eq!(
             armed,
-            deadlines + expiries + hedges + drops,
+            deadlines + expiries + hedges + drops + orphans,
             "timers and deadlines disagree"
         );
     }
@@ -157,8 +177,37 @@ impl Core {
                 );
                 assert!(task.attempt >= 1, "{id} is held by {worker} with attempt 0");
             }
+            if let Some(call) = &task.call {
+                assert!(
+                    !matches!(
+                        task.state,
+                        TaskState::Done { .. } | TaskState::Cancelled { .. }
+                    ),
+                    "{id} is {:?} but still has its call",
+                    task.state
+                );
+                *tally.calls.entry(call.service).or_default() += 1;
+                let received = call.inputs.iter().filter(|i| !i.is_empty()).count();
+                assert!(
+                    received <= call.deps.len() - call.waiting as usize,
+                    "{id} has more inputs than received"
+                );
+                assert_eq!(
+                    call.waiting == 0,
+                    task.state != TaskState::Waiting,
+                    "{id} waits for {} inputs but is {:?}",
+                    call.waiting,
+                    task.state
+                );
+            } else {
+                assert!(
+                    task.state != TaskState::Waiting,
+                    "{id} waits but is no call"
+                );
+            }
             match task.state {
                 TaskState::Queued => tally.queued += 1,
+                TaskState::Waiting => {}
                 TaskState::Running { .. } => tally.running += 1,
                 TaskState::Cancelled { .. } => {
                     tally.cancelling += 1;
@@ -212,7 +261,7 @@ impl Core {
             self.check_task_in_package(id, task);
             let entry = tally.per_package.entry(task.package).or_default();
             match task.state {
-                TaskState::Queued => entry.0 += 1,
+                TaskState::Queued | TaskState::Waiting => entry.0 += 1,
                 _ => entry.1 += 1,
             }
         }
@@ -272,7 +321,29 @@ impl Core {
     fn check_queue(&self, queued_tasks: usize) {
         self.queue.check();
         let mut seen = HashSet::new();
-        for (slot, key, pos, id) in self.queue.iter() {
+        let mut entries: Vec<(u64, crate::queue::QueueKey, i64, TaskId, Option<u64>)> = self
+            .queue
+            .iter()
+            .map(|(slot, key, pos, id)| (slot, key, pos, id, None))
+            .collect();
+        let mut in_services = 0;
+        for (svc, s) in self.services.iter() {
+            s.queue.check();
+            in_services += s.queue.len();
+            if !s.queue.is_empty() {
+                assert!(
+                    self.waiting_services.contains(&svc),
+                    "service {} has queued calls but is not waiting",
+                    s.name
+                );
+            }
+            entries.extend(
+                s.queue
+                    .iter()
+                    .map(|(slot, key, pos, id)| (slot, key, pos, id, Some(svc))),
+            );
+        }
+        for (slot, key, pos, id, svc) in entries {
             let task = self
                 .tasks
                 .get(id.0)
@@ -284,6 +355,11 @@ impl Core {
                 task.state
             );
             assert!(seen.insert(id), "{id} is queued twice");
+            assert_eq!(
+                task.call.as_ref().map(|c| c.service),
+                svc,
+                "{id} is queued in the wrong queue"
+            );
             assert_eq!(task.package, slot, "{id} is queued under another package");
             assert_eq!(task.queue_pos, pos, "{id} is queued at another position");
             assert_eq!(key, self.queue_key(slot), "{id} is queued with a stale key");
@@ -294,7 +370,7 @@ impl Core {
             "{queued_tasks} queued tasks, {} queue entries",
             seen.len()
         );
-        assert_eq!(self.queue.len(), queued_tasks, "queue count");
+        assert_eq!(self.queue.len() + in_services, queued_tasks, "queue count");
     }
 
     /// In-flight sets hold exactly the tasks held by their worker; credits, draining and the
@@ -348,6 +424,45 @@ impl Core {
         assert_eq!(slots, self.total_slots, "worker slots sum");
     }
 
+    /// Services count their live calls, are served by the workers that list them, and are
+    /// freed when nothing refers to them.
+    fn check_services(&self, calls: &HashMap<u64, u64>) {
+        for (slot, s) in self.services.iter() {
+            assert_eq!(
+                s.calls,
+                calls.get(&slot).copied().unwrap_or(0),
+                "service {} counts {} live calls",
+                s.name,
+                s.calls
+            );
+            assert!(!s.is_unused(), "service {} is unused but not freed", s.name);
+            for w in &s.servers {
+                let worker = self
+                    .workers
+                    .get(w)
+                    .unwrap_or_else(|| panic!("{} is served by {w}, not connected", s.name));
+                assert!(!worker.draining, "{} is served by draining {w}", s.name);
+                assert!(
+                    worker.serves.contains(&slot),
+                    "{w} does not list {}",
+                    s.name
+                );
+            }
+        }
+        for (id, w) in &self.workers {
+            for slot in &w.serves {
+                if w.draining {
+                    continue;
+                }
+                let s = self
+                    .services
+                    .get(*slot)
+                    .unwrap_or_else(|| panic!("{id} serves freed service {slot}"));
+                assert!(s.servers.contains(id), "{} does not list {id}", s.name);
+            }
+        }
+    }
+
     /// Package counters match the tasks and add up; owners, ids, keys and functions agree.
     fn check_packages(&self, per_package: &HashMap<u64, (u32, u32)>) {
         let mut fn_refs: HashMap<FnHash, u32> = HashMap::new();
@@ -386,7 +501,9 @@ impl Core {
                 let t = self.tasks.get(tid.0).expect("unacked task is live");
                 assert!(matches!(t.state, TaskState::Done { acked: false, .. }));
             }
-            *fn_refs.entry(p.fn_hash).or_default() += 1;
+            if !p.calls {
+                *fn_refs.entry(p.fn_hash).or_default() += 1;
+            }
         }
         assert_eq!(
             self.package_slots.len(),

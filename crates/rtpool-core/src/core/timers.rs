@@ -70,6 +70,7 @@ impl Core {
                     self.push_results(std::mem::take(&mut results), out);
                 }
                 Timer::Hedge(id, attempt) => self.on_hedge_timer(id, attempt, now),
+                Timer::Service(slot) => self.on_orphan_timer(slot, now, &mut results),
             }
         }
         self.push_results(results, out);
@@ -112,7 +113,7 @@ impl Core {
                 continue;
             };
             let running = match task.state {
-                TaskState::Queued => None,
+                TaskState::Queued | TaskState::Waiting => None,
                 TaskState::Running { worker, .. } => Some((worker, task.attempt)),
                 _ => continue,
             };

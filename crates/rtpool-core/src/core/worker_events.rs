@@ -89,15 +89,31 @@ impl Core {
         };
         let slot = task.package;
         let state = task.state;
+        let inputs: usize = task
+            .call
+            .as_ref()
+            .map_or(0, |c| c.inputs.iter().map(bytes::Bytes::len).sum());
+        let bytes = (task.args.len() + inputs + r.data.len()) as u64;
+        let fn_hash = match task.call.as_ref() {
+            Some(c) => self.services.get(c.service).map(|s| s.fn_hash),
+            None => self.packages.get(slot).map(|p| p.fn_hash),
+        };
         if let Some(w) = self.workers.get_mut(&worker) {
             w.in_flight.remove(&r.task);
         }
+        if let TaskState::Running { assigned_at, .. } = state {
+            let mean = fn_hash
+                .and_then(|h| self.estimates.get(&h))
+                .map(|e| e.mean_hint())
+                .filter(|_| r.status == TaskStatus::Ok);
+            self.learn_worker(worker, bytes, now.micros_since(assigned_at), &r, mean);
+        }
         // The worker spent the time whatever became of the result.
-        if let Some(p) = self.packages.get(slot) {
+        if let Some(fn_hash) = fn_hash.filter(|_| self.packages.get(slot).is_some()) {
             // The estimate learns from answers that count: not from a copy that lost a race
             // (cancelled), which is often the straggler the estimate should not describe.
             if r.status == TaskStatus::Ok && matches!(state, TaskState::Running { .. }) {
-                self.estimates.entry(p.fn_hash).or_default().add(r.exec_us);
+                self.estimates.entry(fn_hash).or_default().add(r.exec_us);
             }
             if let Some(user) = self.charge(slot, r.exec_us) {
                 exhausted.push(user);
@@ -141,7 +157,7 @@ impl Core {
                 self.release_done(r.task);
                 None
             }
-            TaskState::Queued => unreachable!("a held task is not queued"),
+            TaskState::Queued | TaskState::Waiting => unreachable!("a held task is not queued"),
         }
     }
 
@@ -184,6 +200,8 @@ impl Core {
             }
             w.credits = 0;
             w.draining = true;
+            let serves = std::mem::take(&mut w.serves);
+            self.unserve(worker, &serves);
         }
     }
 
@@ -198,6 +216,7 @@ impl Core {
         if !w.draining {
             self.total_slots -= u64::from(w.slots);
         }
+        self.unserve(worker, &w.serves);
         let mut held: Vec<(u64, TaskId)> = w
             .in_flight
             .iter()

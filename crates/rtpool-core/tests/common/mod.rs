@@ -11,8 +11,9 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use rtpool_core::{
-    Action, AssignTask, ClientId, Core, CoreConfig, Event, FnHash, Instant, MissPolicy, PackageId,
-    PackageOpts, TaskId, TaskOutcome, TaskStatus, UserId, WorkerId, WorkerOutcome,
+    Action, AssignCall, AssignTask, CallSpec, ClientId, Core, CoreConfig, Event, FnHash, Instant,
+    MissPolicy, PackageId, PackageOpts, ServiceDecl, TaskId, TaskOutcome, TaskStatus, UserId,
+    WorkerId, WorkerOutcome,
 };
 
 /// The hash of test function `n`.
@@ -157,6 +158,8 @@ pub struct TestEnv {
     pub assigned: HashMap<TaskId, (WorkerId, u32)>,
     /// Argument payload of every task ever assigned.
     pub args: HashMap<TaskId, Bytes>,
+    /// Inputs of every call ever assigned.
+    pub inputs: HashMap<TaskId, Vec<Bytes>>,
 }
 
 impl Default for TestEnv {
@@ -184,7 +187,51 @@ impl TestEnv {
             sent: HashMap::new(),
             assigned: HashMap::new(),
             args: HashMap::new(),
+            inputs: HashMap::new(),
         }
+    }
+
+    /// The worker serves `functions` as `(name, version)`, each with interface `name:version`.
+    pub fn serve(&mut self, worker: WorkerId, functions: &[(&str, &str)]) -> Vec<Action> {
+        let functions = functions
+            .iter()
+            .map(|(name, version)| ServiceDecl {
+                name: (*name).to_owned(),
+                version: (*version).to_owned(),
+                interface: Bytes::from(format!("{name}:{version}")),
+            })
+            .collect();
+        self.step(Event::Serve { worker, functions })
+    }
+
+    /// The client submits calls (options default).
+    pub fn submit_calls(
+        &mut self,
+        client: ClientId,
+        calls: Vec<CallSpec>,
+    ) -> (PackageId, Vec<Action>) {
+        self.submit_calls_with(client, PackageOpts::default(), calls)
+    }
+
+    /// The client submits calls with `opts`.
+    pub fn submit_calls_with(
+        &mut self,
+        client: ClientId,
+        opts: PackageOpts,
+        calls: Vec<CallSpec>,
+    ) -> (PackageId, Vec<Action>) {
+        let package = PackageId(self.next_package);
+        self.next_package += 1;
+        let req_id = self.next_req;
+        self.next_req += 1;
+        let out = self.step(Event::SubmitCalls {
+            client,
+            req_id,
+            package,
+            opts,
+            calls,
+        });
+        (package, out)
     }
 
     /// Teaches the core that test function `f` runs `exec_us` per task, from `n` results of
@@ -213,6 +260,13 @@ impl TestEnv {
                     for t in tasks {
                         self.assigned.insert(t.task, (*worker, t.attempt));
                         self.args.insert(t.task, t.args.clone());
+                    }
+                }
+                Action::AssignCalls { worker, calls } => {
+                    for c in calls {
+                        self.assigned.insert(c.task, (*worker, c.attempt));
+                        self.args.insert(c.task, c.args.clone());
+                        self.inputs.insert(c.task, c.inputs.clone());
                     }
                 }
                 Action::Accepted {
@@ -599,5 +653,36 @@ pub fn outcomes(actions: &[Action]) -> Vec<(u32, TaskStatus, String)> {
                 String::from_utf8_lossy(&r.data).into_owned(),
             )
         })
+        .collect()
+}
+
+/// A call of `name` (newest version) with `args`, taking the results of `deps`.
+pub fn call(name: &str, args: &str, deps: &[u32]) -> CallSpec {
+    CallSpec {
+        name: name.to_owned(),
+        version: String::new(),
+        args: Bytes::from(args.to_owned()),
+        deps: deps.to_vec(),
+        fetch: false,
+    }
+}
+
+/// The calls assigned, per worker.
+pub fn call_assignments(actions: &[Action]) -> Vec<(WorkerId, Vec<AssignCall>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::AssignCalls { worker, calls } => Some((*worker, calls.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The calls assigned to `worker`.
+pub fn calls_of(actions: &[Action], worker: WorkerId) -> Vec<TaskId> {
+    call_assignments(actions)
+        .into_iter()
+        .filter(|(w, _)| *w == worker)
+        .flat_map(|(_, calls)| calls.into_iter().map(|c| c.task))
         .collect()
 }

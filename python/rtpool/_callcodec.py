@@ -1,0 +1,579 @@
+"""Values of named remote calls on the wire (``docs/rpc.md``, "Values"), and running a call.
+
+Arguments and results are msgpack, never pickle, with two extension types:
+
+* ext 1, an array: ``u8 len`` + ``dtype.str`` (``b"<f8"``) + ``u8 ndim`` + ``ndim`` x ``u64``
+  little-endian dimensions + the raw bytes in C order;
+* ext 2, a reference to another call's result (transactions): msgpack ``[input, output]``.
+
+Copies: encoding copies an array's bytes once, straight into the payload (plus one more
+for a non-contiguous or big-endian array, made contiguous little-endian first). Decoding a
+top-level array copies it once, out of the payload into a new writable, aligned, native-order
+array the caller owns (``np.frombuffer(...).copy()``); an array nested in a list or dict
+(an ``any`` value) takes one more copy through msgpack. :func:`deliver` copies a result array
+once, straight into the caller's buffer when there is one.
+
+A complex scalar has no msgpack form: it travels as a 0-d ``complex128`` array (ext 1), which
+:func:`invoke` and :func:`deliver` turn back into a ``complex`` for ``complex`` parameters and
+outputs.
+
+numpy is imported only to encode or decode an array: this module imports without it.
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+import sys
+import traceback
+from typing import Any, Callable, NamedTuple
+
+import msgpack
+
+from ._interface import Interface, Param, scalar_problem
+from .errors import CallError
+
+__all__ = [
+    "EXT_ARRAY",
+    "EXT_REF",
+    "Ref",
+    "decode_args",
+    "decode_error",
+    "decode_results",
+    "deliver",
+    "encode_args",
+    "encode_error",
+    "encode_results",
+    "invoke",
+]
+
+EXT_ARRAY = 1
+EXT_REF = 2
+
+_NO_NUMPY = "this process has no numpy; it cannot decode array arguments"
+# How much of the payload an element that is a list or map is fed to msgpack at first (it
+# doubles until the element is complete): bounds the bytes copied past its end.
+_FEED_BYTES = 64 * 1024
+
+
+class Ref(NamedTuple):
+    """A reference to an input of a call (ext 2): the ``input``-th dependency blob of the
+    assignment and its ``output``-th value (-1: the whole result list)."""
+
+    input: int
+    output: int
+
+
+# --- encoding ------------------------------------------------------------------------------
+
+
+def _ext_header(code: int, size: int) -> bytes:
+    # The smallest msgpack ext form, as msgpack's own packer picks it.
+    fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}.get(size)
+    if fixed is not None:
+        return struct.pack(">Bb", fixed, code)
+    if size < 1 << 8:
+        return struct.pack(">BBb", 0xC7, size, code)
+    if size < 1 << 16:
+        return struct.pack(">BHb", 0xC8, size, code)
+    if size < 1 << 32:
+        return struct.pack(">BIb", 0xC9, size, code)
+    raise CallError(f"a value of {size} bytes is too large for a call (4 GiB at most)")
+
+
+def _list_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 1 << 16:
+        return struct.pack(">BH", 0xDC, n)
+    return struct.pack(">BI", 0xDD, n)
+
+
+def _array_parts(arr: Any) -> tuple:
+    """``(ext 1 payload header, array data)``: the data as a contiguous little-endian uint8
+    view (no copy when the array already is one)."""
+    np = sys.modules["numpy"]
+    arr = np.asarray(arr)  # a subclass (np.matrix) travels as its plain array
+    dt = arr.dtype
+    if dt.hasobject or dt.fields is not None or dt.kind == "V":
+        raise CallError(
+            f"an array of dtype {dt} cannot be sent: object and structured dtypes are refused"
+        )
+    if dt.byteorder == ">":
+        dt = dt.newbyteorder("<")
+        arr = arr.astype(dt)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+    dtype_str = dt.str.encode("ascii")
+    header = (
+        bytes([len(dtype_str)])
+        + dtype_str
+        + bytes([arr.ndim])
+        + struct.pack(f"<{arr.ndim}Q", *arr.shape)
+    )
+    return header, arr.reshape(-1).view(np.uint8)
+
+
+def _array_ext(arr: Any) -> msgpack.ExtType:
+    header, data = _array_parts(arr)
+    return msgpack.ExtType(EXT_ARRAY, header + data.tobytes())
+
+
+def _complex_ext(value: complex) -> msgpack.ExtType:
+    # A 0-d complex128 array, built without numpy.
+    return msgpack.ExtType(EXT_ARRAY, b"\x04<c16\x00" + struct.pack("<dd", value.real, value.imag))
+
+
+def _ref_ext(ref: Ref) -> msgpack.ExtType:
+    return msgpack.ExtType(EXT_REF, msgpack.packb([ref.input, ref.output]))
+
+
+def _default(obj: Any) -> Any:
+    # strict_types: subclasses of the builtin types come here too (np.float64, a NamedTuple),
+    # so a Ref is not packed as a plain list.
+    if type(obj) is Ref:
+        return _ref_ext(obj)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(obj, np.ndarray):
+            return _array_ext(obj)
+        if isinstance(obj, np.generic) and obj.dtype.kind in "biufc":
+            obj = obj.item()
+            return _complex_ext(obj) if isinstance(obj, complex) else obj
+    if isinstance(obj, complex):
+        return _complex_ext(obj)
+    if isinstance(obj, bool):
+        return bool(obj)
+    for base in (int, float, str, bytes, dict):
+        if isinstance(obj, base):
+            return base(obj)
+    if isinstance(obj, (tuple, list)):
+        return list(obj)
+    raise TypeError(f"cannot send a {type(obj).__name__} (not a msgpack value)")
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True, strict_types=True, default=_default)
+
+
+def _encode_list(values: list) -> bytes:
+    np = sys.modules.get("numpy")
+    chunks: list = [_list_header(len(values))]
+    for value in values:
+        if np is not None and isinstance(value, np.ndarray):
+            header, data = _array_parts(value)
+            chunks.append(_ext_header(EXT_ARRAY, len(header) + data.nbytes) + header)
+            chunks.append(data)  # joined without an intermediate copy
+        else:
+            chunks.append(_pack(value))
+    return b"".join(chunks)
+
+
+def encode_args(values: list) -> bytes:
+    """An argument payload: the msgpack list of a call's ``In`` and ``InOut`` values
+    (:attr:`BoundCall.values`); :class:`Ref` values become ext 2.
+
+    Raises:
+        CallError: A value cannot be sent (an object array, a value msgpack cannot carry).
+    """
+    try:
+        return _encode_list(values)
+    except (TypeError, OverflowError, ValueError) as exc:
+        raise CallError(f"cannot encode the call's arguments: {exc}") from None
+
+
+def encode_results(outputs: list) -> bytes:
+    """A result payload (status 0): the msgpack list of a call's outputs.
+
+    Raises:
+        CallError: An output cannot be sent.
+    """
+    try:
+        return _encode_list(outputs)
+    except (TypeError, OverflowError, ValueError) as exc:
+        raise CallError(f"cannot encode the call's results: {exc}") from None
+
+
+# --- decoding ------------------------------------------------------------------------------
+
+# Bytes taken by msgpack values of a fixed size, by their first byte.
+_FIXED_SIZE = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9}
+_FIXED_SIZE.update({0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9, 0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9})
+# str 8/16/32 and bin 8/16/32: the size of their length field.
+_LENGTH_SIZE = {0xD9: 1, 0xC4: 1, 0xDA: 2, 0xC5: 2, 0xDB: 4, 0xC6: 4}
+_FIXEXT_SIZE = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
+_EXT_LENGTH_SIZE = {0xC7: 1, 0xC8: 2, 0xC9: 4}
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        raise CallError(_NO_NUMPY) from None
+    return numpy
+
+
+def _array_from(payload: memoryview, copy: bool) -> Any:
+    """Decode an ext 1 payload: a new writable array if ``copy``, else a read-only view."""
+    n = payload[0]
+    dtype_str = bytes(payload[1 : 1 + n]).decode("ascii")
+    pos = 1 + n
+    ndim = payload[pos]
+    shape = struct.unpack_from(f"<{ndim}Q", payload, pos + 1)
+    pos += 1 + 8 * ndim
+    try:
+        np = _numpy()
+    except CallError:
+        if ndim == 0 and dtype_str == "<c16" and len(payload) == pos + 16:
+            # A complex scalar reaching a process without numpy.
+            return complex(*struct.unpack_from("<dd", payload, pos))
+        raise
+    dt = np.dtype(dtype_str)
+    if dt.hasobject or dt.fields is not None or dt.kind == "V":
+        raise CallError(
+            f"an array of dtype {dt} cannot be received: object and structured dtypes are refused"
+        )
+    count = 1
+    for dim in shape:
+        count *= dim
+    if count * dt.itemsize != len(payload) - pos:
+        raise ValueError(
+            f"an array of dtype {dt} and shape {shape} needs {count * dt.itemsize} bytes, its "
+            f"payload has {len(payload) - pos}"
+        )
+    if count == 0:
+        return np.empty(shape, dt.newbyteorder("="))
+    arr = np.frombuffer(payload, dtype=dt, count=count, offset=pos).reshape(shape)
+    if copy:
+        return _owned(arr)
+    return arr
+
+
+def _owned(arr: Any) -> Any:
+    """A writable, aligned copy of ``arr`` in native byte order."""
+    if arr.dtype.isnative:
+        return arr.copy()  # a plain memcpy
+    return arr.astype(arr.dtype.newbyteorder("="))
+
+
+def _ref_from(payload: Any) -> Ref:
+    value = msgpack.unpackb(payload)
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(type(v) is int for v in value)
+        or value[0] < 0
+        or value[1] < -1
+    ):
+        raise ValueError(f"a reference must be [input >= 0, output >= -1], got {value!r}")
+    return Ref(value[0], value[1])
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_ARRAY:
+        return _array_from(memoryview(data), copy=True)
+    if code == EXT_REF:
+        return _ref_from(data)
+    raise ValueError(f"unknown msgpack extension type {code}")
+
+
+def _unpack_opts() -> dict:
+    return {"raw": False, "ext_hook": _ext_hook, "strict_map_key": False}
+
+
+def _ext_at(mv: memoryview, pos: int) -> Any:
+    """``(code, start, end)`` of the ext value at ``pos``, or None if it is not an ext."""
+    first = mv[pos]
+    size = _FIXEXT_SIZE.get(first)
+    if size is not None:
+        start = pos + 2
+    else:
+        width = _EXT_LENGTH_SIZE.get(first)
+        if width is None:
+            return None
+        size = int.from_bytes(mv[pos + 1 : pos + 1 + width], "big")
+        start = pos + 2 + width
+    code = struct.unpack_from("b", mv, start - 1)[0]
+    if start + size > len(mv):
+        raise ValueError("truncated payload")
+    return code, start, start + size
+
+
+def _scalar_end(mv: memoryview, pos: int) -> Any:
+    """Where the value at ``pos`` ends if it is not a list, map or ext, else None."""
+    first = mv[pos]
+    if first < 0x80 or first >= 0xE0:
+        return pos + 1
+    if 0xA0 <= first < 0xC0:
+        return pos + 1 + (first & 0x1F)
+    size = _FIXED_SIZE.get(first)
+    if size is not None:
+        return pos + size
+    width = _LENGTH_SIZE.get(first)
+    if width is not None:
+        return pos + 1 + width + int.from_bytes(mv[pos + 1 : pos + 1 + width], "big")
+    return None
+
+
+def _unpack_one(mv: memoryview, pos: int) -> tuple:
+    """Decode the (list or map) value at ``pos``: ``(value, end)``. The payload is fed to
+    msgpack in growing pieces, so what follows the value (a large array) is not copied."""
+    unpacker = msgpack.Unpacker(max_buffer_size=0, **_unpack_opts())
+    fed, step = pos, _FEED_BYTES
+    while True:
+        if fed >= len(mv):
+            raise ValueError("truncated payload")
+        end = min(len(mv), fed + step)
+        unpacker.feed(mv[fed:end])
+        fed, step = end, step * 2
+        try:
+            value = unpacker.unpack()
+        except msgpack.OutOfData:
+            continue
+        return value, pos + unpacker.tell()
+
+
+def _decode_value(mv: memoryview, pos: int, copy: bool) -> tuple:
+    if pos >= len(mv):
+        raise ValueError("truncated payload")
+    ext = _ext_at(mv, pos)
+    if ext is not None:
+        code, start, end = ext
+        if code == EXT_ARRAY:
+            return _array_from(mv[start:end], copy), end
+        if code == EXT_REF:
+            return _ref_from(mv[start:end]), end
+        raise ValueError(f"unknown msgpack extension type {code}")
+    end = _scalar_end(mv, pos)
+    if end is None:
+        return _unpack_one(mv, pos)
+    if end > len(mv):
+        raise ValueError("truncated payload")
+    return msgpack.unpackb(mv[pos:end], raw=False), end
+
+
+def _decode_list(payload: Any, copy: bool = True) -> list:
+    mv = memoryview(payload).cast("B") if not isinstance(payload, bytes) else memoryview(payload)
+    try:
+        first = mv[0]
+        if 0x90 <= first <= 0x9F:
+            n, pos = first & 0x0F, 1
+        elif first == 0xDC:
+            n, pos = int.from_bytes(mv[1:3], "big"), 3
+        elif first == 0xDD:
+            n, pos = int.from_bytes(mv[1:5], "big"), 5
+        else:
+            raise ValueError("the payload is not a msgpack list")
+        values = []
+        for _ in range(n):
+            value, pos = _decode_value(mv, pos, copy)
+            values.append(value)
+        if pos != len(mv):
+            raise ValueError(f"{len(mv) - pos} bytes past the end of the list")
+    except CallError:
+        raise
+    except Exception as exc:
+        raise CallError(f"corrupt call payload: {exc}") from None
+    return values
+
+
+def decode_results(payload: bytes) -> list:
+    """The outputs of a result payload, arrays as new writable arrays.
+
+    Raises:
+        CallError: The payload is not a valid result list (or holds arrays and this process has
+            no numpy).
+    """
+    return _decode_list(payload)
+
+
+def decode_args(payload: bytes, inputs: list) -> list:
+    """The values of an argument payload, with each :class:`Ref` replaced by what it names.
+
+    Args:
+        payload: The argument payload.
+        inputs: The result payloads of the call's dependencies (``ASSIGN_CALLS`` ``inputs``);
+            each is decoded at most once.
+
+    Raises:
+        CallError: A corrupt payload, or a reference to an input or output that does not exist.
+    """
+    values = _decode_list(payload)
+    decoded: dict = {}
+    used: set = set()
+    for i, value in enumerate(values):
+        if type(value) is not Ref:
+            continue
+        if not 0 <= value.input < len(inputs):
+            raise CallError(
+                f"argument {i} refers to input {value.input}, but the call has {len(inputs)}"
+            )
+        results = decoded.get(value.input)
+        if results is None:
+            results = decoded[value.input] = decode_results(inputs[value.input])
+        if value.output == -1:
+            resolved: Any = results
+        elif value.output < len(results):
+            resolved = results[value.output]
+        else:
+            raise CallError(
+                f"argument {i} refers to output {value.output} of input {value.input}, which "
+                f"has {len(results)}"
+            )
+        if value.input in used:
+            # Two arguments from one input must not share an array a function may modify.
+            resolved = copy.deepcopy(resolved)
+        used.add(value.input)
+        values[i] = resolved
+    return values
+
+
+def encode_error(exc: BaseException) -> bytes:
+    """An error payload (status 1): msgpack ``{"type", "message", "traceback"}``."""
+    cls = type(exc)
+    module = cls.__module__
+    type_name = (
+        cls.__qualname__
+        if module in ("builtins", "__main__", None)
+        else (f"{module}.{cls.__qualname__}")
+    )
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<str() of the {cls.__name__} failed>"
+    tb = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
+    return msgpack.packb(
+        {"type": type_name, "message": message, "traceback": tb}, use_bin_type=True
+    )
+
+
+def decode_error(data: bytes) -> dict:
+    """The ``{"type", "message", "traceback"}`` of an error payload (strings). An unreadable
+    payload gives a message saying so rather than raising."""
+    try:
+        report = msgpack.unpackb(data, raw=False)
+        return {key: str(report[key]) for key in ("type", "message", "traceback")}
+    except Exception as exc:
+        return {
+            "type": "",
+            "message": f"the call's error report is unreadable: {exc}",
+            "traceback": "",
+        }
+
+
+# --- running and delivering calls ----------------------------------------------------------
+
+
+def _from_wire(p: Param, value: Any) -> Any:
+    # A complex scalar arrives as a 0-d array (module docstring).
+    if p.type == "complex" and getattr(value, "ndim", None) == 0:
+        return value.item()
+    return value
+
+
+def _output_problem(iface: Interface, spec: Param, value: Any) -> Any:
+    """Why ``value`` does not fit the output ``spec`` (a concrete shape, from
+    :meth:`BoundCall.output_specs`), or None."""
+    if spec.type == "any":
+        return None  # encode_results refuses what msgpack cannot carry
+    if spec.type != "array":
+        return scalar_problem(spec.type, value)
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(value, np.ndarray):
+        return f"has type {type(value).__name__}, expected a numpy array of {spec.dtype}"
+    if value.dtype.name != spec.dtype:
+        return f"has dtype {value.dtype.name}, expected {spec.dtype}"
+    if spec.shape is not None:
+        expected = tuple(int(d) for d in spec.shape.split(",")) if spec.shape else ()
+        if value.shape != expected:
+            return f"has shape {value.shape}, expected {expected}"
+    return None
+
+
+def invoke(fn: Callable, iface: Interface, args_payload: bytes, inputs: list) -> bytes:
+    """Run one call on a worker: decode, check, allocate the ``Out`` arrays, call, encode.
+
+    Args:
+        fn: The served function.
+        iface: Its interface.
+        args_payload: The call's argument payload.
+        inputs: The result payloads of its dependencies.
+
+    Returns:
+        The result payload (status 0).
+
+    Raises:
+        CallError: The payload is corrupt or does not match the interface, or an output does
+            not match its spec (the message names it).
+        Exception: Whatever ``fn`` raises, unchanged.
+    """
+    values = decode_args(args_payload, inputs)
+    inputs_spec = iface.inputs
+    if len(values) != len(inputs_spec):
+        raise CallError(
+            f"{iface.name}: the call carries {len(values)} values, the interface has "
+            f"{len(inputs_spec)} inputs ({', '.join(p.name for p in inputs_spec)})"
+        )
+    values = [_from_wire(p, v) for p, v in zip(inputs_spec, values)]
+    bound = iface.bind(values)
+    specs = bound.output_specs()
+    out_specs = {spec.name: spec for spec in specs}
+    given = iter(values)
+    args = []
+    for p in iface.params:
+        if p.mode == "out":
+            spec = out_specs[p.name]
+            shape = tuple(int(d) for d in spec.shape.split(",")) if spec.shape else ()
+            args.append(_numpy().zeros(shape, dtype=p.dtype))
+        else:
+            args.append(next(given))
+    result = fn(*args)
+    outputs = [] if iface.returns is None else [result]
+    by_name = {p.name: a for p, a in zip(iface.params, args)}
+    outputs += [by_name[spec.name] for spec in specs if spec.name != "return"]
+    for spec, value in zip(specs, outputs):
+        problem = _output_problem(iface, spec, value)
+        if problem:
+            what = "the return value" if spec.name == "return" else f"output {spec.name}"
+            raise CallError(f"{iface.name}: {what} {problem}")
+    return encode_results(outputs)
+
+
+def deliver(iface: Interface, payload: bytes, out_buffers: list) -> Any:
+    """Turn a result payload into what the client's call returns.
+
+    Each output with a buffer (:attr:`BoundCall.out_buffers`) is copied into it and the buffer
+    returned in its place.
+
+    Returns:
+        None for no output, the output for one, a tuple for several.
+
+    Raises:
+        CallError: The payload is corrupt or does not match the interface's outputs.
+    """
+    values = _decode_list(payload, copy=False)
+    outputs = iface.outputs
+    if len(values) != len(outputs):
+        raise CallError(
+            f"{iface.name}: the result has {len(values)} values, the interface "
+            f"{len(outputs)} outputs"
+        )
+    np = sys.modules.get("numpy")
+    results = []
+    for i, (p, value) in enumerate(zip(outputs, values)):
+        buffer = out_buffers[i] if i < len(out_buffers) else None
+        is_array = np is not None and isinstance(value, np.ndarray)
+        if buffer is not None and is_array:
+            try:
+                np.copyto(buffer, value)
+            except (ValueError, TypeError) as exc:
+                raise CallError(
+                    f"{iface.name}: cannot fill the buffer of {p.name}: {exc}"
+                ) from None
+            value = buffer
+        elif is_array:
+            value = _owned(value)
+        results.append(_from_wire(p, value))
+    if not results:
+        return None
+    return results[0] if len(results) == 1 else tuple(results)

@@ -1,0 +1,816 @@
+"""Interfaces of named remote functions (grid RPC, ``docs/rpc.md``).
+
+A provider marks a module-level function with :func:`remote`; the function's signature,
+annotations and docstring become an :class:`Interface`, which a worker sends to the master in
+``SERVE`` (:meth:`Interface.to_bytes`) and a client fetches back (:meth:`Interface.from_bytes`)
+to check a call's arguments before sending anything (:meth:`Interface.bind`)::
+
+    @rtpool.remote("dmmul", version="1")
+    def dmmul(n: int, A: Array[np.float64, "n, n"], B: Array[np.float64, "n, n"],
+              C: Out[Array[np.float64, "n, n"]]) -> None:
+        np.matmul(A, B, out=C)
+
+This module owns the annotation vocabulary (:class:`Array`, :class:`In`, :class:`Out`,
+:class:`InOut`), shape expressions and argument checking; the wire format of the values is
+``_callcodec``'s. numpy is never imported here unless an annotation names a dtype by a numpy
+object or a non-canonical name: a worker without numpy can import a module of scalar
+functions, and ``import rtpool`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import keyword
+import numbers
+import sys
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import msgpack
+
+from ._annotations import MODE_NAMES, Array, ArraySpec, In, InOut, ModeSpec, Out, type_repr
+from ._shape import concrete_dims, fmt_dims, normalize_shape, parse_shape
+from .errors import CallError, ProtocolError
+
+__all__ = [
+    "Array",
+    "ArraySpec",
+    "BoundCall",
+    "In",
+    "InOut",
+    "Interface",
+    "Out",
+    "Param",
+    "remote",
+    "served_functions",
+]
+
+#: Parameter modes, as they appear on the wire.
+MODES = ("in", "out", "inout")
+#: Value types, as they appear on the wire.
+TYPES = ("int", "float", "complex", "bool", "str", "bytes", "any", "array")
+
+_SCALAR_TYPES = {int: "int", float: "float", complex: "complex", bool: "bool", str: "str"}
+_SCALAR_TYPES[bytes] = "bytes"
+
+# Sizes the wire format allows (docs/protocol.md, SERVE).
+_MAX_NAME_BYTES = 128
+_MAX_VERSION_BYTES = 64
+_MAX_INTERFACE_BYTES = 64 * 1024
+
+_INT64_MIN = -(1 << 63)
+_UINT64_MAX = (1 << 64) - 1
+
+
+# --- interface -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter (or the return value, named ``"return"``) of an interface.
+
+    Attributes:
+        name: The parameter's name.
+        mode: ``"in"``, ``"out"`` or ``"inout"`` (the return value is ``"out"``).
+        type: ``"int" "float" "complex" "bool" "str" "bytes" "any"`` or ``"array"``.
+        dtype: numpy's name of the element type for an array, else None.
+        shape: The shape expression for an array (``"n, n"``), None for any shape (and for
+            scalars).
+    """
+
+    name: str
+    mode: str = "in"
+    type: str = "any"
+    dtype: str | None = None
+    shape: str | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.type == "array"
+
+    def type_text(self) -> str:
+        """``int``, ``float64[n, n]``, ``float64[...]`` (any shape)."""
+        if self.type != "array":
+            return self.type
+        if self.shape is None:
+            return f"{self.dtype}[...]"
+        return f"{self.dtype}[{self.shape}]"
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "type": self.type,
+            "dtype": self.dtype,
+            "shape": self.shape,
+        }
+
+
+class Interface:
+    """The interface of a named remote function: its parameters, outputs and description.
+
+    Built by :func:`remote` from a function, or by :meth:`from_bytes` from what the master
+    hands out. ``str(iface)`` (and ``help(iface)``) show the signature and the docstring.
+
+    Attributes:
+        name: The function's registered name.
+        version: Its version string.
+        doc: Its docstring (cleaned), or ``""``.
+        module: The module that defines it.
+        params: Every parameter, in order.
+        returns: The return value's spec (a :class:`Param` named ``"return"``), or None.
+        servers: How many connected workers serve it (filled in by the client from the
+            registry; 0 when unknown).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        doc: str,
+        module: str,
+        params: Iterable[Param],
+        returns: Param | None = None,
+        servers: int = 0,
+        *,
+        _label: str | None = None,
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.doc = doc
+        self.module = module
+        self.params = list(params)
+        self.returns = returns
+        self.servers = servers
+        self._check(_label or name)
+        self._inputs = [p for p in self.params if p.mode != "out"]
+        self._outputs = ([returns] if returns is not None else []) + [
+            p for p in self.params if p.mode != "in"
+        ]
+        self._has_out = any(p.mode == "out" for p in self.params)
+        self._int_names = frozenset(p.name for p in self.params if p.type == "int")
+        self._bytes: bytes | None = None
+        # help(iface) documents the instance's __doc__.
+        self.__doc__ = str(self)
+
+    # -- construction checks
+
+    def _check(self, fname: str) -> None:
+        """Raise TypeError naming the function and parameter if the interface is unusable."""
+        seen: set = set()
+        int_params = set()
+        for p in self.params:
+            if not isinstance(p, Param):
+                raise TypeError(f"{fname}: params must be Param objects, got {p!r}")
+            if p.name in seen:
+                raise TypeError(f"{fname}: parameter {p.name} appears twice")
+            if keyword.iskeyword(p.name):
+                raise TypeError(f"{fname}: parameter name {p.name!r} is a Python keyword")
+            seen.add(p.name)
+            _check_param(fname, p)
+            if p.type == "int" and p.mode == "in":
+                int_params.add(p.name)
+        if self.returns is not None:
+            if not isinstance(self.returns, Param) or self.returns.name != "return":
+                raise TypeError(f"{fname}: returns must be a Param named 'return'")
+            _check_param(fname, self.returns)
+        for p in self.params + ([self.returns] if self.returns is not None else []):
+            if p.shape is None:
+                continue
+            where = "the return value" if p.name == "return" else f"parameter {p.name}"
+            for ref in sorted(parse_shape(p.shape).names):
+                if ref not in seen:
+                    raise TypeError(
+                        f"{fname}: the shape of {where} ({p.shape!r}) names {ref}, which is "
+                        "not a parameter"
+                    )
+                if ref not in int_params:
+                    raise TypeError(
+                        f"{fname}: the shape of {where} ({p.shape!r}) names {ref}, which is "
+                        "not an int input parameter"
+                    )
+
+    # -- views
+
+    @property
+    def inputs(self) -> list:
+        """The ``In`` and ``InOut`` parameters, in order: what a call's payload carries."""
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> list:
+        """The return value's spec (if any), then the ``Out`` and ``InOut`` parameters."""
+        return list(self._outputs)
+
+    @property
+    def signature(self) -> str:
+        """``dmmul(n: int, A: In[float64[n, n]], B: In[float64[n, n]]) -> C: Out[float64[n, n]]``:
+        the inputs, then the outputs (the return value shown by its type alone)."""
+        args = ", ".join(_param_text(p) for p in self._inputs)
+        outs = [_param_text(p) for p in self._outputs]
+        if not outs:
+            ret = "None"
+        elif len(outs) == 1:
+            ret = outs[0]
+        else:
+            ret = "(" + ", ".join(outs) + ")"
+        return f"{self.name}({args}) -> {ret}"
+
+    def __str__(self) -> str:
+        if self.doc:
+            return f"{self.signature}\n\n{self.doc}"
+        return self.signature
+
+    def __repr__(self) -> str:
+        return f"<Interface {self.name} version {self.version!r}>"
+
+    def _key(self) -> tuple:
+        return (self.name, self.version, self.doc, self.module, tuple(self.params), self.returns)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Interface):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    # -- wire format
+
+    def to_dict(self) -> dict:
+        """The interface as the map of ``docs/rpc.md`` ("Interface"), keys in its order."""
+        returns = None
+        if self.returns is not None:
+            r = self.returns
+            returns = {"type": r.type, "dtype": r.dtype, "shape": r.shape}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "doc": self.doc,
+            "module": self.module,
+            "params": [p.to_dict() for p in self.params],
+            "returns": returns,
+        }
+
+    def to_bytes(self) -> bytes:
+        """The msgpack map a worker sends in ``SERVE`` (``docs/rpc.md``, "Interface")."""
+        if self._bytes is None:
+            self._bytes = msgpack.packb(self.to_dict(), use_bin_type=True)
+        return self._bytes
+
+    @classmethod
+    def from_bytes(cls, data: bytes, servers: int = 0) -> Interface:
+        """Rebuild an interface from :meth:`to_bytes`' output.
+
+        Raises:
+            ProtocolError: ``data`` is not a valid interface.
+        """
+        try:
+            d = msgpack.unpackb(data, raw=False)
+        except Exception as exc:
+            raise ProtocolError(f"an interface is not valid msgpack: {exc}") from None
+        try:
+            return cls._from_dict(d, servers)
+        except KeyError as exc:
+            raise ProtocolError(f"invalid interface: no {exc} key") from None
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"invalid interface: {exc}") from None
+
+    @classmethod
+    def _from_dict(cls, d: Any, servers: int) -> Interface:
+        if not isinstance(d, dict):
+            raise TypeError(f"expected a map, got {type(d).__name__}")
+        for key in ("name", "version", "doc", "module"):
+            if not isinstance(d[key], str):
+                raise TypeError(f"{key} must be a string")
+        if not isinstance(d["params"], list):
+            raise TypeError("params must be a list")
+        params = []
+        for item in d["params"]:
+            if not isinstance(item, dict):
+                raise TypeError("a param must be a map")
+            params.append(_param_from_dict(item["name"], item))
+        returns = None
+        if d["returns"] is not None:
+            if not isinstance(d["returns"], dict):
+                raise TypeError("returns must be a map or nil")
+            returns = _param_from_dict("return", d["returns"], mode="out")
+        _check_name_version(d["name"], d["version"])
+        return cls(d["name"], d["version"], d["doc"], d["module"], params, returns, servers)
+
+    # -- calls
+
+    def bind(self, args: Iterable) -> BoundCall:
+        """Check a call's positional arguments against the interface.
+
+        Accepted: the ``In`` and ``InOut`` arguments in order (``Out`` ones omitted), or every
+        parameter in order, the ``Out`` ones being writable arrays of the exact dtype and shape
+        to fill in place. An object with a ``__rtpool_ref__`` attribute (a transaction's
+        future) stands for an ``In``/``InOut`` value produced by another call.
+
+        Returns:
+            The checked call.
+
+        Raises:
+            CallError: Wrong count, type, dtype or shape; the message names the argument.
+        """
+        args = tuple(args)
+        n = len(args)
+        if n == len(self._inputs):
+            slots = self._inputs
+        elif n == len(self.params):
+            slots = self.params
+        else:
+            raise CallError(self._count_message(n))
+        scalars: dict = {}
+        refs: dict = {}
+        for p, value in zip(slots, args):
+            ref = getattr(value, "__rtpool_ref__", None)
+            if ref is not None:
+                if p.mode == "out":
+                    raise CallError(
+                        f"{self.name}: argument {p.name} is an output buffer; a call's result "
+                        "cannot stand for it (pass an array, or leave the outputs out)"
+                    )
+                refs[p.name] = ref
+            elif p.type != "array":
+                problem = scalar_problem(p.type, value)
+                if problem:
+                    raise CallError(f"{self.name}: argument {p.name} {problem}")
+                scalars[p.name] = value
+        shape_scalars = {k: int(v) for k, v in scalars.items() if k in self._int_names}
+        for p, value in zip(slots, args):
+            ref = refs.get(p.name)
+            if ref is not None:
+                self._check_ref(p, ref, shape_scalars)
+            elif p.type == "array":
+                self._check_array(p, value, shape_scalars)
+        if slots is not self.params:
+            for p in self._outputs:
+                if p.mode == "out" and p.shape is not None:
+                    self.expected_shape(p, shape_scalars)  # a negative size fails here already
+        return BoundCall(self, args, slots is self.params, scalars, shape_scalars)
+
+    def _count_message(self, n: int) -> str:
+        def count(params: list) -> str:
+            names = ", ".join(p.name for p in params)
+            word = "argument" if len(params) == 1 else "arguments"
+            return f"{len(params)} {word} ({names})"
+
+        if not self.params:
+            return f"{self.name} takes no arguments, got {n}"
+        if not self._has_out:
+            return f"{self.name} takes {count(self.params)}, got {n}"
+        return (
+            f"{self.name} takes {count(self._inputs)} or {len(self.params)} with the outputs "
+            f"({', '.join(p.name for p in self.params)}), got {n}"
+        )
+
+    def expected_shape(self, p: Param, shape_scalars: dict) -> tuple | None:
+        """``p``'s shape evaluated with the int scalars (None for an unconstrained shape).
+
+        Raises:
+            CallError: The expression divides by zero or gives a negative size.
+        """
+        if p.shape is None:
+            return None
+        try:
+            dims = parse_shape(p.shape).evaluate(shape_scalars)
+        except ZeroDivisionError:
+            raise CallError(
+                f"{self.name}: the shape of {_what(p)} ({p.shape}) divides by zero"
+            ) from None
+        if any(d is not None and d < 0 for d in dims):
+            raise CallError(
+                f"{self.name}: the shape of {_what(p)} ({p.shape}) is {fmt_dims(dims)}, "
+                "a negative size"
+            )
+        return dims
+
+    def shape_problem(self, p: Param, shape: tuple, shape_scalars: dict) -> str | None:
+        """Why an array of ``shape`` does not fit ``p``, or None if it does."""
+        expected = self.expected_shape(p, shape_scalars)
+        if expected is None:
+            return None
+        if len(shape) == len(expected) and all(
+            e is None or e == s for e, s in zip(expected, shape)
+        ):
+            return None
+        texts = parse_shape(p.shape).texts
+        values = [t if t == "*" else "?" if e is None else e for e, t in zip(expected, texts)]
+        want = fmt_dims(texts)
+        if fmt_dims(values) != want:
+            want = f"{want} = {fmt_dims(values)}"
+        return f"has shape {fmt_dims(shape)}, expected {want}"
+
+    def _check_array(self, p: Param, value: Any, shape_scalars: dict) -> None:
+        np = sys.modules.get("numpy")
+        if np is None or not isinstance(value, np.ndarray):
+            raise CallError(
+                f"{self.name}: argument {p.name} has type {type(value).__name__}, expected a "
+                f"numpy array of {p.dtype}"
+            )
+        if value.dtype.name != p.dtype:
+            raise CallError(
+                f"{self.name}: argument {p.name} has dtype {value.dtype.name}, expected {p.dtype}"
+            )
+        problem = self.shape_problem(p, value.shape, shape_scalars)
+        if problem:
+            raise CallError(f"{self.name}: argument {p.name} {problem}")
+        if p.mode != "in" and not value.flags.writeable:
+            role = "an output buffer" if p.mode == "out" else "an InOut array, updated in place,"
+            raise CallError(f"{self.name}: argument {p.name} is read-only; {role} must be writable")
+
+    def _check_ref(self, p: Param, ref: Any, shape_scalars: dict) -> None:
+        try:
+            call_index, output_index, spec = ref
+        except (TypeError, ValueError):
+            raise CallError(
+                f"{self.name}: argument {p.name} has a malformed __rtpool_ref__ {ref!r}"
+            ) from None
+        if spec is None:
+            return
+        origin = f"{self.name}: argument {p.name} (output {output_index} of call #{call_index})"
+        if not _types_compatible(p, spec):
+            raise CallError(f"{origin} has type {spec.type_text()}, expected {p.type_text()}")
+        if p.type != "array" or spec.type != "array":
+            return
+        if spec.dtype != p.dtype:
+            raise CallError(f"{origin} has dtype {spec.dtype}, expected {p.dtype}")
+        given = concrete_dims(spec.shape)
+        if given is not None:
+            problem = self.shape_problem(p, given, shape_scalars)
+            if problem:
+                raise CallError(f"{origin} {problem}")
+
+
+class BoundCall:
+    """A call checked by :meth:`Interface.bind`.
+
+    Attributes:
+        interface: The interface it was checked against.
+        values: The ``In`` and ``InOut`` values in order (what the argument payload carries);
+            references (objects with ``__rtpool_ref__``) are kept as they are.
+        out_buffers: One entry per output (:attr:`Interface.outputs`): the caller's array to
+            fill in place (an ``Out`` buffer passed by the caller, or the ``InOut`` array
+            itself), or None.
+        scalars: The scalar arguments by name (references left out).
+    """
+
+    def __init__(
+        self, interface: Interface, args: tuple, full: bool, scalars: dict, shape_scalars: dict
+    ) -> None:
+        self.interface = interface
+        self.scalars = scalars
+        self._shape_scalars = shape_scalars
+        slots = interface.params if full else interface._inputs
+        by_name = dict(zip((p.name for p in slots), args))
+        self.values = [by_name[p.name] for p in interface._inputs]
+        buffers = []
+        for p in interface._outputs:
+            value = by_name.get(p.name) if p.name != "return" else None
+            if value is not None and getattr(value, "__rtpool_ref__", None) is not None:
+                value = None
+            buffers.append(value)
+        self.out_buffers = buffers
+
+    def output_specs(self) -> list:
+        """The outputs' specs with concrete shapes (``"8, 8"``) where the scalars determine
+        them, else a shape of None."""
+        specs = []
+        for p in self.interface._outputs:
+            shape = None
+            if p.type == "array" and p.shape is not None:
+                dims = self.interface.expected_shape(p, self._shape_scalars)
+                if None not in dims:
+                    shape = ", ".join(str(d) for d in dims)
+            specs.append(Param(p.name, p.mode, p.type, p.dtype, shape))
+        return specs
+
+    def __repr__(self) -> str:
+        return f"<BoundCall {self.interface.name} with {len(self.values)} values>"
+
+
+def _what(p: Param) -> str:
+    return "the return value" if p.name == "return" else p.name
+
+
+def _types_compatible(p: Param, spec: Param) -> bool:
+    if p.type == "any" or spec.type == "any" or p.type == spec.type:
+        return True
+    return (p.type, spec.type) in {("float", "int"), ("complex", "int"), ("complex", "float")}
+
+
+def _param_text(p: Param) -> str:
+    prefix = "" if p.name == "return" else f"{p.name}: "
+    if p.type != "array":
+        return prefix + p.type
+    return f"{prefix}{MODE_NAMES[p.mode]}[{p.type_text()}]"
+
+
+def _check_param(fname: str, p: Param) -> None:
+    where = "the return value" if p.name == "return" else f"parameter {p.name}"
+    if not isinstance(p.name, str) or not p.name.isidentifier():
+        raise TypeError(f"{fname}: parameter name {p.name!r} is not an identifier")
+    if p.mode not in MODES:
+        raise TypeError(f"{fname}: {where} has mode {p.mode!r}, not one of {MODES}")
+    if p.type not in TYPES:
+        raise TypeError(f"{fname}: {where} has type {p.type!r}, not one of {TYPES}")
+    if p.type != "array":
+        if p.dtype is not None or p.shape is not None:
+            raise TypeError(f"{fname}: {where} is a scalar with a dtype or shape")
+        if p.mode != "in" and p.name != "return":
+            raise TypeError(
+                f"{fname}: {where} is {MODE_NAMES[p.mode]}[{p.type}]: only arrays can be "
+                f"{MODE_NAMES[p.mode]} (return a scalar instead)"
+            )
+        return
+    if not isinstance(p.dtype, str) or not p.dtype:
+        raise TypeError(f"{fname}: {where} is an array without a dtype")
+    determined = False
+    if p.shape is not None:
+        if not isinstance(p.shape, str):
+            raise TypeError(f"{fname}: {where} has a shape that is not a string: {p.shape!r}")
+        try:
+            determined = parse_shape(p.shape).is_determined
+        except ValueError as exc:
+            raise TypeError(f"{fname}: {where} has an invalid shape {p.shape!r}: {exc}") from None
+    if p.mode == "out" and p.name != "return" and not determined:
+        raise TypeError(
+            f"{fname}: {where} is Out[{p.type_text()}]: an Out array needs a fully determined "
+            "shape (no '*', not Array[dtype] alone) for the worker to allocate it"
+        )
+
+
+def _param_from_dict(name: Any, d: dict, mode: str | None = None) -> Param:
+    fields = {"name": name, "mode": d["mode"] if mode is None else mode}
+    fields.update(type=d["type"], dtype=d["dtype"], shape=d["shape"])
+    for key, value in fields.items():
+        if not (isinstance(value, str) or (value is None and key in ("dtype", "shape"))):
+            raise TypeError(f"{key} of a param must be a string, got {value!r}")
+    if fields["shape"] is not None and normalize_shape(fields["shape"]) != fields["shape"]:
+        raise ValueError(f"shape {fields['shape']!r} is not normalized")
+    return Param(**fields)
+
+
+def _check_name_version(name: Any, version: Any) -> None:
+    if not isinstance(name, str) or not 1 <= len(name.encode()) <= _MAX_NAME_BYTES:
+        raise TypeError(f"a function name is a string of 1 to 128 bytes, got {name!r}")
+    if not isinstance(version, str) or len(version.encode()) > _MAX_VERSION_BYTES:
+        raise TypeError(f'a version is a string of at most 64 bytes (like "1"), got {version!r}')
+
+
+# --- scalar checks (shared with _callcodec) -------------------------------------------------
+
+
+def scalar_problem(type_name: str, value: Any) -> str | None:
+    """Why ``value`` is not an acceptable ``type_name`` scalar (``"has type str, expected
+    int"``), or None if it is."""
+    t = type(value)
+    if type_name == "int":
+        if t is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
+            if not _INT64_MIN <= int(value) <= _UINT64_MAX:
+                return f"is {int(value)}, out of the 64-bit integer range"
+            return None
+    elif type_name == "float":
+        if t is float or t is int or _is_real(value):
+            return None
+    elif type_name == "complex":
+        if t is complex or t is float or t is int or _is_number(value):
+            return None
+    elif type_name == "bool":
+        if t is bool or _is_numpy_bool(value):
+            return None
+    elif type_name == "str":
+        if isinstance(value, str):
+            return None
+    elif type_name == "bytes":
+        if isinstance(value, (bytes, bytearray)):
+            return None
+    elif type_name == "any":
+        bad = _unsendable(value, 0)
+        if bad is None:
+            return None
+        return (
+            f"contains a {bad}, which cannot be sent (a value is None, bool, int, float, "
+            "complex, str, bytes, a list, tuple or dict of those, or a numpy array)"
+        )
+    else:
+        return f"has type {t.__name__}, and the interface's type {type_name!r} is unknown"
+    return f"has type {t.__name__}, expected {type_name}"
+
+
+def _is_numpy_bool(value: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.bool_)
+
+
+def _is_real(value: Any) -> bool:
+    # int (not bool), float, numpy integers and floats
+    if isinstance(value, bool) or _is_numpy_bool(value):
+        return False
+    return isinstance(value, numbers.Real) and _is_plain_number(value)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool) or _is_numpy_bool(value):
+        return False
+    return isinstance(value, numbers.Number) and _is_plain_number(value)
+
+
+def _is_plain_number(value: Any) -> bool:
+    # numbers.Real also covers Fraction and user classes msgpack cannot send: keep builtins and
+    # numpy scalars.
+    if isinstance(value, (int, float, complex)):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.number)
+
+
+def _unsendable(value: Any, depth: int) -> str | None:
+    """The type name of the first part of ``value`` msgpack cannot carry, or None."""
+    if depth > 100:
+        return "structure nested deeper than 100 levels"
+    if value is None or isinstance(value, (bool, str, bytes, bytearray, float, complex)):
+        return None
+    if isinstance(value, int):
+        ok = _INT64_MIN <= value <= _UINT64_MAX
+        return None if ok else "int out of the 64-bit range"
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            bad = _unsendable(item, depth + 1)
+            if bad is not None:
+                return bad
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            bad = _unsendable(k, depth + 1) or _unsendable(v, depth + 1)
+            if bad is not None:
+                return bad
+        return None
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(value, np.ndarray):
+            return None if value.dtype.kind not in "OV" else f"array of dtype {value.dtype}"
+        if isinstance(value, np.generic) and value.dtype.kind in "biufc":
+            return None
+    return type(value).__name__
+
+
+# --- building interfaces from functions -----------------------------------------------------
+
+
+def _resolve(ann: Any, fn: Callable, where: str) -> Any:
+    if not isinstance(ann, str):
+        return ann
+    # A string annotation (from __future__ import annotations) is evaluated in the function's
+    # module, as typing.get_type_hints does; get_type_hints itself refuses non-type
+    # annotations like Array[...] on Python < 3.11.
+    globalns = getattr(inspect.unwrap(fn), "__globals__", {})
+    try:
+        return eval(ann, globalns, {})  # noqa: S307 - annotation text, as typing evaluates it
+    except Exception as exc:
+        raise TypeError(f"{where}: cannot resolve the annotation {ann!r} ({exc})") from None
+
+
+def _param_from_annotation(name: str, ann: Any, fname: str, is_return: bool) -> Param:
+    where = f"{fname}: the return value" if is_return else f"{fname}: parameter {name}"
+    mode = "out" if is_return else "in"
+    if isinstance(ann, ModeSpec):
+        if is_return:
+            raise TypeError(f"{where} is annotated {ann!r}: a return annotation takes no mode")
+        mode, ann = ann.mode, ann.inner
+    if isinstance(ann, ArraySpec):
+        return Param(name, mode, "array", ann.dtype, ann.shape)
+    if ann is inspect.Parameter.empty or ann is typing.Any or ann is object:
+        type_name = "any"
+    elif ann in _SCALAR_TYPES:
+        type_name = _SCALAR_TYPES[ann]
+    else:
+        raise TypeError(
+            f"{where} has an unsupported annotation {type_repr(ann)}: use int, float, "
+            'complex, bool, str, bytes, Array[dtype, "shape"], In/Out/InOut[...] or none'
+        )
+    return Param(name, mode, type_name)
+
+
+def interface_of(fn: Callable, name: str | None = None, version: str = "1") -> Interface:
+    """Build the interface of ``fn`` (what :func:`remote` stores).
+
+    Raises:
+        TypeError: The signature cannot be served: ``*args``/``**kwargs``, keyword-only
+            parameters, an unsupported annotation, an ``Out`` without a determined shape, a
+            shape naming something other than an ``int`` parameter.
+    """
+    qualname = getattr(fn, "__qualname__", repr(fn))
+    fname = name if name == getattr(fn, "__name__", None) else f"{name} ({qualname})"
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{fname}: cannot read the signature ({exc})") from None
+    params = []
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            star = "*" if p.kind == p.VAR_POSITIONAL else "**"
+            raise TypeError(
+                f"{fname}: parameter {star}{p.name}: a remote function has a fixed list of "
+                "positional parameters"
+            )
+        if p.kind == p.KEYWORD_ONLY:
+            raise TypeError(
+                f"{fname}: parameter {p.name} is keyword-only: remote calls are positional"
+            )
+        ann = _resolve(p.annotation, fn, f"{fname}: parameter {p.name}")
+        params.append(_param_from_annotation(p.name, ann, fname, is_return=False))
+    ret_ann = _resolve(sig.return_annotation, fn, f"{fname}: the return value")
+    returns = None
+    if ret_ann is not None and ret_ann is not type(None):
+        # An unannotated return is "any", as an unannotated parameter is.
+        returns = _param_from_annotation("return", ret_ann, fname, is_return=True)
+    doc = inspect.cleandoc(fn.__doc__) if getattr(fn, "__doc__", None) else ""
+    module = getattr(fn, "__module__", None) or ""
+    iface = Interface(name, version, doc, module, params, returns, _label=fname)
+    size = len(iface.to_bytes())
+    if size > _MAX_INTERFACE_BYTES:
+        raise TypeError(f"{fname}: the interface takes {size} bytes, over 64 KiB (docstring?)")
+    return iface
+
+
+def remote(name: Any = None, *, version: str = "1") -> Any:
+    """Mark a module-level function as a named remote function (``docs/rpc.md``).
+
+    ``@remote``, ``@remote()``, ``@remote("dmmul")`` and ``@remote("dmmul", version="2")``
+    all work. The interface is built from the signature, annotations and docstring at
+    decoration time and stored as ``fn.__rtpool_remote__``; the function is returned unchanged,
+    so it can still be called locally.
+
+    Args:
+        name: The registered name (default: the function's ``__name__``), 1 to 128 bytes.
+        version: The version string, at most 64 bytes.
+
+    Raises:
+        TypeError: The function's signature cannot be served (the message names the function
+            and the parameter), or the name or version is not a string.
+    """
+    if callable(name) and not isinstance(name, str):
+        return remote(None, version=version)(name)
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"@rtpool.remote: the name must be a string, got {name!r}")
+
+    def decorate(fn: Callable) -> Callable:
+        fn_name = name if name is not None else getattr(fn, "__name__", None)
+        _check_name_version(fn_name, version)
+        fn.__rtpool_remote__ = interface_of(fn, fn_name, version)
+        return fn
+
+    return decorate
+
+
+def version_key(version: str) -> tuple:
+    """Sort key of versions: dot-separated parts compare as numbers where they are numbers
+    (``"1.10"`` after ``"1.9"``), as strings otherwise."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in version.split(".")
+    )
+
+
+def served_functions(module_name: str) -> list:
+    """Import ``module_name`` and list the functions it serves.
+
+    Every module-level attribute marked with :func:`remote` is served (a function re-exported
+    from another module too), sorted by name and version.
+
+    Returns:
+        ``[(fn, interface), ...]``.
+
+    Raises:
+        ImportError: The module cannot be imported (the message names it).
+        ValueError: The module marks no function, or marks two with the same name and version.
+    """
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        msg = f"cannot import module {module_name} to serve its functions: {exc}"
+        raise type(exc)(msg, name=exc.name, path=exc.path) from exc
+    found: dict = {}
+    for attr in list(vars(module).values()):
+        iface = getattr(attr, "__rtpool_remote__", None)
+        if not isinstance(iface, Interface):
+            continue
+        key = (iface.name, iface.version)
+        other = found.get(key)
+        if other is not None and other[0] is not attr:
+            raise ValueError(
+                f"module {module_name} serves {iface.name} version {iface.version} twice "
+                f"({_qualname(other[0])} and {_qualname(attr)})"
+            )
+        found[key] = (attr, iface)
+    if not found:
+        raise ValueError(f"module {module_name} serves no functions: mark them with @rtpool.remote")
+    return [found[key] for key in sorted(found, key=lambda k: (k[0], version_key(k[1])))]
+
+
+def _qualname(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
