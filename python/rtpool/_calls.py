@@ -305,6 +305,7 @@ def call_async(sub: _Submitter, name: str, args: tuple, version: str | None) -> 
     t0 = _perf_ns()
     if sub.__dict__.get("_shut"):
         raise RuntimeError("cannot schedule new futures after shutdown")
+    opts = sub._call_opts()
     conn = sub._conn
     iface = conn.interfaces.get((name, version))
     cached = iface is not None
@@ -313,7 +314,6 @@ def call_async(sub: _Submitter, name: str, args: tuple, version: str | None) -> 
     _refuse_refs(name, args)
     bound = iface.bind(args)
     payload = _encode_args(bound.values)
-    opts = sub._call_opts()
     single = _Single(conn, name, version, args, iface, bound, opts)
     seg = conn.call_segment(1, t0, opts)
     fut = CallFuture(seg, 0)
