@@ -284,8 +284,8 @@ def test_transaction_messages(client, pool):
     assert errors == [
         "timed: argument x (output 0 of call #0) has shape (4,), expected (n,) = (5,)",
         "timed: argument x (output 0 of call #1) has shape (3,), expected (n,) = (4,)",
-        "timed: argument 2 is the future of another call: futures are data dependencies only "
-        "between the calls of one transaction; pass its .result()",
+        "timed: argument x is the future of a call of a transaction: futures are data "
+        "dependencies only between the calls of one transaction; pass its .result()",
     ]
     _, req_id, _, calls = recv(client.master, P.CALL)
     assert [c[0] for c in calls] == ["seed", "timed", "noop"]
