@@ -444,6 +444,8 @@ def good_dict() -> dict:
         (lambda d: d["params"][1].update(shape="n,n"), "shape 'n,n' is not normalized"),
         (lambda d: d.update(returns=[1]), "returns must be a map or nil"),
         (lambda d: d["params"].append(d["params"][0]), "parameter n appears twice"),
+        (lambda d: d["params"][0].update(name="return"), "'return' is a Python keyword"),
+        (lambda d: d["params"][0].update(name="a b"), "'a b' is not an identifier"),
     ],
 )
 def test_from_bytes_refuses_invalid_interfaces(mutate, reason):
@@ -493,7 +495,7 @@ def test_str_repr_and_help_show_signature_and_doc():
         "dmmul(n: int, A: In[float64[n, n]], B: In[float64[n, n]]) -> C: Out[float64[n, n]]"
         "\n\ndmmul is double precision matrix multiply"
     )
-    assert repr(iface).startswith("<Interface dmmul version '1': dmmul(n: int")
+    assert repr(iface) == "<Interface dmmul version '1'>"
     text = pydoc.render_doc(iface, renderer=pydoc.plaintext)
     assert "dmmul is double precision matrix multiply" in text
     assert "-> C: Out[float64[n, n]]" in text
@@ -573,6 +575,8 @@ def test_bind_rejects_wrong_shape_dtype_and_count():
     assert call_error(add, 1) == "add takes 2 arguments (a, b), got 1"
     one = Interface("one", "1", "", "m", [Param("a", type="int")])
     assert call_error(one) == "one takes 1 argument (a), got 0"
+    none = Interface("none", "1", "", "m", [])
+    assert call_error(none, 1) == "none takes no arguments, got 1"
 
 
 def test_bind_checks_output_buffers():

@@ -93,6 +93,7 @@ def _array_parts(arr: Any) -> tuple:
     """``(ext 1 payload header, array data)``: the data as a contiguous little-endian uint8
     view (no copy when the array already is one)."""
     np = sys.modules["numpy"]
+    arr = np.asarray(arr)  # a subclass (np.matrix) travels as its plain array
     dt = arr.dtype
     if dt.hasobject or dt.fields is not None or dt.kind == "V":
         raise CallError(
@@ -101,7 +102,8 @@ def _array_parts(arr: Any) -> tuple:
     if dt.byteorder == ">":
         dt = dt.newbyteorder("<")
         arr = arr.astype(dt)
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
     dtype_str = dt.str.encode("ascii")
     header = (
         bytes([len(dtype_str)])
@@ -219,10 +221,13 @@ def _array_from(payload: memoryview, copy: bool) -> Any:
     ndim = payload[pos]
     shape = struct.unpack_from(f"<{ndim}Q", payload, pos + 1)
     pos += 1 + 8 * ndim
-    if "numpy" not in sys.modules and ndim == 0 and dtype_str == "<c16":
-        # A complex scalar reaching a process without numpy.
-        return complex(*struct.unpack_from("<dd", payload, pos))
-    np = _numpy()
+    try:
+        np = _numpy()
+    except CallError:
+        if ndim == 0 and dtype_str == "<c16" and len(payload) == pos + 16:
+            # A complex scalar reaching a process without numpy.
+            return complex(*struct.unpack_from("<dd", payload, pos))
+        raise
     dt = np.dtype(dtype_str)
     if dt.hasobject or dt.fields is not None or dt.kind == "V":
         raise CallError(
@@ -240,8 +245,15 @@ def _array_from(payload: memoryview, copy: bool) -> Any:
         return np.empty(shape, dt.newbyteorder("="))
     arr = np.frombuffer(payload, dtype=dt, count=count, offset=pos).reshape(shape)
     if copy:
-        return arr.astype(dt.newbyteorder("="))  # a copy, in native byte order
+        return _owned(arr)
     return arr
+
+
+def _owned(arr: Any) -> Any:
+    """A writable, aligned copy of ``arr`` in native byte order."""
+    if arr.dtype.isnative:
+        return arr.copy()  # a plain memcpy
+    return arr.astype(arr.dtype.newbyteorder("="))
 
 
 def _ref_from(payload: Any) -> Ref:
@@ -322,6 +334,8 @@ def _unpack_one(mv: memoryview, pos: int) -> tuple:
 
 
 def _decode_value(mv: memoryview, pos: int, copy: bool) -> tuple:
+    if pos >= len(mv):
+        raise ValueError("truncated payload")
     ext = _ext_at(mv, pos)
     if ext is not None:
         code, start, end = ext
@@ -460,6 +474,8 @@ def _from_wire(p: Param, value: Any) -> Any:
 def _output_problem(iface: Interface, spec: Param, value: Any) -> Any:
     """Why ``value`` does not fit the output ``spec`` (a concrete shape, from
     :meth:`BoundCall.output_specs`), or None."""
+    if spec.type == "any":
+        return None  # encode_results refuses what msgpack cannot carry
     if spec.type != "array":
         return scalar_problem(spec.type, value)
     np = sys.modules.get("numpy")
@@ -556,7 +572,7 @@ def deliver(iface: Interface, payload: bytes, out_buffers: list) -> Any:
                 ) from None
             value = buffer
         elif is_array:
-            value = value.astype(value.dtype.newbyteorder("="))  # a writable array of its own
+            value = _owned(value)
         results.append(_from_wire(p, value))
     if not results:
         return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import keyword
 import numbers
 import sys
 import typing
@@ -149,6 +150,7 @@ class Interface:
             p for p in self.params if p.mode != "in"
         ]
         self._has_out = any(p.mode == "out" for p in self.params)
+        self._int_names = frozenset(p.name for p in self.params if p.type == "int")
         self._bytes: bytes | None = None
         # help(iface) documents the instance's __doc__.
         self.__doc__ = str(self)
@@ -164,6 +166,8 @@ class Interface:
                 raise TypeError(f"{fname}: params must be Param objects, got {p!r}")
             if p.name in seen:
                 raise TypeError(f"{fname}: parameter {p.name} appears twice")
+            if keyword.iskeyword(p.name):
+                raise TypeError(f"{fname}: parameter name {p.name!r} is a Python keyword")
             seen.add(p.name)
             _check_param(fname, p)
             if p.type == "int" and p.mode == "in":
@@ -220,7 +224,7 @@ class Interface:
         return self.signature
 
     def __repr__(self) -> str:
-        return f"<Interface {self.name} version {self.version!r}: {self.signature}>"
+        return f"<Interface {self.name} version {self.version!r}>"
 
     def _key(self) -> tuple:
         return (self.name, self.version, self.doc, self.module, tuple(self.params), self.returns)
@@ -336,7 +340,7 @@ class Interface:
                 if problem:
                     raise CallError(f"{self.name}: argument {p.name} {problem}")
                 scalars[p.name] = value
-        shape_scalars = {k: int(v) for k, v in scalars.items() if k in self._int_names()}
+        shape_scalars = {k: int(v) for k, v in scalars.items() if k in self._int_names}
         for p, value in zip(slots, args):
             ref = refs.get(p.name)
             if ref is not None:
@@ -349,19 +353,14 @@ class Interface:
                     self.expected_shape(p, shape_scalars)  # a negative size fails here already
         return BoundCall(self, args, slots is self.params, scalars, shape_scalars)
 
-    def _int_names(self) -> frozenset:
-        names = self.__dict__.get("_int_names_cache")
-        if names is None:
-            names = frozenset(p.name for p in self.params if p.type == "int")
-            self.__dict__["_int_names_cache"] = names
-        return names
-
     def _count_message(self, n: int) -> str:
         def count(params: list) -> str:
             names = ", ".join(p.name for p in params)
             word = "argument" if len(params) == 1 else "arguments"
             return f"{len(params)} {word} ({names})"
 
+        if not self.params:
+            return f"{self.name} takes no arguments, got {n}"
         if not self._has_out:
             return f"{self.name} takes {count(self.params)}, got {n}"
         return (

@@ -214,6 +214,7 @@ def _ep_powers(count: int) -> np.ndarray:
         # uint64 products wrap mod 2^64, and 2^46 divides 2^64: the low 46 bits are exact.
         powers[done : done + step] = (powers[:step] * np.uint64(pow(EP_A, done, _MOD46))) & _MASK46
         done += step
+    powers.flags.writeable = False  # cached and shared by every call
     return powers
 
 
