@@ -176,6 +176,14 @@ def _parser() -> argparse.ArgumentParser:
         "run F times its function's p95 execution time (above 1; default: 1.5)",
     )
     master.add_argument(
+        "--service-grace",
+        type=float,
+        default=None,
+        metavar="S",
+        help="named functions: calls queued for a function whose last worker left wait this "
+        "long for a worker serving it to return, then fail (default: 30)",
+    )
+    master.add_argument(
         "--max-task-seconds",
         type=float,
         default=None,
@@ -277,6 +285,7 @@ def _master_options(args: argparse.Namespace) -> dict:
         "result_ttl_s": args.result_ttl,
         "max_attempts": args.max_attempts,
         "hedge_factor": args.hedge_factor,
+        "service_grace_s": args.service_grace,
         "max_task_seconds": args.max_task_seconds,
         "store": args.store,
         "fsync": args.fsync,

@@ -111,8 +111,8 @@ class LocalCluster:
             on disk, no journal.
         master_options: Reliability options of the master, as ``rtpool master`` takes them:
             ``lease_ms``, ``result_ttl_s``, ``max_attempts``, ``max_task_seconds``,
-            ``timeout_grace_s``, ``fsync`` (``"always"``, ``"batch:10"``, ``"off"``),
-            ``journal`` (False: none), ``store``.
+            ``timeout_grace_s``, ``service_grace_s``, ``fsync`` (``"always"``, ``"batch:10"``,
+            ``"off"``), ``journal`` (False: none), ``store``.
         worker_env: Extra environment variables per worker: ``worker_env[i]`` is added to
             the environment of worker ``i`` (a list shorter than ``workers`` leaves the rest
             alone). Tests use it to make one worker different, e.g. ``worker_env=[{"SLOW":

@@ -9,6 +9,9 @@ use crate::error::MasterError;
 /// Default of [`MasterConfig::hedge_factor`].
 pub const DEFAULT_HEDGE_FACTOR: f64 = 1.5;
 
+/// Default of [`MasterConfig::service_grace`], in seconds.
+pub const DEFAULT_SERVICE_GRACE_SECS: u64 = 30;
+
 /// Configuration of one master.
 #[derive(Debug, Clone)]
 pub struct MasterConfig {
@@ -47,6 +50,9 @@ pub struct MasterConfig {
     /// How long past a task's own time limit the master waits for the worker's report before
     /// failing the task itself (default 2 s).
     pub timeout_grace: Duration,
+    /// Grid RPC: how long calls queued for a function whose last server left wait for a
+    /// server to return before they fail (default 30 s).
+    pub service_grace: Duration,
     /// Keep the crash-recovery journal `<data_dir>/journal.log` (default true; needs a data
     /// dir).
     pub journal: bool,
@@ -84,6 +90,7 @@ impl MasterConfig {
             max_exec_ns: self.max_task_time.as_nanos().min(u64::MAX as u128) as u64,
             result_ttl_ns: self.result_ttl.as_nanos().min(u64::MAX as u128) as u64,
             hedge_factor: self.hedge_factor,
+            service_grace_ns: self.service_grace.as_nanos().min(u64::MAX as u128) as u64,
             ..rtpool_core::CoreConfig::default()
         }
     }
@@ -138,6 +145,7 @@ impl Default for MasterConfig {
             hedge_factor: DEFAULT_HEDGE_FACTOR,
             max_task_time: Duration::from_secs(86_400),
             timeout_grace: Duration::from_secs(2),
+            service_grace: Duration::from_secs(DEFAULT_SERVICE_GRACE_SECS),
             journal: true,
             fsync: crate::journal::FsyncPolicy::default(),
             tls_cert: None,
@@ -167,6 +175,19 @@ mod tests {
         assert_eq!(
             default.core_config().hedge_factor,
             rtpool_core::CoreConfig::default().hedge_factor
+        );
+    }
+
+    #[test]
+    fn the_service_grace_reaches_the_core() {
+        let config = MasterConfig {
+            service_grace: Duration::from_millis(2_500),
+            ..MasterConfig::default()
+        };
+        assert_eq!(config.core_config().service_grace_ns, 2_500_000_000);
+        assert_eq!(
+            MasterConfig::default().core_config().service_grace_ns,
+            rtpool_core::CoreConfig::default().service_grace_ns
         );
     }
 

@@ -1,9 +1,10 @@
 //! `rtpool-master`: parse arguments, run the master library.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
-use rtpool_master::config::{check_hedge_factor, DEFAULT_HEDGE_FACTOR};
+use rtpool_master::config::{check_hedge_factor, DEFAULT_HEDGE_FACTOR, DEFAULT_SERVICE_GRACE_SECS};
 use rtpool_master::{run_blocking, MasterConfig, RealtimeConfig};
 
 /// The rtpool master: accepts task packages from clients and hands them to pull-based workers.
@@ -51,6 +52,11 @@ struct Args {
     /// (must be above 1).
     #[arg(long, value_name = "F", default_value_t = DEFAULT_HEDGE_FACTOR, value_parser = parse_hedge_factor)]
     hedge_factor: f64,
+    /// Grid RPC: calls queued for a function whose last worker left wait this many seconds for
+    /// a worker serving it to return, then fail.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_SERVICE_GRACE_SECS as f64,
+          value_parser = parse_seconds)]
+    service_grace: f64,
     /// Real-time mode: lock the master's memory (mlockall), run its threads under SCHED_FIFO
     /// and pin them with --cpus, each as far as the OS permits (a refused step is logged once
     /// and stays in normal mode).
@@ -85,6 +91,7 @@ fn main() -> anyhow::Result<()> {
         lease_ms: args.lease_ms,
         client_timeout_ms: args.client_timeout_ms,
         hedge_factor: args.hedge_factor,
+        service_grace: Duration::from_secs_f64(args.service_grace),
         realtime: RealtimeConfig {
             enabled: args.realtime,
             priority: args.rt_priority,
@@ -102,6 +109,17 @@ fn parse_hedge_factor(text: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("{text:?} is not a number; use e.g. 3 or 2.5"))?;
     check_hedge_factor(value)
+}
+
+/// A duration in seconds (`--service-grace`): a finite number >= 0.
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds; use e.g. 30 or 2.5"))?;
+    if Duration::try_from_secs_f64(value).is_err() {
+        return Err(format!("must be a number of seconds >= 0, not {value}"));
+    }
+    Ok(value)
 }
 
 /// The value of `--cpus`; a newtype because clap takes an `Option<Vec<_>>` field for an option

@@ -1,92 +1,14 @@
 //! End-to-end scenarios against an in-process master, with raw protocol peers on loopback.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use std::io::Write;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use rtpool_master::{MasterConfig, MasterHandle};
+use common::{expect_accepted, expect_error, master, Peer};
 use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, Role, SubmitOpts, WorkerResult};
 use sha2::{Digest, Sha256};
-
-struct Peer {
-    sock: TcpStream,
-    buf: BytesMut,
-}
-
-impl Peer {
-    fn connect(master: &MasterHandle) -> Self {
-        let sock = TcpStream::connect(master.addr()).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        sock.set_nodelay(true).unwrap();
-        Self {
-            sock,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn hello(master: &MasterHandle, role: Role, token: &str, slots: u32) -> (Self, Msg) {
-        let mut p = Self::connect(master);
-        let name = "test".to_string();
-        p.send(&Msg::Hello {
-            version: 1,
-            role,
-            token: token.into(),
-            name,
-            slots,
-        });
-        let reply = p.recv();
-        (p, reply)
-    }
-
-    fn send(&mut self, msg: &Msg) {
-        self.sock.write_all(&encode_to_vec(msg)).unwrap();
-    }
-
-    /// Next message, or panic after the read timeout.
-    fn recv(&mut self) -> Msg {
-        loop {
-            if let Some(m) = decode_frame(&mut self.buf, 1 << 30).unwrap() {
-                return m;
-            }
-            let mut chunk = [0u8; 65536];
-            let n = self.sock.read(&mut chunk).expect("read timed out");
-            assert!(n > 0, "connection closed while a message was expected");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    /// The next whole frame as it came (length prefix included), undecoded.
-    fn recv_frame(&mut self) -> Vec<u8> {
-        loop {
-            if self.buf.len() >= 4 {
-                let len = u32::from_be_bytes(self.buf[..4].try_into().unwrap()) as usize;
-                if self.buf.len() >= 4 + len {
-                    return self.buf.split_to(4 + len).to_vec();
-                }
-            }
-            let mut chunk = [0u8; 65536];
-            let n = self.sock.read(&mut chunk).expect("read timed out");
-            assert!(n > 0, "connection closed while a frame was expected");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    /// True when the master closed the connection (after any pending messages).
-    fn is_closed(&mut self) -> bool {
-        let mut chunk = [0u8; 1024];
-        matches!(self.sock.read(&mut chunk), Ok(0) | Err(_))
-    }
-}
-
-fn master() -> MasterHandle {
-    MasterHandle::start(MasterConfig {
-        listen: "127.0.0.1:0".into(),
-        ..Default::default()
-    })
-    .unwrap()
-}
 
 fn submit(req_id: u64, code: &[u8], tasks: Vec<Bytes>) -> Msg {
     submit_with(req_id, code, tasks, SubmitOpts::default())
@@ -105,13 +27,6 @@ fn submit_with(req_id: u64, code: &[u8], tasks: Vec<Bytes>, opts: SubmitOpts) ->
 
 fn tasks(n: u8) -> Vec<Bytes> {
     (0..n).map(|i| Bytes::from(vec![i])).collect()
-}
-
-fn expect_accepted(msg: Msg, req_id: u64) -> u64 {
-    match msg {
-        Msg::Accepted { req_id: r, package } if r == req_id => package,
-        other => panic!("expected ACCEPTED {req_id}, got {other:?}"),
-    }
 }
 
 /// Runs the tasks of one `ASSIGN` (after a `PULL` of `credits`), each reporting `exec_us`.
@@ -135,15 +50,6 @@ fn run_assigned(worker: &mut Peer, credits: u32, exec_us: u64) -> usize {
         .collect();
     worker.send(&Msg::Result { results });
     assigned.len()
-}
-
-fn expect_error(msg: Msg, code: &str) -> String {
-    match msg {
-        Msg::Error {
-            code: c, message, ..
-        } if c == code => message,
-        other => panic!("expected ERROR {code}, got {other:?}"),
-    }
 }
 
 #[test]

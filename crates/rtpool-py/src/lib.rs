@@ -105,8 +105,9 @@ fn realtime_dict<'py>(py: Python<'py>, r: &RealtimeReport) -> PyResult<Bound<'py
 }
 
 /// Applies the reliability options given as a dict (`lease_ms`, `store`, `result_ttl_s`,
-/// `max_attempts`, `hedge_factor`, `max_task_seconds`, `timeout_grace_s`, `journal`, `fsync`); an
-/// unknown key or an out-of-range value is a `ValueError` naming the known keys or the range.
+/// `max_attempts`, `hedge_factor`, `max_task_seconds`, `timeout_grace_s`, `service_grace_s`,
+/// `journal`, `fsync`); an unknown key or an out-of-range value is a `ValueError` naming the
+/// known keys or the range.
 fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
     use std::time::Duration;
     let Some(options) = options else {
@@ -135,6 +136,7 @@ fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) ->
             }
             "max_task_seconds" => cfg.max_task_time = secs(&v, &key)?,
             "timeout_grace_s" => cfg.timeout_grace = secs(&v, &key)?,
+            "service_grace_s" => cfg.service_grace = secs(&v, &key)?,
             "journal" => cfg.journal = v.extract()?,
             "fsync" => {
                 let text: String = v.extract()?;
@@ -147,8 +149,8 @@ fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) ->
             other => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "unknown master option {other:?}; known: lease_ms, store, result_ttl_s, \
-                     max_attempts, hedge_factor, max_task_seconds, timeout_grace_s, journal, \
-                     fsync"
+                     max_attempts, hedge_factor, max_task_seconds, timeout_grace_s, \
+                     service_grace_s, journal, fsync"
                 )))
             }
         }

@@ -8,31 +8,37 @@
 //! what it is sent is closed once [`OutboundTx`] holds `max_buffered_bytes` for it.
 //!
 //! The same code serves plain TCP and TLS: the reader and writer are generic over the stream
-//! halves, so the plain path keeps tokio's lock-free owned halves of a `TcpStream`.
+//! halves, so the plain path keeps tokio's lock-free owned halves of a `TcpStream`. The queue
+//! and the writer are `outbound.rs`'s.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+mod outbound;
+
+use self::outbound::write_loop;
+pub use self::outbound::{OutboundRx, OutboundTx};
+
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rtpool_core::{
-    ClientId, Event, FnHash, MissPolicy, PackageId, PackageOpts, TaskId, TaskStatus, UserId,
-    WorkerId, WorkerOutcome,
+    CallSpec, ClientId, Event, FnHash, MissPolicy, PackageId, PackageOpts, ServiceDecl, TaskId,
+    TaskStatus, UserId, WorkerId, WorkerOutcome,
 };
 use rtpool_proto::{
-    decode_frame, encode, Msg, OnMiss, ProtoError, Role, SubmitOpts, PRE_AUTH_MAX_FRAME,
-    PROTOCOL_VERSION,
+    decode_frame, encode, Call, Msg, OnMiss, ProtoError, Role, ServedFunction, SubmitOpts,
+    PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
 };
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tracing::{debug, info, warn};
 
 use crate::auth::{AuthError, Authenticator};
-use crate::scheduler::{rejected, Out, ToScheduler};
+use crate::scheduler::{rejected, ToScheduler};
 use crate::tls::Tls;
 
 /// Settings every connection needs.
@@ -79,8 +85,6 @@ impl std::fmt::Debug for ConnCtx {
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
-/// Largest write the writer batches before flushing.
-const WRITE_BATCH_BYTES: usize = 1 << 20;
 /// The silence allowed when a timeout is disabled: far enough never to fire, near enough not to
 /// overflow an `Instant`.
 const NEVER: Duration = Duration::from_secs(30 * 365 * 86_400);
@@ -301,6 +305,8 @@ async fn serve_halves<R, W>(
         ctx,
         sched: sched.clone(),
         verified: None,
+        served: false,
+        pulled: false,
     };
     let fatal = tokio::select! {
         fatal = reader.read_loop(&mut rd, buf) => fatal,
@@ -417,6 +423,10 @@ struct Reader {
     /// The last (hash, code) pair whose SHA-256 was verified, so a client that submits the same
     /// function again pays a memcmp instead of a hash.
     verified: Option<(Bytes, Bytes)>,
+    /// This worker sent its `SERVE` (at most one per connection).
+    served: bool,
+    /// This worker sent a `PULL` (a `SERVE` must come before the first one).
+    pulled: bool,
 }
 
 impl Reader {
@@ -575,10 +585,41 @@ impl Reader {
                 package: PackageId(package),
                 count,
             })),
-            (Role::Worker, Msg::Pull { credits }) => Ok(Some(Event::Credit {
-                worker: WorkerId(self.session),
-                credits,
+            (
+                Role::Client,
+                Msg::Call {
+                    req_id,
+                    opts,
+                    calls,
+                },
+            ) => Ok(Some(Event::SubmitCalls {
+                client: ClientId(self.session),
+                req_id,
+                // The scheduler numbers the package, as for SUBMIT.
+                package: PackageId(0),
+                opts: to_core_opts(opts),
+                calls: calls.into_iter().map(to_call_spec).collect(),
             })),
+            (Role::Client, Msg::Functions { req_id, name }) => Ok(Some(Event::Functions {
+                client: ClientId(self.session),
+                req_id,
+                name,
+            })),
+            (Role::Worker, Msg::Pull { credits }) => {
+                self.pulled = true;
+                Ok(Some(Event::Credit {
+                    worker: WorkerId(self.session),
+                    credits,
+                }))
+            }
+            (Role::Worker, Msg::Serve { functions }) => {
+                self.check_serve_order()?;
+                self.served = true;
+                Ok(Some(Event::Serve {
+                    worker: WorkerId(self.session),
+                    functions: functions.into_iter().map(to_service_decl).collect(),
+                }))
+            }
             (Role::Worker, Msg::Result { results }) => {
                 let mut outcomes = Vec::with_capacity(results.len());
                 for r in results {
@@ -624,6 +665,29 @@ impl Reader {
         }
     }
 
+    /// A worker declares its functions once, before its first `PULL` (so the registry never
+    /// changes under a worker that already holds work): anything else is a broken worker,
+    /// answered with a fatal `malformed`.
+    #[allow(clippy::result_large_err)]
+    fn check_serve_order(&self) -> Result<(), Refusal> {
+        let why = if self.served {
+            "a second SERVE on this connection"
+        } else if self.pulled {
+            "SERVE after PULL"
+        } else {
+            return Ok(());
+        };
+        warn!(session = self.session, "protocol error: {why}");
+        Err(Refusal::Fatal(error_msg(
+            "malformed",
+            format!(
+                "{why}: a worker sends SERVE at most once per connection, right after WELCOME \
+                 and before its first PULL; reconnect to serve another set of functions"
+            ),
+            0,
+        )))
+    }
+
     fn verify(&mut self, fn_hash: &Bytes, fn_code: &Bytes) -> Option<FnHash> {
         let hash: [u8; 32] = fn_hash.as_ref().try_into().ok()?;
         let cached = matches!(&self.verified, Some((h, c)) if h == fn_hash && c == fn_code);
@@ -638,10 +702,10 @@ impl Reader {
     }
 }
 
-/// The core's options of a package from its `SUBMIT.opts`. Values are passed on as sent: the
-/// wire's default of 1 replica and a quorum of 1 mean what the core's 0 means, and contradictions
-/// (a quorum above the replicas, more than 16 copies, `admit` without a deadline) are the core's
-/// to refuse.
+/// The core's options of a package from its `SUBMIT.opts` or `CALL.opts`. Values are passed on
+/// as sent: the wire's default of 1 replica and a quorum of 1 mean what the core's 0 means, and
+/// contradictions (a quorum above the replicas, more than 16 copies, `admit` without a deadline,
+/// options a call package cannot use) are the core's to refuse.
 fn to_core_opts(opts: SubmitOpts) -> PackageOpts {
     // Destructured so that a new wire option cannot be forgotten here.
     let SubmitOpts {
@@ -673,6 +737,39 @@ fn to_core_opts(opts: SubmitOpts) -> PackageOpts {
     }
 }
 
+/// The core's declaration of one function a worker's `SERVE` lists.
+fn to_service_decl(f: ServedFunction) -> ServiceDecl {
+    let ServedFunction {
+        name,
+        version,
+        interface,
+    } = f;
+    ServiceDecl {
+        name,
+        version,
+        interface,
+    }
+}
+
+/// The core's call of one entry of a `CALL`; the payload is passed on untouched.
+fn to_call_spec(c: Call) -> CallSpec {
+    // Destructured so that a new wire field cannot be forgotten here.
+    let Call {
+        name,
+        version,
+        args,
+        deps,
+        fetch,
+    } = c;
+    CallSpec {
+        name,
+        version,
+        args,
+        deps,
+        fetch,
+    }
+}
+
 /// Make room for the next read. Inside a large frame whose prefix is known, the buffer grows
 /// geometrically towards the frame's size (one copy per doubling instead of one per 64 KiB),
 /// but never by more than what already arrived: a peer cannot make the master reserve memory
@@ -693,171 +790,6 @@ fn grow(buf: &mut BytesMut) {
         buf.reserve(want);
     } else if free < 4096 {
         buf.reserve(MIN_READ);
-    }
-}
-
-/// The sending end of one connection's outbound queue, held by the scheduler.
-///
-/// The queue itself is unbounded (the scheduler never waits for a peer), but it counts the bytes
-/// it holds: a [`send`](OutboundTx::send) that would take them past the limit is refused, and
-/// the connection is closed with `ERROR slow_consumer` (its writer drops what is queued, its
-/// reader stops). A queue holding nothing takes one message of any size, so a frame larger than
-/// the limit (up to `max_frame_bytes`) can still be delivered to a peer that reads.
-#[derive(Debug, Clone)]
-pub struct OutboundTx {
-    tx: mpsc::UnboundedSender<(Out, usize)>,
-    shared: Arc<Outbound>,
-}
-
-/// What a connection's [`OutboundTx`] and its writer share.
-#[derive(Debug)]
-struct Outbound {
-    /// Estimated encoded bytes sent to the queue and not yet written to the socket.
-    queued_bytes: AtomicUsize,
-    limit_bytes: usize,
-    /// Set once, by the send that found the queue full.
-    overflowed: AtomicBool,
-    /// Wakes the connection's reader when the queue overflowed.
-    notify: Notify,
-}
-
-/// The writer's end of an [`OutboundTx`].
-#[derive(Debug)]
-pub struct OutboundRx {
-    rx: mpsc::UnboundedReceiver<(Out, usize)>,
-    shared: Arc<Outbound>,
-}
-
-#[cfg(test)]
-impl OutboundRx {
-    /// The next queued message, without waiting (for tests of what the scheduler sends).
-    pub(crate) fn try_recv(&mut self) -> Option<Out> {
-        self.rx.try_recv().ok().map(|(out, _)| out)
-    }
-}
-
-impl OutboundTx {
-    /// A queue that holds at most `limit_bytes` (estimated encoded size) at once.
-    pub fn new(limit_bytes: usize) -> (Self, OutboundRx) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Outbound {
-            queued_bytes: AtomicUsize::new(0),
-            limit_bytes,
-            overflowed: AtomicBool::new(false),
-            notify: Notify::new(),
-        });
-        let rx = OutboundRx {
-            rx,
-            shared: shared.clone(),
-        };
-        (Self { tx, shared }, rx)
-    }
-
-    /// Queue `out` for the peer. False when it was not queued: the connection is gone, or the
-    /// queue was full (the connection is then being closed as a slow consumer). Never blocks.
-    pub fn send(&self, out: Out) -> bool {
-        let shared = &*self.shared;
-        if shared.overflowed.load(Ordering::Relaxed) {
-            return false;
-        }
-        let size = estimated_size(&out);
-        let before = shared.queued_bytes.fetch_add(size, Ordering::Relaxed);
-        if before > 0 && before + size > shared.limit_bytes {
-            shared.queued_bytes.fetch_sub(size, Ordering::Relaxed);
-            shared.overflowed.store(true, Ordering::Relaxed);
-            shared.notify.notify_one();
-            // Wakes a writer waiting on an empty queue; it sends the error and closes.
-            let _ = self.tx.send((Out::Send(Msg::Heartbeat), 0));
-            return false;
-        }
-        if self.tx.send((out, size)).is_err() {
-            shared.queued_bytes.fetch_sub(size, Ordering::Relaxed);
-            return false;
-        }
-        true
-    }
-
-    /// Estimated bytes queued and not yet written (for tests and gauges).
-    pub fn queued_bytes(&self) -> usize {
-        self.shared.queued_bytes.load(Ordering::Relaxed)
-    }
-}
-
-/// An upper-bound-ish estimate of `out`'s encoded size: its payloads plus a per-item overhead.
-/// It need not be exact, only cheap and the same number on both ends of the queue.
-fn estimated_size(out: &Out) -> usize {
-    let (Out::Send(msg) | Out::SendAndClose(msg)) = out;
-    match msg {
-        Msg::Results { results, .. } => {
-            16 + results.iter().map(|r| 48 + r.data.len()).sum::<usize>()
-        }
-        Msg::Assign { tasks, .. } => {
-            16 + tasks
-                .iter()
-                .map(|t| 64 + t.args.len() + t.fn_code.as_ref().map_or(0, |c| c.len()))
-                .sum::<usize>()
-        }
-        _ => 64,
-    }
-}
-
-fn slow_consumer(limit_bytes: usize) -> Msg {
-    error_msg(
-        "slow_consumer",
-        format!(
-            "more than {} MiB of frames waited for this peer to read them: closing; read \
-             results as they come, or raise the master's --max-buffered-mb",
-            limit_bytes >> 20
-        ),
-        0,
-    )
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: OutboundRx) {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    let shared = rx.shared.clone();
-    while let Some((first, size)) = rx.rx.recv().await {
-        let mut batch_bytes = size;
-        let mut close = push(first, &mut buf);
-        while !close && buf.len() < WRITE_BATCH_BYTES {
-            match rx.rx.try_recv() {
-                Ok((out, size)) => {
-                    batch_bytes += size;
-                    close = push(out, &mut buf);
-                }
-                Err(_) => break,
-            }
-        }
-        if shared.overflowed.load(Ordering::Relaxed) {
-            // Nothing of `buf` was written yet, so the stream is at a frame boundary.
-            buf.clear();
-            encode(&slow_consumer(shared.limit_bytes), &mut buf);
-            close = true;
-        }
-        if wr.write_all(&buf).await.is_err() {
-            return;
-        }
-        shared
-            .queued_bytes
-            .fetch_sub(batch_bytes, Ordering::Relaxed);
-        buf.clear();
-        if close {
-            let _ = wr.shutdown().await;
-            return;
-        }
-    }
-}
-
-fn push(out: Out, buf: &mut BytesMut) -> bool {
-    match out {
-        Out::Send(msg) => {
-            encode(&msg, buf);
-            false
-        }
-        Out::SendAndClose(msg) => {
-            encode(&msg, buf);
-            true
-        }
     }
 }
 

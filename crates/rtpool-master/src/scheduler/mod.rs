@@ -1,16 +1,21 @@
 //! The scheduler task: sole owner of the [`Core`]. It receives events from connection tasks,
-//! stamps them with the master's monotonic clock, and routes the core's actions to the writer
-//! of the connection they address.
+//! stamps them with the master's monotonic clock, journals what must survive a restart, and
+//! routes the core's actions to the writer of the connection they address (`route.rs` turns
+//! each action into its frame).
 
-use std::collections::{HashMap, VecDeque};
+mod route;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
 use rtpool_core::{
-    Action, Core, CoreConfig, Event, FnHash, PackageId, PackageOpts, RejectReason, RestoredPackage,
-    TaskOutcome, TaskStatus, UserId,
+    Action, Core, CoreConfig, Event, FnHash, PackageId, PackageOpts, RestoredPackage, TaskOutcome,
+    TaskStatus, UserId,
 };
-use rtpool_proto::{Assignment, Msg, TaskResult};
+use rtpool_proto::Msg;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
@@ -19,6 +24,8 @@ use crate::connection::OutboundTx;
 use crate::handle::{MasterStats, ReplayStats};
 use crate::journal::{DoneRecord, FsyncPolicy, Journal, PackageRecord, Record, Replay};
 use crate::store::UserQuota;
+
+pub use self::route::rejected;
 
 /// How often charged compute time is written behind to the user store, and quotas re-read.
 const USAGE_FLUSH: Duration = Duration::from_secs(1);
@@ -106,6 +113,9 @@ pub struct Scheduler {
     /// Client events held back behind a submission whose record is not durable yet, in
     /// arrival order, with the LSN each must wait for.
     held: VecDeque<(u64, Held)>,
+    /// Live packages of calls (grid RPC), kept only with a journal: they are not journaled
+    /// (docs/protocol.md), so none of their results, deliveries or end may be either.
+    call_packages: HashSet<PackageId>,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -136,6 +146,7 @@ impl Scheduler {
             replay_stats: None,
             last_lsn: 0,
             held: VecDeque::new(),
+            call_packages: HashSet::new(),
         }
     }
 
@@ -485,11 +496,21 @@ impl Scheduler {
         let is_client_event = matches!(
             event,
             Event::Submit { .. }
+                | Event::SubmitCalls { .. }
+                | Event::Functions { .. }
                 | Event::Cancel { .. }
                 | Event::Status { .. }
                 | Event::Attach { .. }
                 | Event::Ack { .. }
         );
+        if let Event::SubmitCalls { package, .. } = &mut event {
+            // Numbered like any package, never journaled: a restart forgets it.
+            *package = PackageId(self.next_package);
+            self.next_package += 1;
+            if self.journal.is_some() {
+                self.call_packages.insert(*package);
+            }
+        }
         if let Event::Submit {
             client,
             package,
@@ -525,19 +546,23 @@ impl Scheduler {
 
     /// Runs the core on one event and carries out its actions.
     fn apply_now(&mut self, event: Event) {
-        let submitted = match &event {
-            Event::Submit { package, .. } => Some(*package),
-            _ => None,
+        let (submitted, calls) = match &event {
+            Event::Submit { package, .. } => (Some(*package), false),
+            Event::SubmitCalls { package, .. } => (Some(*package), true),
+            _ => (None, false),
         };
         let now = self.now();
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
         if let (Some(package), Some(journal)) = (submitted, &self.journal) {
-            // A refused or deduplicated submission never became a package: end its record.
+            // A refused or deduplicated submission never became a package: end its record (a
+            // call package has none; it just leaves the set).
             let created = actions
                 .iter()
                 .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
-            if !created {
+            if !created && calls {
+                self.call_packages.remove(&package);
+            } else if !created {
                 self.last_lsn = journal.append(Record::End { package: package.0 });
             }
         }
@@ -553,6 +578,17 @@ impl Scheduler {
         let Some(journal) = &self.journal else {
             return;
         };
+        if let Action::SendResults { package, .. }
+        | Action::Delivered { package, .. }
+        | Action::PackageFreed { package, .. } = action
+        {
+            if self.call_packages.contains(package) {
+                if matches!(action, Action::PackageFreed { .. }) {
+                    self.call_packages.remove(package);
+                }
+                return;
+            }
+        }
         match action {
             Action::SendResults {
                 package, results, ..
@@ -578,148 +614,6 @@ impl Scheduler {
                 self.last_lsn = journal.append(Record::End { package: package.0 });
             }
             _ => {}
-        }
-    }
-
-    fn reply(&self, session: u64, msg: Msg, close: bool) {
-        if let Some(tx) = self.routes.get(&session) {
-            let _ = tx.send(if close {
-                Out::SendAndClose(msg)
-            } else {
-                Out::Send(msg)
-            });
-        }
-    }
-
-    fn send(&self, session: u64, msg: Msg) {
-        // A missing route means the peer already left; its loss event is on its way. A refused
-        // send (a slow consumer) closes that connection, whose loss event follows too.
-        if let Some(tx) = self.routes.get(&session) {
-            tx.send(Out::Send(msg));
-        }
-    }
-
-    fn route(&mut self, action: Action) {
-        match action {
-            // TODO(#5): the grid RPC frames (docs/protocol.md) are routed by the shell's
-            // `ASSIGN_CALLS`/`FUNCTIONS_REPLY`/`serve_conflict` encoders, being written.
-            Action::AssignCalls { .. }
-            | Action::FunctionsReply { .. }
-            | Action::ServeRefused { .. } => {}
-            Action::Assign { worker, tasks } => {
-                let tasks = tasks
-                    .into_iter()
-                    .map(|t| Assignment {
-                        task: t.task.0,
-                        attempt: t.attempt,
-                        fn_hash: Bytes::copy_from_slice(&t.fn_hash.0),
-                        fn_code: t.fn_code,
-                        args: t.args,
-                        timeout_ms: t.timeout_ms,
-                    })
-                    .collect();
-                self.send(worker.0, Msg::Assign { tasks });
-            }
-            Action::Accepted {
-                client,
-                req_id,
-                package,
-            } => {
-                self.send(
-                    client.0,
-                    Msg::Accepted {
-                        req_id,
-                        package: package.0,
-                    },
-                );
-            }
-            Action::Rejected {
-                client,
-                req_id,
-                reason,
-            } => {
-                let code = match reason {
-                    RejectReason::QuotaExhausted { .. } => "quota",
-                    RejectReason::Admission { .. } | RejectReason::NoWorkerSlots { .. } => {
-                        "admission"
-                    }
-                    RejectReason::UnknownFunction { .. } => "unknown_function",
-                    RejectReason::Empty
-                    | RejectReason::TooManyTasks { .. }
-                    | RejectReason::InvalidOptions(_)
-                    | RejectReason::InvalidCall { .. } => "rejected",
-                };
-                let msg = Msg::Error {
-                    code: code.into(),
-                    message: reason.to_string(),
-                    reference: req_id,
-                };
-                self.send(client.0, msg);
-            }
-            Action::SendResults {
-                client: Some(client),
-                package,
-                results,
-            }
-            | Action::Resend {
-                client,
-                package,
-                results,
-            } => {
-                let results = results.into_iter().map(to_wire_result).collect();
-                self.send(
-                    client.0,
-                    Msg::Results {
-                        package: package.0,
-                        results,
-                    },
-                );
-            }
-            Action::SendResults { client: None, .. } | Action::Delivered { .. } => {}
-            Action::PackageFreed { package, expired } => {
-                if expired {
-                    info!(%package, "no client attached within the result TTL: dropped");
-                }
-            }
-            Action::Abort { worker, tasks } => {
-                let tasks = tasks.into_iter().map(|(t, a)| (t.0, a)).collect();
-                self.send(worker.0, Msg::Abort { tasks });
-            }
-            Action::StatusReply {
-                client,
-                req_id,
-                package,
-                counts,
-            } => {
-                self.send(
-                    client.0,
-                    Msg::StatusReply {
-                        req_id,
-                        package: package.0,
-                        total: counts.total,
-                        queued: counts.queued,
-                        running: counts.running,
-                        done: counts.done,
-                        cancelled: counts.cancelled,
-                        met: counts.met,
-                        missed: counts.missed,
-                    },
-                );
-            }
-            Action::UnknownPackage { client, package } => {
-                self.send(
-                    client.0,
-                    Msg::Error {
-                        code: "unknown_package".into(),
-                        message: format!(
-                            "{package} is not one of this user's live packages (finished \
-                             packages are forgotten once their results are acknowledged, \
-                             detached ones after the result TTL)"
-                        ),
-                        reference: package.0,
-                    },
-                );
-            }
         }
     }
 }
@@ -800,174 +694,5 @@ fn restored_opts(r: &PackageRecord) -> PackageOpts {
         quorum: r.quorum,
         max_copies: r.max_copies,
         hedge: r.hedge,
-    }
-}
-
-/// The non-fatal `rejected` error for a submission.
-pub fn rejected(req_id: u64, message: String) -> Msg {
-    Msg::Error {
-        code: "rejected".into(),
-        message,
-        reference: req_id,
-    }
-}
-
-fn to_wire_result(o: TaskOutcome) -> TaskResult {
-    TaskResult {
-        index: o.index,
-        status: o.status as u8,
-        data: o.data,
-        queue_us: o.queue_us,
-        worker_us: o.worker_us,
-        exec_us: o.exec_us,
-        wait_us: o.wait_us,
-        flush_us: o.flush_us,
-        late_us: o.late_us,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use rtpool_core::{ClientId, MissPolicy, PackageCounts};
-
-    use super::*;
-
-    /// A scheduler with one client route (session 5), and that route's receiving end.
-    fn with_client() -> (Scheduler, crate::connection::OutboundRx) {
-        let mut scheduler = Scheduler::new(CoreConfig::default());
-        let (tx, rx) = OutboundTx::new(1 << 20);
-        scheduler.routes.insert(5, tx);
-        (scheduler, rx)
-    }
-
-    fn sent(rx: &mut crate::connection::OutboundRx) -> Msg {
-        match rx.try_recv() {
-            Some(Out::Send(msg)) => msg,
-            other => panic!("expected one message, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn refusals_answer_with_their_code_and_the_reason() {
-        let (mut scheduler, mut rx) = with_client();
-        let admission = RejectReason::Admission {
-            tasks: 100,
-            finish_us: 5_000_000,
-            deadline_us: 1_000_000,
-            per_task_us: 50_000,
-            p95_us: 60_000,
-            samples: 12,
-            slots: 1,
-            backlog_us: 0,
-        };
-        let cases = [
-            (admission, "admission"),
-            (
-                RejectReason::NoWorkerSlots {
-                    deadline_us: 50_000,
-                },
-                "admission",
-            ),
-            (
-                RejectReason::InvalidOptions("quorum 3 > replicas 2".into()),
-                "rejected",
-            ),
-            (RejectReason::QuotaExhausted { over_us: 0 }, "quota"),
-            (RejectReason::Empty, "rejected"),
-        ];
-        for (reason, code) in cases {
-            let message = reason.to_string();
-            scheduler.route(Action::Rejected {
-                client: ClientId(5),
-                req_id: 9,
-                reason,
-            });
-            let expected = Msg::Error {
-                code: code.into(),
-                message,
-                reference: 9,
-            };
-            assert_eq!(sent(&mut rx), expected);
-        }
-    }
-
-    #[test]
-    fn met_missed_and_late_us_reach_the_wire() {
-        let (mut scheduler, mut rx) = with_client();
-        let counts = PackageCounts {
-            total: 10,
-            done: 10,
-            met: 7,
-            missed: 3,
-            ..PackageCounts::default()
-        };
-        scheduler.route(Action::StatusReply {
-            client: ClientId(5),
-            req_id: 4,
-            package: PackageId(2),
-            counts,
-        });
-        let Msg::StatusReply { met, missed, .. } = sent(&mut rx) else {
-            panic!("expected STATUS_REPLY");
-        };
-        assert_eq!((met, missed), (7, 3));
-        let outcome = TaskOutcome {
-            index: 1,
-            status: TaskStatus::Missed,
-            data: Bytes::from_static(b"missed its deadline"),
-            queue_us: 1,
-            worker_us: 2,
-            exec_us: 3,
-            wait_us: 4,
-            flush_us: 5,
-            late_us: 6,
-        };
-        scheduler.route(Action::SendResults {
-            client: Some(ClientId(5)),
-            package: PackageId(2),
-            results: vec![outcome],
-        });
-        let Msg::Results { results, .. } = sent(&mut rx) else {
-            panic!("expected RESULTS");
-        };
-        assert_eq!((results[0].status, results[0].late_us), (7, 6));
-    }
-
-    #[test]
-    fn package_options_survive_the_journal_record() {
-        let opts = PackageOpts {
-            priority: -2,
-            timeout_ms: 900,
-            key: "k-1".into(),
-            deadline_ms: 250,
-            on_miss: MissPolicy::Drop,
-            admit: true,
-            replicas: 3,
-            quorum: 2,
-            max_copies: 5,
-            hedge: true,
-        };
-        let tasks = [Bytes::from_static(b"a")];
-        let code = Bytes::from_static(b"code");
-        let record = package_record(
-            PackageId(7),
-            "alice".into(),
-            FnHash([1; 32]),
-            &code,
-            &opts,
-            &tasks,
-        );
-        assert_eq!(restored_opts(&record), opts);
-        assert_eq!((record.package, record.user.as_str()), (7, "alice"));
-        let default = PackageOpts::default();
-        let record = package_record(
-            PackageId(8),
-            String::new(),
-            FnHash([1; 32]),
-            &code,
-            &default,
-            &tasks,
-        );
-        assert_eq!(restored_opts(&record), default);
     }
 }

@@ -1,0 +1,201 @@
+//! The outbound side of a connection: the byte-counted queue the scheduler sends frames
+//! into ([`OutboundTx`]) and the writer task that batches them onto the socket.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use rtpool_proto::{encode, Msg};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, Notify};
+
+use super::error_msg;
+use crate::scheduler::Out;
+
+/// Largest write the writer batches before flushing.
+const WRITE_BATCH_BYTES: usize = 1 << 20;
+
+/// The sending end of one connection's outbound queue, held by the scheduler.
+///
+/// The queue itself is unbounded (the scheduler never waits for a peer), but it counts the bytes
+/// it holds: a [`send`](OutboundTx::send) that would take them past the limit is refused, and
+/// the connection is closed with `ERROR slow_consumer` (its writer drops what is queued, its
+/// reader stops). A queue holding nothing takes one message of any size, so a frame larger than
+/// the limit (up to `max_frame_bytes`) can still be delivered to a peer that reads.
+#[derive(Debug, Clone)]
+pub struct OutboundTx {
+    tx: mpsc::UnboundedSender<(Out, usize)>,
+    /// Shared with the writer; the connection's reader waits on its `notify`.
+    pub(super) shared: Arc<Outbound>,
+}
+
+/// What a connection's [`OutboundTx`] and its writer share.
+#[derive(Debug)]
+pub(super) struct Outbound {
+    /// Estimated encoded bytes sent to the queue and not yet written to the socket.
+    queued_bytes: AtomicUsize,
+    limit_bytes: usize,
+    /// Set once, by the send that found the queue full.
+    overflowed: AtomicBool,
+    /// Wakes the connection's reader when the queue overflowed.
+    pub(super) notify: Notify,
+}
+
+/// The writer's end of an [`OutboundTx`].
+#[derive(Debug)]
+pub struct OutboundRx {
+    rx: mpsc::UnboundedReceiver<(Out, usize)>,
+    shared: Arc<Outbound>,
+}
+
+#[cfg(test)]
+impl OutboundRx {
+    /// The next queued message, without waiting (for tests of what the scheduler sends).
+    pub(crate) fn try_recv(&mut self) -> Option<Out> {
+        self.rx.try_recv().ok().map(|(out, _)| out)
+    }
+}
+
+impl OutboundTx {
+    /// A queue that holds at most `limit_bytes` (estimated encoded size) at once.
+    pub fn new(limit_bytes: usize) -> (Self, OutboundRx) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Outbound {
+            queued_bytes: AtomicUsize::new(0),
+            limit_bytes,
+            overflowed: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        let rx = OutboundRx {
+            rx,
+            shared: shared.clone(),
+        };
+        (Self { tx, shared }, rx)
+    }
+
+    /// Queue `out` for the peer. False when it was not queued: the connection is gone, or the
+    /// queue was full (the connection is then being closed as a slow consumer). Never blocks.
+    pub fn send(&self, out: Out) -> bool {
+        let shared = &*self.shared;
+        if shared.overflowed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let size = estimated_size(&out);
+        let before = shared.queued_bytes.fetch_add(size, Ordering::Relaxed);
+        if before > 0 && before + size > shared.limit_bytes {
+            shared.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            shared.overflowed.store(true, Ordering::Relaxed);
+            shared.notify.notify_one();
+            // Wakes a writer waiting on an empty queue; it sends the error and closes.
+            let _ = self.tx.send((Out::Send(Msg::Heartbeat), 0));
+            return false;
+        }
+        if self.tx.send((out, size)).is_err() {
+            shared.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Estimated bytes queued and not yet written (for tests and gauges).
+    pub fn queued_bytes(&self) -> usize {
+        self.shared.queued_bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// An upper-bound-ish estimate of `out`'s encoded size: its payloads plus a per-item overhead.
+/// It need not be exact, only cheap and the same number on both ends of the queue.
+fn estimated_size(out: &Out) -> usize {
+    let (Out::Send(msg) | Out::SendAndClose(msg)) = out;
+    match msg {
+        Msg::Results { results, .. } => {
+            16 + results.iter().map(|r| 48 + r.data.len()).sum::<usize>()
+        }
+        Msg::Assign { tasks, .. } => {
+            16 + tasks
+                .iter()
+                .map(|t| 64 + t.args.len() + t.fn_code.as_ref().map_or(0, |c| c.len()))
+                .sum::<usize>()
+        }
+        Msg::AssignCalls { calls } => {
+            16 + calls
+                .iter()
+                .map(|c| {
+                    64 + c.name.len()
+                        + c.version.len()
+                        + c.args.len()
+                        + c.inputs.iter().map(|i| 5 + i.len()).sum::<usize>()
+                })
+                .sum::<usize>()
+        }
+        Msg::FunctionsReply { functions, .. } => {
+            16 + functions
+                .iter()
+                .map(|f| 32 + f.name.len() + f.version.len() + f.interface.len())
+                .sum::<usize>()
+        }
+        _ => 64,
+    }
+}
+
+fn slow_consumer(limit_bytes: usize) -> Msg {
+    error_msg(
+        "slow_consumer",
+        format!(
+            "more than {} MiB of frames waited for this peer to read them: closing; read \
+             results as they come, or raise the master's --max-buffered-mb",
+            limit_bytes >> 20
+        ),
+        0,
+    )
+}
+
+/// Writes what the scheduler queues for this connection, several frames per write, until the
+/// queue closes or a frame asks to close the connection.
+pub(super) async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: OutboundRx) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let shared = rx.shared.clone();
+    while let Some((first, size)) = rx.rx.recv().await {
+        let mut batch_bytes = size;
+        let mut close = push(first, &mut buf);
+        while !close && buf.len() < WRITE_BATCH_BYTES {
+            match rx.rx.try_recv() {
+                Ok((out, size)) => {
+                    batch_bytes += size;
+                    close = push(out, &mut buf);
+                }
+                Err(_) => break,
+            }
+        }
+        if shared.overflowed.load(Ordering::Relaxed) {
+            // Nothing of `buf` was written yet, so the stream is at a frame boundary.
+            buf.clear();
+            encode(&slow_consumer(shared.limit_bytes), &mut buf);
+            close = true;
+        }
+        if wr.write_all(&buf).await.is_err() {
+            return;
+        }
+        shared
+            .queued_bytes
+            .fetch_sub(batch_bytes, Ordering::Relaxed);
+        buf.clear();
+        if close {
+            let _ = wr.shutdown().await;
+            return;
+        }
+    }
+}
+
+fn push(out: Out, buf: &mut BytesMut) -> bool {
+    match out {
+        Out::Send(msg) => {
+            encode(&msg, buf);
+            false
+        }
+        Out::SendAndClose(msg) => {
+            encode(&msg, buf);
+            true
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Actions to frames: the writer queue each of the core's orders goes to, and the message it
+//! becomes there.
+
+use bytes::Bytes;
+use rtpool_core::{Action, RejectReason, TaskOutcome};
+use rtpool_proto::{Assignment, CallAssignment, FunctionInfo, Msg, TaskResult};
+use tracing::{info, warn};
+
+use super::{Out, Scheduler};
+
+impl Scheduler {
+    pub(super) fn reply(&self, session: u64, msg: Msg, close: bool) {
+        if let Some(tx) = self.routes.get(&session) {
+            let _ = tx.send(if close {
+                Out::SendAndClose(msg)
+            } else {
+                Out::Send(msg)
+            });
+        }
+    }
+
+    pub(super) fn send(&self, session: u64, msg: Msg) {
+        // A missing route means the peer already left; its loss event is on its way. A refused
+        // send (a slow consumer) closes that connection, whose loss event follows too.
+        if let Some(tx) = self.routes.get(&session) {
+            tx.send(Out::Send(msg));
+        }
+    }
+
+    pub(super) fn route(&mut self, action: Action) {
+        match action {
+            Action::AssignCalls { worker, calls } => {
+                let calls = calls
+                    .into_iter()
+                    .map(|c| CallAssignment {
+                        task: c.task.0,
+                        attempt: c.attempt,
+                        name: c.name,
+                        version: c.version,
+                        args: c.args,
+                        inputs: c.inputs,
+                        timeout_ms: c.timeout_ms,
+                    })
+                    .collect();
+                self.send(worker.0, Msg::AssignCalls { calls });
+            }
+            Action::FunctionsReply {
+                client,
+                req_id,
+                functions,
+            } => {
+                let functions = functions
+                    .into_iter()
+                    .map(|f| FunctionInfo {
+                        name: f.name,
+                        version: f.version,
+                        servers: f.servers,
+                        interface: f.interface,
+                    })
+                    .collect();
+                self.send(client.0, Msg::FunctionsReply { req_id, functions });
+            }
+            Action::ServeRefused {
+                worker,
+                name,
+                version,
+            } => {
+                warn!(
+                    session = worker.0,
+                    %name,
+                    %version,
+                    "SERVE refused: another worker serves it with a different interface"
+                );
+                self.send(worker.0, serve_conflict(&name, &version));
+            }
+            Action::Assign { worker, tasks } => {
+                let tasks = tasks
+                    .into_iter()
+                    .map(|t| Assignment {
+                        task: t.task.0,
+                        attempt: t.attempt,
+                        fn_hash: Bytes::copy_from_slice(&t.fn_hash.0),
+                        fn_code: t.fn_code,
+                        args: t.args,
+                        timeout_ms: t.timeout_ms,
+                    })
+                    .collect();
+                self.send(worker.0, Msg::Assign { tasks });
+            }
+            Action::Accepted {
+                client,
+                req_id,
+                package,
+            } => {
+                self.send(
+                    client.0,
+                    Msg::Accepted {
+                        req_id,
+                        package: package.0,
+                    },
+                );
+            }
+            Action::Rejected {
+                client,
+                req_id,
+                reason,
+            } => {
+                let code = match reason {
+                    RejectReason::QuotaExhausted { .. } => "quota",
+                    RejectReason::Admission { .. } | RejectReason::NoWorkerSlots { .. } => {
+                        "admission"
+                    }
+                    RejectReason::UnknownFunction { .. } => "unknown_function",
+                    RejectReason::Empty
+                    | RejectReason::TooManyTasks { .. }
+                    | RejectReason::InvalidOptions(_)
+                    | RejectReason::InvalidCall { .. } => "rejected",
+                };
+                let msg = Msg::Error {
+                    code: code.into(),
+                    message: reason.to_string(),
+                    reference: req_id,
+                };
+                self.send(client.0, msg);
+            }
+            Action::SendResults {
+                client: Some(client),
+                package,
+                results,
+            }
+            | Action::Resend {
+                client,
+                package,
+                results,
+            } => {
+                let results = results.into_iter().map(to_wire_result).collect();
+                self.send(
+                    client.0,
+                    Msg::Results {
+                        package: package.0,
+                        results,
+                    },
+                );
+            }
+            Action::SendResults { client: None, .. } | Action::Delivered { .. } => {}
+            Action::PackageFreed { package, expired } => {
+                if expired {
+                    info!(%package, "no client attached within the result TTL: dropped");
+                }
+            }
+            Action::Abort { worker, tasks } => {
+                let tasks = tasks.into_iter().map(|(t, a)| (t.0, a)).collect();
+                self.send(worker.0, Msg::Abort { tasks });
+            }
+            Action::StatusReply {
+                client,
+                req_id,
+                package,
+                counts,
+            } => {
+                self.send(
+                    client.0,
+                    Msg::StatusReply {
+                        req_id,
+                        package: package.0,
+                        total: counts.total,
+                        queued: counts.queued,
+                        running: counts.running,
+                        done: counts.done,
+                        cancelled: counts.cancelled,
+                        met: counts.met,
+                        missed: counts.missed,
+                    },
+                );
+            }
+            Action::UnknownPackage { client, package } => {
+                self.send(
+                    client.0,
+                    Msg::Error {
+                        code: "unknown_package".into(),
+                        message: format!(
+                            "{package} is not one of this user's live packages (finished \
+                             packages are forgotten once their results are acknowledged, \
+                             detached ones after the result TTL)"
+                        ),
+                        reference: package.0,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// The non-fatal `serve_conflict` error for a worker's refused `SERVE` entry.
+fn serve_conflict(name: &str, version: &str) -> Msg {
+    Msg::Error {
+        code: "serve_conflict".into(),
+        message: format!(
+            "another worker serves {name} version {version} with a different interface; this \
+             worker's {name} is not served"
+        ),
+        reference: 0,
+    }
+}
+
+/// The non-fatal `rejected` error for a submission.
+pub fn rejected(req_id: u64, message: String) -> Msg {
+    Msg::Error {
+        code: "rejected".into(),
+        message,
+        reference: req_id,
+    }
+}
+
+fn to_wire_result(o: TaskOutcome) -> TaskResult {
+    TaskResult {
+        index: o.index,
+        status: o.status as u8,
+        data: o.data,
+        queue_us: o.queue_us,
+        worker_us: o.worker_us,
+        exec_us: o.exec_us,
+        wait_us: o.wait_us,
+        flush_us: o.flush_us,
+        late_us: o.late_us,
+    }
+}
