@@ -255,12 +255,18 @@ class Output:
 # -- single calls ---------------------------------------------------------------------------
 
 
-def _refuse_refs(name: str, args: tuple) -> None:
+def _arg_name(iface: Interface, args: tuple, i: int) -> str:
+    slots = iface.params if len(args) == len(iface.params) else iface.inputs
+    return slots[i].name if i < len(slots) else f"#{i}"
+
+
+def _refuse_refs(iface: Interface, args: tuple) -> None:
     for i, arg in enumerate(args):
         if type(arg) is Output or (type(arg) is CallFuture and arg._specs is not None):
             raise CallError(
-                f"{name}: argument {i} is the future of another call: futures are data "
-                "dependencies only between the calls of one transaction; pass its .result()"
+                f"{iface.name}: argument {_arg_name(iface, args, i)} is the future of a call of "
+                "a transaction: futures are data dependencies only between the calls of one "
+                "transaction; pass its .result()"
             )
 
 
@@ -305,15 +311,15 @@ def call_async(sub: _Submitter, name: str, args: tuple, version: str | None) -> 
     t0 = _perf_ns()
     if sub.__dict__.get("_shut"):
         raise RuntimeError("cannot schedule new futures after shutdown")
+    opts = sub._call_opts()
     conn = sub._conn
     iface = conn.interfaces.get((name, version))
     cached = iface is not None
     if not cached:
         iface, _ = interface(conn, name, version)
-    _refuse_refs(name, args)
+    _refuse_refs(iface, args)
     bound = iface.bind(args)
     payload = _encode_args(bound.values)
-    opts = sub._call_opts()
     single = _Single(conn, name, version, args, iface, bound, opts)
     seg = conn.call_segment(1, t0, opts)
     fut = CallFuture(seg, 0)
@@ -428,7 +434,7 @@ class Transaction:
         iface, cached = interface(self._conn, name, version)
         self._cached = self._cached or cached
         index = len(self._calls)
-        self._check_refs(name, args)
+        self._check_refs(iface, args)
         bound = iface.bind(args)
         fut = CallFuture(None, index)
         fut._call = index
@@ -442,7 +448,7 @@ class Transaction:
                 self._has_dependents.add(ref[0])
         return fut
 
-    def _check_refs(self, name: str, args: tuple) -> None:
+    def _check_refs(self, iface: Interface, args: tuple) -> None:
         for i, arg in enumerate(args):
             if type(arg) is Output:
                 fut = arg.future
@@ -452,8 +458,8 @@ class Transaction:
                 continue
             if fut._tx is not self:
                 raise CallError(
-                    f"{name}: argument {i} is the future of a call of another transaction; "
-                    "pass its .result() instead"
+                    f"{iface.name}: argument {_arg_name(iface, args, i)} is the future of a call "
+                    "of another transaction; pass its .result() instead"
                 )
 
     def _fetched(self, index: int) -> bool:

@@ -1,0 +1,54 @@
+"""Named functions for the end-to-end call tests (``tests/test_rpc.py``): transaction graphs
+whose nodes report when they ran, a failing node, a call that tells which process ran it.
+
+Served with ``--serve rpc_e2e_funcs`` (this directory is on the workers' PYTHONPATH).
+"""
+
+import os
+import time
+
+import numpy as np
+
+from rtpool import Array, remote
+
+Vector = Array[np.float64, "n"]
+#: [start, end] wall-clock seconds of a call, then a checksum of its input.
+Span = Array[np.float64, "3"]
+Spans = Array[np.float64, "6"]
+
+
+@remote("seed")
+def seed(n: int) -> Vector:
+    """seed returns [0, 1, ..., n - 1] as float64."""
+    return np.arange(n, dtype=np.float64)
+
+
+@remote("timed")
+def timed(n: int, x: Vector, seconds: float) -> Span:
+    """timed sleeps, then returns [start, end, sum(x)] (wall-clock start and end)."""
+    start = time.time()
+    time.sleep(seconds)
+    return np.array([start, time.time(), x.sum()])
+
+
+@remote("join")
+def join(p: Span, q: Span) -> Spans:
+    """join returns p and q end to end."""
+    return np.concatenate([p, q])
+
+
+@remote("boom")
+def boom(n: int, x: Vector) -> Vector:
+    """boom raises RuntimeError: a failing node of a graph."""
+    raise RuntimeError(f"boom on {n} values")
+
+
+@remote("pid_after")
+def pid_after(path: str, seconds: float) -> int:
+    """pid_after writes this process's PID to path, sleeps, and returns the PID."""
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(tmp, path)  # the reader never sees a partial file
+    time.sleep(seconds)
+    return os.getpid()
