@@ -88,7 +88,7 @@ def test_projection_finds_where_a_fixed_transfer_rate_falls_under_10_percent():
 
 def test_reps_and_unblocked_skip_rule():
     assert bn._reps_for(800, 5) == 5 and bn._reps_for(1000, 5) == 3 and bn._reps_for(1600, 2) == 2
-    done = {800: {"unblocked": {"reps": 2, "median_s": 1.0}}}
+    done = {400: [0.1], 800: [0.9, 1.0, 1.1], 1000: []}
     assert bn._unblocked_allowed(1600, done, 10.0)  # 8 s
     assert not bn._unblocked_allowed(1800, done, 10.0)  # 11.4 s
 

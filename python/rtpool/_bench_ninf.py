@@ -164,17 +164,42 @@ def normalized_residual(A, b, x) -> float:
     return float(r / den) if den else float("inf")
 
 
-def _linpack_methods(client, n: int) -> Dict[str, Callable]:
+def _linpack_methods(client, n: int, timings: List | None = None) -> Dict[str, Callable]:
+    """The three solvers, each ``(A, b) -> x``; the remote one appends its call's
+    ``Future.timings`` to ``timings``."""
     from .lib import linalg
 
     def unblocked(A, b):
         lu, ipvt, _ = linalg.dgefa_unblocked(A)
         return linalg.dgesl_unblocked(lu, ipvt, b)
 
+    def remote(A, b):
+        fut = client.call_async("linpack", n, A, b)
+        x = fut.result(timeout=CALL_TIMEOUT_S)
+        if timings is not None:
+            timings.append(fut.timings)
+        return x
+
+    return {"local": linalg.linpack_local, "unblocked": unblocked, "remote": remote}
+
+
+def remote_parts(timings: Sequence[Dict[str, float] | None]) -> Dict[str, float | None]:
+    """Medians of where remote calls' time went (``Future.timings``), in seconds: ``exec_s``
+    (the worker's call: decoding the arguments, the function, encoding the result),
+    ``worker_leg_s`` (the master's assignment to result: the hops to and from the worker and
+    its wait, execution and flush) and ``client_side_s`` (the rest: encoding, the client <->
+    master hops, decoding)."""
+    ts = [t for t in timings if t]
+    if not ts:
+        return {"exec_s": None, "worker_leg_s": None, "client_side_s": None}
+
+    def med(values):
+        return statistics.median(values) / 1e6
+
     return {
-        "local": linalg.linpack_local,
-        "unblocked": unblocked,
-        "remote": lambda A, b: client.call("linpack", n, A, b),
+        "exec_s": med([t["exec_us"] for t in ts]),
+        "worker_leg_s": med([t["worker_us"] for t in ts]),
+        "client_side_s": med([t["total_us"] - t["queue_us"] - t["worker_us"] for t in ts]),
     }
 
 
@@ -183,10 +208,11 @@ def _reps_for(n: int, repeats: int) -> int:
     return repeats if n < 1000 else max(2, repeats - 2)
 
 
-def _unblocked_allowed(n: int, done: Dict[int, Dict], max_s: float) -> bool:
-    """Whether the unblocked baseline fits ``max_s`` at size n, from its largest measured size
-    scaled by n^3 (it is skipped from the first size it would not)."""
-    measured = [(m, r["unblocked"]["median_s"]) for m, r in done.items() if r["unblocked"]["reps"]]
+def _unblocked_allowed(n: int, done: Dict[int, List[float]], max_s: float) -> bool:
+    """Whether the unblocked baseline fits ``max_s`` at size n, from the median of its largest
+    measured size (``done``: n -> its times) scaled by n^3 (it is skipped from the first size
+    it would not)."""
+    measured = [(m, statistics.median(ts)) for m, ts in done.items() if ts]
     if not measured:
         return True
     m, t = max(measured)
@@ -205,8 +231,9 @@ def bench_linpack(args, say: Callable) -> Dict[str, object]:
         wblas = worker_blas(client)
         skip_from = None
         for n in args.sizes:
+            unblocked = {m: r["unblocked"]["seconds"] for m, r in rows.items()}
             use_unblocked = skip_from is None and _unblocked_allowed(
-                n, rows, args.unblocked_max_seconds
+                n, unblocked, args.unblocked_max_seconds
             )
             if not use_unblocked and skip_from is None:
                 skip_from = n
@@ -218,6 +245,7 @@ def bench_linpack(args, say: Callable) -> Dict[str, object]:
         for m in ("local", "unblocked", "remote"):
             row[m] = time_stats(r[m]["seconds"], flops)
             row[m]["max_resid"] = r[m]["max_resid"]
+        row["remote_parts"] = remote_parts(r["timings"])
         row["remote_over_local"] = safe_ratio(row["remote"]["mflops"], row["local"]["mflops"])
         row["remote_over_unblocked"] = safe_ratio(
             row["remote"]["mflops"], row["unblocked"]["mflops"]
@@ -246,13 +274,16 @@ def _client_blas() -> Dict[str, object]:
 def _linpack_size(client, n: int, args, use_unblocked: bool, say: Callable) -> Dict:
     """Time the methods at one size: a warm-up each, then repetitions in a rotating order."""
     A, b = linpack_system(n, seed=n)
-    methods = _linpack_methods(client, n)
+    timings: List[Dict[str, float] | None] = []
+    methods = _linpack_methods(client, n, timings)
     if not use_unblocked:
         del methods["unblocked"]
     names = list(methods)
     out = {m: {"seconds": [], "max_resid": None} for m in ("local", "unblocked", "remote")}
     for m in ("local", "remote"):  # warm-up: first use of the size (and the interface)
         methods[m](A.copy(), b.copy())
+    out["timings"] = timings
+    del timings[:]
     reps = _reps_for(n, args.repeats)
     say(f"linpack: n={n}, {reps} repetitions of {', '.join(names)}")
     deadline = time.perf_counter() + args.size_seconds
@@ -523,7 +554,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from ._bench_ninf_render import render
 
-        render(result, Console())
+        out = Console()
+        if not out.is_terminal:  # a file or a pipe: wide enough for the tables
+            out = Console(width=max(out.width, 180))
+        render(result, out)
     return 1 if result["problems"] else 0
 
 

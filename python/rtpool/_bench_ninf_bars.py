@@ -18,6 +18,7 @@ from ._bench_ninf import (
     _linpack_methods,
     linpack_system,
     max_min_mean,
+    remote_parts,
     time_stats,
     wait_served,
 )
@@ -62,6 +63,7 @@ def _round_trips(client, args, say: Callable) -> Dict[str, object]:
     blocks (a rotating order), after a warm-up of each."""
     import numpy as np
 
+    from ._bench import breakdown
     from ._bench_stats import new_histogram, record_ns, summarize_histogram
     from ._bench_tasks import noop
 
@@ -70,19 +72,20 @@ def _round_trips(client, args, say: Callable) -> Dict[str, object]:
     C = client.call("dmmul", 8, A, B)
     if not np.allclose(C, A @ B):
         raise RuntimeError("bench ninf: dmmul returned a wrong product")
-    kinds = {
-        "noop_task": lambda: client.submit(noop).result(timeout=CALL_TIMEOUT_S),
-        "noop_call": lambda: client.call("noop"),
-        "dmmul": lambda: client.call("dmmul", 8, A, B),
+    kinds = {  # each sends one round trip and returns its future
+        "noop_task": lambda: client.submit(noop),
+        "noop_call": lambda: client.call_async("noop"),
+        "dmmul": lambda: client.call_async("dmmul", 8, A, B),
     }
     names = list(kinds)
     warm_end = time.perf_counter() + max(1.0, args.bar_seconds / 10)
     for _ in range(max(20, args.bar_calls // 10)):
         for fn in kinds.values():
-            fn()
+            fn().result(timeout=CALL_TIMEOUT_S)
         if time.perf_counter() > warm_end:
             break
     hist = {k: new_histogram() for k in names}
+    points: Dict[str, List] = {k: [] for k in names}
     say(f"bars: up to {args.bar_calls} round trips each, blocks of {args.bar_block}")
     deadline = time.perf_counter() + args.bar_seconds
     done = blocks = 0
@@ -91,11 +94,13 @@ def _round_trips(client, args, say: Callable) -> Dict[str, object]:
         order = names[blocks % 3 :] + names[: blocks % 3]
         gc.collect()
         for k in order:
-            fn, h = kinds[k], hist[k]
+            fn, h, pts = kinds[k], hist[k], points[k]
             for _ in range(size):
                 t0 = time.perf_counter_ns()
-                fn()
+                fut = fn()
+                fut.result(timeout=CALL_TIMEOUT_S)
                 record_ns(h, time.perf_counter_ns() - t0)
+                pts.append(fut.timings)  # read after the clock stopped
         done += size
         blocks += 1
     return {
@@ -104,6 +109,7 @@ def _round_trips(client, args, say: Callable) -> Dict[str, object]:
         "block": args.bar_block,
         "dmmul_arg_bytes": int(A.nbytes + B.nbytes),
         "kinds": {k: summarize_histogram(h) for k, h in hist.items()},
+        "breakdown_us": {k: breakdown(points[k]) for k in names},
     }
 
 
@@ -120,14 +126,19 @@ def _linpack_bar(client, args, linpack: Dict | None, say: Callable) -> Dict[str,
                 "local_mflops": row["local"]["mflops"],
                 "remote_mflops": row["remote"]["mflops"],
                 "remote_over_local": row["remote_over_local"],
+                "local_median_s": row["local"]["median_s"],
+                "remote_median_s": row["remote"]["median_s"],
+                "remote_parts": row["remote_parts"],
             }
     n = 1000
     say("bars: linpack n=1000, remote and local")
     A, b = linpack_system(n, seed=n)
-    methods = _linpack_methods(client, n)
+    timings: List = []
+    methods = _linpack_methods(client, n, timings)
     times: Dict[str, List[float]] = {"local": [], "remote": []}
     for m in times:
         methods[m](A.copy(), b.copy())
+    del timings[:]
     for rep in range(1 if args.quick else 3):
         for m in ("local", "remote") if rep % 2 == 0 else ("remote", "local"):
             Ac, bc = A.copy(), b.copy()
@@ -142,6 +153,9 @@ def _linpack_bar(client, args, linpack: Dict | None, say: Callable) -> Dict[str,
         "local_mflops": local["mflops"],
         "remote_mflops": remote["mflops"],
         "remote_over_local": safe_ratio(remote["mflops"], local["mflops"]),
+        "local_median_s": local["median_s"],
+        "remote_median_s": remote["median_s"],
+        "remote_parts": remote_parts(timings),
     }
 
 
@@ -170,7 +184,9 @@ def _diamond(client, args, rtt_s: float, say: Callable) -> Dict[str, object]:
         ex = [_exec_s(f, ms) for f in (a, b, c, d)]
         critical = ex[0] + max(ex[1], ex[2]) + ex[3]
         timed = all(_timed(f) for f in (a, b, c, d))
+        calls = [_call_ms(f) for f in (a, b, c, d)]
         reps.append({"makespan_s": makespan, "critical_s": critical, "timed": timed})
+        reps[-1]["calls_ms"] = calls
         if time.perf_counter() > deadline:
             break
     ratios = [r["makespan_s"] / (r["critical_s"] + 2 * rtt_s) for r in reps]
@@ -184,6 +200,15 @@ def _diamond(client, args, rtt_s: float, say: Callable) -> Dict[str, object]:
         "ratio": max_min_mean(ratios),
         "exec_from_timings": bool(reps) and all(r["timed"] for r in reps),
         "wrong_results": wrong,
+        # per transaction, A, B, C, D: [master queue, worker wait, execution, total] in ms
+        "transactions": [
+            {
+                "makespan_s": r["makespan_s"],
+                "critical_s": r["critical_s"],
+                "calls_ms": r["calls_ms"],
+            }
+            for r in reps
+        ],
     }
 
 
@@ -193,6 +218,13 @@ def _exec_s(fut, ms: float) -> float:
     if t and t.get("exec_us") is not None:
         return t["exec_us"] / 1e6
     return ms / 1000
+
+
+def _call_ms(fut) -> List[float | None]:
+    """``[queue, wait, exec, total]`` of a call in ms, from its timings (None without)."""
+    t = getattr(fut, "timings", None) or {}
+    keys = ("queue_us", "wait_us", "exec_us", "total_us")
+    return [None if t.get(k) is None else round(t[k] / 1000, 3) for k in keys]
 
 
 def _timed(fut) -> bool:

@@ -85,7 +85,8 @@ def _blas_libs() -> list:
             for line in f:
                 path = line.rsplit(None, 1)[-1]
                 name = os.path.basename(path).lower()
-                if ".so" in name and ("blas" in name or "mkl_rt" in name):
+                # the libraries themselves, not the Python extensions that link them
+                if name.startswith("lib") and ".so" in name and ("blas" in name or "mkl" in name):
                     paths.add(path)
     except OSError:
         pass

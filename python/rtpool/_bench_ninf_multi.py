@@ -75,6 +75,8 @@ class ClientProcs:
             except queue.Empty:
                 raise RuntimeError(self._failure(f"no {what} within {timeout:g} s")) from None
             if line is None:
+                if i in got:
+                    continue  # exited after its line
                 raise RuntimeError(self._failure(f"client {i} exited before its {what}", i))
             if what == "ready" and line != "ready":
                 continue

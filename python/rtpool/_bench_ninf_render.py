@@ -98,6 +98,7 @@ def render_linpack(s: Dict[str, object], console) -> None:
             f"{_f(proj['overhead_mb_per_s'], 0)} MB/s, local speed at the largest n): within "
             f"{LINPACK_WITHIN:.0%} from about n = {proj['n']}"
         )
+    _render_remote_parts(s["rows"], console)
     x = s["unblocked_crossover"]
     if x["n"] is None:
         text = "remote never beats the unblocked baseline at the sizes measured"
@@ -110,6 +111,39 @@ def render_linpack(s: Dict[str, object], console) -> None:
         f"[dim]BLAS threads {s['blas_threads']}: client {_blas_text(s['client_blas'])}; "
         f"worker {_blas_text(s['worker_blas'])}. Mflops = linpack_flops(n) / time; "
         f"reps: local/unblocked/remote.[/]"
+    )
+
+
+def _render_remote_parts(rows: List[Dict[str, object]], console) -> None:
+    from rich.table import Table
+
+    t = Table(
+        title="Where a remote linpack call's time goes (medians, Future.timings)",
+        title_justify="left",
+    )
+    for col in ("n", "local", "remote", "worker: call", "worker leg - call", "client side"):
+        t.add_column(col, justify="right")
+    t.add_column("MB moved", justify="right")
+    for row in rows:
+        p = row.get("remote_parts") or {}
+        leg = None
+        if p.get("worker_leg_s") is not None and p.get("exec_s") is not None:
+            leg = p["worker_leg_s"] - p["exec_s"]
+        t.add_row(
+            str(row["n"]),
+            _secs(row["local"]["median_s"]),
+            _secs(row["remote"]["median_s"]),
+            _secs(p.get("exec_s")),
+            _secs(leg),
+            _secs(p.get("client_side_s")),
+            _f(row["bytes"] / 1e6, 2),
+        )
+    console.print(t)
+    console.print(
+        "[dim]worker: call = decoding the arguments, the solve, encoding the result (exec_us); "
+        "worker leg - call = master -> worker -> master hops, the worker's wait and flush; "
+        "client side = call time - master queue - worker leg: encoding, client <-> master "
+        "hops, decoding. MB moved = A and b out, x back.[/]"
     )
 
 
@@ -227,6 +261,7 @@ def render_bars(s: Dict[str, object], console) -> None:
         h = rt["kinds"][k]
         t.add_row(label, *(fmt_us(h[f"{p}_us"]) for p in ("p50", "p90", "p99", "p99_9", "max")))
     console.print(t)
+    _render_rt_breakdown(rt, labels, console)
     d = s["diamond"]
     console.print(
         f"Diamond A -> (B, C) -> D, {d['reps']} transactions of 4 x {d['ms']:g} ms "
@@ -261,3 +296,33 @@ def render_bars(s: Dict[str, object], console) -> None:
         met(b["diamond_makespan_over_bound"]["ok"]),
     )
     console.print(bars)
+
+
+_BREAKDOWN_ROWS = (
+    ("client: pickling (tasks; calls encode in the client side)", "serialize_us"),
+    ("client side: encode, send, client <-> master hops, wake-up", "client_side_us"),
+    ("master: queue (receipt to assignment)", "queue_us"),
+    ("master <-> worker hops incl. worker I/O", "master_worker_hops_us"),
+    ("worker: receipt to start", "wait_us"),
+    ("worker: execution (calls: decode, run, encode)", "exec_us"),
+    ("worker: end to send", "flush_us"),
+    ("client: unpickling / decoding the result", "deserialize_us"),
+    ("total (Future.timings)", "total_us"),
+)
+
+
+def _render_rt_breakdown(rt: Dict[str, object], labels: Dict[str, str], console) -> None:
+    from rich.table import Table
+
+    from ._bench_stats import fmt_us
+
+    b = rt.get("breakdown_us")
+    if not b:
+        return
+    t = Table(title="Where a round trip goes (Future.timings, p50)", title_justify="left")
+    t.add_column("part")
+    for k in labels:
+        t.add_column(k.replace("_", " "), justify="right")
+    for label, key in _BREAKDOWN_ROWS:
+        t.add_row(label, *(fmt_us(b[k][key]["p50"]) for k in labels))
+    console.print(t)
