@@ -270,7 +270,7 @@ def fake_result():
             "m": 24,
             "chunks": 16,
             "workers": 2,
-            "local": None,
+            "local": [],
             "runs": [
                 dict(
                     c=1,
@@ -382,11 +382,17 @@ def test_quick_run_of_every_section(tmp_path):
             s = c[key]
             assert s["count"] == c["times"] and s["min"] <= s["mean"] <= s["max"], (key, s)
         assert c["performance_mflops"]["min"] > 0 and c["cpu_pct"] > 0
+        assert c["machine_busy_pct"] is None or 0 < c["machine_busy_pct"] <= 100
         assert c["load1"] is None or c["load1"] >= 0
 
     ep = r["ep"]
-    assert [x["c"] for x in ep["runs"]] == [1, 2]
-    for x in ep["runs"]:
+    assert [(x["c"], x["remote"]) for x in ep["local"] + ep["runs"]] == [
+        (1, False),
+        (2, False),
+        (1, True),
+        (2, True),
+    ]
+    for x in ep["local"] + ep["runs"]:
         assert x["verified"] is True and x["source"] == "EP_VERIFY" and x["calls"] == ep["chunks"]
         assert x["mops"] > 0 and x["seconds"] > 0
         assert math.isclose(x["mops"], 2 ** (ep["m"] + 1) / x["seconds"] / 1e6, rel_tol=1e-9)

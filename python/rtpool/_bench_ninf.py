@@ -432,7 +432,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ep-chunks", type=int, help="remote calls per run (16)")
     g.add_argument("--ep-clients", type=_ints, help="client processes (1,2,4)")
     g.add_argument("--ep-seconds", type=float, default=120.0, help="time budget per run (120)")
-    g.add_argument("--ep-local", action="store_true", help="also time EP in this process")
     g = ap.add_argument_group("bars")
     g.add_argument("--bar-calls", type=int, help="round trips of each kind (2000)")
     g.add_argument("--bar-block", type=int, help="round trips per block (100)")
@@ -511,9 +510,11 @@ def problems(result: Dict[str, object]) -> List[str]:
     for cell in result.get("multi", {}).get("cells", []):
         if cell["errors"] or cell["max_abs_error"] > 1e-6:
             out.append(f"multi n={cell['n']} c={cell['c']}: {cell['errors'] or 'wrong answer'}")
-    for r in result.get("ep", {}).get("runs", []):
+    ep = result.get("ep", {})
+    for r in ep.get("local", []) + ep.get("runs", []):
         if not r["verified"] or r["errors"]:
-            out.append(f"ep c={r['c']}: not verified {r['errors'] or ''}")
+            where = "clients" if r["remote"] else "plain processes"
+            out.append(f"ep, {r['c']} {where}: not verified {r['errors'] or ''}")
     if result.get("bars", {}).get("diamond", {}).get("wrong_results"):
         out.append("bars: a diamond transaction returned a wrong result")
     return out

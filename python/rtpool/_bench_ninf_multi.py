@@ -223,15 +223,24 @@ def _multi_cell(cluster, n: int, c: int, args) -> Dict[str, object]:
         )
         for i in range(c)
     ]
+    from ._bench_open import cpu_snapshot
+
     with ClientProcs(configs, ready_timeout=60 + 2 * c) as procs:
         meter = CpuMeter(cluster.worker_pids)
+        machine0 = cpu_snapshot([])
         t0 = time.perf_counter()
         procs.go()
         outs = procs.collect(args.cell_seconds + CALL_TIMEOUT_S + 30)
         wall = time.perf_counter() - t0
         cpu = meter.percent()
+        machine1 = cpu_snapshot([])
     load = loadavg()
-    return summarize_cell(n, c, outs, cpu_pct=cpu, load1=load[0] if load else None, wall_s=wall)
+    cell = summarize_cell(n, c, outs, cpu_pct=cpu, load1=load[0] if load else None, wall_s=wall)
+    busy = None
+    if machine0 and machine1 and machine1[1] > machine0[1]:
+        busy = round(100.0 * (machine1[0] - machine0[0]) / (machine1[1] - machine0[1]), 1)
+    cell["machine_busy_pct"] = busy  # every process on the machine, clients included
+    return cell
 
 
 def summarize_cell(
@@ -327,17 +336,21 @@ def ep_verify(m: int, sx: float, sy: float, local: Dict | None = None) -> Dict[s
 
 
 def bench_ep(args, say: Callable) -> Dict[str, object]:
-    """Section ``ep``: EP over 2^m pairs in ``--ep-chunks`` remote calls by c clients."""
+    """Section ``ep``: EP over 2^m pairs in ``--ep-chunks`` chunks: first computed by 1 and by
+    ``--workers`` plain processes (no rtpool: the machine's parallel ceiling), then as remote
+    ``ep`` calls by c client processes."""
     from .lib.linalg import EP_VERIFY, ep_local
 
     chunks = ep_chunks(args.ep_m, args.ep_chunks)
-    local = None
-    if args.ep_m not in EP_VERIFY or args.ep_local:
-        say(f"ep: local run of 2^{args.ep_m} pairs")
-        t0 = time.perf_counter()
+    reference = None
+    if args.ep_m not in EP_VERIFY:
+        say(f"ep: reference run of 2^{args.ep_m} pairs here")
         sx, sy, _ = ep_local(args.ep_m, args.ep_chunks)
-        local = {"sx": sx, "sy": sy, "seconds": time.perf_counter() - t0}
-        local["mops"] = 2 ** (args.ep_m + 1) / local["seconds"] / 1e6
+        reference = {"sx": sx, "sy": sy}
+    local = []
+    for p in sorted({1, args.workers}):
+        say(f"ep: m={args.ep_m}, {len(chunks)} chunks in {p} plain processes")
+        local.append(_ep_run(None, p, chunks, args, reference))
     runs = []
     with _cluster(args.workers, args.blas_threads) as cluster:
         cluster.wait_for_workers(args.workers, timeout=60)
@@ -347,7 +360,7 @@ def bench_ep(args, say: Callable) -> Dict[str, object]:
             f.result(timeout=CALL_TIMEOUT_S)  # warm-up: numpy and the interface on each worker
         for c in args.ep_clients:
             say(f"ep: m={args.ep_m}, {len(chunks)} chunks, c={c}")
-            runs.append(_ep_run(cluster, c, chunks, args, local))
+            runs.append(_ep_run(cluster, c, chunks, args, reference))
     return {
         "m": args.ep_m,
         "pairs": 1 << args.ep_m,
@@ -358,11 +371,17 @@ def bench_ep(args, say: Callable) -> Dict[str, object]:
     }
 
 
-def _ep_run(cluster, c: int, chunks, args, local) -> Dict[str, object]:
-    configs = [
-        _client_config(cluster, "ep", i, args, chunks=chunks[i::c], seconds=args.ep_seconds)
-        for i in range(c)
-    ]
+def _ep_run(cluster, c: int, chunks, args, reference) -> Dict[str, object]:
+    """One EP run by c processes: remote calls through ``cluster``, or (None) computed in the
+    processes themselves."""
+    mode = "ep" if cluster is not None else "ep_local"
+    configs = []
+    for i in range(c):
+        cfg = {"mode": mode, "index": i, "blas_threads": args.blas_threads}
+        cfg.update(call_timeout=CALL_TIMEOUT_S, chunks=chunks[i::c], seconds=args.ep_seconds)
+        if cluster is not None:
+            cfg.update(address=cluster.address, token=cluster.client_token)
+        configs.append(cfg)
     with ClientProcs(configs, ready_timeout=60 + 2 * c) as procs:
         t0 = time.perf_counter()
         procs.go()
@@ -376,18 +395,20 @@ def _ep_run(cluster, c: int, chunks, args, local) -> Dict[str, object]:
     for o in outs:
         for k, v in o["errors"].items():
             errors[k] = errors.get(k, 0) + v
-    exec_s = [r["timings"]["exec_us"] / 1e6 for r in calls if r["timings"]]
+    timed = [r["timings"] for r in calls if r["timings"]]
     return {
         "c": c,
+        "remote": cluster is not None,
         "seconds": elapsed,
         "mops": 2 ** (args.ep_m + 1) / elapsed / 1e6,
         "calls": len(calls),
         "call_s": max_min_mean([r["call_s"] for r in calls]),
-        "exec_s": max_min_mean(exec_s),
+        "exec_s": max_min_mean([t["exec_us"] / 1e6 for t in timed]),
+        "wait_s": max_min_mean([(t["queue_us"] + t["wait_us"]) / 1e6 for t in timed]),
         "sx": sx,
         "sy": sy,
         "counts": counts,
         "gaussian_pairs": sum(counts),
         "errors": errors,
-        **ep_verify(args.ep_m, sx, sy, local),
+        **ep_verify(args.ep_m, sx, sy, reference),
     }

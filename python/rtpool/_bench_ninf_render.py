@@ -179,6 +179,8 @@ def render_multi(s: Dict[str, object], console) -> None:
         )
         last_n = cell["n"]
     console.print(t)
+    busy = ", ".join(f"{c['n']}/{c['c']}: {_f(c.get('machine_busy_pct'), 0)}%" for c in s["cells"])
+    console.print(f"machine busy (every process, clients included), n/c: {busy}")
     kind = {c["response_kind"] for c in s["cells"]}
     resp = (
         "from sending the CALL to the master's ACCEPTED"
@@ -194,46 +196,43 @@ def render_multi(s: Dict[str, object], console) -> None:
 
 
 def render_ep(s: Dict[str, object], console) -> None:
-    """The EP runs: time, Mops and verification per client count."""
+    """The EP runs: plain processes (the ceiling), then remote calls by c clients."""
     from rich.table import Table
 
     t = Table(
-        title=f"NAS EP, 2^{s['m']} pairs in {s['chunks']} remote calls on {s['workers']} workers",
+        title=f"NAS EP, 2^{s['m']} pairs in {s['chunks']} chunks: plain processes, then remote "
+        f"calls on {s['workers']} workers",
         title_justify="left",
     )
-    for col in ("c", "time", "Mops", "call max/min/mean [s]", "exec mean [s]", "sx", "sy"):
+    for col in ("run", "time", "Mops", "call max/min/mean [s]", "exec mean [s]", "wait mean [s]"):
+        t.add_column(col, justify="right")
+    for col in ("sx", "sy"):
         t.add_column(col, justify="right")
     t.add_column("verified")
-    if s.get("local"):
-        loc = s["local"]
-        t.add_row(
-            "local",
-            f"{loc['seconds']:.3f} s",
-            _f(loc["mops"], 1),
-            "-",
-            "-",
-            f"{loc['sx']:.12e}",
-            f"{loc['sy']:.12e}",
-            "-",
-        )
-    for r in s["runs"]:
+    for r in list(s.get("local", [])) + list(s["runs"]):
         ok = "[green]yes[/]" if r["verified"] else "[red]NO[/]"
         if r["verified"] is not None:
             ok += f" ({r['source']}, rel. err {r['rel_err']:.1e})"
+        if r.get("remote", True):
+            label = f"{r['c']} client{'s' if r['c'] > 1 else ''}"
+        else:
+            label = f"{r['c']} plain process{'es' if r['c'] > 1 else ''}"
         t.add_row(
-            str(r["c"]),
+            label,
             f"{r['seconds']:.3f} s",
             _f(r["mops"], 1),
             mmm(r["call_s"], 3),
             _f(r["exec_s"]["mean"], 3),
+            _f(r.get("wait_s", {}).get("mean"), 3),
             f"{r['sx']:.12e}",
             f"{r['sy']:.12e}",
             ok,
         )
     console.print(t)
     console.print(
-        "[dim]Mops = 2^(m+1) random numbers / time / 10^6; time from releasing the "
-        "clients to the last client's sums.[/]"
+        "[dim]Mops = 2^(m+1) random numbers / time / 10^6; time from releasing the processes "
+        "to the last one's sums; a plain process computes its chunks itself (call = one "
+        "chunk); wait = master queue + worker wait.[/]"
     )
 
 
