@@ -9,7 +9,7 @@ CARGO ?= cargo
 NATIVE_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help install fmt lint test test-rust test-python bench bench-ops demo clean
+.PHONY: help install fmt lint test test-rust test-python bench bench-ninf bench-ops demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ test: ## every test (installs what it needs, starts a throwaway PostgreSQL)
 
 bench: $(STAMP) ## latency, throughput, payload benchmarks (prints percentiles)
 	$(PY) -m rtpool bench all
+
+bench-ninf: $(STAMP) ## the Ninf paper's grid RPC benchmarks and bars (about 2 minutes)
+	$(PY) -m rtpool bench ninf
 
 # Needs no venv: a Rust bench of the scheduler core alone (docs/benchmarks.md, "Worst case of
 # every core operation"). RTPOOL_WORST_CASE_JSON=path also writes the figures as JSON.
