@@ -211,8 +211,7 @@ class CallFuture(Future):
             raise AttributeError("__rtpool_ref__")  # not a call of a transaction
         if len(specs) != 1:
             raise CallError(
-                f"{self._label} has {len(specs)} outputs: pass one of them, fut[i], as an "
-                "argument"
+                f"{self._label} has {len(specs)} outputs: pass one of them, fut[i], as an argument"
                 if specs
                 else f"{self._label} has no output to pass as an argument"
             )
@@ -562,4 +561,3 @@ class Transaction:
             value = Future.result(c.future, left)
             out.append(None if value is _NOT_FETCHED else value)
         return out
-
