@@ -298,18 +298,10 @@ def test_transaction_messages(client, pool):
 SERVED = ["rpc_funcs", "rpc_funcs_v2", "rpc_e2e_funcs", "rtpool.lib.linalg"]
 
 
-def servers(client, name, version=None) -> int:
-    try:
-        return client.describe(name, version).servers
-    except UnknownFunctionError:
-        return 0
-
-
 @pytest.fixture(scope="module")
 def rpc_cluster():
     with rtpool.LocalCluster(workers=2, serve=SERVED) as cluster:
-        client = cluster.client()
-        wait_until(lambda: servers(client, "timed") == 2, timeout=30)
+        cluster.wait_for_workers(timeout=30)  # with serve: until both serve every function
         yield cluster
 
 
@@ -410,8 +402,8 @@ def test_transaction_diamond_runs_the_middle_in_parallel():
     # functions' means) is noisy enough to make an idle worker score worse than a busy one.
     # Fresh, both workers are alike and the two middle calls go round robin.
     with rtpool.LocalCluster(workers=2, serve=["rpc_e2e_funcs"]) as cluster:
+        cluster.wait_for_workers(timeout=30)
         client = cluster.client()
-        wait_until(lambda: servers(client, "timed") == 2, timeout=30)
         with client.transaction() as tx:
             a = tx.call("seed", 4)
             b = tx.call("timed", 4, a, 0.5)
@@ -512,10 +504,24 @@ def test_arrays_travel_without_pickle(rpc_client, monkeypatch):
 
 def test_a_call_survives_the_loss_of_its_worker(tmp_path):
     with rtpool.LocalCluster(workers=2, serve=["rpc_e2e_funcs"]) as cluster:
+        cluster.wait_for_workers(timeout=30)
         client = cluster.client()
-        wait_until(lambda: servers(client, "pid_after") == 2, timeout=30)
         path = tmp_path / "pid"
         fut = client.call_async("pid_after", str(path), 1.0)
         pid = int(wait_until(lambda: path.exists() and path.read_text(), timeout=30))
         os.kill(pid, signal.SIGKILL)  # the worker process running the call
         assert fut.result(60) != pid  # it ran again on another worker
+
+
+def test_local_cluster_serve_starts_workers_with_serve(rpc_cluster):
+    for pid in rpc_cluster.worker_pids:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        served = [argv[i + 1].decode() for i, arg in enumerate(argv) if arg == b"--serve"]
+        assert served == SERVED
+
+
+def test_local_cluster_worker_with_a_bad_module_exits():
+    with rtpool.LocalCluster(workers=1, serve=["no_such_module_xyz"]) as cluster:
+        with pytest.raises(TimeoutError, match=r"0 of 1 workers .* exited: pid \d+ exit 2"):
+            cluster.wait_for_workers(timeout=3)
