@@ -525,3 +525,50 @@ def test_local_cluster_worker_with_a_bad_module_exits():
     with rtpool.LocalCluster(workers=1, serve=["no_such_module_xyz"]) as cluster:
         with pytest.raises(TimeoutError, match=r"0 of 1 workers .* exited: pid \d+ exit 2"):
             cluster.wait_for_workers(timeout=3)
+
+
+def test_a_call_above_the_frame_limit_is_refused_before_sending(pool):
+    with FakeMaster(max_frame_bytes=64 * 1024) as fake:
+        client = rtpool.Client(fake.address, "tok")
+        conn = fake.accept()
+        try:
+            fut = pool.submit(client.call, "scale", 10_000, np.zeros(10_000), 2.0)
+            answer_functions(conn, ("scale", "1"))
+            with pytest.raises(ValueError, match="above the master's frame limit of 65536"):
+                fut.result(5)
+            # The connection is fine: a small call goes out.
+            client.call_async("scale", 3, np.zeros(3), 2.0)
+            assert recv(conn, P.CALL)[3][0][0] == "scale"
+        finally:
+            client.close()
+
+
+def test_cancelling_a_call_cancels_its_dependents(client, pool):
+    def build():
+        with client.transaction() as tx:
+            a = tx.call("seed", 4)
+            b = tx.call("timed", 4, a, 0.0)
+            c = tx.call("join", b, b)
+            d = tx.call("seed", 2)
+        return tx, (a, b, c, d)
+
+    fut = pool.submit(build)
+    for name in ("seed", "timed", "join"):
+        answer_functions(client.master, (name, "1"))
+    req_id = recv(client.master, P.CALL)[1]
+    tx, (a, b, c, d) = fut.result(5)
+    client.master.send(P.ACCEPTED, req_id, 4)
+    wait_until(lambda: tx._seg.package == 4)
+    assert b.cancel()
+    assert (a.cancelled(), b.cancelled(), c.cancelled(), d.cancelled()) == (
+        False,
+        True,
+        True,
+        False,
+    )
+    assert recv(client.master, P.CANCEL) == [P.CANCEL, 4, [1, 2]]
+    # The master sends results for a and d only; the package completes.
+    seeded = codec.encode_results([np.arange(2.0)])
+    client.master.send(P.RESULTS, 4, [result_entry(0, b""), result_entry(3, seeded)])
+    np.testing.assert_array_equal(d.result(5), [0.0, 1.0])
+    wait_until(lambda: not client._conn._segments)
