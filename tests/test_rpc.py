@@ -572,3 +572,29 @@ def test_cancelling_a_call_cancels_its_dependents(client, pool):
     client.master.send(P.RESULTS, 4, [result_entry(0, b""), result_entry(3, seeded)])
     np.testing.assert_array_equal(d.result(5), [0.0, 1.0])
     wait_until(lambda: not client._conn._segments)
+
+
+def test_calls_and_functions_requests_survive_a_reconnection(fake, pool):
+    client = rtpool.Client(fake.address, "tok", reconnect_timeout=10)
+    try:
+        first = fake.accept()
+        fut = pool.submit(client.call, "add", 1, 2)
+        answer_functions(first, ("add", "2"))
+        req_id = recv(first, P.CALL)[1]
+        first.send(P.ACCEPTED, req_id, 21)
+        wait_until(lambda: 21 in client._conn._segments)
+        probe = pool.submit(client.functions)
+        assert recv(first, P.FUNCTIONS)[2] == ""
+        first.close()  # no answer to either: the client reconnects
+        second = fake.accept(timeout=10)
+        msgs = [recv(second, P.ATTACH), recv(second, P.FUNCTIONS)]
+        assert msgs[0][2] == 21 and msgs[1][2] == ""
+        second.send(P.ACCEPTED, msgs[0][1], 21)
+        second.send(
+            P.FUNCTIONS_REPLY, msgs[1][1], [["add", "2", 1, IFACES[("add", "2")].to_bytes()]]
+        )
+        second.send(P.RESULTS, 21, [result_entry(0, codec.encode_results([1003]))])
+        assert fut.result(5) == 1003
+        assert [i.name for i in probe.result(5)] == ["add"]
+    finally:
+        client.close()
