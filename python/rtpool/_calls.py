@@ -521,7 +521,11 @@ class Transaction:
 
         Raises:
             CallError: An argument cannot be encoded.
-            RuntimeError: Already sent or abandoned.
+            ValueError: The calls' arguments are above the master's frame limit.
+            RuntimeError: Already sent or abandoned, or the client was shut down.
+            ConnectionLost: The connection is gone.
+
+        On an error nothing was sent and the futures are cancelled.
         """
         if self._state != "open":
             raise RuntimeError(f"the transaction was already {self._state}")
@@ -546,7 +550,11 @@ class Transaction:
         seg.decode = self._decode
         if self._cached:
             seg.retry = self._retry
-        conn.send_calls(seg, opts, calls)
+        try:
+            conn.send_calls(seg, opts, calls)
+        except BaseException:  # shut down, connection lost, too large: nothing was sent
+            self._abandon()
+            raise
         self._seg = seg
         self._sub._track((seg,))
         if cancelled:
