@@ -73,11 +73,12 @@ class Master:
     def worker_token(self) -> str:
         """Token workers must present."""
     def stats(self) -> Dict[str, Any]:
-        """Gauges and counters (connections, tasks, packages, queued, running, workers, ...);
-        empty once stopped. In real-time mode also ``realtime``: a dict of ``active`` (every
-        step took effect), ``memory_locked``, ``priority``, ``fifo_threads`` (threads under
-        SCHED_FIFO now), ``cpus`` (pinned to; [] = not pinned), ``pinned_threads`` and
-        ``warnings`` (one per refused step)."""
+        """Gauges and counters (connections, tasks, packages, queued, running, workers,
+        ``functions``: function codes held, ``services``: named functions registered as
+        (name, version) entries, ...); empty once stopped. In real-time mode also
+        ``realtime``: a dict of ``active`` (every step took effect), ``memory_locked``,
+        ``priority``, ``fifo_threads`` (threads under SCHED_FIFO now), ``cpus`` (pinned to;
+        [] = not pinned), ``pinned_threads`` and ``warnings`` (one per refused step)."""
     def stop(self) -> None:
         """Stop serving and close every connection. Idempotent."""
     def __enter__(self) -> Master: ...

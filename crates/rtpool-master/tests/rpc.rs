@@ -1,9 +1,5 @@
 //! Named functions (grid RPC) end to end, with raw protocol peers: `SERVE`, `FUNCTIONS`,
-//! `CALL`, `ASSIGN_CALLS` and their errors.
-//!
-//! The tests marked `#[ignore = "needs the core's call handling (issue 5)"]` exercise the
-//! core's registry, call packages and placement; they pass once `rtpool-core`'s
-//! `core/calls.rs` is implemented.
+//! `CALL`, `ASSIGN_CALLS` and their errors, through the shell and the core's registry.
 
 mod common;
 
@@ -278,7 +274,6 @@ fn a_bad_call_option_is_rejected_and_the_client_goes_on() {
 }
 
 #[test]
-#[ignore = "needs the core's call handling (issue 5)"]
 fn a_worker_serves_two_functions_and_a_client_lists_them() {
     let m = master();
     let mut w = worker(&m);
@@ -308,6 +303,7 @@ fn a_worker_serves_two_functions_and_a_client_lists_them() {
         },
     ];
     assert_eq!(listed, expected, "names sorted, interfaces as served");
+    assert_eq!(m.stats().unwrap().core.services, 2);
     c.send(&Msg::Functions {
         req_id: 2,
         name: "mul".into(),
@@ -341,7 +337,6 @@ fn a_worker_serves_two_functions_and_a_client_lists_them() {
 }
 
 #[test]
-#[ignore = "needs the core's call handling (issue 5)"]
 fn a_conflicting_serve_gets_serve_conflict_and_its_other_functions_are_served() {
     let m = master();
     let mut first = worker(&m);
@@ -398,7 +393,6 @@ fn a_conflicting_serve_gets_serve_conflict_and_its_other_functions_are_served() 
 }
 
 #[test]
-#[ignore = "needs the core's call handling (issue 5)"]
 fn a_call_runs_on_a_worker_that_serves_it_and_its_result_comes_back() {
     let m = master();
     let mut w = worker(&m);
@@ -432,7 +426,6 @@ fn a_call_runs_on_a_worker_that_serves_it_and_its_result_comes_back() {
 }
 
 #[test]
-#[ignore = "needs the core's call handling (issue 5)"]
 fn a_transaction_hands_call_0s_result_to_call_1_and_fetches_only_call_1() {
     let m = master();
     let mut w = worker(&m);
@@ -489,7 +482,6 @@ fn journaled_master(dir: &Path) -> MasterHandle {
 }
 
 #[test]
-#[ignore = "needs the core's call handling (issue 5)"]
 fn call_packages_run_with_a_journal_and_a_store_but_are_not_journaled() {
     let dir = tempfile::tempdir().unwrap();
     let m = journaled_master(dir.path());

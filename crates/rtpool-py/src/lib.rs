@@ -168,6 +168,7 @@ fn set_core_stats(d: &Bound<'_, PyDict>, s: &MasterStats) -> PyResult<()> {
     d.set_item("workers", c.workers)?;
     d.set_item("clients", c.clients)?;
     d.set_item("functions", c.functions)?;
+    d.set_item("services", c.services)?;
     d.set_item("delivered", c.delivered)?;
     d.set_item("stale_results", c.stale_results)?;
     d.set_item("cancelling", c.cancelling)?;
