@@ -224,7 +224,10 @@ def test_a_worker_without_numpy_serves_scalar_functions(fake, no_numpy_env):
     cmd = [sys.executable, "-m", "rtpool", "worker", "--master", fake.address]
     cmd += ["--serve", "rpc_funcs_v2", "--name", "no-numpy"]
     proc = subprocess.Popen(
-        cmd, env=no_numpy_env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cmd,
+        env=no_numpy_env,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         start_new_session=True,
     )
     try:
@@ -262,7 +265,10 @@ def test_the_worker_imports_no_numpy_unless_a_module_does(fake):
         "print('numpy' in sys.modules)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], env=worker_env("tok"), capture_output=True, text=True,
+        [sys.executable, "-c", script],
+        env=worker_env("tok"),
+        capture_output=True,
+        text=True,
         timeout=30,
     )
     assert out.returncode == 0, out.stderr

@@ -199,6 +199,18 @@ class CallFuture(Future):
             raise NotFetchedError(f"{self._label} was not fetched; pass fetch=True to tx.call")
         return value
 
+    def cancel(self) -> bool:
+        """Cancel the call unless its result already arrived; in a transaction, the calls
+        that depend on it (transitively) are cancelled with it, as the master does.
+
+        Returns:
+            True if the future is cancelled.
+        """
+        tx = self._tx
+        if tx is None:
+            return Future.cancel(self)
+        return tx._cancel(self._call)
+
     def fetched(self) -> bool:
         """Whether the call's outputs come to the client (False for an intermediate call of a
         transaction made without ``fetch=True``)."""
@@ -211,8 +223,7 @@ class CallFuture(Future):
             raise AttributeError("__rtpool_ref__")  # not a call of a transaction
         if len(specs) != 1:
             raise CallError(
-                f"{self._label} has {len(specs)} outputs: pass one of them, fut[i], as an "
-                "argument"
+                f"{self._label} has {len(specs)} outputs: pass one of them, fut[i], as an argument"
                 if specs
                 else f"{self._label} has no output to pass as an argument"
             )
@@ -354,9 +365,10 @@ def call(
 class _TxCall:
     """One call of a transaction."""
 
-    __slots__ = ("args", "bound", "fetch", "future", "iface", "name", "version")
+    __slots__ = ("args", "bound", "deps", "fetch", "future", "iface", "name", "version")
 
-    def __init__(self, name, version, args, fetch, iface, bound, future) -> None:
+    def __init__(self, name, version, args, fetch, iface, bound, future, deps) -> None:
+        self.deps = deps  # the calls it takes inputs from, in order of first use
         self.name = name
         self.version = version
         self.args = args
@@ -441,11 +453,13 @@ class Transaction:
         fut._label = f"call #{index} {name}"
         fut._tx = self
         fut._specs = bound.output_specs()
-        self._calls.append(_TxCall(name, version, args, bool(fetch), iface, bound, fut))
+        deps: List[int] = []
         for value in bound.values:
             ref = getattr(value, "__rtpool_ref__", None)
-            if ref is not None:
-                self._has_dependents.add(ref[0])
+            if ref is not None and ref[0] not in deps:
+                deps.append(ref[0])
+        self._has_dependents.update(deps)
+        self._calls.append(_TxCall(name, version, args, bool(fetch), iface, bound, fut, deps))
         return fut
 
     def _check_refs(self, iface: Interface, args: tuple) -> None:
@@ -469,18 +483,32 @@ class Transaction:
         """The ``CALL`` entries: ``[name, version, args, deps, fetch]`` per call."""
         out = []
         for c in self._calls:
-            deps: List[int] = []
             values = list(c.bound.values)
             for i, value in enumerate(values):
                 ref = getattr(value, "__rtpool_ref__", None)
-                if ref is None:
-                    continue
-                producer, output = ref[0], ref[1]
-                if producer not in deps:
-                    deps.append(producer)
-                values[i] = _Ref(deps.index(producer), output)
-            out.append([c.name, c.iface.version, _encode_args(values), deps, c.fetch])
+                if ref is not None:
+                    values[i] = _Ref(c.deps.index(ref[0]), ref[1])
+            out.append([c.name, c.iface.version, _encode_args(values), c.deps, c.fetch])
         return out
+
+    def _cancel(self, index: int) -> bool:
+        """Cancel call ``index`` and, if that worked, its dependents (transitively): the
+        master cancels them too and sends no result for them."""
+        fut = self._calls[index].future
+        if not fut._to_cancelled():
+            return fut.cancelled()
+        gone = {index}
+        cancelled = [index]
+        for j in range(index + 1, len(self._calls)):
+            c = self._calls[j]
+            if any(d in gone for d in c.deps):
+                gone.add(j)
+                if c.future._to_cancelled():
+                    cancelled.append(j)
+        seg = self._seg
+        if seg is not None:  # else send() tells the master
+            self._conn.on_local_cancel(seg, tuple(cancelled), len(cancelled))
+        return True
 
     def _decode(self, index: int, status: int, data: Any) -> Tuple[Any, BaseException | None]:
         c = self._calls[index]
@@ -493,7 +521,11 @@ class Transaction:
 
         Raises:
             CallError: An argument cannot be encoded.
-            RuntimeError: Already sent or abandoned.
+            ValueError: The calls' arguments are above the master's frame limit.
+            RuntimeError: Already sent or abandoned, or the client was shut down.
+            ConnectionLost: The connection is gone.
+
+        On an error nothing was sent and the futures are cancelled.
         """
         if self._state != "open":
             raise RuntimeError(f"the transaction was already {self._state}")
@@ -507,7 +539,7 @@ class Transaction:
         except BaseException:
             self._abandon()
             raise
-        seg = self._seg = conn.call_segment(len(self._calls), _perf_ns(), opts)
+        seg = conn.call_segment(len(self._calls), _perf_ns(), opts)
         futures = [c.future for c in self._calls]
         cancelled = []
         for i, fut in enumerate(futures):
@@ -518,7 +550,12 @@ class Transaction:
         seg.decode = self._decode
         if self._cached:
             seg.retry = self._retry
-        conn.send_calls(seg, opts, calls)
+        try:
+            conn.send_calls(seg, opts, calls)
+        except BaseException:  # shut down, connection lost, too large: nothing was sent
+            self._abandon()
+            raise
+        self._seg = seg
         self._sub._track((seg,))
         if cancelled:
             conn.on_local_cancel(seg, tuple(cancelled), len(cancelled))
@@ -562,4 +599,3 @@ class Transaction:
             value = Future.result(c.future, left)
             out.append(None if value is _NOT_FETCHED else value)
         return out
-

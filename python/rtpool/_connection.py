@@ -482,13 +482,35 @@ class _Connection:
         return seg
 
     def send_calls(self, seg: _Segment, opts: Dict[str, Any], calls: list) -> None:
-        """Send a ``CALL`` frame: ``calls`` are ``[name, version, args, deps, fetch]``."""
-        seg.frame = frame = _call_frame(seg.req_id, opts, calls)
+        """Send a ``CALL`` frame: ``calls`` are ``[name, version, args, deps, fetch]``.
+
+        Raises:
+            ValueError: The frame is above the master's frame limit (a package of calls is
+                never split: its dependencies are indices within the frame).
+        """
+        frame = _call_frame(seg.req_id, opts, calls)
+        self._check_call_frame(frame, len(calls))
+        seg.frame = frame
         self._send(frame, gen=self._register([seg]))
+
+    def _check_call_frame(self, frame: bytes, n: int) -> None:
+        if len(frame) - 4 > self.max_frame_bytes:
+            what = "the call's arguments" if n == 1 else f"the {n} calls' arguments"
+            raise ValueError(
+                f"{what} take {len(frame) - 4} bytes, above the master's frame limit of "
+                f"{self.max_frame_bytes} bytes; send less data per call, or start the master "
+                "with a larger --max-frame-mb"
+            )
 
     def resend_calls(self, seg: _Segment, opts: Dict[str, Any], calls: list) -> None:
         """Send a call segment again under a new request id (the ``retry`` hook's way back,
         after ``ERROR unknown_function``); nothing if its futures failed meanwhile."""
+        frame = _call_frame(0, opts, calls)  # checked at its final size (req_id aside)
+        try:
+            self._check_call_frame(frame, len(calls))
+        except ValueError as exc:
+            self.fail_unsent(seg, exc)
+            return
         with self._lock:
             if self._by_req.pop(seg.req_id, None) is None:
                 return  # the connection was lost for good: its futures failed with it

@@ -163,6 +163,7 @@ class LocalCluster:
 
         self._prefetch = prefetch
         self._serve_args = [arg for module in serve for arg in ("--serve", module)]
+        self._probe: Client | None = None
         self._task_memory_mb = task_memory_mb
         self._realtime_args: List[str] = []
         rt_args: Dict[str, Any] = {}
@@ -287,21 +288,24 @@ class LocalCluster:
         return proc.returncode
 
     def wait_for_workers(self, n: int | None = None, timeout: float = 10.0) -> None:
-        """Wait until the master counts at least ``n`` worker connections.
+        """Wait until the master counts at least ``n`` worker connections, and with
+        ``serve``, until ``n`` workers serve every function (a call made before its function
+        is served raises :class:`~rtpool.UnknownFunctionError`).
 
         Args:
             n: Workers to wait for; by default every worker process started.
             timeout: Seconds to wait.
 
         Raises:
-            TimeoutError: Fewer than ``n`` workers connected in time.
+            TimeoutError: Fewer than ``n`` workers connected (or served) in time.
         """
         if n is None:
             n = len(self.worker_pids)
         end = time.monotonic() + timeout
         while True:
             count = int(self.stats().get("workers", 0))
-            if count >= n:
+            serving = self._serving() if self._serve_args and count >= n else count
+            if count >= n and serving >= n:
                 return
             if time.monotonic() >= end:
                 dead = [
@@ -309,11 +313,19 @@ class LocalCluster:
                     for p in self._state.workers
                     if p is not None and p.poll() is not None
                 ]
+                what = "connected to" if count < n else "serve their functions at"
                 raise TimeoutError(
-                    f"{count} of {n} workers connected to {self.address} within {timeout:g} s"
-                    + (f"; exited: {', '.join(dead)}" if dead else "")
+                    f"{min(count, serving)} of {n} workers {what} {self.address} within "
+                    f"{timeout:g} s" + (f"; exited: {', '.join(dead)}" if dead else "")
                 )
             time.sleep(0.01)
+
+    def _serving(self) -> int:
+        """The fewest servers of any function served (0 when none is)."""
+        if self._probe is None:
+            self._probe = self.client(name="LocalCluster.wait_for_workers")
+        ifaces = self._probe.functions()
+        return min((i.servers for i in ifaces), default=0)
 
     def stats(self) -> Dict[str, Any]:
         """The master's gauges and counters (``workers``, ``queued``, ``running``, ...; in

@@ -61,7 +61,15 @@ from ._connect import default_name
 from ._supervise import Executor, ExecutorDied, address_space_mib
 from .errors import AuthenticationError, ConnectError, ProtocolError, RtpoolError
 
-__all__ = ["ServeError", "Service", "WorkerConnection", "add_arguments", "load_services", "main", "run"]
+__all__ = [
+    "ServeError",
+    "Service",
+    "WorkerConnection",
+    "add_arguments",
+    "load_services",
+    "main",
+    "run",
+]
 
 EXIT_OK = 0
 #: The child cannot start: bad address, bad token. Restarting would not help.

@@ -165,7 +165,7 @@ fn scheduler(config: &MasterConfig) -> Result<Scheduler, MasterError> {
 }
 
 /// A random number naming this master process (`WELCOME.instance`).
-fn random_instance() -> u64 {
+pub(crate) fn random_instance() -> u64 {
     let mut bytes = [0u8; 8];
     if getrandom::getrandom(&mut bytes).is_err() {
         let t = std::time::SystemTime::now()

@@ -94,6 +94,12 @@ pub struct Scheduler {
     user_names: Vec<String>,
     /// Id of the next package.
     next_package: u64,
+    /// Id of the next package of calls: from a range of its own (top bit set, 31 random bits
+    /// per master run, then a counter), because call packages are not journaled and a
+    /// restarted master must not hand an old call package's id to a new package. A client
+    /// re-attaching to an id from before a restart gets `unknown_package` unless the same
+    /// 31 bits are drawn again (1 in 2^31).
+    next_call_package: u64,
     /// Token checks and the user store (quotas are written behind through it).
     auth: Option<Authenticator>,
     /// A usage flush is running; its answer comes back as [`ToScheduler::Quotas`].
@@ -136,6 +142,7 @@ impl Scheduler {
             users: HashMap::new(),
             user_names: Vec::new(),
             next_package: 1,
+            next_call_package: call_package_base(crate::handle::random_instance()),
             auth: None,
             flushing: false,
             core_config: config,
@@ -504,9 +511,9 @@ impl Scheduler {
                 | Event::Ack { .. }
         );
         if let Event::SubmitCalls { package, .. } = &mut event {
-            // Numbered like any package, never journaled: a restart forgets it.
-            *package = PackageId(self.next_package);
-            self.next_package += 1;
+            // Never journaled, so numbered in a range of its own (see `next_call_package`).
+            *package = PackageId(self.next_call_package);
+            self.next_call_package += 1;
             if self.journal.is_some() {
                 self.call_packages.insert(*package);
             }
@@ -695,4 +702,9 @@ fn restored_opts(r: &PackageRecord) -> PackageOpts {
         max_copies: r.max_copies,
         hedge: r.hedge,
     }
+}
+
+/// The first id of this run's call packages: top bit set, 31 bits of `random`, counter 1.
+fn call_package_base(random: u64) -> u64 {
+    (1 << 63) | ((random & 0x7fff_ffff) << 32) | 1
 }
