@@ -4,6 +4,7 @@
     python -m rtpool bench all --json > bench.json
     python benches/report.py demo.json bench.json
     python benches/report.py latency.json deadline.json hedge.json   # --sweep, deadline, hedge
+    python -m rtpool bench ninf --json ninf.json && python benches/report.py ninf.json
 
 Prints the tables docs/benchmarks.md shows, with each figure next to its bar.
 """
@@ -292,6 +293,177 @@ def hedge_table(s):
     return _table(header, rows)
 
 
+def _f(x, digits=2):
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _mmm(s, digits=2):
+    if not s or not s.get("count"):
+        return "-"
+    return "/".join(_f(s[k], digits) for k in ("max", "min", "mean"))
+
+
+def _secs(x):
+    return "-" if x is None else fmt_us(x * 1e6)
+
+
+def ninf_tables(d):
+    """Markdown for ``rtpool bench ninf --json``: each section present, in the docs' layout."""
+    out = []
+    lp = d.get("linpack")
+    if lp:
+        rows = []
+        for r in lp["rows"]:
+            cells = [r["n"]]
+            for k in ("local", "unblocked", "remote"):
+                x = r[k]
+                cells.append(_f(x["mflops"], 0) if x["reps"] else "skipped")
+                cells.append(f"{_secs(x['p50_s'])} / {_secs(x['max_s'])}" if x["reps"] else "-")
+            cells += [_f(r["remote_over_local"], 3), _f(r["remote_over_unblocked"], 2)]
+            cells.append("/".join(str(r[k]["reps"]) for k in ("local", "unblocked", "remote")))
+            rows.append(cells)
+        head = ("n", "local Mflops", "time p50 / max", "unblocked Mflops", "time p50 / max")
+        head += ("remote Mflops", "time p50 / max", "remote / local", "remote / unblocked")
+        out.append(_table(head + ("reps",), rows))
+        rows = []
+        for r in lp["rows"]:
+            p = r["remote_parts"]
+            leg = None if p["worker_leg_s"] is None else p["worker_leg_s"] - p["exec_s"]
+            rows.append(
+                (
+                    r["n"],
+                    _secs(r["local"]["median_s"]),
+                    _secs(r["remote"]["median_s"]),
+                    _secs(p["exec_s"]),
+                    _secs(leg),
+                    _secs(p["client_side_s"]),
+                    _f(r["bytes"] / 1e6, 2),
+                )
+            )
+        out.append(
+            _table(
+                (
+                    "n",
+                    "local",
+                    "remote",
+                    "worker: call",
+                    "worker leg - call",
+                    "client side",
+                    "MB moved",
+                ),
+                rows,
+            )
+        )
+    mu = d.get("multi")
+    if mu:
+        rows, last = [], None
+        for c in mu["cells"]:
+            rows.append(
+                (
+                    c["n"] if c["n"] != last else "",
+                    c["c"],
+                    _mmm(c["performance_mflops"], 0),
+                    _mmm(c["response_s"], 3),
+                    _mmm(c["wait_s"], 3),
+                    _mmm(c["throughput_mb_s"], 1),
+                    _f(c["cpu_pct"], 1),
+                    _f(c["load1"], 2),
+                    c["times"],
+                    _f(c.get("machine_busy_pct"), 0),
+                )
+            )
+            last = c["n"]
+        out.append(
+            _table(
+                (
+                    "n",
+                    "c",
+                    "Performance[Mflops]",
+                    "Response[sec]",
+                    "Wait[sec]",
+                    "Throughput[MB/s]",
+                    "CPU",
+                    "Load",
+                    "Times",
+                    "machine busy %",
+                ),
+                rows,
+            )
+        )
+    ep = d.get("ep")
+    if ep:
+        rows = []
+        for r in ep["local"] + ep["runs"]:
+            who = "client" if r["remote"] else "plain process"
+            rows.append(
+                (
+                    f"{r['c']} x {who}",
+                    f"{r['seconds']:.3f} s",
+                    _f(r["mops"], 1),
+                    _mmm(r["call_s"], 3),
+                    _f(r["exec_s"]["mean"], 3),
+                    _f(r["wait_s"]["mean"], 3),
+                    "yes" if r["verified"] else "**no**",
+                )
+            )
+        out.append(
+            _table(
+                (
+                    "run",
+                    "time",
+                    "Mops",
+                    "call max/min/mean [s]",
+                    "exec mean [s]",
+                    "wait mean [s]",
+                    "verified",
+                ),
+                rows,
+            )
+        )
+    b = d.get("bars")
+    if b:
+        kinds = b["round_trips"]["kinds"]
+        names = {"noop_task": "no-op task", "noop_call": "no-op call", "dmmul": "dmmul n=8"}
+        rows = [
+            (names[k], *(fmt_us(h[f"{p}_us"]) for p in ("p50", "p90", "p99", "p99_9", "max")))
+            for k, h in kinds.items()
+        ]
+        out.append(_table(("", "p50", "p90", "p99", "p99.9", "max"), rows))
+        bd = b["round_trips"]["breakdown_us"]
+        rows = [
+            (label, *(fmt_us(bd[k][key]["p50"]) for k in kinds)) for label, key in _BREAKDOWN_ROWS
+        ]
+        out.append(_table(("part (p50)", *(names[k] for k in kinds)), rows))
+        dm, v = b["diamond"], b["bars"]
+        out.append(
+            _table(
+                ("bar", "measured", "bound", "verdict"),
+                [
+                    (
+                        "dmmul p50 / no-op task p50",
+                        _ratio(v["dmmul_over_task"]["measured"]),
+                        "<= 1.5x",
+                        _ok(v["dmmul_over_task"]["ok"]),
+                    ),
+                    (
+                        "linpack n=1000 remote / local Mflops",
+                        _f(v["linpack_remote_over_local"]["measured"], 3),
+                        ">= 0.90",
+                        _ok(v["linpack_remote_over_local"]["ok"]),
+                    ),
+                    (
+                        "diamond makespan / (critical path + 2 RTT), p50",
+                        f"{_ratio(v['diamond_makespan_over_bound']['measured'])} (max "
+                        f"{_ratio(dm['ratio']['max'])})",
+                        "<= 1.1x",
+                        _ok(v["diamond_makespan_over_bound"]["ok"]),
+                    ),
+                ],
+            )
+        )
+    return "\n\n".join(out)
+
+
 def main(paths):
     """Print markdown for each JSON file given (demo or bench output)."""
     for path in paths:
@@ -301,6 +473,9 @@ def main(paths):
         print(f"<!-- {path}: {m['cpu_model']}, {m['usable_cpus']} CPUs, Python {m['python']} -->")
         if "sequential_s" in data:
             print(demo_tables(data), end="\n\n")
+        if "settings" in data and "sections" in data:  # rtpool bench ninf
+            print(ninf_tables(data), end="\n\n")
+            continue
         for name, fn in (
             ("latency", latency_table),
             ("throughput", throughput_table),
