@@ -204,8 +204,10 @@ def render_ep(s: Dict[str, object], console) -> None:
         f"calls on {s['workers']} workers",
         title_justify="left",
     )
+    from rich.markup import escape
+
     for col in ("run", "time", "Mops", "call max/min/mean [s]", "exec mean [s]", "wait mean [s]"):
-        t.add_column(col, justify="right")
+        t.add_column(escape(col), justify="right")
     for col in ("sx", "sy"):
         t.add_column(col, justify="right")
     t.add_column("verified")
