@@ -165,3 +165,16 @@ def test_quickstart_prints_the_factors():
         "smallest_factor(1000003 * 1000033) = 1000003",
         "map: [7, 97, 7]",
     ]
+
+
+def test_grid_rpc_example_runs_its_three_checks():
+    pytest.importorskip("scipy")
+    proc = run([str(ROOT / "examples" / "grid_rpc.py")], timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-3:] == [
+        "dmmul matches numpy: True",
+        "transaction solves A x = b: True",
+        "Ninf-style out buffer filled: True",
+    ], proc.stdout
+    assert any(line.startswith("dgesl(") for line in lines), proc.stdout

@@ -23,6 +23,7 @@ numpy is imported only to encode or decode an array: this module imports without
 from __future__ import annotations
 
 import copy
+import functools
 import struct
 import sys
 import traceback
@@ -30,7 +31,7 @@ from typing import Any, Callable, NamedTuple
 
 import msgpack
 
-from ._interface import Interface, Param, scalar_problem
+from ._interface import Interface, Param, dtype_matches, scalar_problem
 from .errors import CallError
 
 __all__ = [
@@ -281,6 +282,9 @@ def _unpack_opts() -> dict:
     return {"raw": False, "ext_hook": _ext_hook, "strict_map_key": False}
 
 
+_UNPACK_OPTS = _unpack_opts()
+
+
 def _ext_at(mv: memoryview, pos: int) -> Any:
     """``(code, start, end)`` of the ext value at ``pos``, or None if it is not an ext."""
     first = mv[pos]
@@ -353,6 +357,17 @@ def _decode_value(mv: memoryview, pos: int, copy: bool) -> tuple:
 
 
 def _decode_list(payload: Any, copy: bool = True) -> list:
+    if copy and len(payload) <= _FEED_BYTES:
+        # Small: msgpack's C decoder in one go (the walker below avoids copying large arrays).
+        # A bad payload goes on to the walker, whose messages say what is wrong.
+        try:
+            values = msgpack.unpackb(payload, **_UNPACK_OPTS)
+        except CallError:
+            raise
+        except Exception:
+            values = None
+        if isinstance(values, list):
+            return values
     mv = memoryview(payload).cast("B") if not isinstance(payload, bytes) else memoryview(payload)
     try:
         first = mv[0]
@@ -481,13 +496,19 @@ def _output_problem(iface: Interface, spec: Param, value: Any) -> Any:
     np = sys.modules.get("numpy")
     if np is None or not isinstance(value, np.ndarray):
         return f"has type {type(value).__name__}, expected a numpy array of {spec.dtype}"
-    if value.dtype.name != spec.dtype:
+    if not dtype_matches(value.dtype, spec.dtype):
         return f"has dtype {value.dtype.name}, expected {spec.dtype}"
     if spec.shape is not None:
-        expected = tuple(int(d) for d in spec.shape.split(",")) if spec.shape else ()
+        expected = _concrete(spec.shape)
         if value.shape != expected:
             return f"has shape {value.shape}, expected {expected}"
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _concrete(shape: str) -> tuple:
+    # An output spec's shape, already evaluated ("8, 8").
+    return tuple(int(d) for d in shape.split(",")) if shape else ()
 
 
 def invoke(fn: Callable, iface: Interface, args_payload: bytes, inputs: list) -> bytes:
@@ -523,8 +544,7 @@ def invoke(fn: Callable, iface: Interface, args_payload: bytes, inputs: list) ->
     for p in iface.params:
         if p.mode == "out":
             spec = out_specs[p.name]
-            shape = tuple(int(d) for d in spec.shape.split(",")) if spec.shape else ()
-            args.append(_numpy().zeros(shape, dtype=p.dtype))
+            args.append(_numpy().zeros(_concrete(spec.shape), dtype=p.dtype))
         else:
             args.append(next(given))
     result = fn(*args)

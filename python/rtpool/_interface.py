@@ -412,7 +412,7 @@ class Interface:
                 f"{self.name}: argument {p.name} has type {type(value).__name__}, expected a "
                 f"numpy array of {p.dtype}"
             )
-        if value.dtype.name != p.dtype:
+        if not dtype_matches(value.dtype, p.dtype):
             raise CallError(
                 f"{self.name}: argument {p.name} has dtype {value.dtype.name}, expected {p.dtype}"
             )
@@ -444,6 +444,19 @@ class Interface:
             problem = self.shape_problem(p, given, shape_scalars)
             if problem:
                 raise CallError(f"{origin} {problem}")
+
+
+_DTYPES: dict = {}
+
+
+def dtype_matches(dtype: Any, name: str) -> bool:
+    """``dtype`` is the numpy dtype named ``name`` (any byte order). The common case, the
+    native dtype object itself, is an identity test; ``dtype.name`` is slow."""
+    want = _DTYPES.get(name)
+    if want is None:
+        np = sys.modules["numpy"]
+        want = _DTYPES[name] = np.dtype(name)
+    return dtype is want or dtype == want or dtype.name == name
 
 
 class BoundCall:

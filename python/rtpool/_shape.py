@@ -65,7 +65,7 @@ def _parse_dim(dim: str) -> ast.AST:
 class Shape:
     """A parsed shape expression: its dimensions (an AST each, None for ``*``) and the names."""
 
-    __slots__ = ("dims", "texts", "names")
+    __slots__ = ("dims", "texts", "names", "_order", "_memo")
 
     def __init__(self, text: str) -> None:
         self.texts = tuple(text.split(", ")) if text else ()
@@ -83,6 +83,10 @@ class Shape:
             names.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
             self.dims.append(node)
         self.names = frozenset(names)
+        self._order = tuple(sorted(names))
+        # Evaluations by the values of the names: calls repeat the same sizes, and walking
+        # the trees is most of the cost of checking a small array.
+        self._memo: dict = {}
 
     @property
     def is_determined(self) -> bool:
@@ -95,6 +99,17 @@ class Shape:
         Raises:
             ZeroDivisionError: A ``//`` by zero.
         """
+        key = tuple(scalars.get(n) for n in self._order)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        dims = self._evaluate(scalars)
+        if len(self._memo) >= 256:
+            self._memo.clear()
+        self._memo[key] = dims
+        return dims
+
+    def _evaluate(self, scalars: dict) -> tuple:
         out = []
         for node in self.dims:
             if node is None:

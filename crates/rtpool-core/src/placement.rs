@@ -4,7 +4,7 @@
 //! ```text
 //! score(w) = transfer(w, bytes) + wait(w) + exec x slowness(w)
 //! transfer(w, b) = rtt(w) + b / throughput(w)
-//! wait(w)        = exec x max(0, in_flight(w) + 1 - slots(w)) / slots(w)
+//! wait(w)        = max(exec, 1 ms) x max(0, in_flight(w) + 1 - slots(w)) / slots(w)
 //! ```
 //!
 //! The lowest score wins; ties go to the earliest candidate (the caller rotates where the
@@ -68,11 +68,16 @@ pub(crate) struct Candidate {
     pub(crate) slowness: Option<f64>,
 }
 
+/// The least a call ahead in a worker's queue is assumed to take, microseconds: a function
+/// not measured yet (or measured at microseconds) still makes a busy worker worse than an idle
+/// one.
+pub(crate) const MIN_WAIT_US: f64 = 1_000.0;
+
 /// The estimated completion time of a call on `c`, microseconds.
 pub(crate) fn score(c: &Candidate, bytes: u64, exec_us: f64, pool: &Link) -> f64 {
     let slots = f64::from(c.slots.max(1));
     let ahead = (f64::from(c.in_flight) + 1.0 - slots).max(0.0);
-    let wait = exec_us * ahead / slots;
+    let wait = exec_us.max(MIN_WAIT_US) * ahead / slots;
     let slowness = c.slowness.unwrap_or(1.0);
     c.link.transfer_us(bytes, pool) + wait + exec_us * slowness
 }
@@ -121,6 +126,15 @@ mod tests {
             ..idle(2)
         };
         assert_eq!(choose(&[half, idle(2)], 100, 1_000.0, &NO_POOL), Some(0));
+    }
+
+    #[test]
+    fn a_busy_worker_loses_even_when_the_function_is_not_measured() {
+        let busy = Candidate {
+            in_flight: 1,
+            ..idle(1)
+        };
+        assert_eq!(choose(&[busy, idle(1)], 100, 0.0, &NO_POOL), Some(1));
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub(super) const CALLS_HASH: FnHash = FnHash(*b"rtpool calls: no code, no hash!!
 /// workers serve a function.
 const MAX_CANDIDATES: usize = 64;
 
+/// A function's mean execution time must be at least this long for its results to teach a
+/// worker's speed, microseconds.
+const MIN_SPEED_SAMPLE_US: u64 = 1_000;
+
 /// Most inputs one call may take.
 const MAX_DEPS: usize = 1024;
 
@@ -594,8 +598,10 @@ impl Core {
             return;
         };
         w.link.learn(bytes, overhead);
-        if let Some(mean) = fn_mean_us.filter(|&m| m > 0) {
-            let sample = r.exec_us as f64 / mean as f64;
+        // Speed is learned from calls long enough to measure (scheduling noise dominates
+        // microsecond runs), and one sample moves it at most 4x either way.
+        if let Some(mean) = fn_mean_us.filter(|&m| m >= MIN_SPEED_SAMPLE_US) {
+            let sample = (r.exec_us as f64 / mean as f64).clamp(0.25, 4.0);
             w.slowness = Some(w.slowness.map_or(sample, |s| s + 0.2 * (sample - s)));
         }
     }
