@@ -25,13 +25,12 @@ from __future__ import annotations
 import copy
 import functools
 import struct
-import sys
 import traceback
 from typing import Any, Callable, NamedTuple
 
 import msgpack
 
-from ._interface import Interface, Param, dtype_matches, scalar_problem
+from ._interface import Interface, Param, dtype_matches, loaded_numpy, scalar_problem
 from .errors import CallError
 
 __all__ = [
@@ -93,7 +92,7 @@ def _list_header(n: int) -> bytes:
 def _array_parts(arr: Any) -> tuple:
     """``(ext 1 payload header, array data)``: the data as a contiguous little-endian uint8
     view (no copy when the array already is one)."""
-    np = sys.modules["numpy"]
+    np = loaded_numpy()
     arr = np.asarray(arr)  # a subclass (np.matrix) travels as its plain array
     dt = arr.dtype
     if dt.hasobject or dt.fields is not None or dt.kind == "V":
@@ -134,7 +133,7 @@ def _default(obj: Any) -> Any:
     # so a Ref is not packed as a plain list.
     if type(obj) is Ref:
         return _ref_ext(obj)
-    np = sys.modules.get("numpy")
+    np = loaded_numpy()
     if np is not None:
         if isinstance(obj, np.ndarray):
             return _array_ext(obj)
@@ -158,7 +157,7 @@ def _pack(value: Any) -> bytes:
 
 
 def _encode_list(values: list) -> bytes:
-    np = sys.modules.get("numpy")
+    np = loaded_numpy()
     chunks: list = [_list_header(len(values))]
     for value in values:
         if np is not None and isinstance(value, np.ndarray):
@@ -493,7 +492,7 @@ def _output_problem(iface: Interface, spec: Param, value: Any) -> Any:
         return None  # encode_results refuses what msgpack cannot carry
     if spec.type != "array":
         return scalar_problem(spec.type, value)
-    np = sys.modules.get("numpy")
+    np = loaded_numpy()
     if np is None or not isinstance(value, np.ndarray):
         return f"has type {type(value).__name__}, expected a numpy array of {spec.dtype}"
     if not dtype_matches(value.dtype, spec.dtype):
@@ -578,7 +577,7 @@ def deliver(iface: Interface, payload: bytes, out_buffers: list) -> Any:
             f"{iface.name}: the result has {len(values)} values, the interface "
             f"{len(outputs)} outputs"
         )
-    np = sys.modules.get("numpy")
+    np = loaded_numpy()
     results = []
     for i, (p, value) in enumerate(zip(outputs, values)):
         buffer = out_buffers[i] if i < len(out_buffers) else None

@@ -406,7 +406,7 @@ class Interface:
         return f"has shape {fmt_dims(shape)}, expected {want}"
 
     def _check_array(self, p: Param, value: Any, shape_scalars: dict) -> None:
-        np = sys.modules.get("numpy")
+        np = loaded_numpy()
         if np is None or not isinstance(value, np.ndarray):
             raise CallError(
                 f"{self.name}: argument {p.name} has type {type(value).__name__}, expected a "
@@ -449,12 +449,23 @@ class Interface:
 _DTYPES: dict = {}
 
 
+def loaded_numpy() -> Any:
+    """numpy if this process imports it, else None (never imports it first). A plain
+    ``sys.modules`` lookup could return a module another thread is still initializing; the
+    ``import`` statement waits for that import to finish."""
+    if sys.modules.get("numpy") is None:  # absent, or blocked (None)
+        return None
+    import numpy
+
+    return numpy
+
+
 def dtype_matches(dtype: Any, name: str) -> bool:
     """``dtype`` is the numpy dtype named ``name`` (any byte order). The common case, the
     native dtype object itself, is an identity test; ``dtype.name`` is slow."""
     want = _DTYPES.get(name)
     if want is None:
-        np = sys.modules["numpy"]
+        np = loaded_numpy()
         want = _DTYPES[name] = np.dtype(name)
     return dtype is want or dtype == want or dtype.name == name
 
@@ -616,7 +627,7 @@ def scalar_problem(type_name: str, value: Any) -> str | None:
 
 
 def _is_numpy_bool(value: Any) -> bool:
-    np = sys.modules.get("numpy")
+    np = loaded_numpy()
     return np is not None and isinstance(value, np.bool_)
 
 
@@ -638,7 +649,7 @@ def _is_plain_number(value: Any) -> bool:
     # numpy scalars.
     if isinstance(value, (int, float, complex)):
         return True
-    np = sys.modules.get("numpy")
+    np = loaded_numpy()
     return np is not None and isinstance(value, np.number)
 
 
@@ -663,7 +674,7 @@ def _unsendable(value: Any, depth: int) -> str | None:
             if bad is not None:
                 return bad
         return None
-    np = sys.modules.get("numpy")
+    np = loaded_numpy()
     if np is not None:
         if isinstance(value, np.ndarray):
             return None if value.dtype.kind not in "OV" else f"array of dtype {value.dtype}"
