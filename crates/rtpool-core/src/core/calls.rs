@@ -419,36 +419,14 @@ impl Core {
 
     /// Moves a queued call to the worker: next attempt, one credit, in-flight.
     fn assign_call(&mut self, id: TaskId, worker: WorkerId, now: Instant) -> AssignCall {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let task = self.tasks.get_mut(id.0).expect("popped a freed call");
-        task.attempt += 1;
-        task.state = TaskState::Running {
-            worker,
-            assigned_at: now,
-            seq,
-        };
-        let package = self
-            .packages
-            .get_mut(task.package)
-            .expect("queued call without package");
-        package.counts.queued -= 1;
-        package.counts.running += 1;
-        let timeout_ms = package.opts.timeout_ms;
-        let w = self
-            .workers
-            .get_mut(&worker)
-            .expect("placed on a connected worker");
-        w.credits -= 1;
-        self.free_credits -= 1;
-        w.in_flight.insert(id);
-        self.running += 1;
+        let timeout_ms = self.start(id, worker, now);
+        let task = self.tasks.get(id.0).expect("just started");
         let call = task.call.as_ref().expect("a call");
         let s = self
             .services
             .get(call.service)
             .expect("a live call's service");
-        let assignment = AssignCall {
+        AssignCall {
             task: id,
             attempt: task.attempt,
             name: s.name.clone(),
@@ -456,9 +434,7 @@ impl Core {
             args: task.args.clone(),
             inputs: call.inputs.clone(),
             timeout_ms,
-        };
-        self.arm_task_timer(id, timeout_ms, now);
-        assignment
+        }
     }
 
     /// A call is decided (`outcome`, before its data is withheld from the client): its

@@ -144,9 +144,39 @@ impl Core {
     /// Moves a queued task to the worker: next attempt, one credit, in-flight, and the function
     /// code if this worker has not been sent it yet.
     fn assign(&mut self, id: TaskId, worker: WorkerId, now: Instant) -> AssignTask {
+        let timeout_ms = self.start(id, worker, now);
+        let task = self.tasks.get(id.0).expect("just started");
+        let fn_hash = self
+            .packages
+            .get(task.package)
+            .expect("running task without package")
+            .fn_hash;
+        let w = self.workers.get_mut(&worker).expect("just assigned to");
+        let fn_code = w.fn_sent.insert(fn_hash).then(|| {
+            self.functions
+                .code(&fn_hash)
+                .expect("live package's function")
+                .clone()
+        });
+        let assignment = AssignTask {
+            task: id,
+            attempt: task.attempt,
+            fn_hash,
+            fn_code,
+            args: task.args.clone(),
+            timeout_ms,
+        };
+        self.arm_hedge(id, now);
+        assignment
+    }
+
+    /// Starts a queued task (or call) on the worker: the next attempt, `Running` there, one
+    /// credit spent, in its in-flight set, its time limit armed. Returns the package's time
+    /// limit.
+    pub(super) fn start(&mut self, id: TaskId, worker: WorkerId, now: Instant) -> u32 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let task = self.tasks.get_mut(id.0).expect("popped a freed task");
+        let task = self.tasks.get_mut(id.0).expect("started a freed task");
         task.attempt += 1;
         task.state = TaskState::Running {
             worker,
@@ -162,6 +192,7 @@ impl Core {
             package.counts.running += 1;
         }
         self.running_work_us = self.running_work_us.saturating_add(package.est_us);
+        let timeout_ms = package.opts.timeout_ms;
         let w = self
             .workers
             .get_mut(&worker)
@@ -169,25 +200,8 @@ impl Core {
         w.credits -= 1;
         self.free_credits -= 1;
         w.in_flight.insert(id);
-        let fn_hash = package.fn_hash;
-        let fn_code = w.fn_sent.insert(fn_hash).then(|| {
-            self.functions
-                .code(&fn_hash)
-                .expect("live package's function")
-                .clone()
-        });
         self.running += 1;
-        let timeout_ms = package.opts.timeout_ms;
-        let assignment = AssignTask {
-            task: id,
-            attempt: task.attempt,
-            fn_hash,
-            fn_code,
-            args: task.args.clone(),
-            timeout_ms,
-        };
         self.arm_task_timer(id, timeout_ms, now);
-        self.arm_hedge(id, now);
-        assignment
+        timeout_ms
     }
 }
