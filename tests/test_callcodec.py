@@ -10,7 +10,7 @@ import msgpack
 import numpy as np
 import pytest
 
-import rpc_funcs
+import tasks.rpc
 from rtpool import Array, CallError, InOut, Out, remote
 from rtpool._callcodec import (
     Ref,
@@ -247,18 +247,18 @@ def test_mutated_payloads_decode_or_raise_call_error():
 
 
 def test_corrupt_args_in_invoke_raise_call_error():
-    iface = iface_of(rpc_funcs.add)
+    iface = iface_of(tasks.rpc.add)
     with pytest.raises(CallError, match="corrupt call payload"):
-        invoke(rpc_funcs.add, iface, b"\x92\x01\xc1", [])
+        invoke(tasks.rpc.add, iface, b"\x92\x01\xc1", [])
     with pytest.raises(CallError) as info:
-        invoke(rpc_funcs.add, iface, encode_args([1]), [])
+        invoke(tasks.rpc.add, iface, encode_args([1]), [])
     assert str(info.value) == "add: the call carries 1 values, the interface has 2 inputs (a, b)"
     with pytest.raises(CallError) as info:
-        invoke(rpc_funcs.add, iface, encode_args([1, "2"]), [])
+        invoke(tasks.rpc.add, iface, encode_args([1, "2"]), [])
     assert str(info.value) == "add: argument b has type str, expected int"
-    scale = iface_of(rpc_funcs.scale)
+    scale = iface_of(tasks.rpc.scale)
     with pytest.raises(CallError) as info:
-        invoke(rpc_funcs.scale, scale, encode_args([3, np.ones(2), 2.0]), [])
+        invoke(tasks.rpc.scale, scale, encode_args([3, np.ones(2), 2.0]), [])
     assert str(info.value) == "scale: argument x has shape (2,), expected (n,) = (3,)"
 
 
@@ -266,8 +266,8 @@ def test_corrupt_args_in_invoke_raise_call_error():
 
 
 def test_invoke_scalar_return():
-    iface = iface_of(rpc_funcs.add)
-    result = invoke(rpc_funcs.add, iface, encode_args([2, 3]), [])
+    iface = iface_of(tasks.rpc.add)
+    result = invoke(tasks.rpc.add, iface, encode_args([2, 3]), [])
     assert decode_results(result) == [5]
     assert deliver(iface, result, [None]) == 5
 
@@ -307,27 +307,27 @@ def test_deliver_fills_ninf_style_out_buffers():
 
 
 def test_deliver_no_output_and_wrong_count():
-    noop = iface_of(rpc_funcs.noop)
-    assert deliver(noop, invoke(rpc_funcs.noop, noop, encode_args([]), []), []) is None
+    noop = iface_of(tasks.rpc.noop)
+    assert deliver(noop, invoke(tasks.rpc.noop, noop, encode_args([]), []), []) is None
     with pytest.raises(CallError, match="noop: the result has 1 values, the interface 0 outputs"):
         deliver(noop, encode_results([1]), [])
 
 
 def test_invoke_inout_and_array_return():
-    scale = iface_of(rpc_funcs.scale)
+    scale = iface_of(tasks.rpc.scale)
     x = np.arange(3.0)
-    result = invoke(rpc_funcs.scale, scale, encode_args([3, x, 2.0]), [])
+    result = invoke(tasks.rpc.scale, scale, encode_args([3, x, 2.0]), [])
     np.testing.assert_array_equal(deliver(scale, result, [x]), [0.0, 2.0, 4.0])
-    shape_of = iface_of(rpc_funcs.shape_of)
-    result = invoke(rpc_funcs.shape_of, shape_of, encode_args([2, 5, np.zeros((2, 5))]), [])
+    shape_of = iface_of(tasks.rpc.shape_of)
+    result = invoke(tasks.rpc.shape_of, shape_of, encode_args([2, 5, np.zeros((2, 5))]), [])
     out = deliver(shape_of, result, [None])
     assert out.dtype == np.int64 and out.tolist() == [2, 5]
 
 
 def test_invoke_with_refs_to_inputs():
-    scale = iface_of(rpc_funcs.scale)
+    scale = iface_of(tasks.rpc.scale)
     inputs = [encode_results([np.arange(4.0)])]
-    result = invoke(rpc_funcs.scale, scale, encode_args([4, Ref(0, 0), 0.5]), inputs)
+    result = invoke(tasks.rpc.scale, scale, encode_args([4, Ref(0, 0), 0.5]), inputs)
     assert decode_results(result)[0].tolist() == [0.0, 0.5, 1.0, 1.5]
 
 
@@ -356,9 +356,9 @@ def test_invoke_checks_outputs_against_their_spec():
 
 
 def test_invoke_lets_the_function_exception_through():
-    iface = iface_of(rpc_funcs.fail)
+    iface = iface_of(tasks.rpc.fail)
     with pytest.raises(ValueError, match="^boom$"):
-        invoke(rpc_funcs.fail, iface, encode_args(["boom"]), [])
+        invoke(tasks.rpc.fail, iface, encode_args(["boom"]), [])
 
 
 def test_invoke_complex_scalar_parameter():

@@ -76,20 +76,20 @@ def test_stats_and_wait_for_workers():
 
 
 def test_worker_env_sets_variables_of_one_worker():
-    import rt_tasks
+    import tasks.deadline
 
     with rtpool.LocalCluster(workers=1, worker_env=[{"RTPOOL_TEST_MARK": "first"}]) as cluster:
         client = cluster.client()
-        mark, pid = client.submit(rt_tasks.env_of, "RTPOOL_TEST_MARK").result(30)
+        mark, pid = client.submit(tasks.deadline.env_of, "RTPOOL_TEST_MARK").result(30)
         assert mark == "first"
         second = cluster.add_worker(env={"RTPOOL_TEST_MARK": "second"})
         cluster.wait_for_workers(2, timeout=30)
         cluster.stop_worker(0)
-        mark, other = client.submit(rt_tasks.env_of, "RTPOOL_TEST_MARK").result(30)
+        mark, other = client.submit(tasks.deadline.env_of, "RTPOOL_TEST_MARK").result(30)
         assert (mark, second) == ("second", 1) and other != pid
         cluster.add_worker()
         cluster.stop_worker(second)
-        assert client.submit(rt_tasks.env_of, "RTPOOL_TEST_MARK").result(30)[0] is None
+        assert client.submit(tasks.deadline.env_of, "RTPOOL_TEST_MARK").result(30)[0] is None
 
 
 def test_worker_env_longer_than_workers_is_refused():

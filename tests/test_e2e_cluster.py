@@ -64,7 +64,7 @@ def test_exception_keeps_its_type_and_remote_traceback(cluster_client):
         fut.result(10)
     cause = info.value.__cause__
     assert isinstance(cause, RemoteTraceback)
-    assert "tasks.py" in cause.tb and "in fail" in cause.tb
+    assert os.path.join("tasks", "__init__.py") in cause.tb and "in fail" in cause.tb
     assert "TaskError: boom" in cause.tb
     with pytest.raises(KeyError, match="missing"):
         cluster_client.submit(tasks.fail_builtin, "missing").result(10)

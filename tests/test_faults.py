@@ -17,8 +17,8 @@ from typing import List
 
 import pytest
 
-import fault_tasks
 import rtpool
+import tasks.faults
 from conftest import close_master, start_master
 from helpers import stop_process, wait_until, worker_env
 from rtpool import _native
@@ -43,7 +43,7 @@ def test_poison_task_fails_naming_its_attempts_and_other_work_goes_on(
 ) -> None:
     workers.start(2)
     client = client_factory()
-    poison = client.submit(fault_tasks.kill_own_worker)
+    poison = client.submit(tasks.faults.kill_own_worker)
     others = client.map(pow, range(40), [2] * 40)
     assert list(others) == [i * i for i in range(40)]
     with pytest.raises(PoisonTaskError) as info:
@@ -64,7 +64,7 @@ def test_quota_exhaustion_fails_the_users_tasks_and_refuses_new_packages(
     other = client_factory()
     try:
         # 0.1 s of CPU each, one at a time: the 0.4 s quota runs out a few tasks in.
-        futures = [limited.submit(fault_tasks.busy, 0.1) for _ in range(40)]
+        futures = [limited.submit(tasks.faults.busy, 0.1) for _ in range(40)]
         ok, refused = 0, 0
         for f in futures:
             try:
@@ -176,7 +176,7 @@ def test_partitioned_workers_late_result_is_ignored(tmp_path: Path) -> None:
         procs.append(cut_off)
         with rtpool.Client(m.address, m.client_token) as client:
             wait_until(lambda: m.stats()["workers"] == 1, timeout=30)
-            fut = client.submit(fault_tasks.mark_then_sleep, str(markers), 3.0, 42)
+            fut = client.submit(tasks.faults.mark_then_sleep, str(markers), 3.0, 42)
             first = wait_until(lambda: [p.name for p in markers.iterdir()], timeout=30)
             proxy.freeze()  # the worker runs on, unheard: its lease expires after 1 s
             wait_until(lambda: m.stats()["requeued"] >= 1, timeout=30)
@@ -211,7 +211,7 @@ def test_postgres_store_end_to_end(tmp_path: Path, pg_url: str) -> None:
         assert info["user"] == "pguser"
         procs.append(_worker(m.address, m.worker_token, tmp_path / "w.log"))
         with rtpool.Client(m.address, token) as c:
-            assert c.submit(fault_tasks.busy, 0.05).result(timeout=60) == 0.05
+            assert c.submit(tasks.faults.busy, 0.05).result(timeout=60) == 0.05
 
         def charged() -> bool:
             q = {x["user"]: x for x in _native.token_quotas(str(data), store=pg_url)}
@@ -238,7 +238,7 @@ def test_options_timeout_ends_endless_tasks_end_to_end(
     client = client_factory()
     view = client.options(timeout=0.5)
     loop = view.submit(tasks.spin_forever)
-    stubborn = view.submit(fault_tasks.ignore_sigterm_write_pid, str(tmp_path / "pid"), 60.0)
+    stubborn = view.submit(tasks.faults.ignore_sigterm_write_pid, str(tmp_path / "pid"), 60.0)
     for fut in (loop, stubborn):
         with pytest.raises(TimeoutError) as info:
             fut.result(timeout=60)

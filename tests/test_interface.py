@@ -731,18 +731,18 @@ def test_bind_refuses_a_ref_for_an_output_buffer():
 
 
 def test_served_functions_of_the_test_modules():
-    import rpc_funcs
-    import rpc_funcs_v2
+    import tasks.rpc
+    import tasks.rpc_v2
 
-    served = served_functions("rpc_funcs")
+    served = served_functions("tasks.rpc")
     assert [i.name for _, i in served] == ["add", "fail", "noop", "scale", "shape_of", "slow"]
     fn, iface = served[0]
-    assert fn is rpc_funcs.add and iface is rpc_funcs.add.__rtpool_remote__
+    assert fn is tasks.rpc.add and iface is tasks.rpc.add.__rtpool_remote__
     assert iface.signature == "add(a: int, b: int) -> int"
     shape_of = dict((i.name, i) for _, i in served)["shape_of"]
     assert shape_of.signature == "shape_of(n: int, m: int, A: In[float64[n, m]]) -> Out[int64[2]]"
-    ((fn2, iface2),) = served_functions("rpc_funcs_v2")
-    assert fn2 is rpc_funcs_v2.add and (iface2.name, iface2.version) == ("add", "2")
+    ((fn2, iface2),) = served_functions("tasks.rpc_v2")
+    assert fn2 is tasks.rpc_v2.add and (iface2.name, iface2.version) == ("add", "2")
     assert fn2(1, 2) == 1003
 
 

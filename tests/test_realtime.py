@@ -74,7 +74,7 @@ def test_master_and_worker_run_realtime_and_tasks_still_run(tmp_path):
                 start_new_session=True,
             )
         import rtpool
-        from realtime_tasks import policy
+        from tasks.realtime import policy
 
         client = rtpool.Client(m.address, m.client_token)
         try:
@@ -121,7 +121,7 @@ def test_master_and_worker_run_realtime_and_tasks_still_run(tmp_path):
 def test_a_runaway_task_is_demoted_after_the_budget_and_the_worker_recovers(
     master, workers, client_factory
 ):
-    from realtime_tasks import policy, spin_then_policy
+    from tasks.realtime import policy, spin_then_policy
 
     workers.start(1, "--realtime", "--rt-budget-ms", "50")
     client = client_factory()

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-import rt_tasks
 import rtpool
 import tasks
+import tasks.deadline
 from helpers import wait_until
 from rtpool.errors import AdmissionError, DeadlineMissedError, QuorumError
 
@@ -26,11 +26,13 @@ def executions(path) -> list:
 
 
 def test_quorum_outvotes_a_lying_worker():
-    env = [{rt_tasks.LIE_ENV: "1"}, {}, {}]
+    env = [{tasks.deadline.LIE_ENV: "1"}, {}, {}]
     with rtpool.LocalCluster(workers=3, worker_env=env) as cluster:
         cluster.wait_for_workers(3, timeout=30)
         client = cluster.client()
-        pkg = client.options(replicas=2, quorum=2).submit_many(rt_tasks.square_or_lie, range(30))
+        pkg = client.options(replicas=2, quorum=2).submit_many(
+            tasks.deadline.square_or_lie, range(30)
+        )
         assert pkg.results(60) == [x * x for x in range(30)]
         stats = cluster.stats()
     # The liar took part (else this proves nothing), and lost every vote.
@@ -39,12 +41,12 @@ def test_quorum_outvotes_a_lying_worker():
 
 
 def test_quorum_error_carries_every_copy():
-    env = [{rt_tasks.LIE_ENV: "1"}, {}]
+    env = [{tasks.deadline.LIE_ENV: "1"}, {}]
     with rtpool.LocalCluster(workers=2, worker_env=env) as cluster:
         cluster.wait_for_workers(2, timeout=30)
         client = cluster.client()
         view = client.options(replicas=2, quorum=2, max_copies=2)
-        fut = view.submit(rt_tasks.square_or_lie, 3)
+        fut = view.submit(tasks.deadline.square_or_lie, 3)
         with pytest.raises(QuorumError) as info:
             fut.result(60)
         copies = info.value.results
@@ -63,13 +65,15 @@ def test_hedging_rescues_tasks_stuck_on_a_straggling_worker():
         client = cluster.client()
         # Warm-up on the fast worker only: the function's estimate (p95 ~20 ms) must not
         # include the slow worker's times.
-        warm = client.submit_many(rt_tasks.sleep_scaled, [(i, 0.02) for i in range(20)], star=True)
+        warm = client.submit_many(
+            tasks.deadline.sleep_scaled, [(i, 0.02) for i in range(20)], star=True
+        )
         assert [x for x, _ in warm.results(60)] == list(range(20))
-        cluster.add_worker(env={rt_tasks.SLOW_ENV: "10"})
+        cluster.add_worker(env={tasks.deadline.SLOW_ENV: "10"})
         cluster.wait_for_workers(2, timeout=30)
         before = cluster.stats()["hedges"]
         pkg = client.options(hedge=True).submit_many(
-            rt_tasks.sleep_scaled, [(i, 0.02) for i in range(20)], star=True
+            tasks.deadline.sleep_scaled, [(i, 0.02) for i in range(20)], star=True
         )
         results = pkg.results(60)
         stats = cluster.stats()

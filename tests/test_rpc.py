@@ -2,7 +2,7 @@
 
 First the client against the scripted fake master (the frames it sends, interface caching,
 the retry after ``unknown_function``, transactions on the wire), then end to end against a
-LocalCluster whose workers serve ``rpc_funcs``, ``rpc_funcs_v2``, ``rpc_e2e_funcs`` and
+LocalCluster whose workers serve ``tasks.rpc``, ``tasks.rpc_v2``, ``tasks.rpc_e2e`` and
 ``rtpool.lib.linalg``.
 """
 
@@ -27,7 +27,7 @@ from rtpool.errors import CallError, NotFetchedError, TaskFailed, UnknownFunctio
 
 IFACES = {
     (iface.name, iface.version): iface
-    for module in ("rpc_funcs", "rpc_funcs_v2", "rpc_e2e_funcs")
+    for module in ("tasks.rpc", "tasks.rpc_v2", "tasks.rpc_e2e")
     for _, iface in _interface.served_functions(module)
 }
 
@@ -295,7 +295,7 @@ def test_transaction_messages(client, pool):
 
 # -- end to end: a LocalCluster whose workers serve named functions -------------------------
 
-SERVED = ["rpc_funcs", "rpc_funcs_v2", "rpc_e2e_funcs", "rtpool.lib.linalg"]
+SERVED = ["tasks.rpc", "tasks.rpc_v2", "tasks.rpc_e2e", "rtpool.lib.linalg"]
 
 
 @pytest.fixture(scope="module")
@@ -401,7 +401,7 @@ def test_transaction_diamond_runs_the_middle_in_parallel():
     # learned from the other tests' microsecond calls (each worker's speed relative to the
     # functions' means) is noisy enough to make an idle worker score worse than a busy one.
     # Fresh, both workers are alike and the two middle calls go round robin.
-    with rtpool.LocalCluster(workers=2, serve=["rpc_e2e_funcs"]) as cluster:
+    with rtpool.LocalCluster(workers=2, serve=["tasks.rpc_e2e"]) as cluster:
         cluster.wait_for_workers(timeout=30)
         client = cluster.client()
         with client.transaction() as tx:
@@ -503,7 +503,7 @@ def test_arrays_travel_without_pickle(rpc_client, monkeypatch):
 
 
 def test_a_call_survives_the_loss_of_its_worker(tmp_path):
-    with rtpool.LocalCluster(workers=2, serve=["rpc_e2e_funcs"]) as cluster:
+    with rtpool.LocalCluster(workers=2, serve=["tasks.rpc_e2e"]) as cluster:
         cluster.wait_for_workers(timeout=30)
         client = cluster.client()
         path = tmp_path / "pid"

@@ -22,7 +22,7 @@ from rtpool.worker import EXIT_CONFIG, ServeError, WorkerConnection, load_servic
 class Serving:
     """A WorkerConnection serving modules in a thread, and the master's side of it."""
 
-    def __init__(self, fake: FakeMaster, modules=("rpc_funcs",), **kwargs) -> None:
+    def __init__(self, fake: FakeMaster, modules=("tasks.rpc",), **kwargs) -> None:
         kwargs.setdefault("reconnect_timeout", None)
         services = load_services(modules)
         self.conn = WorkerConnection(fake.address, "tok", "rpc-worker", services=services, **kwargs)
@@ -74,7 +74,7 @@ def expected_serve(*modules) -> list:
 def test_serve_comes_right_after_welcome_then_pull(serving):
     msg = serving.master.recv()
     assert msg[0] == P.SERVE
-    assert msg[1] == expected_serve("rpc_funcs")
+    assert msg[1] == expected_serve("tasks.rpc")
     names = {entry[0] for entry in msg[1]}
     assert {"add", "scale", "noop", "fail", "slow", "shape_of"} <= names
     # Each interface is the one the module declares, readable by a client.
@@ -84,10 +84,10 @@ def test_serve_comes_right_after_welcome_then_pull(serving):
 
 
 def test_serve_is_sent_again_in_every_session(fake):
-    w = Serving(fake, modules=("rpc_funcs", "rpc_funcs_v2"), reconnect_timeout=10.0)
+    w = Serving(fake, modules=("tasks.rpc", "tasks.rpc_v2"), reconnect_timeout=10.0)
     first = w.master.recv()
     assert first[0] == P.SERVE
-    assert first[1] == expected_serve("rpc_funcs", "rpc_funcs_v2")
+    assert first[1] == expected_serve("tasks.rpc", "tasks.rpc_v2")
     w.master.close()  # the worker reconnects
     again = fake.accept(timeout=10)
     assert again.recv()[:2] == [P.SERVE, first[1]]
@@ -182,8 +182,8 @@ def test_load_services_names_the_bad_module():
         load_services(["no_such_module_xyz"])
     with pytest.raises(ServeError, match="module tasks serves no functions"):
         load_services(["tasks"])
-    with pytest.raises(ServeError, match="'add' version '1' is also served by module 'rpc_funcs'"):
-        load_services(["rpc_funcs", "rpc_funcs"])
+    with pytest.raises(ServeError, match="'add' version '1' is also served by module 'tasks.rpc'"):
+        load_services(["tasks.rpc", "tasks.rpc"])
 
 
 def run_worker_cli(*args: str, env: dict | None = None, timeout: float = 30) -> tuple:
@@ -203,7 +203,7 @@ def run_worker_cli(*args: str, env: dict | None = None, timeout: float = 30) -> 
 )
 def test_a_bad_module_fails_the_worker_at_start(module, message):
     # Before any connection (the address is unreachable): the module is the problem.
-    code, err = run_worker_cli("--serve", "rpc_funcs_v2", "--serve", module)
+    code, err = run_worker_cli("--serve", "tasks.rpc_v2", "--serve", module)
     assert code == EXIT_CONFIG
     assert message in err
     assert "cannot reach" not in err
@@ -222,7 +222,7 @@ def no_numpy_env(tmp_path):
 
 def test_a_worker_without_numpy_serves_scalar_functions(fake, no_numpy_env):
     cmd = [sys.executable, "-m", "rtpool", "worker", "--master", fake.address]
-    cmd += ["--serve", "rpc_funcs_v2", "--name", "no-numpy"]
+    cmd += ["--serve", "tasks.rpc_v2", "--name", "no-numpy"]
     proc = subprocess.Popen(
         cmd,
         env=no_numpy_env,
@@ -250,9 +250,9 @@ def test_a_worker_without_numpy_serves_scalar_functions(fake, no_numpy_env):
 
 
 def test_a_module_needing_numpy_fails_on_a_worker_without_it(no_numpy_env):
-    code, err = run_worker_cli("--serve", "rpc_funcs", env=no_numpy_env)
+    code, err = run_worker_cli("--serve", "tasks.rpc", env=no_numpy_env)
     assert code == EXIT_CONFIG
-    assert "--serve rpc_funcs" in err and "numpy is not installed" in err
+    assert "--serve tasks.rpc" in err and "numpy is not installed" in err
 
 
 def test_the_worker_imports_no_numpy_unless_a_module_does(fake):
@@ -260,7 +260,7 @@ def test_the_worker_imports_no_numpy_unless_a_module_does(fake):
     script = (
         "import sys\n"
         "from rtpool.worker import load_services, WorkerConnection\n"
-        "services = load_services(['rpc_funcs_v2'])\n"
+        "services = load_services(['tasks.rpc_v2'])\n"
         f"WorkerConnection({fake.address!r}, 'tok', 'n', services=services)\n"
         "print('numpy' in sys.modules)\n"
     )

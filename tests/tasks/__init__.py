@@ -1,6 +1,15 @@
 """Task functions used by the tests: module-level, so workers can import them by name.
 
-Workers started by the fixtures have this directory on their PYTHONPATH.
+Workers started by the fixtures and by ``LocalCluster`` have ``tests/`` on their PYTHONPATH
+(``helpers.worker_env``, ``conftest.py``), so ``tasks`` and its submodules import there as here.
+This package holds the general tasks; the submodules hold what one concern needs:
+
+* ``tasks.faults``: tasks that crash, burn CPU or ignore SIGTERM (fault injection);
+* ``tasks.deadline``: workers that lie or run slow (deadlines, hedging, quorum);
+* ``tasks.realtime``: scheduling facts of the process (SCHED_FIFO mode);
+* ``tasks.rpc``, ``tasks.rpc_v2``, ``tasks.rpc_e2e``: named functions for ``--serve`` (grid
+  RPC); ``rpc_v2`` serves another version of ``add``, so it cannot share a module with ``rpc``.
+  They import numpy, so this package does not import them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Named remote functions used by the tests: workers serve them with ``--serve rpc_funcs``.
+"""Named remote functions used by the tests: workers serve them with ``--serve tasks.rpc``.
 
 Module-level, as every served function is (this directory is on the workers' PYTHONPATH).
 The shape strings are in the annotations, as docs/rpc.md writes them; linters read such a
@@ -14,7 +14,7 @@ from rtpool import Array, InOut, remote
 
 @remote("add")
 def add(a: int, b: int) -> int:
-    """add returns a + b (version 1; rpc_funcs_v2 serves version 2)."""
+    """add returns a + b (version 1; tasks.rpc_v2 serves version 2)."""
     return a + b
 
 

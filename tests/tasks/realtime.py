@@ -1,4 +1,5 @@
-"""Task functions of the real-time tests (importable by workers as ``realtime_tasks``)."""
+"""Task functions of the real-time (SCHED_FIFO mode) tests, importable by workers as
+``tasks.realtime``."""
 
 from __future__ import annotations
 

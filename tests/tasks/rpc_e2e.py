@@ -1,7 +1,7 @@
 """Named functions for the end-to-end call tests (``tests/test_rpc.py``): transaction graphs
 whose nodes report when they ran, a failing node, a call that tells which process ran it.
 
-Served with ``--serve rpc_e2e_funcs`` (this directory is on the workers' PYTHONPATH).
+Served with ``--serve tasks.rpc_e2e`` (this directory is on the workers' PYTHONPATH).
 """
 
 import os

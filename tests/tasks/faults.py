@@ -1,5 +1,5 @@
-"""Tasks for the fault-injection tests, importable by worker processes (tests/ is on their
-PYTHONPATH)."""
+"""Tasks for the fault-injection tests, importable by worker processes as ``tasks.faults``
+(tests/ is on their PYTHONPATH)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Version 2 of ``add`` (``--serve rpc_funcs_v2``), to test version selection."""
+"""Version 2 of ``add`` (``--serve tasks.rpc_v2``), to test version selection."""
 
 from rtpool import remote
 
