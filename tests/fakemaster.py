@@ -62,7 +62,13 @@ class FakeMaster:
         token: The only token accepted (for either role).
         max_frame_bytes: Announced in WELCOME.
         heartbeat_ms: Announced in WELCOME.
+
+    ``lease_ms`` and ``instance`` (announced in WELCOME) are class defaults; a subclass or a
+    test may set them, e.g. change ``instance`` between connections to play a restarted master.
     """
+
+    lease_ms = 15000
+    instance = 1
 
     def __init__(
         self,
@@ -114,8 +120,15 @@ class FakeMaster:
         self.conns.put(conn)
 
     def welcome_fields(self) -> list:
-        """The fields of the WELCOME answering each HELLO (subclasses send other forms)."""
-        return [1, 1, self.max_frame_bytes, self.heartbeat_ms]
+        """The fields of the WELCOME answering each HELLO: all six, as the master sends them."""
+        return [
+            1,
+            self.hellos,
+            self.max_frame_bytes,
+            self.heartbeat_ms,
+            self.lease_ms,
+            self.instance,
+        ]
 
     def accept(self, timeout: float = 5.0) -> FakeConn:
         """The next authenticated connection."""

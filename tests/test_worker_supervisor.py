@@ -17,13 +17,15 @@ import time
 import psutil
 import pytest
 
+import rtpool
 import tasks
 from fakemaster import FakeConn, FakeMaster
 from helpers import stop_process, wait_until, worker_env
+from rtpool import _native
 from rtpool import _protocol as P
 from rtpool import _serialize as S
-from rtpool._supervise import address_space_mib
 from rtpool.worker import EXIT_CONFIG, EXIT_LOST, EXIT_OK, WorkerConnection
+from rtpool.worker._executor_process import address_space_mib
 
 
 def fn(f):
@@ -38,22 +40,16 @@ def assign(task, f, *args, timeout_ms=0, attempt=1, send_code=True, kwargs=None)
 
 
 class LeaseMaster(FakeMaster):
-    """A FakeMaster whose WELCOME carries ``lease_ms`` and ``instance`` (the issue 3 form).
+    """A FakeMaster with a short lease and its own instance number.
 
     ``instance`` and ``token`` may be changed between connections (a restarted master, a
     revoked token); ``hellos`` counts the handshakes.
     """
 
-    def __init__(self, instance: int | None = 7, lease_ms: int = 3000, **kwargs) -> None:
+    def __init__(self, instance: int = 7, lease_ms: int = 3000, **kwargs) -> None:
         self.instance = instance
         self.lease_ms = lease_ms
         super().__init__(**kwargs)
-
-    def welcome_fields(self) -> list:
-        fields = [1, self.hellos, self.max_frame_bytes, self.heartbeat_ms, self.lease_ms]
-        if self.instance is not None:
-            fields.append(self.instance)
-        return fields
 
 
 def next_msg(master: FakeConn, kinds, deadline: float) -> list:
@@ -489,20 +485,6 @@ def test_a_refused_token_on_reconnect_is_fatal(fake):
     assert fake.hellos == 2
 
 
-def test_an_old_master_without_instance_is_tolerated():
-    with LeaseMaster(instance=None) as fake:
-        w = Served(fake, reconnect_timeout=30)
-        expect(w.master, P.PULL)
-        w.master.send(P.ASSIGN, [assign(1, tasks.square, 6)[:5]])  # no timeout_ms either
-        (r,) = w.results(1).values()
-        assert pickle.loads(r[3]) == 36
-        w.master.close()
-        second = fake.accept(timeout=10)
-        assert expect(second, P.PULL)[1] >= 1
-        w.master = second
-        w.finish()
-
-
 # -- the worker process -----------------------------------------------------------------------
 
 
@@ -611,12 +593,8 @@ class RawClient:
 
 @pytest.fixture
 def real_master():
-    native = pytest.importorskip("rtpool._native")
-    try:
-        options = {"lease_ms": 900, "timeout_grace_s": 0.5}
-        master = native.Master(listen="127.0.0.1:0", options=options)
-    except TypeError:
-        pytest.skip("the native master predates leases (issue 3)")
+    options = {"lease_ms": 900, "timeout_grace_s": 0.5}
+    master = _native.Master(listen="127.0.0.1:0", options=options)
     try:
         yield master
     finally:
@@ -748,7 +726,6 @@ def test_e2e_a_worker_that_lost_its_lease_reconnects(
 
 
 def test_local_cluster_passes_the_memory_limit_to_its_workers(tmp_path):
-    rtpool = pytest.importorskip("rtpool")
     with rtpool.LocalCluster(workers=1, task_memory_mb=4096) as cluster:
         (pid,) = cluster.worker_pids
         assert psutil.Process(pid).cmdline()[-2:] == ["--task-memory-mb", "4096"]
@@ -809,9 +786,8 @@ def test_output_buffered_before_an_executor_starts_is_printed_once(fake, tmp_pat
 
 
 def test_e2e_over_tls_limits_and_reconnection_work(tmp_path):
-    native = pytest.importorskip("rtpool._native")
     options = {"lease_ms": 900}
-    master = native.Master(
+    master = _native.Master(
         listen="127.0.0.1:0", data_dir=str(tmp_path), tls_self_signed=True, options=options
     )
     proc = None

@@ -51,8 +51,8 @@ def fake():
         yield m
 
 
-def assignment(task, fn_code=CODE, args=((3,), None), fn_hash=HASH, attempt=1):
-    return [task, attempt, fn_hash, fn_code, pickle.dumps(args, 5)]
+def assignment(task, fn_code=CODE, args=((3,), None), fn_hash=HASH, attempt=1, timeout_ms=0):
+    return [task, attempt, fn_hash, fn_code, pickle.dumps(args, 5), timeout_ms]
 
 
 def test_hello_then_pull_then_result(fake):
@@ -205,6 +205,41 @@ def test_fatal_error_from_master_ends_the_worker(fake):
     assert w.join() == EXIT_LOST
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        [1, 1, HASH, CODE, pickle.dumps(((3,), None), 5)],  # no timeout_ms
+        [1, 1, HASH, CODE, pickle.dumps(((3,), None), 5), 0, "extra"],
+        7,
+    ],
+    ids=["missing-field", "extra-field", "not-a-list"],
+)
+def test_a_malformed_assign_is_a_protocol_error(fake, entry, capfd):
+    # The protocol has no optional fields: an entry of another shape ends the session with a
+    # message that names the message and the expected fields (no task runs).
+    w = Running(fake)
+    w.master.recv_kind(P.PULL)
+    w.master.send(P.ASSIGN, [entry])
+    while (msg := w.master.recv(5)) is not None:  # the worker closes the connection
+        assert msg[0] in (P.PULL, P.HEARTBEAT), msg  # no result: no task ran
+    assert w.join() == EXIT_LOST
+    err = capfd.readouterr().err
+    assert "malformed ASSIGN from the master" in err
+    assert "task, attempt, fn_hash, fn_code, args, timeout_ms" in err
+
+
+def test_a_malformed_assign_calls_is_a_protocol_error(fake, capfd):
+    w = Running(fake)
+    w.master.recv_kind(P.PULL)
+    w.master.send(P.ASSIGN_CALLS, [[1, 1, "add", "1", b"", []]])  # no timeout_ms
+    while (msg := w.master.recv(5)) is not None:  # the worker closes the connection
+        assert msg[0] in (P.PULL, P.HEARTBEAT), msg  # no result: no task ran
+    assert w.join() == EXIT_LOST
+    err = capfd.readouterr().err
+    assert "malformed ASSIGN_CALLS from the master" in err
+    assert "task, attempt, name, version, args, inputs, timeout_ms" in err
+
+
 def test_result_above_the_frame_limit_becomes_an_error():
     with FakeMaster(max_frame_bytes=4096) as fake:
         w = Running(fake)
@@ -212,14 +247,14 @@ def test_result_above_the_frame_limit_becomes_an_error():
         fn = S.serialize_function(tasks.apply)[1]
         big = S.dumps_args((bytes, 10_000), None)
         small = S.dumps_args((bytes, 1000), None)
-        w.master.send(P.ASSIGN, [[1, 1, HASH, fn, big]])
+        w.master.send(P.ASSIGN, [[1, 1, HASH, fn, big, 0]])
         (r,) = w.master.recv_kind(P.RESULT)[1]
         assert r[2] == P.STATUS_ERROR
         exc = S.error_from_report(r[3])
         assert type(exc) is ValueError
         assert "above the master's frame limit of 4096 bytes" in str(exc)
         # Results that fit alone but not together go out in several frames.
-        w.master.send(P.ASSIGN, [[i, 1, HASH, None, small] for i in range(2, 8)])
+        w.master.send(P.ASSIGN, [[i, 1, HASH, None, small, 0] for i in range(2, 8)])
         got = []
         while len(got) < 6:
             msg = w.master.recv(timeout=10)
@@ -229,7 +264,7 @@ def test_result_above_the_frame_limit_becomes_an_error():
             if msg[0] == P.RETURN:
                 # The worker hands back what exceeds its prefetch (it depends on how long the
                 # first tasks took): assign those again, as a master would.
-                w.master.send(P.ASSIGN, [[t, a, HASH, None, small] for t, a in msg[1]])
+                w.master.send(P.ASSIGN, [[t, a, HASH, None, small, 0] for t, a in msg[1]])
                 continue
             assert msg[0] == P.RESULT, msg
             assert len(P.encode(*msg)) - 4 <= 4096

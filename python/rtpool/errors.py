@@ -31,6 +31,7 @@ __all__ = [
     "RemoteTraceback",
     "ResultsLost",
     "RtpoolError",
+    "ServeError",
     "SubmitRejected",
     "TaskFailed",
     "TaskTimeoutError",
@@ -102,6 +103,11 @@ class NotFetchedError(RtpoolError):
     the master unless it was made with ``tx.call(..., fetch=True)``; its future then raises
     this from ``result()`` once the call succeeded (and the call's own error if it failed).
     """
+
+
+class ServeError(RtpoolError):
+    """A ``--serve`` module cannot be served: it does not import, it marks no function, or
+    two modules serve the same name and version. The message names the module."""
 
 
 class TaskFailed(RtpoolError):

@@ -1,8 +1,8 @@
-"""Executor processes: where a worker runs the tasks it must be able to kill.
+"""Executor processes: where a worker child runs the tasks it must be able to kill.
 
 A worker child runs tasks in its own process (the fast path) unless a task has a time limit
-(``Assignment.timeout_ms``) or the worker a memory limit (``--task-memory-mb``). Those run in an
-**executor**: a process the child forks once and reuses, which
+(``Task.timeout_ms``) or the worker a memory limit (``--task-memory-mb``). Those run in an
+**executor process**: a process the child forks once and reuses, which
 
 * leads its own process group, so one ``killpg(SIGKILL)`` ends the task whatever it does:
   ignore SIGTERM, loop in C code, fork grandchildren (unless they leave the group themselves);
@@ -10,9 +10,10 @@ A worker child runs tasks in its own process (the fast path) unless a task has a
 * runs under ``RLIMIT_AS`` when a memory limit is set, so an allocation past it raises
   ``MemoryError`` in the task instead of pushing the machine into the OOM killer.
 
-This module owns the executor's life (fork, framing over a socketpair, kill, reap). What runs
-inside it (loading functions, pickling results) and what is reported to the master stay in
-``worker.py``, which passes the task runner in.
+This module owns the executor process's life (fork, framing over a socketpair, kill, reap).
+What runs inside it (loading functions, pickling results) and what is reported to the master
+stay in ``_executor.py``, which passes the task runner in. Not to be confused with
+``_supervisor.py``: the parent of the worker children, which restarts a child that crashes.
 
 Framing, child -> executor: ``_REQUEST`` (hash length, code length, args length), then the
 hash, the code (absent when the executor has it) and the args payload. Executor -> child:
@@ -30,7 +31,9 @@ import sys
 import warnings
 from typing import Any, Callable, Iterable, Optional, Set, Tuple
 
-__all__ = ["Executor", "ExecutorDied", "describe_exit"]
+from ._common import describe_exit, set_parent_death_signal
+
+__all__ = ["ExecutorDied", "ExecutorProcess", "address_space_mib"]
 
 _REQUEST = struct.Struct("!BII")
 _RESPONSE = struct.Struct("!BQQ")
@@ -46,17 +49,6 @@ class ExecutorDied(Exception):
     """The executor process ended without answering; ``str()`` says how it ended."""
 
 
-def describe_exit(status: int) -> str:
-    """A ``waitpid`` status as words: ``killed by SIGKILL``, ``exit code 3``."""
-    code = os.waitstatus_to_exitcode(status)
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 def address_space_mib() -> int | None:
     """This process's virtual memory size in MiB (what RLIMIT_AS limits), if known."""
     try:
@@ -67,18 +59,6 @@ def address_space_mib() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def _set_parent_death_signal(sig: int) -> None:
-    # Same as worker.set_parent_death_signal; duplicated to keep this module free of worker.py.
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -119,7 +99,7 @@ def _in_executor(parent: int, close: Iterable[Any], memory_mb: int | None) -> No
         os.setpgid(0, 0)
     except OSError:
         pass  # the parent's setpgid() won the race; same result
-    _set_parent_death_signal(signal.SIGKILL)
+    set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent:  # the child died before the prctl() took effect
         os._exit(0)
     # The master connection, the child's signal pipe: not the executor's. Closing the forked
@@ -141,7 +121,7 @@ def _in_executor(parent: int, close: Iterable[Any], memory_mb: int | None) -> No
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-class Executor:
+class ExecutorProcess:
     """A forked executor process and the child's end of its socketpair.
 
     Use :meth:`start`, then :meth:`submit` one task and :meth:`read` until it returns the
@@ -159,7 +139,7 @@ class Executor:
     @classmethod
     def start(
         cls, run: TaskRunner, memory_mb: int | None = None, close: Iterable[Any] = ()
-    ) -> Executor:
+    ) -> ExecutorProcess:
         """Fork an executor that runs tasks with ``run``.
 
         Args:

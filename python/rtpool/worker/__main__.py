@@ -1,0 +1,7 @@
+"""``python -m rtpool.worker``: the same as ``rtpool worker``."""
+
+import sys
+
+from ._supervisor import main
+
+sys.exit(main())

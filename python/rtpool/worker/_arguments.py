@@ -1,0 +1,152 @@
+"""The ``rtpool worker`` command-line options: :func:`add_arguments` declares them,
+:func:`check_arguments` checks what argparse cannot (ranges, combinations) and fills the
+real-time defaults."""
+
+from __future__ import annotations
+
+import argparse
+from typing import List
+
+from ._common import DEFAULT_PREFETCH
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``rtpool worker`` options to a parser."""
+    parser.add_argument("--master", required=True, metavar="HOST:PORT", help="master address")
+    parser.add_argument(
+        "--token", default=None, help="worker token (default: $RTPOOL_WORKER_TOKEN)"
+    )
+    parser.add_argument(
+        "--procs", type=int, default=1, metavar="N", help="worker processes (default: 1)"
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        default=DEFAULT_PREFETCH,
+        metavar="MAX",
+        help=f"most tasks a process queues ahead; adaptive below that (default: "
+        f"{DEFAULT_PREFETCH})",
+    )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect with TLS (the master checked against the system trust store or --ca-file)",
+    )
+    parser.add_argument(
+        "--ca-file",
+        default=None,
+        metavar="PEM",
+        help="certificate(s) to trust, e.g. a --tls-self-signed master's cert.pem (implies --tls)",
+    )
+    parser.add_argument("--name", default=None, help="name in the master's log (hostname:pid)")
+    parser.add_argument(
+        "--task-memory-mb",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run every task in a killable executor process whose address space (RLIMIT_AS, "
+        "the interpreter's own ~100 MiB included) is limited to N MiB; a task past it gets "
+        "MemoryError (default: no limit, tasks without a time limit run in the worker process)",
+    )
+    parser.add_argument(
+        "--reconnect-timeout",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="after losing the master, keep reconnecting (backoff 0.1 s doubling to 5 s) for "
+        "S seconds, then exit; 0 = forever (default: 0)",
+    )
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="real-time mode: each worker process locks its memory (mlockall) and runs its I/O "
+        "and the tasks it runs itself under SCHED_FIFO, within --rt-budget-ms; executor "
+        "processes and whatever tasks start run normal. A step the OS refuses is logged once "
+        "and stays normal",
+    )
+    parser.add_argument(
+        "--rt-priority",
+        type=int,
+        default=None,
+        metavar="N",
+        help="SCHED_FIFO priority with --realtime, 1-99 (default: 50)",
+    )
+    parser.add_argument(
+        "--cpus",
+        type=_cpu_list,
+        default=None,
+        metavar="LIST",
+        help="with --realtime, pin the worker processes to these CPUs: 1, 0,1 or 0-3",
+    )
+    parser.add_argument(
+        "--rt-budget-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="with --realtime, CPU time a worker process may spend under SCHED_FIFO without "
+        "waiting before it drops to normal scheduling until it next waits for work, so a "
+        "runaway task cannot starve the machine; 0 = no budget (default: 100)",
+    )
+    parser.add_argument(
+        "--serve",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="serve the functions MODULE marks with @rtpool.remote as named functions (grid "
+        "RPC, see docs/rpc.md); MODULE must be importable here; repeatable",
+    )
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="exit when process PID exits (used by LocalCluster)",
+    )
+
+
+def _cpu_list(text: str) -> List[int]:
+    from .._realtime import parse_cpus
+
+    try:
+        return parse_cpus(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; write CPUs as taskset -c does") from None
+
+
+def _check_realtime(args: argparse.Namespace) -> str | None:
+    """Fill the real-time defaults; the error message for a bad combination, else None."""
+    from .._realtime import DEFAULT_BUDGET_MS, DEFAULT_PRIORITY
+
+    given = [
+        f
+        for f, v in (
+            ("--rt-priority", args.rt_priority),
+            ("--cpus", args.cpus),
+            ("--rt-budget-ms", args.rt_budget_ms),
+        )
+        if v is not None
+    ]
+    if given and not args.realtime:
+        return f"{', '.join(given)} need --realtime"
+    if args.rt_priority is None:
+        args.rt_priority = DEFAULT_PRIORITY
+    if args.rt_budget_ms is None:
+        args.rt_budget_ms = DEFAULT_BUDGET_MS
+    if not 1 <= args.rt_priority <= 99:
+        return "--rt-priority must be 1-99"
+    if args.rt_budget_ms < 0:
+        return "--rt-budget-ms must be 0 (no budget) or more"
+    return None
+
+
+def check_arguments(args: argparse.Namespace) -> str | None:
+    """Check what argparse cannot and fill the real-time defaults: the error message for a bad
+    value or combination, else None. The token is :func:`run`'s to check (it may come from
+    the environment)."""
+    if args.procs < 1:
+        return "--procs must be at least 1"
+    if args.task_memory_mb is not None and args.task_memory_mb < 1:
+        return "--task-memory-mb must be at least 1"
+    if args.reconnect_timeout < 0:
+        return "--reconnect-timeout must be 0 (forever) or more"
+    return _check_realtime(args)

@@ -1,0 +1,63 @@
+"""What every part of the worker shares: exit codes, the exception that ends a session, the
+log line, the parent-death signal, and the size estimates of ``RESULT`` frames."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+EXIT_OK = 0
+#: The child cannot start: bad address, bad token. Restarting would not help.
+EXIT_CONFIG = 2
+#: The connection to the master dropped and could not be restored within
+#: ``--reconnect-timeout`` (or reconnection is off).
+EXIT_LOST = 3
+
+#: Most tasks a worker process queues ahead by default (``--prefetch``); the prefetch adapts
+#: below that.
+DEFAULT_PREFETCH = 64
+
+# Bytes of a RESULT frame besides the data (prefix, headers, ids, times), and per result.
+RESULT_FRAME_OVERHEAD = 64
+RESULT_OVERHEAD = 64
+
+perf_ns = time.perf_counter_ns
+
+
+def log(message: str) -> None:
+    """One line on stderr, prefixed with the process id."""
+    print(f"rtpool worker[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+class Stop(Exception):
+    """The connection is unusable; carries the exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def set_parent_death_signal(sig: int) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent exits (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def describe_exit(status: int) -> str:
+    """A ``waitpid`` status as words: ``killed by SIGKILL``, ``exit code 3``."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

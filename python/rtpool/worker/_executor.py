@@ -1,0 +1,330 @@
+"""Running task code: a pickled task's function, or a call of a named function, here or in
+the executor process, and the status and data reported for it.
+
+A task with a time limit (``timeout_ms``), or any task when the worker has a memory limit
+(``--task-memory-mb``), runs in the executor process (``_executor_process.py``), which the
+child kills, with its whole process group, past the limit or on ``ABORT``. Other tasks run in
+the child itself: no process hop on the fast path, but they cannot be interrupted.
+
+:class:`Executing` is the part of ``WorkerConnection`` (``_loop.py``) that runs code. It reads
+the session's socket and wake pipe while the executor process works (``ABORT`` is seen at once)
+and the loop's pending results (flushed before a long task); each method returns ``(status,
+data, start_ns, end_ns)`` and leaves queueing the result to the loop.
+"""
+
+from __future__ import annotations
+
+import pickle
+import select
+import traceback
+from typing import Any, Dict, List, Tuple
+
+import msgpack
+
+from .. import _protocol as P
+from ._common import RESULT_FRAME_OVERHEAD, log, perf_ns
+from ._executor_process import ExecutorDied, ExecutorProcess, address_space_mib
+from ._services import CALL_INDEX, CALL_KEY, Service
+from ._task import Task
+
+_loads = pickle.loads
+_dumps = pickle.dumps
+
+
+def _seconds(ms: int) -> str:
+    """``2000`` -> ``"2.0"``, ``300`` -> ``"0.3"``, ``1250`` -> ``"1.25"``."""
+    text = f"{ms / 1000:.3f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+class _LoadFailure:
+    """A function whose code could not be loaded: every task of it gets this report."""
+
+    __slots__ = ("report",)
+
+    def __init__(self, report: bytes) -> None:
+        self.report = report
+
+
+def _load_error_report(exc: BaseException, what: str, where: str) -> bytes:
+    from .._serialize import dumps_error
+
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        hint = f"install module {exc.name!r} on the worker or put it on the worker's PYTHONPATH"
+        new: BaseException = ModuleNotFoundError(
+            f"cannot load {what} on worker {where}: {exc}; {hint}", name=exc.name
+        )
+    else:
+        message = f"cannot load {what} on worker {where}: {type(exc).__name__}: {exc}"
+        try:
+            new = type(exc)(message) if type(exc).__module__ == "builtins" else None
+        except Exception:
+            new = None
+        if new is None:
+            new = RuntimeError(message)
+    return dumps_error(new, tb)
+
+
+class Executing:
+    """Runs tasks and calls for a worker child (see the module docstring)."""
+
+    name: str
+    task_memory_mb: int | None
+    frame_budget: int
+    pending: List[list]
+    services: List[Service]
+
+    def _init_executing(self, services: List[Service]) -> None:
+        #: Function code by hash, as ASSIGN sent it (per connection).
+        self.codes: Dict[bytes, bytes] = {}
+        #: Loaded functions by hash (per connection).
+        self.functions: Dict[bytes, Any] = {}
+        self._executor: ExecutorProcess | None = None
+        self._memory_warned = False
+        # (task, attempt) running in the executor process, and whether ABORT named it.
+        self._running: Tuple[int, int] | None = None
+        self._abort_running = False
+        self.services = list(services)
+        self._services_by_key = {(s.name, s.version): s for s in self.services}
+        if self.services:
+            from .. import _callcodec  # only with --serve: it may need numpy
+
+            self._invoke = _callcodec.invoke
+            self._encode_error = _callcodec.encode_error
+
+    def _function(self, fn_hash: bytes) -> Any:
+        fn = self.functions.get(fn_hash)
+        if fn is not None:
+            return fn
+        # The code stays cached: a fresh executor process needs it again.
+        code = self.codes.get(fn_hash)
+        try:
+            if code is None:
+                raise LookupError(
+                    f"the master sent no code for function {fn_hash.hex()[:16]}; "
+                    "this is a bug in the master"
+                )
+            fn = _loads(code)
+        except BaseException as exc:
+            fn = _LoadFailure(_load_error_report(exc, "the task's function", self.name))
+        self.functions[fn_hash] = fn
+        return fn
+
+    # -- the executor process (tasks with limits) -------------------------------------------
+
+    def _run_in_executor(self, t: Task) -> Tuple[int, bytes, int, int]:
+        """Run a task in the executor process until it answers, its time limit passes, or
+        ``ABORT``.
+
+        Returns ``(status, data, start_ns, end_ns)`` like :meth:`_execute`; the executor is
+        killed (with its process group) on a timeout or an abort, and when the connection
+        drops meanwhile (``Stop`` goes on up: the master requeued the task).
+        """
+        fn_hash, payload, timeout_ms, attempt = t.function, t.args, t.timeout_ms, t.attempt
+        code = None
+        if t.is_call:  # its service's key, its arguments and inputs in one blob
+            service = self._services_by_key.get(fn_hash)
+            if service is None:
+                now = perf_ns()
+                return P.STATUS_FAILED, self._not_served(fn_hash), now, now
+            fn_hash = CALL_KEY + CALL_INDEX.pack(service.index)
+            payload = msgpack.packb([payload, t.inputs], use_bin_type=True)
+        else:
+            code = self.codes.get(fn_hash)
+        if self.pending:
+            self._flush(pull=False)  # a long task must not hold earlier results back
+        ex = self._executor
+        if ex is None or not ex.is_alive():
+            ex = self._executor = self._start_executor()
+        t_start = perf_ns()
+        deadline = t_start + timeout_ms * 1_000_000 if timeout_ms else None
+        self._running = (t.task_id, attempt)
+        self._abort_running = False
+        try:
+            ex.submit(fn_hash, code, payload)
+            answer = self._await_executor(ex, deadline)
+        except ExecutorDied as died:
+            self._executor = None
+            return P.STATUS_FAILED, self._died_message(str(died), attempt), t_start, perf_ns()
+        except BaseException:
+            self._kill_executor()
+            raise
+        finally:
+            self._running = None
+        if answer is not None:
+            status, data, exec_ns = answer
+            t_end = perf_ns()
+            return status, data, max(t_start, t_end - exec_ns), t_end
+        self._kill_executor()
+        t_end = perf_ns()
+        if self._abort_running:
+            text = f"aborted by the master while running; killed (attempt {attempt})"
+            return P.STATUS_CANCELLED, text.encode(), t_start, t_end
+        text = (
+            f"task exceeded its time limit of {_seconds(timeout_ms)} s and was killed "
+            f"(attempt {attempt})"
+        )
+        return P.STATUS_TIMEOUT, text.encode(), t_start, t_end
+
+    def _await_executor(
+        self, ex: ExecutorProcess, deadline: int | None
+    ) -> Tuple[int, bytes, int] | None:
+        """The executor's answer, or None at the deadline or on ``ABORT`` of the task.
+
+        Meanwhile it reads the master's messages (assignments queue up, ``ABORT`` is seen at
+        once) and signals (SIGTERM lets the task finish, as for a task run here).
+        """
+        fds = [ex, self.sock, self._wake_r]
+        while not self._abort_running:
+            if self._tls and self.sock.pending():  # decrypted bytes select() cannot see
+                self._recv_nowait()
+                continue
+            timeout = None
+            if deadline is not None:
+                timeout = (deadline - perf_ns()) / 1e9
+                if timeout <= 0:
+                    return None
+            readable, _, _ = select.select(fds, [], [], timeout)
+            if ex in readable:
+                answer = ex.read()
+                if answer is not None:
+                    return answer
+            if self.sock in readable:
+                self._recv_nowait()
+            if self._wake_r in readable:
+                self._drain_wakeups()
+        return None
+
+    def _start_executor(self) -> ExecutorProcess:
+        limit = self.task_memory_mb
+        if limit and not self._memory_warned:
+            self._memory_warned = True
+            base = address_space_mib()
+            if base is not None and base >= limit:
+                log(
+                    f"--task-memory-mb {limit} is below the address space the executor starts "
+                    f"with ({base} MiB, the worker's own): tasks will get MemoryError as soon as "
+                    f"they need more memory; use a limit well above {base}"
+                )
+        return ExecutorProcess.start(
+            self._executor_task, limit, close=(self.sock, self._wake_r, self._wake_w)
+        )
+
+    def _executor_task(self, fn_hash: bytes, code: bytes | None, payload: bytes) -> tuple:
+        """Runs in the executor process (a fork of this object): one task -> (status, data,
+        exec_ns)."""
+        if fn_hash.startswith(CALL_KEY):
+            service = self.services[CALL_INDEX.unpack_from(fn_hash, len(CALL_KEY))[0]]
+            args, inputs = msgpack.unpackb(payload, raw=False)
+            key = (service.name, service.version)
+            status, data, t_start, t_end = self._execute_call(key, args, inputs)
+            return status, data, t_end - t_start
+        if code is not None:
+            self.codes[fn_hash] = code
+        status, data, t_start, t_end = self._execute(self._function(fn_hash), payload)
+        return status, data, t_end - t_start
+
+    def _kill_executor(self) -> None:
+        ex, self._executor = self._executor, None
+        if ex is not None:
+            ex.kill()
+
+    @staticmethod
+    def _died_message(how: str, attempt: int) -> bytes:
+        text = f"the task's process died ({how}) while running the task (attempt {attempt})"
+        if "SIGKILL" in how:
+            text += "; the kernel's out-of-memory killer may have ended it"
+        return text.encode()
+
+    # -- executing and reporting ------------------------------------------------------------
+
+    def _execute(self, fn: Any, payload: bytes) -> Tuple[int, bytes, int, int]:
+        """Run one task: ``(status, data, start_ns, end_ns)`` of the call itself."""
+        if type(fn) is _LoadFailure:
+            now = perf_ns()
+            return P.STATUS_ERROR, fn.report, now, now
+        try:
+            args, kwargs = _loads(payload)
+        except BaseException as exc:
+            now = perf_ns()
+            return (
+                P.STATUS_ERROR,
+                _load_error_report(exc, "the task's arguments", self.name),
+                now,
+                now,
+            )
+        t_start = perf_ns()
+        try:
+            value = fn(*args, **kwargs) if kwargs else fn(*args)
+        except BaseException as exc:
+            t_end = perf_ns()
+            return P.STATUS_ERROR, self._error(exc), t_start, t_end
+        t_end = perf_ns()
+        try:
+            return P.STATUS_OK, _dumps(value, 5), t_start, t_end
+        except Exception:
+            data = self._result_fallback(value)
+            if type(data) is bytes:
+                return P.STATUS_OK, data, t_start, t_end
+            return P.STATUS_ERROR, self._error(data), t_start, t_end
+
+    def _execute_call(
+        self, key: Tuple[str, str], args: bytes, inputs: List[bytes]
+    ) -> Tuple[int, bytes, int, int]:
+        """Run one call of a named function: ``(status, data, start_ns, end_ns)``."""
+        service = self._services_by_key.get(key)
+        if service is None:  # the master assigns only what SERVE announced
+            now = perf_ns()
+            return P.STATUS_FAILED, self._not_served(key), now, now
+        t_start = perf_ns()
+        try:
+            data = self._invoke(service.fn, service.interface, args, inputs)
+        except BaseException as exc:
+            t_end = perf_ns()
+            return P.STATUS_ERROR, self._call_error(exc), t_start, t_end
+        return P.STATUS_OK, data, t_start, perf_ns()
+
+    def _not_served(self, key: Tuple[str, str]) -> bytes:
+        served = ", ".join(f"{s.name!r} version {s.version!r}" for s in self.services)
+        return (
+            f"worker {self.name} does not serve {key[0]!r} version {key[1]!r} "
+            f"(it serves {served or 'nothing'})"
+        ).encode()
+
+    def _call_error(self, exc: BaseException) -> bytes:
+        """The msgpack error map of a call that raised (never pickle: see docs/rpc.md)."""
+        try:
+            return self._encode_error(exc)
+        except Exception:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            return msgpack.packb(
+                {"type": type(exc).__name__, "message": repr(exc), "traceback": tb},
+                use_bin_type=True,
+            )
+
+    def _too_large(self, size: int) -> Exception:
+        limit = self.frame_budget + RESULT_FRAME_OVERHEAD
+        try:
+            raise ValueError(
+                f"the task's result pickles to {size} bytes, above the master's frame limit of "
+                f"{limit} bytes; return less data (or write it elsewhere and return a "
+                "reference), or start the master with a larger --max-frame-mb"
+            )
+        except ValueError as exc:
+            return exc
+
+    @staticmethod
+    def _error(exc: BaseException) -> bytes:
+        from .._serialize import dumps_error
+
+        return dumps_error(exc)
+
+    @staticmethod
+    def _result_fallback(value: Any) -> Any:
+        from .._serialize import dumps_result
+
+        try:
+            return dumps_result(value)
+        except Exception as exc:
+            return exc

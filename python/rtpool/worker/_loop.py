@@ -1,0 +1,435 @@
+"""The run loop of a worker child: pull tasks, run them, send their results.
+
+Each child holds one connection with ``slots=1`` and runs a single-threaded loop
+(:meth:`WorkerConnection.serve`):
+
+* **Credit-based pull.** The child keeps ``1 + prefetch`` tasks assigned to it (running, queued
+  locally or promised by outstanding credits). ``prefetch`` adapts to about 2 ms of work by an
+  EMA of the observed time per task: no-op tasks get a deep pipeline (throughput), 10 ms tasks
+  keep one queued (load balance at the end of a package).
+* **Batched results.** Results go out in one ``RESULT`` frame, with the ``PULL`` that tops the
+  credits up, in one write: when the local queue runs empty, 64 results are pending, or the
+  oldest pending result would wait more than 1 ms (also counting the next task's expected time,
+  so a long task never holds back the result before it).
+* **Graceful shutdown.** SIGTERM only sets a flag; after the running task the child sends
+  ``DRAIN``, its pending results and ``RETURN`` of every unstarted task, then closes. A second
+  signal exits at once. Whatever is still in flight is requeued by the master on disconnect.
+* **Reconnection.** When the connection drops, the child reconnects with backoff (until
+  ``--reconnect-timeout``); the new session holds nothing, so unstarted tasks of the old one are
+  dropped (the master requeued them), and unsent results are sent again only to the same
+  master instance (which counts them as stale).
+
+The connection itself is ``_session.py``'s, running the code ``_executor.py``'s. A result is
+queued as its wire entry, ``[task, attempt, status, data, exec_us, wait_us, end_ns]``, whose
+last field becomes ``flush_us`` when the frame is built.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import deque
+from typing import Any, List, Sequence
+
+from .. import _protocol as P
+from ..errors import ProtocolError
+from ._common import (
+    DEFAULT_PREFETCH,
+    EXIT_CONFIG,
+    EXIT_LOST,
+    EXIT_OK,
+    RESULT_OVERHEAD,
+    Stop,
+    log,
+    perf_ns,
+)
+from ._executor import Executing
+from ._services import Service, serve_frame
+from ._session import RECV_BYTES, Session
+from ._task import Task, queue_assignments, queue_calls
+
+#: Prefetch aims at this much queued work per child.
+PREFETCH_TARGET_NS = 2_000_000
+#: Results wait at most this long for company before they are sent.
+FLUSH_AFTER_NS = 1_000_000
+FLUSH_AFTER_RESULTS = 64
+_EMA_ALPHA = 0.2
+# In-session ERROR codes after which reconnecting would not help.
+_CONFIG_ERRORS = frozenset({P.ERR_AUTH, P.ERR_VERSION})
+# A result entry's fields that the loop reads: its data, and its end time (then flush_us).
+_DATA = 3
+_END = 6
+
+
+def adaptive_prefetch(task_ns: float, max_prefetch: int) -> int:
+    """Tasks to queue ahead: about 2 ms of tasks of ``task_ns`` each, from 1 to ``max_prefetch``."""
+    return min(max_prefetch, max(1, int(PREFETCH_TARGET_NS / (task_ns + 1))))
+
+
+class WorkerConnection(Session, Executing):
+    """One worker connection (``slots=1``): the pull loop of a child process.
+
+    Args:
+        address: The master's ``host:port``.
+        token: The worker token.
+        name: Informational name sent in ``HELLO``.
+        max_prefetch: Upper bound of the adaptive prefetch.
+        connect_timeout: Seconds to wait for the connection and the handshake.
+        tls: Connect with TLS (``True`` or an ``ssl.SSLContext``).
+        ca_file: PEM certificate(s) to trust (implies TLS).
+        task_memory_mb: Address-space limit (``RLIMIT_AS``, MiB) of the executor process;
+            when set, every task runs in the executor. None: no limit.
+        reconnect_timeout: Seconds to keep trying to reconnect after the connection drops
+            (0: forever; None: do not reconnect, exit with ``EXIT_LOST``).
+        services: The named functions to serve (:func:`load_services`); announced with
+            ``SERVE`` at the start of every session.
+
+    Raises:
+        RtpoolError: The first connection fails (``ConnectError``, ``AuthenticationError``,
+            ``ProtocolError``).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        name: str,
+        max_prefetch: int = DEFAULT_PREFETCH,
+        connect_timeout: float = 10.0,
+        tls: Any = False,
+        ca_file: str | None = None,
+        *,
+        task_memory_mb: int | None = None,
+        reconnect_timeout: float | None = 0.0,
+        services: Sequence[Service] = (),
+    ) -> None:
+        Session.__init__(
+            self, address, token, name, connect_timeout, tls, ca_file, reconnect_timeout
+        )
+        self._init_executing(list(services))
+        self.max_prefetch = max(1, max_prefetch)
+        self.task_memory_mb = task_memory_mb or None
+        self.pending_bytes = 0
+        # Credits granted with PULL and not yet used by ASSIGN.
+        self.outstanding = 0
+        self.ema_ns: float | None = None
+        self.prefetch = 1
+        self.queue: deque[Task] = deque()
+        self.pending: List[list] = []
+        # Results whose write failed when the connection dropped, for the next session.
+        self.unsent: List[list] = []
+        self._serve = serve_frame(self.services) if self.services else b""
+        #: Messages of the master's ``ERROR serve_conflict`` answers (functions refused).
+        self.refused: List[str] = []
+        self._start_session(*self._connect(connect_timeout))
+
+    def _start_session(self, *parts: Any) -> bool:
+        restarted = Session._start_session(self, *parts)
+        if restarted:
+            # A restarted master requeued every task of ours: their results are not wanted.
+            dropped = len(self.unsent) + len(self.pending)
+            if dropped:
+                log(f"the master restarted; dropping {dropped} results it no longer expects")
+            self.unsent = []
+            self.pending = []
+            self.pending_bytes = 0
+        return restarted
+
+    def _end_session(self) -> None:
+        """Close the connection and forget what the master took back with it."""
+        Session._end_session(self)
+        # The master requeued the unstarted tasks; the code cache is per connection.
+        self.queue.clear()
+        self.outstanding = 0
+        self.codes.clear()
+        self.functions.clear()
+
+    def _on_second_signal(self) -> None:
+        ex = self._executor
+        if ex is not None:  # its parent-death signal would spare the task's grandchildren
+            ex.kill_group()
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def _on_messages(self, msgs: List[list], now: int) -> None:
+        put = self.queue.append
+        try:
+            for msg in msgs:
+                kind = msg[0]
+                if kind == P.ASSIGN:
+                    tasks = msg[1]
+                    self.outstanding = max(0, self.outstanding - len(tasks))
+                    queue_assignments(tasks, self.codes, now, put)
+                elif kind == P.ASSIGN_CALLS:
+                    calls = msg[1]
+                    self.outstanding = max(0, self.outstanding - len(calls))
+                    queue_calls(calls, now, put)
+                elif kind == P.ABORT:
+                    self._on_abort(msg[1], now)
+                elif kind == P.ERROR:
+                    self._on_error(msg[1], msg[2])
+                else:
+                    raise Stop(EXIT_LOST, f"unexpected message kind {kind} from the master")
+        except ProtocolError as exc:
+            raise Stop(EXIT_LOST, str(exc)) from None
+
+    def _on_error(self, code: str, message: str) -> None:
+        if code == P.ERR_SERVE_CONFLICT:
+            # Not fatal: the master serves the worker's other functions.
+            self.refused.append(message)
+            log(f"warning: the master refused to serve a function: {message}")
+        elif code in P.NON_FATAL_ERRORS:
+            log(f"master reported {code}: {message}")
+        elif code in _CONFIG_ERRORS:
+            raise Stop(EXIT_CONFIG, f"the master reported {code}: {message}")
+        else:
+            raise Stop(EXIT_LOST, f"the master reported {code}: {message}")
+
+    def _on_abort(self, entries: List[list], now: int) -> None:
+        """Drop the named unstarted tasks, flag the running one for a kill; answer status 2.
+
+        ``entries`` are ``[task, attempt]``. A task that runs here (not in the executor
+        process) is never named: this is only read between such tasks, when its result is
+        already pending or sent, and the master discards it.
+        """
+        wanted = {(e[0], e[1]) for e in entries}
+        if self._running is not None and self._running in wanted:
+            self._abort_running = True  # _await_executor kills it and reports it
+        queue = self.queue
+        aborted = [t for t in queue if (t.task_id, t.attempt) in wanted]
+        if not aborted:
+            return
+        kept = [t for t in queue if (t.task_id, t.attempt) not in wanted]
+        queue.clear()
+        queue.extend(kept)
+        message = b"aborted by the master before it started"
+        for t in aborted:
+            wait_us = (now - t.received_ns) // 1000
+            self._add_result(
+                [t.task_id, t.attempt, P.STATUS_CANCELLED, message, 0, wait_us, perf_ns()]
+            )
+
+    def _add_result(self, result: list) -> None:
+        """Queue a result that is not the end of a task run here (it asks for no credit)."""
+        size = len(result[_DATA]) + RESULT_OVERHEAD
+        if self.pending_bytes + size > self.frame_budget:
+            self._flush(pull=False)
+        self.pending_bytes += size
+        self.pending.append(result)
+
+    # -- running tasks ----------------------------------------------------------------------
+
+    def _run(self, t: Task) -> None:
+        # wait_us runs from receipt to the call (unpickling the arguments included), exec_us
+        # is the call (for a named function, decoding its arguments and encoding its results
+        # included), and flush_us from its end to the write (pickling the result included).
+        if t.timeout_ms or self.task_memory_mb:
+            status, data, t_start, t_end = self._run_in_executor(t)
+            t_begin = t_start
+        else:
+            if t.attempt > 1 and self.pending:
+                # A retried task may be the one that killed its last worker: send the results
+                # before it first, so that if it kills this one too, the master sees it as the
+                # oldest task this worker held (the one it blames), not an innocent neighbour
+                # whose result was still waiting to be batched.
+                self._flush(pull=False)
+            if t.inputs is not None:
+                t_begin = perf_ns()
+                status, data, t_start, t_end = self._execute_call(t.function, t.args, t.inputs)
+            else:
+                fn = self._function(t.function)
+                t_begin = perf_ns()  # after the one-time code load, no guide to the next
+                status, data, t_start, t_end = self._execute(fn, t.args)
+        size = len(data) + RESULT_OVERHEAD
+        if size > self.frame_budget:
+            status = P.STATUS_ERROR
+            exc = self._too_large(len(data))
+            data = self._call_error(exc) if t.inputs is not None else self._error(exc)
+            size = len(data) + RESULT_OVERHEAD
+        if self.pending_bytes + size > self.frame_budget:
+            self._flush()
+        self.pending_bytes += size
+        self.pending.append(
+            [
+                t.task_id,
+                t.attempt,
+                status,
+                data,
+                (t_end - t_start) // 1000,
+                (t_start - t.received_ns) // 1000,
+                t_end,
+            ]
+        )
+        sample = perf_ns() - t_begin
+        ema = self.ema_ns
+        if ema is None or sample > 2 * ema:
+            # Fast attack: one task much slower than the average is enough to stop hoarding
+            # (a package of 10 ms tasks after a run of no-ops); the average decays slowly.
+            ema = sample
+        else:
+            ema += _EMA_ALPHA * (sample - ema)
+        self.ema_ns = ema
+        self.prefetch = adaptive_prefetch(ema, self.max_prefetch)
+        surplus = len(self.queue) - self.prefetch
+        if surplus > 0:
+            self._give_back(surplus)
+
+    def _give_back(self, count: int) -> None:
+        """RETURN the last ``count`` unstarted tasks, so idle workers can take them.
+
+        The prefetch was sized for shorter tasks: what this worker holds beyond its new prefetch
+        would otherwise wait here while other workers run dry (the end of a package, or a slow
+        machine among fast ones). ``RETURN`` also withdraws the credits still outstanding at the
+        master, so the tasks do not come straight back; the next flush asks for what the new
+        prefetch wants.
+        """
+        queue = self.queue
+        given = [queue.pop() for _ in range(count)]
+        given.reverse()
+        self._send(P.encode(P.RETURN, [[t.task_id, t.attempt] for t in given]))
+        self.outstanding = 0
+
+    # -- sending results --------------------------------------------------------------------
+
+    def _results_frame(self) -> bytes:
+        """The pending results as one RESULT frame (or nothing), their flush_us filled in."""
+        pending = self.pending
+        if not pending:
+            return b""
+        now = perf_ns()
+        for r in pending:
+            r[_END] = (now - r[_END]) // 1000  # end of execution -> flush_us
+        frame = P.encode(P.RESULT, pending)
+        self.pending = []  # a new list: _flush keeps the old one if the write fails
+        self.pending_bytes = 0
+        return frame
+
+    def _flush(self, pull: bool = True) -> None:
+        """Send the pending results and (``pull``) top the credits up, in one write."""
+        pending = self.pending
+        out = self._results_frame()
+        if pull:
+            credits = 1 + self.prefetch - len(self.queue) - self.outstanding
+            if credits > 0:
+                out += P.encode(P.PULL, credits)
+                self.outstanding += credits
+        if out:
+            try:
+                self._send(out)
+            except Stop:
+                self.unsent += pending  # (empty if there were no results)
+                raise
+
+    def _send_unsent(self) -> None:
+        """Send the results a dropped connection kept back, in frames within the limit."""
+        unsent, self.unsent = self.unsent, []
+        frames = []
+        batch: List[list] = []
+        size = 0
+        for r in unsent:
+            n = len(r[_DATA]) + RESULT_OVERHEAD
+            if n > self.frame_budget:
+                continue  # the new session's limit is lower; stale anyway
+            if batch and size + n > self.frame_budget:
+                frames.append(P.encode(P.RESULT, batch))
+                batch, size = [], 0
+            batch.append(r)
+            size += n
+        if batch:
+            frames.append(P.encode(P.RESULT, batch))
+        if frames:
+            try:
+                self._send(b"".join(frames))
+            except Stop:
+                self.unsent = unsent
+                raise
+
+    def _should_flush(self) -> bool:
+        pending = self.pending
+        if not pending:
+            return False
+        if len(pending) >= FLUSH_AFTER_RESULTS:
+            return True
+        # Flush now if the oldest result would otherwise wait past the deadline during the
+        # next task.
+        return perf_ns() - pending[0][_END] + (self.ema_ns or 0) >= FLUSH_AFTER_NS
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def serve(self) -> int:
+        """Pull and run tasks until a signal, a fatal error, or a connection loss that
+        reconnection could not repair; return the exit code."""
+        hb = threading.Thread(target=self._heartbeat_loop, name="rtpool-heartbeat", daemon=True)
+        hb.start()
+        try:
+            while True:
+                try:
+                    return self._serve_session()
+                except Stop as stop:
+                    self._end_session()
+                    if self.stopping:
+                        log(f"{stop}; exiting")
+                        return EXIT_OK
+                    if stop.code != EXIT_LOST or self.reconnect_timeout is None:
+                        log(f"{stop}; exiting (master {self.address})")
+                        return stop.code
+                    log(f"{stop}; reconnecting (master {self.address})")
+                code = self._reconnect()
+                if code is not None:
+                    return code
+        finally:
+            self._hb_stop.set()
+            self._kill_executor()
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def _serve_session(self) -> int:
+        if self._serve:
+            self._send(self._serve)  # before the first PULL, in every session
+        if self._early:
+            early, self._early = self._early, []
+            self._on_messages(early, perf_ns())
+        if self.unsent:
+            self._send_unsent()
+        self._flush()
+        queue = self.queue
+        while not self.stopping:
+            if queue:
+                self._recv_nowait()
+                if not queue:  # an ABORT took it
+                    continue
+            else:
+                if self.pending:
+                    self._flush()
+                self._wait()  # it also reads what woke it: no second recv
+                if not queue or self.stopping:
+                    continue
+            self._run(queue.popleft())
+            if not queue or self._should_flush():
+                self._flush()
+        return self._drain()
+
+    def _drain(self) -> int:
+        """Graceful shutdown: DRAIN, pending results, RETURN of unstarted tasks, close."""
+        self._hb_stop.set()
+        try:
+            self._recv_nowait()
+        except Stop:
+            return EXIT_OK
+        out = P.encode(P.DRAIN) + self._results_frame()
+        if self.queue:
+            out += P.encode(P.RETURN, [[t.task_id, t.attempt] for t in self.queue])
+            self.queue.clear()
+        try:
+            self._send(out)
+            # Half-close and wait for the master to close: closing with unread data would
+            # reset the connection, and the master could miss the frames above.
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.settimeout(2.0)
+            while self.sock.recv(RECV_BYTES):
+                pass
+        except (Stop, OSError):
+            pass
+        return EXIT_OK

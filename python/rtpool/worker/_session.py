@@ -1,0 +1,291 @@
+"""The worker's connection to the master: handshake, reading and writing, heartbeats, signals,
+reconnection.
+
+:class:`Session` is the connection half of ``WorkerConnection`` (``_loop.py``): it owns the
+socket, the frame reader, the send lock, the heartbeat thread, the self-pipe that wakes the
+loop on a signal, and reconnection with backoff. What the messages mean is the loop's:
+:meth:`Session._recv_nowait` hands them to ``_on_messages``, which the loop defines.
+
+A background thread sends ``HEARTBEAT`` when nothing was sent for ``heartbeat_ms``, also while
+a task runs, so the master's lease never expires for a busy worker.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import ssl
+import struct
+import sys
+import threading
+import time
+from typing import Any, List, Tuple
+
+from .. import _connect
+from .. import _protocol as P
+from ..errors import AuthenticationError, ProtocolError, RtpoolError
+from ._common import EXIT_CONFIG, EXIT_LOST, EXIT_OK, RESULT_FRAME_OVERHEAD, Stop, log, perf_ns
+
+_MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+RECV_BYTES = 1 << 18
+_HEARTBEAT = P.encode(P.HEARTBEAT)
+_SO_TIMESTAMPNS = 35  # Linux (asm-generic); not in the socket module
+_TIMESPEC = struct.Struct("qq")
+_CMSG_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
+# Reconnecting to the master: exponential backoff with jitter, each attempt bounded.
+_RECONNECT_FIRST_S = 0.1
+_RECONNECT_MAX_S = 5.0
+_RECONNECT_ATTEMPT_TIMEOUT_S = 5.0
+
+
+def _enable_kernel_timestamps(sock: socket.socket) -> bool:
+    # An assignment that arrives while a task runs waits in the socket until the task ends;
+    # the kernel's receive timestamp (SO_TIMESTAMPNS) lets wait_us count that time too.
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _received_ns(ancillary: Any) -> int:
+    """perf_counter_ns() of when the kernel received the data just read (else: now)."""
+    now = perf_ns()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            age = time.time_ns() - (sec * 1_000_000_000 + nsec)
+            if 0 < age < 60_000_000_000:  # the wall clock may have been stepped
+                return now - age
+    return now
+
+
+class Session:
+    """The connection half of a worker child (see the module docstring).
+
+    It does not connect by itself: the owner calls ``self._start_session(*self._connect(t))``
+    once its own state is in place. Subclasses define ``_on_messages(msgs, received_ns)``.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        name: str,
+        connect_timeout: float,
+        tls: Any,
+        ca_file: str | None,
+        reconnect_timeout: float | None,
+    ) -> None:
+        self.address = address
+        self.name = name
+        self._token = token
+        self.connect_timeout = connect_timeout
+        self.reconnect_timeout = reconnect_timeout
+        self._tls_context = _connect.tls_context(tls, ca_file)  # also for reconnections
+        self.stopping = False
+        self._signals = 0
+        self._send_lock = threading.Lock()
+        self._hb_stop = threading.Event()
+        #: The master's ``WELCOME.instance`` (None: not connected yet).
+        self.instance: int | None = None
+        #: Sessions opened so far (1 + successful reconnections).
+        self.sessions = 0
+        #: Real-time mode of this process (``run_child`` sets it), or None.
+        self.realtime: Any = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    def _connect(
+        self, timeout: float
+    ) -> Tuple[socket.socket, _connect.Welcome, P.FrameReader, List[list]]:
+        """Open a connection and complete the handshake (one slot).
+
+        Raises:
+            ConnectError, AuthenticationError, ProtocolError: As ``_connect.connect()``.
+        """
+        return _connect.connect(
+            self.address,
+            role="worker",
+            token=self._token,
+            name=self.name,
+            slots=1,
+            timeout=timeout,
+            tls=self._tls_context or False,
+        )
+
+    def _start_session(
+        self,
+        sock: socket.socket,
+        welcome: _connect.Welcome,
+        reader: P.FrameReader,
+        early: List[list],
+    ) -> bool:
+        """Use a new connection; return whether its master is another instance (restarted)."""
+        with self._send_lock:
+            self.sock = sock
+            self._last_send = time.monotonic()
+        self.reader = reader
+        self._early = early
+        self.session = welcome.session
+        heartbeat_ms = max(welcome.heartbeat_ms, 1)
+        if welcome.lease_ms:
+            # At least three heartbeats per lease, whatever heartbeat_ms says.
+            heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
+        self.heartbeat_s = heartbeat_ms / 1000
+        # An SSLSocket has no recvmsg and takes no recv flags; it may hold decrypted bytes
+        # that select() does not see.
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._kernel_ts = not self._tls and _enable_kernel_timestamps(sock)
+        # A RESULT frame must fit the master's frame limit: results are batched up to this
+        # many bytes, and a single larger result is replaced by an error.
+        self.frame_budget = welcome.max_frame_bytes - RESULT_FRAME_OVERHEAD
+        restarted = self.instance is not None and welcome.instance != self.instance
+        self.instance = welcome.instance
+        self.sessions += 1
+        return restarted
+
+    def _end_session(self) -> None:
+        """Close the connection."""
+        with self._send_lock:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.sock.close()
+        self._early = []
+
+    # -- signals ----------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM: graceful shutdown, a second one exits at once. SIGINT is the parent's."""
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            self._on_second_signal()
+            os._exit(1)
+        self.stopping = True
+
+    def _on_second_signal(self) -> None:
+        """Last words before a second signal exits at once (the owner may kill what it runs)."""
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    # -- I/O --------------------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        try:
+            with self._send_lock:
+                self.sock.sendall(data)
+                self._last_send = time.monotonic()
+        except OSError as exc:
+            raise Stop(EXIT_LOST, f"sending to the master failed: {exc.strerror or exc}") from None
+
+    def _heartbeat_loop(self) -> None:
+        # Runs for the life of serve(), across reconnections; it also keeps the lease while a
+        # task runs (in the executor process, or here between the task's bytecodes).
+        while not self._hb_stop.wait(self.heartbeat_s / 2):
+            if time.monotonic() - self._last_send >= self.heartbeat_s * 0.9:
+                try:
+                    with self._send_lock:
+                        self.sock.sendall(_HEARTBEAT)
+                        self._last_send = time.monotonic()
+                except OSError:
+                    pass  # the main loop finds the broken connection and reconnects
+
+    def _recv_nowait(self) -> None:
+        """Take whatever the socket holds without blocking."""
+        try:
+            if self._tls:
+                if not self.sock.pending() and not select.select([self.sock], [], [], 0)[0]:
+                    return
+                data, ancillary = self.sock.recv(RECV_BYTES), ()
+            elif self._kernel_ts:
+                data, ancillary, _, _ = self.sock.recvmsg(RECV_BYTES, _CMSG_BYTES, _MSG_DONTWAIT)
+            else:
+                data, ancillary = self.sock.recv(RECV_BYTES, _MSG_DONTWAIT), ()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            raise Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
+        if not data:
+            raise Stop(EXIT_LOST, "the master closed the connection")
+        try:
+            msgs = self.reader.feed(data)
+        except ProtocolError as exc:
+            raise Stop(EXIT_LOST, f"bad frame from the master: {exc}") from None
+        self._on_messages(msgs, _received_ns(ancillary))
+
+    def _on_messages(self, msgs: List[list], received_ns: int) -> None:
+        raise NotImplementedError
+
+    def _wait(self) -> None:
+        """Block until the master sends something or a signal arrives."""
+        if self.realtime is not None:
+            self.realtime.before_wait()  # back to SCHED_FIFO if the budget demoted us
+        if self._tls and self.sock.pending():
+            self._recv_nowait()
+            return
+        readable, _, _ = select.select([self.sock, self._wake_r], [], [])
+        if self._wake_r in readable:
+            self._drain_wakeups()
+        if self.sock in readable:
+            self._recv_nowait()
+
+    # -- reconnection -----------------------------------------------------------------------
+
+    def _reconnect(self) -> int | None:
+        """Connect again, with exponential backoff and jitter: None once a new session is up,
+        else the exit code (``reconnect_timeout`` passed, bad token, or a signal)."""
+        import random  # only here: start-up time counts
+
+        lost = time.monotonic()
+        limit = self.reconnect_timeout
+        attempt = 0
+        while True:  # bounded by reconnect_timeout when set (0 = forever, by request)
+            attempt += 1
+            delay = min(_RECONNECT_MAX_S, _RECONNECT_FIRST_S * 2 ** min(attempt - 1, 10))
+            delay *= random.uniform(0.5, 1.0)  # workers of a restarted master spread out
+            if limit:
+                left = lost + limit - time.monotonic()
+                if left <= 0:
+                    log(f"could not reconnect to the master at {self.address} within {limit:g} s")
+                    return EXIT_LOST
+                delay = min(delay, left)
+            if self._sleep(delay):
+                return EXIT_OK
+            timeout = min(self.connect_timeout, _RECONNECT_ATTEMPT_TIMEOUT_S)
+            try:
+                parts = self._connect(timeout)
+            except AuthenticationError as exc:
+                log(f"{exc}; exiting")
+                return EXIT_CONFIG
+            except (RtpoolError, OSError, ValueError) as exc:
+                if attempt & (attempt - 1) == 0:  # attempts 1, 2, 4, 8...: a falling rate
+                    log(f"reconnection attempt {attempt} failed: {exc}")
+                continue
+            self._start_session(*parts)
+            log(f"reconnected to the master at {self.address} after {attempt} attempt(s)")
+            return None
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` or until a signal; return whether the worker is stopping."""
+        if not self.stopping and seconds > 0:
+            readable, _, _ = select.select([self._wake_r], [], [], seconds)
+            if readable:
+                self._drain_wakeups()
+        return self.stopping

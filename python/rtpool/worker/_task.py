@@ -1,0 +1,108 @@
+"""A task as the worker queues it: named fields, built once where ``ASSIGN`` and
+``ASSIGN_CALLS`` are decoded.
+
+The wire entries are positional arrays (``docs/protocol.md``: ``Assignment``,
+``CallAssignment``); everything after this module reads fields by name. A call of a named
+function queues as a task whose ``function`` is its ``(name, version)`` and whose ``inputs``
+are its dependencies' result blobs, so both kinds share the queue, the credits, the executor
+and the result batching.
+
+Every field of an entry is required (the protocol has no optional fields): an entry of the
+wrong shape is a :class:`~rtpool.errors.ProtocolError` that names the message and the fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, NamedTuple
+
+from ..errors import ProtocolError
+
+_ASSIGNMENT_FIELDS = "task, attempt, fn_hash, fn_code, args, timeout_ms"
+_CALL_FIELDS = "task, attempt, name, version, args, inputs, timeout_ms"
+
+
+class Task(NamedTuple):
+    """One assigned task or call of a named function, queued on the worker."""
+
+    #: The master's task id, opaque to the worker.
+    task_id: int
+    #: Attempt number, from 1.
+    attempt: int
+    #: A task's function hash (bytes), or a call's ``(name, version)``.
+    function: Any
+    #: ``perf_counter_ns()`` of when the assignment arrived (``wait_us`` starts there).
+    received_ns: int
+    #: A task's pickled ``(args, kwargs)``, or a call's msgpack argument payload.
+    args: bytes
+    #: Execution time limit in ms; 0 = none.
+    timeout_ms: int
+    #: A call's input blobs (its dependencies' results, in order); None for a task.
+    inputs: List[bytes] | None
+
+    @property
+    def is_call(self) -> bool:
+        """Whether this is a call of a named function (not a pickled task)."""
+        return self.inputs is not None
+
+
+# tuple.__new__ skips NamedTuple's Python-level __new__: this runs once per task.
+_new = tuple.__new__
+
+
+def queue_assignments(
+    entries: List[list], codes: Dict[bytes, bytes], now: int, put: Callable[[Task], None]
+) -> None:
+    """Queue the tasks of an ``ASSIGN`` with ``put``; keep the function code it carries.
+
+    Args:
+        entries: ``ASSIGN``'s task entries, ``[task, attempt, fn_hash, fn_code|nil, args,
+            timeout_ms]`` each.
+        codes: Function code by hash, updated with the code the entries carry.
+        now: ``perf_counter_ns()`` of the receipt.
+        put: Called with each task, in order.
+
+    Raises:
+        ProtocolError: An entry does not have the six fields.
+    """
+    try:
+        for task_id, attempt, fn_hash, fn_code, args, timeout_ms in entries:
+            if fn_code is not None:
+                codes[fn_hash] = fn_code
+            put(_new(Task, (task_id, attempt, fn_hash, now, args, timeout_ms, None)))
+    except (TypeError, ValueError):
+        raise _malformed("ASSIGN", entries, _ASSIGNMENT_FIELDS) from None
+
+
+def queue_calls(entries: List[list], now: int, put: Callable[[Task], None]) -> None:
+    """Queue the calls of an ``ASSIGN_CALLS`` with ``put``.
+
+    Args:
+        entries: ``ASSIGN_CALLS``'s entries, ``[task, attempt, name, version, args, inputs,
+            timeout_ms]`` each.
+        now: ``perf_counter_ns()`` of the receipt.
+        put: Called with each call, in order.
+
+    Raises:
+        ProtocolError: An entry does not have the seven fields.
+    """
+    try:
+        for task_id, attempt, name, version, args, inputs, timeout_ms in entries:
+            put(_new(Task, (task_id, attempt, (name, version), now, args, timeout_ms, inputs)))
+    except (TypeError, ValueError):
+        raise _malformed("ASSIGN_CALLS", entries, _CALL_FIELDS) from None
+
+
+def _malformed(kind: str, entries: Any, fields: str) -> ProtocolError:
+    count = len(fields.split(","))
+    bad = next(
+        (e for e in (entries if isinstance(entries, list) else [entries]) if not _fits(e, count)),
+        entries,
+    )
+    return ProtocolError(
+        f"malformed {kind} from the master: entry {bad!r:.100} is not [{fields}]; "
+        "are the master and the worker the same rtpool version?"
+    )
+
+
+def _fits(entry: Any, count: int) -> bool:
+    return isinstance(entry, list) and len(entry) == count
