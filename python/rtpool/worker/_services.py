@@ -81,15 +81,15 @@ def load_services(modules: Sequence[str]) -> List[Service]:
 
 
 def services_of(args: argparse.Namespace) -> List[Service]:
-    """The services of ``args.serve``: loaded by ``run`` before the fork (so every child
-    inherits them), or here when a child runs without it.
+    """The services of ``args.serve``, loaded once: by ``run`` before the fork (so every child
+    inherits them in ``args.services``).
 
     Raises:
         ServeError: As :func:`load_services`.
     """
     services = getattr(args, "services", None)
     if services is None:
-        services = args.services = load_services(getattr(args, "serve", None) or ())
+        services = args.services = load_services(args.serve)
     return services
 
 

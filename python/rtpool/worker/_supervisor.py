@@ -45,7 +45,7 @@ _BACKOFF_MAX_S = 5.0
 def run_child(args: argparse.Namespace, token: str, name: str) -> int:
     """Body of one child process: connect, serve, return the exit code."""
     realtime = None
-    if getattr(args, "realtime", False):
+    if args.realtime:
         from .._realtime import Realtime
 
         realtime = Realtime(args.rt_priority, args.cpus, args.rt_budget_ms, log=log)
@@ -58,8 +58,8 @@ def run_child(args: argparse.Namespace, token: str, name: str) -> int:
             args.prefetch,
             tls=args.tls,
             ca_file=args.ca_file,
-            task_memory_mb=getattr(args, "task_memory_mb", None),
-            reconnect_timeout=getattr(args, "reconnect_timeout", 0.0),
+            task_memory_mb=args.task_memory_mb,
+            reconnect_timeout=args.reconnect_timeout,
             services=services_of(args),
         )
     except RtpoolError as exc:
