@@ -14,7 +14,7 @@ import pytest
 from fakemaster import FakeMaster
 from helpers import stop_process, wait_until, worker_env
 from rtpool import _callcodec as codec
-from rtpool import _interface
+from rtpool import _interface, errors
 from rtpool import _protocol as P
 from rtpool.worker import EXIT_CONFIG, ServeError, WorkerConnection, load_services
 
@@ -178,6 +178,7 @@ def test_serve_conflict_is_logged_and_the_worker_goes_on(serving, capfd):
 
 
 def test_load_services_names_the_bad_module():
+    assert ServeError is errors.ServeError  # one class, re-exported by rtpool.worker
     with pytest.raises(ServeError, match="--serve no_such_module_xyz: ModuleNotFoundError"):
         load_services(["no_such_module_xyz"])
     with pytest.raises(ServeError, match="module tasks serves no functions"):
