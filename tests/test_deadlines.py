@@ -3,7 +3,7 @@
 
 Against the scripted fake master, plus one anytime gather against a real LocalCluster (it
 needs only ``CANCEL``). The end-to-end tests of the master's side are in
-``test_realtime_e2e.py``.
+``test_deadline_e2e.py``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Deadlines, admission, hedging and quorum end to end: a LocalCluster (embedded master) and
 worker processes, one of which can be made to lie or to be slow (``worker_env``).
 
-These need a master that implements the options of ``docs/protocol.md`` (``deadline_ms``,
-``on_miss``, ``admit``, ``replicas``, ``quorum``, ``max_copies``, ``hedge``) and sends
-``late_us``; an older master refuses those options (``ERROR rejected``).
+They exercise the options of ``docs/protocol.md`` (``deadline_ms``, ``on_miss``, ``admit``,
+``replicas``, ``quorum``, ``max_copies``, ``hedge``) and the ``late_us`` the master sends.
 """
 
 from __future__ import annotations
