@@ -55,9 +55,9 @@ from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 import msgpack
 
-from . import _connect
+from . import _dial
 from . import _protocol as P
-from ._connect import default_name
+from ._dial import default_name
 from ._supervise import Executor, ExecutorDied, address_space_mib
 from .errors import AuthenticationError, ConnectError, ProtocolError, RtpoolError
 
@@ -173,18 +173,18 @@ class _Welcome(NamedTuple):
 def _connect_worker(
     address: str, token: str, name: str, timeout: float, tls: ssl.SSLContext | None
 ) -> Tuple[socket.socket, _Welcome, P.FrameReader, List[list]]:
-    """``_connect.connect()`` for a worker, tolerant of a ``WELCOME`` with 4 to 6 fields.
+    """``_dial.connect()`` for a worker, tolerant of a ``WELCOME`` with 4 to 6 fields.
 
     Raises:
-        ConnectError, AuthenticationError, ProtocolError: As ``_connect.connect()``.
+        ConnectError, AuthenticationError, ProtocolError: As ``_dial.connect()``.
     """
-    host, port = _connect.parse_address(address)
+    host, port = _dial.parse_address(address)
     where = f"{host}:{port}"
-    sock = _connect._open_socket(host, port, timeout)
+    sock = _dial._open_socket(host, port, timeout)
     if tls is not None:
-        sock = _connect._wrap_tls(sock, tls, host, where)
+        sock = _dial._wrap_tls(sock, tls, host, where)
     try:
-        hello = P.encode(P.HELLO, P.PROTOCOL_VERSION, "worker", token, _connect._clip_name(name), 1)
+        hello = P.encode(P.HELLO, P.PROTOCOL_VERSION, "worker", token, _dial._clip_name(name), 1)
         sock.sendall(hello)
         reader = P.FrameReader(P.PRE_AUTH_MAX_FRAME)
         msgs: List[list] = []
@@ -201,7 +201,7 @@ def _connect_worker(
             msgs = reader.feed(data)
         first = msgs[0]
         if first[0] == P.ERROR:
-            raise _connect._handshake_error(first, where, "worker")
+            raise _dial._handshake_error(first, where, "worker")
         if first[0] != P.WELCOME or not 5 <= len(first) <= 7:
             raise ProtocolError(f"master at {where} answered HELLO with {first!r:.100}")
         fields = first[1:] + [None] * (7 - len(first))
@@ -296,14 +296,14 @@ def load_services(modules: Sequence[str]) -> List[Service]:
         ServeError: A module fails to import or marks no function, or a name and version is
             served by two modules; the message names the module.
     """
-    from . import _interface
+    from .rpc import remote
 
     services: List[Service] = []
     seen: Dict[Tuple[str, str], str] = {}
     for module_name in modules:
         try:
             # It imports the module; its errors name the module.
-            found = _interface.served_functions(module_name)
+            found = remote.served_functions(module_name)
         except Exception as exc:
             hint = ""
             if isinstance(exc, ModuleNotFoundError):
@@ -375,7 +375,7 @@ class WorkerConnection:
         self.max_prefetch = max(1, max_prefetch)
         self.task_memory_mb = task_memory_mb or None
         self.reconnect_timeout = reconnect_timeout
-        self._tls_context = _connect.tls_context(tls, ca_file)  # also for reconnections
+        self._tls_context = _dial.tls_context(tls, ca_file)  # also for reconnections
         self.pending_bytes = 0
         self.stopping = False
         self._signals = 0
@@ -406,7 +406,7 @@ class WorkerConnection:
         self._services_by_key = {(s.name, s.version): s for s in self.services}
         self._serve = b""
         if self.services:
-            from . import _callcodec  # only with --serve: it may need numpy
+            from .rpc import codec as _callcodec  # only with --serve: it may need numpy
 
             self._serve = _serve_frame(self.services)
             self._invoke = _callcodec.invoke
