@@ -7,10 +7,7 @@ import concurrent.futures as cf
 from _thread import allocate_lock as _allocate_lock
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from threading import Condition
-from typing import TYPE_CHECKING, Any, Dict
-
-if TYPE_CHECKING:
-    from ._connection import _Segment
+from typing import Any, Dict
 
 __all__ = ["Future"]
 
@@ -33,9 +30,7 @@ class Future(cf.Future):
     # condition). This relies on Future's internals (_condition, _state, _result, _exception,
     # _waiters, _invoke_callbacks), unchanged from Python 3.9 to 3.13.
 
-    def __init__(
-        self, seg: _Segment | None = None, index: int = 0, condition: Condition | None = None
-    ) -> None:
+    def __init__(self, seg: Any = None, index: int = 0, condition: Condition | None = None) -> None:
         if condition is None:
             super().__init__()
         else:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Tuple
+from typing import Any, Callable, List, Tuple
 
-if TYPE_CHECKING:
-    from .._future import Future
-    from .connection import _Connection
+from .._future import Future
 
 __all__ = ["ALL", "_Segment"]
 
@@ -42,7 +40,8 @@ class _Segment:
         "t0_ns",
     )
 
-    def __init__(self, conn: _Connection, req_id: int, n: int, t0_ns: int, serialize_us: float):
+    def __init__(self, conn: Any, req_id: int, n: int, t0_ns: int, serialize_us: float):
+        # conn: the _Connection (typed Any: connection.py imports this module).
         self.conn = conn
         self.req_id = req_id
         self.package: int | None = None

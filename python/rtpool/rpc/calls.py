@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 from .._connection import _Segment, task_error
 from .._future import Future
@@ -21,9 +21,6 @@ from ..errors import CallError, NotFetchedError, RemoteTraceback, TaskFailed
 from . import codec
 from .channel import RpcChannel
 from .interface import Interface, Param
-
-if TYPE_CHECKING:
-    from .transaction import Transaction
 
 __all__ = ["CallFuture", "Output", "call", "call_async"]
 
@@ -77,7 +74,7 @@ class CallFuture(Future):
 
     _call = 0
     _label = ""
-    _tx: Transaction | None = None
+    _tx: Any = None  # its Transaction (transaction.py imports this module)
     _specs: List[Param] | None = None
 
     def result(self, timeout: float | None = None) -> Any:
