@@ -310,7 +310,6 @@ class _Submitter(cf.Executor):
         The calls use this executor's options (``client.options(priority=...)
         .transaction()``). See :class:`Transaction` and ``docs/rpc.md``.
         """
-        self._check_open()
         return Transaction(self._rpc, self._call_opts, self._track)
 
     def _check_open(self) -> None:
