@@ -39,6 +39,7 @@ __all__ = [
 MAX_COPIES = 16
 _I32 = (-(2**31), 2**31 - 1)
 _U32_MAX = 2**32 - 1
+_urandom = os.urandom
 
 
 class Option(NamedTuple):
@@ -362,7 +363,7 @@ def with_key(opts: Dict[str, Any]) -> Dict[str, Any]:
     128 bits from ``os.urandom`` (as uuid4, at a fifth of its cost): a frame re-sent after a
     reconnection carries the same key, so it never makes a second package.
     """
-    key = os.urandom(16).hex()
+    key = _urandom(16).hex()
     if opts.keys() <= _BEFORE_KEY:
         return {**opts, "key": key}  # the common case: "key" goes last
     out = {}
