@@ -12,7 +12,7 @@ import pytest
 
 import tasks.rpc
 from rtpool import Array, CallError, InOut, Out, remote
-from rtpool._callcodec import (
+from rtpool.rpc.codec import (
     Ref,
     decode_args,
     decode_error,
@@ -167,7 +167,7 @@ def test_decode_args_does_not_alias_two_uses_of_one_output():
 
 
 def test_decode_args_decodes_each_input_once(monkeypatch):
-    import rtpool._callcodec as codec
+    import rtpool.rpc.codec as codec
 
     calls = []
     real = codec.decode_results
@@ -404,7 +404,7 @@ def test_codec_without_numpy():
         """
         import sys
         sys.modules["numpy"] = None
-        from rtpool._callcodec import decode_results, encode_args
+        from rtpool.rpc.codec import decode_results, encode_args
         from rtpool.errors import CallError
         print(decode_results(encode_args([1, "a", [2.5]])))
         print(decode_results(encode_args([1 + 2j])))

@@ -43,7 +43,7 @@ def without_key(opts):
 
 def result_entry(index, value, status=P.STATUS_OK):
     data = pickle.dumps(value, 5) if status == P.STATUS_OK else value
-    return [index, status, data, 11, 22, 33, 44, 55]
+    return [index, status, data, 11, 22, 33, 44, 55, 0]
 
 
 @pytest.fixture
@@ -217,7 +217,7 @@ def test_task_error_statuses(fake, client):
 
 
 def test_rejected_submit_fails_only_that_package(fake, client):
-    bad = ClientView(client._conn, {"bogus": 1}).submit(tasks.square, 2)
+    bad = ClientView(client._conn, client._rpc, {"bogus": 1}).submit(tasks.square, 2)
     conn = fake.accept()
     msg = conn.recv_kind(P.SUBMIT)
     assert without_key(msg[4]) == {"bogus": 1}
@@ -265,7 +265,7 @@ def test_status(fake, client):
     t.start()
     req = conn.recv_kind(P.STATUS)
     assert req[2] == 3
-    conn.send(P.STATUS_REPLY, req[1], 3, 10, 6, 2, 1, 1)
+    conn.send(P.STATUS_REPLY, req[1], 3, 10, 6, 2, 1, 1, 0, 0)
     t.join(5)
     assert status == {"total": 10, "queued": 6, "running": 2, "done": 1, "cancelled": 1}
 

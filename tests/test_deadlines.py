@@ -22,6 +22,7 @@ import tasks
 from fakemaster import FakeMaster
 from helpers import wait_until
 from rtpool import _protocol as P
+from rtpool._options import WIRE_DEFAULTS
 from rtpool._serialize import dumps_error
 from rtpool.errors import (
     AdmissionError,
@@ -32,7 +33,7 @@ from rtpool.errors import (
     TaskFailed,
 )
 
-SPEC_ORDER = list(P.SUBMIT_OPTION_DEFAULTS)
+SPEC_ORDER = list(WIRE_DEFAULTS)
 
 
 def recv(conn, kind):
@@ -40,11 +41,10 @@ def recv(conn, kind):
     return conn.recv_kind(kind, skip=(P.HEARTBEAT, P.ACK))
 
 
-def entry(index, value=None, status=P.STATUS_OK, late_us=None):
-    """A TaskResult: 8 fields (a master without deadlines) or 9 with ``late_us``."""
+def entry(index, value=None, status=P.STATUS_OK, late_us=0):
+    """A TaskResult (9 fields, the last one ``late_us``)."""
     data = pickle.dumps(value, 5) if status == P.STATUS_OK else value
-    r = [index, status, data, 11, 22, 33, 44, 55]
-    return r if late_us is None else [*r, late_us]
+    return [index, status, data, 11, 22, 33, 44, 55, late_us]
 
 
 def accept(fake, conn=None, package=7):
@@ -90,6 +90,7 @@ def test_every_option_goes_on_the_wire_in_spec_order(fake, client):
         deadline=1.5,
         timeout=3,
         priority=2,
+        max_attempts=4,
     )
     view.submit(tasks.square, 2)
     opts = fake.accept().recv_kind(P.SUBMIT)[4]
@@ -104,6 +105,7 @@ def test_every_option_goes_on_the_wire_in_spec_order(fake, client):
         "quorum": 2,
         "max_copies": 5,
         "hedge": True,
+        "max_attempts": 4,
     }
     assert len(opts["key"]) == 32
 
@@ -119,8 +121,8 @@ def test_the_frame_is_canonical_wire_form(fake, client):
     msg = P.decode(frame)
     assert list(msg[4]) == ["key", "deadline_ms", "replicas"]
     assert msg[4]["deadline_ms"] == 2000 and msg[4]["replicas"] == 2
-    # Byte-exact: encode() normalises opts with submit_opts (spec order, defaults left out)
-    # and gives the very same frame.
+    # Byte-exact: the client wrote the opts map in wire form (spec order, defaults left out),
+    # and encode() writes it as given.
     assert P.encode(*msg) == frame
 
 
@@ -215,7 +217,7 @@ def test_unknown_option_lists_every_valid_one(client):
         client.options(dedline=3)
     assert str(info.value) == (
         "unknown option 'dedline'; valid options: priority, timeout, deadline, on_miss, admit, "
-        "replicas, quorum, max_copies, hedge"
+        "replicas, quorum, max_copies, hedge, max_attempts"
     )
 
 
@@ -248,7 +250,7 @@ def test_options_merge_across_views_and_are_checked_together(client):
 # -- results: late_us, statuses 7 and 8 --------------------------------------------------------
 
 
-def test_results_with_8_and_9_fields(fake, client):
+def test_results_report_their_lateness_only_with_a_deadline(fake, client):
     plain = client.submit_many(tasks.square, [0, 1])
     conn, _ = accept(fake, package=1)
     conn.send(P.RESULTS, 1, [entry(0, 0), entry(1, 1, late_us=0)])

@@ -15,7 +15,7 @@ import rtpool
 import tasks
 from helpers import wait_until
 from rtpool import _protocol as P
-from rtpool._connect import connect
+from rtpool._dial import connect
 from rtpool.errors import AuthenticationError, ConnectionLost
 
 

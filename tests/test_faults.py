@@ -55,6 +55,25 @@ def test_poison_task_fails_naming_its_attempts_and_other_work_goes_on(
     assert client.submit(pow, 3, 3).result(timeout=30) == 27
 
 
+def test_max_attempts_per_package_bounds_the_retries_after_a_crash(
+    master, workers, client_factory, tmp_path: Path
+) -> None:
+    # Needs a master that takes the max_attempts option (the rvocab branch of issue 11).
+    workers.start(2)
+    client = client_factory()
+    once = client.options(max_attempts=1).submit(tasks.faults.kill_own_worker)
+    with pytest.raises(PoisonTaskError) as info:
+        once.result(timeout=60)
+    text = str(info.value)
+    assert "1 times" in text and "attempt 1 on" in text, text
+    assert "attempt 2" not in text, text  # the master default (3) would have retried it
+    # A task that crashes only on its first attempt succeeds on its second.
+    marker = tmp_path / "crashed-once"
+    twice = client.options(max_attempts=2).submit(tasks.faults.kill_own_worker_once, str(marker), 7)
+    assert twice.result(timeout=60) == 7
+    assert marker.exists()
+
+
 def test_quota_exhaustion_fails_the_users_tasks_and_refuses_new_packages(
     master, workers, client_factory
 ) -> None:

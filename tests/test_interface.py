@@ -12,8 +12,9 @@ import pytest
 
 import rtpool
 from rtpool import Array, CallError, In, InOut, Interface, Out, remote
-from rtpool._interface import Param, served_functions, version_key
 from rtpool.errors import ProtocolError
+from rtpool.rpc.interface import Param
+from rtpool.rpc.remote import served_functions, version_key
 
 # Shapes named outside the annotations, so linters do not read "n" as a forward reference.
 Mat = Array[np.float64, "n, n"]
@@ -220,7 +221,7 @@ def test_a_process_without_numpy_imports_scalar_and_named_dtype_modules():
 def test_import_rtpool_does_not_import_numpy_or_the_interface_module():
     code = (
         "import sys, rtpool; assert 'numpy' not in sys.modules; "
-        "assert 'rtpool._interface' not in sys.modules; rtpool.remote; "
+        "assert 'rtpool.rpc.interface' not in sys.modules; rtpool.remote; "
         "assert 'numpy' not in sys.modules; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)

@@ -4,8 +4,6 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from rtpool._callcodec import deliver, encode_args, invoke
-from rtpool._interface import served_functions
 from rtpool.lib import linalg
 from rtpool.lib.linalg import (
     EP_VERIFY,
@@ -20,6 +18,8 @@ from rtpool.lib.linalg import (
     linpack_flops,
     linpack_local,
 )
+from rtpool.rpc.codec import deliver, encode_args, invoke
+from rtpool.rpc.remote import served_functions
 
 
 def system(n: int, seed: int = 1) -> tuple:

@@ -27,22 +27,15 @@ def test_encode_bytes_as_bin_and_str_as_str():
     assert b"\xc4\x01\x80" in body  # bin8 of one byte
 
 
-def test_submit_opts_only_non_default_keys():
-    with_default = P.encode(P.SUBMIT, 1, b"h" * 32, b"code", {"priority": 0}, [b"a"])
-    without = P.encode(P.SUBMIT, 1, b"h" * 32, b"code", {}, [b"a"])
-    assert with_default == without
-    assert P.decode(without)[4] == {}
-    assert P.decode(P.encode(P.SUBMIT, 1, b"h" * 32, b"c", {"priority": -3}, [b"a"]))[4] == {
-        "priority": -3
-    }
-
-
-def test_encode_submit_matches_encode_for_wire_form_opts():
-    opts = P.submit_opts({"key": "k" * 32, "timeout_ms": 1500, "priority": 2})
-    assert list(opts) == ["priority", "timeout_ms", "key"]  # spec order
+def test_encode_writes_the_opts_map_as_given():
+    # The client's options table makes the map (tests/test_options.py); encode() only encodes.
+    opts = {"priority": 2, "timeout_ms": 1500, "key": "k" * 32}
     args = (9, b"h" * 32, b"code", opts, [b"a", b"b"])
     assert P.encode_submit(*args) == P.encode(P.SUBMIT, *args)
-    assert P.decode(P.encode_submit(*args))[4] == opts
+    assert list(P.decode(P.encode_submit(*args))[4]) == ["priority", "timeout_ms", "key"]
+    assert P.decode(P.encode(P.SUBMIT, 1, b"h" * 32, b"c", {"priority": 0}, [b"a"]))[4] == {
+        "priority": 0
+    }
 
 
 def test_reader_one_byte_at_a_time():
@@ -121,15 +114,6 @@ def test_results_decode_to_lists_of_lists():
     results = [[i, 0, b"x", 1, 2, 3, 4, 5] for i in range(64)]
     (msg,) = P.FrameReader(P.DEFAULT_MAX_FRAME).feed(P.encode(P.RESULTS, 9, results))
     assert msg == [P.RESULTS, 9, results]
-
-
-def test_call_opts_only_non_default_keys():
-    calls = [["add", "", b"\x92\x02\x03", [], False]]
-    with_default = P.encode(P.CALL, 1, {"priority": 0, "hedge": False}, calls)
-    assert with_default == P.encode(P.CALL, 1, {}, calls)
-    msg = P.decode(P.encode(P.CALL, 2, {"timeout_ms": 50, "priority": 3}, calls))
-    assert list(msg[2]) == ["priority", "timeout_ms"]  # spec order
-    assert msg == [P.CALL, 2, {"priority": 3, "timeout_ms": 50}, calls]
 
 
 def test_rpc_errors_are_not_fatal():

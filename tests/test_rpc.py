@@ -20,15 +20,15 @@ import pytest
 import rtpool
 from fakemaster import FakeMaster
 from helpers import wait_until
-from rtpool import _callcodec as codec
-from rtpool import _interface
 from rtpool import _protocol as P
 from rtpool.errors import CallError, NotFetchedError, TaskFailed, UnknownFunctionError
+from rtpool.rpc import codec
+from rtpool.rpc import remote as _remote
 
 IFACES = {
     (iface.name, iface.version): iface
     for module in ("tasks.rpc", "tasks.rpc_v2", "tasks.rpc_e2e")
-    for _, iface in _interface.served_functions(module)
+    for _, iface in _remote.served_functions(module)
 }
 
 
@@ -45,7 +45,7 @@ def answer_functions(conn, *keys, servers=1) -> list:
 
 
 def result_entry(index, data, status=P.STATUS_OK):
-    return [index, status, data, 11, 22, 33, 44, 55]
+    return [index, status, data, 11, 22, 33, 44, 55, 0]
 
 
 def refs(payload) -> list:
@@ -106,7 +106,7 @@ def test_an_explicit_version_is_cached_apart(client, pool):
     answer_functions(client.master, ("add", "2"), ("add", "1"))
     fut = fut.result(5)
     assert recv(client.master, P.CALL)[3][0][:2] == ["add", "1"]
-    assert set(client._conn.interfaces) == {("add", "1")}
+    assert set(client._rpc.interfaces) == {("add", "1")}
     fut.cancel()
 
 
@@ -163,7 +163,7 @@ def test_unknown_function_for_a_cached_version_refetches_once(client, pool):
     client.master.send(P.ACCEPTED, new[1], 2)
     client.master.send(P.RESULTS, 2, [result_entry(0, codec.encode_results([2]))])
     assert fut.result(5) == 2
-    assert client._conn.interfaces[("add", None)].version == "1"
+    assert client._rpc.interfaces[("add", None)].version == "1"
     # Gone again: this time the call fails (a fresh interface is not retried).
     fut = client.call_async("add", 1, 1)
     old = recv(client.master, P.CALL)
@@ -468,7 +468,7 @@ def test_arrays_travel_without_pickle(rpc_client, monkeypatch):
     import cloudpickle
 
     import rtpool._serialize
-    import rtpool.client
+    import rtpool._submitter
 
     def refuse(*args, **kwargs):
         raise AssertionError("pickle was called for a call of a named function")
@@ -477,9 +477,9 @@ def test_arrays_travel_without_pickle(rpc_client, monkeypatch):
         (pickle, "dumps"),
         (pickle, "loads"),
         (cloudpickle, "dumps"),
-        (rtpool.client, "_dumps"),
+        (rtpool._submitter, "_dumps"),
         (rtpool._serialize, "_dumps"),
-        (rtpool._connection, "_loads"),
+        (rtpool._connection.receive, "_loads"),
     ]:
         monkeypatch.setattr(target, name, refuse)
     conn = rpc_client._conn

@@ -13,9 +13,11 @@ import pytest
 
 from fakemaster import FakeMaster
 from helpers import stop_process, wait_until, worker_env
-from rtpool import _callcodec as codec
-from rtpool import _interface, errors
 from rtpool import _protocol as P
+from rtpool import errors
+from rtpool.rpc import codec
+from rtpool.rpc import interface as _interface
+from rtpool.rpc import remote as _remote
 from rtpool.worker import EXIT_CONFIG, ServeError, WorkerConnection, load_services
 
 
@@ -67,7 +69,7 @@ def expected_serve(*modules) -> list:
     return [
         [iface.name, iface.version, iface.to_bytes()]
         for module in modules
-        for _, iface in _interface.served_functions(module)
+        for _, iface in _remote.served_functions(module)
     ]
 
 

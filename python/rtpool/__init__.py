@@ -64,14 +64,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ._interface import Array, In, InOut, Interface, Out, remote
     from .client import CallFuture, Client, Package, Transaction
     from .cluster import LocalCluster
+    from .rpc.annotations import Array, In, InOut, Out
+    from .rpc.interface import Interface
+    from .rpc.remote import remote
 
 _LAZY = {"Client": "client", "Package": "client", "LocalCluster": "cluster"}
 _LAZY.update(CallFuture="client", Transaction="client")
 # Grid RPC (docs/rpc.md): named remote functions and their interfaces.
-_LAZY.update(dict.fromkeys(["Array", "In", "InOut", "Interface", "Out", "remote"], "_interface"))
+_LAZY.update(dict.fromkeys(["Array", "In", "InOut", "Out"], "rpc.annotations"))
+_LAZY.update(Interface="rpc.interface", remote="rpc.remote")
 
 
 def __getattr__(name: str) -> Any:

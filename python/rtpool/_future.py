@@ -7,10 +7,7 @@ import concurrent.futures as cf
 from _thread import allocate_lock as _allocate_lock
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from threading import Condition
-from typing import TYPE_CHECKING, Any, Dict
-
-if TYPE_CHECKING:
-    from ._connection import _Segment
+from typing import Any, Dict
 
 __all__ = ["Future"]
 
@@ -33,9 +30,7 @@ class Future(cf.Future):
     # condition). This relies on Future's internals (_condition, _state, _result, _exception,
     # _waiters, _invoke_callbacks), unchanged from Python 3.9 to 3.13.
 
-    def __init__(
-        self, seg: _Segment | None = None, index: int = 0, condition: Condition | None = None
-    ) -> None:
+    def __init__(self, seg: Any = None, index: int = 0, condition: Condition | None = None) -> None:
         if condition is None:
             super().__init__()
         else:
@@ -169,8 +164,8 @@ class Future(cf.Future):
         ``queue_us`` (master: receipt to assignment), ``worker_us`` (master: assignment to
         result), ``exec_us`` (worker: the function), ``wait_us`` (worker: receipt to start),
         ``flush_us`` (worker: end to send), ``late_us`` (master: how long after the
-        package's deadline the result came; 0 when on time, without a deadline, or from a
-        master without deadlines), ``deserialize_us`` (client unpickling) and ``total_us``
+        package's deadline the result came; 0 when on time or without a deadline),
+        ``deserialize_us`` (client unpickling) and ``total_us``
         (from the start of ``submit`` to the result being set).
         """
         r = self._entry
@@ -184,7 +179,7 @@ class Future(cf.Future):
             "exec_us": r[5],
             "wait_us": r[6],
             "flush_us": r[7],
-            "late_us": r[8] if len(r) > 8 else 0,
+            "late_us": r[8],
             "deserialize_us": self._deser_ns / 1000,
             "total_us": (self._done_ns - seg.t0_ns) / 1000 if seg is not None else 0.0,
         }
@@ -201,4 +196,4 @@ class Future(cf.Future):
         seg = self._seg
         if r is None or seg is None or not seg.has_deadline:
             return None
-        return (r[8] if len(r) > 8 else 0) / 1e6
+        return r[8] / 1e6

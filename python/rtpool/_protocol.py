@@ -123,22 +123,6 @@ MAX_INTERFACE_BYTES = 64 << 10
 #: Most functions one SERVE may declare.
 MAX_SERVE_FUNCTIONS = 4096
 
-#: SUBMIT options of version 1 with their defaults, in the order the spec lists them (which is
-#: the order an encoder writes the keys in). ``max_copies`` 0 stands for the master's default,
-#: ``replicas + quorum``.
-SUBMIT_OPTION_DEFAULTS = {
-    "priority": 0,
-    "timeout_ms": 0,
-    "key": "",
-    "deadline_ms": 0,
-    "on_miss": "run",
-    "admit": False,
-    "replicas": 1,
-    "quorum": 1,
-    "max_copies": 0,
-    "hedge": False,
-}
-
 _LEN = struct.Struct(">I")
 _unpack_len = _LEN.unpack_from
 _pack_len = _LEN.pack
@@ -152,28 +136,6 @@ _local = threading.local()
 _VIEW_THRESHOLD = 1 << 16
 
 Buffer = Union[bytes, bytearray, memoryview]
-
-
-def submit_opts(opts: dict) -> dict:
-    """Return the ``opts`` map of a SUBMIT or CALL as the spec wants it on the wire.
-
-    Keys with their default value are left out, the others are written in spec order.
-
-    Args:
-        opts: Option names to values; unknown names are kept, after the known ones.
-
-    Returns:
-        A new dict, possibly empty.
-    """
-    out = {}
-    for key, default in SUBMIT_OPTION_DEFAULTS.items():
-        value = opts.get(key, default)
-        if value != default:
-            out[key] = value
-    for key, value in opts.items():
-        if key not in SUBMIT_OPTION_DEFAULTS:
-            out[key] = value
-    return out
 
 
 def decode_disagreement(data: Buffer) -> Tuple[str, List[Tuple[str, int, bytes]]]:
@@ -220,16 +182,12 @@ def encode(kind: int, *fields: Any) -> bytes:
     Args:
         kind: The message kind (``HELLO``, ``SUBMIT``, ...).
         *fields: The message's fields in spec order. ``bytes`` become msgpack bin, ``str``
-            msgpack str. For ``SUBMIT`` and ``CALL`` the opts map is normalised with
-            :func:`submit_opts`.
+            msgpack str. A ``SUBMIT``/``CALL`` opts map is written as given: ``_options``
+            makes it (spec order, defaults left out).
 
     Returns:
         The frame bytes, ready for ``sendall``.
     """
-    if kind == SUBMIT and len(fields) == 5 and fields[3]:
-        fields = (fields[0], fields[1], fields[2], submit_opts(fields[3]), fields[4])
-    elif kind == CALL and len(fields) == 3 and fields[1]:
-        fields = (fields[0], submit_opts(fields[1]), fields[2])
     try:
         pack = _local.pack
     except AttributeError:
@@ -239,8 +197,8 @@ def encode(kind: int, *fields: Any) -> bytes:
 
 
 def encode_submit(req_id: int, fn_hash: bytes, fn_code: bytes, opts: dict, tasks: list) -> bytes:
-    """Encode a ``SUBMIT`` frame whose ``opts`` are already in wire form (the submission path:
-    :func:`encode` would normalise them again with :func:`submit_opts`)."""
+    """Encode a ``SUBMIT`` frame, as :func:`encode` does, without its varargs (the submission
+    path)."""
     try:
         pack = _local.pack
     except AttributeError:

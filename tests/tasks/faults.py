@@ -39,3 +39,15 @@ def ignore_sigterm_write_pid(path: str, seconds: float) -> None:
         f.write(str(os.getpid()))
     os.replace(path + ".tmp", path)
     time.sleep(seconds)
+
+
+def kill_own_worker_once(marker: str, value: int) -> int:
+    """Kills the process running it on its first attempt (when ``marker`` does not exist yet,
+    which it creates); returns ``value`` on the next one."""
+    try:
+        with open(marker, "x"):
+            pass
+    except FileExistsError:
+        return value
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")

@@ -36,7 +36,8 @@ import numpy as np
 import scipy.linalg
 from numpy import float64, int32
 
-from .._interface import Array, InOut, Out, remote
+from ..rpc.annotations import Array, InOut, Out
+from ..rpc.remote import remote
 
 __all__ = [
     "EP_VERIFY",

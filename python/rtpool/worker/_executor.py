@@ -88,7 +88,7 @@ class Executing:
         self.services = list(services)
         self._services_by_key = {(s.name, s.version): s for s in self.services}
         if self.services:
-            from .. import _callcodec  # only with --serve: it may need numpy
+            from ..rpc import codec as _callcodec  # only with --serve: it may need numpy
 
             self._invoke = _callcodec.invoke
             self._encode_error = _callcodec.encode_error

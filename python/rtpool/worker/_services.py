@@ -50,14 +50,14 @@ def load_services(modules: Sequence[str]) -> List[Service]:
         ServeError: A module fails to import or marks no function, or a name and version is
             served by two modules; the message names the module.
     """
-    from .. import _interface
+    from ..rpc import remote
 
     services: List[Service] = []
     seen: Dict[Tuple[str, str], str] = {}
     for module_name in modules:
         try:
             # It imports the module; its errors name the module.
-            found = _interface.served_functions(module_name)
+            found = remote.served_functions(module_name)
         except Exception as exc:
             hint = ""
             if isinstance(exc, ModuleNotFoundError):

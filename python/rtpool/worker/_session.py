@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, List, Tuple
 
-from .. import _connect
+from .. import _dial
 from .. import _protocol as P
 from ..errors import AuthenticationError, ProtocolError, RtpoolError
 from ._common import EXIT_CONFIG, EXIT_LOST, EXIT_OK, RESULT_FRAME_OVERHEAD, Stop, log, perf_ns
@@ -86,7 +86,7 @@ class Session:
         self._token = token
         self.connect_timeout = connect_timeout
         self.reconnect_timeout = reconnect_timeout
-        self._tls_context = _connect.tls_context(tls, ca_file)  # also for reconnections
+        self._tls_context = _dial.tls_context(tls, ca_file)  # also for reconnections
         self.stopping = False
         self._signals = 0
         self._send_lock = threading.Lock()
@@ -103,13 +103,13 @@ class Session:
 
     def _connect(
         self, timeout: float
-    ) -> Tuple[socket.socket, _connect.Welcome, P.FrameReader, List[list]]:
+    ) -> Tuple[socket.socket, _dial.Welcome, P.FrameReader, List[list]]:
         """Open a connection and complete the handshake (one slot).
 
         Raises:
-            ConnectError, AuthenticationError, ProtocolError: As ``_connect.connect()``.
+            ConnectError, AuthenticationError, ProtocolError: As ``_dial.connect()``.
         """
-        return _connect.connect(
+        return _dial.connect(
             self.address,
             role="worker",
             token=self._token,
@@ -122,7 +122,7 @@ class Session:
     def _start_session(
         self,
         sock: socket.socket,
-        welcome: _connect.Welcome,
+        welcome: _dial.Welcome,
         reader: P.FrameReader,
         early: List[list],
     ) -> bool:

@@ -18,7 +18,7 @@ import time
 import traceback
 from typing import Any, Dict, List
 
-from .._connect import default_name
+from .._dial import default_name
 from ..errors import RtpoolError, ServeError
 from ._arguments import add_arguments, check_arguments
 from ._common import (

@@ -30,8 +30,9 @@ from typing import Any, Callable, NamedTuple
 
 import msgpack
 
-from ._interface import Interface, Param, dtype_matches, loaded_numpy, scalar_problem
-from .errors import CallError
+from ..errors import CallError
+from .interface import Interface, Param
+from .values import dtype_matches, loaded_numpy, scalar_problem
 
 __all__ = [
     "EXT_ARRAY",

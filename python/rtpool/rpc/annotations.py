@@ -1,6 +1,6 @@
 """The annotations of remote functions: ``Array[dtype, "shape"]``, ``In``, ``Out``, ``InOut``.
 
-They evaluate to plain values (:class:`ArraySpec`, :class:`ModeSpec`) that ``_interface``
+They evaluate to plain values (:class:`ArraySpec`, :class:`ModeSpec`) that ``interface.py``
 turns into an interface. numpy is imported only when a dtype is given as a numpy object or a
 non-canonical name, so a worker without numpy can import a module of scalar functions.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ._shape import normalize_shape
+from .shape import normalize_shape
 
 MODE_NAMES = {"in": "In", "out": "Out", "inout": "InOut"}
 

@@ -2,7 +2,8 @@
 
 Connect over TCP with ``TCP_NODELAY`` (every frame is a complete message the peer waits for),
 optionally wrap the socket in TLS, send ``HELLO``, wait for ``WELCOME``, and turn each way this
-can fail into an error that says what failed, where, and what to try.
+can fail into an error that says what failed, where, and what to try. The client's live
+connection built on it (reader thread, reconnection) is ``_connection/``.
 """
 
 from __future__ import annotations

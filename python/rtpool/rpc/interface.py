@@ -1,38 +1,36 @@
 """Interfaces of named remote functions (grid RPC, ``docs/rpc.md``).
 
-A provider marks a module-level function with :func:`remote`; the function's signature,
-annotations and docstring become an :class:`Interface`, which a worker sends to the master in
-``SERVE`` (:meth:`Interface.to_bytes`) and a client fetches back (:meth:`Interface.from_bytes`)
-to check a call's arguments before sending anything (:meth:`Interface.bind`)::
+A provider marks a module-level function with :func:`~rtpool.remote` (``remote.py``); the
+function's signature, annotations and docstring become an :class:`Interface`, which a worker
+sends to the master in ``SERVE`` (:meth:`Interface.to_bytes`) and a client fetches back
+(:meth:`Interface.from_bytes`) to check a call's arguments before sending anything
+(:meth:`Interface.bind`)::
 
     @rtpool.remote("dmmul", version="1")
     def dmmul(n: int, A: Array[np.float64, "n, n"], B: Array[np.float64, "n, n"],
               C: Out[Array[np.float64, "n, n"]]) -> None:
         np.matmul(A, B, out=C)
 
-This module owns the annotation vocabulary (:class:`Array`, :class:`In`, :class:`Out`,
-:class:`InOut`), shape expressions and argument checking; the wire format of the values is
-``_callcodec``'s. numpy is never imported here unless an annotation names a dtype by a numpy
-object or a non-canonical name: a worker without numpy can import a module of scalar
-functions, and ``import rtpool`` stays light.
+This module owns the interface and argument checking (:meth:`Interface.bind`); the
+annotation vocabulary (:class:`Array`, :class:`In`, :class:`Out`, :class:`InOut`) is in
+``annotations.py``, shape expressions in ``shape.py``, scalar checks in ``values.py``, and the
+wire format of the values is ``codec.py``'s. numpy is never imported here unless an
+annotation names a dtype by a numpy object or a non-canonical name: a worker without numpy can
+import a module of scalar functions, and ``import rtpool`` stays light.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import keyword
-import numbers
-import sys
-import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import msgpack
 
-from ._annotations import MODE_NAMES, Array, ArraySpec, In, InOut, ModeSpec, Out, type_repr
-from ._shape import concrete_dims, fmt_dims, normalize_shape, parse_shape
-from .errors import CallError, ProtocolError
+from ..errors import CallError, ProtocolError
+from .annotations import MODE_NAMES, Array, ArraySpec, In, InOut, Out
+from .shape import concrete_dims, fmt_dims, normalize_shape, parse_shape
+from .values import dtype_matches, loaded_numpy, scalar_problem
 
 __all__ = [
     "Array",
@@ -43,8 +41,6 @@ __all__ = [
     "Interface",
     "Out",
     "Param",
-    "remote",
-    "served_functions",
 ]
 
 #: Parameter modes, as they appear on the wire.
@@ -52,16 +48,10 @@ MODES = ("in", "out", "inout")
 #: Value types, as they appear on the wire.
 TYPES = ("int", "float", "complex", "bool", "str", "bytes", "any", "array")
 
-_SCALAR_TYPES = {int: "int", float: "float", complex: "complex", bool: "bool", str: "str"}
-_SCALAR_TYPES[bytes] = "bytes"
-
 # Sizes the wire format allows (docs/protocol.md, SERVE).
 _MAX_NAME_BYTES = 128
 _MAX_VERSION_BYTES = 64
-_MAX_INTERFACE_BYTES = 64 * 1024
-
-_INT64_MIN = -(1 << 63)
-_UINT64_MAX = (1 << 64) - 1
+MAX_INTERFACE_BYTES = 64 * 1024
 
 
 # --- interface -----------------------------------------------------------------------------
@@ -297,7 +287,7 @@ class Interface:
             if not isinstance(d["returns"], dict):
                 raise TypeError("returns must be a map or nil")
             returns = _param_from_dict("return", d["returns"], mode="out")
-        _check_name_version(d["name"], d["version"])
+        check_name_version(d["name"], d["version"])
         return cls(d["name"], d["version"], d["doc"], d["module"], params, returns, servers)
 
     # -- calls
@@ -446,30 +436,6 @@ class Interface:
                 raise CallError(f"{origin} {problem}")
 
 
-_DTYPES: dict = {}
-
-
-def loaded_numpy() -> Any:
-    """numpy if this process imports it, else None (never imports it first). A plain
-    ``sys.modules`` lookup could return a module another thread is still initializing; the
-    ``import`` statement waits for that import to finish."""
-    if sys.modules.get("numpy") is None:  # absent, or blocked (None)
-        return None
-    import numpy
-
-    return numpy
-
-
-def dtype_matches(dtype: Any, name: str) -> bool:
-    """``dtype`` is the numpy dtype named ``name`` (any byte order). The common case, the
-    native dtype object itself, is an identity test; ``dtype.name`` is slow."""
-    want = _DTYPES.get(name)
-    if want is None:
-        np = loaded_numpy()
-        want = _DTYPES[name] = np.dtype(name)
-    return dtype is want or dtype == want or dtype.name == name
-
-
 class BoundCall:
     """A call checked by :meth:`Interface.bind`.
 
@@ -579,262 +545,8 @@ def _param_from_dict(name: Any, d: dict, mode: str | None = None) -> Param:
     return Param(**fields)
 
 
-def _check_name_version(name: Any, version: Any) -> None:
+def check_name_version(name: Any, version: Any) -> None:
     if not isinstance(name, str) or not 1 <= len(name.encode()) <= _MAX_NAME_BYTES:
         raise TypeError(f"a function name is a string of 1 to 128 bytes, got {name!r}")
     if not isinstance(version, str) or len(version.encode()) > _MAX_VERSION_BYTES:
         raise TypeError(f'a version is a string of at most 64 bytes (like "1"), got {version!r}')
-
-
-# --- scalar checks (shared with _callcodec) -------------------------------------------------
-
-
-def scalar_problem(type_name: str, value: Any) -> str | None:
-    """Why ``value`` is not an acceptable ``type_name`` scalar (``"has type str, expected
-    int"``), or None if it is."""
-    t = type(value)
-    if type_name == "int":
-        if t is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
-            if not _INT64_MIN <= int(value) <= _UINT64_MAX:
-                return f"is {int(value)}, out of the 64-bit integer range"
-            return None
-    elif type_name == "float":
-        if t is float or t is int or _is_real(value):
-            return None
-    elif type_name == "complex":
-        if t is complex or t is float or t is int or _is_number(value):
-            return None
-    elif type_name == "bool":
-        if t is bool or _is_numpy_bool(value):
-            return None
-    elif type_name == "str":
-        if isinstance(value, str):
-            return None
-    elif type_name == "bytes":
-        if isinstance(value, (bytes, bytearray)):
-            return None
-    elif type_name == "any":
-        bad = _unsendable(value, 0)
-        if bad is None:
-            return None
-        return (
-            f"contains a {bad}, which cannot be sent (a value is None, bool, int, float, "
-            "complex, str, bytes, a list, tuple or dict of those, or a numpy array)"
-        )
-    else:
-        return f"has type {t.__name__}, and the interface's type {type_name!r} is unknown"
-    return f"has type {t.__name__}, expected {type_name}"
-
-
-def _is_numpy_bool(value: Any) -> bool:
-    np = loaded_numpy()
-    return np is not None and isinstance(value, np.bool_)
-
-
-def _is_real(value: Any) -> bool:
-    # int (not bool), float, numpy integers and floats
-    if isinstance(value, bool) or _is_numpy_bool(value):
-        return False
-    return isinstance(value, numbers.Real) and _is_plain_number(value)
-
-
-def _is_number(value: Any) -> bool:
-    if isinstance(value, bool) or _is_numpy_bool(value):
-        return False
-    return isinstance(value, numbers.Number) and _is_plain_number(value)
-
-
-def _is_plain_number(value: Any) -> bool:
-    # numbers.Real also covers Fraction and user classes msgpack cannot send: keep builtins and
-    # numpy scalars.
-    if isinstance(value, (int, float, complex)):
-        return True
-    np = loaded_numpy()
-    return np is not None and isinstance(value, np.number)
-
-
-def _unsendable(value: Any, depth: int) -> str | None:
-    """The type name of the first part of ``value`` msgpack cannot carry, or None."""
-    if depth > 100:
-        return "structure nested deeper than 100 levels"
-    if value is None or isinstance(value, (bool, str, bytes, bytearray, float, complex)):
-        return None
-    if isinstance(value, int):
-        ok = _INT64_MIN <= value <= _UINT64_MAX
-        return None if ok else "int out of the 64-bit range"
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            bad = _unsendable(item, depth + 1)
-            if bad is not None:
-                return bad
-        return None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            bad = _unsendable(k, depth + 1) or _unsendable(v, depth + 1)
-            if bad is not None:
-                return bad
-        return None
-    np = loaded_numpy()
-    if np is not None:
-        if isinstance(value, np.ndarray):
-            return None if value.dtype.kind not in "OV" else f"array of dtype {value.dtype}"
-        if isinstance(value, np.generic) and value.dtype.kind in "biufc":
-            return None
-    return type(value).__name__
-
-
-# --- building interfaces from functions -----------------------------------------------------
-
-
-def _resolve(ann: Any, fn: Callable, where: str) -> Any:
-    if not isinstance(ann, str):
-        return ann
-    # A string annotation (from __future__ import annotations) is evaluated in the function's
-    # module, as typing.get_type_hints does; get_type_hints itself refuses non-type
-    # annotations like Array[...] on Python < 3.11.
-    globalns = getattr(inspect.unwrap(fn), "__globals__", {})
-    try:
-        return eval(ann, globalns, {})  # noqa: S307 - annotation text, as typing evaluates it
-    except Exception as exc:
-        raise TypeError(f"{where}: cannot resolve the annotation {ann!r} ({exc})") from None
-
-
-def _param_from_annotation(name: str, ann: Any, fname: str, is_return: bool) -> Param:
-    where = f"{fname}: the return value" if is_return else f"{fname}: parameter {name}"
-    mode = "out" if is_return else "in"
-    if isinstance(ann, ModeSpec):
-        if is_return:
-            raise TypeError(f"{where} is annotated {ann!r}: a return annotation takes no mode")
-        mode, ann = ann.mode, ann.inner
-    if isinstance(ann, ArraySpec):
-        return Param(name, mode, "array", ann.dtype, ann.shape)
-    if ann is inspect.Parameter.empty or ann is typing.Any or ann is object:
-        type_name = "any"
-    elif ann in _SCALAR_TYPES:
-        type_name = _SCALAR_TYPES[ann]
-    else:
-        raise TypeError(
-            f"{where} has an unsupported annotation {type_repr(ann)}: use int, float, "
-            'complex, bool, str, bytes, Array[dtype, "shape"], In/Out/InOut[...] or none'
-        )
-    return Param(name, mode, type_name)
-
-
-def interface_of(fn: Callable, name: str | None = None, version: str = "1") -> Interface:
-    """Build the interface of ``fn`` (what :func:`remote` stores).
-
-    Raises:
-        TypeError: The signature cannot be served: ``*args``/``**kwargs``, keyword-only
-            parameters, an unsupported annotation, an ``Out`` without a determined shape, a
-            shape naming something other than an ``int`` parameter.
-    """
-    qualname = getattr(fn, "__qualname__", repr(fn))
-    fname = name if name == getattr(fn, "__name__", None) else f"{name} ({qualname})"
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{fname}: cannot read the signature ({exc})") from None
-    params = []
-    for p in sig.parameters.values():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            star = "*" if p.kind == p.VAR_POSITIONAL else "**"
-            raise TypeError(
-                f"{fname}: parameter {star}{p.name}: a remote function has a fixed list of "
-                "positional parameters"
-            )
-        if p.kind == p.KEYWORD_ONLY:
-            raise TypeError(
-                f"{fname}: parameter {p.name} is keyword-only: remote calls are positional"
-            )
-        ann = _resolve(p.annotation, fn, f"{fname}: parameter {p.name}")
-        params.append(_param_from_annotation(p.name, ann, fname, is_return=False))
-    ret_ann = _resolve(sig.return_annotation, fn, f"{fname}: the return value")
-    returns = None
-    if ret_ann is not None and ret_ann is not type(None):
-        # An unannotated return is "any", as an unannotated parameter is.
-        returns = _param_from_annotation("return", ret_ann, fname, is_return=True)
-    doc = inspect.cleandoc(fn.__doc__) if getattr(fn, "__doc__", None) else ""
-    module = getattr(fn, "__module__", None) or ""
-    iface = Interface(name, version, doc, module, params, returns, _label=fname)
-    size = len(iface.to_bytes())
-    if size > _MAX_INTERFACE_BYTES:
-        raise TypeError(f"{fname}: the interface takes {size} bytes, over 64 KiB (docstring?)")
-    return iface
-
-
-def remote(name: Any = None, *, version: str = "1") -> Any:
-    """Mark a module-level function as a named remote function (``docs/rpc.md``).
-
-    ``@remote``, ``@remote()``, ``@remote("dmmul")`` and ``@remote("dmmul", version="2")``
-    all work. The interface is built from the signature, annotations and docstring at
-    decoration time and stored as ``fn.__rtpool_remote__``; the function is returned unchanged,
-    so it can still be called locally.
-
-    Args:
-        name: The registered name (default: the function's ``__name__``), 1 to 128 bytes.
-        version: The version string, at most 64 bytes.
-
-    Raises:
-        TypeError: The function's signature cannot be served (the message names the function
-            and the parameter), or the name or version is not a string.
-    """
-    if callable(name) and not isinstance(name, str):
-        return remote(None, version=version)(name)
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"@rtpool.remote: the name must be a string, got {name!r}")
-
-    def decorate(fn: Callable) -> Callable:
-        fn_name = name if name is not None else getattr(fn, "__name__", None)
-        _check_name_version(fn_name, version)
-        fn.__rtpool_remote__ = interface_of(fn, fn_name, version)
-        return fn
-
-    return decorate
-
-
-def version_key(version: str) -> tuple:
-    """Sort key of versions: dot-separated parts compare as numbers where they are numbers
-    (``"1.10"`` after ``"1.9"``), as strings otherwise."""
-    return tuple(
-        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in version.split(".")
-    )
-
-
-def served_functions(module_name: str) -> list:
-    """Import ``module_name`` and list the functions it serves.
-
-    Every module-level attribute marked with :func:`remote` is served (a function re-exported
-    from another module too), sorted by name and version.
-
-    Returns:
-        ``[(fn, interface), ...]``.
-
-    Raises:
-        ImportError: The module cannot be imported (the message names it).
-        ValueError: The module marks no function, or marks two with the same name and version.
-    """
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        msg = f"cannot import module {module_name} to serve its functions: {exc}"
-        raise type(exc)(msg, name=exc.name, path=exc.path) from exc
-    found: dict = {}
-    for attr in list(vars(module).values()):
-        iface = getattr(attr, "__rtpool_remote__", None)
-        if not isinstance(iface, Interface):
-            continue
-        key = (iface.name, iface.version)
-        other = found.get(key)
-        if other is not None and other[0] is not attr:
-            raise ValueError(
-                f"module {module_name} serves {iface.name} version {iface.version} twice "
-                f"({_qualname(other[0])} and {_qualname(attr)})"
-            )
-        found[key] = (attr, iface)
-    if not found:
-        raise ValueError(f"module {module_name} serves no functions: mark them with @rtpool.remote")
-    return [found[key] for key in sorted(found, key=lambda k: (k[0], version_key(k[1])))]
-
-
-def _qualname(fn: Any) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

@@ -1,0 +1,418 @@
+"""One client connection to the master, kept up across disconnects: the socket, the reader
+thread, the heartbeat thread, and the tables that route the master's answers (``ACCEPTED``,
+``RESULTS``, ``STATUS_REPLY``, ``ERROR``) to futures.
+
+Submitting writes a ``SUBMIT`` frame from the calling thread (under a lock); the daemon reader
+thread decodes what the master sends and resolves the futures, so a result reaches a waiting
+thread after exactly one thread hop. Everything per task on these two paths is kept small: a
+package is one frame, and a ``RESULTS`` batch is decoded without building a dict per result.
+
+Delivery (see ``docs/reliability.md``): after each batch of frames read, the reader
+sends one ``ACK`` per package that got results. When the connection drops, the reader thread
+reconnects with backoff, re-sends every ``SUBMIT`` not yet ``ACCEPTED`` (same bytes, so the
+same idempotency ``key``), ``ATTACH``es every accepted package with pending futures, and keeps
+the first result of each task (the master re-sends the ones not acknowledged).
+
+The class is split by concern: this module has the state, sending, the generic hooks and
+closing; ``packages.py`` submitting, cancelling and waiting on packages; ``receive.py`` the
+reader thread; ``reconnect.py`` reconnecting. The connection knows nothing of calls of named
+functions (``rtpool.rpc``): they are packages whose segments have a ``decode`` hook, and the
+grid-RPC state plugs in through :meth:`_Connection.on_message`, :meth:`~_Connection.on_error`,
+:meth:`~_Connection.on_reconnect` and :meth:`~_Connection.on_pending`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+from .. import _protocol as P
+from .._dial import Address, TlsOption, connect, parse_address
+from .._future import Future
+from ..errors import ConnectionLost
+from .packages import _Packages
+from .receive import _Receiver
+from .reconnect import _BACKOFF_FIRST, _Reconnector
+from .segment import ALL, _Segment
+
+__all__ = ["ALL", "_Connection", "_Segment"]
+
+_monotonic = time.monotonic
+_encode = P.encode
+_HEARTBEAT = P.encode(P.HEARTBEAT)
+
+
+class _Connection(_Packages, _Receiver, _Reconnector):
+    """One client connection: socket, reader and heartbeat threads, routing tables."""
+
+    def __init__(
+        self,
+        address: Address,
+        token: str,
+        name: str,
+        connect_timeout: float,
+        tls: TlsOption = False,
+        ca_file: str | None = None,
+        reconnect_timeout: float = 60.0,
+    ):
+        host, port = parse_address(address)
+        self.address = f"{host}:{port}"
+        self._hello = {
+            "role": "client",
+            "token": token,
+            "name": name,
+            "slots": 0,
+            "tls": tls,
+            "ca_file": ca_file,
+        }
+        self.connect_timeout = connect_timeout
+        self.reconnect_timeout = reconnect_timeout
+        sock, welcome, reader, extra = connect((host, port), **self._hello, timeout=connect_timeout)
+        # Locks of threads waiting in Future.result(), released by the reader thread.
+        self._wakes: List[Any] = []
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._ids = itertools.count(1)
+        self._by_req: Dict[int, _Segment] = {}  # req_id -> segment not yet ACCEPTED
+        self._segments: Dict[int, _Segment] = {}  # package -> accepted, futures pending
+        self._late: Dict[int, _Segment] = {}  # package -> finished by local cancels
+        self._attaching: Dict[int, Tuple[int, _Segment]] = {}  # package -> (req_id, segment)
+        # req_id -> [package, counters or None, answered, error]
+        self._status: Dict[int, list] = {}
+        # Hooks of the layers above (rtpool.rpc), see on_message() and the like.
+        self._handlers: Dict[int, Callable[[list], None]] = {}
+        self._error_handlers: Dict[str, Callable[[str, int], None]] = {}
+        self._reconnect_hooks: List[Callable[[], List[bytes]]] = []
+        self._pending_hooks: List[Callable[[], bool]] = []
+        self._acks: Dict[int, _Segment] = {}  # reader only: packages of the current batch
+        self._ack_later: Dict[int, _Segment] = {}  # ACKs the reader could not send at once
+        self._fatal: Tuple[str, str] | None = None
+        # Threads in wait_accepted()/status(): ACCEPTED notifies only when there are any.
+        self._waiting = 0
+        self._lost: ConnectionLost | None = None
+        self.closing = False
+        self._closed = False
+        self._stop = threading.Event()
+        self._gen = 0  # bumped at each (re)connection, see _send()
+        self._last_send = _monotonic()
+        self._drop_since: float | None = None
+        self._backoff = _BACKOFF_FIRST
+        self.reconnects = 0
+        self.duplicate_results = 0  # results of a task after its first one (tests read it)
+        self.sock: socket.socket | None = None
+        self._use(sock, welcome, reader)
+        self._thread = threading.Thread(
+            target=self._run, args=(extra,), name=f"rtpool-client-{self.address}", daemon=True
+        )
+        self._thread.start()
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat_loop, name=f"rtpool-heartbeat-{self.address}", daemon=True
+        )
+        self._heartbeat_thread.start()
+
+    def _use(self, sock: socket.socket, welcome: Any, reader: P.FrameReader) -> None:
+        self.sock = sock
+        self._reader = reader
+        self.session = welcome.session
+        self.max_frame_bytes = welcome.max_frame_bytes
+        self.heartbeat_ms = welcome.heartbeat_ms
+        self.instance = welcome.instance
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _send(self, frame: bytes, quiet: bool = False, gen: int | None = None) -> None:
+        """Write one frame. While disconnected it is dropped: what matters (SUBMIT, CANCEL of
+        a package) is sent again by the reconnection. ``gen``: send only if no reconnection
+        happened since then (the reconnection already re-sent the frame)."""
+        with self._send_lock:
+            sock = self.sock
+            if sock is None or (gen is not None and gen != self._gen):
+                return
+            try:
+                sock.sendall(frame)
+                if self._ack_later:
+                    self._flush_acks(sock)
+            except OSError as exc:
+                error = exc
+            else:
+                self._last_send = _monotonic()
+                return
+        self._on_send_error(sock, error, quiet)
+
+    def _on_send_error(self, sock: socket.socket, exc: OSError, quiet: bool) -> None:
+        if self.reconnect_timeout > 0:
+            try:  # wake the reader: it sees the broken connection and reconnects
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
+        lost = self._connection_lost(f"sending to the master failed: {exc.strerror or exc}")
+        if not quiet:
+            raise lost from None
+
+    def _flush_acks(self, sock: socket.socket) -> None:
+        # With the send lock held.
+        with self._lock:
+            later, self._ack_later = self._ack_later, {}
+        if later:
+            sock.sendall(b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in later.items()]))
+
+    def _send_acks(self) -> None:
+        """Reader thread, after a batch: one ACK per package that got results in it."""
+        acks, self._acks = self._acks, {}
+        if not self._send_lock.acquire(False):
+            # Another thread is writing (maybe a large SUBMIT): do not stop reading results
+            # for it. It sends these when done (or the heartbeat thread does).
+            with self._lock:
+                self._ack_later.update(acks)
+            return
+        try:
+            sock = self.sock
+            if sock is not None:
+                sock.sendall(b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in acks.items()]))
+                self._last_send = _monotonic()
+        except OSError:
+            pass  # the next recv() sees the broken connection
+        finally:
+            self._send_lock.release()
+
+    def _heartbeat_loop(self) -> None:
+        # Sends HEARTBEAT when nothing else was sent for heartbeat_ms (the master closes
+        # silent clients), and ACKs the reader had to defer. Never on a submission's path.
+        while True:
+            period = self.heartbeat_ms / 1000
+            tick = min(max(period / 2, 0.005), 1.0) if period > 0 else 1.0
+            if self._stop.wait(tick):
+                return
+            if self._ack_later:
+                with self._send_lock:
+                    try:
+                        if self.sock is not None:
+                            self._flush_acks(self.sock)
+                    except OSError:
+                        pass
+            if period > 0 and _monotonic() - self._last_send >= period:
+                self._send(_HEARTBEAT, quiet=True)
+
+    # -- hooks and requests for the layers above (rtpool.rpc) -------------------------------
+
+    def on_message(self, kind: int, handler: Callable[[list], None]) -> None:
+        """Route messages of ``kind`` (which the connection does not handle itself) to
+        ``handler(msg)``, on the reader thread."""
+        self._handlers[kind] = handler
+
+    def on_error(self, code: str, handler: Callable[[str, int], None]) -> None:
+        """Route ``ERROR code`` to ``handler(message, ref)`` on the reader thread, instead of
+        treating it as fatal."""
+        self._error_handlers[code] = handler
+
+    def on_reconnect(self, hook: Callable[[], List[bytes]]) -> None:
+        """After each reconnection, send the frames ``hook()`` returns (after the ``ATTACH``es
+        and the re-sent ``SUBMIT``s); it runs with the connection's lock held."""
+        self._reconnect_hooks.append(hook)
+
+    def on_pending(self, hook: Callable[[], bool]) -> None:
+        """``hook()`` (called with the lock held) says whether requests of the layer above
+        wait for an answer: the connection then reconnects for them."""
+        self._pending_hooks.append(hook)
+
+    def send(self, frame: bytes, gen: int | None = None) -> None:
+        """Write one frame (dropped while disconnected); ``gen`` as :meth:`open_request`
+        returned it: not if a reconnection happened since (it re-sent the request)."""
+        self._send(frame, gen=gen)
+
+    def notify(self, update: Callable[[], None]) -> None:
+        """Run ``update()`` with the lock held and wake the threads in :meth:`wait`."""
+        with self._cond:
+            update()
+            self._cond.notify_all()
+
+    def open_request(self, register: Callable[[int], None], what: str) -> Tuple[int, int]:
+        """A new request id; ``register(req_id)`` runs with the lock held (so a reconnection
+        sees the request through :meth:`on_pending`/:meth:`on_reconnect`).
+
+        Returns:
+            ``(req_id, gen)``: pass ``gen`` to :meth:`send`.
+
+        Raises:
+            ConnectionLost: The connection is gone for good.
+            RuntimeError: The client was shut down (``what`` says what cannot be done).
+        """
+        with self._lock:
+            if self._lost is not None:
+                raise self._lost
+            if self.closing:
+                raise RuntimeError(f"cannot {what} after shutdown")
+            req_id = next(self._ids)
+            register(req_id)
+            if self.sock is None:
+                self._cond.notify_all()  # a reader waiting for work reconnects
+            return req_id, self._gen
+
+    def wait(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``done()`` (checked with the lock held) or the connection is lost for
+        good; return ``done()``."""
+        with self._cond:
+            self._waiting += 1
+            try:
+                self._cond.wait_for(lambda: done() or self._lost is not None, timeout)
+            finally:
+                self._waiting -= 1
+            return done()
+
+    def raise_if_lost(self) -> None:
+        """Raise the :class:`ConnectionLost` of a connection gone for good."""
+        if self._lost is not None:
+            raise self._lost
+
+    def new_segment(self, n: int, t0_ns: int, has_deadline: bool) -> _Segment:
+        """A new segment of ``n`` tasks (a request id of its own); the caller sets its
+        ``futures`` (and ``decode``, ``retry``), then sends it with :meth:`send_segment`."""
+        seg = _Segment(self, next(self._ids), n, t0_ns, 0.0)
+        seg.has_deadline = has_deadline
+        return seg
+
+    def send_segment(self, seg: _Segment, frame: bytes) -> None:
+        """Send the request of a new segment; a reconnection re-sends ``frame`` until the
+        master answers it.
+
+        Raises:
+            RuntimeError: The client was shut down.
+            ConnectionLost: The connection is gone for good.
+        """
+        seg.frame = frame
+        self._send(frame, gen=self._register([seg]))
+
+    def take_refused(self, ref: int) -> _Segment | None:
+        """The segment of request ``ref``, which the master refused with an ERROR its owner
+        handles; a reconnection no longer re-sends it. The owner then sends it again with
+        :meth:`resend` or fails it with :meth:`fail_unsent`."""
+        with self._cond:
+            self._drop_since = None  # this connection works
+            seg = self._by_req.get(ref)
+            if seg is not None:
+                seg.frame = None
+            self._cond.notify_all()
+        return seg
+
+    def resend(self, seg: _Segment, build: Callable[[int], bytes]) -> None:
+        """Send a refused segment again under a new request id: ``build(req_id)`` is its
+        frame. Nothing if its futures failed meanwhile (the connection was lost for good)."""
+        with self._lock:
+            if self._by_req.pop(seg.req_id, None) is None:
+                return
+            seg.req_id = next(self._ids)
+            seg.frame = frame = build(seg.req_id)
+            self._by_req[seg.req_id] = seg
+            gen = self._gen
+        self._send(frame, gen=gen)
+
+    def fail_unsent(self, seg: _Segment, exc: BaseException) -> None:
+        """Fail every future of a segment the master has not accepted (its owner could not
+        build its request, or the master refused it)."""
+        with self._cond:
+            self._by_req.pop(seg.req_id, None)
+            seg.frame = None
+            futures, seg.futures = seg.futures, None
+            seg.error = exc
+            self._cond.notify_all()
+        if futures:
+            self._fail(futures, exc)
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def _connection_lost(self, reason: str) -> ConnectionLost:
+        with self._cond:
+            if self._lost is not None:
+                return self._lost
+            segments = list(self._by_req.values()) + list(self._segments.values())
+            self._by_req.clear()
+            self._segments.clear()
+            self._attaching.clear()
+            pending = [f for seg in segments for f in (seg.futures or ()) if not f.done()]
+            if self._closed:
+                message = f"the client's connection to the master at {self.address} was closed"
+            else:
+                if self._fatal is not None:
+                    reason = f"the master reported {self._fatal[0]}: {self._fatal[1]}"
+                message = (
+                    f"lost the connection to the master at {self.address} ({reason}); "
+                    f"{len(pending)} unfinished tasks failed. Check that the master is running "
+                    "(see its log) and resubmit them"
+                )
+            self._lost = lost = ConnectionLost(message)
+            self._closed = True
+            self._cond.notify_all()
+            sock, self.sock = self.sock, None
+        self._stop.set()
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            with self._send_lock:
+                sock.close()
+        self._fail(pending, lost)
+        return lost
+
+    def pending_futures(self) -> List[Future]:
+        with self._lock:
+            segments = list(self._by_req.values()) + list(self._segments.values())
+        return [f for seg in segments for f in (seg.futures or ()) if not f.done()]
+
+    def cancel_segment(self, seg: _Segment) -> int:
+        """Cancel the futures of ``seg`` without a result; one ``CANCEL`` for all of them."""
+        futures = seg.futures
+        if futures is None:
+            return 0
+        n = sum(1 for f in futures if f._to_cancelled())
+        if n:
+            self.on_local_cancel(seg, ALL, n)
+        return n
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            segments = list(self._by_req.values()) + list(self._segments.values())
+        for seg in segments:
+            self.cancel_segment(seg)
+
+    def close_if_idle(self) -> None:
+        """Close the socket once no package waits for results (after shutdown). While
+        disconnected, packages whose futures are all done (cancelled) do not count."""
+        with self._cond:
+            if self._closed:
+                return
+            if self._by_req or self._segments:
+                if self.sock is not None or self._needs_connection():
+                    return
+            self._closed = True
+            sock = self.sock
+            self._cond.notify_all()
+        self._stop.set()
+        if sock is not None:
+            try:
+                # Only the reading side: this wakes the reader thread, which first sends the
+                # ACKs of the batch it may be handling, then closes the socket.
+                sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        self.closing = True
+        if cancel_futures:
+            self.cancel_all()
+        with self._cond:
+            self._cond.notify_all()  # a reader waiting to reconnect checks what is left
+        if wait:
+            cf.wait(self.pending_futures())
+        self.close_if_idle()
+        if wait and threading.current_thread() is not self._thread:
+            with self._lock:
+                idle = self._closed
+            if idle:
+                self._thread.join()

@@ -1,0 +1,264 @@
+"""The reader thread of a client connection: it reads the master's frames, resolves the
+futures of ``RESULTS``, records ``ACCEPTED`` and ``STATUS_REPLY``, handles ``ERROR`` and sends
+the ``ACK``s of each batch. Messages and errors it does not know go to the handlers registered
+with :meth:`~rtpool._connection.connection._Connection.on_message` and ``on_error``.
+
+A mixin of :class:`~rtpool._connection.connection._Connection` (the state is there).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import pickle
+import time
+from typing import List
+
+from .. import _protocol as P
+from .._future import Future
+from .._serialize import error_from_report
+from ..errors import (
+    AdmissionError,
+    ProtocolError,
+    QuotaExceededError,
+    ResultsLost,
+    SubmitRejected,
+    TaskFailed,
+)
+from .outcomes import task_error
+
+_perf_ns = time.perf_counter_ns
+_loads = pickle.loads
+_InvalidStateError = cf.InvalidStateError
+
+
+class _Receiver:
+    """The reader thread and the routing of the master's answers."""
+
+    def _run(self, extra: List[list] | None) -> None:
+        """The reader thread: read sessions one after the other until the end."""
+        try:
+            while extra is not None:
+                reason = self._read_session(extra)
+                extra = self._after_drop(reason)
+        except BaseException as exc:
+            # Our own bug: fail the futures rather than leave them pending forever.
+            self._connection_lost(f"the client's reader thread failed: {exc!r}")
+            raise
+
+    def _read_session(self, extra: List[list]) -> str:
+        """Read one connection until it breaks; return why it did."""
+        reason = "the master closed the connection"
+        try:
+            recv = self.sock.recv
+            feed = self._reader.feed
+            dispatch = self._dispatch
+            wakes = self._wakes
+            msgs = extra
+            while True:
+                if msgs:
+                    dispatch(msgs)
+                    if wakes:
+                        # Released only now, after the whole batch: a waiter woken earlier
+                        # would find this thread still holding the GIL and block once more.
+                        for lock in wakes:
+                            lock.release()
+                        wakes.clear()
+                    if self._acks:
+                        self._send_acks()  # its sendall() lets the woken threads run
+                    if self.closing:
+                        self.close_if_idle()
+                        if self._closed:
+                            break
+                data = recv(1 << 18)
+                if not data:
+                    break
+                msgs = feed(data)
+        except ProtocolError as exc:
+            reason = f"the master sent an invalid frame: {exc}"
+        except (IndexError, TypeError, ValueError, KeyError) as exc:
+            reason = f"the master sent a malformed message: {exc!r}"
+        except (OSError, AttributeError) as exc:  # AttributeError: closed under our feet
+            reason = f"connection error: {getattr(exc, 'strerror', None) or exc}"
+        for lock in self._wakes:
+            lock.release()
+        self._wakes.clear()
+        return reason
+
+    def _dispatch(self, msgs: List[list]) -> None:
+        for msg in msgs:
+            kind = msg[0]
+            if kind == P.RESULTS:
+                self._on_results(msg[1], msg[2])
+            elif kind == P.ACCEPTED:
+                self._on_accepted(msg[1], msg[2])
+            elif kind == P.STATUS_REPLY:
+                self._on_status_reply(msg)
+            elif kind == P.ERROR:
+                self._on_error(msg[1], msg[2], msg[3])
+            else:
+                handler = self._handlers.get(kind)
+                if handler is None:
+                    raise ProtocolError(f"a client does not expect message kind {kind}")
+                handler(msg)
+
+    def _on_results(self, package: int, results: List[list]) -> None:
+        seg = self._segments.get(package)
+        if seg is None:
+            seg = self._late.get(package)
+            if seg is not None:  # late results of a package whose futures were all cancelled
+                seg.rx += len(results)
+                self._acks[package] = seg
+            return
+        seg.rx += len(results)
+        self._acks[package] = seg
+        futures = seg.futures
+        if futures is None:
+            return  # just finished by cancellations in another thread
+        perf_ns = _perf_ns
+        loads = _loads
+        decode = seg.decode
+        for r in results:
+            fut = futures[r[0]]
+            if fut._entry is not None:
+                # Sent again after a reconnect (its ACK was lost with the connection): the
+                # first copy counts.
+                self.duplicate_results += 1
+                continue
+            status = r[1]
+            t0 = perf_ns()
+            value = None
+            if decode is not None and status != 2:
+                value, error = decode(r[0], status, r[2])
+            elif status == 0:
+                try:
+                    value = loads(r[2])
+                except Exception as exc:
+                    error: BaseException | None = TaskFailed(
+                        f"the task's result cannot be unpickled on the client: {exc!r}"
+                    )
+                else:
+                    error = None
+            elif status == 1:
+                error = error_from_report(r[2])
+            elif status == 2:
+                error = cf.CancelledError()
+            else:
+                error = task_error(status, r[2])
+            t1 = perf_ns()
+            r[2] = None
+            fut._entry = r
+            fut._deser_ns = t1 - t0
+            fut._done_ns = t1
+            if status == 2:
+                if not fut._to_cancelled():
+                    continue
+            else:
+                wakes = fut._finish(value, error)
+                if wakes is None:
+                    continue  # cancelled here while its result was on the way
+                fut._invoke_callbacks()
+                if wakes:
+                    self._wakes.extend(wakes)  # released after the batch, see _read_session
+            seg.n_results += 1
+        if seg.n_results + seg.n_cancelled >= seg.n:
+            with self._lock:
+                self._finish(seg)
+
+    def _on_accepted(self, req_id: int, package: int) -> None:
+        with self._lock:
+            self._drop_since = None  # this connection works
+            seg = self._by_req.pop(req_id, None)
+            if seg is None:
+                attach = self._attaching.get(package)
+                if attach is not None and attach[0] == req_id:
+                    del self._attaching[package]
+                    attach[1].rx = 0  # ACK counts restart at this ACCEPTED
+                return
+            seg.package = package
+            seg.frame = None
+            seg.rx = 0
+            if seg.n_results + seg.n_cancelled < seg.n:
+                self._segments[package] = seg
+            else:
+                seg.futures = None
+                self._keep_late(seg)
+            pending, seg.pending_cancel = seg.pending_cancel, None
+            if self._waiting:
+                self._cond.notify_all()
+        if pending is not None:
+            self._send(P.encode(P.CANCEL, package, list(pending)), quiet=True)
+
+    def _on_status_reply(self, msg: list) -> None:
+        with self._cond:
+            waiter = self._status.get(msg[1])
+            if waiter is not None:
+                waiter[1] = tuple(msg[3:10])  # total, queued, ..., met, missed
+                waiter[2] = True
+                self._cond.notify_all()
+
+    def _on_error(self, code: str, message: str, ref: int) -> None:
+        handler = self._error_handlers.get(code)
+        if handler is not None:
+            handler(message, ref)
+            return
+        if code == P.ERR_REJECTED or code == P.ERR_QUOTA or code == P.ERR_ADMISSION:
+            with self._cond:
+                self._drop_since = None
+                seg = self._by_req.pop(ref, None)
+                self._cond.notify_all()
+            if seg is not None and seg.futures is not None:
+                if code == P.ERR_QUOTA:
+                    exc: BaseException = QuotaExceededError(
+                        f"the master at {self.address} refused the package (request {ref}): "
+                        f"the user's compute-time quota is used up: {message}"
+                    )
+                elif code == P.ERR_ADMISSION:
+                    exc = AdmissionError(
+                        f"the master at {self.address} refused the package (request {ref}): it "
+                        f"cannot finish by its deadline: {message}"
+                    )
+                else:
+                    exc = SubmitRejected(
+                        f"the master at {self.address} rejected the package (request {ref}): "
+                        f"{message}"
+                    )
+                seg.error = exc
+                seg.frame = None
+                self._fail(seg.futures, exc)
+                seg.futures = None
+        elif code == P.ERR_UNKNOWN_PACKAGE:
+            with self._cond:
+                self._drop_since = None
+                attach = self._attaching.pop(ref, None)
+                if attach is not None:
+                    seg = attach[1]
+                    self._segments.pop(ref, None)
+                    futures, seg.futures = seg.futures, None
+                # Otherwise a STATUS or CANCEL raced with the package's last results: those
+                # were sent before this error, so the futures already know everything.
+                for waiter in self._status.values():
+                    if waiter[0] == ref:
+                        waiter[2] = True
+                self._cond.notify_all()
+            if attach is not None and futures:
+                pending = [f for f in futures if not f.done()]
+                self._fail(
+                    pending,
+                    ResultsLost(
+                        f"after reconnecting, the master at {self.address} no longer knows "
+                        f"package {ref} ({message}): it dropped the package's results (it "
+                        "stayed detached longer than the master's --result-ttl, or the master "
+                        f"restarted without it); {len(pending)} unfinished tasks failed, "
+                        "resubmit them"
+                    ),
+                )
+        else:
+            self._fatal = (code, message)
+
+    @staticmethod
+    def _fail(futures: List[Future], exc: BaseException) -> None:
+        for fut in futures:
+            try:
+                fut.set_exception(exc)
+            except _InvalidStateError:
+                pass
