@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rtpool._bench_floor import EchoPeer, make_frame
-from rtpool._demo import is_prime, semiprimes, smallest_factor
+from rtpool_bench.demo import is_prime, semiprimes, smallest_factor
+from rtpool_bench.floor import EchoPeer, make_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 
