@@ -188,6 +188,36 @@ def test_cpu_meter_sees_a_busy_process():
     assert meter.percent() > 0
 
 
+def test_cpu_meter_counts_less_than_a_clock_tick():
+    # /proc's utime + stime (psutil) count 10 ms ticks: 3 ms of CPU would read 0 or 10 ms,
+    # which made the multi table's CPU column 0.0 in short cells.
+    code = (
+        "import sys, time\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "end = time.process_time() + 0.003\n"
+        "while time.process_time() < end:\n"
+        "    pass\n"
+        "print('spun', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline() == "ready\n"  # started up: its start-up CPU is done
+        meter = CpuMeter([proc.pid])
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "spun\n"
+        used = meter.seconds()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+    assert 0.003 <= used < 0.008, used
+
+
 # --- arguments and tables --------------------------------------------------------------------
 
 

@@ -248,7 +248,7 @@ def summarize_cell(
         "wait_s": max_min_mean(wait),
         "throughput_mb_s": max_min_mean(thru),
         "throughput_net_mb_s": max_min_mean(thru_net),
-        "cpu_pct": None if cpu_pct is None else round(cpu_pct, 1),
+        "cpu_pct": None if cpu_pct is None else round(cpu_pct, 3),
         "load1": load1,
         "times": len(perf),
         "errors": errors,
