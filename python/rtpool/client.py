@@ -399,7 +399,7 @@ class _Submitter(cf.Executor):
 
         Options given here are merged into this executor's own (``client.options(a=1)
         .options(b=2)`` has both); ``None`` resets one to its default. Everything is checked
-        here, before anything is sent. See ``docs/realtime.md`` for deadlines, hedging and
+        here, before anything is sent. See ``docs/deadlines.md`` for deadlines, hedging and
         quorum.
 
         Args:

@@ -32,7 +32,7 @@ from .stats import new_histogram, record_ns
 
 RESULT_TIMEOUT_S = 60.0
 
-# Percentiles of the real-time benchmarks: HdrHistogram's, up to p99.99.
+# Percentiles of the open-loop benchmarks: HdrHistogram's, up to p99.99.
 RT_PERCENTILES = (
     ("p50", 50.0),
     ("p90", 90.0),

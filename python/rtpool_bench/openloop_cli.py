@@ -36,7 +36,7 @@ from .openlatency import bench_open_latency, parse_levels
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """Add the options of the real-time benchmarks to ``rtpool bench``'s parser."""
+    """Add the options of the open-loop benchmarks to ``rtpool bench``'s parser."""
     g = ap.add_argument_group("open-loop latency (latency --rate R, --sweep)")
     g.add_argument(
         "--rate", type=float, default=None, help="no-op tasks/s, open loop, instead of round trips"
