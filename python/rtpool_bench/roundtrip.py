@@ -1,4 +1,5 @@
-"""``rtpool bench``: end-to-end latency, throughput and payload benchmarks on a LocalCluster.
+"""``rtpool bench latency|throughput|payload|all``: end-to-end latency, throughput and payload
+benchmarks on a LocalCluster.
 
 * ``latency``: sequential no-op round trips ``client.submit(noop).result()``, in an
   HdrHistogram (us, 3 significant digits), next to the one-hop floor: a raw Python TCP
@@ -13,9 +14,9 @@
 Every loop is bounded by a count and by a time budget and stops by itself. Each section starts
 its own ``LocalCluster`` and stops it (and the floor's echo process) in ``finally``.
 
-``latency --rate R`` / ``--sweep`` (open loop), ``deadline`` and ``hedge`` share this parser
-and run in :mod:`rtpool_bench.deadline`. ``ninf`` (the Ninf paper's grid RPC benchmarks) has its own
-parser and runs in :mod:`rtpool_bench.ninf.linpack`.
+The parser is in :mod:`rtpool_bench.cli`, the tables in :mod:`rtpool_bench.roundtrip_render`;
+``latency --rate R`` / ``--sweep`` (open loop), ``deadline`` and ``hedge`` share the parser and
+run in :mod:`rtpool_bench.openloop_cli`.
 """
 
 from __future__ import annotations
