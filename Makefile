@@ -19,6 +19,8 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
+# Editable: python/ (rtpool and rtpool_bench) is on the venv's path. Extras: test (pytest),
+# bench (rtpool bench/demo: rich, hdrhistogram, matplotlib), linalg (numpy, scipy: bench ninf).
 $(STAMP): $(PY) $(NATIVE_SRC)
 	$(PIP) install -q "maturin>=1.5,<2" "ruff>=0.5"
 	$(PIP) install -q -e '.[test,bench,linalg]'

@@ -12,8 +12,8 @@ Prints the tables docs/benchmarks.md shows, with each figure next to its bar.
 import json
 import sys
 
-from rtpool._bench import _BREAKDOWN_ROWS
-from rtpool._bench_stats import fmt_us
+from rtpool_bench.roundtrip_render import BREAKDOWN_ROWS
+from rtpool_bench.stats import fmt_us
 
 
 def _row(*cells):
@@ -160,7 +160,7 @@ def latency_table(s):
                         fmt_us(s["breakdown_us"][k]["p50"]),
                         fmt_us(s["breakdown_us"][k]["p90"]),
                     )
-                    for label, k in _BREAKDOWN_ROWS
+                    for label, k in BREAKDOWN_ROWS
                 ],
             ),
         ]
@@ -431,7 +431,7 @@ def ninf_tables(d):
         out.append(_table(("", "p50", "p90", "p99", "p99.9", "max"), rows))
         bd = b["round_trips"]["breakdown_us"]
         rows = [
-            (label, *(fmt_us(bd[k][key]["p50"]) for k in kinds)) for label, key in _BREAKDOWN_ROWS
+            (label, *(fmt_us(bd[k][key]["p50"]) for k in kinds)) for label, key in BREAKDOWN_ROWS
         ]
         out.append(_table(("part (p50)", *(names[k] for k in kinds)), rows))
         dm, v = b["diamond"], b["bars"]

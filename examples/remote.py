@@ -10,15 +10,16 @@ then::
     python examples/remote.py HOST:7070 CLIENT_TOKEN
     RTPOOL_ADDRESS=HOST:7070 RTPOOL_TOKEN=CLIENT_TOKEN python examples/remote.py
 
-The task function lives in an importable module (rtpool._demo), so the workers import it by
-name; a function defined in this script would travel by value (cloudpickle) just as well.
+The task function lives in an importable module (rtpool_bench.demo, which the rtpool wheel
+installs next to rtpool), so the workers import it by name; a function defined in this script
+would travel by value (cloudpickle) just as well.
 """
 
 import os
 import sys
 
 import rtpool
-from rtpool._demo import smallest_factor
+from rtpool_bench.demo import smallest_factor
 
 
 def main(argv):

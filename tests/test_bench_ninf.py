@@ -9,64 +9,59 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-np = pytest.importorskip("numpy")
-pytest.importorskip("scipy")
-
-from rtpool import _bench_ninf as bn  # noqa: E402
-from rtpool._bench_ninf_multi import CpuMeter, ep_chunks, ep_verify, summarize_cell  # noqa: E402
-from rtpool.lib.linalg import EP_VERIFY, linpack_flops  # noqa: E402
+from rtpool.lib.linalg import EP_VERIFY, linpack_flops
+from rtpool_bench.cpu import CpuMeter
+from rtpool_bench.ninf import cli as ncli
+from rtpool_bench.ninf import common, linpack
+from rtpool_bench.ninf.multi import ep_chunks, ep_verify, summarize_cell
+from rtpool_bench.stats import safe_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
-needs_calls = pytest.mark.skipif(
-    not hasattr(__import__("rtpool.client").client.Client, "call"),
-    reason="needs the SDK's client.call",
-)
 
 
 # --- statistics and verdicts -----------------------------------------------------------------
 
 
 def test_max_min_mean_skips_unknown_values():
-    s = bn.max_min_mean([3.0, None, 1.0, float("nan"), 2.0])
+    s = common.max_min_mean([3.0, None, 1.0, float("nan"), 2.0])
     assert (s["max"], s["min"], s["mean"], s["p50"], s["count"]) == (3.0, 1.0, 2.0, 2.0, 3)
-    assert bn.max_min_mean([])["count"] == 0 and bn.max_min_mean([])["mean"] is None
+    assert common.max_min_mean([])["count"] == 0 and common.max_min_mean([])["mean"] is None
 
 
 def test_time_stats_gives_mflops_of_the_median_and_the_best():
-    s = bn.time_stats([0.2, 0.1, 0.4], flops=1e8)
+    s = common.time_stats([0.2, 0.1, 0.4], flops=1e8)
     assert s["reps"] == 3 and s["median_s"] == 0.2 and s["max_s"] == 0.4
     assert s["mflops"] == pytest.approx(500.0) and s["best_mflops"] == pytest.approx(1000.0)
-    assert bn.time_stats([], 1e8)["mflops"] is None
+    assert common.time_stats([], 1e8)["mflops"] is None
 
 
 def _row(n, local_s, remote_s, unblocked_s=None):
     flops = linpack_flops(n)
     row = {"n": n, "flops": flops, "bytes": 8 * n * n + 16 * n}
     for key, t in (("local", local_s), ("remote", remote_s), ("unblocked", unblocked_s)):
-        row[key] = bn.time_stats([t] if t else [], flops)
-    row["remote_over_local"] = bn.safe_ratio(row["remote"]["mflops"], row["local"]["mflops"])
-    row["remote_over_unblocked"] = bn.safe_ratio(
-        row["remote"]["mflops"], row["unblocked"]["mflops"]
-    )
+        row[key] = common.time_stats([t] if t else [], flops)
+    row["remote_over_local"] = safe_ratio(row["remote"]["mflops"], row["local"]["mflops"])
+    row["remote_over_unblocked"] = safe_ratio(row["remote"]["mflops"], row["unblocked"]["mflops"])
     return row
 
 
 def test_within_from_needs_every_larger_n_within_10_percent():
     rows = [_row(100, 1, 3), _row(200, 1, 1.05), _row(400, 1, 1.2), _row(800, 1, 1.08)]
-    assert bn.within_from(rows) == 800  # 400 is out, so 200 does not count
+    assert linpack.within_from(rows) == 800  # 400 is out, so 200 does not count
     rows.append(_row(1000, 1, 1.5))
-    assert bn.within_from(rows) is None
+    assert linpack.within_from(rows) is None
 
 
 def test_unblocked_crossover_and_its_edge_cases():
     rows = [_row(100, 1, 2, 1), _row(200, 1, 1, 2), _row(400, 1, 1, 3), _row(800, 1, 1, None)]
-    x = bn.unblocked_crossover(rows)
+    x = linpack.unblocked_crossover(rows)
     assert x == {"n": 200, "below_smallest": False, "measured_up_to": 400}
-    x = bn.unblocked_crossover([_row(100, 1, 1, 5), _row(200, 1, 1, 5)])
+    x = linpack.unblocked_crossover([_row(100, 1, 1, 5), _row(200, 1, 1, 5)])
     assert x["n"] == 100 and x["below_smallest"]
-    assert bn.unblocked_crossover([_row(100, 1, 9, 1)])["n"] is None
+    assert linpack.unblocked_crossover([_row(100, 1, 9, 1)])["n"] is None
 
 
 def test_projection_finds_where_a_fixed_transfer_rate_falls_under_10_percent():
@@ -75,7 +70,7 @@ def test_projection_finds_where_a_fixed_transfer_rate_falls_under_10_percent():
     for n in (200, 400, 800):
         local = linpack_flops(n) / rate
         rows.append(_row(n, local, local + 0.001 + (8 * n * n + 16 * n) / 1e8))  # 100 MB/s
-    p = bn.project_within(rows)
+    p = linpack.project_within(rows)
     assert p["overhead_s"] == pytest.approx(0.001, rel=1e-3)
     assert p["overhead_mb_per_s"] == pytest.approx(100, rel=1e-3)
     n = p["n"]
@@ -87,17 +82,21 @@ def test_projection_finds_where_a_fixed_transfer_rate_falls_under_10_percent():
 
 
 def test_reps_and_unblocked_skip_rule():
-    assert bn._reps_for(800, 5) == 5 and bn._reps_for(1000, 5) == 3 and bn._reps_for(1600, 2) == 2
+    assert (
+        linpack._reps_for(800, 5) == 5
+        and linpack._reps_for(1000, 5) == 3
+        and linpack._reps_for(1600, 2) == 2
+    )
     done = {400: [0.1], 800: [0.9, 1.0, 1.1], 1000: []}
-    assert bn._unblocked_allowed(1600, done, 10.0)  # 8 s
-    assert not bn._unblocked_allowed(1800, done, 10.0)  # 11.4 s
+    assert linpack._unblocked_allowed(1600, done, 10.0)  # 8 s
+    assert not linpack._unblocked_allowed(1800, done, 10.0)  # 11.4 s
 
 
 def test_the_system_has_the_solution_one_and_the_residual_sees_a_wrong_one():
-    A, b = bn.linpack_system(50, seed=1)
+    A, b = common.linpack_system(50, seed=1)
     x = np.linalg.solve(A, b)
-    assert np.allclose(x, 1.0) and bn.normalized_residual(A, b, x) < 10
-    assert bn.normalized_residual(A, b, x + 1e-3) > 1e6
+    assert np.allclose(x, 1.0) and common.normalized_residual(A, b, x) < 10
+    assert common.normalized_residual(A, b, x + 1e-3) > 1e6
 
 
 # --- multi and ep ----------------------------------------------------------------------------
@@ -153,7 +152,7 @@ def test_response_uses_the_accepted_time_when_there_is_one():
 
 
 def bn_response(t):
-    from rtpool._bench_ninf_multi import response_s
+    from rtpool_bench.ninf.multi import response_s
 
     return response_s(t)
 
@@ -189,13 +188,43 @@ def test_cpu_meter_sees_a_busy_process():
     assert meter.percent() > 0
 
 
+def test_cpu_meter_counts_less_than_a_clock_tick():
+    # /proc's utime + stime (psutil) count 10 ms ticks: 3 ms of CPU would read 0 or 10 ms,
+    # which made the multi table's CPU column 0.0 in short cells.
+    code = (
+        "import sys, time\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "end = time.process_time() + 0.003\n"
+        "while time.process_time() < end:\n"
+        "    pass\n"
+        "print('spun', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline() == "ready\n"  # started up: its start-up CPU is done
+        meter = CpuMeter([proc.pid])
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "spun\n"
+        used = meter.seconds()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+    assert 0.003 <= used < 0.008, used
+
+
 # --- arguments and tables --------------------------------------------------------------------
 
 
 def parse(*argv):
-    ap = bn.build_parser()
-    args = bn._settings(ap.parse_args(list(argv)))
-    bn._check_args(ap, args)
+    ap = ncli.build_parser()
+    args = ncli._settings(ap.parse_args(list(argv)))
+    ncli._check_args(ap, args)
     return args
 
 
@@ -219,7 +248,7 @@ def test_bad_arguments_exit_2(argv, capsys):
 
 
 def fake_result():
-    from rtpool._bench_ninf_bars import _bar
+    from rtpool_bench.ninf.bars import _bar
 
     rows = [_row(100, 0.001, 0.002, 0.01), _row(1000, 0.05, 0.054, None)]
     for r in rows:
@@ -245,7 +274,7 @@ def fake_result():
         for c in (1, 2)
     ]
     hist = {"p50_us": 500, "p90_us": 600, "p99_us": 900, "p99_9_us": 2000, "max_us": 3000}
-    mm = bn.max_min_mean
+    mm = common.max_min_mean
     return {
         "machine": {"usable_cpus": 2, "cpu_model": "test CPU", "python": "3"},
         "loadavg": {"before": [0.1, 0.2, 0.3], "after": [0.4, 0.5, 0.6]},
@@ -255,9 +284,9 @@ def fake_result():
             "client_blas": {"libs": {"libopenblas.so": 1}},
             "worker_blas": {"libs": {"libopenblas.so": 1}},
             "rows": rows,
-            "within_10pct_from_n": bn.within_from(rows),
-            "unblocked_crossover": bn.unblocked_crossover(rows),
-            "projection": bn.project_within(rows),
+            "within_10pct_from_n": linpack.within_from(rows),
+            "unblocked_crossover": linpack.unblocked_crossover(rows),
+            "projection": linpack.project_within(rows),
         },
         "multi": {
             "workers": 2,
@@ -323,7 +352,7 @@ def fake_result():
 def test_tables_in_the_papers_layout():
     from rich.console import Console
 
-    from rtpool._bench_ninf_render import mmm, render
+    from rtpool_bench.ninf.render import mmm, render
 
     assert mmm({"max": 72.71, "min": 69.9, "mean": 71.16, "count": 3}) == "72.71/69.90/71.16"
     out = io.StringIO()
@@ -350,7 +379,6 @@ def test_tables_in_the_papers_layout():
 # --- end to end ------------------------------------------------------------------------------
 
 
-@needs_calls
 def test_quick_run_of_every_section(tmp_path):
     path = tmp_path / "ninf.json"
     proc = subprocess.run(
@@ -363,7 +391,7 @@ def test_quick_run_of_every_section(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     r = json.loads(path.read_text())
-    assert r["problems"] == [] and r["sections"] == list(bn.SECTIONS)
+    assert r["problems"] == [] and r["sections"] == list(ncli.SECTIONS)
     assert "Performance[Mflops]" in proc.stdout and "The bars" in proc.stdout
 
     lp = r["linpack"]

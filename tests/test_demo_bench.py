@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rtpool._bench_floor import EchoPeer, make_frame
-from rtpool._demo import is_prime, semiprimes, smallest_factor
+from rtpool_bench.demo import is_prime, semiprimes, smallest_factor
+from rtpool_bench.floor import EchoPeer, make_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,6 +156,42 @@ def test_help(cmd):
     proc = run(["-m", "rtpool", cmd, "--help"], timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert f"rtpool {cmd}" in proc.stdout and "--json" in proc.stdout
+
+
+def test_import_rtpool_loads_no_benchmark_dependency():
+    # In a fresh interpreter: rich and hdrhistogram are the bench extra, rtpool_bench is only
+    # for `rtpool bench`/`rtpool demo`; the SDK, the worker and the CLI's parsers need none.
+    code = (
+        "import sys, contextlib, io\n"
+        "import rtpool, rtpool.cli, rtpool.worker\n"
+        "for argv in (['master', '--help'], ['worker', '--help'], ['token', '--help']):\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        rtpool.cli.main(argv)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'hdrh', 'rtpool_bench'}))\n"
+    )
+    proc = run(["-c", code])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "args, extra",
+    [(["bench", "all"], "bench"), (["demo"], "bench"), (["bench", "ninf"], "linalg")],
+)
+def test_bench_and_demo_say_what_to_install_without_their_extras(args, extra):
+    # A None entry in sys.modules makes a module look absent (find_spec None, import fails).
+    hide = ["rich", "hdrh"] if extra == "bench" else ["numpy", "scipy"]
+    code = (
+        "import sys\n"
+        f"for name in {hide!r}:\n"
+        "    sys.modules[name] = None\n"
+        "from rtpool.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = run(["-c", code, *args], timeout=30)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"pip install 'rtpool[{extra}]'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_quickstart_prints_the_factors():

@@ -51,7 +51,8 @@ examples:
 
 _DEMO_HELP = """\
 Start a local cluster, run a few packages and print where the time goes (medians of the
-measurement points). Pass --help after `demo` for its own options.
+measurement points). Pass --help after `demo` for its own options. Needs the bench extra:
+pip install 'rtpool[bench]'.
 
 example:
   rtpool demo
@@ -59,14 +60,17 @@ example:
 
 _BENCH_HELP = """\
 Measure latency (p50, p99, p99.9, max) and throughput end to end; open-loop latency under
-load, deadline misses and straggler hedging; the Ninf paper's grid RPC benchmarks (`ninf`).
-Pass --help after `bench` (or `bench ninf`) for its own options.
+load, deadline misses and straggler hedging; SCHED_FIFO realtime mode (`realtime`); worker
+loss, master restart and journal policies (`recovery`, `journal`); the Ninf paper's grid RPC
+benchmarks (`ninf`). Pass --help after `bench` (or `bench ninf`) for its own options. Needs
+the bench extra: pip install 'rtpool[bench]' (`ninf` also 'rtpool[bench,linalg]').
 
 examples:
   rtpool bench all
   rtpool bench latency --sweep --compare-load
   rtpool bench deadline
   rtpool bench hedge
+  rtpool bench realtime
   rtpool bench ninf [linpack] [multi] [ep] [bars]
 """
 
@@ -335,6 +339,34 @@ def _run_master(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_bench(command: str, argv: List[str]) -> int:
+    """Hand ``rtpool bench``/``rtpool demo`` over to the ``rtpool_bench`` package, or say what to
+    install when it or its dependencies (the ``bench`` extra) are missing."""
+    try:
+        import rtpool_bench
+    except ImportError:
+        print(
+            f"rtpool {command}: the benchmark package rtpool_bench is not installed; install "
+            "rtpool with its bench extra (pip install 'rtpool[bench]', or from a checkout: "
+            "make install)",
+            file=sys.stderr,
+        )
+        return 2
+    missing = (
+        [] if {"-h", "--help"} & set(argv) else rtpool_bench.missing_requirements(command, argv)
+    )
+    if missing:
+        extras = ",".join(missing)
+        print(
+            f"rtpool {command} needs the {' and '.join(missing)} extra of rtpool, which is not "
+            f"installed: pip install 'rtpool[{extras}]' (from a checkout: "
+            f"pip install -e '.[{extras}]', or make install)",
+            file=sys.stderr,
+        )
+        return 2
+    return rtpool_bench.main(command, argv)
+
+
 def main(argv: List[str] | None = None) -> int:
     """Entry point of the ``rtpool`` command.
 
@@ -346,23 +378,9 @@ def main(argv: List[str] | None = None) -> int:
     """
     if argv is None:
         argv = sys.argv[1:]
-    # demo and bench parse their own options (they are owned by other modules).
-    if argv and argv[0] == "demo":
-        from . import _demo
-
-        return _demo.main(argv[1:])
-    if argv and argv[0] == "bench":
-        if len(argv) > 1 and argv[1] in ("recovery", "journal"):
-            from . import _bench_recovery
-
-            return _bench_recovery.main(argv[1:])
-        if len(argv) > 1 and argv[1] == "realtime":
-            from . import _bench_realtime
-
-            return _bench_realtime.main(argv[2:])
-        from . import _bench
-
-        return _bench.main(argv[1:])
+    # demo and bench live in the rtpool_bench package and parse their own options.
+    if argv and argv[0] in ("demo", "bench"):
+        return _run_bench(argv[0], argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "master":
         return _run_master(args)

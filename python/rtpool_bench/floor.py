@@ -6,7 +6,7 @@ TCP: send a frame, have the other process read it whole and send it back. Both e
 so the floor pays the same syscalls and wake-ups per message that any Python peer would, and
 nothing else (no msgpack, no pickle, no scheduler).
 
-The echo peer is a child process running this file as a script (``python _bench_floor.py
+The echo peer is a child process running this file as a script (``python floor.py
 PORT``): it connects back to the parent, echoes frames until it reads a zero length, and exits.
 The parent stops it by PID in ``close()`` whatever happens.
 

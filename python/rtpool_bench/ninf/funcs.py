@@ -1,4 +1,4 @@
-"""Remote functions of ``rtpool bench ninf`` (served with ``--serve rtpool._bench_ninf_funcs``)
+"""Remote functions of ``rtpool bench ninf`` (served with ``--serve rtpool_bench.ninf.funcs``)
 and the BLAS thread controls the benchmark uses on both sides.
 
 * ``noop()``: nothing, the no-op remote call of the round-trip bar;
@@ -18,7 +18,7 @@ import json
 import os
 import time
 
-from ._interface import Array, remote
+from rtpool import Array, remote
 
 # A named shape rather than AnyVector in each annotation: linters read a string in
 # an annotation as a forward reference.

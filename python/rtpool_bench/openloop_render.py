@@ -1,18 +1,19 @@
-"""Tables of the real-time benchmarks (:mod:`rtpool._bench_rt`): rich tables for people, the
-cyclictest-style histogram as plain text. ``--json`` prints none of this."""
+"""Tables of the open-loop benchmarks (:mod:`rtpool_bench.openloop_cli`): rich tables for people,
+the cyclictest-style histogram as plain text. ``--json`` prints none of this."""
 
 from __future__ import annotations
 
 from typing import Dict, List
 
-from ._bench_open import COLUMNS, format_text_histogram
-from ._bench_rt import DEADLINE_MISS_BAR, HEDGE_P99_RATIO_BAR
+from .deadline import DEADLINE_MISS_BAR
+from .hedge import HEDGE_P99_RATIO_BAR
+from .openloop import COLUMNS, format_text_histogram
 
 # --- output ----------------------------------------------------------------------------------
 
 
 def _pct_cells(h: Dict[str, float]) -> List[str]:
-    from ._bench_stats import fmt_us
+    from .stats import fmt_us
 
     return [fmt_us(h[key]) for key, _ in COLUMNS]
 
@@ -20,7 +21,7 @@ def _pct_cells(h: Dict[str, float]) -> List[str]:
 def _ratio_table(title: str, ratios: Dict[str, Dict[str, float | None]]):
     from rich.table import Table
 
-    from ._bench_stats import fmt_ratio
+    from .stats import fmt_ratio
 
     t = Table(title=title, title_justify="left")
     t.add_column("")
@@ -35,7 +36,7 @@ def render_open_latency(s: Dict[str, object], console) -> None:
     """Print the open-loop latency section: percentiles, ratios, the bar, the histogram."""
     from rich.table import Table
 
-    from ._bench_stats import fmt_ratio, fmt_us, verdict
+    from .stats import fmt_ratio, fmt_us, verdict
 
     t = Table(
         title=f"Open-loop no-op latency from the intended send time, "
@@ -113,7 +114,7 @@ def render_deadline(s: Dict[str, object], console) -> None:
     """Print the deadline section."""
     from rich.table import Table
 
-    from ._bench_stats import verdict
+    from .stats import verdict
 
     cap, after = s["capacity"], s["capacity_after"]
     console.print(
@@ -149,7 +150,7 @@ def render_hedge(s: Dict[str, object], console) -> None:
     """Print the hedge section."""
     from rich.table import Table
 
-    from ._bench_stats import fmt_ratio, verdict
+    from .stats import fmt_ratio, verdict
 
     t = Table(
         title=f"Hedge: {s['task_ms']:g} ms CPU tasks at {s['rate_per_s']:,.0f}/s "

@@ -9,27 +9,27 @@ import gc
 import time
 from typing import Callable, Dict, List
 
-from ._bench_ninf import (
+from ..stats import safe_ratio
+from .common import (
     CALL_TIMEOUT_S,
     DIAMOND_BAR,
     DMMUL_RATIO_BAR,
     LINPACK_WITHIN,
-    _cluster,
-    _linpack_methods,
+    linpack_methods,
     linpack_system,
     max_min_mean,
     remote_parts,
+    start_cluster,
     time_stats,
     wait_served,
 )
-from ._bench_stats import safe_ratio
 
 # --- bars ------------------------------------------------------------------------------------
 
 
 def bench_bars(args, linpack: Dict | None, say: Callable) -> Dict[str, object]:
     """Section ``bars``: (a) round trips, (b) linpack n=1000, (c) the diamond transaction."""
-    with _cluster(args.workers, args.blas_threads) as cluster:
+    with start_cluster(args.workers, args.blas_threads) as cluster:
         cluster.wait_for_workers(args.workers, timeout=60)
         client = cluster.client()
         wait_served(client, ["dmmul", "noop", "work", "join", "linpack"])
@@ -63,9 +63,9 @@ def _round_trips(client, args, say: Callable) -> Dict[str, object]:
     blocks (a rotating order), after a warm-up of each."""
     import numpy as np
 
-    from ._bench import breakdown
-    from ._bench_stats import new_histogram, record_ns, summarize_histogram
-    from ._bench_tasks import noop
+    from ..roundtrip import breakdown
+    from ..stats import new_histogram, record_ns, summarize_histogram
+    from ..tasks import noop
 
     rng = np.random.default_rng(8)
     A, B = rng.random((8, 8)), rng.random((8, 8))
@@ -116,7 +116,7 @@ def _round_trips(client, args, say: Callable) -> Dict[str, object]:
 def _linpack_bar(client, args, linpack: Dict | None, say: Callable) -> Dict[str, object]:
     """(b) linpack n=1000 remote vs local: from the linpack section when it measured n=1000,
     else measured here (interleaved, 3 repetitions, 1 in --quick)."""
-    from .lib.linalg import linpack_flops
+    from rtpool.lib.linalg import linpack_flops
 
     for row in (linpack or {}).get("rows", []):
         if row["n"] == 1000:
@@ -134,7 +134,7 @@ def _linpack_bar(client, args, linpack: Dict | None, say: Callable) -> Dict[str,
     say("bars: linpack n=1000, remote and local")
     A, b = linpack_system(n, seed=n)
     timings: List = []
-    methods = _linpack_methods(client, n, timings)
+    methods = linpack_methods(client, n, timings)
     times: Dict[str, List[float]] = {"local": [], "remote": []}
     for m in times:
         methods[m](A.copy(), b.copy())

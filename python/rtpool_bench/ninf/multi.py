@@ -1,5 +1,5 @@
 """Sections ``multi`` and ``ep`` of ``rtpool bench ninf``: client processes
-(:mod:`rtpool._bench_ninf_client`) released together against one LocalCluster, the workers'
+(:mod:`rtpool_bench.ninf.client`) released together against one LocalCluster, the workers'
 CPU, and the figures of the paper's multi-client tables and of NAS EP."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import threading
 import time
 from typing import Callable, Dict, List, Sequence
 
-from ._bench_ninf import (
+from ..cpu import CpuMeter, cpu_snapshot
+from .common import (
     CALL_TIMEOUT_S,
-    _cluster,
     linpack_system,
     loadavg,
     max_min_mean,
+    start_cluster,
     wait_served,
 )
 
@@ -27,7 +28,7 @@ from ._bench_ninf import (
 
 
 class ClientProcs:
-    """Client processes of :mod:`rtpool._bench_ninf_client`, as a context manager: started on
+    """Client processes of :mod:`rtpool_bench.ninf.client`, as a context manager: started on
     entry (each prints ``ready``), released together by :meth:`go`, their JSON lines read by
     :meth:`collect`; any still running on exit is killed by PID."""
 
@@ -44,7 +45,7 @@ class ClientProcs:
             for i, cfg in enumerate(self.configs):
                 err = tempfile.TemporaryFile()
                 self.errs.append(err)
-                cmd = [sys.executable, "-m", "rtpool._bench_ninf_client", json.dumps(cfg)]
+                cmd = [sys.executable, "-m", "rtpool_bench.ninf.client", json.dumps(cfg)]
                 p = subprocess.Popen(
                     cmd,
                     stdin=subprocess.PIPE,
@@ -127,45 +128,6 @@ class ClientProcs:
             err.close()
 
 
-class CpuMeter:
-    """CPU time of some processes (and their children) over an interval, as a percentage of
-    the whole machine (psutil; /proc when psutil is missing)."""
-
-    def __init__(self, pids: Sequence[int]) -> None:
-        self.pids = list(pids)
-        self.t0 = time.perf_counter()
-        self.cpu0 = self._cpu()
-
-    def _cpu(self) -> float:
-        try:
-            import psutil
-        except ImportError:
-            from ._bench_open import _children, _proc_ticks
-
-            hz = os.sysconf("SC_CLK_TCK")
-            ticks = sum(
-                _proc_ticks(p) + sum(_proc_ticks(c) for c in _children(p)) for p in self.pids
-            )
-            return ticks / hz
-        total = 0.0
-        for pid in self.pids:
-            try:
-                proc = psutil.Process(pid)
-                procs = [proc] + proc.children(recursive=True)
-                for q in procs:
-                    t = q.cpu_times()
-                    total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
-    def percent(self) -> float:
-        """Percent of all CPUs used since construction."""
-        wall = time.perf_counter() - self.t0
-        cpus = os.cpu_count() or 1
-        return 100.0 * (self._cpu() - self.cpu0) / (wall * cpus) if wall > 0 else 0.0
-
-
 def _client_config(cluster, mode: str, index: int, args, **extra) -> Dict[str, object]:
     cfg = {
         "mode": mode,
@@ -185,7 +147,7 @@ def _client_config(cluster, mode: str, index: int, args, **extra) -> Dict[str, o
 def bench_multi(args, say: Callable) -> Dict[str, object]:
     """Section ``multi``: the paper's multi-client Linpack table on ``--workers`` workers."""
     cells = []
-    with _cluster(args.workers, args.blas_threads) as cluster:
+    with start_cluster(args.workers, args.blas_threads) as cluster:
         cluster.wait_for_workers(args.workers, timeout=60)
         client = cluster.client()
         wait_served(client, ["linpack"])
@@ -223,8 +185,6 @@ def _multi_cell(cluster, n: int, c: int, args) -> Dict[str, object]:
         )
         for i in range(c)
     ]
-    from ._bench_open import cpu_snapshot
-
     with ClientProcs(configs, ready_timeout=60 + 2 * c) as procs:
         meter = CpuMeter(cluster.worker_pids)
         machine0 = cpu_snapshot([])
@@ -253,7 +213,7 @@ def summarize_cell(
 ) -> Dict[str, object]:
     """One row of the multi-client table from the clients' records (see docs/benchmarks.md
     for the definitions)."""
-    from .lib.linalg import linpack_flops
+    from rtpool.lib.linalg import linpack_flops
 
     flops = linpack_flops(n)
     moved = 8 * n * n + 2 * 8 * n  # A and b out, b back
@@ -288,7 +248,7 @@ def summarize_cell(
         "wait_s": max_min_mean(wait),
         "throughput_mb_s": max_min_mean(thru),
         "throughput_net_mb_s": max_min_mean(thru_net),
-        "cpu_pct": None if cpu_pct is None else round(cpu_pct, 1),
+        "cpu_pct": None if cpu_pct is None else round(cpu_pct, 3),
         "load1": load1,
         "times": len(perf),
         "errors": errors,
@@ -323,7 +283,7 @@ def ep_chunks(m: int, chunks: int) -> List[List[int]]:
 def ep_verify(m: int, sx: float, sy: float, local: Dict | None = None) -> Dict[str, object]:
     """NAS's check: both sums within a relative 1e-8 of ``EP_VERIFY[m]`` (or, for an m it has
     no values for, of the local run of the same ranges)."""
-    from .lib.linalg import EP_VERIFY
+    from rtpool.lib.linalg import EP_VERIFY
 
     if m in EP_VERIFY:
         ref, source = EP_VERIFY[m], "EP_VERIFY"
@@ -339,7 +299,7 @@ def bench_ep(args, say: Callable) -> Dict[str, object]:
     """Section ``ep``: EP over 2^m pairs in ``--ep-chunks`` chunks: first computed by 1 and by
     ``--workers`` plain processes (no rtpool: the machine's parallel ceiling), then as remote
     ``ep`` calls by c client processes."""
-    from .lib.linalg import EP_VERIFY, ep_local
+    from rtpool.lib.linalg import EP_VERIFY, ep_local
 
     chunks = ep_chunks(args.ep_m, args.ep_chunks)
     reference = None
@@ -352,7 +312,7 @@ def bench_ep(args, say: Callable) -> Dict[str, object]:
         say(f"ep: m={args.ep_m}, {len(chunks)} chunks in {p} plain processes")
         local.append(_ep_run(None, p, chunks, args, reference))
     runs = []
-    with _cluster(args.workers, args.blas_threads) as cluster:
+    with start_cluster(args.workers, args.blas_threads) as cluster:
         cluster.wait_for_workers(args.workers, timeout=60)
         client = cluster.client()
         wait_served(client, ["ep"])

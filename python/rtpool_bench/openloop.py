@@ -1,4 +1,5 @@
-"""Open-loop load, CPU hogs and distributions: the machinery of the real-time benchmarks.
+"""Open-loop load and distributions: the machinery of the open-loop benchmarks (CPU use and
+hogs are in :mod:`rtpool_bench.cpu`).
 
 An **open-loop** sender submits task ``i`` at its intended time ``t0 + i / rate`` whatever
 happened to the earlier tasks, and a task's latency runs from that *intended* time to its result
@@ -10,10 +11,6 @@ The arrival instant of a result is the client's own: ``Future.timings["total_us"
 the start of ``submit`` to the moment the client's reader thread set the result, so no thread
 waiting in ``result()`` (and its wake-up) is on the measured path.
 
-:class:`CpuHogs` are busy-loop processes, one per core, started and stopped by PID with a bounded
-lifetime: the background load of the real-time Linux measurements (cyclictest under a CPU-bound
-load), here for the pool.
-
 Every loop here is bounded by a count and a time budget.
 """
 
@@ -24,20 +21,18 @@ import gc
 import math
 import os
 import random
-import select
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from collections import deque
 from typing import Callable, Dict, List, NamedTuple, Sequence
 
-from ._bench_stats import new_histogram, record_ns
+from .stats import new_histogram, record_ns
 
 RESULT_TIMEOUT_S = 60.0
 
-# Percentiles of the real-time benchmarks: HdrHistogram's, up to p99.99.
+# Percentiles of the open-loop benchmarks: HdrHistogram's, up to p99.99.
 RT_PERCENTILES = (
     ("p50", 50.0),
     ("p90", 90.0),
@@ -303,134 +298,6 @@ def gc_summary(pauses_ns: Sequence[int], full: int) -> Dict[str, float]:
     }
 
 
-# --- CPU use -----------------------------------------------------------------------------------
-
-
-def _proc_ticks(pid: int) -> int:
-    """utime + stime of a process, in clock ticks (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _children(pid: int) -> List[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def cpu_snapshot(pids: Sequence[int]) -> tuple | None:
-    """``(machine busy ticks, machine total ticks, ticks of pids and their children, this
-    process included)`` from /proc (None where there is no /proc/stat)."""
-    try:
-        with open("/proc/stat") as f:
-            cpu = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0)  # idle + iowait
-    ours = _proc_ticks(os.getpid())
-    for pid in pids:
-        ours += _proc_ticks(pid) + sum(_proc_ticks(c) for c in _children(pid))
-    return (sum(cpu[:8]) - idle, sum(cpu[:8]), ours)
-
-
-def cpu_use(before: tuple | None, after: tuple | None, wall_s: float) -> Dict[str, float | None]:
-    """Between two :func:`cpu_snapshot`: ``machine_busy`` (the share of all CPUs busy, with
-    whatever else runs on the machine) and ``pool_cores`` (CPUs used by the client, the embedded
-    master and the workers)."""
-    if before is None or after is None or wall_s <= 0:
-        return {"machine_busy": None, "pool_cores": None}
-    total = after[1] - before[1]
-    hz = os.sysconf("SC_CLK_TCK")
-    return {
-        "machine_busy": round((after[0] - before[0]) / total, 3) if total else None,
-        "pool_cores": round((after[2] - before[2]) / hz / wall_s, 2),
-    }
-
-
-# --- CPU hogs --------------------------------------------------------------------------------
-
-# A hog leads its own session, so where the kernel groups processes by session for fair
-# scheduling (autogroup) it is a background job of its own, as another user's would be, not
-# part of the benchmark's group; its nice is set on that group too, or it would have no effect
-# on how the pool and the hogs share the CPUs.
-_HOG = (
-    "import os, sys, time\n"
-    "nice = int(sys.argv[2])\n"
-    "try:\n"
-    "    with open('/proc/self/autogroup', 'w') as f:\n"
-    "        f.write(str(nice))\n"
-    "except OSError:\n"
-    "    pass\n"
-    "os.nice(nice)\n"
-    "end = time.monotonic() + float(sys.argv[1])\n"
-    "sys.stdout.write('r'); sys.stdout.flush()\n"
-    "while time.monotonic() < end:\n"
-    "    pass\n"
-)
-
-
-class CpuHogs:
-    """``n`` busy-loop processes, as a context manager: started (and running) on entry, killed
-    by PID on exit; each also ends by itself after ``lifetime_s``.
-
-    Args:
-        n: Processes (one per core for "background load").
-        lifetime_s: Upper bound of their lives if the exit never comes.
-        nice: Their nice value (0: the pool's priority; 19: they get what the pool leaves, as
-            a real-time process at a higher priority would see them).
-    """
-
-    def __init__(self, n: int, lifetime_s: float, nice: int = 0) -> None:
-        self.n, self.lifetime_s, self.nice = n, lifetime_s, nice
-        self.procs: List[subprocess.Popen] = []
-
-    @property
-    def pids(self) -> List[int]:
-        """The hogs' PIDs."""
-        return [p.pid for p in self.procs]
-
-    def __enter__(self) -> CpuHogs:
-        try:
-            for _ in range(self.n):
-                self.procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-I", "-S", "-c", _HOG, str(self.lifetime_s)]
-                        + [str(self.nice)],
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE,
-                        start_new_session=True,
-                    )
-                )
-            end = time.monotonic() + 10
-            for p in self.procs:  # each writes one byte once it is in its loop
-                ready, _, _ = select.select([p.stdout], [], [], max(0.0, end - time.monotonic()))
-                if not ready or not os.read(p.stdout.fileno(), 1):
-                    raise RuntimeError(f"CPU hog {p.pid} did not start")
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-            if p.stdout is not None:
-                p.stdout.close()
-        self.procs = []
-
-
 # --- distributions ---------------------------------------------------------------------------
 
 
@@ -500,7 +367,7 @@ def text_histogram(series: Dict[str, object]) -> Dict[str, object]:
 def format_text_histogram(hist: Dict[str, object]) -> str:
     """Render :func:`text_histogram`'s dict as cyclictest prints its ``-h`` histogram: one line per
     bucket, one count column per configuration, then totals."""
-    from ._bench_stats import fmt_us
+    from .stats import fmt_us
 
     labels = list(hist["counts"])
     width = max([10, *(len(x) for x in labels)])

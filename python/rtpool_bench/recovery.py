@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
-from ._bench_stats import (
+from .stats import (
     machine_info,
     new_histogram,
     percentile,
@@ -41,7 +41,7 @@ from ._bench_stats import (
     safe_ratio,
     summarize_histogram,
 )
-from ._bench_tasks import noop
+from .tasks import noop
 
 RESULT_TIMEOUT_S = 60.0
 
@@ -179,8 +179,7 @@ def _markers(d: Path, round_no: int) -> Dict[int, float]:
 def bench_worker_loss(rounds: int, lease_ms: int, say: Callable) -> Dict[str, object]:
     """Time from killing or freezing the worker running a task to the task starting elsewhere."""
     import rtpool
-
-    from . import _native
+    from rtpool import _native
 
     out: Dict[str, object] = {"lease_ms": lease_ms, "rounds": rounds}
     with tempfile.TemporaryDirectory(prefix="rtpool-bench-") as tmp:

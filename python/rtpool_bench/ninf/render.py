@@ -1,11 +1,11 @@
-"""Tables of ``rtpool bench ninf`` (:mod:`rtpool._bench_ninf`): rich tables for people, in the
+"""Tables of ``rtpool bench ninf`` (:mod:`rtpool_bench.ninf.cli`): rich tables for people, in the
 Ninf paper's layout for the multi-client one. ``--json -`` prints none of this."""
 
 from __future__ import annotations
 
 from typing import Dict, List
 
-from ._bench_ninf import DIAMOND_BAR, DMMUL_RATIO_BAR, LINPACK_WITHIN
+from .common import DIAMOND_BAR, DMMUL_RATIO_BAR, LINPACK_WITHIN
 
 
 def _f(x: float | None, digits: int = 2) -> str:
@@ -27,7 +27,7 @@ def met(ok: bool | None) -> str:
 
 
 def _secs(x: float | None) -> str:
-    from ._bench_stats import fmt_us
+    from ..stats import fmt_us
 
     return "-" if x is None else fmt_us(x * 1e6)
 
@@ -242,7 +242,7 @@ def render_bars(s: Dict[str, object], console) -> None:
     """The round trips, the diamond and the three bars."""
     from rich.table import Table
 
-    from ._bench_stats import fmt_ratio, fmt_us
+    from ..stats import fmt_ratio, fmt_us
 
     rt = s["round_trips"]
     t = Table(
@@ -315,7 +315,7 @@ _BREAKDOWN_ROWS = (
 def _render_rt_breakdown(rt: Dict[str, object], labels: Dict[str, str], console) -> None:
     from rich.table import Table
 
-    from ._bench_stats import fmt_us
+    from ..stats import fmt_us
 
     b = rt.get("breakdown_us")
     if not b:

@@ -27,12 +27,8 @@ This module imports only the standard library at the top, so that import is chea
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
-import os
 import random
-import sys
 import time
 from typing import Dict, List, Sequence, Tuple
 
@@ -292,7 +288,7 @@ def run_startup(workers: int, timeout_s: float = 30.0) -> Dict[str, float]:
     """
     import rtpool
 
-    from ._bench_tasks import noop
+    from .tasks import noop
 
     t0 = time.perf_counter()
     with rtpool.LocalCluster(workers=workers) as cluster:
@@ -376,7 +372,7 @@ def run_demo(
         rounds: How many times to run the three.
         console: A rich console for progress bars (``None``: no progress output).
     """
-    from ._bench_stats import machine_info, median_p90, safe_ratio
+    from .stats import machine_info, median_p90, safe_ratio
 
     info = {
         "machine": machine_info(),
@@ -507,202 +503,3 @@ def _progress(console):
         console=console,
         transient=True,
     )
-
-
-# --- output ----------------------------------------------------------------------------------
-
-# (label, where, key); keys ending in a derived name are computed by derive_points().
-_POINT_ROWS = (
-    ("1 serialize", "client", "serialize_us"),
-    ("2 queue wait", "master", "queue_us"),
-    ("2 to worker*", "master>worker", "transfer_to_worker_us"),
-    ("  prefetch wait", "worker", "wait_us"),
-    ("3 execution", "worker", "exec_us"),
-    ("  same, locally", "client", "local_exec_us"),
-    ("4 result back*", "worker>client", "result_transfer_us"),
-    ("  flush", "worker", "flush_us"),
-    ("  client side*", "client<>master", "client_hops_us"),
-    ("5 deserialize", "client", "deserialize_us"),
-    ("6 total await", "client", "total_us"),
-    ("overhead*", "", "overhead_us"),
-)
-
-
-def _render_rounds(per_round: Sequence[Dict[str, float]], console) -> None:
-    from rich.table import Table
-
-    from ._bench_stats import fmt_ratio
-
-    t = Table(title="Per round (back to back)", title_justify="left")
-    for col in ("round", "sequential", "ceiling", "rtpool", "rtpool/ceiling"):
-        t.add_column(col, justify="right")
-    for i, r in enumerate(per_round, 1):
-        t.add_row(
-            str(i),
-            f"{r['sequential_s']:.3f} s",
-            f"{r['ceiling_s']:.3f} s",
-            f"{r['rtpool_makespan_s']:.3f} s",
-            fmt_ratio(r["makespan_over_ceiling"], 3),
-        )
-    console.print(t)
-
-
-def render(result: Dict[str, object], console) -> None:
-    """Print the demo's two tables (makespans, measurement points) on a rich console."""
-    from rich.table import Table
-
-    from ._bench_stats import fmt_ratio, fmt_us, verdict
-
-    n = result["workers"]
-    bars = result["bars"]
-    m = result["machine"]
-    console.print(
-        f"[bold]rtpool demo[/]: {result['tasks']} semiprimes (seed {result['seed']}, "
-        f"p in [{P_MIN}, {P_MAX}]), N = {n} workers, "
-        f"{m['usable_cpus']} CPUs ({m['cpu_model']}), Python {m['python']}"
-    )
-    title = "Factorization: makespan"
-    if result["rounds"] > 1:
-        title += f", best of {result['rounds']} rounds"
-    t = Table(title=title, title_justify="left")
-    for col, just in (("run", "left"), ("time", "right"), ("speed-up", "right")):
-        t.add_column(col, justify=just)
-    t.add_column("note")
-    t.add_row(
-        "sequential",
-        f"{result['sequential_s']:.3f} s",
-        "1.00x",
-        f"mean task {result['mean_task_ms']:.2f} ms",
-    )
-    t.add_row(
-        f"ceiling, {n} processes",
-        f"{result['ceiling_s']:.3f} s",
-        fmt_ratio(result["ceiling_speedup"]),
-        "even split, no pool",
-    )
-    t.add_row(
-        f"rtpool, {n} workers",
-        f"{result['rtpool_makespan_s']:.3f} s",
-        fmt_ratio(result["speedup"]),
-        "all verified" if result["results_verified"] else f"[red]{result['mismatches']} wrong[/]",
-    )
-    t.add_row(
-        "  submit_many call",
-        fmt_us(result["submit_many_us"]),
-        "",
-        f"of which pickling {fmt_us(result['package_serialize_us'])}",
-    )
-    cpu = result["client_master_cpu_s"]
-    if cpu is not None:
-        share = cpu / (result["rtpool_makespan_s"] * result["machine"]["usable_cpus"])
-        t.add_row("  client+master CPU", f"{cpu:.3f} s", "", f"{share:.1%} of all CPUs")
-    t.add_row("efficiency", f"{result['efficiency']:.2f}", "", "speed-up / N")
-    t.add_row(
-        "makespan/ceiling",
-        fmt_ratio(result["makespan_over_ceiling"], 3),
-        "",
-        f"same-round median; bar <= {MAKESPAN_BAR}: {verdict(bars['makespan_ok'])}",
-    )
-    t.add_row(
-        "  best/best",
-        fmt_ratio(result["makespan_over_ceiling_best"], 3),
-        "",
-        "best rtpool / best ceiling, any rounds",
-    )
-    t.add_row(
-        "start to 1st result",
-        f"{result['start_to_first_result_s']:.3f} s",
-        "",
-        f"LocalCluster(); bar < {STARTUP_BAR_S} s: {verdict(bars['startup_ok'])}",
-    )
-    console.print(t)
-    if len(result["per_round"]) > 1:
-        _render_rounds(result["per_round"], console)
-
-    p = Table(title="Measurement points per task (thesis 3.1.1)", title_justify="left")
-    for col, just in (("point", "left"), ("where", "left"), ("p50", "right"), ("p90", "right")):
-        p.add_column(col, justify=just)
-    p.add_column("max", justify="right")
-    stats = dict(result["timings_us"])
-    stats["local_exec_us"] = result["local_exec_us"]
-    for label, where, key in _POINT_ROWS:
-        s = stats.get(key) or {}
-        p.add_row(label, where, fmt_us(s.get("p50")), fmt_us(s.get("p90")), fmt_us(s.get("max")))
-    console.print(p)
-    console.print(
-        "[dim]Per task, from the best round. Serialize is each task's share of the package's "
-        "pickling. * derived: the master<->worker hops (worker_us - exec - wait - flush) split "
-        "in half each way; 'to worker' adds the prefetch wait, 'result back' the flush and the "
-        "client side (total - package pickling - queue - worker - deserialize: futures, "
-        "encoding, client->master, master->client, hand-off); overhead = total - queue - exec. "
-        "Queue wait includes waiting for a free worker: all tasks are submitted at once.[/]"
-    )
-    if result["missing_timing_keys"]:
-        console.print(f"[yellow]missing timing keys: {result['missing_timing_keys']}[/]")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``rtpool demo`` argument parser."""
-    ap = argparse.ArgumentParser(
-        prog="rtpool demo",
-        description=(
-            "The factorization benchmark: seeded semiprimes (~10 ms of trial division each) run "
-            "sequentially, on N plain processes (the parallel ceiling) and on a "
-            "LocalCluster(workers=N); prints makespans, speed-up, efficiency, the per-task "
-            "measurement points (p50/p90) and the LocalCluster start-up time."
-        ),
-    )
-    ap.add_argument(
-        "--workers",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="N: worker processes and ceiling processes (default: os.cpu_count() = %(default)s)",
-    )
-    ap.add_argument("--tasks", type=int, default=500, help="number of semiprimes (default 500)")
-    ap.add_argument("--seed", type=int, default=1, help="seed of the semiprime list (default 1)")
-    ap.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="run sequential, ceiling and rtpool this many times; report the best (default 3)",
-    )
-    ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    ap.add_argument(
-        "--calibrate",
-        action="store_true",
-        help="only measure this machine's trial-division speed and print the prime size that "
-        "would give ~10 ms per task (the demo keeps its fixed range)",
-    )
-    return ap
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``rtpool demo``; ``argv`` excludes the subcommand.
-
-    Returns:
-        0 when every result was verified, 1 when a result was wrong, 2 on bad arguments.
-    """
-    args = build_parser().parse_args(argv)
-    if min(args.workers, args.tasks, args.rounds) < 1:
-        print("rtpool demo: --workers, --tasks and --rounds must be at least 1", file=sys.stderr)
-        return 2
-    if args.calibrate:
-        print(json.dumps(calibrate(), indent=None if args.json else 2))
-        return 0
-    console = None
-    if not args.json:
-        from rich.console import Console
-
-        console = Console(stderr=True)
-    result = run_demo(args.workers, args.tasks, args.seed, args.rounds, console)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        from rich.console import Console
-
-        render(result, Console())
-    return 0 if result["results_verified"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
-from ._bench_recovery import _Master, _start_worker_at, _stop_group
-from ._bench_stats import (
+from .recovery import _Master, _start_worker_at, _stop_group
+from .stats import (
     fmt_us,
     machine_info,
     new_histogram,
@@ -48,7 +48,7 @@ from ._bench_stats import (
     summarize_histogram,
     usable_cpus,
 )
-from ._bench_tasks import noop
+from .tasks import noop
 
 RESULT_TIMEOUT_S = 60.0
 MODES = ("normal", "realtime")

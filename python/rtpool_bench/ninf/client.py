@@ -1,5 +1,5 @@
 """One client process of ``rtpool bench ninf`` (``multi`` and ``ep``): ``python -m
-rtpool._bench_ninf_client CONFIG_JSON``.
+rtpool_bench.ninf.client CONFIG_JSON``.
 
 Each process has its own :class:`rtpool.Client`, as the Ninf paper's clients were separate
 programs. The protocol with the driver is three lines:
@@ -100,7 +100,7 @@ def _local_ep(start: int, pairs: int):
     """``ep`` run here (mode ``ep_local``): the parallel ceiling without rtpool."""
     import numpy as np
 
-    from .lib.linalg import ep
+    from rtpool.lib.linalg import ep
 
     sums, counts = np.zeros(2), np.zeros(10)
     ep(start, pairs, sums, counts)
@@ -153,7 +153,7 @@ def _run_ep(client, cfg: dict, t_go: float) -> Dict[str, object]:
 def main(argv: List[str]) -> int:
     """Run one client as configured by the JSON in ``argv[0]``; the exit code."""
     cfg = json.loads(argv[0])
-    from ._bench_ninf_funcs import set_blas_threads
+    from .funcs import set_blas_threads
 
     set_blas_threads(cfg["blas_threads"])  # before numpy loads its BLAS
     import rtpool
