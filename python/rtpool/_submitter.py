@@ -196,25 +196,25 @@ class _Submitter(cf.Executor):
     def options(self, **opts: Any) -> ClientView:
         """An executor sharing this connection that submits with these package options.
 
-        Options given here are merged into this executor's own (``client.options(a=1)
-        .options(b=2)`` has both); ``None`` resets one to its default. Everything is checked
-        here, before anything is sent. See ``docs/deadlines.md`` for deadlines, hedging and
-        quorum.
+                Options given here are merged into this executor's own (``client.options(a=1)
+                .options(b=2)`` has both); ``None`` resets one to its default. Everything is checked
+                here, before anything is sent. See ``docs/deadlines.md`` for deadlines, hedging and
+                quorum.
 
-        Args:
-            **opts: Package options (one table, ``_options.OPTIONS``):
+                Args:
+                    **opts: Package options (one table, ``_options.OPTIONS``):
 
-{options}
+        {options}
 
-        Returns:
-            A :class:`ClientView`; its ``submit``/``submit_many``/``map`` pass every keyword
-            argument to the task function.
+                Returns:
+                    A :class:`ClientView`; its ``submit``/``submit_many``/``map`` pass every keyword
+                    argument to the task function.
 
-        Raises:
-            TypeError: An unknown option name (the message lists the valid ones) or a wrong
-                type.
-            ValueError: A value out of range (``timeout`` not positive, ``deadline`` in the
-                past, ``quorum`` above ``replicas``, ...) or ``admit`` without a deadline.
+                Raises:
+                    TypeError: An unknown option name (the message lists the valid ones) or a wrong
+                        type.
+                    ValueError: A value out of range (``timeout`` not positive, ``deadline`` in the
+                        past, ``quorum`` above ``replicas``, ...) or ``admit`` without a deadline.
         """
         # In wire form once per view (defaults left out, spec order), not once per submission.
         merged, deadline_at = _options.merge(self._opts, self._deadline_at, opts)
