@@ -13,16 +13,19 @@ pub mod connection;
 pub mod error;
 pub mod handle;
 pub mod journal;
+pub mod outbound;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;
+pub mod stats;
 pub mod store;
 pub mod tls;
 
 pub use auth::Tokens;
 pub use config::MasterConfig;
 pub use error::MasterError;
-pub use handle::{run_blocking, MasterHandle, MasterStats};
+pub use handle::{run_blocking, MasterHandle};
+pub use stats::{MasterStats, ReplayStats};
 pub use realtime::{RealtimeConfig, RealtimeReport};
 
 /// Install a stderr logger with `filter` (e.g. `info`, `rtpool_master=debug`); a no-op when a

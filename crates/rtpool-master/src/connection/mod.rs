@@ -9,12 +9,7 @@
 //!
 //! The same code serves plain TCP and TLS: the reader and writer are generic over the stream
 //! halves, so the plain path keeps tokio's lock-free owned halves of a `TcpStream`. The queue
-//! and the writer are `outbound.rs`'s.
-
-mod outbound;
-
-use self::outbound::write_loop;
-pub use self::outbound::{OutboundRx, OutboundTx};
+//! and the writer are [`crate::outbound`]'s.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,7 +33,8 @@ use tokio_rustls::server::TlsStream;
 use tracing::{debug, info, warn};
 
 use crate::auth::{AuthError, Authenticator};
-use crate::scheduler::{rejected, ToScheduler};
+use crate::outbound::{error_msg, rejected, write_loop, OutboundTx};
+use crate::scheduler::ToScheduler;
 use crate::tls::Tls;
 
 /// Settings every connection needs.
@@ -91,14 +87,6 @@ const NEVER: Duration = Duration::from_secs(30 * 365 * 86_400);
 /// How long a connection closed for a fatal error keeps draining the peer's input, so the
 /// kernel does not answer unread bytes with a reset that could destroy our `ERROR` frame.
 const LINGER: Duration = Duration::from_secs(2);
-
-fn error_msg(code: &str, message: impl Into<String>, reference: u64) -> Msg {
-    Msg::Error {
-        code: code.into(),
-        message: message.into(),
-        reference,
-    }
-}
 
 /// A connection after its transport handshake: plain TCP, or TLS over TCP.
 enum Transport {

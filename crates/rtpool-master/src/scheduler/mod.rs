@@ -20,24 +20,13 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::auth::Authenticator;
-use crate::connection::OutboundTx;
-use crate::handle::{MasterStats, ReplayStats};
+use crate::outbound::{Out, OutboundTx};
+use crate::stats::{MasterStats, ReplayStats};
 use crate::journal::{DoneRecord, FsyncPolicy, Journal, PackageRecord, Record, Replay};
 use crate::store::UserQuota;
 
-pub use self::route::rejected;
-
 /// How often charged compute time is written behind to the user store, and quotas re-read.
 const USAGE_FLUSH: Duration = Duration::from_secs(1);
-
-/// What a connection writer is told to do.
-#[derive(Debug)]
-pub enum Out {
-    /// Encode and send this message.
-    Send(Msg),
-    /// Send this message, then close the connection.
-    SendAndClose(Msg),
-}
 
 /// Messages to the scheduler task.
 #[derive(Debug)]
@@ -132,8 +121,9 @@ enum Held {
 }
 
 impl Scheduler {
-    /// A scheduler with an empty core and no user store.
-    pub fn new(config: CoreConfig) -> Self {
+    /// A scheduler with an empty core and no user store. `instance` is the master process's
+    /// random number (`WELCOME.instance`); the ids of call packages start from it.
+    pub fn new(config: CoreConfig, instance: u64) -> Self {
         Self {
             core: Core::new(config.clone()),
             routes: HashMap::new(),
@@ -142,7 +132,7 @@ impl Scheduler {
             users: HashMap::new(),
             user_names: Vec::new(),
             next_package: 1,
-            next_call_package: call_package_base(crate::handle::random_instance()),
+            next_call_package: call_package_base(instance),
             auth: None,
             flushing: false,
             core_config: config,
