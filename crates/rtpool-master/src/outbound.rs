@@ -14,7 +14,6 @@ use rtpool_proto::{encode, Msg};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
-
 /// What a connection writer is told to do.
 #[derive(Debug)]
 pub enum Out {
