@@ -25,8 +25,8 @@ pub use auth::Tokens;
 pub use config::MasterConfig;
 pub use error::MasterError;
 pub use handle::{run_blocking, MasterHandle};
-pub use stats::{MasterStats, ReplayStats};
 pub use realtime::{RealtimeConfig, RealtimeReport};
+pub use stats::{MasterStats, ReplayStats};
 
 /// Install a stderr logger with `filter` (e.g. `info`, `rtpool_master=debug`); a no-op when a
 /// logger is already installed.

@@ -173,8 +173,11 @@ fn rpc_actions_become_their_frames() {
 fn with_journal(dir: &std::path::Path) -> (Scheduler, crate::outbound::OutboundRx) {
     let config = crate::journal::JournalConfig::new(dir.join("journal.log"));
     let (journal, replay) = Journal::open(config).expect("open journal");
-    let mut scheduler =
-        Scheduler::new(CoreConfig::default(), 0x5eed).with_journal(journal, replay, FsyncPolicy::Off);
+    let mut scheduler = Scheduler::new(CoreConfig::default(), 0x5eed).with_journal(
+        journal,
+        replay,
+        FsyncPolicy::Off,
+    );
     let (tx, rx) = OutboundTx::new(1 << 20);
     scheduler.on_message(ToScheduler::Register {
         session: 5,
