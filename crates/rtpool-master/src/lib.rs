@@ -8,6 +8,7 @@
 //! scheduling itself.
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod connection;
 pub mod error;
@@ -22,6 +23,7 @@ pub mod store;
 pub mod tls;
 
 pub use auth::Tokens;
+pub use config::args::MasterArgs;
 pub use config::MasterConfig;
 pub use error::MasterError;
 pub use handle::{run_blocking, MasterHandle};
