@@ -45,6 +45,7 @@ def test_help_lists_the_options_the_binary_used_to_lack() -> None:
         (["--bogus"], "unexpected argument '--bogus'"),
         (["--hedge-factor", "1"], "must be a number above 1"),
         (["--result-ttl", "-1"], "must be a number of seconds >= 0"),
+        (["--max-attempts", "-1"], "-1 is not in 0.."),
         (["--fsync", "sometimes"], "sometimes"),
         (["--tls-cert", "c.pem"], "--tls-key"),
     ],

@@ -72,42 +72,77 @@ pub struct MasterArgs {
     pub tls_self_signed: bool,
 
     /// Largest frame accepted after the handshake, in MiB (default: 256).
-    #[arg(long, value_name = "MB", help_heading = "Limits")]
+    #[arg(
+        long,
+        value_name = "MB",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
     pub max_frame_mb: Option<usize>,
     /// How often idle workers send a heartbeat, in milliseconds (default: 1000).
-    #[arg(long, value_name = "MS", help_heading = "Limits")]
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
     pub heartbeat_ms: Option<u32>,
     /// Connections served at once; more are answered `ERROR busy` and closed (default: 4096).
-    #[arg(long, value_name = "N", help_heading = "Limits")]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
     pub max_connections: Option<usize>,
     /// Outbound frames, in MiB, that may wait for one peer to read them; a peer that lets more
     /// pile up is closed with `ERROR slow_consumer` (default: 64).
-    #[arg(long, value_name = "MB", help_heading = "Limits")]
+    #[arg(
+        long,
+        value_name = "MB",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
     pub max_buffered_mb: Option<usize>,
     /// A client silent this long, in milliseconds, is closed with `ERROR idle` (default:
     /// 30000; 0: never).
-    #[arg(long, value_name = "MS", help_heading = "Limits")]
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
     pub client_timeout_ms: Option<u32>,
 
     /// Worker lease, in milliseconds: a worker silent this long is closed and its tasks run
     /// elsewhere (default: 3000; 0: never).
-    #[arg(long, value_name = "MS", help_heading = "Reliability")]
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Reliability"
+    )]
     pub lease_ms: Option<u32>,
     /// A disconnected client's packages keep running and keep their results this many
     /// seconds, waiting for it to reconnect; then they are dropped (default: 300).
-    #[arg(long = "result-ttl", value_name = "SECONDS", value_parser = parse_seconds,
+    #[arg(long = "result-ttl", value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
           help_heading = "Reliability")]
     pub result_ttl_s: Option<f64>,
     /// A task whose worker was lost on N attempts fails as a poison task (default: 3).
-    #[arg(long, value_name = "N", help_heading = "Reliability")]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Reliability"
+    )]
     pub max_attempts: Option<u32>,
     /// Longest any task may run, in seconds; 0 = no limit (default: 86400).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
           help_heading = "Reliability")]
     pub max_task_seconds: Option<f64>,
     /// How long past a task's own time limit the master waits for its worker's report before
     /// failing the task itself, in seconds (default: 2).
-    #[arg(long = "timeout-grace", value_name = "SECONDS", value_parser = parse_seconds,
+    #[arg(long = "timeout-grace", value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
           help_heading = "Reliability")]
     pub timeout_grace_s: Option<f64>,
     /// When the crash-recovery journal is synced to disk: always (a package is acknowledged
@@ -123,11 +158,11 @@ pub struct MasterArgs {
     /// Straggler hedging: a task of a package submitted with hedge=True gets a backup copy on
     /// another worker once it has run F times its function's p95 execution time (above 1;
     /// default: 1.5).
-    #[arg(long, value_name = "F", value_parser = parse_hedge_factor, help_heading = "Scheduling")]
+    #[arg(long, value_name = "F", allow_negative_numbers = true, value_parser = parse_hedge_factor, help_heading = "Scheduling")]
     pub hedge_factor: Option<f64>,
     /// Grid RPC: calls queued for a function whose last worker left wait this many seconds for
     /// a worker serving it to return, then fail (default: 30).
-    #[arg(long = "service-grace", value_name = "SECONDS", value_parser = parse_seconds,
+    #[arg(long = "service-grace", value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
           help_heading = "Scheduling")]
     pub service_grace_s: Option<f64>,
 
@@ -137,7 +172,7 @@ pub struct MasterArgs {
     #[arg(long, help_heading = "Real-time mode")]
     pub realtime: bool,
     /// SCHED_FIFO priority of the master's threads with --realtime, 1-99 (default: 50).
-    #[arg(long, value_name = "N", value_parser = parse_priority, help_heading = "Real-time mode")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_priority, help_heading = "Real-time mode")]
     pub rt_priority: Option<u8>,
     /// With --realtime, pin the master's threads to these CPUs: 1, 0,1 or 0-3.
     #[arg(long, value_name = "LIST", value_parser = parse_cpu_list,
@@ -263,7 +298,10 @@ impl MasterArgs {
         set(&mut config.max_frame_bytes, max_frame_mb.map(|mb| mb << 20));
         set(&mut config.heartbeat_ms, heartbeat_ms);
         set(&mut config.max_connections, max_connections);
-        set(&mut config.max_buffered_bytes, max_buffered_mb.map(|mb| mb << 20));
+        set(
+            &mut config.max_buffered_bytes,
+            max_buffered_mb.map(|mb| mb << 20),
+        );
         set(&mut config.client_timeout_ms, client_timeout_ms);
         set(&mut config.lease_ms, lease_ms);
         set(&mut config.result_ttl, result_ttl_s.map(secs));
@@ -335,7 +373,8 @@ fn parse_priority(text: &str) -> Result<u8, String> {
 
 /// `--fsync`: `always`, `batch`, `batch:MS` or `off`.
 fn parse_fsync(text: &str) -> Result<FsyncPolicy, String> {
-    text.parse().map_err(|e: crate::journal::JournalError| e.to_string())
+    text.parse()
+        .map_err(|e: crate::journal::JournalError| e.to_string())
 }
 
 /// `--cpus`: `1`, `0,1`, `0-3`.
@@ -423,11 +462,19 @@ mod tests {
         for (args, expected) in [
             (&["--hedge-factor=1"][..], "must be a number above 1"),
             (&["--result-ttl=-1"], "must be a number of seconds >= 0"),
+            (
+                &["--service-grace", "-1"],
+                "must be a number of seconds >= 0",
+            ),
+            (&["--lease-ms", "-1"], "-1 is not in 0.."),
             (&["--fsync=sometimes"], "sometimes"),
             (&["--realtime", "--rt-priority=100"], "must be 1-99"),
             (&["--realtime", "--cpus=3-1"], "runs backwards"),
             (&["--rt-priority=5"], "--rt-priority need --realtime"),
-            (&["--cpus=1", "--rt-priority=5"], "--rt-priority, --cpus need --realtime"),
+            (
+                &["--cpus=1", "--rt-priority=5"],
+                "--rt-priority, --cpus need --realtime",
+            ),
             (&["--tls-cert=c.pem"], "--tls-key"),
             (&["--bogus"], "--bogus"),
         ] {
@@ -443,10 +490,16 @@ mod tests {
         let err = parse(&["--help"]).expect_err("help is an early exit");
         assert_eq!(err.exit_code(), 0);
         let help = err.to_string();
-        assert!(help.contains("rtpool-master --listen 0.0.0.0:7070"), "{help}");
+        assert!(
+            help.contains("rtpool-master --listen 0.0.0.0:7070"),
+            "{help}"
+        );
         for arg in MasterArgs::command().get_arguments() {
             if let Some(long) = arg.get_long() {
-                assert!(help.contains(&format!("--{long}")), "--{long} missing: {help}");
+                assert!(
+                    help.contains(&format!("--{long}")),
+                    "--{long} missing: {help}"
+                );
             }
         }
     }

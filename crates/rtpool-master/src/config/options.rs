@@ -136,7 +136,10 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(c.listen, "127.0.0.1:0", "what the dict does not name is kept");
+        assert_eq!(
+            c.listen, "127.0.0.1:0",
+            "what the dict does not name is kept"
+        );
         assert_eq!(c.lease_ms, 900);
         assert_eq!(c.store.as_deref(), Some("sqlite:///x.db"));
         assert_eq!(c.result_ttl, Duration::from_millis(2500));
@@ -167,8 +170,17 @@ mod tests {
         let err = apply_options(&mut MasterConfig::default(), [text("bogus", "1")])
             .expect_err("refused")
             .to_string();
-        assert!(err.starts_with("unknown master option \"bogus\"; known: listen,"), "{err}");
-        for key in ["lease_ms", "result_ttl_s", "journal", "fsync", "timeout_grace_s"] {
+        assert!(
+            err.starts_with("unknown master option \"bogus\"; known: listen,"),
+            "{err}"
+        );
+        for key in [
+            "lease_ms",
+            "result_ttl_s",
+            "journal",
+            "fsync",
+            "timeout_grace_s",
+        ] {
             assert!(err.contains(key), "{err}");
         }
         let err = apply_options(&mut MasterConfig::default(), [text("log_level", "debug")])
@@ -179,12 +191,21 @@ mod tests {
     #[test]
     fn bad_values_are_refused_as_the_command_line_refuses_them() {
         for (option, expected) in [
-            (text("hedge_factor", "1"), "hedge_factor: invalid value '1' for '--hedge-factor"),
-            (text("result_ttl_s", "-1"), "must be a number of seconds >= 0"),
+            (
+                text("hedge_factor", "1"),
+                "hedge_factor: invalid value '1' for '--hedge-factor",
+            ),
+            (
+                text("result_ttl_s", "-1"),
+                "must be a number of seconds >= 0",
+            ),
             (text("lease_ms", "soon"), "--lease-ms"),
             (text("fsync", "sometimes"), "sometimes"),
             (text("journal", "no"), "journal: takes True or False"),
-            (flag("lease_ms", true), "lease_ms: takes a value as --lease-ms does"),
+            (
+                flag("lease_ms", true),
+                "lease_ms: takes a value as --lease-ms does",
+            ),
             (text("tls_cert", "c.pem"), "--tls-key"),
         ] {
             let err = apply_options(&mut MasterConfig::default(), [option.clone()])
