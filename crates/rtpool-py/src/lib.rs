@@ -406,7 +406,10 @@ fn token_quotas<'py>(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Master>()?;
     m.add_function(wrap_pyfunction!(master_main, m)?)?;
-    m.add("MASTER_OPTIONS", rtpool_master::config::options::option_keys())?;
+    m.add(
+        "MASTER_OPTIONS",
+        rtpool_master::config::options::option_keys(),
+    )?;
     m.add_function(wrap_pyfunction!(token_create, m)?)?;
     m.add_function(wrap_pyfunction!(token_list, m)?)?;
     m.add_function(wrap_pyfunction!(token_revoke, m)?)?;
