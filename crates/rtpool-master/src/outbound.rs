@@ -1,6 +1,6 @@
 //! The outbound side of a connection: what a writer is told to do ([`Out`]), the byte-counted
 //! queue the scheduler sends frames into ([`OutboundTx`]), the writer task that batches them
-//! onto the socket ([`write_loop`]) and the error frames both the connections and the
+//! onto the socket (`write_loop`) and the error frames both the connections and the
 //! scheduler build ([`error_msg`], [`rejected`]).
 //!
 //! It depends on nothing else in the master: [`crate::connection`] and [`crate::scheduler`]

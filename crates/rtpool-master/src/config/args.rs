@@ -145,10 +145,11 @@ pub struct MasterArgs {
     #[arg(long = "timeout-grace", value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
           help_heading = "Reliability")]
     pub timeout_grace_s: Option<f64>,
-    /// When the crash-recovery journal is synced to disk: always (a package is acknowledged
-    /// only once on disk), batch[:MS] (at most MS ms later; default batch:10) or off (the OS
-    /// decides).
-    #[arg(long, value_name = "POLICY", value_parser = parse_fsync, help_heading = "Reliability")]
+    /// When the crash-recovery journal is synced to disk (see the help text).
+    #[arg(long, value_name = "POLICY", value_parser = parse_fsync, help_heading = "Reliability",
+          help = "When the crash-recovery journal is synced to disk: always (a package is \
+                  acknowledged only once on disk), batch[:MS] (at most MS ms later; default \
+                  batch:10) or off (the OS decides)")]
     pub fsync: Option<FsyncPolicy>,
     /// Keep no journal: a master crash loses every package (default: a journal in the data
     /// dir).
