@@ -33,11 +33,12 @@ fmt: $(STAMP) ## format Rust and Python code
 	$(VENV)/bin/ruff format python tests benches examples
 	$(VENV)/bin/ruff check --fix python tests benches examples
 
-lint: $(STAMP) ## rustfmt, clippy, ruff
+lint: $(STAMP) ## rustfmt, clippy, ruff, no import circle
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(VENV)/bin/ruff check python tests benches examples
 	$(VENV)/bin/ruff format --check python tests benches examples
+	python3 scripts/check-imports
 
 test-rust: ## Rust unit, property and scenario tests (+ benches compile)
 	$(CARGO) test --workspace --locked

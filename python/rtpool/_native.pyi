@@ -33,9 +33,19 @@ class Master:
         rt_priority: SCHED_FIFO priority, 1-99 (default 50).
         cpus: CPUs to pin the master's threads to: a list of ints or ``"0,1"``/``"0-3"``
             (default: no pinning).
+        options: Any other ``rtpool master`` option (see :data:`MASTER_OPTIONS` and
+            ``rtpool master --help``), keyed by its name with underscores: ``lease_ms``,
+            ``store``, ``result_ttl_s`` (``--result-ttl``), ``max_attempts``, ``hedge_factor``,
+            ``max_task_seconds``, ``timeout_grace_s`` (``--timeout-grace``), ``service_grace_s``
+            (``--service-grace``), ``fsync`` (``"always"``, ``"batch:10"``, ``"off"``),
+            ``journal`` (False: ``--no-journal``), ... Values are what the option takes (a
+            bool for a flag); ``None`` values are skipped. The command line's parser checks
+            them, so the dict and ``rtpool master`` cannot drift apart.
 
     Raises:
         rtpool.errors.RtpoolError: The address cannot be bound or the data dir used.
+        ValueError: An unknown key in ``options`` (the message lists the known ones) or a value
+            the option refuses.
     """
 
     def __init__(
@@ -84,33 +94,22 @@ class Master:
     def __enter__(self) -> Master: ...
     def __exit__(self, *exc_info: object) -> None: ...
 
-def run_master(
-    listen: str = "127.0.0.1:7070",
-    data_dir: Union[str, PathLike[str]] | None = None,
-    max_frame_bytes: int | None = None,
-    heartbeat_ms: int | None = None,
-    log_level: str = "info",
-    *,
-    tls_cert: Union[str, PathLike[str]] | None = None,
-    tls_key: Union[str, PathLike[str]] | None = None,
-    tls_self_signed: bool = False,
-    max_connections: int | None = None,
-    max_buffered_bytes: int | None = None,
-    lease_ms: int | None = None,
-    client_timeout_ms: int | None = None,
-    options: Dict[str, Any] | None = None,
-    realtime: bool = False,
-    rt_priority: int = 50,
-    cpus: Union[str, List[int]] | None = None,
-) -> None:
-    """Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
+MASTER_OPTIONS: List[str]
+"""The keys ``Master(options=...)`` takes: every ``rtpool master`` option but ``log_level``."""
 
-    Writes the tokens to ``data_dir/client.token`` and ``data_dir/worker.token`` on first
-    start and prints ``listening on HOST:PORT`` once ready (and, with TLS, the certificate path).
-    The keyword arguments are those of :class:`Master`.
+def master_main(argv: List[str]) -> int:
+    """``rtpool master ARGS``: the master's command line, the one the ``rtpool-master`` binary
+    parses too (``crates/rtpool-master/src/config/args.rs``).
 
-    Raises:
-        rtpool.errors.RtpoolError: The address cannot be bound or the data dir used.
+    Parses ``argv`` (without the program name); prints the help, the version or a refused
+    command line (clap's message) and returns 0 or 2 for them. Otherwise runs the master in the
+    foreground until SIGINT/SIGTERM with the GIL released: on first start it writes the tokens
+    to ``DATA_DIR/client.token`` and ``DATA_DIR/worker.token`` and prints them, then prints
+    ``listening on HOST:PORT`` once ready (and, with TLS, the certificate path).
+
+    Returns:
+        The exit code: 0 after a signal, 1 when the master cannot start or fails (the reason on
+        stderr, after ``rtpool master:``), 2 for a bad command line.
     """
 
 # Users, tokens and quotas (`rtpool token`). Each opens the store: ``store`` None or "sqlite"

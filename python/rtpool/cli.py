@@ -25,15 +25,6 @@ typical session:
 or, all on this machine: rtpool.LocalCluster(workers=4).client()
 """
 
-_MASTER_HELP = """\
-Run the master in the foreground until SIGINT/SIGTERM. On first start it generates a client
-and a worker token and writes them to the data dir (client.token, worker.token); it prints
-"listening on HOST:PORT" once it accepts connections.
-
-example:
-  rtpool master --listen 0.0.0.0:7070 --data-dir /var/lib/rtpool
-"""
-
 _WORKER_HELP = """\
 Start worker processes that pull tasks from a master and run them. The task functions'
 modules must be importable here (functions defined in __main__ or as lambdas travel by value).
@@ -94,158 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    master = sub.add_parser(
+    # Listed here for `rtpool --help` only: `main` hands `rtpool master ...` to the master's own
+    # command line (crates/rtpool-master/src/config/args.rs), the one `rtpool-master` parses.
+    sub.add_parser(
         "master",
         help="run the master: accepts packages from clients, hands tasks to workers",
-        description=_MASTER_HELP,
-        formatter_class=raw,
-    )
-    master.add_argument(
-        "--listen",
-        default="127.0.0.1:7070",
-        metavar="HOST:PORT",
-        help="address to listen on (default: 127.0.0.1:7070; port 0 picks a free one)",
-    )
-    master.add_argument(
-        "--data-dir",
-        default=None,
-        metavar="DIR",
-        help="where the tokens live (default: $RTPOOL_DATA_DIR or ~/.local/share/rtpool)",
-    )
-    master.add_argument(
-        "--max-frame-mb",
-        type=int,
-        default=None,
-        metavar="MB",
-        help="largest frame accepted after the handshake, in MiB (default: 256)",
-    )
-    master.add_argument(
-        "--heartbeat-ms",
-        type=int,
-        default=None,
-        metavar="MS",
-        help="how often idle workers send a heartbeat",
-    )
-    master.add_argument(
-        "--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate chain"
-    )
-    master.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert")
-    master.add_argument(
-        "--tls-self-signed",
-        action="store_true",
-        help="serve TLS with a self-signed certificate generated into DIR/tls/ (its cert.pem "
-        "is the clients' ca_file and the workers' --ca-file)",
-    )
-    master.add_argument(
-        "--max-connections",
-        type=int,
-        default=None,
-        metavar="N",
-        help="connections served at once; more get ERROR busy (default: 4096)",
-    )
-    master.add_argument(
-        "--max-buffered-mb",
-        type=int,
-        default=None,
-        metavar="MB",
-        help="frames that may wait for one peer to read them, in MiB; a peer that lets more "
-        "pile up is closed as a slow consumer (default: 64)",
-    )
-    master.add_argument(
-        "--lease-ms",
-        type=int,
-        default=None,
-        metavar="MS",
-        help="a worker silent this long loses its tasks, which run elsewhere (default: 3000)",
-    )
-    master.add_argument(
-        "--result-ttl",
-        type=float,
-        default=None,
-        metavar="S",
-        help="a disconnected client's packages keep running and keep their results this long, "
-        "waiting for it to reconnect; then they are dropped (default: 300)",
-    )
-    master.add_argument(
-        "--max-attempts",
-        type=int,
-        default=None,
-        metavar="N",
-        help="a task whose worker was lost on N attempts fails as a poison task (default: 3)",
-    )
-    master.add_argument(
-        "--hedge-factor",
-        type=float,
-        default=None,
-        metavar="F",
-        help="a task submitted with hedge=True gets a backup copy on another worker once it has "
-        "run F times its function's p95 execution time (above 1; default: 1.5)",
-    )
-    master.add_argument(
-        "--service-grace",
-        type=float,
-        default=None,
-        metavar="S",
-        help="named functions: calls queued for a function whose last worker left wait this "
-        "long for a worker serving it to return, then fail (default: 30)",
-    )
-    master.add_argument(
-        "--max-task-seconds",
-        type=float,
-        default=None,
-        metavar="S",
-        help="longest any task may run; 0 = no limit (default: 86400)",
-    )
-    master.add_argument(
-        "--fsync",
-        default=None,
-        metavar="POLICY",
-        help="when the crash-recovery journal is synced to disk: always (a package is "
-        "acknowledged only once on disk), batch[:MS] (at most MS ms later; default batch:10) "
-        "or off (the OS decides)",
-    )
-    master.add_argument(
-        "--no-journal",
-        action="store_true",
-        help="keep no journal: a master crash loses every package (default: journal in the "
-        "data dir)",
-    )
-    master.add_argument(
-        "--store",
-        default=None,
-        metavar="URL",
-        help="user store for tokens and quotas: postgres://user@host:port/db or "
-        "sqlite:///path (default: SQLite in the data dir)",
-    )
-    master.add_argument(
-        "--client-timeout-ms",
-        type=int,
-        default=None,
-        metavar="MS",
-        help="a client silent this long is disconnected (default: 30000)",
-    )
-    master.add_argument(
-        "--realtime",
-        action="store_true",
-        help="real-time mode: lock the master's memory (mlockall), run its threads under "
-        "SCHED_FIFO and pin them with --cpus, each as far as the OS permits (a refused step is "
-        "logged once and stays normal)",
-    )
-    master.add_argument(
-        "--rt-priority",
-        type=int,
-        default=None,
-        metavar="N",
-        help="SCHED_FIFO priority with --realtime, 1-99 (default: 50)",
-    )
-    master.add_argument(
-        "--cpus",
-        default=None,
-        metavar="LIST",
-        help="with --realtime, pin the master's threads to these CPUs: 1, 0,1 or 0-3",
-    )
-    master.add_argument(
-        "--log-level", default="info", help="error, warn, info, debug or trace (default: info)"
+        add_help=False,
     )
 
     work = sub.add_parser(
@@ -284,59 +129,11 @@ def _version() -> str:
     return __version__
 
 
-def _master_options(args: argparse.Namespace) -> dict:
-    """The reliability options of ``rtpool master`` that were given, for ``_native``."""
-    options = {
-        "lease_ms": args.lease_ms,
-        "result_ttl_s": args.result_ttl,
-        "max_attempts": args.max_attempts,
-        "hedge_factor": args.hedge_factor,
-        "service_grace_s": args.service_grace,
-        "max_task_seconds": args.max_task_seconds,
-        "store": args.store,
-        "fsync": args.fsync,
-        "journal": False if args.no_journal else None,
-    }
-    return {k: v for k, v in options.items() if v is not None}
-
-
-def _run_master(args: argparse.Namespace) -> int:
+def _run_master(argv: List[str]) -> int:
+    """``rtpool master ARGS``: the master's command line, parsed and run by ``_native``."""
     from . import _native
-    from .errors import RtpoolError
 
-    data_dir = args.data_dir or _default_data_dir()
-    max_frame = None if args.max_frame_mb is None else args.max_frame_mb << 20
-    rt_given = [f for f, v in (("--rt-priority", args.rt_priority), ("--cpus", args.cpus)) if v]
-    if rt_given and not args.realtime:
-        print(f"rtpool master: {', '.join(rt_given)} need --realtime", file=sys.stderr)
-        return 2
-    rt_priority = 50 if args.rt_priority is None else args.rt_priority
-    if not 1 <= rt_priority <= 99:
-        print("rtpool master: --rt-priority must be 1-99", file=sys.stderr)
-        return 2
-    try:
-        _native.run_master(
-            listen=args.listen,
-            data_dir=data_dir,
-            max_frame_bytes=max_frame,
-            heartbeat_ms=args.heartbeat_ms,
-            log_level=args.log_level,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            tls_self_signed=args.tls_self_signed,
-            max_connections=args.max_connections,
-            max_buffered_bytes=None if args.max_buffered_mb is None else args.max_buffered_mb << 20,
-            lease_ms=args.lease_ms,
-            client_timeout_ms=args.client_timeout_ms,
-            options=_master_options(args),
-            realtime=args.realtime,
-            rt_priority=rt_priority,
-            cpus=args.cpus,
-        )
-    except RtpoolError as exc:
-        print(f"rtpool master: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return _native.master_main(argv)
 
 
 def _run_bench(command: str, argv: List[str]) -> int:
@@ -378,12 +175,12 @@ def main(argv: List[str] | None = None) -> int:
     """
     if argv is None:
         argv = sys.argv[1:]
+    if argv and argv[0] == "master":
+        return _run_master(argv[1:])
     # demo and bench live in the rtpool_bench package and parse their own options.
     if argv and argv[0] in ("demo", "bench"):
         return _run_bench(argv[0], argv[1:])
     args = _parser().parse_args(argv)
-    if args.command == "master":
-        return _run_master(args)
     if args.command == "worker":
         from . import worker
 

@@ -52,6 +52,23 @@ pub enum MasterError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A key of an embedded master's options dict that is no option of `rtpool master`.
+    #[error("unknown master option {key:?}; known: {known}")]
+    UnknownOption {
+        /// The key as given.
+        key: String,
+        /// Every key the dict takes, comma-separated.
+        known: String,
+    },
+    /// A value of an embedded master's options dict that `rtpool master` would refuse too.
+    #[error("master option {key}: {reason}")]
+    InvalidOption {
+        /// The key (the option's name with underscores), or the keys when the fault is
+        /// between options.
+        key: String,
+        /// The parser's reason, naming the flag and the value.
+        reason: String,
+    },
     /// The runtime could not be built or the server thread failed.
     #[error("master runtime failed: {0}")]
     Runtime(String),

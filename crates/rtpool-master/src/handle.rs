@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rtpool_core::CoreStats;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -18,38 +17,11 @@ use crate::config::MasterConfig;
 use crate::connection::ConnCtx;
 use crate::error::MasterError;
 use crate::journal::{Journal, JournalConfig};
-use crate::realtime::{Realtime, RealtimeReport};
+use crate::realtime::Realtime;
 use crate::scheduler::{Scheduler, ToScheduler};
 use crate::server;
+use crate::stats::MasterStats;
 use crate::tls::{self, Tls};
-
-/// Gauges of a running master.
-#[derive(Debug, Clone, Default)]
-pub struct MasterStats {
-    /// The core's gauges and counters.
-    pub core: CoreStats,
-    /// Authenticated connections.
-    pub connections: usize,
-    /// The journal's counters, if there is a journal.
-    pub journal: Option<crate::journal::JournalStats>,
-    /// What the journal replayed at start-up.
-    pub replay: Option<ReplayStats>,
-    /// What real-time mode achieved, when it was asked for.
-    pub realtime: Option<RealtimeReport>,
-}
-
-/// The journal replay at start-up.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ReplayStats {
-    /// Records read.
-    pub records: u64,
-    /// Bytes read.
-    pub bytes: u64,
-    /// Time taken, microseconds.
-    pub elapsed_us: u64,
-    /// Live packages found.
-    pub packages: usize,
-}
 
 /// A master running in a background thread. Dropping it stops the master.
 pub struct MasterHandle {
@@ -115,6 +87,7 @@ fn conn_ctx(
     config: &MasterConfig,
     tokens: Tokens,
     tls: Option<Tls>,
+    instance: u64,
 ) -> Result<Arc<ConnCtx>, MasterError> {
     let millis = |ms: u32| (ms > 0).then(|| Duration::from_millis(ms.into()));
     let store = match (&config.store, &config.data_dir) {
@@ -129,7 +102,7 @@ fn conn_ctx(
         heartbeat_ms: config.heartbeat_ms,
         handshake_timeout: config.handshake_timeout,
         lease_ms: config.lease_ms,
-        instance: random_instance(),
+        instance,
         tls,
         max_connections: config.max_connections,
         max_buffered_bytes: config.max_buffered_bytes,
@@ -139,8 +112,8 @@ fn conn_ctx(
 }
 
 /// The scheduler, with the journal opened and replayed when there is a data dir.
-fn scheduler(config: &MasterConfig) -> Result<Scheduler, MasterError> {
-    let scheduler = Scheduler::new(config.core_config());
+fn scheduler(config: &MasterConfig, instance: u64) -> Result<Scheduler, MasterError> {
+    let scheduler = Scheduler::new(config.core_config(), instance);
     let Some(dir) = config.data_dir.as_ref().filter(|_| config.journal) else {
         return Ok(scheduler);
     };
@@ -165,7 +138,7 @@ fn scheduler(config: &MasterConfig) -> Result<Scheduler, MasterError> {
 }
 
 /// A random number naming this master process (`WELCOME.instance`).
-pub(crate) fn random_instance() -> u64 {
+fn random_instance() -> u64 {
     let mut bytes = [0u8; 8];
     if getrandom::getrandom(&mut bytes).is_err() {
         let t = std::time::SystemTime::now()
@@ -187,9 +160,10 @@ impl MasterHandle {
         let (tokens, _) = resolve_tokens(&config)?;
         let tls = tls::from_config(&config)?;
         let tls_cert = tls.as_ref().map(|t| t.cert_path.clone());
-        let ctx = conn_ctx(&config, tokens.clone(), tls)?;
+        let instance = random_instance();
+        let ctx = conn_ctx(&config, tokens.clone(), tls, instance)?;
         let kept = ctx.clone();
-        let scheduler = scheduler(&config)?;
+        let scheduler = scheduler(&config, instance)?;
         let realtime = Realtime::start(&config.realtime);
         let kept_realtime = realtime.clone();
         let (stop, stop_rx) = watch::channel(false);
@@ -293,9 +267,10 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let tls = tls::from_config(&config)?;
     // The store and the journal open before the runtime starts: a PostgreSQL client blocks on
     // a runtime of its own, which cannot start inside ours.
-    let ctx = conn_ctx(&config, tokens.clone(), tls)?;
+    let instance = random_instance();
+    let ctx = conn_ctx(&config, tokens.clone(), tls, instance)?;
     let kept = ctx.clone();
-    let scheduler = scheduler(&config)?;
+    let scheduler = scheduler(&config, instance)?;
     // After the journal's writer thread started: it must not inherit the policy (see
     // `realtime`).
     let realtime = Realtime::start(&config.realtime);

@@ -6,24 +6,37 @@
 //! thread (a current-thread runtime): a task's path from client to worker and back then never
 //! pays a cross-thread wake-up inside the master, which on a small VM costs more than the
 //! scheduling itself.
+//!
+//! Module dependencies form a DAG (checked by `scripts/check-imports`), from the top:
+//! [`cli`] (the command line of `rtpool-master` and `rtpool master`) and [`handle`] (running a
+//! master) -> [`server`] (accept loop) -> [`connection`] (handshake, reader) -> [`scheduler`]
+//! -> [`outbound`] (what goes out to a peer: [`outbound::Out`], the queue, the writer),
+//! [`stats`], [`journal`], [`auth`] -> [`store`]; [`config`] (with [`config::args`], the one
+//! definition of the master's options), [`tls`], [`realtime`] and [`error`] below them. A
+//! module never reaches up: the scheduler gets the instance id from [`handle`] as an argument.
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod connection;
 pub mod error;
 pub mod handle;
 pub mod journal;
+pub mod outbound;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;
+pub mod stats;
 pub mod store;
 pub mod tls;
 
 pub use auth::Tokens;
+pub use config::args::MasterArgs;
 pub use config::MasterConfig;
 pub use error::MasterError;
-pub use handle::{run_blocking, MasterHandle, MasterStats};
+pub use handle::{run_blocking, MasterHandle};
 pub use realtime::{RealtimeConfig, RealtimeReport};
+pub use stats::{MasterStats, ReplayStats};
 
 /// Install a stderr logger with `filter` (e.g. `info`, `rtpool_master=debug`); a no-op when a
 /// logger is already installed.

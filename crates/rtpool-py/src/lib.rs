@@ -1,14 +1,15 @@
-//! PyO3 glue only: the `rtpool._native` module embeds the master ([`Master`]), runs it in the
-//! foreground for `rtpool master` ([`run_master`]) and manages users, tokens and quotas for
-//! `rtpool token` (`token_*`, over [`rtpool_master::store`]). Errors are raised as
-//! `rtpool.errors.RtpoolError`, never as a bare exception with Debug text.
+//! PyO3 glue only: the `rtpool._native` module embeds the master ([`Master`]), runs the
+//! master's command line for `rtpool master` ([`master_main`], the one the `rtpool-master`
+//! binary runs) and manages users, tokens and quotas for `rtpool token` (`token_*`, over
+//! [`rtpool_master::store`]). Errors are raised as `rtpool.errors.RtpoolError`, never as a bare
+//! exception with Debug text.
 
 use std::path::PathBuf;
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use rtpool_master::config::check_hedge_factor;
+use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
+use rtpool_master::config::options::{apply_options, OptionValue};
 use rtpool_master::realtime::{parse_cpus, RealtimeConfig, RealtimeReport};
 use rtpool_master::store::{self, Store, StoreError, TokenInfo, UserQuota};
 use rtpool_master::{MasterConfig, MasterError, MasterHandle, MasterStats};
@@ -32,38 +33,7 @@ fn rtpool_error(py: Python<'_>, msg: String) -> PyErr {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn config(
-    listen: String,
-    client_token: Option<String>,
-    worker_token: Option<String>,
-    data_dir: Option<PathBuf>,
-    max_frame_bytes: Option<usize>,
-    heartbeat_ms: Option<u32>,
-    tls: TlsAndLimits,
-    realtime: RealtimeConfig,
-) -> MasterConfig {
-    let d = MasterConfig::default();
-    MasterConfig {
-        listen,
-        data_dir,
-        client_token,
-        worker_token,
-        max_frame_bytes: max_frame_bytes.unwrap_or(d.max_frame_bytes),
-        heartbeat_ms: heartbeat_ms.unwrap_or(d.heartbeat_ms),
-        tls_cert: tls.tls_cert,
-        tls_key: tls.tls_key,
-        tls_self_signed: tls.tls_self_signed,
-        max_connections: tls.max_connections.unwrap_or(d.max_connections),
-        max_buffered_bytes: tls.max_buffered_bytes.unwrap_or(d.max_buffered_bytes),
-        lease_ms: tls.lease_ms.unwrap_or(d.lease_ms),
-        client_timeout_ms: tls.client_timeout_ms.unwrap_or(d.client_timeout_ms),
-        realtime,
-        ..d
-    }
-}
-
-/// The real-time keywords of `Master(...)` and `run_master(...)`: `cpus` is a list of ints or a
+/// The real-time keywords of `Master(...)`: `cpus` is a list of ints or a
 /// string as `--cpus` takes it (`"0,1"`, `"0-3"`).
 fn realtime_config(
     py: Python<'_>,
@@ -104,58 +74,39 @@ fn realtime_dict<'py>(py: Python<'py>, r: &RealtimeReport) -> PyResult<Bound<'py
     Ok(d)
 }
 
-/// Applies the reliability options given as a dict (`lease_ms`, `store`, `result_ttl_s`,
-/// `max_attempts`, `hedge_factor`, `max_task_seconds`, `timeout_grace_s`, `service_grace_s`,
-/// `journal`, `fsync`); an unknown key or an out-of-range value is a `ValueError` naming the
-/// known keys or the range.
-fn apply_options(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
-    use std::time::Duration;
+/// Applies the options dict of `Master(options=...)`: any `rtpool master` option by its field
+/// name ([`rtpool_master::MasterArgs`]), checked by the same parser; `None` values are
+/// skipped. An unknown key or a refused value is a `ValueError` naming the known keys or the
+/// reason.
+fn apply_options_dict(cfg: &mut MasterConfig, options: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
     let Some(options) = options else {
         return Ok(());
     };
-    let secs = |v: &Bound<'_, PyAny>, key: &str| -> PyResult<Duration> {
-        let x: f64 = v.extract()?;
-        Duration::try_from_secs_f64(x).map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err(format!("{key} must be >= 0 seconds, not {x}"))
-        })
-    };
+    let mut given = Vec::with_capacity(options.len());
     for (k, v) in options.iter() {
         let key: String = k.extract()?;
         if v.is_none() {
             continue;
         }
-        match key.as_str() {
-            "lease_ms" => cfg.lease_ms = v.extract()?,
-            "store" => cfg.store = Some(v.extract()?),
-            "result_ttl_s" => cfg.result_ttl = secs(&v, &key)?,
-            "max_attempts" => cfg.max_attempts = v.extract()?,
-            "hedge_factor" => {
-                cfg.hedge_factor = check_hedge_factor(v.extract()?).map_err(|reason| {
-                    pyo3::exceptions::PyValueError::new_err(format!("hedge_factor {reason}"))
-                })?;
-            }
-            "max_task_seconds" => cfg.max_task_time = secs(&v, &key)?,
-            "timeout_grace_s" => cfg.timeout_grace = secs(&v, &key)?,
-            "service_grace_s" => cfg.service_grace = secs(&v, &key)?,
-            "journal" => cfg.journal = v.extract()?,
-            "fsync" => {
-                let text: String = v.extract()?;
-                cfg.fsync = text
-                    .parse()
-                    .map_err(|e: rtpool_master::journal::JournalError| {
-                        pyo3::exceptions::PyValueError::new_err(e.to_string())
-                    })?;
-            }
-            other => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "unknown master option {other:?}; known: lease_ms, store, result_ttl_s, \
-                     max_attempts, hedge_factor, max_task_seconds, timeout_grace_s, \
-                     service_grace_s, journal, fsync"
-                )))
-            }
-        }
+        given.push((key, option_value(&v)?));
     }
-    Ok(())
+    apply_options(cfg, given).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// A dict value as the command line would take it: a bool for a flag, a list as `0,1`, else
+/// its `str()`.
+fn option_value(v: &Bound<'_, PyAny>) -> PyResult<OptionValue> {
+    if v.is_instance_of::<PyBool>() {
+        return Ok(OptionValue::Flag(v.extract()?));
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let items: Vec<String> = v
+            .try_iter()?
+            .map(|item| item.and_then(|i| i.str()).map(|s| s.to_string()))
+            .collect::<PyResult<_>>()?;
+        return Ok(OptionValue::Text(items.join(",")));
+    }
+    Ok(OptionValue::Text(v.str()?.to_string()))
 }
 
 /// The core's gauges and counters of `s` into `d`, under their field names.
@@ -192,17 +143,6 @@ fn set_core_stats(d: &Bound<'_, PyDict>, s: &MasterStats) -> PyResult<()> {
     Ok(())
 }
 
-/// The TLS and limit parameters shared by `Master(...)` and `run_master(...)`.
-struct TlsAndLimits {
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    tls_self_signed: bool,
-    max_connections: Option<usize>,
-    max_buffered_bytes: Option<usize>,
-    lease_ms: Option<u32>,
-    client_timeout_ms: Option<u32>,
-}
-
 /// An rtpool master running in background threads of this process.
 #[pyclass(module = "rtpool._native")]
 struct Master {
@@ -235,27 +175,25 @@ impl Master {
         rt_priority: u8,
         cpus: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let realtime = realtime_config(py, realtime, rt_priority, cpus.as_ref())?;
-        let tls = TlsAndLimits {
+        let d = MasterConfig::default();
+        let mut cfg = MasterConfig {
+            listen,
+            data_dir,
+            client_token,
+            worker_token,
+            max_frame_bytes: max_frame_bytes.unwrap_or(d.max_frame_bytes),
+            heartbeat_ms: heartbeat_ms.unwrap_or(d.heartbeat_ms),
             tls_cert,
             tls_key,
             tls_self_signed,
-            max_connections,
-            max_buffered_bytes,
-            lease_ms,
-            client_timeout_ms,
+            max_connections: max_connections.unwrap_or(d.max_connections),
+            max_buffered_bytes: max_buffered_bytes.unwrap_or(d.max_buffered_bytes),
+            lease_ms: lease_ms.unwrap_or(d.lease_ms),
+            client_timeout_ms: client_timeout_ms.unwrap_or(d.client_timeout_ms),
+            realtime: realtime_config(py, realtime, rt_priority, cpus.as_ref())?,
+            ..d
         };
-        let mut cfg = config(
-            listen,
-            client_token,
-            worker_token,
-            data_dir,
-            max_frame_bytes,
-            heartbeat_ms,
-            tls,
-            realtime,
-        );
-        apply_options(&mut cfg, options.as_ref())?;
+        apply_options_dict(&mut cfg, options.as_ref())?;
         let inner = py
             .allow_threads(|| MasterHandle::start(cfg))
             .map_err(|e| to_py_err(py, e))?;
@@ -341,53 +279,13 @@ impl Master {
     }
 }
 
-/// Run a master in the foreground until SIGINT/SIGTERM (the GIL is released meanwhile).
+/// `rtpool master ARGS...`: parse `argv` (without the program name) as the master's command
+/// line, run the master in the foreground until SIGINT/SIGTERM with the GIL released, and return
+/// the exit code (see [`rtpool_master::cli::main`]: 0, 1 when it cannot start, 2 for a bad
+/// command line, whose message clap prints).
 #[pyfunction]
-#[pyo3(signature = (listen="127.0.0.1:7070".to_string(), data_dir=None, max_frame_bytes=None, heartbeat_ms=None, log_level="info".to_string(), *, tls_cert=None, tls_key=None, tls_self_signed=false, max_connections=None, max_buffered_bytes=None, lease_ms=None, client_timeout_ms=None, options=None, realtime=false, rt_priority=rtpool_master::realtime::DEFAULT_PRIORITY, cpus=None))]
-#[allow(clippy::too_many_arguments)]
-fn run_master(
-    py: Python<'_>,
-    listen: String,
-    data_dir: Option<PathBuf>,
-    max_frame_bytes: Option<usize>,
-    heartbeat_ms: Option<u32>,
-    log_level: String,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    tls_self_signed: bool,
-    max_connections: Option<usize>,
-    max_buffered_bytes: Option<usize>,
-    lease_ms: Option<u32>,
-    client_timeout_ms: Option<u32>,
-    options: Option<Bound<'_, PyDict>>,
-    realtime: bool,
-    rt_priority: u8,
-    cpus: Option<Bound<'_, PyAny>>,
-) -> PyResult<()> {
-    rtpool_master::init_logging(&log_level);
-    let realtime = realtime_config(py, realtime, rt_priority, cpus.as_ref())?;
-    let tls = TlsAndLimits {
-        tls_cert,
-        tls_key,
-        tls_self_signed,
-        max_connections,
-        max_buffered_bytes,
-        lease_ms,
-        client_timeout_ms,
-    };
-    let mut cfg = config(
-        listen,
-        None,
-        None,
-        data_dir,
-        max_frame_bytes,
-        heartbeat_ms,
-        tls,
-        realtime,
-    );
-    apply_options(&mut cfg, options.as_ref())?;
-    py.allow_threads(|| rtpool_master::run_blocking(cfg))
-        .map_err(|e| to_py_err(py, e))
+fn master_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.allow_threads(|| rtpool_master::cli::main("rtpool master", argv))
 }
 
 fn store_err(py: Python<'_>, e: StoreError) -> PyErr {
@@ -507,7 +405,11 @@ fn token_quotas<'py>(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Master>()?;
-    m.add_function(wrap_pyfunction!(run_master, m)?)?;
+    m.add_function(wrap_pyfunction!(master_main, m)?)?;
+    m.add(
+        "MASTER_OPTIONS",
+        rtpool_master::config::options::option_keys(),
+    )?;
     m.add_function(wrap_pyfunction!(token_create, m)?)?;
     m.add_function(wrap_pyfunction!(token_list, m)?)?;
     m.add_function(wrap_pyfunction!(token_revoke, m)?)?;

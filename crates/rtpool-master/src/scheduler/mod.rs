@@ -1,11 +1,14 @@
 //! The scheduler task: sole owner of the [`Core`]. It receives events from connection tasks,
 //! stamps them with the master's monotonic clock, journals what must survive a restart, and
-//! routes the core's actions to the writer of the connection they address (`route.rs` turns
-//! each action into its frame).
+//! routes the core's actions to the writer of the connection they address. `message.rs` holds
+//! what connections send it, `route.rs` turns each action into its frame, `usage.rs` keeps the
+//! users' quotas and charged time in step with the user store.
 
+mod message;
 mod route;
 #[cfg(test)]
 mod tests;
+mod usage;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant as StdInstant};
@@ -16,72 +19,18 @@ use rtpool_core::{
     TaskStatus, UserId,
 };
 use rtpool_proto::Msg;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::auth::Authenticator;
-use crate::connection::OutboundTx;
-use crate::handle::{MasterStats, ReplayStats};
 use crate::journal::{DoneRecord, FsyncPolicy, Journal, PackageRecord, Record, Replay};
-use crate::store::UserQuota;
+use crate::outbound::{Out, OutboundTx};
+use crate::stats::{MasterStats, ReplayStats};
 
-pub use self::route::rejected;
+pub use self::message::ToScheduler;
 
 /// How often charged compute time is written behind to the user store, and quotas re-read.
 const USAGE_FLUSH: Duration = Duration::from_secs(1);
-
-/// What a connection writer is told to do.
-#[derive(Debug)]
-pub enum Out {
-    /// Encode and send this message.
-    Send(Msg),
-    /// Send this message, then close the connection.
-    SendAndClose(Msg),
-}
-
-/// Messages to the scheduler task.
-#[derive(Debug)]
-pub enum ToScheduler {
-    /// A connection authenticated; its writer listens on `tx`.
-    Register {
-        /// Session id.
-        session: u64,
-        /// The authenticated user's name.
-        user: String,
-        /// The peer's outbound queue.
-        tx: OutboundTx,
-        /// `ClientJoined` or `WorkerJoined`.
-        event: Event,
-    },
-    /// An event from an authenticated connection.
-    Event(Event),
-    /// Several events read from one buffer, handled in order.
-    Events(Vec<Event>),
-    /// A connection closed: `ClientLost` or `WorkerLost`.
-    Closed {
-        /// Session id.
-        session: u64,
-        /// The loss event.
-        event: Event,
-    },
-    /// Send `msg` to a connection, in order with the answers to its earlier events (a
-    /// rejected `SUBMIT` must not overtake the `ACCEPTED` of the one before); `close` closes
-    /// the connection after it.
-    Reply {
-        /// Session id.
-        session: u64,
-        /// The message.
-        msg: Msg,
-        /// Close the connection after sending.
-        close: bool,
-    },
-    /// Report gauges.
-    Stats(oneshot::Sender<MasterStats>),
-    /// Quotas re-read from the store after a usage flush.
-    Quotas(Vec<UserQuota>),
-    /// Tell every peer the master is going away, then stop.
-    Shutdown,
-}
 
 /// The scheduler task's state.
 pub struct Scheduler {
@@ -132,8 +81,9 @@ enum Held {
 }
 
 impl Scheduler {
-    /// A scheduler with an empty core and no user store.
-    pub fn new(config: CoreConfig) -> Self {
+    /// A scheduler with an empty core and no user store. `instance` is the master process's
+    /// random number (`WELCOME.instance`); the ids of call packages start from it.
+    pub fn new(config: CoreConfig, instance: u64) -> Self {
         Self {
             core: Core::new(config.clone()),
             routes: HashMap::new(),
@@ -142,7 +92,7 @@ impl Scheduler {
             users: HashMap::new(),
             user_names: Vec::new(),
             next_package: 1,
-            next_call_package: call_package_base(crate::handle::random_instance()),
+            next_call_package: call_package_base(instance),
             auth: None,
             flushing: false,
             core_config: config,
@@ -319,106 +269,6 @@ impl Scheduler {
 
     fn now(&self) -> rtpool_core::Instant {
         rtpool_core::Instant(self.epoch.elapsed().as_nanos() as u64)
-    }
-
-    /// The core id of a user name.
-    fn user_id(&mut self, name: &str) -> UserId {
-        if let Some(&id) = self.users.get(name) {
-            return id;
-        }
-        let id = UserId(self.user_names.len() as u64);
-        self.user_names.push(name.to_owned());
-        self.users.insert(name.to_owned(), id);
-        id
-    }
-
-    /// Reads every user's quota from the store at start-up.
-    async fn load_quotas(&mut self) {
-        let Some(auth) = self.auth.clone().filter(Authenticator::has_store) else {
-            return;
-        };
-        match tokio::task::spawn_blocking(move || auth.quotas()).await {
-            Ok(Ok(quotas)) => self.set_quotas(quotas),
-            Ok(Err(e)) => warn!("cannot read quotas from the user store: {e}"),
-            Err(e) => warn!("quota reader failed: {e}"),
-        }
-    }
-
-    fn set_quotas(&mut self, quotas: Vec<UserQuota>) {
-        for q in quotas {
-            let user = self.user_id(&q.user);
-            let remaining_us = q
-                .quota_us
-                .map(|quota| quota as i64 - q.used_us.min(i64::MAX as u64) as i64);
-            self.apply(Event::SetQuota { user, remaining_us });
-        }
-    }
-
-    /// Usage charged since the last flush, by user name.
-    fn take_usage(&mut self) -> Vec<(String, u64)> {
-        self.core
-            .take_usage()
-            .into_iter()
-            .map(|(user, us)| (self.user_names[user.0 as usize].clone(), us))
-            .collect()
-    }
-
-    /// Writes the usage behind (off this task) and re-reads the quotas.
-    fn flush_usage(&mut self, tx: &mpsc::UnboundedSender<ToScheduler>) {
-        let Some(auth) = self.auth.clone().filter(Authenticator::has_store) else {
-            let _ = self.core.take_usage();
-            return;
-        };
-        if self.flushing {
-            return;
-        }
-        let usage = self.take_usage();
-        self.flushing = true;
-        let tx = tx.clone();
-        // Every result charged so far was journaled at or before this LSN.
-        let watermark = self.last_lsn;
-        let journal = self.journal.clone();
-        tokio::task::spawn_blocking(move || {
-            if !usage.is_empty() {
-                match auth.add_usage(&usage, watermark) {
-                    Ok(()) => {
-                        if let Some(j) = journal {
-                            j.set_watermark(watermark);
-                        }
-                    }
-                    Err(e) => warn!("cannot write usage to the user store: {e}"),
-                }
-            }
-            match auth.quotas() {
-                Ok(q) => drop(tx.send(ToScheduler::Quotas(q))),
-                Err(e) => {
-                    warn!("cannot read quotas from the user store: {e}");
-                    drop(tx.send(ToScheduler::Quotas(Vec::new())));
-                }
-            }
-        });
-    }
-
-    /// Writes the last usage at shutdown, and waits for it (off this task: a store may block).
-    async fn flush_usage_now(&mut self) {
-        let Some(auth) = self.auth.clone().filter(Authenticator::has_store) else {
-            return;
-        };
-        let usage = self.take_usage();
-        if usage.is_empty() {
-            return;
-        }
-        let watermark = self.last_lsn;
-        let done = tokio::task::spawn_blocking(move || auth.add_usage(&usage, watermark)).await;
-        match done {
-            Ok(Ok(())) => {
-                if let Some(j) = &self.journal {
-                    j.set_watermark(watermark);
-                }
-            }
-            Ok(Err(e)) => warn!("cannot write the last usage to the user store: {e}"),
-            Err(e) => warn!("usage writer failed: {e}"),
-        }
     }
 
     /// Handle one message; false means stop.

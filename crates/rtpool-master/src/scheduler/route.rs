@@ -6,7 +6,8 @@ use rtpool_core::{Action, RejectReason, TaskOutcome};
 use rtpool_proto::{Assignment, CallAssignment, FunctionInfo, Msg, TaskResult};
 use tracing::{info, warn};
 
-use super::{Out, Scheduler};
+use super::Scheduler;
+use crate::outbound::Out;
 
 impl Scheduler {
     pub(super) fn reply(&self, session: u64, msg: Msg, close: bool) {
@@ -200,15 +201,6 @@ fn serve_conflict(name: &str, version: &str) -> Msg {
              worker's {name} is not served"
         ),
         reference: 0,
-    }
-}
-
-/// The non-fatal `rejected` error for a submission.
-pub fn rejected(req_id: u64, message: String) -> Msg {
-    Msg::Error {
-        code: "rejected".into(),
-        message,
-        reference: req_id,
     }
 }
 

@@ -9,14 +9,14 @@ use rtpool_proto::{CallAssignment, FunctionInfo};
 use super::*;
 
 /// A scheduler with one client route (session 5), and that route's receiving end.
-fn with_client() -> (Scheduler, crate::connection::OutboundRx) {
-    let mut scheduler = Scheduler::new(CoreConfig::default());
+fn with_client() -> (Scheduler, crate::outbound::OutboundRx) {
+    let mut scheduler = Scheduler::new(CoreConfig::default(), 0x5eed);
     let (tx, rx) = OutboundTx::new(1 << 20);
     scheduler.routes.insert(5, tx);
     (scheduler, rx)
 }
 
-fn sent(rx: &mut crate::connection::OutboundRx) -> Msg {
+fn sent(rx: &mut crate::outbound::OutboundRx) -> Msg {
     match rx.try_recv() {
         Some(Out::Send(msg)) => msg,
         other => panic!("expected one message, got {other:?}"),
@@ -170,11 +170,14 @@ fn rpc_actions_become_their_frames() {
 }
 
 /// A scheduler with a journal in `dir`, and a client route (session 5) of user "alice".
-fn with_journal(dir: &std::path::Path) -> (Scheduler, crate::connection::OutboundRx) {
+fn with_journal(dir: &std::path::Path) -> (Scheduler, crate::outbound::OutboundRx) {
     let config = crate::journal::JournalConfig::new(dir.join("journal.log"));
     let (journal, replay) = Journal::open(config).expect("open journal");
-    let mut scheduler =
-        Scheduler::new(CoreConfig::default()).with_journal(journal, replay, FsyncPolicy::Off);
+    let mut scheduler = Scheduler::new(CoreConfig::default(), 0x5eed).with_journal(
+        journal,
+        replay,
+        FsyncPolicy::Off,
+    );
     let (tx, rx) = OutboundTx::new(1 << 20);
     scheduler.on_message(ToScheduler::Register {
         session: 5,

@@ -1,5 +1,10 @@
-//! The outbound side of a connection: the byte-counted queue the scheduler sends frames
-//! into ([`OutboundTx`]) and the writer task that batches them onto the socket.
+//! The outbound side of a connection: what a writer is told to do ([`Out`]), the byte-counted
+//! queue the scheduler sends frames into ([`OutboundTx`]), the writer task that batches them
+//! onto the socket (`write_loop`) and the error frames both the connections and the
+//! scheduler build ([`error_msg`], [`rejected`]).
+//!
+//! It depends on nothing else in the master: [`crate::connection`] and [`crate::scheduler`]
+//! both use it, so neither has to reach into the other.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,8 +14,32 @@ use rtpool_proto::{encode, Msg};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
-use super::error_msg;
-use crate::scheduler::Out;
+/// What a connection writer is told to do.
+#[derive(Debug)]
+pub enum Out {
+    /// Encode and send this message.
+    Send(Msg),
+    /// Send this message, then close the connection.
+    SendAndClose(Msg),
+}
+
+/// An `ERROR` frame with this code, message and reference (0: none).
+pub fn error_msg(code: &str, message: impl Into<String>, reference: u64) -> Msg {
+    Msg::Error {
+        code: code.into(),
+        message: message.into(),
+        reference,
+    }
+}
+
+/// The non-fatal `rejected` error for a submission.
+pub fn rejected(req_id: u64, message: String) -> Msg {
+    Msg::Error {
+        code: "rejected".into(),
+        message,
+        reference: req_id,
+    }
+}
 
 /// Largest write the writer batches before flushing.
 const WRITE_BATCH_BYTES: usize = 1 << 20;
@@ -26,19 +55,19 @@ const WRITE_BATCH_BYTES: usize = 1 << 20;
 pub struct OutboundTx {
     tx: mpsc::UnboundedSender<(Out, usize)>,
     /// Shared with the writer; the connection's reader waits on its `notify`.
-    pub(super) shared: Arc<Outbound>,
+    pub(crate) shared: Arc<Outbound>,
 }
 
 /// What a connection's [`OutboundTx`] and its writer share.
 #[derive(Debug)]
-pub(super) struct Outbound {
+pub(crate) struct Outbound {
     /// Estimated encoded bytes sent to the queue and not yet written to the socket.
     queued_bytes: AtomicUsize,
     limit_bytes: usize,
     /// Set once, by the send that found the queue full.
     overflowed: AtomicBool,
     /// Wakes the connection's reader when the queue overflowed.
-    pub(super) notify: Notify,
+    pub(crate) notify: Notify,
 }
 
 /// The writer's end of an [`OutboundTx`].
@@ -152,7 +181,7 @@ fn slow_consumer(limit_bytes: usize) -> Msg {
 
 /// Writes what the scheduler queues for this connection, several frames per write, until the
 /// queue closes or a frame asks to close the connection.
-pub(super) async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: OutboundRx) {
+pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: OutboundRx) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let shared = rx.shared.clone();
     while let Some((first, size)) = rx.rx.recv().await {

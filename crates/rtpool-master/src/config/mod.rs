@@ -1,5 +1,12 @@
 //! [`MasterConfig`]: every knob of the master, each with a sane default, and the checks of the
 //! knobs that have a valid range ([`MasterConfig::validate`]).
+//!
+//! The front ends fill it from one definition of the options: [`args::MasterArgs`] is the
+//! command line of both the `rtpool-master` binary and `rtpool master`, and [`options`] reads
+//! an embedded master's options dict with the same parser.
+
+pub mod args;
+pub mod options;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,0 +1,512 @@
+//! [`MasterArgs`]: every option of the master's command line, defined once for both front ends,
+//! the `rtpool-master` binary and `rtpool master` (Python, through `rtpool._native`), and read
+//! by the same parser for the options dict of an embedded master ([`super::options`]).
+//!
+//! Every option is optional here: one that is not given leaves [`MasterConfig`]'s default (or,
+//! for the dict, the value the embedded master's keywords set). The defaults are therefore
+//! written in the help texts, from the constants [`MasterConfig::default`] uses where there is
+//! one.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
+
+use super::{check_hedge_factor, MasterConfig};
+use crate::journal::FsyncPolicy;
+use crate::realtime::{parse_cpus, RealtimeConfig, DEFAULT_PRIORITY};
+
+/// Environment variable read for `--data-dir` when it is not given.
+pub const DATA_DIR_ENV: &str = "RTPOOL_DATA_DIR";
+
+/// Environment variable read for `--log-level` when it is not given.
+pub const LOG_ENV: &str = "RTPOOL_LOG";
+
+/// The master's command-line options.
+///
+/// The field names are the keys of the options dict ([`super::options`]); the flags are their
+/// `--kebab-case` forms except where noted (`result_ttl_s` is `--result-ttl`, `journal` is
+/// `--no-journal`).
+#[derive(Debug, Clone, Parser)]
+#[command(
+    version,
+    about = "The rtpool master: accepts task packages from clients and hands them to pull-based \
+             workers.",
+    long_about = "The rtpool master: accepts task packages from clients and hands them to \
+                  pull-based workers.\n\n\
+                  Runs in the foreground until SIGINT/SIGTERM. On first start it generates a \
+                  client and a worker token and writes them to the data dir (client.token, \
+                  worker.token) and prints them; it prints \"listening on HOST:PORT\" once it \
+                  accepts connections."
+)]
+pub struct MasterArgs {
+    /// Address to listen on (default: 127.0.0.1:7070, this machine only; 0.0.0.0:7070 accepts
+    /// other machines; port 0 picks a free one).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Where the tokens, the crash-recovery journal and the user store live (default:
+    /// $RTPOOL_DATA_DIR, else $XDG_DATA_HOME/rtpool or ~/.local/share/rtpool).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// User store for tokens and quotas: postgres://user@host:port/db or sqlite:///path
+    /// (default: SQLite in the data dir).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Log filter: error, warn, info, debug, trace or a tracing directive (default:
+    /// $RTPOOL_LOG, else info).
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+
+    /// Serve TLS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "PEM", requires = "tls_key", help_heading = "TLS")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert", help_heading = "TLS")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve TLS with a self-signed certificate for localhost, 127.0.0.1, ::1 and the listen
+    /// host, generated on first start into DIR/tls/ (its cert.pem is the clients' ca_file and
+    /// the workers' --ca-file).
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"], help_heading = "TLS")]
+    pub tls_self_signed: bool,
+
+    /// Largest frame accepted after the handshake, in MiB (default: 256).
+    #[arg(
+        long,
+        value_name = "MB",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub max_frame_mb: Option<usize>,
+    /// How often idle workers send a heartbeat, in milliseconds (default: 1000).
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub heartbeat_ms: Option<u32>,
+    /// Connections served at once; more are answered `ERROR busy` and closed (default: 4096).
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub max_connections: Option<usize>,
+    /// Outbound frames, in MiB, that may wait for one peer to read them; a peer that lets more
+    /// pile up is closed with `ERROR slow_consumer` (default: 64).
+    #[arg(
+        long,
+        value_name = "MB",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub max_buffered_mb: Option<usize>,
+    /// A client silent this long, in milliseconds, is closed with `ERROR idle` (default:
+    /// 30000; 0: never).
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub client_timeout_ms: Option<u32>,
+
+    /// Worker lease, in milliseconds: a worker silent this long is closed and its tasks run
+    /// elsewhere (default: 3000; 0: never).
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Reliability"
+    )]
+    pub lease_ms: Option<u32>,
+    /// A disconnected client's packages keep running and keep their results this many
+    /// seconds, waiting for it to reconnect; then they are dropped (default: 300).
+    #[arg(long = "result-ttl", value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
+          help_heading = "Reliability")]
+    pub result_ttl_s: Option<f64>,
+    /// A task whose worker was lost on N attempts fails as a poison task (default: 3).
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Reliability"
+    )]
+    pub max_attempts: Option<u32>,
+    /// Longest any task may run, in seconds; 0 = no limit (default: 86400).
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
+          help_heading = "Reliability")]
+    pub max_task_seconds: Option<f64>,
+    /// How long past a task's own time limit the master waits for its worker's report before
+    /// failing the task itself, in seconds (default: 2).
+    #[arg(long = "timeout-grace", value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
+          help_heading = "Reliability")]
+    pub timeout_grace_s: Option<f64>,
+    /// When the crash-recovery journal is synced to disk (see the help text).
+    #[arg(long, value_name = "POLICY", value_parser = parse_fsync, help_heading = "Reliability",
+          help = "When the crash-recovery journal is synced to disk: always (a package is \
+                  acknowledged only once on disk), batch[:MS] (at most MS ms later; default \
+                  batch:10) or off (the OS decides)")]
+    pub fsync: Option<FsyncPolicy>,
+    /// Keep no journal: a master crash loses every package (default: a journal in the data
+    /// dir).
+    #[arg(long = "no-journal", action = ArgAction::SetFalse, help_heading = "Reliability")]
+    pub journal: bool,
+
+    /// Straggler hedging: a task of a package submitted with hedge=True gets a backup copy on
+    /// another worker once it has run F times its function's p95 execution time (above 1;
+    /// default: 1.5).
+    #[arg(long, value_name = "F", allow_negative_numbers = true, value_parser = parse_hedge_factor, help_heading = "Scheduling")]
+    pub hedge_factor: Option<f64>,
+    /// Grid RPC: calls queued for a function whose last worker left wait this many seconds for
+    /// a worker serving it to return, then fail (default: 30).
+    #[arg(long = "service-grace", value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
+          help_heading = "Scheduling")]
+    pub service_grace_s: Option<f64>,
+
+    /// Real-time mode: lock the master's memory (mlockall), run its threads under SCHED_FIFO
+    /// and pin them with --cpus, each as far as the OS permits (a refused step is logged once
+    /// and stays in normal mode).
+    #[arg(long, help_heading = "Real-time mode")]
+    pub realtime: bool,
+    /// SCHED_FIFO priority of the master's threads with --realtime, 1-99 (default: 50).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_priority, help_heading = "Real-time mode")]
+    pub rt_priority: Option<u8>,
+    /// With --realtime, pin the master's threads to these CPUs: 1, 0,1 or 0-3.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpu_list,
+          help_heading = "Real-time mode")]
+    pub cpus: Option<CpuList>,
+}
+
+/// The value of `--cpus`; a newtype because clap reads an `Option<Vec<_>>` field as an option
+/// given several times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+impl MasterArgs {
+    /// The command line as `name` (`rtpool-master`, `rtpool master`) shows it in its help and
+    /// errors.
+    pub fn command_named(name: &'static str) -> clap::Command {
+        Self::command()
+            .name(name)
+            .bin_name(name)
+            .after_help(format!(
+                "example:\n  {name} --listen 0.0.0.0:7070 --data-dir /var/lib/rtpool"
+            ))
+    }
+
+    /// Parses `args` (without the program name) as the command line of `name`, and turns them
+    /// into a configuration and a log filter.
+    ///
+    /// # Errors
+    ///
+    /// clap's error (or the request for help or the version) to print with
+    /// [`clap::Error::print`] and to exit with [`clap::Error::exit_code`]: an unknown or
+    /// malformed option, an out-of-range value, or a real-time option without `--realtime`.
+    pub fn parse_named<I, T>(
+        name: &'static str,
+        args: I,
+    ) -> Result<(MasterConfig, String), clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let mut cmd = Self::command_named(name);
+        let argv = std::iter::once(OsString::from(name)).chain(args.into_iter().map(Into::into));
+        let matches = cmd.try_get_matches_from_mut(argv)?;
+        let args = Self::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
+        args.check_realtime(&mut cmd)?;
+        Ok(args.into_config())
+    }
+
+    /// `--rt-priority` and `--cpus` mean nothing without `--realtime`: refused rather than
+    /// silently ignored.
+    fn check_realtime(&self, cmd: &mut clap::Command) -> Result<(), clap::Error> {
+        let given: Vec<&str> = [
+            ("--rt-priority", self.rt_priority.is_some()),
+            ("--cpus", self.cpus.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        if self.realtime || given.is_empty() {
+            return Ok(());
+        }
+        Err(cmd.error(
+            ErrorKind::MissingRequiredArgument,
+            format!("{} need --realtime", given.join(", ")),
+        ))
+    }
+
+    /// The configuration of a command-line master: the defaults, the data dir and log filter
+    /// from the environment when not given, then every option given.
+    pub fn into_config(self) -> (MasterConfig, String) {
+        let log_level = self
+            .log_level
+            .clone()
+            .or_else(|| non_empty_env(LOG_ENV))
+            .unwrap_or_else(|| "info".into());
+        let mut config = MasterConfig {
+            data_dir: non_empty_env(DATA_DIR_ENV)
+                .map(PathBuf::from)
+                .or_else(default_data_dir),
+            ..MasterConfig::default()
+        };
+        self.apply_to(&mut config);
+        (config, log_level)
+    }
+
+    /// Sets the fields of `config` whose option was given; the others keep their value.
+    /// `log_level` is not part of a configuration (logging is per process).
+    pub fn apply_to(self, config: &mut MasterConfig) {
+        // Destructured so that a new option cannot be forgotten here.
+        let Self {
+            listen,
+            data_dir,
+            store,
+            log_level: _,
+            tls_cert,
+            tls_key,
+            tls_self_signed,
+            max_frame_mb,
+            heartbeat_ms,
+            max_connections,
+            max_buffered_mb,
+            client_timeout_ms,
+            lease_ms,
+            result_ttl_s,
+            max_attempts,
+            max_task_seconds,
+            timeout_grace_s,
+            fsync,
+            journal,
+            hedge_factor,
+            service_grace_s,
+            realtime,
+            rt_priority,
+            cpus,
+        } = self;
+        let secs = Duration::from_secs_f64; // the parsers let only valid durations through
+        set(&mut config.listen, listen);
+        set(&mut config.data_dir, data_dir.map(Some));
+        set(&mut config.store, store.map(Some));
+        set(&mut config.tls_cert, tls_cert.map(Some));
+        set(&mut config.tls_key, tls_key.map(Some));
+        config.tls_self_signed |= tls_self_signed;
+        set(&mut config.max_frame_bytes, max_frame_mb.map(|mb| mb << 20));
+        set(&mut config.heartbeat_ms, heartbeat_ms);
+        set(&mut config.max_connections, max_connections);
+        set(
+            &mut config.max_buffered_bytes,
+            max_buffered_mb.map(|mb| mb << 20),
+        );
+        set(&mut config.client_timeout_ms, client_timeout_ms);
+        set(&mut config.lease_ms, lease_ms);
+        set(&mut config.result_ttl, result_ttl_s.map(secs));
+        set(&mut config.max_attempts, max_attempts);
+        set(&mut config.max_task_time, max_task_seconds.map(secs));
+        set(&mut config.timeout_grace, timeout_grace_s.map(secs));
+        set(&mut config.fsync, fsync);
+        config.journal &= journal;
+        set(&mut config.hedge_factor, hedge_factor);
+        set(&mut config.service_grace, service_grace_s.map(secs));
+        let RealtimeConfig {
+            enabled,
+            priority,
+            cpus: pinned,
+        } = &mut config.realtime;
+        *enabled |= realtime;
+        set(priority, rt_priority);
+        set(pinned, cpus.map(|c| Some(c.0)));
+    }
+}
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *field = value;
+    }
+}
+
+/// `$RTPOOL_DATA_DIR`'s default, as `rtpool token` has it too: `$XDG_DATA_HOME/rtpool`, else
+/// `~/.local/share/rtpool`; `None` without a home directory (nothing on disk then).
+pub fn default_data_dir() -> Option<PathBuf> {
+    let base = non_empty_env("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| non_empty_env("HOME").map(|h| PathBuf::from(h).join(".local/share")))?;
+    Some(base.join("rtpool"))
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// `--hedge-factor`: a number above 1.
+fn parse_hedge_factor(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number; use e.g. 3 or 2.5"))?;
+    check_hedge_factor(value)
+}
+
+/// A duration in seconds (`--result-ttl`, `--service-grace`, ...): a finite number >= 0.
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds; use e.g. 30 or 2.5"))?;
+    if Duration::try_from_secs_f64(value).is_err() {
+        return Err(format!("must be a number of seconds >= 0, not {value}"));
+    }
+    Ok(value)
+}
+
+/// `--rt-priority`: a SCHED_FIFO priority.
+fn parse_priority(text: &str) -> Result<u8, String> {
+    match text.parse::<u8>() {
+        Ok(n @ 1..=99) => Ok(n),
+        _ => Err(format!(
+            "must be 1-99 (a SCHED_FIFO priority; default {DEFAULT_PRIORITY}), not {text:?}"
+        )),
+    }
+}
+
+/// `--fsync`: `always`, `batch`, `batch:MS` or `off`.
+fn parse_fsync(text: &str) -> Result<FsyncPolicy, String> {
+    text.parse()
+        .map_err(|e: crate::journal::JournalError| e.to_string())
+}
+
+/// `--cpus`: `1`, `0,1`, `0-3`.
+fn parse_cpu_list(list: &str) -> Result<CpuList, String> {
+    parse_cpus(list).map(CpuList).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<(MasterConfig, String), clap::Error> {
+        MasterArgs::parse_named("rtpool-master", args)
+    }
+
+    #[test]
+    fn no_option_means_the_defaults() {
+        let (config, _) = parse(&[]).unwrap();
+        let d = MasterConfig::default();
+        assert_eq!(config.listen, d.listen);
+        assert_eq!(config.max_frame_bytes, d.max_frame_bytes);
+        assert_eq!(config.result_ttl, d.result_ttl);
+        assert_eq!(config.fsync, d.fsync);
+        assert!(config.journal && !config.realtime.enabled);
+        assert_eq!(config.realtime.priority, DEFAULT_PRIORITY);
+    }
+
+    #[test]
+    fn every_option_reaches_the_configuration() {
+        let (c, log) = parse(&[
+            "--listen=0.0.0.0:1",
+            "--data-dir=/d",
+            "--store=sqlite:///s.db",
+            "--log-level=debug",
+            "--tls-cert=c.pem",
+            "--tls-key=k.pem",
+            "--max-frame-mb=2",
+            "--heartbeat-ms=7",
+            "--max-connections=9",
+            "--max-buffered-mb=3",
+            "--client-timeout-ms=11",
+            "--lease-ms=13",
+            "--result-ttl=1.5",
+            "--max-attempts=4",
+            "--max-task-seconds=60",
+            "--timeout-grace=0.25",
+            "--fsync=always",
+            "--no-journal",
+            "--hedge-factor=2.5",
+            "--service-grace=5",
+            "--realtime",
+            "--rt-priority=7",
+            "--cpus=0-2",
+        ])
+        .unwrap();
+        assert_eq!(log, "debug");
+        assert_eq!(c.listen, "0.0.0.0:1");
+        assert_eq!(c.data_dir, Some(PathBuf::from("/d")));
+        assert_eq!(c.store.as_deref(), Some("sqlite:///s.db"));
+        assert_eq!(c.tls_cert, Some(PathBuf::from("c.pem")));
+        assert_eq!(c.tls_key, Some(PathBuf::from("k.pem")));
+        assert_eq!((c.max_frame_bytes, c.heartbeat_ms), (2 << 20, 7));
+        assert_eq!((c.max_connections, c.max_buffered_bytes), (9, 3 << 20));
+        assert_eq!((c.client_timeout_ms, c.lease_ms), (11, 13));
+        assert_eq!(c.result_ttl, Duration::from_millis(1500));
+        assert_eq!(c.max_attempts, 4);
+        assert_eq!(c.max_task_time, Duration::from_secs(60));
+        assert_eq!(c.timeout_grace, Duration::from_millis(250));
+        assert_eq!(c.fsync, FsyncPolicy::Always);
+        assert!(!c.journal);
+        assert_eq!(c.hedge_factor, 2.5);
+        assert_eq!(c.service_grace, Duration::from_secs(5));
+        assert_eq!(
+            c.realtime,
+            RealtimeConfig {
+                enabled: true,
+                priority: 7,
+                cpus: Some(vec![0, 1, 2]),
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_option() {
+        for (args, expected) in [
+            (&["--hedge-factor=1"][..], "must be a number above 1"),
+            (&["--result-ttl=-1"], "must be a number of seconds >= 0"),
+            (
+                &["--service-grace", "-1"],
+                "must be a number of seconds >= 0",
+            ),
+            (&["--lease-ms", "-1"], "-1 is not in 0.."),
+            (&["--fsync=sometimes"], "sometimes"),
+            (&["--realtime", "--rt-priority=100"], "must be 1-99"),
+            (&["--realtime", "--cpus=3-1"], "runs backwards"),
+            (&["--rt-priority=5"], "--rt-priority need --realtime"),
+            (
+                &["--cpus=1", "--rt-priority=5"],
+                "--rt-priority, --cpus need --realtime",
+            ),
+            (&["--tls-cert=c.pem"], "--tls-key"),
+            (&["--bogus"], "--bogus"),
+        ] {
+            let err = parse(args).expect_err("refused");
+            let text = err.to_string();
+            assert!(text.contains(expected), "{args:?}: {text}");
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn help_names_the_command_and_every_option() {
+        let err = parse(&["--help"]).expect_err("help is an early exit");
+        assert_eq!(err.exit_code(), 0);
+        let help = err.to_string();
+        assert!(
+            help.contains("rtpool-master --listen 0.0.0.0:7070"),
+            "{help}"
+        );
+        for arg in MasterArgs::command().get_arguments() {
+            if let Some(long) = arg.get_long() {
+                assert!(
+                    help.contains(&format!("--{long}")),
+                    "--{long} missing: {help}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_clap_definition_is_consistent() {
+        MasterArgs::command().debug_assert();
+    }
+}

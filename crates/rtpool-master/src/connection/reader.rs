@@ -1,0 +1,320 @@
+//! An authenticated connection's reader: turns each frame into a core event for the
+//! scheduler, checks what the core cannot (function hashes, `SERVE` before `PULL`, result
+//! statuses) and closes a peer that stays silent past its lease or idle timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rtpool_core::{
+    ClientId, Event, FnHash, PackageId, TaskId, TaskStatus, WorkerId, WorkerOutcome,
+};
+use rtpool_proto::{decode_frame, Msg, Role};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::{grow, to_call_spec, to_core_opts, to_service_decl, ConnCtx, NEVER};
+use crate::outbound::{error_msg, rejected};
+use crate::scheduler::ToScheduler;
+
+/// How a message is refused.
+pub(super) enum Refusal {
+    /// Answer with this error; the connection stays open.
+    Rejected(Msg),
+    /// Answer with this error and close the connection.
+    Fatal(Msg),
+}
+
+pub(super) struct Reader {
+    pub(super) session: u64,
+    pub(super) role: Role,
+    pub(super) ctx: Arc<ConnCtx>,
+    pub(super) sched: mpsc::UnboundedSender<ToScheduler>,
+    /// The last (hash, code) pair whose SHA-256 was verified, so a client that submits the same
+    /// function again pays a memcmp instead of a hash.
+    pub(super) verified: Option<(Bytes, Bytes)>,
+    /// This worker sent its `SERVE` (at most one per connection).
+    pub(super) served: bool,
+    /// This worker sent a `PULL` (a `SERVE` must come before the first one).
+    pub(super) pulled: bool,
+}
+
+impl Reader {
+    /// Read frames until EOF (false) or a fatal protocol error (true, after queueing `ERROR`).
+    /// A peer silent past its lease (worker) or idle timeout (client) is such an error.
+    pub(super) async fn read_loop<R: AsyncRead + Unpin>(
+        &mut self,
+        rd: &mut R,
+        mut buf: BytesMut,
+    ) -> bool {
+        let mut events = Vec::new();
+        let (silence, code) = match self.role {
+            Role::Worker => (self.ctx.lease, "lease_expired"),
+            Role::Client => (self.ctx.client_timeout, "idle"),
+        };
+        // One timer for the connection's life: a read only notes its time, and the timer,
+        // when it fires early, moves itself to the last read plus the allowed silence.
+        let silence = silence.unwrap_or(NEVER);
+        let mut last_read = Instant::now();
+        let timer = tokio::time::sleep_until(last_read + silence);
+        tokio::pin!(timer);
+        loop {
+            loop {
+                match decode_frame(&mut buf, self.ctx.max_frame_bytes) {
+                    Ok(Some(msg)) => match self.on_message(msg) {
+                        Ok(Some(ev)) => events.push(ev),
+                        Ok(None) => {}
+                        Err(Refusal::Rejected(msg)) => self.reply(&mut events, msg, false),
+                        Err(Refusal::Fatal(msg)) => {
+                            self.reply(&mut events, msg, true);
+                            return true;
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(e) if !e.is_fatal() => self.reply(&mut events, e.to_msg(), false),
+                    Err(e) => {
+                        warn!(session = self.session, "protocol error: {e}");
+                        self.reply(&mut events, e.to_msg(), true);
+                        return true;
+                    }
+                }
+            }
+            self.flush(&mut events);
+            grow(&mut buf);
+            let read = loop {
+                tokio::select! {
+                    biased;
+                    read = rd.read_buf(&mut buf) => break read,
+                    () = &mut timer => {
+                        let deadline = last_read + silence;
+                        if Instant::now() >= deadline {
+                            let msg = self.silence_error(code, silence);
+                            self.reply(&mut events, msg, true);
+                            return true;
+                        }
+                        timer.as_mut().reset(deadline);
+                    }
+                }
+            };
+            match read {
+                Ok(0) | Err(_) => return false,
+                // Any bytes count as a sign of life, not only whole frames: a worker uploading
+                // a large RESULT over a slow link is busy, not silent.
+                Ok(_) => last_read = Instant::now(),
+            }
+        }
+    }
+
+    fn silence_error(&self, code: &str, silence: Duration) -> Msg {
+        let ms = silence.as_millis();
+        let message = match self.role {
+            Role::Worker => format!(
+                "no frame from this worker for {ms} ms (its lease): closing and requeueing its \
+                 tasks; a worker sends HEARTBEAT while it computes"
+            ),
+            Role::Client => format!(
+                "no frame from this client for {ms} ms: closing; a client sends HEARTBEAT while \
+                 it waits"
+            ),
+        };
+        warn!(session = self.session, "{code}: silent for {ms} ms");
+        error_msg(code, message, 0)
+    }
+
+    fn flush(&self, events: &mut Vec<Event>) {
+        match events.len() {
+            0 => {}
+            1 => {
+                let _ = self
+                    .sched
+                    .send(ToScheduler::Event(events.pop().expect("one event")));
+            }
+            _ => {
+                let _ = self.sched.send(ToScheduler::Events(std::mem::take(events)));
+            }
+        }
+    }
+
+    /// Answer the peer through the scheduler, after the events decoded before (they are valid
+    /// and their answers come first).
+    fn reply(&self, events: &mut Vec<Event>, msg: Msg, close: bool) {
+        self.flush(events);
+        let session = self.session;
+        let _ = self.sched.send(ToScheduler::Reply {
+            session,
+            msg,
+            close,
+        });
+    }
+
+    /// Turn one message into a core event, or the error to answer it with.
+    // The refusal is built at most once per connection (or per rejected SUBMIT): its size
+    // costs nothing on the accepted path.
+    #[allow(clippy::result_large_err)]
+    fn on_message(&mut self, msg: Msg) -> Result<Option<Event>, Refusal> {
+        match (self.role, msg) {
+            (
+                Role::Client,
+                Msg::Submit {
+                    req_id,
+                    fn_hash,
+                    fn_code,
+                    opts,
+                    tasks,
+                },
+            ) => {
+                let Some(hash) = self.verify(&fn_hash, &fn_code) else {
+                    return Err(Refusal::Rejected(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
+                };
+                let client = ClientId(self.session);
+                let opts = to_core_opts(opts);
+                // The scheduler numbers the package.
+                Ok(Some(Event::Submit {
+                    client,
+                    req_id,
+                    package: PackageId(0),
+                    fn_hash: hash,
+                    fn_code,
+                    opts,
+                    tasks,
+                }))
+            }
+            (Role::Client, Msg::Cancel { package, indices }) => Ok(Some(Event::Cancel {
+                client: ClientId(self.session),
+                package: PackageId(package),
+                indices,
+            })),
+            (Role::Client, Msg::Status { req_id, package }) => Ok(Some(Event::Status {
+                client: ClientId(self.session),
+                req_id,
+                package: PackageId(package),
+            })),
+            (Role::Client, Msg::Attach { req_id, package }) => Ok(Some(Event::Attach {
+                client: ClientId(self.session),
+                req_id,
+                package: PackageId(package),
+            })),
+            (Role::Client, Msg::Ack { package, count }) => Ok(Some(Event::Ack {
+                client: ClientId(self.session),
+                package: PackageId(package),
+                count,
+            })),
+            (
+                Role::Client,
+                Msg::Call {
+                    req_id,
+                    opts,
+                    calls,
+                },
+            ) => Ok(Some(Event::SubmitCalls {
+                client: ClientId(self.session),
+                req_id,
+                // The scheduler numbers the package, as for SUBMIT.
+                package: PackageId(0),
+                opts: to_core_opts(opts),
+                calls: calls.into_iter().map(to_call_spec).collect(),
+            })),
+            (Role::Client, Msg::Functions { req_id, name }) => Ok(Some(Event::Functions {
+                client: ClientId(self.session),
+                req_id,
+                name,
+            })),
+            (Role::Worker, Msg::Pull { credits }) => {
+                self.pulled = true;
+                Ok(Some(Event::Credit {
+                    worker: WorkerId(self.session),
+                    credits,
+                }))
+            }
+            (Role::Worker, Msg::Serve { functions }) => {
+                self.check_serve_order()?;
+                self.served = true;
+                Ok(Some(Event::Serve {
+                    worker: WorkerId(self.session),
+                    functions: functions.into_iter().map(to_service_decl).collect(),
+                }))
+            }
+            (Role::Worker, Msg::Result { results }) => {
+                let mut outcomes = Vec::with_capacity(results.len());
+                for r in results {
+                    let status = TaskStatus::from_u8(r.status).ok_or_else(|| {
+                        Refusal::Fatal(error_msg("malformed", format!("RESULT for task {} has status {}, which is not a task status (0..=8)", r.task, r.status), 0))
+                    })?;
+                    outcomes.push(WorkerOutcome {
+                        task: TaskId(r.task),
+                        attempt: r.attempt,
+                        status,
+                        data: r.data,
+                        exec_us: r.exec_us,
+                        wait_us: r.wait_us,
+                        flush_us: r.flush_us,
+                    });
+                }
+                Ok(Some(Event::Results {
+                    worker: WorkerId(self.session),
+                    results: outcomes,
+                }))
+            }
+            (Role::Worker, Msg::Return { tasks }) => Ok(Some(Event::Returned {
+                worker: WorkerId(self.session),
+                tasks: tasks.into_iter().map(|(t, a)| (TaskId(t), a)).collect(),
+            })),
+            (_, Msg::Heartbeat) => Ok(None),
+            (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain {
+                worker: WorkerId(self.session),
+            })),
+            (role, other) => Err(Refusal::Fatal(error_msg(
+                "unknown_kind",
+                format!(
+                    "a {} may not send {}",
+                    if role == Role::Client {
+                        "client"
+                    } else {
+                        "worker"
+                    },
+                    other.name()
+                ),
+                0,
+            ))),
+        }
+    }
+
+    /// A worker declares its functions once, before its first `PULL` (so the registry never
+    /// changes under a worker that already holds work): anything else is a broken worker,
+    /// answered with a fatal `malformed`.
+    #[allow(clippy::result_large_err)]
+    fn check_serve_order(&self) -> Result<(), Refusal> {
+        let why = if self.served {
+            "a second SERVE on this connection"
+        } else if self.pulled {
+            "SERVE after PULL"
+        } else {
+            return Ok(());
+        };
+        warn!(session = self.session, "protocol error: {why}");
+        Err(Refusal::Fatal(error_msg(
+            "malformed",
+            format!(
+                "{why}: a worker sends SERVE at most once per connection, right after WELCOME \
+                 and before its first PULL; reconnect to serve another set of functions"
+            ),
+            0,
+        )))
+    }
+
+    fn verify(&mut self, fn_hash: &Bytes, fn_code: &Bytes) -> Option<FnHash> {
+        let hash: [u8; 32] = fn_hash.as_ref().try_into().ok()?;
+        let cached = matches!(&self.verified, Some((h, c)) if h == fn_hash && c == fn_code);
+        if !cached {
+            let digest: [u8; 32] = Sha256::digest(fn_code).into();
+            if digest != hash {
+                return None;
+            }
+            self.verified = Some((fn_hash.clone(), fn_code.clone()));
+        }
+        Some(FnHash(hash))
+    }
+}
