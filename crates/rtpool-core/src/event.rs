@@ -1,78 +1,13 @@
 //! Events (facts the shell observed) and actions (orders the core gives the shell).
+//!
+//! Package options ([`PackageOpts`], [`MissPolicy`]) are the wire's own type from
+//! `rtpool-proto`: one type from the client to the core and the journal.
 
 use bytes::Bytes;
 
+pub use rtpool_proto::{MissPolicy, PackageOpts};
+
 use crate::ids::{ClientId, FnHash, PackageId, TaskId, UserId, WorkerId};
-
-/// What happens to the tasks of a package that can no longer make their deadline.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum MissPolicy {
-    /// They run anyway; each late result reports its lateness (the default).
-    #[default]
-    Run,
-    /// They are dropped: a queued task that cannot finish in time (by its function's estimate)
-    /// is not started, and at the deadline every unfinished task fails with
-    /// [`TaskStatus::Missed`] (running ones are aborted on their workers).
-    Drop,
-}
-
-/// Options of a package.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PackageOpts {
-    /// Higher runs first. Within one priority, users take turns (fair share) and each user's
-    /// packages run earliest deadline first (FIFO for packages without a deadline, after those
-    /// with one).
-    pub priority: i32,
-    /// Execution time limit per task, milliseconds; 0 = none.
-    pub timeout_ms: u32,
-    /// Idempotency key; empty = none. A submission whose key names a live package of the same
-    /// user attaches to that package instead of creating one.
-    pub key: String,
-    /// Deadline of every task, milliseconds after the master received the package; 0 = none.
-    pub deadline_ms: u32,
-    /// What to do with tasks that can no longer make the deadline.
-    pub on_miss: MissPolicy,
-    /// Admission control: refuse the package at submission if, by the running estimate of its
-    /// function's execution time, the queue ahead and the worker slots, it cannot finish by
-    /// its deadline.
-    pub admit: bool,
-    /// Copies of each task run on distinct workers; 0 and 1 both mean one (no redundancy).
-    pub replicas: u8,
-    /// Byte-equal results needed to accept a task's result; 0 and 1 both mean the first result
-    /// wins (the other copies are cancelled).
-    pub quorum: u8,
-    /// Most copies of one task ever started (initial replicas, copies added after a
-    /// disagreement, hedges); 0 = the default, `replicas + quorum` (at most 16).
-    pub max_copies: u8,
-    /// Straggler hedging: a task that runs longer than a multiple of its function's p95
-    /// execution time, or whose deadline is at risk, gets a backup copy on another worker; the
-    /// first result wins.
-    pub hedge: bool,
-}
-
-impl PackageOpts {
-    /// Copies started per task at submission (at least 1).
-    pub fn replicas(&self) -> u8 {
-        self.replicas.max(1)
-    }
-
-    /// Agreeing results needed (at least 1).
-    pub fn quorum(&self) -> u8 {
-        self.quorum.max(1)
-    }
-
-    /// Most copies of one task ever started.
-    pub fn max_copies(&self) -> u8 {
-        if self.max_copies > 0 {
-            self.max_copies.max(self.replicas())
-        } else {
-            self.replicas()
-                .saturating_add(self.quorum())
-                .min(16)
-                .max(self.replicas())
-        }
-    }
-}
 
 /// Outcome of a task as the protocol's status byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

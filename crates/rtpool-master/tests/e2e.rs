@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use common::{expect_accepted, expect_error, master, Peer};
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, Role, SubmitOpts, WorkerResult};
+use rtpool_proto::{decode_frame, encode_to_vec, Msg, MissPolicy, Role, PackageOpts, WorkerResult};
 use sha2::{Digest, Sha256};
 
 fn submit(req_id: u64, code: &[u8], tasks: Vec<Bytes>) -> Msg {
-    submit_with(req_id, code, tasks, SubmitOpts::default())
+    submit_with(req_id, code, tasks, PackageOpts::default())
 }
 
-fn submit_with(req_id: u64, code: &[u8], tasks: Vec<Bytes>, opts: SubmitOpts) -> Msg {
+fn submit_with(req_id: u64, code: &[u8], tasks: Vec<Bytes>, opts: PackageOpts) -> Msg {
     let fn_hash = Bytes::copy_from_slice(&Sha256::digest(code));
     Msg::Submit {
         req_id,
@@ -273,12 +273,12 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
     let worker_token = m.tokens().worker.clone();
     let (_w1, _) = Peer::hello(&m, Role::Worker, &worker_token, 2);
     let (_w2, _) = Peer::hello(&m, Role::Worker, &worker_token, 2);
-    let opts = SubmitOpts {
+    let opts = PackageOpts {
         priority: 1,
         timeout_ms: 5_000,
         key: "e2e-every-option".into(),
         deadline_ms: 60_000,
-        on_miss: OnMiss::Drop,
+        on_miss: MissPolicy::Drop,
         admit: true,
         replicas: 2,
         quorum: 1,
@@ -323,11 +323,11 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
 fn contradictory_options_are_rejected_and_the_client_goes_on() {
     let m = master();
     let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
-    let d = SubmitOpts::default;
+    let d = PackageOpts::default;
     let cases = [
         (
             "quorum above replicas",
-            SubmitOpts {
+            PackageOpts {
                 replicas: 2,
                 quorum: 3,
                 ..d()
@@ -335,21 +335,21 @@ fn contradictory_options_are_rejected_and_the_client_goes_on() {
         ),
         (
             "more than 16 replicas",
-            SubmitOpts {
+            PackageOpts {
                 replicas: 17,
                 ..d()
             },
         ),
         (
             "more than 16 copies",
-            SubmitOpts {
+            PackageOpts {
                 max_copies: 17,
                 ..d()
             },
         ),
         (
             "admission control without a deadline",
-            SubmitOpts { admit: true, ..d() },
+            PackageOpts { admit: true, ..d() },
         ),
     ];
     for (req_id, (what, opts)) in (30..).zip(cases) {
@@ -379,9 +379,9 @@ fn a_late_result_reports_its_lateness_and_counts_as_missed() {
     let m = master();
     let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
     let (mut worker, _) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
-    let opts = SubmitOpts {
+    let opts = PackageOpts {
         deadline_ms: 1,
-        ..SubmitOpts::default()
+        ..PackageOpts::default()
     };
     client.send(&submit_with(50, b"code", tasks(1), opts));
     let package = expect_accepted(client.recv(), 50);
@@ -449,10 +449,10 @@ fn admission_control_refuses_with_a_non_fatal_admission_error() {
         }
     }
     // 50 one-second tasks on one slot cannot finish within 100 ms.
-    let opts = SubmitOpts {
+    let opts = PackageOpts {
         deadline_ms: 100,
         admit: true,
-        ..SubmitOpts::default()
+        ..PackageOpts::default()
     };
     client.send(&submit_with(61, b"slow", tasks(50), opts));
     let message = match client.recv() {

@@ -6,8 +6,10 @@
 mod codec;
 mod error;
 mod message;
-mod reader;
+pub mod msgpack;
+mod options;
 
 pub use codec::{decode_body, decode_frame, encode, encode_to_vec};
 pub use error::ProtoError;
 pub use message::*;
+pub use options::{MissPolicy, OptFields, PackageOpts, CALL_OPTS, OPTION_KEYS, OPTS, SUBMIT_OPTS};

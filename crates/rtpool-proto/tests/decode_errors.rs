@@ -5,7 +5,7 @@ mod common;
 
 use bytes::BytesMut;
 use common::{frame, frame_of, hash, V};
-use rtpool_proto::{decode_frame, encode, kind, Msg, OnMiss, ProtoError, Role, SubmitOpts};
+use rtpool_proto::{decode_frame, encode, kind, MissPolicy, Msg, PackageOpts, ProtoError, Role};
 
 const LIMIT: usize = 1 << 20;
 
@@ -290,9 +290,9 @@ fn any_integer_width_that_fits_is_accepted() {
             req_id: 1,
             fn_hash: hash(0),
             fn_code: bytes::Bytes::new(),
-            opts: SubmitOpts {
+            opts: PackageOpts {
                 priority: -3,
-                ..SubmitOpts::default()
+                ..PackageOpts::default()
             },
             tasks: vec![],
         }))
@@ -579,15 +579,15 @@ fn deadline_options_decode_in_any_order_and_width() {
     };
     assert_eq!(
         opts,
-        SubmitOpts {
+        PackageOpts {
             deadline_ms: 1_000,
-            on_miss: OnMiss::Run,
+            on_miss: MissPolicy::Run,
             admit: true,
             replicas: 3,
             quorum: 2,
             max_copies: 4,
             hedge: false,
-            ..SubmitOpts::default()
+            ..PackageOpts::default()
         }
     );
     // Without the keys, the documented defaults: one replica, a quorum of one.
@@ -598,7 +598,7 @@ fn deadline_options_decode_in_any_order_and_width() {
     assert_eq!((opts.replicas, opts.quorum, opts.max_copies), (1, 1, 0));
     assert_eq!(
         (opts.on_miss, opts.admit, opts.hedge),
-        (OnMiss::Run, false, false)
+        (MissPolicy::Run, false, false)
     );
 }
 

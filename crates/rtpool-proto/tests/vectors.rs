@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use bytes::BytesMut;
 use rmp::Marker;
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, SubmitOpts, DEFAULT_MAX_FRAME};
+use rtpool_proto::{decode_frame, encode_to_vec, MissPolicy, Msg, PackageOpts, DEFAULT_MAX_FRAME};
 use serde_json::{json, Value};
 
 fn vectors_path() -> PathBuf {
@@ -87,7 +87,7 @@ fn bin(bytes: &[u8]) -> Value {
 
 /// The JSON form of `SUBMIT.opts` or `CALL.opts`: the keys whose value is not the default, in
 /// spec order.
-fn opts_to_json(opts: &SubmitOpts) -> Value {
+fn opts_to_json(opts: &PackageOpts) -> Value {
     let mut map = serde_json::Map::new();
     if opts.priority != 0 {
         map.insert("priority".into(), json!(opts.priority));
@@ -101,7 +101,7 @@ fn opts_to_json(opts: &SubmitOpts) -> Value {
     if opts.deadline_ms != 0 {
         map.insert("deadline_ms".into(), json!(opts.deadline_ms));
     }
-    if opts.on_miss != OnMiss::Run {
+    if opts.on_miss != MissPolicy::Run {
         map.insert("on_miss".into(), json!(opts.on_miss.as_str()));
     }
     if opts.admit {

@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rtpool_core::{
-    CallSpec, ClientId, Event, FnHash, MissPolicy, PackageId, PackageOpts, ServiceDecl, TaskId,
-    TaskStatus, UserId, WorkerId, WorkerOutcome,
+    CallSpec, ClientId, Event, FnHash, PackageId, ServiceDecl, TaskId, TaskStatus, UserId,
+    WorkerId, WorkerOutcome,
 };
 use rtpool_proto::{
-    decode_frame, encode, Call, Msg, OnMiss, ProtoError, Role, ServedFunction, SubmitOpts,
-    PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
+    decode_frame, encode, Call, Msg, ProtoError, Role, ServedFunction, PRE_AUTH_MAX_FRAME,
+    PROTOCOL_VERSION,
 };
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -553,7 +553,6 @@ impl Reader {
                     return Err(Refusal::Rejected(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
                 };
                 let client = ClientId(self.session);
-                let opts = to_core_opts(opts);
                 // The scheduler numbers the package.
                 Ok(Some(Event::Submit {
                     client,
@@ -597,7 +596,7 @@ impl Reader {
                 req_id,
                 // The scheduler numbers the package, as for SUBMIT.
                 package: PackageId(0),
-                opts: to_core_opts(opts),
+                opts,
                 calls: calls.into_iter().map(to_call_spec).collect(),
             })),
             (Role::Client, Msg::Functions { req_id, name }) => Ok(Some(Event::Functions {
@@ -702,41 +701,6 @@ impl Reader {
     }
 }
 
-/// The core's options of a package from its `SUBMIT.opts` or `CALL.opts`. Values are passed on
-/// as sent: the wire's default of 1 replica and a quorum of 1 mean what the core's 0 means, and
-/// contradictions (a quorum above the replicas, more than 16 copies, `admit` without a deadline,
-/// options a call package cannot use) are the core's to refuse.
-fn to_core_opts(opts: SubmitOpts) -> PackageOpts {
-    // Destructured so that a new wire option cannot be forgotten here.
-    let SubmitOpts {
-        priority,
-        timeout_ms,
-        key,
-        deadline_ms,
-        on_miss,
-        admit,
-        replicas,
-        quorum,
-        max_copies,
-        hedge,
-    } = opts;
-    PackageOpts {
-        priority,
-        timeout_ms,
-        key,
-        deadline_ms,
-        on_miss: match on_miss {
-            OnMiss::Run => MissPolicy::Run,
-            OnMiss::Drop => MissPolicy::Drop,
-        },
-        admit,
-        replicas,
-        quorum,
-        max_copies,
-        hedge,
-    }
-}
-
 /// The core's declaration of one function a worker's `SERVE` lists.
 fn to_service_decl(f: ServedFunction) -> ServiceDecl {
     let ServedFunction {
@@ -790,59 +754,5 @@ fn grow(buf: &mut BytesMut) {
         buf.reserve(want);
     } else if free < 4096 {
         buf.reserve(MIN_READ);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_submit_option_reaches_the_core() {
-        let opts = SubmitOpts {
-            priority: -4,
-            timeout_ms: 1_500,
-            key: "k".into(),
-            deadline_ms: 250,
-            on_miss: OnMiss::Drop,
-            admit: true,
-            replicas: 3,
-            quorum: 2,
-            max_copies: 5,
-            hedge: true,
-        };
-        let expected = PackageOpts {
-            priority: -4,
-            timeout_ms: 1_500,
-            key: "k".into(),
-            deadline_ms: 250,
-            on_miss: MissPolicy::Drop,
-            admit: true,
-            replicas: 3,
-            quorum: 2,
-            max_copies: 5,
-            hedge: true,
-        };
-        assert_eq!(to_core_opts(opts), expected);
-    }
-
-    #[test]
-    fn default_wire_options_mean_the_core_defaults() {
-        let core = to_core_opts(SubmitOpts::default());
-        let default = PackageOpts::default();
-        // The wire says 1 replica and a quorum of 1 where the core's default says 0: the same.
-        assert_eq!(
-            (core.replicas(), core.quorum()),
-            (default.replicas(), default.quorum())
-        );
-        assert_eq!(core.max_copies(), default.max_copies());
-        assert_eq!(
-            PackageOpts {
-                replicas: 0,
-                quorum: 0,
-                ..core
-            },
-            default
-        );
     }
 }

@@ -34,23 +34,25 @@ fn package(id: u64, user: &str, tasks: usize) -> Record {
     Record::Package(PackageRecord {
         package: id,
         user: user.to_owned(),
-        key: format!("k{id}"),
         fn_hash: [id as u8; 32],
         fn_code: Bytes::from(format!("code of {id}")),
-        priority: id as i32 % 5 - 2,
-        timeout_ms: 1000 + id as u32,
         tasks: (0..tasks).map(|i| Bytes::from(vec![i as u8; i])).collect(),
-        deadline_ms: (id as u32 % 3) * 100,
-        on_miss: if id % 2 == 1 {
-            rtpool_core::MissPolicy::Drop
-        } else {
-            rtpool_core::MissPolicy::Run
+        opts: rtpool_core::PackageOpts {
+            key: format!("k{id}"),
+            priority: id as i32 % 5 - 2,
+            timeout_ms: 1000 + id as u32,
+            deadline_ms: (id as u32 % 3) * 100,
+            on_miss: if id % 2 == 1 {
+                rtpool_core::MissPolicy::Drop
+            } else {
+                rtpool_core::MissPolicy::Run
+            },
+            admit: id % 3 == 1,
+            replicas: (id % 4) as u8,
+            quorum: (id % 3) as u8,
+            max_copies: (id % 5) as u8,
+            hedge: id % 2 == 1,
         },
-        admit: id % 3 == 1,
-        replicas: (id % 4) as u8,
-        quorum: (id % 3) as u8,
-        max_copies: (id % 5) as u8,
-        hedge: id % 2 == 1,
     })
 }
 
@@ -231,18 +233,18 @@ fn a_missing_file_is_an_empty_journal() {
 fn a_version_1_file_replays_with_default_options_and_is_upgraded_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.log");
+    let p = match package(4, "alice", 2) {
+        Record::Package(p) => p,
+        _ => unreachable!(),
+    };
     let v1_package = PackageRecord {
-        deadline_ms: 0,
-        on_miss: rtpool_core::MissPolicy::Run,
-        admit: false,
-        replicas: 1,
-        quorum: 1,
-        max_copies: 0,
-        hedge: false,
-        ..match package(4, "alice", 2) {
-            Record::Package(p) => p,
-            _ => unreachable!(),
-        }
+        opts: rtpool_core::PackageOpts {
+            key: p.opts.key.clone(),
+            priority: p.opts.priority,
+            timeout_ms: p.opts.timeout_ms,
+            ..rtpool_core::PackageOpts::default()
+        },
+        ..p
     };
     let v1_done = DoneRecord {
         late_us: 0,

@@ -277,13 +277,12 @@ impl Scheduler {
                     late_us: d.late_us,
                 })
                 .collect();
-            let opts = restored_opts(&r);
             let event = Event::Restore(Box::new(RestoredPackage {
                 package: PackageId(r.package),
                 user,
                 fn_hash: FnHash(r.fn_hash),
                 fn_code: r.fn_code,
-                opts,
+                opts: r.opts,
                 tasks: r.tasks,
                 done,
                 delivered: p.delivered,
@@ -656,51 +655,13 @@ fn package_record(
     opts: &PackageOpts,
     tasks: &[Bytes],
 ) -> PackageRecord {
-    // Destructured so that a new option cannot be left out of the journal.
-    let PackageOpts {
-        priority,
-        timeout_ms,
-        key,
-        deadline_ms,
-        on_miss,
-        admit,
-        replicas,
-        quorum,
-        max_copies,
-        hedge,
-    } = opts;
     PackageRecord {
         package: package.0,
         user,
-        key: key.clone(),
         fn_hash: fn_hash.0,
         fn_code: fn_code.clone(),
-        priority: *priority,
-        timeout_ms: *timeout_ms,
         tasks: tasks.to_vec(),
-        deadline_ms: *deadline_ms,
-        on_miss: *on_miss,
-        admit: *admit,
-        replicas: *replicas,
-        quorum: *quorum,
-        max_copies: *max_copies,
-        hedge: *hedge,
-    }
-}
-
-/// The options of a package restored from its journal record.
-fn restored_opts(r: &PackageRecord) -> PackageOpts {
-    PackageOpts {
-        priority: r.priority,
-        timeout_ms: r.timeout_ms,
-        key: r.key.clone(),
-        deadline_ms: r.deadline_ms,
-        on_miss: r.on_miss,
-        admit: r.admit,
-        replicas: r.replicas,
-        quorum: r.quorum,
-        max_copies: r.max_copies,
-        hedge: r.hedge,
+        opts: opts.clone(),
     }
 }
 

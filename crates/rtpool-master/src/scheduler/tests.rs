@@ -328,7 +328,7 @@ fn package_options_survive_the_journal_record() {
         &opts,
         &tasks,
     );
-    assert_eq!(restored_opts(&record), opts);
+    assert_eq!(record.opts, opts);
     assert_eq!((record.package, record.user.as_str()), (7, "alice"));
     let default = PackageOpts::default();
     let record = package_record(
@@ -339,7 +339,7 @@ fn package_options_survive_the_journal_record() {
         &default,
         &tasks,
     );
-    assert_eq!(restored_opts(&record), default);
+    assert_eq!(record.opts, default);
 }
 
 #[test]

@@ -7,8 +7,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use rtpool_proto::{
-    Assignment, Call, CallAssignment, FunctionInfo, Msg, OnMiss, Role, ServedFunction, SubmitOpts,
-    TaskResult, WorkerResult,
+    Assignment, Call, CallAssignment, FunctionInfo, MissPolicy, Msg, PackageOpts, Role,
+    ServedFunction, TaskResult, WorkerResult,
 };
 
 /// A 32-byte function hash: `start, start+1, ...`.
@@ -21,9 +21,9 @@ fn submit(req_id: u64, priority: i32, tasks: Vec<Bytes>) -> Msg {
         req_id,
         fn_hash: hash(0),
         fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-        opts: SubmitOpts {
+        opts: PackageOpts {
             priority,
-            ..SubmitOpts::default()
+            ..PackageOpts::default()
         },
         tasks,
     }
@@ -94,11 +94,11 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 9,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: SubmitOpts {
+                opts: PackageOpts {
                     priority: 2,
                     timeout_ms: 1_500,
                     key: "5f0c2d3e9a7b4c1d8e6f0a2b3c4d5e6f".into(),
-                    ..SubmitOpts::default()
+                    ..PackageOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
             },
@@ -110,12 +110,12 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 10,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: SubmitOpts {
+                opts: PackageOpts {
                     priority: 2,
                     timeout_ms: 1_500,
                     key: "5f0c2d3e9a7b4c1d8e6f0a2b3c4d5e6f".into(),
                     deadline_ms: 250,
-                    on_miss: OnMiss::Drop,
+                    on_miss: MissPolicy::Drop,
                     admit: true,
                     replicas: 3,
                     quorum: 2,
@@ -132,10 +132,10 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 11,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: SubmitOpts {
+                opts: PackageOpts {
                     deadline_ms: 70_000, // uint32
                     admit: true,
-                    ..SubmitOpts::default()
+                    ..PackageOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
             },
@@ -149,12 +149,12 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 12,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: SubmitOpts {
-                    on_miss: OnMiss::Run,
+                opts: PackageOpts {
+                    on_miss: MissPolicy::Run,
                     replicas: 0,
                     quorum: 9,
                     hedge: true,
-                    ..SubmitOpts::default()
+                    ..PackageOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
             },
@@ -475,7 +475,7 @@ fn rpc_samples() -> Vec<(String, Msg)> {
             "call_one_default_opts".into(),
             Msg::Call {
                 req_id: 20,
-                opts: SubmitOpts::default(),
+                opts: PackageOpts::default(),
                 // msgpack [2, 3]
                 calls: vec![call("add", "", b"\x92\x02\x03", vec![], false)],
             },
@@ -485,11 +485,11 @@ fn rpc_samples() -> Vec<(String, Msg)> {
             "call_transaction_with_opts".into(),
             Msg::Call {
                 req_id: 21,
-                opts: SubmitOpts {
+                opts: PackageOpts {
                     priority: 1,
                     timeout_ms: 500,
                     deadline_ms: 2_000,
-                    ..SubmitOpts::default()
+                    ..PackageOpts::default()
                 },
                 calls: vec![
                     call("dgefa", "1", b"\x92\x08\xc4\x00", vec![], true),
@@ -654,12 +654,12 @@ fn arb_u8_option() -> impl Strategy<Value = u8> {
 
 /// Any options the decoder accepts, with the defaults frequent (so that the encoder leaves
 /// some keys out and writes others).
-fn arb_submit_opts() -> impl Strategy<Value = SubmitOpts> {
+fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
     (
         (arb_i32(), arb_u32(), "[a-z0-9]{0,32}"),
         (
             arb_u32(),
-            prop_oneof![Just(OnMiss::Run), Just(OnMiss::Drop)],
+            prop_oneof![Just(MissPolicy::Run), Just(MissPolicy::Drop)],
             any::<bool>(),
         ),
         (
@@ -674,7 +674,7 @@ fn arb_submit_opts() -> impl Strategy<Value = SubmitOpts> {
                 (priority, timeout_ms, key),
                 (deadline_ms, on_miss, admit),
                 (replicas, quorum, max_copies, hedge),
-            )| SubmitOpts {
+            )| PackageOpts {
                 priority,
                 timeout_ms,
                 key,
