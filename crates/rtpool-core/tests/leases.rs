@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{outcomes, result_indices, tasks_of, TestEnv};
+use common::{outcomes, result_indices, results, tasks_of, Spec, TestEnv};
 use rtpool_core::{Action, CoreConfig, TaskStatus};
 
 #[test]
@@ -146,6 +146,54 @@ fn poison_cap_follows_max_attempts() {
         got[0].2
     );
     assert_eq!(env.core.stats().requeued, 0);
+}
+
+#[test]
+fn a_package_max_attempts_below_the_masters_poisons_sooner() {
+    // The core allows 3 attempts; this package allows 1: its first loss is final, while a
+    // package without the option is requeued.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (capped, _) = env.submit_spec(client, Spec::tasks(1).max_attempts(1));
+    env.submit(client, 1);
+    let w = env.new_worker(2);
+    assert_eq!(tasks_of(&env.credit(w, 2), w).len(), 2);
+    let out = env.lose_worker(w);
+    let got = outcomes(&out);
+    assert_eq!(got.len(), 1, "{out:?}");
+    assert_eq!(results(&out)[0].0, capped);
+    assert_eq!(got[0].1, TaskStatus::Lost);
+    assert!(got[0].2.contains("1 times"), "{}", got[0].2);
+    let stats = env.core.stats();
+    assert_eq!((stats.poisoned, stats.requeued, stats.queued), (1, 1, 1));
+}
+
+#[test]
+fn a_package_max_attempts_above_the_masters_retries_longer() {
+    // The core allows 1 attempt; this package allows 3: two losses requeue it, the third
+    // poisons it.
+    let mut env = TestEnv::with_config(CoreConfig {
+        max_attempts: 1,
+        ..CoreConfig::default()
+    });
+    let client = env.new_client();
+    let (package, _) = env.submit_spec(client, Spec::tasks(1).max_attempts(3));
+    for attempt in 1..=3 {
+        let w = env.new_worker(1);
+        let task = tasks_of(&env.credit(w, 1), w)[0];
+        assert_eq!(env.attempt(task), attempt);
+        let out = env.lose_worker(w);
+        let got = outcomes(&out);
+        if attempt < 3 {
+            assert!(got.is_empty(), "attempt {attempt}: requeued, got {out:?}");
+        } else {
+            assert_eq!(results(&out)[0].0, package);
+            assert_eq!(got[0].1, TaskStatus::Lost);
+            assert!(got[0].2.contains("3 times"), "{}", got[0].2);
+        }
+    }
+    let stats = env.core.stats();
+    assert_eq!((stats.poisoned, stats.requeued), (1, 2));
 }
 
 #[test]

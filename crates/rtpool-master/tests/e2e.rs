@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use common::{expect_accepted, expect_error, master, Peer};
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, MissPolicy, Role, PackageOpts, WorkerResult};
+use rtpool_proto::{decode_frame, encode_to_vec, MissPolicy, Msg, PackageOpts, Role, WorkerResult};
 use sha2::{Digest, Sha256};
 
 fn submit(req_id: u64, code: &[u8], tasks: Vec<Bytes>) -> Msg {
@@ -284,6 +284,7 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
         quorum: 1,
         max_copies: 3,
         hedge: true,
+        max_attempts: 2,
     };
     client.send(&submit_with(21, b"code", tasks(3), opts));
     let package = expect_accepted(client.recv(), 21);

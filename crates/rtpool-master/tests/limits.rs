@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rtpool_master::{MasterConfig, MasterHandle};
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, Role, PackageOpts, WorkerResult};
+use rtpool_proto::{decode_frame, encode_to_vec, Msg, PackageOpts, Role, WorkerResult};
 use sha2::{Digest, Sha256};
 use tokio_rustls::rustls::crypto::ring::default_provider;
 use tokio_rustls::rustls::pki_types::ServerName;

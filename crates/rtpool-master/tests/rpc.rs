@@ -9,7 +9,7 @@ use bytes::Bytes;
 use common::{expect_accepted, expect_error, master, Peer};
 use rtpool_master::{MasterConfig, MasterHandle};
 use rtpool_proto::{
-    Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, PackageOpts, TaskResult,
+    Call, CallAssignment, FunctionInfo, Msg, PackageOpts, Role, ServedFunction, TaskResult,
     WorkerResult,
 };
 

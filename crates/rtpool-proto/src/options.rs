@@ -175,6 +175,10 @@ package_options! {
     /// execution time, or whose deadline is at risk, gets a backup copy on another worker; the
     /// first result wins.
     hedge: bool = false => "hedge";
+    /// How many times a task of this package may be attempted before it fails as poison
+    /// (`status::LOST`: its worker was lost on each attempt); 1 to 255 on the wire, 0 (left
+    /// out) = the master's `max_attempts` setting.
+    max_attempts: u32 = 0 => "max_attempts", limit (1, 255);
 }
 
 impl PackageOpts {

@@ -430,8 +430,8 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             req_id: 9,
             key: "deadline".into(),
             reason: "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
-                     `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, `max_copies` and \
-                     `hedge`)"
+                     `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, `max_copies`, \
+                     `hedge` and `max_attempts`)"
                 .into(),
         }
     );
@@ -444,7 +444,7 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             code: "rejected".into(),
             message: "SUBMIT 9 has a bad option `deadline`: unknown option (version 1 knows \
                       `priority`, `timeout_ms`, `key`, `deadline_ms`, `on_miss`, `admit`, \
-                      `replicas`, `quorum`, `max_copies` and `hedge`)"
+                      `replicas`, `quorum`, `max_copies`, `hedge` and `max_attempts`)"
                 .into(),
             reference: 9,
         }
@@ -556,6 +556,39 @@ fn deadline_options_with_a_wrong_type_or_value_are_bad_options() {
     // A long wrong `on_miss` is quoted cut, as a long unknown key is.
     let reason = bad_option_reason("on_miss", V::S("x".repeat(1_000)));
     assert!(reason.len() < 100, "{reason}");
+}
+
+#[test]
+fn max_attempts_is_1_to_255_and_defaults_to_the_masters_setting() {
+    for (value, needle) in [
+        (V::U(0), "0 is out of range 1..=255"),
+        (V::U(256), "256 is out of range 1..=255"),
+        (V::I(-1), "-1 is out of range 1..=255"),
+        (V::s("3"), "expected an integer, found a str"),
+    ] {
+        let reason = bad_option_reason("max_attempts", value);
+        assert!(reason.contains(needle), "{reason:?} lacks {needle:?}");
+    }
+    for (value, expected) in [(V::U(1), 1), (V::Raw(vec![0xcd, 0x00, 0xff]), 255)] {
+        let opts = V::M(vec![(V::s("max_attempts"), value)]);
+        let mut buf = frame(&submit_with_opts(opts));
+        let Ok(Some(Msg::Submit { opts, .. })) = decode(&mut buf) else {
+            panic!("SUBMIT did not decode");
+        };
+        assert_eq!(
+            opts,
+            PackageOpts {
+                max_attempts: expected,
+                ..PackageOpts::default()
+            }
+        );
+    }
+    // Left out: 0, the master's setting; and 0 is never written.
+    let mut buf = frame(&submit_with_opts(V::M(vec![])));
+    let Ok(Some(Msg::Submit { opts, .. })) = decode(&mut buf) else {
+        panic!("SUBMIT did not decode");
+    };
+    assert_eq!(opts.max_attempts, 0);
 }
 
 #[test]

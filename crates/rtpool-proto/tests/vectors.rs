@@ -119,6 +119,9 @@ fn opts_to_json(opts: &PackageOpts) -> Value {
     if opts.hedge {
         map.insert("hedge".into(), json!(true));
     }
+    if opts.max_attempts != 0 {
+        map.insert("max_attempts".into(), json!(opts.max_attempts));
+    }
     Value::Object(map)
 }
 

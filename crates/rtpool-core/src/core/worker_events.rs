@@ -244,7 +244,11 @@ impl Core {
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
             if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
                 task.lost_on.push((worker, task.attempt));
-                if task.lost_on.len() >= self.config.max_attempts.max(1) as usize {
+                let allowed = match self.packages.get(task.package) {
+                    Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
+                    _ => self.config.max_attempts,
+                };
+                if task.lost_on.len() >= allowed.max(1) as usize {
                     let slot = task.package;
                     let names: Vec<String> = task
                         .lost_on

@@ -52,6 +52,7 @@ fn package(id: u64, user: &str, tasks: usize) -> Record {
             quorum: (id % 3) as u8,
             max_copies: (id % 5) as u8,
             hedge: id % 2 == 1,
+            max_attempts: (id % 4) as u32,
         },
     })
 }

@@ -317,6 +317,7 @@ fn package_options_survive_the_journal_record() {
         quorum: 2,
         max_copies: 5,
         hedge: true,
+        max_attempts: 2,
     };
     let tasks = [Bytes::from_static(b"a")];
     let code = Bytes::from_static(b"code");

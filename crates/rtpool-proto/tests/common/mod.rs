@@ -104,7 +104,9 @@ pub fn samples() -> Vec<(String, Msg)> {
             },
         ),
         (
-            // Every option away from its default: each key once, in spec order.
+            // Every option of the first version away from its default: each key once, in spec
+            // order (`max_attempts`, added later, has a vector of its own so that these bytes
+            // stay as they were).
             "submit_every_option".into(),
             Msg::Submit {
                 req_id: 10,
@@ -121,6 +123,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                     quorum: 2,
                     max_copies: 5,
                     hedge: true,
+                    max_attempts: 0,
                 },
                 tasks: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
             },
@@ -154,6 +157,22 @@ pub fn samples() -> Vec<(String, Msg)> {
                     replicas: 0,
                     quorum: 9,
                     hedge: true,
+                    ..PackageOpts::default()
+                },
+                tasks: vec![Bytes::from_static(b"a")],
+            },
+        ),
+        (
+            // A per-package attempt cap beside a priority: `max_attempts` comes last in spec
+            // order.
+            "submit_max_attempts".into(),
+            Msg::Submit {
+                req_id: 13,
+                fn_hash: hash(0),
+                fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+                opts: PackageOpts {
+                    priority: 1,
+                    max_attempts: 255,
                     ..PackageOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
@@ -668,12 +687,15 @@ fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
             arb_u8_option(),
             any::<bool>(),
         ),
+        // 0 is the default (left out); 1 to 255 on the wire.
+        prop_oneof![Just(0u32), 1u32..=255],
     )
         .prop_map(
             |(
                 (priority, timeout_ms, key),
                 (deadline_ms, on_miss, admit),
                 (replicas, quorum, max_copies, hedge),
+                max_attempts,
             )| PackageOpts {
                 priority,
                 timeout_ms,
@@ -685,6 +707,7 @@ fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
                 quorum,
                 max_copies,
                 hedge,
+                max_attempts,
             },
         )
 }

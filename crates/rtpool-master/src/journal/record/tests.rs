@@ -140,6 +140,10 @@ fn every_package_option_round_trips() {
             key: "k".into(),
             ..d.clone()
         },
+        PackageOpts {
+            max_attempts: 7,
+            ..d.clone()
+        },
     ];
     for opts in single {
         let entry = Entry::Record(Record::Package(PackageRecord {
