@@ -214,7 +214,7 @@ fn a_call_whose_worker_leaves_mid_call_runs_on_another_server() {
     assert_eq!(moved[0].1[0].attempt, 2);
     let out = env.complete(b, id);
     assert_eq!(results(&out)[0].0, package);
-    assert_eq!(env.core.stats().requeued, 1);
+    assert_eq!(env.core.stats().counters.requeued, 1);
 }
 
 /// A -> (B, C) -> D on two one-slot servers.

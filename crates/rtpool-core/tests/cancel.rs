@@ -110,7 +110,7 @@ fn cancel_of_a_running_task_drops_its_result() {
         "the client already considers it cancelled"
     );
     assert_eq!(
-        env.core.stats().stale_results,
+        env.core.stats().counters.stale_results,
         0,
         "a cancelled task's result is expected, not stale"
     );
@@ -293,7 +293,13 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
         ]
     );
     let stats = env.core.stats();
-    assert_eq!((stats.packages_expired, stats.results_dropped), (2, 2));
+    assert_eq!(
+        (
+            stats.counters.packages_expired,
+            stats.counters.results_dropped
+        ),
+        (2, 2)
+    );
     assert_eq!((stats.packages, stats.queued, stats.retained), (1, 1, 0));
     assert!(
         env.complete(w2, third).is_empty(),
@@ -333,7 +339,10 @@ fn submit_without_join_registers_the_client_and_its_loss_detaches_the_package() 
     assert_eq!(
         env.core.stats(),
         rtpool_core::CoreStats {
-            packages_expired: 1,
+            counters: rtpool_core::Counters {
+                packages_expired: 1,
+                ..rtpool_core::Counters::default()
+            },
             ..rtpool_core::CoreStats::default()
         }
     );

@@ -18,7 +18,10 @@ fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
     let out = env.lose_worker(lost);
     assert!(out.is_empty(), "no credits anywhere: {out:?}");
     let stats = env.core.stats();
-    assert_eq!((stats.requeued, stats.queued, stats.running), (2, 3, 0));
+    assert_eq!(
+        (stats.counters.requeued, stats.queued, stats.running),
+        (2, 3, 0)
+    );
     let next = tasks_of(&env.credit(other, 2), other);
     assert_eq!(next, held, "the lost worker's tasks go first");
     assert!(next.iter().all(|&t| env.attempt(t) == 2), "attempt + 1");
@@ -41,7 +44,7 @@ fn stale_result_of_the_lost_attempt_is_ignored_and_counted_and_one_result_is_del
         env.result(other, task, 1).is_empty(),
         "the old attempt from the new holder"
     );
-    assert_eq!(env.core.stats().stale_results, 2);
+    assert_eq!(env.core.stats().counters.stale_results, 2);
     assert_eq!(
         env.core.stats().running,
         1,
@@ -54,7 +57,10 @@ fn stale_result_of_the_lost_attempt_is_ignored_and_counted_and_one_result_is_del
         "a repeat is stale too"
     );
     let stats = env.core.stats();
-    assert_eq!((stats.delivered, stats.stale_results), (1, 3));
+    assert_eq!(
+        (stats.counters.delivered, stats.counters.stale_results),
+        (1, 3)
+    );
     assert_eq!((stats.packages, stats.tasks), (0, 0));
 }
 
@@ -82,7 +88,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
         assert!(message.contains(&named), "{named:?} not in {message:?}");
     }
     let stats = env.core.stats();
-    assert_eq!((stats.poisoned, stats.requeued), (1, 2));
+    assert_eq!((stats.counters.poisoned, stats.counters.requeued), (1, 2));
     assert_eq!(stats.queued, 2, "the other tasks wait, unharmed");
     let w = env.new_worker(2);
     let rest = tasks_of(&env.credit(w, 2), w);
@@ -96,7 +102,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
             expired: false
         })
     );
-    assert_eq!(env.core.stats().poisoned, 1);
+    assert_eq!(env.core.stats().counters.poisoned, 1);
 }
 
 #[test]
@@ -120,7 +126,14 @@ fn returned_tasks_do_not_count_toward_the_poison_cap() {
         env.credit(w, 1);
     }
     let stats = env.core.stats();
-    assert_eq!((stats.poisoned, stats.requeued, stats.running), (0, 2, 1));
+    assert_eq!(
+        (
+            stats.counters.poisoned,
+            stats.counters.requeued,
+            stats.running
+        ),
+        (0, 2, 1)
+    );
     assert_eq!(env.attempt(task), 10, "1 + 5 returns + 2 × (return, lost)");
     let out = env.complete(w, task);
     assert_eq!(outcomes(&out)[0].1, TaskStatus::Ok);
@@ -145,7 +158,7 @@ fn poison_cap_follows_max_attempts() {
         "{}",
         got[0].2
     );
-    assert_eq!(env.core.stats().requeued, 0);
+    assert_eq!(env.core.stats().counters.requeued, 0);
 }
 
 #[test]
@@ -165,7 +178,14 @@ fn a_package_max_attempts_below_the_masters_poisons_sooner() {
     assert_eq!(got[0].1, TaskStatus::Lost);
     assert!(got[0].2.contains("1 times"), "{}", got[0].2);
     let stats = env.core.stats();
-    assert_eq!((stats.poisoned, stats.requeued, stats.queued), (1, 1, 1));
+    assert_eq!(
+        (
+            stats.counters.poisoned,
+            stats.counters.requeued,
+            stats.queued
+        ),
+        (1, 1, 1)
+    );
 }
 
 #[test]
@@ -193,7 +213,7 @@ fn a_package_max_attempts_above_the_masters_retries_longer() {
         }
     }
     let stats = env.core.stats();
-    assert_eq!((stats.poisoned, stats.requeued), (1, 2));
+    assert_eq!((stats.counters.poisoned, stats.counters.requeued), (1, 2));
 }
 
 #[test]
@@ -206,7 +226,10 @@ fn lost_worker_with_a_cancelled_task_frees_it_without_a_loss() {
     env.cancel(client, package, &[0]);
     env.lose_worker(w);
     let stats = env.core.stats();
-    assert_eq!((stats.cancelling, stats.requeued, stats.queued), (0, 1, 1));
+    assert_eq!(
+        (stats.cancelling, stats.counters.requeued, stats.queued),
+        (0, 1, 1)
+    );
 }
 
 #[test]
@@ -235,6 +258,6 @@ fn prefetched_tasks_of_a_lost_worker_are_not_counted_as_losses() {
         );
     }
     let stats = env.core.stats();
-    assert_eq!(stats.poisoned, 1);
+    assert_eq!(stats.counters.poisoned, 1);
     assert_eq!(stats.queued, 3, "the prefetched ones wait for a worker");
 }

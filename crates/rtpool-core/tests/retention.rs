@@ -207,7 +207,13 @@ fn ttl_expiry_drops_unacked_results_aborts_running_tasks_and_counts_them() {
     assert_eq!(aborts(&out), [(w, tasks[1], 1)]);
     assert_eq!(freed(&out), [(package, true)]);
     let stats = env.core.stats();
-    assert_eq!((stats.packages_expired, stats.results_dropped), (1, 1));
+    assert_eq!(
+        (
+            stats.counters.packages_expired,
+            stats.counters.results_dropped
+        ),
+        (1, 1)
+    );
     assert_eq!((stats.packages, stats.queued, stats.retained), (0, 0, 0));
     assert_eq!(
         (stats.cancelling, stats.tasks),
@@ -272,7 +278,10 @@ fn whole_package_cancel_drops_its_retained_results() {
     );
     let stats = env.core.stats();
     assert_eq!((stats.retained, stats.tasks, stats.packages), (0, 0, 0));
-    assert_eq!(stats.results_dropped, 0, "only expiries count as dropped");
+    assert_eq!(
+        stats.counters.results_dropped, 0,
+        "only expiries count as dropped"
+    );
 }
 
 #[test]
@@ -392,7 +401,13 @@ fn restored_package_expires_like_a_detached_one() {
     let out = env.tick();
     assert_eq!(freed(&out), [(PackageId(9), true)]);
     let stats = env.core.stats();
-    assert_eq!((stats.results_dropped, stats.packages_expired), (1, 1));
+    assert_eq!(
+        (
+            stats.counters.results_dropped,
+            stats.counters.packages_expired
+        ),
+        (1, 1)
+    );
     assert_eq!((stats.tasks, stats.queued), (0, 0));
     assert!(result_indices(&out).is_empty());
 }

@@ -317,7 +317,7 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
         } if p == package => assert_eq!(queued, 3),
         other => panic!("expected STATUS_REPLY of 3 queued tasks, got {other:?}"),
     }
-    assert_eq!(m.stats().unwrap().core.admission_refused, 0);
+    assert_eq!(m.stats().unwrap().core.counters.admission_refused, 0);
 }
 
 #[test]
@@ -427,7 +427,7 @@ fn a_late_result_reports_its_lateness_and_counts_as_missed() {
         } => {}
         other => panic!("expected STATUS_REPLY with 1 missed, got {other:?}"),
     }
-    assert_eq!(m.stats().unwrap().core.deadlines_missed, 1);
+    assert_eq!(m.stats().unwrap().core.counters.deadlines_missed, 1);
 }
 
 #[test]
@@ -471,5 +471,5 @@ fn admission_control_refuses_with_a_non_fatal_admission_error() {
     // Not fatal: the same connection submits a package without admission control.
     client.send(&submit(62, b"slow", tasks(1)));
     expect_accepted(client.recv(), 62);
-    assert_eq!(m.stats().unwrap().core.admission_refused, 1);
+    assert_eq!(m.stats().unwrap().core.counters.admission_refused, 1);
 }

@@ -440,7 +440,7 @@ impl Rig {
                     client,
                     worker,
                     task,
-                    dropped: self.core.stats().deadline_dropped,
+                    dropped: self.core.stats().counters.deadline_dropped,
                     hedges: 0,
                 };
                 self.now = received + 1_000_000 + STEP_NS;
@@ -467,7 +467,7 @@ impl Rig {
                     worker,
                     task,
                     dropped: 0,
-                    hedges: self.core.stats().hedges,
+                    hedges: self.core.stats().counters.hedges,
                 };
                 self.now = at.0;
                 Event::Tick
@@ -577,7 +577,7 @@ impl Rig {
                     panic!("no deadline victim prepared");
                 };
                 assert_eq!(
-                    self.core.stats().deadline_dropped,
+                    self.core.stats().counters.deadline_dropped,
                     dropped + DEADLINE_TASKS as u64,
                     "the deadline dropped the package's tasks: {out:?}"
                 );
@@ -610,7 +610,11 @@ impl Rig {
                     panic!("no hedge victim prepared");
                 };
                 assert!(out.is_empty(), "no worker is free: no copy starts: {out:?}");
-                assert_eq!(self.core.stats().hedges, hedges, "no hedge started");
+                assert_eq!(
+                    self.core.stats().counters.hedges,
+                    hedges,
+                    "no hedge started"
+                );
                 let again = self.core.next_timer().expect("the re-armed check");
                 assert!(
                     again.0 > self.now && again.0 - self.now <= HEDGE_EXEC_US * 1_000,
@@ -888,7 +892,12 @@ impl Rig {
         );
         assert_eq!(s.tasks, s.queued + s.running, "no task besides");
         assert_eq!(
-            (s.cancelling, s.retained, s.poisoned, s.stale_results),
+            (
+                s.cancelling,
+                s.retained,
+                s.counters.poisoned,
+                s.counters.stale_results
+            ),
             (0, 0, 0, 0),
             "nothing cancelled, retained, poisoned or stale"
         );

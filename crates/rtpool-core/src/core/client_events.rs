@@ -134,7 +134,7 @@ impl Core {
                     reason,
                     RejectReason::Admission { .. } | RejectReason::NoWorkerSlots { .. }
                 ) {
-                    self.admission_refused += 1;
+                    self.counters.admission_refused += 1;
                 }
                 out.push(Action::Rejected {
                     client,

@@ -171,7 +171,7 @@ impl Core {
             )
         };
         let outcome = Self::system_outcome(task, TaskStatus::Timeout, message, now);
-        self.timed_out += 1;
+        self.counters.timed_out += 1;
         if task.group.is_some() {
             self.copy_answered(id, worker, outcome, true, now, results);
             return;
@@ -193,8 +193,8 @@ impl Core {
         p.expires = None;
         self.cancel_indices(slot, &[], out);
         let dropped = self.drop_unacked(slot);
-        self.results_dropped += dropped as u64;
-        self.packages_expired += 1;
+        self.counters.results_dropped += dropped as u64;
+        self.counters.packages_expired += 1;
         self.free_package(slot, true, out);
     }
 
@@ -240,7 +240,7 @@ impl Core {
         let message = "the user's compute-time quota ran out before this task could finish (see \
                        `rtpool token list`; an admin raises it with `rtpool token quota`)";
         for slot in slots {
-            self.quota_failed +=
+            self.counters.quota_failed +=
                 self.fail_unfinished(slot, TaskStatus::Quota, message, now, &mut results);
         }
         self.push_results(results, out);
@@ -273,7 +273,7 @@ impl Core {
     /// sent (a detached package's results wait for its attach).
     pub(super) fn push_results(&mut self, results: Results, out: &mut Vec<Action>) {
         for (slot, client, package, outcomes) in results.batches {
-            self.delivered += outcomes.len() as u64;
+            self.counters.delivered += outcomes.len() as u64;
             if let (Some(_), Some(p)) = (client, self.packages.get_mut(slot)) {
                 p.sent += outcomes.len() as u64;
             }

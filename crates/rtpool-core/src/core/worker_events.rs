@@ -84,7 +84,7 @@ impl Core {
             .get(r.task.0)
             .filter(|t| t.is_held_by(worker, r.attempt))
         else {
-            self.stale_results += 1;
+            self.counters.stale_results += 1;
             return None;
         };
         let slot = task.package;
@@ -262,7 +262,7 @@ impl Core {
                         names.join(", ")
                     );
                     let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
-                    self.poisoned += 1;
+                    self.counters.poisoned += 1;
                     if task.group.is_some() {
                         self.copy_answered(id, worker, outcome, false, now, &mut poisoned);
                         continue;
@@ -279,7 +279,7 @@ impl Core {
                 }
             }
             if matches!(task.state, TaskState::Running { .. }) {
-                self.requeued += 1;
+                self.counters.requeued += 1;
             }
             self.requeue_front(id);
         }
