@@ -1,10 +1,20 @@
 //! Events (facts the shell observed) and actions (orders the core gives the shell).
 //!
-//! Package options ([`PackageOpts`], [`MissPolicy`]) are the wire's own type from
-//! `rtpool-proto`: one type from the client to the core and the journal.
+//! Where the core and the wire mean the same thing, the core takes the wire's type from
+//! `rtpool-proto`: package options ([`PackageOpts`], [`MissPolicy`]), served functions, calls
+//! and registry entries. The core keeps its own types only where its view differs: typed ids
+//! and statuses ([`AssignTask`], [`AssignCall`], [`TaskOutcome`] against the wire's raw
+//! integers), each mapped to the wire in one place in the master.
 
 use bytes::Bytes;
 
+/// One call of an [`Event::SubmitCalls`]: the wire's `CALL` entry.
+pub use rtpool_proto::Call as CallSpec;
+/// A served function as the registry lists it, for [`Action::FunctionsReply`]: the wire's
+/// `FUNCTIONS_REPLY` entry.
+pub use rtpool_proto::FunctionInfo as ServiceInfo;
+/// A named function a worker serves (grid RPC), as its `SERVE` declares it: the wire's type.
+pub use rtpool_proto::ServedFunction as ServiceDecl;
 pub use rtpool_proto::{MissPolicy, PackageOpts};
 
 use crate::ids::{ClientId, FnHash, PackageId, TaskId, UserId, WorkerId};
@@ -68,47 +78,6 @@ pub struct WorkerOutcome {
     pub wait_us: u64,
     /// Worker-measured result batching delay, microseconds.
     pub flush_us: u64,
-}
-
-/// A named function a worker serves (grid RPC), from its `SERVE` message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceDecl {
-    /// The function's name, 1 to 128 bytes.
-    pub name: String,
-    /// Its version, 0 to 64 bytes.
-    pub version: String,
-    /// Its interface, an opaque msgpack blob (docs/rpc.md) the core hands out but never reads.
-    pub interface: Bytes,
-}
-
-/// One call of an [`Event::SubmitCalls`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallSpec {
-    /// The function's name.
-    pub name: String,
-    /// Its version; empty = the newest served.
-    pub version: String,
-    /// Opaque argument payload.
-    pub args: Bytes,
-    /// Indices of earlier calls of the same submission whose result data are this call's
-    /// inputs, in this order.
-    pub deps: Vec<u32>,
-    /// Send the result's data to the client even though other calls depend on it (calls no
-    /// other call depends on are always sent).
-    pub fetch: bool,
-}
-
-/// A served function as the registry lists it, for [`Action::FunctionsReply`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceInfo {
-    /// Its name.
-    pub name: String,
-    /// Its version.
-    pub version: String,
-    /// Connected workers serving it.
-    pub servers: u32,
-    /// Its interface blob.
-    pub interface: Bytes,
 }
 
 /// One call inside an [`Action::AssignCalls`].
