@@ -1,9 +1,18 @@
 //! The [`Core`]: tables, ready queue, credits, and the one entry point [`Core::handle`].
 //!
 //! This file holds the state and the helpers that several events share (freeing tasks and
-//! packages, requeueing); the events themselves are in `core/client_events.rs` and
-//! `core/worker_events.rs`, assignment in `core/dispatch.rs`, and the invariant walk in
-//! `core/invariants.rs`.
+//! packages, requeueing). The rest, by concern:
+//!
+//! - `core/client_events.rs`: a client's events (submit, cancel, attach, ack, status);
+//! - `core/admission.rs`: the checks a submission passes (size, options, deadline, quota);
+//! - `core/worker_events.rs`: a worker's events (join, credit, results, return, loss);
+//! - `core/calls.rs`: packages of calls of named functions (grid RPC) and their dependencies;
+//! - `core/copies.rs`: the copies of one task (replicas, quorum, hedges);
+//! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
+//! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
+//! - `core/invariants.rs`: the invariant walk the tests run after every event.
+//!
+//! The tunables are `config.rs`'s, the gauges and counters `stats.rs`'s.
 //!
 //! Where a task is, and who points at it:
 //!
@@ -17,6 +26,7 @@
 //! A `Cancelled` task's package may already be freed: the client is done with it, and only the
 //! worker's answer (or loss) is awaited so the in-flight set stays exact.
 
+mod admission;
 mod calls;
 mod client_events;
 mod copies;
@@ -50,9 +60,13 @@ use crate::worker::Worker;
 /// (`on_miss = drop`), or a hedged attempt's straggler check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
-    Task(TaskId, u32),
-    Package(u64),
+    /// A running attempt's time limit (plus grace): `(task, attempt)`.
+    TimeLimit(TaskId, u32),
+    /// A detached package's result TTL (slab key of the package).
+    ResultTtl(u64),
+    /// A package's deadline, armed for `on_miss = drop` (slab key of the package).
     Deadline(u64),
+    /// A hedged attempt's straggler check: `(task, attempt)`.
     Hedge(TaskId, u32),
     /// A service's grace period without servers (slab key of the service).
     Service(u64),
@@ -563,7 +577,7 @@ impl Core {
             self.keys.remove(&(p.user, p.opts.key.clone()));
         }
         if let Some(at) = p.expires {
-            self.timers.remove(&(at, Timer::Package(slot)));
+            self.timers.remove(&(at, Timer::ResultTtl(slot)));
         }
         if p.deadline_armed {
             let at = p.deadline.expect("an armed deadline exists");

@@ -1,5 +1,5 @@
 //! [`Group`]: the copies of one task that runs redundantly (BOINC's replication, made
-//! real-time): `replicas` copies on distinct workers, copies added after a disagreement, and a
+//! deadline-aware): `replicas` copies on distinct workers, copies added after a disagreement, and a
 //! straggler's hedge.
 //!
 //! The package lists one copy, the **primary**, and counts only it; the others are *shadows*

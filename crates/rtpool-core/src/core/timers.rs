@@ -28,16 +28,18 @@ impl Core {
         };
         let at = Instant(now.0.saturating_add(limit));
         let task = self.tasks.get_mut(id.0).expect("armed a freed task");
-        task.deadline = Some(at);
-        self.timers.insert((at, Timer::Task(id, task.attempt)), ());
+        task.time_limit_at = Some(at);
+        self.timers
+            .insert((at, Timer::TimeLimit(id, task.attempt)), ());
     }
 
     /// Disarms a task's time limit and straggler check (its worker answered, returned it, or
     /// was lost; the master answered it).
     pub(super) fn disarm_task_timer(&mut self, id: TaskId) {
         if let Some(task) = self.tasks.get_mut(id.0) {
-            if let Some(at) = task.deadline.take() {
-                self.timers.remove(&(at, Timer::Task(id, task.attempt)));
+            if let Some(at) = task.time_limit_at.take() {
+                self.timers
+                    .remove(&(at, Timer::TimeLimit(id, task.attempt)));
             }
             if let Some(at) = task.hedge_at.take() {
                 self.timers.remove(&(at, Timer::Hedge(id, task.attempt)));
@@ -55,10 +57,10 @@ impl Core {
             }
             self.timers.remove(&(at, timer));
             match timer {
-                Timer::Task(id, attempt) => {
+                Timer::TimeLimit(id, attempt) => {
                     self.time_out(id, attempt, now, &mut results, &mut aborts)
                 }
-                Timer::Package(slot) => {
+                Timer::ResultTtl(slot) => {
                     // The results gathered so far go first: they may be of this package, and
                     // nothing of a package may follow its `PackageFreed`.
                     self.push_results(std::mem::take(&mut results), out);
@@ -152,7 +154,7 @@ impl Core {
         if task.attempt != attempt {
             return;
         }
-        task.deadline = None;
+        task.time_limit_at = None;
         let slot = task.package;
         let limit_ms = self.packages.get(slot).map_or(0, |p| p.opts.timeout_ms);
         let ran = now.0.saturating_sub(assigned_at.0) as f64 / 1e9;

@@ -129,7 +129,7 @@ pub fn samples() -> Vec<(String, Msg)> {
             },
         ),
         (
-            // The common real-time case: a deadline with admission control, nothing else.
+            // The common deadline case: a deadline with admission control, nothing else.
             "submit_deadline_admit".into(),
             Msg::Submit {
                 req_id: 11,

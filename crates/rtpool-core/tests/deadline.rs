@@ -1,4 +1,4 @@
-//! Real-time scheduling: EDF order, priorities, fair turns between users, deadlines met and
+//! Deadline scheduling: EDF order, priorities, fair turns between users, deadlines met and
 //! missed, the drop policy, and admission control, all on a synthetic clock.
 
 mod common;
