@@ -590,6 +590,7 @@ impl Core {
         out.push(Action::PackageFreed {
             package: p.id,
             expired,
+            journaled: !p.calls,
         });
     }
 }

@@ -447,6 +447,9 @@ pub enum Action {
         package: PackageId,
         /// Results, in completion order.
         results: Vec<TaskOutcome>,
+        /// The shell must journal this action: false for a package of calls (grid RPC), which
+        /// is never journaled.
+        journaled: bool,
     },
     /// Send results again (after an attach): not new, so not recorded again.
     Resend {
@@ -463,6 +466,9 @@ pub enum Action {
         package: PackageId,
         /// Their indices.
         indices: Vec<u32>,
+        /// The shell must journal this action: false for a package of calls (grid RPC), which
+        /// is never journaled.
+        journaled: bool,
     },
     /// The package is gone: all results acknowledged, cancelled, rejected after journaling, or
     /// expired by the TTL (journal: end).
@@ -471,6 +477,9 @@ pub enum Action {
         package: PackageId,
         /// The TTL expired with results undelivered.
         expired: bool,
+        /// The shell must journal this action: false for a package of calls (grid RPC), which
+        /// is never journaled.
+        journaled: bool,
     },
     /// Tell the worker to stop these tasks (the master already answered them).
     Abort {
@@ -524,4 +533,18 @@ pub enum Action {
         /// The package it named.
         package: PackageId,
     },
+}
+
+impl Action {
+    /// Whether the shell must write this action to its journal: new results, deliveries and
+    /// package ends of packages that are journaled (not of call packages). The core decides,
+    /// as it alone knows which packages are calls.
+    pub fn is_journaled(&self) -> bool {
+        match self {
+            Action::SendResults { journaled, .. }
+            | Action::Delivered { journaled, .. }
+            | Action::PackageFreed { journaled, .. } => *journaled,
+            _ => false,
+        }
+    }
 }

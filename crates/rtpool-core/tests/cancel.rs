@@ -134,6 +134,7 @@ fn cancel_of_the_whole_package_frees_it_at_once() {
                 tasks: vec![(tasks[0], 1)]
             },
             Action::PackageFreed {
+                journaled: true,
                 package,
                 expired: false
             }
@@ -189,6 +190,7 @@ fn cancel_by_another_client_of_the_same_user_is_allowed() {
     assert_eq!(
         env.cancel(sibling, package, &[]),
         [Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         }]
@@ -283,10 +285,12 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
                 tasks: vec![(third, attempt)]
             },
             Action::PackageFreed {
+                journaled: true,
                 package: p1,
                 expired: true
             },
             Action::PackageFreed {
+                journaled: true,
                 package: p2,
                 expired: true
             },
@@ -332,6 +336,7 @@ fn submit_without_join_registers_the_client_and_its_loss_detaches_the_package() 
     assert_eq!(
         env.tick(),
         [Action::PackageFreed {
+            journaled: true,
             package: PackageId(900),
             expired: true
         }]

@@ -98,6 +98,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
     assert_eq!(
         out.last(),
         Some(&Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         })

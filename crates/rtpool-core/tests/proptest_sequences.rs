@@ -408,6 +408,7 @@ impl Model {
                     client,
                     package,
                     results,
+                    ..
                 } => {
                     assert!(!results.is_empty(), "empty SendResults");
                     assert!(
@@ -445,8 +446,12 @@ impl Model {
                     got.aborts
                         .extend(tasks.into_iter().map(|(t, a)| (worker, t, a)));
                 }
-                Action::Delivered { package, indices } => got.delivered.push((package, indices)),
-                Action::PackageFreed { package, expired } => {
+                Action::Delivered {
+                    package, indices, ..
+                } => got.delivered.push((package, indices)),
+                Action::PackageFreed {
+                    package, expired, ..
+                } => {
                     assert!(freed_now.insert(package), "{package} freed twice");
                     got.freed.push((package, expired));
                 }

@@ -115,6 +115,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     assert_eq!(
         out.last(),
         Some(&Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         })

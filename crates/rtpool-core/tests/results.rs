@@ -20,9 +20,11 @@ fn timings_are_computed_from_now() {
         client: c,
         package: p,
         results,
+        ..
     }, Action::PackageFreed {
         package: freed,
         expired: false,
+        ..
     }] = out.as_slice()
     else {
         panic!("one SendResults then PackageFreed expected: {out:?}");

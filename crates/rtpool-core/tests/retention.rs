@@ -48,10 +48,12 @@ fn results_are_retained_until_acknowledged_then_the_package_is_freed() {
         env.ack_all(client, package),
         [
             Action::Delivered {
+                journaled: true,
                 package,
                 indices: vec![0, 1]
             },
             Action::PackageFreed {
+                journaled: true,
                 package,
                 expired: false
             }
@@ -74,6 +76,7 @@ fn partial_acks_free_only_the_acknowledged_prefix() {
     assert_eq!(
         env.ack(client, package, 2),
         [Action::Delivered {
+            journaled: true,
             package,
             indices: vec![2, 0]
         }],
@@ -89,10 +92,12 @@ fn partial_acks_free_only_the_acknowledged_prefix() {
         out,
         [
             Action::Delivered {
+                journaled: true,
                 package,
                 indices: vec![1]
             },
             Action::PackageFreed {
+                journaled: true,
                 package,
                 expired: false
             }
@@ -131,6 +136,7 @@ fn detach_then_attach_resends_unacked_results_in_order_and_restarts_the_count() 
     assert_eq!(
         env.ack(second, package, 1),
         [Action::Delivered {
+            journaled: true,
             package,
             indices: vec![0]
         }]
@@ -272,6 +278,7 @@ fn whole_package_cancel_drops_its_retained_results() {
     assert_eq!(
         env.cancel(client, package, &[]),
         [Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         }]

@@ -63,6 +63,7 @@ fn time_out_sends_a_timeout_result_and_aborts_the_worker_which_keeps_holding_it(
         client: to,
         package: p,
         results,
+        ..
     }, Action::Abort { worker, tasks }, Action::PackageFreed { .. }] = &out[..]
     else {
         panic!("SendResults, Abort, then (auto-ack) PackageFreed expected: {out:?}");
@@ -125,6 +126,7 @@ fn late_answer_before_the_client_acks_leaves_the_timeout_result_retained() {
     assert_eq!(
         env.ack_all(client, package),
         [Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         }]

@@ -456,6 +456,7 @@ impl Rig {
                 client: Some(client),
                 package,
                 results,
+                ..
             } = action
             {
                 let sent = self.sent.entry(*package).or_default();

@@ -340,6 +340,7 @@ impl Core {
             .get_mut(slot)
             .expect("attached package is live");
         let count = count.min(p.sent);
+        let journaled = !p.calls;
         let n = count.saturating_sub(p.acked) as usize;
         p.acked = p.acked.max(count);
         let acked: Vec<TaskId> = p.unacked.drain(..n.min(p.unacked.len())).collect();
@@ -351,7 +352,11 @@ impl Core {
             }
         }
         if !indices.is_empty() {
-            out.push(Action::Delivered { package, indices });
+            out.push(Action::Delivered {
+                package,
+                indices,
+                journaled,
+            });
         }
         self.free_package_if_finished(slot, out);
     }

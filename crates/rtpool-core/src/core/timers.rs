@@ -274,7 +274,7 @@ impl Core {
     /// Emits gathered results, one `SendResults` per package, counting what each client was
     /// sent (a detached package's results wait for its attach).
     pub(super) fn push_results(&mut self, results: Results, out: &mut Vec<Action>) {
-        for (slot, client, package, outcomes) in results.batches {
+        for (slot, client, package, journaled, outcomes) in results.batches {
             self.counters.delivered += outcomes.len() as u64;
             if let (Some(_), Some(p)) = (client, self.packages.get_mut(slot)) {
                 p.sent += outcomes.len() as u64;
@@ -283,15 +283,20 @@ impl Core {
                 client,
                 package,
                 results: outcomes,
+                journaled,
             });
         }
     }
 }
 
+/// `(slot, client, package, journaled, outcomes)`: one package's new results.
+type Batch = (u64, Option<ClientId>, PackageId, bool, Vec<TaskOutcome>);
+
 /// Results of one event, grouped by package in first-completion order.
 #[derive(Default)]
 pub(super) struct Results {
-    batches: Vec<(u64, Option<ClientId>, PackageId, Vec<TaskOutcome>)>,
+    /// One batch per package, in first-result order.
+    batches: Vec<Batch>,
     slot_of: HashMap<u64, usize>,
 }
 
@@ -300,9 +305,10 @@ impl Results {
     pub(super) fn add(&mut self, core: &Core, slot: u64, outcome: TaskOutcome) {
         let i = *self.slot_of.entry(slot).or_insert_with(|| {
             let p = core.packages.get(slot).expect("result of a live package");
-            self.batches.push((slot, p.client, p.id, Vec::new()));
+            self.batches
+                .push((slot, p.client, p.id, !p.calls, Vec::new()));
             self.batches.len() - 1
         });
-        self.batches[i].3.push(outcome);
+        self.batches[i].4.push(outcome);
     }
 }

@@ -289,6 +289,7 @@ impl TestEnv {
                     client: Some(client),
                     package,
                     results,
+                    ..
                 }
                 | Action::Resend {
                     client,
@@ -623,7 +624,9 @@ pub fn freed(actions: &[Action]) -> Vec<(PackageId, bool)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::PackageFreed { package, expired } => Some((*package, *expired)),
+            Action::PackageFreed {
+                package, expired, ..
+            } => Some((*package, *expired)),
             _ => None,
         })
         .collect()

@@ -7,7 +7,7 @@ mod route;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
@@ -119,9 +119,6 @@ pub struct Scheduler {
     /// Client events held back behind a submission whose record is not durable yet, in
     /// arrival order, with the LSN each must wait for.
     held: VecDeque<(u64, Held)>,
-    /// Live packages of calls (grid RPC), kept only with a journal: they are not journaled
-    /// (docs/protocol.md), so none of their results, deliveries or end may be either.
-    call_packages: HashSet<PackageId>,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -153,7 +150,6 @@ impl Scheduler {
             replay_stats: None,
             last_lsn: 0,
             held: VecDeque::new(),
-            call_packages: HashSet::new(),
         }
     }
 
@@ -513,9 +509,6 @@ impl Scheduler {
             // Never journaled, so numbered in a range of its own (see `next_call_package`).
             *package = PackageId(self.next_call_package);
             self.next_call_package += 1;
-            if self.journal.is_some() {
-                self.call_packages.insert(*package);
-            }
         }
         if let Event::Submit {
             client,
@@ -562,13 +555,11 @@ impl Scheduler {
         let mut actions = std::mem::take(&mut self.actions);
         if let (Some(package), Some(journal)) = (submitted, &self.journal) {
             // A refused or deduplicated submission never became a package: end its record (a
-            // call package has none; it just leaves the set).
+            // call package has none).
             let created = actions
                 .iter()
                 .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
-            if !created && calls {
-                self.call_packages.remove(&package);
-            } else if !created {
+            if !created && !calls {
                 self.last_lsn = journal.append(Record::End { package: package.0 });
             }
         }
@@ -584,16 +575,10 @@ impl Scheduler {
         let Some(journal) = &self.journal else {
             return;
         };
-        if let Action::SendResults { package, .. }
-        | Action::Delivered { package, .. }
-        | Action::PackageFreed { package, .. } = action
-        {
-            if self.call_packages.contains(package) {
-                if matches!(action, Action::PackageFreed { .. }) {
-                    self.call_packages.remove(package);
-                }
-                return;
-            }
+        // The core marks what must be journaled (not the results, deliveries and end of a
+        // package of calls).
+        if !action.is_journaled() {
+            return;
         }
         match action {
             Action::SendResults {
@@ -610,7 +595,9 @@ impl Scheduler {
                     }));
                 }
             }
-            Action::Delivered { package, indices } => {
+            Action::Delivered {
+                package, indices, ..
+            } => {
                 self.last_lsn = journal.append(Record::Delivered {
                     package: package.0,
                     indices: indices.clone(),

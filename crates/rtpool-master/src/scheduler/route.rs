@@ -127,6 +127,7 @@ impl Scheduler {
                 client: Some(client),
                 package,
                 results,
+                ..
             }
             | Action::Resend {
                 client,
@@ -143,7 +144,9 @@ impl Scheduler {
                 );
             }
             Action::SendResults { client: None, .. } | Action::Delivered { .. } => {}
-            Action::PackageFreed { package, expired } => {
+            Action::PackageFreed {
+                package, expired, ..
+            } => {
                 if expired {
                     info!(%package, "no client attached within the result TTL: dropped");
                 }
