@@ -282,12 +282,58 @@ fn a_version_1_file_replays_with_default_options_and_is_upgraded_at_open() {
     );
     journal.close().unwrap();
 
-    // The file is now version 2 and replays to the same state.
+    // The file is now in the current version and replays to the same state.
     let (journal, again) = open(dir.path(), FsyncPolicy::Always);
     assert_eq!(again.format_version, FORMAT_VERSION);
     assert_eq!(again.packages, replay.packages);
     assert_eq!((again.next_package, again.last_lsn), (5, 2));
     assert_eq!(journal.stats().compactions, 0, "no second upgrade");
+    journal.close().unwrap();
+}
+
+#[test]
+fn a_version_2_file_replays_with_every_option_and_is_upgraded_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.log");
+    // Version 2 knew every option but `max_attempts`.
+    let packages: Vec<PackageRecord> = (1..=4)
+        .map(|id| match package(id, "alice", 2) {
+            Record::Package(p) => PackageRecord {
+                opts: rtpool_core::PackageOpts {
+                    max_attempts: 0,
+                    ..p.opts
+                },
+                ..p
+            },
+            _ => unreachable!(),
+        })
+        .collect();
+    let mut buf = Vec::new();
+    let meta = record::Entry::Meta {
+        version: 2,
+        next_package: 5,
+        last_lsn: 5,
+    };
+    frame::put_with(&mut buf, 0, |b| b.extend(record::encode(&meta))).unwrap();
+    for (lsn, p) in (1..).zip(&packages) {
+        let rec = Record::Package(p.clone());
+        frame::put_with(&mut buf, lsn, |b| b.extend(record::encode_v2(&rec))).unwrap();
+    }
+    let done = done(2, 1, 70);
+    frame::put_with(&mut buf, 5, |b| b.extend(record::encode_v2(&done))).unwrap();
+    std::fs::write(&path, &buf).unwrap();
+
+    let (journal, replay) = open(dir.path(), FsyncPolicy::Always);
+    assert_eq!(replay.format_version, 2);
+    let got: Vec<PackageRecord> = replay.packages.iter().map(|p| p.record.clone()).collect();
+    assert_eq!(got, packages, "every option of every package as written");
+    assert_eq!(journal.stats().compactions, 1, "upgraded at open");
+    journal.close().unwrap();
+
+    let (journal, again) = open(dir.path(), FsyncPolicy::Always);
+    assert_eq!(again.format_version, FORMAT_VERSION);
+    assert_eq!(again.packages, replay.packages);
+    assert_eq!((again.next_package, again.last_lsn), (5, 5));
     journal.close().unwrap();
 }
 
