@@ -15,7 +15,7 @@ pub use rtpool_proto::Call as CallSpec;
 pub use rtpool_proto::FunctionInfo as ServiceInfo;
 /// A named function a worker serves (grid RPC), as its `SERVE` declares it: the wire's type.
 pub use rtpool_proto::ServedFunction as ServiceDecl;
-pub use rtpool_proto::{MissPolicy, PackageOpts};
+pub use rtpool_proto::{MissPolicy, PackageCounts, PackageOpts};
 
 use crate::ids::{ClientId, FnHash, PackageId, TaskId, UserId, WorkerId};
 
@@ -312,25 +312,6 @@ pub struct TaskOutcome {
     /// How late the result came after the package's deadline, microseconds; 0 if on time or
     /// without a deadline.
     pub late_us: u64,
-}
-
-/// Counters of a package.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PackageCounts {
-    /// Tasks in the package.
-    pub total: u32,
-    /// Waiting for a worker.
-    pub queued: u32,
-    /// Assigned to a worker.
-    pub running: u32,
-    /// Finished: a result exists (sent, or waiting for the client to attach).
-    pub done: u32,
-    /// Cancelled.
-    pub cancelled: u32,
-    /// Results that came by the package's deadline (0 without a deadline).
-    pub met: u32,
-    /// Results that came after the deadline, and tasks dropped for it (status 7).
-    pub missed: u32,
 }
 
 /// Why a submission was refused.

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use common::{expect_accepted, expect_error, master, Peer};
-use rtpool_proto::{decode_frame, encode_to_vec, MissPolicy, Msg, PackageOpts, Role, WorkerResult};
+use rtpool_proto::{
+    decode_frame, encode_to_vec, MissPolicy, Msg, PackageCounts, PackageOpts, Role, WorkerResult,
+};
 use sha2::{Digest, Sha256};
 
 fn submit(req_id: u64, code: &[u8], tasks: Vec<Bytes>) -> Msg {
@@ -151,7 +153,10 @@ fn package_round_trip_with_code_cache_and_credits() {
     // Results are kept until the client acknowledges them.
     client.send(&Msg::Status { req_id: 8, package });
     match client.recv() {
-        Msg::StatusReply { done: 3, .. } => {}
+        Msg::StatusReply {
+            counts: PackageCounts { done: 3, .. },
+            ..
+        } => {}
         other => panic!("expected STATUS_REPLY with 3 done, got {other:?}"),
     }
     assert_eq!(m.stats().unwrap().core.retained, 3);
@@ -307,13 +312,16 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
         Msg::StatusReply {
             req_id: 22,
             package: p,
-            total: 3,
-            queued,
-            running: 0,
-            done: 0,
-            cancelled: 0,
-            met: 0,
-            missed: 0,
+            counts:
+                PackageCounts {
+                    total: 3,
+                    queued,
+                    running: 0,
+                    done: 0,
+                    cancelled: 0,
+                    met: 0,
+                    missed: 0,
+                },
         } if p == package => assert_eq!(queued, 3),
         other => panic!("expected STATUS_REPLY of 3 queued tasks, got {other:?}"),
     }
@@ -420,9 +428,13 @@ fn a_late_result_reports_its_lateness_and_counts_as_missed() {
     });
     match client.recv() {
         Msg::StatusReply {
-            done: 1,
-            met: 0,
-            missed: 1,
+            counts:
+                PackageCounts {
+                    done: 1,
+                    met: 0,
+                    missed: 1,
+                    ..
+                },
             ..
         } => {}
         other => panic!("expected STATUS_REPLY with 1 missed, got {other:?}"),

@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 
+use crate::counts::PackageCounts;
 use crate::options::PackageOpts;
 
 /// Protocol version spoken by this crate.
@@ -362,20 +363,8 @@ pub enum Msg {
         req_id: u64,
         /// Package id.
         package: u64,
-        /// Tasks in the package.
-        total: u32,
-        /// Waiting for a worker.
-        queued: u32,
-        /// Assigned to a worker.
-        running: u32,
-        /// Result sent to the client.
-        done: u32,
-        /// Cancelled.
-        cancelled: u32,
-        /// Results that came by the package's deadline (0 without a deadline).
-        met: u32,
-        /// Results that came after the deadline, and tasks dropped for it (status 7).
-        missed: u32,
+        /// Its counters, one wire field each.
+        counts: PackageCounts,
     },
     /// Kind 16: re-attach to a package after a reconnect.
     Attach {

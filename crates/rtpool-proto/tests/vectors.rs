@@ -11,7 +11,9 @@ use std::path::PathBuf;
 
 use bytes::BytesMut;
 use rmp::Marker;
-use rtpool_proto::{decode_frame, encode_to_vec, MissPolicy, Msg, PackageOpts, DEFAULT_MAX_FRAME};
+use rtpool_proto::{
+    decode_frame, encode_to_vec, MissPolicy, Msg, PackageCounts, PackageOpts, DEFAULT_MAX_FRAME,
+};
 use serde_json::{json, Value};
 
 fn vectors_path() -> PathBuf {
@@ -239,13 +241,16 @@ fn msg_to_json(msg: &Msg) -> Value {
         Msg::StatusReply {
             req_id,
             package,
-            total,
-            queued,
-            running,
-            done,
-            cancelled,
-            met,
-            missed,
+            counts:
+                PackageCounts {
+                    total,
+                    queued,
+                    running,
+                    done,
+                    cancelled,
+                    met,
+                    missed,
+                },
         } => json!([req_id, package, total, queued, running, done, cancelled, met, missed]),
         Msg::Pull { credits } => json!([credits]),
         Msg::Assign { tasks } => {

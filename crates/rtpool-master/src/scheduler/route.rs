@@ -166,13 +166,7 @@ impl Scheduler {
                     Msg::StatusReply {
                         req_id,
                         package: package.0,
-                        total: counts.total,
-                        queued: counts.queued,
-                        running: counts.running,
-                        done: counts.done,
-                        cancelled: counts.cancelled,
-                        met: counts.met,
-                        missed: counts.missed,
+                        counts,
                     },
                 );
             }

@@ -279,10 +279,11 @@ fn met_missed_and_late_us_reach_the_wire() {
         package: PackageId(2),
         counts,
     });
-    let Msg::StatusReply { met, missed, .. } = sent(&mut rx) else {
+    let Msg::StatusReply { counts: got, .. } = sent(&mut rx) else {
         panic!("expected STATUS_REPLY");
     };
-    assert_eq!((met, missed), (7, 3));
+    assert_eq!(got, counts);
+    assert_eq!((got.met, got.missed), (7, 3));
     let outcome = TaskOutcome {
         index: 1,
         status: TaskStatus::Missed,

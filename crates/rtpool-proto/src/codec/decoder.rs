@@ -11,6 +11,7 @@
 use bytes::Bytes;
 use rmp::Marker;
 
+use crate::counts::PackageCounts;
 use crate::error::ProtoError;
 use crate::message::{
     kind, Assignment, Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, TaskResult,
@@ -81,7 +82,7 @@ pub(super) fn field_count(k: u8) -> usize {
         | kind::ACK
         | kind::FUNCTIONS
         | kind::FUNCTIONS_REPLY => 2,
-        kind::STATUS_REPLY => 9,
+        kind::STATUS_REPLY => 2 + PackageCounts::LEN,
         kind::PULL
         | kind::ASSIGN
         | kind::RESULT
@@ -131,13 +132,7 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
         kind::STATUS_REPLY => Msg::StatusReply {
             req_id: r.u64("STATUS_REPLY.req_id")?,
             package: r.u64("STATUS_REPLY.package")?,
-            total: r.u32("STATUS_REPLY.total")?,
-            queued: r.u32("STATUS_REPLY.queued")?,
-            running: r.u32("STATUS_REPLY.running")?,
-            done: r.u32("STATUS_REPLY.done")?,
-            cancelled: r.u32("STATUS_REPLY.cancelled")?,
-            met: r.u32("STATUS_REPLY.met")?,
-            missed: r.u32("STATUS_REPLY.missed")?,
+            counts: PackageCounts::read(r)?,
         },
         kind::ATTACH => Msg::Attach {
             req_id: r.u64("ATTACH.req_id")?,

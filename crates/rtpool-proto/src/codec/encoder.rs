@@ -6,6 +6,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use crate::counts::PackageCounts;
 use crate::message::{Assignment, Call, CallAssignment, Msg};
 use crate::msgpack::Writer;
 
@@ -161,19 +162,13 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
         Msg::StatusReply {
             req_id,
             package,
-            total,
-            queued,
-            running,
-            done,
-            cancelled,
-            met,
-            missed,
+            counts,
         } => {
-            w.head(k, 9);
+            w.head(k, 2 + PackageCounts::LEN);
             w.uint(*req_id);
             w.uint(*package);
-            for n in [total, queued, running, done, cancelled, met, missed] {
-                w.uint(*n);
+            for (_, n) in counts.iter() {
+                w.uint(n);
             }
         }
         Msg::Ack { package, count } => {

@@ -7,8 +7,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use rtpool_proto::{
-    Assignment, Call, CallAssignment, FunctionInfo, MissPolicy, Msg, PackageOpts, Role,
-    ServedFunction, TaskResult, WorkerResult,
+    Assignment, Call, CallAssignment, FunctionInfo, MissPolicy, Msg, PackageCounts, PackageOpts,
+    Role, ServedFunction, TaskResult, WorkerResult,
 };
 
 /// A 32-byte function hash: `start, start+1, ...`.
@@ -334,13 +334,7 @@ pub fn samples() -> Vec<(String, Msg)> {
             Msg::StatusReply {
                 req_id: 5,
                 package: 1_001,
-                total: 1_000,
-                queued: 600,
-                running: 8,
-                done: 390,
-                cancelled: 2,
-                met: 0,
-                missed: 0,
+                counts: PackageCounts { total: 1_000, queued: 600, running: 8, done: 390, cancelled: 2, met: 0, missed: 0 },
             },
         ),
         (
@@ -348,13 +342,7 @@ pub fn samples() -> Vec<(String, Msg)> {
             Msg::StatusReply {
                 req_id: 6,
                 package: 1_002,
-                total: 1_000,
-                queued: 0,
-                running: 0,
-                done: 1_000,
-                cancelled: 0,
-                met: 990,
-                missed: 10,
+                counts: PackageCounts { total: 1_000, queued: 0, running: 0, done: 1_000, cancelled: 0, met: 990, missed: 10 },
             },
         ),
         ("pull".into(), Msg::Pull { credits: 6 }),
@@ -924,13 +912,15 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
             .prop_map(|(req_id, package, n)| Msg::StatusReply {
                 req_id,
                 package,
-                total: n[0],
-                queued: n[1],
-                running: n[2],
-                done: n[3],
-                cancelled: n[4],
-                met: n[5],
-                missed: n[6]
+                counts: PackageCounts {
+                    total: n[0],
+                    queued: n[1],
+                    running: n[2],
+                    done: n[3],
+                    cancelled: n[4],
+                    met: n[5],
+                    missed: n[6]
+                },
             }),
         arb_u32().prop_map(|credits| Msg::Pull { credits }),
         vec(arb_assignment(), 0..8).prop_map(|tasks| Msg::Assign { tasks }),
