@@ -485,3 +485,37 @@ fn admission_control_refuses_with_a_non_fatal_admission_error() {
     expect_accepted(client.recv(), 62);
     assert_eq!(m.stats().unwrap().core.counters.admission_refused, 1);
 }
+
+#[test]
+fn a_package_max_attempts_of_1_fails_its_task_as_poison_at_the_first_lost_worker() {
+    let m = master();
+    let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
+    let opts = PackageOpts {
+        max_attempts: 1,
+        ..PackageOpts::default()
+    };
+    client.send(&submit_with(61, b"poison", tasks(1), opts));
+    let package = expect_accepted(client.recv(), 61);
+    let (mut worker, _) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
+    worker.send(&Msg::Pull { credits: 1 });
+    match worker.recv() {
+        Msg::Assign { tasks } => assert_eq!((tasks.len(), tasks[0].attempt), (1, 1)),
+        other => panic!("expected ASSIGN, got {other:?}"),
+    }
+    // The worker dies running it: with the master's default of 3 attempts the task would be
+    // requeued; this package allows one.
+    drop(worker);
+    match client.recv() {
+        Msg::Results {
+            package: p,
+            results,
+        } => {
+            assert_eq!(p, package);
+            assert_eq!(results[0].status, rtpool_proto::status::LOST);
+            let message = String::from_utf8_lossy(&results[0].data);
+            assert!(message.contains("1 times"), "{message}");
+        }
+        other => panic!("expected RESULTS, got {other:?}"),
+    }
+    assert_eq!(m.stats().unwrap().core.counters.poisoned, 1);
+}
