@@ -15,7 +15,7 @@ pub struct CoreConfig {
     pub max_exec_ns: u64,
     /// How long a detached package keeps running and keeps its results (default 300 s).
     pub result_ttl_ns: u64,
-    /// Emit [`Action::Delivered`] for acknowledged results (the journal needs them).
+    /// Emit [`Action::Delivered`](crate::Action::Delivered) for acknowledged results (the journal needs them).
     pub report_deliveries: bool,
     /// Straggler hedging: a hedged task gets a backup copy once it has run this many times its
     /// function's p95 execution time (default 1.5: a healthy run rarely goes past 1.5 x p95,

@@ -1,7 +1,7 @@
 //! [`CoreStats`]: the core's gauges and its [`Counters`]; [`WorkerStats`]: one worker's.
 //!
-//! The counters are listed once, in [`counters!`]: the macro makes the struct and its
-//! [`Counters::iter`], so every consumer (status lines, the master's stats, the Python
+//! The counters are listed once, in `counters!`, and the gauges in `core_stats!`: the macros
+//! make the structs and their `iter` ([`Counters::iter`], [`CoreStats::iter`]), so every consumer (status lines, the master's stats, the Python
 //! `Master.stats()` dict) loops over `(name, value)` instead of naming each counter.
 
 /// Defines [`Counters`] from one list of documented `u64` counters.
@@ -61,60 +61,56 @@ counters! {
     quorum_failed,
 }
 
-/// Gauges and counters for logs, status and tests.
-///
-/// `tasks == queued + running + cancelling + retained` at all times.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CoreStats {
+/// Defines [`CoreStats`] from one list of documented `usize` gauges, beside the [`Counters`].
+macro_rules! core_stats {
+    ($( $(#[doc = $doc:literal])* $name:ident, )*) => {
+        /// Gauges and counters for logs, status and tests.
+        ///
+        /// `tasks == queued + running + cancelling + retained` at all times.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct CoreStats {
+            $( $(#[doc = $doc])* pub $name: usize, )*
+            /// Events counted since start.
+            pub counters: Counters,
+        }
+
+        impl CoreStats {
+            /// Every gauge, then every counter, as `(name, value)`.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$( (stringify!($name), self.$name as u64) ),*]
+                    .into_iter()
+                    .chain(self.counters.iter())
+            }
+        }
+    };
+}
+
+core_stats! {
     /// Tasks held (queued, running, waiting for a worker's answer, or a result waiting for
     /// its acknowledgement).
-    pub tasks: usize,
+    tasks,
     /// Packages held.
-    pub packages: usize,
+    packages,
     /// Tasks in the ready queue.
-    pub queued: usize,
+    queued,
     /// Tasks assigned to workers.
-    pub running: usize,
+    running,
     /// Tasks their client cancelled while a worker held them: kept until that worker's result,
     /// return or loss, then freed without a result.
-    pub cancelling: usize,
+    cancelling,
     /// Results kept until the client acknowledges them.
-    pub retained: usize,
+    retained,
     /// Connected workers.
-    pub workers: usize,
+    workers,
     /// Connected clients.
-    pub clients: usize,
+    clients,
     /// Function codes held.
-    pub functions: usize,
+    functions,
     /// Named functions registered (grid RPC), as `(name, version)` entries.
-    pub services: usize,
-    /// Events counted since start.
-    pub counters: Counters,
+    services,
 }
 
-impl CoreStats {
-    /// Every gauge, then every counter, as `(name, value)`.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        let gauges = [
-            ("tasks", self.tasks),
-            ("packages", self.packages),
-            ("queued", self.queued),
-            ("running", self.running),
-            ("cancelling", self.cancelling),
-            ("retained", self.retained),
-            ("workers", self.workers),
-            ("clients", self.clients),
-            ("functions", self.functions),
-            ("services", self.services),
-        ];
-        gauges
-            .into_iter()
-            .map(|(name, value)| (name, value as u64))
-            .chain(self.counters.iter())
-    }
-}
-
-/// Gauges of one worker, from [`Core::worker_stats`].
+/// Gauges of one worker, from [`Core::worker_stats`](crate::Core::worker_stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerStats {
     /// Tasks it runs at once, as it announced on joining.

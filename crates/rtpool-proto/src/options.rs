@@ -1,7 +1,7 @@
 //! [`PackageOpts`]: the options of a package, defined once for the wire, the core and the
 //! journal.
 //!
-//! The list in [`package_options!`] below is the only place an option is named: the macro
+//! The list in `package_options!` below is the only place an option is named: the macro
 //! generates the struct, its defaults, the decoder's key table and error field names, the
 //! reading of one value with its type and range checks, and the writing of the options map
 //! (only the values that differ from their default, in list order, as the Python encoder does).

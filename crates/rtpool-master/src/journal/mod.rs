@@ -11,7 +11,7 @@
 //!
 //! Files: [`record`] (types, msgpack payloads), [`frame`] (on-disk framing), [`replay`]
 //! (reading a file back, torn-tail repair), [`compact`] (rewriting it), [`writer`] (the
-//! [`Journal`] handle), [`thread`] (its writer thread: group commit, fsync policy).
+//! [`Journal`] handle), `thread` (its writer thread: group commit, fsync policy).
 
 mod compact;
 mod frame;

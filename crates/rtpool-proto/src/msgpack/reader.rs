@@ -94,7 +94,7 @@ impl Reader {
         Ok(start..self.pos)
     }
 
-    /// The bytes of a range returned by [`Reader::take`] or [`Reader::str_range`].
+    /// The bytes of a range returned by `Reader::take` or [`Reader::str_range`].
     pub fn bytes_of(&self, range: Range<usize>) -> &[u8] {
         &self.buf[range]
     }

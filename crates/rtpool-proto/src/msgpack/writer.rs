@@ -51,7 +51,7 @@ impl<B: BufMut> Writer<'_, B> {
     ///
     /// # Panics
     ///
-    /// If `value` is longer than msgpack's 2^32-1 bytes (see [`len32`]).
+    /// If `value` is longer than msgpack's 2^32-1 bytes.
     pub fn str(&mut self, value: &str) {
         rmp::encode::write_str_len(self, len32(value.len())).expect(INFALLIBLE);
         self.0.put_slice(value.as_bytes());
