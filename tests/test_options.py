@@ -64,7 +64,7 @@ def test_a_submit_frame_carries_the_map_as_the_table_made_it():
     assert call[2] == {"priority": 3, "max_attempts": 1}
 
 
-@pytest.mark.parametrize("value", [1, 2, 3, 2**32 - 1])
+@pytest.mark.parametrize("value", [1, 2, 3, 255])
 def test_max_attempts_goes_on_the_wire(value):
     assert merged(max_attempts=value) == {"max_attempts": value}
 
@@ -72,9 +72,9 @@ def test_max_attempts_goes_on_the_wire(value):
 @pytest.mark.parametrize(
     ("value", "error", "message"),
     [
-        (0, ValueError, "option 'max_attempts' must be between 1 and 4294967295, got 0"),
-        (-1, ValueError, "option 'max_attempts' must be between 1 and 4294967295, got -1"),
-        (2**32, ValueError, "option 'max_attempts' must be between 1 and 4294967295, got 4294"),
+        (0, ValueError, "option 'max_attempts' must be between 1 and 255, got 0"),
+        (-1, ValueError, "option 'max_attempts' must be between 1 and 255, got -1"),
+        (256, ValueError, "option 'max_attempts' must be between 1 and 255, got 256"),
         ("3", TypeError, "option 'max_attempts' must be an int, got str"),
         (3.0, TypeError, "option 'max_attempts' must be an int, got float"),
         (True, TypeError, "option 'max_attempts' must be an int, got bool"),

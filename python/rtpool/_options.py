@@ -249,9 +249,9 @@ OPTIONS: Tuple[Option, ...] = (
         name="max_attempts",
         wire="max_attempts",
         default=0,
-        convert=_int("max_attempts", 1, _U32_MAX, 0),
+        convert=_int("max_attempts", 1, 255, 0),
         calls=True,
-        doc="``max_attempts`` (int >= 1, default None: the master's ``--max-attempts``): how many "
+        doc="``max_attempts`` (int 1-255, default None: the master's ``--max-attempts``): how many "
         "times a task may be attempted (run again after its worker was lost or crashed) "
         "before it fails with :class:`~rtpool.errors.PoisonTaskError`.",
     ),

@@ -211,6 +211,7 @@ fn complete_once(core: &mut Core, running: &mut (TaskId, u32)) -> Duration {
             client: Some(client),
             package,
             results,
+            ..
         } = action
         {
             let count = results.len() as u64;

@@ -1,9 +1,18 @@
 //! The [`Core`]: tables, ready queue, credits, and the one entry point [`Core::handle`].
 //!
 //! This file holds the state and the helpers that several events share (freeing tasks and
-//! packages, requeueing); the events themselves are in `core/client_events.rs` and
-//! `core/worker_events.rs`, assignment in `core/dispatch.rs`, and the invariant walk in
-//! `core/invariants.rs`.
+//! packages, requeueing). The rest, by concern:
+//!
+//! - `core/client_events.rs`: a client's events (submit, cancel, attach, ack, status);
+//! - `core/admission.rs`: the checks a submission passes (size, options, deadline, quota);
+//! - `core/worker_events.rs`: a worker's events (join, credit, results, return, loss);
+//! - `core/calls.rs`: packages of calls of named functions (grid RPC) and their dependencies;
+//! - `core/copies.rs`: the copies of one task (replicas, quorum, hedges);
+//! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
+//! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
+//! - `core/invariants.rs`: the invariant walk the tests run after every event.
+//!
+//! The tunables are `config.rs`'s, the gauges and counters `stats.rs`'s.
 //!
 //! Where a task is, and who points at it:
 //!
@@ -17,6 +26,7 @@
 //! A `Cancelled` task's package may already be freed: the client is done with it, and only the
 //! worker's answer (or loss) is awaited so the in-flight set stays exact.
 
+mod admission;
 mod calls;
 mod client_events;
 mod copies;
@@ -30,6 +40,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bytes::Bytes;
 
 use crate::client::{Client, User};
+use crate::config::CoreConfig;
 use crate::estimate::{Estimate, Estimator};
 use crate::event::{Action, Event, TaskOutcome, TaskStatus};
 use crate::function::FunctionTable;
@@ -40,141 +51,22 @@ use crate::package::Package;
 use crate::placement::Link;
 use crate::queue::{QueueKey, ReadyQueue};
 use crate::service::ServiceTable;
+use crate::stats::{CoreStats, Counters, WorkerStats};
 use crate::table::Table;
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
-
-/// Tunables of the core; every field has a sane default.
-#[derive(Debug, Clone)]
-pub struct CoreConfig {
-    /// Largest number of tasks in one package (default 16,777,216).
-    pub max_tasks_per_package: usize,
-    /// A task whose worker was lost on this many attempts is not retried (default 3).
-    pub max_attempts: u32,
-    /// The master fails a task with a time limit this long after the limit if its worker has
-    /// not reported (default 2 s): the worker kills it at the limit itself.
-    pub timeout_grace_ns: u64,
-    /// Longest any task may run, with or without its own limit; 0 = no limit (default 24 h).
-    pub max_exec_ns: u64,
-    /// How long a detached package keeps running and keeps its results (default 300 s).
-    pub result_ttl_ns: u64,
-    /// Emit [`Action::Delivered`] for acknowledged results (the journal needs them).
-    pub report_deliveries: bool,
-    /// Straggler hedging: a hedged task gets a backup copy once it has run this many times its
-    /// function's p95 execution time (default 1.5: a healthy run rarely goes past 1.5 x p95,
-    /// so hedges are rare unless a worker is slow, and a straggler's task still finishes within
-    /// about 2.5 x p95).
-    pub hedge_factor: f64,
-    /// Results of a function needed before its estimate is trusted for hedging and for
-    /// dropping tasks that cannot make their deadline (default 5). Admission control uses
-    /// any estimate it has.
-    pub estimate_min_samples: u32,
-    /// Calls queued for a function whose last server left wait this long for a server to
-    /// return, then fail (default 30 s).
-    pub service_grace_ns: u64,
-}
-
-impl Default for CoreConfig {
-    fn default() -> Self {
-        Self {
-            max_tasks_per_package: 1 << 24,
-            max_attempts: 3,
-            timeout_grace_ns: 2_000_000_000,
-            max_exec_ns: 86_400 * 1_000_000_000,
-            result_ttl_ns: 300 * 1_000_000_000,
-            report_deliveries: false,
-            hedge_factor: 1.5,
-            estimate_min_samples: 5,
-            service_grace_ns: 30 * 1_000_000_000,
-        }
-    }
-}
-
-/// Gauges and counters for logs, status and tests.
-///
-/// `tasks == queued + running + cancelling + retained` at all times.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CoreStats {
-    /// Tasks held (queued, running, waiting for a worker's answer, or a result waiting for
-    /// its acknowledgement).
-    pub tasks: usize,
-    /// Packages held.
-    pub packages: usize,
-    /// Tasks in the ready queue.
-    pub queued: usize,
-    /// Tasks assigned to workers.
-    pub running: usize,
-    /// Tasks their client cancelled while a worker held them: kept until that worker's result,
-    /// return or loss, then freed without a result.
-    pub cancelling: usize,
-    /// Results kept until the client acknowledges them.
-    pub retained: usize,
-    /// Connected workers.
-    pub workers: usize,
-    /// Connected clients.
-    pub clients: usize,
-    /// Function codes held.
-    pub functions: usize,
-    /// Named functions registered (grid RPC), as `(name, version)` entries.
-    pub services: usize,
-    /// Results produced since start (sent, or kept for a detached client).
-    pub delivered: u64,
-    /// Worker results ignored because their task or attempt was no longer assigned there.
-    pub stale_results: u64,
-    /// Tasks put back in the queue because their worker was lost.
-    pub requeued: u64,
-    /// Tasks failed as poison (worker lost on every attempt).
-    pub poisoned: u64,
-    /// Tasks the master failed for running past their time limit.
-    pub timed_out: u64,
-    /// Tasks failed because their user's quota ran out.
-    pub quota_failed: u64,
-    /// Packages dropped because no client attached within the result TTL.
-    pub packages_expired: u64,
-    /// Results dropped with them, never delivered.
-    pub results_dropped: u64,
-    /// Results of tasks with a deadline that came by it.
-    pub deadlines_met: u64,
-    /// Results of tasks with a deadline that came after it (late, `on_miss = run`).
-    pub deadlines_missed: u64,
-    /// Tasks dropped because they could no longer make their deadline (`on_miss = drop`).
-    pub deadline_dropped: u64,
-    /// Packages refused by admission control.
-    pub admission_refused: u64,
-    /// Backup copies started by straggler hedging.
-    pub hedges: u64,
-    /// Tasks whose accepted result came from a backup copy.
-    pub hedge_wins: u64,
-    /// Copies started beyond the first (replicas, disagreement copies and hedges).
-    pub extra_copies: u64,
-    /// Copies cancelled because their task's result was already accepted.
-    pub copies_cancelled: u64,
-    /// Results that disagreed with an earlier copy's.
-    pub disagreements: u64,
-    /// Tasks failed because their copies never reached a quorum.
-    pub quorum_failed: u64,
-}
-
-/// Gauges of one worker, from [`Core::worker_stats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WorkerStats {
-    /// Tasks it runs at once, as it announced on joining.
-    pub slots: u32,
-    /// Tasks it may still be sent.
-    pub credits: u32,
-    /// Tasks it holds: assigned and neither answered nor returned (cancelled ones included).
-    pub in_flight: usize,
-    /// It sent `DRAIN`: it gets no more tasks.
-    pub draining: bool,
-}
 
 /// A timer: a running attempt's time limit, a detached package's TTL, a package's deadline
 /// (`on_miss = drop`), or a hedged attempt's straggler check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
-    Task(TaskId, u32),
-    Package(u64),
+    /// A running attempt's time limit (plus grace): `(task, attempt)`.
+    TimeLimit(TaskId, u32),
+    /// A detached package's result TTL (slab key of the package).
+    ResultTtl(u64),
+    /// A package's deadline, armed for `on_miss = drop` (slab key of the package).
     Deadline(u64),
+    /// A hedged attempt's straggler check: `(task, attempt)`.
     Hedge(TaskId, u32),
     /// A service's grace period without servers (slab key of the service).
     Service(u64),
@@ -236,24 +128,8 @@ pub struct Core {
     next_epoch: u64,
     /// Sequence number of the next assignment.
     next_seq: u64,
-    delivered: u64,
-    stale_results: u64,
-    requeued: u64,
-    poisoned: u64,
-    timed_out: u64,
-    quota_failed: u64,
-    packages_expired: u64,
-    results_dropped: u64,
-    deadlines_met: u64,
-    deadlines_missed: u64,
-    deadline_dropped: u64,
-    admission_refused: u64,
-    hedges: u64,
-    hedge_wins: u64,
-    extra_copies: u64,
-    copies_cancelled: u64,
-    disagreements: u64,
-    quorum_failed: u64,
+    /// Events counted since start.
+    counters: Counters,
 }
 
 impl Default for Core {
@@ -296,24 +172,7 @@ impl Core {
             retained: 0,
             next_epoch: 0,
             next_seq: 0,
-            delivered: 0,
-            stale_results: 0,
-            requeued: 0,
-            poisoned: 0,
-            timed_out: 0,
-            quota_failed: 0,
-            packages_expired: 0,
-            results_dropped: 0,
-            deadlines_met: 0,
-            deadlines_missed: 0,
-            deadline_dropped: 0,
-            admission_refused: 0,
-            hedges: 0,
-            hedge_wins: 0,
-            extra_copies: 0,
-            copies_cancelled: 0,
-            disagreements: 0,
-            quorum_failed: 0,
+            counters: Counters::default(),
         }
     }
 
@@ -417,24 +276,7 @@ impl Core {
             clients: self.clients.len(),
             functions: self.functions.len(),
             services: self.services.len(),
-            delivered: self.delivered,
-            stale_results: self.stale_results,
-            requeued: self.requeued,
-            poisoned: self.poisoned,
-            timed_out: self.timed_out,
-            quota_failed: self.quota_failed,
-            packages_expired: self.packages_expired,
-            results_dropped: self.results_dropped,
-            deadlines_met: self.deadlines_met,
-            deadlines_missed: self.deadlines_missed,
-            deadline_dropped: self.deadline_dropped,
-            admission_refused: self.admission_refused,
-            hedges: self.hedges,
-            hedge_wins: self.hedge_wins,
-            extra_copies: self.extra_copies,
-            copies_cancelled: self.copies_cancelled,
-            disagreements: self.disagreements,
-            quorum_failed: self.quorum_failed,
+            counters: self.counters,
         }
     }
 
@@ -645,13 +487,13 @@ impl Core {
             outcome.late_us = now.micros_since(deadline);
             if outcome.status == TaskStatus::Missed {
                 package.counts.missed += 1;
-                self.deadline_dropped += 1;
+                self.counters.deadline_dropped += 1;
             } else if now <= deadline {
                 package.counts.met += 1;
-                self.deadlines_met += 1;
+                self.counters.deadlines_met += 1;
             } else {
                 package.counts.missed += 1;
-                self.deadlines_missed += 1;
+                self.counters.deadlines_missed += 1;
             }
         }
         package.counts.done += 1;
@@ -735,7 +577,7 @@ impl Core {
             self.keys.remove(&(p.user, p.opts.key.clone()));
         }
         if let Some(at) = p.expires {
-            self.timers.remove(&(at, Timer::Package(slot)));
+            self.timers.remove(&(at, Timer::ResultTtl(slot)));
         }
         if p.deadline_armed {
             let at = p.deadline.expect("an armed deadline exists");
@@ -748,6 +590,7 @@ impl Core {
         out.push(Action::PackageFreed {
             package: p.id,
             expired,
+            journaled: !p.calls,
         });
     }
 }

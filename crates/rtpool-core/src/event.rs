@@ -1,78 +1,23 @@
 //! Events (facts the shell observed) and actions (orders the core gives the shell).
+//!
+//! Where the core and the wire mean the same thing, the core takes the wire's type from
+//! `rtpool-proto`: package options ([`PackageOpts`], [`MissPolicy`]), served functions, calls
+//! and registry entries. The core keeps its own types only where its view differs: typed ids
+//! and statuses ([`AssignTask`], [`AssignCall`], [`TaskOutcome`] against the wire's raw
+//! integers), each mapped to the wire in one place in the master.
 
 use bytes::Bytes;
 
+/// One call of an [`Event::SubmitCalls`]: the wire's `CALL` entry.
+pub use rtpool_proto::Call as CallSpec;
+/// A served function as the registry lists it, for [`Action::FunctionsReply`]: the wire's
+/// `FUNCTIONS_REPLY` entry.
+pub use rtpool_proto::FunctionInfo as ServiceInfo;
+/// A named function a worker serves (grid RPC), as its `SERVE` declares it: the wire's type.
+pub use rtpool_proto::ServedFunction as ServiceDecl;
+pub use rtpool_proto::{MissPolicy, PackageCounts, PackageOpts};
+
 use crate::ids::{ClientId, FnHash, PackageId, TaskId, UserId, WorkerId};
-
-/// What happens to the tasks of a package that can no longer make their deadline.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum MissPolicy {
-    /// They run anyway; each late result reports its lateness (the default).
-    #[default]
-    Run,
-    /// They are dropped: a queued task that cannot finish in time (by its function's estimate)
-    /// is not started, and at the deadline every unfinished task fails with
-    /// [`TaskStatus::Missed`] (running ones are aborted on their workers).
-    Drop,
-}
-
-/// Options of a package.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PackageOpts {
-    /// Higher runs first. Within one priority, users take turns (fair share) and each user's
-    /// packages run earliest deadline first (FIFO for packages without a deadline, after those
-    /// with one).
-    pub priority: i32,
-    /// Execution time limit per task, milliseconds; 0 = none.
-    pub timeout_ms: u32,
-    /// Idempotency key; empty = none. A submission whose key names a live package of the same
-    /// user attaches to that package instead of creating one.
-    pub key: String,
-    /// Deadline of every task, milliseconds after the master received the package; 0 = none.
-    pub deadline_ms: u32,
-    /// What to do with tasks that can no longer make the deadline.
-    pub on_miss: MissPolicy,
-    /// Admission control: refuse the package at submission if, by the running estimate of its
-    /// function's execution time, the queue ahead and the worker slots, it cannot finish by
-    /// its deadline.
-    pub admit: bool,
-    /// Copies of each task run on distinct workers; 0 and 1 both mean one (no redundancy).
-    pub replicas: u8,
-    /// Byte-equal results needed to accept a task's result; 0 and 1 both mean the first result
-    /// wins (the other copies are cancelled).
-    pub quorum: u8,
-    /// Most copies of one task ever started (initial replicas, copies added after a
-    /// disagreement, hedges); 0 = the default, `replicas + quorum` (at most 16).
-    pub max_copies: u8,
-    /// Straggler hedging: a task that runs longer than a multiple of its function's p95
-    /// execution time, or whose deadline is at risk, gets a backup copy on another worker; the
-    /// first result wins.
-    pub hedge: bool,
-}
-
-impl PackageOpts {
-    /// Copies started per task at submission (at least 1).
-    pub fn replicas(&self) -> u8 {
-        self.replicas.max(1)
-    }
-
-    /// Agreeing results needed (at least 1).
-    pub fn quorum(&self) -> u8 {
-        self.quorum.max(1)
-    }
-
-    /// Most copies of one task ever started.
-    pub fn max_copies(&self) -> u8 {
-        if self.max_copies > 0 {
-            self.max_copies.max(self.replicas())
-        } else {
-            self.replicas()
-                .saturating_add(self.quorum())
-                .min(16)
-                .max(self.replicas())
-        }
-    }
-}
 
 /// Outcome of a task as the protocol's status byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,47 +78,6 @@ pub struct WorkerOutcome {
     pub wait_us: u64,
     /// Worker-measured result batching delay, microseconds.
     pub flush_us: u64,
-}
-
-/// A named function a worker serves (grid RPC), from its `SERVE` message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceDecl {
-    /// The function's name, 1 to 128 bytes.
-    pub name: String,
-    /// Its version, 0 to 64 bytes.
-    pub version: String,
-    /// Its interface, an opaque msgpack blob (docs/rpc.md) the core hands out but never reads.
-    pub interface: Bytes,
-}
-
-/// One call of an [`Event::SubmitCalls`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallSpec {
-    /// The function's name.
-    pub name: String,
-    /// Its version; empty = the newest served.
-    pub version: String,
-    /// Opaque argument payload.
-    pub args: Bytes,
-    /// Indices of earlier calls of the same submission whose result data are this call's
-    /// inputs, in this order.
-    pub deps: Vec<u32>,
-    /// Send the result's data to the client even though other calls depend on it (calls no
-    /// other call depends on are always sent).
-    pub fetch: bool,
-}
-
-/// A served function as the registry lists it, for [`Action::FunctionsReply`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceInfo {
-    /// Its name.
-    pub name: String,
-    /// Its version.
-    pub version: String,
-    /// Connected workers serving it.
-    pub servers: u32,
-    /// Its interface blob.
-    pub interface: Bytes,
 }
 
 /// One call inside an [`Action::AssignCalls`].
@@ -410,25 +314,6 @@ pub struct TaskOutcome {
     pub late_us: u64,
 }
 
-/// Counters of a package.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PackageCounts {
-    /// Tasks in the package.
-    pub total: u32,
-    /// Waiting for a worker.
-    pub queued: u32,
-    /// Assigned to a worker.
-    pub running: u32,
-    /// Finished: a result exists (sent, or waiting for the client to attach).
-    pub done: u32,
-    /// Cancelled.
-    pub cancelled: u32,
-    /// Results that came by the package's deadline (0 without a deadline).
-    pub met: u32,
-    /// Results that came after the deadline, and tasks dropped for it (status 7).
-    pub missed: u32,
-}
-
 /// Why a submission was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RejectReason {
@@ -543,6 +428,9 @@ pub enum Action {
         package: PackageId,
         /// Results, in completion order.
         results: Vec<TaskOutcome>,
+        /// The shell must journal this action: false for a package of calls (grid RPC), which
+        /// is never journaled.
+        journaled: bool,
     },
     /// Send results again (after an attach): not new, so not recorded again.
     Resend {
@@ -559,6 +447,9 @@ pub enum Action {
         package: PackageId,
         /// Their indices.
         indices: Vec<u32>,
+        /// The shell must journal this action: false for a package of calls (grid RPC), which
+        /// is never journaled.
+        journaled: bool,
     },
     /// The package is gone: all results acknowledged, cancelled, rejected after journaling, or
     /// expired by the TTL (journal: end).
@@ -567,6 +458,9 @@ pub enum Action {
         package: PackageId,
         /// The TTL expired with results undelivered.
         expired: bool,
+        /// The shell must journal this action: false for a package of calls (grid RPC), which
+        /// is never journaled.
+        journaled: bool,
     },
     /// Tell the worker to stop these tasks (the master already answered them).
     Abort {
@@ -620,4 +514,18 @@ pub enum Action {
         /// The package it named.
         package: PackageId,
     },
+}
+
+impl Action {
+    /// Whether the shell must write this action to its journal: new results, deliveries and
+    /// package ends of packages that are journaled (not of call packages). The core decides,
+    /// as it alone knows which packages are calls.
+    pub fn is_journaled(&self) -> bool {
+        match self {
+            Action::SendResults { journaled, .. }
+            | Action::Delivered { journaled, .. }
+            | Action::PackageFreed { journaled, .. } => *journaled,
+            _ => false,
+        }
+    }
 }

@@ -1,5 +1,5 @@
 //! [`Group`]: the copies of one task that runs redundantly (BOINC's replication, made
-//! real-time): `replicas` copies on distinct workers, copies added after a disagreement, and a
+//! deadline-aware): `replicas` copies on distinct workers, copies added after a disagreement, and a
 //! straggler's hedge.
 //!
 //! The package lists one copy, the **primary**, and counts only it; the others are *shadows*
@@ -10,6 +10,7 @@
 //! their workers).
 
 use bytes::Bytes;
+use rtpool_proto::msgpack::Writer;
 
 use crate::event::TaskStatus;
 use crate::ids::{TaskId, WorkerId};
@@ -78,15 +79,15 @@ impl Group {
             self.votes.len()
         );
         let mut buf = Vec::new();
-        // Writing to a Vec cannot fail.
-        let _ = rmp::encode::write_array_len(&mut buf, 2);
-        let _ = rmp::encode::write_str(&mut buf, &message);
-        let _ = rmp::encode::write_array_len(&mut buf, self.votes.len() as u32);
+        let w = &mut Writer(&mut buf);
+        w.array(2);
+        w.str(&message);
+        w.array(self.votes.len());
         for v in &self.votes {
-            let _ = rmp::encode::write_array_len(&mut buf, 3);
-            let _ = rmp::encode::write_str(&mut buf, &v.worker.to_string());
-            let _ = rmp::encode::write_uint(&mut buf, v.status as u64);
-            let _ = rmp::encode::write_bin(&mut buf, &v.data);
+            w.array(3);
+            w.str(&v.worker.to_string());
+            w.uint(v.status as u8);
+            w.bin(&v.data);
         }
         Bytes::from(buf)
     }

@@ -7,6 +7,7 @@
 //! tasks, packages or workers (the RT-BOINC rule: a predictable worst case).
 
 mod client;
+mod config;
 mod core;
 mod estimate;
 mod event;
@@ -18,11 +19,13 @@ mod package;
 mod placement;
 mod queue;
 mod service;
+mod stats;
 mod table;
 mod task;
 mod worker;
 
-pub use crate::core::{Core, CoreConfig, CoreStats, WorkerStats};
+pub use crate::config::CoreConfig;
+pub use crate::core::Core;
 pub use crate::estimate::Estimate;
 pub use crate::event::{
     Action, AssignCall, AssignTask, CallSpec, Event, MissPolicy, PackageCounts, PackageOpts,
@@ -30,3 +33,4 @@ pub use crate::event::{
     WorkerOutcome,
 };
 pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
+pub use crate::stats::{CoreStats, Counters, WorkerStats};

@@ -55,7 +55,7 @@ pub(crate) struct Task {
     pub(crate) attempt: u32,
     pub(crate) state: TaskState,
     /// When the master fails the running attempt if no result came (time limit + grace).
-    pub(crate) deadline: Option<Instant>,
+    pub(crate) time_limit_at: Option<Instant>,
     /// `(worker, attempt)` of each loss of a worker while it ran this task (the poison-task
     /// record); empty almost always.
     pub(crate) lost_on: Vec<(WorkerId, u32)>,
@@ -100,7 +100,7 @@ impl Task {
             submitted_at: now,
             attempt: 0,
             state: TaskState::Queued,
-            deadline: None,
+            time_limit_at: None,
             lost_on: Vec::new(),
             outcome: None,
             group: None,

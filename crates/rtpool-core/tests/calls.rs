@@ -214,7 +214,7 @@ fn a_call_whose_worker_leaves_mid_call_runs_on_another_server() {
     assert_eq!(moved[0].1[0].attempt, 2);
     let out = env.complete(b, id);
     assert_eq!(results(&out)[0].0, package);
-    assert_eq!(env.core.stats().requeued, 1);
+    assert_eq!(env.core.stats().counters.requeued, 1);
 }
 
 /// A -> (B, C) -> D on two one-slot servers.
@@ -789,4 +789,55 @@ mod random {
             run(ops);
         }
     }
+}
+
+#[test]
+fn the_core_marks_a_call_packages_actions_as_not_journaled() {
+    // With deliveries reported (as the master's journal asks), a call package's results,
+    // deliveries and end are marked not to journal; a code package's are marked to.
+    let mut env = TestEnv::with_config(CoreConfig {
+        report_deliveries: true,
+        ..CoreConfig::default()
+    });
+    let s = server(&mut env, 1, &[("add", "1")], 1);
+    let plain = env.new_worker(1);
+    env.credit(plain, 1);
+    let client = env.new_client();
+    let (calls, out) = env.submit_calls(client, vec![call("add", "x", &[])]);
+    let called = calls_of(&out, s);
+    let (code, out) = env.submit(client, 1);
+    let task = tasks_of(&out, plain)[0];
+    for (package, out) in [
+        (calls, env.complete(s, called[0])),
+        (code, env.complete(plain, task)),
+    ] {
+        let journal: Vec<(&str, bool)> = out
+            .iter()
+            .filter_map(|a| {
+                match a {
+                    Action::SendResults { package: p, .. } if *p == package => Some("results"),
+                    Action::Delivered { package: p, .. } if *p == package => Some("delivered"),
+                    Action::PackageFreed { package: p, .. } if *p == package => Some("freed"),
+                    _ => None,
+                }
+                .map(|kind| (kind, a.is_journaled()))
+            })
+            .collect();
+        let expect = package == code;
+        assert_eq!(
+            journal,
+            [
+                ("results", expect),
+                ("delivered", expect),
+                ("freed", expect)
+            ],
+            "{out:?}"
+        );
+    }
+    // Orders that are not facts to record are never journaled.
+    assert!(!Action::Abort {
+        worker: s,
+        tasks: vec![]
+    }
+    .is_journaled());
 }

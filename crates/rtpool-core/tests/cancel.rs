@@ -110,7 +110,7 @@ fn cancel_of_a_running_task_drops_its_result() {
         "the client already considers it cancelled"
     );
     assert_eq!(
-        env.core.stats().stale_results,
+        env.core.stats().counters.stale_results,
         0,
         "a cancelled task's result is expected, not stale"
     );
@@ -134,6 +134,7 @@ fn cancel_of_the_whole_package_frees_it_at_once() {
                 tasks: vec![(tasks[0], 1)]
             },
             Action::PackageFreed {
+                journaled: true,
                 package,
                 expired: false
             }
@@ -189,6 +190,7 @@ fn cancel_by_another_client_of_the_same_user_is_allowed() {
     assert_eq!(
         env.cancel(sibling, package, &[]),
         [Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         }]
@@ -283,17 +285,25 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
                 tasks: vec![(third, attempt)]
             },
             Action::PackageFreed {
+                journaled: true,
                 package: p1,
                 expired: true
             },
             Action::PackageFreed {
+                journaled: true,
                 package: p2,
                 expired: true
             },
         ]
     );
     let stats = env.core.stats();
-    assert_eq!((stats.packages_expired, stats.results_dropped), (2, 2));
+    assert_eq!(
+        (
+            stats.counters.packages_expired,
+            stats.counters.results_dropped
+        ),
+        (2, 2)
+    );
     assert_eq!((stats.packages, stats.queued, stats.retained), (1, 1, 0));
     assert!(
         env.complete(w2, third).is_empty(),
@@ -326,6 +336,7 @@ fn submit_without_join_registers_the_client_and_its_loss_detaches_the_package() 
     assert_eq!(
         env.tick(),
         [Action::PackageFreed {
+            journaled: true,
             package: PackageId(900),
             expired: true
         }]
@@ -333,7 +344,10 @@ fn submit_without_join_registers_the_client_and_its_loss_detaches_the_package() 
     assert_eq!(
         env.core.stats(),
         rtpool_core::CoreStats {
-            packages_expired: 1,
+            counters: rtpool_core::Counters {
+                packages_expired: 1,
+                ..rtpool_core::Counters::default()
+            },
             ..rtpool_core::CoreStats::default()
         }
     );

@@ -39,7 +39,7 @@ fn replicas_go_to_distinct_workers() {
     let distinct: std::collections::HashSet<_> = all.iter().collect();
     assert_eq!(distinct.len(), 3, "three different copies");
     let stats = env.core.stats();
-    assert_eq!((stats.running, stats.extra_copies), (3, 2));
+    assert_eq!((stats.running, stats.counters.extra_copies), (3, 2));
 }
 
 #[test]
@@ -70,10 +70,10 @@ fn a_disagreement_starts_another_copy_which_decides() {
     // The third copy goes to the idle third worker (which had a credit).
     let third = tasks_of(&out, ws[2].0);
     assert_eq!(third.len(), 1, "{out:?}");
-    assert_eq!(env.core.stats().disagreements, 1);
+    assert_eq!(env.core.stats().counters.disagreements, 1);
     let out = env.answer(ws[2].0, third[0], TaskStatus::Ok, b"right", 100);
     assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "right".to_owned())]);
-    assert_eq!(env.core.stats().extra_copies, 2);
+    assert_eq!(env.core.stats().counters.extra_copies, 2);
 }
 
 #[test]
@@ -93,7 +93,7 @@ fn without_a_quorum_the_task_fails_with_every_answer_attached() {
     for needle in ["no quorum", "liar", "honest", "worker-1", "worker-2"] {
         assert!(text.contains(needle), "{needle} missing from {text:?}");
     }
-    assert_eq!(env.core.stats().quorum_failed, 1);
+    assert_eq!(env.core.stats().counters.quorum_failed, 1);
     assert_eq!(env.core.stats().tasks, 0);
 }
 
@@ -111,14 +111,17 @@ fn the_first_result_wins_and_the_other_copies_are_aborted() {
         aborted,
         [(ws[0].0, ws[0].1[0], 1), (ws[2].0, ws[2].1[0], 1)]
     );
-    assert_eq!(env.core.stats().copies_cancelled, 2);
+    assert_eq!(env.core.stats().counters.copies_cancelled, 2);
     // The losers answer anyway (or report the abort): nothing more reaches the client.
     for i in [0, 2] {
         let out = env.answer(ws[i].0, ws[i].1[0], TaskStatus::Cancelled, b"", 0);
         assert!(results(&out).is_empty(), "{out:?}");
     }
     let stats = env.core.stats();
-    assert_eq!((stats.tasks, stats.cancelling, stats.delivered), (0, 0, 1));
+    assert_eq!(
+        (stats.tasks, stats.cancelling, stats.counters.delivered),
+        (0, 0, 1)
+    );
 }
 
 #[test]
@@ -215,14 +218,18 @@ fn a_straggler_gets_a_hedge_on_an_idle_worker_and_the_first_result_wins() {
     let out = env.tick();
     let backup = tasks_of(&out, fast);
     assert_eq!(backup.len(), 1, "{out:?}");
-    assert_eq!(env.core.stats().hedges, 1);
+    assert_eq!(env.core.stats().counters.hedges, 1);
     let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 10_000);
     assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "done".to_owned())]);
     assert_eq!(aborts(&out), [(slow, t[0], 1)]);
-    assert_eq!(env.core.stats().hedge_wins, 1);
+    assert_eq!(env.core.stats().counters.hedge_wins, 1);
     let late = env.answer(slow, t[0], TaskStatus::Ok, b"done", 100_000);
     assert!(results(&late).is_empty());
-    assert_eq!(env.core.stats().delivered, 11, "10 learning results + 1");
+    assert_eq!(
+        env.core.stats().counters.delivered,
+        11,
+        "10 learning results + 1"
+    );
 }
 
 #[test]
@@ -235,7 +242,7 @@ fn a_hedge_waits_until_another_worker_has_a_free_credit() {
     tasks_of(&env.credit(slow, 1), slow);
     env.advance(40);
     assert!(env.tick().is_empty(), "no idle worker: no hedge");
-    assert_eq!(env.core.stats().hedges, 0);
+    assert_eq!(env.core.stats().counters.hedges, 0);
     let idle = env.new_worker(1);
     env.credit(idle, 1);
     env.advance(15);
@@ -275,7 +282,7 @@ fn no_hedge_without_a_trusted_estimate() {
         tasks_of(&out, idle).is_empty(),
         "2 results are too few to act on"
     );
-    assert_eq!(env.core.stats().hedges, 0);
+    assert_eq!(env.core.stats().counters.hedges, 0);
 }
 
 /// What a random run may do.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{outcomes, result_indices, tasks_of, TestEnv};
+use common::{outcomes, result_indices, results, tasks_of, Spec, TestEnv};
 use rtpool_core::{Action, CoreConfig, TaskStatus};
 
 #[test]
@@ -18,7 +18,10 @@ fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
     let out = env.lose_worker(lost);
     assert!(out.is_empty(), "no credits anywhere: {out:?}");
     let stats = env.core.stats();
-    assert_eq!((stats.requeued, stats.queued, stats.running), (2, 3, 0));
+    assert_eq!(
+        (stats.counters.requeued, stats.queued, stats.running),
+        (2, 3, 0)
+    );
     let next = tasks_of(&env.credit(other, 2), other);
     assert_eq!(next, held, "the lost worker's tasks go first");
     assert!(next.iter().all(|&t| env.attempt(t) == 2), "attempt + 1");
@@ -41,7 +44,7 @@ fn stale_result_of_the_lost_attempt_is_ignored_and_counted_and_one_result_is_del
         env.result(other, task, 1).is_empty(),
         "the old attempt from the new holder"
     );
-    assert_eq!(env.core.stats().stale_results, 2);
+    assert_eq!(env.core.stats().counters.stale_results, 2);
     assert_eq!(
         env.core.stats().running,
         1,
@@ -54,7 +57,10 @@ fn stale_result_of_the_lost_attempt_is_ignored_and_counted_and_one_result_is_del
         "a repeat is stale too"
     );
     let stats = env.core.stats();
-    assert_eq!((stats.delivered, stats.stale_results), (1, 3));
+    assert_eq!(
+        (stats.counters.delivered, stats.counters.stale_results),
+        (1, 3)
+    );
     assert_eq!((stats.packages, stats.tasks), (0, 0));
 }
 
@@ -82,7 +88,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
         assert!(message.contains(&named), "{named:?} not in {message:?}");
     }
     let stats = env.core.stats();
-    assert_eq!((stats.poisoned, stats.requeued), (1, 2));
+    assert_eq!((stats.counters.poisoned, stats.counters.requeued), (1, 2));
     assert_eq!(stats.queued, 2, "the other tasks wait, unharmed");
     let w = env.new_worker(2);
     let rest = tasks_of(&env.credit(w, 2), w);
@@ -92,11 +98,12 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
     assert_eq!(
         out.last(),
         Some(&Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         })
     );
-    assert_eq!(env.core.stats().poisoned, 1);
+    assert_eq!(env.core.stats().counters.poisoned, 1);
 }
 
 #[test]
@@ -120,7 +127,14 @@ fn returned_tasks_do_not_count_toward_the_poison_cap() {
         env.credit(w, 1);
     }
     let stats = env.core.stats();
-    assert_eq!((stats.poisoned, stats.requeued, stats.running), (0, 2, 1));
+    assert_eq!(
+        (
+            stats.counters.poisoned,
+            stats.counters.requeued,
+            stats.running
+        ),
+        (0, 2, 1)
+    );
     assert_eq!(env.attempt(task), 10, "1 + 5 returns + 2 × (return, lost)");
     let out = env.complete(w, task);
     assert_eq!(outcomes(&out)[0].1, TaskStatus::Ok);
@@ -145,7 +159,62 @@ fn poison_cap_follows_max_attempts() {
         "{}",
         got[0].2
     );
-    assert_eq!(env.core.stats().requeued, 0);
+    assert_eq!(env.core.stats().counters.requeued, 0);
+}
+
+#[test]
+fn a_package_max_attempts_below_the_masters_poisons_sooner() {
+    // The core allows 3 attempts; this package allows 1: its first loss is final, while a
+    // package without the option is requeued.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    let (capped, _) = env.submit_spec(client, Spec::tasks(1).max_attempts(1));
+    env.submit(client, 1);
+    let w = env.new_worker(2);
+    assert_eq!(tasks_of(&env.credit(w, 2), w).len(), 2);
+    let out = env.lose_worker(w);
+    let got = outcomes(&out);
+    assert_eq!(got.len(), 1, "{out:?}");
+    assert_eq!(results(&out)[0].0, capped);
+    assert_eq!(got[0].1, TaskStatus::Lost);
+    assert!(got[0].2.contains("1 times"), "{}", got[0].2);
+    let stats = env.core.stats();
+    assert_eq!(
+        (
+            stats.counters.poisoned,
+            stats.counters.requeued,
+            stats.queued
+        ),
+        (1, 1, 1)
+    );
+}
+
+#[test]
+fn a_package_max_attempts_above_the_masters_retries_longer() {
+    // The core allows 1 attempt; this package allows 3: two losses requeue it, the third
+    // poisons it.
+    let mut env = TestEnv::with_config(CoreConfig {
+        max_attempts: 1,
+        ..CoreConfig::default()
+    });
+    let client = env.new_client();
+    let (package, _) = env.submit_spec(client, Spec::tasks(1).max_attempts(3));
+    for attempt in 1..=3 {
+        let w = env.new_worker(1);
+        let task = tasks_of(&env.credit(w, 1), w)[0];
+        assert_eq!(env.attempt(task), attempt);
+        let out = env.lose_worker(w);
+        let got = outcomes(&out);
+        if attempt < 3 {
+            assert!(got.is_empty(), "attempt {attempt}: requeued, got {out:?}");
+        } else {
+            assert_eq!(results(&out)[0].0, package);
+            assert_eq!(got[0].1, TaskStatus::Lost);
+            assert!(got[0].2.contains("3 times"), "{}", got[0].2);
+        }
+    }
+    let stats = env.core.stats();
+    assert_eq!((stats.counters.poisoned, stats.counters.requeued), (1, 2));
 }
 
 #[test]
@@ -158,7 +227,10 @@ fn lost_worker_with_a_cancelled_task_frees_it_without_a_loss() {
     env.cancel(client, package, &[0]);
     env.lose_worker(w);
     let stats = env.core.stats();
-    assert_eq!((stats.cancelling, stats.requeued, stats.queued), (0, 1, 1));
+    assert_eq!(
+        (stats.cancelling, stats.counters.requeued, stats.queued),
+        (0, 1, 1)
+    );
 }
 
 #[test]
@@ -187,6 +259,6 @@ fn prefetched_tasks_of_a_lost_worker_are_not_counted_as_losses() {
         );
     }
     let stats = env.core.stats();
-    assert_eq!(stats.poisoned, 1);
+    assert_eq!(stats.counters.poisoned, 1);
     assert_eq!(stats.queued, 3, "the prefetched ones wait for a worker");
 }

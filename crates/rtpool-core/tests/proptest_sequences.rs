@@ -408,6 +408,7 @@ impl Model {
                     client,
                     package,
                     results,
+                    ..
                 } => {
                     assert!(!results.is_empty(), "empty SendResults");
                     assert!(
@@ -445,8 +446,12 @@ impl Model {
                     got.aborts
                         .extend(tasks.into_iter().map(|(t, a)| (worker, t, a)));
                 }
-                Action::Delivered { package, indices } => got.delivered.push((package, indices)),
-                Action::PackageFreed { package, expired } => {
+                Action::Delivered {
+                    package, indices, ..
+                } => got.delivered.push((package, indices)),
+                Action::PackageFreed {
+                    package, expired, ..
+                } => {
                     assert!(freed_now.insert(package), "{package} freed twice");
                     got.freed.push((package, expired));
                 }
@@ -1205,7 +1210,7 @@ impl Model {
             stats.queued + stats.running + stats.cancelling + stats.retained
         );
         assert_eq!(
-            stats.delivered,
+            stats.counters.delivered,
             (count(Fate::Done) + count(Fate::Acked) + count(Fate::Dropped)) as u64,
             "results produced"
         );
@@ -1219,12 +1224,12 @@ impl Model {
             (self.workers.len(), self.clients.len())
         );
         let n = Counters {
-            stale: stats.stale_results,
-            requeued: stats.requeued,
-            poisoned: stats.poisoned,
-            timed_out: stats.timed_out,
-            expired: stats.packages_expired,
-            dropped: stats.results_dropped,
+            stale: stats.counters.stale_results,
+            requeued: stats.counters.requeued,
+            poisoned: stats.counters.poisoned,
+            timed_out: stats.counters.timed_out,
+            expired: stats.counters.packages_expired,
+            dropped: stats.counters.results_dropped,
         };
         assert_eq!(n, self.n, "counters (left: core, right: model)");
         let deadlines = self

@@ -77,7 +77,7 @@ fn stale_results_are_not_charged() {
     let w = env.new_worker(1);
     let task = tasks_of(&env.credit(w, 1), w)[0];
     env.result(w, task, 7);
-    assert_eq!(env.core.stats().stale_results, 1);
+    assert_eq!(env.core.stats().counters.stale_results, 1);
     assert_eq!(env.core.take_usage(), []);
     assert_eq!(env.core.remaining_us(ALICE), Some(10_000));
 }
@@ -115,12 +115,16 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     assert_eq!(
         out.last(),
         Some(&Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         })
     );
     let stats = env.core.stats();
-    assert_eq!((stats.quota_failed, stats.queued, stats.running), (2, 2, 0));
+    assert_eq!(
+        (stats.counters.quota_failed, stats.queued, stats.running),
+        (2, 2, 0)
+    );
     assert_eq!(env.core.remaining_us(ALICE), Some(-500));
     // Bob's tasks run as usual.
     let w2 = env.new_worker(2);
@@ -157,7 +161,7 @@ fn set_quota_below_zero_fails_the_users_tasks_at_once() {
     assert_eq!(aborts(&out), [(w, running, 1)]);
     let stats = env.core.stats();
     assert_eq!(
-        (stats.quota_failed, stats.queued),
+        (stats.counters.quota_failed, stats.queued),
         (2, 1),
         "bob's task waits"
     );

@@ -20,9 +20,11 @@ fn timings_are_computed_from_now() {
         client: c,
         package: p,
         results,
+        ..
     }, Action::PackageFreed {
         package: freed,
         expired: false,
+        ..
     }] = out.as_slice()
     else {
         panic!("one SendResults then PackageFreed expected: {out:?}");
@@ -47,7 +49,10 @@ fn package_is_freed_once_its_results_are_delivered() {
     env.complete(w, tasks[1]);
     let stats = env.core.stats();
     assert_eq!((stats.packages, stats.tasks, stats.functions), (0, 0, 0));
-    assert_eq!((stats.running, stats.queued, stats.delivered), (0, 0, 2));
+    assert_eq!(
+        (stats.running, stats.queued, stats.counters.delivered),
+        (0, 0, 2)
+    );
     assert_eq!(
         env.status(client, package),
         [Action::UnknownPackage { client, package }]
@@ -92,7 +97,7 @@ fn result_from_the_wrong_worker_is_ignored() {
     let (a, b) = (env.new_worker(1), env.new_worker(1));
     let task = tasks_of(&env.credit(a, 1), a)[0];
     assert!(env.complete(b, task).is_empty());
-    assert_eq!(env.core.stats().stale_results, 1);
+    assert_eq!(env.core.stats().counters.stale_results, 1);
     assert_eq!(env.core.stats().running, 1, "still running on a");
     assert_eq!(result_indices(&env.complete(a, task)), [0]);
 }
@@ -114,8 +119,8 @@ fn duplicate_result_is_ignored_and_delivered_once() {
         env.complete(w, tasks[0]).is_empty(),
         "again, in a later event"
     );
-    assert_eq!(env.core.stats().stale_results, 2);
-    assert_eq!(env.core.stats().delivered, 1);
+    assert_eq!(env.core.stats().counters.stale_results, 2);
+    assert_eq!(env.core.stats().counters.delivered, 1);
 }
 
 #[test]
@@ -129,7 +134,7 @@ fn result_with_a_wrong_attempt_or_unknown_id_is_ignored() {
     assert!(env.result(w, task, 0).is_empty());
     assert!(env.result(w, TaskId(task.0 ^ (1 << 40)), 1).is_empty());
     assert!(env.result(w, TaskId(u64::MAX), 1).is_empty());
-    assert_eq!(env.core.stats().stale_results, 4);
+    assert_eq!(env.core.stats().counters.stale_results, 4);
     assert_eq!(env.core.stats().running, 1);
 }
 
@@ -173,5 +178,5 @@ fn results_from_an_unknown_worker_are_stale() {
     let w = env.new_worker(1);
     let task = all_assigned(&env.credit(w, 1))[0];
     assert!(env.result(rtpool_core::WorkerId(404), task, 1).is_empty());
-    assert_eq!(env.core.stats().stale_results, 1);
+    assert_eq!(env.core.stats().counters.stale_results, 1);
 }

@@ -48,10 +48,12 @@ fn results_are_retained_until_acknowledged_then_the_package_is_freed() {
         env.ack_all(client, package),
         [
             Action::Delivered {
+                journaled: true,
                 package,
                 indices: vec![0, 1]
             },
             Action::PackageFreed {
+                journaled: true,
                 package,
                 expired: false
             }
@@ -74,6 +76,7 @@ fn partial_acks_free_only_the_acknowledged_prefix() {
     assert_eq!(
         env.ack(client, package, 2),
         [Action::Delivered {
+            journaled: true,
             package,
             indices: vec![2, 0]
         }],
@@ -89,10 +92,12 @@ fn partial_acks_free_only_the_acknowledged_prefix() {
         out,
         [
             Action::Delivered {
+                journaled: true,
                 package,
                 indices: vec![1]
             },
             Action::PackageFreed {
+                journaled: true,
                 package,
                 expired: false
             }
@@ -131,6 +136,7 @@ fn detach_then_attach_resends_unacked_results_in_order_and_restarts_the_count() 
     assert_eq!(
         env.ack(second, package, 1),
         [Action::Delivered {
+            journaled: true,
             package,
             indices: vec![0]
         }]
@@ -207,7 +213,13 @@ fn ttl_expiry_drops_unacked_results_aborts_running_tasks_and_counts_them() {
     assert_eq!(aborts(&out), [(w, tasks[1], 1)]);
     assert_eq!(freed(&out), [(package, true)]);
     let stats = env.core.stats();
-    assert_eq!((stats.packages_expired, stats.results_dropped), (1, 1));
+    assert_eq!(
+        (
+            stats.counters.packages_expired,
+            stats.counters.results_dropped
+        ),
+        (1, 1)
+    );
     assert_eq!((stats.packages, stats.queued, stats.retained), (0, 0, 0));
     assert_eq!(
         (stats.cancelling, stats.tasks),
@@ -266,13 +278,17 @@ fn whole_package_cancel_drops_its_retained_results() {
     assert_eq!(
         env.cancel(client, package, &[]),
         [Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         }]
     );
     let stats = env.core.stats();
     assert_eq!((stats.retained, stats.tasks, stats.packages), (0, 0, 0));
-    assert_eq!(stats.results_dropped, 0, "only expiries count as dropped");
+    assert_eq!(
+        stats.counters.results_dropped, 0,
+        "only expiries count as dropped"
+    );
 }
 
 #[test]
@@ -392,7 +408,13 @@ fn restored_package_expires_like_a_detached_one() {
     let out = env.tick();
     assert_eq!(freed(&out), [(PackageId(9), true)]);
     let stats = env.core.stats();
-    assert_eq!((stats.results_dropped, stats.packages_expired), (1, 1));
+    assert_eq!(
+        (
+            stats.counters.results_dropped,
+            stats.counters.packages_expired
+        ),
+        (1, 1)
+    );
     assert_eq!((stats.tasks, stats.queued), (0, 0));
     assert!(result_indices(&out).is_empty());
 }

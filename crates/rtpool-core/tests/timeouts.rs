@@ -47,7 +47,7 @@ fn result_before_the_limit_disarms_the_timer() {
     assert_eq!(env.core.next_timer(), None, "disarmed by the result");
     env.advance(10 * GRACE_MS);
     assert!(env.tick().is_empty());
-    assert_eq!(env.core.stats().timed_out, 0);
+    assert_eq!(env.core.stats().counters.timed_out, 0);
 }
 
 #[test]
@@ -63,6 +63,7 @@ fn time_out_sends_a_timeout_result_and_aborts_the_worker_which_keeps_holding_it(
         client: to,
         package: p,
         results,
+        ..
     }, Action::Abort { worker, tasks }, Action::PackageFreed { .. }] = &out[..]
     else {
         panic!("SendResults, Abort, then (auto-ack) PackageFreed expected: {out:?}");
@@ -76,7 +77,10 @@ fn time_out_sends_a_timeout_result_and_aborts_the_worker_which_keeps_holding_it(
     assert!(message.contains("time limit of 0.250 s"), "{message}");
     assert!(message.contains(&format!("{w}, attempt 1")), "{message}");
     let stats = env.core.stats();
-    assert_eq!((stats.timed_out, stats.running, stats.retained), (1, 0, 1));
+    assert_eq!(
+        (stats.counters.timed_out, stats.running, stats.retained),
+        (1, 0, 1)
+    );
     assert_eq!(
         env.core.worker_stats(w).unwrap().in_flight,
         1,
@@ -98,8 +102,11 @@ fn late_answer_after_a_time_out_is_dropped_and_frees_the_hold() {
         "the client already has Timeout"
     );
     let stats = env.core.stats();
-    assert_eq!(stats.stale_results, 0, "expected, not stale");
-    assert_eq!((stats.tasks, stats.retained, stats.delivered), (0, 0, 1));
+    assert_eq!(stats.counters.stale_results, 0, "expected, not stale");
+    assert_eq!(
+        (stats.tasks, stats.retained, stats.counters.delivered),
+        (0, 0, 1)
+    );
     assert_eq!(env.core.worker_stats(w).unwrap().in_flight, 0);
 }
 
@@ -119,6 +126,7 @@ fn late_answer_before_the_client_acks_leaves_the_timeout_result_retained() {
     assert_eq!(
         env.ack_all(client, package),
         [Action::PackageFreed {
+            journaled: true,
             package,
             expired: false
         }]
@@ -176,9 +184,16 @@ fn worker_lost_after_a_time_out_releases_the_task_without_requeue_or_loss() {
     env.tick();
     assert!(env.lose_worker(w).is_empty());
     let stats = env.core.stats();
-    assert_eq!((stats.tasks, stats.queued, stats.requeued), (0, 0, 0));
     assert_eq!(
-        (stats.timed_out, stats.poisoned, stats.delivered),
+        (stats.tasks, stats.queued, stats.counters.requeued),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        (
+            stats.counters.timed_out,
+            stats.counters.poisoned,
+            stats.counters.delivered
+        ),
         (1, 0, 1)
     );
 }

@@ -31,7 +31,7 @@ fn worker_lost_mid_package_requeues_at_the_front_and_its_late_result_is_ignored(
         env.result(other, held[0], 1).is_empty(),
         "old attempt from the new holder too"
     );
-    assert_eq!(env.core.stats().stale_results, 2);
+    assert_eq!(env.core.stats().counters.stale_results, 2);
     assert_eq!(
         result_indices(&env.complete(other, held[0])),
         [env.index(held[0])]

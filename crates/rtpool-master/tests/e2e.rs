@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use common::{expect_accepted, expect_error, master, Peer};
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, Role, SubmitOpts, WorkerResult};
+use rtpool_proto::{
+    decode_frame, encode_to_vec, MissPolicy, Msg, PackageCounts, PackageOpts, Role, WorkerResult,
+};
 use sha2::{Digest, Sha256};
 
 fn submit(req_id: u64, code: &[u8], tasks: Vec<Bytes>) -> Msg {
-    submit_with(req_id, code, tasks, SubmitOpts::default())
+    submit_with(req_id, code, tasks, PackageOpts::default())
 }
 
-fn submit_with(req_id: u64, code: &[u8], tasks: Vec<Bytes>, opts: SubmitOpts) -> Msg {
+fn submit_with(req_id: u64, code: &[u8], tasks: Vec<Bytes>, opts: PackageOpts) -> Msg {
     let fn_hash = Bytes::copy_from_slice(&Sha256::digest(code));
     Msg::Submit {
         req_id,
@@ -151,7 +153,10 @@ fn package_round_trip_with_code_cache_and_credits() {
     // Results are kept until the client acknowledges them.
     client.send(&Msg::Status { req_id: 8, package });
     match client.recv() {
-        Msg::StatusReply { done: 3, .. } => {}
+        Msg::StatusReply {
+            counts: PackageCounts { done: 3, .. },
+            ..
+        } => {}
         other => panic!("expected STATUS_REPLY with 3 done, got {other:?}"),
     }
     assert_eq!(m.stats().unwrap().core.retained, 3);
@@ -273,17 +278,18 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
     let worker_token = m.tokens().worker.clone();
     let (_w1, _) = Peer::hello(&m, Role::Worker, &worker_token, 2);
     let (_w2, _) = Peer::hello(&m, Role::Worker, &worker_token, 2);
-    let opts = SubmitOpts {
+    let opts = PackageOpts {
         priority: 1,
         timeout_ms: 5_000,
         key: "e2e-every-option".into(),
         deadline_ms: 60_000,
-        on_miss: OnMiss::Drop,
+        on_miss: MissPolicy::Drop,
         admit: true,
         replicas: 2,
         quorum: 1,
         max_copies: 3,
         hedge: true,
+        max_attempts: 2,
     };
     client.send(&submit_with(21, b"code", tasks(3), opts));
     let package = expect_accepted(client.recv(), 21);
@@ -306,28 +312,31 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
         Msg::StatusReply {
             req_id: 22,
             package: p,
-            total: 3,
-            queued,
-            running: 0,
-            done: 0,
-            cancelled: 0,
-            met: 0,
-            missed: 0,
+            counts:
+                PackageCounts {
+                    total: 3,
+                    queued,
+                    running: 0,
+                    done: 0,
+                    cancelled: 0,
+                    met: 0,
+                    missed: 0,
+                },
         } if p == package => assert_eq!(queued, 3),
         other => panic!("expected STATUS_REPLY of 3 queued tasks, got {other:?}"),
     }
-    assert_eq!(m.stats().unwrap().core.admission_refused, 0);
+    assert_eq!(m.stats().unwrap().core.counters.admission_refused, 0);
 }
 
 #[test]
 fn contradictory_options_are_rejected_and_the_client_goes_on() {
     let m = master();
     let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
-    let d = SubmitOpts::default;
+    let d = PackageOpts::default;
     let cases = [
         (
             "quorum above replicas",
-            SubmitOpts {
+            PackageOpts {
                 replicas: 2,
                 quorum: 3,
                 ..d()
@@ -335,21 +344,21 @@ fn contradictory_options_are_rejected_and_the_client_goes_on() {
         ),
         (
             "more than 16 replicas",
-            SubmitOpts {
+            PackageOpts {
                 replicas: 17,
                 ..d()
             },
         ),
         (
             "more than 16 copies",
-            SubmitOpts {
+            PackageOpts {
                 max_copies: 17,
                 ..d()
             },
         ),
         (
             "admission control without a deadline",
-            SubmitOpts { admit: true, ..d() },
+            PackageOpts { admit: true, ..d() },
         ),
     ];
     for (req_id, (what, opts)) in (30..).zip(cases) {
@@ -379,9 +388,9 @@ fn a_late_result_reports_its_lateness_and_counts_as_missed() {
     let m = master();
     let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
     let (mut worker, _) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
-    let opts = SubmitOpts {
+    let opts = PackageOpts {
         deadline_ms: 1,
-        ..SubmitOpts::default()
+        ..PackageOpts::default()
     };
     client.send(&submit_with(50, b"code", tasks(1), opts));
     let package = expect_accepted(client.recv(), 50);
@@ -419,14 +428,18 @@ fn a_late_result_reports_its_lateness_and_counts_as_missed() {
     });
     match client.recv() {
         Msg::StatusReply {
-            done: 1,
-            met: 0,
-            missed: 1,
+            counts:
+                PackageCounts {
+                    done: 1,
+                    met: 0,
+                    missed: 1,
+                    ..
+                },
             ..
         } => {}
         other => panic!("expected STATUS_REPLY with 1 missed, got {other:?}"),
     }
-    assert_eq!(m.stats().unwrap().core.deadlines_missed, 1);
+    assert_eq!(m.stats().unwrap().core.counters.deadlines_missed, 1);
 }
 
 #[test]
@@ -449,10 +462,10 @@ fn admission_control_refuses_with_a_non_fatal_admission_error() {
         }
     }
     // 50 one-second tasks on one slot cannot finish within 100 ms.
-    let opts = SubmitOpts {
+    let opts = PackageOpts {
         deadline_ms: 100,
         admit: true,
-        ..SubmitOpts::default()
+        ..PackageOpts::default()
     };
     client.send(&submit_with(61, b"slow", tasks(50), opts));
     let message = match client.recv() {
@@ -470,5 +483,39 @@ fn admission_control_refuses_with_a_non_fatal_admission_error() {
     // Not fatal: the same connection submits a package without admission control.
     client.send(&submit(62, b"slow", tasks(1)));
     expect_accepted(client.recv(), 62);
-    assert_eq!(m.stats().unwrap().core.admission_refused, 1);
+    assert_eq!(m.stats().unwrap().core.counters.admission_refused, 1);
+}
+
+#[test]
+fn a_package_max_attempts_of_1_fails_its_task_as_poison_at_the_first_lost_worker() {
+    let m = master();
+    let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
+    let opts = PackageOpts {
+        max_attempts: 1,
+        ..PackageOpts::default()
+    };
+    client.send(&submit_with(61, b"poison", tasks(1), opts));
+    let package = expect_accepted(client.recv(), 61);
+    let (mut worker, _) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
+    worker.send(&Msg::Pull { credits: 1 });
+    match worker.recv() {
+        Msg::Assign { tasks } => assert_eq!((tasks.len(), tasks[0].attempt), (1, 1)),
+        other => panic!("expected ASSIGN, got {other:?}"),
+    }
+    // The worker dies running it: with the master's default of 3 attempts the task would be
+    // requeued; this package allows one.
+    drop(worker);
+    match client.recv() {
+        Msg::Results {
+            package: p,
+            results,
+        } => {
+            assert_eq!(p, package);
+            assert_eq!(results[0].status, rtpool_proto::status::LOST);
+            let message = String::from_utf8_lossy(&results[0].data);
+            assert!(message.contains("1 times"), "{message}");
+        }
+        other => panic!("expected RESULTS, got {other:?}"),
+    }
+    assert_eq!(m.stats().unwrap().core.counters.poisoned, 1);
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rtpool_master::{MasterConfig, MasterHandle};
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, Role, SubmitOpts, WorkerResult};
+use rtpool_proto::{decode_frame, encode_to_vec, Msg, PackageOpts, Role, WorkerResult};
 use sha2::{Digest, Sha256};
 use tokio_rustls::rustls::crypto::ring::default_provider;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -146,7 +146,7 @@ fn submit(req_id: u64, code: &[u8], tasks: Vec<Bytes>) -> Msg {
         req_id,
         fn_hash: Bytes::copy_from_slice(&Sha256::digest(code)),
         fn_code: Bytes::copy_from_slice(code),
-        opts: SubmitOpts::default(),
+        opts: PackageOpts::default(),
         tasks,
     }
 }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use common::{expect_accepted, expect_error, master, Peer};
 use rtpool_master::{MasterConfig, MasterHandle};
 use rtpool_proto::{
-    Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, SubmitOpts, TaskResult,
+    Call, CallAssignment, FunctionInfo, Msg, PackageOpts, Role, ServedFunction, TaskResult,
     WorkerResult,
 };
 
@@ -50,7 +50,7 @@ fn call(name: &str, args: &'static [u8], deps: Vec<u32>, fetch: bool) -> Call {
 fn call_msg(req_id: u64, calls: Vec<Call>) -> Msg {
     Msg::Call {
         req_id,
-        opts: SubmitOpts::default(),
+        opts: PackageOpts::default(),
         calls,
     }
 }
@@ -404,9 +404,9 @@ fn a_call_runs_on_a_worker_that_serves_it_and_its_result_comes_back() {
     let args: &'static [u8] = b"\xc1opaque args\x00\xff";
     c.send(&Msg::Call {
         req_id: 7,
-        opts: SubmitOpts {
+        opts: PackageOpts {
             timeout_ms: 750,
-            ..SubmitOpts::default()
+            ..PackageOpts::default()
         },
         calls: vec![call("add", args, vec![], false)],
     });

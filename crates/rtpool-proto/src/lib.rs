@@ -4,10 +4,14 @@
 //! specification; the vectors in `tests/vectors/` pin the bytes.
 
 mod codec;
+mod counts;
 mod error;
 mod message;
-mod reader;
+pub mod msgpack;
+mod options;
 
 pub use codec::{decode_body, decode_frame, encode, encode_to_vec};
+pub use counts::PackageCounts;
 pub use error::ProtoError;
 pub use message::*;
+pub use options::{MissPolicy, OptFields, PackageOpts, CALL_OPTS, OPTION_KEYS, OPTS, SUBMIT_OPTS};

@@ -1,10 +1,14 @@
 //! The messages of protocol version 1, one enum variant per message kind.
 //!
-//! Field order and types follow `docs/protocol.md` exactly; the codec in `codec.rs` turns these
-//! values into msgpack arrays and back. Payloads are [`Bytes`] so that decoding a frame slices
+//! Field order and types follow `docs/protocol.md` exactly; the codec in `codec/` turns these
+//! values into msgpack arrays and back. Package options are [`PackageOpts`], defined in
+//! `options.rs`. Payloads are [`Bytes`] so that decoding a frame slices
 //! it instead of copying user data.
 
 use bytes::Bytes;
+
+use crate::counts::PackageCounts;
+use crate::options::PackageOpts;
 
 /// Protocol version spoken by this crate.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -146,83 +150,6 @@ impl Role {
             b"client" => Some(Role::Client),
             b"worker" => Some(Role::Worker),
             _ => None,
-        }
-    }
-}
-
-/// What the master does with the tasks of a package that can no longer make their deadline
-/// (`SUBMIT.opts.on_miss`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OnMiss {
-    /// `"run"`: late tasks run anyway; each late result reports its lateness (the default).
-    #[default]
-    Run,
-    /// `"drop"`: tasks that cannot finish in time are not started, and at the deadline every
-    /// unfinished task fails with [`status::MISSED`].
-    Drop,
-}
-
-impl OnMiss {
-    /// The policy's name on the wire: `"run"` or `"drop"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnMiss::Run => "run",
-            OnMiss::Drop => "drop",
-        }
-    }
-
-    /// Parses the wire name of a policy; `None` for anything but `"run"` and `"drop"`.
-    pub fn from_wire(name: &[u8]) -> Option<OnMiss> {
-        match name {
-            b"run" => Some(OnMiss::Run),
-            b"drop" => Some(OnMiss::Drop),
-            _ => None,
-        }
-    }
-}
-
-/// Options of a submitted package (`SUBMIT.opts`, and `CALL.opts`). [`Default`] gives the
-/// protocol's defaults, which the encoder leaves out of the map.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubmitOpts {
-    /// Higher runs first; within one priority, users take turns and each user's packages run
-    /// earliest deadline first.
-    pub priority: i32,
-    /// Execution time limit per task, milliseconds; 0 = none.
-    pub timeout_ms: u32,
-    /// Idempotency key (at most [`MAX_KEY_BYTES`]); empty = none.
-    pub key: String,
-    /// Deadline of every task, milliseconds after the master received the `SUBMIT`; 0 = none.
-    pub deadline_ms: u32,
-    /// What happens to tasks that can no longer make the deadline.
-    pub on_miss: OnMiss,
-    /// Admission control: the master refuses the package with `ERROR admission` when it
-    /// estimates it cannot finish by its deadline.
-    pub admit: bool,
-    /// Copies of each task, run on distinct workers (default 1; 0 means 1 too).
-    pub replicas: u8,
-    /// Byte-equal results needed before one is accepted (default 1: the first result wins;
-    /// 0 means 1 too).
-    pub quorum: u8,
-    /// Most copies of one task ever started; 0 = the master's default (`replicas + quorum`).
-    pub max_copies: u8,
-    /// Straggler hedging: a slow or at-risk task gets one backup copy on another worker.
-    pub hedge: bool,
-}
-
-impl Default for SubmitOpts {
-    fn default() -> Self {
-        Self {
-            priority: 0,
-            timeout_ms: 0,
-            key: String::new(),
-            deadline_ms: 0,
-            on_miss: OnMiss::Run,
-            admit: false,
-            replicas: 1,
-            quorum: 1,
-            max_copies: 0,
-            hedge: false,
         }
     }
 }
@@ -398,7 +325,7 @@ pub enum Msg {
         /// The pickled function.
         fn_code: Bytes,
         /// Package options.
-        opts: SubmitOpts,
+        opts: PackageOpts,
         /// One opaque payload per task.
         tasks: Vec<Bytes>,
     },
@@ -436,20 +363,8 @@ pub enum Msg {
         req_id: u64,
         /// Package id.
         package: u64,
-        /// Tasks in the package.
-        total: u32,
-        /// Waiting for a worker.
-        queued: u32,
-        /// Assigned to a worker.
-        running: u32,
-        /// Result sent to the client.
-        done: u32,
-        /// Cancelled.
-        cancelled: u32,
-        /// Results that came by the package's deadline (0 without a deadline).
-        met: u32,
-        /// Results that came after the deadline, and tasks dropped for it (status 7).
-        missed: u32,
+        /// Its counters, one wire field each.
+        counts: PackageCounts,
     },
     /// Kind 16: re-attach to a package after a reconnect.
     Attach {
@@ -473,7 +388,7 @@ pub enum Msg {
         req_id: u64,
         /// Package options, as in `SUBMIT` (the master refuses those that do not apply to
         /// calls).
-        opts: SubmitOpts,
+        opts: PackageOpts,
         /// The calls; call `i` is task `i` of the package.
         calls: Vec<Call>,
     },

@@ -5,7 +5,7 @@ mod common;
 
 use bytes::BytesMut;
 use common::{frame, frame_of, hash, V};
-use rtpool_proto::{decode_frame, encode, kind, Msg, OnMiss, ProtoError, Role, SubmitOpts};
+use rtpool_proto::{decode_frame, encode, kind, MissPolicy, Msg, PackageOpts, ProtoError, Role};
 
 const LIMIT: usize = 1 << 20;
 
@@ -290,9 +290,9 @@ fn any_integer_width_that_fits_is_accepted() {
             req_id: 1,
             fn_hash: hash(0),
             fn_code: bytes::Bytes::new(),
-            opts: SubmitOpts {
+            opts: PackageOpts {
                 priority: -3,
-                ..SubmitOpts::default()
+                ..PackageOpts::default()
             },
             tasks: vec![],
         }))
@@ -430,8 +430,8 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             req_id: 9,
             key: "deadline".into(),
             reason: "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
-                     `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, `max_copies` and \
-                     `hedge`)"
+                     `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, `max_copies`, \
+                     `hedge` and `max_attempts`)"
                 .into(),
         }
     );
@@ -444,7 +444,7 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             code: "rejected".into(),
             message: "SUBMIT 9 has a bad option `deadline`: unknown option (version 1 knows \
                       `priority`, `timeout_ms`, `key`, `deadline_ms`, `on_miss`, `admit`, \
-                      `replicas`, `quorum`, `max_copies` and `hedge`)"
+                      `replicas`, `quorum`, `max_copies`, `hedge` and `max_attempts`)"
                 .into(),
             reference: 9,
         }
@@ -559,6 +559,39 @@ fn deadline_options_with_a_wrong_type_or_value_are_bad_options() {
 }
 
 #[test]
+fn max_attempts_is_1_to_255_and_defaults_to_the_masters_setting() {
+    for (value, needle) in [
+        (V::U(0), "0 is out of range 1..=255"),
+        (V::U(256), "256 is out of range 1..=255"),
+        (V::I(-1), "-1 is out of range 1..=255"),
+        (V::s("3"), "expected an integer, found a str"),
+    ] {
+        let reason = bad_option_reason("max_attempts", value);
+        assert!(reason.contains(needle), "{reason:?} lacks {needle:?}");
+    }
+    for (value, expected) in [(V::U(1), 1), (V::Raw(vec![0xcd, 0x00, 0xff]), 255)] {
+        let opts = V::M(vec![(V::s("max_attempts"), value)]);
+        let mut buf = frame(&submit_with_opts(opts));
+        let Ok(Some(Msg::Submit { opts, .. })) = decode(&mut buf) else {
+            panic!("SUBMIT did not decode");
+        };
+        assert_eq!(
+            opts,
+            PackageOpts {
+                max_attempts: expected,
+                ..PackageOpts::default()
+            }
+        );
+    }
+    // Left out: 0, the master's setting; and 0 is never written.
+    let mut buf = frame(&submit_with_opts(V::M(vec![])));
+    let Ok(Some(Msg::Submit { opts, .. })) = decode(&mut buf) else {
+        panic!("SUBMIT did not decode");
+    };
+    assert_eq!(opts.max_attempts, 0);
+}
+
+#[test]
 fn deadline_options_decode_in_any_order_and_width() {
     // Keys in reverse spec order, integers in wider formats than needed: accepted.
     let opts = V::M(vec![
@@ -579,15 +612,15 @@ fn deadline_options_decode_in_any_order_and_width() {
     };
     assert_eq!(
         opts,
-        SubmitOpts {
+        PackageOpts {
             deadline_ms: 1_000,
-            on_miss: OnMiss::Run,
+            on_miss: MissPolicy::Run,
             admit: true,
             replicas: 3,
             quorum: 2,
             max_copies: 4,
             hedge: false,
-            ..SubmitOpts::default()
+            ..PackageOpts::default()
         }
     );
     // Without the keys, the documented defaults: one replica, a quorum of one.
@@ -598,7 +631,7 @@ fn deadline_options_decode_in_any_order_and_width() {
     assert_eq!((opts.replicas, opts.quorum, opts.max_copies), (1, 1, 0));
     assert_eq!(
         (opts.on_miss, opts.admit, opts.hedge),
-        (OnMiss::Run, false, false)
+        (MissPolicy::Run, false, false)
     );
 }
 

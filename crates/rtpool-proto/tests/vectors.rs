@@ -11,7 +11,9 @@ use std::path::PathBuf;
 
 use bytes::BytesMut;
 use rmp::Marker;
-use rtpool_proto::{decode_frame, encode_to_vec, Msg, OnMiss, SubmitOpts, DEFAULT_MAX_FRAME};
+use rtpool_proto::{
+    decode_frame, encode_to_vec, MissPolicy, Msg, PackageCounts, PackageOpts, DEFAULT_MAX_FRAME,
+};
 use serde_json::{json, Value};
 
 fn vectors_path() -> PathBuf {
@@ -87,7 +89,7 @@ fn bin(bytes: &[u8]) -> Value {
 
 /// The JSON form of `SUBMIT.opts` or `CALL.opts`: the keys whose value is not the default, in
 /// spec order.
-fn opts_to_json(opts: &SubmitOpts) -> Value {
+fn opts_to_json(opts: &PackageOpts) -> Value {
     let mut map = serde_json::Map::new();
     if opts.priority != 0 {
         map.insert("priority".into(), json!(opts.priority));
@@ -101,7 +103,7 @@ fn opts_to_json(opts: &SubmitOpts) -> Value {
     if opts.deadline_ms != 0 {
         map.insert("deadline_ms".into(), json!(opts.deadline_ms));
     }
-    if opts.on_miss != OnMiss::Run {
+    if opts.on_miss != MissPolicy::Run {
         map.insert("on_miss".into(), json!(opts.on_miss.as_str()));
     }
     if opts.admit {
@@ -118,6 +120,9 @@ fn opts_to_json(opts: &SubmitOpts) -> Value {
     }
     if opts.hedge {
         map.insert("hedge".into(), json!(true));
+    }
+    if opts.max_attempts != 0 {
+        map.insert("max_attempts".into(), json!(opts.max_attempts));
     }
     Value::Object(map)
 }
@@ -236,13 +241,16 @@ fn msg_to_json(msg: &Msg) -> Value {
         Msg::StatusReply {
             req_id,
             package,
-            total,
-            queued,
-            running,
-            done,
-            cancelled,
-            met,
-            missed,
+            counts:
+                PackageCounts {
+                    total,
+                    queued,
+                    running,
+                    done,
+                    cancelled,
+                    met,
+                    missed,
+                },
         } => json!([req_id, package, total, queued, running, done, cancelled, met, missed]),
         Msg::Pull { credits } => json!([credits]),
         Msg::Assign { tasks } => {

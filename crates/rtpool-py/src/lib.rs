@@ -111,35 +111,9 @@ fn option_value(v: &Bound<'_, PyAny>) -> PyResult<OptionValue> {
 
 /// The core's gauges and counters of `s` into `d`, under their field names.
 fn set_core_stats(d: &Bound<'_, PyDict>, s: &MasterStats) -> PyResult<()> {
-    let c = &s.core;
-    d.set_item("tasks", c.tasks)?;
-    d.set_item("packages", c.packages)?;
-    d.set_item("queued", c.queued)?;
-    d.set_item("running", c.running)?;
-    d.set_item("workers", c.workers)?;
-    d.set_item("clients", c.clients)?;
-    d.set_item("functions", c.functions)?;
-    d.set_item("services", c.services)?;
-    d.set_item("delivered", c.delivered)?;
-    d.set_item("stale_results", c.stale_results)?;
-    d.set_item("cancelling", c.cancelling)?;
-    d.set_item("retained", c.retained)?;
-    d.set_item("requeued", c.requeued)?;
-    d.set_item("poisoned", c.poisoned)?;
-    d.set_item("timed_out", c.timed_out)?;
-    d.set_item("quota_failed", c.quota_failed)?;
-    d.set_item("packages_expired", c.packages_expired)?;
-    d.set_item("results_dropped", c.results_dropped)?;
-    d.set_item("deadlines_met", c.deadlines_met)?;
-    d.set_item("deadlines_missed", c.deadlines_missed)?;
-    d.set_item("deadline_dropped", c.deadline_dropped)?;
-    d.set_item("admission_refused", c.admission_refused)?;
-    d.set_item("hedges", c.hedges)?;
-    d.set_item("hedge_wins", c.hedge_wins)?;
-    d.set_item("extra_copies", c.extra_copies)?;
-    d.set_item("copies_cancelled", c.copies_cancelled)?;
-    d.set_item("disagreements", c.disagreements)?;
-    d.set_item("quorum_failed", c.quorum_failed)?;
+    for (name, value) in s.core.iter() {
+        d.set_item(name, value)?;
+    }
     Ok(())
 }
 

@@ -34,7 +34,7 @@ impl Core {
         let group = self.groups.get_mut(g).expect("live group");
         group.copies.push(id);
         group.started = group.started.saturating_add(1);
-        self.extra_copies += 1;
+        self.counters.extra_copies += 1;
         self.enqueue(id, front);
         id
     }
@@ -79,7 +79,7 @@ impl Core {
             }
             _ => return,
         }
-        self.copies_cancelled += 1;
+        self.counters.copies_cancelled += 1;
     }
 
     /// A running copy leaves after answering (or being failed by the master): if its worker
@@ -193,7 +193,7 @@ impl Core {
                 id
             } else {
                 self.retire_copy(id, held);
-                self.hedge_wins += u64::from(self.groups.get(g).is_some_and(|g| g.hedged));
+                self.counters.hedge_wins += u64::from(self.groups.get(g).is_some_and(|g| g.hedged));
                 let index = self.groups.get(g).expect("live group").index;
                 self.packages.get(slot).expect("live package").tasks[index as usize]
             };
@@ -201,7 +201,7 @@ impl Core {
             return;
         }
         if group.votes.len() > 1 && agree == 1 {
-            self.disagreements += 1;
+            self.counters.disagreements += 1;
         }
         let need = quorum.saturating_sub(group.best_agreement());
         let room = usize::from(max_copies.saturating_sub(group.started));
@@ -230,7 +230,7 @@ impl Core {
             now,
         );
         let failed = TaskOutcome { data, ..message };
-        self.quorum_failed += 1;
+        self.counters.quorum_failed += 1;
         self.finish_copy_task(id, failed, !held, now, results);
     }
 
@@ -262,7 +262,7 @@ impl Core {
             } else {
                 // Another copy decided it while this one still runs.
                 self.pending_aborts.push((worker, id, attempt));
-                self.copies_cancelled += 1;
+                self.counters.copies_cancelled += 1;
             }
         }
         results.add(self, slot, outcome);
@@ -333,6 +333,6 @@ impl Core {
         self.new_copy(id, now, true);
         let g = self.tasks.get(id.0).and_then(|t| t.group).expect("grouped");
         self.groups.get_mut(g).expect("live group").hedged = true;
-        self.hedges += 1;
+        self.counters.hedges += 1;
     }
 }

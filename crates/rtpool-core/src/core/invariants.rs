@@ -72,7 +72,7 @@ impl Core {
         let mut armed = 0;
         for &(at, timer) in self.timers.keys() {
             match timer {
-                Timer::Task(id, attempt) => {
+                Timer::TimeLimit(id, attempt) => {
                     let task = self
                         .tasks
                         .get(id.0)
@@ -83,9 +83,13 @@ impl Core {
                         task.state
                     );
                     assert_eq!(task.attempt, attempt, "timer of an old attempt of {id}");
-                    assert_eq!(task.deadline, Some(at), "{id}'s deadline is not its timer");
+                    assert_eq!(
+                        task.time_limit_at,
+                        Some(at),
+                        "{id}'s time limit is not its timer"
+                    );
                 }
-                Timer::Package(slot) => {
+                Timer::ResultTtl(slot) => {
                     let p = self.packages.get(slot).expect("timer of a freed package");
                     assert!(p.client.is_none(), "{} is attached but has a TTL", p.id);
                     assert_eq!(p.expires, Some(at), "{}'s expiry is not its timer", p.id);
@@ -142,7 +146,7 @@ impl Core {
         let deadlines = self
             .tasks
             .iter()
-            .filter(|(_, t)| t.deadline.is_some())
+            .filter(|(_, t)| t.time_limit_at.is_some())
             .count();
         let expiries = self
             .packages

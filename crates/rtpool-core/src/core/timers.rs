@@ -28,16 +28,18 @@ impl Core {
         };
         let at = Instant(now.0.saturating_add(limit));
         let task = self.tasks.get_mut(id.0).expect("armed a freed task");
-        task.deadline = Some(at);
-        self.timers.insert((at, Timer::Task(id, task.attempt)), ());
+        task.time_limit_at = Some(at);
+        self.timers
+            .insert((at, Timer::TimeLimit(id, task.attempt)), ());
     }
 
     /// Disarms a task's time limit and straggler check (its worker answered, returned it, or
     /// was lost; the master answered it).
     pub(super) fn disarm_task_timer(&mut self, id: TaskId) {
         if let Some(task) = self.tasks.get_mut(id.0) {
-            if let Some(at) = task.deadline.take() {
-                self.timers.remove(&(at, Timer::Task(id, task.attempt)));
+            if let Some(at) = task.time_limit_at.take() {
+                self.timers
+                    .remove(&(at, Timer::TimeLimit(id, task.attempt)));
             }
             if let Some(at) = task.hedge_at.take() {
                 self.timers.remove(&(at, Timer::Hedge(id, task.attempt)));
@@ -55,10 +57,10 @@ impl Core {
             }
             self.timers.remove(&(at, timer));
             match timer {
-                Timer::Task(id, attempt) => {
+                Timer::TimeLimit(id, attempt) => {
                     self.time_out(id, attempt, now, &mut results, &mut aborts)
                 }
-                Timer::Package(slot) => {
+                Timer::ResultTtl(slot) => {
                     // The results gathered so far go first: they may be of this package, and
                     // nothing of a package may follow its `PackageFreed`.
                     self.push_results(std::mem::take(&mut results), out);
@@ -152,7 +154,7 @@ impl Core {
         if task.attempt != attempt {
             return;
         }
-        task.deadline = None;
+        task.time_limit_at = None;
         let slot = task.package;
         let limit_ms = self.packages.get(slot).map_or(0, |p| p.opts.timeout_ms);
         let ran = now.0.saturating_sub(assigned_at.0) as f64 / 1e9;
@@ -171,7 +173,7 @@ impl Core {
             )
         };
         let outcome = Self::system_outcome(task, TaskStatus::Timeout, message, now);
-        self.timed_out += 1;
+        self.counters.timed_out += 1;
         if task.group.is_some() {
             self.copy_answered(id, worker, outcome, true, now, results);
             return;
@@ -193,8 +195,8 @@ impl Core {
         p.expires = None;
         self.cancel_indices(slot, &[], out);
         let dropped = self.drop_unacked(slot);
-        self.results_dropped += dropped as u64;
-        self.packages_expired += 1;
+        self.counters.results_dropped += dropped as u64;
+        self.counters.packages_expired += 1;
         self.free_package(slot, true, out);
     }
 
@@ -240,7 +242,7 @@ impl Core {
         let message = "the user's compute-time quota ran out before this task could finish (see \
                        `rtpool token list`; an admin raises it with `rtpool token quota`)";
         for slot in slots {
-            self.quota_failed +=
+            self.counters.quota_failed +=
                 self.fail_unfinished(slot, TaskStatus::Quota, message, now, &mut results);
         }
         self.push_results(results, out);
@@ -272,8 +274,8 @@ impl Core {
     /// Emits gathered results, one `SendResults` per package, counting what each client was
     /// sent (a detached package's results wait for its attach).
     pub(super) fn push_results(&mut self, results: Results, out: &mut Vec<Action>) {
-        for (slot, client, package, outcomes) in results.batches {
-            self.delivered += outcomes.len() as u64;
+        for (slot, client, package, journaled, outcomes) in results.batches {
+            self.counters.delivered += outcomes.len() as u64;
             if let (Some(_), Some(p)) = (client, self.packages.get_mut(slot)) {
                 p.sent += outcomes.len() as u64;
             }
@@ -281,15 +283,20 @@ impl Core {
                 client,
                 package,
                 results: outcomes,
+                journaled,
             });
         }
     }
 }
 
+/// `(slot, client, package, journaled, outcomes)`: one package's new results.
+type Batch = (u64, Option<ClientId>, PackageId, bool, Vec<TaskOutcome>);
+
 /// Results of one event, grouped by package in first-completion order.
 #[derive(Default)]
 pub(super) struct Results {
-    batches: Vec<(u64, Option<ClientId>, PackageId, Vec<TaskOutcome>)>,
+    /// One batch per package, in first-result order.
+    batches: Vec<Batch>,
     slot_of: HashMap<u64, usize>,
 }
 
@@ -298,9 +305,10 @@ impl Results {
     pub(super) fn add(&mut self, core: &Core, slot: u64, outcome: TaskOutcome) {
         let i = *self.slot_of.entry(slot).or_insert_with(|| {
             let p = core.packages.get(slot).expect("result of a live package");
-            self.batches.push((slot, p.client, p.id, Vec::new()));
+            self.batches
+                .push((slot, p.client, p.id, !p.calls, Vec::new()));
             self.batches.len() - 1
         });
-        self.batches[i].3.push(outcome);
+        self.batches[i].4.push(outcome);
     }
 }

@@ -84,7 +84,7 @@ impl Core {
             .get(r.task.0)
             .filter(|t| t.is_held_by(worker, r.attempt))
         else {
-            self.stale_results += 1;
+            self.counters.stale_results += 1;
             return None;
         };
         let slot = task.package;
@@ -244,7 +244,11 @@ impl Core {
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
             if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
                 task.lost_on.push((worker, task.attempt));
-                if task.lost_on.len() >= self.config.max_attempts.max(1) as usize {
+                let allowed = match self.packages.get(task.package) {
+                    Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
+                    _ => self.config.max_attempts,
+                };
+                if task.lost_on.len() >= allowed.max(1) as usize {
                     let slot = task.package;
                     let names: Vec<String> = task
                         .lost_on
@@ -258,7 +262,7 @@ impl Core {
                         names.join(", ")
                     );
                     let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
-                    self.poisoned += 1;
+                    self.counters.poisoned += 1;
                     if task.group.is_some() {
                         self.copy_answered(id, worker, outcome, false, now, &mut poisoned);
                         continue;
@@ -275,7 +279,7 @@ impl Core {
                 }
             }
             if matches!(task.state, TaskState::Running { .. }) {
-                self.requeued += 1;
+                self.counters.requeued += 1;
             }
             self.requeue_front(id);
         }

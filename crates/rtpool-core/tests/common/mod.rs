@@ -53,6 +53,8 @@ pub struct Spec {
     pub max_copies: u8,
     /// Straggler hedging.
     pub hedge: bool,
+    /// Attempts before a lost task fails as poison (0: the core's `max_attempts`).
+    pub max_attempts: u32,
 }
 
 impl Spec {
@@ -71,6 +73,7 @@ impl Spec {
             quorum: 0,
             max_copies: 0,
             hedge: false,
+            max_attempts: 0,
         }
     }
 
@@ -116,6 +119,14 @@ impl Spec {
     pub fn hedge(self) -> Self {
         Self {
             hedge: true,
+            ..self
+        }
+    }
+
+    /// The same, with at most `max_attempts` attempts per task.
+    pub fn max_attempts(self, max_attempts: u32) -> Self {
+        Self {
+            max_attempts,
             ..self
         }
     }
@@ -278,6 +289,7 @@ impl TestEnv {
                     client: Some(client),
                     package,
                     results,
+                    ..
                 }
                 | Action::Resend {
                     client,
@@ -411,6 +423,7 @@ impl TestEnv {
                 quorum: spec.quorum,
                 max_copies: spec.max_copies,
                 hedge: spec.hedge,
+                max_attempts: spec.max_attempts,
             },
             tasks,
         });
@@ -611,7 +624,9 @@ pub fn freed(actions: &[Action]) -> Vec<(PackageId, bool)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::PackageFreed { package, expired } => Some((*package, *expired)),
+            Action::PackageFreed {
+                package, expired, ..
+            } => Some((*package, *expired)),
             _ => None,
         })
         .collect()

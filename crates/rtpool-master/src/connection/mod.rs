@@ -16,10 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use rtpool_core::{
-    CallSpec, ClientId, Event, MissPolicy, PackageOpts, ServiceDecl, UserId, WorkerId,
-};
-use rtpool_proto::{encode, Call, Msg, OnMiss, Role, ServedFunction, SubmitOpts, PROTOCOL_VERSION};
+use rtpool_core::{ClientId, Event, UserId, WorkerId};
+use rtpool_proto::{encode, Msg, Role, PROTOCOL_VERSION};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
@@ -268,74 +266,6 @@ async fn serve_halves<R, W>(
     info!(session, "disconnected");
 }
 
-/// The core's options of a package from its `SUBMIT.opts` or `CALL.opts`. Values are passed on
-/// as sent: the wire's default of 1 replica and a quorum of 1 mean what the core's 0 means, and
-/// contradictions (a quorum above the replicas, more than 16 copies, `admit` without a deadline,
-/// options a call package cannot use) are the core's to refuse.
-fn to_core_opts(opts: SubmitOpts) -> PackageOpts {
-    // Destructured so that a new wire option cannot be forgotten here.
-    let SubmitOpts {
-        priority,
-        timeout_ms,
-        key,
-        deadline_ms,
-        on_miss,
-        admit,
-        replicas,
-        quorum,
-        max_copies,
-        hedge,
-    } = opts;
-    PackageOpts {
-        priority,
-        timeout_ms,
-        key,
-        deadline_ms,
-        on_miss: match on_miss {
-            OnMiss::Run => MissPolicy::Run,
-            OnMiss::Drop => MissPolicy::Drop,
-        },
-        admit,
-        replicas,
-        quorum,
-        max_copies,
-        hedge,
-    }
-}
-
-/// The core's declaration of one function a worker's `SERVE` lists.
-fn to_service_decl(f: ServedFunction) -> ServiceDecl {
-    let ServedFunction {
-        name,
-        version,
-        interface,
-    } = f;
-    ServiceDecl {
-        name,
-        version,
-        interface,
-    }
-}
-
-/// The core's call of one entry of a `CALL`; the payload is passed on untouched.
-fn to_call_spec(c: Call) -> CallSpec {
-    // Destructured so that a new wire field cannot be forgotten here.
-    let Call {
-        name,
-        version,
-        args,
-        deps,
-        fetch,
-    } = c;
-    CallSpec {
-        name,
-        version,
-        args,
-        deps,
-        fetch,
-    }
-}
-
 /// Make room for the next read. Inside a large frame whose prefix is known, the buffer grows
 /// geometrically towards the frame's size (one copy per doubling instead of one per 64 KiB),
 /// but never by more than what already arrived: a peer cannot make the master reserve memory
@@ -356,59 +286,5 @@ fn grow(buf: &mut BytesMut) {
         buf.reserve(want);
     } else if free < 4096 {
         buf.reserve(MIN_READ);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_submit_option_reaches_the_core() {
-        let opts = SubmitOpts {
-            priority: -4,
-            timeout_ms: 1_500,
-            key: "k".into(),
-            deadline_ms: 250,
-            on_miss: OnMiss::Drop,
-            admit: true,
-            replicas: 3,
-            quorum: 2,
-            max_copies: 5,
-            hedge: true,
-        };
-        let expected = PackageOpts {
-            priority: -4,
-            timeout_ms: 1_500,
-            key: "k".into(),
-            deadline_ms: 250,
-            on_miss: MissPolicy::Drop,
-            admit: true,
-            replicas: 3,
-            quorum: 2,
-            max_copies: 5,
-            hedge: true,
-        };
-        assert_eq!(to_core_opts(opts), expected);
-    }
-
-    #[test]
-    fn default_wire_options_mean_the_core_defaults() {
-        let core = to_core_opts(SubmitOpts::default());
-        let default = PackageOpts::default();
-        // The wire says 1 replica and a quorum of 1 where the core's default says 0: the same.
-        assert_eq!(
-            (core.replicas(), core.quorum()),
-            (default.replicas(), default.quorum())
-        );
-        assert_eq!(core.max_copies(), default.max_copies());
-        assert_eq!(
-            PackageOpts {
-                replicas: 0,
-                quorum: 0,
-                ..core
-            },
-            default
-        );
     }
 }

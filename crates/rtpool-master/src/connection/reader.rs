@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::{grow, to_call_spec, to_core_opts, to_service_decl, ConnCtx, NEVER};
+use super::{grow, ConnCtx, NEVER};
 use crate::outbound::{error_msg, rejected};
 use crate::scheduler::ToScheduler;
 
@@ -170,7 +170,6 @@ impl Reader {
                     return Err(Refusal::Rejected(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
                 };
                 let client = ClientId(self.session);
-                let opts = to_core_opts(opts);
                 // The scheduler numbers the package.
                 Ok(Some(Event::Submit {
                     client,
@@ -214,8 +213,8 @@ impl Reader {
                 req_id,
                 // The scheduler numbers the package, as for SUBMIT.
                 package: PackageId(0),
-                opts: to_core_opts(opts),
-                calls: calls.into_iter().map(to_call_spec).collect(),
+                opts,
+                calls,
             })),
             (Role::Client, Msg::Functions { req_id, name }) => Ok(Some(Event::Functions {
                 client: ClientId(self.session),
@@ -234,7 +233,7 @@ impl Reader {
                 self.served = true;
                 Ok(Some(Event::Serve {
                     worker: WorkerId(self.session),
-                    functions: functions.into_iter().map(to_service_decl).collect(),
+                    functions,
                 }))
             }
             (Role::Worker, Msg::Result { results }) => {

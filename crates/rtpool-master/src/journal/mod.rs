@@ -11,12 +11,13 @@
 //!
 //! Files: [`record`] (types, msgpack payloads), [`frame`] (on-disk framing), [`replay`]
 //! (reading a file back, torn-tail repair), [`compact`] (rewriting it), [`writer`] (the
-//! [`Journal`] handle and its thread).
+//! [`Journal`] handle), `thread` (its writer thread: group commit, fsync policy).
 
 mod compact;
 mod frame;
 mod record;
 mod replay;
+mod thread;
 mod writer;
 
 use std::fmt;

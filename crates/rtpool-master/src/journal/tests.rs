@@ -34,23 +34,26 @@ fn package(id: u64, user: &str, tasks: usize) -> Record {
     Record::Package(PackageRecord {
         package: id,
         user: user.to_owned(),
-        key: format!("k{id}"),
         fn_hash: [id as u8; 32],
         fn_code: Bytes::from(format!("code of {id}")),
-        priority: id as i32 % 5 - 2,
-        timeout_ms: 1000 + id as u32,
         tasks: (0..tasks).map(|i| Bytes::from(vec![i as u8; i])).collect(),
-        deadline_ms: (id as u32 % 3) * 100,
-        on_miss: if id % 2 == 1 {
-            rtpool_core::MissPolicy::Drop
-        } else {
-            rtpool_core::MissPolicy::Run
+        opts: rtpool_core::PackageOpts {
+            key: format!("k{id}"),
+            priority: id as i32 % 5 - 2,
+            timeout_ms: 1000 + id as u32,
+            deadline_ms: (id as u32 % 3) * 100,
+            on_miss: if id % 2 == 1 {
+                rtpool_core::MissPolicy::Drop
+            } else {
+                rtpool_core::MissPolicy::Run
+            },
+            admit: id % 3 == 1,
+            replicas: (id % 4) as u8,
+            quorum: (id % 3) as u8,
+            max_copies: (id % 5) as u8,
+            hedge: id % 2 == 1,
+            max_attempts: (id % 4) as u32,
         },
-        admit: id % 3 == 1,
-        replicas: (id % 4) as u8,
-        quorum: (id % 3) as u8,
-        max_copies: (id % 5) as u8,
-        hedge: id % 2 == 1,
     })
 }
 
@@ -231,18 +234,18 @@ fn a_missing_file_is_an_empty_journal() {
 fn a_version_1_file_replays_with_default_options_and_is_upgraded_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.log");
+    let p = match package(4, "alice", 2) {
+        Record::Package(p) => p,
+        _ => unreachable!(),
+    };
     let v1_package = PackageRecord {
-        deadline_ms: 0,
-        on_miss: rtpool_core::MissPolicy::Run,
-        admit: false,
-        replicas: 1,
-        quorum: 1,
-        max_copies: 0,
-        hedge: false,
-        ..match package(4, "alice", 2) {
-            Record::Package(p) => p,
-            _ => unreachable!(),
-        }
+        opts: rtpool_core::PackageOpts {
+            key: p.opts.key.clone(),
+            priority: p.opts.priority,
+            timeout_ms: p.opts.timeout_ms,
+            ..rtpool_core::PackageOpts::default()
+        },
+        ..p
     };
     let v1_done = DoneRecord {
         late_us: 0,
@@ -279,12 +282,58 @@ fn a_version_1_file_replays_with_default_options_and_is_upgraded_at_open() {
     );
     journal.close().unwrap();
 
-    // The file is now version 2 and replays to the same state.
+    // The file is now in the current version and replays to the same state.
     let (journal, again) = open(dir.path(), FsyncPolicy::Always);
     assert_eq!(again.format_version, FORMAT_VERSION);
     assert_eq!(again.packages, replay.packages);
     assert_eq!((again.next_package, again.last_lsn), (5, 2));
     assert_eq!(journal.stats().compactions, 0, "no second upgrade");
+    journal.close().unwrap();
+}
+
+#[test]
+fn a_version_2_file_replays_with_every_option_and_is_upgraded_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.log");
+    // Version 2 knew every option but `max_attempts`.
+    let packages: Vec<PackageRecord> = (1..=4)
+        .map(|id| match package(id, "alice", 2) {
+            Record::Package(p) => PackageRecord {
+                opts: rtpool_core::PackageOpts {
+                    max_attempts: 0,
+                    ..p.opts
+                },
+                ..p
+            },
+            _ => unreachable!(),
+        })
+        .collect();
+    let mut buf = Vec::new();
+    let meta = record::Entry::Meta {
+        version: 2,
+        next_package: 5,
+        last_lsn: 5,
+    };
+    frame::put_with(&mut buf, 0, |b| b.extend(record::encode(&meta))).unwrap();
+    for (lsn, p) in (1..).zip(&packages) {
+        let rec = Record::Package(p.clone());
+        frame::put_with(&mut buf, lsn, |b| b.extend(record::encode_v2(&rec))).unwrap();
+    }
+    let done = done(2, 1, 70);
+    frame::put_with(&mut buf, 5, |b| b.extend(record::encode_v2(&done))).unwrap();
+    std::fs::write(&path, &buf).unwrap();
+
+    let (journal, replay) = open(dir.path(), FsyncPolicy::Always);
+    assert_eq!(replay.format_version, 2);
+    let got: Vec<PackageRecord> = replay.packages.iter().map(|p| p.record.clone()).collect();
+    assert_eq!(got, packages, "every option of every package as written");
+    assert_eq!(journal.stats().compactions, 1, "upgraded at open");
+    journal.close().unwrap();
+
+    let (journal, again) = open(dir.path(), FsyncPolicy::Always);
+    assert_eq!(again.format_version, FORMAT_VERSION);
+    assert_eq!(again.packages, replay.packages);
+    assert_eq!((again.next_package, again.last_lsn), (5, 5));
     journal.close().unwrap();
 }
 

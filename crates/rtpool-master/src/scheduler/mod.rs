@@ -10,7 +10,7 @@ mod route;
 mod tests;
 mod usage;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
@@ -68,9 +68,6 @@ pub struct Scheduler {
     /// Client events held back behind a submission whose record is not durable yet, in
     /// arrival order, with the LSN each must wait for.
     held: VecDeque<(u64, Held)>,
-    /// Live packages of calls (grid RPC), kept only with a journal: they are not journaled
-    /// (docs/protocol.md), so none of their results, deliveries or end may be either.
-    call_packages: HashSet<PackageId>,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -103,7 +100,6 @@ impl Scheduler {
             replay_stats: None,
             last_lsn: 0,
             held: VecDeque::new(),
-            call_packages: HashSet::new(),
         }
     }
 
@@ -227,13 +223,12 @@ impl Scheduler {
                     late_us: d.late_us,
                 })
                 .collect();
-            let opts = restored_opts(&r);
             let event = Event::Restore(Box::new(RestoredPackage {
                 package: PackageId(r.package),
                 user,
                 fn_hash: FnHash(r.fn_hash),
                 fn_code: r.fn_code,
-                opts,
+                opts: r.opts,
                 tasks: r.tasks,
                 done,
                 delivered: p.delivered,
@@ -364,9 +359,6 @@ impl Scheduler {
             // Never journaled, so numbered in a range of its own (see `next_call_package`).
             *package = PackageId(self.next_call_package);
             self.next_call_package += 1;
-            if self.journal.is_some() {
-                self.call_packages.insert(*package);
-            }
         }
         if let Event::Submit {
             client,
@@ -413,13 +405,11 @@ impl Scheduler {
         let mut actions = std::mem::take(&mut self.actions);
         if let (Some(package), Some(journal)) = (submitted, &self.journal) {
             // A refused or deduplicated submission never became a package: end its record (a
-            // call package has none; it just leaves the set).
+            // call package has none).
             let created = actions
                 .iter()
                 .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
-            if !created && calls {
-                self.call_packages.remove(&package);
-            } else if !created {
+            if !created && !calls {
                 self.last_lsn = journal.append(Record::End { package: package.0 });
             }
         }
@@ -435,16 +425,10 @@ impl Scheduler {
         let Some(journal) = &self.journal else {
             return;
         };
-        if let Action::SendResults { package, .. }
-        | Action::Delivered { package, .. }
-        | Action::PackageFreed { package, .. } = action
-        {
-            if self.call_packages.contains(package) {
-                if matches!(action, Action::PackageFreed { .. }) {
-                    self.call_packages.remove(package);
-                }
-                return;
-            }
+        // The core marks what must be journaled (not the results, deliveries and end of a
+        // package of calls).
+        if !action.is_journaled() {
+            return;
         }
         match action {
             Action::SendResults {
@@ -461,7 +445,9 @@ impl Scheduler {
                     }));
                 }
             }
-            Action::Delivered { package, indices } => {
+            Action::Delivered {
+                package, indices, ..
+            } => {
                 self.last_lsn = journal.append(Record::Delivered {
                     package: package.0,
                     indices: indices.clone(),
@@ -506,51 +492,13 @@ fn package_record(
     opts: &PackageOpts,
     tasks: &[Bytes],
 ) -> PackageRecord {
-    // Destructured so that a new option cannot be left out of the journal.
-    let PackageOpts {
-        priority,
-        timeout_ms,
-        key,
-        deadline_ms,
-        on_miss,
-        admit,
-        replicas,
-        quorum,
-        max_copies,
-        hedge,
-    } = opts;
     PackageRecord {
         package: package.0,
         user,
-        key: key.clone(),
         fn_hash: fn_hash.0,
         fn_code: fn_code.clone(),
-        priority: *priority,
-        timeout_ms: *timeout_ms,
         tasks: tasks.to_vec(),
-        deadline_ms: *deadline_ms,
-        on_miss: *on_miss,
-        admit: *admit,
-        replicas: *replicas,
-        quorum: *quorum,
-        max_copies: *max_copies,
-        hedge: *hedge,
-    }
-}
-
-/// The options of a package restored from its journal record.
-fn restored_opts(r: &PackageRecord) -> PackageOpts {
-    PackageOpts {
-        priority: r.priority,
-        timeout_ms: r.timeout_ms,
-        key: r.key.clone(),
-        deadline_ms: r.deadline_ms,
-        on_miss: r.on_miss,
-        admit: r.admit,
-        replicas: r.replicas,
-        quorum: r.quorum,
-        max_copies: r.max_copies,
-        hedge: r.hedge,
+        opts: opts.clone(),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use rtpool_core::{Action, RejectReason, TaskOutcome};
-use rtpool_proto::{Assignment, CallAssignment, FunctionInfo, Msg, TaskResult};
+use rtpool_proto::{Assignment, CallAssignment, Msg, TaskResult};
 use tracing::{info, warn};
 
 use super::Scheduler;
@@ -50,15 +50,6 @@ impl Scheduler {
                 req_id,
                 functions,
             } => {
-                let functions = functions
-                    .into_iter()
-                    .map(|f| FunctionInfo {
-                        name: f.name,
-                        version: f.version,
-                        servers: f.servers,
-                        interface: f.interface,
-                    })
-                    .collect();
                 self.send(client.0, Msg::FunctionsReply { req_id, functions });
             }
             Action::ServeRefused {
@@ -128,6 +119,7 @@ impl Scheduler {
                 client: Some(client),
                 package,
                 results,
+                ..
             }
             | Action::Resend {
                 client,
@@ -144,7 +136,9 @@ impl Scheduler {
                 );
             }
             Action::SendResults { client: None, .. } | Action::Delivered { .. } => {}
-            Action::PackageFreed { package, expired } => {
+            Action::PackageFreed {
+                package, expired, ..
+            } => {
                 if expired {
                     info!(%package, "no client attached within the result TTL: dropped");
                 }
@@ -164,13 +158,7 @@ impl Scheduler {
                     Msg::StatusReply {
                         req_id,
                         package: package.0,
-                        total: counts.total,
-                        queued: counts.queued,
-                        running: counts.running,
-                        done: counts.done,
-                        cancelled: counts.cancelled,
-                        met: counts.met,
-                        missed: counts.missed,
+                        counts,
                     },
                 );
             }

@@ -225,7 +225,6 @@ fn call_packages_leave_no_trace_in_the_journal() {
         }],
     });
     assert_eq!(scheduler.last_lsn, start, "a refused CALL wrote a record");
-    assert!(scheduler.call_packages.is_empty());
     assert_eq!(
         scheduler.next_package, 1,
         "journaled ids are not used by calls"
@@ -234,20 +233,22 @@ fn call_packages_leave_no_trace_in_the_journal() {
         scheduler.next_call_package >= (1 << 63) | 2,
         "call ids come from their own range"
     );
-    // A live call package: its results, deliveries and end are not journaled.
+    // A live call package: the core marks its results, deliveries and end as not journaled.
     let call = PackageId(7);
-    scheduler.call_packages.insert(call);
     for action in [
         Action::SendResults {
+            journaled: false,
             client: Some(ClientId(5)),
             package: call,
             results: vec![outcome(0)],
         },
         Action::Delivered {
+            journaled: false,
             package: call,
             indices: vec![0],
         },
         Action::PackageFreed {
+            journaled: false,
             package: call,
             expired: false,
         },
@@ -255,9 +256,9 @@ fn call_packages_leave_no_trace_in_the_journal() {
         scheduler.journal_action(&action);
     }
     assert_eq!(scheduler.last_lsn, start);
-    assert!(scheduler.call_packages.is_empty(), "freed: forgotten");
     // A shipped-code package's results still are.
     scheduler.journal_action(&Action::SendResults {
+        journaled: true,
         client: Some(ClientId(5)),
         package: PackageId(8),
         results: vec![outcome(0)],
@@ -281,10 +282,11 @@ fn met_missed_and_late_us_reach_the_wire() {
         package: PackageId(2),
         counts,
     });
-    let Msg::StatusReply { met, missed, .. } = sent(&mut rx) else {
+    let Msg::StatusReply { counts: got, .. } = sent(&mut rx) else {
         panic!("expected STATUS_REPLY");
     };
-    assert_eq!((met, missed), (7, 3));
+    assert_eq!(got, counts);
+    assert_eq!((got.met, got.missed), (7, 3));
     let outcome = TaskOutcome {
         index: 1,
         status: TaskStatus::Missed,
@@ -297,6 +299,7 @@ fn met_missed_and_late_us_reach_the_wire() {
         late_us: 6,
     };
     scheduler.route(Action::SendResults {
+        journaled: true,
         client: Some(ClientId(5)),
         package: PackageId(2),
         results: vec![outcome],
@@ -320,6 +323,7 @@ fn package_options_survive_the_journal_record() {
         quorum: 2,
         max_copies: 5,
         hedge: true,
+        max_attempts: 2,
     };
     let tasks = [Bytes::from_static(b"a")];
     let code = Bytes::from_static(b"code");
@@ -331,7 +335,7 @@ fn package_options_survive_the_journal_record() {
         &opts,
         &tasks,
     );
-    assert_eq!(restored_opts(&record), opts);
+    assert_eq!(record.opts, opts);
     assert_eq!((record.package, record.user.as_str()), (7, "alice"));
     let default = PackageOpts::default();
     let record = package_record(
@@ -342,7 +346,7 @@ fn package_options_survive_the_journal_record() {
         &default,
         &tasks,
     );
-    assert_eq!(restored_opts(&record), default);
+    assert_eq!(record.opts, default);
 }
 
 #[test]

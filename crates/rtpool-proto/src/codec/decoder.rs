@@ -2,27 +2,24 @@
 //!
 //! This module owns the schema of every message as the decoder sees it: field order, types,
 //! field counts, the limits on `name`, `token` and `fn_hash`, on the names, versions and
-//! interfaces of named functions, and the rules for `SUBMIT.opts` (which `CALL.opts` share).
+//! interfaces of named functions. The options maps (`SUBMIT.opts`, `CALL.opts`) are read by
+//! [`PackageOpts::read_map`], generated from the one list of options in `options.rs`.
 //! It is on the master's hot path: it reads straight from the frame into the message (no
 //! intermediate value tree), compares map keys as bytes, and returns every `bin` field as a
 //! zero-copy slice of the frame.
 
-use std::ops::Range;
-
 use bytes::Bytes;
 use rmp::Marker;
 
+use crate::counts::PackageCounts;
 use crate::error::ProtoError;
 use crate::message::{
-    kind, Assignment, Call, CallAssignment, FunctionInfo, Msg, OnMiss, Role, ServedFunction,
-    SubmitOpts, TaskResult, WorkerResult, FN_HASH_BYTES, MAX_FUNCTION_NAME_BYTES,
-    MAX_FUNCTION_VERSION_BYTES, MAX_INTERFACE_BYTES, MAX_KEY_BYTES, MAX_NAME_BYTES,
-    MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
+    kind, Assignment, Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, TaskResult,
+    WorkerResult, FN_HASH_BYTES, MAX_FUNCTION_NAME_BYTES, MAX_FUNCTION_VERSION_BYTES,
+    MAX_INTERFACE_BYTES, MAX_NAME_BYTES, MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
 };
-use crate::reader::{describe, Int, Reader};
-
-/// Longest option key or role value quoted back in an error, in bytes.
-const QUOTE_BYTES: usize = 64;
+use crate::msgpack::{describe, Int, Reader};
+use crate::options::{quote, PackageOpts, CALL_OPTS, SUBMIT_OPTS};
 
 /// Decodes one frame body (without its length prefix). `bin` fields of the result share
 /// `body`'s memory.
@@ -85,7 +82,7 @@ pub(super) fn field_count(k: u8) -> usize {
         | kind::ACK
         | kind::FUNCTIONS
         | kind::FUNCTIONS_REPLY => 2,
-        kind::STATUS_REPLY => 9,
+        kind::STATUS_REPLY => 2 + PackageCounts::LEN,
         kind::PULL
         | kind::ASSIGN
         | kind::RESULT
@@ -135,13 +132,7 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
         kind::STATUS_REPLY => Msg::StatusReply {
             req_id: r.u64("STATUS_REPLY.req_id")?,
             package: r.u64("STATUS_REPLY.package")?,
-            total: r.u32("STATUS_REPLY.total")?,
-            queued: r.u32("STATUS_REPLY.queued")?,
-            running: r.u32("STATUS_REPLY.running")?,
-            done: r.u32("STATUS_REPLY.done")?,
-            cancelled: r.u32("STATUS_REPLY.cancelled")?,
-            met: r.u32("STATUS_REPLY.met")?,
-            missed: r.u32("STATUS_REPLY.missed")?,
+            counts: PackageCounts::read(r)?,
         },
         kind::ATTACH => Msg::Attach {
             req_id: r.u64("ATTACH.req_id")?,
@@ -217,7 +208,7 @@ fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
         )));
     }
     let fn_code = r.bin("SUBMIT.fn_code")?;
-    let (opts, bad_option) = decode_opts(r, &SUBMIT_OPTS)?;
+    let (opts, bad_option) = PackageOpts::read_map(r, &SUBMIT_OPTS)?;
     // The smallest task is an empty bin: 2 bytes.
     let n = r.array_len("SUBMIT.tasks", 2)?;
     let mut tasks = Vec::with_capacity(n);
@@ -240,235 +231,6 @@ fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
         fn_code,
         opts,
         tasks,
-    })
-}
-
-/// The keys of `SUBMIT.opts` in version 1, in spec order; a key's position is its slot in
-/// [`read_option`].
-const OPTION_KEYS: [&str; 10] = [
-    "priority",
-    "timeout_ms",
-    "key",
-    "deadline_ms",
-    "on_miss",
-    "admit",
-    "replicas",
-    "quorum",
-    "max_copies",
-    "hedge",
-];
-
-/// Why an unknown option was refused; names the ones this version knows.
-const UNKNOWN_OPTION: &str = "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
-                              `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, \
-                              `max_copies` and `hedge`)";
-
-/// The field names of one message's `opts` map, for error messages (static, so that reading
-/// options allocates nothing).
-struct OptFields {
-    /// The map itself.
-    map: &'static str,
-    /// Any of its keys.
-    key: &'static str,
-    /// A value that is skipped.
-    value: &'static str,
-    /// Each option's value, by slot (as [`OPTION_KEYS`]).
-    options: [&'static str; OPTION_KEYS.len()],
-}
-
-/// `SUBMIT.opts`.
-const SUBMIT_OPTS: OptFields = OptFields {
-    map: "SUBMIT.opts",
-    key: "SUBMIT.opts key",
-    value: "SUBMIT.opts value",
-    options: [
-        "SUBMIT.opts.priority",
-        "SUBMIT.opts.timeout_ms",
-        "SUBMIT.opts.key",
-        "SUBMIT.opts.deadline_ms",
-        "SUBMIT.opts.on_miss",
-        "SUBMIT.opts.admit",
-        "SUBMIT.opts.replicas",
-        "SUBMIT.opts.quorum",
-        "SUBMIT.opts.max_copies",
-        "SUBMIT.opts.hedge",
-    ],
-};
-
-/// `CALL.opts`: the same keys as `SUBMIT.opts` (the master refuses those calls cannot use).
-const CALL_OPTS: OptFields = OptFields {
-    map: "CALL.opts",
-    key: "CALL.opts key",
-    value: "CALL.opts value",
-    options: [
-        "CALL.opts.priority",
-        "CALL.opts.timeout_ms",
-        "CALL.opts.key",
-        "CALL.opts.deadline_ms",
-        "CALL.opts.on_miss",
-        "CALL.opts.admit",
-        "CALL.opts.replicas",
-        "CALL.opts.quorum",
-        "CALL.opts.max_copies",
-        "CALL.opts.hedge",
-    ],
-};
-
-/// Reads `SUBMIT.opts` or `CALL.opts`. A bad option does not stop the decoding (the rest of
-/// the frame must still be checked); the first one is returned as `(key, reason)` beside the
-/// options.
-fn decode_opts(
-    r: &mut Reader,
-    f: &OptFields,
-) -> Result<(SubmitOpts, Option<(String, String)>), ProtoError> {
-    let n = r.map_len(f.map)?;
-    let mut opts = SubmitOpts::default();
-    let mut bad = None;
-    let mut seen = [false; OPTION_KEYS.len()];
-    for _ in 0..n {
-        let key = r.str_range(f.key, usize::MAX)?;
-        let name = r.bytes_of(key.clone());
-        let slot = OPTION_KEYS.iter().position(|k| k.as_bytes() == name);
-        let problem = match slot {
-            Some(i) if seen[i] => {
-                r.skip(f.value, 0)?;
-                Some("duplicate option".to_owned())
-            }
-            Some(i) => {
-                seen[i] = true;
-                read_option(r, i, f.options[i], &mut opts)?.err()
-            }
-            None => {
-                r.skip(f.value, 0)?;
-                Some(UNKNOWN_OPTION.to_owned())
-            }
-        };
-        if let (Some(reason), None) = (problem, &bad) {
-            bad = Some((quote(r.bytes_of(key)), reason));
-        }
-    }
-    Ok((opts, bad))
-}
-
-/// Reads the value of option `OPTION_KEYS[slot]` (named `field` in errors) into `opts`:
-/// `Ok(Err(reason))` for a wrong
-/// type or value (the value is consumed, `opts` unchanged), `Err` when the body itself is
-/// broken. Limits that involve other options or the master's state (`quorum <= replicas`,
-/// at most 16 copies, `admit` without a deadline) are the master's to check.
-fn read_option(
-    r: &mut Reader,
-    slot: usize,
-    field: &str,
-    opts: &mut SubmitOpts,
-) -> Result<Result<(), String>, ProtoError> {
-    let u8_max = u8::MAX.into();
-    let u32_max = u32::MAX.into();
-    Ok(match slot {
-        0 => read_int_option(r, field, i32::MIN.into(), i32::MAX.into())?
-            .map(|v| opts.priority = v as i32),
-        1 => read_int_option(r, field, 0, u32_max)?.map(|v| opts.timeout_ms = v as u32),
-        2 => read_str_option(r, field)?.and_then(|range| {
-            let value = r.bytes_of(range);
-            if value.len() > MAX_KEY_BYTES {
-                return Err(format!(
-                    "{} bytes is longer than the limit of {MAX_KEY_BYTES}",
-                    value.len()
-                ));
-            }
-            opts.key = String::from_utf8_lossy(value).into_owned();
-            Ok(())
-        }),
-        3 => read_int_option(r, field, 0, u32_max)?.map(|v| opts.deadline_ms = v as u32),
-        4 => read_str_option(r, field)?.and_then(|range| {
-            let value = r.bytes_of(range);
-            let policy = OnMiss::from_wire(value)
-                .ok_or_else(|| format!("expected \"run\" or \"drop\", found {:?}", quote(value)))?;
-            opts.on_miss = policy;
-            Ok(())
-        }),
-        5 => read_bool_option(r, field)?.map(|v| opts.admit = v),
-        6 => read_int_option(r, field, 0, u8_max)?.map(|v| opts.replicas = v as u8),
-        7 => read_int_option(r, field, 0, u8_max)?.map(|v| opts.quorum = v as u8),
-        8 => read_int_option(r, field, 0, u8_max)?.map(|v| opts.max_copies = v as u8),
-        _ => read_bool_option(r, field)?.map(|v| opts.hedge = v),
-    })
-}
-
-/// Reads a `str` option and returns its range: `Ok(Err(reason))` for another type (the value
-/// is consumed), `Err` when the body itself is broken.
-fn read_str_option(
-    r: &mut Reader,
-    field: &str,
-) -> Result<Result<Range<usize>, String>, ProtoError> {
-    if matches!(
-        r.peek_marker(),
-        Some(Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32)
-    ) {
-        return Ok(Ok(r.str_range(field, usize::MAX)?));
-    }
-    let found = r.peek_marker().map(describe);
-    r.skip(field, 0)?;
-    Ok(Err(format!(
-        "expected a str, found {}",
-        found.unwrap_or("?")
-    )))
-}
-
-/// Reads a `bool` option: `Ok(Err(reason))` for another type (the value is consumed), `Err`
-/// when the body itself is broken.
-fn read_bool_option(r: &mut Reader, field: &str) -> Result<Result<bool, String>, ProtoError> {
-    let found = r.peek_marker();
-    // `skip` consumes the one byte of a bool, or the whole value of another type.
-    r.skip(field, 0)?;
-    Ok(match found {
-        Some(Marker::True) => Ok(true),
-        Some(Marker::False) => Ok(false),
-        other => Err(format!(
-            "expected a bool, found {}",
-            other.map_or("?", describe)
-        )),
-    })
-}
-
-/// Reads an integer option within `min..=max`: `Ok(Err(reason))` for a wrong type or range
-/// (the value is consumed), `Err` when the body itself is broken.
-fn read_int_option(
-    r: &mut Reader,
-    field: &str,
-    min: i64,
-    max: i64,
-) -> Result<Result<i64, String>, ProtoError> {
-    let is_int = matches!(
-        r.peek_marker(),
-        Some(
-            Marker::FixPos(_)
-                | Marker::FixNeg(_)
-                | Marker::U8
-                | Marker::U16
-                | Marker::U32
-                | Marker::U64
-                | Marker::I8
-                | Marker::I16
-                | Marker::I32
-                | Marker::I64
-        )
-    );
-    if !is_int {
-        let found = r.peek_marker().map(describe);
-        r.skip(field, 0)?;
-        return Ok(Err(format!(
-            "expected an integer, found {}",
-            found.unwrap_or("?")
-        )));
-    }
-    let value: i128 = match r.int(field)? {
-        Int::Uint(v) => v.into(),
-        Int::Neg(v) => v.into(),
-    };
-    Ok(if value < min.into() || value > max.into() {
-        Err(format!("{value} is out of range {min}..={max}"))
-    } else {
-        Ok(value as i64)
     })
 }
 
@@ -576,7 +338,7 @@ fn decode_serve(r: &mut Reader) -> Result<Msg, ProtoError> {
 
 fn decode_call(r: &mut Reader) -> Result<Msg, ProtoError> {
     let req_id = r.u64("CALL.req_id")?;
-    let (opts, bad_option) = decode_opts(r, &CALL_OPTS)?;
+    let (opts, bad_option) = PackageOpts::read_map(r, &CALL_OPTS)?;
     // fixarray, a one-byte name, an empty version, an empty bin, an empty array and a bool:
     // 8 bytes at least.
     let n = r.array_len("CALL.calls", 8)?;
@@ -665,14 +427,4 @@ fn decode_functions_reply(r: &mut Reader) -> Result<Msg, ProtoError> {
         });
     }
     Ok(Msg::FunctionsReply { req_id, functions })
-}
-
-/// A peer-sent string for an error message: at most [`QUOTE_BYTES`], cut on a char boundary.
-pub(super) fn quote(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut end = text.len().min(QUOTE_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
 }

@@ -1,14 +1,14 @@
 //! Messages to frame bodies: the msgpack writing behind [`encode`](super::encode).
 //!
-//! This module owns the schema of every message as the encoder writes it. It writes the most
-//! compact msgpack form of every value (as msgpack-python does), so its bytes are the Python
-//! encoder's, pinned by `tests/vectors/vectors.json`.
-
-use std::io;
+//! This module owns the schema of every message as the encoder writes it. Values go through
+//! [`Writer`], which writes the most compact msgpack form of every value (as msgpack-python
+//! does), so its bytes are the Python encoder's, pinned by `tests/vectors/vectors.json`.
 
 use bytes::{Bytes, BytesMut};
 
-use crate::message::{Assignment, Call, CallAssignment, Msg, SubmitOpts};
+use crate::counts::PackageCounts;
+use crate::message::{Assignment, Call, CallAssignment, Msg};
+use crate::msgpack::Writer;
 
 /// Bytes to reserve for the body of `msg`: exact for payloads, a generous guess for the rest,
 /// so that a large `SUBMIT` or `ASSIGN` is written without the buffer growing on the way.
@@ -117,7 +117,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
             w.uint(*req_id);
             w.bin(fn_hash);
             w.bin(fn_code);
-            write_opts(opts, w);
+            opts.write_map(w);
             w.array(tasks.len());
             for task in tasks {
                 w.bin(task);
@@ -162,19 +162,13 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
         Msg::StatusReply {
             req_id,
             package,
-            total,
-            queued,
-            running,
-            done,
-            cancelled,
-            met,
-            missed,
+            counts,
         } => {
-            w.head(k, 9);
+            w.head(k, 2 + PackageCounts::LEN);
             w.uint(*req_id);
             w.uint(*package);
-            for n in [total, queued, running, done, cancelled, met, missed] {
-                w.uint(*n);
+            for (_, n) in counts.iter() {
+                w.uint(n);
             }
         }
         Msg::Ack { package, count } => {
@@ -243,7 +237,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
         } => {
             w.head(k, 3);
             w.uint(*req_id);
-            write_opts(opts, w);
+            opts.write_map(w);
             w.array(calls.len());
             for c in calls {
                 w.array(5);
@@ -294,113 +288,15 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
     }
 }
 
-/// A value of `SUBMIT.opts` (and `CALL.opts`).
-#[derive(Clone, PartialEq)]
-enum OptValue<'a> {
-    Int(i64),
-    Uint(u64),
-    Str(&'a str),
-    Bool(bool),
-}
-
-/// Every option of `opts` with its key, in spec order.
-fn opt_values(opts: &SubmitOpts) -> [(&'static str, OptValue<'_>); 10] {
-    use OptValue::{Bool, Int, Str, Uint};
-    [
-        ("priority", Int(opts.priority.into())),
-        ("timeout_ms", Uint(opts.timeout_ms.into())),
-        ("key", Str(&opts.key)),
-        ("deadline_ms", Uint(opts.deadline_ms.into())),
-        ("on_miss", Str(opts.on_miss.as_str())),
-        ("admit", Bool(opts.admit)),
-        ("replicas", Uint(opts.replicas.into())),
-        ("quorum", Uint(opts.quorum.into())),
-        ("max_copies", Uint(opts.max_copies.into())),
-        ("hedge", Bool(opts.hedge)),
-    ]
-}
-
-/// Writes `opts` with only the keys whose value differs from the default, in spec order, so the
-/// bytes match the Python encoder's (default options are the empty map `0x80`).
-fn write_opts(opts: &SubmitOpts, w: &mut Writer<'_>) {
-    let defaults = SubmitOpts::default();
-    let entries = opt_values(opts)
-        .into_iter()
-        .zip(opt_values(&defaults))
-        .filter(|((_, value), (_, default))| value != default)
-        .map(|(entry, _)| entry);
-    w.map(entries.clone().count());
-    for (key, value) in entries {
-        w.str(key);
-        match value {
-            OptValue::Int(v) => w.sint(v),
-            OptValue::Uint(v) => w.uint(v),
-            OptValue::Str(v) => w.str(v),
-            OptValue::Bool(v) => w.bool(v),
-        }
-    }
-}
-
-/// Appends msgpack values to a `BytesMut` through rmp's encoder.
-struct Writer<'a>(&'a mut BytesMut);
-
-/// Writing to memory cannot fail: `BytesMut` grows (or aborts on out-of-memory).
-const INFALLIBLE: &str = "writing to a BytesMut cannot fail";
-
-impl io::Write for Writer<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Writer<'_> {
+/// The message header, on top of the plain msgpack [`Writer`].
+trait Head {
     /// The message array header and its kind.
+    fn head(&mut self, kind: u8, fields: usize);
+}
+
+impl Head for Writer<'_, BytesMut> {
     fn head(&mut self, kind: u8, fields: usize) {
         self.array(1 + fields);
         self.uint(kind);
     }
-
-    fn uint(&mut self, value: impl Into<u64>) {
-        rmp::encode::write_uint(self, value.into()).expect(INFALLIBLE);
-    }
-
-    fn sint(&mut self, value: i64) {
-        rmp::encode::write_sint(self, value).expect(INFALLIBLE);
-    }
-
-    fn nil(&mut self) {
-        rmp::encode::write_nil(self).expect(INFALLIBLE);
-    }
-
-    fn bool(&mut self, value: bool) {
-        rmp::encode::write_bool(self, value).expect(INFALLIBLE);
-    }
-
-    fn str(&mut self, value: &str) {
-        rmp::encode::write_str_len(self, len32(value.len())).expect(INFALLIBLE);
-        self.0.extend_from_slice(value.as_bytes());
-    }
-
-    fn bin(&mut self, value: &[u8]) {
-        rmp::encode::write_bin_len(self, len32(value.len())).expect(INFALLIBLE);
-        self.0.extend_from_slice(value);
-    }
-
-    fn array(&mut self, len: usize) {
-        rmp::encode::write_array_len(self, len32(len)).expect(INFALLIBLE);
-    }
-
-    fn map(&mut self, len: usize) {
-        rmp::encode::write_map_len(self, len32(len)).expect(INFALLIBLE);
-    }
-}
-
-/// A msgpack length. rmp's own writers would cut a longer one silently; refuse it instead.
-fn len32(len: usize) -> u32 {
-    u32::try_from(len).expect("msgpack cannot hold a str, bin or array above 2^32-1")
 }

@@ -2,7 +2,7 @@
 //!
 //! This module owns the frame layout (a 4-byte big-endian body length, then one msgpack array);
 //! `decoder.rs` and `encoder.rs` own the mapping between each [`Msg`] and its array, field by field,
-//! as `docs/protocol.md` lists them. Reading msgpack values safely is `reader.rs`'s job; reading
+//! as `docs/protocol.md` lists them. Reading and writing msgpack values is `msgpack/`'s job; reading
 //! from and writing to sockets, and deciding which frame limit is in force, are the master's and
 //! the SDK's.
 
@@ -86,9 +86,10 @@ pub fn encode_to_vec(msg: &Msg) -> Vec<u8> {
 mod tests {
     use bytes::Bytes;
 
-    use super::decoder::{field_count, quote};
+    use super::decoder::field_count;
     use super::*;
-    use crate::message::SubmitOpts;
+    use crate::options::quote;
+    use crate::PackageOpts;
 
     fn frame(body: &[u8]) -> BytesMut {
         let mut buf = BytesMut::new();
@@ -102,9 +103,9 @@ mod tests {
             req_id: 7,
             fn_hash: Bytes::from(vec![0xab; 32]),
             fn_code: Bytes::from_static(b"code"),
-            opts: SubmitOpts {
+            opts: PackageOpts {
                 priority: 5,
-                ..SubmitOpts::default()
+                ..PackageOpts::default()
             },
             tasks: vec![Bytes::from_static(b"t0"), Bytes::from_static(b"")],
         }
@@ -234,7 +235,7 @@ mod tests {
     fn default_opts_are_an_empty_map() {
         let mut msg = submit();
         if let Msg::Submit { opts, .. } = &mut msg {
-            *opts = SubmitOpts::default();
+            *opts = PackageOpts::default();
         }
         let bytes = encode_to_vec(&msg);
         // ... fn_code "code" (c4 04 63 6f 64 65), then opts 0x80, then the tasks array.
@@ -253,7 +254,7 @@ mod tests {
             Msg::AssignCalls { calls: vec![] },
             Msg::Call {
                 req_id: 1,
-                opts: SubmitOpts::default(),
+                opts: PackageOpts::default(),
                 calls: vec![],
             },
             Msg::Functions {

@@ -7,8 +7,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use rtpool_proto::{
-    Assignment, Call, CallAssignment, FunctionInfo, Msg, OnMiss, Role, ServedFunction, SubmitOpts,
-    TaskResult, WorkerResult,
+    Assignment, Call, CallAssignment, FunctionInfo, MissPolicy, Msg, PackageCounts, PackageOpts,
+    Role, ServedFunction, TaskResult, WorkerResult,
 };
 
 /// A 32-byte function hash: `start, start+1, ...`.
@@ -21,9 +21,9 @@ fn submit(req_id: u64, priority: i32, tasks: Vec<Bytes>) -> Msg {
         req_id,
         fn_hash: hash(0),
         fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-        opts: SubmitOpts {
+        opts: PackageOpts {
             priority,
-            ..SubmitOpts::default()
+            ..PackageOpts::default()
         },
         tasks,
     }
@@ -94,48 +94,51 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 9,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: SubmitOpts {
+                opts: PackageOpts {
                     priority: 2,
                     timeout_ms: 1_500,
                     key: "5f0c2d3e9a7b4c1d8e6f0a2b3c4d5e6f".into(),
-                    ..SubmitOpts::default()
+                    ..PackageOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
             },
         ),
         (
-            // Every option away from its default: each key once, in spec order.
+            // Every option of the first version away from its default: each key once, in spec
+            // order (`max_attempts`, added later, has a vector of its own so that these bytes
+            // stay as they were).
             "submit_every_option".into(),
             Msg::Submit {
                 req_id: 10,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: SubmitOpts {
+                opts: PackageOpts {
                     priority: 2,
                     timeout_ms: 1_500,
                     key: "5f0c2d3e9a7b4c1d8e6f0a2b3c4d5e6f".into(),
                     deadline_ms: 250,
-                    on_miss: OnMiss::Drop,
+                    on_miss: MissPolicy::Drop,
                     admit: true,
                     replicas: 3,
                     quorum: 2,
                     max_copies: 5,
                     hedge: true,
+                    max_attempts: 0,
                 },
                 tasks: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
             },
         ),
         (
-            // The common real-time case: a deadline with admission control, nothing else.
+            // The common deadline case: a deadline with admission control, nothing else.
             "submit_deadline_admit".into(),
             Msg::Submit {
                 req_id: 11,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: SubmitOpts {
+                opts: PackageOpts {
                     deadline_ms: 70_000, // uint32
                     admit: true,
-                    ..SubmitOpts::default()
+                    ..PackageOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
             },
@@ -149,12 +152,28 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 12,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: SubmitOpts {
-                    on_miss: OnMiss::Run,
+                opts: PackageOpts {
+                    on_miss: MissPolicy::Run,
                     replicas: 0,
                     quorum: 9,
                     hedge: true,
-                    ..SubmitOpts::default()
+                    ..PackageOpts::default()
+                },
+                tasks: vec![Bytes::from_static(b"a")],
+            },
+        ),
+        (
+            // A per-package attempt cap beside a priority: `max_attempts` comes last in spec
+            // order.
+            "submit_max_attempts".into(),
+            Msg::Submit {
+                req_id: 13,
+                fn_hash: hash(0),
+                fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+                opts: PackageOpts {
+                    priority: 1,
+                    max_attempts: 255,
+                    ..PackageOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
             },
@@ -315,13 +334,7 @@ pub fn samples() -> Vec<(String, Msg)> {
             Msg::StatusReply {
                 req_id: 5,
                 package: 1_001,
-                total: 1_000,
-                queued: 600,
-                running: 8,
-                done: 390,
-                cancelled: 2,
-                met: 0,
-                missed: 0,
+                counts: PackageCounts { total: 1_000, queued: 600, running: 8, done: 390, cancelled: 2, met: 0, missed: 0 },
             },
         ),
         (
@@ -329,13 +342,7 @@ pub fn samples() -> Vec<(String, Msg)> {
             Msg::StatusReply {
                 req_id: 6,
                 package: 1_002,
-                total: 1_000,
-                queued: 0,
-                running: 0,
-                done: 1_000,
-                cancelled: 0,
-                met: 990,
-                missed: 10,
+                counts: PackageCounts { total: 1_000, queued: 0, running: 0, done: 1_000, cancelled: 0, met: 990, missed: 10 },
             },
         ),
         ("pull".into(), Msg::Pull { credits: 6 }),
@@ -475,7 +482,7 @@ fn rpc_samples() -> Vec<(String, Msg)> {
             "call_one_default_opts".into(),
             Msg::Call {
                 req_id: 20,
-                opts: SubmitOpts::default(),
+                opts: PackageOpts::default(),
                 // msgpack [2, 3]
                 calls: vec![call("add", "", b"\x92\x02\x03", vec![], false)],
             },
@@ -485,11 +492,11 @@ fn rpc_samples() -> Vec<(String, Msg)> {
             "call_transaction_with_opts".into(),
             Msg::Call {
                 req_id: 21,
-                opts: SubmitOpts {
+                opts: PackageOpts {
                     priority: 1,
                     timeout_ms: 500,
                     deadline_ms: 2_000,
-                    ..SubmitOpts::default()
+                    ..PackageOpts::default()
                 },
                 calls: vec![
                     call("dgefa", "1", b"\x92\x08\xc4\x00", vec![], true),
@@ -654,12 +661,12 @@ fn arb_u8_option() -> impl Strategy<Value = u8> {
 
 /// Any options the decoder accepts, with the defaults frequent (so that the encoder leaves
 /// some keys out and writes others).
-fn arb_submit_opts() -> impl Strategy<Value = SubmitOpts> {
+fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
     (
         (arb_i32(), arb_u32(), "[a-z0-9]{0,32}"),
         (
             arb_u32(),
-            prop_oneof![Just(OnMiss::Run), Just(OnMiss::Drop)],
+            prop_oneof![Just(MissPolicy::Run), Just(MissPolicy::Drop)],
             any::<bool>(),
         ),
         (
@@ -668,13 +675,16 @@ fn arb_submit_opts() -> impl Strategy<Value = SubmitOpts> {
             arb_u8_option(),
             any::<bool>(),
         ),
+        // 0 is the default (left out); 1 to 255 on the wire.
+        prop_oneof![Just(0u32), 1u32..=255],
     )
         .prop_map(
             |(
                 (priority, timeout_ms, key),
                 (deadline_ms, on_miss, admit),
                 (replicas, quorum, max_copies, hedge),
-            )| SubmitOpts {
+                max_attempts,
+            )| PackageOpts {
                 priority,
                 timeout_ms,
                 key,
@@ -685,6 +695,7 @@ fn arb_submit_opts() -> impl Strategy<Value = SubmitOpts> {
                 quorum,
                 max_copies,
                 hedge,
+                max_attempts,
             },
         )
 }
@@ -901,13 +912,15 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
             .prop_map(|(req_id, package, n)| Msg::StatusReply {
                 req_id,
                 package,
-                total: n[0],
-                queued: n[1],
-                running: n[2],
-                done: n[3],
-                cancelled: n[4],
-                met: n[5],
-                missed: n[6]
+                counts: PackageCounts {
+                    total: n[0],
+                    queued: n[1],
+                    running: n[2],
+                    done: n[3],
+                    cancelled: n[4],
+                    met: n[5],
+                    missed: n[6]
+                },
             }),
         arb_u32().prop_map(|credits| Msg::Pull { credits }),
         vec(arb_assignment(), 0..8).prop_map(|tasks| Msg::Assign { tasks }),

@@ -1,6 +1,7 @@
-//! A bounded msgpack cursor over one frame's body.
+//! [`Reader`]: a bounded msgpack cursor over one frame's body (or one journal record).
 //!
-//! This module owns the low-level reading of msgpack values for the decoder in `codec.rs`:
+//! This module owns the low-level reading of msgpack values for the decoder in
+//! `codec/decoder.rs` and for the master's journal:
 //! markers, integers of any width, `str`, `bin`, array and map headers, and skipping a value
 //! nobody asked for. It knows nothing of messages beyond the field name each read is given, so
 //! that an error says where it happened.
@@ -19,12 +20,12 @@ use crate::error::ProtoError;
 
 /// Deepest array/map nesting [`Reader::skip`] follows. The messages themselves nest at most three
 /// levels; only a value of an unknown option is skipped generically, and it gets this much.
-pub(crate) const MAX_SKIP_DEPTH: usize = 32;
+pub const MAX_SKIP_DEPTH: usize = 32;
 
 /// An integer as read from the wire: non-negative values (whatever their msgpack format) as
 /// `Uint`, negative ones as `Neg`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Int {
+pub enum Int {
     /// A value >= 0.
     Uint(u64),
     /// A value < 0.
@@ -32,7 +33,7 @@ pub(crate) enum Int {
 }
 
 /// Cursor over a frame body; bin values are returned as zero-copy slices of it.
-pub(crate) struct Reader {
+pub struct Reader {
     buf: Bytes,
     pos: usize,
     /// Message kind reported in errors, once known.
@@ -41,7 +42,7 @@ pub(crate) struct Reader {
 
 impl Reader {
     /// A cursor at the start of `body`.
-    pub(crate) fn new(body: Bytes) -> Reader {
+    pub fn new(body: Bytes) -> Reader {
         Reader {
             buf: body,
             pos: 0,
@@ -50,17 +51,17 @@ impl Reader {
     }
 
     /// Records the message kind so that later errors name it.
-    pub(crate) fn set_kind(&mut self, kind: u8) {
+    pub fn set_kind(&mut self, kind: u8) {
         self.kind = Some(kind);
     }
 
     /// Bytes not read yet.
-    pub(crate) fn remaining(&self) -> usize {
+    pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
 
     /// A [`ProtoError::Malformed`] for the current message with `reason`.
-    pub(crate) fn malformed(&self, reason: String) -> ProtoError {
+    pub fn malformed(&self, reason: String) -> ProtoError {
         ProtoError::Malformed {
             kind: self.kind,
             reason,
@@ -68,7 +69,7 @@ impl Reader {
     }
 
     /// Fails unless the whole body was read.
-    pub(crate) fn expect_end(&self) -> Result<(), ProtoError> {
+    pub fn expect_end(&self) -> Result<(), ProtoError> {
         match self.remaining() {
             0 => Ok(()),
             n => Err(self.malformed(format!("{n} trailing bytes after the message"))),
@@ -76,7 +77,7 @@ impl Reader {
     }
 
     /// The marker of the next value, without consuming it.
-    pub(crate) fn peek_marker(&self) -> Option<Marker> {
+    pub fn peek_marker(&self) -> Option<Marker> {
         self.buf.get(self.pos).map(|b| Marker::from_u8(*b))
     }
 
@@ -93,8 +94,8 @@ impl Reader {
         Ok(start..self.pos)
     }
 
-    /// The bytes of a range returned by [`Reader::take`] or [`Reader::str_range`].
-    pub(crate) fn bytes_of(&self, range: Range<usize>) -> &[u8] {
+    /// The bytes of a range returned by `Reader::take` or [`Reader::str_range`].
+    pub fn bytes_of(&self, range: Range<usize>) -> &[u8] {
         &self.buf[range]
     }
 
@@ -130,7 +131,7 @@ impl Reader {
     }
 
     /// Reads an integer of any msgpack width.
-    pub(crate) fn int(&mut self, field: &str) -> Result<Int, ProtoError> {
+    pub fn int(&mut self, field: &str) -> Result<Int, ProtoError> {
         let marker = self.marker(field)?;
         let signed = |v: i64| {
             if v < 0 {
@@ -155,7 +156,7 @@ impl Reader {
     }
 
     /// Reads an unsigned integer no larger than `max`; `ty` names the field's type in errors.
-    pub(crate) fn uint(&mut self, field: &str, max: u64, ty: &str) -> Result<u64, ProtoError> {
+    pub fn uint(&mut self, field: &str, max: u64, ty: &str) -> Result<u64, ProtoError> {
         match self.int(field)? {
             Int::Uint(v) if v <= max => Ok(v),
             Int::Uint(v) => Err(self.malformed(format!("{field}: {v} is out of range for {ty}"))),
@@ -164,23 +165,23 @@ impl Reader {
     }
 
     /// Reads a `u8` field.
-    pub(crate) fn u8(&mut self, field: &str) -> Result<u8, ProtoError> {
+    pub fn u8(&mut self, field: &str) -> Result<u8, ProtoError> {
         // The range check in `uint` makes the cast lossless.
         Ok(self.uint(field, u8::MAX.into(), "u8")? as u8)
     }
 
     /// Reads a `u32` field.
-    pub(crate) fn u32(&mut self, field: &str) -> Result<u32, ProtoError> {
+    pub fn u32(&mut self, field: &str) -> Result<u32, ProtoError> {
         Ok(self.uint(field, u32::MAX.into(), "u32")? as u32)
     }
 
     /// Reads a `u64` field.
-    pub(crate) fn u64(&mut self, field: &str) -> Result<u64, ProtoError> {
+    pub fn u64(&mut self, field: &str) -> Result<u64, ProtoError> {
         self.uint(field, u64::MAX, "u64")
     }
 
     /// Reads a `bool` field.
-    pub(crate) fn bool(&mut self, field: &str) -> Result<bool, ProtoError> {
+    pub fn bool(&mut self, field: &str) -> Result<bool, ProtoError> {
         match self.marker(field)? {
             Marker::True => Ok(true),
             Marker::False => Ok(false),
@@ -209,7 +210,7 @@ impl Reader {
     }
 
     /// Reads a `bin` value as a zero-copy slice of the body.
-    pub(crate) fn bin(&mut self, field: &str) -> Result<Bytes, ProtoError> {
+    pub fn bin(&mut self, field: &str) -> Result<Bytes, ProtoError> {
         match self.marker(field)? {
             m @ (Marker::Bin8 | Marker::Bin16 | Marker::Bin32) => {
                 let len = self.payload_len(m, field)?;
@@ -221,7 +222,7 @@ impl Reader {
     }
 
     /// Reads a `bin|nil` value.
-    pub(crate) fn bin_or_nil(&mut self, field: &str) -> Result<Option<Bytes>, ProtoError> {
+    pub fn bin_or_nil(&mut self, field: &str) -> Result<Option<Bytes>, ProtoError> {
         match self.peek_marker() {
             Some(Marker::Null) => {
                 self.pos += 1;
@@ -233,11 +234,7 @@ impl Reader {
     }
 
     /// Reads a `str` value no longer than `max_len` bytes and returns its (UTF-8) range.
-    pub(crate) fn str_range(
-        &mut self,
-        field: &str,
-        max_len: usize,
-    ) -> Result<Range<usize>, ProtoError> {
+    pub fn str_range(&mut self, field: &str, max_len: usize) -> Result<Range<usize>, ProtoError> {
         let marker = self.marker(field)?;
         if !matches!(
             marker,
@@ -259,7 +256,7 @@ impl Reader {
     }
 
     /// Reads a `str` value no longer than `max_len` bytes into a `String`.
-    pub(crate) fn string(&mut self, field: &str, max_len: usize) -> Result<String, ProtoError> {
+    pub fn string(&mut self, field: &str, max_len: usize) -> Result<String, ProtoError> {
         let range = self.str_range(field, max_len)?;
         // `str_range` checked the UTF-8 already; the lossy conversion never replaces anything.
         Ok(String::from_utf8_lossy(&self.buf[range]).into_owned())
@@ -267,11 +264,7 @@ impl Reader {
 
     /// Reads an array header whose elements each take at least `min_elem_bytes` on the wire,
     /// and fails unless that many bytes remain, so that the caller may allocate `len` elements.
-    pub(crate) fn array_len(
-        &mut self,
-        field: &str,
-        min_elem_bytes: usize,
-    ) -> Result<usize, ProtoError> {
+    pub fn array_len(&mut self, field: &str, min_elem_bytes: usize) -> Result<usize, ProtoError> {
         let len = match self.marker(field)? {
             Marker::FixArray(n) => n.into(),
             Marker::Array16 => self.be_u16(field)?.into(),
@@ -283,7 +276,7 @@ impl Reader {
     }
 
     /// Reads an array header that must announce exactly `fields` elements (a nested record).
-    pub(crate) fn record(&mut self, field: &str, fields: usize) -> Result<(), ProtoError> {
+    pub fn record(&mut self, field: &str, fields: usize) -> Result<(), ProtoError> {
         let len = self.array_len(field, 1)?;
         if len != fields {
             return Err(self.malformed(format!("{field} has {len} fields, expected {fields}")));
@@ -292,7 +285,7 @@ impl Reader {
     }
 
     /// Reads a map header; each entry takes at least 2 bytes.
-    pub(crate) fn map_len(&mut self, field: &str) -> Result<usize, ProtoError> {
+    pub fn map_len(&mut self, field: &str) -> Result<usize, ProtoError> {
         let len = match self.marker(field)? {
             Marker::FixMap(n) => n.into(),
             Marker::Map16 => self.be_u16(field)?.into(),
@@ -315,7 +308,7 @@ impl Reader {
     }
 
     /// Skips one value of any type, following nested arrays and maps to [`MAX_SKIP_DEPTH`].
-    pub(crate) fn skip(&mut self, field: &str, depth: usize) -> Result<(), ProtoError> {
+    pub fn skip(&mut self, field: &str, depth: usize) -> Result<(), ProtoError> {
         let marker = self.marker(field)?;
         let len = match marker {
             Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
@@ -372,7 +365,7 @@ impl Reader {
 }
 
 /// What a marker starts, for "expected X, found Y" messages.
-pub(crate) fn describe(marker: Marker) -> &'static str {
+pub fn describe(marker: Marker) -> &'static str {
     match marker {
         Marker::FixPos(_) | Marker::U8 | Marker::U16 | Marker::U32 | Marker::U64 => "an integer",
         Marker::FixNeg(_) | Marker::I8 | Marker::I16 | Marker::I32 | Marker::I64 => {

@@ -1,4 +1,4 @@
-//! Real-time scheduling: EDF order, priorities, fair turns between users, deadlines met and
+//! Deadline scheduling: EDF order, priorities, fair turns between users, deadlines met and
 //! missed, the drop policy, and admission control, all on a synthetic clock.
 
 mod common;
@@ -107,9 +107,15 @@ fn results_are_scored_against_the_deadline_with_their_lateness() {
     let c = counts(&env.status(client, package));
     assert_eq!((c.met, c.missed, c.done, c.queued), (1, 1, 2, 1));
     let stats = env.core.stats();
-    assert_eq!((stats.deadlines_met, stats.deadlines_missed), (1, 1));
     assert_eq!(
-        stats.deadline_dropped, 0,
+        (
+            stats.counters.deadlines_met,
+            stats.counters.deadlines_missed
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        stats.counters.deadline_dropped, 0,
         "on_miss = run: the late task still ran"
     );
 }
@@ -125,7 +131,13 @@ fn without_a_deadline_nothing_is_scored() {
     let out = env.complete(w, task);
     assert_eq!(results(&out)[0].1[0].late_us, 0);
     let stats = env.core.stats();
-    assert_eq!((stats.deadlines_met, stats.deadlines_missed), (0, 0));
+    assert_eq!(
+        (
+            stats.counters.deadlines_met,
+            stats.counters.deadlines_missed
+        ),
+        (0, 0)
+    );
 }
 
 #[test]
@@ -157,7 +169,7 @@ fn on_miss_drop_fails_every_unfinished_task_at_the_deadline() {
     assert_eq!(common::aborts(&out), [(w, running, 1)]);
     let c = counts(&env.status(client, package));
     assert_eq!((c.missed, c.met, c.done), (3, 0, 3));
-    assert_eq!(env.core.stats().deadline_dropped, 3);
+    assert_eq!(env.core.stats().counters.deadline_dropped, 3);
     // The worker's late answer is not a second result.
     let late = env.complete(w, running);
     assert!(results(&late).is_empty(), "{late:?}");
@@ -199,7 +211,7 @@ fn on_miss_drop_does_not_start_a_task_its_estimate_says_is_too_late() {
         "{}",
         got[0].2
     );
-    assert_eq!(env.core.stats().deadline_dropped, 2);
+    assert_eq!(env.core.stats().counters.deadline_dropped, 2);
 }
 
 #[test]
@@ -257,7 +269,7 @@ fn admission_refuses_what_cannot_finish_in_time_and_says_by_how_much() {
     assert!((55_000..=57_500).contains(&finish_us), "{finish_us}");
     let message = reason.to_string();
     assert!(message.contains("short by"), "{message}");
-    assert_eq!(env.core.stats().admission_refused, 1);
+    assert_eq!(env.core.stats().counters.admission_refused, 1);
     assert_eq!(env.core.stats().packages, 0, "nothing of it was kept");
     // 4 tasks: 3 x 10 / 2 + p95 <= 30 ms.
     let (_, out) = env.submit_spec(client, Spec::tasks(4).function(5).deadline_ms(30).admit());

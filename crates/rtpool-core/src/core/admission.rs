@@ -1,0 +1,113 @@
+//! Submission checks: a package's size, its options, admission control against its deadline,
+//! and its user's quota. Each refuses with the [`RejectReason`] a client is told; none changes
+//! state.
+
+use super::Core;
+use crate::event::{MissPolicy, PackageOpts, RejectReason};
+use crate::ids::{FnHash, UserId};
+
+/// Most copies of one task (replicas, disagreement copies and hedges together).
+const MAX_COPIES: u8 = 16;
+
+impl Core {
+    /// The task count of a package, if it is within 1..=limit (and so fits a `u32`).
+    pub(super) fn check_size(&self, tasks: usize) -> Result<u32, RejectReason> {
+        let limit = self.config.max_tasks_per_package.min(u32::MAX as usize);
+        match tasks {
+            0 => Err(RejectReason::Empty),
+            n if n > limit => Err(RejectReason::TooManyTasks { tasks: n, limit }),
+            n => Ok(n as u32),
+        }
+    }
+
+    /// Refuses options that contradict each other or exceed a limit.
+    pub(super) fn check_options(opts: &PackageOpts) -> Result<(), RejectReason> {
+        let bad = |m: String| Err(RejectReason::InvalidOptions(m));
+        let (replicas, quorum) = (opts.replicas(), opts.quorum());
+        if replicas > MAX_COPIES {
+            return bad(format!("replicas is {replicas}, at most {MAX_COPIES}"));
+        }
+        if quorum > replicas {
+            return bad(format!(
+                "quorum is {quorum} but replicas is {replicas}: a quorum needs that many copies"
+            ));
+        }
+        if opts.max_copies > MAX_COPIES {
+            return bad(format!(
+                "max_copies is {}, at most {MAX_COPIES}",
+                opts.max_copies
+            ));
+        }
+        if opts.max_copies > 0 && opts.max_copies < replicas {
+            return bad(format!(
+                "max_copies is {} but replicas is {replicas}",
+                opts.max_copies
+            ));
+        }
+        if opts.admit && opts.deadline_ms == 0 {
+            return bad("admit needs a deadline".to_owned());
+        }
+        if opts.on_miss == MissPolicy::Drop && opts.deadline_ms == 0 {
+            return bad("on_miss = drop needs a deadline".to_owned());
+        }
+        Ok(())
+    }
+
+    /// Admission control: with `admit`, refuses a package whose last task, by the running
+    /// estimate of its function, cannot finish by its deadline. The estimate: the work queued
+    /// at its priority or above and the work running (each task at its function's mean) are
+    /// spread over the worker slots, then its own tasks; its last task takes the function's
+    /// p95. A function with no result yet is admitted (nothing is known). O(priority classes).
+    pub(super) fn check_admission(
+        &mut self,
+        fn_hash: &FnHash,
+        opts: &PackageOpts,
+        tasks: u32,
+    ) -> Result<(), RejectReason> {
+        if !opts.admit || opts.deadline_ms == 0 {
+            return Ok(());
+        }
+        let deadline_us = u64::from(opts.deadline_ms) * 1_000;
+        let slots = self.total_slots.min(u64::from(u32::MAX)) as u32;
+        let backlog_us = self
+            .queue
+            .work_at_or_above(opts.priority)
+            .saturating_add(self.running_work_us);
+        let est = self.estimate(fn_hash).unwrap_or_default();
+        let refuse = |finish_us: u64| RejectReason::Admission {
+            tasks,
+            finish_us,
+            deadline_us,
+            per_task_us: est.mean_us,
+            p95_us: est.p95_us,
+            samples: est.samples.min(u64::from(u32::MAX)) as u32,
+            slots,
+            backlog_us,
+        };
+        if slots == 0 {
+            return Err(RejectReason::NoWorkerSlots { deadline_us });
+        }
+        if est.samples == 0 {
+            return Ok(());
+        }
+        let own = u64::from(tasks - 1).saturating_mul(est.mean_us);
+        let finish_us = backlog_us
+            .saturating_add(own)
+            .div_ceil(u64::from(slots))
+            .saturating_add(est.p95_us);
+        if finish_us > deadline_us {
+            return Err(refuse(finish_us));
+        }
+        Ok(())
+    }
+
+    /// Refuses a user whose quota is used up.
+    pub(super) fn check_quota(&self, user: UserId) -> Result<(), RejectReason> {
+        match self.users.get(&user).and_then(|u| u.remaining_us) {
+            Some(left) if left <= 0 => Err(RejectReason::QuotaExhausted {
+                over_us: left.unsigned_abs(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
