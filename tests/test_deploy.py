@@ -227,6 +227,7 @@ def systemd_analyze() -> str:
     if path is None:
         if os.geteuid() != 0:
             pytest.skip("systemd-analyze missing and not root: apt-get install systemd")
+        subprocess.run(["apt-get", "update", "-q"], check=True, timeout=600)
         subprocess.run(["apt-get", "install", "-y", "-q", "systemd"], check=True, timeout=600)
         path = shutil.which("systemd-analyze")
     assert path
@@ -277,6 +278,26 @@ def test_systemd_analyze_verify_catches_broken_units(systemd_analyze, tmp_path):
     assert "Unknown key" in verify(systemd_analyze, unit)
     unit.write_text(good.replace(rtpool_script(), str(tmp_path / "no-such-rtpool")))
     assert "exit status" in verify(systemd_analyze, unit)
+
+
+def test_sysusers_file_creates_the_masters_user(systemd_analyze, tmp_path):
+    (tmp_path / "etc").mkdir()
+    for name in ("passwd", "group"):
+        (tmp_path / "etc" / name).touch()
+    sysusers = Path(systemd_analyze).with_name("systemd-sysusers")
+    out = subprocess.run(
+        [str(sysusers), f"--root={tmp_path}", str(SYSTEMD / "rtpool.sysusers")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    (entry,) = (tmp_path / "etc" / "passwd").read_text().splitlines()
+    name, _, uid, _, _, home, _ = entry.split(":")
+    assert (name, home) == ("rtpool", "/var/lib/rtpool")
+    assert 0 < int(uid) < 1000  # a system user
+    opts = unit_options("rtpool-master.service")
+    assert opts["User"] == [name] and opts["StateDirectory"] == ["rtpool"]
 
 
 def unit_options(name: str) -> Dict[str, List[str]]:
