@@ -406,6 +406,55 @@ def test_unit_and_deployment_command_lines_serve_tasks(tmp_path):
             master.stdout.close()
 
 
+def test_statefulset_master_takes_the_tokens_its_init_container_copies(tmp_path):
+    # The Secret, as step 2 of docs/deploy.md writes it: no trailing newline.
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    tokens = {"client.token": "rtc_" + "c" * 48, "worker.token": "rtw_" + "d" * 48}
+    for key, value in tokens.items():
+        (secret / key).write_text(value)
+    data = tmp_path / "data"
+    data.mkdir()
+    spec = pod_spec("StatefulSet/rtpool-master")
+    (init,) = spec["initContainers"]
+    script = init["command"][-1].replace("/run/rtpool-tokens", str(secret))
+    subprocess.run(["sh", "-c", script.replace("/var/lib/rtpool", str(data))], check=True)
+    for key, value in tokens.items():
+        assert (data / key).read_text() == value
+        assert (data / key).stat().st_mode & 0o777 == 0o600
+    args = list(spec["containers"][0]["args"])
+    args[args.index("--listen") + 1] = "127.0.0.1:0"
+    args[args.index("--data-dir") + 1] = str(data)
+    log = tmp_path / "master.log"
+    with open(log, "ab") as err:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "rtpool", *args],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
+    worker = None
+    try:
+        address = _read_listening_line(master, log, timeout=30.0)
+        worker_args = pod_spec("Deployment/rtpool-worker")["containers"][0]["args"]
+        worker_args = [address if a.startswith("rtpool-master:") else a for a in worker_args]
+        argv = [sys.executable, "-m", "rtpool", *worker_args]
+        # What secretKeyRef puts in RTPOOL_WORKER_TOKEN: the file's bytes.
+        worker = start_worker(argv, (secret / "worker.token").read_text(), tmp_path / "w.log")
+        with rtpool.Client(address, token=tokens["client.token"]) as client:
+            assert client.submit(pow, 3, 4).result(timeout=30) == 81
+        procs = int(worker_args[worker_args.index("--procs") + 1])
+        wait_until(lambda: len(workers_seen(log)) == procs, timeout=30)
+        # The master kept the Secret's tokens: it generated none of its own.
+        assert all((data / key).read_text() == value for key, value in tokens.items())
+    finally:
+        if worker is not None:
+            stop_process(worker)
+        stop_process(master)
+        if master.stdout is not None:
+            master.stdout.close()
+
+
 def workers_seen(log: Path) -> set:
     """Names of the worker processes the master's log says connected."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
