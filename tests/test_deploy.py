@@ -358,10 +358,15 @@ def test_unit_and_deployment_command_lines_serve_tasks(tmp_path):
     argv = exec_start_argv("rtpool-master.service", {})
     argv[argv.index("--listen") + 1] = "127.0.0.1:0"
     argv[argv.index("--data-dir") + 1] = str(tmp_path / "data")
+    unit_env = dict(e.split("=", 1) for e in unit_options("rtpool-master.service")["Environment"])
     log = tmp_path / "master.log"
     with open(log, "ab") as err:
         master = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL
+            argv,
+            env={**os.environ, **unit_env},
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
         )
     workers = []
     try:
