@@ -21,6 +21,7 @@ import pytest
 
 import rtpool
 from helpers import TESTS_DIR, wait_until
+from rtpool.worker import EXIT_CONFIG
 from tasks.slurm import marked_square, square, worker_name
 
 _SCRIPT = Path(TESTS_DIR).parent / "scripts" / "slurm-test-server"
@@ -114,7 +115,9 @@ def test_kill_one_worker_job_mid_package_loses_and_duplicates_nothing(slurm, tmp
         cluster.wait_for_workers(2, timeout=_JOB_START_S)
         victim = cluster.job_ids[0]
         client = cluster.client()
-        pkg = client.submit_many(marked_square, [(str(markers), i, 0.3) for i in range(n)], star=True)
+        pkg = client.submit_many(
+            marked_square, [(str(markers), i, 0.3) for i in range(n)], star=True
+        )
 
         def victim_mid_task() -> bool:
             for path in markers.iterdir():
@@ -162,25 +165,24 @@ time.sleep(120)
 
 def test_ctrl_c_cancels_the_jobs(slurm, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", _SIGINT_SCRIPT, str(tmp_path)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        job = proc.stdout.readline().strip()
-        assert job.isdigit(), proc.stderr.read()
-        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        assert job in squeue_ids()
-        proc.send_signal(signal.SIGINT)
-        proc.wait(30)
-        assert "KeyboardInterrupt" in proc.stderr.read()
-        wait_until(lambda: job not in squeue_ids(), timeout=30, interval=0.1)
-    finally:
-        proc.kill()
-        proc.wait()
+    ) as proc:
+        try:
+            job = proc.stdout.readline().strip()
+            assert job.isdigit(), proc.stderr.read()
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+            assert job in squeue_ids()
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+            assert "KeyboardInterrupt" in proc.stderr.read()
+            wait_until(lambda: job not in squeue_ids(), timeout=30, interval=0.1)
+        finally:
+            proc.kill()
 
 
 def test_cli_up_and_down_for_a_running_master(slurm, tmp_path):
@@ -193,7 +195,8 @@ def test_cli_up_and_down_for_a_running_master(slurm, tmp_path):
         cmd = [sys.executable, "-m", "rtpool", "slurm"]
         job_dir = ["--job-dir", str(tmp_path / "jobs")]
         up = subprocess.run(
-            cmd + ["up", "--workers", "2", "--procs", "1", "--partition", "debug"]
+            cmd
+            + ["up", "--workers", "2", "--procs", "1", "--partition", "debug"]
             + ["--time", "10", "--master", f"127.0.0.1:{port}", "--token-file", str(token_file)]
             + job_dir,
             env=env,
@@ -215,3 +218,37 @@ def test_cli_up_and_down_for_a_running_master(slurm, tmp_path):
         assert down.returncode == 0, down.stderr
         wait_until(lambda: not set(ids) & squeue_ids(), timeout=30, interval=0.1)
         wait_until(lambda: master.stats()["workers"] == 0, timeout=10, interval=0.05)
+
+
+# Without Slurm: the worker options the jobs rely on.
+
+
+def test_worker_reads_its_token_from_a_file_and_tells_tasks_its_name(tmp_path):
+    token_file = tmp_path / "worker.token"
+    with rtpool.LocalCluster(workers=0) as master:
+        token_file.write_text(master.worker_token + "\n")
+        env = {k: v for k, v in os.environ.items() if k != "RTPOOL_WORKER_TOKEN"}
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", master.address]
+        cmd += ["--token-file", str(token_file), "--name", "slurm-42"]
+        with subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) as proc:
+            try:
+                master.wait_for_workers(1, timeout=30)
+                assert master.client().submit(worker_name).result(timeout=30) == "slurm-42"
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(30) == 0
+
+
+def test_worker_with_an_unreadable_token_file_says_so(tmp_path):
+    missing = tmp_path / "nope"
+    out = subprocess.run(
+        [sys.executable, "-m", "rtpool", "worker", "--master", "127.0.0.1:1"]
+        + ["--token-file", str(missing)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == EXIT_CONFIG
+    assert f"cannot read the worker token from --token-file {missing}" in out.stderr

@@ -75,7 +75,10 @@ class _Pool:
     def stop_adapt(self) -> None:
         if self.adapt_stop is not None:
             self.adapt_stop.set()
-            if self.adapt_thread is not None and self.adapt_thread is not threading.current_thread():
+            if (
+                self.adapt_thread is not None
+                and self.adapt_thread is not threading.current_thread()
+            ):
                 self.adapt_thread.join()
         self.adapt_stop = self.adapt_thread = None
 

@@ -190,8 +190,8 @@ def run(args: argparse.Namespace) -> int:
     token = token or os.environ.get("RTPOOL_WORKER_TOKEN")
     if not token:
         log(
-            "no worker token: pass --token or --token-file or set RTPOOL_WORKER_TOKEN (the master keeps it in "
-            "its data dir as worker.token)"
+            "no worker token: pass --token or --token-file or set RTPOOL_WORKER_TOKEN (the "
+            "master keeps it in its data dir as worker.token)"
         )
         return EXIT_CONFIG
     problem = check_arguments(args)
