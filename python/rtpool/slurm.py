@@ -132,7 +132,20 @@ def _shutdown(pool: _Pool, master: LocalCluster, job_dir: str, own_dir: bool) ->
 
 
 def _default_host() -> str:
-    return socket.gethostname()
+    """This machine's hostname, or when it does not resolve (some containers), the address of
+    the interface that routes outward (no packet is sent), or loopback."""
+    name = socket.gethostname()
+    try:
+        socket.getaddrinfo(name, None)
+        return name
+    except OSError:
+        pass
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: routing only
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
 
 
 class SlurmCluster:
@@ -158,7 +171,8 @@ class SlurmCluster:
         sbatch_args: More ``sbatch`` options, e.g. ``["--account", "proj", "--mem", "4G"]``.
         job_name: ``sbatch --job-name``.
         listen: The master's address (port 0: a free one); by default every interface.
-        host: The name or address the nodes reach this machine at (default: its hostname).
+        host: The name or address the nodes reach this machine at (default: its hostname,
+            or its outward address when the name does not resolve).
         job_dir: Where the job script, token file and ``slurm-<jobid>.out`` logs go; must be
             visible to the nodes. Given: kept after ``close()`` (the token file is removed);
             None: a new directory under ``~/.rtpool/slurm``, removed by ``close()``.
