@@ -171,7 +171,7 @@ def job_states(job_ids: Iterable[str]) -> Dict[str, str]:
     if not wanted:
         return {}
     # All of our jobs rather than --jobs: squeue fails on ids it has already forgotten.
-    out = _run(["squeue", "--me", "--noheader", "--format=%i %T"])
+    out = _run(["squeue", f"--user={os.getuid()}", "--noheader", "--format=%i %T"])
     states = {}
     for line in out.splitlines():
         parts = line.split()
@@ -186,10 +186,15 @@ def cancel(job_ids: Sequence[str], graceful: bool = False) -> None:
     SIGTERM, then SIGKILL after KillWait). Jobs that already ended are not an error."""
     if not job_ids:
         return
-    cmd = ["scancel", "--batch", "--signal=TERM"] if graceful else ["scancel"]
+    if graceful:
+        try:
+            _run(["scancel", "--batch", "--signal=TERM", *job_ids])
+            return
+        except RtpoolError:
+            pass  # e.g. a job whose batch step is not running yet: cancel it outright
     try:
-        _run(cmd + list(job_ids))
+        _run(["scancel", *job_ids])
     except RtpoolError as exc:
-        # scancel exits non-zero when some job already finished; the others were signalled.
+        # scancel exits non-zero when some job already finished; the others were cancelled.
         if "already completed" not in str(exc) and "Invalid job id" not in str(exc):
             raise
