@@ -186,15 +186,21 @@ def cancel(job_ids: Sequence[str], graceful: bool = False) -> None:
     SIGTERM, then SIGKILL after KillWait). Jobs that already ended are not an error."""
     if not job_ids:
         return
+    refused = list(job_ids)
     if graceful:
-        try:
-            _run(["scancel", "--batch", "--signal=TERM", *job_ids])
-            return
-        except RtpoolError:
-            pass  # e.g. a job whose batch step is not running yet: cancel it outright
+        # One at a time: a job Slurm refuses to signal (its batch step is not running yet, or
+        # it just ended) is cancelled outright, and only that one.
+        refused = []
+        for job_id in job_ids:
+            try:
+                _run(["scancel", "--batch", "--signal=TERM", job_id])
+            except RtpoolError:
+                refused.append(job_id)
+    if not refused:
+        return
     try:
-        _run(["scancel", *job_ids])
+        _run(["scancel", *refused])
     except RtpoolError as exc:
         # scancel exits non-zero when some job already finished; the others were cancelled.
-        if "already completed" not in str(exc) and "Invalid job id" not in str(exc):
+        if "already complet" not in str(exc) and "Invalid job id" not in str(exc):
             raise
