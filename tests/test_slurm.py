@@ -24,6 +24,10 @@ from helpers import TESTS_DIR, wait_until
 from rtpool.worker import EXIT_CONFIG
 from tasks.slurm import marked_square, square, worker_name
 
+# The first test's timeout covers the session fixture, which on a fresh machine installs Slurm
+# with apt-get; every wait below has its own deadline.
+pytestmark = pytest.mark.timeout(600)
+
 _SCRIPT = Path(TESTS_DIR).parent / "scripts" / "slurm-test-server"
 _JOB_START_S = 30.0  # a job's worker connects within ~2 s here; slack for a loaded machine
 
