@@ -135,11 +135,13 @@ def test_kill_one_worker_job_mid_package_loses_and_duplicates_nothing(slurm, tmp
         assert pkg.results(timeout=60) == [i * i for i in range(n)]  # lost: 0
         runs = _executions(markers, n)
     ends = [sum(line.startswith("end ") for line in r) for r in runs]
-    assert ends == [1] * n  # duplicated: 0 (every task completed exactly once)
+    assert ends == [1] * n, runs  # duplicated: 0 (every task completed exactly once)
     # Only the killed job's task(s) started twice: their first run never ended.
     restarted = [r for r in runs if len(r) > 2]
-    assert restarted, "the kill landed between tasks"
-    assert all(r[0] == f"start slurm-{victim}" and r[1].startswith("start ") for r in restarted)
+    assert restarted, f"the kill landed between tasks: {runs}"
+    assert all(r[0] == f"start slurm-{victim}" and r[1].startswith("start ") for r in restarted), (
+        runs
+    )
 
 
 def test_adapt_scales_up_with_the_queue_and_down_when_idle(slurm, tmp_path):
