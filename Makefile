@@ -48,7 +48,8 @@ test-python: $(STAMP) ## pytest end-to-end tests against a real master
 	$(PY) -m pytest tests -q
 
 # A throwaway PostgreSQL (scripts/pg-test-server) serves the store tests of both suites through
-# RTPOOL_TEST_PG_URL; it is stopped however the tests end.
+# RTPOOL_TEST_PG_URL; it is stopped however the tests end. tests/test_slurm.py starts and stops
+# its own one-node Slurm cluster (scripts/slurm-test-server; as root, installs it when missing).
 test: ## every test (installs what it needs, starts a throwaway PostgreSQL)
 	@pg_dir=$$(mktemp -d /tmp/rtpool-pg.XXXXXX); \
 	cleanup() { scripts/pg-test-server stop "$$pg_dir" || true; rm -rf "$$pg_dir"; }; \

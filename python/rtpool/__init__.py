@@ -55,6 +55,7 @@ __all__ = [
     "QuorumError",
     "QuotaExceededError",
     "ResultsLost",
+    "SlurmCluster",
     "TaskTimeoutError",
     "Transaction",
     "UnknownFunctionError",
@@ -69,9 +70,10 @@ if TYPE_CHECKING:
     from .rpc.annotations import Array, In, InOut, Out
     from .rpc.interface import Interface
     from .rpc.remote import remote
+    from .slurm import SlurmCluster
 
 _LAZY = {"Client": "client", "Package": "client", "LocalCluster": "cluster"}
-_LAZY.update(CallFuture="client", Transaction="client")
+_LAZY.update(CallFuture="client", Transaction="client", SlurmCluster="slurm")
 # Grid RPC (docs/rpc.md): named remote functions and their interfaces.
 _LAZY.update(dict.fromkeys(["Array", "In", "InOut", "Out"], "rpc.annotations"))
 _LAZY.update(Interface="rpc.interface", remote="rpc.remote")

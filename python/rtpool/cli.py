@@ -1,4 +1,4 @@
-"""The ``rtpool`` command: ``master``, ``worker``, ``token``, ``demo`` and ``bench``.
+"""The ``rtpool`` command: ``master``, ``worker``, ``token``, ``slurm``, ``demo`` and ``bench``.
 
 Heavy imports are deferred to the subcommand that needs them, so ``rtpool worker`` starts
 quickly and ``rtpool --help`` works without the native module.
@@ -107,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
         help="create, list and revoke per-user tokens; set users' compute-time quotas",
     )
     _token_cli.add_arguments(token, _default_data_dir)
+    from . import _slurm_cli
+
+    slurm = sub.add_parser("slurm", help="run workers as Slurm jobs for a master: up, down")
+    _slurm_cli.add_arguments(slurm, _default_data_dir)
     sub.add_parser(
         "demo",
         help="factorization benchmark on a LocalCluster: speed-up, efficiency, per-task times",
@@ -189,6 +193,10 @@ def main(argv: List[str] | None = None) -> int:
         from . import _token_cli
 
         return _token_cli.run(args)
+    if args.command == "slurm":
+        from . import _slurm_cli
+
+        return _slurm_cli.run(args)
     raise AssertionError(args.command)
 
 

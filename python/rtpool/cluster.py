@@ -128,6 +128,9 @@ class LocalCluster:
             worker --serve MODULE`` for each), e.g. ``serve=["mypkg.linalg"]``; see
             ``docs/rpc.md``. A module a worker cannot load makes that worker exit at start
             (its log names the module).
+        listen: The master's address; port 0 picks a free one. A wildcard (``0.0.0.0:0``)
+            lets other machines' workers in (``SlurmCluster``); this process's clients and
+            workers still connect over loopback.
 
     Raises:
         RtpoolError: The embedded master cannot start.
@@ -148,6 +151,7 @@ class LocalCluster:
         rt_priority: int = 50,
         cpus: str | List[int] | None = None,
         serve: Sequence[str] = (),
+        listen: str = "127.0.0.1:0",
     ) -> None:
         from . import _native
 
@@ -181,7 +185,7 @@ class LocalCluster:
             tls_args["data_dir"] = os.fspath(data_dir)
         try:
             self._master = _native.Master(
-                listen="127.0.0.1:0", options=dict(master_options or {}), **tls_args, **rt_args
+                listen=listen, options=dict(master_options or {}), **tls_args, **rt_args
             )
         except BaseException:
             if tls_dir is not None:
@@ -210,8 +214,12 @@ class LocalCluster:
 
     @property
     def address(self) -> str:
-        """The master's ``host:port``."""
-        return self._master.address
+        """The master's ``host:port`` (a wildcard host is given as loopback: where this
+        machine connects)."""
+        host, _, port = self._master.address.rpartition(":")
+        if host in ("0.0.0.0", "[::]", "::"):
+            host = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
+        return f"{host}:{port}"
 
     @property
     def client_token(self) -> str:

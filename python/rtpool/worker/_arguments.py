@@ -17,6 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--token", default=None, help="worker token (default: $RTPOOL_WORKER_TOKEN)"
     )
     parser.add_argument(
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help="read the worker token from PATH (keeps it out of `ps` and job scripts)",
+    )
+    parser.add_argument(
         "--procs", type=int, default=1, metavar="N", help="worker processes (default: 1)"
     )
     parser.add_argument(
@@ -38,7 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PEM",
         help="certificate(s) to trust, e.g. a --tls-self-signed master's cert.pem (implies --tls)",
     )
-    parser.add_argument("--name", default=None, help="name in the master's log (hostname:pid)")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="name in the master's log (default: hostname:pid); with --procs N > 1, each "
+        "process adds -SLOT; tasks see it as $RTPOOL_WORKER_NAME",
+    )
     parser.add_argument(
         "--task-memory-mb",
         type=int,

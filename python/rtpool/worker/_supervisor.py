@@ -117,6 +117,8 @@ class Supervisor:
             name = self.args.name or default_name()
             if self.args.name and self.args.procs > 1:
                 name = f"{name}-{slot}"
+            # Tasks may report where they ran (SlurmCluster's tests check the job id in it).
+            os.environ["RTPOOL_WORKER_NAME"] = name
             code = run_child(self.args, self.token, name)
         except BaseException:
             traceback.print_exc()
@@ -177,11 +179,19 @@ class Supervisor:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``rtpool worker`` with parsed arguments; return the exit code."""
-    token = args.token or os.environ.get("RTPOOL_WORKER_TOKEN")
+    token = args.token
+    if token is None and args.token_file is not None:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            log(f"cannot read the worker token from --token-file {args.token_file}: {exc}")
+            return EXIT_CONFIG
+    token = token or os.environ.get("RTPOOL_WORKER_TOKEN")
     if not token:
         log(
-            "no worker token: pass --token or set RTPOOL_WORKER_TOKEN (the master keeps it in "
-            "its data dir as worker.token)"
+            "no worker token: pass --token or --token-file or set RTPOOL_WORKER_TOKEN (the "
+            "master keeps it in its data dir as worker.token)"
         )
         return EXIT_CONFIG
     problem = check_arguments(args)

@@ -1,0 +1,260 @@
+"""SlurmCluster and `rtpool slurm up|down` against a real one-node Slurm cluster.
+
+The session fixture starts slurmctld, slurmd and munged with scripts/slurm-test-server (which
+installs Debian's packages when they are missing, as root). Not being root, or having neither
+Slurm nor apt-get, skips these tests; a cluster that fails to start is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator, Set
+
+import pytest
+
+import rtpool
+from helpers import TESTS_DIR, wait_until
+from rtpool.worker import EXIT_CONFIG
+from tasks.slurm import marked_square, square, worker_name
+
+# The first test's timeout covers the session fixture, which on a fresh machine installs Slurm
+# with apt-get; every wait below has its own deadline.
+pytestmark = pytest.mark.timeout(600)
+
+_SCRIPT = Path(TESTS_DIR).parent / "scripts" / "slurm-test-server"
+_JOB_START_S = 30.0  # a job's worker connects within ~2 s here; slack for a loaded machine
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[str]:
+    """``SLURM_CONF`` of a one-node test cluster, also set in ``os.environ``."""
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm tests run slurmd, which needs root; run them as root")
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        pytest.skip("Slurm is not installed and there is no apt-get to install it")
+    slurm_dir = tempfile.mkdtemp(prefix="rtpool-slurm-")
+    started = subprocess.run(
+        [str(_SCRIPT), "start", slurm_dir], capture_output=True, text=True, timeout=600
+    )
+    saved = os.environ.get("SLURM_CONF")
+    try:
+        assert started.returncode == 0, f"slurm-test-server start failed: {started.stderr[-3000:]}"
+        conf = started.stdout.strip().partition("SLURM_CONF=")[2]
+        os.environ["SLURM_CONF"] = conf
+        yield conf
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+        subprocess.run([str(_SCRIPT), "stop", slurm_dir], capture_output=True, timeout=120)
+        shutil.rmtree(slurm_dir, ignore_errors=True)
+
+
+def squeue_ids() -> Set[str]:
+    out = subprocess.run(
+        ["squeue", "--noheader", "--format=%i"], capture_output=True, text=True, check=True
+    ).stdout
+    return set(out.split())
+
+
+def test_package_runs_on_slurm_workers_named_by_job_id(slurm, tmp_path):
+    with rtpool.SlurmCluster(workers=2, job_dir=tmp_path) as cluster:
+        ids = cluster.job_ids
+        assert len(ids) == 2 and set(ids) <= squeue_ids()
+        cluster.wait_for_workers(2, timeout=_JOB_START_S)
+        client = cluster.client()
+        assert client.submit_many(square, range(200)).results(timeout=60) == [
+            x * x for x in range(200)
+        ]
+        names = set(client.submit_many(lambda _: worker_name(), range(20)).results(timeout=30))
+        assert names and names <= {f"slurm-{j}" for j in ids}
+        # The token is in a 0600 file only: not in the script, the job record or `ps`.
+        token = cluster._master.worker_token
+        assert token not in Path(tmp_path, "worker.sh").read_text()
+        assert os.stat(tmp_path / "worker.token").st_mode & 0o777 == 0o600
+        job = subprocess.run(
+            ["scontrol", "-dd", "show", "job", ids[0]], capture_output=True, text=True
+        )
+        assert ids[0] in job.stdout and token not in job.stdout
+        ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+        assert f"slurm-{ids[0]}" in ps and token not in ps
+    wait_until(lambda: not set(ids) & squeue_ids(), timeout=30, interval=0.1)
+    assert not (tmp_path / "worker.token").exists()
+
+
+def test_scale_up_and_down(slurm, tmp_path):
+    with rtpool.SlurmCluster(job_dir=tmp_path) as cluster:
+        cluster.scale(1)
+        first = cluster.job_ids
+        cluster.wait_for_workers(1, timeout=_JOB_START_S)
+        cluster.scale(3)
+        ids = cluster.job_ids
+        assert len(ids) == 3 and ids[0] == first[0] and set(ids) <= squeue_ids()
+        cluster.wait_for_workers(3, timeout=_JOB_START_S)
+        assert cluster.stats()["workers"] == 3
+        cluster.scale(1)  # the two newest drain and leave
+        wait_until(lambda: set(ids) & squeue_ids() == set(first), timeout=30, interval=0.1)
+        wait_until(lambda: cluster.stats()["workers"] == 1, timeout=10, interval=0.05)
+        assert list(cluster.jobs()) == first and cluster.job_ids == first
+        assert cluster.client().submit(square, 7).result(timeout=30) == 49
+
+
+def _executions(marker_dir: Path, n: int) -> list:
+    return [(marker_dir / str(i)).read_text().split("\n")[:-1] for i in range(n)]
+
+
+def test_kill_one_worker_job_mid_package_loses_and_duplicates_nothing(slurm, tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    n = 30
+    with rtpool.SlurmCluster(workers=2, job_dir=tmp_path / "jobs") as cluster:
+        cluster.wait_for_workers(2, timeout=_JOB_START_S)
+        victim = cluster.job_ids[0]
+        client = cluster.client()
+        pkg = client.submit_many(
+            marked_square, [(str(markers), i, 0.3) for i in range(n)], star=True
+        )
+
+        def victim_mid_task() -> bool:
+            for path in markers.iterdir():
+                lines = path.read_text().split("\n")[:-1]
+                if lines and lines[-1] == f"start slurm-{victim}":
+                    return True
+            return False
+
+        wait_until(victim_mid_task, timeout=30, interval=0.01)
+        subprocess.run(["scancel", "--signal=KILL", "--full", victim], check=True)
+        assert pkg.results(timeout=60) == [i * i for i in range(n)]  # lost: 0
+        runs = _executions(markers, n)
+    ends = [sum(line.startswith("end ") for line in r) for r in runs]
+    assert ends == [1] * n, runs  # duplicated: 0 (every task completed exactly once)
+    # Only the killed job's task(s) started twice: their first run never ended.
+    restarted = [r for r in runs if len(r) > 2]
+    assert restarted, f"the kill landed between tasks: {runs}"
+    assert all(r[0] == f"start slurm-{victim}" and r[1].startswith("start ") for r in restarted), (
+        runs
+    )
+
+
+def test_adapt_scales_up_with_the_queue_and_down_when_idle(slurm, tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with rtpool.SlurmCluster(job_dir=tmp_path / "jobs") as cluster:
+        cluster.adapt(minimum=0, maximum=2, interval_s=0.2, cooldown_s=2.0)
+        client = cluster.client()
+        items = [(str(markers), i, 0.2) for i in range(30)]
+        pkg = client.submit_many(marked_square, items, star=True)
+        ids = wait_until(lambda: len(cluster.job_ids) == 2 and cluster.job_ids, timeout=10)
+        assert pkg.results(timeout=60) == [i * i for i in range(30)]
+        wait_until(lambda: not set(ids) & squeue_ids(), timeout=30, interval=0.1)
+        wait_until(lambda: cluster.stats()["workers"] == 0, timeout=10, interval=0.05)
+        assert cluster.jobs() == {} and cluster.job_ids == []
+
+
+_SIGINT_SCRIPT = """
+import sys, time, rtpool
+cluster = rtpool.SlurmCluster(workers=1, job_dir=sys.argv[1])
+print(cluster.job_ids[0], flush=True)
+cluster.wait_for_workers(1, timeout=60)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_ctrl_c_cancels_the_jobs(slurm, tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+    with subprocess.Popen(
+        [sys.executable, "-c", _SIGINT_SCRIPT, str(tmp_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            job = proc.stdout.readline().strip()
+            assert job.isdigit(), proc.stderr.read()
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+            assert job in squeue_ids()
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+            assert "KeyboardInterrupt" in proc.stderr.read()
+            wait_until(lambda: job not in squeue_ids(), timeout=30, interval=0.1)
+        finally:
+            proc.kill()
+
+
+def test_cli_up_and_down_for_a_running_master(slurm, tmp_path):
+    with rtpool.LocalCluster(workers=0, listen="0.0.0.0:0") as master:
+        token_file = tmp_path / "worker.token"
+        token_file.write_text(master.worker_token)
+        token_file.chmod(0o600)
+        port = master.address.rpartition(":")[2]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+        cmd = [sys.executable, "-m", "rtpool", "slurm"]
+        job_dir = ["--job-dir", str(tmp_path / "jobs")]
+        up = subprocess.run(
+            cmd
+            + ["up", "--workers", "2", "--procs", "1", "--partition", "debug"]
+            + ["--time", "10", "--master", f"127.0.0.1:{port}", "--token-file", str(token_file)]
+            + job_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert up.returncode == 0, up.stderr
+        ids = up.stdout.split()
+        assert len(ids) == 2 and all(re.fullmatch(r"\d+", j) for j in ids)
+        assert set(ids) <= squeue_ids()
+        master.wait_for_workers(2, timeout=_JOB_START_S)
+        client = master.client()
+        names = set(client.submit_many(lambda _: worker_name(), range(20)).results(timeout=30))
+        assert names and names <= {f"slurm-{j}" for j in ids}
+        down = subprocess.run(
+            cmd + ["down"] + job_dir, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert down.returncode == 0, down.stderr
+        wait_until(lambda: not set(ids) & squeue_ids(), timeout=30, interval=0.1)
+        wait_until(lambda: master.stats()["workers"] == 0, timeout=10, interval=0.05)
+
+
+# Without Slurm: the worker options the jobs rely on.
+
+
+def test_worker_reads_its_token_from_a_file_and_tells_tasks_its_name(tmp_path):
+    token_file = tmp_path / "worker.token"
+    with rtpool.LocalCluster(workers=0) as master:
+        token_file.write_text(master.worker_token + "\n")
+        env = {k: v for k, v in os.environ.items() if k != "RTPOOL_WORKER_TOKEN"}
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", master.address]
+        cmd += ["--token-file", str(token_file), "--name", "slurm-42"]
+        with subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) as proc:
+            try:
+                master.wait_for_workers(1, timeout=30)
+                assert master.client().submit(worker_name).result(timeout=30) == "slurm-42"
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(30) == 0
+
+
+def test_worker_with_an_unreadable_token_file_says_so(tmp_path):
+    missing = tmp_path / "nope"
+    out = subprocess.run(
+        [sys.executable, "-m", "rtpool", "worker", "--master", "127.0.0.1:1"]
+        + ["--token-file", str(missing)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == EXIT_CONFIG
+    assert f"cannot read the worker token from --token-file {missing}" in out.stderr
