@@ -114,13 +114,16 @@ def _executions(marker_dir: Path, n: int) -> list:
 def test_kill_one_worker_job_mid_package_loses_and_duplicates_nothing(slurm, tmp_path):
     markers = tmp_path / "markers"
     markers.mkdir()
-    n = 30
+    # Each task runs 3 s, so scancel (through slurmctld and slurmd, which takes a few hundred ms
+    # on a loaded machine) lands while the victim's task still runs; with 0.3 s tasks it once
+    # landed after the task had ended.
+    n = 10
     with rtpool.SlurmCluster(workers=2, job_dir=tmp_path / "jobs") as cluster:
         cluster.wait_for_workers(2, timeout=_JOB_START_S)
         victim = cluster.job_ids[0]
         client = cluster.client()
         pkg = client.submit_many(
-            marked_square, [(str(markers), i, 0.3) for i in range(n)], star=True
+            marked_square, [(str(markers), i, 3.0) for i in range(n)], star=True
         )
 
         def victim_mid_task() -> bool:
