@@ -14,13 +14,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator, Set
 
 import pytest
 
 import rtpool
+import rtpool.slurm
 from helpers import TESTS_DIR, wait_until
+from rtpool._slurm_adapt import Demand, TaskTimer, demand_from_status, want_jobs, want_slots
 from rtpool.worker import EXIT_CONFIG
 from tasks.slurm import marked_square, square, worker_name
 
@@ -162,6 +165,80 @@ def test_adapt_scales_up_with_the_queue_and_down_when_idle(slurm, tmp_path):
         assert cluster.jobs() == {} and cluster.job_ids == []
 
 
+def _snapshot_with_deadline(cluster, pkg, deadline_at: float, task_s: float):
+    """The status snapshot (docs/operations.md) of ``cluster``'s master as the STATUS request
+    will give it, built from what this branch's master serves: the totals from ``stats()``,
+    the package's counters from its real STATUS_REPLY (``Package.status``) and the deadline it
+    was submitted with; ``exec_s`` from the completed tasks (each sleeps ``task_s``)."""
+
+    def snapshot():
+        stats = cluster.stats()
+        done = int(stats.get("delivered", 0))
+        packages = []
+        if pkg[0] is not None:
+            counts = pkg[0].status(timeout=10)
+            packages.append(
+                {
+                    "id": pkg[0].id,
+                    "queued": counts["queued"],
+                    "running": counts["running"],
+                    "done": counts["done"],
+                    "deadline_in_s": None if deadline_at is None else deadline_at - time.time(),
+                }
+            )
+        return {
+            "totals": {"queued": stats["queued"], "running": stats["running"]},
+            "workers": [{"name": "all", "exec_s": done * task_s, "done": done}],
+            "packages": packages,
+        }
+
+    return snapshot
+
+
+def test_adapt_scales_up_ahead_of_the_queue_for_a_deadline_at_risk(slurm, tmp_path, monkeypatch):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    task_s, n = 0.5, 24  # 12 s of work
+    pkg = [None]
+    with rtpool.SlurmCluster(job_dir=tmp_path / "jobs") as cluster:
+        client = cluster.client()
+        deadline_at = [None]
+
+        def snapshot():
+            return _snapshot_with_deadline(cluster, pkg, deadline_at[0], task_s)()
+
+        monkeypatch.setattr(rtpool.slurm, "_status_snapshot", lambda master: snapshot())
+        # Until a task time is known adapt wants one slot per task: learn it on one job first.
+        cluster.scale(1)
+        cluster.wait_for_workers(1, timeout=_JOB_START_S)
+        warm = client.submit_many(
+            marked_square, [(str(tmp_path), i, task_s) for i in range(4)], star=True
+        )
+        assert warm.results(timeout=30) == [i * i for i in range(4)]
+        # By queue, 12 s of work wants ceil(12 / 60) = 1 job.
+        cluster.adapt(minimum=1, maximum=3, interval_s=0.2, cooldown_s=60, target_s=60, startup_s=1)
+        # The same package without a deadline: the task time gets known, the pool stays at 1.
+        items = [(str(markers), i, task_s) for i in range(n)]
+        pkg[0] = client.submit_many(marked_square, items, star=True)
+        most = 0
+        while not pkg[0].done():
+            most = max(most, len(cluster.job_ids))
+            time.sleep(0.05)
+        assert pkg[0].results(timeout=0) == [i * i for i in range(n)]
+        assert most == 1, "the queue alone wanted more than 1 job"
+        # With a deadline 6 s away the work needs 12 s / (6 - 1) s -> 3 slots: 3 jobs at once.
+        deadline_at[0] = time.time() + 6.0
+        for path in markers.iterdir():
+            path.unlink()
+        pkg[0] = client.options(deadline=6.0).submit_many(marked_square, items, star=True)
+        t0 = time.monotonic()
+        wait_until(lambda: len(cluster.job_ids) == 3, timeout=5, interval=0.05)
+        up_s = time.monotonic() - t0
+        assert pkg[0].results(timeout=60) == [i * i for i in range(n)]
+        ran_on = {name for p in markers.iterdir() for name in p.read_text().split()[1::2]}
+        print(f"adapt up for the deadline in {up_s:.2f} s; ran on {sorted(ran_on)}")
+
+
 _SIGINT_SCRIPT = """
 import sys, time, rtpool
 cluster = rtpool.SlurmCluster(workers=1, job_dir=sys.argv[1])
@@ -261,3 +338,55 @@ def test_worker_with_an_unreadable_token_file_says_so(tmp_path):
     )
     assert out.returncode == EXIT_CONFIG
     assert f"cannot read the worker token from --token-file {missing}" in out.stderr
+
+
+# The adapt rule, on the status snapshot's shape (docs/operations.md).
+
+
+def test_adapt_rule_by_queue_and_by_deadlines():
+    # Unknown task time: one slot per task, whatever the deadlines.
+    assert want_slots(Demand(12, None), target_s=10, startup_s=5) == (12, 0)
+    assert want_slots(Demand(12, None, ((30.0, 4),)), target_s=10, startup_s=5) == (12, 4)
+    # Known: 100 tasks of 0.5 s is 50 s of work -> 5 slots for 10 s; never more than tasks.
+    assert want_slots(Demand(100, 0.5), target_s=10, startup_s=5) == (5, 0)
+    assert want_slots(Demand(3, 60.0), target_s=10, startup_s=5) == (3, 0)
+    # Deadlines, earliest first: 20 tasks due in 15 s need 20 * 0.5 / (15 - 5) = 1 slot;
+    # with 100 more due in 25 s, 120 * 0.5 / 20 = 3 slots.
+    demand = Demand(120, 0.5, ((25.0, 100), (15.0, 20)))
+    assert want_slots(demand, target_s=60, startup_s=5) == (1, 3)
+    # A deadline closer than a new job's start: as urgent as 1 s, at most one slot per task.
+    assert want_slots(Demand(8, 2.0, ((3.0, 8),)), target_s=60, startup_s=5) == (1, 8)
+    assert want_slots(Demand(8, 2.0, ((-4.0, 8),)), target_s=60, startup_s=5) == (1, 8)
+    # Jobs of 4 processes, within the bounds.
+    assert want_jobs(demand, 4, 0, 8, target_s=60, startup_s=5) == 1
+    assert want_jobs(Demand(0, None), 4, 2, 8, target_s=60, startup_s=5) == 2
+    assert want_jobs(Demand(400, None), 4, 0, 8, target_s=60, startup_s=5) == 8
+
+
+def test_demand_from_the_status_snapshot():
+    snapshot = {
+        "totals": {"queued": 30, "running": 4, "done": 100},
+        "workers": [
+            {"name": "slurm-7", "exec_s": 30.0, "done": 60},
+            {"name": "slurm-8", "exec_s": 20.0, "done": 40},
+        ],
+        "packages": [
+            {"id": 1, "queued": 10, "running": 2, "deadline_in_s": 12.5},
+            {"id": 2, "queued": 20, "running": 2, "deadline_in_s": None},
+            {"id": 3, "queued": 0, "running": 0, "deadline_in_s": 3.0},  # done: no risk
+        ],
+    }
+    assert demand_from_status(snapshot) == Demand(34, 0.5, ((12.5, 12),))
+    assert demand_from_status({"totals": {}, "workers": [], "packages": []}) == Demand(0, None)
+
+
+def test_task_time_by_littles_law_from_stats_polls():
+    timer = TaskTimer(window_s=30)
+    assert timer.update(0.0, running=4, delivered=0) is None
+    # 4 tasks running throughout, 8 completed in 2 s: each took 4 * 2 / 8 = 1 s.
+    assert timer.update(1.0, running=4, delivered=4) == pytest.approx(1.0)
+    assert timer.update(2.0, running=4, delivered=8) == pytest.approx(1.0)
+    # Old polls leave the window.
+    for t in range(3, 40):
+        estimate = timer.update(float(t), running=2, delivered=8 + 4 * (t - 2))
+    assert estimate == pytest.approx(0.5)

@@ -19,6 +19,7 @@ from typing import Dict, Iterable, List, Mapping, Sequence
 from .errors import RtpoolError
 
 __all__ = [
+    "Batch",
     "JobSpec",
     "cancel",
     "job_states",
@@ -48,6 +49,8 @@ class JobSpec:
         job_name: ``--job-name``.
         python: The interpreter the jobs run (must exist on the nodes).
         worker_args: More ``rtpool worker`` options, as a list.
+        ca_file: The master's certificate (or its CA) for ``--ca-file``, readable by the nodes;
+            None: plain TCP.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class JobSpec:
         job_name: str = "rtpool-worker",
         python: str = sys.executable,
         worker_args: Sequence[str] = (),
+        ca_file: str | None = None,
     ) -> None:
         if procs < 1:
             raise ValueError("procs must be at least 1")
@@ -75,13 +79,26 @@ class JobSpec:
         self.job_name = job_name
         self.python = python
         self.worker_args = list(worker_args)
+        self.ca_file = ca_file
 
-    def script(self) -> str:
-        """The batch script: no secret in it, the token is read from ``token_file``."""
+    def script(self, step: bool = False) -> str:
+        """The batch script (``step``: the job step script): no secret in it, the token is read
+        from ``token_file``. A batch job's worker is named ``slurm-<jobid>``, a step's
+        ``slurm-<jobid>.<stepid>`` (Slurm's own notation for a step)."""
         cmd = [self.python, "-m", "rtpool", "worker", "--master", self.master]
         cmd += ["--token-file", self.token_file, "--procs", str(self.procs)]
+        if self.ca_file is not None:
+            cmd += ["--ca-file", self.ca_file]
         cmd += self.worker_args
         line = " ".join(shlex.quote(c) for c in cmd)
+        if step:
+            return (
+                "#!/bin/sh\n"
+                "# An rtpool worker as a job step; written by rtpool (SlurmCluster(mode='srun')).\n"
+                "# Slurm signals every process of a step: SIGINT drains the worker (its children\n"
+                "# ignore SIGINT), SIGTERM stops it at once.\n"
+                f'exec {line} --name "slurm-$SLURM_JOB_ID.$SLURM_STEP_ID"\n'
+            )
         return (
             "#!/bin/sh\n"
             "# An rtpool worker; written by rtpool (SlurmCluster or `rtpool slurm up`).\n"
@@ -109,10 +126,11 @@ def write_private(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_script(spec: JobSpec) -> str:
-    """Write the job script into ``spec.job_dir`` (0700); returns its path."""
-    path = os.path.join(spec.job_dir, "worker.sh")
-    write_private(path, spec.script())
+def write_script(spec: JobSpec, step: bool = False) -> str:
+    """Write the job script (``step``: the step script, ``worker-step.sh``) into
+    ``spec.job_dir`` (0700); returns its path."""
+    path = os.path.join(spec.job_dir, "worker-step.sh" if step else "worker.sh")
+    write_private(path, spec.script(step))
     os.chmod(path, 0o700)
     return path
 
@@ -204,3 +222,32 @@ def cancel(job_ids: Sequence[str], graceful: bool = False) -> None:
         # scancel exits non-zero when some job already finished; the others were cancelled.
         if "already complet" not in str(exc) and "Invalid job id" not in str(exc):
             raise
+
+
+class Batch:
+    """Worker jobs as batch jobs, one per worker (``SlurmCluster``'s default mode); the keys
+    are the job ids. ``Steps`` (``_slurm_steps.py``) has the same methods."""
+
+    def __init__(self, spec: JobSpec, script: str, env: Mapping[str, str]) -> None:
+        self.spec = spec
+        self.script = script
+        self.env = dict(env)
+
+    def submit(self) -> str:
+        """Submit one worker job; returns its id."""
+        return submit(self.spec, self.script, self.env)
+
+    def states(self, keys: Iterable[str]) -> Dict[str, str]:
+        """The Slurm state of each job still in ``squeue``."""
+        return job_states(keys)
+
+    def cancel(self, keys: Sequence[str], graceful: bool = False) -> None:
+        """Cancel jobs (``graceful``: SIGTERM to the worker only, it drains)."""
+        cancel(keys, graceful)
+
+    def close(self) -> None:
+        """Nothing to release beyond the jobs (``cancel`` does that)."""
+
+    def name(self, key: str) -> str:
+        """The job id (the key itself)."""
+        return key

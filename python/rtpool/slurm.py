@@ -9,7 +9,6 @@ exit and after Ctrl-C. ``adapt()`` runs a thread that sizes the pool by the mast
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import socket
@@ -18,9 +17,12 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
+from . import _slurm_adapt as adapt
 from . import _slurm_jobs as jobs
+from . import _slurm_steps as steps
+from . import _slurm_tls as tls_files
 from .client import Client
 from .cluster import LocalCluster
 
@@ -28,22 +30,22 @@ __all__ = ["SlurmCluster"]
 
 
 class _Pool:
-    """The worker jobs, kept apart from ``SlurmCluster`` so neither the finalizer nor the
-    adapt thread keeps the cluster alive."""
+    """The worker jobs (or steps), kept apart from ``SlurmCluster`` so neither the finalizer
+    nor the adapt thread keeps the cluster alive. ``backend`` is ``_slurm_jobs.Batch`` or
+    ``_slurm_steps.Steps``: ``submit``, ``states``, ``cancel``, ``close``, ``name``."""
 
-    def __init__(self, spec: jobs.JobSpec, script: str, env: Dict[str, str]) -> None:
+    def __init__(self, spec: jobs.JobSpec, backend: Any) -> None:
         self.spec = spec
-        self.script = script
-        self.env = env
+        self.backend = backend
         self.lock = threading.Lock()
         self.jobs: List[str] = []  # submission order
-        self.draining: set = set()  # sent SIGTERM; still in squeue until they exit
+        self.draining: set = set()  # signalled to drain; still listed until they exit
         self.adapt_stop: threading.Event | None = None
         self.adapt_thread: threading.Thread | None = None
 
     def refresh(self) -> Dict[str, str]:
-        """Forget jobs that left ``squeue``; the states of the others."""
-        states = jobs.job_states(self.jobs)
+        """Forget jobs that ended; the states of the others."""
+        states = self.backend.states(self.jobs)
         self.jobs = [j for j in self.jobs if j in states]
         self.draining &= set(self.jobs)
         return states
@@ -59,16 +61,17 @@ class _Pool:
             states = self.refresh()
             live = self.live()
             for _ in range(n - len(live)):
-                self.jobs.append(jobs.submit(self.spec, self.script, self.env))
+                self.jobs.append(self.backend.submit())
             if n >= len(live):
                 return
             # Pending jobs first (nothing to drain), then the newest running ones.
-            victims = sorted(live, key=lambda j: (states.get(j) != "PENDING", -int(j)))
+            order = {j: i for i, j in enumerate(self.jobs)}
+            victims = sorted(live, key=lambda j: (states.get(j) != "PENDING", -order[j]))
             victims = victims[: len(live) - n]
             pending = [j for j in victims if states.get(j) == "PENDING"]
             running = [j for j in victims if j not in pending]
-            jobs.cancel(pending)
-            jobs.cancel(running, graceful=True)
+            self.backend.cancel(pending)
+            self.backend.cancel(running, graceful=True)
             self.draining.update(running)
             self.jobs = [j for j in self.jobs if j not in pending]
 
@@ -87,41 +90,42 @@ class _Pool:
         with self.lock:
             ids, self.jobs = list(self.jobs), []
             self.draining.clear()
-        jobs.cancel(ids)
-
-
-def _adapt_loop(pool: _Pool, master: LocalCluster, stop: threading.Event, **kw: Any) -> None:
-    """Every ``interval_s``: want ``ceil((queued + running) / procs)`` jobs within bounds; scale
-    up at once, down once the demand has stayed lower for ``cooldown_s``."""
-    minimum, maximum = kw["minimum"], kw["maximum"]
-    low_since: float | None = None
-    while not stop.wait(kw["interval_s"]):
         try:
-            stats = master.stats()
-            demand = int(stats.get("queued", 0)) + int(stats.get("running", 0))
-            want = min(maximum, max(minimum, math.ceil(demand / pool.spec.procs)))
-            with pool.lock:
-                have = len(pool.live())
-            now = time.monotonic()
-            if want > have:
-                pool.scale(want)
-                low_since = None
-            elif want < have:
-                low_since = now if low_since is None else low_since
-                if now - low_since >= kw["cooldown_s"]:
-                    pool.scale(want)
-                    low_since = None
-            else:
-                low_since = None
-        except Exception as exc:  # a Slurm hiccup must not end adaptation
-            print(f"rtpool SlurmCluster.adapt: {exc}", file=sys.stderr, flush=True)
+            self.backend.cancel(ids)
+        finally:
+            self.backend.close()
 
 
-def _shutdown(pool: _Pool, master: LocalCluster, job_dir: str, own_dir: bool) -> None:
+def _poller(master: LocalCluster) -> Callable[[], adapt.Demand]:
+    """What ``adapt`` asks the master each time: its status snapshot when the embedded master
+    serves one (per-package deadlines, per-worker execution time), else ``stats()``."""
+    timer = adapt.TaskTimer()
+
+    def poll() -> adapt.Demand:
+        snapshot = _status_snapshot(master)
+        if snapshot is not None:
+            return adapt.demand_from_status(snapshot)
+        return adapt.demand_from_stats(master.stats(), timer, time.monotonic())
+
+    return poll
+
+
+def _status_snapshot(master: LocalCluster) -> Dict[str, Any] | None:
+    """The embedded master's status snapshot (``docs/operations.md``), or None when this
+    build's master has none (then ``adapt`` sees no deadlines)."""
+    status = getattr(master._master, "status", None)
+    return None if status is None else dict(status())
+
+
+def _shutdown(
+    pool: _Pool, master: LocalCluster, job_dir: str, own_dir: bool, tls_dir: str | None
+) -> None:
     try:
         pool.cancel_all()
     finally:
         master.close()
+        if tls_dir is not None:
+            shutil.rmtree(tls_dir, ignore_errors=True)
         if own_dir:
             shutil.rmtree(job_dir, ignore_errors=True)
         else:
@@ -162,6 +166,8 @@ class SlurmCluster:
     the same paths (a shared file system), and must reach ``host`` at the master's port. The
     worker token is written to a 0600 file in ``job_dir`` (a new 0700 directory under
     ``~/.rtpool/slurm`` by default), never to a command line, a script or the job environment.
+    With ``mode="srun"`` (inside an allocation: ``salloc``, or ``allocation=JOBID``) each
+    worker is a job step instead of a job.
 
     Args:
         workers: Worker jobs to submit at once (see :meth:`scale`).
@@ -183,9 +189,23 @@ class SlurmCluster:
         worker_args: More ``rtpool worker`` options.
         master_options: The embedded master's options, as ``LocalCluster`` takes them.
         data_dir: The master's data dir (journal, store); None: nothing on disk.
+        mode: ``"sbatch"``: each worker a batch job; ``"srun"``: each worker a job step
+            (``srun --exact``) of the allocation ``allocation``, named ``slurm-<jobid>.<step>``.
+        allocation: The job id whose resources ``mode="srun"`` uses; default
+            ``$SLURM_JOB_ID`` (set inside ``salloc``/``sbatch``).
+        srun_args: More ``srun`` options for ``mode="srun"``, e.g. ``["--mem", "4G"]``.
+        tls: Serve TLS with a self-signed certificate made for ``host`` (and loopback) with
+            ``openssl``; the workers trust it (``--ca-file``). The key never leaves this
+            machine's temporary directory.
+        tls_cert: Serve TLS with this certificate (PEM) and ``tls_key`` instead.
+        tls_key: The private key of ``tls_cert``; stays here (only read by the master).
+        ca_file: What the workers trust with ``tls_cert`` (default: ``tls_cert`` itself, right
+            for a self-signed one); copied into ``job_dir`` as ``ca.pem``.
 
     Raises:
-        RtpoolError: The master cannot start, or ``sbatch`` fails (its message included).
+        RtpoolError: The master cannot start, ``sbatch``/``srun`` fails (its message
+            included), or ``openssl`` cannot make the certificate.
+        ValueError: A bad ``mode``, or ``mode="srun"`` outside an allocation.
     """
 
     def __init__(
@@ -206,10 +226,39 @@ class SlurmCluster:
         worker_args: Sequence[str] = (),
         master_options: Dict[str, Any] | None = None,
         data_dir: str | os.PathLike | None = None,
+        mode: str = "sbatch",
+        allocation: str | None = None,
+        srun_args: Sequence[str] = (),
+        tls: bool = False,
+        tls_cert: str | os.PathLike | None = None,
+        tls_key: str | os.PathLike | None = None,
+        ca_file: str | os.PathLike | None = None,
     ) -> None:
-        self._master = LocalCluster(
-            workers=0, listen=listen, master_options=master_options, data_dir=data_dir
-        )
+        if mode not in ("sbatch", "srun"):
+            raise ValueError(f"mode must be 'sbatch' or 'srun', got {mode!r}")
+        allocation = allocation or os.environ.get("SLURM_JOB_ID")
+        if mode == "srun" and not allocation:
+            raise ValueError(
+                "mode='srun' starts workers as steps of an allocation: run inside salloc or "
+                "sbatch, or pass allocation=JOBID"
+            )
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("pass tls_cert and tls_key together")
+        host = host or _default_host()
+        options = dict(master_options or {})
+        tls_dir = None
+        if tls and tls_cert is None:
+            tls_dir, tls_cert, tls_key = tls_files.self_signed(host)
+        if tls_cert is not None:
+            options.update(tls_cert=os.fspath(tls_cert), tls_key=os.fspath(tls_key))
+        try:
+            self._master = LocalCluster(
+                workers=0, listen=listen, master_options=options, data_dir=data_dir
+            )
+        except BaseException:
+            if tls_dir is not None:
+                shutil.rmtree(tls_dir, ignore_errors=True)
+            raise
         try:
             own_dir = job_dir is None
             if job_dir is None:
@@ -220,12 +269,15 @@ class SlurmCluster:
             os.makedirs(job_dir, mode=0o700, exist_ok=True)
             token_file = os.path.join(job_dir, "worker.token")
             jobs.write_private(token_file, self._master.worker_token)
+            worker_ca = None
+            if tls_cert is not None:
+                worker_ca = tls_files.worker_ca_file(os.fspath(ca_file or tls_cert), job_dir)
             port = self._master.address.rpartition(":")[2]
             args = ["--reconnect-timeout", str(reconnect_timeout_s)]
             if prefetch is not None:
                 args += ["--prefetch", str(prefetch)]
             spec = jobs.JobSpec(
-                master=f"{host or _default_host()}:{port}",
+                master=f"{host}:{port}",
                 token_file=token_file,
                 job_dir=job_dir,
                 procs=procs,
@@ -235,14 +287,24 @@ class SlurmCluster:
                 job_name=job_name,
                 python=python,
                 worker_args=args + list(worker_args),
+                ca_file=worker_ca,
             )
-            self._pool = _Pool(spec, jobs.write_script(spec), jobs.worker_env(sys.path))
+            env = jobs.worker_env(sys.path)
+            if mode == "srun":
+                script = jobs.write_script(spec, step=True)
+                backend: Any = steps.Steps(spec, str(allocation), script, env, srun_args)
+            else:
+                backend = jobs.Batch(spec, jobs.write_script(spec), env)
+            self._pool = _Pool(spec, backend)
         except BaseException:
             self._master.close()
+            if tls_dir is not None:
+                shutil.rmtree(tls_dir, ignore_errors=True)
             raise
         self._job_dir = job_dir
+        self._mode = mode
         self._finalizer = weakref.finalize(
-            self, _shutdown, self._pool, self._master, job_dir, own_dir
+            self, _shutdown, self._pool, self._master, job_dir, own_dir, tls_dir
         )
         if workers:
             try:
@@ -279,13 +341,15 @@ class SlurmCluster:
     @property
     def job_ids(self) -> List[str]:
         """Ids of the jobs this cluster submitted that have not left ``squeue`` yet (as last
-        seen; :meth:`jobs` asks Slurm)."""
-        return list(self._pool.jobs)
+        seen; :meth:`jobs` asks Slurm). With ``mode="srun"``, the steps' ``jobid.stepid``
+        (a step not started yet: the ``--job-name`` it was given)."""
+        return [self._pool.backend.name(j) for j in self._pool.jobs]
 
     def jobs(self) -> Dict[str, str]:
         """Each tracked job's Slurm state (``PENDING``, ``RUNNING``, ...), from ``squeue``."""
         with self._pool.lock:
-            return self._pool.refresh()
+            states = self._pool.refresh()
+        return {self._pool.backend.name(j): state for j, state in states.items()}
 
     def client(self, **kwargs: Any) -> Client:
         """Connect a :class:`~rtpool.Client` to the master; closed with the cluster."""
@@ -316,21 +380,41 @@ class SlurmCluster:
         *,
         interval_s: float = 1.0,
         cooldown_s: float = 10.0,
+        target_s: float = 10.0,
+        startup_s: float = 5.0,
     ) -> None:
-        """Size the pool by the master's queue in a background thread: every ``interval_s``,
-        ``ceil((queued + running tasks) / procs)`` jobs, within ``[minimum, maximum]``; up at
-        once, down (gracefully, as :meth:`scale`) once fewer have sufficed for ``cooldown_s``.
-        Runs until :meth:`scale`, another ``adapt`` or :meth:`close`."""
+        """Size the pool by the master's queue and its packages' deadlines, in a background
+        thread: every ``interval_s``, the larger of
+
+        - by queue: enough worker processes for the queued and running tasks to take about
+          ``target_s`` seconds (at most one per task; one per task while no task time is
+          known yet),
+        - by deadlines: for each deadline (earliest first), the work of the packages due by
+          then divided by the time left after ``startup_s`` (a new job's time to serve),
+
+        in jobs of ``procs`` processes, within ``[minimum, maximum]``; up at once, down
+        (gracefully, as :meth:`scale`) once fewer have sufficed for ``cooldown_s``. The task
+        time is the master's per-worker execution time when it serves a status snapshot, else
+        Little's law on ``stats()`` (tasks running / completion rate over 30 s). Runs until
+        :meth:`scale`, another ``adapt`` or :meth:`close`. See ``docs/slurm.md``, "adapt"."""
         self._check_open()
         if not 0 <= minimum <= maximum:
             raise ValueError("adapt needs 0 <= minimum <= maximum")
+        if not (target_s > 0 and startup_s >= 0 and interval_s > 0 and cooldown_s >= 0):
+            raise ValueError(
+                "adapt needs target_s > 0, interval_s > 0, startup_s >= 0 and cooldown_s >= 0"
+            )
         self._pool.stop_adapt()
         stop = threading.Event()
         thread = threading.Thread(
-            target=_adapt_loop,
-            args=(self._pool, self._master, stop),
+            target=adapt.adapt_loop,
+            args=(self._pool, _poller(self._master), stop),
             kwargs=dict(
-                minimum=minimum, maximum=maximum, interval_s=interval_s, cooldown_s=cooldown_s
+                minimum=minimum,
+                maximum=maximum,
+                interval_s=interval_s,
+                cooldown_s=cooldown_s,
+                rule=dict(target_s=target_s, startup_s=startup_s),
             ),
             name="rtpool-slurm-adapt",
             daemon=True,
