@@ -239,6 +239,109 @@ def test_adapt_scales_up_ahead_of_the_queue_for_a_deadline_at_risk(slurm, tmp_pa
         print(f"adapt up for the deadline in {up_s:.2f} s; ran on {sorted(ran_on)}")
 
 
+def test_tls_master_and_slurm_workers(slurm, tmp_path):
+    job_dir = tmp_path / "jobs"
+    with rtpool.SlurmCluster(workers=2, job_dir=job_dir, tls=True) as cluster:
+        cluster.wait_for_workers(2, timeout=_JOB_START_S)
+        ids = cluster.job_ids
+        client = cluster.client()
+        assert client.submit_many(square, range(50)).results(timeout=60) == [
+            x * x for x in range(50)
+        ]
+        names = set(client.submit_many(lambda _: worker_name(), range(20)).results(timeout=30))
+        assert names and names <= {f"slurm-{j}" for j in ids}
+        # The workers trust the master's certificate, copied next to the token; the key
+        # stays on this machine, outside the job directory; no secret in the script or ps.
+        ca = job_dir / "ca.pem"
+        script = (job_dir / "worker.sh").read_text()
+        assert f"--ca-file {ca}" in script
+        assert "BEGIN CERTIFICATE" in ca.read_text() and ca.stat().st_mode & 0o777 == 0o600
+        assert job_dir.stat().st_mode & 0o777 == 0o700
+        for path in job_dir.iterdir():
+            assert "PRIVATE KEY" not in path.read_text(errors="replace"), path
+        key = Path(cluster._master._master.tls_cert).with_name("key.pem")
+        assert key.stat().st_mode & 0o777 == 0o600 and key.parent.stat().st_mode & 0o777 == 0o700
+        token = cluster._master.worker_token
+        assert token not in script
+        ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+        assert f"--ca-file {ca}" in ps and token not in ps
+        # A plain-TCP worker is refused: the jobs' workers really speak TLS.
+        plain = subprocess.run(
+            [sys.executable, "-m", "rtpool", "worker", "--master", cluster.worker_address]
+            + ["--token-file", str(job_dir / "worker.token"), "--reconnect-timeout", "0"],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert plain.returncode != 0
+    assert not key.parent.exists()
+
+
+def _allocation(ntasks: int) -> str:
+    """A job that only holds resources (``salloc --no-shell``); returns its id."""
+    out = subprocess.run(
+        ["salloc", "--no-shell", "--ntasks", str(ntasks), "--time", "10", "--job-name", "alloc"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    found = re.search(r"Granted job allocation (\d+)", out.stderr)
+    assert found, out.stderr
+    return found.group(1)
+
+
+def test_srun_mode_runs_workers_as_steps_of_one_allocation(slurm, tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    alloc = _allocation(2)
+    try:
+        with rtpool.SlurmCluster(mode="srun", allocation=alloc, job_dir=tmp_path / "jobs") as c:
+            c.scale(2)
+            c.wait_for_workers(2, timeout=_JOB_START_S)
+            steps = wait_until(lambda: c.jobs() and all("." in j for j in c.job_ids) and c.job_ids)
+            assert sorted(steps) == [f"{alloc}.0", f"{alloc}.1"]
+            assert set(c.jobs().values()) == {"RUNNING"}
+            client = c.client()
+            names = set(client.submit_many(lambda _: worker_name(), range(20)).results(timeout=30))
+            assert names and names <= {f"slurm-{s}" for s in steps}
+            # Scale down while the newest step runs a task: SIGINT drains it, so its task
+            # ends there, once, and no task is lost.
+            items = [(str(markers), i, 2.0) for i in range(6)]
+            pkg = client.submit_many(marked_square, items, star=True)
+            newest = f"slurm-{steps[-1]}"
+
+            def newest_mid_task():
+                return any(
+                    p.read_text().split("\n")[:-1][-1:] == [f"start {newest}"]
+                    for p in markers.iterdir()
+                )
+
+            wait_until(newest_mid_task, timeout=30, interval=0.01)
+            c.scale(1)
+            assert pkg.results(timeout=60) == [i * i for i in range(6)]
+            runs = _executions(markers, 6)
+            wait_until(lambda: list(c.jobs()) == [steps[0]], timeout=30, interval=0.1)
+            assert c.job_ids == [steps[0]]
+            wait_until(lambda: c.stats()["workers"] == 1, timeout=10, interval=0.05)
+        assert all(len(r) == 2 for r in runs), runs  # each task started and ended once
+        assert [f"start {newest}", f"end {newest}"] in runs, runs
+        # close() ended the steps, not the allocation (it is not ours).
+        assert alloc in squeue_ids()
+        steps_left = subprocess.run(
+            ["squeue", "--steps", f"--jobs={alloc}", "--noheader"], capture_output=True, text=True
+        )
+        assert steps_left.stdout.strip() == ""
+    finally:
+        subprocess.run(["scancel", alloc], timeout=60)
+
+
+def test_srun_mode_needs_an_allocation(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(ValueError, match="allocation"):
+        rtpool.SlurmCluster(mode="srun")
+
+
 _SIGINT_SCRIPT = """
 import sys, time, rtpool
 cluster = rtpool.SlurmCluster(workers=1, job_dir=sys.argv[1])
