@@ -22,6 +22,7 @@ import pytest
 
 import rtpool
 import rtpool.slurm
+from conftest import close_master, start_master
 from helpers import TESTS_DIR, wait_until
 from rtpool._slurm_adapt import Demand, TaskTimer, demand_from_status, want_jobs, want_slots
 from rtpool.worker import EXIT_CONFIG
@@ -374,19 +375,24 @@ def test_ctrl_c_cancels_the_jobs(slurm, tmp_path):
             proc.kill()
 
 
+def _connected_workers(log: Path) -> Set[str]:
+    """Names of the worker processes the master's log says connected."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
+    return set(re.findall(r" connected .*name=(\S+) .*role=Worker", text))
+
+
 def test_cli_up_and_down_for_a_running_master(slurm, tmp_path):
-    with rtpool.LocalCluster(workers=0, listen="0.0.0.0:0") as master:
-        token_file = tmp_path / "worker.token"
-        token_file.write_text(master.worker_token)
-        token_file.chmod(0o600)
-        port = master.address.rpartition(":")[2]
+    # `rtpool master` as on a login node; its log is what it reports about each worker.
+    m = start_master(tmp_path, listen="0.0.0.0:0")
+    try:
+        port = m.address.rpartition(":")[2]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         cmd = [sys.executable, "-m", "rtpool", "slurm"]
         job_dir = ["--job-dir", str(tmp_path / "jobs")]
         up = subprocess.run(
             cmd
-            + ["up", "--workers", "2", "--procs", "1", "--partition", "debug"]
-            + ["--time", "10", "--master", f"127.0.0.1:{port}", "--token-file", str(token_file)]
+            + ["up", "--workers", "2", "--procs", "2", "--partition", "debug", "--time", "10"]
+            + ["--master", f"127.0.0.1:{port}", "--token-file", str(m.data_dir / "worker.token")]
             + job_dir,
             env=env,
             capture_output=True,
@@ -397,16 +403,20 @@ def test_cli_up_and_down_for_a_running_master(slurm, tmp_path):
         ids = up.stdout.split()
         assert len(ids) == 2 and all(re.fullmatch(r"\d+", j) for j in ids)
         assert set(ids) <= squeue_ids()
-        master.wait_for_workers(2, timeout=_JOB_START_S)
-        client = master.client()
-        names = set(client.submit_many(lambda _: worker_name(), range(20)).results(timeout=30))
-        assert names and names <= {f"slurm-{j}" for j in ids}
+        # The master names each worker process slurm-<jobid>-<slot> (--procs 2): the name its
+        # log, its status snapshot and its per-worker metrics carry.
+        expected = {f"slurm-{j}-{slot}" for j in ids for slot in (0, 1)}
+        wait_until(lambda: _connected_workers(m.log) == expected, timeout=_JOB_START_S)
+        with rtpool.Client(f"127.0.0.1:{port}", m.client_token) as client:
+            names = set(client.submit_many(lambda _: worker_name(), range(40)).results(timeout=30))
+        assert names and names <= expected
         down = subprocess.run(
             cmd + ["down"] + job_dir, env=env, capture_output=True, text=True, timeout=60
         )
         assert down.returncode == 0, down.stderr
         wait_until(lambda: not set(ids) & squeue_ids(), timeout=30, interval=0.1)
-        wait_until(lambda: master.stats()["workers"] == 0, timeout=10, interval=0.05)
+    finally:
+        close_master(m)
 
 
 # Without Slurm: the worker options the jobs rely on.
