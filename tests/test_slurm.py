@@ -419,6 +419,53 @@ def test_cli_up_and_down_for_a_running_master(slurm, tmp_path):
         close_master(m)
 
 
+def test_cli_srun_mode_with_a_tls_master(slurm, tmp_path):
+    m = start_master(tmp_path, listen="0.0.0.0:0", args=["--tls-self-signed"])
+    try:
+        port = m.address.rpartition(":")[2]
+        cert = m.data_dir / "tls" / "cert.pem"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+        up = [sys.executable, "-m", "rtpool", "slurm", "up", "--master", f"127.0.0.1:{port}"]
+        up += ["--token-file", str(m.data_dir / "worker.token"), "--job-dir", str(tmp_path / "j")]
+        # The key given as the CA file is refused before anything is submitted.
+        wrong = subprocess.run(
+            up + ["--ca-file", str(cert.with_name("key.pem"))],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert wrong.returncode == 1 and "holds a private key" in wrong.stderr
+        assert not (tmp_path / "j" / "ca.pem").exists()
+        out = subprocess.run(
+            up + ["--mode", "srun", "--workers", "2", "--time", "10", "--ca-file", str(cert)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        (job,) = out.stdout.split()
+        assert job in squeue_ids()
+        expected = {f"slurm-{job}.0.0", f"slurm-{job}.0.1"}
+        wait_until(lambda: _connected_workers(m.log) == expected, timeout=_JOB_START_S)
+        address = f"127.0.0.1:{port}"
+        with rtpool.Client(address, m.client_token, ca_file=str(cert)) as client:
+            names = set(client.submit_many(lambda _: worker_name(), range(40)).results(timeout=30))
+        assert names and names <= expected
+        down = subprocess.run(
+            [sys.executable, "-m", "rtpool", "slurm", "down", "--job-dir", str(tmp_path / "j")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert down.returncode == 0, down.stderr
+        wait_until(lambda: job not in squeue_ids(), timeout=30, interval=0.1)
+    finally:
+        close_master(m)
+
+
 # Without Slurm: the worker options the jobs rely on.
 
 

@@ -1,9 +1,12 @@
 """``rtpool slurm up|down``: worker jobs for a master that already runs (``rtpool master``).
 
 ``up`` writes the job script into ``--job-dir`` and submits ``--workers`` jobs (one
-``rtpool worker --procs K`` each, named ``slurm-<jobid>``); their ids are added to
-``JOB_DIR/jobs.json``. ``down`` cancels the jobs recorded there and empties it. The token stays
-in its file: the jobs read ``--token-file`` (by default the master's ``worker.token``).
+``rtpool worker --procs K`` each, named ``slurm-<jobid>``), or with ``--mode srun`` one job of
+``--workers`` tasks whose ``srun`` starts a worker in each (named
+``slurm-<jobid>.<step>.<task>``); their ids are added to ``JOB_DIR/jobs.json``. ``down``
+cancels the jobs recorded there and empties it. The token stays in its file: the jobs read
+``--token-file`` (by default the master's ``worker.token``). ``--ca-file``: the certificate
+of a TLS master, copied into the job directory for the workers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 from typing import Callable, List
 
 from . import _slurm_jobs as jobs
+from ._slurm_tls import worker_ca_file
 from .errors import RtpoolError
 
 _HELP = """\
@@ -24,6 +28,8 @@ Run rtpool workers as Slurm batch jobs for a running master, and cancel them.
 examples:
   rtpool slurm up --workers 4 --partition short --time 1:00:00 --procs 8 \\
       --master login1:7070 --token-file ~/.local/share/rtpool/worker.token
+  rtpool slurm up --mode srun --workers 16 --procs 8 --master login1:7070 \\
+      --ca-file ~/.local/share/rtpool/tls/cert.pem
   rtpool slurm down
 """
 
@@ -61,6 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
         help="one more sbatch argument, e.g. --sbatch-arg=--account=proj; repeatable",
     )
     up.add_argument("--python", default=sys.executable, help="interpreter on the nodes")
+    up.add_argument(
+        "--mode",
+        choices=("sbatch", "srun"),
+        default="sbatch",
+        help="sbatch: one job per worker (default); srun: one job of N tasks, a worker in each",
+    )
+    up.add_argument(
+        "--ca-file",
+        default=None,
+        metavar="PATH",
+        help="the TLS master's certificate (or CA) the workers trust; copied into --job-dir",
+    )
     down = sub.add_parser("down", help="cancel the jobs `up` submitted")
     for p in (up, down):
         p.add_argument(
@@ -103,6 +121,9 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     job_dir = os.path.abspath(args.job_dir)
     os.makedirs(job_dir, mode=0o700, exist_ok=True)
+    ca_file = None
+    if args.ca_file is not None:
+        ca_file = worker_ca_file(os.path.expanduser(args.ca_file), job_dir)
     spec = jobs.JobSpec(
         master=args.master or f"{socket.gethostname()}:7070",
         token_file=token_file,
@@ -112,11 +133,20 @@ def _up(args: argparse.Namespace) -> int:
         walltime=args.time,
         sbatch_args=args.sbatch_arg,
         python=args.python,
+        ca_file=ca_file,
     )
-    script = jobs.write_script(spec)
     env = jobs.worker_env()
     ids = _recorded(job_dir)
     try:
+        if args.mode == "srun":
+            step = jobs.write_script(spec, step=True)
+            script = os.path.join(job_dir, "workers-srun.sh")
+            jobs.write_private(script, spec.srun_script(step))
+            os.chmod(script, 0o700)
+            ids.append(jobs.submit(spec, script, env, ntasks=args.workers))
+            print(ids[-1], flush=True)
+            return 0
+        script = jobs.write_script(spec)
         for _ in range(args.workers):
             job_id = jobs.submit(spec, script, env)
             ids.append(job_id)

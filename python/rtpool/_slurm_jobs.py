@@ -84,7 +84,8 @@ class JobSpec:
     def script(self, step: bool = False) -> str:
         """The batch script (``step``: the job step script): no secret in it, the token is read
         from ``token_file``. A batch job's worker is named ``slurm-<jobid>``, a step's
-        ``slurm-<jobid>.<stepid>`` (Slurm's own notation for a step)."""
+        ``slurm-<jobid>.<stepid>`` (Slurm's own notation for a step), with ``.<task>`` for each
+        task of a step of several (``rtpool slurm up --mode srun``)."""
         cmd = [self.python, "-m", "rtpool", "worker", "--master", self.master]
         cmd += ["--token-file", self.token_file, "--procs", str(self.procs)]
         if self.ca_file is not None:
@@ -97,7 +98,9 @@ class JobSpec:
                 "# An rtpool worker as a job step; written by rtpool (SlurmCluster(mode='srun')).\n"
                 "# Slurm signals every process of a step: SIGINT drains the worker (its children\n"
                 "# ignore SIGINT), SIGTERM stops it at once.\n"
-                f'exec {line} --name "slurm-$SLURM_JOB_ID.$SLURM_STEP_ID"\n'
+                'name="slurm-$SLURM_JOB_ID.$SLURM_STEP_ID"\n'
+                '[ "${SLURM_STEP_NUM_TASKS:-1}" -gt 1 ] && name="$name.$SLURM_PROCID"\n'
+                f'exec {line} --name "$name"\n'
             )
         return (
             "#!/bin/sh\n"
@@ -106,9 +109,20 @@ class JobSpec:
             f'exec {line} --name "slurm-$SLURM_JOB_ID"\n'
         )
 
-    def sbatch_command(self, script_path: str) -> List[str]:
+    def srun_script(self, step_script: str) -> str:
+        """The batch script of ``rtpool slurm up --mode srun``: one ``srun`` starting the step
+        script in every task of the allocation (``--ntasks`` workers, on as many nodes as
+        Slurm gave)."""
+        srun = ["srun", "--kill-on-bad-exit=0", "--cpus-per-task", str(self.procs), step_script]
+        return (
+            "#!/bin/sh\n"
+            "# rtpool workers as the tasks of one job step; by `rtpool slurm up --mode srun`.\n"
+            f"exec {' '.join(shlex.quote(c) for c in srun)}\n"
+        )
+
+    def sbatch_command(self, script_path: str, ntasks: int = 1) -> List[str]:
         cmd = ["sbatch", "--parsable", "--export=ALL", "--job-name", self.job_name]
-        cmd += ["--ntasks", "1", "--cpus-per-task", str(self.procs)]
+        cmd += ["--ntasks", str(ntasks), "--cpus-per-task", str(self.procs)]
         cmd += ["--output", os.path.join(self.job_dir, "slurm-%j.out")]
         if self.partition:
             cmd += ["--partition", self.partition]
@@ -172,9 +186,9 @@ def _run(cmd: List[str], env: Mapping[str, str] | None = None) -> str:
     return proc.stdout
 
 
-def submit(spec: JobSpec, script_path: str, env: Mapping[str, str]) -> str:
-    """Submit one worker job; returns its job id."""
-    out = _run(spec.sbatch_command(script_path), env).strip()
+def submit(spec: JobSpec, script_path: str, env: Mapping[str, str], ntasks: int = 1) -> str:
+    """Submit one job of ``ntasks`` tasks (a worker job: 1); returns its job id."""
+    out = _run(spec.sbatch_command(script_path, ntasks), env).strip()
     # --parsable prints "jobid" or "jobid;cluster".
     job_id = out.split(";", 1)[0]
     if not job_id.isdigit():

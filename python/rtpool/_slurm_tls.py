@@ -72,8 +72,11 @@ def worker_ca_file(ca_file: str, job_dir: str) -> str:
     """Copy the certificate workers trust into the job directory (which the nodes see) as
     ``ca.pem``; returns its path. A private key in ``ca_file`` is refused, so a misplaced
     argument cannot publish one."""
-    with open(ca_file, encoding="utf-8") as f:
-        pem = f.read()
+    try:
+        with open(ca_file, encoding="utf-8") as f:
+            pem = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RtpoolError(f"cannot read the CA file {ca_file}: {exc}") from None
     if "PRIVATE KEY" in pem:
         raise RtpoolError(
             f"{ca_file} holds a private key; ca_file must be the certificate (or CA) only"
