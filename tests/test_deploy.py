@@ -38,6 +38,8 @@ SYSTEMD = ROOT / "deploy" / "systemd"
 # The oldest Kubernetes still commonly run, and the newest the package knows.
 K8S_VERSIONS = ["1.28", kubernetes_validate.latest_version()]
 MASTER_PORT = 7070
+HTTP_PORT = 7071
+PROMETHEUS = K8S / "prometheus"
 
 
 # --- Kubernetes -----------------------------------------------------------------------------
@@ -76,7 +78,8 @@ def test_manifest_matches_the_kubernetes_schema(name):
 def test_every_manifest_file_is_listed_or_deliberately_left_out():
     listed = set(kustomization()["resources"])
     on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
-    assert on_disk - listed == {"hpa-queue.yaml"}  # needs issue 14's metrics
+    # The queue autoscaler needs Prometheus and prometheus-adapter: swapped in by hand.
+    assert on_disk - listed == {"hpa-queue.yaml"}
     assert listed <= on_disk
 
 
@@ -128,14 +131,18 @@ def test_service_selects_the_master_pods_and_the_ports_agree():
     assert not service["spec"]["selector"].items() <= worker_labels.items()
 
     master = sts["spec"]["template"]["spec"]["containers"][0]
-    (container_port,) = master["ports"]
-    (service_port,) = service["spec"]["ports"]
-    assert service_port["targetPort"] == container_port["name"]
-    assert container_port["containerPort"] == service_port["port"] == MASTER_PORT
+    container_ports = {p["name"]: p["containerPort"] for p in master["ports"]}
+    service_ports = {p["targetPort"]: p["port"] for p in service["spec"]["ports"]}
+    assert container_ports == service_ports == {"rtpool": MASTER_PORT, "http": HTTP_PORT}
     args = master["args"]
     assert args[args.index("--listen") + 1] == f"0.0.0.0:{MASTER_PORT}"
+    assert args[args.index("--http") + 1] == f"0.0.0.0:{HTTP_PORT}"
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(HTTP_PORT)
+    assert annotations["prometheus.io/path"] == "/metrics"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert master[probe]["tcpSocket"]["port"] == container_port["name"]
+        assert master[probe]["tcpSocket"]["port"] == "rtpool"
     mounts = {m["name"]: m["mountPath"] for m in master["volumeMounts"]}
     assert args[args.index("--data-dir") + 1] == mounts["data"]
     claims = [c["metadata"]["name"] for c in sts["spec"]["volumeClaimTemplates"]]
@@ -152,7 +159,7 @@ def pod_spec_labels(kind_name: str) -> dict:
 def test_tokens_come_from_the_secret_never_the_command_line():
     (generator,) = kustomization()["secretGenerator"]
     keys = {entry.split("=", 1)[0] for entry in generator["files"]}
-    assert keys == {"client.token", "worker.token"}
+    assert keys == {"client.token", "worker.token", "http.token"}
     worker = pod_spec("Deployment/rtpool-worker")["containers"][0]
     assert "--token" not in worker["args"]
     assert not any("rtw_" in a or "TOKEN" in a for a in worker["args"])
@@ -165,8 +172,14 @@ def test_tokens_come_from_the_secret_never_the_command_line():
     assert tokens["secret"]["secretName"] == generator["name"]
     (init,) = master_spec["initContainers"]
     script = " ".join(init["command"])
-    for key in keys:
+    for key in ("client.token", "worker.token"):
         assert f"/run/rtpool-tokens/{key} /var/lib/rtpool/{key}" in script
+    # The HTTP port's token: a file of the mounted Secret, not an argument's value.
+    master = master_spec["containers"][0]
+    token_file = master["args"][master["args"].index("--http-token-file") + 1]
+    (mount,) = [m for m in master["volumeMounts"] if m["name"] == "tokens"]
+    assert token_file == f"{mount['mountPath']}/http.token" and mount["readOnly"] is True
+    assert not any(a.startswith("rth_") or len(a) >= 40 for a in master["args"])
 
 
 def test_the_hpa_scales_the_worker_deployment():
@@ -175,8 +188,45 @@ def test_the_hpa_scales_the_worker_deployment():
     assert (target["kind"], target["name"]) == ("Deployment", "rtpool-worker")
     assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
     (queue,) = load_docs(K8S / "hpa-queue.yaml")
-    assert queue["spec"]["metrics"][0]["external"]["metric"]["name"] == "rtpool_tasks_queued"
+    assert queue["metadata"]["name"] == hpa["metadata"]["name"]  # one replaces the other
     assert queue["spec"]["scaleTargetRef"] == target
+    (metric,) = queue["spec"]["metrics"]
+    assert metric["type"] == "External"
+    assert metric["external"]["metric"]["name"] == "rtpool_tasks_queued"
+    assert metric["external"]["target"]["type"] == "AverageValue"
+
+
+def test_prometheus_adapter_serves_the_metric_the_queue_hpa_reads():
+    (queue,) = load_docs(K8S / "hpa-queue.yaml")
+    wanted = queue["spec"]["metrics"][0]["external"]["metric"]["name"]
+    values = yaml.safe_load((PROMETHEUS / "adapter-values.yaml").read_text())
+    (rule,) = values["rules"]["external"]
+    # The master's gauge (docs/operations.md), by the name the autoscaler asks for.
+    assert re.fullmatch(r"rtpool_tasks_queued\{namespace!=\"\"\}", rule["seriesQuery"])
+    assert re.search(rule["name"]["matches"], "rtpool_tasks_queued")
+    assert rule["name"]["as"] == wanted
+    # Summed over priority and user, per namespace: the series carry `namespace`, which the
+    # scrape job sets.
+    assert rule["metricsQuery"].startswith("sum(<<.Series>>{<<.LabelMatchers>>})")
+    assert rule["resources"]["overrides"]["namespace"]["resource"] == "namespace"
+    scrape = yaml.safe_load((PROMETHEUS / "scrape-config.yaml").read_text())
+    (job,) = scrape["scrape_configs"]
+    relabel = {r.get("target_label"): r for r in job["relabel_configs"]}
+    assert relabel["namespace"]["source_labels"] == ["__meta_kubernetes_namespace"]
+    assert job["kubernetes_sd_configs"][0]["namespaces"]["names"] == [kustomization()["namespace"]]
+    # The scrape job keeps exactly what the master's pod annotations say.
+    annotations = resources()["StatefulSet/rtpool-master"]["spec"]["template"]["metadata"][
+        "annotations"
+    ]
+    keep = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+    assert keep[0]["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
+    assert re.fullmatch(keep[0]["regex"], annotations["prometheus.io/scrape"])
+    address = relabel["__address__"]
+    joined = f"10.1.2.3:7070;{annotations['prometheus.io/port']}"
+    assert re.sub(address["regex"], address["replacement"].replace("$", "\\"), joined) == (
+        f"10.1.2.3:{HTTP_PORT}"
+    )
+    assert job["authorization"]["credentials_file"].endswith("http.token")
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
@@ -186,6 +236,7 @@ def test_kustomize_renders_a_valid_set_with_the_generated_secret(tmp_path):
     (work / "tokens").mkdir()
     (work / "tokens" / "client.token").write_text("rtc_" + "a" * 48)
     (work / "tokens" / "worker.token").write_text("rtw_" + "b" * 48)
+    (work / "tokens" / "http.token").write_text("c" * 48)
     out = subprocess.run(
         ["kubectl", "kustomize", str(work)], capture_output=True, text=True, timeout=60
     )
@@ -199,6 +250,18 @@ def test_kustomize_renders_a_valid_set_with_the_generated_secret(tmp_path):
     assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {"rtpool"}
     env = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env[0]["valueFrom"]["secretKeyRef"]["name"] == secret["metadata"]["name"]
+    assert set(secret["data"]) == {"client.token", "worker.token", "http.token"}
+    # The queue autoscaler swapped in as docs/deploy.md says renders and validates too.
+    text = (work / "kustomization.yaml").read_text()
+    (work / "kustomization.yaml").write_text(text.replace("worker-hpa.yaml", "hpa-queue.yaml"))
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(work)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    (hpa,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"].endswith("Autoscaler")]
+    validate(hpa)
+    assert hpa["metadata"]["namespace"] == "rtpool"
+    assert hpa["spec"]["metrics"][0]["external"]["metric"]["name"] == "rtpool_tasks_queued"
     # Without the token files the render fails instead of deploying without a secret.
     shutil.rmtree(work / "tokens")
     out = subprocess.run(["kubectl", "kustomize", str(work)], capture_output=True, timeout=60)
@@ -418,6 +481,7 @@ def test_statefulset_master_takes_the_tokens_its_init_container_copies(tmp_path)
     tokens = {"client.token": "rtc_" + "c" * 48, "worker.token": "rtw_" + "d" * 48}
     for key, value in tokens.items():
         (secret / key).write_text(value)
+    (secret / "http.token").write_text("e" * 48)
     data = tmp_path / "data"
     data.mkdir()
     spec = pod_spec("StatefulSet/rtpool-master")
@@ -430,6 +494,12 @@ def test_statefulset_master_takes_the_tokens_its_init_container_copies(tmp_path)
     args = list(spec["containers"][0]["args"])
     args[args.index("--listen") + 1] = "127.0.0.1:0"
     args[args.index("--data-dir") + 1] = str(data)
+    args[args.index("--http") + 1] = "127.0.0.1:0"
+    token_at = args.index("--http-token-file") + 1
+    args[token_at] = args[token_at].replace("/run/rtpool-tokens", str(secret))
+    if not master_has_http():
+        # This master predates the HTTP listener (issue 14): run the rest of the arguments.
+        del args[args.index("--http") : token_at + 1]
     log = tmp_path / "master.log"
     with open(log, "ab") as err:
         master = subprocess.Popen(
@@ -458,6 +528,18 @@ def test_statefulset_master_takes_the_tokens_its_init_container_copies(tmp_path)
         stop_process(master)
         if master.stdout is not None:
             master.stdout.close()
+
+
+def master_has_http() -> bool:
+    """Whether this build's ``rtpool master`` has ``--http`` (then the manifests'
+    ``--http-token-file`` must be its token option too, or the master refuses to start)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "rtpool", "master", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return "--http " in out.stdout
 
 
 def workers_seen(log: Path) -> set:
