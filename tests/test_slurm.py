@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, Set
@@ -24,7 +25,14 @@ import rtpool
 import rtpool.slurm
 from conftest import close_master, start_master
 from helpers import TESTS_DIR, wait_until
-from rtpool._slurm_adapt import Demand, TaskTimer, demand_from_status, want_jobs, want_slots
+from rtpool._slurm_adapt import (
+    Demand,
+    TaskTimer,
+    adapt_loop,
+    demand_from_status,
+    want_jobs,
+    want_slots,
+)
 from rtpool.worker import EXIT_CONFIG
 from tasks.slurm import marked_square, square, worker_name
 
@@ -550,3 +558,52 @@ def test_task_time_by_littles_law_from_stats_polls():
     for t in range(3, 40):
         estimate = timer.update(float(t), running=2, delivered=8 + 4 * (t - 2))
     assert estimate == pytest.approx(0.5)
+
+
+class _FakePool:
+    """The part of SlurmCluster's job pool adapt_loop drives, recording what it is told."""
+
+    def __init__(self) -> None:
+        self.spec = type("Spec", (), {"procs": 1})()
+        self.lock = threading.Lock()
+        self.n = 0
+        self.calls: list = []  # (time, n)
+
+    def live(self) -> list:
+        return [str(i) for i in range(self.n)]
+
+    def scale(self, n: int) -> None:
+        self.n = n
+        self.calls.append((time.monotonic(), n))
+
+
+_RULE = dict(target_s=10, startup_s=5)
+
+
+def test_adapt_loop_scales_up_at_once_and_down_after_the_cooldown():
+    pool = _FakePool()
+    stop = threading.Event()
+    polls = []  # (time, tasks)
+
+    def poll() -> Demand:
+        if pool.calls and pool.calls[-1][1] == 0:
+            stop.set()
+        # 8 tasks (unknown time: 8 slots, max 4), then 2 tasks, then none.
+        tasks = 8 if len(polls) < 5 else 2 if len(polls) < 45 else 0
+        polls.append((time.monotonic(), tasks))
+        return Demand(tasks, None)
+
+    thread = threading.Thread(
+        target=adapt_loop,
+        args=(pool, poll, stop),
+        kwargs=dict(minimum=0, maximum=4, interval_s=0.01, cooldown_s=0.2, rule=_RULE),
+    )
+    thread.start()
+    thread.join(20)
+    stop.set()
+    assert [n for _, n in pool.calls] == [4, 2, 0], pool.calls
+    (up, _), (down2, _), (down0, _) = pool.calls
+    assert polls[0][0] < up < polls[1][0]  # at the first poll
+    # Down only once the last higher want is cooldown_s (0.2 s) old, each time.
+    last = {tasks: t for t, tasks in polls}
+    assert down2 - last[8] >= 0.2 and down0 - last[2] >= 0.2, (pool.calls, last)

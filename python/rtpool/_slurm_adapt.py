@@ -15,7 +15,7 @@ import math
 import sys
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Tuple
+from typing import Any, Callable, Deque, Dict, Mapping, NamedTuple, Tuple
 
 __all__ = ["Demand", "TaskTimer", "adapt_loop", "demand_from_stats", "demand_from_status"]
 
@@ -137,9 +137,11 @@ def adapt_loop(
     cooldown_s: float,
     rule: Dict[str, float],
 ) -> None:
-    """Every ``interval_s`` until ``stop``: up to the wanted jobs at once; down once fewer
-    have been wanted for ``cooldown_s`` (the largest want of that time, gracefully)."""
-    lows: List[Tuple[float, int]] = []  # (time, want) since the want first fell below have
+    """Every ``interval_s`` until ``stop``: up to the wanted jobs at once; down once fewer than
+    the jobs there are have been wanted for ``cooldown_s``, to the largest number wanted over
+    the last ``cooldown_s`` (gracefully)."""
+    low_since: float | None = None  # since when fewer jobs than there are have been wanted
+    lows: Deque[Tuple[float, int]] = collections.deque()  # (time, want) of the last cooldown_s
     while not stop.wait(interval_s):
         try:
             want = want_jobs(poll(), pool.spec.procs, minimum, maximum, **rule)
@@ -147,13 +149,17 @@ def adapt_loop(
                 have = len(pool.live())
             now = time.monotonic()
             if want >= have:
+                low_since = None
                 lows.clear()
                 if want > have:
                     pool.scale(want)
                 continue
+            low_since = now if low_since is None else low_since
             lows.append((now, want))
-            if now - lows[0][0] >= cooldown_s:
-                pool.scale(max(w for _, w in lows))
-                lows.clear()
+            while lows[0][0] < now - cooldown_s:
+                lows.popleft()
+            target = max(w for _, w in lows)
+            if now - low_since >= cooldown_s and target < have:
+                pool.scale(target)
         except Exception as exc:  # a Slurm hiccup must not end adaptation
             print(f"rtpool SlurmCluster.adapt: {exc}", file=sys.stderr, flush=True)
