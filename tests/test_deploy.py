@@ -229,6 +229,43 @@ def test_prometheus_adapter_serves_the_metric_the_queue_hpa_reads():
     assert job["authorization"]["credentials_file"].endswith("http.token")
 
 
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    """Prometheus's config checker (Debian's ``prometheus`` package, installed when missing)."""
+    path = shutil.which("promtool")
+    if path is None:
+        if os.geteuid() != 0:
+            pytest.skip("promtool missing and not root: apt-get install prometheus")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], check=True, timeout=600, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"],
+            check=True,
+            timeout=600,
+            env=env,
+        )
+        path = shutil.which("promtool")
+    assert path
+    return path
+
+
+def test_the_scrape_job_passes_promtool(promtool, tmp_path):
+    text = (PROMETHEUS / "scrape-config.yaml").read_text()
+    token = tmp_path / "http.token"
+    token.write_text("e" * 48)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(text.replace("/etc/rtpool/http.token", str(token)))
+    out = subprocess.run(
+        [promtool, "check", "config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and "SUCCESS" in out.stdout + out.stderr, out.stdout + out.stderr
+    config.write_text(config.read_text().replace("relabel_configs:", "relabel_config:"))
+    out = subprocess.run(
+        [promtool, "check", "config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode != 0
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 def test_kustomize_renders_a_valid_set_with_the_generated_secret(tmp_path):
     work = tmp_path / "kubernetes"

@@ -1,10 +1,12 @@
-"""``SlurmCluster``: a master in this process, workers as Slurm batch jobs.
+"""``SlurmCluster``: a master in this process, workers as Slurm batch jobs or job steps.
 
 The master is a ``LocalCluster``'s (embedded, no local workers) listening on an address the
 nodes can reach; each worker is one ``sbatch`` job running ``rtpool worker --procs K`` (the job
-script and the ``sbatch``/``squeue``/``scancel`` calls are in ``_slurm_jobs.py``). Job ids are
-tracked here, and every job this object started is cancelled by ``close()``, at interpreter
-exit and after Ctrl-C. ``adapt()`` runs a thread that sizes the pool by the master's queue.
+script and the ``sbatch``/``squeue``/``scancel`` calls are in ``_slurm_jobs.py``), or with
+``mode="srun"`` one job step of an allocation (``_slurm_steps.py``). Job ids are tracked here,
+and every job this object started is cancelled by ``close()``, at interpreter exit and after
+Ctrl-C. ``adapt()`` runs a thread that sizes the pool by the master's queue and its packages'
+deadlines (the rule in ``_slurm_adapt.py``); TLS files are made and placed by ``_slurm_tls.py``.
 """
 
 from __future__ import annotations
@@ -362,8 +364,9 @@ class SlurmCluster:
 
     def scale(self, n: int) -> None:
         """Have ``n`` worker jobs: submit the missing ones, or cancel the surplus (pending
-        ones first, then the newest running ones, which get SIGTERM and drain: their running
-        tasks finish, prefetched ones go back to the master). Returns once submitted or
+        ones first, then the newest running ones, which drain: SIGTERM to a batch job's
+        worker, SIGINT to a step's; their running tasks finish, prefetched ones go back to
+        the master). Returns once submitted or
         signalled; :meth:`wait_for_workers` waits for them to serve. Stops :meth:`adapt`.
 
         Raises:
