@@ -174,12 +174,12 @@ def test_tokens_come_from_the_secret_never_the_command_line():
     script = " ".join(init["command"])
     for key in ("client.token", "worker.token"):
         assert f"/run/rtpool-tokens/{key} /var/lib/rtpool/{key}" in script
-    # The HTTP port's token: a file of the mounted Secret, not an argument's value.
+    # The HTTP port's token: from the Secret in the master's environment, not an argument.
     master = master_spec["containers"][0]
-    token_file = master["args"][master["args"].index("--http-token-file") + 1]
-    (mount,) = [m for m in master["volumeMounts"] if m["name"] == "tokens"]
-    assert token_file == f"{mount['mountPath']}/http.token" and mount["readOnly"] is True
-    assert not any(a.startswith("rth_") or len(a) >= 40 for a in master["args"])
+    (env,) = [e for e in master["env"] if e["name"] == "RTPOOL_HTTP_TOKEN"]
+    ref = env["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == (generator["name"], "http.token")
+    assert not any("token" in a.lower() or len(a) >= 40 for a in master["args"])
 
 
 def test_the_hpa_scales_the_worker_deployment():
@@ -538,15 +538,16 @@ def test_statefulset_master_takes_the_tokens_its_init_container_copies(tmp_path)
     args[args.index("--listen") + 1] = "127.0.0.1:0"
     args[args.index("--data-dir") + 1] = str(data)
     args[args.index("--http") + 1] = "127.0.0.1:0"
-    token_at = args.index("--http-token-file") + 1
-    args[token_at] = args[token_at].replace("/run/rtpool-tokens", str(secret))
     if not master_has_http():
         # This master predates the HTTP listener (issue 14): run the rest of the arguments.
-        del args[args.index("--http") : token_at + 1]
+        del args[args.index("--http") : args.index("--http") + 2]
+    # What secretKeyRef puts in RTPOOL_HTTP_TOKEN: the file's bytes.
+    master_env = {**os.environ, "RTPOOL_HTTP_TOKEN": (secret / "http.token").read_text()}
     log = tmp_path / "master.log"
     with open(log, "ab") as err:
         master = subprocess.Popen(
             [sys.executable, "-m", "rtpool", *args],
+            env=master_env,
             stdout=subprocess.PIPE,
             stderr=err,
             stdin=subprocess.DEVNULL,
@@ -574,8 +575,7 @@ def test_statefulset_master_takes_the_tokens_its_init_container_copies(tmp_path)
 
 
 def master_has_http() -> bool:
-    """Whether this build's ``rtpool master`` has ``--http`` (then the manifests'
-    ``--http-token-file`` must be its token option too, or the master refuses to start)."""
+    """Whether this build's ``rtpool master`` has ``--http`` (issue 14's HTTP listener)."""
     out = subprocess.run(
         [sys.executable, "-m", "rtpool", "master", "--help"],
         capture_output=True,

@@ -175,7 +175,7 @@ def test_adapt_scales_up_with_the_queue_and_down_when_idle(slurm, tmp_path):
 
 
 def _snapshot_with_deadline(cluster, pkg, deadline_at: float, task_s: float):
-    """The status snapshot (docs/operations.md) of ``cluster``'s master as the STATUS request
+    """The status snapshot (docs/operations.md) of ``cluster``'s master as CLUSTER_STATUS
     will give it, built from what this branch's master serves: the totals from ``stats()``,
     the package's counters from its real STATUS_REPLY (``Package.status``) and the deadline it
     was submitted with; ``exec_s`` from the completed tasks (each sleeps ``task_s``)."""
@@ -216,7 +216,7 @@ def test_adapt_scales_up_ahead_of_the_queue_for_a_deadline_at_risk(slurm, tmp_pa
         def snapshot():
             return _snapshot_with_deadline(cluster, pkg, deadline_at[0], task_s)()
 
-        monkeypatch.setattr(rtpool.slurm, "_status_snapshot", lambda master: snapshot())
+        monkeypatch.setattr(rtpool.slurm, "_status_snapshot", lambda master, probe: snapshot())
         # Until a task time is known adapt wants one slot per task: learn it on one job first.
         cluster.scale(1)
         cluster.wait_for_workers(1, timeout=_JOB_START_S)

@@ -99,12 +99,13 @@ class _Pool:
 
 
 def _poller(master: LocalCluster) -> Callable[[], adapt.Demand]:
-    """What ``adapt`` asks the master each time: its status snapshot when the embedded master
-    serves one (per-package deadlines, per-worker execution time), else ``stats()``."""
+    """What ``adapt`` asks the master each time: its status snapshot when the client can ask
+    for one (per-package deadlines, per-worker execution time), else ``stats()``."""
     timer = adapt.TaskTimer()
+    probe: List[Client] = []  # the connection the snapshot is asked over, made on first use
 
     def poll() -> adapt.Demand:
-        snapshot = _status_snapshot(master)
+        snapshot = _status_snapshot(master, probe)
         if snapshot is not None:
             return adapt.demand_from_status(snapshot)
         return adapt.demand_from_stats(master.stats(), timer, time.monotonic())
@@ -112,11 +113,15 @@ def _poller(master: LocalCluster) -> Callable[[], adapt.Demand]:
     return poll
 
 
-def _status_snapshot(master: LocalCluster) -> Dict[str, Any] | None:
-    """The embedded master's status snapshot (``docs/operations.md``), or None when this
-    build's master has none (then ``adapt`` sees no deadlines)."""
-    status = getattr(master._master, "status", None)
-    return None if status is None else dict(status())
+def _status_snapshot(master: LocalCluster, probe: List[Client]) -> Dict[str, Any] | None:
+    """The master's status snapshot (``docs/operations.md``) over ``CLUSTER_STATUS``, asked
+    with the operator's token (it sees every user's packages); None when this build's
+    ``Client`` cannot ask for it (then ``adapt`` sees no deadlines)."""
+    if not hasattr(Client, "status"):
+        return None
+    if not probe:
+        probe.append(master.client(name="rtpool SlurmCluster.adapt"))
+    return dict(probe[0].status(timeout=10.0))
 
 
 def _shutdown(
