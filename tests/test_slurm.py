@@ -216,7 +216,11 @@ def test_adapt_scales_up_ahead_of_the_queue_for_a_deadline_at_risk(slurm, tmp_pa
         def snapshot():
             return _snapshot_with_deadline(cluster, pkg, deadline_at[0], task_s)()
 
-        monkeypatch.setattr(rtpool.slurm, "_status_snapshot", lambda master, probe: snapshot())
+        if not hasattr(rtpool.Client, "status"):
+            # TODO(#14): drop with _snapshot_with_deadline once CLUSTER_STATUS (Client.status)
+            # is merged: adapt then reads the master's own snapshot (this test passed so on a
+            # merge of deploy2, ops-metrics and ops-ui).
+            monkeypatch.setattr(rtpool.slurm, "_status_snapshot", lambda master, probe: snapshot())
         # Until a task time is known adapt wants one slot per task: learn it on one job first.
         cluster.scale(1)
         cluster.wait_for_workers(1, timeout=_JOB_START_S)
