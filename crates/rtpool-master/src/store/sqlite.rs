@@ -13,13 +13,15 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{
     check_id_prefix, check_user, from_db_int, new_token, now_unix, one_match, quota_to_us,
-    role_from_db, to_db_int, token_hash, token_id, Store, StoreError, TokenInfo, UserQuota,
+    role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError, TokenInfo, UserQuota,
     SCHEMA_VERSION, WATERMARK_KEY,
 };
 
-/// Schema migrations: `(version, SQL)`, applied in order, each once. Every statement is also
-/// idempotent, so a half-applied upgrade can be retried.
-const MIGRATIONS: &[(i64, &str)] = &[(
+/// Schema migrations: `(version, SQL)`, applied in order, each once, in one transaction with
+/// the `schema_version` row that records it (SQLite's DDL is transactional: an upgrade is
+/// applied whole or not at all).
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
     1,
     "CREATE TABLE IF NOT EXISTS tokens (
         hash TEXT PRIMARY KEY,
@@ -38,7 +40,27 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         key TEXT PRIMARY KEY,
         value INTEGER NOT NULL
     );",
-)];
+    ),
+    // Per-user priority ceiling (NULL: none).
+    (2, "ALTER TABLE users ADD COLUMN max_priority INTEGER;"),
+];
+
+/// Puts back in range the counts an older master could write out of range: SQLite turns an
+/// integer sum that overflows into a REAL (a worker reporting `exec_us` above 2^63 did that),
+/// which then failed every read of the table. REALs past the range saturate, negative or
+/// non-numeric values become 0. Run at every open; changes nothing on a sound database.
+const REPAIR_USAGE: &str = "UPDATE users SET used_us = CASE
+        WHEN typeof(used_us) NOT IN ('integer', 'real') THEN 0
+        WHEN used_us >= 9223372036854775807 THEN 9223372036854775807
+        WHEN used_us < 0 THEN 0
+        ELSE CAST(used_us AS INTEGER) END
+    WHERE typeof(used_us) <> 'integer' OR used_us < 0";
+const REPAIR_QUOTA: &str = "UPDATE users SET quota_us = CASE
+        WHEN typeof(quota_us) NOT IN ('integer', 'real') THEN NULL
+        WHEN quota_us >= 9223372036854775807 THEN 9223372036854775807
+        WHEN quota_us < 0 THEN 0
+        ELSE CAST(quota_us AS INTEGER) END
+    WHERE quota_us IS NOT NULL AND (typeof(quota_us) <> 'integer' OR quota_us < 0)";
 
 /// A store in one SQLite file.
 pub struct SqliteStore {
@@ -82,6 +104,7 @@ impl SqliteStore {
             StoreError::Sqlite(source) => open_err(source),
             other => other,
         })?;
+        store.repair().map_err(open_err)?;
         Ok(store)
     }
 
@@ -110,6 +133,18 @@ impl SqliteStore {
             )?;
         }
         tx.commit()?;
+        Ok(())
+    }
+
+    fn repair(&mut self) -> rusqlite::Result<()> {
+        let fixed = self.conn.execute(REPAIR_USAGE, [])? + self.conn.execute(REPAIR_QUOTA, [])?;
+        if fixed > 0 {
+            tracing::warn!(
+                "store {}: repaired {fixed} out-of-range usage or quota values (written by an \
+                 older rtpool from a bad worker report)",
+                self.path.display()
+            );
+        }
         Ok(())
     }
 
@@ -256,23 +291,19 @@ impl Store for SqliteStore {
     fn quotas(&mut self) -> Result<Vec<UserQuota>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT user_name, quota_us, used_us FROM users ORDER BY user_name")?;
+            .prepare(
+                "SELECT user_name, quota_us, used_us, max_priority FROM users ORDER BY user_name",
+            )?;
         let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, Option<i64>>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })?;
-        rows.map(|r| {
-            let (user, quota_us, used_us) = r?;
             Ok(UserQuota {
-                user,
-                quota_us: quota_us.map(|q| from_db_int("quota_us", q)).transpose()?,
-                used_us: from_db_int("used_us", used_us)?,
+                user: r.get::<_, String>(0)?,
+                quota_us: lenient_int(r.get_ref(1)?).map(|q| from_db_int("quota_us", q)),
+                used_us: from_db_int("used_us", lenient_int(r.get_ref(2)?).unwrap_or(0)),
+                max_priority: lenient_int(r.get_ref(3)?)
+                    .map(|p| p.clamp(i32::MIN.into(), i32::MAX.into()) as i32),
             })
-        })
-        .collect()
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn add_usage(&mut self, usage: &[(String, u64)], watermark: u64) -> Result<(), StoreError> {
@@ -281,10 +312,12 @@ impl Store for SqliteStore {
         {
             let mut add = tx.prepare(
                 "INSERT INTO users (user_name, used_us) VALUES (?1, ?2)
-                 ON CONFLICT (user_name) DO UPDATE SET used_us = used_us + excluded.used_us",
+                 ON CONFLICT (user_name) DO UPDATE SET used_us = CASE
+                     WHEN used_us > 9223372036854775807 - excluded.used_us
+                     THEN 9223372036854775807 ELSE used_us + excluded.used_us END",
             )?;
             for (user, delta_us) in usage {
-                add.execute(params![user, to_db_int("usage", *delta_us)?])?;
+                add.execute(params![user, usage_to_db(*delta_us)])?;
             }
         }
         tx.execute(
@@ -305,7 +338,41 @@ impl Store for SqliteStore {
                 |r| r.get(0),
             )
             .optional()?;
-        from_db_int("watermark", value.unwrap_or(0))
+        Ok(from_db_int("watermark", value.unwrap_or(0)))
+    }
+
+    fn set_max_priority(
+        &mut self,
+        user: &str,
+        max_priority: Option<i32>,
+    ) -> Result<(), StoreError> {
+        check_user(user)?;
+        self.conn.execute(
+            "INSERT INTO users (user_name, max_priority) VALUES (?1, ?2)
+             ON CONFLICT (user_name) DO UPDATE SET max_priority = excluded.max_priority",
+            params![user, max_priority],
+        )?;
+        Ok(())
+    }
+
+    fn revoked_ids(&mut self) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id FROM tokens WHERE revoked <> 0")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// An integer column read whatever SQLite holds in it: a REAL saturates into `i64`, NULL and
+/// text read as `None`.
+fn lenient_int(value: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+    use rusqlite::types::ValueRef;
+    match value {
+        ValueRef::Integer(i) => Some(i),
+        // `as` saturates (and maps NaN to 0).
+        ValueRef::Real(f) => Some(f as i64),
+        ValueRef::Null | ValueRef::Text(_) | ValueRef::Blob(_) => None,
     }
 }
 
@@ -355,7 +422,7 @@ mod tests {
             .conn
             .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(versions, 1);
+        assert_eq!(versions, SCHEMA_VERSION);
         let mode: String = again
             .conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
