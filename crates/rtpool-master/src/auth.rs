@@ -211,6 +211,11 @@ impl Authenticator {
                 self.inner.policy.send_if_modified(|old| {
                     let changed = **old != policy;
                     if changed {
+                        tracing::info!(
+                            revoked = policy.revoked.len(),
+                            ceilings = policy.max_priority.len(),
+                            "token policy updated from the store"
+                        );
                         *old = Arc::new(policy);
                     }
                     changed
@@ -449,7 +454,7 @@ mod tests {
         let mut cli = crate::store::open(None, dir.path()).unwrap();
         let builtin = Tokens::generate();
         let auth = Authenticator::new(builtin.clone(), Some(store));
-        let ok = |r: Result<String, AuthError>| r.unwrap();
+        let ok = |r: Result<Identity, AuthError>| r.unwrap().user;
         assert_eq!(
             ok(auth.authenticate(&builtin.client, Role::Client).await),
             "default"
@@ -503,6 +508,21 @@ mod tests {
             carol_q.map(|q| (q.quota_us, q.used_us)),
             Some((Some(3_000_000), 5))
         );
+
+        // The policy: revoked ids and ceilings, as of the last read.
+        let identity = auth.authenticate(&bob, Role::Client).await.unwrap();
+        assert_eq!(identity.token_id, Some(crate::store::token_id_of(&bob)));
+        let policy = auth.policy();
+        assert!(policy.borrow().is_revoked(&Identity {
+            user: "alice".into(),
+            token_id: Some(alice_info.id.clone()),
+        }));
+        assert!(!policy.borrow().is_revoked(&identity));
+        cli.revoke(identity.token_id.as_deref().unwrap()).unwrap();
+        cli.set_max_priority("bob", Some(4)).unwrap();
+        auth.refresh_policy();
+        assert!(policy.borrow().is_revoked(&identity));
+        assert_eq!(policy.borrow().max_priority.get("bob"), Some(&4));
 
         // Without a store only the built-in tokens pass.
         let bare = Authenticator::new(builtin.clone(), None);

@@ -387,6 +387,33 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_schema_is_migrated() {
+        let Some(url) = pg_url() else { return };
+        let mut raw = [0u8; 6];
+        getrandom::getrandom(&mut raw).unwrap();
+        let schema = format!("rtpool_test_{}", hex::encode(raw));
+        let mut client = Client::connect(&url, NoTls).unwrap();
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema}; SET search_path TO {schema}; {}
+                 CREATE TABLE schema_version (version BIGINT NOT NULL);
+                 INSERT INTO schema_version VALUES (1);
+                 INSERT INTO users (user_name, quota_us, used_us) VALUES ('old', 7, 3);",
+                MIGRATIONS[0].1
+            ))
+            .unwrap();
+        let mut store = PgStore::connect_in_schema(&url, Some(&schema)).unwrap();
+        store.set_max_priority("old", Some(2)).unwrap();
+        let q = store.quotas().unwrap().pop().unwrap();
+        assert_eq!((q.quota_us, q.used_us, q.max_priority), (Some(7), 3, Some(2)));
+        store
+            .add_usage(&[("old".into(), u64::MAX), ("old".into(), u64::MAX)], 1)
+            .unwrap();
+        assert_eq!(store.quotas().unwrap()[0].used_us, i64::MAX as u64);
+        store.drop_schema(&schema).unwrap();
+    }
+
+    #[test]
     fn unreachable_server_says_where_and_hides_the_password() {
         // Port 1 on loopback: nothing listens there.
         let err = PgStore::connect("postgres://u:secret@127.0.0.1:1/db").unwrap_err();

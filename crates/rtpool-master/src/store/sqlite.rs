@@ -442,6 +442,71 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_row_on_disk_is_repaired_and_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let mut store = SqliteStore::open(&path).unwrap();
+        store.create_token("alice", Role::Client, Some(1.0)).unwrap();
+        store.add_usage(&[("bob".into(), 5)], 1).unwrap();
+        // What an older master wrote after a worker reported exec_us above 2^63: SQLite turned
+        // the overflowing sum into a REAL, and every read of the table failed.
+        store
+            .conn
+            .execute_batch(
+                "UPDATE users SET used_us = used_us + 9223372036854775807 WHERE user_name = 'bob';
+                 UPDATE users SET quota_us = 1e300, used_us = -4 WHERE user_name = 'alice';",
+            )
+            .unwrap();
+        let kind: String = store
+            .conn
+            .query_row("SELECT typeof(used_us) FROM users WHERE user_name = 'bob'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(kind, "real", "the test must plant the bad row it claims to");
+        // Even before a repair, reading is lenient.
+        let quotas = store.quotas().unwrap();
+        assert_eq!(quotas[1].used_us, i64::MAX as u64);
+        drop(store);
+        let mut again = SqliteStore::open(&path).unwrap();
+        let quotas = again.quotas().unwrap();
+        assert_eq!(
+            (quotas[0].quota_us, quotas[0].used_us, quotas[1].used_us),
+            (Some(i64::MAX as u64), 0, i64::MAX as u64)
+        );
+        let kinds: Vec<String> = again
+            .conn
+            .prepare("SELECT typeof(used_us) FROM users")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kinds, ["integer", "integer"]);
+        again.add_usage(&[("bob".into(), 7)], 2).unwrap();
+        assert_eq!(again.quotas().unwrap()[1].used_us, i64::MAX as u64);
+    }
+
+    #[test]
+    fn a_version_1_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(MIGRATIONS[0].1).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL);
+             INSERT INTO schema_version VALUES (1);
+             INSERT INTO users (user_name, quota_us, used_us) VALUES ('old', 7, 3);",
+        )
+        .unwrap();
+        drop(conn);
+        let mut store = SqliteStore::open(&path).unwrap();
+        store.set_max_priority("old", Some(2)).unwrap();
+        let q = store.quotas().unwrap().pop().unwrap();
+        assert_eq!((q.quota_us, q.used_us, q.max_priority), (Some(7), 3, Some(2)));
+    }
+
+    #[test]
     fn a_newer_schema_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.db");

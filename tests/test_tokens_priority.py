@@ -1,0 +1,43 @@
+"""A per-user priority ceiling set by the admin on the user's tokens: a client asking for more
+is refused with an error naming the ceiling; a changed ceiling applies to open sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import rtpool
+import tasks
+from conftest import close_master, start_master
+from helpers import wait_until
+from rtpool.errors import SubmitRejected
+from test_tokens import create, plain_log, listed, token_cli
+
+
+def test_priority_above_the_users_ceiling_is_refused(tmp_path: Path):
+    master = start_master(tmp_path)
+    where = ["--data-dir", str(master.data_dir)]
+    try:
+        token, token_id = create(where, "alice", "client", "--max-priority", "2")
+        assert listed(where)[token_id][-1] == "2"
+        wait_until(lambda: "ceilings=1" in plain_log(master), timeout=15)
+        with rtpool.Client(master.address, token) as client:
+            with pytest.raises(SubmitRejected, match=r"priority 5 is above the ceiling 2"):
+                client.options(priority=5).submit(tasks.square, 2).result(30)
+            # At or below the ceiling: accepted (no worker: it only has to get an id).
+            assert client.options(priority=2).submit(tasks.square, 2) is not None
+            assert client.options(priority=2).submit_many(tasks.square, [1]).id is not None
+            # The admin raises the ceiling; the open session follows within a poll period.
+            out = token_cli("set", "--user", "alice", "--max-priority", "9", *where).stdout
+            assert "priority ceiling of user alice: 9" in out
+            wait_until(lambda: plain_log(master).count("ceilings=1") >= 2, timeout=15)
+            assert client.options(priority=5).submit_many(tasks.square, [1]).id is not None
+            token_cli("set", "--user", "alice", "--no-max-priority", *where)
+            wait_until(lambda: "ceilings=0" in plain_log(master), timeout=15)
+            assert client.options(priority=1000).submit_many(tasks.square, [1]).id is not None
+        # The built-in token's user has no ceiling.
+        with rtpool.Client(master.address, master.client_token) as client:
+            assert client.options(priority=1000).submit_many(tasks.square, [1]).id is not None
+    finally:
+        close_master(master)
