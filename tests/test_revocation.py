@@ -44,8 +44,13 @@ def test_revoking_a_worker_token_closes_its_session_and_requeues_its_tasks(tmp_p
             wait_until(lambda: sum(f.done() for f in pkg) >= 1, timeout=30)
             token_cli("revoke", worker_id, *where)
             wait_until(lambda: "token revoked: closing the session" in plain_log(master), 15)
-            wait_until(lambda: procs[0].poll() is not None or "revoked" in
-                       (tmp_path / "w1.log").read_text(errors="replace"), timeout=30)
+            wait_until(
+                lambda: (
+                    procs[0].poll() is not None
+                    or "revoked" in (tmp_path / "w1.log").read_text(errors="replace")
+                ),
+                timeout=30,
+            )
             assert "revoked" in (tmp_path / "w1.log").read_text(errors="replace")
             # Another worker (built-in token) finishes everything: nothing was lost.
             procs.append(start_worker(master, master.worker_token, tmp_path / "w2.log"))

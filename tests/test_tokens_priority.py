@@ -12,7 +12,7 @@ import tasks
 from conftest import close_master, start_master
 from helpers import wait_until
 from rtpool.errors import SubmitRejected
-from test_tokens import create, plain_log, listed, token_cli
+from test_tokens import create, listed, plain_log, token_cli
 
 
 def test_priority_above_the_users_ceiling_is_refused(tmp_path: Path):
@@ -36,8 +36,11 @@ def test_priority_above_the_users_ceiling_is_refused(tmp_path: Path):
             token_cli("set", "--user", "alice", "--no-max-priority", *where)
             wait_until(lambda: "ceilings=0" in plain_log(master), timeout=15)
             assert client.options(priority=1000).submit_many(tasks.square, [1]).id is not None
+            # No worker runs them: leave without waiting.
+            client.shutdown(wait=False, cancel_futures=True)
         # The built-in token's user has no ceiling.
         with rtpool.Client(master.address, master.client_token) as client:
             assert client.options(priority=1000).submit_many(tasks.square, [1]).id is not None
+            client.shutdown(wait=False, cancel_futures=True)
     finally:
         close_master(master)

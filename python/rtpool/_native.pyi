@@ -116,8 +116,9 @@ def master_main(argv: List[str]) -> int:
 # is ``data_dir/rtpool.db``; "sqlite:///abs/path.db" or "postgres://user@host:port/db" another.
 # Token dicts: id (str, public: 12 hex chars of the SHA-256), user, role ("client"|"worker"),
 # created_unix (int), revoked (bool). Quota dicts: user, quota_us (int | None = unlimited),
-# used_us (int), max_priority (int | None = no ceiling). Every function raises rtpool.errors.RtpoolError with a message that says what
-# to do (bad user name or quota, unknown or ambiguous id, store unreachable, ...).
+# used_us (int), max_priority (int | None = no ceiling). Every function raises
+# rtpool.errors.RtpoolError with a message that says what to do (bad user name or quota,
+# unknown or ambiguous id, store unreachable, ...).
 
 def token_create(
     data_dir: Union[str, PathLike[str]],

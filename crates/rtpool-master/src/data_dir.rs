@@ -18,7 +18,28 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::error::MasterError;
+/// Why the data dir cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another process holds the lock.
+    #[error("data dir {path} is in use by another master (pid {pid}, listening on {address}); stop it first, or give this master another --data-dir")]
+    InUse {
+        /// The data dir.
+        path: PathBuf,
+        /// The holder's pid, as its lock file says.
+        pid: String,
+        /// The holder's listen address, as its lock file says (`starting` before it bound).
+        address: String,
+    },
+    /// The dir or the lock file could not be created, opened or locked.
+    #[error("cannot use data dir {path}: {source}; check that it exists and is writable")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
 
 /// Name of the lock file in the data dir.
 pub const LOCK_FILE: &str = "master.lock";
@@ -49,12 +70,12 @@ impl DataDirLock {
     /// others, and take its lock, writing this process's pid into the lock file.
     ///
     /// # Errors
-    /// [`MasterError::DataDirInUse`] when another process holds the lock (naming its pid and
-    /// address), [`MasterError::DataDir`] when the dir or the lock file cannot be used.
-    pub fn acquire(dir: &Path) -> Result<Self, MasterError> {
+    /// [`LockError::InUse`] when another process holds the lock (naming its pid and address),
+    /// [`LockError::Io`] when the dir or the lock file cannot be used.
+    pub fn acquire(dir: &Path) -> Result<Self, LockError> {
         prepare_dir(dir)?;
         let path = dir.join(LOCK_FILE);
-        let io_err = |source| MasterError::DataDir {
+        let io_err = |source| LockError::Io {
             path: path.clone(),
             source,
         };
@@ -67,7 +88,7 @@ impl DataDirLock {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let (pid, address) = parse_holder(&holder);
-                return Err(MasterError::DataDirInUse {
+                return Err(LockError::InUse {
                     path: dir.to_path_buf(),
                     pid,
                     address,
@@ -124,8 +145,8 @@ pub fn private(opts: &mut OpenOptions) -> &mut OpenOptions {
 
 /// Create `dir` owner-only, or tighten an existing one (and its known files) that others can
 /// read, logging what changed.
-fn prepare_dir(dir: &Path) -> Result<(), MasterError> {
-    let dir_err = |source| MasterError::DataDir {
+fn prepare_dir(dir: &Path) -> Result<(), LockError> {
+    let dir_err = |source| LockError::Io {
         path: dir.to_path_buf(),
         source,
     };
@@ -182,7 +203,10 @@ mod tests {
         first.set_address("127.0.0.1:7070".parse().unwrap());
         let err = DataDirLock::acquire(&data).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains(&format!("pid {}", std::process::id())), "{msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
         assert!(msg.contains("127.0.0.1:7070"), "{msg}");
         drop(first);
         DataDirLock::acquire(&data).expect("the lock is free once its holder is gone");

@@ -22,16 +22,9 @@ pub enum MasterError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// Another master holds the data dir's lock (see [`crate::data_dir`]).
-    #[error("data dir {path} is in use by another master (pid {pid}, listening on {address}); stop it first, or give this master another --data-dir")]
-    DataDirInUse {
-        /// The data dir.
-        path: PathBuf,
-        /// The holder's pid, as its lock file says.
-        pid: String,
-        /// The holder's listen address, as its lock file says (`starting` before it bound).
-        address: String,
-    },
+    /// The data dir is locked by another master, or its lock cannot be taken.
+    #[error(transparent)]
+    DataDirLock(#[from] crate::data_dir::LockError),
     /// A token file exists but holds no usable token.
     #[error("token file {path} is empty or malformed; delete it to have a new token generated")]
     BadTokenFile {

@@ -47,6 +47,7 @@ fn lock_data_dir(config: &MasterConfig) -> Result<Option<DataDirLock>, MasterErr
         .as_deref()
         .map(DataDirLock::acquire)
         .transpose()
+        .map_err(MasterError::from)
 }
 
 fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {

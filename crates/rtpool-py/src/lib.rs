@@ -379,7 +379,9 @@ fn token_set_max_priority(
     max_priority: Option<i32>,
     store: Option<String>,
 ) -> PyResult<()> {
-    with_store(py, data_dir, store, |s| s.set_max_priority(&user, max_priority))
+    with_store(py, data_dir, store, |s| {
+        s.set_max_priority(&user, max_priority)
+    })
 }
 
 /// Every user's quota and usage, in microseconds.

@@ -101,8 +101,10 @@ mod tests {
         assert_eq!(b.task_us("exec_us", 5), 5);
         assert_eq!(b.task_us("exec_us", u64::MAX), MAX_REPORTED_US);
         assert!(b.logged);
-        let mut opts = PackageOpts::default();
-        opts.priority = 3;
+        let mut opts = PackageOpts {
+            priority: 3,
+            ..Default::default()
+        };
         assert!(b.check_priority(1, &opts).is_none());
         opts.priority = 4;
         let Some(Msg::Error { code, message, .. }) = b.check_priority(9, &opts) else {

@@ -219,13 +219,13 @@ impl Reader {
                     return Err(Refusal::Rejected(refusal));
                 }
                 Ok(Some(Event::SubmitCalls {
-                client: ClientId(self.session),
-                req_id,
-                // The scheduler numbers the package, as for SUBMIT.
-                package: PackageId(0),
-                opts,
-                calls,
-            }))
+                    client: ClientId(self.session),
+                    req_id,
+                    // The scheduler numbers the package, as for SUBMIT.
+                    package: PackageId(0),
+                    opts,
+                    calls,
+                }))
             }
             (Role::Client, Msg::Functions { req_id, name }) => Ok(Some(Event::Functions {
                 client: ClientId(self.session),

@@ -11,16 +11,16 @@ use rtpool_proto::Role;
 
 use super::{
     check_id_prefix, check_user, from_db_int, new_token, now_unix, one_match, quota_to_us,
-    redact_url, role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError, TokenInfo,
-    UserQuota, SCHEMA_VERSION, WATERMARK_KEY,
+    redact_url, role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError,
+    TokenInfo, UserQuota, SCHEMA_VERSION, WATERMARK_KEY,
 };
 
 /// Schema migrations: `(version, SQL)`, applied in order, each once, under an advisory lock so
 /// two masters starting together do not race. Statements are idempotent too.
 const MIGRATIONS: &[(i64, &str)] = &[
     (
-    1,
-    "CREATE TABLE IF NOT EXISTS tokens (
+        1,
+        "CREATE TABLE IF NOT EXISTS tokens (
         hash TEXT PRIMARY KEY,
         id TEXT NOT NULL UNIQUE,
         user_name TEXT NOT NULL,
@@ -405,7 +405,10 @@ mod tests {
         let mut store = PgStore::connect_in_schema(&url, Some(&schema)).unwrap();
         store.set_max_priority("old", Some(2)).unwrap();
         let q = store.quotas().unwrap().pop().unwrap();
-        assert_eq!((q.quota_us, q.used_us, q.max_priority), (Some(7), 3, Some(2)));
+        assert_eq!(
+            (q.quota_us, q.used_us, q.max_priority),
+            (Some(7), 3, Some(2))
+        );
         store
             .add_usage(&[("old".into(), u64::MAX), ("old".into(), u64::MAX)], 1)
             .unwrap();

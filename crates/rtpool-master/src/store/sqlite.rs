@@ -13,8 +13,8 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{
     check_id_prefix, check_user, from_db_int, new_token, now_unix, one_match, quota_to_us,
-    role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError, TokenInfo, UserQuota,
-    SCHEMA_VERSION, WATERMARK_KEY,
+    role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError, TokenInfo,
+    UserQuota, SCHEMA_VERSION, WATERMARK_KEY,
 };
 
 /// Schema migrations: `(version, SQL)`, applied in order, each once, in one transaction with
@@ -22,8 +22,8 @@ use super::{
 /// applied whole or not at all).
 const MIGRATIONS: &[(i64, &str)] = &[
     (
-    1,
-    "CREATE TABLE IF NOT EXISTS tokens (
+        1,
+        "CREATE TABLE IF NOT EXISTS tokens (
         hash TEXT PRIMARY KEY,
         id TEXT NOT NULL UNIQUE,
         user_name TEXT NOT NULL,
@@ -289,11 +289,9 @@ impl Store for SqliteStore {
     }
 
     fn quotas(&mut self) -> Result<Vec<UserQuota>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT user_name, quota_us, used_us, max_priority FROM users ORDER BY user_name",
-            )?;
+        let mut stmt = self.conn.prepare(
+            "SELECT user_name, quota_us, used_us, max_priority FROM users ORDER BY user_name",
+        )?;
         let rows = stmt.query_map([], |r| {
             Ok(UserQuota {
                 user: r.get::<_, String>(0)?,
@@ -446,7 +444,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.db");
         let mut store = SqliteStore::open(&path).unwrap();
-        store.create_token("alice", Role::Client, Some(1.0)).unwrap();
+        store
+            .create_token("alice", Role::Client, Some(1.0))
+            .unwrap();
         store.add_usage(&[("bob".into(), 5)], 1).unwrap();
         // What an older master wrote after a worker reported exec_us above 2^63: SQLite turned
         // the overflowing sum into a REAL, and every read of the table failed.
@@ -459,9 +459,11 @@ mod tests {
             .unwrap();
         let kind: String = store
             .conn
-            .query_row("SELECT typeof(used_us) FROM users WHERE user_name = 'bob'", [], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT typeof(used_us) FROM users WHERE user_name = 'bob'",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
         assert_eq!(kind, "real", "the test must plant the bad row it claims to");
         // Even before a repair, reading is lenient.
@@ -503,7 +505,10 @@ mod tests {
         let mut store = SqliteStore::open(&path).unwrap();
         store.set_max_priority("old", Some(2)).unwrap();
         let q = store.quotas().unwrap().pop().unwrap();
-        assert_eq!((q.quota_us, q.used_us, q.max_priority), (Some(7), 3, Some(2)));
+        assert_eq!(
+            (q.quota_us, q.used_us, q.max_priority),
+            (Some(7), 3, Some(2))
+        );
     }
 
     #[test]

@@ -187,7 +187,10 @@ fn check_quotas(store: &mut dyn Store) {
     store.set_max_priority("frank", Some(-2)).unwrap();
     let quotas = store.quotas().unwrap();
     let ceiling = |u: &str| quotas.iter().find(|q| q.user == u).unwrap().max_priority;
-    assert_eq!((ceiling("bob"), ceiling("frank"), ceiling("alice")), (Some(3), Some(-2), None));
+    assert_eq!(
+        (ceiling("bob"), ceiling("frank"), ceiling("alice")),
+        (Some(3), Some(-2), None)
+    );
     assert_eq!(quotas[1].quota_us, Some(250_000));
     store.set_max_priority("bob", None).unwrap();
     assert_eq!(store.quotas().unwrap()[1].max_priority, None);
