@@ -3,6 +3,7 @@ is refused with an error naming the ceiling; a changed ceiling applies to open s
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import rtpool
 import tasks
 from conftest import close_master, start_master
 from helpers import wait_until
-from rtpool.errors import SubmitRejected
+from rtpool.errors import ConnectionLost, SubmitRejected
 from test_tokens import create, listed, plain_log, token_cli
 
 
@@ -42,5 +43,25 @@ def test_priority_above_the_users_ceiling_is_refused(tmp_path: Path):
         with rtpool.Client(master.address, master.client_token) as client:
             assert client.options(priority=1000).submit_many(tasks.square, [1]).id is not None
             client.shutdown(wait=False, cancel_futures=True)
+    finally:
+        close_master(master)
+
+
+def test_ceiling_and_revocation_with_a_postgres_store(pg_url: str, tmp_path: Path):
+    # The database is shared with other tests and runs: a user of our own.
+    user = f"pg-{uuid.uuid4().hex[:12]}"
+    where = ["--store", pg_url, "--data-dir", str(tmp_path / "unused")]
+    # Before the master starts: it reads the ceilings when it opens the store.
+    token, token_id = create(where, user, "client", "--max-priority", "1")
+    assert listed(where)[token_id][-1] == "1"
+    master = start_master(tmp_path, args=["--store", pg_url])
+    try:
+        with rtpool.Client(master.address, token) as client:
+            with pytest.raises(SubmitRejected, match=r"priority 3 is above the ceiling 1"):
+                client.options(priority=3).submit(tasks.square, 2).result(30)
+            pending = client.options(priority=1).submit(tasks.square, 2)
+            token_cli("revoke", token_id, *where)
+            with pytest.raises(ConnectionLost, match=rf"of user {user} was revoked"):
+                pending.result(30)
     finally:
         close_master(master)
