@@ -158,11 +158,17 @@ fn prepare_dir(dir: &Path) -> Result<(), LockError> {
             .mode(0o700)
             .create(dir)
             .map_err(dir_err)?;
-        tighten(dir, 0o700).map_err(dir_err)?;
+        // Not fatal: a dir we do not own (a volume's root mounted with a group, as Kubernetes
+        // does with `fsGroup`) cannot be changed by us; its files still are made 0600.
+        if let Err(e) = tighten(dir, 0o700) {
+            tracing::warn!(
+                "cannot make data dir {} owner-only ({e}); make it mode 0700 yourself",
+                dir.display()
+            );
+        }
         for name in PRIVATE_FILES {
             let path = dir.join(name);
-            // Missing files are fine; one we cannot tighten is logged, not fatal (the dir's
-            // own mode already keeps others out).
+            // Missing files are fine; one we cannot tighten is logged, not fatal.
             if path.exists() {
                 if let Err(e) = tighten(&path, 0o600) {
                     tracing::warn!("cannot make {} owner-only: {e}", path.display());
