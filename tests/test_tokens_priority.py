@@ -65,3 +65,13 @@ def test_ceiling_and_revocation_with_a_postgres_store(pg_url: str, tmp_path: Pat
                 pending.result(30)
     finally:
         close_master(master)
+
+
+def test_a_ceiling_out_of_the_priority_range_is_refused_by_the_cli(tmp_path: Path):
+    where = ["--data-dir", str(tmp_path / "data")]
+    err = token_cli("set", "--user", "a", "--max-priority", "99999999999", *where, expect_rc=2)
+    assert "out of range: use -2147483648..2147483647" in err.stderr
+    err = token_cli(
+        "create", "--user", "a", "--role", "client", "--max-priority", "x", *where, expect_rc=2
+    )
+    assert "'x' is not an integer" in err.stderr

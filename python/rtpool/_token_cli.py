@@ -35,6 +35,17 @@ _STORE_HELP = (
 )
 
 
+def _priority(text: str) -> int:
+    """A priority as the protocol carries it (a signed 32-bit integer)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not -(2**31) <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use -2147483648..2147483647")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[], str]) -> None:
     """Add the ``token`` verbs to ``parser`` (the ``rtpool token`` subparser).
 
@@ -72,12 +83,16 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
     )
     create.add_argument(
         "--max-priority",
-        type=int,
+        type=_priority,
         default=None,
         metavar="N",
         help="also set the user's priority ceiling (packages above it are refused)",
     )
-    verb("list", "list tokens (id, user, role, created, revoked) with each user's quota")
+    verb(
+        "list",
+        "list tokens (id, user, role, created, revoked) with each user's quota and priority "
+        "ceiling",
+    )
     revoke = verb("revoke", "revoke a token: it no longer connects")
     revoke.add_argument("id", metavar="ID", help="token id, or a unique prefix of 6+ chars")
     quota = verb("quota", "set a user's quota of execution seconds")
@@ -89,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
     setter.add_argument("--user", required=True)
     ceiling = setter.add_mutually_exclusive_group(required=True)
     ceiling.add_argument(
-        "--max-priority", type=int, metavar="N", help="highest priority the user may ask for"
+        "--max-priority", type=_priority, metavar="N", help="highest priority the user may ask for"
     )
     ceiling.add_argument(
         "--no-max-priority", action="store_true", help="remove the user's priority ceiling"
