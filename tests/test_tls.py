@@ -28,8 +28,9 @@ class TlsMaster(MasterProcess):
 
 @pytest.fixture
 def tls_master(tmp_path: Path) -> Iterator[TlsMaster]:
-    data_dir = tmp_path / "data"
-    log = tmp_path / "master.log"
+    # Not the `master` fixture's data dir: some tests use both (one master per data dir).
+    data_dir = tmp_path / "tls-data"
+    log = tmp_path / "tls-master.log"
     cmd = [sys.executable, "-m", "rtpool", "master", "--listen", "127.0.0.1:0"]
     cmd += ["--data-dir", str(data_dir), "--tls-self-signed", "--log-level", "debug"]
     with open(log, "wb") as log_file:

@@ -62,8 +62,8 @@ def test_cli_creates_lists_revokes_and_sets_quotas(tmp_path: Path):
     assert set(rows) == {token_id, worker_id}
     assert rows[token_id][:2] == ["alice", "client"]
     assert rows[worker_id][:2] == ["alice", "worker"]
-    # user role date time revoked quota used
-    assert rows[token_id][4:] == ["no", "2.5", "s", "0", "s"]
+    # user role date time revoked quota used max-priority
+    assert rows[token_id][4:] == ["no", "2.5", "s", "0", "s", "-"]
 
     # Only the SHA-256 is stored, not the token (nor its random part).
     for db_file in data_dir.glob("rtpool.db*"):

@@ -116,8 +116,9 @@ def master_main(argv: List[str]) -> int:
 # is ``data_dir/rtpool.db``; "sqlite:///abs/path.db" or "postgres://user@host:port/db" another.
 # Token dicts: id (str, public: 12 hex chars of the SHA-256), user, role ("client"|"worker"),
 # created_unix (int), revoked (bool). Quota dicts: user, quota_us (int | None = unlimited),
-# used_us (int). Every function raises rtpool.errors.RtpoolError with a message that says what
-# to do (bad user name or quota, unknown or ambiguous id, store unreachable, ...).
+# used_us (int), max_priority (int | None = no ceiling). Every function raises
+# rtpool.errors.RtpoolError with a message that says what to do (bad user name or quota,
+# unknown or ambiguous id, store unreachable, ...).
 
 def token_create(
     data_dir: Union[str, PathLike[str]],
@@ -125,9 +126,11 @@ def token_create(
     role: str,
     quota_seconds: float | None = None,
     store: str | None = None,
+    max_priority: int | None = None,
 ) -> Tuple[str, Dict[str, Any]]:
     """Create a token; returns ``(token, info)``. Only its SHA-256 is stored, so the token
-    cannot be shown again. With ``quota_seconds``, also set the user's quota."""
+    cannot be shown again. With ``quota_seconds``, also set the user's quota; with
+    ``max_priority``, the user's priority ceiling."""
 
 def token_list(
     data_dir: Union[str, PathLike[str]], store: str | None = None
@@ -146,6 +149,15 @@ def token_set_quota(
     store: str | None = None,
 ) -> None:
     """Set a user's quota of execution seconds (None: unlimited); usage so far is kept."""
+
+def token_set_max_priority(
+    data_dir: Union[str, PathLike[str]],
+    user: str,
+    max_priority: int | None,
+    store: str | None = None,
+) -> None:
+    """Set a user's priority ceiling (None: none); a client of the user asking for a higher
+    priority is refused."""
 
 def token_quotas(
     data_dir: Union[str, PathLike[str]], store: str | None = None

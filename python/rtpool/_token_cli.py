@@ -23,12 +23,27 @@ examples:
   rtpool token list
   rtpool token revoke 3f9a2c
   rtpool token quota --user alice --unlimited
+  rtpool token set --user alice --max-priority 5
+
+A revoked token's open sessions are closed within about a second. A client asking for a
+priority above its user's ceiling is refused with an error naming the ceiling.
 """
 
 _STORE_HELP = (
     "store URL: sqlite (the data dir's rtpool.db, default), sqlite:///abs/path.db or "
     "postgres://user@host:port/db"
 )
+
+
+def _priority(text: str) -> int:
+    """A priority as the protocol carries it (a signed 32-bit integer)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not -(2**31) <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use -2147483648..2147483647")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[], str]) -> None:
@@ -66,7 +81,18 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
         metavar="S",
         help="also set the user's quota of execution seconds",
     )
-    verb("list", "list tokens (id, user, role, created, revoked) with each user's quota")
+    create.add_argument(
+        "--max-priority",
+        type=_priority,
+        default=None,
+        metavar="N",
+        help="also set the user's priority ceiling (packages above it are refused)",
+    )
+    verb(
+        "list",
+        "list tokens (id, user, role, created, revoked) with each user's quota and priority "
+        "ceiling",
+    )
     revoke = verb("revoke", "revoke a token: it no longer connects")
     revoke.add_argument("id", metavar="ID", help="token id, or a unique prefix of 6+ chars")
     quota = verb("quota", "set a user's quota of execution seconds")
@@ -74,6 +100,15 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
     amount = quota.add_mutually_exclusive_group(required=True)
     amount.add_argument("--seconds", type=float, metavar="S", help="quota in seconds")
     amount.add_argument("--unlimited", action="store_true", help="remove the quota")
+    setter = verb("set", "set a user's priority ceiling")
+    setter.add_argument("--user", required=True)
+    ceiling = setter.add_mutually_exclusive_group(required=True)
+    ceiling.add_argument(
+        "--max-priority", type=_priority, metavar="N", help="highest priority the user may ask for"
+    )
+    ceiling.add_argument(
+        "--no-max-priority", action="store_true", help="remove the user's priority ceiling"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +128,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.token_command == "create":
             token, info = _native.token_create(
-                data_dir, args.user, args.role, args.quota_seconds, store=store
+                data_dir,
+                args.user,
+                args.role,
+                args.quota_seconds,
+                store=store,
+                max_priority=args.max_priority,
             )
             # stdout carries the token alone, so `$(rtpool token create ...)` captures it.
             print(token)
@@ -116,6 +156,11 @@ def run(args: argparse.Namespace) -> int:
             _native.token_set_quota(data_dir, args.user, seconds, store=store)
             what = "unlimited" if seconds is None else f"{seconds:g} s"
             print(f"quota of user {args.user}: {what}")
+        elif args.token_command == "set":
+            ceiling = None if args.no_max_priority else args.max_priority
+            _native.token_set_max_priority(data_dir, args.user, ceiling, store=store)
+            what = "none" if ceiling is None else str(ceiling)
+            print(f"priority ceiling of user {args.user}: {what}")
         else:
             raise AssertionError(args.token_command)
     except RtpoolError as exc:
@@ -146,13 +191,15 @@ def format_table(tokens: List[Dict], quotas: Dict[str, Dict]) -> str:
     """
     lines = []
     if tokens:
-        rows = [("ID", "USER", "ROLE", "CREATED (UTC)", "REVOKED", "QUOTA", "USED")]
+        rows = [("ID", "USER", "ROLE", "CREATED (UTC)", "REVOKED", "QUOTA", "USED", "MAX PRIO")]
         for t in tokens:
             q = quotas.get(t["user"], {"quota_us": None, "used_us": 0})
+            prio = q.get("max_priority")
             created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["created_unix"]))
             revoked = "yes" if t["revoked"] else "no"
             quota, used = _seconds(q["quota_us"]), _seconds(q["used_us"])
-            rows.append((t["id"], t["user"], t["role"], created, revoked, quota, used))
+            prio_text = "-" if prio is None else str(prio)
+            rows.append((t["id"], t["user"], t["role"], created, revoked, quota, used, prio_text))
         lines += _align(rows)
     else:
         lines.append("no tokens; create one with `rtpool token create --user U --role client`")

@@ -7,16 +7,23 @@
 //! comparison covers the whole string. [`Authenticator`] checks a `HELLO` against both kinds
 //! and names the user the connection acts for.
 
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rtpool_proto::Role;
 use subtle::ConstantTimeEq;
+use tokio::sync::watch;
 
 use crate::error::MasterError;
-use crate::store::{role_prefix, Store, StoreError, UserQuota};
+use crate::store::{role_prefix, token_id_of, Store, StoreError, UserQuota};
+
+/// How often the store is read for revoked tokens and priority ceilings: a revoked token's
+/// sessions are closed, and a new ceiling applies, within about this long.
+pub const POLICY_POLL: Duration = Duration::from_secs(1);
 
 /// The user that the built-in tokens act for.
 pub const DEFAULT_USER: &str = "default";
@@ -112,6 +119,35 @@ impl OtherRole for Role {
     }
 }
 
+/// Who a connection acts for, as its `HELLO` token says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The user: [`DEFAULT_USER`] for a built-in token.
+    pub user: String,
+    /// The store token's public id (`rtpool token list`); `None` for a built-in token, which
+    /// cannot be revoked.
+    pub token_id: Option<String>,
+}
+
+/// What the store says about users and tokens now, refreshed every [`POLICY_POLL`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Ids of revoked tokens: sessions opened with one are closed.
+    pub revoked: HashSet<String>,
+    /// Priority ceiling by user; users without one are absent.
+    pub max_priority: HashMap<String, i32>,
+}
+
+impl Policy {
+    /// Whether a session of `identity` must be closed.
+    pub fn is_revoked(&self, identity: &Identity) -> bool {
+        identity
+            .token_id
+            .as_ref()
+            .is_some_and(|id| self.revoked.contains(id))
+    }
+}
+
 /// Checks `HELLO` tokens: the built-in ones, then the store's. Cheap to clone (one `Arc`).
 #[derive(Clone)]
 pub struct Authenticator {
@@ -123,6 +159,8 @@ struct AuthInner {
     /// Behind a std mutex: every call blocks and runs on a blocking thread, never on the
     /// master's runtime thread; handshakes and usage write-behind are rare enough to share it.
     store: Option<Mutex<Box<dyn Store>>>,
+    /// The last [`Policy`] read from the store; connections watch it.
+    policy: watch::Sender<Arc<Policy>>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -136,11 +174,75 @@ impl std::fmt::Debug for Authenticator {
 impl Authenticator {
     /// Accept the `builtin` tokens, and when `store` is given, the store's tokens too.
     pub fn new(builtin: Tokens, store: Option<Box<dyn Store>>) -> Self {
-        Self {
+        let this = Self {
             inner: Arc::new(AuthInner {
                 builtin,
                 store: store.map(Mutex::new),
+                policy: watch::Sender::new(Arc::new(Policy::default())),
             }),
+        };
+        // Blocking, once: the first connections already see the ceilings.
+        this.refresh_policy();
+        this
+    }
+
+    /// The current [`Policy`], updated every [`POLICY_POLL`] by [`Authenticator::poll_policy`].
+    pub fn policy(&self) -> watch::Receiver<Arc<Policy>> {
+        self.inner.policy.subscribe()
+    }
+
+    /// Read the policy from the store (blocking) and publish it when it changed. A store that
+    /// cannot be read keeps the last policy, with a warning.
+    fn refresh_policy(&self) {
+        let read = self.with_store(None, |s| {
+            let revoked = s.revoked_ids()?.into_iter().collect();
+            let max_priority = s
+                .quotas()?
+                .into_iter()
+                .filter_map(|q| Some((q.user, q.max_priority?)))
+                .collect();
+            Ok(Some(Policy {
+                revoked,
+                max_priority,
+            }))
+        });
+        match read {
+            Ok(Some(policy)) => {
+                self.inner.policy.send_if_modified(|old| {
+                    let changed = **old != policy;
+                    if changed {
+                        tracing::info!(
+                            revoked = policy.revoked.len(),
+                            ceilings = policy.max_priority.len(),
+                            "token policy updated from the store"
+                        );
+                        *old = Arc::new(policy);
+                    }
+                    changed
+                });
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("cannot read revoked tokens and priority ceilings: {e}"),
+        }
+    }
+
+    /// Re-read the policy every [`POLICY_POLL`] (on a blocking thread) until the master stops;
+    /// returns at once without a store.
+    pub async fn poll_policy(self) {
+        if !self.has_store() {
+            return;
+        }
+        let mut tick = tokio::time::interval(POLICY_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let this = self.clone();
+            if tokio::task::spawn_blocking(move || this.refresh_policy())
+                .await
+                .is_err()
+            {
+                return;
+            }
         }
     }
 
@@ -154,15 +256,20 @@ impl Authenticator {
         self.inner.store.is_some()
     }
 
-    /// The user `token` acts for when connecting as `role`: [`DEFAULT_USER`] for a built-in
-    /// token, the token's user for a store token. The store is asked on a blocking thread.
+    /// Who `token` acts for when connecting as `role`: [`DEFAULT_USER`] for a built-in token,
+    /// the token's user (and id) for a store token. The store is asked on a blocking thread.
     ///
     /// # Errors
     /// [`AuthError::Invalid`], [`AuthError::WrongRole`], or [`AuthError::Store`] when the store
     /// failed.
-    pub async fn authenticate(&self, token: &str, role: Role) -> Result<String, AuthError> {
+    pub async fn authenticate(&self, token: &str, role: Role) -> Result<Identity, AuthError> {
         match self.inner.builtin.check(role, token) {
-            Ok(()) => return Ok(DEFAULT_USER.to_string()),
+            Ok(()) => {
+                return Ok(Identity {
+                    user: DEFAULT_USER.to_string(),
+                    token_id: None,
+                })
+            }
             Err(AuthFailure::WrongRole) => return Err(AuthError::WrongRole { role }),
             Err(AuthFailure::Invalid) => {}
         }
@@ -175,13 +282,16 @@ impl Authenticator {
             return Err(AuthError::Invalid { role });
         }
         let this = self.clone();
-        let token = token.to_string();
+        let owned = token.to_string();
         let found =
-            tokio::task::spawn_blocking(move || this.with_store(None, |s| s.verify(&token)))
+            tokio::task::spawn_blocking(move || this.with_store(None, |s| s.verify(&owned)))
                 .await
                 .map_err(|e| AuthError::Lookup(e.to_string()))??;
         match found {
-            Some((user, r)) if r == role => Ok(user),
+            Some((user, r)) if r == role => Ok(Identity {
+                user,
+                token_id: Some(token_id_of(token)),
+            }),
             Some(_) => Err(AuthError::WrongRole { role }),
             None => Err(AuthError::Invalid { role }),
         }
@@ -344,7 +454,7 @@ mod tests {
         let mut cli = crate::store::open(None, dir.path()).unwrap();
         let builtin = Tokens::generate();
         let auth = Authenticator::new(builtin.clone(), Some(store));
-        let ok = |r: Result<String, AuthError>| r.unwrap();
+        let ok = |r: Result<Identity, AuthError>| r.unwrap().user;
         assert_eq!(
             ok(auth.authenticate(&builtin.client, Role::Client).await),
             "default"
@@ -398,6 +508,21 @@ mod tests {
             carol_q.map(|q| (q.quota_us, q.used_us)),
             Some((Some(3_000_000), 5))
         );
+
+        // The policy: revoked ids and ceilings, as of the last read.
+        let identity = auth.authenticate(&bob, Role::Client).await.unwrap();
+        assert_eq!(identity.token_id, Some(crate::store::token_id_of(&bob)));
+        let policy = auth.policy();
+        assert!(policy.borrow().is_revoked(&Identity {
+            user: "alice".into(),
+            token_id: Some(alice_info.id.clone()),
+        }));
+        assert!(!policy.borrow().is_revoked(&identity));
+        cli.revoke(identity.token_id.as_deref().unwrap()).unwrap();
+        cli.set_max_priority("bob", Some(4)).unwrap();
+        auth.refresh_policy();
+        assert!(policy.borrow().is_revoked(&identity));
+        assert_eq!(policy.borrow().max_priority.get("bob"), Some(&4));
 
         // Without a store only the built-in tokens pass.
         let bare = Authenticator::new(builtin.clone(), None);

@@ -22,6 +22,9 @@ pub enum MasterError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The data dir is locked by another master, or its lock cannot be taken.
+    #[error(transparent)]
+    DataDirLock(#[from] crate::data_dir::LockError),
     /// A token file exists but holds no usable token.
     #[error("token file {path} is empty or malformed; delete it to have a new token generated")]
     BadTokenFile {

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::auth::{Authenticator, Tokens};
 use crate::config::MasterConfig;
 use crate::connection::ConnCtx;
+use crate::data_dir::DataDirLock;
 use crate::error::MasterError;
 use crate::journal::{Journal, JournalConfig};
 use crate::realtime::Realtime;
@@ -35,6 +36,18 @@ pub struct MasterHandle {
     /// blocks on a runtime of its own when it closes, which cannot run inside ours.
     ctx: Option<Arc<ConnCtx>>,
     realtime: Realtime,
+    /// Held while the master runs: no second master on the same data dir.
+    lock: Option<DataDirLock>,
+}
+
+/// The data dir's exclusive lock, taken before anything in the dir is read or written.
+fn lock_data_dir(config: &MasterConfig) -> Result<Option<DataDirLock>, MasterError> {
+    config
+        .data_dir
+        .as_deref()
+        .map(DataDirLock::acquire)
+        .transpose()
+        .map_err(MasterError::from)
 }
 
 fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {
@@ -157,6 +170,7 @@ impl MasterHandle {
     /// be used.
     pub fn start(config: MasterConfig) -> Result<Self, MasterError> {
         config.validate()?;
+        let mut lock = lock_data_dir(&config)?;
         let (tokens, _) = resolve_tokens(&config)?;
         let tls = tls::from_config(&config)?;
         let tls_cert = tls.as_ref().map(|t| t.cert_path.clone());
@@ -194,6 +208,9 @@ impl MasterHandle {
         let addr = ready_rx
             .recv()
             .map_err(|_| MasterError::Runtime("master thread died during start-up".into()))??;
+        if let Some(lock) = &mut lock {
+            lock.set_address(addr);
+        }
         Ok(Self {
             addr,
             tokens,
@@ -203,6 +220,7 @@ impl MasterHandle {
             thread: Some(thread),
             ctx: Some(kept),
             realtime: kept_realtime,
+            lock,
         })
     }
 
@@ -242,6 +260,8 @@ impl MasterHandle {
         // Lets go of the memory lock (the process's last real-time master unlocks it): a
         // stopped handle may be kept around, by Python's `Master` for one.
         self.realtime = Realtime::disabled();
+        // A stopped handle may be kept around: let another master use the data dir.
+        self.lock = None;
     }
 }
 
@@ -263,6 +283,7 @@ impl Drop for MasterHandle {
 /// used.
 pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     config.validate()?;
+    let mut lock = lock_data_dir(&config)?;
     let (tokens, created) = resolve_tokens(&config)?;
     let tls = tls::from_config(&config)?;
     // The store and the journal open before the runtime starts: a PostgreSQL client blocks on
@@ -276,11 +297,15 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let realtime = Realtime::start(&config.realtime);
     let entered = enter_realtime(&realtime);
     let rt = build_runtime(&realtime)?;
+    let lock_slot = &mut lock;
     let result = rt.block_on(async move {
         let listener = bind(&config.listen).await?;
         let addr = listener
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
+        if let Some(lock) = lock_slot {
+            lock.set_address(addr);
+        }
         announce(&config, &tokens, created, addr, ctx.tls.as_ref());
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
@@ -297,6 +322,8 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     drop(rt);
     drop(kept);
     drop(entered);
+    // Last: the journal and the store are closed.
+    drop(lock);
     result
 }
 

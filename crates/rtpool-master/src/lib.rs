@@ -11,18 +11,22 @@
 //! [`cli`] (the command line of `rtpool-master` and `rtpool master`) and [`handle`] (running a
 //! master) -> [`server`] (accept loop) -> [`connection`] (handshake, reader) -> [`scheduler`]
 //! -> [`outbound`] (what goes out to a peer: [`outbound::Out`], the queue, the writer),
-//! [`stats`], [`journal`], [`auth`] -> [`store`]; [`config`] (with [`config::args`], the one
-//! definition of the master's options), [`tls`], [`realtime`] and [`error`] below them. A
+//! [`stats`], [`journal`], [`auth`] -> [`store`]; [`package_ids`] (the scheduler's package
+//! numbering), [`data_dir`] (the data dir's lock and modes), [`config`] (with
+//! [`config::args`], the one definition of the master's options), [`tls`], [`realtime`] and
+//! [`error`] below them. A
 //! module never reaches up: the scheduler gets the instance id from [`handle`] as an argument.
 
 pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod connection;
+pub mod data_dir;
 pub mod error;
 pub mod handle;
 pub mod journal;
 pub mod outbound;
+pub mod package_ids;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;

@@ -26,6 +26,7 @@ pub async fn serve(
 ) {
     let scheduler = scheduler.with_auth(ctx.auth.clone());
     let scheduler = tokio::spawn(scheduler.run(sched_rx, sched_tx.clone()));
+    let policy = tokio::spawn(ctx.auth.clone().poll_policy());
     let mut conns = JoinSet::new();
     // Connections beyond the limit, being told `ERROR busy`; bounded too, past that they are
     // closed without a word.
@@ -58,4 +59,5 @@ pub async fn serve(
     while conns.join_next().await.is_some() {}
     drop(sched_tx);
     let _ = scheduler.await;
+    policy.abort();
 }

@@ -304,12 +304,13 @@ fn quota_dict<'py>(py: Python<'py>, q: &UserQuota) -> PyResult<Bound<'py, PyDict
     d.set_item("user", &q.user)?;
     d.set_item("quota_us", q.quota_us)?;
     d.set_item("used_us", q.used_us)?;
+    d.set_item("max_priority", q.max_priority)?;
     Ok(d)
 }
 
 /// Create a token; returns `(token, info)`. The token is not stored and cannot be shown again.
 #[pyfunction]
-#[pyo3(signature = (data_dir, user, role, quota_seconds=None, store=None))]
+#[pyo3(signature = (data_dir, user, role, quota_seconds=None, store=None, max_priority=None))]
 fn token_create<'py>(
     py: Python<'py>,
     data_dir: PathBuf,
@@ -317,10 +318,15 @@ fn token_create<'py>(
     role: &str,
     quota_seconds: Option<f64>,
     store: Option<String>,
+    max_priority: Option<i32>,
 ) -> PyResult<(String, Bound<'py, PyDict>)> {
     let role = parse_role(py, role)?;
     let (token, info) = with_store(py, data_dir, store, |s| {
-        s.create_token(&user, role, quota_seconds)
+        let created = s.create_token(&user, role, quota_seconds)?;
+        if max_priority.is_some() {
+            s.set_max_priority(&user, max_priority)?;
+        }
+        Ok(created)
     })?;
     Ok((token, token_dict(py, &info)?))
 }
@@ -363,6 +369,21 @@ fn token_set_quota(
     with_store(py, data_dir, store, |s| s.set_quota(&user, quota_seconds))
 }
 
+/// Set a user's priority ceiling; `None` removes it.
+#[pyfunction]
+#[pyo3(signature = (data_dir, user, max_priority, store=None))]
+fn token_set_max_priority(
+    py: Python<'_>,
+    data_dir: PathBuf,
+    user: String,
+    max_priority: Option<i32>,
+    store: Option<String>,
+) -> PyResult<()> {
+    with_store(py, data_dir, store, |s| {
+        s.set_max_priority(&user, max_priority)
+    })
+}
+
 /// Every user's quota and usage, in microseconds.
 #[pyfunction]
 #[pyo3(signature = (data_dir, store=None))]
@@ -389,6 +410,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(token_revoke, m)?)?;
     m.add_function(wrap_pyfunction!(token_set_quota, m)?)?;
     m.add_function(wrap_pyfunction!(token_quotas, m)?)?;
+    m.add_function(wrap_pyfunction!(token_set_max_priority, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

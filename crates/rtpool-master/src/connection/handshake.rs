@@ -13,7 +13,7 @@ use tokio_rustls::server::TlsStream;
 use tracing::debug;
 
 use super::{ConnCtx, LINGER};
-use crate::auth::AuthError;
+use crate::auth::{AuthError, Identity};
 use crate::outbound::error_msg;
 
 /// A connection after its transport handshake: plain TCP, or TLS over TCP.
@@ -71,13 +71,13 @@ pub(super) async fn establish(
     }
 }
 
-/// Check a `HELLO`'s version and token; returns the user the connection acts for.
+/// Check a `HELLO`'s version and token; returns who the connection acts for.
 pub(super) async fn check_hello(
     ctx: &ConnCtx,
     version: u32,
     role: Role,
     token: &str,
-) -> Result<String, Msg> {
+) -> Result<Identity, Msg> {
     if version != PROTOCOL_VERSION {
         return Err(error_msg(
             "version",

@@ -24,12 +24,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+pub mod bounds;
 mod handshake;
 mod reader;
 
+use self::bounds::{Bounds, MAX_SLOTS};
 use self::handshake::{check_hello, establish, linger, read_hello, refuse, Transport};
 use self::reader::Reader;
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Identity, Policy};
 use crate::outbound::{error_msg, write_loop, OutboundTx};
 use crate::scheduler::ToScheduler;
 use crate::tls::Tls;
@@ -111,6 +113,13 @@ pub async fn serve(
     }
 }
 
+/// Resolves once `identity`'s token is revoked (never for a built-in token).
+async fn revoked(policy: &mut watch::Receiver<Arc<Policy>>, identity: &Identity) {
+    if identity.token_id.is_none() || policy.wait_for(|p| p.is_revoked(identity)).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Refuse a connection beyond the connection limit with `ERROR busy`, without reading a frame
 /// (after a TLS handshake when the master serves TLS, so the peer can read the refusal).
 pub async fn refuse_busy(stream: TcpStream, ctx: Arc<ConnCtx>) {
@@ -152,7 +161,7 @@ async fn serve_halves<R, W>(
     // Before authentication the buffer holds at most one HELLO and what came with it.
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)).await;
-    let (role, slots, name, user) = match hello {
+    let (role, slots, name, identity) = match hello {
         Ok(Ok(Msg::Hello {
             version,
             role,
@@ -160,7 +169,7 @@ async fn serve_halves<R, W>(
             name,
             slots,
         })) => match check_hello(&ctx, version, role, &token).await {
-            Ok(user) => (role, slots, name, user),
+            Ok(identity) => (role, slots, name, identity),
             Err(msg) => {
                 warn!(%peer, %name, "refused: {msg:?}");
                 return refuse(rd, wr, msg).await;
@@ -202,6 +211,9 @@ async fn serve_halves<R, W>(
     if wr.write_all(&out).await.is_err() {
         return;
     }
+    let user = identity.user.clone();
+    let mut bounds = Bounds::new(session, user.clone(), ctx.auth.policy());
+    let slots = bounds.clamp("HELLO.slots", slots, MAX_SLOTS);
     info!(%peer, %name, %user, session, ?role, slots, "connected");
     let (tx, rx) = OutboundTx::new(ctx.max_buffered_bytes);
     let overflow = tx.shared.clone();
@@ -228,11 +240,12 @@ async fn serve_halves<R, W>(
     };
     let _ = sched.send(ToScheduler::Register {
         session,
-        user,
+        user: user.clone(),
         tx,
         event: join,
     });
     let mut writer = tokio::spawn(write_loop(wr, rx));
+    let mut policy = ctx.auth.policy();
     let mut reader = Reader {
         session,
         role,
@@ -241,9 +254,24 @@ async fn serve_halves<R, W>(
         verified: None,
         served: false,
         pulled: false,
+        bounds,
     };
     let fatal = tokio::select! {
         fatal = reader.read_loop(&mut rd, buf) => fatal,
+        () = revoked(&mut policy, &identity) => {
+            let id = identity.token_id.as_deref().unwrap_or_default();
+            warn!(session, %user, token = id, "token revoked: closing the session");
+            let msg = error_msg(
+                "auth",
+                format!(
+                    "token {id} of user {user} was revoked (`rtpool token revoke`): the master \
+                     closed this session; connect again with a valid token"
+                ),
+                0,
+            );
+            let _ = sched.send(ToScheduler::Reply { session, msg, close: true });
+            true
+        }
         _ = shutdown.wait_for(|stop| *stop) => false,
         () = overflow.notify.notified() => {
             warn!(session, "slow consumer: closing");

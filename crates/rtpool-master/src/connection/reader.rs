@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::warn;
 
+use super::bounds::{Bounds, MAX_CREDITS};
 use super::{grow, ConnCtx, NEVER};
 use crate::outbound::{error_msg, rejected};
 use crate::scheduler::ToScheduler;
@@ -40,6 +41,8 @@ pub(super) struct Reader {
     pub(super) served: bool,
     /// This worker sent a `PULL` (a `SERVE` must come before the first one).
     pub(super) pulled: bool,
+    /// Bounds on the numbers this peer reports, and its user's priority ceiling.
+    pub(super) bounds: Bounds,
 }
 
 impl Reader {
@@ -166,6 +169,9 @@ impl Reader {
                     tasks,
                 },
             ) => {
+                if let Some(refusal) = self.bounds.check_priority(req_id, &opts) {
+                    return Err(Refusal::Rejected(refusal));
+                }
                 let Some(hash) = self.verify(&fn_hash, &fn_code) else {
                     return Err(Refusal::Rejected(rejected(req_id, "fn_hash is not the SHA-256 of fn_code; the client must send the digest of the code it submits".into())));
                 };
@@ -208,14 +214,19 @@ impl Reader {
                     opts,
                     calls,
                 },
-            ) => Ok(Some(Event::SubmitCalls {
-                client: ClientId(self.session),
-                req_id,
-                // The scheduler numbers the package, as for SUBMIT.
-                package: PackageId(0),
-                opts,
-                calls,
-            })),
+            ) => {
+                if let Some(refusal) = self.bounds.check_priority(req_id, &opts) {
+                    return Err(Refusal::Rejected(refusal));
+                }
+                Ok(Some(Event::SubmitCalls {
+                    client: ClientId(self.session),
+                    req_id,
+                    // The scheduler numbers the package, as for SUBMIT.
+                    package: PackageId(0),
+                    opts,
+                    calls,
+                }))
+            }
             (Role::Client, Msg::Functions { req_id, name }) => Ok(Some(Event::Functions {
                 client: ClientId(self.session),
                 req_id,
@@ -225,7 +236,7 @@ impl Reader {
                 self.pulled = true;
                 Ok(Some(Event::Credit {
                     worker: WorkerId(self.session),
-                    credits,
+                    credits: self.bounds.clamp("PULL.credits", credits, MAX_CREDITS),
                 }))
             }
             (Role::Worker, Msg::Serve { functions }) => {
@@ -247,9 +258,9 @@ impl Reader {
                         attempt: r.attempt,
                         status,
                         data: r.data,
-                        exec_us: r.exec_us,
-                        wait_us: r.wait_us,
-                        flush_us: r.flush_us,
+                        exec_us: self.bounds.task_us("RESULT.exec_us", r.exec_us),
+                        wait_us: self.bounds.task_us("RESULT.wait_us", r.wait_us),
+                        flush_us: self.bounds.task_us("RESULT.flush_us", r.flush_us),
                     });
                 }
                 Ok(Some(Event::Results {

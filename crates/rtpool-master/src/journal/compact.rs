@@ -33,7 +33,7 @@ pub(crate) fn tmp_path(path: &Path) -> PathBuf {
 /// Charges with an LSN at or below `watermark` are dropped: the user store has them.
 pub(crate) fn write(path: &Path, state: &State, watermark: u64) -> Result<u64, JournalError> {
     let tmp = tmp_path(path);
-    let file = OpenOptions::new()
+    let file = crate::data_dir::private(&mut OpenOptions::new())
         .write(true)
         .create(true)
         .truncate(true)

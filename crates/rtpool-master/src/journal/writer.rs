@@ -302,7 +302,7 @@ fn start_file(path: &Path, next_package: u64, last_lsn: u64) -> Result<(), Journ
         last_lsn,
     };
     frame::put_with(&mut buf, 0, |b| record::encode_into(b, &meta)).expect("a small meta record");
-    let mut file = OpenOptions::new()
+    let mut file = crate::data_dir::private(&mut OpenOptions::new())
         .write(true)
         .create(true)
         .truncate(true)

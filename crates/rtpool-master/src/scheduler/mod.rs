@@ -25,6 +25,7 @@ use tracing::{info, warn};
 use crate::auth::Authenticator;
 use crate::journal::{DoneRecord, FsyncPolicy, Journal, PackageRecord, Record, Replay};
 use crate::outbound::{Out, OutboundTx};
+use crate::package_ids::PackageIds;
 use crate::stats::{MasterStats, ReplayStats};
 
 pub use self::message::ToScheduler;
@@ -41,14 +42,10 @@ pub struct Scheduler {
     /// User names interned as core [`UserId`]s.
     users: HashMap<String, UserId>,
     user_names: Vec<String>,
-    /// Id of the next package.
-    next_package: u64,
-    /// Id of the next package of calls: from a range of its own (top bit set, 31 random bits
-    /// per master run, then a counter), because call packages are not journaled and a
-    /// restarted master must not hand an old call package's id to a new package. A client
-    /// re-attaching to an id from before a restart gets `unknown_package` unless the same
-    /// 31 bits are drawn again (1 in 2^31).
-    next_call_package: u64,
+    /// Numbers packages, submitted and of calls: unguessable ids, never reused within this
+    /// lifetime, fresh for each (see [`PackageIds`]); a client re-attaching to an id from
+    /// before a restart gets `unknown_package`, never another package.
+    package_ids: PackageIds,
     /// Token checks and the user store (quotas are written behind through it).
     auth: Option<Authenticator>,
     /// A usage flush is running; its answer comes back as [`ToScheduler::Quotas`].
@@ -79,8 +76,8 @@ enum Held {
 
 impl Scheduler {
     /// A scheduler with an empty core and no user store. `instance` is the master process's
-    /// random number (`WELCOME.instance`); the ids of call packages start from it.
-    pub fn new(config: CoreConfig, instance: u64) -> Self {
+    /// random number (`WELCOME.instance`).
+    pub fn new(config: CoreConfig, _instance: u64) -> Self {
         Self {
             core: Core::new(config.clone()),
             routes: HashMap::new(),
@@ -88,8 +85,7 @@ impl Scheduler {
             actions: Vec::with_capacity(64),
             users: HashMap::new(),
             user_names: Vec::new(),
-            next_package: 1,
-            next_call_package: call_package_base(instance),
+            package_ids: PackageIds::new(),
             auth: None,
             flushing: false,
             core_config: config,
@@ -109,7 +105,9 @@ impl Scheduler {
         self.core_config.report_deliveries = true;
         self.core = Core::new(self.core_config.clone());
         self.ack_after_fsync = policy == FsyncPolicy::Always;
-        self.next_package = replay.next_package.max(1);
+        for p in &replay.packages {
+            self.package_ids.reserve(PackageId(p.record.package));
+        }
         self.last_lsn = replay.last_lsn;
         self.replay_stats = Some(ReplayStats {
             records: replay.records,
@@ -356,9 +354,7 @@ impl Scheduler {
                 | Event::Ack { .. }
         );
         if let Event::SubmitCalls { package, .. } = &mut event {
-            // Never journaled, so numbered in a range of its own (see `next_call_package`).
-            *package = PackageId(self.next_call_package);
-            self.next_call_package += 1;
+            *package = self.package_ids.next_id();
         }
         if let Event::Submit {
             client,
@@ -370,8 +366,7 @@ impl Scheduler {
             ..
         } = &mut event
         {
-            *package = PackageId(self.next_package);
-            self.next_package += 1;
+            *package = self.package_ids.next_id();
             if let Some(journal) = &self.journal {
                 let user = self
                     .client_users
@@ -500,9 +495,4 @@ fn package_record(
         tasks: tasks.to_vec(),
         opts: opts.clone(),
     }
-}
-
-/// The first id of this run's call packages: top bit set, 31 bits of `random`, counter 1.
-fn call_package_base(random: u64) -> u64 {
-    (1 << 63) | ((random & 0x7fff_ffff) << 32) | 1
 }

@@ -47,6 +47,8 @@ pub struct UserQuota {
     pub quota_us: Option<u64>,
     /// Execution time charged so far, in microseconds.
     pub used_us: u64,
+    /// Highest package priority the user's clients may ask for; `None` means no ceiling.
+    pub max_priority: Option<i32>,
 }
 
 /// Why a store operation failed. Messages say what to do about it.
@@ -197,11 +199,27 @@ pub trait Store: Send {
 
     /// In one transaction, add each `(user, microseconds)` to that user's usage (creating
     /// unknown users, unlimited) and raise the stored watermark to `watermark` (it never goes
-    /// down). Duplicate users in `usage` add up.
+    /// down). Duplicate users in `usage` add up. Usage saturates at `i64::MAX` microseconds
+    /// (292,000 years): no value a peer reports can overflow the column.
     ///
     /// # Errors
-    /// [`StoreError::TooLarge`] or a database error; then nothing was written.
+    /// [`StoreError::TooLarge`] for a watermark above `i64::MAX`, or a database error; then
+    /// nothing was written.
     fn add_usage(&mut self, usage: &[(String, u64)], watermark: u64) -> Result<(), StoreError>;
+
+    /// Set `user`'s priority ceiling (`None`: none), creating the user if needed. A client of
+    /// the user asking for a higher priority is refused (`ERROR rejected`).
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidUser`] or a database error.
+    fn set_max_priority(&mut self, user: &str, max_priority: Option<i32>)
+        -> Result<(), StoreError>;
+
+    /// Ids of the revoked tokens, for the master to close their open sessions.
+    ///
+    /// # Errors
+    /// A database error.
+    fn revoked_ids(&mut self) -> Result<Vec<String>, StoreError>;
 
     /// Journal position (LSN) up to which usage is included in the stored totals; 0 at first.
     ///
@@ -242,7 +260,7 @@ pub fn open(store: Option<&str>, data_dir: &Path) -> Result<Box<dyn Store>, Stor
 }
 
 /// Newest schema version; [`MIGRATIONS`] of each backend go up to it.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// Key of the usage watermark in the `meta` table.
 const WATERMARK_KEY: &str = "usage_watermark";
@@ -269,6 +287,11 @@ pub fn role_prefix(role: Role) -> &'static str {
 /// Hex SHA-256 of a token: what the store keeps.
 fn token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// The public id of `token` (what `rtpool token list` shows and `revoke` takes).
+pub fn token_id_of(token: &str) -> String {
+    token_id(&token_hash(token))
 }
 
 /// The public id of a token with hash `hash`.
@@ -312,10 +335,17 @@ fn to_db_int(what: &'static str, value: u64) -> Result<i64, StoreError> {
     i64::try_from(value).map_err(|_| StoreError::TooLarge { what, value })
 }
 
-fn from_db_int(what: &'static str, value: i64) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| StoreError::Corrupt {
-        what,
-        value: value.to_string(),
+/// A usage delta as the database's signed integer, saturating (see [`Store::add_usage`]).
+fn usage_to_db(delta_us: u64) -> i64 {
+    i64::try_from(delta_us).unwrap_or(i64::MAX)
+}
+
+/// A stored count of microseconds, read leniently: a negative value (a hand-edited or damaged
+/// row) reads as 0, with a warning, so one bad row cannot stop quota accounting for all users.
+fn from_db_int(what: &'static str, value: i64) -> u64 {
+    u64::try_from(value).unwrap_or_else(|_| {
+        tracing::warn!("the store holds a negative {what} ({value}); reading it as 0");
+        0
     })
 }
 

@@ -11,15 +11,16 @@ use rtpool_proto::Role;
 
 use super::{
     check_id_prefix, check_user, from_db_int, new_token, now_unix, one_match, quota_to_us,
-    redact_url, role_from_db, to_db_int, token_hash, token_id, Store, StoreError, TokenInfo,
-    UserQuota, SCHEMA_VERSION, WATERMARK_KEY,
+    redact_url, role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError,
+    TokenInfo, UserQuota, SCHEMA_VERSION, WATERMARK_KEY,
 };
 
 /// Schema migrations: `(version, SQL)`, applied in order, each once, under an advisory lock so
 /// two masters starting together do not race. Statements are idempotent too.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE IF NOT EXISTS tokens (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE IF NOT EXISTS tokens (
         hash TEXT PRIMARY KEY,
         id TEXT NOT NULL UNIQUE,
         user_name TEXT NOT NULL,
@@ -36,7 +37,13 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         key TEXT PRIMARY KEY,
         value BIGINT NOT NULL
     );",
-)];
+    ),
+    // Per-user priority ceiling (NULL: none).
+    (
+        2,
+        "ALTER TABLE users ADD COLUMN IF NOT EXISTS max_priority INTEGER;",
+    ),
+];
 
 /// Arbitrary constant naming rtpool's migration lock (`pg_advisory_xact_lock`).
 const MIGRATION_LOCK: i64 = 0x7274_706f_6f6c;
@@ -243,7 +250,7 @@ impl Store for PgStore {
     fn quotas(&mut self) -> Result<Vec<UserQuota>, StoreError> {
         self.client
             .query(
-                "SELECT user_name, quota_us, used_us FROM users ORDER BY user_name",
+                "SELECT user_name, quota_us, used_us, max_priority FROM users ORDER BY user_name",
                 &[],
             )?
             .iter()
@@ -251,8 +258,9 @@ impl Store for PgStore {
                 let quota_us: Option<i64> = r.try_get(1)?;
                 Ok(UserQuota {
                     user: r.try_get(0)?,
-                    quota_us: quota_us.map(|q| from_db_int("quota_us", q)).transpose()?,
-                    used_us: from_db_int("used_us", r.try_get(2)?)?,
+                    quota_us: quota_us.map(|q| from_db_int("quota_us", q)),
+                    used_us: from_db_int("used_us", r.try_get(2)?),
+                    max_priority: r.try_get(3)?,
                 })
             })
             .collect()
@@ -263,10 +271,12 @@ impl Store for PgStore {
         let mut tx = self.client.transaction()?;
         let add = tx.prepare(
             "INSERT INTO users (user_name, used_us) VALUES ($1, $2)
-             ON CONFLICT (user_name) DO UPDATE SET used_us = users.used_us + EXCLUDED.used_us",
+             ON CONFLICT (user_name) DO UPDATE SET used_us = CASE
+                 WHEN users.used_us > 9223372036854775807 - EXCLUDED.used_us
+                 THEN 9223372036854775807 ELSE users.used_us + EXCLUDED.used_us END",
         )?;
         for (user, delta_us) in usage {
-            tx.execute(&add, &[user, &to_db_int("usage", *delta_us)?])?;
+            tx.execute(&add, &[user, &usage_to_db(*delta_us)])?;
         }
         tx.execute(
             "INSERT INTO meta (key, value) VALUES ($1, $2)
@@ -283,7 +293,29 @@ impl Store for PgStore {
             .query_opt("SELECT value FROM meta WHERE key = $1", &[&WATERMARK_KEY])?
             .map(|r| r.try_get(0))
             .transpose()?;
-        from_db_int("watermark", value.unwrap_or(0))
+        Ok(from_db_int("watermark", value.unwrap_or(0)))
+    }
+
+    fn set_max_priority(
+        &mut self,
+        user: &str,
+        max_priority: Option<i32>,
+    ) -> Result<(), StoreError> {
+        check_user(user)?;
+        self.client.execute(
+            "INSERT INTO users (user_name, max_priority) VALUES ($1, $2)
+             ON CONFLICT (user_name) DO UPDATE SET max_priority = EXCLUDED.max_priority",
+            &[&user, &max_priority],
+        )?;
+        Ok(())
+    }
+
+    fn revoked_ids(&mut self) -> Result<Vec<String>, StoreError> {
+        self.client
+            .query("SELECT id FROM tokens WHERE revoked", &[])?
+            .iter()
+            .map(|r| Ok(r.try_get(0)?))
+            .collect()
     }
 }
 
@@ -350,7 +382,37 @@ mod tests {
             .query_one("SELECT COUNT(*) FROM schema_version", &[])
             .unwrap()
             .get(0);
-        assert_eq!(versions, 1);
+        assert_eq!(versions, SCHEMA_VERSION);
+        store.drop_schema(&schema).unwrap();
+    }
+
+    #[test]
+    fn a_version_1_schema_is_migrated() {
+        let Some(url) = pg_url() else { return };
+        let mut raw = [0u8; 6];
+        getrandom::getrandom(&mut raw).unwrap();
+        let schema = format!("rtpool_test_{}", hex::encode(raw));
+        let mut client = Client::connect(&url, NoTls).unwrap();
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema}; SET search_path TO {schema}; {}
+                 CREATE TABLE schema_version (version BIGINT NOT NULL);
+                 INSERT INTO schema_version VALUES (1);
+                 INSERT INTO users (user_name, quota_us, used_us) VALUES ('old', 7, 3);",
+                MIGRATIONS[0].1
+            ))
+            .unwrap();
+        let mut store = PgStore::connect_in_schema(&url, Some(&schema)).unwrap();
+        store.set_max_priority("old", Some(2)).unwrap();
+        let q = store.quotas().unwrap().pop().unwrap();
+        assert_eq!(
+            (q.quota_us, q.used_us, q.max_priority),
+            (Some(7), 3, Some(2))
+        );
+        store
+            .add_usage(&[("old".into(), u64::MAX), ("old".into(), u64::MAX)], 1)
+            .unwrap();
+        assert_eq!(store.quotas().unwrap()[0].used_us, i64::MAX as u64);
         store.drop_schema(&schema).unwrap();
     }
 

@@ -13,15 +13,17 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{
     check_id_prefix, check_user, from_db_int, new_token, now_unix, one_match, quota_to_us,
-    role_from_db, to_db_int, token_hash, token_id, Store, StoreError, TokenInfo, UserQuota,
-    SCHEMA_VERSION, WATERMARK_KEY,
+    role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError, TokenInfo,
+    UserQuota, SCHEMA_VERSION, WATERMARK_KEY,
 };
 
-/// Schema migrations: `(version, SQL)`, applied in order, each once. Every statement is also
-/// idempotent, so a half-applied upgrade can be retried.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE IF NOT EXISTS tokens (
+/// Schema migrations: `(version, SQL)`, applied in order, each once, in one transaction with
+/// the `schema_version` row that records it (SQLite's DDL is transactional: an upgrade is
+/// applied whole or not at all).
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE IF NOT EXISTS tokens (
         hash TEXT PRIMARY KEY,
         id TEXT NOT NULL UNIQUE,
         user_name TEXT NOT NULL,
@@ -38,7 +40,27 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         key TEXT PRIMARY KEY,
         value INTEGER NOT NULL
     );",
-)];
+    ),
+    // Per-user priority ceiling (NULL: none).
+    (2, "ALTER TABLE users ADD COLUMN max_priority INTEGER;"),
+];
+
+/// Puts back in range the counts an older master could write out of range: SQLite turns an
+/// integer sum that overflows into a REAL (a worker reporting `exec_us` above 2^63 did that),
+/// which then failed every read of the table. REALs past the range saturate, negative or
+/// non-numeric values become 0. Run at every open; changes nothing on a sound database.
+const REPAIR_USAGE: &str = "UPDATE users SET used_us = CASE
+        WHEN typeof(used_us) NOT IN ('integer', 'real') THEN 0
+        WHEN used_us >= 9223372036854775807 THEN 9223372036854775807
+        WHEN used_us < 0 THEN 0
+        ELSE CAST(used_us AS INTEGER) END
+    WHERE typeof(used_us) <> 'integer' OR used_us < 0";
+const REPAIR_QUOTA: &str = "UPDATE users SET quota_us = CASE
+        WHEN typeof(quota_us) NOT IN ('integer', 'real') THEN NULL
+        WHEN quota_us >= 9223372036854775807 THEN 9223372036854775807
+        WHEN quota_us < 0 THEN 0
+        ELSE CAST(quota_us AS INTEGER) END
+    WHERE quota_us IS NOT NULL AND (typeof(quota_us) <> 'integer' OR quota_us < 0)";
 
 /// A store in one SQLite file.
 pub struct SqliteStore {
@@ -82,6 +104,7 @@ impl SqliteStore {
             StoreError::Sqlite(source) => open_err(source),
             other => other,
         })?;
+        store.repair().map_err(open_err)?;
         Ok(store)
     }
 
@@ -110,6 +133,18 @@ impl SqliteStore {
             )?;
         }
         tx.commit()?;
+        Ok(())
+    }
+
+    fn repair(&mut self) -> rusqlite::Result<()> {
+        let fixed = self.conn.execute(REPAIR_USAGE, [])? + self.conn.execute(REPAIR_QUOTA, [])?;
+        if fixed > 0 {
+            tracing::warn!(
+                "store {}: repaired {fixed} out-of-range usage or quota values (written by an \
+                 older rtpool from a bad worker report)",
+                self.path.display()
+            );
+        }
         Ok(())
     }
 
@@ -254,25 +289,19 @@ impl Store for SqliteStore {
     }
 
     fn quotas(&mut self) -> Result<Vec<UserQuota>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT user_name, quota_us, used_us FROM users ORDER BY user_name")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT user_name, quota_us, used_us, max_priority FROM users ORDER BY user_name",
+        )?;
         let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, Option<i64>>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })?;
-        rows.map(|r| {
-            let (user, quota_us, used_us) = r?;
             Ok(UserQuota {
-                user,
-                quota_us: quota_us.map(|q| from_db_int("quota_us", q)).transpose()?,
-                used_us: from_db_int("used_us", used_us)?,
+                user: r.get::<_, String>(0)?,
+                quota_us: lenient_int(r.get_ref(1)?).map(|q| from_db_int("quota_us", q)),
+                used_us: from_db_int("used_us", lenient_int(r.get_ref(2)?).unwrap_or(0)),
+                max_priority: lenient_int(r.get_ref(3)?)
+                    .map(|p| p.clamp(i32::MIN.into(), i32::MAX.into()) as i32),
             })
-        })
-        .collect()
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn add_usage(&mut self, usage: &[(String, u64)], watermark: u64) -> Result<(), StoreError> {
@@ -281,10 +310,12 @@ impl Store for SqliteStore {
         {
             let mut add = tx.prepare(
                 "INSERT INTO users (user_name, used_us) VALUES (?1, ?2)
-                 ON CONFLICT (user_name) DO UPDATE SET used_us = used_us + excluded.used_us",
+                 ON CONFLICT (user_name) DO UPDATE SET used_us = CASE
+                     WHEN used_us > 9223372036854775807 - excluded.used_us
+                     THEN 9223372036854775807 ELSE used_us + excluded.used_us END",
             )?;
             for (user, delta_us) in usage {
-                add.execute(params![user, to_db_int("usage", *delta_us)?])?;
+                add.execute(params![user, usage_to_db(*delta_us)])?;
             }
         }
         tx.execute(
@@ -305,7 +336,41 @@ impl Store for SqliteStore {
                 |r| r.get(0),
             )
             .optional()?;
-        from_db_int("watermark", value.unwrap_or(0))
+        Ok(from_db_int("watermark", value.unwrap_or(0)))
+    }
+
+    fn set_max_priority(
+        &mut self,
+        user: &str,
+        max_priority: Option<i32>,
+    ) -> Result<(), StoreError> {
+        check_user(user)?;
+        self.conn.execute(
+            "INSERT INTO users (user_name, max_priority) VALUES (?1, ?2)
+             ON CONFLICT (user_name) DO UPDATE SET max_priority = excluded.max_priority",
+            params![user, max_priority],
+        )?;
+        Ok(())
+    }
+
+    fn revoked_ids(&mut self) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id FROM tokens WHERE revoked <> 0")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// An integer column read whatever SQLite holds in it: a REAL saturates into `i64`, NULL and
+/// text read as `None`.
+fn lenient_int(value: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+    use rusqlite::types::ValueRef;
+    match value {
+        ValueRef::Integer(i) => Some(i),
+        // `as` saturates (and maps NaN to 0).
+        ValueRef::Real(f) => Some(f as i64),
+        ValueRef::Null | ValueRef::Text(_) | ValueRef::Blob(_) => None,
     }
 }
 
@@ -355,7 +420,7 @@ mod tests {
             .conn
             .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(versions, 1);
+        assert_eq!(versions, SCHEMA_VERSION);
         let mode: String = again
             .conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -372,6 +437,78 @@ mod tests {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+    }
+
+    #[test]
+    fn a_bad_row_on_disk_is_repaired_and_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let mut store = SqliteStore::open(&path).unwrap();
+        store
+            .create_token("alice", Role::Client, Some(1.0))
+            .unwrap();
+        store.add_usage(&[("bob".into(), 5)], 1).unwrap();
+        // What an older master wrote after a worker reported exec_us above 2^63: SQLite turned
+        // the overflowing sum into a REAL, and every read of the table failed.
+        store
+            .conn
+            .execute_batch(
+                "UPDATE users SET used_us = used_us + 9223372036854775807 WHERE user_name = 'bob';
+                 UPDATE users SET quota_us = 1e300, used_us = -4 WHERE user_name = 'alice';",
+            )
+            .unwrap();
+        let kind: String = store
+            .conn
+            .query_row(
+                "SELECT typeof(used_us) FROM users WHERE user_name = 'bob'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(kind, "real", "the test must plant the bad row it claims to");
+        // Even before a repair, reading is lenient.
+        let quotas = store.quotas().unwrap();
+        assert_eq!(quotas[1].used_us, i64::MAX as u64);
+        drop(store);
+        let mut again = SqliteStore::open(&path).unwrap();
+        let quotas = again.quotas().unwrap();
+        assert_eq!(
+            (quotas[0].quota_us, quotas[0].used_us, quotas[1].used_us),
+            (Some(i64::MAX as u64), 0, i64::MAX as u64)
+        );
+        let kinds: Vec<String> = again
+            .conn
+            .prepare("SELECT typeof(used_us) FROM users")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kinds, ["integer", "integer"]);
+        again.add_usage(&[("bob".into(), 7)], 2).unwrap();
+        assert_eq!(again.quotas().unwrap()[1].used_us, i64::MAX as u64);
+    }
+
+    #[test]
+    fn a_version_1_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(MIGRATIONS[0].1).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL);
+             INSERT INTO schema_version VALUES (1);
+             INSERT INTO users (user_name, quota_us, used_us) VALUES ('old', 7, 3);",
+        )
+        .unwrap();
+        drop(conn);
+        let mut store = SqliteStore::open(&path).unwrap();
+        store.set_max_priority("old", Some(2)).unwrap();
+        let q = store.quotas().unwrap().pop().unwrap();
+        assert_eq!(
+            (q.quota_us, q.used_us, q.max_priority),
+            (Some(7), 3, Some(2))
+        );
     }
 
     #[test]

@@ -108,6 +108,7 @@ fn check_quotas(store: &mut dyn Store) {
         user: user.into(),
         quota_us,
         used_us,
+        max_priority: None,
     };
     assert_eq!(
         store.quotas().unwrap(),
@@ -154,11 +155,7 @@ fn check_quotas(store: &mut dyn Store) {
         store.add_usage(&[("alice".into(), 1)], u64::MAX),
         Err(StoreError::TooLarge { .. })
     ));
-    assert!(matches!(
-        store.add_usage(&[("alice".into(), 1), ("bob".into(), u64::MAX)], 50),
-        Err(StoreError::TooLarge { .. })
-    ));
-    // The failed calls wrote nothing (alice's 1 us before bob's overflow was rolled back).
+    // The failed call wrote nothing.
     assert_eq!(store.watermark().unwrap(), 42);
     assert_eq!(
         store.quotas().unwrap(),
@@ -172,6 +169,39 @@ fn check_quotas(store: &mut dyn Store) {
     // Setting a quota keeps the usage.
     store.set_quota("alice", Some(1.0)).unwrap();
     assert_eq!(store.quotas().unwrap()[0], q("alice", Some(1_000_000), 151));
+
+    // Usage saturates: no report can overflow the column (SQLite would turn it into a REAL,
+    // PostgreSQL would fail every later flush).
+    for _ in 0..3 {
+        store
+            .add_usage(&[("erin".into(), u64::MAX), ("erin".into(), 1 << 62)], 43)
+            .unwrap();
+    }
+    let erin = store.quotas().unwrap().pop().unwrap();
+    assert_eq!(erin, q("erin", None, i64::MAX as u64));
+    store.add_usage(&[("bob".into(), 1)], 44).unwrap();
+    assert_eq!(store.quotas().unwrap()[1], q("bob", Some(250_000), 8));
+
+    // Priority ceilings: set, kept with the quota, removed.
+    store.set_max_priority("bob", Some(3)).unwrap();
+    store.set_max_priority("frank", Some(-2)).unwrap();
+    let quotas = store.quotas().unwrap();
+    let ceiling = |u: &str| quotas.iter().find(|q| q.user == u).unwrap().max_priority;
+    assert_eq!(
+        (ceiling("bob"), ceiling("frank"), ceiling("alice")),
+        (Some(3), Some(-2), None)
+    );
+    assert_eq!(quotas[1].quota_us, Some(250_000));
+    store.set_max_priority("bob", None).unwrap();
+    assert_eq!(store.quotas().unwrap()[1].max_priority, None);
+    assert!(matches!(
+        store.set_max_priority("no spaces", Some(1)),
+        Err(StoreError::InvalidUser { .. })
+    ));
+
+    // Revoked ids.
+    let revoked = store.revoked_ids().unwrap();
+    assert_eq!(revoked.len(), 1, "{revoked:?}");
 }
 
 /// An id that shares its first 6 chars with `id` but differs after: backends plant a row with
