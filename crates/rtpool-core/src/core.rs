@@ -10,6 +10,7 @@
 //! - `core/copies.rs`: the copies of one task (replicas, quorum, hedges);
 //! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
 //! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
+//! - `core/unacked.rs`: the per-client bound on results waiting for an acknowledgement;
 //! - `core/invariants.rs`: the invariant walk the tests run after every event.
 //!
 //! The tunables are `config.rs`'s, the gauges and counters `stats.rs`'s.
@@ -33,6 +34,7 @@ mod copies;
 mod dispatch;
 mod invariants;
 mod timers;
+mod unacked;
 mod worker_events;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -498,6 +500,7 @@ impl Core {
         }
         package.counts.done += 1;
         package.unacked.push_back(id);
+        let (user, bytes) = (package.user, task.args.len());
         debug_assert!(!task.shadow, "finish of a shadow copy");
         task.state = TaskState::Done {
             holder,
@@ -507,6 +510,7 @@ impl Core {
         let (index, call) = (task.index, task.call.take());
         let group = task.group.take();
         self.retained += 1;
+        self.user_releases(user, bytes);
         self.disarm_task_timer(id);
         if let Some(call) = call {
             // Its dependents get the data; the client only if it asked (or nothing else will).
@@ -566,6 +570,7 @@ impl Core {
 
     /// Frees the package now; its remaining tasks must already be done, cancelled or freed.
     fn free_package(&mut self, slot: u64, expired: bool, out: &mut Vec<Action>) {
+        self.results_unattached(slot);
         let p = self.packages.remove(slot).expect("free of a freed package");
         if let Some(client) = p.client.and_then(|c| self.clients.get_mut(&c)) {
             client.packages.remove(&slot);

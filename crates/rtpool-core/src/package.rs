@@ -31,6 +31,9 @@ pub(crate) struct Package {
     pub(crate) acked: u64,
     /// Results sent since the current attachment began.
     pub(crate) sent: u64,
+    /// Data bytes of the results sent to the attached client and not yet acknowledged (its
+    /// share of the client's `unacked_bytes`).
+    pub(crate) sent_bytes: u64,
     /// When a detached package expires (its TTL timer), if detached.
     pub(crate) expires: Option<Instant>,
     /// Absolute deadline of its tasks, if it has one.
@@ -72,6 +75,7 @@ impl Package {
             unacked: VecDeque::new(),
             acked: 0,
             sent: 0,
+            sent_bytes: 0,
             expires: None,
             deadline: None,
             deadline_armed: false,

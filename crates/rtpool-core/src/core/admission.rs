@@ -101,6 +101,63 @@ impl Core {
         Ok(())
     }
 
+    /// Refuses a package of `tasks` tasks and `bytes` argument bytes that would take its user's
+    /// queued and running tasks past a per-user bound. O(1).
+    pub(super) fn check_user_bounds(
+        &self,
+        user: UserId,
+        tasks: u64,
+        bytes: u64,
+    ) -> Result<(), RejectReason> {
+        let (used_tasks, used_bytes) = self
+            .users
+            .get(&user)
+            .map_or((0, 0), |u| (u.queued_tasks, u.queued_bytes));
+        let checks = [
+            (
+                "tasks",
+                "--max-queued-tasks-per-user",
+                used_tasks,
+                tasks,
+                self.config.max_queued_tasks_per_user,
+            ),
+            (
+                "argument bytes",
+                "--max-queued-mb-per-user",
+                used_bytes,
+                bytes,
+                self.config.max_queued_bytes_per_user,
+            ),
+        ];
+        for (what, option, used, adding, limit) in checks {
+            if limit > 0 && used.saturating_add(adding) > limit {
+                return Err(RejectReason::UserLimit {
+                    what,
+                    option,
+                    used,
+                    adding,
+                    limit,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `tasks` tasks holding `bytes` argument bytes of `user` are queued (or restored).
+    pub(super) fn user_takes(&mut self, user: UserId, tasks: u64, bytes: u64) {
+        let u = self.users.entry(user).or_default();
+        u.queued_tasks += tasks;
+        u.queued_bytes += bytes;
+    }
+
+    /// One task of `user` holding `bytes` argument bytes is done or cancelled.
+    pub(super) fn user_releases(&mut self, user: UserId, bytes: usize) {
+        if let Some(u) = self.users.get_mut(&user) {
+            u.queued_tasks -= 1;
+            u.queued_bytes -= bytes as u64;
+        }
+    }
+
     /// Refuses a user whose quota is used up.
     pub(super) fn check_quota(&self, user: UserId) -> Result<(), RejectReason> {
         match self.users.get(&user).and_then(|u| u.remaining_us) {

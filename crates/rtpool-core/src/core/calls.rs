@@ -124,9 +124,11 @@ impl Core {
                 return;
             }
         }
+        let bytes: u64 = calls.iter().map(|c| c.args.len() as u64).sum();
         let checked = self.check_size(calls.len()).and_then(|total| {
             Self::check_call_options(&opts)?;
             self.check_quota(user)?;
+            self.check_user_bounds(user, u64::from(total), bytes)?;
             let services = self.resolve_calls(&calls)?;
             Ok((total, services))
         });
@@ -151,6 +153,7 @@ impl Core {
             total,
             now,
         );
+        self.user_takes(user, u64::from(total), bytes);
         self.create_calls(slot, calls, &services, now);
         out.push(Action::Accepted {
             client,

@@ -47,6 +47,7 @@ impl Core {
     /// Detaches a package and arms its TTL timer.
     fn detach(&mut self, slot: u64, now: Instant) {
         let at = Instant(now.0.saturating_add(self.config.result_ttl_ns));
+        self.results_unattached(slot);
         let p = self
             .packages
             .get_mut(slot)
@@ -61,6 +62,7 @@ impl Core {
     /// Attaches a package to `client`: disarms its TTL, restarts the acknowledgement count,
     /// and resends every unacknowledged result.
     pub(super) fn attach(&mut self, client: ClientId, slot: u64, out: &mut Vec<Action>) {
+        self.results_unattached(slot);
         let p = self
             .packages
             .get_mut(slot)
@@ -92,6 +94,8 @@ impl Core {
             .packages
             .insert(slot);
         if !results.is_empty() {
+            let bytes = results.iter().map(|r| r.data.len() as u64).sum();
+            self.results_sent(slot, client, results.len() as u64, bytes, out);
             out.push(Action::Resend {
                 client,
                 package,
@@ -118,9 +122,11 @@ impl Core {
                 return;
             }
         }
+        let bytes: u64 = s.tasks.iter().map(|t| t.len() as u64).sum();
         let checked = self.check_size(s.tasks.len()).and_then(|total| {
             Self::check_options(&s.opts)?;
             self.check_quota(user)?;
+            self.check_user_bounds(user, u64::from(total), bytes)?;
             self.check_admission(&s.fn_hash, &s.opts, total)?;
             Ok(total)
         });
@@ -151,6 +157,7 @@ impl Core {
             total,
             now,
         );
+        self.user_takes(user, u64::from(total), bytes);
         let ids = self.create_tasks(slot, s.tasks, now);
         self.packages.get_mut(slot).expect("just made").tasks = ids;
         out.push(Action::Accepted {
@@ -259,7 +266,7 @@ impl Core {
             }
         }
         let mut ids = Vec::with_capacity(r.tasks.len());
-        let mut counts = (0u32, 0u32);
+        let mut counts = (0u32, 0u32, 0u64, 0u64);
         for (index, args) in (0u32..).zip(r.tasks) {
             let i = index as usize;
             if delivered[i] {
@@ -268,6 +275,10 @@ impl Core {
                 continue;
             }
             let mut task = Task::new(slot, index, args, now);
+            if done[i].is_none() {
+                counts.2 += 1;
+                counts.3 += task.args.len() as u64;
+            }
             if let Some(outcome) = done[i].take() {
                 task.args = Bytes::new();
                 task.state = TaskState::Done {
@@ -299,6 +310,8 @@ impl Core {
             }
         }
         p.tasks = ids;
+        // Restored tasks count against their user's bounds but are never refused by them.
+        self.user_takes(r.user, counts.2, counts.3);
         self.detach(slot, now);
         self.free_package_if_finished(slot, out);
         self.dispatch(now, out);
@@ -344,6 +357,8 @@ impl Core {
         let n = count.saturating_sub(p.acked) as usize;
         p.acked = p.acked.max(count);
         let acked: Vec<TaskId> = p.unacked.drain(..n.min(p.unacked.len())).collect();
+        let bytes = self.result_bytes(&acked);
+        self.results_acked(slot, acked.len() as u64, bytes);
         let mut indices = Vec::new();
         for id in acked {
             let index = self.let_go_of_result(id);
@@ -387,6 +402,8 @@ impl Core {
         let p = self.packages.get_mut(slot).expect("live package");
         let ids: Vec<TaskId> = p.unacked.drain(..).collect();
         let n = ids.len();
+        let bytes = self.result_bytes(&ids);
+        self.results_acked(slot, n as u64, bytes);
         for id in ids {
             self.let_go_of_result(id);
         }
@@ -510,6 +527,7 @@ impl Core {
             .packages
             .get_mut(slot)
             .expect("live task without package");
+        let (user, bytes) = (package.user, task.args.len());
         package.counts.cancelled += 1;
         match task.state {
             TaskState::Queued => {
@@ -538,6 +556,7 @@ impl Core {
             }
             _ => unreachable!("filtered above"),
         }
+        self.user_releases(user, bytes);
         if let Some(call) = call {
             self.cancel_dependents(slot, &call, aborts);
         }

@@ -32,6 +32,11 @@ pub use self::message::ToScheduler;
 /// How often charged compute time is written behind to the user store, and quotas re-read.
 const USAGE_FLUSH: Duration = Duration::from_secs(1);
 
+/// Idle time beyond [`USAGE_FLUSH`] between two wakes of the scheduler loop that counts as a
+/// stall of the master itself (SIGSTOP, a frozen VM, a swapped-out process): the loop wakes
+/// at least once per flush tick, so a longer gap is time the master could not observe.
+const STALL_MIN: Duration = Duration::from_millis(500);
+
 /// The scheduler task's state.
 pub struct Scheduler {
     core: Core,
@@ -68,6 +73,11 @@ pub struct Scheduler {
     /// Client events held back behind a submission whose record is not durable yet, in
     /// arrival order, with the LSN each must wait for.
     held: VecDeque<(u64, Held)>,
+    /// When the loop last went idle (after handling what woke it).
+    idle_since: StdInstant,
+    /// Time the master was stalled (see [`STALL_MIN`]), left out of the core's clock so that
+    /// time limits, result TTLs and deadlines are judged on time the master could observe.
+    stalled: Duration,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -100,6 +110,8 @@ impl Scheduler {
             replay_stats: None,
             last_lsn: 0,
             held: VecDeque::new(),
+            idle_since: StdInstant::now(),
+            stalled: Duration::ZERO,
         }
     }
 
@@ -145,20 +157,29 @@ impl Scheduler {
                 tokio::time::Instant::now() + Duration::from_nanos(at.0.saturating_sub(now.0))
             });
             let waiting = !self.held.is_empty();
+            self.idle_since = StdInstant::now();
             tokio::select! {
                 msg = rx.recv() => {
+                    self.note_stall();
                     let Some(msg) = msg else { break };
                     if !self.on_message(msg) {
                         break;
                     }
                 }
                 changed = wait_durable(&mut durable), if waiting => {
+                    self.note_stall();
                     if let Some(lsn) = changed {
                         self.release_held(lsn);
                     }
                 }
-                _ = sleep_until(timer), if timer.is_some() => self.apply(Event::Tick),
-                _ = flush.tick() => self.flush_usage(&tx),
+                _ = sleep_until(timer), if timer.is_some() => {
+                    self.note_stall();
+                    self.apply(Event::Tick);
+                }
+                _ = flush.tick() => {
+                    self.note_stall();
+                    self.flush_usage(&tx);
+                }
             }
         }
         // Whatever was charged since the last flush.
@@ -262,8 +283,27 @@ impl Scheduler {
         }
     }
 
+    /// The core's clock: time since start, less the time the master was stalled.
     fn now(&self) -> rtpool_core::Instant {
-        rtpool_core::Instant(self.epoch.elapsed().as_nanos() as u64)
+        let observed = self.epoch.elapsed().saturating_sub(self.stalled);
+        rtpool_core::Instant(observed.as_nanos() as u64)
+    }
+
+    /// Called first when the loop wakes: idle time past a flush tick plus [`STALL_MIN`] is a
+    /// stall of the master, taken out of the core's clock so that no running task's time
+    /// limit, no detached package's TTL and no deadline runs out because of it.
+    fn note_stall(&mut self) {
+        let idle = self.idle_since.elapsed();
+        if idle > USAGE_FLUSH + STALL_MIN {
+            let stall = idle - USAGE_FLUSH;
+            self.stalled += stall;
+            warn!(
+                stall_ms = stall.as_millis() as u64,
+                "the master did not run for {} ms (stopped or starved); its timers are \
+                 extended by that much",
+                stall.as_millis()
+            );
+        }
     }
 
     /// Handle one message; false means stop.

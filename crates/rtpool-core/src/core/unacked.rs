@@ -1,0 +1,144 @@
+//! The per-client bound on results waiting for an acknowledgement: each attached package's
+//! share of its client's unacknowledged results (their count is the package's `unacked`
+//! length while attached, their bytes its `sent_bytes`), kept in step as results are sent,
+//! acknowledged, dropped, and as packages attach and detach.
+//!
+//! A client past the bound is told to close ([`Action::UnackedLimit`]): its packages detach
+//! and keep their results for the result TTL, so a client that re-attaches and acknowledges
+//! loses nothing, and one that never acknowledges cannot make the master hold more than the
+//! bound per connection (plus, once detached, for the TTL).
+
+use std::collections::HashMap;
+
+use super::Core;
+use crate::task::TaskState;
+use crate::event::Action;
+use crate::ids::{ClientId, TaskId, UserId};
+
+impl Core {
+    /// `results` results of `bytes` data bytes of the package in `slot` were sent to its
+    /// attached client `client`; tells the client to close if it is now past the bound.
+    pub(super) fn results_sent(
+        &mut self,
+        slot: u64,
+        client: ClientId,
+        results: u64,
+        bytes: u64,
+        out: &mut Vec<Action>,
+    ) {
+        match self.packages.get_mut(slot) {
+            Some(p) if p.client == Some(client) => p.sent_bytes += bytes,
+            _ => return,
+        }
+        let Some(c) = self.clients.get_mut(&client) else {
+            return;
+        };
+        c.unacked_results += results;
+        c.unacked_bytes += bytes;
+        let (max_results, max_bytes) = (
+            self.config.max_unacked_results_per_client,
+            self.config.max_unacked_bytes_per_client,
+        );
+        // One result of any size (up to the frame limit) is always deliverable.
+        let over = c.unacked_results > 1
+            && ((max_results > 0 && c.unacked_results > max_results)
+                || (max_bytes > 0 && c.unacked_bytes > max_bytes));
+        if over && !c.closing {
+            c.closing = true;
+            out.push(Action::UnackedLimit {
+                client,
+                results: c.unacked_results,
+                bytes: c.unacked_bytes,
+                max_results,
+                max_bytes,
+            });
+        }
+    }
+
+    /// The attached client of the package in `slot` acknowledged `results` results of
+    /// `bytes` data bytes (or the package dropped them).
+    pub(super) fn results_acked(&mut self, slot: u64, results: u64, bytes: u64) {
+        let Some(p) = self.packages.get_mut(slot).filter(|p| p.client.is_some()) else {
+            // Detached: its results were counted against no client.
+            return;
+        };
+        p.sent_bytes -= bytes;
+        if let Some(c) = p.client.and_then(|c| self.clients.get_mut(&c)) {
+            c.unacked_results -= results;
+            c.unacked_bytes -= bytes;
+        }
+    }
+
+    /// The package in `slot` leaves its attached client (detach, re-attach, free): its share
+    /// of the client's unacknowledged results goes with it. Call while `p.client` still names
+    /// that client.
+    pub(super) fn results_unattached(&mut self, slot: u64) {
+        let Some(p) = self.packages.get_mut(slot) else {
+            return;
+        };
+        let (results, bytes) = (p.unacked.len() as u64, std::mem::take(&mut p.sent_bytes));
+        if let Some(c) = p.client.and_then(|c| self.clients.get_mut(&c)) {
+            c.unacked_results -= results;
+            c.unacked_bytes -= bytes;
+        }
+    }
+
+    /// Data bytes of the results of these `Done` tasks.
+    pub(super) fn result_bytes(&self, ids: &[TaskId]) -> u64 {
+        ids.iter()
+            .filter_map(|id| self.tasks.get(id.0)?.outcome.as_ref())
+            .map(|o| o.data.len() as u64)
+            .sum()
+    }
+
+    /// Each client's unacknowledged results are its attached packages' shares, and each
+    /// user's queued tasks and bytes are those of its queued, waiting and running tasks.
+    pub(super) fn check_bounds(&self) {
+        let mut clients: HashMap<ClientId, (u64, u64)> = HashMap::new();
+        let mut users: HashMap<UserId, (u64, u64)> = HashMap::new();
+        for (slot, p) in self.packages.iter() {
+            match p.client {
+                Some(c) => {
+                    let e = clients.entry(c).or_default();
+                    e.0 += p.unacked.len() as u64;
+                    e.1 += p.sent_bytes;
+                }
+                None => assert_eq!(p.sent_bytes, 0, "detached {} has sent bytes", p.id),
+            }
+            let e = users.entry(p.user).or_default();
+            for (index, id) in (0u32..).zip(&p.tasks) {
+                // An id of a freed task may name a newer task now.
+                let Some(t) = self
+                    .tasks
+                    .get(id.0)
+                    .filter(|t| t.package == slot && t.index == index && !t.shadow)
+                else {
+                    continue;
+                };
+                if matches!(
+                    t.state,
+                    TaskState::Queued | TaskState::Waiting | TaskState::Running { .. }
+                ) {
+                    e.0 += 1;
+                    e.1 += t.args.len() as u64;
+                }
+            }
+        }
+        for (id, c) in &self.clients {
+            let want = clients.get(id).copied().unwrap_or_default();
+            assert_eq!(
+                (c.unacked_results, c.unacked_bytes),
+                want,
+                "client {id:?}: unacked (results, bytes)"
+            );
+        }
+        for (id, u) in &self.users {
+            let want = users.get(id).copied().unwrap_or_default();
+            assert_eq!(
+                (u.queued_tasks, u.queued_bytes),
+                want,
+                "user {id:?}: queued (tasks, bytes)"
+            );
+        }
+    }
+}
