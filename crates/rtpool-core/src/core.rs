@@ -7,6 +7,7 @@
 //! - `core/admission.rs`: the checks a submission passes (size, options, deadline, quota);
 //! - `core/worker_events.rs`: a worker's events (join, credit, results, return, loss);
 //! - `core/calls.rs`: packages of calls of named functions (grid RPC) and their dependencies;
+//! - `core/restore_calls.rs`: packages of calls restored from the journal;
 //! - `core/copies.rs`: the copies of one task (replicas, quorum, hedges);
 //! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
 //! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
@@ -29,6 +30,7 @@
 
 mod admission;
 mod calls;
+mod restore_calls;
 mod client_events;
 mod copies;
 mod dispatch;
@@ -38,6 +40,8 @@ mod unacked;
 mod worker_events;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+pub use self::calls::CALLS_HASH;
 
 use bytes::Bytes;
 
@@ -595,7 +599,7 @@ impl Core {
         out.push(Action::PackageFreed {
             package: p.id,
             expired,
-            journaled: !p.calls,
+            journaled: true,
         });
     }
 }

@@ -271,6 +271,10 @@ pub struct RestoredPackage {
     pub done: Vec<TaskOutcome>,
     /// Indices whose results the client acknowledged.
     pub delivered: Vec<u32>,
+    /// A package of calls (`fn_hash` is [`crate::CALLS_HASH`], `tasks` empty): its calls, each
+    /// naming the version it was resolved to when it was accepted. Its `done` is ignored: its
+    /// calls not delivered run again.
+    pub calls: Vec<CallSpec>,
 }
 
 /// One task inside an [`Action::Assign`].

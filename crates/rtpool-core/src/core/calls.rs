@@ -22,8 +22,9 @@ use crate::service::Registered;
 use crate::task::{Call, Task, TaskState};
 
 /// The function hash of every call package: calls carry no code. (The shell verifies every
-/// code hash as the SHA-256 of its code, so no code can claim it.)
-pub(super) const CALLS_HASH: FnHash = FnHash(*b"rtpool calls: no code, no hash!!");
+/// code hash as the SHA-256 of its code, so no code can claim it.) The journal records a call
+/// package under it.
+pub const CALLS_HASH: FnHash = FnHash(*b"rtpool calls: no code, no hash!!");
 
 /// Servers looked at per placement, from a rotating start: placement stays O(1) however many
 /// workers serve a function.

@@ -21,7 +21,7 @@ pub(super) struct Submit {
 }
 
 /// A task id that names no task (an index whose result was delivered before a restart).
-const NO_TASK: TaskId = TaskId(u64::MAX);
+pub(super) const NO_TASK: TaskId = TaskId(u64::MAX);
 
 impl Core {
     /// Registers a client of `user` (again: idempotent).
@@ -45,7 +45,7 @@ impl Core {
     }
 
     /// Detaches a package and arms its TTL timer.
-    fn detach(&mut self, slot: u64, now: Instant) {
+    pub(super) fn detach(&mut self, slot: u64, now: Instant) {
         let at = Instant(now.0.saturating_add(self.config.result_ttl_ns));
         self.results_unattached(slot);
         let p = self
@@ -95,7 +95,7 @@ impl Core {
             .insert(slot);
         if !results.is_empty() {
             let bytes = results.iter().map(|r| r.data.len() as u64).sum();
-            self.results_sent(slot, client, results.len() as u64, bytes, out);
+            self.results_sent(slot, client, (results.len() as u64, bytes), false, out);
             out.push(Action::Resend {
                 client,
                 package,
@@ -240,7 +240,13 @@ impl Core {
     /// Recreates a package from the journal, detached, with its TTL armed: delivered indices
     /// are gone, done ones wait for an attach, the rest is queued.
     pub(super) fn on_restore(&mut self, r: RestoredPackage, now: Instant, out: &mut Vec<Action>) {
-        if self.package_slots.contains_key(&r.package) || r.tasks.is_empty() {
+        if self.package_slots.contains_key(&r.package) {
+            return;
+        }
+        if !r.calls.is_empty() {
+            return self.on_restore_calls(r, now, out);
+        }
+        if r.tasks.is_empty() {
             return;
         }
         let total = r.tasks.len().min(u32::MAX as usize) as u32;
@@ -353,7 +359,9 @@ impl Core {
             .get_mut(slot)
             .expect("attached package is live");
         let count = count.min(p.sent);
-        let journaled = !p.calls;
+        // A call package's deliveries are journaled too (its restore skips delivered calls);
+        // its results are not (a restored call package runs its undelivered calls again).
+        let journaled = true;
         let n = count.saturating_sub(p.acked) as usize;
         p.acked = p.acked.max(count);
         let acked: Vec<TaskId> = p.unacked.drain(..n.min(p.unacked.len())).collect();

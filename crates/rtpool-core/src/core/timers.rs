@@ -279,7 +279,7 @@ impl Core {
             if let (Some(c), Some(p)) = (client, self.packages.get_mut(slot)) {
                 p.sent += outcomes.len() as u64;
                 let bytes = outcomes.iter().map(|o| o.data.len() as u64).sum();
-                self.results_sent(slot, c, outcomes.len() as u64, bytes, out);
+                self.results_sent(slot, c, (outcomes.len() as u64, bytes), true, out);
             }
             out.push(Action::SendResults {
                 client,

@@ -17,13 +17,16 @@ use crate::ids::{ClientId, TaskId, UserId};
 
 impl Core {
     /// `results` results of `bytes` data bytes of the package in `slot` were sent to its
-    /// attached client `client`; tells the client to close if it is now past the bound.
+    /// attached client `client`; with `judge`, tells the client to close if it is now past
+    /// the bound. A re-attach's resend is not judged: the client gets every result it has not
+    /// acknowledged (so a client closed for the bound can always recover its results), and
+    /// the bound applies again to the results that follow.
     pub(super) fn results_sent(
         &mut self,
         slot: u64,
         client: ClientId,
-        results: u64,
-        bytes: u64,
+        (results, bytes): (u64, u64),
+        judge: bool,
         out: &mut Vec<Action>,
     ) {
         match self.packages.get_mut(slot) {
@@ -43,7 +46,7 @@ impl Core {
         let over = c.unacked_results > 1
             && ((max_results > 0 && c.unacked_results > max_results)
                 || (max_bytes > 0 && c.unacked_bytes > max_bytes));
-        if over && !c.closing {
+        if judge && over && !c.closing {
             c.closing = true;
             out.push(Action::UnackedLimit {
                 client,

@@ -12,6 +12,9 @@ use super::frame;
 use super::record::{self, DoneRecord, Entry, PackageRecord, Record};
 use super::{JournalError, Replay, ReplayedPackage};
 
+/// The first id of the range of packages of calls (see the scheduler's `next_call_package`).
+const CALL_PACKAGE_IDS: u64 = 1 << 63;
+
 /// A package not ended, with the LSNs compaction keeps.
 #[derive(Debug, Clone)]
 pub(crate) struct LivePackage {
@@ -79,7 +82,11 @@ impl State {
     }
 
     fn on_package(&mut self, lsn: u64, p: PackageRecord) {
-        self.next_package = self.next_package.max(p.package.saturating_add(1));
+        // Packages of calls are numbered in a range of their own (top bit set), drawn anew by
+        // every master run: they do not move the counter of packages of code.
+        if p.package < CALL_PACKAGE_IDS {
+            self.next_package = self.next_package.max(p.package.saturating_add(1));
+        }
         self.users.insert(p.package, p.user.clone());
         let live = LivePackage {
             lsn,

@@ -1,9 +1,11 @@
 //! The scheduler task: sole owner of the [`Core`]. It receives events from connection tasks,
 //! stamps them with the master's monotonic clock, journals what must survive a restart, and
 //! routes the core's actions to the writer of the connection they address. `message.rs` holds
-//! what connections send it, `route.rs` turns each action into its frame, `usage.rs` keeps the
+//! what connections send it, `route.rs` turns each action into its frame, `calls_journal.rs`
+//! journals packages of calls and reads them back, `usage.rs` keeps the
 //! users' quotas and charged time in step with the user store.
 
+mod calls_journal;
 mod message;
 mod route;
 #[cfg(test)]
@@ -226,8 +228,11 @@ impl Scheduler {
             }
         }
         let restored = replay.packages.len();
-        for p in replay.packages {
+        for mut p in replay.packages {
             let user = self.user_id(&p.record.user);
+            let Some(calls) = calls_journal::replayed_calls(&mut p.record) else {
+                continue;
+            };
             let r = p.record;
             let done = p
                 .done
@@ -253,6 +258,7 @@ impl Scheduler {
                 tasks: r.tasks,
                 done,
                 delivered: p.delivered,
+                calls,
             }));
             self.apply_now(event);
         }
@@ -440,9 +446,26 @@ impl Scheduler {
             Event::SubmitCalls { package, .. } => (Some(*package), true),
             _ => (None, false),
         };
+        let journal_calls = match &event {
+            Event::SubmitCalls {
+                client,
+                calls,
+                opts,
+                ..
+            } if self.journal.is_some() => Some((*client, calls.clone(), opts.clone())),
+            _ => None,
+        };
         let now = self.now();
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
+        if let (Some(package), Some((client, calls, opts))) = (submitted, journal_calls) {
+            let created = actions
+                .iter()
+                .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
+            if created {
+                self.journal_calls(package, client, calls, opts);
+            }
+        }
         if let (Some(package), Some(journal)) = (submitted, &self.journal) {
             // A refused or deduplicated submission never became a package: end its record (a
             // call package has none).

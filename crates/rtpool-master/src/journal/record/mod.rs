@@ -8,6 +8,7 @@
 //! [`super::replay`]'s; the layouts of older versions are `legacy.rs`'s. The layout is
 //! documented in `docs/journal.md`; changing it means a new [`FORMAT_VERSION`].
 
+mod call;
 mod legacy;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ use rtpool_proto::{ProtoError, OPTS};
 
 #[cfg(test)]
 pub(crate) use self::legacy::{encode_v1, encode_v2};
+pub use self::call::{decode_call, encode_call};
 
 /// Version written in every file's meta record.
 pub const FORMAT_VERSION: u64 = 3;
