@@ -102,6 +102,12 @@ fn a_client_past_its_unacked_bound_is_told_to_close_once_and_a_reattach_gets_eve
             .filter(|a| matches!(a, Action::UnackedLimit { .. }))
             .collect();
         if i == 2 {
+            let at = |f: fn(&Action) -> bool| out.iter().position(f).expect("present");
+            assert!(
+                at(|a| matches!(a, Action::SendResults { .. }))
+                    < at(|a| matches!(a, Action::UnackedLimit { .. })),
+                "the results go out before the order to close: {out:?}"
+            );
             assert!(
                 matches!(
                     limits[..],

@@ -276,10 +276,9 @@ impl Core {
     pub(super) fn push_results(&mut self, results: Results, out: &mut Vec<Action>) {
         for (slot, client, package, journaled, outcomes) in results.batches {
             self.counters.delivered += outcomes.len() as u64;
-            if let (Some(c), Some(p)) = (client, self.packages.get_mut(slot)) {
+            let sent = (outcomes.len() as u64, outcomes.iter().map(|o| o.data.len() as u64).sum());
+            if let (Some(_), Some(p)) = (client, self.packages.get_mut(slot)) {
                 p.sent += outcomes.len() as u64;
-                let bytes = outcomes.iter().map(|o| o.data.len() as u64).sum();
-                self.results_sent(slot, c, (outcomes.len() as u64, bytes), true, out);
             }
             out.push(Action::SendResults {
                 client,
@@ -287,6 +286,10 @@ impl Core {
                 results: outcomes,
                 journaled,
             });
+            if let Some(c) = client {
+                // After the results: a client told to close gets them first.
+                self.results_sent(slot, c, sent, true, out);
+            }
         }
     }
 }
