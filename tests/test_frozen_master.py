@@ -28,7 +28,9 @@ def test_a_master_stopped_for_8_s_keeps_its_workers_and_their_tasks(
     with rtpool.Client(master.address, master.client_token) as client:
         assert client.submit(tasks.square, 3).result(60) == 9
         # One 4 s task per worker process; both running when the master stops.
-        package = client.submit_many(tasks.logged, [(i, str(log), 4.0) for i in range(2)], star=True)
+        package = client.submit_many(
+            tasks.logged, [(i, str(log), 4.0) for i in range(2)], star=True
+        )
         wait_until(lambda: len(_lines(log)) == 2, timeout=60)
         os.kill(master.proc.pid, signal.SIGSTOP)
         try:

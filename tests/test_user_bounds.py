@@ -39,7 +39,7 @@ def test_a_user_past_its_queued_task_bound_is_refused_and_another_users_tasks_ru
             held = alice.submit_many(tasks.square, range(600))
             assert held.id is not None
             with pytest.raises(QueueLimitError) as refused:
-                alice.submit_many(tasks.square, range(600)).id
+                _ = alice.submit_many(tasks.square, range(600)).id
             text = str(refused.value)
             assert "has 600 tasks queued or running and this package adds 600" in text, text
             assert "limit of 1000 (master option --max-queued-tasks-per-user)" in text, text
@@ -61,7 +61,7 @@ def test_a_package_past_the_queued_bytes_bound_is_refused_naming_the_bytes(bound
     try:
         refused = alice.submit_many(tasks.echo, [b"x" * 400_000] * 3)
         with pytest.raises(QueueLimitError, match="argument bytes.*--max-queued-mb-per-user"):
-            refused.id
+            _ = refused.id
         with pytest.raises(QueueLimitError):
             refused[0].result(30)
         # Under the bound it is accepted (nothing runs it: no worker), on the same connection.

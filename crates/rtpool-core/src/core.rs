@@ -30,11 +30,11 @@
 
 mod admission;
 mod calls;
-mod restore_calls;
 mod client_events;
 mod copies;
 mod dispatch;
 mod invariants;
+mod restore_calls;
 mod timers;
 mod unacked;
 mod worker_events;
@@ -534,33 +534,6 @@ impl Core {
             }
         }
         outcome
-    }
-
-    /// A result the master makes up for a task (timeout, poison, quota): a UTF-8 message.
-    fn system_outcome(
-        task: &Task,
-        status: TaskStatus,
-        message: String,
-        now: Instant,
-    ) -> TaskOutcome {
-        let (queue_us, worker_us) = match task.state {
-            TaskState::Running { assigned_at, .. } => (
-                assigned_at.micros_since(task.submitted_at),
-                now.micros_since(assigned_at),
-            ),
-            _ => (now.micros_since(task.submitted_at), 0),
-        };
-        TaskOutcome {
-            index: task.index,
-            status,
-            data: Bytes::from(message),
-            queue_us,
-            worker_us,
-            exec_us: 0,
-            wait_us: 0,
-            flush_us: 0,
-            late_us: 0,
-        }
     }
 
     /// Frees the package if none of its tasks is queued or running and every result was

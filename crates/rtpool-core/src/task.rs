@@ -58,6 +58,7 @@ pub(crate) struct Task {
     pub(crate) time_limit_at: Option<Instant>,
     /// `(worker, attempt)` of each loss of a worker while it ran this task (the poison-task
     /// record); `None` almost always (boxed: 8 bytes per task instead of an empty `Vec`'s 24).
+    #[allow(clippy::box_collection)] // the point: 8 bytes in every task, not a Vec's 24
     pub(crate) lost_on: Option<Box<Vec<(WorkerId, u32)>>>,
     /// The result, once `Done`.
     pub(crate) outcome: Option<Box<TaskOutcome>>,
@@ -126,4 +127,3 @@ impl Task {
         self.holder() == Some(worker) && self.attempt == attempt
     }
 }
-

@@ -511,7 +511,10 @@ fn a_call_package_is_journaled_and_a_client_reattaching_after_a_restart_gets_its
     w.send(&serve(vec![function("add", "1", b"\x80")]));
     w.send(&Msg::Pull { credits: 1 });
     let rerun = assigned_calls(w.recv()).remove(0);
-    assert_eq!((rerun.name.as_str(), rerun.args.as_ref()), ("add", a.args.as_ref()));
+    assert_eq!(
+        (rerun.name.as_str(), rerun.args.as_ref()),
+        ("add", a.args.as_ref())
+    );
     w.send(&result_of(&rerun, b"\x91\x05"));
     assert_eq!(results(&mut c, package, 1)[0].data.as_ref(), b"\x91\x05");
 }

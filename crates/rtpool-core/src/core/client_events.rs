@@ -94,8 +94,7 @@ impl Core {
             .packages
             .insert(slot);
         if !results.is_empty() {
-            let bytes = results.iter().map(|r| r.data.len() as u64).sum();
-            self.results_sent(slot, client, (results.len() as u64, bytes), false, out);
+            self.results_resent(slot);
             out.push(Action::Resend {
                 client,
                 package,
@@ -365,8 +364,7 @@ impl Core {
         let n = count.saturating_sub(p.acked) as usize;
         p.acked = p.acked.max(count);
         let acked: Vec<TaskId> = p.unacked.drain(..n.min(p.unacked.len())).collect();
-        let bytes = self.result_bytes(&acked);
-        self.results_acked(slot, acked.len() as u64, bytes);
+        self.results_acked(slot, &acked);
         let mut indices = Vec::new();
         for id in acked {
             let index = self.let_go_of_result(id);
@@ -410,8 +408,7 @@ impl Core {
         let p = self.packages.get_mut(slot).expect("live package");
         let ids: Vec<TaskId> = p.unacked.drain(..).collect();
         let n = ids.len();
-        let bytes = self.result_bytes(&ids);
-        self.results_acked(slot, n as u64, bytes);
+        self.results_acked(slot, &ids);
         for id in ids {
             self.let_go_of_result(id);
         }

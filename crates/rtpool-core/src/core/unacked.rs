@@ -1,7 +1,7 @@
 //! The per-client bound on results waiting for an acknowledgement: each attached package's
-//! share of its client's unacknowledged results (their count is the package's `unacked`
-//! length while attached, their bytes its `sent_bytes`), kept in step as results are sent,
-//! acknowledged, dropped, and as packages attach and detach.
+//! share of its client's unacknowledged results (`judged`, `sent_bytes`: the results sent as
+//! they came; those resent when the client attached are not judged), kept in step as results
+//! are sent, acknowledged, dropped, and as packages attach and detach.
 //!
 //! A client past the bound is told to close ([`Action::UnackedLimit`]): its packages detach
 //! and keep their results for the result TTL, so a client that re-attaches and acknowledges
@@ -11,26 +11,26 @@
 use std::collections::HashMap;
 
 use super::Core;
-use crate::task::TaskState;
 use crate::event::Action;
 use crate::ids::{ClientId, TaskId, UserId};
+use crate::task::TaskState;
 
 impl Core {
     /// `results` results of `bytes` data bytes of the package in `slot` were sent to its
-    /// attached client `client`; with `judge`, tells the client to close if it is now past
-    /// the bound. A re-attach's resend is not judged: the client gets every result it has not
-    /// acknowledged (so a client closed for the bound can always recover its results), and
-    /// the bound applies again to the results that follow.
+    /// attached client `client` as they came; tells the client to close if it is now past the
+    /// bound.
     pub(super) fn results_sent(
         &mut self,
         slot: u64,
         client: ClientId,
         (results, bytes): (u64, u64),
-        judge: bool,
         out: &mut Vec<Action>,
     ) {
         match self.packages.get_mut(slot) {
-            Some(p) if p.client == Some(client) => p.sent_bytes += bytes,
+            Some(p) if p.client == Some(client) => {
+                p.judged += results;
+                p.sent_bytes += bytes;
+            }
             _ => return,
         }
         let Some(c) = self.clients.get_mut(&client) else {
@@ -46,7 +46,7 @@ impl Core {
         let over = c.unacked_results > 1
             && ((max_results > 0 && c.unacked_results > max_results)
                 || (max_bytes > 0 && c.unacked_bytes > max_bytes));
-        if judge && over && !c.closing {
+        if over && !c.closing {
             c.closing = true;
             out.push(Action::UnackedLimit {
                 client,
@@ -58,16 +58,32 @@ impl Core {
         }
     }
 
-    /// The attached client of the package in `slot` acknowledged `results` results of
-    /// `bytes` data bytes (or the package dropped them).
-    pub(super) fn results_acked(&mut self, slot: u64, results: u64, bytes: u64) {
-        let Some(p) = self.packages.get_mut(slot).filter(|p| p.client.is_some()) else {
+    /// The package in `slot` was attached and every unacknowledged result resent: those are
+    /// not judged by the bound (a client closed for it can always get its results back by
+    /// re-attaching), the results that follow are.
+    pub(super) fn results_resent(&mut self, slot: u64) {
+        if let Some(p) = self.packages.get_mut(slot) {
+            p.resent = p.unacked.len() as u64;
+        }
+    }
+
+    /// The attached client of the package in `slot` acknowledged these results, the oldest
+    /// first (or the package dropped them).
+    pub(super) fn results_acked(&mut self, slot: u64, ids: &[TaskId]) {
+        let Some(p) = self.packages.get(slot).filter(|p| p.client.is_some()) else {
             // Detached: its results were counted against no client.
             return;
         };
+        // The resent ones come first in the unacknowledged list.
+        let resent = (p.resent as usize).min(ids.len());
+        let judged = &ids[resent..];
+        let bytes = self.result_bytes(judged);
+        let p = self.packages.get_mut(slot).expect("checked");
+        p.resent -= resent as u64;
+        p.judged -= judged.len() as u64;
         p.sent_bytes -= bytes;
         if let Some(c) = p.client.and_then(|c| self.clients.get_mut(&c)) {
-            c.unacked_results -= results;
+            c.unacked_results -= judged.len() as u64;
             c.unacked_bytes -= bytes;
         }
     }
@@ -79,7 +95,11 @@ impl Core {
         let Some(p) = self.packages.get_mut(slot) else {
             return;
         };
-        let (results, bytes) = (p.unacked.len() as u64, std::mem::take(&mut p.sent_bytes));
+        let (results, bytes) = (
+            std::mem::take(&mut p.judged),
+            std::mem::take(&mut p.sent_bytes),
+        );
+        p.resent = 0;
         if let Some(c) = p.client.and_then(|c| self.clients.get_mut(&c)) {
             c.unacked_results -= results;
             c.unacked_bytes -= bytes;
@@ -102,11 +122,22 @@ impl Core {
         for (slot, p) in self.packages.iter() {
             match p.client {
                 Some(c) => {
+                    assert_eq!(
+                        p.resent + p.judged,
+                        p.unacked.len() as u64,
+                        "{}: resent + judged is its unacknowledged results",
+                        p.id
+                    );
                     let e = clients.entry(c).or_default();
-                    e.0 += p.unacked.len() as u64;
+                    e.0 += p.judged;
                     e.1 += p.sent_bytes;
                 }
-                None => assert_eq!(p.sent_bytes, 0, "detached {} has sent bytes", p.id),
+                None => assert_eq!(
+                    (p.judged, p.sent_bytes, p.resent),
+                    (0, 0, 0),
+                    "detached {} has a share of a client's unacknowledged results",
+                    p.id
+                ),
             }
             let e = users.entry(p.user).or_default();
             for (index, id) in (0u32..).zip(&p.tasks) {

@@ -27,8 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use record::{
-    decode_call, encode_call, DoneRecord, PackageRecord, Record, FORMAT_VERSION,
-    MIN_FORMAT_VERSION,
+    decode_call, encode_call, DoneRecord, PackageRecord, Record, FORMAT_VERSION, MIN_FORMAT_VERSION,
 };
 pub use writer::{Journal, JournalStats};
 

@@ -18,9 +18,9 @@ use rtpool_core::PackageOpts;
 use rtpool_proto::msgpack::{Reader, Writer};
 use rtpool_proto::{ProtoError, OPTS};
 
+pub use self::call::{decode_call, encode_call};
 #[cfg(test)]
 pub(crate) use self::legacy::{encode_v1, encode_v2};
-pub use self::call::{decode_call, encode_call};
 
 /// Version written in every file's meta record.
 pub const FORMAT_VERSION: u64 = 3;
