@@ -5,6 +5,8 @@ tasks make room again."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,22 @@ def test_a_package_past_the_queued_bytes_bound_is_refused_naming_the_bytes(bound
     finally:
         # Nothing runs the accepted package (no worker): do not wait for it.
         alice.shutdown(wait=False, cancel_futures=True)
+
+
+def test_master_help_documents_the_bounds_and_their_defaults() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rtpool", "master", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    for flag, default in (
+        ("--max-queued-tasks-per-user", "1048576"),
+        ("--max-queued-mb-per-user", "1024"),
+        ("--max-unacked-mb", "256"),
+        ("--max-unacked-results", "1048576"),
+    ):
+        assert flag in out
+        after = out[out.index(flag) :]
+        assert f"default: {default}" in " ".join(after[:600].split()), after[:600]
