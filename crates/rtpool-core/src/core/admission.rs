@@ -4,7 +4,7 @@
 
 use super::Core;
 use crate::event::{MissPolicy, PackageOpts, RejectReason};
-use crate::ids::{FnHash, UserId};
+use crate::ids::{ClientId, FnHash, UserId};
 
 /// Most copies of one task (replicas, disagreement copies and hedges together).
 const MAX_COPIES: u8 = 16;
@@ -141,6 +141,15 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Whether a package of `tasks` tasks and `bytes` argument bytes from `client` would be
+    /// refused by its user's bounds now (the shell does not journal such a package).
+    pub fn refuses_for_user_bounds(&self, client: ClientId, tasks: usize, bytes: u64) -> bool {
+        let Some(c) = self.clients.get(&client) else {
+            return false;
+        };
+        self.check_user_bounds(c.user, tasks as u64, bytes).is_err()
     }
 
     /// `tasks` tasks holding `bytes` argument bytes of `user` are queued (or restored).

@@ -77,6 +77,8 @@ pub struct Scheduler {
     held: VecDeque<(u64, Held)>,
     /// When the loop last went idle (after handling what woke it).
     idle_since: StdInstant,
+    /// A submission refused by its user's bounds before it was journaled (no `End` for it).
+    unjournaled: Option<PackageId>,
     /// Time the master was stalled (see [`STALL_MIN`]), left out of the core's clock so that
     /// time limits, result TTLs and deadlines are judged on time the master could observe.
     stalled: Duration,
@@ -114,6 +116,7 @@ impl Scheduler {
             held: VecDeque::new(),
             idle_since: StdInstant::now(),
             stalled: Duration::ZERO,
+            unjournaled: None,
         }
     }
 
@@ -418,7 +421,17 @@ impl Scheduler {
         {
             *package = PackageId(self.next_package);
             self.next_package += 1;
-            if let Some(journal) = &self.journal {
+            // A package its user's bounds refuse is not journaled (a flood of them must not
+            // cost the journal's memory and disk), when nothing is held: then the core
+            // decides on this same state at once.
+            let bytes: u64 = tasks.iter().map(|t| t.len() as u64).sum();
+            let refused = self.held.is_empty()
+                && self
+                    .core
+                    .refuses_for_user_bounds(*client, tasks.len(), bytes);
+            if refused {
+                self.unjournaled = Some(*package);
+            } else if let Some(journal) = &self.journal {
                 let user = self
                     .client_users
                     .get(&client.0)
@@ -472,7 +485,8 @@ impl Scheduler {
             let created = actions
                 .iter()
                 .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
-            if !created && !calls {
+            let journaled = self.unjournaled.take() != Some(package);
+            if !created && !calls && journaled {
                 self.last_lsn = journal.append(Record::End { package: package.0 });
             }
         }

@@ -233,7 +233,7 @@ fn call_packages_leave_no_trace_in_the_journal() {
         scheduler.next_call_package >= (1 << 63) | 2,
         "call ids come from their own range"
     );
-    // A live call package: the core marks its results, deliveries and end as not journaled.
+    // What the core marks not to journal (a call package's results) is not journaled.
     let call = PackageId(7);
     for action in [
         Action::SendResults {
@@ -357,4 +357,45 @@ fn call_package_ids_are_in_their_own_range_and_differ_per_run() {
     assert_eq!(a & 0xffff_ffff, 1);
     assert_ne!(a, b);
     assert_eq!(super::call_package_base(u64::MAX) >> 32, 0xffff_ffff);
+}
+
+#[test]
+fn a_package_refused_by_its_users_bounds_is_not_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut scheduler, mut rx) = with_journal(dir.path());
+    scheduler.core = rtpool_core::Core::new(CoreConfig {
+        max_queued_tasks_per_user: 2,
+        report_deliveries: true,
+        ..CoreConfig::default()
+    });
+    scheduler.apply(Event::ClientJoined {
+        client: ClientId(5),
+        user: UserId(0),
+    });
+    let submit = |req_id: u64, n: usize| Event::Submit {
+        client: ClientId(5),
+        req_id,
+        package: PackageId(0),
+        fn_hash: FnHash([1; 32]),
+        fn_code: Bytes::from_static(b"code"),
+        opts: PackageOpts::default(),
+        tasks: vec![Bytes::from_static(b"a"); n],
+    };
+    let start = scheduler.last_lsn;
+    scheduler.apply(submit(1, 3));
+    assert!(
+        matches!(sent(&mut rx), Msg::Error { code, .. } if code == "queue_limit"),
+        "refused"
+    );
+    assert_eq!(
+        scheduler.last_lsn, start,
+        "a refused package wrote a record"
+    );
+    scheduler.apply(submit(2, 2));
+    assert!(matches!(sent(&mut rx), Msg::Accepted { req_id: 2, .. }));
+    assert_eq!(
+        scheduler.last_lsn,
+        start + 1,
+        "an accepted one is journaled"
+    );
 }
