@@ -102,6 +102,8 @@ ERR_LEASE_EXPIRED = "lease_expired"
 ERR_IDLE = "idle"
 ERR_BUSY = "busy"
 ERR_SLOW_CONSUMER = "slow_consumer"
+ERR_QUEUE_LIMIT = "queue_limit"
+ERR_UNACKED_LIMIT = "unacked_limit"
 NON_FATAL_ERRORS = frozenset(
     {
         ERR_REJECTED,
@@ -110,6 +112,7 @@ NON_FATAL_ERRORS = frozenset(
         ERR_UNKNOWN_FUNCTION,
         ERR_SERVE_CONFLICT,
         ERR_ADMISSION,
+        ERR_QUEUE_LIMIT,
     }
 )
 

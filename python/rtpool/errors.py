@@ -211,6 +211,17 @@ class AdmissionError(SubmitRejected):
     """
 
 
+class QueueLimitError(SubmitRejected):
+    """The package would take its user past a per-user bound of the master (``ERROR
+    queue_limit``): too many tasks queued or running (``--max-queued-tasks-per-user``) or too
+    many argument bytes held by them (``--max-queued-mb-per-user``).
+
+    Nothing of the package ran and the connection stays usable; the message names the limit,
+    the user's current use and what the package would add. Wait for earlier packages to
+    finish (or submit smaller ones) and submit again.
+    """
+
+
 class DeadlineMissedError(TaskFailed, TimeoutError):
     """The task could not make its deadline and was dropped (status ``missed``).
 

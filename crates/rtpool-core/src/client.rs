@@ -11,6 +11,12 @@ pub(crate) struct Client {
     /// Slab keys of the packages attached to it, so losing the client detaches them without a
     /// scan of all packages.
     pub(crate) packages: HashSet<u64>,
+    /// Results sent to it and not yet acknowledged, over its attached packages.
+    pub(crate) unacked_results: u64,
+    /// Data bytes of those results.
+    pub(crate) unacked_bytes: u64,
+    /// Told to close for holding too many unacknowledged results (once).
+    pub(crate) closing: bool,
 }
 
 /// One user: quota and packages.
@@ -22,4 +28,8 @@ pub(crate) struct User {
     pub(crate) pending_us: u64,
     /// Slab keys of its live packages.
     pub(crate) packages: HashSet<u64>,
+    /// Its tasks queued or running (listed tasks, not extra copies), over all its packages.
+    pub(crate) queued_tasks: u64,
+    /// Argument bytes of those tasks.
+    pub(crate) queued_bytes: u64,
 }

@@ -29,6 +29,21 @@ pub struct CoreConfig {
     /// Calls queued for a function whose last server left wait this long for a server to
     /// return, then fail (default 30 s).
     pub service_grace_ns: u64,
+    /// Most tasks one user may have queued or running at once, over all its packages; a
+    /// submission that would pass it is refused (`UserLimit`). 0 = no limit (default
+    /// 1,048,576: about 300 MiB of master memory for empty tasks).
+    pub max_queued_tasks_per_user: u64,
+    /// Most argument bytes one user's queued and running tasks may hold at once; a submission
+    /// that would pass it is refused (`UserLimit`). 0 = no limit (default 1 GiB).
+    pub max_queued_bytes_per_user: u64,
+    /// Most result bytes sent to one client connection and not yet acknowledged; past it
+    /// ([`Action::UnackedLimit`](crate::Action::UnackedLimit)) the connection is closed and its
+    /// packages detach, keeping their results for the result TTL. A client with one result
+    /// unacknowledged is never closed for its size. 0 = no limit (default 256 MiB).
+    pub max_unacked_bytes_per_client: u64,
+    /// Most results sent to one client connection and not yet acknowledged (same rule).
+    /// 0 = no limit (default 1,048,576).
+    pub max_unacked_results_per_client: u64,
 }
 
 impl Default for CoreConfig {
@@ -43,6 +58,10 @@ impl Default for CoreConfig {
             hedge_factor: 1.5,
             estimate_min_samples: 5,
             service_grace_ns: 30 * 1_000_000_000,
+            max_queued_tasks_per_user: 1 << 20,
+            max_queued_bytes_per_user: 1 << 30,
+            max_unacked_bytes_per_client: 256 << 20,
+            max_unacked_results_per_client: 1 << 20,
         }
     }
 }

@@ -7,9 +7,11 @@
 //! - `core/admission.rs`: the checks a submission passes (size, options, deadline, quota);
 //! - `core/worker_events.rs`: a worker's events (join, credit, results, return, loss);
 //! - `core/calls.rs`: packages of calls of named functions (grid RPC) and their dependencies;
+//! - `core/restore_calls.rs`: packages of calls restored from the journal;
 //! - `core/copies.rs`: the copies of one task (replicas, quorum, hedges);
 //! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
 //! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
+//! - `core/unacked.rs`: the per-client bound on results waiting for an acknowledgement;
 //! - `core/invariants.rs`: the invariant walk the tests run after every event.
 //!
 //! The tunables are `config.rs`'s, the gauges and counters `stats.rs`'s.
@@ -32,10 +34,14 @@ mod client_events;
 mod copies;
 mod dispatch;
 mod invariants;
+mod restore_calls;
 mod timers;
+mod unacked;
 mod worker_events;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+pub use self::calls::CALLS_HASH;
 
 use bytes::Bytes;
 
@@ -498,6 +504,7 @@ impl Core {
         }
         package.counts.done += 1;
         package.unacked.push_back(id);
+        let (user, bytes) = (package.user, task.args.len());
         debug_assert!(!task.shadow, "finish of a shadow copy");
         task.state = TaskState::Done {
             holder,
@@ -507,6 +514,7 @@ impl Core {
         let (index, call) = (task.index, task.call.take());
         let group = task.group.take();
         self.retained += 1;
+        self.user_releases(user, bytes);
         self.disarm_task_timer(id);
         if let Some(call) = call {
             // Its dependents get the data; the client only if it asked (or nothing else will).
@@ -528,33 +536,6 @@ impl Core {
         outcome
     }
 
-    /// A result the master makes up for a task (timeout, poison, quota): a UTF-8 message.
-    fn system_outcome(
-        task: &Task,
-        status: TaskStatus,
-        message: String,
-        now: Instant,
-    ) -> TaskOutcome {
-        let (queue_us, worker_us) = match task.state {
-            TaskState::Running { assigned_at, .. } => (
-                assigned_at.micros_since(task.submitted_at),
-                now.micros_since(assigned_at),
-            ),
-            _ => (now.micros_since(task.submitted_at), 0),
-        };
-        TaskOutcome {
-            index: task.index,
-            status,
-            data: Bytes::from(message),
-            queue_us,
-            worker_us,
-            exec_us: 0,
-            wait_us: 0,
-            flush_us: 0,
-            late_us: 0,
-        }
-    }
-
     /// Frees the package if none of its tasks is queued or running and every result was
     /// acknowledged, releasing its function, key and timer.
     fn free_package_if_finished(&mut self, slot: u64, out: &mut Vec<Action>) {
@@ -566,6 +547,7 @@ impl Core {
 
     /// Frees the package now; its remaining tasks must already be done, cancelled or freed.
     fn free_package(&mut self, slot: u64, expired: bool, out: &mut Vec<Action>) {
+        self.results_unattached(slot);
         let p = self.packages.remove(slot).expect("free of a freed package");
         if let Some(client) = p.client.and_then(|c| self.clients.get_mut(&c)) {
             client.packages.remove(&slot);
@@ -590,7 +572,7 @@ impl Core {
         out.push(Action::PackageFreed {
             package: p.id,
             expired,
-            journaled: !p.calls,
+            journaled: true,
         });
     }
 }

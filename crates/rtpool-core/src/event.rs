@@ -271,6 +271,10 @@ pub struct RestoredPackage {
     pub done: Vec<TaskOutcome>,
     /// Indices whose results the client acknowledged.
     pub delivered: Vec<u32>,
+    /// A package of calls (`fn_hash` is [`crate::CALLS_HASH`], `tasks` empty): its calls, each
+    /// naming the version it was resolved to when it was accepted. Its `done` is ignored: its
+    /// calls not delivered run again.
+    pub calls: Vec<CallSpec>,
 }
 
 /// One task inside an [`Action::Assign`].
@@ -362,6 +366,25 @@ pub enum RejectReason {
     NoWorkerSlots {
         /// Its deadline, after submission.
         deadline_us: u64,
+    },
+    /// The user's queued and running tasks (or their argument bytes) would pass the
+    /// per-user bound with this package.
+    #[error(
+        "the user has {used} {what} queued or running and this package adds {adding}, past the \
+         per-user limit of {limit} (master option {option}); wait for some to finish, submit \
+         less at once, or ask the operator to raise {option}"
+    )]
+    UserLimit {
+        /// What is bounded: `"tasks"` or `"argument bytes"`.
+        what: &'static str,
+        /// The master option that sets the limit.
+        option: &'static str,
+        /// What the user has queued or running now.
+        used: u64,
+        /// What the package would add.
+        adding: u64,
+        /// The limit.
+        limit: u64,
     },
     /// Admission control: the package cannot finish by its deadline.
     #[error(
@@ -513,6 +536,20 @@ pub enum Action {
         client: ClientId,
         /// The package it named.
         package: PackageId,
+    },
+    /// The client holds more unacknowledged results than a client may: close its connection
+    /// (its packages detach and keep their results for the result TTL). Sent once per client.
+    UnackedLimit {
+        /// The client.
+        client: ClientId,
+        /// Results sent to it and not acknowledged.
+        results: u64,
+        /// Their data bytes.
+        bytes: u64,
+        /// The limit on results (0: none).
+        max_results: u64,
+        /// The limit on bytes (0: none).
+        max_bytes: u64,
     },
 }
 

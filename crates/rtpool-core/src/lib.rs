@@ -25,7 +25,7 @@ mod task;
 mod worker;
 
 pub use crate::config::CoreConfig;
-pub use crate::core::Core;
+pub use crate::core::{Core, CALLS_HASH};
 pub use crate::estimate::Estimate;
 pub use crate::event::{
     Action, AssignCall, AssignTask, CallSpec, Event, MissPolicy, PackageCounts, PackageOpts,

@@ -31,6 +31,14 @@ pub(crate) struct Package {
     pub(crate) acked: u64,
     /// Results sent since the current attachment began.
     pub(crate) sent: u64,
+    /// Results sent to the attached client as they came and not yet acknowledged (its share
+    /// of the client's `unacked_results`; the bound judges these).
+    pub(crate) judged: u64,
+    /// Their data bytes (its share of the client's `unacked_bytes`).
+    pub(crate) sent_bytes: u64,
+    /// Results resent when the client attached and not yet acknowledged: the front of
+    /// `unacked`, not judged by the bound (`resent + judged == unacked.len()` while attached).
+    pub(crate) resent: u64,
     /// When a detached package expires (its TTL timer), if detached.
     pub(crate) expires: Option<Instant>,
     /// Absolute deadline of its tasks, if it has one.
@@ -72,6 +80,9 @@ impl Package {
             unacked: VecDeque::new(),
             acked: 0,
             sent: 0,
+            judged: 0,
+            sent_bytes: 0,
+            resent: 0,
             expires: None,
             deadline: None,
             deadline_armed: false,

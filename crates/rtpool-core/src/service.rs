@@ -145,6 +145,36 @@ impl ServiceTable {
         Registered::Served(slot)
     }
 
+    /// The entry of `(name, version)`, served or not, created unserved (its interface is
+    /// taken from its first server) if there is none: for calls restored from the journal,
+    /// which wait for a server. An empty `version` is the newest served one, if any.
+    pub(crate) fn unserved_or_served(&mut self, name: &str, version: &str) -> u64 {
+        if version.is_empty() {
+            if let Some(slot) = self.resolve(name, version) {
+                return slot;
+            }
+        }
+        let key = (name.to_owned(), version.to_owned());
+        if let Some(&slot) = self.by_key.get(&key) {
+            return slot;
+        }
+        let slot = self.table.insert(Service {
+            name: key.0.clone(),
+            version: key.1.clone(),
+            interface: Bytes::new(),
+            fn_hash: service_hash(name, version),
+            servers: Vec::new(),
+            positions: HashMap::new(),
+            cursor: 0,
+            queue: ReadyQueue::default(),
+            calls: 0,
+            orphan_at: None,
+        });
+        self.by_name.entry(key.0.clone()).or_default().push(slot);
+        self.by_key.insert(key, slot);
+        slot
+    }
+
     /// Frees the entry if nothing refers to it.
     pub(crate) fn free_if_unused(&mut self, slot: u64) {
         if !self.table.get(slot).is_some_and(Service::is_unused) {

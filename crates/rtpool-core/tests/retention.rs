@@ -350,6 +350,7 @@ fn restored(package: PackageId, tasks: usize, done: &[u32], delivered: &[u32]) -
         tasks: (0..tasks).map(|i| Bytes::from(format!("r:{i}"))).collect(),
         done: done.iter().map(|&i| outcome(i)).collect(),
         delivered: delivered.to_vec(),
+        calls: Vec::new(),
     }))
 }
 

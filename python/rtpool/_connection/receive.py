@@ -19,6 +19,7 @@ from .._serialize import error_from_report
 from ..errors import (
     AdmissionError,
     ProtocolError,
+    QueueLimitError,
     QuotaExceededError,
     ResultsLost,
     SubmitRejected,
@@ -201,7 +202,7 @@ class _Receiver:
         if handler is not None:
             handler(message, ref)
             return
-        if code == P.ERR_REJECTED or code == P.ERR_QUOTA or code == P.ERR_ADMISSION:
+        if code in (P.ERR_REJECTED, P.ERR_QUOTA, P.ERR_ADMISSION, P.ERR_QUEUE_LIMIT):
             with self._cond:
                 self._drop_since = None
                 seg = self._by_req.pop(ref, None)
@@ -216,6 +217,11 @@ class _Receiver:
                     exc = AdmissionError(
                         f"the master at {self.address} refused the package (request {ref}): it "
                         f"cannot finish by its deadline: {message}"
+                    )
+                elif code == P.ERR_QUEUE_LIMIT:
+                    exc = QueueLimitError(
+                        f"the master at {self.address} refused the package (request {ref}): "
+                        f"{message}"
                     )
                 else:
                     exc = SubmitRejected(

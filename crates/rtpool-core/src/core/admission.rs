@@ -4,7 +4,7 @@
 
 use super::Core;
 use crate::event::{MissPolicy, PackageOpts, RejectReason};
-use crate::ids::{FnHash, UserId};
+use crate::ids::{ClientId, FnHash, UserId};
 
 /// Most copies of one task (replicas, disagreement copies and hedges together).
 const MAX_COPIES: u8 = 16;
@@ -99,6 +99,72 @@ impl Core {
             return Err(refuse(finish_us));
         }
         Ok(())
+    }
+
+    /// Refuses a package of `tasks` tasks and `bytes` argument bytes that would take its user's
+    /// queued and running tasks past a per-user bound. O(1).
+    pub(super) fn check_user_bounds(
+        &self,
+        user: UserId,
+        tasks: u64,
+        bytes: u64,
+    ) -> Result<(), RejectReason> {
+        let (used_tasks, used_bytes) = self
+            .users
+            .get(&user)
+            .map_or((0, 0), |u| (u.queued_tasks, u.queued_bytes));
+        let checks = [
+            (
+                "tasks",
+                "--max-queued-tasks-per-user",
+                used_tasks,
+                tasks,
+                self.config.max_queued_tasks_per_user,
+            ),
+            (
+                "argument bytes",
+                "--max-queued-mb-per-user",
+                used_bytes,
+                bytes,
+                self.config.max_queued_bytes_per_user,
+            ),
+        ];
+        for (what, option, used, adding, limit) in checks {
+            if limit > 0 && used.saturating_add(adding) > limit {
+                return Err(RejectReason::UserLimit {
+                    what,
+                    option,
+                    used,
+                    adding,
+                    limit,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a package of `tasks` tasks and `bytes` argument bytes from `client` would be
+    /// refused by its user's bounds now (the shell does not journal such a package).
+    pub fn refuses_for_user_bounds(&self, client: ClientId, tasks: usize, bytes: u64) -> bool {
+        let Some(c) = self.clients.get(&client) else {
+            return false;
+        };
+        self.check_user_bounds(c.user, tasks as u64, bytes).is_err()
+    }
+
+    /// `tasks` tasks holding `bytes` argument bytes of `user` are queued (or restored).
+    pub(super) fn user_takes(&mut self, user: UserId, tasks: u64, bytes: u64) {
+        let u = self.users.entry(user).or_default();
+        u.queued_tasks += tasks;
+        u.queued_bytes += bytes;
+    }
+
+    /// One task of `user` holding `bytes` argument bytes is done or cancelled.
+    pub(super) fn user_releases(&mut self, user: UserId, bytes: usize) {
+        if let Some(u) = self.users.get_mut(&user) {
+            u.queued_tasks -= 1;
+            u.queued_bytes -= bytes as u64;
+        }
     }
 
     /// Refuses a user whose quota is used up.

@@ -22,8 +22,9 @@ use crate::service::Registered;
 use crate::task::{Call, Task, TaskState};
 
 /// The function hash of every call package: calls carry no code. (The shell verifies every
-/// code hash as the SHA-256 of its code, so no code can claim it.)
-pub(super) const CALLS_HASH: FnHash = FnHash(*b"rtpool calls: no code, no hash!!");
+/// code hash as the SHA-256 of its code, so no code can claim it.) The journal records a call
+/// package under it.
+pub const CALLS_HASH: FnHash = FnHash(*b"rtpool calls: no code, no hash!!");
 
 /// Servers looked at per placement, from a rotating start: placement stays O(1) however many
 /// workers serve a function.
@@ -124,9 +125,11 @@ impl Core {
                 return;
             }
         }
+        let bytes: u64 = calls.iter().map(|c| c.args.len() as u64).sum();
         let checked = self.check_size(calls.len()).and_then(|total| {
             Self::check_call_options(&opts)?;
             self.check_quota(user)?;
+            self.check_user_bounds(user, u64::from(total), bytes)?;
             let services = self.resolve_calls(&calls)?;
             Ok((total, services))
         });
@@ -151,6 +154,7 @@ impl Core {
             total,
             now,
         );
+        self.user_takes(user, u64::from(total), bytes);
         self.create_calls(slot, calls, &services, now);
         out.push(Action::Accepted {
             client,

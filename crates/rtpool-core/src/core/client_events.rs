@@ -21,7 +21,7 @@ pub(super) struct Submit {
 }
 
 /// A task id that names no task (an index whose result was delivered before a restart).
-const NO_TASK: TaskId = TaskId(u64::MAX);
+pub(super) const NO_TASK: TaskId = TaskId(u64::MAX);
 
 impl Core {
     /// Registers a client of `user` (again: idempotent).
@@ -45,8 +45,9 @@ impl Core {
     }
 
     /// Detaches a package and arms its TTL timer.
-    fn detach(&mut self, slot: u64, now: Instant) {
+    pub(super) fn detach(&mut self, slot: u64, now: Instant) {
         let at = Instant(now.0.saturating_add(self.config.result_ttl_ns));
+        self.results_unattached(slot);
         let p = self
             .packages
             .get_mut(slot)
@@ -61,6 +62,7 @@ impl Core {
     /// Attaches a package to `client`: disarms its TTL, restarts the acknowledgement count,
     /// and resends every unacknowledged result.
     pub(super) fn attach(&mut self, client: ClientId, slot: u64, out: &mut Vec<Action>) {
+        self.results_unattached(slot);
         let p = self
             .packages
             .get_mut(slot)
@@ -92,6 +94,7 @@ impl Core {
             .packages
             .insert(slot);
         if !results.is_empty() {
+            self.results_resent(slot);
             out.push(Action::Resend {
                 client,
                 package,
@@ -118,9 +121,11 @@ impl Core {
                 return;
             }
         }
+        let bytes: u64 = s.tasks.iter().map(|t| t.len() as u64).sum();
         let checked = self.check_size(s.tasks.len()).and_then(|total| {
             Self::check_options(&s.opts)?;
             self.check_quota(user)?;
+            self.check_user_bounds(user, u64::from(total), bytes)?;
             self.check_admission(&s.fn_hash, &s.opts, total)?;
             Ok(total)
         });
@@ -151,6 +156,7 @@ impl Core {
             total,
             now,
         );
+        self.user_takes(user, u64::from(total), bytes);
         let ids = self.create_tasks(slot, s.tasks, now);
         self.packages.get_mut(slot).expect("just made").tasks = ids;
         out.push(Action::Accepted {
@@ -233,7 +239,13 @@ impl Core {
     /// Recreates a package from the journal, detached, with its TTL armed: delivered indices
     /// are gone, done ones wait for an attach, the rest is queued.
     pub(super) fn on_restore(&mut self, r: RestoredPackage, now: Instant, out: &mut Vec<Action>) {
-        if self.package_slots.contains_key(&r.package) || r.tasks.is_empty() {
+        if self.package_slots.contains_key(&r.package) {
+            return;
+        }
+        if !r.calls.is_empty() {
+            return self.on_restore_calls(r, now, out);
+        }
+        if r.tasks.is_empty() {
             return;
         }
         let total = r.tasks.len().min(u32::MAX as usize) as u32;
@@ -259,7 +271,7 @@ impl Core {
             }
         }
         let mut ids = Vec::with_capacity(r.tasks.len());
-        let mut counts = (0u32, 0u32);
+        let mut counts = (0u32, 0u32, 0u64, 0u64);
         for (index, args) in (0u32..).zip(r.tasks) {
             let i = index as usize;
             if delivered[i] {
@@ -268,6 +280,10 @@ impl Core {
                 continue;
             }
             let mut task = Task::new(slot, index, args, now);
+            if done[i].is_none() {
+                counts.2 += 1;
+                counts.3 += task.args.len() as u64;
+            }
             if let Some(outcome) = done[i].take() {
                 task.args = Bytes::new();
                 task.state = TaskState::Done {
@@ -299,6 +315,8 @@ impl Core {
             }
         }
         p.tasks = ids;
+        // Restored tasks count against their user's bounds but are never refused by them.
+        self.user_takes(r.user, counts.2, counts.3);
         self.detach(slot, now);
         self.free_package_if_finished(slot, out);
         self.dispatch(now, out);
@@ -340,10 +358,13 @@ impl Core {
             .get_mut(slot)
             .expect("attached package is live");
         let count = count.min(p.sent);
-        let journaled = !p.calls;
+        // A call package's deliveries are journaled too (its restore skips delivered calls);
+        // its results are not (a restored call package runs its undelivered calls again).
+        let journaled = true;
         let n = count.saturating_sub(p.acked) as usize;
         p.acked = p.acked.max(count);
         let acked: Vec<TaskId> = p.unacked.drain(..n.min(p.unacked.len())).collect();
+        self.results_acked(slot, &acked);
         let mut indices = Vec::new();
         for id in acked {
             let index = self.let_go_of_result(id);
@@ -387,6 +408,7 @@ impl Core {
         let p = self.packages.get_mut(slot).expect("live package");
         let ids: Vec<TaskId> = p.unacked.drain(..).collect();
         let n = ids.len();
+        self.results_acked(slot, &ids);
         for id in ids {
             self.let_go_of_result(id);
         }
@@ -510,6 +532,7 @@ impl Core {
             .packages
             .get_mut(slot)
             .expect("live task without package");
+        let (user, bytes) = (package.user, task.args.len());
         package.counts.cancelled += 1;
         match task.state {
             TaskState::Queued => {
@@ -538,6 +561,7 @@ impl Core {
             }
             _ => unreachable!("filtered above"),
         }
+        self.user_releases(user, bytes);
         if let Some(call) = call {
             self.cancel_dependents(slot, &call, aborts);
         }

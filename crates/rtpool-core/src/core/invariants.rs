@@ -63,6 +63,7 @@ impl Core {
         self.check_packages(&tally.per_package);
         self.check_services(&tally.calls);
         self.check_clients();
+        self.check_bounds();
         self.check_timers();
     }
 

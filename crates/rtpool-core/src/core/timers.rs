@@ -4,15 +4,44 @@
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
+
 use super::{Core, Timer};
 use crate::event::{Action, TaskOutcome, TaskStatus};
 use crate::ids::{ClientId, Instant, PackageId, TaskId, UserId, WorkerId};
-use crate::task::TaskState;
+use crate::task::{Task, TaskState};
 
 /// Tasks to abort, as `(worker, task, attempt)`.
 pub(super) type Aborts = Vec<(WorkerId, TaskId, u32)>;
 
 impl Core {
+    /// A result the master makes up for a task (timeout, poison, quota): a UTF-8 message.
+    pub(super) fn system_outcome(
+        task: &Task,
+        status: TaskStatus,
+        message: String,
+        now: Instant,
+    ) -> TaskOutcome {
+        let (queue_us, worker_us) = match task.state {
+            TaskState::Running { assigned_at, .. } => (
+                assigned_at.micros_since(task.submitted_at),
+                now.micros_since(assigned_at),
+            ),
+            _ => (now.micros_since(task.submitted_at), 0),
+        };
+        TaskOutcome {
+            index: task.index,
+            status,
+            data: Bytes::from(message),
+            queue_us,
+            worker_us,
+            exec_us: 0,
+            wait_us: 0,
+            flush_us: 0,
+            late_us: 0,
+        }
+    }
+
     /// Arms the time limit of a task just assigned: its own limit plus the grace, capped by the
     /// master's maximum execution time.
     pub(super) fn arm_task_timer(&mut self, id: TaskId, timeout_ms: u32, now: Instant) {
@@ -276,6 +305,10 @@ impl Core {
     pub(super) fn push_results(&mut self, results: Results, out: &mut Vec<Action>) {
         for (slot, client, package, journaled, outcomes) in results.batches {
             self.counters.delivered += outcomes.len() as u64;
+            let sent = (
+                outcomes.len() as u64,
+                outcomes.iter().map(|o| o.data.len() as u64).sum(),
+            );
             if let (Some(_), Some(p)) = (client, self.packages.get_mut(slot)) {
                 p.sent += outcomes.len() as u64;
             }
@@ -285,6 +318,10 @@ impl Core {
                 results: outcomes,
                 journaled,
             });
+            if let Some(c) = client {
+                // After the results: a client told to close gets them first.
+                self.results_sent(slot, c, sent, out);
+            }
         }
     }
 }

@@ -243,15 +243,16 @@ impl Core {
         for &(_, id) in held.iter().rev() {
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
             if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
-                task.lost_on.push((worker, task.attempt));
+                let attempt = task.attempt;
+                let lost_on = task.lost_on.get_or_insert_with(Box::default);
+                lost_on.push((worker, attempt));
                 let allowed = match self.packages.get(task.package) {
                     Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
                     _ => self.config.max_attempts,
                 };
-                if task.lost_on.len() >= allowed.max(1) as usize {
+                if lost_on.len() >= allowed.max(1) as usize {
                     let slot = task.package;
-                    let names: Vec<String> = task
-                        .lost_on
+                    let names: Vec<String> = lost_on
                         .iter()
                         .map(|(w, attempt)| format!("attempt {attempt} on {w}"))
                         .collect();

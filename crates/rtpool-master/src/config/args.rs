@@ -113,6 +113,43 @@ pub struct MasterArgs {
         help_heading = "Limits"
     )]
     pub client_timeout_ms: Option<u32>,
+    /// Most tasks one user may have queued or running at once, over all its packages; a
+    /// submission past it is refused with `ERROR queue_limit` (default: 1048576; 0: no limit).
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub max_queued_tasks_per_user: Option<u64>,
+    /// Most argument MiB one user's queued and running tasks may hold at once; a submission
+    /// past it is refused with `ERROR queue_limit` (default: 1024; 0: no limit).
+    #[arg(
+        long,
+        value_name = "MB",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub max_queued_mb_per_user: Option<u64>,
+    /// Result MiB sent to one client connection and not yet acknowledged; a client that lets
+    /// more pile up is closed with `ERROR unacked_limit`, its packages keeping their results
+    /// for the result TTL (default: 256; 0: no limit).
+    #[arg(
+        long,
+        value_name = "MB",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub max_unacked_mb: Option<u64>,
+    /// Results sent to one client connection and not yet acknowledged (same rule; default:
+    /// 1048576; 0: no limit).
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub max_unacked_results: Option<u64>,
 
     /// Worker lease, in milliseconds: a worker silent this long is closed and its tasks run
     /// elsewhere (default: 3000; 0: never).
@@ -276,6 +313,10 @@ impl MasterArgs {
             max_connections,
             max_buffered_mb,
             client_timeout_ms,
+            max_queued_tasks_per_user,
+            max_queued_mb_per_user,
+            max_unacked_mb,
+            max_unacked_results,
             lease_ms,
             result_ttl_s,
             max_attempts,
@@ -304,6 +345,22 @@ impl MasterArgs {
             max_buffered_mb.map(|mb| mb << 20),
         );
         set(&mut config.client_timeout_ms, client_timeout_ms);
+        set(
+            &mut config.max_queued_tasks_per_user,
+            max_queued_tasks_per_user,
+        );
+        set(
+            &mut config.max_queued_bytes_per_user,
+            max_queued_mb_per_user.map(|mb| mb.saturating_mul(1 << 20)),
+        );
+        set(
+            &mut config.max_unacked_bytes_per_client,
+            max_unacked_mb.map(|mb| mb.saturating_mul(1 << 20)),
+        );
+        set(
+            &mut config.max_unacked_results_per_client,
+            max_unacked_results,
+        );
         set(&mut config.lease_ms, lease_ms);
         set(&mut config.result_ttl, result_ttl_s.map(secs));
         set(&mut config.max_attempts, max_attempts);

@@ -83,6 +83,18 @@ pub struct MasterConfig {
     /// A client that sent nothing for this long is closed with `ERROR idle` (default
     /// 30000 ms; 0: never).
     pub client_timeout_ms: u32,
+    /// Most tasks one user may have queued or running at once (default 1,048,576; 0: no
+    /// limit); past it a submission gets `ERROR queue_limit`.
+    pub max_queued_tasks_per_user: u64,
+    /// Most argument bytes one user's queued and running tasks may hold (default 1 GiB; 0: no
+    /// limit); past it a submission gets `ERROR queue_limit`.
+    pub max_queued_bytes_per_user: u64,
+    /// Result bytes one client connection may leave unacknowledged (default 256 MiB; 0: no
+    /// limit); past it the connection is closed with `ERROR unacked_limit`.
+    pub max_unacked_bytes_per_client: u64,
+    /// Results one client connection may leave unacknowledged (default 1,048,576; 0: no
+    /// limit); same rule.
+    pub max_unacked_results_per_client: u64,
     /// Real-time mode: memory locked, `SCHED_FIFO` and optional CPU pinning of the serving
     /// threads, each as far as the OS permits (default off).
     pub realtime: crate::realtime::RealtimeConfig,
@@ -98,6 +110,10 @@ impl MasterConfig {
             result_ttl_ns: self.result_ttl.as_nanos().min(u64::MAX as u128) as u64,
             hedge_factor: self.hedge_factor,
             service_grace_ns: self.service_grace.as_nanos().min(u64::MAX as u128) as u64,
+            max_queued_tasks_per_user: self.max_queued_tasks_per_user,
+            max_queued_bytes_per_user: self.max_queued_bytes_per_user,
+            max_unacked_bytes_per_client: self.max_unacked_bytes_per_client,
+            max_unacked_results_per_client: self.max_unacked_results_per_client,
             ..rtpool_core::CoreConfig::default()
         }
     }
@@ -137,6 +153,7 @@ pub fn check_hedge_factor(value: f64) -> Result<f64, String> {
 
 impl Default for MasterConfig {
     fn default() -> Self {
+        let core = rtpool_core::CoreConfig::default();
         Self {
             listen: "127.0.0.1:7070".into(),
             data_dir: None,
@@ -161,6 +178,10 @@ impl Default for MasterConfig {
             max_connections: 4096,
             max_buffered_bytes: 64 << 20,
             client_timeout_ms: 30_000,
+            max_queued_tasks_per_user: core.max_queued_tasks_per_user,
+            max_queued_bytes_per_user: core.max_queued_bytes_per_user,
+            max_unacked_bytes_per_client: core.max_unacked_bytes_per_client,
+            max_unacked_results_per_client: core.max_unacked_results_per_client,
             realtime: crate::realtime::RealtimeConfig::default(),
         }
     }

@@ -21,6 +21,9 @@ use super::{grow, ConnCtx, NEVER};
 use crate::outbound::{error_msg, rejected};
 use crate::scheduler::ToScheduler;
 
+/// A silence timer that fires this late means the master was stalled, not the peer silent.
+const STALL_MIN: Duration = Duration::from_millis(500);
+
 /// How a message is refused.
 pub(super) enum Refusal {
     /// Answer with this error; the connection stays open.
@@ -92,6 +95,21 @@ impl Reader {
                     biased;
                     read = rd.read_buf(&mut buf) => break read,
                     () = &mut timer => {
+                        let late = Instant::now().saturating_duration_since(timer.deadline());
+                        if late > STALL_MIN {
+                            // The master itself did not run (SIGSTOP, a frozen VM): the peer's
+                            // frames may wait unread in the socket. Judge its silence on time
+                            // the master could observe: it gets a full lease from now.
+                            warn!(
+                                session = self.session,
+                                "timer fired {} ms late: the master was stalled; the peer's \
+                                 silence is counted from now",
+                                late.as_millis()
+                            );
+                            last_read = Instant::now();
+                            timer.as_mut().reset(last_read + silence);
+                            continue;
+                        }
                         let deadline = last_read + silence;
                         if Instant::now() >= deadline {
                             let msg = self.silence_error(code, silence);

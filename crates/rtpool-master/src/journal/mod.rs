@@ -26,7 +26,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use record::{DoneRecord, PackageRecord, Record, FORMAT_VERSION, MIN_FORMAT_VERSION};
+pub use record::{
+    decode_call, encode_call, DoneRecord, PackageRecord, Record, FORMAT_VERSION, MIN_FORMAT_VERSION,
+};
 pub use writer::{Journal, JournalStats};
 
 /// When the writer thread calls `fdatasync`.

@@ -1,9 +1,11 @@
 //! The scheduler task: sole owner of the [`Core`]. It receives events from connection tasks,
 //! stamps them with the master's monotonic clock, journals what must survive a restart, and
 //! routes the core's actions to the writer of the connection they address. `message.rs` holds
-//! what connections send it, `route.rs` turns each action into its frame, `usage.rs` keeps the
+//! what connections send it, `route.rs` turns each action into its frame, `calls_journal.rs`
+//! journals packages of calls and reads them back, `usage.rs` keeps the
 //! users' quotas and charged time in step with the user store.
 
+mod calls_journal;
 mod message;
 mod route;
 #[cfg(test)]
@@ -32,6 +34,11 @@ pub use self::message::ToScheduler;
 
 /// How often charged compute time is written behind to the user store, and quotas re-read.
 const USAGE_FLUSH: Duration = Duration::from_secs(1);
+
+/// Idle time beyond [`USAGE_FLUSH`] between two wakes of the scheduler loop that counts as a
+/// stall of the master itself (SIGSTOP, a frozen VM, a swapped-out process): the loop wakes
+/// at least once per flush tick, so a longer gap is time the master could not observe.
+const STALL_MIN: Duration = Duration::from_millis(500);
 
 /// The scheduler task's state.
 pub struct Scheduler {
@@ -65,6 +72,13 @@ pub struct Scheduler {
     /// Client events held back behind a submission whose record is not durable yet, in
     /// arrival order, with the LSN each must wait for.
     held: VecDeque<(u64, Held)>,
+    /// When the loop last went idle (after handling what woke it).
+    idle_since: StdInstant,
+    /// A submission refused by its user's bounds before it was journaled (no `End` for it).
+    unjournaled: Option<PackageId>,
+    /// Time the master was stalled (see [`STALL_MIN`]), left out of the core's clock so that
+    /// time limits, result TTLs and deadlines are judged on time the master could observe.
+    stalled: Duration,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -96,6 +110,9 @@ impl Scheduler {
             replay_stats: None,
             last_lsn: 0,
             held: VecDeque::new(),
+            idle_since: StdInstant::now(),
+            stalled: Duration::ZERO,
+            unjournaled: None,
         }
     }
 
@@ -143,20 +160,29 @@ impl Scheduler {
                 tokio::time::Instant::now() + Duration::from_nanos(at.0.saturating_sub(now.0))
             });
             let waiting = !self.held.is_empty();
+            self.idle_since = StdInstant::now();
             tokio::select! {
                 msg = rx.recv() => {
+                    self.note_stall();
                     let Some(msg) = msg else { break };
                     if !self.on_message(msg) {
                         break;
                     }
                 }
                 changed = wait_durable(&mut durable), if waiting => {
+                    self.note_stall();
                     if let Some(lsn) = changed {
                         self.release_held(lsn);
                     }
                 }
-                _ = sleep_until(timer), if timer.is_some() => self.apply(Event::Tick),
-                _ = flush.tick() => self.flush_usage(&tx),
+                _ = sleep_until(timer), if timer.is_some() => {
+                    self.note_stall();
+                    self.apply(Event::Tick);
+                }
+                _ = flush.tick() => {
+                    self.note_stall();
+                    self.flush_usage(&tx);
+                }
             }
         }
         // Whatever was charged since the last flush.
@@ -203,8 +229,11 @@ impl Scheduler {
             }
         }
         let restored = replay.packages.len();
-        for p in replay.packages {
+        for mut p in replay.packages {
             let user = self.user_id(&p.record.user);
+            let Some(calls) = calls_journal::replayed_calls(&mut p.record) else {
+                continue;
+            };
             let r = p.record;
             let done = p
                 .done
@@ -230,6 +259,7 @@ impl Scheduler {
                 tasks: r.tasks,
                 done,
                 delivered: p.delivered,
+                calls,
             }));
             self.apply_now(event);
         }
@@ -260,8 +290,27 @@ impl Scheduler {
         }
     }
 
+    /// The core's clock: time since start, less the time the master was stalled.
     fn now(&self) -> rtpool_core::Instant {
-        rtpool_core::Instant(self.epoch.elapsed().as_nanos() as u64)
+        let observed = self.epoch.elapsed().saturating_sub(self.stalled);
+        rtpool_core::Instant(observed.as_nanos() as u64)
+    }
+
+    /// Called first when the loop wakes: idle time past a flush tick plus [`STALL_MIN`] is a
+    /// stall of the master, taken out of the core's clock so that no running task's time
+    /// limit, no detached package's TTL and no deadline runs out because of it.
+    fn note_stall(&mut self) {
+        let idle = self.idle_since.elapsed();
+        if idle > USAGE_FLUSH + STALL_MIN {
+            let stall = idle - USAGE_FLUSH;
+            self.stalled += stall;
+            warn!(
+                stall_ms = stall.as_millis() as u64,
+                "the master did not run for {} ms (stopped or starved); its timers are \
+                 extended by that much",
+                stall.as_millis()
+            );
+        }
     }
 
     /// Handle one message; false means stop.
@@ -367,7 +416,17 @@ impl Scheduler {
         } = &mut event
         {
             *package = self.package_ids.next_id();
-            if let Some(journal) = &self.journal {
+            // A package its user's bounds refuse is not journaled (a flood of them must not
+            // cost the journal's memory and disk), when nothing is held: then the core
+            // decides on this same state at once.
+            let bytes: u64 = tasks.iter().map(|t| t.len() as u64).sum();
+            let refused = self.held.is_empty()
+                && self
+                    .core
+                    .refuses_for_user_bounds(*client, tasks.len(), bytes);
+            if refused {
+                self.unjournaled = Some(*package);
+            } else if let Some(journal) = &self.journal {
                 let user = self
                     .client_users
                     .get(&client.0)
@@ -395,16 +454,34 @@ impl Scheduler {
             Event::SubmitCalls { package, .. } => (Some(*package), true),
             _ => (None, false),
         };
+        let journal_calls = match &event {
+            Event::SubmitCalls {
+                client,
+                calls,
+                opts,
+                ..
+            } if self.journal.is_some() => Some((*client, calls.clone(), opts.clone())),
+            _ => None,
+        };
         let now = self.now();
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
+        if let (Some(package), Some((client, calls, opts))) = (submitted, journal_calls) {
+            let created = actions
+                .iter()
+                .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
+            if created {
+                self.journal_calls(package, client, calls, opts);
+            }
+        }
         if let (Some(package), Some(journal)) = (submitted, &self.journal) {
             // A refused or deduplicated submission never became a package: end its record (a
             // call package has none).
             let created = actions
                 .iter()
                 .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
-            if !created && !calls {
+            let journaled = self.unjournaled.take() != Some(package);
+            if !created && !calls && journaled {
                 self.last_lsn = journal.append(Record::End { package: package.0 });
             }
         }

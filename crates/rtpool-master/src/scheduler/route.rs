@@ -103,6 +103,7 @@ impl Scheduler {
                         "admission"
                     }
                     RejectReason::UnknownFunction { .. } => "unknown_function",
+                    RejectReason::UserLimit { .. } => "queue_limit",
                     RejectReason::Empty
                     | RejectReason::TooManyTasks { .. }
                     | RejectReason::InvalidOptions(_)
@@ -162,6 +163,23 @@ impl Scheduler {
                     },
                 );
             }
+            Action::UnackedLimit {
+                client,
+                results,
+                bytes,
+                max_results,
+                max_bytes,
+            } => {
+                warn!(
+                    session = client.0,
+                    results, bytes, "client holds too many unacknowledged results: closing"
+                );
+                self.reply(
+                    client.0,
+                    unacked_limit(results, bytes, max_results, max_bytes),
+                    true,
+                );
+            }
             Action::UnknownPackage { client, package } => {
                 self.send(
                     client.0,
@@ -177,6 +195,29 @@ impl Scheduler {
                 );
             }
         }
+    }
+}
+
+/// The fatal `unacked_limit` error for a client past the bound on unacknowledged results.
+fn unacked_limit(results: u64, bytes: u64, max_results: u64, max_bytes: u64) -> Msg {
+    let limit = |n: u64| {
+        if n == 0 {
+            "no limit".to_owned()
+        } else {
+            n.to_string()
+        }
+    };
+    Msg::Error {
+        code: "unacked_limit".into(),
+        message: format!(
+            "this connection holds {results} results ({bytes} bytes) sent and not acknowledged, \
+             past the master's limit ({} results, {} bytes: --max-unacked-results, \
+             --max-unacked-mb): closing; its packages keep their results for the result TTL, \
+             so reconnect, ATTACH and ACK what you read",
+            limit(max_results),
+            limit(max_bytes)
+        ),
+        reference: 0,
     }
 }
 

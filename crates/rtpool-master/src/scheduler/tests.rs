@@ -340,3 +340,44 @@ fn package_options_survive_the_journal_record() {
     );
     assert_eq!(record.opts, default);
 }
+
+#[test]
+fn a_package_refused_by_its_users_bounds_is_not_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut scheduler, mut rx) = with_journal(dir.path());
+    scheduler.core = rtpool_core::Core::new(CoreConfig {
+        max_queued_tasks_per_user: 2,
+        report_deliveries: true,
+        ..CoreConfig::default()
+    });
+    scheduler.apply(Event::ClientJoined {
+        client: ClientId(5),
+        user: UserId(0),
+    });
+    let submit = |req_id: u64, n: usize| Event::Submit {
+        client: ClientId(5),
+        req_id,
+        package: PackageId(0),
+        fn_hash: FnHash([1; 32]),
+        fn_code: Bytes::from_static(b"code"),
+        opts: PackageOpts::default(),
+        tasks: vec![Bytes::from_static(b"a"); n],
+    };
+    let start = scheduler.last_lsn;
+    scheduler.apply(submit(1, 3));
+    assert!(
+        matches!(sent(&mut rx), Msg::Error { code, .. } if code == "queue_limit"),
+        "refused"
+    );
+    assert_eq!(
+        scheduler.last_lsn, start,
+        "a refused package wrote a record"
+    );
+    scheduler.apply(submit(2, 2));
+    assert!(matches!(sent(&mut rx), Msg::Accepted { req_id: 2, .. }));
+    assert_eq!(
+        scheduler.last_lsn,
+        start + 1,
+        "an accepted one is journaled"
+    );
+}

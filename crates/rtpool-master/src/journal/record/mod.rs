@@ -8,6 +8,7 @@
 //! [`super::replay`]'s; the layouts of older versions are `legacy.rs`'s. The layout is
 //! documented in `docs/journal.md`; changing it means a new [`FORMAT_VERSION`].
 
+mod call;
 mod legacy;
 #[cfg(test)]
 mod tests;
@@ -17,6 +18,7 @@ use rtpool_core::PackageOpts;
 use rtpool_proto::msgpack::{Reader, Writer};
 use rtpool_proto::{ProtoError, OPTS};
 
+pub use self::call::{decode_call, encode_call};
 #[cfg(test)]
 pub(crate) use self::legacy::{encode_v1, encode_v2};
 
