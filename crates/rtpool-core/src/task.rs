@@ -56,9 +56,10 @@ pub(crate) struct Task {
     pub(crate) state: TaskState,
     /// When the master fails the running attempt if no result came (time limit + grace).
     pub(crate) time_limit_at: Option<Instant>,
-    /// `(worker, attempt)` of each loss of a worker while it ran this task (the poison-task
-    /// record); empty almost always.
-    pub(crate) lost_on: Vec<(WorkerId, u32)>,
+    /// `(worker, attempt, what happened)` of each loss of a worker, or of the process running
+    /// this task, while it ran it (the poison-task record); empty almost always. What happened
+    /// is the worker's report (`worker process killed by signal 9 (SIGKILL) ...`), if one came.
+    pub(crate) lost_on: Vec<(WorkerId, u32, Option<String>)>,
     /// The result, once `Done`.
     pub(crate) outcome: Option<Box<TaskOutcome>>,
     /// Slab key of its copy group, if the task runs as several copies (replicas, a hedge).

@@ -146,7 +146,9 @@ class Executing:
             answer = self._await_executor(ex, deadline)
         except ExecutorDied as died:
             self._executor = None
-            return P.STATUS_FAILED, self._died_message(str(died), attempt), t_start, perf_ns()
+            text = self._died_message(str(died), t.task_id)
+            log(f"{text.decode()} (attempt {attempt}); the master is told and blames the task")
+            return P.STATUS_LOST, text, t_start, perf_ns()
         except BaseException:
             self._kill_executor()
             raise
@@ -230,10 +232,14 @@ class Executing:
         if ex is not None:
             ex.kill()
 
-    @staticmethod
-    def _died_message(how: str, attempt: int) -> bytes:
-        text = f"the task's process died ({how}) while running the task (attempt {attempt})"
-        if "SIGKILL" in how:
+    def _died_message(self, how: str, task_id: int) -> bytes:
+        """Status ``LOST``'s message: the master retries the task (``max_attempts``), then
+        fails it as a poison task with this text for the attempt."""
+        text = f"task process {how} while running task {task_id}"
+        limit = self.task_memory_mb
+        if limit and ("SIGKILL" in how or "SIGSEGV" in how or "SIGABRT" in how):
+            text += f"; it may have run out of memory (its limit is {limit} MiB)"
+        elif "SIGKILL" in how:
             text += "; the kernel's out-of-memory killer may have ended it"
         return text.encode()
 

@@ -84,6 +84,9 @@ impl Core {
             .get(r.task.0)
             .filter(|t| t.is_held_by(worker, r.attempt))
         else {
+            if r.status == TaskStatus::Lost {
+                self.note_crash_report(worker, &r);
+            }
             self.counters.stale_results += 1;
             return None;
         };
@@ -138,6 +141,10 @@ impl Core {
                     // One vote of several: the group decides whether there is a result.
                     self.copy_answered(r.task, worker, outcome, false, now, batch);
                     return None;
+                }
+                if outcome.status == TaskStatus::Lost {
+                    // The worker survived the process that ran the task: blame the task.
+                    return self.on_crash_report(worker, r.task, r.attempt, &outcome.data, now);
                 }
                 // Now `Done` with no holder: the in-flight entry is already gone.
                 let outcome = self.finish_task(r.task, outcome, now);
@@ -241,26 +248,17 @@ impl Core {
         }
         let mut poisoned = Results::default();
         for &(_, id) in held.iter().rev() {
+            let package = self.tasks.get(id.0).expect("in-flight task is live").package;
+            let allowed = self.allowed_attempts(package);
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
             if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
-                task.lost_on.push((worker, task.attempt));
-                let allowed = match self.packages.get(task.package) {
-                    Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
-                    _ => self.config.max_attempts,
-                };
-                if task.lost_on.len() >= allowed.max(1) as usize {
+                let attempt = task.attempt;
+                if !task.lost_on.iter().any(|(_, a, _)| *a == attempt) {
+                    task.lost_on.push((worker, attempt, None)); // (not reported already)
+                }
+                if task.lost_on.len() >= allowed {
                     let slot = task.package;
-                    let names: Vec<String> = task
-                        .lost_on
-                        .iter()
-                        .map(|(w, attempt)| format!("attempt {attempt} on {w}"))
-                        .collect();
-                    let message = format!(
-                        "poison task: its worker was lost (crashed, killed or cut off) while \
-                         running it {} times ({}); it is not retried",
-                        names.len(),
-                        names.join(", ")
-                    );
+                    let message = poison_message(&task.lost_on);
                     let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
                     self.counters.poisoned += 1;
                     if task.group.is_some() {
@@ -292,6 +290,70 @@ impl Core {
         self.dispatch(now, out);
     }
 
+    /// The worker reports that the process running `(task, attempt)` died (status `Lost`, its
+    /// data saying how): the loss counts against the task as a lost worker does. It is retried
+    /// until its package's `max_attempts`, then fails as a poison task naming each attempt.
+    /// Returns the poison outcome, or `None` when the task was requeued.
+    fn on_crash_report(
+        &mut self,
+        worker: WorkerId,
+        id: TaskId,
+        attempt: u32,
+        how: &[u8],
+        now: Instant,
+    ) -> Option<(u64, TaskOutcome)> {
+        let slot = self.tasks.get(id.0).expect("checked by the caller").package;
+        let allowed = self.allowed_attempts(slot);
+        let task = self.tasks.get_mut(id.0).expect("checked by the caller");
+        task.lost_on
+            .push((worker, attempt, Some(report_text(how))));
+        if task.lost_on.len() < allowed {
+            self.counters.requeued += 1;
+            self.requeue_front(id);
+            return None;
+        }
+        let message = poison_message(&task.lost_on);
+        let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+        self.counters.poisoned += 1;
+        let outcome = self.finish_task(id, outcome, now);
+        let task = self.tasks.get_mut(id.0).expect("just finished");
+        task.state = TaskState::Done {
+            holder: None,
+            acked: false,
+        };
+        Some((slot, outcome))
+    }
+
+    /// A late report of how a lost worker died (sent by `reporter`, its replacement process,
+    /// after the master saw the connection drop): it names the loss recorded for that attempt,
+    /// so that the poison message says what happened. If the master had blamed another task
+    /// (the worker's oldest running one, whose result was still waiting to be batched), the
+    /// reported task's loss is recorded now; the next loss of it is checked against the cap.
+    /// Reports of tasks that are gone or done are ignored.
+    fn note_crash_report(&mut self, reporter: WorkerId, r: &WorkerOutcome) {
+        let Some(task) = self.tasks.get_mut(r.task.0) else {
+            return;
+        };
+        if matches!(task.state, TaskState::Done { .. }) || r.attempt > task.attempt {
+            return;
+        }
+        let how = report_text(&r.data);
+        match task.lost_on.iter_mut().find(|(_, a, _)| *a == r.attempt) {
+            Some(entry) if entry.2.is_none() => entry.2 = Some(how),
+            Some(_) => {}
+            None => task.lost_on.push((reporter, r.attempt, Some(how))),
+        }
+    }
+
+    /// How many losses make a task poison: its package's `max_attempts`, else the master's.
+    fn allowed_attempts(&self, slot: u64) -> usize {
+        let allowed = match self.packages.get(slot) {
+            Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
+            _ => self.config.max_attempts,
+        };
+        allowed.max(1) as usize
+    }
+
     /// When a held task was assigned, in the core-wide assignment order.
     fn assignment_seq(&self, id: TaskId) -> u64 {
         match self.tasks.get(id.0).map(|t| t.state) {
@@ -306,4 +368,27 @@ impl Core {
             other => panic!("in-flight {id} is not held but {other:?}"),
         }
     }
+}
+
+/// A worker's crash report as text: UTF-8 (lossy), at most 300 bytes (a peer's string).
+fn report_text(data: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&data[..data.len().min(300)]);
+    text.trim().to_owned()
+}
+
+/// The message of a poison task: each attempt, its worker and what happened to it.
+fn poison_message(lost_on: &[(WorkerId, u32, Option<String>)]) -> String {
+    let names: Vec<String> = lost_on
+        .iter()
+        .map(|(w, attempt, how)| match how {
+            Some(how) => format!("attempt {attempt} on {w}: {how}"),
+            None => format!("attempt {attempt} on {w}: worker lost (crashed, killed or cut off)"),
+        })
+        .collect();
+    format!(
+        "poison task: the worker or process running it was lost {} times ({}); it is not \
+         retried",
+        names.len(),
+        names.join("; ")
+    )
 }

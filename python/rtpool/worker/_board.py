@@ -1,0 +1,105 @@
+"""The slot board: a page of memory the worker parent shares with its children, so that it
+knows what a child was doing when it died or stopped answering.
+
+Each child writes into its slot's record: the task it runs in its own process (set before the
+call, cleared after: two ``struct.pack_into`` per task, no system call), the master instance and
+lease of its session, and a heartbeat stamp its heartbeat thread refreshes. The parent reads
+the record
+
+* when the child dies: a death while a task ran is that task's (the parent logs the task and
+  the signal, and the replacement child reports it to the master, which blames the task);
+* while the child lives: a task running for longer than the lease while the heartbeat stamp
+  is that old means the task holds the GIL (the heartbeat thread cannot run). The parent kills
+  the child before the master's lease expires and says so, instead of a bare "worker lost".
+
+The record is written by the child only (the parent only reads it) and read by the parent
+when the child is dead or, for the heartbeat check, where a torn read costs at most one late
+check. An anonymous ``MAP_SHARED`` mapping is inherited by ``fork``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+from typing import NamedTuple
+
+# task id, attempt, busy (1: a task runs in the child's own process), lease_ms, instance,
+# beat_ns (time.monotonic_ns() of the heartbeat thread's last round), started_ns.
+_RECORD = struct.Struct("<QIIIxxxxQqq")
+_TASK = struct.Struct("<QII")  # task, attempt, busy: one write when a task starts
+_BUSY = struct.Struct("<I")
+_BUSY_OFFSET = 12
+_SESSION = struct.Struct("<I4xQ")  # lease_ms, instance
+_SESSION_OFFSET = 16
+_BEAT = struct.Struct("<q")
+_BEAT_OFFSET = 32
+_STARTED = struct.Struct("<q")
+_STARTED_OFFSET = 40
+
+
+class SlotState(NamedTuple):
+    """A copy of one slot's record."""
+
+    #: The task running in the child's own process (valid when ``busy``).
+    task_id: int
+    attempt: int
+    #: Whether a task runs in the child's own process now.
+    busy: bool
+    #: The lease of the child's session (0: not connected yet).
+    lease_ms: int
+    #: The master instance of the child's session.
+    instance: int
+    #: ``time.monotonic_ns()`` of the heartbeat thread's last round (0: none yet).
+    beat_ns: int
+    #: ``time.monotonic_ns()`` of when the running task started.
+    started_ns: int
+
+
+class SlotBoard:
+    """The parent's board of ``slots`` records (see the module docstring)."""
+
+    def __init__(self, slots: int) -> None:
+        self._map = mmap.mmap(-1, max(1, slots) * _RECORD.size)
+
+    def slot(self, index: int) -> Slot:
+        """The writer handle a child uses for its record."""
+        return Slot(self._map, index * _RECORD.size)
+
+    def read(self, index: int) -> SlotState:
+        """A copy of slot ``index``'s record."""
+        fields = _RECORD.unpack_from(self._map, index * _RECORD.size)
+        task, attempt, busy, lease_ms, instance, beat_ns, started_ns = fields
+        return SlotState(task, attempt, busy == 1, lease_ms, instance, beat_ns, started_ns)
+
+    def clear(self, index: int) -> None:
+        """Zero slot ``index``'s record (before its child is started)."""
+        off = index * _RECORD.size
+        self._map[off : off + _RECORD.size] = bytes(_RECORD.size)
+
+
+class Slot:
+    """A child's writer handle on its record."""
+
+    __slots__ = ("_buf", "_off")
+
+    def __init__(self, buf: mmap.mmap, offset: int) -> None:
+        self._buf = buf
+        self._off = offset
+
+    def task_started(self, task_id: int, attempt: int) -> None:
+        """A task starts running in this process."""
+        _STARTED.pack_into(self._buf, self._off + _STARTED_OFFSET, time.monotonic_ns())
+        _TASK.pack_into(self._buf, self._off, task_id, attempt, 1)
+
+    def task_ended(self) -> None:
+        """The task that ran in this process returned."""
+        _BUSY.pack_into(self._buf, self._off + _BUSY_OFFSET, 0)
+
+    def session(self, lease_ms: int, instance: int) -> None:
+        """A session started with this lease, at this master instance."""
+        _SESSION.pack_into(self._buf, self._off + _SESSION_OFFSET, lease_ms, instance)
+
+    def beat(self) -> None:
+        """The heartbeat thread ran."""
+        _BEAT.pack_into(self._buf, self._off + _BEAT_OFFSET, time.monotonic_ns())

@@ -1,0 +1,85 @@
+"""Poison isolation (issue 12, item 1): tasks that crash the process running them
+(SIGKILL, ``os._exit(3)``, a segfault) in a package of ordinary ones, on ``rtpool worker`` with
+2 processes. The worker parent keeps both slots alive, the master blames the tasks (retried
+within ``max_attempts``, then ``PoisonTaskError`` saying what happened) and every other task
+completes with its result.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import re
+import time
+
+import pytest
+
+import tasks.hostile
+from rtpool.errors import PoisonTaskError
+
+# Index -> how the task crashes its process; the others return their index.
+POISON = {17: "sigkill", 60: "exit3", 99: "segv", 140: "sigkill", 181: "exit3"}
+TOTAL = 200
+
+
+def _run_mix(client, poison: dict) -> tuple:
+    hows = [poison.get(i, "none") for i in range(TOTAL)]
+    t0 = time.monotonic()
+    package = client.submit_many(tasks.hostile.crash, zip(hows, range(TOTAL)), star=True)
+    done, not_done = cf.wait(package.futures, timeout=90)
+    return package, time.monotonic() - t0, not_done
+
+
+def test_poison_tasks_fail_alone_and_the_worker_keeps_its_slots(
+    master, workers, client_factory
+) -> None:
+    worker = workers.start(2)
+    client = client_factory()
+    package, elapsed, not_done = _run_mix(client, POISON)
+    assert not not_done, f"{len(not_done)} of {TOTAL} tasks never finished; {workers.log_text(0)}"
+    for i, future in enumerate(package.futures):
+        if i not in POISON:
+            assert future.result() == i
+            continue
+        with pytest.raises(PoisonTaskError) as info:
+            future.result()
+        text = str(info.value)
+        if POISON[i] == "sigkill":
+            assert "killed by signal 9 (SIGKILL)" in text, text
+        elif POISON[i] == "segv":
+            assert "killed by signal 11 (SIGSEGV)" in text, text
+        else:
+            assert "exited with code 3" in text, text
+        assert "3 times" in text, text
+    # The worker is still there and serves a second package (both slots).
+    assert worker.poll() is None, workers.log_text(0)
+    log = workers.log_text(0)
+    assert "not restarting" not in log, log
+    # Each death (of a worker process, or of the executor process a retry runs in) is logged
+    # with the task that caused it and how; each poison task 3 times (4 when the report of a
+    # worker process's death reached the master after the task's next two attempts).
+    deaths = re.findall(
+        r"(?:killed by signal \d+ \(SIG[A-Z]+\)|exited with code 3) while running task (\d+)", log
+    )
+    per_task = {task: deaths.count(task) for task in set(deaths)}
+    assert len(per_task) == len(POISON), log
+    assert all(3 <= n <= 4 for n in per_task.values()), (per_task, log)
+    again = client.map(tasks.hostile.crash, ["none"] * 20, range(20), timeout=60)
+    assert list(again) == list(range(20))
+
+
+@pytest.mark.slow
+def test_poison_mix_completion_time_against_no_poison(master, workers, client_factory) -> None:
+    """Prints the completion time of 200 tasks with and without 5 poison ones (the figure for
+    the issue's note; not an assertion on speed)."""
+    workers.start(2)
+    client = client_factory()
+    _, clean, not_done = _run_mix(client, {})
+    assert not not_done
+    _, mixed, not_done = _run_mix(client, POISON)
+    assert not not_done
+    _, clean2, not_done = _run_mix(client, {})
+    assert not not_done
+    print(
+        f"\npoison mix: no poison {clean:.3f} s, 5 poison in 200 {mixed:.3f} s, "
+        f"no poison again {clean2:.3f} s"
+    )
