@@ -276,7 +276,11 @@ def test_a_task_over_the_memory_limit_gets_memory_error(fake):
     got = w.results(2, timeout=20)
     assert got[1][2] in (P.STATUS_ERROR, P.STATUS_FAILED)
     if got[1][2] == P.STATUS_ERROR:
-        assert type(S.error_from_report(got[1][3])) is MemoryError
+        exc = S.error_from_report(got[1][3])
+        assert type(exc) is MemoryError
+        # It says which limit it hit.
+        notes = " ".join(getattr(exc, "__notes__", ()) or exc.args)
+        assert f"memory limit of {limit} MiB" in notes and "--task-memory-mb" in notes, notes
     assert (got[2][2], pickle.loads(got[2][3])) == (P.STATUS_OK, 16 << 20)
     assert w.conn._executor is not None  # with a memory limit every task runs there
     w.finish()

@@ -330,11 +330,16 @@ fn a_late_crash_report_names_the_loss_in_the_poison_message() {
     };
     assert_eq!(*status, TaskStatus::Lost);
     assert!(
-        message.contains(&format!("attempt 1 on {first}: worker process exited with code 3")),
+        message.contains(&format!(
+            "attempt 1 on {first}: worker process exited with code 3"
+        )),
         "{message}"
     );
     assert!(message.contains("attempt 2 on"), "{message}");
-    assert!(message.contains("worker lost (crashed, killed or cut off)"), "{message}");
+    assert!(
+        message.contains("worker lost (crashed, killed or cut off)"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -360,12 +365,21 @@ fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
     let got = tasks_of(&env.credit(second, 2), second);
     assert_eq!(got, [innocent, culprit]);
     env.complete(second, innocent);
-    let out = env.answer(second, culprit, TaskStatus::Lost, b"task process exited with code 3", 5);
+    let out = env.answer(
+        second,
+        culprit,
+        TaskStatus::Lost,
+        b"task process exited with code 3",
+        5,
+    );
     let [(index, status, message)] = &outcomes(&out)[..] else {
         panic!("one poison result expected: {out:?}");
     };
     assert_eq!((*index, *status), (1, TaskStatus::Lost));
     assert!(message.contains("2 times"), "{message}");
-    assert!(message.contains("killed by signal 9 (SIGKILL)"), "{message}");
+    assert!(
+        message.contains("killed by signal 9 (SIGKILL)"),
+        "{message}"
+    );
     assert!(message.contains("exited with code 3"), "{message}");
 }

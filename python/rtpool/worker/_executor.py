@@ -265,6 +265,8 @@ class Executing:
             value = fn(*args, **kwargs) if kwargs else fn(*args)
         except BaseException as exc:
             t_end = perf_ns()
+            if isinstance(exc, MemoryError) and self.task_memory_mb:
+                self._note_memory_limit(exc)
             return P.STATUS_ERROR, self._error(exc), t_start, t_end
         t_end = perf_ns()
         try:
@@ -308,6 +310,18 @@ class Executing:
                 {"type": type(exc).__name__, "message": repr(exc), "traceback": tb},
                 use_bin_type=True,
             )
+
+    def _note_memory_limit(self, exc: MemoryError) -> None:
+        """Say which limit a task's ``MemoryError`` hit (shown with its traceback)."""
+        note = (
+            f"the task ran under the worker's memory limit of {self.task_memory_mb} MiB of "
+            f"address space (rtpool worker --task-memory-mb, on worker {self.name}); "
+            "use less memory per task or run workers with a larger limit"
+        )
+        if hasattr(exc, "add_note"):  # Python 3.11+
+            exc.add_note(note)
+        elif not exc.args:
+            exc.args = (note,)
 
     def _too_large(self, size: int) -> Exception:
         limit = self.frame_budget + RESULT_FRAME_OVERHEAD

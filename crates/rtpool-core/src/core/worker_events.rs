@@ -248,7 +248,11 @@ impl Core {
         }
         let mut poisoned = Results::default();
         for &(_, id) in held.iter().rev() {
-            let package = self.tasks.get(id.0).expect("in-flight task is live").package;
+            let package = self
+                .tasks
+                .get(id.0)
+                .expect("in-flight task is live")
+                .package;
             let allowed = self.allowed_attempts(package);
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
             if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
@@ -305,8 +309,7 @@ impl Core {
         let slot = self.tasks.get(id.0).expect("checked by the caller").package;
         let allowed = self.allowed_attempts(slot);
         let task = self.tasks.get_mut(id.0).expect("checked by the caller");
-        task.lost_on
-            .push((worker, attempt, Some(report_text(how))));
+        task.lost_on.push((worker, attempt, Some(report_text(how))));
         if task.lost_on.len() < allowed {
             self.counters.requeued += 1;
             self.requeue_front(id);
@@ -386,8 +389,8 @@ fn poison_message(lost_on: &[(WorkerId, u32, Option<String>)]) -> String {
         })
         .collect();
     format!(
-        "poison task: the worker or process running it was lost {} times ({}); it is not \
-         retried",
+        "poison task: its worker (or the process running it) was lost while running it {} \
+         times ({}); it is not retried",
         names.len(),
         names.join("; ")
     )
