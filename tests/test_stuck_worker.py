@@ -97,3 +97,4 @@ def test_a_task_holding_the_gil_past_the_lease_is_named_and_retried_in_isolation
     assert future.result(timeout=90) >= 18
     log = workers.log_text(0)
     assert "held the GIL for more than" in log and "while running task" in log, log
+    assert "was killed (signal 9, SIGKILL) by the worker" in log, log

@@ -231,10 +231,9 @@ class Supervisor:
             if quiet_ns < limit_ns or _is_stopped(pid):
                 continue  # a stopped child (SIGSTOP, a debugger) holds nothing: not its task
             self.killed[pid] = (
-                f"held the GIL for more than {quiet_ns / 1e9:.1f} s (its heartbeat thread could "
-                f"not run; the master's lease is {state.lease_ms / 1000:g} s), so the worker "
-                "killed the process (signal 9, SIGKILL) and replaced it; "
-                "give such a task a timeout= so that it runs in a process of its own"
+                f"was killed (signal 9, SIGKILL) by the worker because its task held the GIL for "
+                f"more than {quiet_ns / 1e9:.1f} s, past {_GIL_SHARE:.0%} of the master's lease "
+                f"of {state.lease_ms / 1000:g} s (its heartbeat thread could not run)"
             )
             try:
                 os.kill(pid, signal.SIGKILL)
