@@ -89,3 +89,44 @@ def test_poison_mix_completion_time_against_no_poison(master, workers, client_fa
         + ", ".join(f"{t:.3f}" for t in mixed)
         + " s"
     )
+
+
+# -- the parent's restart policy, without processes ---------------------------------------------
+
+
+def _supervisor():
+    import argparse
+
+    from rtpool.worker._supervisor import Supervisor
+
+    return Supervisor(argparse.Namespace(procs=1), "token")
+
+
+def test_a_slot_is_restarted_however_often_it_dies_with_a_capped_backoff() -> None:
+    sup = _supervisor()
+    delays = []
+    for pid in range(100, 130):  # 30 deaths of one slot within a second
+        sup._on_exit(pid, 0, 9)  # waitpid status of a SIGKILL
+        delays.append(sup.due.pop(0) - time.monotonic())
+    assert all(d <= 2.0 for d in delays), delays
+    assert delays[0] <= 0.1 and delays[-1] >= 1.5, delays
+    assert sup.exit_code == 0
+
+
+def test_a_tasks_exit_code_is_the_tasks_crash_not_the_childs_verdict() -> None:
+    sup = _supervisor()
+    slot = sup.board.slot(0)
+    slot.session(3000, 77)
+    slot.task_started(5, 1)
+    sup._on_exit(200, 0, 3 << 8)  # os._exit(3) inside task 5: EXIT_LOST's value
+    assert sup.due.pop(0), "the slot is restarted"
+    ((instance, entry),) = sup.reports[0]
+    assert instance == 77 and entry[:3] == [5, 1, 5]
+    assert entry[3] == b"worker process exited with code 3 while running task 5"
+    # The same exit code from an idle child is its own verdict (master unreachable): not
+    # restarted; nor is a bad token (2). A retired child (4) is replaced at once.
+    sup.board.clear(0)
+    sup._on_exit(201, 0, 3 << 8)
+    assert 0 not in sup.due and sup.exit_code == 3
+    sup._on_exit(202, 0, 4 << 8)
+    assert sup.due.pop(0) <= time.monotonic()
