@@ -130,3 +130,16 @@ def test_a_tasks_exit_code_is_the_tasks_crash_not_the_childs_verdict() -> None:
     assert 0 not in sup.due and sup.exit_code == 3
     sup._on_exit(202, 0, 4 << 8)
     assert sup.due.pop(0) <= time.monotonic()
+
+
+def test_the_suspect_ring_remembers_the_latest_tasks_that_killed_a_child() -> None:
+    from rtpool.worker._board import SUSPECTS, SlotBoard
+
+    board = SlotBoard(2)
+    assert not board.is_suspect(0), "an empty ring names no task, not even task 0"
+    board.add_suspect(0)
+    board.add_suspect(2**64 - 2)
+    assert board.slot(1).board.is_suspect(0) and board.is_suspect(2**64 - 2)
+    for task in range(1, SUSPECTS + 1):
+        board.add_suspect(task)
+    assert not board.is_suspect(0) and board.is_suspect(SUSPECTS)  # the oldest went first

@@ -7,7 +7,9 @@ lease of its session, and a heartbeat stamp its heartbeat thread refreshes. The 
 the record
 
 * when the child dies: a death while a task ran is that task's (the parent logs the task and
-  the signal, and the replacement child reports it to the master, which blames the task);
+  the signal, and the replacement child reports it to the master, which blames the task). The
+  parent also puts the task in the board's *suspect ring*: its retries, on any child of this
+  worker, run in an executor process, where a crash costs a fork rather than a child;
 * while the child lives: a task running for longer than the lease while the heartbeat stamp
   is that old means the task holds the GIL (the heartbeat thread cannot run). The parent kills
   the child before the master's lease expires and says so, instead of a bare "worker lost".
@@ -56,15 +58,37 @@ class SlotState(NamedTuple):
     started_ns: int
 
 
+#: Tasks that killed a child of this worker, remembered (the latest) so that their retries run
+#: in an executor process wherever they land among this worker's children.
+SUSPECTS = 256
+_SUSPECTS = struct.Struct(f"<{SUSPECTS}Q")
+_INDEX = struct.Struct("<Q")
+
+
 class SlotBoard:
-    """The parent's board of ``slots`` records (see the module docstring)."""
+    """The parent's board of ``slots`` records and the suspect ring (see the module
+    docstring)."""
 
     def __init__(self, slots: int) -> None:
-        self._map = mmap.mmap(-1, max(1, slots) * _RECORD.size)
+        self._suspects_at = max(1, slots) * _RECORD.size
+        self._map = mmap.mmap(-1, self._suspects_at + _INDEX.size + _SUSPECTS.size)
 
     def slot(self, index: int) -> Slot:
         """The writer handle a child uses for its record."""
-        return Slot(self._map, index * _RECORD.size)
+        return Slot(self._map, index * _RECORD.size, self)
+
+    def add_suspect(self, task_id: int) -> None:
+        """Remember a task that killed a child (the parent is the only writer)."""
+        (n,) = _INDEX.unpack_from(self._map, self._suspects_at)
+        at = self._suspects_at + _INDEX.size + (n % SUSPECTS) * 8
+        _INDEX.pack_into(self._map, at, (task_id + 1) % 2**64)  # 0 is an empty entry
+        _INDEX.pack_into(self._map, self._suspects_at, n + 1)
+
+    def is_suspect(self, task_id: int) -> bool:
+        """Whether ``task_id`` killed a child of this worker lately (a few microseconds: only
+        asked for retried tasks)."""
+        entries = _SUSPECTS.unpack_from(self._map, self._suspects_at + _INDEX.size)
+        return (task_id + 1) % 2**64 in entries
 
     def read(self, index: int) -> SlotState:
         """A copy of slot ``index``'s record."""
@@ -81,11 +105,13 @@ class SlotBoard:
 class Slot:
     """A child's writer handle on its record."""
 
-    __slots__ = ("_buf", "_off")
+    __slots__ = ("_buf", "_off", "board")
 
-    def __init__(self, buf: mmap.mmap, offset: int) -> None:
+    def __init__(self, buf: mmap.mmap, offset: int, board: SlotBoard) -> None:
         self._buf = buf
         self._off = offset
+        #: The whole board (the child reads the suspect ring).
+        self.board = board
 
     def task_started(self, task_id: int, attempt: int) -> None:
         """A task starts running in this process."""

@@ -74,6 +74,7 @@ class Executing:
     frame_budget: int
     pending: List[list]
     services: List[Service]
+    _suspects: set
 
     def _init_executing(self, services: List[Service]) -> None:
         #: Function code by hash, as ASSIGN sent it (per connection).
@@ -146,6 +147,7 @@ class Executing:
             answer = self._await_executor(ex, deadline)
         except ExecutorDied as died:
             self._executor = None
+            self._suspects.add(t.task_id)
             text = self._died_message(str(died), t.task_id)
             log(f"{text.decode()} (attempt {attempt}); the master is told and blames the task")
             return P.STATUS_LOST, text, t_start, perf_ns()

@@ -113,6 +113,8 @@ class WorkerConnection(Session, Executing, Watchdog):
         self.board = board
         self._init_executing(list(services))
         self._init_watchdog()
+        #: Tasks whose executor process died here (their retries run there too).
+        self._suspects: set = set()
         self.max_prefetch = max(1, max_prefetch)
         self.task_memory_mb = task_memory_mb or None
         self.pending_bytes = 0
@@ -235,9 +237,9 @@ class WorkerConnection(Session, Executing, Watchdog):
         # wait_us runs from receipt to the call (unpickling the arguments included), exec_us
         # is the call (for a named function, decoding its arguments and encoding its results
         # included), and flush_us from its end to the write (pickling the result included).
-        if t.timeout_ms or self.task_memory_mb or t.attempt > 1:
-            # A retried task may be the one that crashed its last process: it runs where a
-            # crash costs only the executor, and is reported as the task's (status LOST).
+        if t.timeout_ms or self.task_memory_mb or (t.attempt > 1 and self._is_suspect(t)):
+            # A retry of a task that killed a child of this worker runs where a crash costs
+            # only the executor, and is reported as the task's (status LOST).
             status, data, t_start, t_end = self._run_in_executor(t)
             t_begin = t_start
         else:
@@ -290,6 +292,13 @@ class WorkerConnection(Session, Executing, Watchdog):
         surplus = len(self.queue) - self.prefetch
         if surplus > 0:
             self._give_back(surplus)
+
+    def _is_suspect(self, t: Task) -> bool:
+        """Whether a retried task killed a child of this worker (or its executor here)."""
+        if t.task_id in self._suspects:
+            return True
+        board = self.board
+        return board is not None and board.board.is_suspect(t.task_id)
 
     def _give_back(self, count: int) -> None:
         """RETURN the last ``count`` unstarted tasks, so idle workers can take them.

@@ -199,13 +199,14 @@ class Supervisor:
         delay = self._backoff(slot)
         if state.busy:
             self._report(slot, state, how)
+            self.board.add_suspect(state.task_id)
             log(
                 f"child {pid} (slot {slot}) {how} while running task {state.task_id} (attempt "
                 f"{state.attempt}); the master is told, and blames the task; restarting the "
                 f"slot in {delay:g} s"
             )
         else:
-            log(f"child {pid} (slot {slot}) {how}; restarting it in {delay:g} s")
+            log(f"child {pid} (slot {slot}) died ({how}); restarting it in {delay:g} s")
         self.due[slot] = time.monotonic() + delay
 
     def _report(self, slot: int, state: SlotState, how: str) -> None:
