@@ -738,7 +738,8 @@ def test_e2e_a_worker_that_lost_its_lease_reconnects(
 def test_local_cluster_passes_the_memory_limit_to_its_workers(tmp_path):
     with rtpool.LocalCluster(workers=1, task_memory_mb=4096) as cluster:
         (pid,) = cluster.worker_pids
-        assert psutil.Process(pid).cmdline()[-2:] == ["--task-memory-mb", "4096"]
+        # (Right after the fork the process may not have exec'd yet: its cmdline is empty.)
+        wait_until(lambda: psutil.Process(pid).cmdline()[-2:] == ["--task-memory-mb", "4096"])
         client = RawClient(cluster.address, cluster.client_token)
         try:
             package = client.submit(tasks.where, [()])
