@@ -105,12 +105,19 @@ def _supervisor():
 def test_a_slot_is_restarted_however_often_it_dies_with_a_capped_backoff() -> None:
     sup = _supervisor()
     delays = []
-    for pid in range(100, 130):  # 30 deaths of one slot within a second
+    for pid in range(100, 130):  # 30 deaths of one slot within a second, before any task
         sup._on_exit(pid, 0, 9)  # waitpid status of a SIGKILL
         delays.append(sup.due.pop(0) - time.monotonic())
     assert all(d <= 2.0 for d in delays), delays
     assert delays[0] <= 0.1 and delays[-1] >= 1.5, delays
     assert sup.exit_code == 0
+    # A child that completed a task before dying (a poison task among good ones) is not a
+    # crash loop: the count starts again.
+    slot = sup.board.slot(0)
+    slot.task_started(1, 1)
+    slot.task_ended()
+    sup._on_exit(131, 0, 9)
+    assert sup.due.pop(0) - time.monotonic() <= 0.1
 
 
 def test_a_tasks_exit_code_is_the_tasks_crash_not_the_childs_verdict() -> None:
@@ -143,3 +150,13 @@ def test_the_suspect_ring_remembers_the_latest_tasks_that_killed_a_child() -> No
     for task in range(1, SUSPECTS + 1):
         board.add_suspect(task)
     assert not board.is_suspect(0) and board.is_suspect(SUSPECTS)  # the oldest went first
+
+
+def test_a_task_a_sibling_died_running_is_suspect_before_the_parent_reaps_it() -> None:
+    from rtpool.worker._board import SlotBoard
+
+    board = SlotBoard(2)
+    board.slot(0).task_started(41, 1)  # then slot 0's child dies: its record stays
+    assert board.slot(1).board.is_suspect(41) and not board.is_suspect(42)
+    board.slot(0).task_ended()
+    assert not board.is_suspect(41)

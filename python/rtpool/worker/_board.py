@@ -26,10 +26,11 @@ import struct
 import time
 from typing import NamedTuple
 
-# task id, attempt, busy (1: a task runs in the child's own process), lease_ms, instance,
+# task id, attempt, state (2 * tasks completed in the child's own process, + 1 while one runs
+# there), lease_ms, instance,
 # beat_ns (time.monotonic_ns() of the heartbeat thread's last round), started_ns.
 _RECORD = struct.Struct("<QIIIxxxxQqq")
-_TASK = struct.Struct("<QII")  # task, attempt, busy: one write when a task starts
+_TASK = struct.Struct("<QII")  # task, attempt, state: one write when a task starts
 _BUSY = struct.Struct("<I")
 _BUSY_OFFSET = 12
 _SESSION = struct.Struct("<I4xQ")  # lease_ms, instance
@@ -48,6 +49,8 @@ class SlotState(NamedTuple):
     attempt: int
     #: Whether a task runs in the child's own process now.
     busy: bool
+    #: Tasks the child completed in its own process (it did useful work: not a crash loop).
+    completed: int
     #: The lease of the child's session (0: not connected yet).
     lease_ms: int
     #: The master instance of the child's session.
@@ -70,7 +73,8 @@ class SlotBoard:
     docstring)."""
 
     def __init__(self, slots: int) -> None:
-        self._suspects_at = max(1, slots) * _RECORD.size
+        self._slots = max(1, slots)
+        self._suspects_at = self._slots * _RECORD.size
         self._map = mmap.mmap(-1, self._suspects_at + _INDEX.size + _SUSPECTS.size)
 
     def slot(self, index: int) -> Slot:
@@ -86,15 +90,27 @@ class SlotBoard:
 
     def is_suspect(self, task_id: int) -> bool:
         """Whether ``task_id`` killed a child of this worker lately (a few microseconds: only
-        asked for retried tasks)."""
+        asked for retried tasks).
+
+        Also true while a slot's record still shows the task running: its child died with it
+        (or lost it) and the parent has not reaped it yet. The master requeues the task as soon
+        as the connection drops, so its retry can reach a sibling before the parent notices.
+        """
         entries = _SUSPECTS.unpack_from(self._map, self._suspects_at + _INDEX.size)
-        return (task_id + 1) % 2**64 in entries
+        if (task_id + 1) % 2**64 in entries:
+            return True
+        for index in range(self._slots):
+            task, _, state = _TASK.unpack_from(self._map, index * _RECORD.size)
+            if state & 1 and task == task_id:
+                return True
+        return False
 
     def read(self, index: int) -> SlotState:
         """A copy of slot ``index``'s record."""
         fields = _RECORD.unpack_from(self._map, index * _RECORD.size)
-        task, attempt, busy, lease_ms, instance, beat_ns, started_ns = fields
-        return SlotState(task, attempt, busy == 1, lease_ms, instance, beat_ns, started_ns)
+        task, attempt, state, lease_ms, instance, beat_ns, started_ns = fields
+        busy, completed = bool(state & 1), state >> 1
+        return SlotState(task, attempt, busy, completed, lease_ms, instance, beat_ns, started_ns)
 
     def clear(self, index: int) -> None:
         """Zero slot ``index``'s record (before its child is started)."""
@@ -105,22 +121,24 @@ class SlotBoard:
 class Slot:
     """A child's writer handle on its record."""
 
-    __slots__ = ("_buf", "_off", "board")
+    __slots__ = ("_buf", "_off", "board", "_state")
 
     def __init__(self, buf: mmap.mmap, offset: int, board: SlotBoard) -> None:
         self._buf = buf
         self._off = offset
         #: The whole board (the child reads the suspect ring).
         self.board = board
+        self._state = 0  # 2 * tasks completed here
 
     def task_started(self, task_id: int, attempt: int) -> None:
         """A task starts running in this process."""
         _STARTED.pack_into(self._buf, self._off + _STARTED_OFFSET, time.monotonic_ns())
-        _TASK.pack_into(self._buf, self._off, task_id, attempt, 1)
+        _TASK.pack_into(self._buf, self._off, task_id, attempt, self._state + 1)
 
     def task_ended(self) -> None:
         """The task that ran in this process returned."""
-        _BUSY.pack_into(self._buf, self._off + _BUSY_OFFSET, 0)
+        self._state = (self._state + 2) & 0xFFFFFFFE  # (wraps after 2^31 tasks)
+        _BUSY.pack_into(self._buf, self._off + _BUSY_OFFSET, self._state)
 
     def session(self, lease_ms: int, instance: int) -> None:
         """A session started with this lease, at this master instance."""

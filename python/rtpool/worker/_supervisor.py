@@ -3,7 +3,8 @@ forks ``--procs`` children and supervises them.
 
 It forwards SIGTERM/SIGINT to the children and keeps every slot alive: a child that dies is
 restarted, after a backoff that doubles with the slot's recent deaths (0.1 s up to
-``_BACKOFF_MAX_S``), for as long as the master is reachable. Only a child that exits with
+``_BACKOFF_MAX_S``; a child that completed tasks before dying starts the count again), for as
+long as the master is reachable. Only a child that exits with
 ``EXIT_CONFIG`` (bad token) or ``EXIT_LOST`` (master unreachable for ``--reconnect-timeout``)
 while running no task is not restarted: restarting would not help. A child that retires itself
 (``EXIT_RETIRED``: a task it cannot interrupt outlived the master's patience) is replaced at
@@ -175,9 +176,13 @@ class Supervisor:
             finally:
                 os._exit(code)
 
-    def _backoff(self, slot: int) -> float:
-        """Seconds before restarting ``slot``, doubling with its deaths in the last minute."""
+    def _backoff(self, slot: int, state: SlotState) -> float:
+        """Seconds before restarting ``slot``, doubling with its deaths in the last minute
+        that came before the child completed any task (a crash loop). A child that did useful
+        work before dying starts the count again: each poison task costs one short pause."""
         now = time.monotonic()
+        if state.completed:
+            self.deaths.pop(slot, None)
         recent = [t for t in self.deaths.get(slot, []) if now - t < _RESTART_WINDOW_S]
         recent.append(now)
         self.deaths[slot] = recent
@@ -196,7 +201,7 @@ class Supervisor:
             self.exit_code = max(self.exit_code, code)
             return
         how = self.killed.pop(pid, None) or describe_exit(status)
-        delay = self._backoff(slot)
+        delay = self._backoff(slot, state)
         if state.busy:
             self._report(slot, state, how)
             self.board.add_suspect(state.task_id)
