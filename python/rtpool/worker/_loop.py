@@ -243,6 +243,12 @@ class WorkerConnection(Session, Executing, Watchdog):
             status, data, t_start, t_end = self._run_in_executor(t)
             t_begin = t_start
         else:
+            if t.attempt > 1 and self.pending:
+                # A retried task may be the one that killed its last worker: send the results
+                # before it first, so that if it kills this one too, the master sees it as the
+                # oldest task this worker held (the one it blames), not an innocent neighbour
+                # whose result was still waiting to be batched.
+                self._flush(pull=False)
             board = self.board
             if board is not None:  # if this process dies now, the parent blames the task
                 board.task_started(t.task_id, t.attempt)

@@ -6,8 +6,9 @@ While the loop's thread is inside the task, the heartbeat thread, every round:
 * reads what the master sent (the loop does not read while the task runs), and handles it as
   the loop would: assignments queue up, ``ABORT`` of queued tasks answers them;
 * gives back (``RETURN``) the tasks queued behind a task that has run much longer than this
-  worker's tasks do (``_GIVE_BACK_AFTER_NS``, or 20 times the average): idle workers run
-  them, instead of the master failing them at its time limit without their ever starting.
+  worker's tasks do (``_GIVE_BACK_AFTER_NS``, or 20 times the average), or as soon as a queued
+  task with a time limit has waited half of it: idle workers run them, instead of the master
+  failing them at its time limit without their ever starting.
   ``RETURN`` also withdraws the credits, so the master assigns nothing more to this slot until
   the task ends and the loop asks again;
 * retires the child when the master aborts the running task (it ran past ``timeout`` + grace or
@@ -36,6 +37,12 @@ from ._common import EXIT_RETIRED, Stop, log, perf_ns
 _GIVE_BACK_AFTER_NS = 500_000_000
 
 
+def _limit_at_risk(queue: Deque[Any], now: int) -> bool:
+    """Whether a queued task with a time limit has waited half of it: the master counts the
+    limit from the assignment, and fails the task at the limit plus its grace period."""
+    return any(t.timeout_ms and now - t.received_ns >= t.timeout_ms * 500_000 for t in queue)
+
+
 class Watchdog:
     """The part of ``WorkerConnection`` that watches its in-process task (see above)."""
 
@@ -62,8 +69,12 @@ class Watchdog:
             if self._inproc is not t:
                 return
             self._recv_nowait()  # ABORT of the running task: see _on_abort_running
-            ran_ns = perf_ns() - self._inproc_ns
-            if self.queue and ran_ns >= max(_GIVE_BACK_AFTER_NS, 20 * (self.ema_ns or 0)):
+            now = perf_ns()
+            ran_ns = now - self._inproc_ns
+            if self.queue and (
+                ran_ns >= max(_GIVE_BACK_AFTER_NS, 20 * (self.ema_ns or 0))
+                or _limit_at_risk(self.queue, now)
+            ):
                 count = len(self.queue)
                 self._give_back(count)
                 log(
