@@ -383,3 +383,58 @@ fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
     );
     assert!(message.contains("exited with code 3"), "{message}");
 }
+
+#[test]
+fn a_late_crash_report_moves_the_blame_off_the_innocent_and_can_poison_a_queued_task() {
+    // max_attempts = 2. The first worker held [innocent, culprit] and died running the
+    // culprit; the master blamed the innocent (the oldest). The report moves the blame.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(2).max_attempts(2));
+    let first = env.new_worker(1);
+    let held = tasks_of(&env.credit(first, 2), first);
+    let (innocent, culprit) = (held[0], held[1]);
+    env.lose_worker(first);
+    // The culprit's retry crashes its process on another worker before the report comes.
+    let second = env.new_worker(1);
+    assert_eq!(tasks_of(&env.credit(second, 1), second), [innocent]);
+    let third = env.new_worker(1);
+    assert_eq!(tasks_of(&env.credit(third, 1), third), [culprit]);
+    let out = env.answer(
+        third,
+        culprit,
+        TaskStatus::Lost,
+        b"task process exited with code 3",
+        5,
+    );
+    assert!(outcomes(&out).is_empty(), "one loss of 2: requeued");
+    // The replacement's report of the first death: the culprit's second loss while queued.
+    let mut stale = env.outcome(culprit, 1);
+    stale.status = TaskStatus::Lost;
+    stale.data = bytes::Bytes::from_static(b"worker process killed by signal 11 (SIGSEGV)");
+    let reporter = env.new_worker(1);
+    let out = env.step(rtpool_core::Event::Results {
+        worker: reporter,
+        results: vec![stale],
+    });
+    let [(index, status, message)] = &outcomes(&out)[..] else {
+        panic!("the queued culprit fails as poison at once: {out:?}");
+    };
+    assert_eq!((*index, *status), (1, TaskStatus::Lost));
+    assert!(message.contains("2 times"), "{message}");
+    assert!(
+        message.contains(&format!(
+            "attempt 1 on {first}: worker process killed by signal 11"
+        )),
+        "{message}"
+    );
+    // The innocent's loss was withdrawn: one more loss of it is its first, not its second.
+    let out = env.lose_worker(second);
+    assert!(
+        outcomes(&out).is_empty(),
+        "the innocent is requeued, not poisoned: {out:?}"
+    );
+    let w = env.new_worker(1);
+    assert_eq!(tasks_of(&env.credit(w, 1), w), [innocent]);
+    assert_eq!(result_indices(&env.complete(w, innocent)), [0]);
+}

@@ -84,10 +84,10 @@ impl Core {
             .get(r.task.0)
             .filter(|t| t.is_held_by(worker, r.attempt))
         else {
-            if r.status == TaskStatus::Lost {
-                self.note_crash_report(worker, &r);
-            }
             self.counters.stale_results += 1;
+            if r.status == TaskStatus::Lost {
+                return self.note_crash_report(worker, &r, now);
+            }
             return None;
         };
         let slot = task.package;
@@ -246,6 +246,7 @@ impl Core {
                 suspects.insert(id);
             }
         }
+        self.remember_loss(worker, &held, &suspects);
         let mut poisoned = Results::default();
         for &(_, id) in held.iter().rev() {
             let package = self
@@ -330,22 +331,95 @@ impl Core {
     /// A late report of how a lost worker died (sent by `reporter`, its replacement process,
     /// after the master saw the connection drop): it names the loss recorded for that attempt,
     /// so that the poison message says what happened. If the master had blamed another task
-    /// (the worker's oldest running one, whose result was still waiting to be batched), the
-    /// reported task's loss is recorded now; the next loss of it is checked against the cap.
-    /// Reports of tasks that are gone or done are ignored.
-    fn note_crash_report(&mut self, reporter: WorkerId, r: &WorkerOutcome) {
-        let Some(task) = self.tasks.get_mut(r.task.0) else {
-            return;
-        };
+    /// of the dead session (its oldest running one, whose result was still waiting to be
+    /// batched), the blame moves: that task's loss is withdrawn and the reported task's
+    /// recorded. A task that reaches its cap this way while queued fails as poison now (the
+    /// returned outcome). Reports of tasks that are gone or done are ignored.
+    fn note_crash_report(
+        &mut self,
+        reporter: WorkerId,
+        r: &WorkerOutcome,
+        now: Instant,
+    ) -> Option<(u64, TaskOutcome)> {
+        let task = self.tasks.get(r.task.0)?;
         if matches!(task.state, TaskState::Done { .. }) || r.attempt > task.attempt {
-            return;
+            return None;
         }
+        let slot = task.package;
         let how = report_text(&r.data);
+        let loss = self
+            .recent_losses
+            .iter()
+            .position(|l| l.held.contains(&(r.task, r.attempt)));
+        let mut lost_by = reporter;
+        if let Some(i) = loss {
+            let loss = self.recent_losses.remove(i).expect("just found");
+            lost_by = loss.worker;
+            for &(id, attempt) in loss.blamed.iter().filter(|&&b| b != (r.task, r.attempt)) {
+                if let Some(t) = self.tasks.get_mut(id.0) {
+                    t.lost_on
+                        .retain(|e| !(e.0 == loss.worker && e.1 == attempt && e.2.is_none()));
+                }
+            }
+        }
+        let allowed = self.allowed_attempts(slot);
+        let task = self.tasks.get_mut(r.task.0).expect("checked above");
         match task.lost_on.iter_mut().find(|(_, a, _)| *a == r.attempt) {
             Some(entry) if entry.2.is_none() => entry.2 = Some(how),
-            Some(_) => {}
-            None => task.lost_on.push((reporter, r.attempt, Some(how))),
+            Some(_) => return None,
+            None => task.lost_on.push((lost_by, r.attempt, Some(how))),
         }
+        if task.lost_on.len() < allowed
+            || task.group.is_some()
+            || !matches!(task.state, TaskState::Queued)
+        {
+            return None; // a running task is judged by its next loss or result
+        }
+        let message = poison_message(&task.lost_on);
+        let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+        self.counters.poisoned += 1;
+        let outcome = self.finish_task(r.task, outcome, now);
+        let task = self.tasks.get_mut(r.task.0).expect("just finished");
+        task.state = TaskState::Done {
+            holder: None,
+            acked: false,
+        };
+        Some((slot, outcome))
+    }
+
+    /// Remembers a lost worker's running tasks and the ones blamed (the latest 64 losses).
+    fn remember_loss(
+        &mut self,
+        worker: WorkerId,
+        held: &[(u64, TaskId)],
+        suspects: &std::collections::HashSet<TaskId>,
+    ) {
+        let attempt_of = |id: TaskId| self.tasks.get(id.0).map_or(0, |t| t.attempt);
+        let running: Vec<(TaskId, u32)> = held
+            .iter()
+            .filter(|(_, id)| {
+                self.tasks
+                    .get(id.0)
+                    .is_some_and(|t| matches!(t.state, TaskState::Running { .. }))
+            })
+            .map(|&(_, id)| (id, attempt_of(id)))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        let blamed = running
+            .iter()
+            .copied()
+            .filter(|(id, _)| suspects.contains(id))
+            .collect();
+        if self.recent_losses.len() >= RECENT_LOSSES {
+            self.recent_losses.pop_front();
+        }
+        self.recent_losses.push_back(RecentLoss {
+            worker,
+            held: running,
+            blamed,
+        });
     }
 
     /// How many losses make a task poison: its package's `max_attempts`, else the master's.
@@ -371,6 +445,17 @@ impl Core {
             other => panic!("in-flight {id} is not held but {other:?}"),
         }
     }
+}
+
+/// Lost workers remembered for late crash reports (each holds at most `1 + prefetch` tasks).
+const RECENT_LOSSES: usize = 64;
+
+/// A lost worker's running tasks at the time, and the ones the master blamed for the loss.
+#[derive(Debug)]
+pub(crate) struct RecentLoss {
+    worker: WorkerId,
+    held: Vec<(TaskId, u32)>,
+    blamed: Vec<(TaskId, u32)>,
 }
 
 /// A worker's crash report as text: UTF-8 (lossy), at most 300 bytes (a peer's string).
