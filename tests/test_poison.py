@@ -49,20 +49,23 @@ def test_poison_tasks_fail_alone_and_the_worker_keeps_its_slots(
             assert "killed by signal 11 (SIGSEGV)" in text, text
         else:
             assert "exited with code 3" in text, text
-        assert "3 times" in text, text
+        assert re.search(r"while running it [34] times \(attempt \d+ on worker-\d+: ", text), text
     # The worker is still there and serves a second package (both slots).
     assert worker.poll() is None, workers.log_text(0)
     log = workers.log_text(0)
     assert "not restarting" not in log, log
     # Each death (of a worker process, or of the executor process a retry runs in) is logged
-    # with the task that caused it and how; each poison task 3 times (4 when the report of a
-    # worker process's death reached the master after the task's next two attempts).
+    # with the task that caused it and how. A poison task dies up to max_attempts (3) times;
+    # once more when the report of a worker process's death reaches the master while the
+    # task's next attempt runs, once less when the master blamed it for a neighbour's crash
+    # and it reached the cap before the report moved the blame.
     deaths = re.findall(
         r"(?:killed by signal \d+ \(SIG[A-Z]+\)|exited with code 3) while running task (\d+)", log
     )
     per_task = {task: deaths.count(task) for task in set(deaths)}
     assert len(per_task) == len(POISON), log
-    assert all(3 <= n <= 4 for n in per_task.values()), (per_task, log)
+    assert all(1 <= n <= 4 for n in per_task.values()), (per_task, log)
+    assert len(deaths) >= 2 * len(POISON), (per_task, log)
     again = client.map(tasks.hostile.crash, ["none"] * 20, range(20), timeout=60)
     assert list(again) == list(range(20))
 
