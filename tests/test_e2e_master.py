@@ -216,7 +216,7 @@ def test_supervisor_restarts_a_crashed_child(master, workers, client_factory):
     pids = {pid for _, pid in results}
     assert first_pid not in pids and len(pids) == 1
     assert psutil.Process(pids.pop()).ppid() == proc.pid
-    assert "died (killed by SIGKILL); restarting it" in workers.log_text(0)
+    assert "died (killed by signal 9 (SIGKILL)); restarting it" in workers.log_text(0)
 
 
 def test_second_sigterm_exits_at_once(master, workers, client_factory, tmp_path):

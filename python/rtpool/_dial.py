@@ -14,6 +14,7 @@ import ssl
 from typing import List, NamedTuple, Tuple, Union
 
 from . import _protocol as P
+from ._tls_socket import LockedTlsSocket
 from .errors import AuthenticationError, ConnectError, ProtocolError
 
 Address = Union[str, Tuple[str, int]]
@@ -177,8 +178,9 @@ def connect(
         ca_file: PEM file of the certificates to trust (implies TLS).
 
     Returns:
-        ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (an
-        ``ssl.SSLSocket`` with TLS), the
+        ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (with
+        TLS a :class:`~rtpool._tls_socket.LockedTlsSocket`, safe for a reader thread and
+        writer threads at once), the
         ``WELCOME`` fields, the frame reader (its limit raised to ``max_frame_bytes``) and any
         messages that arrived right after ``WELCOME``.
 
@@ -229,6 +231,9 @@ def connect(
         welcome = Welcome(*first[1:])
         reader.max_frame = welcome.max_frame_bytes
         sock.settimeout(None)
+        if context is not None:
+            # Threads share the connection: OpenSSL allows one call on it at a time.
+            sock = LockedTlsSocket(sock)  # type: ignore[assignment]
         return sock, welcome, reader, msgs[1:]
     except BaseException:
         sock.close()

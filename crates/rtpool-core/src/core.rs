@@ -93,6 +93,9 @@ pub struct Core {
     groups: Table<Group>,
     /// Aborts decided while handling the current event, sent at its end.
     pending_aborts: Vec<(WorkerId, TaskId, u32)>,
+    /// The latest lost workers' running tasks and which of them were blamed, so that a late
+    /// crash report can move the blame to the task that really ran (bounded).
+    recent_losses: std::collections::VecDeque<worker_events::RecentLoss>,
     /// Credits of the connected workers that are not draining.
     free_credits: u64,
     functions: FunctionTable,
@@ -156,6 +159,7 @@ impl Core {
             queue: ReadyQueue::default(),
             groups: Table::default(),
             pending_aborts: Vec::new(),
+            recent_losses: std::collections::VecDeque::new(),
             free_credits: 0,
             functions: FunctionTable::default(),
             workers: HashMap::new(),

@@ -56,10 +56,13 @@ pub(crate) struct Task {
     pub(crate) state: TaskState,
     /// When the master fails the running attempt if no result came (time limit + grace).
     pub(crate) time_limit_at: Option<Instant>,
-    /// `(worker, attempt)` of each loss of a worker while it ran this task (the poison-task
-    /// record); `None` almost always (boxed: 8 bytes per task instead of an empty `Vec`'s 24).
+    /// `(worker, attempt, what happened)` of each loss of a worker, or of the process running
+    /// this task, while it ran it (the poison-task record); `None` almost always (boxed: 8
+    /// bytes per task instead of an empty `Vec`'s 24). What happened is the worker's report
+    /// (`worker process killed by signal 9 (SIGKILL) ...`), if one came. Read it through
+    /// [`Task::losses`], add to it through [`Task::losses_mut`].
     #[allow(clippy::box_collection)] // the point: 8 bytes in every task, not a Vec's 24
-    pub(crate) lost_on: Option<Box<Vec<(WorkerId, u32)>>>,
+    pub(crate) lost_on: Option<Box<Vec<Loss>>>,
     /// The result, once `Done`.
     pub(crate) outcome: Option<Box<TaskOutcome>>,
     /// Slab key of its copy group, if the task runs as several copies (replicas, a hedge).
@@ -91,7 +94,20 @@ pub(crate) struct Call {
     pub(crate) fetch: bool,
 }
 
+/// One entry of a task's poison-task record: `(worker, attempt, what happened)`.
+pub(crate) type Loss = (WorkerId, u32, Option<String>);
+
 impl Task {
+    /// The poison-task record (empty almost always).
+    pub(crate) fn losses(&self) -> &[Loss] {
+        self.lost_on.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    /// The poison-task record, to add to (allocated on the first loss).
+    pub(crate) fn losses_mut(&mut self) -> &mut Vec<Loss> {
+        self.lost_on.get_or_insert_with(Box::default)
+    }
+
     /// A queued task.
     pub(crate) fn new(package: u64, index: u32, args: Bytes, now: Instant) -> Self {
         Self {

@@ -262,3 +262,179 @@ fn prefetched_tasks_of_a_lost_worker_are_not_counted_as_losses() {
     assert_eq!(stats.counters.poisoned, 1);
     assert_eq!(stats.queued, 3, "the prefetched ones wait for a worker");
 }
+
+#[test]
+fn a_worker_reported_crash_is_retried_then_poison_naming_what_happened() {
+    // A worker whose task's process died (it ran it in a process of its own and survived)
+    // reports status Lost with how: the task is retried like one whose worker was lost, and
+    // after max_attempts fails as poison with each report in its message.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 2);
+    let w = env.new_worker(1);
+    let mut last = Vec::new();
+    for attempt in 1..=3 {
+        let got = tasks_of(&env.credit(w, 1), w);
+        assert_eq!(env.index(got[0]), 0, "the crashed task is retried first");
+        assert_eq!(env.attempt(got[0]), attempt);
+        let how = format!("worker process killed by signal 9 (SIGKILL) (run {attempt})");
+        last = env.answer(w, got[0], TaskStatus::Lost, how.as_bytes(), 10);
+    }
+    let [(index, status, message)] = &outcomes(&last)[..] else {
+        panic!("one poison result expected: {last:?}");
+    };
+    assert_eq!((*index, *status), (0, TaskStatus::Lost));
+    assert!(message.contains("3 times"), "{message}");
+    for attempt in 1..=3 {
+        let named = format!("attempt {attempt} on {w}: worker process killed by signal 9");
+        assert!(message.contains(&named), "{named:?} not in {message:?}");
+    }
+    let stats = env.core.stats();
+    assert_eq!((stats.counters.poisoned, stats.counters.requeued), (1, 2));
+    // The worker is still there and runs the other task.
+    let rest = tasks_of(&env.credit(w, 1), w);
+    assert_eq!(rest.len(), 1);
+    assert_eq!(result_indices(&env.complete(w, rest[0])), [1]);
+}
+
+#[test]
+fn a_late_crash_report_names_the_loss_in_the_poison_message() {
+    // The process that died was the worker itself: its replacement reports how, after the
+    // master saw the connection drop. The report is stale (counted) but names that attempt.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 1);
+    let first = env.new_worker(1);
+    let task = tasks_of(&env.credit(first, 1), first)[0];
+    env.lose_worker(first);
+    let second = env.new_worker(1);
+    let report = b"worker process exited with code 3 while running task 1 (attempt 1)";
+    let mut stale = env.outcome(task, 1);
+    stale.status = TaskStatus::Lost;
+    stale.data = bytes::Bytes::from_static(report);
+    assert!(env
+        .step(rtpool_core::Event::Results {
+            worker: second,
+            results: vec![stale],
+        })
+        .is_empty());
+    assert_eq!(env.core.stats().counters.stale_results, 1);
+    let mut last = Vec::new();
+    for _ in 2..=3 {
+        let w = env.new_worker(1);
+        assert_eq!(tasks_of(&env.credit(w, 1), w), [task]);
+        last = env.lose_worker(w);
+    }
+    let [(_, status, message)] = &outcomes(&last)[..] else {
+        panic!("one poison result expected: {last:?}");
+    };
+    assert_eq!(*status, TaskStatus::Lost);
+    assert!(
+        message.contains(&format!(
+            "attempt 1 on {first}: worker process exited with code 3"
+        )),
+        "{message}"
+    );
+    assert!(message.contains("attempt 2 on"), "{message}");
+    assert!(
+        message.contains("worker lost (crashed, killed or cut off)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
+    // The lost worker's oldest running task (whose result was still batched) was blamed; the
+    // replacement's report names the task that really ran: its loss is recorded now.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(2).max_attempts(2));
+    let first = env.new_worker(1);
+    let held = tasks_of(&env.credit(first, 2), first);
+    let (innocent, culprit) = (held[0], held[1]);
+    env.lose_worker(first);
+    let second = env.new_worker(1);
+    let mut stale = env.outcome(culprit, 1);
+    stale.status = TaskStatus::Lost;
+    stale.data = bytes::Bytes::from_static(b"worker process killed by signal 9 (SIGKILL)");
+    env.step(rtpool_core::Event::Results {
+        worker: second,
+        results: vec![stale],
+    });
+    // The culprit's second loss reaches max_attempts = 2: poison, naming the report.
+    let got = tasks_of(&env.credit(second, 2), second);
+    assert_eq!(got, [innocent, culprit]);
+    env.complete(second, innocent);
+    let out = env.answer(
+        second,
+        culprit,
+        TaskStatus::Lost,
+        b"task process exited with code 3",
+        5,
+    );
+    let [(index, status, message)] = &outcomes(&out)[..] else {
+        panic!("one poison result expected: {out:?}");
+    };
+    assert_eq!((*index, *status), (1, TaskStatus::Lost));
+    assert!(message.contains("2 times"), "{message}");
+    assert!(
+        message.contains("killed by signal 9 (SIGKILL)"),
+        "{message}"
+    );
+    assert!(message.contains("exited with code 3"), "{message}");
+}
+
+#[test]
+fn a_late_crash_report_moves_the_blame_off_the_innocent_and_can_poison_a_queued_task() {
+    // max_attempts = 2. The first worker held [innocent, culprit] and died running the
+    // culprit; the master blamed the innocent (the oldest). The report moves the blame.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(2).max_attempts(2));
+    let first = env.new_worker(1);
+    let held = tasks_of(&env.credit(first, 2), first);
+    let (innocent, culprit) = (held[0], held[1]);
+    env.lose_worker(first);
+    // The culprit's retry crashes its process on another worker before the report comes.
+    let second = env.new_worker(1);
+    assert_eq!(tasks_of(&env.credit(second, 1), second), [innocent]);
+    let third = env.new_worker(1);
+    assert_eq!(tasks_of(&env.credit(third, 1), third), [culprit]);
+    let out = env.answer(
+        third,
+        culprit,
+        TaskStatus::Lost,
+        b"task process exited with code 3",
+        5,
+    );
+    assert!(outcomes(&out).is_empty(), "one loss of 2: requeued");
+    // The replacement's report of the first death: the culprit's second loss while queued.
+    let mut stale = env.outcome(culprit, 1);
+    stale.status = TaskStatus::Lost;
+    stale.data = bytes::Bytes::from_static(b"worker process killed by signal 11 (SIGSEGV)");
+    let reporter = env.new_worker(1);
+    let out = env.step(rtpool_core::Event::Results {
+        worker: reporter,
+        results: vec![stale],
+    });
+    let [(index, status, message)] = &outcomes(&out)[..] else {
+        panic!("the queued culprit fails as poison at once: {out:?}");
+    };
+    assert_eq!((*index, *status), (1, TaskStatus::Lost));
+    assert!(message.contains("2 times"), "{message}");
+    assert!(
+        message.contains(&format!(
+            "attempt 1 on {first}: worker process killed by signal 11"
+        )),
+        "{message}"
+    );
+    // The innocent's loss was withdrawn: one more loss of it is its first, not its second.
+    let out = env.lose_worker(second);
+    assert!(
+        outcomes(&out).is_empty(),
+        "the innocent is requeued, not poisoned: {out:?}"
+    );
+    let w = env.new_worker(1);
+    assert_eq!(tasks_of(&env.credit(w, 1), w), [innocent]);
+    assert_eq!(result_indices(&env.complete(w, innocent)), [0]);
+}

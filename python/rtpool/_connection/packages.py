@@ -36,6 +36,20 @@ def _submit_frame(req_id: int, digest: bytes, code: bytes, opts: dict, tasks: li
 class _Packages:
     """Submitting, cancelling and waiting on packages."""
 
+    def _check_frame(self, frame: bytes) -> None:
+        """Refuse a one-task ``SUBMIT`` frame above the master's limit before it is sent: the
+        master would close the connection (``ERROR too_large``), failing every other call on
+        it. Only this call fails; the connection stays as it is."""
+        size = len(frame) - 4  # the length prefix is not part of the frame body
+        if size > self.max_frame_bytes:
+            raise ValueError(
+                f"the task's function and arguments pickle to {size} bytes, above the master's "
+                f"frame limit of {self.max_frame_bytes} bytes (max_frame_bytes); nothing was "
+                "sent. Pass less data per task (split it, or put it in a file or store the "
+                "workers can read and pass its name), or start the master with a larger "
+                "--max-frame-mb"
+            )
+
     def _split(self, payloads: List[bytes], code_len: int) -> List[Tuple[int, int]]:
         n = len(payloads)
         limit = self.max_frame_bytes - _SUBMIT_OVERHEAD - code_len
@@ -103,6 +117,8 @@ class _Packages:
             seg.futures = [Future(seg, i, cond) for i in range(hi - lo)]
             tasks = payloads if single else payloads[lo:hi]
             seg.frame = _submit_frame(seg.req_id, digest, code, opts, tasks)
+            if n == 1:  # _split checked larger packages item by item
+                self._check_frame(seg.frame)
             futures.extend(seg.futures)
             segments.append(seg)
         gen = self._register(segments)
@@ -129,6 +145,8 @@ class _Packages:
         fut = Future(seg, 0)
         seg.futures = [fut]
         seg.frame = frame = _submit_frame(req_id, digest, code, opts, [payload])
+        if len(frame) > self.max_frame_bytes:  # the common case costs one comparison
+            self._check_frame(frame)
         self._send(frame, gen=self._register([seg]))
         return fut, seg
 

@@ -14,6 +14,9 @@ EXIT_CONFIG = 2
 #: The connection to the master dropped and could not be restored within
 #: ``--reconnect-timeout`` (or reconnection is off).
 EXIT_LOST = 3
+#: The child retired itself: a task it cannot interrupt ran past what the master allows (the
+#: master aborted it). The parent starts a fresh child at once, without backoff.
+EXIT_RETIRED = 4
 
 #: Most tasks a worker process queues ahead by default (``--prefetch``); the prefetch adapts
 #: below that.
@@ -53,11 +56,11 @@ def set_parent_death_signal(sig: int) -> None:
 
 
 def describe_exit(status: int) -> str:
-    """A ``waitpid`` status as words: ``killed by SIGKILL``, ``exit code 3``."""
+    """A ``waitpid`` status as words: ``killed by signal 9 (SIGKILL)``, ``exited with code 3``."""
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            return f"killed by signal {-code} ({signal.Signals(-code).name})"
         except ValueError:
             return f"killed by signal {-code}"
-    return f"exit code {code}"
+    return f"exited with code {code}"

@@ -74,6 +74,7 @@ class Executing:
     frame_budget: int
     pending: List[list]
     services: List[Service]
+    _suspects: set
 
     def _init_executing(self, services: List[Service]) -> None:
         #: Function code by hash, as ASSIGN sent it (per connection).
@@ -146,7 +147,10 @@ class Executing:
             answer = self._await_executor(ex, deadline)
         except ExecutorDied as died:
             self._executor = None
-            return P.STATUS_FAILED, self._died_message(str(died), attempt), t_start, perf_ns()
+            self._suspects.add(t.task_id)
+            text = self._died_message(str(died), t.task_id)
+            log(f"{text.decode()} (attempt {attempt}); the master is told and blames the task")
+            return P.STATUS_LOST, text, t_start, perf_ns()
         except BaseException:
             self._kill_executor()
             raise
@@ -230,10 +234,14 @@ class Executing:
         if ex is not None:
             ex.kill()
 
-    @staticmethod
-    def _died_message(how: str, attempt: int) -> bytes:
-        text = f"the task's process died ({how}) while running the task (attempt {attempt})"
-        if "SIGKILL" in how:
+    def _died_message(self, how: str, task_id: int) -> bytes:
+        """Status ``LOST``'s message: the master retries the task (``max_attempts``), then
+        fails it as a poison task with this text for the attempt."""
+        text = f"task process {how} while running task {task_id}"
+        limit = self.task_memory_mb
+        if limit and ("SIGKILL" in how or "SIGSEGV" in how or "SIGABRT" in how):
+            text += f"; it may have run out of memory (its limit is {limit} MiB)"
+        elif "SIGKILL" in how:
             text += "; the kernel's out-of-memory killer may have ended it"
         return text.encode()
 
@@ -259,6 +267,8 @@ class Executing:
             value = fn(*args, **kwargs) if kwargs else fn(*args)
         except BaseException as exc:
             t_end = perf_ns()
+            if isinstance(exc, MemoryError) and self.task_memory_mb:
+                self._note_memory_limit(exc)
             return P.STATUS_ERROR, self._error(exc), t_start, t_end
         t_end = perf_ns()
         try:
@@ -302,6 +312,18 @@ class Executing:
                 {"type": type(exc).__name__, "message": repr(exc), "traceback": tb},
                 use_bin_type=True,
             )
+
+    def _note_memory_limit(self, exc: MemoryError) -> None:
+        """Say which limit a task's ``MemoryError`` hit (shown with its traceback)."""
+        note = (
+            f"the task ran under the worker's memory limit of {self.task_memory_mb} MiB of "
+            f"address space (rtpool worker --task-memory-mb, on worker {self.name}); "
+            "use less memory per task or run workers with a larger limit"
+        )
+        if hasattr(exc, "add_note"):  # Python 3.11+
+            exc.add_note(note)
+        elif not exc.args:
+            exc.args = (note,)
 
     def _too_large(self, size: int) -> Exception:
         limit = self.frame_budget + RESULT_FRAME_OVERHEAD

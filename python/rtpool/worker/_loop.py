@@ -47,6 +47,7 @@ from ._executor import Executing
 from ._services import Service, serve_frame
 from ._session import RECV_BYTES, Session
 from ._task import Task, queue_assignments, queue_calls
+from ._watchdog import Watchdog
 
 #: Prefetch aims at this much queued work per child.
 PREFETCH_TARGET_NS = 2_000_000
@@ -66,7 +67,7 @@ def adaptive_prefetch(task_ns: float, max_prefetch: int) -> int:
     return min(max_prefetch, max(1, int(PREFETCH_TARGET_NS / (task_ns + 1))))
 
 
-class WorkerConnection(Session, Executing):
+class WorkerConnection(Session, Executing, Watchdog):
     """One worker connection (``slots=1``): the pull loop of a child process.
 
     Args:
@@ -83,6 +84,8 @@ class WorkerConnection(Session, Executing):
             (0: forever; None: do not reconnect, exit with ``EXIT_LOST``).
         services: The named functions to serve (:func:`load_services`); announced with
             ``SERVE`` at the start of every session.
+        board: This child's record on the parent's slot board (``_board.py``): the task it
+            runs in its own process and its heartbeat stamps. None: not supervised.
 
     Raises:
         RtpoolError: The first connection fails (``ConnectError``, ``AuthenticationError``,
@@ -102,11 +105,16 @@ class WorkerConnection(Session, Executing):
         task_memory_mb: int | None = None,
         reconnect_timeout: float | None = 0.0,
         services: Sequence[Service] = (),
+        board: Any = None,
     ) -> None:
         Session.__init__(
             self, address, token, name, connect_timeout, tls, ca_file, reconnect_timeout
         )
+        self.board = board
         self._init_executing(list(services))
+        self._init_watchdog()
+        #: Tasks whose executor process died here (their retries run there too).
+        self._suspects: set = set()
         self.max_prefetch = max(1, max_prefetch)
         self.task_memory_mb = task_memory_mb or None
         self.pending_bytes = 0
@@ -189,12 +197,18 @@ class WorkerConnection(Session, Executing):
         """Drop the named unstarted tasks, flag the running one for a kill; answer status 2.
 
         ``entries`` are ``[task, attempt]``. A task that runs here (not in the executor
-        process) is never named: this is only read between such tasks, when its result is
-        already pending or sent, and the master discards it.
+        process) cannot be interrupted: when the watchdog reads its ``ABORT`` while it runs,
+        a supervised child retires (``_watchdog.py``); otherwise (read between tasks, or not
+        a child of ``rtpool worker``) its result is sent when it ends and the master discards
+        it.
         """
         wanted = {(e[0], e[1]) for e in entries}
         if self._running is not None and self._running in wanted:
             self._abort_running = True  # _await_executor kills it and reports it
+        inproc = self._inproc
+        if inproc is not None and self.board is not None:
+            if (inproc.task_id, inproc.attempt) in wanted:
+                self._on_abort_running()  # the watchdog read it: retire this child process
         queue = self.queue
         aborted = [t for t in queue if (t.task_id, t.attempt) in wanted]
         if not aborted:
@@ -223,7 +237,9 @@ class WorkerConnection(Session, Executing):
         # wait_us runs from receipt to the call (unpickling the arguments included), exec_us
         # is the call (for a named function, decoding its arguments and encoding its results
         # included), and flush_us from its end to the write (pickling the result included).
-        if t.timeout_ms or self.task_memory_mb:
+        if t.timeout_ms or self.task_memory_mb or (t.attempt > 1 and self._is_suspect(t)):
+            # A retry of a task that killed a child of this worker runs where a crash costs
+            # only the executor, and is reported as the task's (status LOST).
             status, data, t_start, t_end = self._run_in_executor(t)
             t_begin = t_start
         else:
@@ -233,6 +249,11 @@ class WorkerConnection(Session, Executing):
                 # oldest task this worker held (the one it blames), not an innocent neighbour
                 # whose result was still waiting to be batched.
                 self._flush(pull=False)
+            board = self.board
+            if board is not None:  # if this process dies now, the parent blames the task
+                board.task_started(t.task_id, t.attempt)
+            self._inproc_ns = perf_ns()
+            self._inproc = t  # watched by the heartbeat thread (_watchdog.py)
             if t.inputs is not None:
                 t_begin = perf_ns()
                 status, data, t_start, t_end = self._execute_call(t.function, t.args, t.inputs)
@@ -240,6 +261,10 @@ class WorkerConnection(Session, Executing):
                 fn = self._function(t.function)
                 t_begin = perf_ns()  # after the one-time code load, no guide to the next
                 status, data, t_start, t_end = self._execute(fn, t.args)
+            with self._watch_lock:
+                self._inproc = None
+            if board is not None:
+                board.task_ended()
         size = len(data) + RESULT_OVERHEAD
         if size > self.frame_budget:
             status = P.STATUS_ERROR
@@ -273,6 +298,13 @@ class WorkerConnection(Session, Executing):
         surplus = len(self.queue) - self.prefetch
         if surplus > 0:
             self._give_back(surplus)
+
+    def _is_suspect(self, t: Task) -> bool:
+        """Whether a retried task killed a child of this worker (or its executor here)."""
+        if t.task_id in self._suspects:
+            return True
+        board = self.board
+        return board is not None and board.board.is_suspect(t.task_id)
 
     def _give_back(self, count: int) -> None:
         """RETURN the last ``count`` unstarted tasks, so idle workers can take them.

@@ -16,7 +16,6 @@ import os
 import select
 import signal
 import socket
-import ssl
 import struct
 import sys
 import threading
@@ -97,6 +96,8 @@ class Session:
         self.sessions = 0
         #: Real-time mode of this process (``run_child`` sets it), or None.
         self.realtime: Any = None
+        #: This child's record on the parent's slot board (``_board.py``), or None.
+        self.board: Any = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -138,15 +139,17 @@ class Session:
             # At least three heartbeats per lease, whatever heartbeat_ms says.
             heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
         self.heartbeat_s = heartbeat_ms / 1000
-        # An SSLSocket has no recvmsg and takes no recv flags; it may hold decrypted bytes
-        # that select() does not see.
-        self._tls = isinstance(sock, ssl.SSLSocket)
+        # A TLS socket (LockedTlsSocket) has no recvmsg and takes no recv flags; it may hold
+        # decrypted bytes that select() does not see.
+        self._tls = getattr(sock, "is_tls", False)
         self._kernel_ts = not self._tls and _enable_kernel_timestamps(sock)
         # A RESULT frame must fit the master's frame limit: results are batched up to this
         # many bytes, and a single larger result is replaced by an error.
         self.frame_budget = welcome.max_frame_bytes - RESULT_FRAME_OVERHEAD
         restarted = self.instance is not None and welcome.instance != self.instance
         self.instance = welcome.instance
+        if self.board is not None:
+            self.board.session(welcome.lease_ms, welcome.instance)
         self.sessions += 1
         return restarted
 
@@ -198,7 +201,13 @@ class Session:
     def _heartbeat_loop(self) -> None:
         # Runs for the life of serve(), across reconnections; it also keeps the lease while a
         # task runs (in the executor process, or here between the task's bytecodes).
+        board = self.board
+        watch = getattr(self, "_watch", None)  # the owner's watchdog of an in-process task
         while not self._hb_stop.wait(self.heartbeat_s / 2):
+            if board is not None:
+                board.beat()  # the parent watches for a task that holds the GIL
+            if watch is not None:
+                watch()
             if time.monotonic() - self._last_send >= self.heartbeat_s * 0.9:
                 try:
                     with self._send_lock:

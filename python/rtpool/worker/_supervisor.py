@@ -1,11 +1,23 @@
 """The parent process of ``rtpool worker``: checks the options, loads the served modules,
 forks ``--procs`` children and supervises them.
 
-It forwards SIGTERM/SIGINT to the children and restarts a child that crashes, with a bounded
-backoff (at most 5 restarts of one slot a minute); a child that exits with ``EXIT_CONFIG`` or
-``EXIT_LOST`` is not restarted (restarting would not help). Each child runs :func:`run_child`:
-one ``WorkerConnection`` until it stops. Not to be confused with the executor process
-(``_executor_process.py``), which a child forks to run the tasks it must be able to kill.
+It forwards SIGTERM/SIGINT to the children and keeps every slot alive: a child that dies is
+restarted, after a backoff that doubles with the slot's recent deaths (0.1 s up to
+``_BACKOFF_MAX_S``; a child that completed tasks before dying starts the count again), for as
+long as the master is reachable. Only a child that exits with
+``EXIT_CONFIG`` (bad token) or ``EXIT_LOST`` (master unreachable for ``--reconnect-timeout``)
+while running no task is not restarted: restarting would not help. A child that retires itself
+(``EXIT_RETIRED``: a task it cannot interrupt outlived the master's patience) is replaced at
+once.
+
+The slot board (``_board.py``) tells the parent which task a child ran when it died: the death
+is logged with that task and the signal, and the replacement child reports it to the master
+(a ``RESULT`` with status ``LOST``), which blames the task rather than the pool. The parent also
+kills a child whose task holds the GIL past the lease (the heartbeat thread cannot run).
+
+Each child runs :func:`run_child`: one ``WorkerConnection`` until it stops. Not to be confused
+with the executor process (``_executor_process.py``), which a child forks to run the tasks it
+must be able to kill.
 """
 
 from __future__ import annotations
@@ -21,10 +33,12 @@ from typing import Any, Dict, List
 from .._dial import default_name
 from ..errors import RtpoolError, ServeError
 from ._arguments import add_arguments, check_arguments
+from ._board import Slot, SlotBoard, SlotState
 from ._common import (
     EXIT_CONFIG,
     EXIT_LOST,
     EXIT_OK,
+    EXIT_RETIRED,
     describe_exit,
     log,
     set_parent_death_signal,
@@ -35,15 +49,28 @@ from ._services import services_of
 #: The first line of ``rtpool worker --help``.
 DESCRIPTION = "``rtpool worker``: processes that pull tasks from the master and run them."
 
-# Restarting crashed children: at most this many restarts of one slot within the window.
-_RESTART_MAX = 5
+# Restarting children that died: the backoff doubles with the slot's deaths in the window.
 _RESTART_WINDOW_S = 60.0
 _BACKOFF_FIRST_S = 0.1
-_BACKOFF_MAX_S = 5.0
+_BACKOFF_MAX_S = 2.0
+# How often the parent looks at its children (deaths, heartbeat stamps).
+_POLL_S = 0.05
+# A task that holds the GIL this share of the lease is killed (before the lease expires).
+_GIL_SHARE = 0.7
 
 
-def run_child(args: argparse.Namespace, token: str, name: str) -> int:
-    """Body of one child process: connect, serve, return the exit code."""
+def run_child(
+    args: argparse.Namespace,
+    token: str,
+    name: str,
+    board: Slot | None = None,
+    reports: List[tuple] | None = None,
+) -> int:
+    """Body of one child process: connect, serve, return the exit code.
+
+    ``board`` is the child's record on the parent's slot board; ``reports`` the deaths of its
+    predecessor to report to the master, ``(instance, result entry)`` each.
+    """
     realtime = None
     if args.realtime:
         from .._realtime import Realtime
@@ -61,6 +88,7 @@ def run_child(args: argparse.Namespace, token: str, name: str) -> int:
             task_memory_mb=args.task_memory_mb,
             reconnect_timeout=args.reconnect_timeout,
             services=services_of(args),
+            board=board,
         )
     except RtpoolError as exc:
         log(str(exc))
@@ -69,24 +97,41 @@ def run_child(args: argparse.Namespace, token: str, name: str) -> int:
         log(str(exc))
         return EXIT_CONFIG
     conn.realtime = realtime
+    for instance, entry in reports or ():
+        if instance == conn.instance:  # another master does not know the task
+            conn.unsent.append(entry)
     conn.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     return conn.serve()
 
 
+def _is_stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP, traced): Linux's /proc state ``T`` or ``t``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
+
+
 class Supervisor:
-    """The parent: forks the children, forwards signals, restarts crashed children."""
+    """The parent: forks the children, forwards signals, restarts children that die."""
 
     def __init__(self, args: argparse.Namespace, token: str) -> None:
         self.args = args
         self.token = token
         self.children: Dict[int, int] = {}  # pid -> slot
-        self.restarts: Dict[int, List[float]] = {}
+        self.deaths: Dict[int, List[float]] = {}  # slot -> times of its recent deaths
+        self.due: Dict[int, float] = {}  # slot -> when to restart it
+        self.reports: Dict[int, List[tuple]] = {}  # slot -> deaths its next child reports
+        self.killed: Dict[int, str] = {}  # pid -> why the parent killed it
+        self.board = SlotBoard(args.procs)
         self.stopping = False
         self.exit_code = EXIT_OK
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
+        self.due.clear()
         for pid in list(self.children):
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -95,16 +140,18 @@ class Supervisor:
 
     def _spawn(self, slot: int) -> None:
         mask = {signal.SIGTERM, signal.SIGINT}
+        self.board.clear(slot)
+        reports = self.reports.pop(slot, [])
         signal.pthread_sigmask(signal.SIG_BLOCK, mask)
         try:
             pid = os.fork()
             if pid == 0:
-                self._child(slot)  # never returns
+                self._child(slot, reports)  # never returns
             self.children[pid] = slot
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, mask)
 
-    def _child(self, slot: int) -> None:
+    def _child(self, slot: int, reports: List[tuple]) -> None:
         code = 1
         try:
             # Signals stay blocked until the child's own handlers are in place.
@@ -119,7 +166,7 @@ class Supervisor:
                 name = f"{name}-{slot}"
             # Tasks may report where they ran (SlurmCluster's tests check the job id in it).
             os.environ["RTPOOL_WORKER_NAME"] = name
-            code = run_child(self.args, self.token, name)
+            code = run_child(self.args, self.token, name, self.board.slot(slot), reports)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -129,51 +176,104 @@ class Supervisor:
             finally:
                 os._exit(code)
 
-    def _may_restart(self, slot: int) -> float | None:
+    def _backoff(self, slot: int, state: SlotState) -> float:
+        """Seconds before restarting ``slot``, doubling with its deaths in the last minute
+        that came before the child completed any task (a crash loop). A child that did useful
+        work before dying starts the count again: each poison task costs one short pause."""
         now = time.monotonic()
-        recent = [t for t in self.restarts.get(slot, []) if now - t < _RESTART_WINDOW_S]
-        if len(recent) >= _RESTART_MAX:
-            return None
+        if state.completed:
+            self.deaths.pop(slot, None)
+        recent = [t for t in self.deaths.get(slot, []) if now - t < _RESTART_WINDOW_S]
         recent.append(now)
-        self.restarts[slot] = recent
-        return min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (len(recent) - 1))
+        self.deaths[slot] = recent
+        return min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** min(len(recent) - 1, 10))
 
-    def _sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self.stopping and time.monotonic() < end:
-            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+    def _on_exit(self, pid: int, slot: int, status: int) -> None:
+        """A child ended: decide whether and when its slot starts again, say why."""
+        code = os.waitstatus_to_exitcode(status)
+        state = self.board.read(slot)
+        if self.stopping or (code == EXIT_OK and not state.busy):
+            return
+        if code == EXIT_RETIRED and not state.busy:
+            self.due[slot] = time.monotonic()  # it said why in its log
+            return
+        if not state.busy and code in (EXIT_CONFIG, EXIT_LOST):
+            self.exit_code = max(self.exit_code, code)
+            return
+        how = self.killed.pop(pid, None) or describe_exit(status)
+        delay = self._backoff(slot, state)
+        if state.busy:
+            self._report(slot, state, how)
+            self.board.add_suspect(state.task_id)
+            log(
+                f"child {pid} (slot {slot}) {how} while running task {state.task_id} (attempt "
+                f"{state.attempt}); the master is told, and blames the task; restarting the "
+                f"slot in {delay:g} s"
+            )
+        else:
+            log(f"child {pid} (slot {slot}) died ({how}); restarting it in {delay:g} s")
+        self.due[slot] = time.monotonic() + delay
+
+    def _report(self, slot: int, state: SlotState, how: str) -> None:
+        from .. import _protocol as P
+
+        text = f"worker process {how} while running task {state.task_id}"
+        entry = [state.task_id, state.attempt, P.STATUS_LOST, text.encode(), 0, 0, 0]
+        self.reports.setdefault(slot, []).append((state.instance, entry))
+
+    def _check_gil(self) -> None:
+        """Kill a child whose in-process task has starved its heartbeat thread for most of
+        the lease: the master would expel it anyway, without knowing why."""
+        now = time.monotonic_ns()
+        for pid, slot in self.children.items():
+            if pid in self.killed:
+                continue
+            state = self.board.read(slot)
+            # (No beat yet is no beat since the task started: the task took the GIL first.)
+            if not (state.busy and state.lease_ms):
+                continue
+            limit_ns = state.lease_ms * 1_000_000 * _GIL_SHARE
+            quiet_ns = now - max(state.beat_ns, state.started_ns)
+            if quiet_ns < limit_ns or _is_stopped(pid):
+                continue  # a stopped child (SIGSTOP, a debugger) holds nothing: not its task
+            self.killed[pid] = (
+                f"was killed (signal 9, SIGKILL) by the worker because its task held the GIL for "
+                f"more than {quiet_ns / 1e9:.1f} s, past {_GIL_SHARE:.0%} of the master's lease "
+                f"of {state.lease_ms / 1000:g} s (its heartbeat thread could not run)"
+            )
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.children.clear()
+                return
+            if pid == 0:
+                return
+            slot = self.children.pop(pid, None)
+            if slot is not None:
+                self._on_exit(pid, slot, status)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         for slot in range(self.args.procs):
             self._spawn(slot)
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            slot = self.children.pop(pid, None)
-            if slot is None:
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            if self.stopping or code == EXIT_OK:
-                continue
-            if code in (EXIT_CONFIG, EXIT_LOST):
-                self.exit_code = max(self.exit_code, code)
-                continue
-            delay = self._may_restart(slot)
-            if delay is None:
-                log(
-                    f"child {pid} died ({describe_exit(status)}) {_RESTART_MAX} times within "
-                    f"{_RESTART_WINDOW_S:g} s; not restarting it"
-                )
-                self.exit_code = max(self.exit_code, 1)
-                continue
-            log(f"child {pid} died ({describe_exit(status)}); restarting it in {delay:g} s")
-            self._sleep(delay)
-            if not self.stopping:
-                self._spawn(slot)
+        # Bounded by the children's lives: it ends when no child runs and none is due.
+        while self.children or self.due:
+            self._reap()
+            self._check_gil()
+            now = time.monotonic()
+            for slot, when in list(self.due.items()):
+                if when <= now and not self.stopping:
+                    del self.due[slot]
+                    self._spawn(slot)
+            time.sleep(_POLL_S)
         return self.exit_code
 
 

@@ -85,6 +85,9 @@ impl Core {
             .filter(|t| t.is_held_by(worker, r.attempt))
         else {
             self.counters.stale_results += 1;
+            if r.status == TaskStatus::Lost {
+                return self.note_crash_report(worker, &r, now);
+            }
             return None;
         };
         let slot = task.package;
@@ -138,6 +141,10 @@ impl Core {
                     // One vote of several: the group decides whether there is a result.
                     self.copy_answered(r.task, worker, outcome, false, now, batch);
                     return None;
+                }
+                if outcome.status == TaskStatus::Lost {
+                    // The worker survived the process that ran the task: blame the task.
+                    return self.on_crash_report(worker, r.task, r.attempt, &outcome.data, now);
                 }
                 // Now `Done` with no holder: the in-flight entry is already gone.
                 let outcome = self.finish_task(r.task, outcome, now);
@@ -239,29 +246,24 @@ impl Core {
                 suspects.insert(id);
             }
         }
+        self.remember_loss(worker, &held, &suspects);
         let mut poisoned = Results::default();
         for &(_, id) in held.iter().rev() {
+            let package = self
+                .tasks
+                .get(id.0)
+                .expect("in-flight task is live")
+                .package;
+            let allowed = self.allowed_attempts(package);
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
             if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
                 let attempt = task.attempt;
-                let lost_on = task.lost_on.get_or_insert_with(Box::default);
-                lost_on.push((worker, attempt));
-                let allowed = match self.packages.get(task.package) {
-                    Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
-                    _ => self.config.max_attempts,
-                };
-                if lost_on.len() >= allowed.max(1) as usize {
+                if !task.losses().iter().any(|(_, a, _)| *a == attempt) {
+                    task.losses_mut().push((worker, attempt, None)); // (not reported already)
+                }
+                if task.losses().len() >= allowed {
                     let slot = task.package;
-                    let names: Vec<String> = lost_on
-                        .iter()
-                        .map(|(w, attempt)| format!("attempt {attempt} on {w}"))
-                        .collect();
-                    let message = format!(
-                        "poison task: its worker was lost (crashed, killed or cut off) while \
-                         running it {} times ({}); it is not retried",
-                        names.len(),
-                        names.join(", ")
-                    );
+                    let message = poison_message(task.losses());
                     let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
                     self.counters.poisoned += 1;
                     if task.group.is_some() {
@@ -293,6 +295,147 @@ impl Core {
         self.dispatch(now, out);
     }
 
+    /// The worker reports that the process running `(task, attempt)` died (status `Lost`, its
+    /// data saying how): the loss counts against the task as a lost worker does. It is retried
+    /// until its package's `max_attempts`, then fails as a poison task naming each attempt.
+    /// Returns the poison outcome, or `None` when the task was requeued.
+    fn on_crash_report(
+        &mut self,
+        worker: WorkerId,
+        id: TaskId,
+        attempt: u32,
+        how: &[u8],
+        now: Instant,
+    ) -> Option<(u64, TaskOutcome)> {
+        let slot = self.tasks.get(id.0).expect("checked by the caller").package;
+        let allowed = self.allowed_attempts(slot);
+        let task = self.tasks.get_mut(id.0).expect("checked by the caller");
+        task.losses_mut()
+            .push((worker, attempt, Some(report_text(how))));
+        if task.losses().len() < allowed {
+            self.counters.requeued += 1;
+            self.requeue_front(id);
+            return None;
+        }
+        let message = poison_message(task.losses());
+        let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+        self.counters.poisoned += 1;
+        let outcome = self.finish_task(id, outcome, now);
+        let task = self.tasks.get_mut(id.0).expect("just finished");
+        task.state = TaskState::Done {
+            holder: None,
+            acked: false,
+        };
+        Some((slot, outcome))
+    }
+
+    /// A late report of how a lost worker died (sent by `reporter`, its replacement process,
+    /// after the master saw the connection drop): it names the loss recorded for that attempt,
+    /// so that the poison message says what happened. If the master had blamed another task
+    /// of the dead session (its oldest running one, whose result was still waiting to be
+    /// batched), the blame moves: that task's loss is withdrawn and the reported task's
+    /// recorded. A task that reaches its cap this way while queued fails as poison now (the
+    /// returned outcome). Reports of tasks that are gone or done are ignored.
+    fn note_crash_report(
+        &mut self,
+        reporter: WorkerId,
+        r: &WorkerOutcome,
+        now: Instant,
+    ) -> Option<(u64, TaskOutcome)> {
+        let task = self.tasks.get(r.task.0)?;
+        if matches!(task.state, TaskState::Done { .. }) || r.attempt > task.attempt {
+            return None;
+        }
+        let slot = task.package;
+        let how = report_text(&r.data);
+        let loss = self
+            .recent_losses
+            .iter()
+            .position(|l| l.held.contains(&(r.task, r.attempt)));
+        let mut lost_by = reporter;
+        if let Some(i) = loss {
+            let loss = self.recent_losses.remove(i).expect("just found");
+            lost_by = loss.worker;
+            for &(id, attempt) in loss.blamed.iter().filter(|&&b| b != (r.task, r.attempt)) {
+                if let Some(t) = self.tasks.get_mut(id.0) {
+                    t.losses_mut()
+                        .retain(|e| !(e.0 == loss.worker && e.1 == attempt && e.2.is_none()));
+                }
+            }
+        }
+        let allowed = self.allowed_attempts(slot);
+        let task = self.tasks.get_mut(r.task.0).expect("checked above");
+        match task
+            .losses_mut()
+            .iter_mut()
+            .find(|(_, a, _)| *a == r.attempt)
+        {
+            Some(entry) if entry.2.is_none() => entry.2 = Some(how),
+            Some(_) => return None,
+            None => task.losses_mut().push((lost_by, r.attempt, Some(how))),
+        }
+        if task.losses().len() < allowed
+            || task.group.is_some()
+            || !matches!(task.state, TaskState::Queued)
+        {
+            return None; // a running task is judged by its next loss or result
+        }
+        let message = poison_message(task.losses());
+        let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+        self.counters.poisoned += 1;
+        let outcome = self.finish_task(r.task, outcome, now);
+        let task = self.tasks.get_mut(r.task.0).expect("just finished");
+        task.state = TaskState::Done {
+            holder: None,
+            acked: false,
+        };
+        Some((slot, outcome))
+    }
+
+    /// Remembers a lost worker's running tasks and the ones blamed (the latest 64 losses).
+    fn remember_loss(
+        &mut self,
+        worker: WorkerId,
+        held: &[(u64, TaskId)],
+        suspects: &std::collections::HashSet<TaskId>,
+    ) {
+        let attempt_of = |id: TaskId| self.tasks.get(id.0).map_or(0, |t| t.attempt);
+        let running: Vec<(TaskId, u32)> = held
+            .iter()
+            .filter(|(_, id)| {
+                self.tasks
+                    .get(id.0)
+                    .is_some_and(|t| matches!(t.state, TaskState::Running { .. }))
+            })
+            .map(|&(_, id)| (id, attempt_of(id)))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        let blamed = running
+            .iter()
+            .copied()
+            .filter(|(id, _)| suspects.contains(id))
+            .collect();
+        if self.recent_losses.len() >= RECENT_LOSSES {
+            self.recent_losses.pop_front();
+        }
+        self.recent_losses.push_back(RecentLoss {
+            worker,
+            held: running,
+            blamed,
+        });
+    }
+
+    /// How many losses make a task poison: its package's `max_attempts`, else the master's.
+    fn allowed_attempts(&self, slot: u64) -> usize {
+        let allowed = match self.packages.get(slot) {
+            Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
+            _ => self.config.max_attempts,
+        };
+        allowed.max(1) as usize
+    }
+
     /// When a held task was assigned, in the core-wide assignment order.
     fn assignment_seq(&self, id: TaskId) -> u64 {
         match self.tasks.get(id.0).map(|t| t.state) {
@@ -307,4 +450,38 @@ impl Core {
             other => panic!("in-flight {id} is not held but {other:?}"),
         }
     }
+}
+
+/// Lost workers remembered for late crash reports (each holds at most `1 + prefetch` tasks).
+const RECENT_LOSSES: usize = 64;
+
+/// A lost worker's running tasks at the time, and the ones the master blamed for the loss.
+#[derive(Debug)]
+pub(crate) struct RecentLoss {
+    worker: WorkerId,
+    held: Vec<(TaskId, u32)>,
+    blamed: Vec<(TaskId, u32)>,
+}
+
+/// A worker's crash report as text: UTF-8 (lossy), at most 300 bytes (a peer's string).
+fn report_text(data: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&data[..data.len().min(300)]);
+    text.trim().to_owned()
+}
+
+/// The message of a poison task: each attempt, its worker and what happened to it.
+fn poison_message(lost_on: &[(WorkerId, u32, Option<String>)]) -> String {
+    let names: Vec<String> = lost_on
+        .iter()
+        .map(|(w, attempt, how)| match how {
+            Some(how) => format!("attempt {attempt} on {w}: {how}"),
+            None => format!("attempt {attempt} on {w}: worker lost (crashed, killed or cut off)"),
+        })
+        .collect();
+    format!(
+        "poison task: its worker (or the process running it) was lost while running it {} \
+         times ({}); it is not retried",
+        names.len(),
+        names.join("; ")
+    )
 }
