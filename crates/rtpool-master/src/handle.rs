@@ -113,7 +113,8 @@ fn conn_ctx(
 
 /// The scheduler, with the journal opened and replayed when there is a data dir.
 fn scheduler(config: &MasterConfig, instance: u64) -> Result<Scheduler, MasterError> {
-    let scheduler = Scheduler::new(config.core_config(), instance);
+    let scheduler =
+        Scheduler::new(config.core_config(), instance).with_summary_every(config.log_summary);
     let Some(dir) = config.data_dir.as_ref().filter(|_| config.journal) else {
         return Ok(scheduler);
     };

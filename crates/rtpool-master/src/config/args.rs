@@ -44,7 +44,7 @@ pub const LOG_ENV: &str = "RTPOOL_LOG";
 pub struct MasterArgs {
     /// Address to listen on (default: 127.0.0.1:7070, this machine only; 0.0.0.0:7070 accepts
     /// other machines; port 0 picks a free one).
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
     pub listen: Option<String>,
     /// Where the tokens, the crash-recovery journal and the user store live (default:
     /// $RTPOOL_DATA_DIR, else $XDG_DATA_HOME/rtpool or ~/.local/share/rtpool).
@@ -54,10 +54,20 @@ pub struct MasterArgs {
     /// (default: SQLite in the data dir).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
-    /// Log filter: error, warn, info, debug, trace or a tracing directive (default:
-    /// $RTPOOL_LOG, else info).
-    #[arg(long, value_name = "FILTER")]
+    /// Log filter: error, warn, info, debug, trace, off, or tracing directives such as
+    /// rtpool_master=debug,warn (default: $RTPOOL_LOG, else info). At info the master logs
+    /// connections and a one-line summary every 60 s when something happened; at debug also
+    /// each package's lifecycle.
+    #[arg(long, value_name = "FILTER", value_parser = parse_log_filter)]
     pub log_level: Option<String>,
+    /// Log line format: text (colours only on a terminal, and never with $NO_COLOR) or json
+    /// (one JSON object per line, for log collectors) (default: text).
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log a one-line summary (workers, tasks done and their rate, queue, deadlines) at info
+    /// every SECONDS when something happened since the last one; 0: never (default: 60).
+    #[arg(long = "log-summary", value_name = "SECONDS", value_parser = parse_seconds)]
+    pub log_summary_s: Option<f64>,
 
     /// Serve TLS with this PEM certificate chain (with --tls-key).
     #[arg(long, value_name = "PEM", requires = "tls_key", help_heading = "TLS")]
@@ -181,6 +191,26 @@ pub struct MasterArgs {
     pub cpus: Option<CpuList>,
 }
 
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event; ANSI colours only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `fields`).
+    Json,
+}
+
+/// The logging of a command-line master: not part of [`MasterConfig`] (logging is per
+/// process), installed by [`crate::init_logging`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logging {
+    /// The tracing filter (`--log-level`, `$RTPOOL_LOG`, else `info`).
+    pub filter: String,
+    /// The line format (`--log-format`).
+    pub format: LogFormat,
+}
+
 /// The value of `--cpus`; a newtype because clap reads an `Option<Vec<_>>` field as an option
 /// given several times.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,7 +239,7 @@ impl MasterArgs {
     pub fn parse_named<I, T>(
         name: &'static str,
         args: I,
-    ) -> Result<(MasterConfig, String), clap::Error>
+    ) -> Result<(MasterConfig, Logging), clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
@@ -242,13 +272,23 @@ impl MasterArgs {
     }
 
     /// The configuration of a command-line master: the defaults, the data dir and log filter
-    /// from the environment when not given, then every option given.
-    pub fn into_config(self) -> (MasterConfig, String) {
-        let log_level = self
-            .log_level
-            .clone()
-            .or_else(|| non_empty_env(LOG_ENV))
-            .unwrap_or_else(|| "info".into());
+    /// from the environment when not given, then every option given. A `$RTPOOL_LOG` that is
+    /// no valid filter is reported on stderr and replaced by `info`.
+    pub fn into_config(self) -> (MasterConfig, Logging) {
+        let filter = self.log_level.clone().unwrap_or_else(|| {
+            match non_empty_env(LOG_ENV).map(|v| parse_log_filter(&v).map_err(|e| (v, e))) {
+                Some(Ok(filter)) => filter,
+                Some(Err((v, e))) => {
+                    eprintln!("${LOG_ENV}={v:?} ignored: {e}; logging at info");
+                    "info".into()
+                }
+                None => "info".into(),
+            }
+        });
+        let log_level = Logging {
+            filter,
+            format: self.log_format.unwrap_or_default(),
+        };
         let mut config = MasterConfig {
             data_dir: non_empty_env(DATA_DIR_ENV)
                 .map(PathBuf::from)
@@ -268,6 +308,8 @@ impl MasterArgs {
             data_dir,
             store,
             log_level: _,
+            log_format: _,
+            log_summary_s,
             tls_cert,
             tls_key,
             tls_self_signed,
@@ -313,6 +355,7 @@ impl MasterArgs {
         config.journal &= journal;
         set(&mut config.hedge_factor, hedge_factor);
         set(&mut config.service_grace, service_grace_s.map(secs));
+        set(&mut config.log_summary, log_summary_s.map(secs));
         let RealtimeConfig {
             enabled,
             priority,
@@ -341,6 +384,44 @@ pub fn default_data_dir() -> Option<PathBuf> {
 
 fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The level names a plain `--log-level` may be.
+const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace", "off"];
+
+/// `--log-level`: a level name, or tracing directives (`target=level`, comma-separated). A
+/// bare word that is no level is refused: tracing would read `loud` as "everything of the
+/// target `loud`", which silences every line of the master.
+fn parse_log_filter(text: &str) -> Result<String, String> {
+    let hint = "use error, warn, info, debug, trace or off, or directives such as \
+                rtpool_master=debug,warn";
+    for directive in text.split(',').map(str::trim) {
+        let level = directive.rsplit_once('=').map_or(directive, |(_, l)| l);
+        if !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!("{level:?} is not a log level; {hint}"));
+        }
+    }
+    // tracing reads "warn, h2=off" as a bad level " h2": spaces around commas are dropped.
+    let text = text.split(',').map(str::trim).collect::<Vec<_>>().join(",");
+    tracing_subscriber::EnvFilter::try_new(&text)
+        .map(|_| text)
+        .map_err(|e| format!("{e}; {hint}"))
+}
+
+/// `--listen`: `HOST:PORT` (`[::1]:7070` for IPv6); only the form is checked here, binding
+/// says whether the address is usable.
+fn parse_listen(text: &str) -> Result<String, String> {
+    let hint = "write HOST:PORT, e.g. 127.0.0.1:7070 (this machine only), 0.0.0.0:7070 (every \
+                interface) or 127.0.0.1:0 (a free port)";
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(text.to_owned())
+        }
+        Some((_, port)) if port.parse::<u16>().is_err() => {
+            Err(format!("{port:?} is not a port number (0-65535); {hint}"))
+        }
+        _ => Err(format!("{text:?} is not HOST:PORT; {hint}")),
+    }
 }
 
 /// `--hedge-factor`: a number above 1.
@@ -387,7 +468,7 @@ fn parse_cpu_list(list: &str) -> Result<CpuList, String> {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<(MasterConfig, String), clap::Error> {
+    fn parse(args: &[&str]) -> Result<(MasterConfig, Logging), clap::Error> {
         MasterArgs::parse_named("rtpool-master", args)
     }
 
@@ -410,6 +491,8 @@ mod tests {
             "--data-dir=/d",
             "--store=sqlite:///s.db",
             "--log-level=debug",
+            "--log-format=json",
+            "--log-summary=2.5",
             "--tls-cert=c.pem",
             "--tls-key=k.pem",
             "--max-frame-mb=2",
@@ -431,7 +514,9 @@ mod tests {
             "--cpus=0-2",
         ])
         .unwrap();
-        assert_eq!(log, "debug");
+        assert_eq!(log.filter, "debug");
+        assert_eq!(log.format, LogFormat::Json);
+        assert_eq!(c.log_summary, Duration::from_millis(2500));
         assert_eq!(c.listen, "0.0.0.0:1");
         assert_eq!(c.data_dir, Some(PathBuf::from("/d")));
         assert_eq!(c.store.as_deref(), Some("sqlite:///s.db"));
@@ -478,11 +563,57 @@ mod tests {
             ),
             (&["--tls-cert=c.pem"], "--tls-key"),
             (&["--bogus"], "--bogus"),
+            (
+                &["--fsync=sometimes"],
+                "use always, batch, batch:<ms> or off",
+            ),
+            (
+                &["--log-level=loud"],
+                "\"loud\" is not a log level; use error, warn",
+            ),
+            (
+                &["--log-level=rtpool_master=loud"],
+                "\"loud\" is not a log level",
+            ),
+            (&["--log-format=xml"], "[possible values: text, json]"),
+            (
+                &["--listen=7070"],
+                "\"7070\" is not HOST:PORT; write HOST:PORT",
+            ),
+            (
+                &["--listen=localhost:http"],
+                "\"http\" is not a port number",
+            ),
+            (&["--listen=:7070"], "is not HOST:PORT"),
         ] {
             let err = parse(args).expect_err("refused");
             let text = err.to_string();
             assert!(text.contains(expected), "{args:?}: {text}");
             assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn good_log_filters_and_listen_addresses_pass() {
+        for filter in [
+            "info",
+            "DEBUG",
+            "off",
+            "rtpool_master=debug,warn",
+            "warn, h2=off",
+        ] {
+            let (_, log) = parse(&["--log-level", filter]).expect(filter);
+            assert_eq!(log.filter, filter.replace(' ', ""));
+            assert_eq!(log.format, LogFormat::Text);
+        }
+        for listen in [
+            "127.0.0.1:0",
+            "localhost:7070",
+            "[::1]:7070",
+            "0.0.0.0:65535",
+        ] {
+            let (config, _) = parse(&["--listen", listen]).expect(listen);
+            assert_eq!(config.listen, listen);
         }
     }
 

@@ -4,6 +4,7 @@
 //! what connections send it, `route.rs` turns each action into its frame, `usage.rs` keeps the
 //! users' quotas and charged time in step with the user store.
 
+mod activity;
 mod message;
 mod route;
 #[cfg(test)]
@@ -27,6 +28,7 @@ use crate::journal::{DoneRecord, FsyncPolicy, Journal, PackageRecord, Record, Re
 use crate::outbound::{Out, OutboundTx};
 use crate::stats::{MasterStats, ReplayStats};
 
+use self::activity::Activity;
 pub use self::message::ToScheduler;
 
 /// How often charged compute time is written behind to the user store, and quotas re-read.
@@ -68,6 +70,8 @@ pub struct Scheduler {
     /// Client events held back behind a submission whose record is not durable yet, in
     /// arrival order, with the LSN each must wait for.
     held: VecDeque<(u64, Held)>,
+    /// Package lifecycle lines (debug) and the periodic summary (info).
+    activity: Activity,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -100,7 +104,14 @@ impl Scheduler {
             replay_stats: None,
             last_lsn: 0,
             held: VecDeque::new(),
+            activity: Activity::new(crate::config::DEFAULT_LOG_SUMMARY),
         }
+    }
+
+    /// Log the one-line summary every `every` instead of every 60 s (zero: never).
+    pub fn with_summary_every(mut self, every: Duration) -> Self {
+        self.activity = Activity::new(every);
+        self
     }
 
     /// Record packages, results and deliveries in `journal`, and restore what `replay` found
@@ -158,7 +169,10 @@ impl Scheduler {
                     }
                 }
                 _ = sleep_until(timer), if timer.is_some() => self.apply(Event::Tick),
-                _ = flush.tick() => self.flush_usage(&tx),
+                _ = flush.tick() => {
+                    self.flush_usage(&tx);
+                    self.activity.maybe_summary(&self.core.stats());
+                }
             }
         }
         // Whatever was charged since the last flush.
@@ -400,6 +414,12 @@ impl Scheduler {
             Event::SubmitCalls { package, .. } => (Some(*package), true),
             _ => (None, false),
         };
+        let user = match &event {
+            Event::Submit { client, .. } => self.client_users.get(&client.0),
+            _ => None,
+        };
+        let user = user.map_or("", |u| self.user_names[u.0 as usize].as_str());
+        self.activity.on_event(&event, user);
         let now = self.now();
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
@@ -414,6 +434,7 @@ impl Scheduler {
             }
         }
         for action in actions.drain(..) {
+            self.activity.on_action(&action);
             self.journal_action(&action);
             self.route(action);
         }

@@ -1,0 +1,311 @@
+//! [`Activity`]: what the scheduler logs about the work itself, as opposed to connections.
+//!
+//! * At debug, each package's lifecycle: created (user, tasks, deadline), its first result
+//!   (how long after creation, and how long that task waited for a worker), done (ok and
+//!   failed results, deadline met/missed), and freed (delivered, cancelled or expired).
+//! * At info, a one-line summary every [`Activity::every`] (`--log-summary`, default 60 s),
+//!   only when something changed since the last one: `workers 4 (16 slots), tasks 1,234 done
+//!   (+120/min), 5 queued, 3 running, deadlines 100 met 2 missed`.
+//!
+//! It reads the actions the scheduler routes and the core's counters; it never changes them.
+//! Per-package bookkeeping happens only while debug is enabled for this module, so the hot path
+//! pays one hash lookup per result batch at most.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rtpool_core::{Action, CoreStats, Event, PackageId, TaskStatus, WorkerId};
+use tracing::{debug, enabled, info, Level};
+
+/// One live package, as its lifecycle lines need it.
+#[derive(Debug)]
+struct PackageLog {
+    created: Instant,
+    tasks: u32,
+    has_deadline: bool,
+    results: u32,
+    failed: u32,
+    missed: u32,
+}
+
+/// What the summary compares to say "+N/min" and to stay quiet when nothing happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Snapshot {
+    workers: usize,
+    slots: u64,
+    done: u64,
+    queued: usize,
+    running: usize,
+    met: u64,
+    missed: u64,
+    refused: u64,
+}
+
+/// The scheduler's activity log (see the module docs).
+#[derive(Debug)]
+pub(super) struct Activity {
+    /// Summary period; zero: no summary.
+    every: Duration,
+    last_summary: Instant,
+    last: Snapshot,
+    /// Slots of each connected worker (the core's stats count workers, not slots).
+    slots: HashMap<WorkerId, u32>,
+    /// A submission seen but not yet accepted: (user, tasks, has deadline).
+    submitted: Option<(PackageId, String, u32, bool)>,
+    packages: HashMap<PackageId, PackageLog>,
+}
+
+impl Activity {
+    /// An activity log writing a summary every `every` (zero: never).
+    pub(super) fn new(every: Duration) -> Self {
+        Self {
+            every,
+            last_summary: Instant::now(),
+            last: Snapshot::default(),
+            slots: HashMap::new(),
+            submitted: None,
+            packages: HashMap::new(),
+        }
+    }
+
+    /// Notes what an event says before the core handles it (`user` is the submitter's name).
+    pub(super) fn on_event(&mut self, event: &Event, user: &str) {
+        match event {
+            Event::WorkerJoined { worker, slots } => {
+                self.slots.insert(*worker, *slots);
+            }
+            Event::WorkerLost { worker } => {
+                self.slots.remove(worker);
+            }
+            Event::Submit {
+                package,
+                opts,
+                tasks,
+                ..
+            } if enabled!(Level::DEBUG) => {
+                let deadline = opts.deadline_ms > 0;
+                self.submitted = Some((*package, user.to_owned(), tasks.len() as u32, deadline));
+            }
+            _ => {}
+        }
+    }
+
+    /// Logs what an action means for a package's lifecycle (debug only).
+    pub(super) fn on_action(&mut self, action: &Action) {
+        match action {
+            Action::Accepted { package, .. } => {
+                if let Some((id, user, tasks, has_deadline)) = self.submitted.take() {
+                    if id == *package {
+                        debug!(
+                            "package {}: created by user {user:?}: {tasks} tasks{}",
+                            id.0,
+                            if has_deadline {
+                                ", with a deadline"
+                            } else {
+                                ""
+                            }
+                        );
+                        self.packages.insert(
+                            id,
+                            PackageLog {
+                                created: Instant::now(),
+                                tasks,
+                                has_deadline,
+                                results: 0,
+                                failed: 0,
+                                missed: 0,
+                            },
+                        );
+                    }
+                }
+            }
+            Action::Rejected { reason, .. } => {
+                if let Some((id, user, tasks, _)) = self.submitted.take() {
+                    debug!(
+                        "package {}: refused ({tasks} tasks of user {user:?}): {reason}",
+                        id.0
+                    );
+                }
+            }
+            Action::SendResults {
+                package, results, ..
+            } => {
+                let Some(p) = self.packages.get_mut(package) else {
+                    return;
+                };
+                if p.results == 0 {
+                    let queue_ms = results.first().map_or(0, |r| r.queue_us) / 1000;
+                    debug!(
+                        "package {}: first result after {} ms (its task waited {queue_ms} ms \
+                         for a worker)",
+                        package.0,
+                        p.created.elapsed().as_millis()
+                    );
+                }
+                p.results += results.len() as u32;
+                p.failed += results
+                    .iter()
+                    .filter(|r| r.status != TaskStatus::Ok)
+                    .count() as u32;
+                p.missed += results
+                    .iter()
+                    .filter(|r| r.late_us > 0 || r.status == TaskStatus::Missed)
+                    .count() as u32;
+                if p.results >= p.tasks {
+                    let deadlines = if p.has_deadline {
+                        format!(
+                            ", deadline met {} missed {}",
+                            p.results - p.missed,
+                            p.missed
+                        )
+                    } else {
+                        String::new()
+                    };
+                    debug!(
+                        "package {}: done in {} ms: {} ok, {} failed{deadlines}",
+                        package.0,
+                        p.created.elapsed().as_millis(),
+                        p.results - p.failed,
+                        p.failed
+                    );
+                }
+            }
+            Action::PackageFreed {
+                package, expired, ..
+            } => {
+                if let Some(p) = self.packages.remove(package) {
+                    let how = if *expired {
+                        "expired: no client attached within the result TTL"
+                    } else if p.results < p.tasks {
+                        "cancelled"
+                    } else {
+                        "every result delivered"
+                    };
+                    debug!("package {}: freed ({how})", package.0);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes the summary line if it is due and something changed since the last one.
+    pub(super) fn maybe_summary(&mut self, stats: &CoreStats) {
+        if self.every.is_zero() || self.last_summary.elapsed() < self.every {
+            return;
+        }
+        let now = Snapshot {
+            workers: stats.workers,
+            slots: self.slots.values().map(|&s| u64::from(s)).sum(),
+            done: stats.counters.delivered,
+            queued: stats.queued,
+            running: stats.running,
+            met: stats.counters.deadlines_met,
+            missed: stats.counters.deadlines_missed + stats.counters.deadline_dropped,
+            refused: stats.counters.admission_refused,
+        };
+        let minutes = self.last_summary.elapsed().as_secs_f64() / 60.0;
+        self.last_summary = Instant::now();
+        if now == self.last {
+            return;
+        }
+        let rate = (now.done - self.last.done) as f64 / minutes.max(1e-9);
+        info!("{}", summary_line(&now, rate));
+        self.last = now;
+    }
+}
+
+/// `workers 4 (16 slots), tasks 1,234 done (+120/min), 5 queued, 3 running, deadlines 100 met
+/// 2 missed, 1 package refused by admission`.
+fn summary_line(s: &Snapshot, per_min: f64) -> String {
+    let mut line = format!(
+        "workers {} ({} slots), tasks {} done (+{}/min), {} queued, {} running",
+        s.workers,
+        s.slots,
+        thousands(s.done),
+        thousands(per_min.round() as u64),
+        thousands(s.queued as u64),
+        thousands(s.running as u64)
+    );
+    if s.met + s.missed > 0 {
+        line += &format!(
+            ", deadlines {} met {} missed",
+            thousands(s.met),
+            thousands(s.missed)
+        );
+    }
+    if s.refused > 0 {
+        let packages = if s.refused == 1 {
+            "package"
+        } else {
+            "packages"
+        };
+        line += &format!(", {} {packages} refused by admission", thousands(s.refused));
+    }
+    line
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_get_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1234), "1,234");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn the_summary_names_what_happened() {
+        let s = Snapshot {
+            workers: 4,
+            slots: 16,
+            done: 1234,
+            queued: 5,
+            running: 3,
+            met: 100,
+            missed: 2,
+            refused: 1,
+        };
+        assert_eq!(
+            summary_line(&s, 120.4),
+            "workers 4 (16 slots), tasks 1,234 done (+120/min), 5 queued, 3 running, \
+             deadlines 100 met 2 missed, 1 package refused by admission"
+        );
+        let quiet = Snapshot {
+            met: 0,
+            missed: 0,
+            refused: 0,
+            ..s
+        };
+        assert!(!summary_line(&quiet, 0.0).contains("deadlines"));
+    }
+
+    #[test]
+    fn nothing_is_logged_twice_when_nothing_changed() {
+        let mut a = Activity::new(Duration::from_nanos(1));
+        let stats = CoreStats::default();
+        a.maybe_summary(&stats);
+        assert_eq!(a.last, Snapshot::default(), "an idle master stays quiet");
+        let busy = CoreStats {
+            workers: 1,
+            ..CoreStats::default()
+        };
+        a.maybe_summary(&busy);
+        assert_eq!(a.last.workers, 1);
+    }
+}
