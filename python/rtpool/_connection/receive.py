@@ -209,8 +209,10 @@ class _Receiver:
             if seg is not None and seg.futures is not None:
                 if code == P.ERR_QUOTA:
                     exc: BaseException = QuotaExceededError(
+                        # The master's message names the quota ("user's compute-time quota
+                        # is used up (... over); ask an admin ...").
                         f"the master at {self.address} refused the package (request {ref}): "
-                        f"the user's compute-time quota is used up: {message}"
+                        f"{message}"
                     )
                 elif code == P.ERR_ADMISSION:
                     exc = AdmissionError(

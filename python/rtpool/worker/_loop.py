@@ -61,6 +61,27 @@ _DATA = 3
 _END = 6
 
 
+_STATUS_WORDS = {P.STATUS_FAILED: "failed", P.STATUS_TIMEOUT: "timed out"}
+
+
+def _failure_kind(status: int, data: bytes, is_call: bool) -> str:
+    """The exception type a failed task raised, or the status and the worker's reason."""
+    if status == P.STATUS_ERROR:
+        try:  # the report this worker just built: a pickled dict, a msgpack map for a call
+            if is_call:
+                import msgpack
+
+                return str(msgpack.unpackb(data, raw=False)["type"])
+            import pickle
+
+            return str(pickle.loads(data)["type"])
+        except Exception:
+            return "an error (its report cannot be read here)"
+    name = _STATUS_WORDS.get(status, f"status {status}")
+    reason = bytes(data[:200]).decode("utf-8", "replace")
+    return f"{name}: {reason}"
+
+
 def adaptive_prefetch(task_ns: float, max_prefetch: int) -> int:
     """Tasks to queue ahead: about 2 ms of tasks of ``task_ns`` each, from 1 to ``max_prefetch``."""
     return min(max_prefetch, max(1, int(PREFETCH_TARGET_NS / (task_ns + 1))))
@@ -102,6 +123,7 @@ class WorkerConnection(Session, Executing):
         task_memory_mb: int | None = None,
         reconnect_timeout: float | None = 0.0,
         services: Sequence[Service] = (),
+        connect: bool = True,
     ) -> None:
         Session.__init__(
             self, address, token, name, connect_timeout, tls, ca_file, reconnect_timeout
@@ -121,7 +143,8 @@ class WorkerConnection(Session, Executing):
         self._serve = serve_frame(self.services) if self.services else b""
         #: Messages of the master's ``ERROR serve_conflict`` answers (functions refused).
         self.refused: List[str] = []
-        self._start_session(*self._connect(connect_timeout))
+        if connect:  # else the owner calls connect_first() once its signal handlers are in
+            self._start_session(*self._connect(connect_timeout))
 
     def _start_session(self, *parts: Any) -> bool:
         restarted = Session._start_session(self, *parts)
@@ -246,6 +269,8 @@ class WorkerConnection(Session, Executing):
             exc = self._too_large(len(data))
             data = self._call_error(exc) if t.inputs is not None else self._error(exc)
             size = len(data) + RESULT_OVERHEAD
+        if status != P.STATUS_OK and status != P.STATUS_CANCELLED:
+            log(self._failure_line(t, status, data))
         if self.pending_bytes + size > self.frame_budget:
             self._flush()
         self.pending_bytes += size
@@ -273,6 +298,17 @@ class WorkerConnection(Session, Executing):
         surplus = len(self.queue) - self.prefetch
         if surplus > 0:
             self._give_back(surplus)
+
+    def _failure_line(self, t: Task, status: int, data: bytes) -> str:
+        """One line for a task that did not succeed: task id, function, what went wrong."""
+        if t.is_call:
+            name, version = t.function
+            what = f"{name} version {version}"
+        else:
+            fn = self.functions.get(t.function)
+            what = getattr(fn, "__qualname__", None) or f"function {t.function.hex()[:12]}"
+        kind = _failure_kind(status, data, t.is_call)
+        return f"task {t.task_id} (attempt {t.attempt}) of {what} failed: {kind}"
 
     def _give_back(self, count: int) -> None:
         """RETURN the last ``count`` unstarted tasks, so idle workers can take them.
@@ -418,6 +454,11 @@ class WorkerConnection(Session, Executing):
             self._recv_nowait()
         except Stop:
             return EXIT_OK
+        results, returned = len(self.pending), len(self.queue)
+        log(
+            f"stopping: sending {results} pending results and handing {returned} unstarted "
+            f"tasks back to the master at {self.address}; exiting"
+        )
         out = P.encode(P.DRAIN) + self._results_frame()
         if self.queue:
             out += P.encode(P.RETURN, [[t.task_id, t.attempt] for t in self.queue])

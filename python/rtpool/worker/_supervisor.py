@@ -19,6 +19,7 @@ import traceback
 from typing import Any, Dict, List
 
 from .._dial import default_name
+from .._text import plural
 from ..errors import RtpoolError, ServeError
 from ._arguments import add_arguments, check_arguments
 from ._common import (
@@ -61,6 +62,7 @@ def run_child(args: argparse.Namespace, token: str, name: str) -> int:
             task_memory_mb=args.task_memory_mb,
             reconnect_timeout=args.reconnect_timeout,
             services=services_of(args),
+            connect=False,
         )
     except RtpoolError as exc:
         log(str(exc))
@@ -71,6 +73,9 @@ def run_child(args: argparse.Namespace, token: str, name: str) -> int:
     conn.realtime = realtime
     conn.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    code = conn.connect_first()  # waits for a master that is not up yet
+    if code is not None:
+        return code
     return conn.serve()
 
 
@@ -207,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if services:
         names = ", ".join(f"{s.name} (version {s.version})" for s in services)
-        log(f"serving {len(services)} functions: {names}")
+        log(f"serving {plural(len(services), 'function')}: {names}")
     if args.parent_pid is not None:
         set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != args.parent_pid:
