@@ -154,14 +154,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _seconds(us: int | None) -> str:
-    """Microseconds as people read them: ``unlimited``, ``3,600 s``, ``1.5 s``, ``12 ms``,
+    """Microseconds as people read them: ``unlimited``, ``3,600 s``, ``1.5 s``, ``0.012 s``,
     ``1 µs`` (never ``1e-06 s``)."""
     if us is None:
         return "unlimited"
-    if us == 0 or us >= 1_000_000:
-        return f"{us / 1e6:,.1f} s".replace(".0 s", " s")
-    if us >= 1000:
-        return f"{us / 1e3:.3g} ms"
+    if us == 0 or us >= 1000:
+        return f"{us / 1e6:,.3f}".rstrip("0").rstrip(".") + " s"
     return f"{us} µs"
 
 
