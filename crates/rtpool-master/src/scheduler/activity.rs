@@ -97,8 +97,9 @@ impl Activity {
                 if let Some((id, user, tasks, has_deadline)) = self.submitted.take() {
                     if id == *package {
                         debug!(
-                            "package {}: created by user {user:?}: {tasks} tasks{}",
+                            "package {}: created by user {user:?}: {}{}",
                             id.0,
+                            plural(u64::from(tasks), "task"),
                             if has_deadline {
                                 ", with a deadline"
                             } else {
@@ -122,8 +123,9 @@ impl Activity {
             Action::Rejected { reason, .. } => {
                 if let Some((id, user, tasks, _)) = self.submitted.take() {
                     debug!(
-                        "package {}: refused ({tasks} tasks of user {user:?}): {reason}",
-                        id.0
+                        "package {}: refused ({} of user {user:?}): {reason}",
+                        id.0,
+                        plural(u64::from(tasks), "task")
                     );
                 }
             }
@@ -218,9 +220,9 @@ impl Activity {
 /// 2 missed, 1 package refused by admission`.
 fn summary_line(s: &Snapshot, per_min: f64) -> String {
     let mut line = format!(
-        "workers {} ({} slots), tasks {} done (+{}/min), {} queued, {} running",
+        "workers {} ({}), tasks {} done (+{}/min), {} queued, {} running",
         s.workers,
-        s.slots,
+        plural(s.slots, "slot"),
         thousands(s.done),
         thousands(per_min.round() as u64),
         thousands(s.queued as u64),
@@ -242,6 +244,12 @@ fn summary_line(s: &Snapshot, per_min: f64) -> String {
         line += &format!(", {} {packages} refused by admission", thousands(s.refused));
     }
     line
+}
+
+/// `1 task`, `2 tasks`, `1,234 tasks`.
+fn plural(n: u64, word: &str) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} {word}{s}", thousands(n))
 }
 
 /// `1234567` as `1,234,567`.
@@ -267,6 +275,8 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1234), "1,234");
         assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(plural(1, "slot"), "1 slot");
+        assert_eq!(plural(1234, "task"), "1,234 tasks");
     }
 
     #[test]
