@@ -281,3 +281,26 @@ def test_make_demo_says_what_it_does_and_how_long_the_build_takes():
     assert proc.returncode == 0, proc.stderr
     assert "builds the Rust core" in proc.stdout and "3-5 minutes" in proc.stdout
     assert "rtpool demo: a LocalCluster" in proc.stdout
+
+
+# -- Future.cancel() and repr --------------------------------------------------------------
+
+
+def test_future_repr_says_what_the_client_knows(master, workers, client_factory):
+    import tasks
+
+    client = client_factory()
+    fut = client.submit(tasks.square, 4)
+    assert "state=pending (queued or running at the master)" in repr(fut)
+    assert "pending>" not in repr(fut)
+    assert fut.cancel() is True
+    assert repr(fut).endswith("state=cancelled>")
+    assert fut.cancel() is True, "cancel() of a cancelled future is True, as in concurrent.futures"
+    workers.start(1)
+    done = client.submit(tasks.square, 5)
+    assert done.result(timeout=30) == 25
+    assert "state=finished returned int>" in repr(done)
+    assert done.cancel() is False
+    failed = client.submit(tasks.fail, "x")
+    failed.exception(timeout=30)
+    assert "state=finished raised TaskError>" in repr(failed)

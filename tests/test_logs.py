@@ -145,3 +145,31 @@ def test_refused_logins_are_one_readable_line_per_peer(master):
         r"refused a client login from 127\.0\.0\.1:\d+ \(name \"[^\"]*\"\): auth: ", lines[0]
     )
     assert "Error {" not in lines[0], "no Debug dump of the message"
+
+
+def test_result_timeout_says_no_worker_is_connected(master, workers, client_factory):
+    client = client_factory()
+    fut = client.submit(tasks.square, 3)
+    with pytest.raises(TimeoutError) as info:
+        fut.result(timeout=1)
+    text = str(info.value)
+    assert text.startswith("no result within 1 s: no worker is connected to the master at")
+    assert "1 of its package's 1 tasks queued, 0 running" in text
+    assert f"rtpool worker --master {master.address}" in text
+    # With a worker connected, the message counts it.
+    workers.start(1)
+    assert fut.result(timeout=30) == 9
+    slow = client.submit(tasks.sleep_return, 1, 3.0)
+    with pytest.raises(TimeoutError) as info:
+        slow.result(timeout=1)
+    assert "; 1 worker can run it (0 of its package's 1 tasks queued, 1 running)" in str(
+        info.value
+    ), str(info.value)
+    assert slow.result(timeout=30) == 1
+
+
+def test_short_timeouts_stay_cheap(client_factory):
+    fut = client_factory().submit(tasks.square, 3)
+    with pytest.raises(TimeoutError) as info:
+        fut.result(timeout=0.01)
+    assert str(info.value) == "no result within 0.01 s"

@@ -193,6 +193,7 @@ class _Receiver:
             waiter = self._status.get(msg[1])
             if waiter is not None:
                 waiter[1] = tuple(msg[3:10])  # total, queued, ..., met, missed
+                waiter[4] = msg[10] if len(msg) > 10 else None  # workers that can run it
                 waiter[2] = True
                 self._cond.notify_all()
 
