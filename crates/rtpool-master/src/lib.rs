@@ -42,7 +42,7 @@ pub use stats::{MasterStats, ReplayStats};
 /// Install a stderr logger with `filter` (e.g. `info`, `rtpool_master=debug`) writing `format`
 /// lines; a no-op when a logger is already installed. Text lines carry ANSI colours only when
 /// stderr is a terminal and `$NO_COLOR` is not set, so a log file or a pipe gets plain text.
-pub fn init_logging(filter: &str, format: config::args::LogFormat) {
+pub fn init_logging(filter: &str, format: config::logging::LogFormat) {
     use std::io::IsTerminal;
 
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
@@ -51,8 +51,8 @@ pub fn init_logging(filter: &str, format: config::args::LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let _ = match format {
-        config::args::LogFormat::Json => builder.json().try_init(),
-        config::args::LogFormat::Text => {
+        config::logging::LogFormat::Json => builder.json().try_init(),
+        config::logging::LogFormat::Text => {
             let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
             builder.with_ansi(colour).try_init()
         }

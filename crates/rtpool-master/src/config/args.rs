@@ -14,6 +14,8 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 
+use super::logging::parse_log_filter;
+pub use super::logging::{LogFormat, Logging};
 use super::{check_hedge_factor, MasterConfig};
 use crate::journal::FsyncPolicy;
 use crate::realtime::{parse_cpus, RealtimeConfig, DEFAULT_PRIORITY};
@@ -191,26 +193,6 @@ pub struct MasterArgs {
     pub cpus: Option<CpuList>,
 }
 
-/// How log lines are written (`--log-format`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// One human-readable line per event; ANSI colours only when stderr is a terminal.
-    #[default]
-    Text,
-    /// One JSON object per line (`timestamp`, `level`, `target`, `fields`).
-    Json,
-}
-
-/// The logging of a command-line master: not part of [`MasterConfig`] (logging is per
-/// process), installed by [`crate::init_logging`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Logging {
-    /// The tracing filter (`--log-level`, `$RTPOOL_LOG`, else `info`).
-    pub filter: String,
-    /// The line format (`--log-format`).
-    pub format: LogFormat,
-}
-
 /// The value of `--cpus`; a newtype because clap reads an `Option<Vec<_>>` field as an option
 /// given several times.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,28 +366,6 @@ pub fn default_data_dir() -> Option<PathBuf> {
 
 fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// The level names a plain `--log-level` may be.
-const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace", "off"];
-
-/// `--log-level`: a level name, or tracing directives (`target=level`, comma-separated). A
-/// bare word that is no level is refused: tracing would read `loud` as "everything of the
-/// target `loud`", which silences every line of the master.
-fn parse_log_filter(text: &str) -> Result<String, String> {
-    let hint = "use error, warn, info, debug, trace or off, or directives such as \
-                rtpool_master=debug,warn";
-    for directive in text.split(',').map(str::trim) {
-        let level = directive.rsplit_once('=').map_or(directive, |(_, l)| l);
-        if !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
-            return Err(format!("{level:?} is not a log level; {hint}"));
-        }
-    }
-    // tracing reads "warn, h2=off" as a bad level " h2": spaces around commas are dropped.
-    let text = text.split(',').map(str::trim).collect::<Vec<_>>().join(",");
-    tracing_subscriber::EnvFilter::try_new(&text)
-        .map(|_| text)
-        .map_err(|e| format!("{e}; {hint}"))
 }
 
 /// `--listen`: `HOST:PORT` (`[::1]:7070` for IPv6); only the form is checked here, binding

@@ -6,6 +6,7 @@
 //! an embedded master's options dict with the same parser.
 
 pub mod args;
+pub mod logging;
 pub mod options;
 
 use std::path::PathBuf;
