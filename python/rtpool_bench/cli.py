@@ -18,7 +18,6 @@ from . import openloop_cli
 from .roundtrip import bench_latency, bench_payload, bench_throughput, parse_size
 from .stats import machine_info
 
-
 #: Every benchmark ``rtpool bench`` runs: the round-trip ones this parser takes, then those
 #: with parsers of their own.
 ROUNDTRIP_BENCHES = ("latency", "throughput", "payload", "all", "deadline", "hedge")
