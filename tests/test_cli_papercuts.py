@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import stop_process
 from rtpool import _protocol as P
 from rtpool._connection.outcomes import task_error
 from rtpool._text import plural
@@ -86,9 +87,13 @@ def test_master_log_has_no_colours_in_a_file_and_json_lines_on_request(tmp_path:
         log = tmp_path / f"{fmt}.log"
         with open(log, "w") as f:
             proc = _start_master(tmp_path, "--log-format", fmt, stderr=f)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-        proc.stdout.close()
+        try:
+            # Right after "listening on": the master must already handle the signal.
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            stop_process(proc)
+            proc.stdout.close()
         text = log.read_text()
         assert "shutting down" in text
         assert "\x1b[" not in text, f"ANSI escapes in a log file: {text[:200]!r}"

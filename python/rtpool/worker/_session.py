@@ -308,7 +308,7 @@ class Session:
                 return EXIT_CONFIG
             except (RtpoolError, OSError, ValueError) as exc:
                 if attempt & (attempt - 1) == 0:  # attempts 1, 2, 4, 8...: a falling rate
-                    log(f"reconnection attempt {attempt} failed: {exc}")
+                    log(f"{'' if first else 're'}connection attempt {attempt} failed: {exc}")
                 continue
             self._start_session(*parts)
             again = "" if first else "re"
