@@ -255,12 +255,16 @@ fn plural(n: u64, word: &str) -> String {
 /// `1234567` as `1,234,567`.
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
+    // The first group has 1-3 digits, every other group 3.
+    let lead = match digits.len() % 3 {
+        0 => 3.min(digits.len()),
+        r => r,
+    };
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
+    out.push_str(&digits[..lead]);
+    for group in digits.as_bytes()[lead..].chunks(3) {
+        out.push(',');
+        out.push_str(std::str::from_utf8(group).expect("ASCII digits"));
     }
     out
 }
