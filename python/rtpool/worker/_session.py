@@ -26,7 +26,7 @@ from typing import Any, List, Tuple
 from .. import _dial
 from .. import _protocol as P
 from .._text import plural
-from ..errors import AuthenticationError, ConnectError, ProtocolError, RtpoolError
+from ..errors import AuthenticationError, ProtocolError, RtpoolError
 from ._common import EXIT_CONFIG, EXIT_LOST, EXIT_OK, RESULT_FRAME_OVERHEAD, Stop, log, perf_ns
 
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
@@ -260,7 +260,7 @@ class Session:
         """
         try:
             parts = self._connect(self.connect_timeout)
-        except ConnectError as exc:
+        except _dial.MasterUnreachable as exc:  # not a TLS or token problem: it may start
             if self.reconnect_timeout is None:
                 log(str(exc))
                 return EXIT_CONFIG
