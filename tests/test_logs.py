@@ -39,6 +39,41 @@ def test_worker_logs_connect_failed_tasks_and_shutdown(master, workers, client_f
     assert "stopping: sending 0 pending results and handing 0 unstarted tasks back" in text
 
 
+def test_a_flood_of_failures_is_logged_once_per_second_with_a_count(
+    master, workers, client_factory
+):
+    workers.start(1)
+    client = client_factory()
+    pkg = client.submit_many(tasks.fail, ["flood"] * 200)
+    assert all(f.exception(timeout=60) is not None for f in pkg)
+    lines = wait_until(
+        lambda: [line for line in workers.log_text(0).splitlines() if " of fail failed: " in line],
+        timeout=10,
+    )
+    # 200 failures within a few seconds: one line, then at most one a second.
+    assert 1 <= len(lines) <= 20, lines
+    assert lines[0].endswith("failed: tasks.TaskError"), lines[0]
+    if len(lines) > 1:
+        assert re.search(r"\(\d+ more lines? like it held back in the last 1 s\)$", lines[1])
+
+
+def test_log_limiter_one_line_per_key_per_window_with_a_count():
+    from rtpool._ratelimit import LogLimiter, suppressed_note
+
+    limiter = LogLimiter(10.0)
+    assert limiter.check("a", 0.0) == 0
+    assert limiter.check("a", 1.0) is None
+    assert limiter.check("a", 2.0) is None
+    assert limiter.check("b", 2.0) == 0, "keys are independent"
+    assert limiter.check("a", 10.0) == 2
+    assert limiter.check("a", 25.0) == 0
+    for key in range(LogLimiter.MAX_KEYS):
+        limiter.check(key, 30.0)
+    assert len(limiter) <= LogLimiter.MAX_KEYS + 1, "bounded: newcomers share one slot"
+    assert suppressed_note(0, 10) == ""
+    assert suppressed_note(3, 10) == " (3 more lines like it held back in the last 10 s)"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

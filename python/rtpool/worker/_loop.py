@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections import deque
 from typing import Any, List, Sequence
 
 from .. import _protocol as P
+from .._ratelimit import LogLimiter, suppressed_note
 from ..errors import ProtocolError
 from ._common import (
     DEFAULT_PREFETCH,
@@ -61,6 +63,8 @@ _DATA = 3
 _END = 6
 
 
+# Failed-task lines: at most one per function and kind of failure per this many seconds.
+_FAILURE_LOG_WINDOW_S = 1.0
 _STATUS_WORDS = {P.STATUS_FAILED: "failed", P.STATUS_TIMEOUT: "timed out"}
 
 
@@ -143,6 +147,7 @@ class WorkerConnection(Session, Executing):
         self._serve = serve_frame(self.services) if self.services else b""
         #: Messages of the master's ``ERROR serve_conflict`` answers (functions refused).
         self.refused: List[str] = []
+        self._failures = LogLimiter(_FAILURE_LOG_WINDOW_S)
         if connect:  # else the owner calls connect_first() once its signal handlers are in
             self._start_session(*self._connect(connect_timeout))
 
@@ -270,7 +275,7 @@ class WorkerConnection(Session, Executing):
             data = self._call_error(exc) if t.inputs is not None else self._error(exc)
             size = len(data) + RESULT_OVERHEAD
         if status != P.STATUS_OK and status != P.STATUS_CANCELLED:
-            log(self._failure_line(t, status, data))
+            self._log_failure(t, status, data)
         if self.pending_bytes + size > self.frame_budget:
             self._flush()
         self.pending_bytes += size
@@ -299,8 +304,10 @@ class WorkerConnection(Session, Executing):
         if surplus > 0:
             self._give_back(surplus)
 
-    def _failure_line(self, t: Task, status: int, data: bytes) -> str:
-        """One line for a task that did not succeed: task id, function, what went wrong."""
+    def _log_failure(self, t: Task, status: int, data: bytes) -> None:
+        """One line for a task that did not succeed: task id, function, what went wrong. At
+        most one line per function and kind of failure per second (with a count of those held
+        back), so a package of a million failing tasks does not flood the log."""
         if t.is_call:
             name, version = t.function
             what = f"{name} version {version}"
@@ -308,7 +315,13 @@ class WorkerConnection(Session, Executing):
             fn = self.functions.get(t.function)
             what = getattr(fn, "__qualname__", None) or f"function {t.function.hex()[:12]}"
         kind = _failure_kind(status, data, t.is_call)
-        return f"task {t.task_id} (attempt {t.attempt}) of {what} failed: {kind}"
+        key = (what, status, kind if status == P.STATUS_ERROR else None)
+        held = self._failures.check(key, time.monotonic())
+        if held is not None:
+            log(
+                f"task {t.task_id} (attempt {t.attempt}) of {what} failed: {kind}"
+                + suppressed_note(held, _FAILURE_LOG_WINDOW_S)
+            )
 
     def _give_back(self, count: int) -> None:
         """RETURN the last ``count`` unstarted tasks, so idle workers can take them.
