@@ -38,7 +38,8 @@ pub const LOG_ENV: &str = "RTPOOL_LOG";
              workers.",
     long_about = "The rtpool master: accepts task packages from clients and hands them to \
                   pull-based workers.\n\n\
-                  Runs in the foreground until SIGINT/SIGTERM. On first start it generates a \
+                  Runs in the foreground until SIGINT (Ctrl-C) or SIGTERM, either a graceful \
+                  shutdown with exit code 0. On first start it generates a \
                   client and a worker token and writes them to the data dir (client.token, \
                   worker.token) and prints them; it prints \"listening on HOST:PORT\" once it \
                   accepts connections."
