@@ -115,7 +115,7 @@ def test_token_seconds_are_written_for_people():
     assert _seconds(None) == "unlimited"
     table = format_table([], {"default": {"user": "default", "quota_us": None, "used_us": 1}})
     assert "1e-06" not in table and "1 µs" in table
-    assert "default (the built-in client.token and worker.token" in table
+    assert "default (built-in tokens)" in table
 
 
 def test_token_list_does_not_create_a_data_dir(tmp_path: Path):

@@ -204,7 +204,7 @@ _BUILTIN_USER = "default"
 
 def _user_label(user: str) -> str:
     if user == _BUILTIN_USER:
-        return f"{user} (the built-in client.token and worker.token of the data dir)"
+        return f"{user} (built-in tokens)"
     return user
 
 
