@@ -157,6 +157,9 @@ def test_master_logs_package_lifecycle_at_debug_and_a_summary(tmp_path: Path):
         wait_until(lambda: "freed" in m.log_text() and "tasks 4 done" in m.log_text(), 20)
         text = m.log_text()
         assert re.search(r'package 1: created by user "default": 3 tasks', text), text
+        assert re.search(
+            r"package 1: first task assigned after \d+ ms \(to the worker of session \d+\)", text
+        )
         assert re.search(r"package 1: first result after \d+ ms", text)
         assert re.search(r"package 1: done in \d+ ms: 3 ok, 0 failed", text)
         assert re.search(r"package 2: done in \d+ ms: 0 ok, 1 failed", text)

@@ -8,6 +8,12 @@ use crate::task::TaskState;
 use crate::worker::Worker;
 
 impl Core {
+    /// The package of a live task (for the master's log lines), or `None` for a stale id.
+    pub fn package_of(&self, task: TaskId) -> Option<PackageId> {
+        let slot = self.tasks.get(task.0)?.package;
+        Some(self.packages.get(slot)?.id)
+    }
+
     /// Workers that can run `package`'s tasks now: the connected workers that are not
     /// draining for a package of code; for a package of calls, the fewest servers among the
     /// functions of its first (at most 64) calls still held. 0 for an unknown package.

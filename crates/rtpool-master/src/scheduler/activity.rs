@@ -1,8 +1,9 @@
 //! [`Activity`]: what the scheduler logs about the work itself, as opposed to connections.
 //!
-//! * At debug, each package's lifecycle: created (user, tasks, deadline), its first result
-//!   (how long after creation, and how long that task waited for a worker), done (ok and
-//!   failed results, deadline met/missed), and freed (delivered, cancelled or expired).
+//! * At debug, each package's lifecycle: created (user, tasks, deadline), its first task
+//!   assigned (how long after creation, to which worker), its first result (and how long that
+//!   task waited for a worker), done (ok and failed results, deadline met/missed), and freed
+//!   (delivered, cancelled or expired).
 //! * At info, a one-line summary every [`Activity::every`] (`--log-summary`, default 60 s),
 //!   only when something changed since the last one: `workers 4 (16 slots), tasks 1,234 done
 //!   (+120/min), 5 queued, 3 running, deadlines 100 met 2 missed`.
@@ -14,13 +15,15 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rtpool_core::{Action, CoreStats, Event, PackageId, TaskStatus, WorkerId};
+use rtpool_core::{Action, Core, CoreStats, Event, PackageId, TaskStatus, WorkerId};
 use tracing::{debug, enabled, info, Level};
 
 /// One live package, as its lifecycle lines need it.
 #[derive(Debug)]
 struct PackageLog {
     created: Instant,
+    /// A task of it was assigned to a worker.
+    assigned: bool,
     tasks: u32,
     has_deadline: bool,
     results: u32,
@@ -53,6 +56,9 @@ pub(super) struct Activity {
     /// A submission seen but not yet accepted: (user, tasks, has deadline).
     submitted: Option<(PackageId, String, u32, bool)>,
     packages: HashMap<PackageId, PackageLog>,
+    /// Packages in `packages` none of whose tasks was assigned yet: while 0, assignments are
+    /// not looked at.
+    unassigned: usize,
 }
 
 impl Activity {
@@ -65,6 +71,7 @@ impl Activity {
             slots: HashMap::new(),
             submitted: None,
             packages: HashMap::new(),
+            unassigned: 0,
         }
     }
 
@@ -90,9 +97,28 @@ impl Activity {
         }
     }
 
-    /// Logs what an action means for a package's lifecycle (debug only).
-    pub(super) fn on_action(&mut self, action: &Action) {
+    /// Logs what an action means for a package's lifecycle (debug only); `core` names the
+    /// package of an assigned task.
+    pub(super) fn on_action(&mut self, action: &Action, core: &Core) {
         match action {
+            Action::Assign { worker, tasks } if self.unassigned > 0 => {
+                for t in tasks {
+                    let Some(id) = core.package_of(t.task) else {
+                        continue;
+                    };
+                    let Some(p) = self.packages.get_mut(&id).filter(|p| !p.assigned) else {
+                        continue;
+                    };
+                    p.assigned = true;
+                    self.unassigned -= 1;
+                    debug!(
+                        "package {}: first task assigned after {} ms (to the worker of session {})",
+                        id.0,
+                        p.created.elapsed().as_millis(),
+                        worker.0
+                    );
+                }
+            }
             Action::Accepted { package, .. } => {
                 if let Some((id, user, tasks, has_deadline)) = self.submitted.take() {
                     if id == *package {
@@ -106,10 +132,12 @@ impl Activity {
                                 ""
                             }
                         );
+                        self.unassigned += 1;
                         self.packages.insert(
                             id,
                             PackageLog {
                                 created: Instant::now(),
+                                assigned: false,
                                 tasks,
                                 has_deadline,
                                 results: 0,
@@ -176,6 +204,9 @@ impl Activity {
                 package, expired, ..
             } => {
                 if let Some(p) = self.packages.remove(package) {
+                    if !p.assigned {
+                        self.unassigned -= 1;
+                    }
                     let how = if *expired {
                         "expired: no client attached within the result TTL"
                     } else if p.results < p.tasks {

@@ -434,7 +434,7 @@ impl Scheduler {
             }
         }
         for action in actions.drain(..) {
-            self.activity.on_action(&action);
+            self.activity.on_action(&action, &self.core);
             self.journal_action(&action);
             self.route(action);
         }
