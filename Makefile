@@ -22,8 +22,11 @@ $(PY):
 # Editable: python/ (rtpool and rtpool_bench) is on the venv's path. Extras: test (pytest),
 # bench (rtpool bench/demo: rich, hdrhistogram, matplotlib), linalg (numpy, scipy: bench ninf).
 $(STAMP): $(PY) $(NATIVE_SRC)
+	@echo "installing rtpool into $(VENV): pip builds the Rust core (cargo, release mode);" \
+	      "the first build takes about 3-5 minutes on 2 CPUs, later ones less (cargo's cache)"
 	$(PIP) install -q "maturin>=1.5,<2" "ruff>=0.5"
 	$(PIP) install -q -e '.[test,bench,linalg]'
+	@echo "rtpool installed in $(VENV)"
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install rtpool (builds the Rust core) with test deps
@@ -70,6 +73,7 @@ bench-ops: ## worst case of every core operation at 10^3-10^6 tasks (about a min
 	$(CARGO) bench -p rtpool-core --locked --bench worst_case
 
 demo: $(STAMP) ## the main job: factorization benchmark on a LocalCluster
+	@echo "rtpool demo: a LocalCluster on this machine factorizes numbers in packages of tasks; progress bars show each step"
 	$(PY) -m rtpool demo
 
 clean: ## remove build outputs and the venv

@@ -54,7 +54,6 @@ def listed(where: List[str]) -> dict:
 def test_cli_creates_lists_revokes_and_sets_quotas(tmp_path: Path):
     data_dir = tmp_path / "data"
     where = ["--data-dir", str(data_dir)]
-    assert "no tokens" in token_cli("list", *where).stdout
 
     token, token_id = create(where, "alice", "client", "--quota-seconds", "2.5")
     _, worker_id = create(where, "alice", "worker")
@@ -89,6 +88,7 @@ def test_cli_creates_lists_revokes_and_sets_quotas(tmp_path: Path):
 
 def test_cli_errors_say_what_to_do(tmp_path: Path):
     where = ["--data-dir", str(tmp_path / "data")]
+    token_cli("quota", "--user", "u", "--unlimited", *where)  # makes the store
     err = token_cli("revoke", "abcdef", *where, expect_rc=1).stderr
     assert "no token with id" in err and "rtpool token list" in err
     err = token_cli("revoke", "abc", *where, expect_rc=1).stderr

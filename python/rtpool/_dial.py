@@ -65,26 +65,32 @@ def _clip_name(name: str) -> str:
     return data[:_NAME_MAX_BYTES].decode("utf-8", "ignore")
 
 
+class MasterUnreachable(ConnectError):
+    """No TCP connection to the master's address (refused, unresolvable, timed out): the
+    master may not be up yet. A worker waits for it (``--reconnect-timeout``); everything
+    else sees a :class:`~rtpool.errors.ConnectError`."""
+
+
 def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
     where = f"{host}:{port}"
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except socket.gaierror as exc:
-        raise ConnectError(
+        raise MasterUnreachable(
             f"cannot reach master at {where} (cannot resolve host {host!r}: {exc.strerror}); "
             "check the address"
         ) from None
     except ConnectionRefusedError:
-        raise ConnectError(
+        raise MasterUnreachable(
             f"cannot reach master at {where} (connection refused); is `rtpool master` running?"
         ) from None
     except socket.timeout:
-        raise ConnectError(
+        raise MasterUnreachable(
             f"cannot reach master at {where} (no answer within {timeout:g} s); "
             "is the address right and the port open?"
         ) from None
     except OSError as exc:
-        raise ConnectError(
+        raise MasterUnreachable(
             f"cannot reach master at {where} ({exc.strerror or exc}); "
             "is `rtpool master` running and reachable?"
         ) from None

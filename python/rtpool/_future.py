@@ -12,6 +12,10 @@ from typing import Any, Dict
 __all__ = ["Future"]
 
 _InvalidStateError = cf.InvalidStateError
+# result(timeout) asks the master why nothing came only for timeouts this long, waiting this
+# long at most for its answer.
+_EXPLAIN_AFTER_S = 1.0
+_STATUS_WAIT_S = 1.0
 _DONE = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 _NO_WAKES = ()
 
@@ -74,18 +78,56 @@ class Future(cf.Future):
 
         Raises:
             CancelledError: The task was cancelled.
-            TimeoutError: No result within ``timeout``.
+            TimeoutError: No result within ``timeout``. For a ``timeout`` of a second or more
+                the message says why, from one status query to the master (at most 1 s more):
+                no worker is connected (or none serves the function), or how many can run it
+                and how many of the package's tasks are queued and running.
             Exception: Whatever the task raised (see :class:`~rtpool.errors.TaskFailed`).
         """
         if not self._wait_done(timeout):
-            raise TimeoutError()
+            raise TimeoutError(self._timeout_message(timeout))
         return super().result(0)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The exception the task raised, or None, waiting up to ``timeout`` seconds."""
+        """The exception the task raised, or None, waiting up to ``timeout`` seconds.
+
+        Raises:
+            TimeoutError: As :meth:`result`.
+        """
         if not self._wait_done(timeout):
-            raise TimeoutError()
+            raise TimeoutError(self._timeout_message(timeout))
         return super().exception(0)
+
+    def _timeout_message(self, timeout: float | None) -> str:
+        """Why no result came within ``timeout``, as far as one short status query tells.
+
+        Polling with short timeouts (below 1 s) costs nothing extra: only the bare message.
+        """
+        base = f"no result within {timeout:g} s"
+        seg = self._seg
+        if seg is None or timeout is None or timeout < _EXPLAIN_AFTER_S or seg.package is None:
+            return base
+        try:
+            reply, workers = seg.conn.status_and_workers(seg, _STATUS_WAIT_S)
+        except Exception:  # the connection is down or slow: the bare message will do
+            return base
+        if reply is None or workers is None:
+            return base
+        total, queued, running = reply[0], reply[1], reply[2]
+        address = seg.conn.address
+        where = f"{queued} of its package's {total} tasks queued, {running} running"
+        if workers == 0:
+            if seg.decode is not None:  # a call of a named function
+                return (
+                    f"{base}: no worker connected to the master at {address} serves the "
+                    f"function ({where}); start one with `rtpool worker --serve MODULE`"
+                )
+            return (
+                f"{base}: no worker is connected to the master at {address} ({where}); start "
+                f"one with `rtpool worker --master {address}`"
+            )
+        workers_text = "1 worker" if workers == 1 else f"{workers} workers"
+        return f"{base}; {workers_text} can run it ({where})"
 
     def _finish(self, result: Any, exception: BaseException | None) -> Any:
         """Move to FINISHED; return the waiters' locks to release (the caller releases them
@@ -145,9 +187,20 @@ class Future(cf.Future):
     def cancel(self) -> bool:
         """Cancel the task unless its result already arrived.
 
+        Unlike ``concurrent.futures``, this also cancels a task that a worker already runs:
+        the client cannot tell a queued task from a running one without asking the master
+        (an rtpool future stays PENDING until its result arrives, see :meth:`__repr__`), and
+        a running task can be stopped. What happens to it:
+
+        * queued at the master: dropped, it never runs;
+        * running with a time limit or under ``--task-memory-mb`` (in the worker's executor
+          process): the process is killed at once;
+        * running in the worker process itself (no limit): it runs to its end, which cannot
+          be interrupted, and its result is discarded.
+
         Returns:
-            True if the future is cancelled (the master is told to drop the task; if a worker
-            already runs it, its result is discarded), False if it already has a result.
+            True if the future is cancelled (now, or by an earlier call), False if it already
+            has a result.
         """
         if self._to_cancelled():
             seg = self._seg
@@ -155,6 +208,28 @@ class Future(cf.Future):
                 seg.conn.on_local_cancel(seg, (self._index,))
             return True
         return self.cancelled()
+
+    def __repr__(self) -> str:
+        """``<rtpool.Future at 0x.. task 3 of package 17 state=...>``: ``pending (queued or
+        running at the master)`` until the result comes (the client is not told when a worker
+        starts a task), then ``finished returned int``/``finished raised ValueError``, or
+        ``cancelled``."""
+        with self._condition:
+            state, result, exc = self._state, self._result, self._exception
+        if state == FINISHED:
+            what = (
+                f"finished raised {type(exc).__name__}"
+                if exc is not None
+                else f"finished returned {type(result).__name__}"
+            )
+        elif state in (CANCELLED, CANCELLED_AND_NOTIFIED):
+            what = "cancelled"
+        else:
+            what = "pending (queued or running at the master)"
+        seg = self._seg
+        package = getattr(seg, "package", None)
+        where = f" task {self._index} of package {package}" if package is not None else ""
+        return f"<rtpool.Future at {id(self):#x}{where} state={what}>"
 
     @property
     def timings(self) -> Dict[str, float] | None:

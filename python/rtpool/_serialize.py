@@ -17,11 +17,13 @@ importable functions never loads it.
 from __future__ import annotations
 
 import hashlib
+import linecache
 import pickle
 import threading
 import traceback
+import types
 import weakref
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from .errors import RemoteTraceback, TaskFailed
 
@@ -81,7 +83,7 @@ def serialize_function(fn: Callable) -> Tuple[bytes, bytes]:
     if not callable(fn):
         raise TypeError(f"the task function must be callable, got {type(fn).__name__}")
     try:
-        code = _cloudpickle().dumps(fn, protocol=PICKLE_PROTOCOL)
+        code = _cloudpickle().dumps(_with_source(fn), protocol=PICKLE_PROTOCOL)
     except Exception as exc:
         raise TypeError(
             f"cannot pickle the task function {fn!r:.100}: {exc}; define it at module level "
@@ -97,6 +99,67 @@ def serialize_function(fn: Callable) -> Tuple[bytes, bytes]:
                 _fn_cache_by_id.clear()
             _fn_cache_by_id[id(fn)] = (fn, digest, code)
     return digest, code
+
+
+class _WithSource:
+    """A function pickled by value, with the file name and source lines cloudpickle drops
+    (its code objects say ``<dynamic-code>``): unpickling calls :func:`_relocate`, so a
+    remote traceback names the function's real file and line and shows its source."""
+
+    __slots__ = ("fn", "filename", "first", "lines")
+
+    def __init__(self, fn: Any, filename: str, first: int, lines: List[str]) -> None:
+        self.fn, self.filename, self.first, self.lines = fn, filename, first, lines
+
+    def __reduce__(self) -> tuple:
+        return (_relocate, (self.fn, self.filename, self.first, self.lines))
+
+
+def _by_value(fn: Any) -> bool:
+    """Whether cloudpickle ships ``fn``'s code (not a reference to an importable function)."""
+    try:
+        from cloudpickle.cloudpickle import _should_pickle_by_reference
+
+        return not _should_pickle_by_reference(fn)
+    except Exception:  # another cloudpickle version: the common cases
+        qualname = getattr(fn, "__qualname__", "")
+        return fn.__module__ == "__main__" or "<" in qualname
+
+
+def _with_source(fn: Any) -> Any:
+    """``fn``, wrapped in :class:`_WithSource` when it is a function pickled by value."""
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType) or not isinstance(fn, types.FunctionType):
+        return fn
+    if code.co_filename.startswith("<") or not _by_value(fn):
+        return fn  # no file to name (exec'd code, a REPL), or the worker imports it
+    import inspect  # only for functions pickled by value
+
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        lines, first = [], code.co_firstlineno
+    return _WithSource(fn, code.co_filename, max(first, 1), lines)
+
+
+def _relocate(fn: Any, filename: str, first: int, lines: List[str]) -> Any:
+    """Unpickling side of :class:`_WithSource`: give ``fn``'s code (and the code nested in
+    it) its file name back and register its source lines with :mod:`linecache`."""
+    code = fn.__code__
+    if code.co_filename != filename:
+        fn.__code__ = _renamed(code, filename)
+    if lines and filename not in linecache.cache:
+        # mtime None: linecache.checkcache() keeps the entry (the file may not exist here).
+        text = [""] * (first - 1) + list(lines)
+        linecache.cache[filename] = (sum(map(len, text)), None, text, filename)
+    return fn
+
+
+def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
+    consts = tuple(
+        _renamed(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts
+    )
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def _dumps_fallback(obj: Any, what: str) -> bytes:

@@ -7,6 +7,7 @@ running master sees changes at once (it looks tokens up on every handshake).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Callable, Dict, List
@@ -22,6 +23,7 @@ examples:
   RTPOOL_TOKEN=$(rtpool token create --user alice --role client --quota-seconds 3600)
   rtpool token list
   rtpool token revoke 3f9a2c
+  rtpool token quota --user alice --quota-seconds 7200
   rtpool token quota --user alice --unlimited
   rtpool token set --user alice --max-priority 5
 
@@ -73,7 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
 
     create = verb("create", "create a token and print it (once: it cannot be shown again)")
     create.add_argument("--user", required=True, help="the user the token acts for")
-    create.add_argument("--role", required=True, choices=["client", "worker"])
+    create.add_argument(
+        "--role",
+        required=True,
+        choices=["client", "worker"],
+        help="client: submits packages (RTPOOL_TOKEN of programs using rtpool.Client); worker: "
+        "runs tasks (RTPOOL_WORKER_TOKEN of `rtpool worker`)",
+    )
     create.add_argument(
         "--quota-seconds",
         type=float,
@@ -96,9 +104,16 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
     revoke = verb("revoke", "revoke a token: it no longer connects")
     revoke.add_argument("id", metavar="ID", help="token id, or a unique prefix of 6+ chars")
     quota = verb("quota", "set a user's quota of execution seconds")
-    quota.add_argument("--user", required=True)
+    quota.add_argument("--user", required=True, help="the user whose quota to set")
     amount = quota.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--seconds", type=float, metavar="S", help="quota in seconds")
+    amount.add_argument(
+        "--quota-seconds",
+        type=float,
+        metavar="S",
+        help="quota of execution seconds (as `create --quota-seconds`)",
+    )
+    # The spelling of earlier versions, kept working but no longer shown.
+    amount.add_argument("--seconds", type=float, dest="quota_seconds", help=argparse.SUPPRESS)
     amount.add_argument("--unlimited", action="store_true", help="remove the quota")
     setter = verb("set", "set a user's priority ceiling")
     setter.add_argument("--user", required=True)
@@ -125,6 +140,12 @@ def run(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir or args.default_data_dir()
     store = args.store
+    if args.token_command in ("list", "revoke"):
+        # Reading must not create a data dir and an empty store where none was.
+        problem = _missing_store(data_dir, store)
+        if problem:
+            print(f"rtpool token {args.token_command}: {problem}", file=sys.stderr)
+            return 1
     try:
         if args.token_command == "create":
             token, info = _native.token_create(
@@ -149,12 +170,20 @@ def run(args: argparse.Namespace) -> int:
             quotas = {q["user"]: q for q in _native.token_quotas(data_dir, store=store)}
             print(format_table(tokens, quotas))
         elif args.token_command == "revoke":
+            revoked = _already_revoked(_native.token_list(data_dir, store=store), args.id)
+            if revoked is not None:
+                print(
+                    f"rtpool token revoke: {revoked['role']} token {revoked['id']} of user "
+                    f"{revoked['user']} was already revoked; nothing to do",
+                    file=sys.stderr,
+                )
+                return 1
             info = _native.token_revoke(data_dir, args.id, store=store)
             print(f"revoked {info['role']} token {info['id']} of user {info['user']}")
         elif args.token_command == "quota":
-            seconds = None if args.unlimited else args.seconds
+            seconds = None if args.unlimited else args.quota_seconds
             _native.token_set_quota(data_dir, args.user, seconds, store=store)
-            what = "unlimited" if seconds is None else f"{seconds:g} s"
+            what = "unlimited" if seconds is None else _seconds(round(seconds * 1e6))
             print(f"quota of user {args.user}: {what}")
         elif args.token_command == "set":
             ceiling = None if args.no_max_priority else args.max_priority
@@ -170,12 +199,58 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _seconds(us: int | None) -> str:
-    return "unlimited" if us is None else f"{us / 1e6:g} s"
+    """Microseconds as people read them: ``unlimited``, ``3,600 s``, ``1.5 s``, ``0.012 s``,
+    ``1 µs`` (never ``1e-06 s``)."""
+    if us is None:
+        return "unlimited"
+    if us == 0 or us >= 1000:
+        return f"{us / 1e6:,.3f}".rstrip("0").rstrip(".") + " s"
+    return f"{us} µs"
+
+
+def _missing_store(data_dir: str, store: str | None) -> str | None:
+    """Why the SQLite store to read does not exist (None: it does, or it is PostgreSQL)."""
+    if store is None:
+        path = os.path.join(data_dir, "rtpool.db")
+    elif store.startswith("sqlite:///"):
+        path = store[len("sqlite://") :]
+    else:
+        return None
+    if os.path.exists(path):
+        return None
+    where = (
+        f"the data dir {data_dir} does not exist"
+        if store is None and not os.path.isdir(data_dir)
+        else f"there is no user store {path}"
+    )
+    return (
+        f"{where}: no token was ever created there. Pass the master's --data-dir (it prints "
+        "it on first start) or --store; `rtpool token create` makes the store"
+    )
+
+
+def _already_revoked(tokens: List[Dict], prefix: str) -> Dict | None:
+    """The token ``prefix`` names if it is the only match and is revoked, else None (the
+    native call reports unknown and ambiguous prefixes)."""
+    matches = [t for t in tokens if t["id"].startswith(prefix)]
+    if len(matches) == 1 and matches[0]["revoked"]:
+        return matches[0]
+    return None
 
 
 def _align(rows: List[tuple]) -> List[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+#: The user of the master's built-in tokens (the data dir's client.token and worker.token).
+_BUILTIN_USER = "default"
+
+
+def _user_label(user: str) -> str:
+    if user == _BUILTIN_USER:
+        return f"{user} (built-in tokens)"
+    return user
 
 
 def format_table(tokens: List[Dict], quotas: Dict[str, Dict]) -> str:
@@ -206,8 +281,11 @@ def format_table(tokens: List[Dict], quotas: Dict[str, Dict]) -> str:
     with_tokens = {t["user"] for t in tokens}
     others = [q for user, q in sorted(quotas.items()) if user not in with_tokens]
     if others:
-        lines += ["", "users without tokens:"]
+        lines += ["", "users without tokens in this store:"]
         rows = [("USER", "QUOTA", "USED")]
-        rows += [(q["user"], _seconds(q["quota_us"]), _seconds(q["used_us"])) for q in others]
+        rows += [
+            (_user_label(q["user"]), _seconds(q["quota_us"]), _seconds(q["used_us"]))
+            for q in others
+        ]
         lines += _align(rows)
     return "\n".join(lines)

@@ -134,10 +134,21 @@ def _version() -> str:
 
 
 def _run_master(argv: List[str]) -> int:
-    """``rtpool master ARGS``: the master's command line, parsed and run by ``_native``."""
+    """``rtpool master ARGS``: the master's command line, parsed and run by ``_native``.
+
+    The master handles SIGINT (Ctrl-C) itself, like SIGTERM: it shuts down gracefully and
+    returns 0. Python's own SIGINT handler is set aside meanwhile, else it would raise
+    KeyboardInterrupt (a traceback, rc 130) as soon as the master returns.
+    """
+    import signal
+
     from . import _native
 
-    return _native.master_main(argv)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        return _native.master_main(argv)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _run_bench(command: str, argv: List[str]) -> int:

@@ -18,6 +18,11 @@ from . import openloop_cli
 from .roundtrip import bench_latency, bench_payload, bench_throughput, parse_size
 from .stats import machine_info
 
+#: Every benchmark ``rtpool bench`` runs: the round-trip ones this parser takes, then those
+#: with parsers of their own.
+ROUNDTRIP_BENCHES = ("latency", "throughput", "payload", "all", "deadline", "hedge")
+BENCHES = ROUNDTRIP_BENCHES + ("realtime", "recovery", "journal", "ninf")
+
 
 def bench_main(argv: Sequence[str]) -> int:
     """Entry point of ``rtpool bench``; ``argv`` excludes ``bench``.
@@ -27,6 +32,13 @@ def bench_main(argv: Sequence[str]) -> int:
     """
     argv = list(argv)
     which = argv[0] if argv else None
+    if which is not None and not which.startswith("-") and which not in BENCHES:
+        print(
+            f"rtpool bench: unknown benchmark {which!r}; choose from {', '.join(BENCHES)} "
+            "(rtpool bench --help describes them)",
+            file=sys.stderr,
+        )
+        return 2
     if which in ("recovery", "journal"):
         from . import recovery
 
@@ -54,12 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "which",
-        choices=("latency", "throughput", "payload", "all", "deadline", "hedge"),
+        metavar="BENCH",
+        choices=ROUNDTRIP_BENCHES,
         help="latency: no-op round trips (open loop with --rate or --sweep); throughput: one "
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
-        "and without hedging (and `rtpool bench ninf --help`: the Ninf paper's grid RPC "
-        "benchmarks)",
+        "and without hedging; each of realtime, recovery, journal and ninf has its own --help "
+        "(`rtpool bench ninf --help`: the Ninf paper's grid RPC benchmarks)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")

@@ -414,8 +414,13 @@ def _render(result: Dict[str, object]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``rtpool bench recovery|journal ...``; returns 0 when every section ran."""
-    ap = argparse.ArgumentParser(prog="rtpool bench", description=__doc__)
-    ap.add_argument("which", choices=("recovery", "journal"))
+    ap = argparse.ArgumentParser(
+        prog="rtpool bench",
+        # The docstring without its reStructuredText markup, its bullets kept.
+        description=(__doc__ or "").replace("``", "`"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("which", metavar="BENCH", choices=("recovery", "journal"))
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--rounds", type=int, default=10, help="worker-loss rounds per way (10)")
     ap.add_argument("--lease-ms", type=int, default=1000, help="worker lease (1000 ms)")

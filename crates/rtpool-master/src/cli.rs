@@ -15,14 +15,14 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let (config, log_level) = match MasterArgs::parse_named(name, args) {
+    let (config, logging) = match MasterArgs::parse_named(name, args) {
         Ok(parsed) => parsed,
         Err(e) => {
             let _ = e.print();
             return e.exit_code();
         }
     };
-    crate::init_logging(&log_level);
+    crate::init_logging(&logging.filter, logging.format);
     match crate::run_blocking(config) {
         Ok(()) => 0,
         Err(e) => {

@@ -126,7 +126,8 @@ fn conn_ctx(
 
 /// The scheduler, with the journal opened and replayed when there is a data dir.
 fn scheduler(config: &MasterConfig, instance: u64) -> Result<Scheduler, MasterError> {
-    let scheduler = Scheduler::new(config.core_config(), instance);
+    let scheduler =
+        Scheduler::new(config.core_config(), instance).with_summary_every(config.log_summary);
     let Some(dir) = config.data_dir.as_ref().filter(|_| config.journal) else {
         return Ok(scheduler);
     };
@@ -306,13 +307,16 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         if let Some(lock) = lock_slot {
             lock.set_address(addr);
         }
+        // Before "listening on": a supervisor that signals the master right after that line
+        // gets a graceful shutdown, not the signal's default action.
+        let signalled = signals();
         announce(&config, &tokens, created, addr, ctx.tls.as_ref());
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let server = tokio::spawn(server::serve(
             listener, ctx, scheduler, sched_tx, sched_rx, stop_rx,
         ));
-        wait_for_signal().await;
+        signalled.await;
         tracing::info!("signal received, shutting down");
         let _ = stop.send(true);
         let _ = server.await;
@@ -374,18 +378,24 @@ fn announce(
     let _ = out.flush();
 }
 
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).expect("cannot install a SIGTERM handler");
+/// Installs the SIGINT and SIGTERM handlers now and returns a future that completes at the
+/// first of them (SIGINT is Ctrl-C: the same graceful shutdown as SIGTERM).
+#[cfg(unix)]
+fn signals() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("cannot install a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("cannot install a SIGINT handler");
+    async move {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = int.recv() => {}
             _ = term.recv() => {}
         }
     }
-    #[cfg(not(unix))]
-    {
+}
+
+#[cfg(not(unix))]
+fn signals() -> impl std::future::Future<Output = ()> {
+    async {
         let _ = tokio::signal::ctrl_c().await;
     }
 }

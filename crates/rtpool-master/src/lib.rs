@@ -27,6 +27,7 @@ pub mod handle;
 pub mod journal;
 pub mod outbound;
 pub mod package_ids;
+pub mod ratelimit;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;
@@ -42,13 +43,22 @@ pub use handle::{run_blocking, MasterHandle};
 pub use realtime::{RealtimeConfig, RealtimeReport};
 pub use stats::{MasterStats, ReplayStats};
 
-/// Install a stderr logger with `filter` (e.g. `info`, `rtpool_master=debug`); a no-op when a
-/// logger is already installed.
-pub fn init_logging(filter: &str) {
+/// Install a stderr logger with `filter` (e.g. `info`, `rtpool_master=debug`) writing `format`
+/// lines; a no-op when a logger is already installed. Text lines carry ANSI colours only when
+/// stderr is a terminal and `$NO_COLOR` is not set, so a log file or a pipe gets plain text.
+pub fn init_logging(filter: &str, format: config::logging::LogFormat) {
+    use std::io::IsTerminal;
+
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        config::logging::LogFormat::Json => builder.json().try_init(),
+        config::logging::LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            builder.with_ansi(colour).try_init()
+        }
+    };
 }

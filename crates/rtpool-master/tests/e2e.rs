@@ -271,7 +271,7 @@ fn answers_come_in_request_order_also_for_rejections() {
 }
 
 #[test]
-fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fields() {
+fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_ten_fields() {
     let m = master();
     let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
     // Two workers with slots (no credits yet): room for two replicas on distinct workers.
@@ -299,11 +299,11 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
         package,
     });
     let frame = client.recv_frame();
-    // fixarray of 10 (the kind and 9 fields), then kind 15.
+    // fixarray of 11 (the kind and 10 fields), then kind 15.
     assert_eq!(
         &frame[4..6],
-        &[0x9a, 0x0f],
-        "STATUS_REPLY is [15, 9 fields]"
+        &[0x9b, 0x0f],
+        "STATUS_REPLY is [15, 10 fields]"
     );
     let reply = decode_frame(&mut BytesMut::from(&frame[..]), 1 << 20)
         .unwrap()
@@ -322,6 +322,8 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_nine_fie
                     met: 0,
                     missed: 0,
                 },
+            // Both workers can run it.
+            workers: 2,
         } if p == package => assert_eq!(queued, 3),
         other => panic!("expected STATUS_REPLY of 3 queued tasks, got {other:?}"),
     }

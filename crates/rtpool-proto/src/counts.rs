@@ -15,7 +15,8 @@ macro_rules! package_counts {
         }
 
         impl PackageCounts {
-            /// Number of counters: `STATUS_REPLY` has two fields more.
+            /// Number of counters: `STATUS_REPLY` has three fields more (`req_id`, `package`
+            /// before them, `workers` after).
             pub const LEN: usize = [$( stringify!($name) ),*].len();
 
             /// Every counter as `(name, value)`, in wire order.

@@ -365,6 +365,10 @@ pub enum Msg {
         package: u64,
         /// Its counters, one wire field each.
         counts: PackageCounts,
+        /// Workers connected now that can run its tasks: every worker for a package of code,
+        /// those serving its function for a package of calls (a client waiting on a result
+        /// says "no worker is connected" when it is 0).
+        workers: u32,
     },
     /// Kind 16: re-attach to a package after a reconnect.
     Attach {

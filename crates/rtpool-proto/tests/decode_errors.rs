@@ -666,7 +666,23 @@ fn version_1_records_without_the_deadline_fields_are_malformed() {
     assert_malformed(
         &status_reply,
         Some(kind::STATUS_REPLY),
-        &["STATUS_REPLY has 7 fields, expected 9"],
+        &["STATUS_REPLY has 7 fields, expected 10"],
+    );
+    // One without `workers` (after met/missed) is as malformed.
+    let mut fields = vec![V::U(15), V::U(1), V::U(2)];
+    fields.extend([
+        V::U(3),
+        V::U(0),
+        V::U(0),
+        V::U(3),
+        V::U(0),
+        V::U(0),
+        V::U(0),
+    ]);
+    assert_malformed(
+        &V::A(fields),
+        Some(kind::STATUS_REPLY),
+        &["STATUS_REPLY has 9 fields, expected 10"],
     );
     let mut result = vec![V::U(0), V::U(0), V::B(b"data".to_vec())];
     result.extend([V::U(1), V::U(2), V::U(3), V::U(4), V::U(5)]);

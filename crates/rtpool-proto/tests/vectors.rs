@@ -251,7 +251,10 @@ fn msg_to_json(msg: &Msg) -> Value {
                     met,
                     missed,
                 },
-        } => json!([req_id, package, total, queued, running, done, cancelled, met, missed]),
+            workers,
+        } => {
+            json!([req_id, package, total, queued, running, done, cancelled, met, missed, workers])
+        }
         Msg::Pull { credits } => json!([credits]),
         Msg::Assign { tasks } => {
             let tasks: Vec<Value> = tasks

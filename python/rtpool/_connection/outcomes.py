@@ -29,11 +29,9 @@ def task_error(status: int, data: bytes) -> BaseException:
     if status == P.STATUS_TIMEOUT:
         return TaskTimeoutError(f"the task ran past its timeout: {message}", "", message)
     if status == P.STATUS_LOST:
-        return PoisonTaskError(
-            f"the task's worker was lost on each of its attempts (a poison task?): {message}",
-            "",
-            message,
-        )
+        # The master's message says it already ("poison task: its worker was lost ...").
+        text = message if message.startswith("poison task") else f"poison task: {message}"
+        return PoisonTaskError(text, "", message)
     if status == P.STATUS_QUOTA:
         return QuotaExceededError(f"the user's quota ran out before the task ran: {message}")
     if status == P.STATUS_MISSED:

@@ -210,7 +210,12 @@ class _Packages:
     def status(self, seg: _Segment, timeout: float) -> tuple | None:
         """``(total, queued, running, done, cancelled, met, missed)``, or None if the master
         freed the package."""
-        waiter = [seg.package, None, False, None]
+        return self.status_and_workers(seg, timeout)[0]
+
+    def status_and_workers(self, seg: _Segment, timeout: float) -> Tuple[tuple | None, int | None]:
+        """:meth:`status`, and how many workers can run the package's tasks now (the workers
+        connected, or for calls those serving the function; None from an older master)."""
+        waiter = [seg.package, None, False, None, None]
         with self._lock:
             if self._lost is not None:
                 raise self._lost
@@ -232,7 +237,7 @@ class _Packages:
         if waiter[3] is not None:
             raise waiter[3]
         if waiter[2]:
-            return waiter[1]
+            return waiter[1], waiter[4]
         if self._lost is not None:
             raise self._lost
         raise TimeoutError(

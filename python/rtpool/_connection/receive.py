@@ -194,6 +194,7 @@ class _Receiver:
             waiter = self._status.get(msg[1])
             if waiter is not None:
                 waiter[1] = tuple(msg[3:10])  # total, queued, ..., met, missed
+                waiter[4] = msg[10] if len(msg) > 10 else None  # workers that can run it
                 waiter[2] = True
                 self._cond.notify_all()
 
@@ -210,8 +211,10 @@ class _Receiver:
             if seg is not None and seg.futures is not None:
                 if code == P.ERR_QUOTA:
                     exc: BaseException = QuotaExceededError(
+                        # The master's message names the quota ("user's compute-time quota
+                        # is used up (... over); ask an admin ...").
                         f"the master at {self.address} refused the package (request {ref}): "
-                        f"the user's compute-time quota is used up: {message}"
+                        f"{message}"
                     )
                 elif code == P.ERR_ADMISSION:
                     exc = AdmissionError(

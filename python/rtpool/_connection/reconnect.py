@@ -15,6 +15,7 @@ from typing import Any, List
 
 from .. import _protocol as P
 from .._dial import connect
+from .._text import plural
 from ..errors import AuthenticationError, ConnectError, ConnectionLost, ProtocolError
 
 _log = logging.getLogger("rtpool.client")
@@ -156,10 +157,10 @@ class _Reconnector:
             except OSError:
                 pass  # the reader finds the connection broken and starts over
         _log.warning(
-            "reconnected to the master at %s (session %d%s): attached %d packages, re-sent %d",
+            "reconnected to the master at %s (session %d%s): attached %s, re-sent %s",
             self.address,
             self.session,
             ", the master restarted" if restarted else "",
-            len(self._attaching),
-            len(resend),
+            plural(len(self._attaching), "package"),
+            plural(len(resend), "submission"),
         )

@@ -64,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         metavar="S",
-        help="after losing the master, keep reconnecting (backoff 0.1 s doubling to 5 s) for "
-        "S seconds, then exit; 0 = forever (default: 0)",
+        help="when the master is not up yet at start, or after losing it, keep (re)connecting "
+        "(backoff 0.1 s doubling to 5 s) for S seconds, then exit with code 3; 0 = forever "
+        "(default: 0)",
     )
     parser.add_argument(
         "--realtime",

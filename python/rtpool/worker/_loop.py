@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections import deque
 from typing import Any, List, Sequence
 
 from .. import _protocol as P
+from .._ratelimit import LogLimiter, suppressed_note
 from ..errors import ProtocolError
 from ._common import (
     DEFAULT_PREFETCH,
@@ -60,6 +62,29 @@ _CONFIG_ERRORS = frozenset({P.ERR_AUTH, P.ERR_VERSION})
 # A result entry's fields that the loop reads: its data, and its end time (then flush_us).
 _DATA = 3
 _END = 6
+
+
+# Failed-task lines: at most one per function and kind of failure per this many seconds.
+_FAILURE_LOG_WINDOW_S = 1.0
+_STATUS_WORDS = {P.STATUS_FAILED: "failed", P.STATUS_TIMEOUT: "timed out"}
+
+
+def _failure_kind(status: int, data: bytes, is_call: bool) -> str:
+    """The exception type a failed task raised, or the status and the worker's reason."""
+    if status == P.STATUS_ERROR:
+        try:  # the report this worker just built: a pickled dict, a msgpack map for a call
+            if is_call:
+                import msgpack
+
+                return str(msgpack.unpackb(data, raw=False)["type"])
+            import pickle
+
+            return str(pickle.loads(data)["type"])
+        except Exception:
+            return "an error (its report cannot be read here)"
+    name = _STATUS_WORDS.get(status, f"status {status}")
+    reason = bytes(data[:200]).decode("utf-8", "replace")
+    return f"{name}: {reason}"
 
 
 def adaptive_prefetch(task_ns: float, max_prefetch: int) -> int:
@@ -106,6 +131,7 @@ class WorkerConnection(Session, Executing, Watchdog):
         reconnect_timeout: float | None = 0.0,
         services: Sequence[Service] = (),
         board: Any = None,
+        connect: bool = True,
     ) -> None:
         Session.__init__(
             self, address, token, name, connect_timeout, tls, ca_file, reconnect_timeout
@@ -129,7 +155,9 @@ class WorkerConnection(Session, Executing, Watchdog):
         self._serve = serve_frame(self.services) if self.services else b""
         #: Messages of the master's ``ERROR serve_conflict`` answers (functions refused).
         self.refused: List[str] = []
-        self._start_session(*self._connect(connect_timeout))
+        self._failures = LogLimiter(_FAILURE_LOG_WINDOW_S)
+        if connect:  # else the owner calls connect_first() once its signal handlers are in
+            self._start_session(*self._connect(connect_timeout))
 
     def _start_session(self, *parts: Any) -> bool:
         restarted = Session._start_session(self, *parts)
@@ -271,6 +299,8 @@ class WorkerConnection(Session, Executing, Watchdog):
             exc = self._too_large(len(data))
             data = self._call_error(exc) if t.inputs is not None else self._error(exc)
             size = len(data) + RESULT_OVERHEAD
+        if status != P.STATUS_OK and status != P.STATUS_CANCELLED:
+            self._log_failure(t, status, data)
         if self.pending_bytes + size > self.frame_budget:
             self._flush()
         self.pending_bytes += size
@@ -305,6 +335,25 @@ class WorkerConnection(Session, Executing, Watchdog):
             return True
         board = self.board
         return board is not None and board.board.is_suspect(t.task_id)
+
+    def _log_failure(self, t: Task, status: int, data: bytes) -> None:
+        """One line for a task that did not succeed: task id, function, what went wrong. At
+        most one line per function and kind of failure per second (with a count of those held
+        back), so a package of a million failing tasks does not flood the log."""
+        if t.is_call:
+            name, version = t.function
+            what = f"{name} version {version}"
+        else:
+            fn = self.functions.get(t.function)
+            what = getattr(fn, "__qualname__", None) or f"function {t.function.hex()[:12]}"
+        kind = _failure_kind(status, data, t.is_call)
+        key = (what, status, kind if status == P.STATUS_ERROR else None)
+        held = self._failures.check(key, time.monotonic())
+        if held is not None:
+            log(
+                f"task {t.task_id} (attempt {t.attempt}) of {what} failed: {kind}"
+                + suppressed_note(held, _FAILURE_LOG_WINDOW_S)
+            )
 
     def _give_back(self, count: int) -> None:
         """RETURN the last ``count`` unstarted tasks, so idle workers can take them.
@@ -450,6 +499,11 @@ class WorkerConnection(Session, Executing, Watchdog):
             self._recv_nowait()
         except Stop:
             return EXIT_OK
+        results, returned = len(self.pending), len(self.queue)
+        log(
+            f"stopping: sending {results} pending results and handing {returned} unstarted "
+            f"tasks back to the master at {self.address}; exiting"
+        )
         out = P.encode(P.DRAIN) + self._results_frame()
         if self.queue:
             out += P.encode(P.RETURN, [[t.task_id, t.attempt] for t in self.queue])

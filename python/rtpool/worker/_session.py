@@ -24,6 +24,7 @@ from typing import Any, List, Tuple
 
 from .. import _dial
 from .. import _protocol as P
+from .._text import plural
 from ..errors import AuthenticationError, ProtocolError, RtpoolError
 from ._common import EXIT_CONFIG, EXIT_LOST, EXIT_OK, RESULT_FRAME_OVERHEAD, Stop, log, perf_ns
 
@@ -257,9 +258,36 @@ class Session:
 
     # -- reconnection -----------------------------------------------------------------------
 
-    def _reconnect(self) -> int | None:
+    def connect_first(self) -> int | None:
+        """The first connection: None once the session is up, else the exit code.
+
+        A master that is not there yet is waited for like a lost one (``_reconnect``, within
+        ``reconnect_timeout``; 0 = forever), so workers may start before their master. A bad
+        token or address, or reconnection turned off (``reconnect_timeout`` None), ends it at
+        once with ``EXIT_CONFIG``. Call it after :meth:`install_signal_handlers`: SIGTERM
+        stops the wait.
+        """
+        try:
+            parts = self._connect(self.connect_timeout)
+        except _dial.MasterUnreachable as exc:  # not a TLS or token problem: it may start
+            if self.reconnect_timeout is None:
+                log(str(exc))
+                return EXIT_CONFIG
+            limit = self.reconnect_timeout
+            within = f"for up to {limit:g} s" if limit else "until it is up"
+            log(f"{exc}; waiting for the master {within} (--reconnect-timeout)")
+            return self._reconnect(first=True)
+        except (RtpoolError, ValueError) as exc:
+            log(str(exc))
+            return EXIT_CONFIG
+        self._start_session(*parts)
+        log(f"connected to the master at {self.address} as {self.name} (session {self.session})")
+        return None
+
+    def _reconnect(self, first: bool = False) -> int | None:
         """Connect again, with exponential backoff and jitter: None once a new session is up,
-        else the exit code (``reconnect_timeout`` passed, bad token, or a signal)."""
+        else the exit code (``reconnect_timeout`` passed, bad token, or a signal). ``first``:
+        the master was never reached yet (the lines say "connect", not "reconnect")."""
         import random  # only here: start-up time counts
 
         lost = time.monotonic()
@@ -272,7 +300,11 @@ class Session:
             if limit:
                 left = lost + limit - time.monotonic()
                 if left <= 0:
-                    log(f"could not reconnect to the master at {self.address} within {limit:g} s")
+                    again = "" if first else "re"
+                    log(
+                        f"could not {again}connect to the master at {self.address} within "
+                        f"{limit:g} s (--reconnect-timeout); exiting"
+                    )
                     return EXIT_LOST
                 delay = min(delay, left)
             if self._sleep(delay):
@@ -285,10 +317,14 @@ class Session:
                 return EXIT_CONFIG
             except (RtpoolError, OSError, ValueError) as exc:
                 if attempt & (attempt - 1) == 0:  # attempts 1, 2, 4, 8...: a falling rate
-                    log(f"reconnection attempt {attempt} failed: {exc}")
+                    log(f"{'' if first else 're'}connection attempt {attempt} failed: {exc}")
                 continue
             self._start_session(*parts)
-            log(f"reconnected to the master at {self.address} after {attempt} attempt(s)")
+            again = "" if first else "re"
+            log(
+                f"{again}connected to the master at {self.address} as {self.name} (session "
+                f"{self.session}) after {plural(attempt, 'attempt')}"
+            )
             return None
 
     def _sleep(self, seconds: float) -> bool:

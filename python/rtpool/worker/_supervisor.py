@@ -31,6 +31,7 @@ import traceback
 from typing import Any, Dict, List
 
 from .._dial import default_name
+from .._text import plural
 from ..errors import RtpoolError, ServeError
 from ._arguments import add_arguments, check_arguments
 from ._board import Slot, SlotBoard, SlotState
@@ -89,6 +90,7 @@ def run_child(
             reconnect_timeout=args.reconnect_timeout,
             services=services_of(args),
             board=board,
+            connect=False,
         )
     except RtpoolError as exc:
         log(str(exc))
@@ -97,11 +99,14 @@ def run_child(
         log(str(exc))
         return EXIT_CONFIG
     conn.realtime = realtime
+    conn.install_signal_handlers()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    code = conn.connect_first()  # waits for a master that is not up yet
+    if code is not None:
+        return code
     for instance, entry in reports or ():
         if instance == conn.instance:  # another master does not know the task
             conn.unsent.append(entry)
-    conn.install_signal_handlers()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     return conn.serve()
 
 
@@ -307,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if services:
         names = ", ".join(f"{s.name} (version {s.version})" for s in services)
-        log(f"serving {len(services)} functions: {names}")
+        log(f"serving {plural(len(services), 'function')}: {names}")
     if args.parent_pid is not None:
         set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != args.parent_pid:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Callable, Dict, List, Sequence
 
@@ -85,10 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION",
         help="linpack, multi, ep, bars (default: all four, in this order)",
     )
+    # --json is a flag, as in every other bench; --json PATH (its old form) still works.
     ap.add_argument(
         "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="",
+        help="print the figures as one JSON object on stdout instead of tables",
+    )
+    ap.add_argument(
+        "--json-file",
         metavar="PATH",
-        help="also write the figures as JSON ('-': stdout only, no tables)",
+        default=None,
+        help="also write the figures as JSON to PATH (the tables are printed too)",
     )
     ap.add_argument("--quick", action="store_true", help="tiny sizes and few repetitions (tests)")
     ap.add_argument("--workers", type=int, default=2, help="workers of multi, ep, bars (2)")
@@ -136,6 +147,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _json_compat(args: argparse.Namespace) -> None:
+    """``--json`` took a path before it became a flag: ``--json linpack`` is the flag and a
+    section, ``--json PATH`` still writes PATH (with a note to use ``--json-file``)."""
+    value = args.json
+    if value is None or value == "-":
+        return
+    if value in SECTIONS:
+        args.sections.insert(0, value)
+        args.json = "-"
+        return
+    print(
+        f"rtpool bench ninf: --json {value} is deprecated (--json is now a flag, as in the other "
+        f"benches); writing {value} as --json-file {value} would",
+        file=sys.stderr,
+    )
+    args.json, args.json_file = None, value
+
+
 def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     bad = [s for s in args.sections if s not in SECTIONS]
     if bad:
@@ -160,7 +189,8 @@ def run(args: argparse.Namespace, say: Callable) -> Dict[str, object]:
 
     set_blas_threads(args.blas_threads)  # here, and inherited by the workers and clients
     result: Dict[str, object] = {"machine": machine_info()}
-    result["settings"] = {k: v for k, v in vars(args).items() if k not in ("json", "sections")}
+    skip = ("json", "json_file", "sections")
+    result["settings"] = {k: v for k, v in vars(args).items() if k not in skip}
     sections = args.sections or list(SECTIONS)
     result["sections"] = sections
     result["loadavg"] = {"before": loadavg()}
@@ -217,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     ap = build_parser()
     args = _settings(ap.parse_args(argv))
+    _json_compat(args)
     _check_args(ap, args)
     to_stdout = args.json == "-"
     console = None
@@ -231,12 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     result = run(args, say)
     result["problems"] = problems(result)
-    if args.json:
+    if to_stdout or args.json_file:
         text = json.dumps(result)
         if to_stdout:
             print(text)
-        else:
-            with open(args.json, "w") as f:
+        if args.json_file:
+            with open(args.json_file, "w") as f:
                 f.write(text)
     if not to_stdout:
         from rich.console import Console

@@ -3,11 +3,40 @@
 use super::timers::Results;
 use super::Core;
 use crate::event::{Action, TaskOutcome, TaskStatus, WorkerOutcome};
-use crate::ids::{Instant, TaskId, UserId, WorkerId};
+use crate::ids::{Instant, PackageId, TaskId, UserId, WorkerId};
 use crate::task::TaskState;
 use crate::worker::Worker;
 
 impl Core {
+    /// The package of a live task (for the master's log lines), or `None` for a stale id.
+    pub fn package_of(&self, task: TaskId) -> Option<PackageId> {
+        let slot = self.tasks.get(task.0)?.package;
+        Some(self.packages.get(slot)?.id)
+    }
+
+    /// Workers that can run `package`'s tasks now: the connected workers that are not
+    /// draining for a package of code; for a package of calls, the fewest servers among the
+    /// functions of its first (at most 64) calls still held. 0 for an unknown package.
+    pub fn workers_for(&self, package: PackageId) -> usize {
+        let Some(p) = self
+            .package_slots
+            .get(&package)
+            .and_then(|&slot| self.packages.get(slot))
+        else {
+            return 0;
+        };
+        if !p.calls {
+            return self.workers.values().filter(|w| !w.draining).count();
+        }
+        p.tasks
+            .iter()
+            .filter_map(|id| self.tasks.get(id.0)?.call.as_ref())
+            .take(64)
+            .map(|c| self.services.get(c.service).map_or(0, |s| s.servers.len()))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// Registers a worker with no credits. A second join under a connected id is ignored: ids
     /// are the shell's sessions, so that would be a shell bug, and replacing the worker would
     /// strand its tasks.

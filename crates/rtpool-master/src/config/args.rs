@@ -14,6 +14,8 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 
+use super::logging::parse_log_filter;
+pub use super::logging::{LogFormat, Logging};
 use super::{check_hedge_factor, MasterConfig};
 use crate::journal::FsyncPolicy;
 use crate::realtime::{parse_cpus, RealtimeConfig, DEFAULT_PRIORITY};
@@ -36,7 +38,8 @@ pub const LOG_ENV: &str = "RTPOOL_LOG";
              workers.",
     long_about = "The rtpool master: accepts task packages from clients and hands them to \
                   pull-based workers.\n\n\
-                  Runs in the foreground until SIGINT/SIGTERM. On first start it generates a \
+                  Runs in the foreground until SIGINT (Ctrl-C) or SIGTERM, either a graceful \
+                  shutdown with exit code 0. On first start it generates a \
                   client and a worker token and writes them to the data dir (client.token, \
                   worker.token) and prints them; it prints \"listening on HOST:PORT\" once it \
                   accepts connections."
@@ -44,7 +47,7 @@ pub const LOG_ENV: &str = "RTPOOL_LOG";
 pub struct MasterArgs {
     /// Address to listen on (default: 127.0.0.1:7070, this machine only; 0.0.0.0:7070 accepts
     /// other machines; port 0 picks a free one).
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
     pub listen: Option<String>,
     /// Where the tokens, the crash-recovery journal and the user store live (default:
     /// $RTPOOL_DATA_DIR, else $XDG_DATA_HOME/rtpool or ~/.local/share/rtpool).
@@ -54,10 +57,20 @@ pub struct MasterArgs {
     /// (default: SQLite in the data dir).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
-    /// Log filter: error, warn, info, debug, trace or a tracing directive (default:
-    /// $RTPOOL_LOG, else info).
-    #[arg(long, value_name = "FILTER")]
+    /// Log filter: error, warn, info, debug, trace, off, or tracing directives such as
+    /// rtpool_master=debug,warn (default: $RTPOOL_LOG, else info). At info the master logs
+    /// connections and a one-line summary every 60 s when something happened; at debug also
+    /// each package's lifecycle.
+    #[arg(long, value_name = "FILTER", value_parser = parse_log_filter)]
     pub log_level: Option<String>,
+    /// Log line format: text (colours only on a terminal, and never with $NO_COLOR) or json
+    /// (one JSON object per line, for log collectors) (default: text).
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log a one-line summary (workers, tasks done and their rate, queue, deadlines) at info
+    /// every SECONDS when something happened since the last one; 0: never (default: 60).
+    #[arg(long = "log-summary", value_name = "SECONDS", value_parser = parse_seconds)]
+    pub log_summary_s: Option<f64>,
 
     /// Serve TLS with this PEM certificate chain (with --tls-key).
     #[arg(long, value_name = "PEM", requires = "tls_key", help_heading = "TLS")]
@@ -246,7 +259,7 @@ impl MasterArgs {
     pub fn parse_named<I, T>(
         name: &'static str,
         args: I,
-    ) -> Result<(MasterConfig, String), clap::Error>
+    ) -> Result<(MasterConfig, Logging), clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
@@ -279,13 +292,23 @@ impl MasterArgs {
     }
 
     /// The configuration of a command-line master: the defaults, the data dir and log filter
-    /// from the environment when not given, then every option given.
-    pub fn into_config(self) -> (MasterConfig, String) {
-        let log_level = self
-            .log_level
-            .clone()
-            .or_else(|| non_empty_env(LOG_ENV))
-            .unwrap_or_else(|| "info".into());
+    /// from the environment when not given, then every option given. A `$RTPOOL_LOG` that is
+    /// no valid filter is reported on stderr and replaced by `info`.
+    pub fn into_config(self) -> (MasterConfig, Logging) {
+        let filter = self.log_level.clone().unwrap_or_else(|| {
+            match non_empty_env(LOG_ENV).map(|v| parse_log_filter(&v).map_err(|e| (v, e))) {
+                Some(Ok(filter)) => filter,
+                Some(Err((v, e))) => {
+                    eprintln!("${LOG_ENV}={v:?} ignored: {e}; logging at info");
+                    "info".into()
+                }
+                None => "info".into(),
+            }
+        });
+        let log_level = Logging {
+            filter,
+            format: self.log_format.unwrap_or_default(),
+        };
         let mut config = MasterConfig {
             data_dir: non_empty_env(DATA_DIR_ENV)
                 .map(PathBuf::from)
@@ -305,6 +328,8 @@ impl MasterArgs {
             data_dir,
             store,
             log_level: _,
+            log_format: _,
+            log_summary_s,
             tls_cert,
             tls_key,
             tls_self_signed,
@@ -370,6 +395,7 @@ impl MasterArgs {
         config.journal &= journal;
         set(&mut config.hedge_factor, hedge_factor);
         set(&mut config.service_grace, service_grace_s.map(secs));
+        set(&mut config.log_summary, log_summary_s.map(secs));
         let RealtimeConfig {
             enabled,
             priority,
@@ -398,6 +424,22 @@ pub fn default_data_dir() -> Option<PathBuf> {
 
 fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// `--listen`: `HOST:PORT` (`[::1]:7070` for IPv6); only the form is checked here, binding
+/// says whether the address is usable.
+fn parse_listen(text: &str) -> Result<String, String> {
+    let hint = "write HOST:PORT, e.g. 127.0.0.1:7070 (this machine only), 0.0.0.0:7070 (every \
+                interface) or 127.0.0.1:0 (a free port)";
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(text.to_owned())
+        }
+        Some((_, port)) if port.parse::<u16>().is_err() => {
+            Err(format!("{port:?} is not a port number (0-65535); {hint}"))
+        }
+        _ => Err(format!("{text:?} is not HOST:PORT; {hint}")),
+    }
 }
 
 /// `--hedge-factor`: a number above 1.
@@ -444,7 +486,7 @@ fn parse_cpu_list(list: &str) -> Result<CpuList, String> {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<(MasterConfig, String), clap::Error> {
+    fn parse(args: &[&str]) -> Result<(MasterConfig, Logging), clap::Error> {
         MasterArgs::parse_named("rtpool-master", args)
     }
 
@@ -467,6 +509,8 @@ mod tests {
             "--data-dir=/d",
             "--store=sqlite:///s.db",
             "--log-level=debug",
+            "--log-format=json",
+            "--log-summary=2.5",
             "--tls-cert=c.pem",
             "--tls-key=k.pem",
             "--max-frame-mb=2",
@@ -488,7 +532,9 @@ mod tests {
             "--cpus=0-2",
         ])
         .unwrap();
-        assert_eq!(log, "debug");
+        assert_eq!(log.filter, "debug");
+        assert_eq!(log.format, LogFormat::Json);
+        assert_eq!(c.log_summary, Duration::from_millis(2500));
         assert_eq!(c.listen, "0.0.0.0:1");
         assert_eq!(c.data_dir, Some(PathBuf::from("/d")));
         assert_eq!(c.store.as_deref(), Some("sqlite:///s.db"));
@@ -535,11 +581,57 @@ mod tests {
             ),
             (&["--tls-cert=c.pem"], "--tls-key"),
             (&["--bogus"], "--bogus"),
+            (
+                &["--fsync=sometimes"],
+                "use always, batch, batch:<ms> or off",
+            ),
+            (
+                &["--log-level=loud"],
+                "\"loud\" is not a log level; use error, warn",
+            ),
+            (
+                &["--log-level=rtpool_master=loud"],
+                "\"loud\" is not a log level",
+            ),
+            (&["--log-format=xml"], "[possible values: text, json]"),
+            (
+                &["--listen=7070"],
+                "\"7070\" is not HOST:PORT; write HOST:PORT",
+            ),
+            (
+                &["--listen=localhost:http"],
+                "\"http\" is not a port number",
+            ),
+            (&["--listen=:7070"], "is not HOST:PORT"),
         ] {
             let err = parse(args).expect_err("refused");
             let text = err.to_string();
             assert!(text.contains(expected), "{args:?}: {text}");
             assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn good_log_filters_and_listen_addresses_pass() {
+        for filter in [
+            "info",
+            "DEBUG",
+            "off",
+            "rtpool_master=debug,warn",
+            "warn, h2=off",
+        ] {
+            let (_, log) = parse(&["--log-level", filter]).expect(filter);
+            assert_eq!(log.filter, filter.replace(' ', ""));
+            assert_eq!(log.format, LogFormat::Text);
+        }
+        for listen in [
+            "127.0.0.1:0",
+            "localhost:7070",
+            "[::1]:7070",
+            "0.0.0.0:65535",
+        ] {
+            let (config, _) = parse(&["--listen", listen]).expect(listen);
+            assert_eq!(config.listen, listen);
         }
     }
 

@@ -6,6 +6,7 @@
 //! an embedded master's options dict with the same parser.
 
 pub mod args;
+pub mod logging;
 pub mod options;
 
 use std::path::PathBuf;
@@ -15,6 +16,9 @@ use crate::error::MasterError;
 
 /// Default of [`MasterConfig::hedge_factor`].
 pub const DEFAULT_HEDGE_FACTOR: f64 = 1.5;
+
+/// Default of [`MasterConfig::log_summary`].
+pub const DEFAULT_LOG_SUMMARY: Duration = Duration::from_secs(60);
 
 /// Default of [`MasterConfig::service_grace`], in seconds.
 pub const DEFAULT_SERVICE_GRACE_SECS: u64 = 30;
@@ -98,6 +102,9 @@ pub struct MasterConfig {
     /// Real-time mode: memory locked, `SCHED_FIFO` and optional CPU pinning of the serving
     /// threads, each as far as the OS permits (default off).
     pub realtime: crate::realtime::RealtimeConfig,
+    /// How often the master logs its one-line summary at info, when something happened
+    /// (default 60 s; zero: never).
+    pub log_summary: Duration,
 }
 
 impl MasterConfig {
@@ -183,6 +190,7 @@ impl Default for MasterConfig {
             max_unacked_bytes_per_client: core.max_unacked_bytes_per_client,
             max_unacked_results_per_client: core.max_unacked_results_per_client,
             realtime: crate::realtime::RealtimeConfig::default(),
+            log_summary: DEFAULT_LOG_SUMMARY,
         }
     }
 }

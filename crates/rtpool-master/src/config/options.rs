@@ -11,7 +11,7 @@ use super::MasterConfig;
 use crate::error::MasterError;
 
 /// Options of the command line that make no sense in a dict: logging is set per process.
-const COMMAND_LINE_ONLY: &[&str] = &["log_level"];
+const COMMAND_LINE_ONLY: &[&str] = &["log_level", "log_format"];
 
 /// A value of the options dict.
 #[derive(Debug, Clone, PartialEq)]

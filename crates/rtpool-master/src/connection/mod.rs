@@ -12,7 +12,7 @@
 //! and the writer are [`crate::outbound`]'s.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -33,6 +33,7 @@ use self::handshake::{check_hello, establish, linger, read_hello, refuse, Transp
 use self::reader::Reader;
 use crate::auth::{Authenticator, Identity, Policy};
 use crate::outbound::{error_msg, write_loop, OutboundTx};
+use crate::ratelimit::{self, LogLimiter};
 use crate::scheduler::ToScheduler;
 use crate::tls::Tls;
 
@@ -120,6 +121,32 @@ async fn revoked(policy: &mut watch::Receiver<Arc<Policy>>, identity: &Identity)
     }
 }
 
+/// One readable line per refused login, at most one per peer host per
+/// [`ratelimit::DEFAULT_WINDOW`] (a peer retrying a bad token in a loop must not flood the log):
+/// `refused a worker login from 10.0.0.7:51234 (name "w1"): auth: unknown token (and 41 more
+/// lines like it held back ...)`.
+fn log_refused(peer: &str, name: &str, role: Role, msg: &Msg) {
+    static REFUSED: Mutex<Option<LogLimiter<String>>> = Mutex::new(None);
+    // The host without the port: each retry comes from a new port.
+    let host = peer.rsplit_once(':').map_or(peer, |(h, _)| h).to_string();
+    let window = ratelimit::DEFAULT_WINDOW;
+    let admitted = {
+        let mut guard = REFUSED.lock().unwrap_or_else(|p| p.into_inner());
+        let limiter = guard.get_or_insert_with(|| LogLimiter::new(window));
+        limiter.check(host, std::time::Instant::now())
+    };
+    let Some(held) = admitted else { return };
+    let (code, message) = match msg {
+        Msg::Error { code, message, .. } => (code.as_str(), message.as_str()),
+        other => ("error", other.name()),
+    };
+    let role = role.as_str();
+    warn!(
+        "refused a {role} login from {peer} (name {name:?}): {code}: {message}{}",
+        ratelimit::suppressed_note(held, window)
+    );
+}
+
 /// Refuse a connection beyond the connection limit with `ERROR busy`, without reading a frame
 /// (after a TLS handshake when the master serves TLS, so the peer can read the refusal).
 pub async fn refuse_busy(stream: TcpStream, ctx: Arc<ConnCtx>) {
@@ -171,7 +198,7 @@ async fn serve_halves<R, W>(
         })) => match check_hello(&ctx, version, role, &token).await {
             Ok(identity) => (role, slots, name, identity),
             Err(msg) => {
-                warn!(%peer, %name, "refused: {msg:?}");
+                log_refused(&peer, &name, role, &msg);
                 return refuse(rd, wr, msg).await;
             }
         },

@@ -5,6 +5,7 @@
 //! journals packages of calls and reads them back, `usage.rs` keeps the
 //! users' quotas and charged time in step with the user store.
 
+mod activity;
 mod calls_journal;
 mod message;
 mod route;
@@ -30,6 +31,7 @@ use crate::outbound::{Out, OutboundTx};
 use crate::package_ids::PackageIds;
 use crate::stats::{MasterStats, ReplayStats};
 
+use self::activity::Activity;
 pub use self::message::ToScheduler;
 
 /// How often charged compute time is written behind to the user store, and quotas re-read.
@@ -79,6 +81,8 @@ pub struct Scheduler {
     /// Time the master was stalled (see [`STALL_MIN`]), left out of the core's clock so that
     /// time limits, result TTLs and deadlines are judged on time the master could observe.
     stalled: Duration,
+    /// Package lifecycle lines (debug) and the periodic summary (info).
+    activity: Activity,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -113,7 +117,14 @@ impl Scheduler {
             idle_since: StdInstant::now(),
             stalled: Duration::ZERO,
             unjournaled: None,
+            activity: Activity::new(crate::config::DEFAULT_LOG_SUMMARY),
         }
+    }
+
+    /// Log the one-line summary every `every` instead of every 60 s (zero: never).
+    pub fn with_summary_every(mut self, every: Duration) -> Self {
+        self.activity = Activity::new(every);
+        self
     }
 
     /// Record packages, results and deliveries in `journal`, and restore what `replay` found
@@ -182,6 +193,7 @@ impl Scheduler {
                 _ = flush.tick() => {
                     self.note_stall();
                     self.flush_usage(&tx);
+                    self.activity.maybe_summary(&self.core.stats());
                 }
             }
         }
@@ -463,6 +475,12 @@ impl Scheduler {
             } if self.journal.is_some() => Some((*client, calls.clone(), opts.clone())),
             _ => None,
         };
+        let user = match &event {
+            Event::Submit { client, .. } => self.client_users.get(&client.0),
+            _ => None,
+        };
+        let user = user.map_or("", |u| self.user_names[u.0 as usize].as_str());
+        self.activity.on_event(&event, user);
         let now = self.now();
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
@@ -486,6 +504,7 @@ impl Scheduler {
             }
         }
         for action in actions.drain(..) {
+            self.activity.on_action(&action, &self.core);
             self.journal_action(&action);
             self.route(action);
         }

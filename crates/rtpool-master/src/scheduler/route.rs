@@ -160,6 +160,7 @@ impl Scheduler {
                         req_id,
                         package: package.0,
                         counts,
+                        workers: self.core.workers_for(package) as u32,
                     },
                 );
             }

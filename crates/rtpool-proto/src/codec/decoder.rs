@@ -82,7 +82,7 @@ pub(super) fn field_count(k: u8) -> usize {
         | kind::ACK
         | kind::FUNCTIONS
         | kind::FUNCTIONS_REPLY => 2,
-        kind::STATUS_REPLY => 2 + PackageCounts::LEN,
+        kind::STATUS_REPLY => 3 + PackageCounts::LEN,
         kind::PULL
         | kind::ASSIGN
         | kind::RESULT
@@ -133,6 +133,7 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
             req_id: r.u64("STATUS_REPLY.req_id")?,
             package: r.u64("STATUS_REPLY.package")?,
             counts: PackageCounts::read(r)?,
+            workers: r.u32("STATUS_REPLY.workers")?,
         },
         kind::ATTACH => Msg::Attach {
             req_id: r.u64("ATTACH.req_id")?,

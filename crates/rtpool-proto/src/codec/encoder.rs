@@ -163,13 +163,15 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
             req_id,
             package,
             counts,
+            workers,
         } => {
-            w.head(k, 2 + PackageCounts::LEN);
+            w.head(k, 3 + PackageCounts::LEN);
             w.uint(*req_id);
             w.uint(*package);
             for (_, n) in counts.iter() {
                 w.uint(n);
             }
+            w.uint(*workers);
         }
         Msg::Ack { package, count } => {
             w.head(k, 2);

@@ -335,6 +335,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 5,
                 package: 1_001,
                 counts: PackageCounts { total: 1_000, queued: 600, running: 8, done: 390, cancelled: 2, met: 0, missed: 0 },
+                workers: 4,
             },
         ),
         (
@@ -343,6 +344,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 6,
                 package: 1_002,
                 counts: PackageCounts { total: 1_000, queued: 0, running: 0, done: 1_000, cancelled: 0, met: 990, missed: 10 },
+                workers: 0,
             },
         ),
         ("pull".into(), Msg::Pull { credits: 6 }),
@@ -907,9 +909,10 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
                 arb_u32(),
                 arb_u32(),
                 arb_u32()
-            ]
+            ],
+            arb_u32()
         )
-            .prop_map(|(req_id, package, n)| Msg::StatusReply {
+            .prop_map(|(req_id, package, n, workers)| Msg::StatusReply {
                 req_id,
                 package,
                 counts: PackageCounts {
@@ -921,6 +924,7 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
                     met: n[5],
                     missed: n[6]
                 },
+                workers,
             }),
         arb_u32().prop_map(|credits| Msg::Pull { credits }),
         vec(arb_assignment(), 0..8).prop_map(|tasks| Msg::Assign { tasks }),
