@@ -111,7 +111,10 @@ pub fn bind(addr: &str, config: &HttpConfig) -> Result<std::net::TcpListener, Ma
     };
     let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
     let local = listener.local_addr().map_err(bind_error)?;
-    check_exposure(local, config)?;
+    // Named as asked (`0.0.0.0:0`), not as bound.
+    check_exposure(local, config).map_err(|_| MasterError::HttpExposed {
+        addr: addr.to_string(),
+    })?;
     listener.set_nonblocking(true).map_err(bind_error)?;
     Ok(listener)
 }
