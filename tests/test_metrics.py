@@ -11,8 +11,8 @@ import http.client
 import json
 import os
 import re
-import ssl
 import shutil
+import ssl
 import subprocess
 import sys
 import time
