@@ -288,7 +288,8 @@ impl Scheduler {
             } => {
                 self.routes.insert(session, tx);
                 if matches!(event, Event::WorkerJoined { .. }) {
-                    self.status.recorder.worker_joined(session, name, host);
+                    let now = self.now();
+                    self.status.recorder.worker_joined(session, name, host, now);
                 }
                 if let Event::ClientJoined { user: id, .. } = &mut event {
                     *id = self.user_id(&user);
@@ -420,7 +421,7 @@ impl Scheduler {
         };
         let now = self.now();
         let client_users = &self.client_users;
-        self.status.recorder.on_event(&event, || match &event {
+        self.status.recorder.on_event(&event, now, || match &event {
             Event::Submit { client, .. } | Event::SubmitCalls { client, .. } => {
                 client_users.get(&client.0).copied()
             }

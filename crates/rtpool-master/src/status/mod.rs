@@ -78,7 +78,9 @@ pub fn build(
                 done,
                 exec_s: rec.map_or(0.0, |r| r.exec_us as f64 / 1e6),
                 tasks_per_s: per_s(done - before.unwrap_or(done).min(done)),
-                last_seen_s: rec.map_or(0.0, |r| now.duration_since(r.last_seen).as_secs_f64()),
+                last_seen_s: rec.map_or(0.0, |r| {
+                    core_now.0.saturating_sub(r.last_seen.0) as f64 / 1e9
+                }),
             }
         })
         .collect();
@@ -132,20 +134,22 @@ pub fn build(
             missed: p.counts.missed,
         })
         .collect();
-    for (id, r) in &recorder.users {
+    for c in &recorder.classes {
+        let u = users.entry(c.user).or_insert_with(|| UserStatus {
+            user: name(c.user),
+            ..UserStatus::default()
+        });
+        u.done += c.done;
+        u.used_s += c.exec_us as f64 / 1e6;
+        classes.entry((c.user, c.priority)).or_default().done = c.done;
+    }
+    for (id, (quota_us, used_us)) in &recorder.stored {
         let u = users.entry(*id).or_insert_with(|| UserStatus {
             user: name(*id),
             ..UserStatus::default()
         });
-        u.done = r.done;
-        u.used_s = r.exec_us as f64 / 1e6;
-        if let Some((quota_us, used_us)) = r.stored {
-            u.quota_s = quota_us.map(|q| q as f64 / 1e6);
-            u.used_s = used_us as f64 / 1e6;
-        }
-    }
-    for ((user, priority), done) in &recorder.done_by_class {
-        classes.entry((*user, *priority)).or_default().done = *done;
+        u.quota_s = quota_us.map(|q| q as f64 / 1e6);
+        u.used_s = *used_us as f64 / 1e6;
     }
     let mut classes: Vec<ClassStatus> = classes
         .into_iter()

@@ -5,14 +5,43 @@
 //! and percentiles are computed from.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
-use rtpool_core::{Action, Event, PackageId, TaskOutcome, TaskStatus, UserId, WorkerId};
+use rtpool_core::{Action, Event, PackageId, TaskOutcome, TaskStatus, UserId};
 
 use super::histogram::{Buckets, Histogram, LATENCY_BOUNDS_US};
 
 /// Samples kept for windowed rates and percentiles: ten seconds at one a second.
 const WINDOW: usize = 10;
+
+/// A hasher for the recorder's integer keys (ids the master hands out, not a peer's input):
+/// one multiplication instead of SipHash, since the scheduler pays it per task.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_i32(&mut self, n: i32) {
+        self.write_u64(n as u32 as u64);
+    }
+}
+
+/// A map keyed by ids, hashed with [`IdHasher`].
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// One connected worker as the recorder knows it.
 #[derive(Debug, Clone)]
@@ -25,26 +54,28 @@ pub struct WorkerRecord {
     pub done: u64,
     /// Their execution time, microseconds.
     pub exec_us: u64,
-    /// Last `PULL`, `RESULT` or `RETURN`.
-    pub last_seen: Instant,
+    /// Last `PULL`, `RESULT` or `RETURN`, on the scheduler's clock.
+    pub last_seen: rtpool_core::Instant,
 }
 
-/// Per-user counts.
-#[derive(Debug, Clone, Default)]
-pub struct UserRecord {
+/// Results of one user at one priority.
+#[derive(Debug, Clone)]
+pub struct ClassRecord {
+    /// The user.
+    pub user: UserId,
+    /// The priority.
+    pub priority: i32,
     /// Results since start.
     pub done: u64,
     /// Their execution time, microseconds.
     pub exec_us: u64,
-    /// Quota and usage as last read from the user store: `(quota_us, used_us)`.
-    pub stored: Option<(Option<u64>, u64)>,
 }
 
-/// A package's user and priority, kept for labelling its results, and its failed count.
+/// A package's class (an index into [`Recorder::classes`]), kept for labelling its results,
+/// and its failed count.
 #[derive(Debug, Clone, Copy)]
 struct PackageRecord {
-    user: UserId,
-    priority: i32,
+    class: usize,
     failed: u32,
 }
 
@@ -60,7 +91,7 @@ pub struct Sample {
     /// The latency histograms then.
     pub assign_to_result: Histogram,
     /// Each worker's results then.
-    pub worker_done: HashMap<u64, u64>,
+    pub worker_done: IdMap<u64, u64>,
 }
 
 /// Everything the scheduler counts for status and metrics.
@@ -81,20 +112,21 @@ pub struct Recorder {
     /// Lateness of late results, microseconds.
     pub lateness: Buckets,
     /// Connected workers by session.
-    pub workers: HashMap<u64, WorkerRecord>,
-    /// Users by core id.
-    pub users: HashMap<UserId, UserRecord>,
-    /// Results by `(user, priority)`.
-    pub done_by_class: HashMap<(UserId, i32), u64>,
+    pub workers: IdMap<u64, WorkerRecord>,
+    /// Results by user and priority, in order of first appearance.
+    pub classes: Vec<ClassRecord>,
+    class_index: IdMap<(UserId, i32), usize>,
+    /// Quota and usage per user as last read from the user store: `(quota_us, used_us)`.
+    pub stored: IdMap<UserId, (Option<u64>, u64)>,
     /// Results since start.
     pub done: u64,
     /// Results whose status was not ok.
     pub failed: u64,
     /// Refused submissions by error code.
     pub refusals: BTreeMap<&'static str, u64>,
-    packages: HashMap<PackageId, PackageRecord>,
-    /// Submissions waiting for their `Accepted`: `(package, user, priority)`.
-    pending: Option<(PackageId, UserId, i32)>,
+    packages: IdMap<PackageId, PackageRecord>,
+    /// The submission being handled: `(package, class)`, kept if the core accepts it.
+    pending: Option<(PackageId, usize)>,
     /// The last [`WINDOW`] + 1 samples, oldest first.
     pub samples: VecDeque<Sample>,
 }
@@ -110,20 +142,27 @@ impl Recorder {
             submit_to_assign_buckets: Buckets::new(LATENCY_BOUNDS_US),
             assign_to_result_buckets: Buckets::new(LATENCY_BOUNDS_US),
             lateness: Buckets::new(LATENCY_BOUNDS_US),
-            workers: HashMap::new(),
-            users: HashMap::new(),
-            done_by_class: HashMap::new(),
+            workers: IdMap::default(),
+            classes: Vec::new(),
+            class_index: IdMap::default(),
+            stored: IdMap::default(),
             done: 0,
             failed: 0,
             refusals: BTreeMap::new(),
-            packages: HashMap::new(),
+            packages: IdMap::default(),
             pending: None,
             samples: VecDeque::with_capacity(WINDOW + 1),
         }
     }
 
-    /// A worker authenticated.
-    pub fn worker_joined(&mut self, session: u64, name: String, host: String) {
+    /// A worker authenticated (at `now` on the scheduler's clock).
+    pub fn worker_joined(
+        &mut self,
+        session: u64,
+        name: String,
+        host: String,
+        now: rtpool_core::Instant,
+    ) {
         self.workers.insert(
             session,
             WorkerRecord {
@@ -131,7 +170,7 @@ impl Recorder {
                 host,
                 done: 0,
                 exec_us: 0,
-                last_seen: Instant::now(),
+                last_seen: now,
             },
         );
     }
@@ -141,9 +180,14 @@ impl Recorder {
         self.workers.remove(&session);
     }
 
-    /// Before the core handles `event`: a worker's results and signs of life, and the user and
-    /// priority of a submission (kept if the core accepts it).
-    pub fn on_event(&mut self, event: &Event, user: impl FnOnce() -> Option<UserId>) {
+    /// Before the core handles `event` (at `now` on the scheduler's clock): a worker's results
+    /// and signs of life, and the class of a submission (kept if the core accepts it).
+    pub fn on_event(
+        &mut self,
+        event: &Event,
+        now: rtpool_core::Instant,
+        user: impl FnOnce() -> Option<UserId>,
+    ) {
         if !self.enabled {
             return;
         }
@@ -152,32 +196,41 @@ impl Recorder {
                 if let Some(w) = self.workers.get_mut(&worker.0) {
                     w.done += results.len() as u64;
                     w.exec_us += results.iter().map(|r| r.exec_us).sum::<u64>();
-                    w.last_seen = Instant::now();
+                    w.last_seen = now;
                 }
             }
-            Event::Credit { worker, .. } | Event::Returned { worker, .. } => self.seen(*worker),
-            // A package the journal replayed: no `Accepted` comes for it.
-            Event::Restore(p) => {
-                let record = PackageRecord {
-                    user: p.user,
-                    priority: p.opts.priority,
-                    failed: 0,
-                };
-                self.packages.insert(p.package, record);
+            Event::Credit { worker, .. } | Event::Returned { worker, .. } => {
+                if let Some(w) = self.workers.get_mut(&worker.0) {
+                    w.last_seen = now;
+                }
             }
             Event::Submit { package, opts, .. } | Event::SubmitCalls { package, opts, .. } => {
                 if let Some(user) = user() {
-                    self.pending = Some((*package, user, opts.priority));
+                    self.pending = Some((*package, self.class(user, opts.priority)));
                 }
+            }
+            // A package the journal replayed: no `Accepted` comes for it.
+            Event::Restore(p) => {
+                let class = self.class(p.user, p.opts.priority);
+                self.packages
+                    .insert(p.package, PackageRecord { class, failed: 0 });
             }
             _ => {}
         }
     }
 
-    fn seen(&mut self, worker: WorkerId) {
-        if let Some(w) = self.workers.get_mut(&worker.0) {
-            w.last_seen = Instant::now();
-        }
+    /// The index of a class in [`Recorder::classes`], added if new.
+    fn class(&mut self, user: UserId, priority: i32) -> usize {
+        let classes = &mut self.classes;
+        *self.class_index.entry((user, priority)).or_insert_with(|| {
+            classes.push(ClassRecord {
+                user,
+                priority,
+                done: 0,
+                exec_us: 0,
+            });
+            classes.len() - 1
+        })
     }
 
     /// One of the core's actions, before it is routed.
@@ -187,14 +240,9 @@ impl Recorder {
         }
         match action {
             Action::Accepted { package, .. } => {
-                if let Some((p, user, priority)) = self.pending.take() {
+                if let Some((p, class)) = self.pending.take() {
                     if p == *package {
-                        let record = PackageRecord {
-                            user,
-                            priority,
-                            failed: 0,
-                        };
-                        self.packages.insert(p, record);
+                        self.packages.insert(p, PackageRecord { class, failed: 0 });
                     }
                 }
             }
@@ -212,10 +260,6 @@ impl Recorder {
     }
 
     fn results(&mut self, package: PackageId, results: &[TaskOutcome]) {
-        let record = self.packages.get_mut(&package);
-        let (user, priority) = record
-            .as_ref()
-            .map_or((None, 0), |r| (Some(r.user), r.priority));
         let mut failed = 0;
         let mut exec_us = 0;
         for r in results {
@@ -238,14 +282,11 @@ impl Recorder {
         let n = results.len() as u64;
         self.done += n;
         self.failed += u64::from(failed);
-        if let Some(record) = record {
+        if let Some(record) = self.packages.get_mut(&package) {
             record.failed += failed;
-        }
-        if let Some(user) = user {
-            let u = self.users.entry(user).or_default();
-            u.done += n;
-            u.exec_us += exec_us;
-            *self.done_by_class.entry((user, priority)).or_default() += n;
+            let class = &mut self.classes[record.class];
+            class.done += n;
+            class.exec_us += exec_us;
         }
     }
 
@@ -256,7 +297,7 @@ impl Recorder {
 
     /// A user's quota and usage as the store reported them.
     pub fn set_stored(&mut self, user: UserId, quota_us: Option<u64>, used_us: u64) {
-        self.users.entry(user).or_default().stored = Some((quota_us, used_us));
+        self.stored.insert(user, (quota_us, used_us));
     }
 
     /// Takes this second's sample (keeps the last [`WINDOW`] + 1).
