@@ -135,6 +135,9 @@ fn status_metrics_and_events_follow_the_work_including_a_deadline_miss() {
     let m = master_with("127.0.0.1:0", None).unwrap();
     let http = m.http_addr().expect("an HTTP listener");
     assert_eq!(m.dashboard_url(), Some(format!("http://{http}/")));
+    // Served at once, never an empty snapshot.
+    let first = status_json(http);
+    assert_eq!(first["master"]["address"], m.addr().to_string(), "{first}");
     assert_eq!(get(http, "/healthz", None), (200, "ok".into()));
     let (code, page) = get(http, "/", None);
     assert!(code == 200 && page.contains("<html"), "{code} {page}");
