@@ -152,262 +152,295 @@ fn worker_labels(status: &Status) -> Vec<Labels> {
 impl Collector for StatusCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &*self.0;
-        let total = |k: &str| s.totals.get(k).copied().unwrap_or(0) as f64;
-        let class = |c: &crate::status::schema::ClassStatus| -> Labels {
-            vec![
-                ("priority", c.priority.to_string()),
-                ("user", c.user.clone()),
-            ]
-        };
-        let e = &mut enc;
-        gauge(
-            e,
-            "rtpool_tasks_queued",
-            "Tasks waiting for a worker, by priority and user.",
-            None,
-            s.classes.iter().map(|c| (class(c), c.queued as f64)),
-        )?;
-        gauge(
-            e,
-            "rtpool_tasks_running",
-            "Tasks on workers, by priority and user.",
-            None,
-            s.classes.iter().map(|c| (class(c), c.running as f64)),
-        )?;
-        counter(
-            e,
-            "rtpool_tasks_done",
-            "Results since start, by priority and user.",
-            None,
-            s.classes.iter().map(|c| (class(c), c.done as f64)),
-        )?;
-        counter(
-            e,
-            "rtpool_tasks_failed",
-            "Results whose status was not ok, since start.",
-            None,
-            one(total("failed")),
-        )?;
-        gauge(e, "rtpool_tasks_held", "Tasks the master holds: queued, running, cancelling, or a result not yet acknowledged.", None, one(total("tasks")))?;
-        gauge(
-            e,
-            "rtpool_packages",
-            "Live packages.",
-            None,
-            one(total("packages")),
-        )?;
-        gauge(
-            e,
-            "rtpool_workers",
-            "Connected workers.",
-            None,
-            one(total("workers")),
-        )?;
-        gauge(
-            e,
-            "rtpool_slots",
-            "Slots of the connected workers.",
-            None,
-            one(total("slots")),
-        )?;
-        gauge(
-            e,
-            "rtpool_credits",
-            "Credits (tasks the workers asked for and were not sent yet).",
-            None,
-            one(total("credits")),
-        )?;
-        gauge(
-            e,
-            "rtpool_connections",
-            "Authenticated connections by role.",
-            None,
-            s.connections
-                .iter()
-                .map(|(role, n)| (vec![("role", (*role).to_owned())], *n as f64)),
-        )?;
-        let workers = worker_labels(s);
-        let per_worker = |f: fn(&crate::status::schema::WorkerStatus) -> f64| {
-            workers
-                .iter()
-                .cloned()
-                .zip(s.workers.iter().map(f))
-                .collect::<Vec<_>>()
-        };
-        gauge(
-            e,
-            "rtpool_worker_slots",
-            "Slots of a worker, by worker name.",
-            None,
-            per_worker(|w| f64::from(w.slots)),
-        )?;
-        gauge(
-            e,
-            "rtpool_worker_credits",
-            "Credits of a worker.",
-            None,
-            per_worker(|w| f64::from(w.credits)),
-        )?;
-        gauge(
-            e,
-            "rtpool_worker_running",
-            "Tasks a worker holds.",
-            None,
-            per_worker(|w| w.running as f64),
-        )?;
-        counter(
-            e,
-            "rtpool_worker_exec",
-            "Execution time of a worker's results since it connected, as it measured it.",
-            Some(&Unit::Seconds),
-            per_worker(|w| w.exec_s),
-        )?;
-        counter(
-            e,
-            "rtpool_worker_tasks",
-            "Results a worker returned since it connected.",
-            None,
-            per_worker(|w| w.done as f64),
-        )?;
-        gauge(
-            e,
-            "rtpool_worker_last_seen",
-            "Time since a worker's last PULL, RESULT or RETURN.",
-            Some(&Unit::Seconds),
-            per_worker(|w| w.last_seen_s),
-        )?;
-        counter(
-            e,
-            "rtpool_deadlines",
-            "Results by their deadline (met), after it (missed), and tasks dropped for it.",
-            None,
-            [
-                (vec![("outcome", "met".to_owned())], s.deadlines.met as f64),
-                (
-                    vec![("outcome", "missed".to_owned())],
-                    s.deadlines.missed as f64,
-                ),
-                (
-                    vec![("outcome", "dropped".to_owned())],
-                    s.deadlines.dropped as f64,
-                ),
-            ],
-        )?;
-        let reasons = ["quota", "admission", "unknown_function", "rejected"];
-        counter(
-            e,
-            "rtpool_admission_refusals",
-            "Refused submissions by ERROR code.",
-            None,
-            reasons.iter().map(|r| {
-                (
-                    vec![("reason", (*r).to_owned())],
-                    s.refusals.get(r).copied().unwrap_or(0) as f64,
-                )
-            }),
-        )?;
-        counter(
-            e,
-            "rtpool_task_retries",
-            "Tasks requeued because their worker was lost.",
-            None,
-            one(total("requeued")),
-        )?;
-        counter(
-            e,
-            "rtpool_task_poison",
-            "Tasks failed as poison (their worker was lost on every attempt).",
-            None,
-            one(total("poisoned")),
-        )?;
-        counter(
-            e,
-            "rtpool_task_timeouts",
-            "Tasks failed for running past their time limit.",
-            None,
-            one(total("timed_out")),
-        )?;
-        let events: Vec<(Labels, f64)> = rtpool_core::Counters::default()
-            .iter()
-            .map(|(name, _)| (vec![("event", name.to_owned())], total(name)))
-            .collect();
-        counter(
-            e,
-            "rtpool_scheduler_events",
-            "Every counter of the scheduler core, by name (see crates/rtpool-core/src/stats.rs).",
-            None,
-            events,
-        )?;
-        gauge(
-            e,
-            "rtpool_uptime",
-            "Time since the master started.",
-            Some(&Unit::Seconds),
-            one(s.master.uptime_s),
-        )?;
-        if let Some(j) = &s.master.journal {
-            gauge(
-                e,
-                "rtpool_journal",
-                "Size of the crash-recovery journal.",
-                Some(&Unit::Bytes),
-                one(j.bytes as f64),
-            )?;
-            counter(
-                e,
-                "rtpool_journal_records",
-                "Records appended to the journal since start.",
-                None,
-                one(j.records as f64),
-            )?;
-        }
-        let quota = s
-            .users
-            .iter()
-            .filter_map(|u| Some((vec![("user", u.user.clone())], u.quota_s?)));
-        gauge(
-            e,
-            "rtpool_quota",
-            "A user's compute-time quota (users without a quota are left out).",
-            Some(&Unit::Seconds),
-            quota,
-        )?;
-        gauge(
-            e,
-            "rtpool_quota_used",
-            "Compute time charged to a user.",
-            Some(&Unit::Seconds),
-            s.users
-                .iter()
-                .map(|u| (vec![("user", u.user.clone())], u.used_s)),
-        )?;
-        let h = |name: &str| s.histograms.get(name);
-        histogram(
-            e,
-            "rtpool_submit_to_assign",
-            "From a package's receipt to a task's assignment to a worker.",
-            h("submit_to_assign_seconds"),
-        )?;
-        histogram(
-            e,
-            "rtpool_assign_to_result",
-            "From a task's assignment to its worker's result.",
-            h("assign_to_result_seconds"),
-        )?;
-        histogram(
-            e,
-            "rtpool_deadline_lateness",
-            "How late results after their deadline came.",
-            h("deadline_lateness_seconds"),
-        )?;
-        histogram(
-            e,
-            "rtpool_journal_fsync",
-            "Durations of the journal's fdatasync calls.",
-            h("journal_fsync_seconds"),
-        )?;
-        Ok(())
+        tasks(&mut enc, s)?;
+        workers(&mut enc, s)?;
+        events(&mut enc, s)?;
+        resources(&mut enc, s)
     }
+}
+
+fn total(s: &Status, key: &str) -> f64 {
+    s.totals.get(key).copied().unwrap_or(0) as f64
+}
+
+/// Tasks by class, totals, connections.
+fn tasks(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> {
+    let total = |k: &str| total(s, k);
+    let class = |c: &crate::status::schema::ClassStatus| -> Labels {
+        vec![
+            ("priority", c.priority.to_string()),
+            ("user", c.user.clone()),
+        ]
+    };
+    gauge(
+        e,
+        "rtpool_tasks_queued",
+        "Tasks waiting for a worker, by priority and user.",
+        None,
+        s.classes.iter().map(|c| (class(c), c.queued as f64)),
+    )?;
+    gauge(
+        e,
+        "rtpool_tasks_running",
+        "Tasks on workers, by priority and user.",
+        None,
+        s.classes.iter().map(|c| (class(c), c.running as f64)),
+    )?;
+    counter(
+        e,
+        "rtpool_tasks_done",
+        "Results since start, by priority and user.",
+        None,
+        s.classes.iter().map(|c| (class(c), c.done as f64)),
+    )?;
+    counter(
+        e,
+        "rtpool_tasks_failed",
+        "Results whose status was not ok, since start.",
+        None,
+        one(total("failed")),
+    )?;
+    gauge(
+        e,
+        "rtpool_tasks_held",
+        "Tasks the master holds: queued, running, cancelling, or a result not yet acknowledged.",
+        None,
+        one(total("tasks")),
+    )?;
+    gauge(
+        e,
+        "rtpool_packages",
+        "Live packages.",
+        None,
+        one(total("packages")),
+    )?;
+    gauge(
+        e,
+        "rtpool_workers",
+        "Connected workers.",
+        None,
+        one(total("workers")),
+    )?;
+    gauge(
+        e,
+        "rtpool_slots",
+        "Slots of the connected workers.",
+        None,
+        one(total("slots")),
+    )?;
+    gauge(
+        e,
+        "rtpool_credits",
+        "Credits (tasks the workers asked for and were not sent yet).",
+        None,
+        one(total("credits")),
+    )?;
+    gauge(
+        e,
+        "rtpool_connections",
+        "Authenticated connections by role.",
+        None,
+        s.connections
+            .iter()
+            .map(|(role, n)| (vec![("role", (*role).to_owned())], *n as f64)),
+    )?;
+    Ok(())
+}
+
+/// Per-worker series, labelled by worker name.
+fn workers(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> {
+    let workers = worker_labels(s);
+    let per_worker = |f: fn(&crate::status::schema::WorkerStatus) -> f64| {
+        workers
+            .iter()
+            .cloned()
+            .zip(s.workers.iter().map(f))
+            .collect::<Vec<_>>()
+    };
+    gauge(
+        e,
+        "rtpool_worker_slots",
+        "Slots of a worker, by worker name.",
+        None,
+        per_worker(|w| f64::from(w.slots)),
+    )?;
+    gauge(
+        e,
+        "rtpool_worker_credits",
+        "Credits of a worker.",
+        None,
+        per_worker(|w| f64::from(w.credits)),
+    )?;
+    gauge(
+        e,
+        "rtpool_worker_running",
+        "Tasks a worker holds.",
+        None,
+        per_worker(|w| w.running as f64),
+    )?;
+    counter(
+        e,
+        "rtpool_worker_exec",
+        "Execution time of a worker's results since it connected, as it measured it.",
+        Some(&Unit::Seconds),
+        per_worker(|w| w.exec_s),
+    )?;
+    counter(
+        e,
+        "rtpool_worker_tasks",
+        "Results a worker returned since it connected.",
+        None,
+        per_worker(|w| w.done as f64),
+    )?;
+    gauge(
+        e,
+        "rtpool_worker_last_seen",
+        "Time since a worker's last PULL, RESULT or RETURN.",
+        Some(&Unit::Seconds),
+        per_worker(|w| w.last_seen_s),
+    )?;
+    Ok(())
+}
+
+/// Deadlines, refusals, retries and the core's counters.
+fn events(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> {
+    let total = |k: &str| total(s, k);
+    counter(
+        e,
+        "rtpool_deadlines",
+        "Results by their deadline (met), after it (missed), and tasks dropped for it.",
+        None,
+        [
+            (vec![("outcome", "met".to_owned())], s.deadlines.met as f64),
+            (
+                vec![("outcome", "missed".to_owned())],
+                s.deadlines.missed as f64,
+            ),
+            (
+                vec![("outcome", "dropped".to_owned())],
+                s.deadlines.dropped as f64,
+            ),
+        ],
+    )?;
+    let reasons = ["quota", "admission", "unknown_function", "rejected"];
+    counter(
+        e,
+        "rtpool_admission_refusals",
+        "Refused submissions by ERROR code.",
+        None,
+        reasons.iter().map(|r| {
+            (
+                vec![("reason", (*r).to_owned())],
+                s.refusals.get(r).copied().unwrap_or(0) as f64,
+            )
+        }),
+    )?;
+    counter(
+        e,
+        "rtpool_task_retries",
+        "Tasks requeued because their worker was lost.",
+        None,
+        one(total("requeued")),
+    )?;
+    counter(
+        e,
+        "rtpool_task_poison",
+        "Tasks failed as poison (their worker was lost on every attempt).",
+        None,
+        one(total("poisoned")),
+    )?;
+    counter(
+        e,
+        "rtpool_task_timeouts",
+        "Tasks failed for running past their time limit.",
+        None,
+        one(total("timed_out")),
+    )?;
+    let events: Vec<(Labels, f64)> = rtpool_core::Counters::default()
+        .iter()
+        .map(|(name, _)| (vec![("event", name.to_owned())], total(name)))
+        .collect();
+    counter(
+        e,
+        "rtpool_scheduler_events",
+        "Every counter of the scheduler core, by name (see crates/rtpool-core/src/stats.rs).",
+        None,
+        events,
+    )?;
+    Ok(())
+}
+
+/// Uptime, journal, quotas and the histograms.
+fn resources(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> {
+    gauge(
+        e,
+        "rtpool_uptime",
+        "Time since the master started.",
+        Some(&Unit::Seconds),
+        one(s.master.uptime_s),
+    )?;
+    if let Some(j) = &s.master.journal {
+        gauge(
+            e,
+            "rtpool_journal",
+            "Size of the crash-recovery journal.",
+            Some(&Unit::Bytes),
+            one(j.bytes as f64),
+        )?;
+        counter(
+            e,
+            "rtpool_journal_records",
+            "Records appended to the journal since start.",
+            None,
+            one(j.records as f64),
+        )?;
+    }
+    let quota = s
+        .users
+        .iter()
+        .filter_map(|u| Some((vec![("user", u.user.clone())], u.quota_s?)));
+    gauge(
+        e,
+        "rtpool_quota",
+        "A user's compute-time quota (users without a quota are left out).",
+        Some(&Unit::Seconds),
+        quota,
+    )?;
+    gauge(
+        e,
+        "rtpool_quota_used",
+        "Compute time charged to a user.",
+        Some(&Unit::Seconds),
+        s.users
+            .iter()
+            .map(|u| (vec![("user", u.user.clone())], u.used_s)),
+    )?;
+    let h = |name: &str| s.histograms.get(name);
+    histogram(
+        e,
+        "rtpool_submit_to_assign",
+        "From a package's receipt to a task's assignment to a worker.",
+        h("submit_to_assign_seconds"),
+    )?;
+    histogram(
+        e,
+        "rtpool_assign_to_result",
+        "From a task's assignment to its worker's result.",
+        h("assign_to_result_seconds"),
+    )?;
+    histogram(
+        e,
+        "rtpool_deadline_lateness",
+        "How late results after their deadline came.",
+        h("deadline_lateness_seconds"),
+    )?;
+    histogram(
+        e,
+        "rtpool_journal_fsync",
+        "Durations of the journal's fdatasync calls.",
+        h("journal_fsync_seconds"),
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]
