@@ -416,6 +416,8 @@ fn parse_cpu_list(list: &str) -> Result<CpuList, String> {
 mod tests {
     use super::*;
 
+    use crate::config::options::{apply_options, OptionValue};
+
     fn parse(args: &[&str]) -> Result<(MasterConfig, String), clap::Error> {
         MasterArgs::parse_named("rtpool-master", args)
     }
@@ -537,5 +539,28 @@ mod tests {
     #[test]
     fn the_clap_definition_is_consistent() {
         MasterArgs::command().debug_assert();
+    }
+
+    #[test]
+    fn the_http_options_reach_the_configuration() {
+        let (c, _) = parse(&[]).unwrap();
+        assert_eq!(c.http.as_deref(), Some(super::super::DEFAULT_HTTP));
+        assert!(c.http_is_default && c.metrics);
+        let (c, _) = parse(&["--http=off"]).unwrap();
+        assert_eq!(c.http, None);
+        let (c, _) = parse(&["--http", "127.0.0.1:0", "--http-token=t", "--no-metrics"]).unwrap();
+        assert_eq!(c.http.as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(c.http_token.as_deref(), Some("t"));
+        assert!(!c.http_is_default && !c.metrics);
+        // An embedded master: off unless its options dict asks.
+        let mut embedded = MasterConfig::default();
+        assert_eq!(embedded.http, None);
+        let options = [
+            ("http".to_owned(), OptionValue::Text("127.0.0.1:0".into())),
+            ("metrics".to_owned(), OptionValue::Flag(false)),
+        ];
+        apply_options(&mut embedded, options).unwrap();
+        assert_eq!(embedded.http.as_deref(), Some("127.0.0.1:0"));
+        assert!(!embedded.metrics && !embedded.http_is_default);
     }
 }
