@@ -30,6 +30,7 @@ pub(super) enum Cmd {
 }
 
 /// Counters the thread updates and [`Journal::stats`] reads.
+#[derive(Default)]
 pub(super) struct Shared {
     /// Durations of the `fdatasync`s of `journal.log`, for the status snapshot and metrics.
     pub(super) fsync_us: crate::status::histogram::AtomicBuckets,
@@ -48,31 +49,6 @@ pub(super) struct Shared {
     pub(super) written_lsn: AtomicU64,
     pub(super) synced_lsn: AtomicU64,
     pub(super) last_compaction_us: AtomicU64,
-}
-
-impl Default for Shared {
-    fn default() -> Self {
-        Self {
-            fsync_us: crate::status::histogram::AtomicBuckets::new(
-                crate::status::histogram::FSYNC_BOUNDS_US,
-            ),
-            watermark: AtomicU64::default(),
-            failed: AtomicBool::default(),
-            dropped_warned: AtomicBool::default(),
-            file_bytes: AtomicU64::default(),
-            records: AtomicU64::default(),
-            bytes_written: AtomicU64::default(),
-            groups: AtomicU64::default(),
-            fsyncs: AtomicU64::default(),
-            compactions: AtomicU64::default(),
-            last_group_records: AtomicU64::default(),
-            last_group_bytes: AtomicU64::default(),
-            max_group_records: AtomicU64::default(),
-            written_lsn: AtomicU64::default(),
-            synced_lsn: AtomicU64::default(),
-            last_compaction_us: AtomicU64::default(),
-        }
-    }
 }
 
 fn log_skipped(err: &JournalError) {

@@ -180,6 +180,13 @@ pub struct AtomicBuckets {
     max_us: std::sync::atomic::AtomicU64,
 }
 
+impl Default for AtomicBuckets {
+    /// Empty, with the fsync bounds ([`FSYNC_BOUNDS_US`]): what the journal keeps.
+    fn default() -> Self {
+        Self::new(FSYNC_BOUNDS_US)
+    }
+}
+
 impl AtomicBuckets {
     /// Empty, with these upper bounds (ascending).
     pub fn new(bounds_us: &'static [u64]) -> Self {
