@@ -12,7 +12,8 @@
 //! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
 //! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
 //! - `core/unacked.rs`: the per-client bound on results waiting for an acknowledgement;
-//! - `core/invariants.rs`: the invariant walk the tests run after every event.
+//! - `core/invariants.rs`: the invariant walk the tests run after every event;
+//! - `core/view.rs`: read-only views of the tables for status snapshots.
 //!
 //! The tunables are `config.rs`'s, the gauges and counters `stats.rs`'s.
 //!
@@ -37,7 +38,10 @@ mod invariants;
 mod restore_calls;
 mod timers;
 mod unacked;
+mod view;
 mod worker_events;
+
+pub use self::view::{PackageView, WorkerView};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -24,6 +24,7 @@ pub mod connection;
 pub mod data_dir;
 pub mod error;
 pub mod handle;
+pub mod http;
 pub mod journal;
 pub mod outbound;
 pub mod package_ids;
@@ -32,6 +33,7 @@ pub mod realtime;
 pub mod scheduler;
 pub mod server;
 pub mod stats;
+pub mod status;
 pub mod store;
 pub mod tls;
 

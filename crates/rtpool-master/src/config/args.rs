@@ -23,6 +23,9 @@ use crate::realtime::{parse_cpus, RealtimeConfig, DEFAULT_PRIORITY};
 /// Environment variable read for `--data-dir` when it is not given.
 pub const DATA_DIR_ENV: &str = "RTPOOL_DATA_DIR";
 
+/// Environment variable read for `--http-token` when it is not given.
+pub const HTTP_TOKEN_ENV: &str = "RTPOOL_HTTP_TOKEN";
+
 /// Environment variable read for `--log-level` when it is not given.
 pub const LOG_ENV: &str = "RTPOOL_LOG";
 
@@ -83,6 +86,20 @@ pub struct MasterArgs {
     /// the workers' --ca-file).
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"], help_heading = "TLS")]
     pub tls_self_signed: bool,
+
+    /// The HTTP listener: dashboard at /, Prometheus /metrics, /api/status, /api/events
+    /// (default: 127.0.0.1:7071, skipped with a warning if taken; "off" for none; port 0 picks
+    /// a free one; beyond loopback only with TLS or --http-token).
+    #[arg(long, value_name = "HOST:PORT|off", help_heading = "Monitoring")]
+    pub http: Option<String>,
+    /// Token the HTTP listener requires as "Authorization: Bearer TOKEN" or ?token=TOKEN
+    /// (default: $RTPOOL_HTTP_TOKEN; none on loopback).
+    #[arg(long, value_name = "TOKEN", help_heading = "Monitoring")]
+    pub http_token: Option<String>,
+    /// Do not count metrics on the scheduler thread (latency histograms, per-worker and
+    /// per-user counts); the status keeps the scheduler's own gauges.
+    #[arg(long = "no-metrics", action = ArgAction::SetFalse, help_heading = "Monitoring")]
+    pub metrics: bool,
 
     /// Largest frame accepted after the handshake, in MiB (default: 256).
     #[arg(
@@ -313,6 +330,9 @@ impl MasterArgs {
             data_dir: non_empty_env(DATA_DIR_ENV)
                 .map(PathBuf::from)
                 .or_else(default_data_dir),
+            http: Some(super::DEFAULT_HTTP.into()),
+            http_is_default: true,
+            http_token: non_empty_env(HTTP_TOKEN_ENV),
             ..MasterConfig::default()
         };
         self.apply_to(&mut config);
@@ -354,6 +374,9 @@ impl MasterArgs {
             realtime,
             rt_priority,
             cpus,
+            http,
+            http_token,
+            metrics,
         } = self;
         let secs = Duration::from_secs_f64; // the parsers let only valid durations through
         set(&mut config.listen, listen);
@@ -396,6 +419,12 @@ impl MasterArgs {
         set(&mut config.hedge_factor, hedge_factor);
         set(&mut config.service_grace, service_grace_s.map(secs));
         set(&mut config.log_summary, log_summary_s.map(secs));
+        if let Some(http) = http {
+            config.http_is_default = false;
+            config.http = (!http.eq_ignore_ascii_case("off")).then_some(http);
+        }
+        set(&mut config.http_token, http_token.map(Some));
+        config.metrics &= metrics;
         let RealtimeConfig {
             enabled,
             priority,
@@ -485,6 +514,8 @@ fn parse_cpu_list(list: &str) -> Result<CpuList, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::config::options::{apply_options, OptionValue};
 
     fn parse(args: &[&str]) -> Result<(MasterConfig, Logging), clap::Error> {
         MasterArgs::parse_named("rtpool-master", args)
@@ -657,5 +688,28 @@ mod tests {
     #[test]
     fn the_clap_definition_is_consistent() {
         MasterArgs::command().debug_assert();
+    }
+
+    #[test]
+    fn the_http_options_reach_the_configuration() {
+        let (c, _) = parse(&[]).unwrap();
+        assert_eq!(c.http.as_deref(), Some(super::super::DEFAULT_HTTP));
+        assert!(c.http_is_default && c.metrics);
+        let (c, _) = parse(&["--http=off"]).unwrap();
+        assert_eq!(c.http, None);
+        let (c, _) = parse(&["--http", "127.0.0.1:0", "--http-token=t", "--no-metrics"]).unwrap();
+        assert_eq!(c.http.as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(c.http_token.as_deref(), Some("t"));
+        assert!(!c.http_is_default && !c.metrics);
+        // An embedded master: off unless its options dict asks.
+        let mut embedded = MasterConfig::default();
+        assert_eq!(embedded.http, None);
+        let options = [
+            ("http".to_owned(), OptionValue::Text("127.0.0.1:0".into())),
+            ("metrics".to_owned(), OptionValue::Flag(false)),
+        ];
+        apply_options(&mut embedded, options).unwrap();
+        assert_eq!(embedded.http.as_deref(), Some("127.0.0.1:0"));
+        assert!(!embedded.metrics && !embedded.http_is_default);
     }
 }

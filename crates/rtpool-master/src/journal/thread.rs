@@ -32,6 +32,8 @@ pub(super) enum Cmd {
 /// Counters the thread updates and [`Journal::stats`] reads.
 #[derive(Default)]
 pub(super) struct Shared {
+    /// Durations of the `fdatasync`s of `journal.log`, for the status snapshot and metrics.
+    pub(super) fsync_us: crate::status::histogram::AtomicBuckets,
     pub(super) watermark: AtomicU64,
     pub(super) failed: AtomicBool,
     pub(super) dropped_warned: AtomicBool,
@@ -252,10 +254,15 @@ impl Writer {
     /// and never retried: after a failed fsync the kernel may have dropped the dirty pages, so a
     /// second fsync succeeding would prove nothing.
     fn sync(&mut self) -> Result<(), JournalError> {
+        let started = Instant::now();
         self.file
             .sync_data()
             .map_err(|e| JournalError::io("fsync", &self.path, e))?;
         self.last_sync = Instant::now();
+        let took = self.last_sync.duration_since(started).as_micros();
+        self.shared
+            .fsync_us
+            .record(took.min(u128::from(u64::MAX)) as u64);
         self.synced_lsn = self.written_lsn;
         self.shared.fsyncs.fetch_add(1, SeqCst);
         self.shared.synced_lsn.store(self.synced_lsn, SeqCst);

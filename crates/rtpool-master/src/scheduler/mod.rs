@@ -9,6 +9,7 @@ mod activity;
 mod calls_journal;
 mod message;
 mod route;
+mod status;
 #[cfg(test)]
 mod tests;
 mod usage;
@@ -33,6 +34,7 @@ use crate::stats::{MasterStats, ReplayStats};
 
 use self::activity::Activity;
 pub use self::message::ToScheduler;
+pub use self::status::STATUS_PERIOD;
 
 /// How often charged compute time is written behind to the user store, and quotas re-read.
 const USAGE_FLUSH: Duration = Duration::from_secs(1);
@@ -83,6 +85,8 @@ pub struct Scheduler {
     stalled: Duration,
     /// Package lifecycle lines (debug) and the periodic summary (info).
     activity: Activity,
+    /// Metrics and the status snapshot (`status.rs`).
+    status: self::status::StatusState,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -118,6 +122,7 @@ impl Scheduler {
             stalled: Duration::ZERO,
             unjournaled: None,
             activity: Activity::new(crate::config::DEFAULT_LOG_SUMMARY),
+            status: self::status::StatusState::default(),
         }
     }
 
@@ -164,6 +169,9 @@ impl Scheduler {
         self.load_quotas().await;
         let mut flush = tokio::time::interval(USAGE_FLUSH);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut status_tick = tokio::time::interval(STATUS_PERIOD);
+        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let status_on = self.needs_status_tick();
         let mut durable = self.journal.as_ref().map(Journal::durable);
         loop {
             let timer = self.core.next_timer().map(|at| {
@@ -195,6 +203,7 @@ impl Scheduler {
                     self.flush_usage(&tx);
                     self.activity.maybe_summary(&self.core.stats());
                 }
+                _ = status_tick.tick(), if status_on => self.on_status_tick(),
             }
         }
         // Whatever was charged since the last flush.
@@ -331,10 +340,16 @@ impl Scheduler {
             ToScheduler::Register {
                 session,
                 user,
+                name,
+                host,
                 tx,
                 mut event,
             } => {
                 self.routes.insert(session, tx);
+                if matches!(event, Event::WorkerJoined { .. }) {
+                    let now = self.now();
+                    self.status.recorder.worker_joined(session, name, host, now);
+                }
                 if let Event::ClientJoined { user: id, .. } = &mut event {
                     *id = self.user_id(&user);
                     self.client_users.insert(session, *id);
@@ -345,6 +360,7 @@ impl Scheduler {
             ToScheduler::Events(events) => events.into_iter().for_each(|e| self.apply(e)),
             ToScheduler::Closed { session, event } => {
                 self.client_users.remove(&session);
+                self.status.recorder.worker_left(session);
                 if self.held.is_empty() {
                     self.routes.remove(&session);
                     self.apply(event);
@@ -372,6 +388,9 @@ impl Scheduler {
                         },
                     ));
                 }
+            }
+            ToScheduler::ClusterStatus { session, req_id } => {
+                self.on_cluster_status(session, req_id);
             }
             ToScheduler::Stats(reply) => {
                 let _ = reply.send(MasterStats {
@@ -482,6 +501,13 @@ impl Scheduler {
         let user = user.map_or("", |u| self.user_names[u.0 as usize].as_str());
         self.activity.on_event(&event, user);
         let now = self.now();
+        let client_users = &self.client_users;
+        self.status.recorder.on_event(&event, now, || match &event {
+            Event::Submit { client, .. } | Event::SubmitCalls { client, .. } => {
+                client_users.get(&client.0).copied()
+            }
+            _ => None,
+        });
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
         if let (Some(package), Some((client, calls, opts))) = (submitted, journal_calls) {
@@ -506,6 +532,7 @@ impl Scheduler {
         for action in actions.drain(..) {
             self.activity.on_action(&action, &self.core);
             self.journal_action(&action);
+            self.status.recorder.on_action(&action);
             self.route(action);
         }
         self.actions = actions;
