@@ -77,6 +77,10 @@ class Master:
         """The certificate the master serves TLS with (a self-signed master's is the clients'
         ``ca_file``), or None without TLS."""
     @property
+    def dashboard_url(self) -> str | None:
+        """The dashboard's URL (``http://HOST:PORT/``), or None without an HTTP listener
+        (``options={"http": "127.0.0.1:0"}`` starts one)."""
+    @property
     def client_token(self) -> str:
         """Token clients must present."""
     @property

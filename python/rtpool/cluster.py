@@ -131,6 +131,10 @@ class LocalCluster:
         listen: The master's address; port 0 picks a free one. A wildcard (``0.0.0.0:0``)
             lets other machines' workers in (``SlurmCluster``); this process's clients and
             workers still connect over loopback.
+        http: The master's HTTP listener (dashboard, Prometheus ``/metrics``,
+            ``/api/status``, ``/api/events``; see ``docs/operations.md``): an address such as
+            ``"127.0.0.1:0"`` (port 0 picks a free one; :attr:`dashboard_url` tells which) or
+            None (default): no listener.
 
     Raises:
         RtpoolError: The embedded master cannot start.
@@ -152,6 +156,7 @@ class LocalCluster:
         cpus: str | List[int] | None = None,
         serve: Sequence[str] = (),
         listen: str = "127.0.0.1:0",
+        http: str | None = None,
     ) -> None:
         from . import _native
 
@@ -183,10 +188,11 @@ class LocalCluster:
             tls_args = {"data_dir": tls_dir.name, "tls_self_signed": True}
         if data_dir is not None:
             tls_args["data_dir"] = os.fspath(data_dir)
+        options = dict(master_options or {})
+        if http is not None:
+            options["http"] = http
         try:
-            self._master = _native.Master(
-                listen=listen, options=dict(master_options or {}), **tls_args, **rt_args
-            )
+            self._master = _native.Master(listen=listen, options=options, **tls_args, **rt_args)
         except BaseException:
             if tls_dir is not None:
                 tls_dir.cleanup()
@@ -220,6 +226,13 @@ class LocalCluster:
         if host in ("0.0.0.0", "[::]", "::"):
             host = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
         return f"{host}:{port}"
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """The dashboard's URL (``http://127.0.0.1:PORT/``; ``https://`` with ``tls``), or
+        None without ``http``. ``/metrics``, ``/api/status`` and ``/api/events`` are beside
+        it."""
+        return self._master.dashboard_url
 
     @property
     def client_token(self) -> str:

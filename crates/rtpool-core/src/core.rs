@@ -10,7 +10,8 @@
 //! - `core/copies.rs`: the copies of one task (replicas, quorum, hedges);
 //! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
 //! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
-//! - `core/invariants.rs`: the invariant walk the tests run after every event.
+//! - `core/invariants.rs`: the invariant walk the tests run after every event;
+//! - `core/view.rs`: read-only views of the tables for status snapshots.
 //!
 //! The tunables are `config.rs`'s, the gauges and counters `stats.rs`'s.
 //!
@@ -33,7 +34,10 @@ mod copies;
 mod dispatch;
 mod invariants;
 mod timers;
+mod view;
 mod worker_events;
+
+pub use self::view::{PackageView, UserView, WorkerView};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

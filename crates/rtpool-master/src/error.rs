@@ -72,4 +72,18 @@ pub enum MasterError {
     /// The runtime could not be built or the server thread failed.
     #[error("master runtime failed: {0}")]
     Runtime(String),
+    /// The HTTP listener's address (`--http`) could not be bound.
+    #[error("cannot serve HTTP on {addr}: {source}; pick another --http address (port 0 picks a free one) or --http off")]
+    HttpBind {
+        /// The address asked for.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The HTTP listener would be reachable beyond this machine with neither TLS nor a token.
+    #[error("refusing to serve HTTP on {addr}: beyond loopback the metrics and status pages need TLS (--tls-cert/--tls-key or --tls-self-signed) or a token (--http-token, or $RTPOOL_HTTP_TOKEN); or bind 127.0.0.1")]
+    HttpExposed {
+        /// The address asked for.
+        addr: String,
+    },
 }

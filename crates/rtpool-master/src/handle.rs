@@ -16,11 +16,13 @@ use crate::auth::{Authenticator, Tokens};
 use crate::config::MasterConfig;
 use crate::connection::ConnCtx;
 use crate::error::MasterError;
+use crate::http::{self, HttpConfig, HttpServer};
 use crate::journal::{Journal, JournalConfig};
 use crate::realtime::Realtime;
 use crate::scheduler::{Scheduler, ToScheduler};
 use crate::server;
 use crate::stats::MasterStats;
+use crate::status::{MasterFacts, Status};
 use crate::tls::{self, Tls};
 
 /// A master running in a background thread. Dropping it stops the master.
@@ -35,6 +37,57 @@ pub struct MasterHandle {
     /// blocks on a runtime of its own when it closes, which cannot run inside ours.
     ctx: Option<Arc<ConnCtx>>,
     realtime: Realtime,
+    /// The HTTP listener, if any (stopped after the master).
+    http: Option<HttpServer>,
+}
+
+/// The HTTP listener's socket and settings, bound now so a bad `--http` fails at start-up;
+/// `None` when off, or when the default address is taken (warned once).
+fn bind_http(
+    config: &MasterConfig,
+    tls: Option<&Tls>,
+) -> Result<Option<(std::net::TcpListener, HttpConfig)>, MasterError> {
+    let Some(addr) = &config.http else {
+        return Ok(None);
+    };
+    let http_config = HttpConfig {
+        token: config.http_token.clone(),
+        tls: tls.cloned(),
+    };
+    match http::bind(addr, &http_config) {
+        Ok(listener) => Ok(Some((listener, http_config))),
+        Err(MasterError::HttpBind { source, .. }) if config.http_is_default => {
+            tracing::warn!(
+                "HTTP listener off: the default address {addr} is taken ({source}); pass \
+                 --http HOST:PORT for another one"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The scheduler's status settings, and the HTTP server reading its snapshots.
+fn with_status(
+    scheduler: Scheduler,
+    config: &MasterConfig,
+    addr: SocketAddr,
+    http: Option<(std::net::TcpListener, HttpConfig)>,
+) -> Result<(Scheduler, Option<HttpServer>), MasterError> {
+    let facts = MasterFacts {
+        address: addr.to_string(),
+        realtime: config.realtime.enabled,
+        fsync: config.fsync.to_string(),
+    };
+    let Some((listener, http_config)) = http else {
+        return Ok((scheduler.with_status(config.metrics, facts, None), None));
+    };
+    let (tx, rx) = watch::channel(Arc::new(Status::default()));
+    let server = HttpServer::start(listener, http_config, rx)?;
+    Ok((
+        scheduler.with_status(config.metrics, facts, Some(tx)),
+        Some(server),
+    ))
 }
 
 fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {
@@ -164,6 +217,7 @@ impl MasterHandle {
         let ctx = conn_ctx(&config, tokens.clone(), tls, instance)?;
         let kept = ctx.clone();
         let scheduler = scheduler(&config, instance)?;
+        let http_socket = bind_http(&config, ctx.tls.as_ref())?;
         let realtime = Realtime::start(&config.realtime);
         let kept_realtime = realtime.clone();
         let (stop, stop_rx) = watch::channel(false);
@@ -186,12 +240,17 @@ impl MasterHandle {
                     let addr = listener
                         .local_addr()
                         .expect("a bound listener has an address");
-                    let _ = ready_tx.send(Ok(addr));
+                    let (scheduler, http) = match with_status(scheduler, &config, addr, http_socket)
+                    {
+                        Ok(s) => s,
+                        Err(e) => return drop(ready_tx.send(Err(e))),
+                    };
+                    let _ = ready_tx.send(Ok((addr, http)));
                     server::serve(listener, ctx, scheduler, sched_tx, sched_rx, stop_rx).await;
                 });
             })
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
-        let addr = ready_rx
+        let (addr, http) = ready_rx
             .recv()
             .map_err(|_| MasterError::Runtime("master thread died during start-up".into()))??;
         Ok(Self {
@@ -203,7 +262,18 @@ impl MasterHandle {
             thread: Some(thread),
             ctx: Some(kept),
             realtime: kept_realtime,
+            http,
         })
+    }
+
+    /// The HTTP listener's address, `None` without one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(HttpServer::addr)
+    }
+
+    /// The dashboard's URL (`http://HOST:PORT/`, `https://` with TLS), `None` without HTTP.
+    pub fn dashboard_url(&self) -> Option<String> {
+        self.http.as_ref().map(HttpServer::url)
     }
 
     /// The address the master listens on (with the real port when 0 was asked for).
@@ -239,6 +309,9 @@ impl MasterHandle {
             let _ = t.join();
         }
         self.ctx = None;
+        if let Some(mut http) = self.http.take() {
+            http.stop();
+        }
         // Lets go of the memory lock (the process's last real-time master unlocks it): a
         // stopped handle may be kept around, by Python's `Master` for one.
         self.realtime = Realtime::disabled();
@@ -271,6 +344,7 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let ctx = conn_ctx(&config, tokens.clone(), tls, instance)?;
     let kept = ctx.clone();
     let scheduler = scheduler(&config, instance)?;
+    let http_socket = bind_http(&config, ctx.tls.as_ref())?;
     // After the journal's writer thread started: it must not inherit the policy (see
     // `realtime`).
     let realtime = Realtime::start(&config.realtime);
@@ -281,7 +355,15 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         let addr = listener
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
-        announce(&config, &tokens, created, addr, ctx.tls.as_ref());
+        let (scheduler, http) = with_status(scheduler, &config, addr, http_socket)?;
+        announce(
+            &config,
+            &tokens,
+            created,
+            addr,
+            ctx.tls.as_ref(),
+            http.as_ref(),
+        );
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let server = tokio::spawn(server::serve(
@@ -291,6 +373,7 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         tracing::info!("signal received, shutting down");
         let _ = stop.send(true);
         let _ = server.await;
+        drop(http);
         Ok(())
     });
     // The runtime first, then the store (see `MasterHandle::ctx`).
@@ -306,6 +389,7 @@ fn announce(
     created: bool,
     addr: SocketAddr,
     tls: Option<&Tls>,
+    http: Option<&HttpServer>,
 ) {
     let mut out = std::io::stdout().lock();
     if let Some(dir) = &config.data_dir {
@@ -342,6 +426,10 @@ fn announce(
             );
         }
         None => {}
+    }
+    if let Some(http) = http {
+        // Before "listening on": whoever waits for that line can read this one already.
+        let _ = writeln!(out, "dashboard on {}", http.url());
     }
     let _ = writeln!(out, "listening on {addr}");
     let _ = out.flush();

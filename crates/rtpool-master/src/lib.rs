@@ -21,12 +21,14 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod handle;
+pub mod http;
 pub mod journal;
 pub mod outbound;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;
 pub mod stats;
+pub mod status;
 pub mod store;
 pub mod tls;
 

@@ -94,6 +94,8 @@ pub mod kind {
     pub const SERVE: u8 = 27;
     pub const ASSIGN_CALLS: u8 = 28;
     pub const FUNCTIONS_REPLY: u8 = 29;
+    pub const CLUSTER_STATUS: u8 = 30;
+    pub const CLUSTER_STATUS_REPLY: u8 = 31;
 
     /// The upper-case name of a message kind (`"HELLO"`), or `None` if no such kind exists.
     pub fn name(kind: u8) -> Option<&'static str> {
@@ -121,6 +123,8 @@ pub mod kind {
             SERVE => "SERVE",
             ASSIGN_CALLS => "ASSIGN_CALLS",
             FUNCTIONS_REPLY => "FUNCTIONS_REPLY",
+            CLUSTER_STATUS => "CLUSTER_STATUS",
+            CLUSTER_STATUS_REPLY => "CLUSTER_STATUS_REPLY",
             _ => return None,
         })
     }
@@ -448,6 +452,20 @@ pub enum Msg {
         /// Names sorted, newest version first within a name.
         functions: Vec<FunctionInfo>,
     },
+    /// Kind 30: ask for the master's status snapshot (workers, queues, rates, latencies,
+    /// deadlines, users), the same one `GET /api/status` serves.
+    ClusterStatus {
+        /// Client-chosen request id.
+        req_id: u64,
+    },
+    /// Kind 31: the answer to `CLUSTER_STATUS`.
+    ClusterStatusReply {
+        /// The `req_id` of the `CLUSTER_STATUS`.
+        req_id: u64,
+        /// The snapshot: one msgpack map, kept here as its encoded bytes (written into the
+        /// frame as they are, not wrapped in a `bin`). Its schema is `docs/operations.md`'s.
+        status: Bytes,
+    },
 }
 
 impl Msg {
@@ -477,6 +495,8 @@ impl Msg {
             Msg::Serve { .. } => kind::SERVE,
             Msg::AssignCalls { .. } => kind::ASSIGN_CALLS,
             Msg::FunctionsReply { .. } => kind::FUNCTIONS_REPLY,
+            Msg::ClusterStatus { .. } => kind::CLUSTER_STATUS,
+            Msg::ClusterStatusReply { .. } => kind::CLUSTER_STATUS_REPLY,
         }
     }
 

@@ -92,7 +92,7 @@ fn trailing_bytes_after_the_array() {
 
 #[test]
 fn unknown_kinds() {
-    for k in [0u64, 4, 9, 30, 31, 99, 255, 256, u64::MAX] {
+    for k in [0u64, 4, 9, 32, 33, 99, 255, 256, u64::MAX] {
         let err = error_of(&V::A(vec![V::U(k)]));
         assert_eq!(err, ProtoError::UnknownKind { kind: k });
         assert_eq!(err.code(), "unknown_kind");

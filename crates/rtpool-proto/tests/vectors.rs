@@ -292,6 +292,10 @@ fn msg_to_json(msg: &Msg) -> Value {
             .map(|(task, attempt)| json!([task, attempt]))
             .collect::<Vec<_>>()]),
         Msg::Heartbeat | Msg::Drain => json!([]),
+        Msg::ClusterStatus { req_id } => json!([req_id]),
+        Msg::ClusterStatusReply { req_id, status } => {
+            json!([req_id, msgpack_to_json(&mut &status[..])])
+        }
     };
     let mut array = vec![json!(msg.kind())];
     array.extend(

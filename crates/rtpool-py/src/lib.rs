@@ -190,6 +190,13 @@ impl Master {
         self.inner.tls_cert().map(PathBuf::from)
     }
 
+    /// The dashboard's URL (``http://HOST:PORT/``; ``https://`` with TLS), or ``None`` when
+    /// the master has no HTTP listener (``options={"http": "127.0.0.1:0"}`` starts one).
+    #[getter]
+    fn dashboard_url(&self) -> Option<String> {
+        self.inner.dashboard_url()
+    }
+
     /// Token clients must present.
     #[getter]
     fn client_token(&self) -> String {

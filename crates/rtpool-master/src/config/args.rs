@@ -21,6 +21,9 @@ use crate::realtime::{parse_cpus, RealtimeConfig, DEFAULT_PRIORITY};
 /// Environment variable read for `--data-dir` when it is not given.
 pub const DATA_DIR_ENV: &str = "RTPOOL_DATA_DIR";
 
+/// Environment variable read for `--http-token` when it is not given.
+pub const HTTP_TOKEN_ENV: &str = "RTPOOL_HTTP_TOKEN";
+
 /// Environment variable read for `--log-level` when it is not given.
 pub const LOG_ENV: &str = "RTPOOL_LOG";
 
@@ -70,6 +73,20 @@ pub struct MasterArgs {
     /// the workers' --ca-file).
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"], help_heading = "TLS")]
     pub tls_self_signed: bool,
+
+    /// The HTTP listener: dashboard at /, Prometheus /metrics, /api/status, /api/events
+    /// (default: 127.0.0.1:7071, skipped with a warning if taken; "off" for none; port 0 picks
+    /// a free one; beyond loopback only with TLS or --http-token).
+    #[arg(long, value_name = "HOST:PORT|off", help_heading = "Monitoring")]
+    pub http: Option<String>,
+    /// Token the HTTP listener requires as "Authorization: Bearer TOKEN" or ?token=TOKEN
+    /// (default: $RTPOOL_HTTP_TOKEN; none on loopback).
+    #[arg(long, value_name = "TOKEN", help_heading = "Monitoring")]
+    pub http_token: Option<String>,
+    /// Do not count metrics on the scheduler thread (latency histograms, per-worker and
+    /// per-user counts); the status keeps the scheduler's own gauges.
+    #[arg(long = "no-metrics", action = ArgAction::SetFalse, help_heading = "Monitoring")]
+    pub metrics: bool,
 
     /// Largest frame accepted after the handshake, in MiB (default: 256).
     #[arg(
@@ -253,6 +270,9 @@ impl MasterArgs {
             data_dir: non_empty_env(DATA_DIR_ENV)
                 .map(PathBuf::from)
                 .or_else(default_data_dir),
+            http: Some(super::DEFAULT_HTTP.into()),
+            http_is_default: true,
+            http_token: non_empty_env(HTTP_TOKEN_ENV),
             ..MasterConfig::default()
         };
         self.apply_to(&mut config);
@@ -288,6 +308,9 @@ impl MasterArgs {
             realtime,
             rt_priority,
             cpus,
+            http,
+            http_token,
+            metrics,
         } = self;
         let secs = Duration::from_secs_f64; // the parsers let only valid durations through
         set(&mut config.listen, listen);
@@ -313,6 +336,12 @@ impl MasterArgs {
         config.journal &= journal;
         set(&mut config.hedge_factor, hedge_factor);
         set(&mut config.service_grace, service_grace_s.map(secs));
+        if let Some(http) = http {
+            config.http_is_default = false;
+            config.http = (!http.eq_ignore_ascii_case("off")).then_some(http);
+        }
+        set(&mut config.http_token, http_token.map(Some));
+        config.metrics &= metrics;
         let RealtimeConfig {
             enabled,
             priority,

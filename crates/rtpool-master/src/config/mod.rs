@@ -86,7 +86,23 @@ pub struct MasterConfig {
     /// Real-time mode: memory locked, `SCHED_FIFO` and optional CPU pinning of the serving
     /// threads, each as far as the OS permits (default off).
     pub realtime: crate::realtime::RealtimeConfig,
+    /// The HTTP listener's address (dashboard, `/metrics`, `/api/status`, `/api/events`);
+    /// `None`: no listener (the default of an embedded master; the command line's is
+    /// [`DEFAULT_HTTP`]).
+    pub http: Option<String>,
+    /// `http` is the command line's default rather than an address asked for: when it is
+    /// taken, the master warns once and runs without HTTP instead of failing.
+    pub http_is_default: bool,
+    /// Bearer token the HTTP listener requires (all routes but `/healthz`); needed beyond
+    /// loopback unless the master serves TLS.
+    pub http_token: Option<String>,
+    /// Count metrics (latency histograms, per-worker and per-user counts) on the scheduler
+    /// thread (default true). Off, the status snapshot still has the core's gauges.
+    pub metrics: bool,
 }
+
+/// The HTTP listener's address of a command-line master unless `--http` says otherwise.
+pub const DEFAULT_HTTP: &str = "127.0.0.1:7071";
 
 impl MasterConfig {
     /// The core's tunables from this configuration.
@@ -162,6 +178,10 @@ impl Default for MasterConfig {
             max_buffered_bytes: 64 << 20,
             client_timeout_ms: 30_000,
             realtime: crate::realtime::RealtimeConfig::default(),
+            http: None,
+            http_is_default: false,
+            http_token: None,
+            metrics: true,
         }
     }
 }

@@ -229,6 +229,10 @@ async fn serve_halves<R, W>(
     let _ = sched.send(ToScheduler::Register {
         session,
         user,
+        name: name.clone(),
+        host: peer
+            .rsplit_once(':')
+            .map_or(peer.clone(), |(h, _)| h.to_owned()),
         tx,
         event: join,
     });

@@ -64,6 +64,14 @@ impl Reader {
         loop {
             loop {
                 match decode_frame(&mut buf, self.ctx.max_frame_bytes) {
+                    // Answered from the status snapshot, after the events before it.
+                    Ok(Some(Msg::ClusterStatus { req_id })) if self.role == Role::Client => {
+                        self.flush(&mut events);
+                        let session = self.session;
+                        let _ = self
+                            .sched
+                            .send(ToScheduler::ClusterStatus { session, req_id });
+                    }
                     Ok(Some(msg)) => match self.on_message(msg) {
                         Ok(Some(ev)) => events.push(ev),
                         Ok(None) => {}

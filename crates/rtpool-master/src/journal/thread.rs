@@ -30,8 +30,9 @@ pub(super) enum Cmd {
 }
 
 /// Counters the thread updates and [`Journal::stats`] reads.
-#[derive(Default)]
 pub(super) struct Shared {
+    /// Durations of the `fdatasync`s of `journal.log`, for the status snapshot and metrics.
+    pub(super) fsync_us: crate::status::histogram::AtomicBuckets,
     pub(super) watermark: AtomicU64,
     pub(super) failed: AtomicBool,
     pub(super) dropped_warned: AtomicBool,
@@ -47,6 +48,31 @@ pub(super) struct Shared {
     pub(super) written_lsn: AtomicU64,
     pub(super) synced_lsn: AtomicU64,
     pub(super) last_compaction_us: AtomicU64,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            fsync_us: crate::status::histogram::AtomicBuckets::new(
+                crate::status::histogram::FSYNC_BOUNDS_US,
+            ),
+            watermark: AtomicU64::default(),
+            failed: AtomicBool::default(),
+            dropped_warned: AtomicBool::default(),
+            file_bytes: AtomicU64::default(),
+            records: AtomicU64::default(),
+            bytes_written: AtomicU64::default(),
+            groups: AtomicU64::default(),
+            fsyncs: AtomicU64::default(),
+            compactions: AtomicU64::default(),
+            last_group_records: AtomicU64::default(),
+            last_group_bytes: AtomicU64::default(),
+            max_group_records: AtomicU64::default(),
+            written_lsn: AtomicU64::default(),
+            synced_lsn: AtomicU64::default(),
+            last_compaction_us: AtomicU64::default(),
+        }
+    }
 }
 
 fn log_skipped(err: &JournalError) {
@@ -252,10 +278,15 @@ impl Writer {
     /// and never retried: after a failed fsync the kernel may have dropped the dirty pages, so a
     /// second fsync succeeding would prove nothing.
     fn sync(&mut self) -> Result<(), JournalError> {
+        let started = Instant::now();
         self.file
             .sync_data()
             .map_err(|e| JournalError::io("fsync", &self.path, e))?;
         self.last_sync = Instant::now();
+        let took = self.last_sync.duration_since(started).as_micros();
+        self.shared
+            .fsync_us
+            .record(took.min(u128::from(u64::MAX)) as u64);
         self.synced_lsn = self.written_lsn;
         self.shared.fsyncs.fetch_add(1, SeqCst);
         self.shared.synced_lsn.store(self.synced_lsn, SeqCst);

@@ -82,6 +82,8 @@ pub struct JournalStats {
     pub last_compaction_us: u64,
     /// Whether the writer stopped after a fatal error.
     pub failed: bool,
+    /// Durations of the fsyncs of `journal.log`, microseconds (a histogram).
+    pub fsync_us: crate::status::histogram::FsyncCounts,
 }
 
 impl Journal {
@@ -201,6 +203,7 @@ impl Journal {
             watermark: s.watermark.load(Relaxed),
             last_compaction_us: s.last_compaction_us.load(Relaxed),
             failed: s.failed.load(SeqCst),
+            fsync_us: s.fsync_us.read(),
         }
     }
 

@@ -17,6 +17,10 @@ pub enum ToScheduler {
         session: u64,
         /// The authenticated user's name.
         user: String,
+        /// The name the peer gave in its `HELLO`.
+        name: String,
+        /// The address it connected from (without the port).
+        host: String,
         /// The peer's outbound queue.
         tx: OutboundTx,
         /// `ClientJoined` or `WorkerJoined`.
@@ -43,6 +47,13 @@ pub enum ToScheduler {
         msg: Msg,
         /// Close the connection after sending.
         close: bool,
+    },
+    /// A client's `CLUSTER_STATUS`: answer it with the status snapshot.
+    ClusterStatus {
+        /// Session id.
+        session: u64,
+        /// The request id to echo.
+        req_id: u64,
     },
     /// Report gauges.
     Stats(oneshot::Sender<MasterStats>),

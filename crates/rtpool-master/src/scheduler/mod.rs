@@ -6,6 +6,7 @@
 
 mod message;
 mod route;
+mod status;
 #[cfg(test)]
 mod tests;
 mod usage;
@@ -28,6 +29,7 @@ use crate::outbound::{Out, OutboundTx};
 use crate::stats::{MasterStats, ReplayStats};
 
 pub use self::message::ToScheduler;
+pub use self::status::STATUS_PERIOD;
 
 /// How often charged compute time is written behind to the user store, and quotas re-read.
 const USAGE_FLUSH: Duration = Duration::from_secs(1);
@@ -68,6 +70,8 @@ pub struct Scheduler {
     /// Client events held back behind a submission whose record is not durable yet, in
     /// arrival order, with the LSN each must wait for.
     held: VecDeque<(u64, Held)>,
+    /// Metrics and the status snapshot (`status.rs`).
+    status: self::status::StatusState,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -100,6 +104,7 @@ impl Scheduler {
             replay_stats: None,
             last_lsn: 0,
             held: VecDeque::new(),
+            status: self::status::StatusState::default(),
         }
     }
 
@@ -138,6 +143,9 @@ impl Scheduler {
         self.load_quotas().await;
         let mut flush = tokio::time::interval(USAGE_FLUSH);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut status_tick = tokio::time::interval(STATUS_PERIOD);
+        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let status_on = self.needs_status_tick();
         let mut durable = self.journal.as_ref().map(Journal::durable);
         loop {
             let timer = self.core.next_timer().map(|at| {
@@ -159,6 +167,7 @@ impl Scheduler {
                 }
                 _ = sleep_until(timer), if timer.is_some() => self.apply(Event::Tick),
                 _ = flush.tick() => self.flush_usage(&tx),
+                _ = status_tick.tick(), if status_on => self.on_status_tick(),
             }
         }
         // Whatever was charged since the last flush.
@@ -272,10 +281,15 @@ impl Scheduler {
             ToScheduler::Register {
                 session,
                 user,
+                name,
+                host,
                 tx,
                 mut event,
             } => {
                 self.routes.insert(session, tx);
+                if matches!(event, Event::WorkerJoined { .. }) {
+                    self.status.recorder.worker_joined(session, name, host);
+                }
                 if let Event::ClientJoined { user: id, .. } = &mut event {
                     *id = self.user_id(&user);
                     self.client_users.insert(session, *id);
@@ -286,6 +300,7 @@ impl Scheduler {
             ToScheduler::Events(events) => events.into_iter().for_each(|e| self.apply(e)),
             ToScheduler::Closed { session, event } => {
                 self.client_users.remove(&session);
+                self.status.recorder.worker_left(session);
                 if self.held.is_empty() {
                     self.routes.remove(&session);
                     self.apply(event);
@@ -313,6 +328,9 @@ impl Scheduler {
                         },
                     ));
                 }
+            }
+            ToScheduler::ClusterStatus { session, req_id } => {
+                self.on_cluster_status(session, req_id);
             }
             ToScheduler::Stats(reply) => {
                 let _ = reply.send(MasterStats {
@@ -401,6 +419,13 @@ impl Scheduler {
             _ => (None, false),
         };
         let now = self.now();
+        let client_users = &self.client_users;
+        self.status.recorder.on_event(&event, || match &event {
+            Event::Submit { client, .. } | Event::SubmitCalls { client, .. } => {
+                client_users.get(&client.0).copied()
+            }
+            _ => None,
+        });
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
         if let (Some(package), Some(journal)) = (submitted, &self.journal) {
@@ -415,6 +440,7 @@ impl Scheduler {
         }
         for action in actions.drain(..) {
             self.journal_action(&action);
+            self.status.recorder.on_action(&action);
             self.route(action);
         }
         self.actions = actions;

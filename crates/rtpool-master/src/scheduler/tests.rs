@@ -182,6 +182,8 @@ fn with_journal(dir: &std::path::Path) -> (Scheduler, crate::outbound::OutboundR
     scheduler.on_message(ToScheduler::Register {
         session: 5,
         user: "alice".into(),
+        name: "test-client".into(),
+        host: "127.0.0.1".into(),
         tx,
         event: Event::ClientJoined {
             client: ClientId(5),

@@ -38,6 +38,7 @@ impl Scheduler {
     pub(super) fn set_quotas(&mut self, quotas: Vec<UserQuota>) {
         for q in quotas {
             let user = self.user_id(&q.user);
+            self.status.recorder.set_stored(user, q.quota_us, q.used_us);
             let remaining_us = q
                 .quota_us
                 .map(|quota| quota as i64 - q.used_us.min(i64::MAX as u64) as i64);

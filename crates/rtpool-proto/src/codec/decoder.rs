@@ -81,7 +81,8 @@ pub(super) fn field_count(k: u8) -> usize {
         | kind::ATTACH
         | kind::ACK
         | kind::FUNCTIONS
-        | kind::FUNCTIONS_REPLY => 2,
+        | kind::FUNCTIONS_REPLY
+        | kind::CLUSTER_STATUS_REPLY => 2,
         kind::STATUS_REPLY => 2 + PackageCounts::LEN,
         kind::PULL
         | kind::ASSIGN
@@ -89,7 +90,8 @@ pub(super) fn field_count(k: u8) -> usize {
         | kind::RETURN
         | kind::ABORT
         | kind::SERVE
-        | kind::ASSIGN_CALLS => 1,
+        | kind::ASSIGN_CALLS
+        | kind::CLUSTER_STATUS => 1,
         _ => 0, // HEARTBEAT, DRAIN
     }
 }
@@ -162,6 +164,13 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
         kind::SERVE => decode_serve(r)?,
         kind::ASSIGN_CALLS => decode_assign_calls(r)?,
         kind::FUNCTIONS_REPLY => decode_functions_reply(r)?,
+        kind::CLUSTER_STATUS => Msg::ClusterStatus {
+            req_id: r.u64("CLUSTER_STATUS.req_id")?,
+        },
+        kind::CLUSTER_STATUS_REPLY => Msg::ClusterStatusReply {
+            req_id: r.u64("CLUSTER_STATUS_REPLY.req_id")?,
+            status: r.map_value("CLUSTER_STATUS_REPLY.status")?,
+        },
         kind::HEARTBEAT => Msg::Heartbeat,
         _ => Msg::Drain,
     })

@@ -57,6 +57,7 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
                 .map(|f| 24 + f.name.len() + f.version.len() + f.interface.len())
                 .sum::<usize>()
         }
+        Msg::ClusterStatusReply { status, .. } => 16 + status.len(),
         _ => 64,
     }
 }
@@ -284,6 +285,15 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.uint(f.servers);
                 w.bin(&f.interface);
             }
+        }
+        Msg::ClusterStatus { req_id } => {
+            w.head(k, 1);
+            w.uint(*req_id);
+        }
+        Msg::ClusterStatusReply { req_id, status } => {
+            w.head(k, 2);
+            w.uint(*req_id);
+            w.raw(status);
         }
     }
 }

@@ -307,6 +307,23 @@ impl Reader {
         Ok(())
     }
 
+    /// One map (with everything nested in it, to [`MAX_SKIP_DEPTH`] levels) as its encoded
+    /// bytes, a zero-copy slice of the body.
+    pub fn map_value(&mut self, field: &str) -> Result<Bytes, ProtoError> {
+        match self.peek_marker() {
+            Some(Marker::FixMap(_) | Marker::Map16 | Marker::Map32) => {}
+            Some(m) => {
+                return Err(
+                    self.malformed(format!("{field}: expected a map, found {}", describe(m)))
+                )
+            }
+            None => return Err(self.malformed(format!("{field}: body ends before it"))),
+        }
+        let start = self.pos;
+        self.skip(field, 0)?;
+        Ok(self.buf.slice(start..self.pos))
+    }
+
     /// Skips one value of any type, following nested arrays and maps to [`MAX_SKIP_DEPTH`].
     pub fn skip(&mut self, field: &str, depth: usize) -> Result<(), ProtoError> {
         let marker = self.marker(field)?;

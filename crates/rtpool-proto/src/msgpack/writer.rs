@@ -47,6 +47,16 @@ impl<B: BufMut> Writer<'_, B> {
         rmp::encode::write_bool(self, value).expect(INFALLIBLE);
     }
 
+    /// A float, as a msgpack `float 64`.
+    pub fn f64(&mut self, value: f64) {
+        rmp::encode::write_f64(self, value).expect(INFALLIBLE);
+    }
+
+    /// Bytes that are already one encoded msgpack value, as they are.
+    pub fn raw(&mut self, value: &[u8]) {
+        self.0.put_slice(value);
+    }
+
     /// A `str`.
     ///
     /// # Panics

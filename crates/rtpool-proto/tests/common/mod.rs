@@ -545,6 +545,15 @@ fn rpc_samples() -> Vec<(String, Msg)> {
                 ],
             },
         ),
+        ("cluster_status".into(), Msg::ClusterStatus { req_id: 24 }),
+        (
+            "cluster_status_reply".into(),
+            Msg::ClusterStatusReply {
+                req_id: 24,
+                // {"totals": {"queued": 3}, "workers": []}
+                status: Bytes::from_static(b"\x82\xa6totals\x81\xa6queued\x03\xa7workers\x90"),
+            },
+        ),
         (
             "functions_reply_empty".into(),
             Msg::FunctionsReply {

@@ -1,0 +1,147 @@
+//! Read-only views of the core's tables for status pages and metrics ([`PackageView`],
+//! [`WorkerView`], [`UserView`]).
+//!
+//! These are the only scans of whole tables in the core, and nothing on the scheduling path
+//! calls them: the master's status snapshot does, about once a second or when a peer asks
+//! (see `rtpool-master`'s `status` module). They cost O(packages + workers + users).
+
+use super::Core;
+use crate::event::PackageCounts;
+use crate::ids::{Instant, PackageId, UserId, WorkerId};
+
+/// One live package, as a status page shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackageView {
+    /// Its public id.
+    pub id: PackageId,
+    /// Its user.
+    pub user: UserId,
+    /// Its priority (higher runs first).
+    pub priority: i32,
+    /// Its absolute deadline, if it has one.
+    pub deadline: Option<Instant>,
+    /// Its counters (total, queued, running, done, cancelled, met, missed).
+    pub counts: PackageCounts,
+    /// A package of calls of named functions (grid RPC).
+    pub is_calls: bool,
+}
+
+/// One connected worker, as a status page shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerView {
+    /// Its id (the master's session id).
+    pub id: WorkerId,
+    /// Tasks it runs at once, as it announced on joining.
+    pub slots: u32,
+    /// Tasks it may still be sent.
+    pub credits: u32,
+    /// Tasks it holds (assigned, not answered).
+    pub in_flight: usize,
+    /// It asked for no more work.
+    pub draining: bool,
+}
+
+/// One user the core knows (a quota was set, or it has live packages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserView {
+    /// The user.
+    pub id: UserId,
+    /// Microseconds of compute time left; `None` = unlimited.
+    pub remaining_us: Option<i64>,
+    /// Live packages.
+    pub packages: usize,
+}
+
+impl Core {
+    /// Every live package, in no particular order. O(packages): for status snapshots only.
+    pub fn package_views(&self) -> impl Iterator<Item = PackageView> + '_ {
+        self.packages.iter().map(|(_, p)| PackageView {
+            id: p.id,
+            user: p.user,
+            priority: p.opts.priority,
+            deadline: p.deadline,
+            counts: p.counts,
+            is_calls: p.calls,
+        })
+    }
+
+    /// Every connected worker, in no particular order. O(workers).
+    pub fn worker_views(&self) -> impl Iterator<Item = WorkerView> + '_ {
+        self.workers.iter().map(|(id, w)| WorkerView {
+            id: *id,
+            slots: w.slots,
+            credits: w.credits,
+            in_flight: w.in_flight.len(),
+            draining: w.draining,
+        })
+    }
+
+    /// Every user the core knows, in no particular order. O(users).
+    pub fn user_views(&self) -> impl Iterator<Item = UserView> + '_ {
+        self.users.iter().map(|(id, u)| UserView {
+            id: *id,
+            remaining_us: u.remaining_us,
+            packages: u.packages.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::event::{Action, Event, PackageOpts};
+    use crate::ids::{ClientId, FnHash};
+
+    #[test]
+    fn views_show_a_package_its_worker_and_its_user() {
+        let mut core = Core::default();
+        let mut out = Vec::new();
+        let now = Instant(0);
+        core.handle(
+            Event::WorkerJoined {
+                worker: WorkerId(7),
+                slots: 2,
+            },
+            now,
+            &mut out,
+        );
+        core.handle(
+            Event::ClientJoined {
+                client: ClientId(1),
+                user: UserId(3),
+            },
+            now,
+            &mut out,
+        );
+        let opts = PackageOpts {
+            priority: 5,
+            ..PackageOpts::default()
+        };
+        core.handle(
+            Event::Submit {
+                client: ClientId(1),
+                req_id: 1,
+                package: PackageId(42),
+                fn_hash: FnHash([1; 32]),
+                fn_code: Bytes::from_static(b"code"),
+                opts,
+                tasks: vec![Bytes::new(), Bytes::new(), Bytes::new()],
+            },
+            now,
+            &mut out,
+        );
+        assert!(out.iter().any(|a| matches!(a, Action::Accepted { .. })));
+        let packages: Vec<_> = core.package_views().collect();
+        assert_eq!(packages.len(), 1);
+        let p = packages[0];
+        assert_eq!((p.id, p.user, p.priority), (PackageId(42), UserId(3), 5));
+        assert_eq!((p.counts.total, p.counts.queued), (3, 3));
+        let workers: Vec<_> = core.worker_views().collect();
+        assert_eq!(workers.len(), 1);
+        assert_eq!((workers[0].id, workers[0].slots), (WorkerId(7), 2));
+        let user = core.user_views().find(|u| u.id == UserId(3)).expect("user");
+        assert_eq!((user.packages, user.remaining_us), (1, None));
+    }
+}

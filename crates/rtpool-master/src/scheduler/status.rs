@@ -1,0 +1,135 @@
+//! The scheduler's side of the status snapshot: feeding the [`Recorder`], building a
+//! [`Status`] once a second for the HTTP listener (published through a `watch` channel, so a
+//! reader only ever sees the latest and the scheduler never waits), and answering a client's
+//! `CLUSTER_STATUS`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rtpool_proto::Msg;
+use tokio::sync::watch;
+
+use super::Scheduler;
+use crate::journal::Journal;
+use crate::status::schema::JournalInfo;
+use crate::status::{self, MasterFacts, Recorder, Status};
+
+/// How often the snapshot is rebuilt and published (and the recorder sampled).
+pub const STATUS_PERIOD: Duration = Duration::from_secs(1);
+
+/// A snapshot younger than this answers `CLUSTER_STATUS` without building a new one, so a
+/// client asking in a loop costs the scheduler at most one build per period.
+const STATUS_REUSE: Duration = Duration::from_millis(500);
+
+/// What the scheduler needs for status: the recorder, the facts, where to publish.
+pub struct StatusState {
+    pub(super) recorder: Recorder,
+    pub(super) facts: MasterFacts,
+    /// The HTTP listener's receiving end; `None` without a listener.
+    pub(super) publisher: Option<watch::Sender<Arc<Status>>>,
+    /// The last snapshot built, and when.
+    pub(super) last: Option<(Instant, Arc<Status>)>,
+}
+
+impl Default for StatusState {
+    fn default() -> Self {
+        Self {
+            recorder: Recorder::new(true),
+            facts: MasterFacts::default(),
+            publisher: None,
+            last: None,
+        }
+    }
+}
+
+impl Scheduler {
+    /// Count metrics or not (`--no-metrics`), describe the master as `facts` say, and publish
+    /// a snapshot every [`STATUS_PERIOD`] to `publisher` (the HTTP listener), if any.
+    pub fn with_status(
+        mut self,
+        metrics: bool,
+        facts: MasterFacts,
+        publisher: Option<watch::Sender<Arc<Status>>>,
+    ) -> Self {
+        self.status = StatusState {
+            recorder: Recorder::new(metrics),
+            facts,
+            publisher,
+            last: None,
+        };
+        self
+    }
+
+    /// The periodic tick: sample the recorder, publish a fresh snapshot to the listener.
+    pub(super) fn on_status_tick(&mut self) {
+        self.status.recorder.sample();
+        if self.status.publisher.is_some() {
+            let snapshot = self.build_status();
+            if let Some(tx) = &self.status.publisher {
+                tx.send_replace(snapshot);
+            }
+        }
+    }
+
+    /// The tick is needed when counting (for windows) or publishing.
+    pub(super) fn needs_status_tick(&self) -> bool {
+        self.status.recorder.enabled || self.status.publisher.is_some()
+    }
+
+    fn build_status(&mut self) -> Arc<Status> {
+        let fsync = &self.status.facts.fsync;
+        let journal = self.journal.as_ref().map(|j| journal_info(j, fsync));
+        let now = self.now();
+        let snapshot = Arc::new(status::build(
+            &self.core,
+            &self.status.recorder,
+            &self.user_names,
+            &self.status.facts,
+            journal,
+            now,
+        ));
+        self.status.last = Some((Instant::now(), snapshot.clone()));
+        snapshot
+    }
+
+    /// Answers `CLUSTER_STATUS`: the whole snapshot for the operator (user `default`, the
+    /// master's own client token), the master, the workers and only its own packages and
+    /// user row for anyone else.
+    pub(super) fn on_cluster_status(&mut self, session: u64, req_id: u64) {
+        let snapshot = match &self.status.last {
+            Some((at, s)) if at.elapsed() < STATUS_REUSE => s.clone(),
+            _ => self.build_status(),
+        };
+        let user = self
+            .client_users
+            .get(&session)
+            .and_then(|u| self.user_names.get(u.0 as usize))
+            .map_or("", String::as_str);
+        let bytes = if user == crate::auth::DEFAULT_USER {
+            status::to_msgpack(&snapshot)
+        } else {
+            status::to_msgpack(&status::for_user(&snapshot, user))
+        };
+        self.send(
+            session,
+            Msg::ClusterStatusReply {
+                req_id,
+                status: bytes,
+            },
+        );
+    }
+}
+
+/// The journal's part of a snapshot.
+fn journal_info(journal: &Journal, fsync: &str) -> JournalInfo {
+    let s = journal.stats();
+    JournalInfo {
+        bytes: s.file_bytes,
+        records: s.records,
+        fsyncs: s.fsyncs,
+        fsync: fsync.to_owned(),
+        fsync_latency: s.fsync_us.percentiles(),
+        fsync_buckets: s.fsync_us.to_buckets(),
+        fsync_sum_s: s.fsync_us.sum_us as f64 / 1e6,
+    }
+}

@@ -1,0 +1,228 @@
+//! The one status snapshot ([`Status`], `schema.rs`) and what feeds it: the scheduler task's
+//! [`Recorder`] (`recorder.rs`, plain counters and [`histogram`]s updated as tasks pass) and
+//! [`build`], which assembles a snapshot from the core's views and the recorder. The
+//! scheduler builds one about once a second (when the HTTP listener or `CLUSTER_STATUS`
+//! needs it); rendering it (JSON, msgpack, Prometheus text) is left to its readers:
+//! [`crate::http`] on its own thread, [`to_msgpack`] for `CLUSTER_STATUS`.
+
+pub mod histogram;
+pub mod recorder;
+pub mod schema;
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::{Bytes, BytesMut};
+use rtpool_core::{Core, UserId};
+use rtpool_proto::msgpack::Writer;
+
+pub use self::recorder::Recorder;
+pub use self::schema::Status;
+use self::schema::{
+    Deadlines, JournalInfo, Latency, MasterInfo, PackageStatus, Rates, UserStatus, WorkerStatus,
+    MAX_PACKAGES,
+};
+
+/// What a snapshot says about the master that the core and the recorder do not know.
+#[derive(Debug, Clone, Default)]
+pub struct MasterFacts {
+    /// The main port's address.
+    pub address: String,
+    /// Real-time mode was asked for.
+    pub realtime: bool,
+    /// The journal's fsync policy (`always`, `batch:10`, `off`).
+    pub fsync: String,
+}
+
+/// Assembles a snapshot. O(packages + workers + users); `journal` is the journal's part, if
+/// there is one; `core_now` the core's clock now (for the time left to deadlines).
+pub fn build(
+    core: &Core,
+    recorder: &Recorder,
+    user_names: &[String],
+    facts: &MasterFacts,
+    journal: Option<JournalInfo>,
+    core_now: rtpool_core::Instant,
+) -> Status {
+    let now = std::time::Instant::now();
+    let stats = core.stats();
+    let name = |u: UserId| user_names.get(u.0 as usize).cloned().unwrap_or_default();
+    let window = recorder.window_start();
+    let window_s = window.map_or(0.0, |s| now.duration_since(s.at).as_secs_f64());
+    let per_s = |delta: u64| {
+        if window_s > 0.5 {
+            delta as f64 / window_s
+        } else {
+            0.0
+        }
+    };
+    let mut totals: BTreeMap<&'static str, u64> = stats.iter().collect();
+    let (mut slots, mut credits) = (0u64, 0u64);
+    let mut workers: Vec<WorkerStatus> = core
+        .worker_views()
+        .map(|w| {
+            slots += u64::from(w.slots);
+            credits += u64::from(w.credits);
+            let rec = recorder.workers.get(&w.id.0);
+            let done = rec.map_or(0, |r| r.done);
+            let before = window.and_then(|s| s.worker_done.get(&w.id.0)).copied();
+            WorkerStatus {
+                id: w.id.0,
+                name: rec.map(|r| r.name.clone()).unwrap_or_default(),
+                host: rec.map(|r| r.host.clone()).unwrap_or_default(),
+                slots: w.slots,
+                running: w.in_flight,
+                credits: w.credits,
+                draining: w.draining,
+                done,
+                exec_s: rec.map_or(0.0, |r| r.exec_us as f64 / 1e6),
+                tasks_per_s: per_s(done - before.unwrap_or(done).min(done)),
+                last_seen_s: rec.map_or(0.0, |r| now.duration_since(r.last_seen).as_secs_f64()),
+            }
+        })
+        .collect();
+    workers.sort_unstable_by_key(|w| w.id);
+    totals.insert("slots", slots);
+    totals.insert("credits", credits);
+    totals.insert("done", recorder.done);
+    totals.insert("failed", recorder.failed);
+    let mut users: HashMap<UserId, UserStatus> = HashMap::new();
+    let mut packages: Vec<PackageStatus> = core
+        .package_views()
+        .map(|p| {
+            let u = users.entry(p.user).or_insert_with(|| UserStatus {
+                user: name(p.user),
+                ..UserStatus::default()
+            });
+            u.packages += 1;
+            u.queued += u64::from(p.counts.queued);
+            u.running += u64::from(p.counts.running);
+            PackageStatus {
+                id: p.id.0,
+                user: u.user.clone(),
+                tasks: p.counts.total,
+                queued: p.counts.queued,
+                running: p.counts.running,
+                done: p.counts.done,
+                failed: recorder.failed_of(p.id),
+                cancelled: p.counts.cancelled,
+                priority: p.priority,
+                deadline_in_s: p.deadline.map(|d| (d.0 as f64 - core_now.0 as f64) / 1e9),
+                met: p.counts.met,
+                missed: p.counts.missed,
+            }
+        })
+        .collect();
+    packages.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+    let packages_omitted = packages.len().saturating_sub(MAX_PACKAGES);
+    packages.truncate(MAX_PACKAGES);
+    for v in core.user_views() {
+        let u = users.entry(v.id).or_insert_with(|| UserStatus {
+            user: name(v.id),
+            ..UserStatus::default()
+        });
+        if let Some(remaining) = v.remaining_us {
+            // Without a store record, the quota is what is left plus what was used here.
+            u.quota_s = Some(remaining.max(0) as f64 / 1e6);
+        }
+    }
+    for (id, r) in &recorder.users {
+        let u = users.entry(*id).or_insert_with(|| UserStatus {
+            user: name(*id),
+            ..UserStatus::default()
+        });
+        u.done = r.done;
+        u.used_s = r.exec_us as f64 / 1e6;
+        if let Some((quota_us, used_us)) = r.stored {
+            u.quota_s = quota_us.map(|q| q as f64 / 1e6);
+            u.used_s = used_us as f64 / 1e6;
+        }
+    }
+    let mut users: Vec<UserStatus> = users.into_values().collect();
+    users.sort_unstable_by(|a, b| a.user.cmp(&b.user));
+    let counters = stats.counters;
+    let mut connections = BTreeMap::new();
+    connections.insert("client", stats.clients as u64);
+    connections.insert("worker", stats.workers as u64);
+    Status {
+        master: MasterInfo {
+            address: facts.address.clone(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION"),
+            uptime_s: now.duration_since(recorder.started).as_secs_f64(),
+            time_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            journal,
+            realtime: facts.realtime,
+            metrics: recorder.enabled,
+        },
+        totals,
+        rates: Rates {
+            tasks_per_s: per_s(recorder.done - window.map_or(recorder.done, |s| s.done)),
+            window_s,
+        },
+        latency: Latency {
+            submit_to_assign: recorder
+                .submit_to_assign
+                .percentiles_since(window.map(|s| &s.submit_to_assign)),
+            assign_to_result: recorder
+                .assign_to_result
+                .percentiles_since(window.map(|s| &s.assign_to_result)),
+        },
+        deadlines: Deadlines {
+            met: counters.deadlines_met,
+            missed: counters.deadlines_missed,
+            dropped: counters.deadline_dropped,
+            lateness: recorder.lateness.to_buckets(),
+        },
+        workers,
+        packages,
+        packages_omitted,
+        users,
+        refusals: recorder.refusals.clone(),
+        connections,
+    }
+}
+
+/// The part of `status` a user who is not the operator may see: everything about the master
+/// and the workers, but only its own packages and its own row of `users`.
+pub fn for_user(status: &Status, user: &str) -> Status {
+    let mut mine = status.clone();
+    mine.packages.retain(|p| p.user == user);
+    mine.packages_omitted = 0;
+    mine.users.retain(|u| u.user == user);
+    mine
+}
+
+/// The snapshot as one msgpack map (the `status` field of `CLUSTER_STATUS_REPLY`).
+pub fn to_msgpack(status: &Status) -> Bytes {
+    let value = serde_json::to_value(status).unwrap_or(serde_json::Value::Null);
+    let mut out = BytesMut::with_capacity(1024);
+    write_value(&mut Writer(&mut out), &value);
+    out.freeze()
+}
+
+fn write_value(w: &mut Writer<'_, BytesMut>, value: &serde_json::Value) {
+    use serde_json::Value as V;
+    match value {
+        V::Null => w.nil(),
+        V::Bool(b) => w.bool(*b),
+        V::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => w.uint(u),
+            (None, Some(i), _) => w.sint(i),
+            (_, _, f) => w.f64(f.unwrap_or(0.0)),
+        },
+        V::String(s) => w.str(s),
+        V::Array(items) => {
+            w.array(items.len());
+            items.iter().for_each(|v| write_value(w, v));
+        }
+        V::Object(map) => {
+            w.map(map.len());
+            for (k, v) in map {
+                w.str(k);
+                write_value(w, v);
+            }
+        }
+    }
+}
