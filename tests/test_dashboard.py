@@ -61,12 +61,6 @@ def browser():
         driver.quit()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Load:
     """Batches of quick tasks from a thread until stopped (at most 60 s and 2000 batches)."""
 
@@ -93,7 +87,7 @@ def _page(driver, expr: str):
 
 
 def test_dashboard_shows_workers_throughput_and_a_deadline_miss(browser):
-    with rtpool.LocalCluster(workers=2, http=f"127.0.0.1:{_free_port()}") as cluster:
+    with rtpool.LocalCluster(workers=2, http="127.0.0.1:0") as cluster:
         cluster.wait_for_workers(2, timeout=30)
         client = cluster.client()
         browser.get(cluster.dashboard_url)

@@ -83,7 +83,7 @@ def test_client_status_returns_the_snapshot(loaded):
     assert s["master"]["pid"] == m.proc.pid
     assert sorted(w["name"] for w in s["workers"]) == ["test-worker-0", "test-worker-1"]
     assert s["deadlines"]["missed"] >= 1
-    assert s["latency"]["assign_to_result"]["count"] >= 31
+    assert s["totals"]["done"] >= 31
     assert s["latency"]["assign_to_result"]["max_us"] >= 500_000  # the 0.5 s task
 
 
@@ -98,7 +98,8 @@ def test_status_json_for_scripts(loaded):
     assert s["deadlines"]["missed"] >= 1
     (package,) = [p for p in s["packages"] if p["id"] == held]
     assert (package["tasks"], package["running"]) == (1, 1)
-    assert s["latency"]["submit_to_assign"]["count"] >= 32
+    assert s["totals"]["running"] == 1
+    assert s["latency"]["submit_to_assign"]["max_us"] > 0
 
 
 def test_status_table_for_people(loaded):

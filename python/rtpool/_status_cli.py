@@ -243,7 +243,9 @@ def _summary(s: Dict[str, Any]) -> Any:
         (str(m.get("address", "?")), "bold cyan"),
         f"  v{m.get('version', '?')}  pid {m.get('pid', '?')}",
         f"  up {_secs(up)[3:] if up is not None else '-'}",
-        f"  journal {m.get('journal', '-')}",
+        f"  journal {(m.get('journal') or {}).get('fsync', 'on')}"
+        if m.get("journal")
+        else "  no journal",
         "  realtime" if m.get("realtime") else "",
     )
     rate = (s.get("rates") or {}).get("tasks_per_s")
@@ -303,9 +305,8 @@ def render(s: Dict[str, Any], max_rows: int = DEFAULT_MAX_ROWS) -> Any:
         )
     )
     packages = s.get("packages") or []
-    parts.append(
-        _table("packages", _PACKAGE_COLUMNS, _package_rows(packages[:max_rows]), len(packages))
-    )
+    total = len(packages) + (s.get("packages_omitted") or 0)
+    parts.append(_table("packages", _PACKAGE_COLUMNS, _package_rows(packages[:max_rows]), total))
     users = s.get("users") or []
     parts.append(
         _table(
