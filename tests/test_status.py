@@ -111,6 +111,7 @@ def test_status_table_for_people(loaded):
     assert "workers 2 (2 slots)" in out
     assert "test-worker-0" in out and "test-worker-1" in out
     assert "submit → assign" in out and "assign → result" in out
+    assert "late results by lateness: ≤" in out  # the 0.4 s late result's bucket
     missed = out.split("deadlines met", 1)[1].split("\n", 1)[0]
     assert "missed 0" not in missed and "missed" in missed, missed
     # The held package's row: id, then 0 of 1 done, running 1.

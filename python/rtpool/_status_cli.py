@@ -367,23 +367,20 @@ def _package_rows(packages: List[Dict[str, Any]]) -> List[List[Any]]:
 
 
 def _lateness(d: Dict[str, Any]) -> Any:
-    """One line: how many late results fell in each lateness bucket (None without any)."""
+    """One line: the late results per lateness bucket, empty buckets left out (None when no
+    result was late)."""
     from rich.text import Text
 
-    raw = d.get("lateness") or d.get("lateness_buckets")
-    if not raw:
+    raw = d.get("lateness") or []
+    cells, prev = [], None
+    for b in raw:
+        le, n = b.get("le_s"), b.get("count") or 0
+        if n:
+            cells.append(f"≤{_le(le)}: {n}" if le is not None else f">{_le(prev)}: {n}")
+        prev = le
+    if not cells:
         return None
-    if isinstance(raw, dict):
-        pairs = list(raw.items())
-    else:
-        pairs = [
-            (b[0], b[1]) if isinstance(b, (list, tuple)) else (b.get("le_s"), b.get("count"))
-            for b in raw
-        ]
-    cells = [
-        f"≤{_le(le)} {n}" if le is not None else f">{_le(pairs[-2][0])} {n}" for le, n in pairs
-    ]
-    return Text("late results: " + " · ".join(cells))
+    return Text("late results by lateness: " + ", ".join(cells))
 
 
 def _le(le: Any) -> str:
