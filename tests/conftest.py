@@ -33,6 +33,16 @@ class MasterProcess:
     worker_token: str
     data_dir: Path
     log: Path
+    #: What it printed up to its ``listening on`` line.
+    stdout_lines: List[str] = field(default_factory=list)
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """The URL of its ``dashboard on URL`` line, if it printed one."""
+        for line in self.stdout_lines:
+            if line.startswith("dashboard on "):
+                return line.split()[-1]
+        return None
 
     @property
     def host_port(self):
@@ -43,7 +53,9 @@ class MasterProcess:
         return self.log.read_text(errors="replace")
 
 
-def _read_listening_line(proc: subprocess.Popen, log: Path, timeout: float) -> str:
+def _read_listening_line(
+    proc: subprocess.Popen, log: Path, timeout: float, seen: List[str] | None = None
+) -> str:
     # Raw reads of the pipe: a buffered readline() could hold the line select() waits for.
     fd = proc.stdout.fileno()
     end = time.monotonic() + timeout
@@ -58,6 +70,8 @@ def _read_listening_line(proc: subprocess.Popen, log: Path, timeout: float) -> s
         out += chunk
         for line in out.decode(errors="replace").splitlines():
             if line.startswith("listening on "):
+                if seen is not None:
+                    seen.extend(out.decode(errors="replace").splitlines())
                 return line.split()[-1]
     stop_process(proc)
     raise RuntimeError(
@@ -82,7 +96,8 @@ def start_master(
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
         )
-    address = _read_listening_line(proc, log, timeout=30.0)
+    seen: List[str] = []
+    address = _read_listening_line(proc, log, timeout=30.0, seen=seen)
     return MasterProcess(
         proc=proc,
         address=address,
@@ -90,6 +105,7 @@ def start_master(
         worker_token=(data_dir / "worker.token").read_text().strip(),
         data_dir=data_dir,
         log=log,
+        stdout_lines=seen,
     )
 
 

@@ -1,14 +1,500 @@
-//! Prometheus text rendering of a [`Status`] snapshot (placeholder, filled in next).
+//! `/metrics`: a [`Status`] snapshot in the OpenMetrics text format (which Prometheus
+//! scrapes), written by the `prometheus-client` crate through a [`Collector`] that reads the
+//! snapshot at scrape time. Nothing here touches the scheduler: it renders on the HTTP
+//! thread what the scheduler published last. `docs/operations.md` lists every metric.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::status::schema::HistogramStatus;
 use crate::status::Status;
 
-/// The content type of the text format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of the OpenMetrics text format.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The snapshot in Prometheus text format.
-pub fn render(status: &Status) -> String {
-    format!(
-        "rtpool_tasks_queued {}\n",
-        status.totals.get("queued").copied().unwrap_or(0)
-    )
+/// Labels of one series.
+type Labels = Vec<(&'static str, String)>;
+
+/// The snapshot in the OpenMetrics text format.
+pub fn render(status: &Arc<Status>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(StatusCollector(status.clone())));
+    let mut out = String::with_capacity(16 << 10);
+    // Writing to a String cannot fail, and our collector only fails on the writer's errors.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+#[derive(Debug)]
+struct StatusCollector(Arc<Status>);
+
+/// One metric family: its descriptor, then one series per label set.
+fn family<M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    series: impl IntoIterator<Item = (Labels, M)>,
+) -> Result<(), std::fmt::Error> {
+    let mut series = series.into_iter().peekable();
+    let Some((_, first)) = series.peek() else {
+        return Ok(());
+    };
+    let mut family = enc.encode_descriptor(name, help, unit, first.metric_type())?;
+    for (labels, metric) in series {
+        if labels.is_empty() {
+            // An unlabelled metric has one series.
+            return metric.encode(family);
+        }
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A gauge's or counter's value, written as an integer when it is one (`7`, not `7.0`).
+#[derive(Debug)]
+struct Num(MetricType, f64);
+
+impl EncodeMetric for Num {
+    fn encode(
+        &self,
+        encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let Num(kind, v) = *self;
+        let integral = v.fract() == 0.0 && v.abs() < 9.0e15;
+        match (kind, integral) {
+            (MetricType::Counter, true) => ConstCounter::new(v as u64).encode(encoder),
+            (MetricType::Counter, false) => ConstCounter::new(v).encode(encoder),
+            (_, true) => ConstGauge::new(v as i64).encode(encoder),
+            (_, false) => ConstGauge::new(v).encode(encoder),
+        }
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0
+    }
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    series: impl IntoIterator<Item = (Labels, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let series = series
+        .into_iter()
+        .map(|(l, v)| (l, Num(MetricType::Gauge, v)));
+    family(enc, name, help, unit, series)
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    series: impl IntoIterator<Item = (Labels, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let series = series
+        .into_iter()
+        .map(|(l, v)| (l, Num(MetricType::Counter, v)));
+    family(enc, name, help, unit, series)
+}
+
+fn histogram(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    h: Option<&HistogramStatus>,
+) -> Result<(), std::fmt::Error> {
+    let Some(h) = h else {
+        return Ok(());
+    };
+    let buckets: Vec<(f64, u64)> = h
+        .buckets
+        .iter()
+        .map(|b| (b.le_s.unwrap_or(f64::INFINITY), b.count))
+        .collect();
+    let mut metric =
+        enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    metric.encode_histogram::<NoLabelSet>(h.sum_s, h.count, &buckets, None)
+}
+
+fn one(value: f64) -> [(Labels, f64); 1] {
+    [(Vec::new(), value)]
+}
+
+/// Worker names as labels: a name two connected workers share gets `#<id>` on the later
+/// ones, so every series stays unique.
+fn worker_labels(status: &Status) -> Vec<Labels> {
+    let mut seen = HashSet::new();
+    status
+        .workers
+        .iter()
+        .map(|w| {
+            let name = if seen.insert(w.name.as_str()) {
+                w.name.clone()
+            } else {
+                format!("{}#{}", w.name, w.id)
+            };
+            vec![("worker", name)]
+        })
+        .collect()
+}
+
+impl Collector for StatusCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &*self.0;
+        let total = |k: &str| s.totals.get(k).copied().unwrap_or(0) as f64;
+        let class = |c: &crate::status::schema::ClassStatus| -> Labels {
+            vec![
+                ("priority", c.priority.to_string()),
+                ("user", c.user.clone()),
+            ]
+        };
+        let e = &mut enc;
+        gauge(
+            e,
+            "rtpool_tasks_queued",
+            "Tasks waiting for a worker, by priority and user.",
+            None,
+            s.classes.iter().map(|c| (class(c), c.queued as f64)),
+        )?;
+        gauge(
+            e,
+            "rtpool_tasks_running",
+            "Tasks on workers, by priority and user.",
+            None,
+            s.classes.iter().map(|c| (class(c), c.running as f64)),
+        )?;
+        counter(
+            e,
+            "rtpool_tasks_done",
+            "Results since start, by priority and user.",
+            None,
+            s.classes.iter().map(|c| (class(c), c.done as f64)),
+        )?;
+        counter(
+            e,
+            "rtpool_tasks_failed",
+            "Results whose status was not ok, since start.",
+            None,
+            one(total("failed")),
+        )?;
+        gauge(e, "rtpool_tasks_held", "Tasks the master holds: queued, running, cancelling, or a result not yet acknowledged.", None, one(total("tasks")))?;
+        gauge(
+            e,
+            "rtpool_packages",
+            "Live packages.",
+            None,
+            one(total("packages")),
+        )?;
+        gauge(
+            e,
+            "rtpool_workers",
+            "Connected workers.",
+            None,
+            one(total("workers")),
+        )?;
+        gauge(
+            e,
+            "rtpool_slots",
+            "Slots of the connected workers.",
+            None,
+            one(total("slots")),
+        )?;
+        gauge(
+            e,
+            "rtpool_credits",
+            "Credits (tasks the workers asked for and were not sent yet).",
+            None,
+            one(total("credits")),
+        )?;
+        gauge(
+            e,
+            "rtpool_connections",
+            "Authenticated connections by role.",
+            None,
+            s.connections
+                .iter()
+                .map(|(role, n)| (vec![("role", (*role).to_owned())], *n as f64)),
+        )?;
+        let workers = worker_labels(s);
+        let per_worker = |f: fn(&crate::status::schema::WorkerStatus) -> f64| {
+            workers
+                .iter()
+                .cloned()
+                .zip(s.workers.iter().map(f))
+                .collect::<Vec<_>>()
+        };
+        gauge(
+            e,
+            "rtpool_worker_slots",
+            "Slots of a worker, by worker name.",
+            None,
+            per_worker(|w| f64::from(w.slots)),
+        )?;
+        gauge(
+            e,
+            "rtpool_worker_credits",
+            "Credits of a worker.",
+            None,
+            per_worker(|w| f64::from(w.credits)),
+        )?;
+        gauge(
+            e,
+            "rtpool_worker_running",
+            "Tasks a worker holds.",
+            None,
+            per_worker(|w| w.running as f64),
+        )?;
+        counter(
+            e,
+            "rtpool_worker_exec",
+            "Execution time of a worker's results since it connected, as it measured it.",
+            Some(&Unit::Seconds),
+            per_worker(|w| w.exec_s),
+        )?;
+        counter(
+            e,
+            "rtpool_worker_tasks",
+            "Results a worker returned since it connected.",
+            None,
+            per_worker(|w| w.done as f64),
+        )?;
+        gauge(
+            e,
+            "rtpool_worker_last_seen",
+            "Time since a worker's last PULL, RESULT or RETURN.",
+            Some(&Unit::Seconds),
+            per_worker(|w| w.last_seen_s),
+        )?;
+        counter(
+            e,
+            "rtpool_deadlines",
+            "Results by their deadline (met), after it (missed), and tasks dropped for it.",
+            None,
+            [
+                (vec![("outcome", "met".to_owned())], s.deadlines.met as f64),
+                (
+                    vec![("outcome", "missed".to_owned())],
+                    s.deadlines.missed as f64,
+                ),
+                (
+                    vec![("outcome", "dropped".to_owned())],
+                    s.deadlines.dropped as f64,
+                ),
+            ],
+        )?;
+        let reasons = ["quota", "admission", "unknown_function", "rejected"];
+        counter(
+            e,
+            "rtpool_admission_refusals",
+            "Refused submissions by ERROR code.",
+            None,
+            reasons.iter().map(|r| {
+                (
+                    vec![("reason", (*r).to_owned())],
+                    s.refusals.get(r).copied().unwrap_or(0) as f64,
+                )
+            }),
+        )?;
+        counter(
+            e,
+            "rtpool_task_retries",
+            "Tasks requeued because their worker was lost.",
+            None,
+            one(total("requeued")),
+        )?;
+        counter(
+            e,
+            "rtpool_task_poison",
+            "Tasks failed as poison (their worker was lost on every attempt).",
+            None,
+            one(total("poisoned")),
+        )?;
+        counter(
+            e,
+            "rtpool_task_timeouts",
+            "Tasks failed for running past their time limit.",
+            None,
+            one(total("timed_out")),
+        )?;
+        let events: Vec<(Labels, f64)> = rtpool_core::Counters::default()
+            .iter()
+            .map(|(name, _)| (vec![("event", name.to_owned())], total(name)))
+            .collect();
+        counter(
+            e,
+            "rtpool_scheduler_events",
+            "Every counter of the scheduler core, by name (see crates/rtpool-core/src/stats.rs).",
+            None,
+            events,
+        )?;
+        gauge(
+            e,
+            "rtpool_uptime",
+            "Time since the master started.",
+            Some(&Unit::Seconds),
+            one(s.master.uptime_s),
+        )?;
+        if let Some(j) = &s.master.journal {
+            gauge(
+                e,
+                "rtpool_journal",
+                "Size of the crash-recovery journal.",
+                Some(&Unit::Bytes),
+                one(j.bytes as f64),
+            )?;
+            counter(
+                e,
+                "rtpool_journal_records",
+                "Records appended to the journal since start.",
+                None,
+                one(j.records as f64),
+            )?;
+        }
+        let quota = s
+            .users
+            .iter()
+            .filter_map(|u| Some((vec![("user", u.user.clone())], u.quota_s?)));
+        gauge(
+            e,
+            "rtpool_quota",
+            "A user's compute-time quota (users without a quota are left out).",
+            Some(&Unit::Seconds),
+            quota,
+        )?;
+        gauge(
+            e,
+            "rtpool_quota_used",
+            "Compute time charged to a user.",
+            Some(&Unit::Seconds),
+            s.users
+                .iter()
+                .map(|u| (vec![("user", u.user.clone())], u.used_s)),
+        )?;
+        let h = |name: &str| s.histograms.get(name);
+        histogram(
+            e,
+            "rtpool_submit_to_assign",
+            "From a package's receipt to a task's assignment to a worker.",
+            h("submit_to_assign_seconds"),
+        )?;
+        histogram(
+            e,
+            "rtpool_assign_to_result",
+            "From a task's assignment to its worker's result.",
+            h("assign_to_result_seconds"),
+        )?;
+        histogram(
+            e,
+            "rtpool_deadline_lateness",
+            "How late results after their deadline came.",
+            h("deadline_lateness_seconds"),
+        )?;
+        histogram(
+            e,
+            "rtpool_journal_fsync",
+            "Durations of the journal's fdatasync calls.",
+            h("journal_fsync_seconds"),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::schema::{Bucket, ClassStatus, WorkerStatus};
+
+    fn sample() -> Arc<Status> {
+        let mut s = Status::default();
+        s.totals.insert("workers", 2);
+        s.totals.insert("requeued", 4);
+        s.connections.insert("worker", 2);
+        s.classes.push(ClassStatus {
+            user: "alice".into(),
+            priority: 5,
+            queued: 7,
+            running: 2,
+            done: 30,
+        });
+        for (id, name) in [(3, "slurm-812-node1:77"), (4, "dup"), (5, "dup")] {
+            s.workers.push(WorkerStatus {
+                id,
+                name: name.into(),
+                slots: 4,
+                exec_s: 1.5,
+                ..WorkerStatus::default()
+            });
+        }
+        s.deadlines.missed = 3;
+        s.histograms.insert(
+            "deadline_lateness_seconds",
+            HistogramStatus {
+                buckets: vec![
+                    Bucket {
+                        le_s: Some(0.1),
+                        count: 1,
+                    },
+                    Bucket {
+                        le_s: Some(1.0),
+                        count: 2,
+                    },
+                    Bucket {
+                        le_s: None,
+                        count: 0,
+                    },
+                ],
+                count: 3,
+                sum_s: 1.25,
+            },
+        );
+        Arc::new(s)
+    }
+
+    #[test]
+    fn the_contract_metrics_are_rendered_with_their_labels() {
+        let text = render(&sample());
+        for line in [
+            "rtpool_tasks_queued{priority=\"5\",user=\"alice\"} 7",
+            "rtpool_tasks_running{priority=\"5\",user=\"alice\"} 2",
+            "rtpool_tasks_done_total{priority=\"5\",user=\"alice\"} 30",
+            "rtpool_workers 2",
+            "rtpool_worker_slots{worker=\"slurm-812-node1:77\"} 4",
+            "rtpool_worker_exec_seconds_total{worker=\"slurm-812-node1:77\"} 1.5",
+            "rtpool_worker_slots{worker=\"dup\"} 4",
+            "rtpool_worker_slots{worker=\"dup#5\"} 4",
+            "rtpool_connections{role=\"worker\"} 2",
+            "rtpool_deadlines_total{outcome=\"missed\"} 3",
+            "rtpool_task_retries_total 4",
+            "rtpool_admission_refusals_total{reason=\"quota\"} 0",
+            "rtpool_deadline_lateness_seconds_bucket{le=\"0.1\"} 1",
+            "rtpool_deadline_lateness_seconds_bucket{le=\"1.0\"} 3",
+            "rtpool_deadline_lateness_seconds_bucket{le=\"+Inf\"} 3",
+            "rtpool_deadline_lateness_seconds_count 3",
+            "rtpool_deadline_lateness_seconds_sum 1.25",
+            "rtpool_scheduler_events_total{event=\"requeued\"} 4",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_histogram_the_snapshot_lacks_is_left_out() {
+        let text = render(&sample());
+        assert!(!text.contains("rtpool_journal_fsync"), "{text}");
+    }
 }

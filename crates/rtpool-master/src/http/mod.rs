@@ -70,7 +70,7 @@ pub struct HttpConfig {
 }
 
 /// One rendered snapshot, shared by every reader.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Rendered {
     /// Snapshots rendered so far; an event stream compares it with the last one it sent.
     seq: u64,
@@ -111,7 +111,10 @@ pub fn bind(addr: &str, config: &HttpConfig) -> Result<std::net::TcpListener, Ma
     };
     let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
     let local = listener.local_addr().map_err(bind_error)?;
-    check_exposure(local, config)?;
+    // Named as asked (`0.0.0.0:0`), not as bound.
+    check_exposure(local, config).map_err(|_| MasterError::HttpExposed {
+        addr: addr.to_string(),
+    })?;
     listener.set_nonblocking(true).map_err(bind_error)?;
     Ok(listener)
 }
@@ -192,7 +195,8 @@ async fn serve(
         Ok(l) => l,
         Err(e) => return warn!("HTTP listener failed: {e}"),
     };
-    let (rendered_tx, rendered) = watch::channel(Rendered::default());
+    // The first rendering now, so no reader ever sees an empty one.
+    let (rendered_tx, rendered) = watch::channel(render(&status.borrow(), 1));
     tokio::spawn(render_loop(status, rendered_tx));
     let state = AppState {
         rendered,
@@ -256,19 +260,21 @@ async fn serve(
 
 /// Renders each new snapshot's JSON once, for every reader.
 async fn render_loop(mut status: watch::Receiver<Arc<Status>>, tx: watch::Sender<Rendered>) {
-    let mut seq = 0;
-    loop {
-        let snapshot = status.borrow_and_update().clone();
-        let json = serde_json::to_string(&*snapshot).unwrap_or_else(|_| "{}".into());
+    let mut seq = 1;
+    while status.changed().await.is_ok() {
         seq += 1;
-        tx.send_replace(Rendered {
-            seq,
-            status: snapshot,
-            json: Arc::from(json),
-        });
-        if status.changed().await.is_err() {
-            return;
-        }
+        let rendered = render(&status.borrow_and_update(), seq);
+        tx.send_replace(rendered);
+    }
+}
+
+fn render(snapshot: &Arc<Status>, seq: u64) -> Rendered {
+    // Serializing plain structs of numbers and strings cannot fail.
+    let json = serde_json::to_string(&**snapshot).unwrap_or_else(|_| "{}".into());
+    Rendered {
+        seq,
+        status: snapshot.clone(),
+        json: Arc::from(json),
     }
 }
 

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::Scheduler;
 use crate::journal::Journal;
+use crate::status::histogram::FsyncCounts;
 use crate::status::schema::JournalInfo;
 use crate::status::{self, MasterFacts, Recorder, Status};
 
@@ -79,6 +80,9 @@ impl Scheduler {
     fn build_status(&mut self) -> Arc<Status> {
         let fsync = &self.status.facts.fsync;
         let journal = self.journal.as_ref().map(|j| journal_info(j, fsync));
+        let journal = journal
+            .as_ref()
+            .map(|(info, counts)| (info.clone(), counts));
         let now = self.now();
         let snapshot = Arc::new(status::build(
             &self.core,
@@ -121,9 +125,9 @@ impl Scheduler {
 }
 
 /// The journal's part of a snapshot.
-fn journal_info(journal: &Journal, fsync: &str) -> JournalInfo {
+fn journal_info(journal: &Journal, fsync: &str) -> (JournalInfo, FsyncCounts) {
     let s = journal.stats();
-    JournalInfo {
+    let info = JournalInfo {
         bytes: s.file_bytes,
         records: s.records,
         fsyncs: s.fsyncs,
@@ -131,5 +135,6 @@ fn journal_info(journal: &Journal, fsync: &str) -> JournalInfo {
         fsync_latency: s.fsync_us.percentiles(),
         fsync_buckets: s.fsync_us.to_buckets(),
         fsync_sum_s: s.fsync_us.sum_us as f64 / 1e6,
-    }
+    };
+    (info, s.fsync_us)
 }

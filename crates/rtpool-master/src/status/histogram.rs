@@ -3,7 +3,7 @@
 //! Plain integers, no atomics and no allocation on record: they live in the scheduler task
 //! and are copied out once a second.
 
-use super::schema::{Bucket, Percentiles};
+use super::schema::{Bucket, HistogramStatus, Percentiles};
 
 /// Sub-buckets per power of two: each bucket is at most 1/8 of its value wide.
 const SUB_BITS: u32 = 3;
@@ -148,6 +148,15 @@ impl Buckets {
         self.sum_us
     }
 
+    /// As a snapshot's histogram.
+    pub fn to_status(&self) -> HistogramStatus {
+        HistogramStatus {
+            buckets: self.to_buckets(),
+            count: self.counts.iter().sum(),
+            sum_s: self.sum_us as f64 / 1e6,
+        }
+    }
+
     /// The buckets, each with its own count (not cumulative); the last has no bound.
     pub fn to_buckets(&self) -> Vec<Bucket> {
         self.counts
@@ -215,6 +224,15 @@ pub struct FsyncCounts {
 }
 
 impl FsyncCounts {
+    /// As a snapshot's histogram.
+    pub fn to_status(&self) -> HistogramStatus {
+        HistogramStatus {
+            buckets: self.to_buckets(),
+            count: self.counts.iter().sum(),
+            sum_s: self.sum_us as f64 / 1e6,
+        }
+    }
+
     /// The buckets with their bounds, in seconds.
     pub fn to_buckets(&self) -> Vec<Bucket> {
         self.counts

@@ -15,11 +15,12 @@ use bytes::{Bytes, BytesMut};
 use rtpool_core::{Core, UserId};
 use rtpool_proto::msgpack::Writer;
 
+use self::histogram::FsyncCounts;
 pub use self::recorder::Recorder;
 pub use self::schema::Status;
 use self::schema::{
-    Deadlines, JournalInfo, Latency, MasterInfo, PackageStatus, Rates, UserStatus, WorkerStatus,
-    MAX_PACKAGES,
+    ClassStatus, Deadlines, JournalInfo, Latency, MasterInfo, PackageStatus, Rates, UserStatus,
+    WorkerStatus, MAX_PACKAGES,
 };
 
 /// What a snapshot says about the master that the core and the recorder do not know.
@@ -34,15 +35,16 @@ pub struct MasterFacts {
 }
 
 /// Assembles a snapshot. O(packages + workers + users); `journal` is the journal's part, if
-/// there is one; `core_now` the core's clock now (for the time left to deadlines).
+/// there is one (with its fsync histogram); `core_now` the core's clock now (for the time left to deadlines).
 pub fn build(
     core: &Core,
     recorder: &Recorder,
     user_names: &[String],
     facts: &MasterFacts,
-    journal: Option<JournalInfo>,
+    journal: Option<(JournalInfo, &FsyncCounts)>,
     core_now: rtpool_core::Instant,
 ) -> Status {
+    let (journal, fsync) = journal.map_or((None, None), |(j, f)| (Some(j), Some(f)));
     let now = std::time::Instant::now();
     let stats = core.stats();
     let name = |u: UserId| user_names.get(u.0 as usize).cloned().unwrap_or_default();
@@ -86,6 +88,7 @@ pub fn build(
     totals.insert("done", recorder.done);
     totals.insert("failed", recorder.failed);
     let mut users: HashMap<UserId, UserStatus> = HashMap::new();
+    let mut classes: HashMap<(UserId, i32), ClassStatus> = HashMap::new();
     let mut packages: Vec<PackageStatus> = core
         .package_views()
         .map(|p| {
@@ -96,6 +99,9 @@ pub fn build(
             u.packages += 1;
             u.queued += u64::from(p.counts.queued);
             u.running += u64::from(p.counts.running);
+            let c = classes.entry((p.user, p.priority)).or_default();
+            c.queued += u64::from(p.counts.queued);
+            c.running += u64::from(p.counts.running);
             PackageStatus {
                 id: p.id.0,
                 user: u.user.clone(),
@@ -112,7 +118,7 @@ pub fn build(
             }
         })
         .collect();
-    packages.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+    packages.sort_unstable_by_key(|p| std::cmp::Reverse(p.id));
     let packages_omitted = packages.len().saturating_sub(MAX_PACKAGES);
     packages.truncate(MAX_PACKAGES);
     for v in core.user_views() {
@@ -136,6 +142,31 @@ pub fn build(
             u.quota_s = quota_us.map(|q| q as f64 / 1e6);
             u.used_s = used_us as f64 / 1e6;
         }
+    }
+    for ((user, priority), done) in &recorder.done_by_class {
+        classes.entry((*user, *priority)).or_default().done = *done;
+    }
+    let mut classes: Vec<ClassStatus> = classes
+        .into_iter()
+        .map(|((user, priority), c)| ClassStatus {
+            user: name(user),
+            priority,
+            ..c
+        })
+        .collect();
+    classes.sort_unstable_by(|a, b| (&a.user, a.priority).cmp(&(&b.user, b.priority)));
+    let mut histograms = BTreeMap::new();
+    histograms.insert(
+        "submit_to_assign_seconds",
+        recorder.submit_to_assign_buckets.to_status(),
+    );
+    histograms.insert(
+        "assign_to_result_seconds",
+        recorder.assign_to_result_buckets.to_status(),
+    );
+    histograms.insert("deadline_lateness_seconds", recorder.lateness.to_status());
+    if let Some(fsync) = fsync {
+        histograms.insert("journal_fsync_seconds", fsync.to_status());
     }
     let mut users: Vec<UserStatus> = users.into_values().collect();
     users.sort_unstable_by(|a, b| a.user.cmp(&b.user));
@@ -181,6 +212,8 @@ pub fn build(
         users,
         refusals: recorder.refusals.clone(),
         connections,
+        classes,
+        histograms,
     }
 }
 
@@ -223,6 +256,64 @@ fn write_value(w: &mut Writer<'_, BytesMut>, value: &serde_json::Value) {
                 w.str(k);
                 write_value(w, v);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::schema::{PackageStatus, UserStatus};
+    use super::*;
+
+    fn two_users() -> Status {
+        let mut s = Status::default();
+        for (id, user) in [(1, "alice"), (2, "bob"), (3, "alice")] {
+            s.packages.push(PackageStatus {
+                id,
+                user: user.into(),
+                ..PackageStatus::default()
+            });
+        }
+        for user in ["alice", "bob"] {
+            s.users.push(UserStatus {
+                user: user.into(),
+                ..UserStatus::default()
+            });
+        }
+        s.packages_omitted = 9;
+        s.totals.insert("queued", 4);
+        s
+    }
+
+    #[test]
+    fn a_user_sees_only_its_own_packages_and_user_row_but_all_totals() {
+        let mine = for_user(&two_users(), "alice");
+        let ids: Vec<u64> = mine.packages.iter().map(|p| p.id).collect();
+        assert_eq!(ids, vec![1, 3]);
+        assert_eq!(mine.users.len(), 1);
+        assert_eq!(mine.users[0].user, "alice");
+        assert_eq!(mine.packages_omitted, 0);
+        assert_eq!(mine.totals.get("queued"), Some(&4));
+    }
+
+    #[test]
+    fn the_msgpack_form_has_the_json_keys_and_values() {
+        let bytes = to_msgpack(&two_users());
+        let json = serde_json::to_value(two_users()).unwrap();
+        // Top level: a map with as many entries as the JSON object (keys in sorted order).
+        let top = json.as_object().unwrap().len();
+        assert_eq!(bytes[0], 0x80 | top as u8, "a fixmap of {top} entries");
+        assert_eq!(&bytes[1..9], b"\xa7classes");
+        let text = String::from_utf8_lossy(&bytes);
+        for key in [
+            "totals",
+            "packages_omitted",
+            "users",
+            "histograms",
+            "alice",
+            "bob",
+        ] {
+            assert!(text.contains(key), "{key} missing");
         }
     }
 }

@@ -30,6 +30,38 @@ pub struct Status {
     pub refusals: std::collections::BTreeMap<&'static str, u64>,
     /// Connections by role (`client`, `worker`).
     pub connections: std::collections::BTreeMap<&'static str, u64>,
+    /// Tasks by user and priority class, over every live package (not only the listed ones).
+    pub classes: Vec<ClassStatus>,
+    /// Histograms since start, by metric name without the `rtpool_` prefix
+    /// (`submit_to_assign_seconds`, `assign_to_result_seconds`, `deadline_lateness_seconds`,
+    /// `journal_fsync_seconds`): what `/metrics` exports.
+    pub histograms: std::collections::BTreeMap<&'static str, HistogramStatus>,
+}
+
+/// Tasks of one user at one priority.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClassStatus {
+    /// User name.
+    pub user: String,
+    /// Priority (higher runs first).
+    pub priority: i32,
+    /// Tasks waiting for a worker.
+    pub queued: u64,
+    /// Tasks on workers.
+    pub running: u64,
+    /// Results since start.
+    pub done: u64,
+}
+
+/// A histogram since start.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HistogramStatus {
+    /// Buckets, each with its own count (not cumulative); the last has no bound.
+    pub buckets: Vec<Bucket>,
+    /// Values counted.
+    pub count: u64,
+    /// Their sum, seconds.
+    pub sum_s: f64,
 }
 
 /// Most packages a snapshot lists (the newest); the rest are counted in `packages_omitted`.
