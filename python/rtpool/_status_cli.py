@@ -156,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     except (RtpoolError, TimeoutError) as exc:
         return _fail(str(exc) or type(exc).__name__)
+    except KeyboardInterrupt:
+        return 130  # Ctrl-C while waiting for the answer: no traceback
     finally:
         client.close()
 

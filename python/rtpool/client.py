@@ -116,7 +116,8 @@ class Client(_Submitter):
 
         One ``CLUSTER_STATUS`` round trip; the same map the master's ``GET /api/status``
         serves as JSON. Keys: ``master``, ``totals``, ``rates``, ``latency``, ``deadlines``,
-        ``workers``, ``packages``, ``users`` (schema in ``docs/operations.md``).
+        ``workers``, ``packages``, ``users`` (schema in ``docs/operations.md``). With a
+        per-user token, the ``packages`` and ``users`` rows are this user's only.
 
         Args:
             timeout: Seconds to wait for the answer.
