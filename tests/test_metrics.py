@@ -7,10 +7,12 @@ master's ``LocalCluster(http=...)``; and Prometheus itself scraping the master.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -174,6 +176,22 @@ def test_http_beyond_loopback_with_a_token_needs_it(tmp_path, monkeypatch):
         close_master(m)
 
 
+def test_http_beyond_loopback_with_tls_serves_https_with_the_masters_certificate(tmp_path):
+    m = start_master(tmp_path, args=["--tls-self-signed", "--http", "0.0.0.0:0"])
+    try:
+        url = m.dashboard_url
+        assert url.startswith("https://127.0.0.1:"), url
+        ctx = ssl.create_default_context(cafile=str(m.data_dir / "tls" / "cert.pem"))
+        with urllib.request.urlopen(url + "api/status", timeout=10, context=ctx) as r:
+            assert json.loads(r.read())["master"]["address"] == m.address
+        # Plain HTTP to the HTTPS listener gets nothing readable.
+        plain = "http://" + url[len("https://") :] + "healthz"
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(plain, timeout=10).read()
+    finally:
+        close_master(m)
+
+
 def test_local_cluster_http_exposes_dashboard_url():
     with rtpool.LocalCluster(workers=1, http="127.0.0.1:0") as cluster:
         base = cluster.dashboard_url
@@ -197,6 +215,7 @@ def _prometheus_available() -> str | None:
     return None
 
 
+@pytest.mark.timeout(600)  # covers installing Prometheus on a fresh machine
 def test_prometheus_scrapes_the_master_and_answers_a_query(http_master, tmp_path):
     reason = _prometheus_available()
     if reason:

@@ -37,7 +37,7 @@ mod timers;
 mod view;
 mod worker_events;
 
-pub use self::view::{PackageView, UserView, WorkerView};
+pub use self::view::{PackageView, WorkerView};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -26,7 +26,7 @@ mod worker;
 
 pub use crate::config::CoreConfig;
 pub use crate::core::Core;
-pub use crate::core::{PackageView, UserView, WorkerView};
+pub use crate::core::{PackageView, WorkerView};
 pub use crate::estimate::Estimate;
 pub use crate::event::{
     Action, AssignCall, AssignTask, CallSpec, Event, MissPolicy, PackageCounts, PackageOpts,

@@ -1,9 +1,9 @@
 //! Read-only views of the core's tables for status pages and metrics ([`PackageView`],
-//! [`WorkerView`], [`UserView`]).
+//! [`WorkerView`]).
 //!
 //! These are the only scans of whole tables in the core, and nothing on the scheduling path
 //! calls them: the master's status snapshot does, about once a second or when a peer asks
-//! (see `rtpool-master`'s `status` module). They cost O(packages + workers + users).
+//! (see `rtpool-master`'s `status` module). They cost O(packages) and O(workers).
 
 use super::Core;
 use crate::event::PackageCounts;
@@ -41,17 +41,6 @@ pub struct WorkerView {
     pub draining: bool,
 }
 
-/// One user the core knows (a quota was set, or it has live packages).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UserView {
-    /// The user.
-    pub id: UserId,
-    /// Microseconds of compute time left; `None` = unlimited.
-    pub remaining_us: Option<i64>,
-    /// Live packages.
-    pub packages: usize,
-}
-
 impl Core {
     /// Every live package, in no particular order. O(packages): for status snapshots only.
     pub fn package_views(&self) -> impl Iterator<Item = PackageView> + '_ {
@@ -75,15 +64,6 @@ impl Core {
             draining: w.draining,
         })
     }
-
-    /// Every user the core knows, in no particular order. O(users).
-    pub fn user_views(&self) -> impl Iterator<Item = UserView> + '_ {
-        self.users.iter().map(|(id, u)| UserView {
-            id: *id,
-            remaining_us: u.remaining_us,
-            packages: u.packages.len(),
-        })
-    }
 }
 
 #[cfg(test)]
@@ -95,7 +75,7 @@ mod tests {
     use crate::ids::{ClientId, FnHash};
 
     #[test]
-    fn views_show_a_package_its_worker_and_its_user() {
+    fn views_show_a_package_and_a_worker() {
         let mut core = Core::default();
         let mut out = Vec::new();
         let now = Instant(0);
@@ -141,7 +121,5 @@ mod tests {
         let workers: Vec<_> = core.worker_views().collect();
         assert_eq!(workers.len(), 1);
         assert_eq!((workers[0].id, workers[0].slots), (WorkerId(7), 2));
-        let user = core.user_views().find(|u| u.id == UserId(3)).expect("user");
-        assert_eq!((user.packages, user.remaining_us), (1, None));
     }
 }

@@ -164,10 +164,18 @@ impl HttpServer {
         self.addr
     }
 
-    /// The dashboard's URL (`http://` or `https://`).
+    /// The dashboard's URL (`http://` or `https://`); a wildcard address (`0.0.0.0`, `::`)
+    /// is given as loopback, where this machine reaches it.
     pub fn url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
-        format!("{scheme}://{}/", self.addr)
+        let mut addr = self.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        format!("{scheme}://{addr}/")
     }
 
     /// Stops serving and joins the thread. Idempotent.

@@ -12,7 +12,7 @@ pub mod schema;
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::{Bytes, BytesMut};
-use rtpool_core::{Core, UserId};
+use rtpool_core::{Core, PackageView, UserId};
 use rtpool_proto::msgpack::Writer;
 
 use self::histogram::FsyncCounts;
@@ -89,9 +89,11 @@ pub fn build(
     totals.insert("failed", recorder.failed);
     let mut users: HashMap<UserId, UserStatus> = HashMap::new();
     let mut classes: HashMap<(UserId, i32), ClassStatus> = HashMap::new();
-    let mut packages: Vec<PackageStatus> = core
+    // Cheap copies first; names and the package rows only for the listed ones, so a master
+    // with many small packages pays O(packages) integer work here, not string copies.
+    let mut views: Vec<PackageView> = core
         .package_views()
-        .map(|p| {
+        .inspect(|p| {
             let u = users.entry(p.user).or_insert_with(|| UserStatus {
                 user: name(p.user),
                 ..UserStatus::default()
@@ -102,35 +104,34 @@ pub fn build(
             let c = classes.entry((p.user, p.priority)).or_default();
             c.queued += u64::from(p.counts.queued);
             c.running += u64::from(p.counts.running);
-            PackageStatus {
-                id: p.id.0,
-                user: u.user.clone(),
-                tasks: p.counts.total,
-                queued: p.counts.queued,
-                running: p.counts.running,
-                done: p.counts.done,
-                failed: recorder.failed_of(p.id),
-                cancelled: p.counts.cancelled,
-                priority: p.priority,
-                deadline_in_s: p.deadline.map(|d| (d.0 as f64 - core_now.0 as f64) / 1e9),
-                met: p.counts.met,
-                missed: p.counts.missed,
-            }
         })
         .collect();
-    packages.sort_unstable_by_key(|p| std::cmp::Reverse(p.id));
-    let packages_omitted = packages.len().saturating_sub(MAX_PACKAGES);
-    packages.truncate(MAX_PACKAGES);
-    for v in core.user_views() {
-        let u = users.entry(v.id).or_insert_with(|| UserStatus {
-            user: name(v.id),
-            ..UserStatus::default()
-        });
-        if let Some(remaining) = v.remaining_us {
-            // Without a store record, the quota is what is left plus what was used here.
-            u.quota_s = Some(remaining.max(0) as f64 / 1e6);
-        }
+    let packages_omitted = views.len().saturating_sub(MAX_PACKAGES);
+    if packages_omitted > 0 {
+        views.select_nth_unstable_by_key(MAX_PACKAGES - 1, |p| std::cmp::Reverse(p.id));
+        views.truncate(MAX_PACKAGES);
     }
+    views.sort_unstable_by_key(|p| std::cmp::Reverse(p.id));
+    let packages: Vec<PackageStatus> = views
+        .iter()
+        .map(|p| PackageStatus {
+            id: p.id.0,
+            user: users
+                .get(&p.user)
+                .map(|u| u.user.clone())
+                .unwrap_or_default(),
+            tasks: p.counts.total,
+            queued: p.counts.queued,
+            running: p.counts.running,
+            done: p.counts.done,
+            failed: recorder.failed_of(p.id),
+            cancelled: p.counts.cancelled,
+            priority: p.priority,
+            deadline_in_s: p.deadline.map(|d| (d.0 as f64 - core_now.0 as f64) / 1e9),
+            met: p.counts.met,
+            missed: p.counts.missed,
+        })
+        .collect();
     for (id, r) in &recorder.users {
         let u = users.entry(*id).or_insert_with(|| UserStatus {
             user: name(*id),
@@ -294,6 +295,63 @@ mod tests {
         assert_eq!(mine.users[0].user, "alice");
         assert_eq!(mine.packages_omitted, 0);
         assert_eq!(mine.totals.get("queued"), Some(&4));
+    }
+
+    #[test]
+    fn a_snapshot_lists_the_newest_packages_and_counts_every_one() {
+        use rtpool_core::{ClientId, Event, FnHash, PackageId, PackageOpts};
+        let mut core = Core::default();
+        let mut out = Vec::new();
+        let now = rtpool_core::Instant(0);
+        let client = ClientId(1);
+        core.handle(
+            Event::ClientJoined {
+                client,
+                user: UserId(0),
+            },
+            now,
+            &mut out,
+        );
+        let n = MAX_PACKAGES as u64 + 5;
+        for id in 1..=n {
+            let event = Event::Submit {
+                client,
+                req_id: id,
+                package: PackageId(id),
+                fn_hash: FnHash([7; 32]),
+                fn_code: Bytes::from_static(b"code"),
+                opts: PackageOpts {
+                    priority: (id % 2) as i32,
+                    ..PackageOpts::default()
+                },
+                tasks: vec![Bytes::new(); 2],
+            };
+            core.handle(event, now, &mut out);
+        }
+        let names = vec!["alice".to_owned()];
+        let status = build(
+            &core,
+            &Recorder::new(true),
+            &names,
+            &MasterFacts::default(),
+            None,
+            now,
+        );
+        assert_eq!(status.packages.len(), MAX_PACKAGES);
+        assert_eq!(status.packages_omitted, 5);
+        assert_eq!(status.packages[0].id, n);
+        assert_eq!(status.packages[MAX_PACKAGES - 1].id, 6);
+        assert_eq!(status.packages[0].user, "alice");
+        // Users and classes count every package, listed or not.
+        assert_eq!(status.users[0].packages, n as usize);
+        assert_eq!(status.users[0].queued, 2 * n);
+        let queued: Vec<(i32, u64)> = status
+            .classes
+            .iter()
+            .map(|c| (c.priority, c.queued))
+            .collect();
+        assert_eq!(queued, vec![(0, 2 * (n / 2)), (1, 2 * (n - n / 2))]);
+        assert_eq!(status.totals.get("queued"), Some(&(2 * n)));
     }
 
     #[test]

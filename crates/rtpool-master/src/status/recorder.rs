@@ -156,6 +156,15 @@ impl Recorder {
                 }
             }
             Event::Credit { worker, .. } | Event::Returned { worker, .. } => self.seen(*worker),
+            // A package the journal replayed: no `Accepted` comes for it.
+            Event::Restore(p) => {
+                let record = PackageRecord {
+                    user: p.user,
+                    priority: p.opts.priority,
+                    failed: 0,
+                };
+                self.packages.insert(p.package, record);
+            }
             Event::Submit { package, opts, .. } | Event::SubmitCalls { package, opts, .. } => {
                 if let Some(user) = user() {
                     self.pending = Some((*package, user, opts.priority));
