@@ -121,7 +121,8 @@ def progress(
     The bar shows done/total, failed and cancelled counts, the rate (tasks per second) and
     the time left, like Dask's ``progress``. It is drawn only where someone can see it: a
     terminal or a Jupyter notebook (``show=None``, the default); in a log file or a pipe
-    nothing is printed, and the call only waits. Ctrl-C stops the bar (the tasks go on).
+    nothing is printed, and the call only waits. Ctrl-C closes the bar and raises
+    ``KeyboardInterrupt`` as usual; the tasks go on.
 
     Example::
 
