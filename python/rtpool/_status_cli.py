@@ -20,8 +20,8 @@ __all__ = ["add_arguments", "render", "run"]
 _HELP = """\
 Show a master's workers, queues, rates, latencies, deadlines and users: one table and exit,
 a live view (--watch, Ctrl-C to leave) or JSON for scripts (--json). The token is the
-client token: $RTPOOL_TOKEN, else --token-file, else DATA_DIR/client.token (a master on
-this machine).
+client token: from --token-file, else $RTPOOL_TOKEN, else DATA_DIR/client.token (a master
+on this machine).
 
 examples:
   rtpool status
@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
         "--token-file",
         default=None,
         metavar="PATH",
-        help="read the client token from PATH (default: $RTPOOL_TOKEN, else DATA_DIR/client.token)",
+        help="read the client token from PATH (without it: $RTPOOL_TOKEN, else "
+        "DATA_DIR/client.token)",
     )
     parser.add_argument(
         "--data-dir",
