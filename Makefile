@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.rtpool-installed
 CARGO ?= cargo
 # The Python package's native module is rebuilt whenever a Rust or packaging file changes.
-NATIVE_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
+NATIVE_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml -o -name '*.html' 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
 
 .DEFAULT_GOAL := help
 .PHONY: help install fmt lint test test-rust test-python bench bench-ninf bench-ops demo clean

@@ -62,11 +62,14 @@ __all__ = [
     "Transaction",
     "UnknownFunctionError",
     "__version__",
+    "as_completed",
     "errors",
+    "progress",
     "remote",
 ]
 
 if TYPE_CHECKING:
+    from ._progress import as_completed, progress
     from .client import CallFuture, Client, Package, Transaction
     from .cluster import LocalCluster
     from .rpc.annotations import Array, In, InOut, Out
@@ -79,6 +82,8 @@ _LAZY.update(CallFuture="client", Transaction="client", SlurmCluster="slurm")
 # Grid RPC (docs/rpc.md): named remote functions and their interfaces.
 _LAZY.update(dict.fromkeys(["Array", "In", "InOut", "Out"], "rpc.annotations"))
 _LAZY.update(Interface="rpc.interface", remote="rpc.remote")
+# Progress of a user's own work (docs/status.md).
+_LAZY.update(progress="_progress", as_completed="_progress")
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterator, List
 from ._anytime import gather as _gather
 from ._connection import _Connection, _Segment
 from ._future import Future
+from ._progress import Progress, _html_bar, _Tracker
 from ._protocol import STATUS_MISSED
 
 __all__ = ["Package"]
@@ -25,6 +26,7 @@ class Package:
         self._conn = conn
         self.futures: List[Future] = futures
         self._segments = segments
+        self._tracker: _Tracker | None = None
 
     def __len__(self) -> int:
         return len(self.futures)
@@ -63,6 +65,26 @@ class Package:
     def done(self) -> bool:
         """True when every task has a result (or was cancelled)."""
         return all(f.done() for f in self.futures)
+
+    @property
+    def progress(self) -> Progress:
+        """How far the package is, as this client sees it: ``Progress(done, total, failed,
+        cancelled)``, with ``pending`` and ``fraction``. No round-trip to the master.
+
+        Cheap: the first read attaches a done-callback to each future, later reads only copy
+        three counters. For the master's view (queued, running) see :meth:`status`; for a
+        live bar, ``rtpool.progress(package)``.
+        """
+        return self._progress_tracker().snapshot()
+
+    def _progress_tracker(self) -> _Tracker:
+        if self._tracker is None:
+            self._tracker = _Tracker(self.futures)
+        return self._tracker
+
+    def _repr_html_(self) -> str:
+        # A notebook shows a package as a bar with its counts (re-run the cell to refresh).
+        return _html_bar(self.progress, "rtpool.Package")
 
     def results(
         self, timeout: float | None = None, *, until: Any = None, default: Any = None

@@ -1,4 +1,5 @@
-"""The ``rtpool`` command: ``master``, ``worker``, ``token``, ``slurm``, ``demo`` and ``bench``.
+"""The ``rtpool`` command: ``master``, ``worker``, ``token``, ``slurm``, ``status``, ``demo`` and
+``bench``.
 
 Heavy imports are deferred to the subcommand that needs them, so ``rtpool worker`` starts
 quickly and ``rtpool --help`` works without the native module.
@@ -111,6 +112,12 @@ def _parser() -> argparse.ArgumentParser:
 
     slurm = sub.add_parser("slurm", help="run workers as Slurm jobs for a master: up, down")
     _slurm_cli.add_arguments(slurm, _default_data_dir)
+    from . import _status_cli
+
+    status = sub.add_parser(
+        "status", help="a master's workers, queues, rates, latencies, deadlines and users"
+    )
+    _status_cli.add_arguments(status, _default_data_dir)
     sub.add_parser(
         "demo",
         help="factorization benchmark on a LocalCluster: speed-up, efficiency, per-task times",
@@ -208,6 +215,10 @@ def main(argv: List[str] | None = None) -> int:
         from . import _slurm_cli
 
         return _slurm_cli.run(args)
+    if args.command == "status":
+        from . import _status_cli
+
+        return _status_cli.run(args)
     raise AssertionError(args.command)
 
 

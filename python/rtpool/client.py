@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import weakref
+from typing import Any, Dict
 
+from ._cluster_status import StatusChannel
 from ._connection import _Connection
 from ._dial import Address, TlsOption, default_name
 from ._future import Future
@@ -86,6 +88,7 @@ class Client(_Submitter):
             reconnect_timeout,
         )
         self._rpc = RpcChannel(self._conn)
+        self._status = StatusChannel(self._conn)
         # A client dropped without shutdown() closes once its pending tasks are done.
         self._finalizer = weakref.finalize(self, self._conn.shutdown, False)
 
@@ -107,6 +110,23 @@ class Client(_Submitter):
     def reconnects(self) -> int:
         """How many times the client reconnected to the master after losing the connection."""
         return self._conn.reconnects
+
+    def status(self, timeout: float = 10.0) -> Dict[str, Any]:
+        """The master's status snapshot: what ``rtpool status`` and the dashboard show.
+
+        One ``CLUSTER_STATUS`` round trip; the same map the master's ``GET /api/status``
+        serves as JSON. Keys: ``master``, ``totals``, ``rates``, ``latency``, ``deadlines``,
+        ``workers``, ``packages``, ``users`` (schema in ``docs/operations.md``). With a
+        per-user token, the ``packages`` and ``users`` rows are this user's only.
+
+        Args:
+            timeout: Seconds to wait for the answer.
+
+        Raises:
+            TimeoutError: The master did not answer in time.
+            ConnectionLost: The connection is gone for good.
+        """
+        return self._status.status(timeout)
 
     @property
     def max_frame_bytes(self) -> int:
