@@ -538,9 +538,6 @@ def test_statefulset_master_takes_the_tokens_its_init_container_copies(tmp_path)
     args[args.index("--listen") + 1] = "127.0.0.1:0"
     args[args.index("--data-dir") + 1] = str(data)
     args[args.index("--http") + 1] = "127.0.0.1:0"
-    if not master_has_http():
-        # This master predates the HTTP listener (issue 14): run the rest of the arguments.
-        del args[args.index("--http") : args.index("--http") + 2]
     # What secretKeyRef puts in RTPOOL_HTTP_TOKEN: the file's bytes.
     master_env = {**os.environ, "RTPOOL_HTTP_TOKEN": (secret / "http.token").read_text()}
     log = tmp_path / "master.log"
@@ -572,17 +569,6 @@ def test_statefulset_master_takes_the_tokens_its_init_container_copies(tmp_path)
         stop_process(master)
         if master.stdout is not None:
             master.stdout.close()
-
-
-def master_has_http() -> bool:
-    """Whether this build's ``rtpool master`` has ``--http`` (issue 14's HTTP listener)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "rtpool", "master", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return "--http " in out.stdout
 
 
 def workers_seen(log: Path) -> set:

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Iterator, Set
 
@@ -78,7 +79,8 @@ def squeue_ids() -> Set[str]:
 
 
 def test_package_runs_on_slurm_workers_named_by_job_id(slurm, tmp_path):
-    with rtpool.SlurmCluster(workers=2, job_dir=tmp_path) as cluster:
+    options = {"http": "127.0.0.1:0"}
+    with rtpool.SlurmCluster(workers=2, job_dir=tmp_path, master_options=options) as cluster:
         ids = cluster.job_ids
         assert len(ids) == 2 and set(ids) <= squeue_ids()
         cluster.wait_for_workers(2, timeout=_JOB_START_S)
@@ -88,6 +90,15 @@ def test_package_runs_on_slurm_workers_named_by_job_id(slurm, tmp_path):
         ]
         names = set(client.submit_many(lambda _: worker_name(), range(20)).results(timeout=30))
         assert names and names <= {f"slurm-{j}" for j in ids}
+        # Accounting: the job ids label the per-worker metrics (the snapshot behind /metrics
+        # is rebuilt about once a second: wait for the series rather than read once).
+        url = cluster._master.dashboard_url + "metrics"
+
+        def job_series():
+            text = urllib.request.urlopen(url, timeout=10).read().decode()
+            return set(re.findall(r'rtpool_worker_exec_seconds_total\{worker="slurm-(\d+)', text))
+
+        assert wait_until(lambda: job_series() >= {j for j in ids}, timeout=10), job_series()
         # The token is in a 0600 file only: not in the script, the job record or `ps`.
         token = cluster._master.worker_token
         assert token not in Path(tmp_path, "worker.sh").read_text()
@@ -174,53 +185,12 @@ def test_adapt_scales_up_with_the_queue_and_down_when_idle(slurm, tmp_path):
         assert cluster.jobs() == {} and cluster.job_ids == []
 
 
-def _snapshot_with_deadline(cluster, pkg, deadline_at: float, task_s: float):
-    """The status snapshot (docs/operations.md) of ``cluster``'s master as CLUSTER_STATUS
-    will give it, built from what this branch's master serves: the totals from ``stats()``,
-    the package's counters from its real STATUS_REPLY (``Package.status``) and the deadline it
-    was submitted with; ``exec_s`` from the completed tasks (each sleeps ``task_s``)."""
-
-    def snapshot():
-        stats = cluster.stats()
-        done = int(stats.get("delivered", 0))
-        packages = []
-        if pkg[0] is not None:
-            counts = pkg[0].status(timeout=10)
-            packages.append(
-                {
-                    "id": pkg[0].id,
-                    "queued": counts["queued"],
-                    "running": counts["running"],
-                    "done": counts["done"],
-                    "deadline_in_s": None if deadline_at is None else deadline_at - time.time(),
-                }
-            )
-        return {
-            "totals": {"queued": stats["queued"], "running": stats["running"]},
-            "workers": [{"name": "all", "exec_s": done * task_s, "done": done}],
-            "packages": packages,
-        }
-
-    return snapshot
-
-
-def test_adapt_scales_up_ahead_of_the_queue_for_a_deadline_at_risk(slurm, tmp_path, monkeypatch):
+def test_adapt_scales_up_ahead_of_the_queue_for_a_deadline_at_risk(slurm, tmp_path):
     markers = tmp_path / "markers"
     markers.mkdir()
     task_s, n = 0.5, 24  # 12 s of work
-    pkg = [None]
     with rtpool.SlurmCluster(job_dir=tmp_path / "jobs") as cluster:
         client = cluster.client()
-        deadline_at = [None]
-
-        def snapshot():
-            return _snapshot_with_deadline(cluster, pkg, deadline_at[0], task_s)()
-
-        if not hasattr(rtpool.Client, "status"):
-            # TODO(#14): drop with _snapshot_with_deadline once CLUSTER_STATUS (Client.status)
-            # is merged: adapt then reads the master's own snapshot (this test passed so on a
-            # merge of deploy2, ops-metrics and ops-ui).
-            monkeypatch.setattr(rtpool.slurm, "_status_snapshot", lambda master, probe: snapshot())
         # Until a task time is known adapt wants one slot per task: learn it on one job first.
         cluster.scale(1)
         cluster.wait_for_workers(1, timeout=_JOB_START_S)
@@ -232,22 +202,21 @@ def test_adapt_scales_up_ahead_of_the_queue_for_a_deadline_at_risk(slurm, tmp_pa
         cluster.adapt(minimum=1, maximum=3, interval_s=0.2, cooldown_s=60, target_s=60, startup_s=1)
         # The same package without a deadline: the task time gets known, the pool stays at 1.
         items = [(str(markers), i, task_s) for i in range(n)]
-        pkg[0] = client.submit_many(marked_square, items, star=True)
+        pkg = client.submit_many(marked_square, items, star=True)
         most = 0
-        while not pkg[0].done():
+        while not pkg.done():
             most = max(most, len(cluster.job_ids))
             time.sleep(0.05)
-        assert pkg[0].results(timeout=0) == [i * i for i in range(n)]
+        assert pkg.results(timeout=0) == [i * i for i in range(n)]
         assert most == 1, "the queue alone wanted more than 1 job"
         # With a deadline 6 s away the work needs 12 s / (6 - 1) s -> 3 slots: 3 jobs at once.
-        deadline_at[0] = time.time() + 6.0
         for path in markers.iterdir():
             path.unlink()
-        pkg[0] = client.options(deadline=6.0).submit_many(marked_square, items, star=True)
+        pkg = client.options(deadline=6.0).submit_many(marked_square, items, star=True)
         t0 = time.monotonic()
         wait_until(lambda: len(cluster.job_ids) == 3, timeout=5, interval=0.05)
         up_s = time.monotonic() - t0
-        assert pkg[0].results(timeout=60) == [i * i for i in range(n)]
+        assert pkg.results(timeout=60) == [i * i for i in range(n)]
         ran_on = {name for p in markers.iterdir() for name in p.read_text().split()[1::2]}
         print(f"adapt up for the deadline in {up_s:.2f} s; ran on {sorted(ran_on)}")
 
