@@ -32,6 +32,8 @@ def missing_requirements(command: str, argv: Sequence[str]) -> List[str]:
     needs = dict(_NEEDS)
     if command == "bench" and argv[:1] == ["ninf"]:
         needs.update(_NEEDS_LINALG)
+    if command == "demo" and argv[:1] == ["chess"]:
+        needs["chess"] = "bench"
     missing = {extra for name, extra in needs.items() if importlib.util.find_spec(name) is None}
     return sorted(missing)
 

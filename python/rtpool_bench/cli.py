@@ -213,6 +213,10 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
     Returns:
         0 when every result was verified, 1 when a result was wrong, 2 on bad arguments.
     """
+    if list(argv or [])[:1] == ["chess"]:
+        from . import chess_cli
+
+        return chess_cli.main(list(argv)[1:])
     from . import demo
 
     args = demo_parser().parse_args(argv)
