@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.json:
         print(
             f"{'move':>5} {'side':5} {'engine':11} {'SAN':7} {'nodes':>8} {'depth':>5} "
-            f"{'tasks':>5} {'used ms':>8} {'margin ms':>9}  deadline"
+            f"{'tasks':>5} {'CPU ms':>7} {'used ms':>8} {'margin ms':>9}  deadline"
         )
     result = chess_game.play_game(
         args.workers,
@@ -100,7 +100,8 @@ def _ply_line(p: Dict) -> str:
         verdict += " (no task in time: depth-1 fallback)"
     return (
         f"{p['number']:>5} {p['side']:5} {p['engine']:11} {p['san']:7} {p['nodes']:>8} "
-        f"{p['depth']:>5} {p['tasks_in_time']:>2}/{p['tasks']:<2} {p['elapsed_ms']:>8.1f} "
+        f"{p['depth']:>5} {p['tasks_in_time']:>2}/{p['tasks']:<2} {p['cpu_ms']:>7.0f} "
+        f"{p['elapsed_ms']:>8.1f} "
         f"{p['margin_ms']:>9.1f}  {verdict}"
     )
 
@@ -127,8 +128,10 @@ def _print_summary(result: Dict) -> None:
             f"margin {e['margin_ms_min']} ms); nodes p50 {e['nodes_p50']}, depth p50 "
             f"{e['depth_p50']}"
         )
-    r = s["nodes_ratio"]
-    print(
-        f"nodes distributed/single per move number: p50 {r['per_move_p50']} (min {r['min']}, "
-        f"max {r['max']}, {r['moves']} moves); moves late: {s['late_total']}"
-    )
+    for key, what in (("nodes", "nodes"), ("cpu_ms", "CPU time the searches got")):
+        r = s[f"{key}_ratio"]
+        print(
+            f"{what} distributed/single per move number: p50 {r['per_move_p50']} (min "
+            f"{r['min']}, max {r['max']}, {r['moves']} moves)"
+        )
+    print(f"moves late: {s['late_total']} of {s['distributed']['moves'] + s['single']['moves']}")

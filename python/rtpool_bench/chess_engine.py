@@ -199,9 +199,10 @@ def search(fen: str, moves_uci: Sequence[str], budget_s: float, max_depth: int =
     Returns:
         ``best`` (UCI), ``score`` (centipawns for the side to move), ``depth`` (deepest
         completed), ``by_depth`` (``[(depth, best UCI, score), ...]``), ``nodes``,
-        ``seconds``.
+        ``seconds`` (wall) and ``cpu_s`` (CPU time this search got: below ``seconds`` when
+        the worker shared its CPU).
     """
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     board = chess.Board(fen)
     s = _Search(board, t0 + budget_s)
     moves = [chess.Move.from_uci(u) for u in moves_uci]
@@ -225,6 +226,7 @@ def search(fen: str, moves_uci: Sequence[str], budget_s: float, max_depth: int =
         "by_depth": by_depth,
         "nodes": s.nodes,
         "seconds": time.monotonic() - t0,
+        "cpu_s": time.process_time() - cpu0,
     }
 
 
@@ -235,7 +237,7 @@ def pick(results: Sequence[Dict]) -> Dict:
     depths are not comparable: odd depths flatter the side to move).
 
     Returns:
-        ``best``, ``score``, ``depth`` (the common depth) and ``nodes`` (the sum).
+        ``best``, ``score``, ``depth`` (the common depth), ``nodes`` and ``cpu_s`` (sums).
     """
     if not results:
         raise ValueError("no search results to pick from")
@@ -249,6 +251,7 @@ def pick(results: Sequence[Dict]) -> Dict:
         "score": best[1],
         "depth": depth,
         "nodes": sum(r["nodes"] for r in results),
+        "cpu_s": sum(r.get("cpu_s", 0.0) for r in results),
     }
 
 

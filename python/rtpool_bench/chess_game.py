@@ -50,7 +50,8 @@ def engine_move(client, board: chess.Board, shares: int, move_time_s: float) -> 
     """Search ``board`` in ``shares`` tasks and choose a move by the deadline.
 
     Returns:
-        ``move`` (a ``chess.Move``), ``nodes`` (of the tasks that finished in time), ``depth``,
+        ``move`` (a ``chess.Move``), ``nodes`` and ``cpu_s`` (of the tasks that finished in
+        time), ``depth``,
         ``score``, ``tasks``, ``tasks_in_time``, ``fallback`` (True: no task finished, the
         client's depth-1 move was played), ``elapsed_s`` (from the start of this call to the
         move).
@@ -65,11 +66,12 @@ def engine_move(client, board: chess.Board, shares: int, move_time_s: float) -> 
     left = t0 + move_time_s - CLIENT_RESERVE_S - time.monotonic()
     results = client.gather(futures, deadline=max(0.0, left), return_exceptions=True)
     done = [r for r in results if isinstance(r, dict)]
-    chosen = pick(done) if done else dict(pick([local]), nodes=0)
+    chosen = pick(done) if done else dict(pick([local]), nodes=0, cpu_s=0.0)
     elapsed = time.monotonic() - t0
     return {
         "move": chess.Move.from_uci(chosen["best"]),
         "nodes": chosen["nodes"],
+        "cpu_s": chosen["cpu_s"],
         "depth": chosen["depth"],
         "score": chosen["score"],
         "tasks": len(futures),
@@ -104,7 +106,8 @@ def play_game(
 
     Returns:
         ``plies`` (one record per move: ``ply``, ``number``, ``side``, ``engine``, ``san``,
-        ``uci``, ``nodes``, ``depth``, ``score``, ``tasks``, ``tasks_in_time``, ``fallback``,
+        ``uci``, ``nodes``, ``cpu_ms`` (CPU time the searches got), ``depth``, ``score``,
+        ``tasks``, ``tasks_in_time``, ``fallback``,
         ``elapsed_ms``, ``margin_ms`` (deadline minus time used; negative: late), ``late``),
         ``result``, ``termination``, ``final_fen``, ``pgn_moves``, ``summary``, ``settings``.
     """
@@ -172,6 +175,7 @@ def _record(board: chess.Board, ply: int, m: Dict, distributed: bool, move_time_
         "san": board.san(m["move"]),
         "uci": m["move"].uci(),
         "nodes": m["nodes"],
+        "cpu_ms": round(m["cpu_s"] * 1000, 1),
         "depth": m["depth"],
         "score": m["score"],
         "tasks": m["tasks"],
@@ -200,22 +204,29 @@ def summarize(plies: List[Dict], move_time_s: float) -> Dict:
             "nodes_p50": percentile([p["nodes"] for p in mine], 50),
             "depth_p50": percentile([p["depth"] for p in mine], 50),
         }
-    by_number: Dict[int, Dict[str, int]] = {}
+    for key in ("nodes", "cpu_ms"):
+        ratios = _per_move_ratios(plies, key)
+        out[f"{key}_ratio"] = {
+            "per_move_p50": _r(percentile(ratios, 50)),
+            "min": _r(min(ratios, default=None)),
+            "max": _r(max(ratios, default=None)),
+            "moves": len(ratios),
+        }
+    out["late_total"] = sum(p["late"] for p in plies)
+    return out
+
+
+def _per_move_ratios(plies: List[Dict], key: str) -> List[float]:
+    """distributed/single of ``key`` for each move number both engines played (White's ply
+    and Black's reply: different positions, so one ratio is noisy; their median is not)."""
+    by_number: Dict[int, Dict[str, float]] = {}
     for p in plies:
-        by_number.setdefault(p["number"], {})[p["engine"]] = p["nodes"]
-    ratios = [
+        by_number.setdefault(p["number"], {})[p["engine"]] = p[key]
+    return [
         n["distributed"] / n["single"]
         for n in by_number.values()
         if n.get("single") and "distributed" in n
     ]
-    out["nodes_ratio"] = {
-        "per_move_p50": _r(percentile(ratios, 50)),
-        "min": _r(min(ratios, default=None)),
-        "max": _r(max(ratios, default=None)),
-        "moves": len(ratios),
-    }
-    out["late_total"] = sum(p["late"] for p in plies)
-    return out
 
 
 def _r(x: float | None) -> float | None:
