@@ -15,12 +15,12 @@ from rtpool_bench import chess_engine, chess_game  # noqa: E402  (needs chess)
 
 MOVE_TIME_S = 0.5
 MOVES = 6
-# The client chooses its move at the gather deadline, CLIENT_RESERVE_S (30 ms) before the move
-# deadline, from results already received. What the reserve does not cover is the client
-# thread itself being woken late after cf.wait's timeout: on the 2-vCPU VM the suite runs on,
-# next to two worker processes and other jobs, a wake-up measured up to ~20 ms late. 50 ms on
-# top of the deadline is that, with room; a missing deadline check would overrun by a whole
-# search budget (hundreds of ms), far past it.
+# The client chooses its move at the gather deadline, CLIENT_RESERVE_S (50 ms) before the move
+# deadline, from results already received. What the reserve may not cover is the client thread
+# itself being woken late after cf.wait's timeout: it runs at normal priority, and on the
+# 2-vCPU VM the suite runs on, next to two worker processes and other jobs (load average 6), a
+# wake-up came 19 ms late. 50 ms on top of the deadline covers a wake-up up to 100 ms late; a
+# missing deadline check would overrun by a whole search budget (hundreds of ms), far past it.
 TOLERANCE_MS = 50.0
 
 
