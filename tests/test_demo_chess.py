@@ -69,6 +69,7 @@ def test_pick_compares_shares_at_their_common_depth():
     a = {"depth": 3, "nodes": 10, "by_depth": [(1, "a1", 50), (2, "a2", 10), (3, "a3", 90)]}
     b = {"depth": 2, "nodes": 7, "by_depth": [(1, "b1", 0), (2, "b2", 20)]}
     # a's depth-3 score (90) beats anything of b, but only depth 2 is common: b2 (20) > a2 (10).
-    assert chess_engine.pick([a, b]) == {"best": "b2", "score": 20, "depth": 2, "nodes": 17}
+    chosen = chess_engine.pick([a, b])
+    assert chosen == {"best": "b2", "score": 20, "depth": 2, "nodes": 17, "cpu_s": 0.0}
     with pytest.raises(ValueError):
         chess_engine.pick([])
