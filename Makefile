@@ -20,7 +20,7 @@ $(PY):
 	$(PIP) install -q --upgrade pip
 
 # Editable: python/ (rtpool and rtpool_bench) is on the venv's path. Extras: test (pytest),
-# bench (rtpool bench/demo: rich, hdrhistogram, matplotlib), linalg (numpy, scipy: bench ninf).
+# bench (rtpool bench/demo: rich, hdrhistogram, matplotlib, chess), linalg (numpy, scipy: bench ninf).
 $(STAMP): $(PY) $(NATIVE_SRC)
 	$(PIP) install -q "maturin>=1.5,<2" "ruff>=0.5"
 	$(PIP) install -q -e '.[test,bench,linalg]'

@@ -180,7 +180,8 @@ def demo_parser() -> argparse.ArgumentParser:
             "The factorization benchmark: seeded semiprimes (~10 ms of trial division each) run "
             "sequentially, on N plain processes (the parallel ceiling) and on a "
             "LocalCluster(workers=N); prints makespans, speed-up, efficiency, the per-task "
-            "measurement points (p50/p90) and the LocalCluster start-up time."
+            "measurement points (p50/p90) and the LocalCluster start-up time. "
+            "`rtpool demo chess --help`: the chess engine that must move in time."
         ),
     )
     ap.add_argument(
