@@ -41,10 +41,10 @@ CLIENT_RESERVE_S = 0.05
 
 
 def budget_s(move_time_s: float) -> float:
-    """Seconds a task searches: the move time less a reserve for the trip there and back
-    (submit, queue, assign, the last clock check up to ``CLOCK_EVERY`` nodes late, result,
-    the client's reserve): 20 ms + 5 % of the move time beyond the client's reserve (idle, a
-    task's result is back 5-15 ms after its budget ends)."""
+    """Seconds a task searches: the move time less the client's reserve, less 20 ms + 5 % of
+    the move time for the trip there and back (submit, queue, assign, the last clock check up
+    to ``CLOCK_EVERY`` nodes late, the result's way back; idle, a result is back 5-15 ms
+    after its budget ends)."""
     return max(0.01, move_time_s - CLIENT_RESERVE_S - 0.02 - 0.05 * move_time_s)
 
 
@@ -53,10 +53,9 @@ def engine_move(client, board: chess.Board, shares: int, move_time_s: float) -> 
 
     Returns:
         ``move`` (a ``chess.Move``), ``nodes`` and ``cpu_s`` (of the tasks that finished in
-        time), ``depth``,
-        ``score``, ``tasks``, ``tasks_in_time``, ``fallback`` (True: no task finished, the
-        client's depth-1 move was played), ``elapsed_s`` (from the start of this call to the
-        move).
+        time), ``depth``, ``score``, ``tasks``, ``tasks_in_time``, ``errors`` (of failed
+        tasks), ``fallback`` (True: no task finished, the client's depth-1 move was played),
+        ``elapsed_s`` (from the start of this call to the move).
     """
     t0 = time.monotonic()
     fen = board.fen()
