@@ -20,7 +20,7 @@ $(PY):
 	$(PIP) install -q --upgrade pip
 
 # Editable: python/ (rtpool and rtpool_bench) is on the venv's path. Extras: test (pytest),
-# bench (rtpool bench/demo: rich, hdrhistogram, matplotlib), linalg (numpy, scipy: bench ninf).
+# bench (rtpool bench/demo: rich, hdrhistogram, matplotlib, chess), linalg (numpy, scipy: bench ninf).
 $(STAMP): $(PY) $(NATIVE_SRC)
 	@echo "installing rtpool into $(VENV): pip builds the Rust core (cargo, release mode);" \
 	      "the first build takes about 3-5 minutes on 2 CPUs, later ones less (cargo's cache)"

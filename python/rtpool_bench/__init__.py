@@ -1,7 +1,7 @@
 """rtpool's benchmarks and demo: ``rtpool bench ...`` and ``rtpool demo``.
 
 A package of its own next to :mod:`rtpool`, so that ``import rtpool`` never loads it, nor its
-dependencies (``rich``, ``hdrhistogram``, ``matplotlib``: the ``bench`` extra,
+dependencies (``rich``, ``hdrhistogram``, ``matplotlib``, ``chess``: the ``bench`` extra,
 ``pip install 'rtpool[bench]'``; the Ninf benchmarks also need ``numpy`` and ``scipy``, the
 ``linalg`` extra). ``rtpool.cli`` hands ``bench`` and ``demo`` over to :func:`main`.
 
@@ -9,9 +9,10 @@ Modules by concern: :mod:`~rtpool_bench.cli` (parsers and dispatch), ``roundtrip
 latency, throughput, payload) and ``floor`` (the raw TCP floor), ``openloop`` (open-loop
 sending), ``interleave`` (interleaved blocks), ``openlatency``, ``deadline`` and ``hedge`` (the
 open-loop benches), ``realtime`` (SCHED_FIFO mode), ``recovery`` (worker loss, master restart,
-journal), ``ninf/`` (the Ninf paper's grid RPC benchmarks), ``demo`` (the factorization demo),
-``cpu`` (CPU use and hogs), ``stats`` (percentiles, machine facts), ``tasks`` (task functions
-the workers import), ``*_render`` (the tables).
+journal), ``deadline_load`` (``deadline --background-load``), ``ninf/`` (the Ninf paper's grid
+RPC benchmarks), ``demo`` (the factorization demo), ``chess_engine``/``chess_game``/``chess_cli``
+(``rtpool demo chess``), ``cpu`` (CPU use and hogs), ``stats`` (percentiles, machine facts),
+``tasks`` (task functions the workers import), ``*_render`` (the tables).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def missing_requirements(command: str, argv: Sequence[str]) -> List[str]:
     needs = dict(_NEEDS)
     if command == "bench" and argv[:1] == ["ninf"]:
         needs.update(_NEEDS_LINALG)
+    if command == "demo" and argv[:1] == ["chess"]:
+        needs["chess"] = "bench"
     missing = {extra for name, extra in needs.items() if importlib.util.find_spec(name) is None}
     return sorted(missing)
 

@@ -12,7 +12,8 @@ blocks in :mod:`rtpool_bench.interleave`).
   offered open loop at 80 % of the capacity measured in the same run (closed loop, enough in
   flight); the deadline-miss ratio, measured by the client (completion time from the intended
   send time over the budget) and, when the SDK and master have deadlines, by the futures'
-  ``lateness``.
+  ``lateness``. With ``--background-load``: normal and real-time mode, each idle and next to
+  one busy-loop process per core, interleaved (:mod:`rtpool_bench.deadline_load`).
 * **Hedge**: one of the workers 10x slower (only its environment has
   ``RTPOOL_BENCH_SLOWDOWN``); all-fast, one-slow and one-slow with ``options(hedge=True)``
   blocks interleaved at the same rate; p99 ratios to all-fast.
@@ -48,7 +49,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--levels", default="10,50,80,95", help="sweep levels, %% (default 10,50,80,95)")
     g.add_argument(
-        "--background-load", action="store_true", help="a CPU hog per core during every block"
+        "--background-load",
+        action="store_true",
+        help="a CPU hog per core during every block; deadline: normal and realtime mode, idle "
+        "and with the hogs, interleaved (the table and a histogram)",
     )
     g.add_argument(
         "--compare-load",
@@ -137,6 +141,10 @@ def run(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     result: Dict[str, object] = {"machine": machine_info()}
     if args.which == "latency":
         section, key = bench_open_latency(args, say), "open_loop"
+    elif args.which == "deadline" and args.background_load:
+        from .deadline_load import bench_deadline_load
+
+        section, key = bench_deadline_load(args, say), "deadline_load"
     elif args.which == "deadline":
         section, key = bench_deadline(args, say), "deadline"
     else:
@@ -148,8 +156,13 @@ def run(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         from rich.console import Console
 
         from . import openloop_render as rr
+        from .deadline_load import render as render_deadline_load
 
-        render = {"open_loop": rr.render_open_latency, "deadline": rr.render_deadline}
+        render = {
+            "open_loop": rr.render_open_latency,
+            "deadline": rr.render_deadline,
+            "deadline_load": render_deadline_load,
+        }
         render.get(key, rr.render_hedge)(section, Console())
     return 0 if _all_answered(key, section) else 1
 
@@ -158,6 +171,8 @@ def _all_answered(key: str, s: Dict[str, object]) -> bool:
     """Every task sent got its result, and none failed (but for missing a deadline)."""
     if key == "deadline":
         rows = [s]
+    elif key == "deadline_load":
+        rows = list(s["cells"].values())
     else:
         rows = list(s["configs"].values()) if key == "hedge" else s["configs"]
     return all(

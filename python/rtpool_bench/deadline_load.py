@@ -1,0 +1,194 @@
+"""``rtpool bench deadline --background-load``: the deadline bench in four configurations,
+normal and real-time mode, each idle and next to one busy-loop process per CPU (at normal
+priority), interleaved; the real-time Linux test (cyclictest under a CPU-bound load) for the
+pool.
+
+Two ``LocalCluster(workers=N)`` run side by side for the whole run, one normal and one with
+``realtime=True`` (the stock API: the embedded master and the workers on SCHED_FIFO as far as
+the OS permits, the client's own threads untouched). The real-time cluster's memory lock covers
+this whole process (its master is embedded), so the normal configurations run with locked
+memory too; scheduling, which is what the hogs contend for, stays as each mode sets it.
+
+Capacity (closed loop, 10 ms tasks) is measured idle on both clusters; all four configurations
+are offered the same rate, ``--load`` (0.8) of the lower of the two, so they differ only in
+mode and load. The two idle capacities give the throughput cost of real-time mode. Blocks of
+every configuration then run in a shuffled order each round, the pool drained between blocks
+(:func:`rtpool_bench.interleave.run_interleaved`); loaded blocks start their hogs before and
+stop them (by PID) after. Per configuration: the deadline-miss ratio (client side, and the
+SDK's ``lateness``), completion-time percentiles, and one cyclictest-style histogram of all
+four.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List
+
+from .deadline import DEADLINE_MISS_BAR, _deadline_figures, _deadline_keep
+from .interleave import Config, defaults, probe, run_interleaved
+from .openloop import (
+    histogram_of,
+    measure_capacity,
+    run_open_loop,
+    set_timer_slack_ns,
+    text_histogram,
+)
+from .stats import safe_ratio, usable_cpus
+from .tasks import spin
+
+MODES = ("normal", "realtime")
+
+
+def bench_deadline_load(args, say: Callable) -> Dict[str, object]:
+    """``rtpool bench deadline --background-load`` (see the module's docstring)."""
+    import rtpool
+
+    d = defaults("deadline", args)
+    task_ms, deadline_s = d["task_ms"], args.deadline_ms / 1000
+    load = args.load if args.load is not None else 0.8
+    hogs = args.hogs or usable_cpus()
+    window = 4 * args.workers
+    cap_n = 60 if args.quick else max(60, d["count"] // 10)
+    block_s = args.block_seconds or (0.5 if args.quick else 2.0)
+    set_timer_slack_ns(1000)
+    clusters: Dict[str, object] = {}
+    try:
+        for mode in MODES:
+            clusters[mode] = rtpool.LocalCluster(workers=args.workers, realtime=mode == "realtime")
+            clusters[mode].wait_for_workers(args.workers, timeout=30)
+        views, caps, notes = {}, {}, {}
+        for mode, cluster in clusters.items():
+            client = cluster.client()
+            say(f"deadline/{mode}: warm-up and idle capacity ({cap_n} tasks, {window} in flight)")
+            for _ in range(3):
+                run_open_loop(lambda c=client: c.submit(spin, task_ms), [0] * window, 30)
+            view, notes[mode] = probe(client, spin, (task_ms,), deadline=deadline_s)
+            views[mode] = view or client
+            caps[mode] = measure_capacity(
+                lambda c=client: c.submit(spin, task_ms), cap_n, window, 60
+            )
+            if not caps[mode]["tasks_per_s"]:
+                raise RuntimeError(f"{mode}: the capacity run finished too few tasks")
+        rate = load * min(c["tasks_per_s"] for c in caps.values())
+        configs: List[Config] = []
+        for mode in MODES:
+            for loaded in (False, True):
+                label = f"{mode}/{'hogs' if loaded else 'idle'}"
+                sub = views[mode]
+                configs.append(
+                    Config(
+                        label,
+                        rate,
+                        lambda s=sub: s.submit(spin, task_ms),
+                        loaded,
+                        keep=_deadline_keep,
+                    )
+                )
+        say(f"deadline: {len(configs)} configurations at {rate:.0f}/s, {hogs} hogs when loaded")
+
+        def stats() -> Dict[str, int]:
+            # Only one cluster works during a block: the sum's delta is that block's.
+            total: Dict[str, int] = {}
+            for cluster in clusters.values():
+                for k, v in cluster.stats().items():
+                    if isinstance(v, int):
+                        total[k] = total.get(k, 0) + v
+            return total
+
+        run_interleaved(
+            configs,
+            d["count"],
+            d["seconds"],
+            block_s,
+            args.arrivals,
+            hogs,
+            stats,
+            say,
+            lambda: [p for c in clusters.values() for p in c.worker_pids],
+            args.hog_nice,
+        )
+        realtime_report = clusters["realtime"].stats().get("realtime")
+    finally:
+        for cluster in reversed(list(clusters.values())):
+            cluster.close()
+    return _figures(args, configs, caps, rate, load, hogs, task_ms, notes, realtime_report)
+
+
+def _figures(args, configs, caps, rate, load, hogs, task_ms, notes, realtime_report) -> Dict:
+    deadline_s = args.deadline_ms / 1000
+    cells: Dict[str, Dict] = {}
+    series = {}
+    for c in configs:
+        row = c.result()
+        figs = _deadline_figures(
+            c.outcomes, deadline_s, notes[c.label.split("/")[0]] == "supported"
+        )
+        series[c.label] = histogram_of(figs.pop("_lat"))
+        row.update(figs)
+        row["bar_ok"] = row["client_miss_ratio"] is not None and (
+            row["client_miss_ratio"] <= DEADLINE_MISS_BAR
+        )
+        cells[c.label] = row
+    p999 = {k: v["completion"]["p99_9_us"] for k, v in cells.items()}
+    return {
+        "workers": args.workers,
+        "task": f"spin({task_ms:g}): {task_ms:g} ms of CPU time (busy loop)",
+        "deadline_ms": args.deadline_ms,
+        "load": load,
+        "hogs": hogs,
+        "hog_nice": args.hog_nice,
+        "arrivals": args.arrivals,
+        "capacity_idle": caps,
+        "realtime_capacity_cost": safe_ratio(
+            caps["realtime"]["tasks_per_s"], caps["normal"]["tasks_per_s"]
+        ),
+        "offered_per_s": round(rate, 1),
+        "sdk_notes": notes,
+        "realtime_report": realtime_report,
+        "cells": cells,
+        "hogs_over_idle_p99_9": {
+            m: safe_ratio(p999[f"{m}/hogs"], p999[f"{m}/idle"]) for m in MODES
+        },
+        "histogram": text_histogram(series),
+        "miss_ratio_bar": DEADLINE_MISS_BAR,
+    }
+
+
+def render(s: Dict[str, object], console) -> None:
+    """The table normal/realtime x idle/hogs, then the histogram."""
+    from rich.table import Table
+
+    from .openloop import format_text_histogram
+    from .stats import fmt_us
+
+    caps = s["capacity_idle"]
+    console.print(
+        f"[bold]Deadline under background load[/]: {s['task']}, deadline {s['deadline_ms']:g} "
+        f"ms, LocalCluster(workers={s['workers']}); idle capacity normal "
+        f"{caps['normal']['tasks_per_s']:,.1f}/s, realtime {caps['realtime']['tasks_per_s']:,.1f}"
+        f"/s (realtime/normal {s['realtime_capacity_cost']}); offered {s['offered_per_s']:,.1f}/s "
+        f"to every configuration ({s['load']:.0%} of the lower); hogs: {s['hogs']} busy loops "
+        f"at nice {s['hog_nice']}"
+    )
+    t = Table(title="Completion time from the intended send time", title_justify="left")
+    for col in ("config", "tasks", "late", "late %", "SDK late %", "p50", "p99", "p99.9", "max"):
+        t.add_column(col, justify="left" if col == "config" else "right", no_wrap=True)
+    for label, r in s["cells"].items():
+        c = r["completion"]
+        sdk = r["sdk_miss_ratio"]
+        t.add_row(
+            label,
+            str(r["sent"]),
+            str(r["client_misses"]),
+            f"{r['client_miss_ratio']:.2%}",
+            "-" if sdk is None else f"{sdk:.2%}",
+            *(fmt_us(c[k]) for k in ("p50_us", "p99_us", "p99_9_us", "max_us")),
+        )
+    console.print(t)
+    print(format_text_histogram(s["histogram"]), file=console.file, flush=True)
+    ratios = ", ".join(f"{m} {v}" for m, v in s["hogs_over_idle_p99_9"].items())
+    rt = s["realtime_report"] or {}
+    console.print(
+        f"p99.9 with hogs / idle: {ratios}; bar: late <= {s['miss_ratio_bar']:.1%}. Real-time "
+        f"mode (master): active {rt.get('active')}, warnings {rt.get('warnings') or 'none'}",
+        markup=False,
+    )
