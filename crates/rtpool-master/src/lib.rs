@@ -17,12 +17,14 @@
 //! [`error`] below them. A
 //! module never reaches up: the scheduler gets the instance id from [`handle`] as an argument.
 
+pub mod accept_backoff;
 pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod connection;
 pub mod data_dir;
 pub mod error;
+pub mod fd_limit;
 pub mod handle;
 pub mod journal;
 pub mod outbound;
