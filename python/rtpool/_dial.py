@@ -9,12 +9,14 @@ connection built on it (reader thread, reconnection) is ``_connection/``.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import ssl
+import time
 from typing import List, NamedTuple, Tuple, Union
 
 from . import _protocol as P
-from .errors import AuthenticationError, ConnectError, ProtocolError
+from .errors import AuthenticationError, ConnectError, MasterBusy, ProtocolError
 
 Address = Union[str, Tuple[str, int]]
 #: ``False``: plain TCP; ``True``: TLS checked against the system's trust store (or ``ca_file``);
@@ -22,6 +24,14 @@ Address = Union[str, Tuple[str, int]]
 TlsOption = Union[bool, ssl.SSLContext]
 
 _NAME_MAX_BYTES = 256
+
+#: How long :func:`connect` keeps retrying a master that answers ``busy`` (its connection
+#: limits are reached) before it raises :class:`~rtpool.errors.MasterBusy`.
+BUSY_TIMEOUT_S = 60.0
+#: First and longest pause between two attempts against a busy master (each pause is drawn
+#: between half and all of the current one, so peers refused together do not return together).
+BUSY_FIRST_PAUSE_S = 0.1
+BUSY_MAX_PAUSE_S = 5.0
 
 
 class Welcome(NamedTuple):
@@ -147,6 +157,8 @@ def _handshake_error(msg: list, where: str, role: str) -> Exception:
             f"master at {where} does not speak protocol version {P.PROTOCOL_VERSION} "
             f"({message}); use the same rtpool version on both sides"
         )
+    if code == P.ERR_BUSY:
+        return MasterBusy(f"master at {where} is busy: {message}")
     if code == P.ERR_SHUTDOWN:
         return ConnectError(f"master at {where} is shutting down ({message}); try again later")
     return ProtocolError(f"master at {where} refused the handshake: {code}: {message}")
@@ -162,8 +174,12 @@ def connect(
     timeout: float,
     tls: TlsOption = False,
     ca_file: str | None = None,
+    busy_timeout: float = BUSY_TIMEOUT_S,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """Open a connection to the master and complete the handshake.
+
+    A master that answers ``busy`` (its connection limits are reached) is tried again after a
+    jittered pause, 0.1 s doubling up to 5 s, for up to ``busy_timeout`` seconds.
 
     Args:
         address: ``"host:port"`` or ``(host, port)``.
@@ -175,6 +191,7 @@ def connect(
         tls: ``False`` for plain TCP, ``True`` for TLS checked against the system trust store
             (or ``ca_file``), or a ready ``ssl.SSLContext``.
         ca_file: PEM file of the certificates to trust (implies TLS).
+        busy_timeout: Seconds to keep retrying a busy master (0: do not retry).
 
     Returns:
         ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (an
@@ -184,9 +201,39 @@ def connect(
 
     Raises:
         ConnectError: The master cannot be reached or closed the connection.
+        MasterBusy: The master was still busy after ``busy_timeout`` seconds.
         AuthenticationError: The master refused the token.
         ProtocolError: The master answered something that is not a ``WELCOME``.
     """
+    started = time.monotonic()
+    pause = BUSY_FIRST_PAUSE_S
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            return _connect_once(address, role, token, name, slots, timeout, tls, ca_file)
+        except MasterBusy as exc:
+            waited = time.monotonic() - started
+            if waited + pause / 2 > busy_timeout:
+                raise MasterBusy(
+                    f"{exc} (gave up after {attempts} attempts in {waited:.1f} s); retry later, "
+                    "or ask the master's operator to raise --max-connections"
+                ) from None
+        time.sleep(random.uniform(pause / 2, pause))
+        pause = min(pause * 2, BUSY_MAX_PAUSE_S)
+
+
+def _connect_once(
+    address: Address,
+    role: str,
+    token: str,
+    name: str,
+    slots: int,
+    timeout: float,
+    tls: TlsOption,
+    ca_file: str | None,
+) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
+    """One attempt of :func:`connect`."""
     host, port = parse_address(address)
     where = f"{host}:{port}"
     context = tls_context(tls, ca_file)
