@@ -98,7 +98,40 @@ def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
             "is `rtpool master` running and reachable?"
         ) from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    _enable_keepalive(sock)
     return sock
+
+
+#: TCP keepalive of every connection to the master: first probe after 5 s of silence, then one
+#: a second, dropped after 3 unanswered (the master's side does the same).
+_KEEPALIVE = (
+    ("TCP_KEEPIDLE", 5),
+    ("TCP_KEEPINTVL", 1),
+    ("TCP_KEEPCNT", 3),
+)
+
+
+def _enable_keepalive(sock: socket.socket) -> None:
+    # Best effort: an option this OS lacks stays at its default.
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in _KEEPALIVE:
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    except OSError:
+        pass
+
+
+def _set_user_timeout(sock: socket.socket, lease_ms: int) -> None:
+    """Give up on data the master does not acknowledge within its lease (10 s without one),
+    instead of the kernel's ~15 minutes of retransmissions."""
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is None:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, option, max(lease_ms or 10_000, 1000))
+    except OSError:
+        pass
 
 
 def tls_context(tls: TlsOption, ca_file: str | None = None) -> ssl.SSLContext | None:
@@ -274,6 +307,7 @@ def _connect_once(
         if first[0] != P.WELCOME or len(first) not in (5, 7):  # 5: before lease_ms/instance
             raise ProtocolError(f"master at {where} answered HELLO with {first!r:.100}")
         welcome = Welcome(*first[1:])
+        _set_user_timeout(sock, welcome.lease_ms)
         reader.max_frame = welcome.max_frame_bytes
         sock.settimeout(None)
         return sock, welcome, reader, msgs[1:]

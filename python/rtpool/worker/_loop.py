@@ -168,6 +168,8 @@ class WorkerConnection(Session, Executing):
                     self._on_abort(msg[1], now)
                 elif kind == P.ERROR:
                     self._on_error(msg[1], msg[2])
+                elif kind == P.HEARTBEAT:
+                    pass  # the master's answer to ours: the path works
                 else:
                     raise Stop(EXIT_LOST, f"unexpected message kind {kind} from the master")
         except ProtocolError as exc:

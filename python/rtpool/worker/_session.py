@@ -6,8 +6,11 @@ socket, the frame reader, the send lock, the heartbeat thread, the self-pipe tha
 loop on a signal, and reconnection with backoff. What the messages mean is the loop's:
 :meth:`Session._recv_nowait` hands them to ``_on_messages``, which the loop defines.
 
-A background thread sends ``HEARTBEAT`` when nothing was sent for ``heartbeat_ms``, also while
-a task runs, so the master's lease never expires for a busy worker.
+A background thread sends ``HEARTBEAT`` when nothing was sent (or received) for
+``heartbeat_ms``, also while a task runs, so the master's lease never expires for a busy
+worker. The master answers them, so a worker that hears nothing for three leases plus a heartbeat
+knows the path is cut (a TCP connection over a dead path stays open for many minutes when
+nothing is sent) and reconnects.
 """
 
 from __future__ import annotations
@@ -130,6 +133,7 @@ class Session:
         with self._send_lock:
             self.sock = sock
             self._last_send = time.monotonic()
+        self._last_recv = time.monotonic()
         self.reader = reader
         self._early = early
         self.session = welcome.session
@@ -138,6 +142,12 @@ class Session:
             # At least three heartbeats per lease, whatever heartbeat_ms says.
             heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
         self.heartbeat_s = heartbeat_ms / 1000
+        # Silence from the master past this means the path is cut (it answers heartbeats). A
+        # dead path is usually noticed sooner, by the kernel (TCP_USER_TIMEOUT: our heartbeats
+        # go unacknowledged for the lease); this catches a path that still acknowledges but
+        # delivers nothing (a stalled relay or proxy), and is long enough not to leave a master
+        # that is only frozen for a few seconds (3 leases + a heartbeat: 10 s by default).
+        self.silence_s = 3 * (welcome.lease_ms or 3 * heartbeat_ms) / 1000 + self.heartbeat_s
         # An SSLSocket has no recvmsg and takes no recv flags; it may hold decrypted bytes
         # that select() does not see.
         self._tls = isinstance(sock, ssl.SSLSocket)
@@ -199,7 +209,9 @@ class Session:
         # Runs for the life of serve(), across reconnections; it also keeps the lease while a
         # task runs (in the executor process, or here between the task's bytecodes).
         while not self._hb_stop.wait(self.heartbeat_s / 2):
-            if time.monotonic() - self._last_send >= self.heartbeat_s * 0.9:
+            now = time.monotonic()
+            quiet = max(now - self._last_send, now - self._last_recv)
+            if quiet >= self.heartbeat_s * 0.9:
                 try:
                     with self._send_lock:
                         self.sock.sendall(_HEARTBEAT)
@@ -224,6 +236,7 @@ class Session:
             raise Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
         if not data:
             raise Stop(EXIT_LOST, "the master closed the connection")
+        self._last_recv = time.monotonic()
         try:
             msgs = self.reader.feed(data)
         except ProtocolError as exc:
@@ -240,11 +253,19 @@ class Session:
         if self._tls and self.sock.pending():
             self._recv_nowait()
             return
-        readable, _, _ = select.select([self.sock, self._wake_r], [], [])
+        # Bounded by the silence allowed: data that arrived meanwhile is seen at once.
+        left = max(0.0, self._last_recv + self.silence_s - time.monotonic())
+        readable, _, _ = select.select([self.sock, self._wake_r], [], [], left)
         if self._wake_r in readable:
             self._drain_wakeups()
         if self.sock in readable:
             self._recv_nowait()
+        elif not readable and time.monotonic() - self._last_recv >= self.silence_s:
+            raise Stop(
+                EXIT_LOST,
+                f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
+                "the path to it may be cut",
+            )
 
     # -- reconnection -----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 pub mod bounds;
 pub mod gate;
 mod handshake;
+pub mod keepalive;
 mod reader;
 
 use self::bounds::{Bounds, MAX_SLOTS};
@@ -274,6 +275,7 @@ async fn serve_halves<R, W>(
         served: false,
         pulled: false,
         bounds,
+        echoed_at: None,
     };
     let fatal = tokio::select! {
         fatal = reader.read_loop(&mut rd, buf) => fatal,
