@@ -207,7 +207,7 @@ def connect(
     timeout: float,
     tls: TlsOption = False,
     ca_file: str | None = None,
-    busy_timeout: float = BUSY_TIMEOUT_S,
+    busy_timeout: float | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """Open a connection to the master and complete the handshake.
 
@@ -224,7 +224,8 @@ def connect(
         tls: ``False`` for plain TCP, ``True`` for TLS checked against the system trust store
             (or ``ca_file``), or a ready ``ssl.SSLContext``.
         ca_file: PEM file of the certificates to trust (implies TLS).
-        busy_timeout: Seconds to keep retrying a busy master (0: do not retry).
+        busy_timeout: Seconds to keep retrying a busy master (0: do not retry; default
+            :data:`BUSY_TIMEOUT_S`).
 
     Returns:
         ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (an
@@ -238,6 +239,8 @@ def connect(
         AuthenticationError: The master refused the token.
         ProtocolError: The master answered something that is not a ``WELCOME``.
     """
+    if busy_timeout is None:
+        busy_timeout = BUSY_TIMEOUT_S
     started = time.monotonic()
     pause = BUSY_FIRST_PAUSE_S
     attempts = 0
