@@ -169,7 +169,7 @@ class WorkerConnection(Session, Executing):
                 elif kind == P.ERROR:
                     self._on_error(msg[1], msg[2])
                 elif kind == P.HEARTBEAT:
-                    pass  # the master's answer to ours: the path works
+                    self.master_answers = True  # its answer to ours: the path works
                 else:
                     raise Stop(EXIT_LOST, f"unexpected message kind {kind} from the master")
         except ProtocolError as exc:
@@ -396,6 +396,9 @@ class WorkerConnection(Session, Executing):
         if self.unsent:
             self._send_unsent()
         self._flush()
+        # At once, so the master's answer (which sets master_answers: a cut path is then
+        # noticed) comes right behind the first assignments.
+        self._send(P.encode(P.HEARTBEAT))
         queue = self.queue
         while not self.stopping:
             if queue:

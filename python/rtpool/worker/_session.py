@@ -134,6 +134,9 @@ class Session:
             self.sock = sock
             self._last_send = time.monotonic()
         self._last_recv = time.monotonic()
+        #: The master answered a heartbeat on this session (an older master never does: then
+        #: its silence means nothing).
+        self.master_answers = False
         self.reader = reader
         self._early = early
         self.session = welcome.session
@@ -255,12 +258,14 @@ class Session:
             return
         # Bounded by the silence allowed: data that arrived meanwhile is seen at once.
         left = max(0.0, self._last_recv + self.silence_s - time.monotonic())
-        readable, _, _ = select.select([self.sock, self._wake_r], [], [], left)
+        readable, _, _ = select.select(
+            [self.sock, self._wake_r], [], [], left if self.master_answers else None
+        )
         if self._wake_r in readable:
             self._drain_wakeups()
         if self.sock in readable:
             self._recv_nowait()
-        elif not readable and time.monotonic() - self._last_recv >= self.silence_s:
+        elif not readable and self.master_answers:
             raise Stop(
                 EXIT_LOST,
                 f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
