@@ -505,6 +505,27 @@ mod tests {
     }
 
     #[test]
+    fn the_admission_options_reach_the_configuration() {
+        let (c, _) = parse(&[
+            "--max-unauthenticated=5",
+            "--max-unauthenticated-per-host=2",
+            "--client-reserve=0",
+            "--handshake-timeout-ms=700",
+        ])
+        .unwrap();
+        assert_eq!(c.max_unauthenticated, Some(5));
+        assert_eq!(c.max_unauthenticated_per_host, Some(2));
+        assert_eq!(c.client_reserve, Some(0));
+        assert_eq!(c.handshake_timeout, Duration::from_millis(700));
+        let (d, _) = parse(&[]).unwrap();
+        assert_eq!((d.max_connections, d.max_unauthenticated), (0, None));
+        for bad in ["--max-unauthenticated=0", "--handshake-timeout-ms=0"] {
+            let e = parse(&[bad]).unwrap_err().to_string();
+            assert!(e.contains("above 0"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn bad_values_are_refused_naming_the_option() {
         for (args, expected) in [
             (&["--hedge-factor=1"][..], "must be a number above 1"),
