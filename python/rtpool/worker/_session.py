@@ -145,12 +145,6 @@ class Session:
             # At least three heartbeats per lease, whatever heartbeat_ms says.
             heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
         self.heartbeat_s = heartbeat_ms / 1000
-        # Silence from the master past this means the path is cut (it answers heartbeats). A
-        # dead path is usually noticed sooner, by the kernel (TCP_USER_TIMEOUT: our heartbeats
-        # go unacknowledged for the lease); this catches a path that still acknowledges but
-        # delivers nothing (a stalled relay or proxy), and is long enough not to leave a master
-        # that is only frozen for a few seconds (3 leases + a heartbeat: 10 s by default).
-        self.silence_s = 3 * (welcome.lease_ms or 3 * heartbeat_ms) / 1000 + self.heartbeat_s
         # An SSLSocket has no recvmsg and takes no recv flags; it may hold decrypted bytes
         # that select() does not see.
         self._tls = isinstance(sock, ssl.SSLSocket)
@@ -158,6 +152,12 @@ class Session:
         # A RESULT frame must fit the master's frame limit: results are batched up to this
         # many bytes, and a single larger result is replaced by an error.
         self.frame_budget = welcome.max_frame_bytes - RESULT_FRAME_OVERHEAD
+        # Silence from the master past this means the path is cut (it answers heartbeats). A
+        # dead path is usually noticed sooner, by the kernel (TCP_USER_TIMEOUT: our heartbeats
+        # go unacknowledged for the lease); this catches a path that still acknowledges but
+        # delivers nothing (a stalled relay or proxy), and is long enough not to leave a master
+        # that is only frozen for a few seconds (3 leases + a heartbeat: 10 s by default).
+        self.silence_s = 3 * (welcome.lease_ms or 3 * heartbeat_ms) / 1000 + self.heartbeat_s
         restarted = self.instance is not None and welcome.instance != self.instance
         self.instance = welcome.instance
         self.sessions += 1
@@ -212,15 +212,25 @@ class Session:
         # Runs for the life of serve(), across reconnections; it also keeps the lease while a
         # task runs (in the executor process, or here between the task's bytecodes).
         while not self._hb_stop.wait(self.heartbeat_s / 2):
-            now = time.monotonic()
-            quiet = max(now - self._last_send, now - self._last_recv)
-            if quiet >= self.heartbeat_s * 0.9:
+            if time.monotonic() - self._last_send >= self.heartbeat_s * 0.9:
                 try:
                     with self._send_lock:
                         self.sock.sendall(_HEARTBEAT)
                         self._last_send = time.monotonic()
                 except OSError:
                     pass  # the main loop finds the broken connection and reconnects
+            elif time.monotonic() - self._last_recv >= self.heartbeat_s * 0.9:
+                # Sending, but hearing nothing: ask for the master's answer (see _wait).
+                self._send_quietly(_HEARTBEAT)
+
+    def _send_quietly(self, data: bytes) -> None:
+        """Send ``data``; a broken connection is left for the main loop to find."""
+        try:
+            with self._send_lock:
+                self.sock.sendall(data)
+                self._last_send = time.monotonic()
+        except OSError:
+            pass
 
     def _recv_nowait(self) -> None:
         """Take whatever the socket holds without blocking."""
