@@ -13,7 +13,7 @@ import pytest
 import rtpool
 from conftest import MasterProcess, _read_listening_line
 from helpers import stop_process
-from rtpool.errors import ProtocolError
+from rtpool.errors import MasterBusy
 
 
 @pytest.fixture
@@ -42,10 +42,14 @@ def small_master(tmp_path: Path) -> Iterator[MasterProcess]:
 
 
 def test_a_client_beyond_the_connection_limit_is_refused_as_busy(
-    small_master: MasterProcess,
+    small_master: MasterProcess, monkeypatch
 ) -> None:
+    # The client retries `busy` with backoff (60 s by default), then says why it gave up.
+    monkeypatch.setattr("rtpool._dial.BUSY_TIMEOUT_S", 1.5)
     with rtpool.Client(small_master.address, small_master.client_token):
-        with pytest.raises(ProtocolError, match="busy.*--max-connections"):
+        with pytest.raises(
+            MasterBusy, match=r"busy.*--max-connections.*gave up after \d+ attempts"
+        ):
             rtpool.Client(small_master.address, small_master.client_token, connect_timeout=5)
 
 

@@ -9,13 +9,15 @@ connection built on it (reader thread, reconnection) is ``_connection/``.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import ssl
+import time
 from typing import List, NamedTuple, Tuple, Union
 
 from . import _protocol as P
 from ._tls_socket import LockedTlsSocket
-from .errors import AuthenticationError, ConnectError, ProtocolError
+from .errors import AuthenticationError, ConnectError, MasterBusy, ProtocolError
 
 Address = Union[str, Tuple[str, int]]
 #: ``False``: plain TCP; ``True``: TLS checked against the system's trust store (or ``ca_file``);
@@ -23,6 +25,14 @@ Address = Union[str, Tuple[str, int]]
 TlsOption = Union[bool, ssl.SSLContext]
 
 _NAME_MAX_BYTES = 256
+
+#: How long :func:`connect` keeps retrying a master that answers ``busy`` (its connection
+#: limits are reached) before it raises :class:`~rtpool.errors.MasterBusy`.
+BUSY_TIMEOUT_S = 60.0
+#: First and longest pause between two attempts against a busy master (each pause is drawn
+#: between half and all of the current one, so peers refused together do not return together).
+BUSY_FIRST_PAUSE_S = 0.1
+BUSY_MAX_PAUSE_S = 5.0
 
 
 class Welcome(NamedTuple):
@@ -95,7 +105,40 @@ def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
             "is `rtpool master` running and reachable?"
         ) from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    _enable_keepalive(sock)
     return sock
+
+
+#: TCP keepalive of every connection to the master: first probe after 5 s of silence, then one
+#: a second, dropped after 3 unanswered (the master's side does the same).
+_KEEPALIVE = (
+    ("TCP_KEEPIDLE", 5),
+    ("TCP_KEEPINTVL", 1),
+    ("TCP_KEEPCNT", 3),
+)
+
+
+def _enable_keepalive(sock: socket.socket) -> None:
+    # Best effort: an option this OS lacks stays at its default.
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in _KEEPALIVE:
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    except OSError:
+        pass
+
+
+def _set_user_timeout(sock: socket.socket, lease_ms: int) -> None:
+    """Give up on data the master does not acknowledge within its lease (10 s without one),
+    instead of the kernel's ~15 minutes of retransmissions."""
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is None:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, option, max(lease_ms or 10_000, 1000))
+    except OSError:
+        pass
 
 
 def tls_context(tls: TlsOption, ca_file: str | None = None) -> ssl.SSLContext | None:
@@ -154,6 +197,8 @@ def _handshake_error(msg: list, where: str, role: str) -> Exception:
             f"master at {where} does not speak protocol version {P.PROTOCOL_VERSION} "
             f"({message}); use the same rtpool version on both sides"
         )
+    if code == P.ERR_BUSY:
+        return MasterBusy(f"master at {where} is busy: {message}")
     if code == P.ERR_SHUTDOWN:
         return ConnectError(f"master at {where} is shutting down ({message}); try again later")
     return ProtocolError(f"master at {where} refused the handshake: {code}: {message}")
@@ -169,8 +214,12 @@ def connect(
     timeout: float,
     tls: TlsOption = False,
     ca_file: str | None = None,
+    busy_timeout: float | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """Open a connection to the master and complete the handshake.
+
+    A master that answers ``busy`` (its connection limits are reached) is tried again after a
+    jittered pause, 0.1 s doubling up to 5 s, for up to ``busy_timeout`` seconds.
 
     Args:
         address: ``"host:port"`` or ``(host, port)``.
@@ -182,6 +231,8 @@ def connect(
         tls: ``False`` for plain TCP, ``True`` for TLS checked against the system trust store
             (or ``ca_file``), or a ready ``ssl.SSLContext``.
         ca_file: PEM file of the certificates to trust (implies TLS).
+        busy_timeout: Seconds to keep retrying a busy master (0: do not retry; default
+            :data:`BUSY_TIMEOUT_S`).
 
     Returns:
         ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (with
@@ -192,9 +243,41 @@ def connect(
 
     Raises:
         ConnectError: The master cannot be reached or closed the connection.
+        MasterBusy: The master was still busy after ``busy_timeout`` seconds.
         AuthenticationError: The master refused the token.
         ProtocolError: The master answered something that is not a ``WELCOME``.
     """
+    if busy_timeout is None:
+        busy_timeout = BUSY_TIMEOUT_S
+    started = time.monotonic()
+    pause = BUSY_FIRST_PAUSE_S
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            return _connect_once(address, role, token, name, slots, timeout, tls, ca_file)
+        except MasterBusy as exc:
+            waited = time.monotonic() - started
+            if waited + pause / 2 > busy_timeout:
+                raise MasterBusy(
+                    f"{exc} (gave up after {attempts} attempts in {waited:.1f} s); retry later, "
+                    "or ask the master's operator to raise --max-connections"
+                ) from None
+        time.sleep(random.uniform(pause / 2, pause))
+        pause = min(pause * 2, BUSY_MAX_PAUSE_S)
+
+
+def _connect_once(
+    address: Address,
+    role: str,
+    token: str,
+    name: str,
+    slots: int,
+    timeout: float,
+    tls: TlsOption,
+    ca_file: str | None,
+) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
+    """One attempt of :func:`connect`."""
     host, port = parse_address(address)
     where = f"{host}:{port}"
     context = tls_context(tls, ca_file)
@@ -235,6 +318,7 @@ def connect(
         if first[0] != P.WELCOME or len(first) not in (5, 7):  # 5: before lease_ms/instance
             raise ProtocolError(f"master at {where} answered HELLO with {first!r:.100}")
         welcome = Welcome(*first[1:])
+        _set_user_timeout(sock, welcome.lease_ms)
         reader.max_frame = welcome.max_frame_bytes
         sock.settimeout(None)
         if context is not None:

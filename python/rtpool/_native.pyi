@@ -19,7 +19,8 @@ class Master:
         tls_key: PEM private key of ``tls_cert``.
         tls_self_signed: Serve TLS with a self-signed certificate generated into
             ``data_dir/tls/`` (needs ``data_dir``); see :attr:`tls_cert`.
-        max_connections: Connections served at once; more get ``ERROR busy`` (default 4096).
+        max_connections: Authenticated connections served at once; more get ``ERROR busy``
+            (default: from the open-file limit, which the master raises to its hard limit).
         max_buffered_bytes: Outbound bytes that may wait for one peer to read them before it
             is closed as a slow consumer (default 64 MiB).
         lease_ms: A worker silent this long is closed and its tasks requeued (default 3000;

@@ -22,6 +22,7 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "DeadlineMissedError",
+    "MasterBusy",
     "NotFetchedError",
     "PoisonTaskError",
     "ProtocolError",
@@ -48,6 +49,11 @@ class RtpoolError(Exception):
 
 class ConnectError(RtpoolError):
     """The master could not be reached (refused, unresolvable, timed out, closed early)."""
+
+
+class MasterBusy(ConnectError):
+    """The master answered ``busy`` (its connection limits are reached) to every attempt for
+    as long as the connection was retried; the message carries the master's reason."""
 
 
 class AuthenticationError(RtpoolError):

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::auth::{Authenticator, Tokens};
 use crate::config::MasterConfig;
+use crate::connection::gate::{Gate, Limits};
 use crate::connection::ConnCtx;
 use crate::data_dir::DataDirLock;
 use crate::error::MasterError;
@@ -170,11 +171,48 @@ fn conn_ctx(
         lease_ms: config.lease_ms,
         instance,
         tls,
-        max_connections: config.max_connections,
+        gate: Gate::new(admission_limits(config)),
         max_buffered_bytes: config.max_buffered_bytes,
         lease: millis(config.lease_ms),
         client_timeout: millis(config.client_timeout_ms),
     }))
+}
+
+/// The admission limits: the open-file limit raised to its hard limit first, since the default
+/// connection limit derives from it.
+fn admission_limits(config: &MasterConfig) -> Limits {
+    let nofile = crate::fd_limit::raise_nofile();
+    let max_connections = match (config.max_connections, nofile) {
+        (0, Some(l)) => crate::fd_limit::default_max_connections(l.soft),
+        (0, None) => 4096,
+        (n, _) => n,
+    };
+    let limits = Limits::derive(
+        max_connections,
+        config.max_unauthenticated,
+        config.max_unauthenticated_per_host,
+        config.client_reserve,
+    );
+    tracing::info!(
+        "connection limits: {} sessions ({} kept for clients), {} in handshake ({} per address, \
+         {} ms each)",
+        limits.max_connections,
+        limits.client_reserve,
+        limits.max_unauthenticated,
+        limits.max_unauthenticated_per_host,
+        config.handshake_timeout.as_millis()
+    );
+    if let Some(l) = nofile {
+        let needed = (limits.max_connections + limits.max_unauthenticated) as u64 + 128;
+        if needed > l.soft {
+            tracing::warn!(
+                "the open-file limit ({}) is below what these connection limits need (~{needed}); \
+                 the master pauses accepting when it runs out",
+                l.soft
+            );
+        }
+    }
+    limits
 }
 
 /// The scheduler, with the journal opened and replayed when there is a data dir.

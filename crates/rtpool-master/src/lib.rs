@@ -9,20 +9,23 @@
 //!
 //! Module dependencies form a DAG (checked by `scripts/check-imports`), from the top:
 //! [`cli`] (the command line of `rtpool-master` and `rtpool master`) and [`handle`] (running a
-//! master) -> [`server`] (accept loop) -> [`connection`] (handshake, reader) -> [`scheduler`]
-//! -> [`outbound`] (what goes out to a peer: [`outbound::Out`], the queue, the writer),
+//! master) -> [`server`] (accept loop) -> [`connection`] (handshake, admission, reader) ->
+//! [`scheduler`] -> [`outbound`] (what goes out to a peer: [`outbound::Out`], the queue, the writer),
 //! [`stats`], [`journal`], [`auth`] -> [`store`]; [`package_ids`] (the scheduler's package
-//! numbering), [`data_dir`] (the data dir's lock and modes), [`config`] (with
+//! numbering), [`data_dir`] (the data dir's lock and modes), [`fd_limit`] (the open-file
+//! limit), [`accept_backoff`] (the accept loop's pauses), [`config`] (with
 //! [`config::args`], the one definition of the master's options), [`tls`], [`realtime`] and
 //! [`error`] below them. A
 //! module never reaches up: the scheduler gets the instance id from [`handle`] as an argument.
 
+pub mod accept_backoff;
 pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod connection;
 pub mod data_dir;
 pub mod error;
+pub mod fd_limit;
 pub mod handle;
 pub mod http;
 pub mod journal;

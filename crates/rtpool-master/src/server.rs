@@ -1,17 +1,24 @@
 //! The accept loop and the shutdown sequence (as in mini-redis: broadcast stop, then wait until
 //! every connection task has finished).
+//!
+//! Each accepted connection first asks [`crate::connection::gate`] for a place; one refused is
+//! answered `ERROR busy` with the reason. When `accept` itself fails for want of descriptors
+//! or memory, [`AcceptBackoff`] pauses accepting instead of spinning.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
+use crate::accept_backoff::AcceptBackoff;
 use crate::connection::{self, ConnCtx};
 use crate::scheduler::{Scheduler, ToScheduler};
 
-/// Connections being refused with `ERROR busy` at once, at most.
+/// Connections being refused with `ERROR busy` (and their input drained) at once, at most;
+/// past that a refusal is written without waiting and the connection closed at once.
 const MAX_REFUSALS: usize = 64;
 
 /// Serve `listener` until `stop` turns true; then tell every peer, close every connection and
@@ -28,26 +35,47 @@ pub async fn serve(
     let scheduler = tokio::spawn(scheduler.run(sched_rx, sched_tx.clone()));
     let policy = tokio::spawn(ctx.auth.clone().poll_policy());
     let mut conns = JoinSet::new();
-    // Connections beyond the limit, being told `ERROR busy`; bounded too, past that they are
-    // closed without a word.
     let mut refusals = JoinSet::new();
     let conn_stop = stop.clone();
+    let mut backoff = AcceptBackoff::default();
+    // While out of descriptors: when to try `accept` again.
+    let mut paused_until: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+            accepted = listener.accept(), if paused_until.is_none() => match accepted {
+                Ok((stream, peer)) => {
+                    backoff.on_success();
                     while conns.try_join_next().is_some() {}
                     while refusals.try_join_next().is_some() {}
-                    if conns.len() < ctx.max_connections {
-                        conns.spawn(connection::serve(stream, ctx.clone(), sched_tx.clone(), conn_stop.clone()));
-                    } else if refusals.len() < MAX_REFUSALS {
-                        warn!("connection limit ({}) reached: refusing a connection", ctx.max_connections);
-                        refusals.spawn(connection::refuse_busy(stream, ctx.clone()));
+                    match ctx.gate.admit(peer.ip()) {
+                        Ok(place) => {
+                            conns.spawn(connection::serve(stream, place, ctx.clone(), sched_tx.clone(), conn_stop.clone()));
+                        }
+                        Err(refusal) => {
+                            if let Some(line) = ctx.gate.note_refusal(&refusal, Instant::now()) {
+                                warn!("{line}");
+                            }
+                            if refusals.len() < MAX_REFUSALS {
+                                refusals.spawn(connection::refuse_busy(stream, ctx.clone(), refusal));
+                            } else {
+                                connection::refuse_now(stream, &ctx, &refusal);
+                            }
+                        }
                     }
                 }
-                // Out of file descriptors and the like: log, and keep serving the others.
-                Err(e) => error!("accept failed: {e}"),
+                Err(e) => {
+                    let got = backoff.on_error(&e, Instant::now());
+                    if let Some(line) = got.log {
+                        error!("{line}");
+                    } else if got.pause.is_zero() {
+                        debug!("accept failed: {e}");
+                    }
+                    if !got.pause.is_zero() {
+                        paused_until = Some(tokio::time::Instant::now() + got.pause);
+                    }
+                }
             },
+            () = wait_until(paused_until), if paused_until.is_some() => paused_until = None,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
@@ -60,4 +88,10 @@ pub async fn serve(
     drop(sched_tx);
     let _ = scheduler.await;
     policy.abort();
+}
+
+async fn wait_until(at: Option<tokio::time::Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
 }

@@ -96,6 +96,8 @@ class _Receiver:
                 self._on_status_reply(msg)
             elif kind == P.ERROR:
                 self._on_error(msg[1], msg[2], msg[3])
+            elif kind == P.HEARTBEAT:
+                pass  # the master's answer to ours (issue 13: liveness)
             else:
                 handler = self._handlers.get(kind)
                 if handler is None:

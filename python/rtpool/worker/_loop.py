@@ -204,6 +204,8 @@ class WorkerConnection(Session, Executing, Watchdog):
                     self._on_abort(msg[1], now)
                 elif kind == P.ERROR:
                     self._on_error(msg[1], msg[2])
+                elif kind == P.HEARTBEAT:
+                    self.master_answers = True  # its answer to ours: the path works
                 else:
                     raise Stop(EXIT_LOST, f"unexpected message kind {kind} from the master")
         except ProtocolError as exc:
@@ -475,6 +477,9 @@ class WorkerConnection(Session, Executing, Watchdog):
         if self.unsent:
             self._send_unsent()
         self._flush()
+        # At once, so the master's answer (which sets master_answers: a cut path is then
+        # noticed) comes right behind the first assignments.
+        self._send(P.encode(P.HEARTBEAT))
         queue = self.queue
         while not self.stopping:
             if queue:

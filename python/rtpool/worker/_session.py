@@ -6,8 +6,11 @@ socket, the frame reader, the send lock, the heartbeat thread, the self-pipe tha
 loop on a signal, and reconnection with backoff. What the messages mean is the loop's:
 :meth:`Session._recv_nowait` hands them to ``_on_messages``, which the loop defines.
 
-A background thread sends ``HEARTBEAT`` when nothing was sent for ``heartbeat_ms``, also while
-a task runs, so the master's lease never expires for a busy worker.
+A background thread sends ``HEARTBEAT`` when nothing was sent (or received) for
+``heartbeat_ms``, also while a task runs, so the master's lease never expires for a busy
+worker. The master answers them, so a worker that hears nothing for three leases plus a heartbeat
+knows the path is cut (a TCP connection over a dead path stays open for many minutes when
+nothing is sent) and reconnects.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, List, Tuple
 from .. import _dial
 from .. import _protocol as P
 from .._text import plural
-from ..errors import AuthenticationError, ProtocolError, RtpoolError
+from ..errors import AuthenticationError, MasterBusy, ProtocolError, RtpoolError
 from ._common import EXIT_CONFIG, EXIT_LOST, EXIT_OK, RESULT_FRAME_OVERHEAD, Stop, log, perf_ns
 
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
@@ -132,6 +135,10 @@ class Session:
         with self._send_lock:
             self.sock = sock
             self._last_send = time.monotonic()
+        self._last_recv = time.monotonic()
+        #: The master answered a heartbeat on this session (an older master never does: then
+        #: its silence means nothing).
+        self.master_answers = False
         self.reader = reader
         self._early = early
         self.session = welcome.session
@@ -147,6 +154,12 @@ class Session:
         # A RESULT frame must fit the master's frame limit: results are batched up to this
         # many bytes, and a single larger result is replaced by an error.
         self.frame_budget = welcome.max_frame_bytes - RESULT_FRAME_OVERHEAD
+        # Silence from the master past this means the path is cut (it answers heartbeats). A
+        # dead path is usually noticed sooner, by the kernel (TCP_USER_TIMEOUT: our heartbeats
+        # go unacknowledged for the lease); this catches a path that still acknowledges but
+        # delivers nothing (a stalled relay or proxy), and is long enough not to leave a master
+        # that is only frozen for a few seconds (3 leases + a heartbeat: 10 s by default).
+        self.silence_s = 3 * (welcome.lease_ms or 3 * heartbeat_ms) / 1000 + self.heartbeat_s
         restarted = self.instance is not None and welcome.instance != self.instance
         self.instance = welcome.instance
         if self.board is not None:
@@ -216,6 +229,18 @@ class Session:
                         self._last_send = time.monotonic()
                 except OSError:
                     pass  # the main loop finds the broken connection and reconnects
+            elif time.monotonic() - self._last_recv >= self.heartbeat_s * 0.9:
+                # Sending, but hearing nothing: ask for the master's answer (see _wait).
+                self._send_quietly(_HEARTBEAT)
+
+    def _send_quietly(self, data: bytes) -> None:
+        """Send ``data``; a broken connection is left for the main loop to find."""
+        try:
+            with self._send_lock:
+                self.sock.sendall(data)
+                self._last_send = time.monotonic()
+        except OSError:
+            pass
 
     def _recv_nowait(self) -> None:
         """Take whatever the socket holds without blocking."""
@@ -234,6 +259,7 @@ class Session:
             raise Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
         if not data:
             raise Stop(EXIT_LOST, "the master closed the connection")
+        self._last_recv = time.monotonic()
         try:
             msgs = self.reader.feed(data)
         except ProtocolError as exc:
@@ -250,26 +276,36 @@ class Session:
         if self._tls and self.sock.pending():
             self._recv_nowait()
             return
-        readable, _, _ = select.select([self.sock, self._wake_r], [], [])
+        # Bounded by the silence allowed: data that arrived meanwhile is seen at once.
+        left = max(0.0, self._last_recv + self.silence_s - time.monotonic())
+        readable, _, _ = select.select(
+            [self.sock, self._wake_r], [], [], left if self.master_answers else None
+        )
         if self._wake_r in readable:
             self._drain_wakeups()
         if self.sock in readable:
             self._recv_nowait()
+        elif not readable and self.master_answers:
+            raise Stop(
+                EXIT_LOST,
+                f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
+                "the path to it may be cut",
+            )
 
     # -- reconnection -----------------------------------------------------------------------
 
     def connect_first(self) -> int | None:
         """The first connection: None once the session is up, else the exit code.
 
-        A master that is not there yet is waited for like a lost one (``_reconnect``, within
-        ``reconnect_timeout``; 0 = forever), so workers may start before their master. A bad
-        token or address, or reconnection turned off (``reconnect_timeout`` None), ends it at
+        A master that is not there yet (or still busy after the dial's own retries) is waited
+        for like a lost one (``_reconnect``, within ``reconnect_timeout``; 0 = forever), so
+        workers may start before their master. A bad token or address, or reconnection turned off (``reconnect_timeout`` None), ends it at
         once with ``EXIT_CONFIG``. Call it after :meth:`install_signal_handlers`: SIGTERM
         stops the wait.
         """
         try:
             parts = self._connect(self.connect_timeout)
-        except _dial.MasterUnreachable as exc:  # not a TLS or token problem: it may start
+        except (_dial.MasterUnreachable, MasterBusy) as exc:  # not TLS or a token: it may start
             if self.reconnect_timeout is None:
                 log(str(exc))
                 return EXIT_CONFIG

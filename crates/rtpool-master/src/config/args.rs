@@ -117,7 +117,9 @@ pub struct MasterArgs {
         help_heading = "Limits"
     )]
     pub heartbeat_ms: Option<u32>,
-    /// Connections served at once; more are answered `ERROR busy` and closed (default: 4096).
+    /// Authenticated connections (clients and workers) served at once; more are answered
+    /// `ERROR busy` and closed (default: from the open-file limit, which the master raises to
+    /// its hard limit: (limit - 128) * 7/8, at most 65536; 784 at 1024).
     #[arg(
         long,
         value_name = "N",
@@ -125,6 +127,22 @@ pub struct MasterArgs {
         help_heading = "Limits"
     )]
     pub max_connections: Option<usize>,
+    /// Connections still in their handshake (not yet authenticated) at once; more are answered
+    /// `ERROR busy` (default: max-connections / 8, within 16..1024).
+    #[arg(long, value_name = "N", value_parser = parse_positive, help_heading = "Limits")]
+    pub max_unauthenticated: Option<usize>,
+    /// Connections in their handshake at once from one IP address (default: a quarter of
+    /// --max-unauthenticated, at least 4).
+    #[arg(long, value_name = "N", value_parser = parse_positive, help_heading = "Limits")]
+    pub max_unauthenticated_per_host: Option<usize>,
+    /// Connections of --max-connections that workers cannot take, kept for clients
+    /// (default: 16, at most a quarter of --max-connections; 0: none).
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    pub client_reserve: Option<usize>,
+    /// Time a new connection has to complete its handshake (TLS and HELLO), in milliseconds
+    /// (default: 3000).
+    #[arg(long, value_name = "MS", value_parser = parse_positive_u64, help_heading = "Limits")]
+    pub handshake_timeout_ms: Option<u64>,
     /// Outbound frames, in MiB, that may wait for one peer to read them; a peer that lets more
     /// pile up is closed with `ERROR slow_consumer` (default: 64).
     #[arg(
@@ -356,6 +374,10 @@ impl MasterArgs {
             max_frame_mb,
             heartbeat_ms,
             max_connections,
+            max_unauthenticated,
+            max_unauthenticated_per_host,
+            client_reserve,
+            handshake_timeout_ms,
             max_buffered_mb,
             client_timeout_ms,
             max_queued_tasks_per_user,
@@ -388,6 +410,19 @@ impl MasterArgs {
         set(&mut config.max_frame_bytes, max_frame_mb.map(|mb| mb << 20));
         set(&mut config.heartbeat_ms, heartbeat_ms);
         set(&mut config.max_connections, max_connections);
+        set(
+            &mut config.max_unauthenticated,
+            max_unauthenticated.map(Some),
+        );
+        set(
+            &mut config.max_unauthenticated_per_host,
+            max_unauthenticated_per_host.map(Some),
+        );
+        set(&mut config.client_reserve, client_reserve.map(Some));
+        set(
+            &mut config.handshake_timeout,
+            handshake_timeout_ms.map(Duration::from_millis),
+        );
         set(
             &mut config.max_buffered_bytes,
             max_buffered_mb.map(|mb| mb << 20),
@@ -491,6 +526,17 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
 }
 
 /// `--rt-priority`: a SCHED_FIFO priority.
+fn parse_positive(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("must be a whole number above 0, not {text:?}")),
+    }
+}
+
+fn parse_positive_u64(text: &str) -> Result<u64, String> {
+    parse_positive(text).map(|n| n as u64)
+}
+
 fn parse_priority(text: &str) -> Result<u8, String> {
     match text.parse::<u8>() {
         Ok(n @ 1..=99) => Ok(n),
@@ -590,6 +636,27 @@ mod tests {
                 cpus: Some(vec![0, 1, 2]),
             }
         );
+    }
+
+    #[test]
+    fn the_admission_options_reach_the_configuration() {
+        let (c, _) = parse(&[
+            "--max-unauthenticated=5",
+            "--max-unauthenticated-per-host=2",
+            "--client-reserve=0",
+            "--handshake-timeout-ms=700",
+        ])
+        .unwrap();
+        assert_eq!(c.max_unauthenticated, Some(5));
+        assert_eq!(c.max_unauthenticated_per_host, Some(2));
+        assert_eq!(c.client_reserve, Some(0));
+        assert_eq!(c.handshake_timeout, Duration::from_millis(700));
+        let (d, _) = parse(&[]).unwrap();
+        assert_eq!((d.max_connections, d.max_unauthenticated), (0, None));
+        for bad in ["--max-unauthenticated=0", "--handshake-timeout-ms=0"] {
+            let e = parse(&[bad]).unwrap_err().to_string();
+            assert!(e.contains("above 0"), "{bad}: {e}");
+        }
     }
 
     #[test]

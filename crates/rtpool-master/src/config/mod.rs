@@ -39,7 +39,7 @@ pub struct MasterConfig {
     pub max_frame_bytes: usize,
     /// How often idle workers send heartbeats (default 1000 ms).
     pub heartbeat_ms: u32,
-    /// A peer must complete its handshake (TLS included) within this time (default 10 s).
+    /// A peer must complete its handshake (TLS included) within this time (default 3 s).
     pub handshake_timeout: Duration,
     /// A worker that sent nothing for this long is closed with `ERROR lease_expired` and its
     /// tasks requeued (default 3000 ms; 0: never).
@@ -78,9 +78,19 @@ pub struct MasterConfig {
     /// host, generated on first start into `<data_dir>/tls/{cert.pem,key.pem}` (needs
     /// [`MasterConfig::data_dir`]).
     pub tls_self_signed: bool,
-    /// Connections served at once (authenticated or not); the next one gets `ERROR busy`
-    /// (default 4096).
+    /// Authenticated connections (clients and workers) served at once; the next one gets
+    /// `ERROR busy`. 0 (the default): derived from the open-file limit the master raised at
+    /// start, see [`crate::fd_limit::default_max_connections`] (784 at a limit of 1,024).
     pub max_connections: usize,
+    /// Connections in their handshake at once; `None`: `max_connections / 8` within 16..=1024
+    /// (see [`crate::connection::gate::Limits::derive`]).
+    pub max_unauthenticated: Option<usize>,
+    /// Connections in their handshake at once from one IP address; `None`: a quarter of
+    /// `max_unauthenticated`, at least 4.
+    pub max_unauthenticated_per_host: Option<usize>,
+    /// Places of `max_connections` workers cannot take, kept for clients; `None`: 16, at most
+    /// a quarter of `max_connections`.
+    pub client_reserve: Option<usize>,
     /// Bytes of outbound frames a connection may have waiting for its peer to read them;
     /// beyond that it is closed with `ERROR slow_consumer` (default 64 MiB).
     pub max_buffered_bytes: usize,
@@ -184,7 +194,7 @@ impl Default for MasterConfig {
             worker_token: None,
             max_frame_bytes: rtpool_proto::DEFAULT_MAX_FRAME,
             heartbeat_ms: 1000,
-            handshake_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(3),
             lease_ms: 3000,
             store: None,
             result_ttl: Duration::from_secs(300),
@@ -198,7 +208,10 @@ impl Default for MasterConfig {
             tls_cert: None,
             tls_key: None,
             tls_self_signed: false,
-            max_connections: 4096,
+            max_connections: 0,
+            max_unauthenticated: None,
+            max_unauthenticated_per_host: None,
+            client_reserve: None,
             max_buffered_bytes: 64 << 20,
             client_timeout_ms: 30_000,
             max_queued_tasks_per_user: core.max_queued_tasks_per_user,

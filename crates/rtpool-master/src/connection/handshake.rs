@@ -2,6 +2,8 @@
 //! by the first byte), the `HELLO` with its version and token check, and how a connection that
 //! never authenticated is refused (an `ERROR` frame, then a bounded drain of its input).
 
+use std::time::Duration;
+
 use bytes::BytesMut;
 use rtpool_proto::{
     decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
@@ -35,6 +37,12 @@ pub(super) async fn establish(
     deadline: Instant,
 ) -> Option<Transport> {
     let _ = stream.set_nodelay(true);
+    // Data unacknowledged for the lease (10 s without one) means the path is gone.
+    let user_timeout = ctx
+        .lease
+        .unwrap_or(Duration::from_secs(10))
+        .max(Duration::from_secs(1));
+    super::keepalive::enable(&stream, user_timeout);
     let Some(tls) = &ctx.tls else {
         return Some(Transport::Plain(stream));
     };

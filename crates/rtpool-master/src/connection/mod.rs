@@ -25,10 +25,13 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 pub mod bounds;
+pub mod gate;
 mod handshake;
+pub mod keepalive;
 mod reader;
 
 use self::bounds::{Bounds, MAX_SLOTS};
+use self::gate::{Gate, Pending, Refusal};
 use self::handshake::{check_hello, establish, linger, read_hello, refuse, Transport};
 use self::reader::Reader;
 use crate::auth::{Authenticator, Identity, Policy};
@@ -53,8 +56,9 @@ pub struct ConnCtx {
     pub instance: u64,
     /// TLS setup; `None` for plain TCP.
     pub tls: Option<Tls>,
-    /// Connections served at once; the accept loop refuses more with `ERROR busy`.
-    pub max_connections: usize,
+    /// Who may hold a connection (handshakes, sessions, the clients' reserve); the others
+    /// are answered `ERROR busy`.
+    pub gate: Arc<Gate>,
     /// Outbound bytes a connection may have queued before it is closed as a slow consumer.
     pub max_buffered_bytes: usize,
     /// Silence after which a worker is closed (`lease_expired`); `None`: never.
@@ -71,7 +75,7 @@ impl std::fmt::Debug for ConnCtx {
             .field("heartbeat_ms", &self.heartbeat_ms)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("tls", &self.tls)
-            .field("max_connections", &self.max_connections)
+            .field("limits", &self.gate.limits())
             .field("max_buffered_bytes", &self.max_buffered_bytes)
             .field("lease", &self.lease)
             .field("client_timeout", &self.client_timeout)
@@ -91,6 +95,7 @@ const LINGER: Duration = Duration::from_secs(2);
 /// Serve one accepted connection until it closes or the master shuts down.
 pub async fn serve(
     stream: TcpStream,
+    place: Pending,
     ctx: Arc<ConnCtx>,
     sched: mpsc::UnboundedSender<ToScheduler>,
     shutdown: watch::Receiver<bool>,
@@ -104,11 +109,11 @@ pub async fn serve(
     match establish(stream, &ctx, deadline).await {
         Some(Transport::Plain(s)) => {
             let (rd, wr) = s.into_split();
-            serve_halves(rd, wr, peer, deadline, ctx, sched, shutdown).await;
+            serve_halves(rd, wr, peer, place, deadline, ctx, sched, shutdown).await;
         }
         Some(Transport::Tls(s)) => {
             let (rd, wr) = tokio::io::split(*s);
-            serve_halves(rd, wr, peer, deadline, ctx, sched, shutdown).await;
+            serve_halves(rd, wr, peer, place, deadline, ctx, sched, shutdown).await;
         }
         None => debug!(%peer, "closed during the transport handshake"),
     }
@@ -147,19 +152,12 @@ fn log_refused(peer: &str, name: &str, role: Role, msg: &Msg) {
     );
 }
 
-/// Refuse a connection beyond the connection limit with `ERROR busy`, without reading a frame
-/// (after a TLS handshake when the master serves TLS, so the peer can read the refusal).
-pub async fn refuse_busy(stream: TcpStream, ctx: Arc<ConnCtx>) {
+/// Refuse a connection the gate did not admit with `ERROR busy` and the reason, without
+/// reading a frame (after a TLS handshake when the master serves TLS, so the peer can read the
+/// refusal).
+pub async fn refuse_busy(stream: TcpStream, ctx: Arc<ConnCtx>, refusal: Refusal) {
     let deadline = Instant::now() + ctx.handshake_timeout.min(LINGER);
-    let msg = error_msg(
-        "busy",
-        format!(
-            "the master serves its limit of {} connections; retry later or raise \
-             --max-connections",
-            ctx.max_connections
-        ),
-        0,
-    );
+    let msg = error_msg("busy", refusal.message(), 0);
     match establish(stream, &ctx, deadline).await {
         Some(Transport::Plain(s)) => {
             let (rd, wr) = s.into_split();
@@ -173,10 +171,24 @@ pub async fn refuse_busy(stream: TcpStream, ctx: Arc<ConnCtx>) {
     }
 }
 
+/// Refuse a connection at once, when too many refusals are already being answered: on plain
+/// TCP the `ERROR busy` frame is written if the socket takes it without waiting (a fresh
+/// socket always does), then the connection is closed; a TLS connection is just closed. It is
+/// counted by the gate like any refusal.
+pub fn refuse_now(stream: TcpStream, ctx: &ConnCtx, refusal: &Refusal) {
+    if ctx.tls.is_none() {
+        let mut out = BytesMut::new();
+        encode(&error_msg("busy", refusal.message(), 0), &mut out);
+        let _ = stream.try_write(&out);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn serve_halves<R, W>(
     mut rd: R,
     mut wr: W,
     peer: String,
+    place: Pending,
     deadline: Instant,
     ctx: Arc<ConnCtx>,
     sched: mpsc::UnboundedSender<ToScheduler>,
@@ -188,7 +200,7 @@ async fn serve_halves<R, W>(
     // Before authentication the buffer holds at most one HELLO and what came with it.
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)).await;
-    let (role, slots, name, identity) = match hello {
+    let (role, slots, name, identity, _session) = match hello {
         Ok(Ok(Msg::Hello {
             version,
             role,
@@ -196,7 +208,15 @@ async fn serve_halves<R, W>(
             name,
             slots,
         })) => match check_hello(&ctx, version, role, &token).await {
-            Ok(identity) => (role, slots, name, identity),
+            Ok(identity) => match place.promote(role) {
+                Ok(session) => (role, slots, name, identity, session),
+                Err(refusal) => {
+                    if let Some(line) = ctx.gate.note_refusal(&refusal, std::time::Instant::now()) {
+                        warn!("{line}");
+                    }
+                    return refuse(rd, wr, error_msg("busy", refusal.message(), 0)).await;
+                }
+            },
             Err(msg) => {
                 log_refused(&peer, &name, role, &msg);
                 return refuse(rd, wr, msg).await;
@@ -286,6 +306,7 @@ async fn serve_halves<R, W>(
         served: false,
         pulled: false,
         bounds,
+        echoed_at: None,
     };
     let fatal = tokio::select! {
         fatal = reader.read_loop(&mut rd, buf) => fatal,
