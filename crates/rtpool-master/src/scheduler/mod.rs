@@ -1,12 +1,14 @@
 //! The scheduler task: sole owner of the [`Core`]. It receives events from connection tasks,
 //! stamps them with the master's monotonic clock, journals what must survive a restart, and
 //! routes the core's actions to the writer of the connection they address. `message.rs` holds
-//! what connections send it, `route.rs` turns each action into its frame, `calls_journal.rs`
-//! journals packages of calls and reads them back, `usage.rs` keeps the
+//! what connections send it, `route.rs` turns each action into its frame, `journaling.rs` writes the
+//! journal records of packages and results, `calls_journal.rs` journals packages of calls and
+//! reads them back, `usage.rs` keeps the
 //! users' quotas and charged time in step with the user store.
 
 mod activity;
 mod calls_journal;
+mod journaling;
 mod message;
 mod route;
 mod status;
@@ -17,22 +19,22 @@ mod usage;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant as StdInstant};
 
-use bytes::Bytes;
 use rtpool_core::{
-    Action, Core, CoreConfig, Event, FnHash, PackageId, PackageOpts, RestoredPackage, TaskOutcome,
-    TaskStatus, UserId,
+    Action, Core, CoreConfig, Event, FnHash, PackageId, RestoredPackage, TaskOutcome, TaskStatus,
+    UserId,
 };
 use rtpool_proto::Msg;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::auth::Authenticator;
-use crate::journal::{DoneRecord, FsyncPolicy, Journal, PackageRecord, Record, Replay};
+use crate::journal::{FsyncPolicy, Journal, Record, Replay};
 use crate::outbound::{Out, OutboundTx};
 use crate::package_ids::PackageIds;
 use crate::stats::{MasterStats, ReplayStats};
 
 use self::activity::Activity;
+use self::journaling::package_record;
 pub use self::message::ToScheduler;
 pub use self::status::STATUS_PERIOD;
 
@@ -537,46 +539,6 @@ impl Scheduler {
         }
         self.actions = actions;
     }
-
-    /// Appends the journal record an action implies, if any.
-    fn journal_action(&mut self, action: &Action) {
-        let Some(journal) = &self.journal else {
-            return;
-        };
-        // The core marks what must be journaled (not the results, deliveries and end of a
-        // package of calls).
-        if !action.is_journaled() {
-            return;
-        }
-        match action {
-            Action::SendResults {
-                package, results, ..
-            } => {
-                for r in results {
-                    self.last_lsn = journal.append(Record::Done(DoneRecord {
-                        package: package.0,
-                        index: r.index,
-                        status: r.status as u8,
-                        data: r.data.clone(),
-                        exec_us: r.exec_us,
-                        late_us: r.late_us,
-                    }));
-                }
-            }
-            Action::Delivered {
-                package, indices, ..
-            } => {
-                self.last_lsn = journal.append(Record::Delivered {
-                    package: package.0,
-                    indices: indices.clone(),
-                });
-            }
-            Action::PackageFreed { package, .. } => {
-                self.last_lsn = journal.append(Record::End { package: package.0 });
-            }
-            _ => {}
-        }
-    }
 }
 
 /// The next durable LSN the journal reports; `None` if it stopped (then never again).
@@ -598,24 +560,5 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// The journal record of an accepted package.
-fn package_record(
-    package: PackageId,
-    user: String,
-    fn_hash: FnHash,
-    fn_code: &Bytes,
-    opts: &PackageOpts,
-    tasks: &[Bytes],
-) -> PackageRecord {
-    PackageRecord {
-        package: package.0,
-        user,
-        fn_hash: fn_hash.0,
-        fn_code: fn_code.clone(),
-        tasks: tasks.to_vec(),
-        opts: opts.clone(),
     }
 }

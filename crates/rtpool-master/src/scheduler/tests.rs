@@ -1,8 +1,9 @@
 //! The scheduler's unit tests: what actions become on the wire and in the journal.
 
+use bytes::Bytes;
 use rtpool_core::{
-    AssignCall, CallSpec, ClientId, MissPolicy, PackageCounts, RejectReason, ServiceInfo, TaskId,
-    WorkerId,
+    AssignCall, CallSpec, ClientId, MissPolicy, PackageCounts, PackageOpts, RejectReason,
+    ServiceInfo, TaskId, WorkerId,
 };
 use rtpool_proto::{CallAssignment, FunctionInfo};
 
