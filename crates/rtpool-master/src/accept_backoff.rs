@@ -10,12 +10,13 @@
 //! Errors about one connection only (`ECONNABORTED`: the peer left before we took it) are
 //! neither paused for nor logged above debug.
 //!
-//! A plain value with no clock of its own: the caller passes `now`. (Its own small limiter
-//! rather than the connection log limiter of the `ops-polish` branch, so both merge cleanly;
-//! the design is the same: first line, then one per window with a count.)
+//! A plain value with no clock of its own: the caller passes `now`. Its lines go through the
+//! master's one [`LogLimiter`].
 
 use std::io;
 use std::time::{Duration, Instant};
+
+use crate::ratelimit::{suppressed_note, LogLimiter};
 
 /// First pause after a resource error.
 pub const FIRST_PAUSE: Duration = Duration::from_millis(10);
@@ -25,14 +26,24 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(1);
 pub const LOG_WINDOW: Duration = Duration::from_secs(10);
 
 /// Pauses and log decisions of the accept loop (see the module docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AcceptBackoff {
     /// The next pause; zero after a success.
     next: Duration,
-    logged_at: Option<Instant>,
-    unlogged: u64,
+    /// One line per [`LOG_WINDOW`].
+    lines: LogLimiter<()>,
     /// Failures since start.
     failures: u64,
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        Self {
+            next: Duration::ZERO,
+            lines: LogLimiter::new(LOG_WINDOW),
+            failures: 0,
+        }
+    }
 }
 
 /// What to do after a failed `accept`.
@@ -81,30 +92,15 @@ impl AcceptBackoff {
         self.failures += 1;
         let pause = self.next.max(FIRST_PAUSE);
         self.next = (pause * 2).min(MAX_PAUSE);
-        let due = self
-            .logged_at
-            .is_none_or(|t| now.saturating_duration_since(t) >= LOG_WINDOW);
-        let log = if due {
-            let held = std::mem::take(&mut self.unlogged);
-            self.logged_at = Some(now);
-            let more = if held == 0 {
-                String::new()
-            } else {
-                format!(
-                    " ({held} more failures held back in the last {} s)",
-                    LOG_WINDOW.as_secs()
-                )
-            };
-            Some(format!(
+        let log = self.lines.check((), now).map(|held| {
+            format!(
                 "accept failed: {e}; pausing new connections (up to {} ms at a time) while \
-                 the served ones continue{more}; raise the open-file limit (`ulimit -n`, \
+                 the served ones continue{}; raise the open-file limit (`ulimit -n`, \
                  systemd LimitNOFILE=) or lower --max-connections",
-                MAX_PAUSE.as_millis()
-            ))
-        } else {
-            self.unlogged += 1;
-            None
-        };
+                MAX_PAUSE.as_millis(),
+                suppressed_note(held, LOG_WINDOW)
+            )
+        });
         OnError { pause, log }
     }
 
@@ -146,7 +142,7 @@ mod tests {
                 .is_none());
         }
         let line = b.on_error(&emfile(), t0 + LOG_WINDOW).log.unwrap();
-        assert!(line.contains("5 more failures"), "{line}");
+        assert!(line.contains("5 more lines like it held back"), "{line}");
         assert_eq!(b.failures(), 7);
     }
 

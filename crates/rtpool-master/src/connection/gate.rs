@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use rtpool_proto::Role;
 
+use crate::ratelimit::{suppressed_note, LogLimiter};
+
 /// Refusals are logged at most once per window (with the count of the ones not logged).
 pub const LOG_WINDOW: Duration = Duration::from_secs(10);
 
@@ -125,17 +127,29 @@ impl Refusal {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     pending: usize,
     pending_by_host: HashMap<IpAddr, usize>,
     workers: usize,
     clients: usize,
-    /// Refusals since the last logged one, and when that was.
-    unlogged: u64,
-    logged_at: Option<Instant>,
+    /// One refusal line per [`LOG_WINDOW`].
+    lines: LogLimiter<()>,
     /// Every refusal since start.
     refused: u64,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            pending: 0,
+            pending_by_host: HashMap::new(),
+            workers: 0,
+            clients: 0,
+            lines: LogLimiter::new(LOG_WINDOW),
+            refused: 0,
+        }
+    }
 }
 
 /// The admission counters of one master (see the module docs).
@@ -225,27 +239,12 @@ impl Gate {
     pub fn note_refusal(&self, refusal: &Refusal, now: Instant) -> Option<String> {
         let mut s = self.lock();
         s.refused += 1;
-        let due = s
-            .logged_at
-            .is_none_or(|t| now.saturating_duration_since(t) >= LOG_WINDOW);
-        if !due {
-            s.unlogged += 1;
-            return None;
-        }
-        let held = std::mem::take(&mut s.unlogged);
-        s.logged_at = Some(now);
-        let more = if held == 0 {
-            String::new()
-        } else {
-            format!(
-                " ({held} more refusals held back in the last {} s)",
-                LOG_WINDOW.as_secs()
-            )
-        };
+        let held = s.lines.check((), now)?;
         Some(format!(
-            "refused a connection ({}): {}{more}; {} refused since start",
+            "refused a connection ({}): {}{}; {} refused since start",
             refusal.reason(),
             refusal.message(),
+            suppressed_note(held, LOG_WINDOW),
             s.refused
         ))
     }
@@ -368,7 +367,7 @@ mod tests {
         assert!(gate.note_refusal(&r, t0 + Duration::from_secs(1)).is_none());
         assert!(gate.note_refusal(&r, t0 + Duration::from_secs(2)).is_none());
         let line = gate.note_refusal(&r, t0 + LOG_WINDOW).unwrap();
-        assert!(line.contains("2 more refusals"), "{line}");
+        assert!(line.contains("2 more lines like it held back"), "{line}");
         assert_eq!(gate.refused(), 4);
     }
 }
