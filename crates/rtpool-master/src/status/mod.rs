@@ -77,7 +77,9 @@ pub fn build(
                 draining: w.draining,
                 done,
                 exec_s: rec.map_or(0.0, |r| r.exec_us as f64 / 1e6),
-                tasks_per_s: per_s(done - before.unwrap_or(done).min(done)),
+                // A worker missing from the window's first sample joined within the window:
+                // all it did counts (before, its rate read 0 for its first ~10 s).
+                tasks_per_s: per_s(done.saturating_sub(before.unwrap_or(0))),
                 last_seen_s: rec.map_or(0.0, |r| {
                     core_now.0.saturating_sub(r.last_seen.0) as f64 / 1e9
                 }),
