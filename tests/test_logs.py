@@ -166,7 +166,7 @@ def test_master_logs_package_lifecycle_at_debug_and_a_summary(tmp_path: Path):
         )
         assert re.search(rf"package {p1}: first result after \d+ ms", text)
         assert re.search(rf"package {p1}: done in \d+ ms: 3 ok, 0 failed", text)
-        assert re.search(r"package (?!%d:)\d+: done in \d+ ms: 0 ok, 1 failed" % p1, text)
+        assert re.search(rf"package (?!{p1}:)\d+: done in \d+ ms: 0 ok, 1 failed", text)
         assert f"package {p1}: freed (every result delivered)" in text
         summary = re.search(r"workers 1 \(1 slot\), tasks 4 done \(\+\d+/min\), 0 queued", text)
         assert summary, text[-2000:]

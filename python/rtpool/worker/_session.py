@@ -299,9 +299,9 @@ class Session:
 
         A master that is not there yet (or still busy after the dial's own retries) is waited
         for like a lost one (``_reconnect``, within ``reconnect_timeout``; 0 = forever), so
-        workers may start before their master. A bad token or address, or reconnection turned off (``reconnect_timeout`` None), ends it at
-        once with ``EXIT_CONFIG``. Call it after :meth:`install_signal_handlers`: SIGTERM
-        stops the wait.
+        workers may start before their master. A bad token or address, or reconnection turned
+        off (``reconnect_timeout`` None), ends it at once with ``EXIT_CONFIG``. Call it after
+        :meth:`install_signal_handlers`: SIGTERM stops the wait.
         """
         try:
             parts = self._connect(self.connect_timeout)
