@@ -120,7 +120,7 @@ def test_a_slot_is_restarted_however_often_it_dies_with_a_capped_backoff() -> No
     # A child that completed a task before dying (a poison task among good ones) is not a
     # crash loop: the count starts again.
     slot = sup.board.slot(0)
-    slot.task_started(1, 1)
+    slot.task_started(1, 1, time.perf_counter_ns())
     slot.task_ended()
     sup._on_exit(131, 0, 9)
     assert sup.due.pop(0) - time.monotonic() <= 0.1
@@ -130,7 +130,7 @@ def test_a_tasks_exit_code_is_the_tasks_crash_not_the_childs_verdict() -> None:
     sup = _supervisor()
     slot = sup.board.slot(0)
     slot.session(3000, 77)
-    slot.task_started(5, 1)
+    slot.task_started(5, 1, time.perf_counter_ns())
     sup._on_exit(200, 0, 3 << 8)  # os._exit(3) inside task 5: EXIT_LOST's value
     assert sup.due.pop(0), "the slot is restarted"
     ((instance, entry),) = sup.reports[0]
@@ -143,6 +143,26 @@ def test_a_tasks_exit_code_is_the_tasks_crash_not_the_childs_verdict() -> None:
     assert 0 not in sup.due and sup.exit_code == 3
     sup._on_exit(202, 0, 4 << 8)
     assert sup.due.pop(0) <= time.monotonic()
+
+
+def test_a_slot_record_reads_back_every_field_its_child_wrote() -> None:
+    from rtpool.worker._board import SlotBoard
+
+    board = SlotBoard(3)
+    slot = board.slot(1)
+    slot.session(3000, 2**63 + 5)
+    slot.beat()
+    slot.task_started(2**64 - 1, 7, 123_456_789)
+    state = board.read(1)
+    assert (state.task_id, state.attempt, state.busy, state.completed) == (2**64 - 1, 7, True, 0)
+    assert (state.lease_ms, state.instance, state.started_ns) == (3000, 2**63 + 5, 123_456_789)
+    assert 0 < state.beat_ns <= time.perf_counter_ns()
+    slot.task_ended()
+    slot.task_started(9, 1, 5)
+    slot.task_ended()
+    state = board.read(1)
+    assert (state.task_id, state.busy, state.completed, state.lease_ms) == (9, False, 2, 3000)
+    assert board.read(0) == board.read(2) == (0, 0, False, 0, 0, 0, 0, 0), "neighbours untouched"
 
 
 def test_the_suspect_ring_remembers_the_latest_tasks_that_killed_a_child() -> None:
@@ -162,7 +182,7 @@ def test_a_task_a_sibling_died_running_is_suspect_before_the_parent_reaps_it() -
     from rtpool.worker._board import SlotBoard
 
     board = SlotBoard(2)
-    board.slot(0).task_started(41, 1)  # then slot 0's child dies: its record stays
+    board.slot(0).task_started(41, 1, 7)  # then slot 0's child dies: its record stays
     assert board.slot(1).board.is_suspect(41) and not board.is_suspect(42)
     board.slot(0).task_ended()
     assert not board.is_suspect(41)

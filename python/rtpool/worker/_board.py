@@ -27,18 +27,18 @@ import time
 from typing import NamedTuple
 
 # task id, attempt, state (2 * tasks completed in the child's own process, + 1 while one runs
-# there), lease_ms, instance,
-# beat_ns (time.monotonic_ns() of the heartbeat thread's last round), started_ns.
-_RECORD = struct.Struct("<QIIIxxxxQqq")
-_TASK = struct.Struct("<QII")  # task, attempt, state: one write when a task starts
+# there), started_ns, lease_ms, instance, beat_ns (the heartbeat thread's last round). The
+# fields a task start writes are adjacent: one ``pack_into`` per task start, one per end.
+# Stamps are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC: the same clock in every process).
+_RECORD = struct.Struct("<QIIqI4xQq")
+_START = struct.Struct("<QIIq")  # task, attempt, state, started_ns: one write when a task starts
+_TASK = struct.Struct("<QII")
 _BUSY = struct.Struct("<I")
 _BUSY_OFFSET = 12
 _SESSION = struct.Struct("<I4xQ")  # lease_ms, instance
-_SESSION_OFFSET = 16
+_SESSION_OFFSET = 24
 _BEAT = struct.Struct("<q")
-_BEAT_OFFSET = 32
-_STARTED = struct.Struct("<q")
-_STARTED_OFFSET = 40
+_BEAT_OFFSET = 40
 
 
 class SlotState(NamedTuple):
@@ -55,9 +55,9 @@ class SlotState(NamedTuple):
     lease_ms: int
     #: The master instance of the child's session.
     instance: int
-    #: ``time.monotonic_ns()`` of the heartbeat thread's last round (0: none yet).
+    #: ``time.perf_counter_ns()`` of the heartbeat thread's last round (0: none yet).
     beat_ns: int
-    #: ``time.monotonic_ns()`` of when the running task started.
+    #: ``time.perf_counter_ns()`` of when the running task started.
     started_ns: int
 
 
@@ -108,7 +108,7 @@ class SlotBoard:
     def read(self, index: int) -> SlotState:
         """A copy of slot ``index``'s record."""
         fields = _RECORD.unpack_from(self._map, index * _RECORD.size)
-        task, attempt, state, lease_ms, instance, beat_ns, started_ns = fields
+        task, attempt, state, started_ns, lease_ms, instance, beat_ns = fields
         busy, completed = bool(state & 1), state >> 1
         return SlotState(task, attempt, busy, completed, lease_ms, instance, beat_ns, started_ns)
 
@@ -130,10 +130,9 @@ class Slot:
         self.board = board
         self._state = 0  # 2 * tasks completed here
 
-    def task_started(self, task_id: int, attempt: int) -> None:
-        """A task starts running in this process."""
-        _STARTED.pack_into(self._buf, self._off + _STARTED_OFFSET, time.monotonic_ns())
-        _TASK.pack_into(self._buf, self._off, task_id, attempt, self._state + 1)
+    def task_started(self, task_id: int, attempt: int, now_ns: int) -> None:
+        """A task starts running in this process at ``now_ns`` (``time.perf_counter_ns()``)."""
+        _START.pack_into(self._buf, self._off, task_id, attempt, self._state + 1, now_ns)
 
     def task_ended(self) -> None:
         """The task that ran in this process returned."""
@@ -146,4 +145,4 @@ class Slot:
 
     def beat(self) -> None:
         """The heartbeat thread ran."""
-        _BEAT.pack_into(self._buf, self._off + _BEAT_OFFSET, time.monotonic_ns())
+        _BEAT.pack_into(self._buf, self._off + _BEAT_OFFSET, time.perf_counter_ns())

@@ -280,9 +280,9 @@ class WorkerConnection(Session, Executing, Watchdog):
                 # whose result was still waiting to be batched.
                 self._flush(pull=False)
             board = self.board
+            self._inproc_ns = started = perf_ns()
             if board is not None:  # if this process dies now, the parent blames the task
-                board.task_started(t.task_id, t.attempt)
-            self._inproc_ns = perf_ns()
+                board.task_started(t.task_id, t.attempt, started)
             self._inproc = t  # watched by the heartbeat thread (_watchdog.py)
             if t.inputs is not None:
                 t_begin = perf_ns()
@@ -291,8 +291,10 @@ class WorkerConnection(Session, Executing, Watchdog):
                 fn = self._function(t.function)
                 t_begin = perf_ns()  # after the one-time code load, no guide to the next
                 status, data, t_start, t_end = self._execute(fn, t.args)
-            with self._watch_lock:
-                self._inproc = None
+            self._inproc = None
+            if self._watching:  # the watchdog acts for this task now: wait until it is done
+                with self._watch_lock:
+                    pass
             if board is not None:
                 board.task_ended()
         size = len(data) + RESULT_OVERHEAD

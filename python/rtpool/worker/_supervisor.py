@@ -229,7 +229,7 @@ class Supervisor:
     def _check_gil(self) -> None:
         """Kill a child whose in-process task has starved its heartbeat thread for most of
         the lease: the master would expel it anyway, without knowing why."""
-        now = time.monotonic_ns()
+        now = time.perf_counter_ns()  # the board's clock
         for pid, slot in self.children.items():
             if pid in self.killed:
                 continue

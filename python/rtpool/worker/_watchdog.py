@@ -18,9 +18,13 @@ While the loop's thread is inside the task, the heartbeat thread, every round:
   Only a child of ``rtpool worker`` (with a slot board) retires: a ``WorkerConnection`` run
   elsewhere (tests) keeps the old way, the task's result is sent when it ends.
 
-Ownership: the loop's thread sets ``_inproc`` before the task and clears it under
-``_watch_lock`` after; the watchdog touches the queue, credits, pending results and the socket
-only under that lock while ``_inproc`` is the same task, when the loop's thread cannot.
+Ownership: the loop's thread sets ``_inproc`` before the task and clears it after; the watchdog
+touches the queue, credits, pending results and the socket only under ``_watch_lock`` while
+``_inproc`` is the same task, when the loop's thread cannot. The loop takes no lock per task:
+the watchdog raises ``_watching`` (under the lock) *before* it reads ``_inproc``, and the loop
+reads ``_watching`` *after* it clears ``_inproc``. Under the GIL these steps interleave in some
+order: either the watchdog reads ``None`` (or another task) and backs off, or the loop sees
+``_watching`` and waits on the lock until the watchdog is done.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ class Watchdog:
         self._inproc: Any = None
         self._inproc_ns = 0
         self._watch_lock = threading.Lock()
+        #: Raised by the watchdog while it holds the lock (see the module docstring).
+        self._watching = False
         self._gave_back = False
 
     def _watch(self) -> None:
@@ -65,6 +71,7 @@ class Watchdog:
         t = self._inproc
         if t is None or not self._watch_lock.acquire(blocking=False):
             return
+        self._watching = True  # before _inproc is read again (see the module docstring)
         try:
             if self._inproc is not t:
                 return
@@ -84,6 +91,7 @@ class Watchdog:
         except Stop:
             pass  # the loop finds the broken connection when the task ends
         finally:
+            self._watching = False
             self._watch_lock.release()
 
     def _on_abort_running(self) -> None:
