@@ -32,9 +32,21 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, List, Sequence
 
-__all__ = ["DEFAULT_BUDGET_MS", "DEFAULT_PRIORITY", "Realtime", "RealtimeReport", "parse_cpus"]
+__all__ = [
+    "DEFAULT_BUDGET_MS",
+    "DEFAULT_IO_PRIORITY",
+    "DEFAULT_PRIORITY",
+    "Realtime",
+    "RealtimeReport",
+    "parse_cpus",
+]
 
 DEFAULT_PRIORITY = 50
+#: Priority of the threads that only move frames (a client's reader and heartbeat threads, a
+#: LocalCluster's embedded master) unless told otherwise: one above the workers', so they
+#: preempt a task a worker runs on their CPU instead of waiting up to its length behind it
+#: (SCHED_FIFO does not time-slice between equal priorities). See ``_realtime_client.py``.
+DEFAULT_IO_PRIORITY = DEFAULT_PRIORITY + 1
 DEFAULT_BUDGET_MS = 100
 #: CPUs a list may name (the size of Linux's cpu_set_t), as the master's ``--cpus``.
 MAX_CPUS = 1024
@@ -130,10 +142,10 @@ def _lock_memory() -> str | None:
     )
 
 
-def _fifo_warning(priority: int, exc: OSError) -> str:
+def _fifo_warning(priority: int, exc: OSError, who: str = "the worker") -> str:
     why = _errno_text(exc.errno) if exc.errno else str(exc)
     return (
-        f"cannot run the worker under SCHED_FIFO priority {priority} ({why}); it keeps normal "
+        f"cannot run {who} under SCHED_FIFO priority {priority} ({why}); it keeps normal "
         f"scheduling. The priority must be 1-99; to permit it, grant CAP_SYS_NICE (or run as "
         f"root) or raise RLIMIT_RTPRIO to at least {priority} (`ulimit -r {priority}`, `rtprio` "
         f"in /etc/security/limits.conf, LimitRTPRIO= in a systemd unit); in a container or "
