@@ -63,9 +63,7 @@ def test_deadline_background_load_quick_table():
     assert len(rates["normal"]) == len(rates["realtime"]) == 2 and cost["order"] == "A B B A"
     assert all(r > 0 for m in rates.values() for r in m)
     med = cost["median_tasks_per_s"]
-    assert cost["realtime_over_normal"] == pytest.approx(
-        med["realtime"] / med["normal"], abs=1e-3
-    )
+    assert cost["realtime_over_normal"] == pytest.approx(med["realtime"] / med["normal"], abs=1e-3)
     # The real-time cluster's client is real-time too, and the sender ran inside
     # realtime_thread() (the report's warnings say why if the OS refused).
     rt = out["realtime_report"]
