@@ -57,6 +57,21 @@ def test_deadline_background_load_quick_table():
         / cells["normal/idle"]["completion"]["p99_9_us"]
     )
     assert ratio == pytest.approx(expected, abs=1e-3)
+    # The throughput cost of real-time mode: A B B A, as many packages of each mode.
+    cost = out["noop_throughput"]
+    rates = cost["tasks_per_s"]
+    assert len(rates["normal"]) == len(rates["realtime"]) == 2 and cost["order"] == "A B B A"
+    assert all(r > 0 for m in rates.values() for r in m)
+    med = cost["median_tasks_per_s"]
+    assert cost["realtime_over_normal"] == pytest.approx(med["realtime"] / med["normal"], abs=1e-3)
+    # The real-time cluster's client is real-time too, and the sender ran inside
+    # realtime_thread() (the report's warnings say why if the OS refused).
+    rt = out["realtime_report"]
+    assert out["sender"] == "client.realtime_thread()"
+    [client] = rt["clients"]
+    assert client["threads"].keys() == {"reader", "heartbeat"}, client
+    if os.geteuid() == 0:
+        assert client["active"] is True and client["fifo_threads"] == 2, client
 
     # The text form: the four rows and the cyclictest-style histogram.
     text = io.StringIO()
@@ -64,3 +79,4 @@ def test_deadline_background_load_quick_table():
     for label in CONFIGS:
         assert label in text.getvalue()
     assert "# Histogram" in text.getvalue() and "# Total:" in text.getvalue()
+    assert "Throughput cost of real-time mode" in text.getvalue()

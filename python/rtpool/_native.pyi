@@ -99,6 +99,23 @@ class Master:
     def __enter__(self) -> Master: ...
     def __exit__(self, *exc_info: object) -> None: ...
 
+class MemoryLock:
+    """A hold on this process's memory lock (``mlockall``), counted with the embedded
+    real-time masters' holds: the memory is unlocked when the last holder lets go."""
+
+    @property
+    def held(self) -> bool:
+        """Whether this hold is still held."""
+    def release(self) -> None:
+        """Let go of this hold. Idempotent."""
+
+def lock_memory() -> MemoryLock:
+    """Lock this process's memory (or count one more holder of the lock).
+
+    Raises:
+        RtpoolError: The OS refused; the message says what failed and how to permit it.
+    """
+
 MASTER_OPTIONS: List[str]
 """The keys ``Master(options=...)`` takes: every ``rtpool master`` option but ``log_level``."""
 

@@ -17,9 +17,12 @@ What runs real-time, and why:
 * A task on the fast path runs ``SCHED_FIFO``, so a runaway one would starve the normal
   processes on its CPU. A budget bounds that: ``RLIMIT_RTTIME`` is set to ``budget_ms`` of CPU
   time without blocking; past it the kernel sends ``SIGXCPU`` and the child drops to normal
-  scheduling until it next waits for work (:meth:`Realtime.before_wait`), when it returns to
-  ``SCHED_FIFO``. A long stream of short tasks is demoted the same way: real-time is for
-  reacting, not for holding a CPU. While a task is stuck in C code the Python handler cannot
+  scheduling until that task ends: it returns to ``SCHED_FIFO`` with a fresh budget before
+  its next task (:meth:`Realtime.between_tasks`) or when it next waits for work
+  (:meth:`Realtime.before_wait`). Real-time is for reacting, not for holding a CPU: a runaway
+  task gives the CPU back; a stream of short ones keeps SCHED_FIFO (a demoted worker with a
+  queue would otherwise never wait, so never come back). While a task is stuck in C code the
+  Python handler cannot
   run; the kernel's real-time throttling (``/proc/sys/kernel/sched_rt_runtime_us``, 95 % of
   each second by default) is the backstop there.
 """
@@ -29,13 +32,29 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Sequence
 
-__all__ = ["DEFAULT_BUDGET_MS", "DEFAULT_PRIORITY", "Realtime", "RealtimeReport", "parse_cpus"]
+__all__ = [
+    "DEFAULT_BUDGET_MS",
+    "DEFAULT_IO_PRIORITY",
+    "DEFAULT_PRIORITY",
+    "Realtime",
+    "RealtimeReport",
+    "parse_cpus",
+]
 
 DEFAULT_PRIORITY = 50
+#: Priority of the threads that only move frames (a client's reader and heartbeat threads, a
+#: LocalCluster's embedded master) unless told otherwise: one above the workers', so they
+#: preempt a task a worker runs on their CPU instead of waiting up to its length behind it
+#: (SCHED_FIFO does not time-slice between equal priorities). See ``_realtime_client.py``.
+DEFAULT_IO_PRIORITY = DEFAULT_PRIORITY + 1
 DEFAULT_BUDGET_MS = 100
+#: A sleep this long (a real block: a 1 us one returns without blocking) restarts the kernel's
+#: RLIMIT_RTTIME count, which runs from the thread's last wake-up under SCHED_FIFO.
+RTTIME_RESET_S = 0.0001
 #: CPUs a list may name (the size of Linux's cpu_set_t), as the master's ``--cpus``.
 MAX_CPUS = 1024
 _MCL_CURRENT = 1
@@ -130,10 +149,10 @@ def _lock_memory() -> str | None:
     )
 
 
-def _fifo_warning(priority: int, exc: OSError) -> str:
+def _fifo_warning(priority: int, exc: OSError, who: str = "the worker") -> str:
     why = _errno_text(exc.errno) if exc.errno else str(exc)
     return (
-        f"cannot run the worker under SCHED_FIFO priority {priority} ({why}); it keeps normal "
+        f"cannot run {who} under SCHED_FIFO priority {priority} ({why}); it keeps normal "
         f"scheduling. The priority must be 1-99; to permit it, grant CAP_SYS_NICE (or run as "
         f"root) or raise RLIMIT_RTPRIO to at least {priority} (`ulimit -r {priority}`, `rtprio` "
         f"in /etc/security/limits.conf, LimitRTPRIO= in a systemd unit); in a container or "
@@ -261,6 +280,23 @@ class Realtime:
         self.report.fifo = False
         self.report.demotions += 1
 
+    def between_tasks(self) -> None:
+        """The thread goes on to its next task without waiting for work: back to SCHED_FIFO,
+        with a fresh budget, if the budget demoted it during the last one. Cheap when it did
+        not (one attribute test).
+
+        Without this a worker with a queue never waits, so once demoted it stayed normal for
+        as long as work kept coming: on a busy machine it then ran its tasks behind every
+        other process, its queue grew, and it never came back (the deadline bench measured
+        62 % late at 80 % of capacity that way). The kernel counts RLIMIT_RTTIME from the
+        thread's last wake-up, so it sleeps ``RTTIME_RESET_S`` under SCHED_FIFO to start the
+        count again; a task that overruns the budget alone is still demoted for its rest."""
+        if not self._demoted:
+            return
+        self.before_wait()
+        if self.report.fifo:
+            time.sleep(RTTIME_RESET_S)
+
     def before_wait(self) -> None:
         """The thread is about to block for work: back to SCHED_FIFO if the budget demoted it.
         Cheap when it did not (one attribute test)."""
@@ -273,7 +309,7 @@ class Realtime:
             self._demotion_logged = True
             self._log(
                 f"real-time mode: the {self.budget_ms} ms budget ran out without a wait (a long "
-                "task or a stream of short ones); normal scheduling until the next wait, each "
+                "task or a stream of short ones); normal scheduling until the task ends, each "
                 "time it happens (logged once)"
             )
         self.report.fifo = self._enter_fifo(warn=False)

@@ -11,15 +11,18 @@ in ``rpc/``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 from ._cluster_status import StatusChannel
 from ._connection import _Connection
 from ._dial import Address, TlsOption, default_name
 from ._future import Future
 from ._package import Package
+from ._realtime import DEFAULT_IO_PRIORITY
+from ._realtime_client import ClientRealtime
 from ._submitter import ClientView, _Submitter
 from .errors import AuthenticationError
 from .rpc.calls import CallFuture
@@ -50,6 +53,16 @@ class Client(_Submitter):
             trying to reconnect (backoff from 0.05 s doubling to 5 s, with jitter); packages
             are then re-attached and no result is lost or delivered twice. 0 disables it:
             pending futures fail with :class:`~rtpool.errors.ConnectionLost` at once.
+        realtime: Real-time mode of the client (Linux): this process's memory locked and the
+            client's reader and heartbeat threads under ``SCHED_FIFO``, each as far as the OS
+            permits (a refusal is logged once on the ``rtpool.client`` logger, that step stays
+            normal, the client works). The application's threads are left alone; see
+            :meth:`realtime_thread`. :attr:`realtime` reports what took effect. The memory
+            stays locked until the client is closed (and any real-time master embedded in
+            this process has stopped).
+        rt_priority: ``SCHED_FIFO`` priority of those threads, 1-99; the default (51) is one
+            above the workers' default, so the client's I/O preempts a task a real-time
+            worker runs on the same CPU (``docs/realtime.md``).
 
     Raises:
         ConnectError: The master cannot be reached (or the TLS handshake failed).
@@ -67,6 +80,8 @@ class Client(_Submitter):
         tls: TlsOption = False,
         ca_file: str | None = None,
         reconnect_timeout: float = 60.0,
+        realtime: bool = False,
+        rt_priority: int = DEFAULT_IO_PRIORITY,
     ) -> None:
         if not reconnect_timeout >= 0:
             raise ValueError(f"reconnect_timeout must be >= 0 seconds, got {reconnect_timeout!r}")
@@ -78,15 +93,25 @@ class Client(_Submitter):
                 "first start and keeps it in its data dir as client.token)"
             )
         self._opts = {}
-        self._conn = _Connection(
-            address,
-            token,
-            name or default_name(),
-            connect_timeout,
-            tls,
-            ca_file,
-            reconnect_timeout,
-        )
+        self._realtime: ClientRealtime | None = None
+        if realtime:
+            self._realtime = ClientRealtime(rt_priority, threads=2)
+            self._realtime.start()
+        try:
+            self._conn = _Connection(
+                address,
+                token,
+                name or default_name(),
+                connect_timeout,
+                tls,
+                ca_file,
+                reconnect_timeout,
+                thread_start=None if self._realtime is None else self._realtime.enter_thread,
+            )
+        except BaseException:
+            if self._realtime is not None:
+                self._realtime.release()
+            raise
         self._rpc = RpcChannel(self._conn)
         self._status = StatusChannel(self._conn)
         # A client dropped without shutdown() closes once its pending tasks are done.
@@ -127,6 +152,42 @@ class Client(_Submitter):
             ConnectionLost: The connection is gone for good.
         """
         return self._status.status(timeout)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` or :meth:`close` was called."""
+        return self._conn.closing
+
+    @property
+    def realtime(self) -> Dict[str, Any] | None:
+        """What real-time mode achieved (None without ``realtime=True``): ``active`` (every
+        step took effect), ``memory_locked``, ``priority``, ``fifo_threads`` (the client's
+        threads under ``SCHED_FIFO`` now), ``threads`` (``reader``/``heartbeat`` -> under
+        ``SCHED_FIFO``), ``user_threads`` (threads inside :meth:`realtime_thread` now) and
+        ``warnings`` (each refusal, as logged)."""
+        return None if self._realtime is None else self._realtime.report()
+
+    @contextlib.contextmanager
+    def realtime_thread(self, priority: int | None = None) -> Iterator[bool]:
+        """Run the calling thread under ``SCHED_FIFO`` for the ``with`` block, then restore its
+        policy: for the thread that submits and waits, which real-time mode otherwise leaves
+        alone. Works on any client; a refusal is logged (``rtpool.client``) and the block runs
+        at the thread's normal policy.
+
+        Example::
+
+            with client.realtime_thread():
+                result = client.submit(step, x, deadline=0.05).result()
+
+        Args:
+            priority: 1-99; by default the client's ``rt_priority``.
+
+        Yields:
+            Whether the thread runs under ``SCHED_FIFO`` inside the block.
+        """
+        rt = self._realtime or ClientRealtime(DEFAULT_IO_PRIORITY, threads=0)
+        with rt.user_thread(priority) as fifo:
+            yield fifo
 
     @property
     def max_frame_bytes(self) -> int:

@@ -117,11 +117,20 @@ class LocalCluster:
             the environment of worker ``i`` (a list shorter than ``workers`` leaves the rest
             alone). Tests use it to make one worker different, e.g. ``worker_env=[{"SLOW":
             "10"}, {}]``; see also ``add_worker(env=...)``.
-        realtime: Real-time mode for the master and the workers (``rtpool worker
-            --realtime``): memory locked, SCHED_FIFO, optional pinning, each as far as the OS
-            permits (``stats()["realtime"]`` says what took effect for the master). The
-            master is embedded: its memory lock covers this whole process until ``close()``.
-        rt_priority: SCHED_FIFO priority of both, 1-99 (default 50).
+        realtime: Real-time mode for the whole path: the master, the workers (``rtpool
+            worker --realtime``) and the clients of :meth:`client` (``Client(realtime=True)``:
+            their reader and heartbeat threads): memory locked, SCHED_FIFO, optional pinning,
+            each as far as the OS permits. ``stats()["realtime"]`` says what took effect for
+            the master, and under ``"clients"`` for each client. The master is embedded: its
+            memory lock covers this whole process until ``close()``. The application's own
+            threads are left alone: see :meth:`~rtpool.Client.realtime_thread`.
+        rt_priority: SCHED_FIFO priority of the workers, 1-99 (default 50). The master's
+            threads and the clients' I/O threads run one above (at most 99), so that they
+            preempt a task a worker runs on the same CPU rather than wait for its end.
+        rt_budget_ms: ``--rt-budget-ms`` of the workers: CPU time a worker may spend under
+            SCHED_FIFO without waiting for work before it is demoted until its next wait
+            (None: the workers' default, 100 ms; 0: no budget). Tasks longer than it (a
+            chess search of a second) run demoted past it, behind normal processes.
         cpus: CPUs to pin the master's threads and the workers to (a list of ints or
             ``"0,1"``); None: no pinning.
         serve: Modules whose ``@rtpool.remote`` functions every worker serves (``rtpool
@@ -153,6 +162,7 @@ class LocalCluster:
         worker_env: Sequence[Mapping[str, str]] | None = None,
         realtime: bool = False,
         rt_priority: int = 50,
+        rt_budget_ms: int | None = None,
         cpus: str | List[int] | None = None,
         serve: Sequence[str] = (),
         listen: str = "127.0.0.1:0",
@@ -175,10 +185,21 @@ class LocalCluster:
         self._probe: Client | None = None
         self._task_memory_mb = task_memory_mb
         self._realtime_args: List[str] = []
+        self._client_rt: Dict[str, Any] = {}
         rt_args: Dict[str, Any] = {}
+        if rt_budget_ms is not None and (not realtime or rt_budget_ms < 0):
+            raise ValueError(
+                f"rt_budget_ms={rt_budget_ms!r}: give milliseconds >= 0 (0: no budget), with "
+                "realtime=True"
+            )
         if realtime:
-            rt_args = {"realtime": True, "rt_priority": rt_priority, "cpus": cpus}
+            # The I/O threads one above the workers: see rtpool/_realtime_client.py.
+            io_priority = min(99, rt_priority + 1) if 1 <= rt_priority <= 99 else rt_priority
+            rt_args = {"realtime": True, "rt_priority": io_priority, "cpus": cpus}
+            self._client_rt = {"realtime": True, "rt_priority": io_priority}
             self._realtime_args = ["--realtime", "--rt-priority", str(rt_priority)]
+            if rt_budget_ms is not None:
+                self._realtime_args += ["--rt-budget-ms", str(rt_budget_ms)]
             if cpus is not None:
                 text = cpus if isinstance(cpus, str) else ",".join(str(c) for c in cpus)
                 self._realtime_args += ["--cpus", text]
@@ -253,11 +274,14 @@ class LocalCluster:
         """Connect a :class:`~rtpool.Client` to this cluster; it is closed with the cluster.
 
         Args:
-            **kwargs: Passed to :class:`~rtpool.Client` (``name``, ``connect_timeout``).
+            **kwargs: Passed to :class:`~rtpool.Client` (``name``, ``connect_timeout``; in a
+                real-time cluster ``realtime`` and ``rt_priority`` default to the cluster's).
         """
         self._check_open()
         if self._ca_file is not None:
             kwargs.setdefault("ca_file", self._ca_file)
+        for key, value in self._client_rt.items():
+            kwargs.setdefault(key, value)
         client = Client(self.address, self.client_token, **kwargs)
         self._state.clients.append(client)
         return client
@@ -350,8 +374,14 @@ class LocalCluster:
 
     def stats(self) -> Dict[str, Any]:
         """The master's gauges and counters (``workers``, ``queued``, ``running``, ...; in
-        real-time mode ``realtime``, a dict: see ``rtpool._native.Master.stats``)."""
-        return dict(self._master.stats())
+        real-time mode ``realtime``, a dict: see ``rtpool._native.Master.stats``, with
+        ``clients``: :attr:`rtpool.Client.realtime` of each open client of :meth:`client`)."""
+        stats = dict(self._master.stats())
+        if isinstance(stats.get("realtime"), dict):
+            stats["realtime"]["clients"] = [
+                c.realtime for c in self._state.clients if c.realtime is not None and not c.closed
+            ]
+        return stats
 
     def close(self) -> None:
         """Close the clients, stop the workers (SIGTERM, then SIGKILL after 5 s) and the

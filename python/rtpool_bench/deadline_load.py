@@ -4,14 +4,19 @@ priority), interleaved; the real-time Linux test (cyclictest under a CPU-bound l
 pool.
 
 Two ``LocalCluster(workers=N)`` run side by side for the whole run, one normal and one with
-``realtime=True`` (the stock API: the embedded master and the workers on SCHED_FIFO as far as
-the OS permits, the client's own threads untouched). The real-time cluster's memory lock covers
-this whole process (its master is embedded), so the normal configurations run with locked
-memory too; scheduling, which is what the hogs contend for, stays as each mode sets it.
+``realtime=True`` (the stock API: the embedded master, the workers and the client's reader and
+heartbeat threads on SCHED_FIFO as far as the OS permits). The thread that submits is the
+application's: in the real-time configurations it sends each block inside
+``client.realtime_thread()``, the API for that, unless ``--sender-normal``. The real-time
+cluster's memory lock covers this whole process (its master is embedded), so the normal
+configurations run with locked memory too; scheduling, which is what the hogs contend for,
+stays as each mode sets it.
 
 Capacity (closed loop, 10 ms tasks) is measured idle on both clusters; all four configurations
 are offered the same rate, ``--load`` (0.8) of the lower of the two, so they differ only in
-mode and load. The two idle capacities give the throughput cost of real-time mode. Blocks of
+mode and load. The throughput cost of real-time mode is measured as the real-time seed did, on
+no-op tasks: one package of no-op tasks at a time on each cluster, idle, in the order A B B A
+(normal, real-time, real-time, normal, repeated), tasks/s per mode and their ratio. Blocks of
 every configuration then run in a shuffled order each round, the pool drained between blocks
 (:func:`rtpool_bench.interleave.run_interleaved`); loaded blocks start their hogs before and
 stop them (by PID) after. Per configuration: the deadline-miss ratio (client side, and the
@@ -33,9 +38,12 @@ from .openloop import (
     text_histogram,
 )
 from .stats import safe_ratio, usable_cpus
-from .tasks import spin
+from .tasks import noop, spin
 
 MODES = ("normal", "realtime")
+#: No-op tasks per package of the throughput-cost runs, (normal, --quick), and A B B A rounds.
+COST_TASKS = (5000, 300)
+COST_ROUNDS = (3, 1)
 
 
 def bench_deadline_load(args, say: Callable) -> Dict[str, object]:
@@ -55,9 +63,9 @@ def bench_deadline_load(args, say: Callable) -> Dict[str, object]:
         for mode in MODES:
             clusters[mode] = rtpool.LocalCluster(workers=args.workers, realtime=mode == "realtime")
             clusters[mode].wait_for_workers(args.workers, timeout=30)
-        views, caps, notes = {}, {}, {}
+        views, caps, notes, clients = {}, {}, {}, {}
         for mode, cluster in clusters.items():
-            client = cluster.client()
+            clients[mode] = client = cluster.client()
             say(f"deadline/{mode}: warm-up and idle capacity ({cap_n} tasks, {window} in flight)")
             for _ in range(3):
                 run_open_loop(lambda c=client: c.submit(spin, task_ms), [0] * window, 30)
@@ -68,6 +76,15 @@ def bench_deadline_load(args, say: Callable) -> Dict[str, object]:
             )
             if not caps[mode]["tasks_per_s"]:
                 raise RuntimeError(f"{mode}: the capacity run finished too few tasks")
+        senders = {
+            m: (
+                None
+                if m == "normal" or args.sender_normal
+                else (lambda c=clients[m]: c.realtime_thread())
+            )
+            for m in MODES
+        }
+        cost = noop_throughput(clients, senders, args.quick, say)
         rate = load * min(c["tasks_per_s"] for c in caps.values())
         configs: List[Config] = []
         for mode in MODES:
@@ -81,6 +98,7 @@ def bench_deadline_load(args, say: Callable) -> Dict[str, object]:
                         lambda s=sub: s.submit(spin, task_ms),
                         loaded,
                         keep=_deadline_keep,
+                        around=senders[mode],
                     )
                 )
         say(f"deadline: {len(configs)} configurations at {rate:.0f}/s, {hogs} hogs when loaded")
@@ -110,7 +128,37 @@ def bench_deadline_load(args, say: Callable) -> Dict[str, object]:
     finally:
         for cluster in reversed(list(clusters.values())):
             cluster.close()
-    return _figures(args, configs, caps, rate, load, hogs, task_ms, notes, realtime_report)
+    out = _figures(args, configs, caps, rate, load, hogs, task_ms, notes, realtime_report)
+    out["noop_throughput"] = cost
+    out["sender"] = "normal" if args.sender_normal else "client.realtime_thread()"
+    return out
+
+
+def noop_throughput(clients, senders, quick: bool, say: Callable) -> Dict[str, object]:
+    """The throughput cost of real-time mode: packages of no-op tasks on each cluster in turn,
+    idle, in the order A B B A per round; tasks/s of each package, the median per mode and
+    the ratio real-time / normal of the medians."""
+    import contextlib
+    import time
+
+    n, rounds = COST_TASKS[quick], COST_ROUNDS[quick]
+    say(f"deadline: no-op throughput, {rounds} rounds of A B B A, {n} tasks per package")
+    rates: Dict[str, List[float]] = {m: [] for m in MODES}
+    order = [MODES[0], MODES[1], MODES[1], MODES[0]] * rounds
+    for mode in order:
+        around = senders[mode]() if senders[mode] is not None else contextlib.nullcontext()
+        with around:
+            t0 = time.perf_counter()
+            clients[mode].submit_many(noop, range(n)).results(timeout=120)
+            rates[mode].append(n / (time.perf_counter() - t0))
+    median = {m: sorted(r)[len(r) // 2] for m, r in rates.items()}
+    return {
+        "tasks_per_package": n,
+        "order": "A B B A" + (f" x{rounds}" if rounds > 1 else ""),
+        "tasks_per_s": {m: [round(x, 1) for x in r] for m, r in rates.items()},
+        "median_tasks_per_s": {m: round(v, 1) for m, v in median.items()},
+        "realtime_over_normal": safe_ratio(median["realtime"], median["normal"]),
+    }
 
 
 def _figures(args, configs, caps, rate, load, hogs, task_ms, notes, realtime_report) -> Dict:
@@ -187,8 +235,20 @@ def render(s: Dict[str, object], console) -> None:
     print(format_text_histogram(s["histogram"]), file=console.file, flush=True)
     ratios = ", ".join(f"{m} {v}" for m, v in s["hogs_over_idle_p99_9"].items())
     rt = s["realtime_report"] or {}
+    clients = rt.get("clients") or [{}]
     console.print(
         f"p99.9 with hogs / idle: {ratios}; bar: late <= {s['miss_ratio_bar']:.1%}. Real-time "
-        f"mode (master): active {rt.get('active')}, warnings {rt.get('warnings') or 'none'}",
+        f"mode: master active {rt.get('active')} (SCHED_FIFO {rt.get('priority')}), client "
+        f"active {clients[0].get('active')}, sender {s.get('sender')}, warnings "
+        f"{rt.get('warnings') or clients[0].get('warnings') or 'none'}",
         markup=False,
     )
+    cost = s.get("noop_throughput")
+    if cost:
+        med = cost["median_tasks_per_s"]
+        console.print(
+            f"Throughput cost of real-time mode (no-op tasks, {cost['tasks_per_package']} per "
+            f"package, {cost['order']}): normal {med['normal']:,.0f}/s, realtime "
+            f"{med['realtime']:,.0f}/s (median; realtime/normal {cost['realtime_over_normal']})",
+            markup=False,
+        )

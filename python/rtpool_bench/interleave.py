@@ -11,7 +11,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, ContextManager, Dict, List, Sequence
 
 from .cpu import CpuHogs, cpu_snapshot, cpu_use
 from .openloop import (
@@ -83,6 +83,8 @@ class Config:
     cpu: List[tuple] = field(default_factory=list)  # (machine busy, total, pool ticks, wall s)
     gc_pauses_ns: List[int] = field(default_factory=list)
     gc_full: int = 0
+    #: Entered around each block's sending (e.g. ``client.realtime_thread``), or None.
+    around: Callable[[], ContextManager] | None = None
 
     def result(self) -> Dict[str, object]:
         """The JSON-ready figures of this configuration."""
@@ -162,7 +164,8 @@ def run_interleaved(
             hog = contextlib.nullcontext()
             if c.loaded:
                 hog = CpuHogs(hogs, lifetime_s=3 * dur + 60, nice=hog_nice)
-            with hog, GcWatch() as gcw:
+            around = c.around() if c.around is not None else contextlib.nullcontext()
+            with hog, GcWatch() as gcw, around:
                 if c.loaded:
                     c.hog_pids.extend(hog.pids)
                 workers = pids()

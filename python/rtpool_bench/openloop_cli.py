@@ -106,6 +106,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--slowdown", type=float, default=10.0, help="hedge: the slow worker's factor (10)"
     )
+    g.add_argument(
+        "--sender-normal",
+        action="store_true",
+        help="deadline --background-load: the submitting thread stays normal in the real-time "
+        "configurations (by default it runs inside client.realtime_thread())",
+    )
 
 
 def is_open_loop(args: argparse.Namespace) -> bool:

@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
 use rtpool_master::config::options::{apply_options, OptionValue};
-use rtpool_master::realtime::{parse_cpus, RealtimeConfig, RealtimeReport};
+use rtpool_master::realtime::{parse_cpus, ProcessMemoryLock, RealtimeConfig, RealtimeReport};
 use rtpool_master::store::{self, Store, StoreError, TokenInfo, UserQuota};
 use rtpool_master::{MasterConfig, MasterError, MasterHandle, MasterStats};
 use rtpool_proto::Role;
@@ -260,6 +260,40 @@ impl Master {
     }
 }
 
+/// This process's memory locked (`mlockall`) until [`MemoryLock::release`], counted with the
+/// locks of the real-time masters embedded in this process (the memory is unlocked when the
+/// last holder lets go). Held by a real-time client (`rtpool.Client(realtime=True)`).
+#[pyclass(module = "rtpool._native")]
+struct MemoryLock {
+    inner: Option<ProcessMemoryLock>,
+}
+
+#[pymethods]
+impl MemoryLock {
+    /// Let go of this hold (the memory stays locked while another holder remains).
+    /// Idempotent.
+    fn release(&mut self) {
+        self.inner = None;
+    }
+
+    /// Whether this hold is still held.
+    #[getter]
+    fn held(&self) -> bool {
+        self.inner.is_some()
+    }
+}
+
+/// Lock this process's memory (or count one more holder); returns the hold.
+///
+/// Raises `rtpool.errors.RtpoolError` with the warning to show (what failed, the errno, how to
+/// permit it) when the OS refuses.
+#[pyfunction]
+fn lock_memory(py: Python<'_>) -> PyResult<MemoryLock> {
+    ProcessMemoryLock::acquire("this client process's")
+        .map(|lock| MemoryLock { inner: Some(lock) })
+        .map_err(|why| rtpool_error(py, why))
+}
+
 /// `rtpool master ARGS...`: parse `argv` (without the program name) as the master's command
 /// line, run the master in the foreground until SIGINT/SIGTERM with the GIL released, and return
 /// the exit code (see [`rtpool_master::cli::main`]: 0, 1 when it cannot start, 2 for a bad
@@ -408,6 +442,8 @@ fn token_quotas<'py>(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Master>()?;
     m.add_function(wrap_pyfunction!(master_main, m)?)?;
+    m.add_class::<MemoryLock>()?;
+    m.add_function(wrap_pyfunction!(lock_memory, m)?)?;
     m.add(
         "MASTER_OPTIONS",
         rtpool_master::config::options::option_keys(),

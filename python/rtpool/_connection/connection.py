@@ -58,6 +58,7 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         tls: TlsOption = False,
         ca_file: str | None = None,
         reconnect_timeout: float = 60.0,
+        thread_start: Callable[[str], Callable[[], None]] | None = None,
     ):
         host, port = parse_address(address)
         self.address = f"{host}:{port}"
@@ -105,15 +106,33 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self.reconnects = 0
         self.duplicate_results = 0  # results of a task after its first one (tests read it)
         self.sock: socket.socket | None = None
+        self._thread_start = thread_start
         self._use(sock, welcome, reader)
         self._thread = threading.Thread(
-            target=self._run, args=(extra,), name=f"rtpool-client-{self.address}", daemon=True
+            target=self._in_thread,
+            args=("reader", self._run, extra),
+            name=f"rtpool-client-{self.address}",
+            daemon=True,
         )
         self._thread.start()
         self._heartbeat_thread = threading.Thread(
-            target=self._heartbeat_loop, name=f"rtpool-heartbeat-{self.address}", daemon=True
+            target=self._in_thread,
+            args=("heartbeat", self._heartbeat_loop),
+            name=f"rtpool-heartbeat-{self.address}",
+            daemon=True,
         )
         self._heartbeat_thread.start()
+
+    def _in_thread(self, role: str, body: Callable[..., None], *args: Any) -> None:
+        """Run ``body(*args)`` as the connection's ``role`` thread (``reader``,
+        ``heartbeat``), between the thread-priority hooks: ``thread_start(role)`` first (real-
+        time mode puts the thread under SCHED_FIFO there), what it returned last."""
+        leave = self._thread_start(role) if self._thread_start is not None else None
+        try:
+            body(*args)
+        finally:
+            if leave is not None:
+                leave()
 
     def _use(self, sock: socket.socket, welcome: Any, reader: P.FrameReader) -> None:
         self.sock = sock

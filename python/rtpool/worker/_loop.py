@@ -483,6 +483,7 @@ class WorkerConnection(Session, Executing, Watchdog):
         # noticed) comes right behind the first assignments.
         self._send(P.encode(P.HEARTBEAT))
         queue = self.queue
+        realtime = self.realtime
         while not self.stopping:
             if queue:
                 self._recv_nowait()
@@ -494,6 +495,8 @@ class WorkerConnection(Session, Executing, Watchdog):
                 self._wait()  # it also reads what woke it: no second recv
                 if not queue or self.stopping:
                     continue
+            if realtime is not None:
+                realtime.between_tasks()  # back to SCHED_FIFO if the last task was demoted
             self._run(queue.popleft())
             if not queue or self._should_flush():
                 self._flush()

@@ -13,7 +13,8 @@ use thread_priority::{
 
 use super::format_cpus;
 
-/// Masters in this process holding the memory lock: `munlockall` when the last one ends.
+/// Masters (and real-time clients, see [`super::ProcessMemoryLock`]) in this process holding
+/// the memory lock: `munlockall` when the last one ends.
 static LOCK_HOLDERS: Mutex<usize> = Mutex::new(0);
 
 pub fn supported() -> Result<(), String> {
@@ -24,12 +25,14 @@ pub fn supported() -> Result<(), String> {
 pub struct MemoryLock(());
 
 impl MemoryLock {
-    pub fn acquire() -> Result<Self, String> {
+    /// Lock (or count one more holder of the lock); `whose` names the holder in the warning
+    /// ("the master's", "this client process's").
+    pub fn acquire(whose: &str) -> Result<Self, String> {
         let mut holders = super::lock(&LOCK_HOLDERS);
         if *holders == 0 {
             mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE).map_err(|e| {
                 format!(
-                    "real-time mode: cannot lock the master's memory (mlockall: {e}); its \
+                    "real-time mode: cannot lock {whose} memory (mlockall: {e}); its \
                      pages may be paged out or faulted in on the hot path. To permit it, \
                      raise RLIMIT_MEMLOCK above the process's virtual size (`ulimit -l \
                      unlimited`, `memlock` in /etc/security/limits.conf, \

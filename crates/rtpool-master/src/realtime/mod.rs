@@ -134,6 +134,26 @@ pub fn format_cpus(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
+/// The process's memory locked (`mlockall(MCL_CURRENT | MCL_FUTURE)`) while this value lives,
+/// counted with the locks of the masters embedded in the same process: the memory is unlocked
+/// when the last holder drops. A real-time client (`rtpool.Client(realtime=True)`) holds one,
+/// so that closing an embedded master does not unlock a client still in use, nor the reverse.
+pub struct ProcessMemoryLock {
+    _lock: os::MemoryLock,
+}
+
+impl ProcessMemoryLock {
+    /// Lock this process's memory, or count one more holder if it is locked already.
+    ///
+    /// # Errors
+    /// The warning to show when the OS refuses (what failed, the errno, how to permit it),
+    /// naming the holder as `whose` ("this client process's").
+    pub fn acquire(whose: &str) -> Result<Self, String> {
+        os::supported()?;
+        os::MemoryLock::acquire(whose).map(|lock| Self { _lock: lock })
+    }
+}
+
 /// Real-time mode of one master: the process-wide steps taken at [`Realtime::start`], the
 /// per-thread ones at [`Realtime::enter_thread`], and the counts of both. Clones share them.
 #[derive(Clone)]
@@ -189,7 +209,7 @@ impl Realtime {
             match os::supported() {
                 Err(why) => warnings.push(why),
                 Ok(()) => {
-                    match os::MemoryLock::acquire() {
+                    match os::MemoryLock::acquire("the master's") {
                         Ok(lock) => memory = Some(lock),
                         Err(why) => warnings.push(why),
                     }
