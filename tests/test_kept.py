@@ -1,0 +1,118 @@
+"""Results kept on their workers and futures as task arguments (``docs/data.md``).
+
+Real workers (a LocalCluster of two); the faults are real too: the worker process that holds
+a kept value is killed with SIGKILL. Bytes through the client are the kernel's count for the
+client's connection (``TCP_INFO``), not the SDK's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+
+import pytest
+
+import rtpool
+import tasks
+from helpers import wait_until
+from rtpool._kept import KeptRef
+from rtpool.errors import DependencyFailed, KeptResultLost
+
+MIB = 1 << 20
+# struct tcp_info: tcpi_bytes_received (Linux 4.1+).
+_TCPI_BYTES_RECEIVED = 128
+
+
+def received_bytes(client: rtpool.Client) -> int:
+    info = client._conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return struct.unpack_from("Q", info, _TCPI_BYTES_RECEIVED)[0]
+
+
+@pytest.fixture
+def client(cluster):
+    cluster.wait_for_workers(2)
+    return cluster.client()
+
+
+def test_a_chain_of_kept_results_never_reaches_the_client(client):
+    kept = client.options(keep=True)
+    client.submit(tasks.square, 2).result(timeout=30)
+    before = received_bytes(client)
+    f = kept.submit(tasks.make_bytes, 8 * MIB)
+    g = kept.submit(tasks.reverse, f)
+    h = client.submit(tasks.length, g)
+    assert h.result(timeout=60) == 8 * MIB
+    # Three results, as references and an int: a few hundred bytes, not 16 MiB.
+    assert received_bytes(client) - before < 64 * 1024
+    assert isinstance(f._result, KeptRef) and f._result.size_bytes == 8 * MIB
+    # result() reads the value from its worker, not through the master.
+    assert f.result(timeout=30) == b"x" * 8 * MIB
+    assert received_bytes(client) - before < 64 * 1024
+
+
+def test_keep_bytes_keeps_only_large_results(client):
+    view = client.options(keep_bytes=MIB)
+    small, large = view.submit(tasks.make_bytes, 10), view.submit(tasks.make_bytes, 2 * MIB)
+    assert small.result(timeout=30) == b"x" * 10 and small._result == b"x" * 10
+    assert len(large.result(timeout=30)) == 2 * MIB and isinstance(large._result, KeptRef)
+
+
+def test_keep_options_are_checked_on_the_client(client):
+    with pytest.raises(TypeError, match="keep"):
+        client.options(keep="yes")
+    with pytest.raises(ValueError, match="keep_bytes"):
+        client.options(keep_bytes=-1)
+    assert client.options(keep=True).options(keep=None)._keep is None
+
+
+def test_losing_the_worker_that_holds_a_result_reruns_its_producer(client):
+    f = client.options(keep=True).submit(tasks.make_bytes, MIB)
+    ref = f._result if f.exception(timeout=30) is None else None
+    assert isinstance(ref, KeptRef)
+    os.kill(ref.pid, signal.SIGKILL)  # the worker child that holds it; its supervisor restarts it
+    wait_until(lambda: not _alive(ref.pid), timeout=10)
+    g = client.submit(tasks.length, f)
+    assert g.result(timeout=60) == MIB
+    assert f._lineage.attempts == 2
+    assert f._result.key != ref.key
+
+
+def test_result_of_a_lost_value_reruns_its_producer(client):
+    f = client.options(keep=True).submit(tasks.make_bytes, 1000)
+    f.exception(timeout=30)
+    pid = f._result.pid
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not _alive(pid), timeout=10)
+    assert f.result(timeout=60) == b"x" * 1000
+    assert f._lineage.attempts == 2
+
+
+def test_lineage_stops_at_max_attempts(client):
+    f = client.options(keep=True, max_attempts=1).submit(tasks.make_bytes, 1000)
+    f.exception(timeout=30)
+    pid = f._result.pid
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not _alive(pid), timeout=10)
+    with pytest.raises(KeptResultLost, match="is gone"):
+        f.result(timeout=60)
+
+
+def test_a_failed_dependency_fails_its_dependents(client):
+    f = client.submit(tasks.length, 5)  # len(int): TypeError on the worker
+    g = client.submit(tasks.square, f)
+    with pytest.raises(DependencyFailed, match="failed"):
+        g.result(timeout=30)
+
+
+def test_an_unkept_future_is_passed_as_its_value(client):
+    assert client.submit(tasks.square, client.submit(tasks.square, 3)).result(timeout=30) == 81
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False
