@@ -17,6 +17,7 @@ import pytest
 import rtpool
 import tasks
 from helpers import wait_until
+from rtpool import _deps
 from rtpool._kept import KeptRef
 from rtpool.errors import DependencyFailed, KeptResultLost
 
@@ -50,6 +51,22 @@ def test_a_chain_of_kept_results_never_reaches_the_client(client):
     # result() reads the value from its worker, not through the master.
     assert f.result(timeout=30) == b"x" * 8 * MIB
     assert received_bytes(client) - before < 64 * 1024
+
+
+def test_a_dependent_task_runs_where_its_large_input_is_kept(client):
+    # Two idle workers: without `near` each dependent lands on either (1 in 2^6 to pass).
+    kept = client.options(keep=True)
+    for _ in range(6):
+        f = kept.submit(tasks.make_bytes, 256 * 1024)
+        pid, n = client.submit(tasks.pid_and_length, f).result(timeout=30)
+        assert (pid, n) == (f._result.pid, 256 * 1024)
+
+
+def test_a_small_kept_input_does_not_pin_its_dependent(client):
+    f = client.options(keep=True).submit(tasks.make_bytes, 10)
+    f.exception(timeout=30)
+    assert _deps._nearest((f._result,), {}) == 0
+    assert _deps._nearest((f._result, f._result), {"x": 1}) == 0
 
 
 def test_keep_bytes_keeps_only_large_results(client):

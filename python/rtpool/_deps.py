@@ -30,6 +30,9 @@ _Submitter = Any
 __all__ = ["has_future", "rerun", "submit"]
 
 _DEFAULT_ATTEMPTS = 3
+#: Kept arguments of at least this many bytes on one worker make the task prefer that worker
+#: (package option ``near``).
+NEAR_MIN_BYTES = 64 * 1024
 _pool: cf.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -99,9 +102,26 @@ def _send(view: _Submitter, task: Callable, args: tuple, kwargs: Dict | None) ->
     """Send the task now; its arguments' futures are done. Raises DependencyFailed."""
     sent_args = tuple(_argument(a, i) for i, a in enumerate(args))
     sent_kwargs = {k: _argument(v, k) for k, v in kwargs.items()} if kwargs else {}
-    fut = view._submit_now(task, sent_args, sent_kwargs)
+    opts = None
+    near = _nearest(sent_args, sent_kwargs)
+    if near:
+        opts = {**view._submission_opts(), "near": near}
+    fut = view._submit_now(task, sent_args, sent_kwargs, opts)
     fut._lineage = Lineage(view, task, args, kwargs)
     return fut
+
+
+def _nearest(args: tuple, kwargs: Dict[str, Any]) -> int:
+    """The session of the worker holding the most bytes of kept arguments, if they are at
+    least ``NEAR_MIN_BYTES`` (below that, moving them costs less than waiting); else 0."""
+    held: Dict[int, int] = {}
+    for a in (*args, *kwargs.values()):
+        if type(a) is KeptRef and a.session:
+            held[a.session] = held.get(a.session, 0) + a.size_bytes
+    if not held:
+        return 0
+    session, size = max(held.items(), key=lambda kv: kv[1])
+    return session if size >= NEAR_MIN_BYTES else 0
 
 
 def _argument(value: Any, where: Any) -> Any:

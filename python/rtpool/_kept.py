@@ -34,9 +34,11 @@ FETCH_TIMEOUT_S = 30.0
 class KeptRef:
     """A value kept by the worker process ``pid`` that serves it at ``host:port``."""
 
-    __slots__ = ("host", "port", "key", "size_bytes", "pid")
+    __slots__ = ("host", "port", "key", "size_bytes", "pid", "session")
 
-    def __init__(self, host: str, port: int, key: bytes, size_bytes: int, pid: int) -> None:
+    def __init__(
+        self, host: str, port: int, key: bytes, size_bytes: int, pid: int, session: int = 0
+    ) -> None:
         self.host = host
         self.port = port
         #: 16 random bytes: the name of the value and the capability to read it.
@@ -44,9 +46,13 @@ class KeptRef:
         #: The value's size (its buffer's, else its pickle's).
         self.size_bytes = size_bytes
         self.pid = pid
+        #: The master session of the worker that holds it (0: unknown): a dependent task's
+        #: package option ``near``.
+        self.session = session
 
     def __reduce__(self) -> tuple:
-        return (KeptRef, (self.host, self.port, self.key, self.size_bytes, self.pid))
+        args = (self.host, self.port, self.key, self.size_bytes, self.pid, self.session)
+        return (KeptRef, args)
 
     def __repr__(self) -> str:
         return (

@@ -74,12 +74,15 @@ class _Submitter(cf.Executor):
             return _deps.submit(self, fn, args, kwargs)
         return self._submit_now(fn, args, kwargs)
 
-    def _submit_now(self, fn: Callable, args: tuple, kwargs: Dict[str, Any]) -> Future:
+    def _submit_now(
+        self, fn: Callable, args: tuple, kwargs: Dict[str, Any], opts: Dict | None = None
+    ) -> Future:
         t0 = _perf_ns()
         digest, code = serialize_function(fn)
         payload = dumps_args(args, kwargs or None)
         t1 = _perf_ns()
-        opts = self._opts if self._deadline_at is None else self._submission_opts()
+        if opts is None:
+            opts = self._opts if self._deadline_at is None else self._submission_opts()
         fut, seg = self._conn.submit_one(digest, code, opts, payload, t0, t1 - t0)
         self._track((seg,))
         return fut

@@ -51,13 +51,17 @@ _lock = threading.Lock()
 _store: KeptStore | None = None
 # The address peers reach this worker at: the local address of its master connection.
 _host = "127.0.0.1"
+# The worker's master session (WELCOME.session): what a dependent task's `near` names.
+_session = 0
 
 
-def advertise(host: str) -> None:
-    """Set the address kept references name (the worker session calls it on connecting)."""
-    global _host
+def advertise(host: str, session: int) -> None:
+    """Set the address and session kept references name (the worker session calls it on
+    connecting; a store already serving keeps its address, the session follows)."""
+    global _host, _session
     if host and host not in ("0.0.0.0", "::"):
         _host = host
+    _session = session
 
 
 def store() -> KeptStore:
@@ -109,7 +113,7 @@ class KeptStore:
             while self.used_bytes > self.limit_bytes and len(self._values) > 1:
                 _, (_, old) = self._values.popitem(last=False)
                 self.used_bytes -= old
-        return KeptRef(self.host, self.port, key, size, self.pid)
+        return KeptRef(self.host, self.port, key, size, self.pid, _session)
 
     def get(self, key: bytes) -> Tuple[bool, Any]:
         """``(found, value)`` of a key of this process (no copy)."""

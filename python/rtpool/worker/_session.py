@@ -138,7 +138,7 @@ class Session:
             self.sock = sock
             self._last_send = time.monotonic()
         with contextlib.suppress(OSError):  # kept results name the address peers reach
-            _kept.advertise(sock.getsockname()[0])
+            _kept.advertise(sock.getsockname()[0], welcome.session)
         self._last_recv = time.monotonic()
         #: The master answered a heartbeat on this session (an older master never does: then
         #: its silence means nothing).
