@@ -17,6 +17,7 @@ connection's reader thread.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import queue
 import threading
 from typing import Any, Callable, Dict, List
 
@@ -33,8 +34,11 @@ _DEFAULT_ATTEMPTS = 3
 #: Kept arguments of at least this many bytes on one worker make the task prefer that worker
 #: (package option ``near``).
 NEAR_MIN_BYTES = 64 * 1024
-_pool: cf.ThreadPoolExecutor | None = None
+_MAX_THREADS = 64
+_jobs: queue.SimpleQueue = queue.SimpleQueue()
 _pool_lock = threading.Lock()
+_threads = 0
+_idle = 0
 
 
 class Lineage:
@@ -78,7 +82,7 @@ def submit(view: _Submitter, fn: Callable, args: tuple, kwargs: Dict[str, Any]) 
     if not deps:
         return _send(view, task, args, kwargs)
     proxy = Future()
-    _thread_pool().submit(_run_dependent, view, task, args, kwargs, deps, proxy)
+    _spawn(_run_dependent, view, task, args, kwargs, deps, proxy)
     return proxy
 
 
@@ -89,13 +93,28 @@ def _dependencies(args: tuple, kwargs: Dict[str, Any]) -> List[Future]:
     return deps
 
 
-def _thread_pool() -> cf.ThreadPoolExecutor:
-    global _pool
+def _spawn(fn: Callable, *args: Any) -> None:
+    """Run ``fn(*args)`` on the dependents' thread pool: daemon threads (a dependent left
+    waiting never holds the interpreter's exit), at most ``_MAX_THREADS``, FIFO. Dependents
+    always wait on earlier futures, so a FIFO pool cannot deadlock."""
+    global _threads
+    _jobs.put((fn, args))
     with _pool_lock:
-        if _pool is None:
-            # Dependents always wait on earlier futures, so a FIFO pool cannot deadlock.
-            _pool = cf.ThreadPoolExecutor(64, thread_name_prefix="rtpool-deps")
-        return _pool
+        if _idle > 0 or _threads >= _MAX_THREADS:
+            return
+        _threads += 1
+    threading.Thread(target=_pool_thread, name="rtpool-deps", daemon=True).start()
+
+
+def _pool_thread() -> None:
+    global _idle
+    while True:
+        with _pool_lock:
+            _idle += 1
+        fn, args = _jobs.get()
+        with _pool_lock:
+            _idle -= 1
+        fn(*args)
 
 
 def _send(view: _Submitter, task: Callable, args: tuple, kwargs: Dict | None) -> Future:
