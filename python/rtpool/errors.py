@@ -115,7 +115,7 @@ class NotFetchedError(RtpoolError):
 
 class KeptResultLost(RtpoolError):
     """A result kept on its worker (``options(keep=True)``) can no longer be read: the worker
-    process that held it is gone, or evicted it past its bound (``RTPOOL_KEEP_MB``).
+    process that held it is gone, or evicted it past its bound (``rtpool worker --keep-mb``).
 
     The client re-runs the task that made it (lineage) up to the package's ``max_attempts``
     before it raises this. ``key`` is the lost value's 16-byte key.

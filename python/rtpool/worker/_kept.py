@@ -20,11 +20,11 @@ Data port, one request per connection (big-endian)::
               | the pickle (protocol 5) | its ``count`` out-of-band buffers
 
 The values are pickled when a peer asks (never for a task of this process), with protocol 5's
-out-of-band buffers so a large ``bytes`` or numpy array is written from where it lies
-(``sendmsg``), not copied into the pickle. The store holds at most ``RTPOOL_KEEP_MB``
-(default 1024) MiB; past it the least recently used results go, and a reader of an evicted
-(or lost: the process died) result gets :class:`~rtpool.errors.KeptResultLost`, upon which
-the client re-runs the task that made it (lineage, ``rtpool._kept``).
+out-of-band buffers so a numpy array is written from where it lies, not copied into the
+pickle. The store holds at most ``rtpool worker --keep-mb`` MiB (else ``RTPOOL_KEEP_MB``,
+else 1024); past it the least recently read results go, and a reader of an evicted (or lost:
+the process died) result gets :class:`~rtpool.errors.KeptResultLost`, upon which the client
+re-runs the task that made it (lineage, ``rtpool._deps``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any, List, Tuple
 
 from .._kept import MAGIC, OP_GET, OP_RELEASE, KeptRef, set_keeper, value_size
 
-__all__ = ["KeptStore", "advertise", "store"]
+__all__ = ["KeptStore", "advertise", "set_limit_mb", "store"]
 
 _HEAD = struct.Struct(">BI")
 _LEN = struct.Struct(">Q")
@@ -53,6 +53,8 @@ _store: KeptStore | None = None
 _host = "127.0.0.1"
 # The worker's master session (WELCOME.session): what a dependent task's `near` names.
 _session = 0
+# --keep-mb, if given (else RTPOOL_KEEP_MB, else the default).
+_limit_mb: int | None = None
 
 
 def advertise(host: str, session: int) -> None:
@@ -74,7 +76,15 @@ def store() -> KeptStore:
         return _store
 
 
+def set_limit_mb(mb: int) -> None:
+    """Bound each store of this process and its forks to ``mb`` MiB (``--keep-mb``)."""
+    global _limit_mb
+    _limit_mb = mb
+
+
 def _limit_bytes() -> int:
+    if _limit_mb is not None:
+        return _limit_mb << 20
     text = os.environ.get("RTPOOL_KEEP_MB", "")
     try:
         mb = int(text) if text else _DEFAULT_KEEP_MB
