@@ -142,3 +142,48 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[-1][0] != "Z"
     except OSError:
         return False
+
+
+def test_a_store_evicts_the_least_recently_read_past_its_bound_and_serves_the_rest():
+    from rtpool._kept import fetch, release
+    from rtpool.worker._kept import KeptStore
+
+    st = KeptStore("127.0.0.1", MIB)
+    old = st.put(b"a" * (600 * 1024))
+    new = st.put(b"b" * (600 * 1024))
+    assert len(st) == 1 and st.used_bytes == 600 * 1024
+    # Another process's view (the pid differs from ours): read over the data port.
+    old.pid = new.pid = -1
+    with pytest.raises(KeptResultLost, match="does not hold it"):
+        fetch(old)
+    assert fetch(new) == b"b" * (600 * 1024)
+    release(new)
+    assert len(st) == 0 and st.used_bytes == 0
+    with pytest.raises(KeptResultLost, match="does not hold it"):
+        fetch(new)
+
+
+def test_a_numpy_array_travels_out_of_band():
+    np = pytest.importorskip("numpy")
+    from rtpool._kept import fetch
+    from rtpool.worker._kept import KeptStore
+
+    st = KeptStore("127.0.0.1", 64 * MIB)
+    ref = st.put(np.arange(1 << 18, dtype=np.float64))
+    ref.pid = -1
+    got = fetch(ref)
+    assert got.dtype == np.float64 and got.shape == (1 << 18,) and got[-1] == (1 << 18) - 1
+
+
+def test_bad_keep_mb_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "rtpool", "worker", "--master", "127.0.0.1:1", "--keep-mb", "0"],
+        env={**os.environ, "RTPOOL_WORKER_TOKEN": "x"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "--keep-mb must be at least 1" in proc.stderr
