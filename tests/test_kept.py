@@ -132,6 +132,28 @@ def test_a_failed_dependency_fails_its_dependents(client):
         g.result(timeout=30)
 
 
+def test_a_cancelled_dependency_fails_its_dependent_which_never_runs(client, tmp_path):
+    f = client.submit(tasks.sleep_return, 1, 30.0)
+    log = tmp_path / "ran"
+    g = client.submit(tasks.logged, f, str(log))
+    assert f.cancel()
+    with pytest.raises(DependencyFailed, match="cancelled"):
+        g.result(timeout=30)
+    assert not log.exists()
+
+
+def test_cancelling_a_waiting_dependent_keeps_it_from_running(client, tmp_path):
+    f = client.submit(tasks.sleep_return, 1, 0.3)
+    log = tmp_path / "ran"
+    g = client.submit(tasks.logged, f, str(log))
+    assert g.cancel()
+    assert f.result(timeout=30) == 1
+    # g's thread sees the cancel before sending: nothing for the master, nothing ran.
+    h = client.submit(tasks.square, f)
+    assert h.result(timeout=30) == 1
+    assert g.cancelled() and not log.exists()
+
+
 def test_an_unkept_future_is_passed_as_its_value(client):
     assert client.submit(tasks.square, client.submit(tasks.square, 3)).result(timeout=30) == 81
 
