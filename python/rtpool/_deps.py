@@ -162,12 +162,23 @@ def _run_dependent(
     view: _Submitter, task: Callable, args: tuple, kwargs: Dict | None, deps: List, proxy: Future
 ) -> None:
     """Wait for the dependencies, send the task, re-run lost producers; fill ``proxy``."""
+    running: List[Future] = []
+
+    def on_proxy_done(p: Future) -> None:  # the owner cancelled it: so is what runs for it
+        if p.cancelled() and running:
+            running[-1].cancel()
+
+    proxy.add_done_callback(on_proxy_done)
     try:
         cf.wait(deps)
         while True:
             if proxy.cancelled():
                 return
             inner = _send(view, task, args, kwargs)
+            running.append(inner)
+            if proxy.cancelled():  # cancelled while it was being sent
+                inner.cancel()
+                return
             exc = inner.exception()
             if isinstance(exc, KeptResultLost) and _rerun_lost(deps, exc.key):
                 continue
