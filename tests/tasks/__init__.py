@@ -185,7 +185,6 @@ def reverse(b: bytes) -> bytes:
     return b[::-1]
 
 
-
 def pid_and_length(b: bytes) -> tuple:
     """``(pid of the worker process that ran it, len(b))``."""
     return os.getpid(), len(b)
