@@ -9,6 +9,8 @@ from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from threading import Condition
 from typing import Any, Dict
 
+from ._kept import KeptRef, read_kept
+
 __all__ = ["Future"]
 
 _InvalidStateError = cf.InvalidStateError
@@ -86,7 +88,10 @@ class Future(cf.Future):
         """
         if not self._wait_done(timeout):
             raise TimeoutError(self._timeout_message(timeout))
-        return super().result(0)
+        value = super().result(0)
+        if type(value) is KeptRef:  # kept on its worker (options(keep=True)): read it now
+            return read_kept(self, value)
+        return value
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The exception the task raised, or None, waiting up to ``timeout`` seconds.

@@ -255,6 +255,11 @@ OPTIONS: Tuple[Option, ...] = (
         "times a task may be attempted (run again after its worker was lost or crashed) "
         "before it fails with :class:`~rtpool.errors.PoisonTaskError`.",
     ),
+    # Not a user option: the worker session holding a task's kept inputs (_deps.py sets it;
+    # docs/data.md).
+    Option(
+        name="", wire="near", default=0, convert=_int("near", 0, 2**63 - 1, 0), calls=False, doc=""
+    ),
 )
 
 #: The ``options()`` keywords, in protocol order.

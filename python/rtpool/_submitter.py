@@ -12,10 +12,11 @@ import pickle
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List
 
-from . import _options
+from . import _deps, _options
 from ._anytime import gather as _gather
 from ._connection import _Connection, _Segment
 from ._future import Future
+from ._kept import keep_task
 from ._package import Package
 from ._serialize import PICKLE_PROTOCOL, dumps_args, run_chunk, serialize_function
 from .rpc import calls as _calls
@@ -43,11 +44,17 @@ class _Submitter(cf.Executor):
     _deadline_at: float | None = None
     # Whether _opts were checked for calls of named functions (once per executor).
     _calls_checked = False
+    # Results kept on their workers: None no, 0 every result, N those of N bytes or more.
+    _keep: int | None = None
 
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` on a worker.
 
         Every keyword argument goes to ``fn``; package options are set with :meth:`options`.
+        An argument may be another task's :class:`Future` (``submit(g, submit(f, x))``): the
+        task is sent once that future has its result, and gets its value; a result kept on its
+        worker (``options(keep=True)``) goes from that worker to this task's worker directly,
+        never through the client (``docs/data.md``).
 
         Args:
             fn: A picklable callable (cloudpickle: lambdas and closures work).
@@ -63,11 +70,19 @@ class _Submitter(cf.Executor):
             RuntimeError: The executor was shut down.
             ConnectionLost: The connection to the master is gone.
         """
+        if self._keep is not None or _deps.has_future(args, kwargs):
+            return _deps.submit(self, fn, args, kwargs)
+        return self._submit_now(fn, args, kwargs)
+
+    def _submit_now(
+        self, fn: Callable, args: tuple, kwargs: Dict[str, Any], opts: Dict | None = None
+    ) -> Future:
         t0 = _perf_ns()
         digest, code = serialize_function(fn)
         payload = dumps_args(args, kwargs or None)
         t1 = _perf_ns()
-        opts = self._opts if self._deadline_at is None else self._submission_opts()
+        if opts is None:
+            opts = self._opts if self._deadline_at is None else self._submission_opts()
         fut, seg = self._conn.submit_one(digest, code, opts, payload, t0, t1 - t0)
         self._track((seg,))
         return fut
@@ -91,6 +106,8 @@ class _Submitter(cf.Executor):
             ConnectionLost: The connection to the master is gone.
         """
         t0 = _perf_ns()
+        if self._keep is not None:
+            fn = keep_task(fn, self._keep)
         digest, code = serialize_function(fn)
         items = list(iterable)
         if not items:
@@ -205,6 +222,11 @@ class _Submitter(cf.Executor):
                     **opts: Package options (one table, ``_options.OPTIONS``):
 
         {options}
+                    keep: Keep each task's result on the worker that made it (default False);
+                        ``future.result()`` fetches it from there, and a task given the future
+                        as an argument reads it worker to worker (``docs/data.md``). Client
+                        side: the master never sees it.
+                    keep_bytes: Keep only results of at least this many bytes (0: all).
 
                 Returns:
                     A :class:`ClientView`; its ``submit``/``submit_many``/``map`` pass every keyword
@@ -216,9 +238,10 @@ class _Submitter(cf.Executor):
                     ValueError: A value out of range (``timeout`` not positive, ``deadline`` in the
                         past, ``quorum`` above ``replicas``, ...) or ``admit`` without a deadline.
         """
+        keep = _keep_option(self._keep, opts)
         # In wire form once per view (defaults left out, spec order), not once per submission.
         merged, deadline_at = _options.merge(self._opts, self._deadline_at, opts)
-        return ClientView(self._conn, self._rpc, merged, deadline_at)
+        return ClientView(self._conn, self._rpc, merged, deadline_at, keep)
 
     def _track(self, segments: Iterable[_Segment]) -> None:
         pass
@@ -354,6 +377,32 @@ def _result_iterator(package: Package, end: float | None, chunked: bool) -> Iter
             package.cancel()
 
 
+def _keep_option(keep: int | None, opts: Dict[str, Any]) -> int | None:
+    """Take the client-side options ``keep`` and ``keep_bytes`` out of ``opts``: the view's
+    new ``_keep`` (None: results come to the client; 0: every result is kept on its worker;
+    N: results of N bytes or more are).
+
+    Raises:
+        TypeError: ``keep`` is not a bool, or ``keep_bytes`` not an int.
+        ValueError: ``keep_bytes`` is negative.
+    """
+    if "keep" in opts:
+        value = opts.pop("keep")
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"option 'keep' must be a bool, got {type(value).__name__}")
+        keep = 0 if value else None
+    if "keep_bytes" in opts:
+        value = opts.pop("keep_bytes")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"option 'keep_bytes' must be an int, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"option 'keep_bytes' must be 0 or more bytes, got {value}")
+        keep = value
+    return keep
+
+
 class ClientView(_Submitter):
     """An executor view of a :class:`Client` with package options (see :meth:`Client.options`).
 
@@ -367,11 +416,13 @@ class ClientView(_Submitter):
         rpc: RpcChannel,
         opts: Dict[str, Any],
         deadline_at: float | None = None,
+        keep: int | None = None,
     ) -> None:
         self._conn = conn
         self._rpc = rpc
         self._opts = opts
         self._deadline_at = deadline_at
+        self._keep = keep
         self._submitted: List[_Segment] = []
         self._shut = False
 

@@ -22,6 +22,8 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "DeadlineMissedError",
+    "DependencyFailed",
+    "KeptResultLost",
     "MasterBusy",
     "NotFetchedError",
     "PoisonTaskError",
@@ -109,6 +111,27 @@ class NotFetchedError(RtpoolError):
     the master unless it was made with ``tx.call(..., fetch=True)``; its future then raises
     this from ``result()`` once the call succeeded (and the call's own error if it failed).
     """
+
+
+class KeptResultLost(RtpoolError):
+    """A result kept on its worker (``options(keep=True)``) can no longer be read: the worker
+    process that held it is gone, or evicted it past its bound (``rtpool worker --keep-mb``).
+
+    The client re-runs the task that made it (lineage) up to the package's ``max_attempts``
+    before it raises this. ``key`` is the lost value's 16-byte key.
+    """
+
+    def __init__(self, message: str, key: bytes = b"") -> None:
+        super().__init__(message, key)
+        self.key = key
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class DependencyFailed(RtpoolError):
+    """A task that took another task's future as an argument could not run: that task failed
+    or was cancelled (its exception is the ``__cause__``)."""
 
 
 class ServeError(RtpoolError):

@@ -170,3 +170,21 @@ def where():
 def print_text(text: str, flush: bool = False):
     """Print ``text`` to stdout (buffered unless ``flush``)."""
     print(text, flush=flush)
+
+
+def make_bytes(n: int) -> bytes:
+    """``n`` bytes (kept-result tests)."""
+    return b"x" * n
+
+
+def length(b: bytes) -> int:
+    return len(b)
+
+
+def reverse(b: bytes) -> bytes:
+    return b[::-1]
+
+
+def pid_and_length(b: bytes) -> tuple:
+    """``(pid of the worker process that ran it, len(b))``."""
+    return os.getpid(), len(b)

@@ -35,6 +35,7 @@ mod client_events;
 mod copies;
 mod dispatch;
 mod invariants;
+mod locality;
 mod restore_calls;
 mod timers;
 mod unacked;

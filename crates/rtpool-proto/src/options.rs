@@ -179,6 +179,11 @@ package_options! {
     /// (`status::LOST`: its worker was lost on each attempt); 1 to 255 on the wire, 0 (left
     /// out) = the master's `max_attempts` setting.
     max_attempts: u32 = 0 => "max_attempts", limit (1, 255);
+    /// Data locality: the worker (its session id, as `WELCOME` told it) that holds the largest
+    /// kept result among the task's arguments; 0 = none. A worker that can take the task now
+    /// is preferred to the others (they pass over it while it has a free credit). The Python
+    /// SDK sets it for a task whose arguments are kept results of 64 KiB or more.
+    near: u64 = 0 => "near", limit (0, i64::MAX);
 }
 
 impl PackageOpts {
@@ -323,6 +328,22 @@ macro_rules! int_option {
 }
 
 int_option!(i32 => sint, u32 => uint, u8 => uint);
+
+/// `u64` options (session ids): within `0..=i64::MAX` unless a narrower limit is given.
+impl OptionValue for u64 {
+    fn read(
+        r: &mut Reader,
+        field: &str,
+        limit: Option<(i64, i64)>,
+    ) -> Result<Result<Self, String>, ProtoError> {
+        let (min, max) = limit.unwrap_or((0, i64::MAX));
+        Ok(read_int(r, field, min.max(0), max)?.map(|v| v as u64))
+    }
+
+    fn write<B: BufMut>(&self, w: &mut Writer<'_, B>) {
+        w.uint(*self);
+    }
+}
 
 impl OptionValue for bool {
     fn read(

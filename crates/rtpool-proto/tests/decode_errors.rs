@@ -431,7 +431,7 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             key: "deadline".into(),
             reason: "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
                      `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, `max_copies`, \
-                     `hedge` and `max_attempts`)"
+                     `hedge`, `max_attempts` and `near`)"
                 .into(),
         }
     );
@@ -444,7 +444,7 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             code: "rejected".into(),
             message: "SUBMIT 9 has a bad option `deadline`: unknown option (version 1 knows \
                       `priority`, `timeout_ms`, `key`, `deadline_ms`, `on_miss`, `admit`, \
-                      `replicas`, `quorum`, `max_copies`, `hedge` and `max_attempts`)"
+                      `replicas`, `quorum`, `max_copies`, `hedge`, `max_attempts` and `near`)"
                 .into(),
             reference: 9,
         }
@@ -589,6 +589,45 @@ fn max_attempts_is_1_to_255_and_defaults_to_the_masters_setting() {
         panic!("SUBMIT did not decode");
     };
     assert_eq!(opts.max_attempts, 0);
+}
+
+#[test]
+fn near_is_a_session_id_and_defaults_to_none() {
+    for (value, needle) in [
+        (V::I(-1), "-1 is out of range 0..="),
+        (V::s("7"), "expected an integer, found a str"),
+    ] {
+        let reason = bad_option_reason("near", value);
+        assert!(reason.contains(needle), "{reason:?} lacks {needle:?}");
+    }
+    let big = u64::from(u32::MAX) + 5;
+    let mut raw = vec![0xcf];
+    raw.extend_from_slice(&big.to_be_bytes());
+    for (value, expected) in [(V::U(7), 7), (V::Raw(raw), big)] {
+        let opts = V::M(vec![(V::s("near"), value)]);
+        let mut buf = frame(&submit_with_opts(opts));
+        let Ok(Some(Msg::Submit { opts, .. })) = decode(&mut buf) else {
+            panic!("SUBMIT did not decode");
+        };
+        assert_eq!(opts.near, expected);
+        // Written back compactly, last in spec order.
+        let mut out = BytesMut::new();
+        let code = bytes::Bytes::from_static(b"code");
+        encode(
+            &Msg::Submit {
+                req_id: 9,
+                fn_hash: hash(1),
+                fn_code: code,
+                opts: opts.clone(),
+                tasks: vec![bytes::Bytes::from_static(b"t")],
+            },
+            &mut out,
+        );
+        let Ok(Some(Msg::Submit { opts: again, .. })) = decode(&mut out) else {
+            panic!("SUBMIT did not decode again");
+        };
+        assert_eq!(again, opts);
+    }
 }
 
 #[test]

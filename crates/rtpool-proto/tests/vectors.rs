@@ -124,6 +124,9 @@ fn opts_to_json(opts: &PackageOpts) -> Value {
     if opts.max_attempts != 0 {
         map.insert("max_attempts".into(), json!(opts.max_attempts));
     }
+    if opts.near != 0 {
+        map.insert("near".into(), json!(opts.near));
+    }
     Value::Object(map)
 }
 

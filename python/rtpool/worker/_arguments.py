@@ -69,6 +69,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: 0)",
     )
     parser.add_argument(
+        "--keep-mb",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="most MiB of kept task results (options(keep=True), docs/data.md) each worker "
+        "process holds; past it the least recently read go, and their readers re-run the task "
+        "that made them (default: $RTPOOL_KEEP_MB, else 1024)",
+    )
+    parser.add_argument(
         "--realtime",
         action="store_true",
         help="real-time mode: each worker process locks its memory (mlockall) and runs its I/O "
@@ -161,4 +170,6 @@ def check_arguments(args: argparse.Namespace) -> str | None:
         return "--task-memory-mb must be at least 1"
     if args.reconnect_timeout < 0:
         return "--reconnect-timeout must be 0 (forever) or more"
+    if getattr(args, "keep_mb", None) is not None and args.keep_mb < 1:
+        return "--keep-mb must be at least 1"
     return _check_realtime(args)

@@ -15,6 +15,7 @@ nothing is sent) and reconnects.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -29,6 +30,7 @@ from .. import _dial
 from .. import _protocol as P
 from .._text import plural
 from ..errors import AuthenticationError, MasterBusy, ProtocolError, RtpoolError
+from . import _kept
 from ._common import EXIT_CONFIG, EXIT_LOST, EXIT_OK, RESULT_FRAME_OVERHEAD, Stop, log, perf_ns
 
 _MSG_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
@@ -135,6 +137,8 @@ class Session:
         with self._send_lock:
             self.sock = sock
             self._last_send = time.monotonic()
+        with contextlib.suppress(OSError):  # kept results name the address peers reach
+            _kept.advertise(sock.getsockname()[0], welcome.session)
         self._last_recv = time.monotonic()
         #: The master answered a heartbeat on this session (an older master never does: then
         #: its silence means nothing).

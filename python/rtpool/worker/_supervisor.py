@@ -33,6 +33,7 @@ from typing import Any, Dict, List
 from .._dial import default_name
 from .._text import plural
 from ..errors import RtpoolError, ServeError
+from . import _kept
 from ._arguments import add_arguments, check_arguments
 from ._board import Slot, SlotBoard, SlotState
 from ._common import (
@@ -303,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         log(problem)
         return EXIT_CONFIG
+    if args.keep_mb is not None:
+        _kept.set_limit_mb(args.keep_mb)  # before forking: the children inherit it
     try:
         # Once, before forking: a module that does not load stops the worker here with its
         # name, rather than each child in a restart loop.

@@ -36,7 +36,9 @@ impl Core {
             };
             let mut found = None;
             while let Some((id, slot)) = self.queue.pop() {
-                if self.conflicts(id, worker) {
+                // Another copy is on this worker, or the task's data is on a worker that
+                // can take it now (locality.rs).
+                if self.conflicts(id, worker) || self.prefers_other(id, worker) {
                     skipped.push(id);
                     if skipped.len() >= MAX_SKIPS {
                         break;

@@ -424,6 +424,7 @@ impl TestEnv {
                 max_copies: spec.max_copies,
                 hedge: spec.hedge,
                 max_attempts: spec.max_attempts,
+                ..PackageOpts::default()
             },
             tasks,
         });

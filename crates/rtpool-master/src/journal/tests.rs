@@ -53,6 +53,7 @@ fn package(id: u64, user: &str, tasks: usize) -> Record {
             max_copies: (id % 5) as u8,
             hedge: id % 2 == 1,
             max_attempts: (id % 4) as u32,
+            near: 0,
         },
     })
 }

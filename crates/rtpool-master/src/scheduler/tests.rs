@@ -319,6 +319,7 @@ fn package_options_survive_the_journal_record() {
         max_copies: 5,
         hedge: true,
         max_attempts: 2,
+        near: 42,
     };
     let tasks = [Bytes::from_static(b"a")];
     let code = Bytes::from_static(b"code");

@@ -124,6 +124,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                     max_copies: 5,
                     hedge: true,
                     max_attempts: 0,
+                    near: 0,
                 },
                 tasks: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
             },
@@ -173,6 +174,22 @@ pub fn samples() -> Vec<(String, Msg)> {
                 opts: PackageOpts {
                     priority: 1,
                     max_attempts: 255,
+                    ..PackageOpts::default()
+                },
+                tasks: vec![Bytes::from_static(b"a")],
+            },
+        ),
+        (
+            // Data locality (kept inputs on worker session 300): `near` comes last in spec
+            // order, as a uint16 here.
+            "submit_near".into(),
+            Msg::Submit {
+                req_id: 14,
+                fn_hash: hash(0),
+                fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+                opts: PackageOpts {
+                    max_attempts: 2,
+                    near: 300,
                     ..PackageOpts::default()
                 },
                 tasks: vec![Bytes::from_static(b"a")],
@@ -687,14 +704,17 @@ fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
             any::<bool>(),
         ),
         // 0 is the default (left out); 1 to 255 on the wire.
-        prop_oneof![Just(0u32), 1u32..=255],
+        (
+            prop_oneof![Just(0u32), 1u32..=255],
+            prop_oneof![Just(0u64), 0u64..=i64::MAX as u64],
+        ),
     )
         .prop_map(
             |(
                 (priority, timeout_ms, key),
                 (deadline_ms, on_miss, admit),
                 (replicas, quorum, max_copies, hedge),
-                max_attempts,
+                (max_attempts, near),
             )| PackageOpts {
                 priority,
                 timeout_ms,
@@ -707,6 +727,7 @@ fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
                 max_copies,
                 hedge,
                 max_attempts,
+                near,
             },
         )
 }

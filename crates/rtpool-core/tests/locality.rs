@@ -1,0 +1,75 @@
+//! Scenarios: a package with `near` (its task's data is kept on one worker) runs on that
+//! worker when it can take the task now, and anywhere otherwise.
+
+mod common;
+
+use bytes::Bytes;
+use common::{fn_code, fn_hash, tasks_of, TestEnv};
+use rtpool_core::{Action, ClientId, Event, PackageId, PackageOpts, WorkerId};
+
+/// Submits one task of function 0 whose data is on `near`.
+fn submit_near(env: &mut TestEnv, client: ClientId, package: u64, near: WorkerId) -> Vec<Action> {
+    env.step(Event::Submit {
+        client,
+        req_id: package,
+        package: PackageId(package),
+        fn_hash: fn_hash(0),
+        fn_code: fn_code(0),
+        opts: PackageOpts {
+            near: near.0,
+            ..PackageOpts::default()
+        },
+        tasks: vec![Bytes::from_static(b"args")],
+    })
+}
+
+#[test]
+fn a_task_goes_to_the_worker_that_holds_its_data_when_that_one_has_a_credit() {
+    let mut env = TestEnv::new();
+    let (a, b) = (env.new_worker(1), env.new_worker(1));
+    env.credit(a, 1); // a is first in the ring
+    env.credit(b, 1);
+    let client = env.new_client();
+    let out = submit_near(&mut env, client, 100, b);
+    assert_eq!(tasks_of(&out, b).len(), 1, "{out:?}");
+    assert!(tasks_of(&out, a).is_empty(), "{out:?}");
+    env.core.check_invariants();
+}
+
+#[test]
+fn a_task_whose_data_holder_is_busy_runs_elsewhere_at_once() {
+    let mut env = TestEnv::new();
+    let (a, b) = (env.new_worker(1), env.new_worker(1));
+    env.credit(a, 1); // b has no credit: waiting for it would cost an unknown queue
+    let client = env.new_client();
+    let out = submit_near(&mut env, client, 100, b);
+    assert_eq!(tasks_of(&out, a).len(), 1, "{out:?}");
+    env.core.check_invariants();
+}
+
+#[test]
+fn a_task_whose_data_holder_is_gone_runs_anywhere() {
+    let mut env = TestEnv::new();
+    let (a, b) = (env.new_worker(1), env.new_worker(1));
+    env.credit(a, 1);
+    env.credit(b, 1);
+    env.lose_worker(b);
+    let client = env.new_client();
+    let out = submit_near(&mut env, client, 100, b);
+    assert_eq!(tasks_of(&out, a).len(), 1, "{out:?}");
+    env.core.check_invariants();
+}
+
+#[test]
+fn other_tasks_are_not_held_back_by_a_task_that_prefers_another_worker() {
+    let mut env = TestEnv::new();
+    let (a, b) = (env.new_worker(2), env.new_worker(1));
+    env.credit(a, 2);
+    env.credit(b, 1);
+    let client = env.new_client();
+    let first = submit_near(&mut env, client, 100, b);
+    assert_eq!(tasks_of(&first, b).len(), 1, "{first:?}");
+    let (_, out) = env.submit(client, 2);
+    assert_eq!(tasks_of(&out, a).len(), 2, "{out:?}");
+    env.core.check_invariants();
+}

@@ -1,0 +1,243 @@
+"""References to results kept on the worker that made them (``docs/data.md``).
+
+:class:`KeptRef` names a value kept in a worker process (``rtpool.worker._kept``); it is what
+a kept task returns through the master, a few dozen bytes whatever the value's size.
+:func:`fetch` reads the value from that worker's data port (or, in that very process, from its
+store without a copy); :class:`KeepTask` is the task function a kept or dependent task runs: it
+fetches the kept values among its arguments, runs the user's function and keeps its result.
+The client side (futures as arguments, lineage) is in ``_deps.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Tuple
+
+from .errors import KeptResultLost
+
+__all__ = ["KeepTask", "KeptRef", "fetch", "keep_task", "read_kept", "resolve", "value_size"]
+
+MAGIC = b"RTK1"
+OP_GET = 1
+OP_RELEASE = 2
+_HEAD = struct.Struct(">BI")
+_LEN = struct.Struct(">Q")
+#: Seconds to connect to a data port and between two reads of an answer.
+FETCH_TIMEOUT_S = 30.0
+
+
+class KeptRef:
+    """A value kept by the worker process ``pid`` that serves it at ``host:port``."""
+
+    __slots__ = ("host", "port", "key", "size_bytes", "pid", "session")
+
+    def __init__(
+        self, host: str, port: int, key: bytes, size_bytes: int, pid: int, session: int = 0
+    ) -> None:
+        self.host = host
+        self.port = port
+        #: 16 random bytes: the name of the value and the capability to read it.
+        self.key = key
+        #: The value's size (its buffer's, else its pickle's).
+        self.size_bytes = size_bytes
+        self.pid = pid
+        #: The master session of the worker that holds it (0: unknown): a dependent task's
+        #: package option ``near``.
+        self.session = session
+
+    def __reduce__(self) -> tuple:
+        args = (self.host, self.port, self.key, self.size_bytes, self.pid, self.session)
+        return (KeptRef, args)
+
+    def __repr__(self) -> str:
+        return (
+            f"<rtpool.KeptRef {self.size_bytes} bytes at {self.host}:{self.port} "
+            f"key {self.key.hex()[:8]}>"
+        )
+
+
+def value_size(value: Any) -> int:
+    """Bytes of a value: its buffer's size when it has one (bytes, numpy), else its pickle's."""
+    try:
+        return memoryview(value).nbytes
+    except TypeError:
+        pass
+    try:
+        return len(pickle.dumps(value, 5))
+    except Exception:
+        return sys.getsizeof(value)
+
+
+def fetch(ref: KeptRef, timeout: float = FETCH_TIMEOUT_S) -> Any:
+    """The value ``ref`` names.
+
+    Raises:
+        KeptResultLost: Its worker process is gone, or no longer holds it (evicted past its
+            bound); the message names the worker. The client then re-runs its producer.
+    """
+    local = sys.modules.get("rtpool.worker._kept")
+    if local is not None and ref.pid == os.getpid():
+        st = local._store
+        if st is not None and st.pid == ref.pid and st.port == ref.port:
+            found, value = st.get(ref.key)
+            if found:
+                return value
+            raise _lost(ref, "this process no longer holds it (evicted)")
+    try:
+        with socket.create_connection((ref.host, ref.port), timeout=timeout) as sock:
+            sock.sendall(MAGIC + bytes((OP_GET,)) + ref.key)
+            return _read_value(sock, ref)
+    except KeptResultLost:
+        raise
+    except OSError as exc:
+        raise _lost(ref, f"cannot read it from the worker's data port: {exc}") from None
+
+
+#: A future's ``_fetched`` before its kept value was read.
+NOTHING = object()
+
+
+def read_kept(fut: Any, ref: KeptRef) -> Any:
+    """``fut.result()`` of a kept result: read once from its worker (and remembered); when
+    it is lost, its producer runs again (``fut._lineage``, ``_deps.py``) within its attempts.
+
+    Raises:
+        KeptResultLost: It is lost and cannot be made again.
+    """
+    value = getattr(fut, "_fetched", NOTHING)
+    if value is not NOTHING:
+        return value
+    while True:
+        try:
+            value = fetch(ref)
+            break
+        except KeptResultLost:
+            lineage = getattr(fut, "_lineage", None)
+            new = lineage.remake(fut) if lineage is not None else None
+            if new is None:
+                raise
+            ref = new
+    fut._fetched = value
+    return value
+
+
+def release(ref: KeptRef) -> None:
+    """Ask the worker to forget a kept value (best effort: an unreachable worker holds nothing
+    that needs freeing)."""
+    try:
+        with socket.create_connection((ref.host, ref.port), timeout=5.0) as sock:
+            sock.sendall(MAGIC + bytes((OP_RELEASE,)) + ref.key)
+            sock.recv(16)
+    except OSError:
+        pass
+
+
+def _lost(ref: KeptRef, why: str) -> KeptResultLost:
+    return KeptResultLost(
+        f"kept result {ref.key.hex()[:8]} ({ref.size_bytes} bytes) of the worker at "
+        f"{ref.host}:{ref.port} is gone: {why}",
+        ref.key,
+    )
+
+
+def _read_value(sock: socket.socket, ref: KeptRef) -> Any:
+    head = _recv_exact(sock, _HEAD.size)
+    if head is None:
+        raise _lost(ref, "the worker closed the connection")
+    status, count = _HEAD.unpack(head)
+    lengths_raw = _recv_exact(sock, _LEN.size * (1 + count))
+    if lengths_raw is None:
+        raise _lost(ref, "the worker closed the connection")
+    if status != 0:
+        raise _lost(ref, "the worker does not hold it (its process restarted or evicted it)")
+    lengths = [_LEN.unpack_from(lengths_raw, i * _LEN.size)[0] for i in range(1 + count)]
+    parts: List[bytearray] = []
+    for n in lengths:
+        part = _recv_exact(sock, n)
+        if part is None:
+            raise _lost(ref, "the worker closed the connection mid-value")
+        parts.append(part)
+    return pickle.loads(parts[0], buffers=parts[1:])
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 24))
+        if k == 0:
+            return None
+        got += k
+    return buf
+
+
+def resolve(args: tuple, kwargs: Dict[str, Any] | None) -> Tuple[tuple, Dict[str, Any] | None]:
+    """``args`` and ``kwargs`` with every :class:`KeptRef` replaced by its value."""
+    if any(type(a) is KeptRef for a in args):
+        args = tuple(fetch(a) if type(a) is KeptRef else a for a in args)
+    if kwargs and any(type(v) is KeptRef for v in kwargs.values()):
+        kwargs = {k: fetch(v) if type(v) is KeptRef else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+class KeepTask:
+    """The function a kept or dependent task runs on its worker: it fetches the kept values
+    among its arguments, calls ``fn``, and keeps the result when ``keep_bytes`` says so (None:
+    never; 0: always; N: when it is N bytes or more), returning its :class:`KeptRef`."""
+
+    __slots__ = ("fn", "keep_bytes")
+
+    def __init__(self, fn: Callable, keep_bytes: int | None) -> None:
+        self.fn = fn
+        self.keep_bytes = keep_bytes
+
+    def __reduce__(self) -> tuple:
+        return (KeepTask, (self.fn, self.keep_bytes))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args, kw = resolve(args, kwargs or None)
+        value = self.fn(*args, **kw) if kw else self.fn(*args)
+        keep = self.keep_bytes
+        if keep is None:
+            return value
+        if keep and value_size(value) < keep:
+            return value
+        if _keeper is None:
+            raise RuntimeError("a kept task runs only on an rtpool worker (rtpool.worker)")
+        return _keeper().put(value)
+
+
+# The worker's store (``rtpool.worker._kept.store``), set when that module loads: this module
+# is the client's too and does not import the worker.
+_keeper: Callable[[], Any] | None = None
+
+
+def set_keeper(keeper: Callable[[], Any]) -> None:
+    """Install the function that gives this process's store (``rtpool.worker._kept``)."""
+    global _keeper
+    _keeper = keeper
+
+
+_tasks: Dict[Tuple[Any, int | None], KeepTask] = {}
+_tasks_lock = threading.Lock()
+
+
+def keep_task(fn: Callable, keep_bytes: int | None) -> KeepTask:
+    """One :class:`KeepTask` per ``(fn, keep_bytes)``, so its code is pickled once."""
+    try:
+        task = _tasks.get((fn, keep_bytes))
+    except TypeError:  # fn is not hashable
+        return KeepTask(fn, keep_bytes)
+    if task is None:
+        task = KeepTask(fn, keep_bytes)
+        with _tasks_lock:
+            if len(_tasks) >= 256:
+                _tasks.clear()
+            _tasks[(fn, keep_bytes)] = task
+    return task

@@ -1,0 +1,207 @@
+"""``rtpool bench chain``: a chain ``f -> g -> h`` of large intermediate results
+(``docs/data.md``).
+
+``f(n)`` makes an array of ``--size-mb`` MiB (float64), ``g(x)`` scales it (a new array of the
+same size), ``h(x)`` sums it. Three ways, interleaved (rotating order in every repetition):
+
+* ``local``: ``h(g(f(n)))`` in this process: the floor;
+* ``kept``: ``client.options(keep=True)``: ``f`` and ``g`` keep their results on their
+  workers, ``g`` and ``h`` take the futures as arguments (``submit(g, fut)``): the master
+  places each where its input is when that worker is free, the values move worker to worker;
+* ``relayed``: today's road, each intermediate result comes back to the client and goes out
+  again as the next task's argument.
+
+For each: the makespan (submit of ``f`` to ``h``'s result; min, p50, max over the repetitions),
+its ratio to ``local`` (the bar: within 1.2x), and the bytes the client's connection received
+(the kernel's count, ``TCP_INFO``; the bar for ``kept``: none of the intermediates).
+Every loop is bounded by ``--repeat`` and ``--seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import struct
+import sys
+import time
+from typing import Any, Callable, Dict, List, Sequence
+
+from .stats import machine_info
+
+BAR_RATIO = 1.2
+_TCPI_BYTES_RECEIVED = 128  # struct tcp_info (Linux 4.1+)
+
+
+def make(n_bytes: int) -> Any:
+    """``f``: an array of ``n_bytes`` bytes."""
+    import numpy as np
+
+    return np.arange(n_bytes // 8, dtype=np.float64)
+
+
+def scale(x: Any) -> Any:
+    """``g``: a new array, ``2 x``."""
+    return x * 2.0
+
+
+def total(x: Any) -> float:
+    """``h``: the sum."""
+    return float(x.sum())
+
+
+def _received(client: Any) -> int:
+    info = client._conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return struct.unpack_from("Q", info, _TCPI_BYTES_RECEIVED)[0]
+
+
+def _local(n: int) -> float:
+    return total(scale(make(n)))
+
+
+def _kept(client: Any, n: int) -> float:
+    kept = client.options(keep=True)
+    return client.submit(total, kept.submit(scale, kept.submit(make, n))).result(timeout=600)
+
+
+def _relayed(client: Any, n: int) -> float:
+    x = client.submit(make, n).result(timeout=600)
+    y = client.submit(scale, x).result(timeout=600)
+    return client.submit(total, y).result(timeout=600)
+
+
+def run(args: argparse.Namespace, say: Callable[[str], None]) -> Dict[str, Any]:
+    """Run the bench; the figures as a dict."""
+    import rtpool
+
+    n = int(args.size_mb * (1 << 20))
+    ways = ("local", "kept", "relayed")
+    times: Dict[str, List[float]] = {w: [] for w in ways}
+    received: Dict[str, List[int]] = {w: [] for w in ways}
+    failed: Dict[str, str] = {}
+    with rtpool.LocalCluster(workers=args.workers) as cluster:
+        cluster.wait_for_workers(args.workers, timeout=60)
+        client = cluster.client()
+        run_way = {
+            "local": lambda: _local(n),
+            "kept": lambda: _kept(client, n),
+            "relayed": lambda: _relayed(client, n),
+        }
+        client.submit(total, client.submit(scale, client.submit(make, 8 * 1024))).result(60)
+        expected = _local(n)
+        end = time.monotonic() + args.seconds
+        for rep in range(args.repeat):
+            if time.monotonic() > end:
+                say(f"chain: time budget of {args.seconds:g} s spent after {rep} repetitions")
+                break
+            order = ways[rep % 3 :] + ways[: rep % 3]
+            for way in order:
+                if way in failed:
+                    continue
+                before = _received(client)
+                t0 = time.perf_counter()
+                try:
+                    value = run_way[way]()
+                except Exception as exc:  # noqa: BLE001 - reported, the other ways go on
+                    failed[way] = f"{type(exc).__name__}: {str(exc)[:160]}"
+                    say(f"chain {way} failed: {failed[way]}")
+                    continue
+                elapsed = time.perf_counter() - t0
+                if value != expected:
+                    raise RuntimeError(f"chain {way}: got {value}, expected {expected}")
+                times[way].append(elapsed)
+                received[way].append(_received(client) - before)
+            say(
+                f"chain rep {rep + 1}: "
+                + ", ".join(f"{w} {times[w][-1] * 1000:.1f} ms" for w in ways if times[w])
+            )
+    base = statistics.median(times["local"])
+    out: Dict[str, Any] = {
+        "bench": "chain",
+        "size_mb": args.size_mb,
+        "workers": args.workers,
+        "repetitions": len(times["local"]),
+        "machine": machine_info(),
+        "ways": {},
+    }
+    for way in ways:
+        if not times[way]:
+            out["ways"][way] = {"failed": failed.get(way, "no run")}
+            continue
+        ts = sorted(times[way])
+        out["ways"][way] = {
+            "min_ms": round(ts[0] * 1000, 2),
+            "p50_ms": round(statistics.median(ts) * 1000, 2),
+            "max_ms": round(ts[-1] * 1000, 2),
+            "ratio_to_local": round(statistics.median(ts) / base, 3),
+            "client_rx_bytes_max": max(received[way]),
+        }
+    kept = out["ways"]["kept"]
+    out["bar"] = {
+        "ratio": BAR_RATIO,
+        "met": "failed" not in kept
+        and kept["ratio_to_local"] <= BAR_RATIO
+        and kept["client_rx_bytes_max"] < n // 100,
+    }
+    return out
+
+
+def render(out: Dict[str, Any]) -> str:
+    """The figures as a table."""
+    lines = [
+        f"chain f -> g -> h, {out['size_mb']:g} MiB intermediates, {out['workers']} workers, "
+        f"{out['repetitions']} repetitions (interleaved; shared VM: noisy)",
+        f"{'way':<8} {'min ms':>9} {'p50 ms':>9} {'max ms':>9} {'x local':>8} "
+        f"{'client rx bytes':>16}",
+    ]
+    for way, w in out["ways"].items():
+        if "failed" in w:
+            lines.append(f"{way:<8} failed: {w['failed']}")
+            continue
+        lines.append(
+            f"{way:<8} {w['min_ms']:>9.1f} {w['p50_ms']:>9.1f} {w['max_ms']:>9.1f} "
+            f"{w['ratio_to_local']:>8.2f} {w['client_rx_bytes_max']:>16,}"
+        )
+    met = "met" if out["bar"]["met"] else "NOT met"
+    lines.append(
+        f"bar (kept within {out['bar']['ratio']}x of local, no intermediate through the "
+        f"client): {met}"
+    )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rtpool bench chain`` argument parser."""
+    ap = argparse.ArgumentParser(
+        prog="rtpool bench chain",
+        description="A chain f -> g -> h of large intermediate results: local, kept on the "
+        "workers (futures as arguments), and relayed through the client.",
+    )
+    ap.add_argument("--size-mb", type=float, default=64.0, help="intermediate size (64 MiB)")
+    ap.add_argument("--workers", type=int, default=2, help="workers (2)")
+    ap.add_argument("--repeat", type=int, default=7, help="repetitions of each way (7)")
+    ap.add_argument("--seconds", type=float, default=120.0, help="time budget (120 s)")
+    ap.add_argument("--quick", action="store_true", help="1 MiB, 2 repetitions (tests)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    return ap
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point of ``rtpool bench chain``; ``argv`` excludes ``chain``."""
+    args = build_parser().parse_args(list(argv))
+    if args.quick:
+        args.size_mb, args.repeat = 1.0, 2
+    if args.size_mb <= 0 or args.repeat < 1 or args.workers < 1:
+        print(
+            "rtpool bench chain: --size-mb, --repeat and --workers must be positive",
+            file=sys.stderr,
+        )
+        return 2
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    out = run(args, say)
+    print(json.dumps(out, indent=2) if args.json else render(out))
+    return 0
