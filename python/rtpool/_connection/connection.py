@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
+import logging
 import socket
 import threading
 import time
@@ -41,6 +42,7 @@ from .segment import ALL, _Segment
 
 __all__ = ["ALL", "_Connection", "_Segment"]
 
+_log = logging.getLogger("rtpool.client")
 _monotonic = time.monotonic
 _encode = P.encode
 _HEARTBEAT = P.encode(P.HEARTBEAT)
@@ -100,6 +102,7 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self._stop = threading.Event()
         self._gen = 0  # bumped at each (re)connection, see _send()
         self._last_send = _monotonic()
+        self._last_probe = 0.0  # last HEARTBEAT sent because the master was quiet
         self._drop_since: float | None = None
         self._backoff = _BACKOFF_FIRST
         self.reconnects = 0
@@ -122,6 +125,15 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self.max_frame_bytes = welcome.max_frame_bytes
         self.heartbeat_ms = welcome.heartbeat_ms
         self.instance = welcome.instance
+        self._last_recv = _monotonic()
+        # Liveness (issue 13): the master answers heartbeats, so once it has answered one on
+        # this session, hearing nothing for 3 leases + a heartbeat means the path is cut (a
+        # stalled relay or proxy acknowledges our bytes: keepalive and TCP_USER_TIMEOUT see
+        # nothing wrong). An older master never answers: then its silence means nothing.
+        self._master_answers = False
+        self._silent: str | None = None  # why the heartbeat thread dropped this session
+        lease_ms = getattr(welcome, "lease_ms", 0) or 3 * max(self.heartbeat_ms, 1)
+        self.silence_s = 3 * lease_ms / 1000 + max(self.heartbeat_ms, 1) / 1000
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -196,8 +208,33 @@ class _Connection(_Packages, _Receiver, _Reconnector):
                             self._flush_acks(self.sock)
                     except OSError:
                         pass
-            if period > 0 and _monotonic() - self._last_send >= period:
+            now = _monotonic()
+            if period > 0 and (
+                now - self._last_send >= period
+                or (now - self._last_recv >= period and now - self._last_probe >= period)
+            ):
+                # Also when sending but hearing nothing: ask for the master's answer.
+                self._last_probe = now
                 self._send(_HEARTBEAT, quiet=True)
+            if self._master_answers and now - self._last_recv > self.silence_s:
+                self._drop_silent()
+
+    def _drop_silent(self) -> None:
+        """Shut the socket of a master silent past ``silence_s``: the reader thread sees the
+        connection end and reconnects (when tasks are pending) as soon as the path is back."""
+        with self._send_lock:
+            sock = self.sock
+            if sock is None or self._silent is not None:
+                return
+            self._silent = (
+                f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
+                "the path to it may be cut"
+            )
+        _log.warning("%s at %s: dropping the connection", self._silent, self.address)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     # -- hooks and requests for the layers above (rtpool.rpc) -------------------------------
 
