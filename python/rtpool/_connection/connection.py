@@ -230,7 +230,7 @@ class _Connection(_Packages, _Receiver, _Reconnector):
                 f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
                 "the path to it may be cut"
             )
-        _log.warning("%s at %s: dropping the connection", self._silent, self.address)
+        _log.warning("%s (master at %s); dropping the connection", self._silent, self.address)
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
