@@ -133,7 +133,12 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self._master_answers = False
         self._silent: str | None = None  # why the heartbeat thread dropped this session
         lease_ms = getattr(welcome, "lease_ms", 0) or 3 * max(self.heartbeat_ms, 1)
-        self.silence_s = 3 * lease_ms / 1000 + max(self.heartbeat_ms, 1) / 1000
+        # Counted from the first heartbeat not answered (not from the last frame received: a
+        # large SUBMIT that holds the send lock for a minute delays our heartbeats, not the
+        # master's answers), so the silence seen is at most a heartbeat more than this.
+        self._patience_s = 3 * lease_ms / 1000
+        self.silence_s = self._patience_s + max(self.heartbeat_ms, 1) / 1000
+        self._asked: float | None = None  # first HEARTBEAT sent since the last frame received
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -216,7 +221,16 @@ class _Connection(_Packages, _Receiver, _Reconnector):
                 # Also when sending but hearing nothing: ask for the master's answer.
                 self._last_probe = now
                 self._send(_HEARTBEAT, quiet=True)
-            if self._master_answers and now - self._last_recv > self.silence_s:
+                asked = self._asked
+                if asked is None or asked < self._last_recv:
+                    self._asked = _monotonic()  # after the send: it may have waited
+            asked = self._asked
+            if (
+                self._master_answers
+                and asked is not None
+                and asked > self._last_recv
+                and _monotonic() - asked > self._patience_s
+            ):
                 self._drop_silent()
 
     def _drop_silent(self) -> None:
