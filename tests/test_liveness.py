@@ -9,8 +9,10 @@ forwarding them either.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -18,8 +20,10 @@ import pytest
 import rtpool
 import tasks
 from conftest import close_master, start_master
+from fakemaster import FakeMaster
 from helpers import stop_process, wait_until, worker_env
 from relay import Relay
+from rtpool import _protocol as P
 
 
 @pytest.fixture
@@ -109,3 +113,42 @@ def test_a_cut_off_client_notices_reconnects_and_gets_every_result_once(tmp_path
         client.close()
         stop_process(worker, group=True)
         relay.close()
+
+
+def test_a_large_submit_that_holds_the_socket_is_not_taken_for_a_silent_master():
+    # The master (a scripted one: lease 0.3 s, heartbeats every 0.1 s, so 0.9 s of patience)
+    # answers heartbeats, then takes the client's 8 MB SUBMIT through a slow link (a 64 KiB
+    # receive window read every 50 ms: ~2.5 MB/s): for ~3 s the heartbeats behind it are not
+    # even acknowledged, so no answer can be expected.
+    with FakeMaster(heartbeat_ms=100) as fake:
+        fake.lease_ms = 300
+        fake.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        client = rtpool.Client(fake.address, "tok")
+        conn = client._conn
+        master = fake.accept()
+        try:
+            assert master.recv_kind(P.HEARTBEAT, skip=())[0] == P.HEARTBEAT
+            master.send(P.HEARTBEAT)
+            wait_until(lambda: conn._master_answers, timeout=5)
+            sender = threading.Thread(target=client.submit, args=(tasks.echo, b"x" * 8_000_000))
+            sender.start()
+            msgs: list = []
+            end = time.monotonic() + 30
+            while not any(m[0] == P.SUBMIT for m in msgs) and time.monotonic() < end:
+                data = master.sock.recv(256 * 1024)
+                assert data, "the client dropped the connection"
+                msgs += master.reader.feed(data)
+                time.sleep(0.05)  # the slow link: the fault injected
+            assert any(m[0] == P.SUBMIT for m in msgs), "the SUBMIT did not arrive in 30 s"
+            sender.join(5)
+            # Answer every heartbeat for two patience periods more: the connection stays.
+            end = time.monotonic() + 2.0
+            while time.monotonic() < end:
+                msg = master.recv(timeout=5)
+                assert msg is not None, "the client dropped the connection"
+                if msg[0] == P.HEARTBEAT:
+                    master.send(P.HEARTBEAT)
+            assert conn._silent is None and conn.reconnects == 0
+        finally:
+            master.close()
+            client.close()

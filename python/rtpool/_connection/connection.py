@@ -24,9 +24,12 @@ grid-RPC state plugs in through :meth:`_Connection.on_message`, :meth:`~_Connect
 from __future__ import annotations
 
 import concurrent.futures as cf
+import fcntl
 import itertools
 import logging
 import socket
+import sys
+import termios
 import threading
 import time
 from typing import Any, Callable, Dict, List, Tuple
@@ -43,6 +46,21 @@ from .segment import ALL, _Segment
 __all__ = ["ALL", "_Connection", "_Segment"]
 
 _log = logging.getLogger("rtpool.client")
+# Bytes in the send queue (not yet acknowledged) that still let the silence check judge: a
+# few heartbeats' worth.
+_QUEUED_SLACK = 4096
+
+
+def _queued_bytes(sock: socket.socket | None) -> int:
+    """Bytes written to ``sock`` that its peer has not acknowledged yet (Linux ``SIOCOUTQ``;
+    0 where unknown)."""
+    try:
+        buf = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (AttributeError, OSError, ValueError):
+        return 0
+    return int.from_bytes(buf, sys.byteorder, signed=True)
+
+
 _monotonic = time.monotonic
 _encode = P.encode
 _HEARTBEAT = P.encode(P.HEARTBEAT)
@@ -231,7 +249,13 @@ class _Connection(_Packages, _Receiver, _Reconnector):
                 and asked > self._last_recv
                 and _monotonic() - asked > self._patience_s
             ):
-                self._drop_silent()
+                if _queued_bytes(self.sock) > _QUEUED_SLACK:
+                    # Our heartbeat may still wait behind megabytes the master is receiving
+                    # (a large SUBMIT on a slow link): not silence yet. On a dead path that
+                    # data goes unacknowledged and TCP_USER_TIMEOUT ends the connection.
+                    self._asked = _monotonic()
+                else:
+                    self._drop_silent()
 
     def _drop_silent(self) -> None:
         """Shut the socket of a master silent past ``silence_s``: the reader thread sees the
