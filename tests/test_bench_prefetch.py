@@ -28,7 +28,7 @@ def test_bench_prefetch_prints_a_row_per_round_trip():
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["ideal_tasks_per_s"] == 200
-    assert [r["rtt_ms"] for r in result["rows"]] == [0, 40]
+    assert [(r["rtt_ms"], r["worker"]) for r in result["rows"]] == [(0, "this"), (40, "this")]
     for r in result["rows"]:
         assert 0 < r["of_ideal_min"] <= r["of_ideal_median"] <= r["of_ideal_max"]
         assert abs(r["tasks_per_s_median"] / 200 - r["of_ideal_median"]) < 1e-6

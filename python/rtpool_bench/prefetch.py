@@ -4,8 +4,9 @@ away, and its rate against the ideal (one task per task time).
 The worker connects through :class:`~rtpool_bench.prefetch_relay.DelayRelay` (also at 0 ms,
 so every configuration pays the same relay); the client connects directly. Configurations
 run in interleaved rounds (0, 50, 100, 100, 50, 0, ...) within one run, since the machine is
-noisy: compare the ratios, not the absolute figures of two runs. ``--worker-path`` runs the
-worker from another source tree (e.g. before this change) for an A/B comparison.
+noisy: compare the ratios, not the absolute figures of two runs. ``--baseline-path`` adds a
+worker run from another source tree (e.g. before this change), interleaved with this one
+(A B B A within each round trip) for an A/B comparison in the same run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from .prefetch_relay import DelayRelay
 from .stats import machine_info, percentile
@@ -34,10 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tasks", type=int, default=100, help="tasks per measurement (default 100)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds, each way (default 2)")
     ap.add_argument(
-        "--worker-path",
+        "--baseline-path",
         default=None,
         metavar="DIR",
-        help="put DIR first on the worker's PYTHONPATH (an A/B against another tree)",
+        help="also measure a worker with DIR first on its PYTHONPATH (e.g. another checkout's "
+        "python/), interleaved: an A/B in one run",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     return ap
@@ -62,12 +64,12 @@ def _start_worker(cluster, address: str, worker_path: str | None) -> subprocess.
     )
 
 
-def _measure(cluster, client, rtt_ms: float, args) -> Dict[str, float]:
+def _measure(cluster, client, rtt_ms: float, worker_path: str | None, args) -> Dict[str, float]:
     """One worker behind a relay of ``rtt_ms``: the rate of a package of ``args.tasks``."""
     from rtpool.cluster import _stop_workers
 
     relay = DelayRelay(("127.0.0.1", int(cluster.address.rsplit(":", 1)[1])), rtt_ms)
-    worker = _start_worker(cluster, relay.address, args.worker_path)
+    worker = _start_worker(cluster, relay.address, worker_path)
     try:
         cluster.wait_for_workers(1, timeout=30)
         # Warm-up: the worker learns the task time and the round trip.
@@ -94,30 +96,37 @@ def run(args, say: Callable[[str], None]) -> Dict[str, object]:
     import rtpool
 
     rtts = [float(x) for x in args.rtt_ms.split(",") if x.strip()]
-    order: List[float] = []
+    variants = {"this": None}
+    if args.baseline_path:
+        variants["baseline"] = args.baseline_path
+    names = list(variants)
+    order: List[Tuple[float, str]] = []
     for r in range(args.rounds):
-        order += rtts if r % 2 == 0 else rtts[::-1]
-    runs: Dict[float, List[Dict[str, float]]] = {rtt: [] for rtt in rtts}
+        for i, rtt in enumerate(rtts if r % 2 == 0 else rtts[::-1]):
+            order += [(rtt, v) for v in (names if (r + i) % 2 == 0 else names[::-1])]
+    runs: Dict[Tuple[float, str], List[Dict[str, float]]] = {k: [] for k in order}
     with rtpool.LocalCluster(workers=0) as cluster:
         client = cluster.client()
-        for rtt in order:
-            m = _measure(cluster, client, rtt, args)
+        for rtt, variant in order:
+            m = _measure(cluster, client, rtt, variants[variant], args)
             rate, of_ideal = m["tasks_per_s"], m["of_ideal"]
-            say(f"  {rtt:5g} ms added: {rate:6.1f} tasks/s, {of_ideal:.0%} of ideal")
-            runs[rtt].append(m)
+            say(f"  {rtt:5g} ms added, {variant}: {rate:6.1f} tasks/s, {of_ideal:.0%} of ideal")
+            runs[(rtt, variant)].append(m)
     rows = []
     for rtt in rtts:
-        ratios = [m["of_ideal"] for m in runs[rtt]]
-        rates = [m["tasks_per_s"] for m in runs[rtt]]
-        rows.append(
-            {
-                "rtt_ms": rtt,
-                "tasks_per_s_median": percentile(rates, 50),
-                "of_ideal_median": percentile(ratios, 50),
-                "of_ideal_min": min(ratios),
-                "of_ideal_max": max(ratios),
-            }
-        )
+        for variant in names:
+            ratios = [m["of_ideal"] for m in runs[(rtt, variant)]]
+            rates = [m["tasks_per_s"] for m in runs[(rtt, variant)]]
+            rows.append(
+                {
+                    "rtt_ms": rtt,
+                    "worker": variant,
+                    "tasks_per_s_median": percentile(rates, 50),
+                    "of_ideal_median": percentile(ratios, 50),
+                    "of_ideal_min": min(ratios),
+                    "of_ideal_max": max(ratios),
+                }
+            )
     return {
         "task_ms": args.task_ms,
         "tasks": args.tasks,
@@ -143,11 +152,11 @@ def main(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"\n{'added RTT':>10} {'tasks/s':>8} {'of ideal':>9} {'(min-max)':>12}")
+    print(f"\n{'added RTT':>10} {'worker':>9} {'tasks/s':>8} {'of ideal':>9} {'(min-max)':>12}")
     for r in result["rows"]:
         spread = f"{r['of_ideal_min']:.0%}-{r['of_ideal_max']:.0%}"
         print(
-            f"{r['rtt_ms']:>7g} ms {r['tasks_per_s_median']:>8.1f} "
+            f"{r['rtt_ms']:>7g} ms {r['worker']:>9} {r['tasks_per_s_median']:>8.1f} "
             f"{r['of_ideal_median']:>9.0%} {spread:>12}"
         )
     print(f"ideal: {result['ideal_tasks_per_s']:g} tasks/s (one task per {args.task_ms:g} ms)")
