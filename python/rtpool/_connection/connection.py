@@ -120,7 +120,7 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self._stop = threading.Event()
         self._gen = 0  # bumped at each (re)connection, see _send()
         self._last_send = _monotonic()
-        self._last_probe = 0.0  # last HEARTBEAT sent because the master was quiet
+        self._last_probe = 0.0  # last HEARTBEAT the heartbeat thread sent
         self._drop_since: float | None = None
         self._backoff = _BACKOFF_FIRST
         self.reconnects = 0
