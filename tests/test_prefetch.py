@@ -29,12 +29,12 @@ HASH = b"\x02" * 32
 def test_prefetch_covers_the_round_trip_within_its_bounds():
     ms = 1_000_000
     assert adaptive_prefetch(20 * ms, 64) == 1  # near master: one queued, for balance
-    assert adaptive_prefetch(20 * ms, 64, 50 * ms) == 3  # (2 + 75) ms of 20 ms tasks
-    assert adaptive_prefetch(20 * ms, 64, 100 * ms) == 7
+    assert adaptive_prefetch(20 * ms, 64, 50 * ms) == 5  # (2 + 100) ms of 20 ms tasks
+    assert adaptive_prefetch(20 * ms, 64, 100 * ms) == 10
     assert adaptive_prefetch(20 * ms, 4, 100 * ms) == 4  # --prefetch still caps it
-    # A high estimate counts up to RTT_CAP_NS: at most ~0.75 s of work held.
+    # A high estimate counts up to RTT_CAP_NS: at most ~1 s of work held.
     far = adaptive_prefetch(20 * ms, 1000, 10_000 * ms)
-    assert far == adaptive_prefetch(20 * ms, 1000, RTT_CAP_NS) == 37
+    assert far == adaptive_prefetch(20 * ms, 1000, RTT_CAP_NS) == 50
 
 
 def test_round_trip_is_the_windowed_minimum_of_pull_to_first_assign():
@@ -127,7 +127,7 @@ def test_a_worker_100_ms_away_queues_enough_20_ms_tasks_to_hide_the_round_trip(f
         master.serve(deadline=time.monotonic() + 30)
         assert master.results == 40
         # Without the round trip it holds 2 (one running, one queued) and idles ~80 ms of
-        # every 100; covering 1.5 round trips of 20 ms tasks takes 1 + 7.
+        # every 100; covering 2 round trips of 20 ms tasks takes 1 + 10.
         assert master.most_held >= 6, f"held at most {master.most_held} tasks"
         assert master.most_held <= 1 + adaptive_prefetch(20_000_000, 64, RTT_CAP_NS)
         assert 80_000_000 <= worker.round_trip.rtt_ns < 1_000_000_000

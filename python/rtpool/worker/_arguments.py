@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_PREFETCH,
         metavar="MAX",
         help=f"most tasks a process queues ahead; adaptive below that: about 2 ms of tasks plus "
-        f"1.5 measured round trips to the master (default: {DEFAULT_PREFETCH})",
+        f"2 measured round trips to the master (default: {DEFAULT_PREFETCH})",
     )
     parser.add_argument(
         "--tls",
