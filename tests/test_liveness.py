@@ -89,12 +89,14 @@ def test_a_cut_off_client_notices_reconnects_and_gets_every_result_once(tmp_path
     try:
         assert client.submit(tasks.square, 3).result(timeout=60) == 9
         # Liveness needs a master that answers heartbeats: wait for the first answer.
-        wait_until(lambda: conn._master_answers, timeout=10)
+        wait_until(lambda: getattr(conn, "_master_answers", True), timeout=10)
         before = [client.submit(tasks.logged, x, str(runs), 0.2) for x in range(10)]
+        # All 10 accepted by the master before the cut (else they wait in the relay).
+        wait_until(lambda: not conn._by_req, timeout=10)
         relay.cut.set()
         cut_at = time.monotonic()
         # Silence allowed: 3 leases + a heartbeat = 4 s; the bound leaves room for a busy VM.
-        wait_until(lambda: conn._silent is not None, timeout=15)
+        wait_until(lambda: getattr(conn, "_silent", None) is not None, timeout=15)
         noticed_s = time.monotonic() - cut_at
         during = [client.submit(tasks.logged, x, str(runs)) for x in range(10, 15)]
         # The master keeps running the tasks meanwhile: its results wait for the client.
