@@ -21,7 +21,7 @@ from .stats import machine_info
 #: Every benchmark ``rtpool bench`` runs: the round-trip ones this parser takes, then those
 #: with parsers of their own.
 ROUNDTRIP_BENCHES = ("latency", "throughput", "payload", "all", "deadline", "hedge")
-BENCHES = ROUNDTRIP_BENCHES + ("realtime", "recovery", "journal", "ninf", "chain")
+BENCHES = ROUNDTRIP_BENCHES + ("realtime", "recovery", "journal", "ninf", "chain", "prefetch")
 
 
 def bench_main(argv: Sequence[str]) -> int:
@@ -55,6 +55,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import chain
 
         return chain.main(argv[1:])
+    if which == "prefetch":
+        from . import prefetch
+
+        return prefetch.main(argv[1:])
     return roundtrip_main(argv)
 
 
@@ -75,9 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="latency: no-op round trips (open loop with --rate or --sweep); throughput: one "
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
-        "and without hedging; each of realtime, recovery, journal, ninf and chain has its own "
-        "--help "
-        "(`rtpool bench ninf --help`: the Ninf paper's grid RPC benchmarks)",
+        "and without hedging; each of realtime, recovery, journal, ninf, chain and prefetch has "
+        "its own --help (`rtpool bench ninf --help`: the Ninf paper's grid RPC benchmarks)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")

@@ -24,8 +24,12 @@ grid-RPC state plugs in through :meth:`_Connection.on_message`, :meth:`~_Connect
 from __future__ import annotations
 
 import concurrent.futures as cf
+import fcntl
 import itertools
+import logging
 import socket
+import sys
+import termios
 import threading
 import time
 from typing import Any, Callable, Dict, List, Tuple
@@ -40,6 +44,22 @@ from .reconnect import _BACKOFF_FIRST, _Reconnector
 from .segment import ALL, _Segment
 
 __all__ = ["ALL", "_Connection", "_Segment"]
+
+_log = logging.getLogger("rtpool.client")
+# Bytes in the send queue (not yet acknowledged) that still let the silence check judge: a
+# few heartbeats' worth.
+_QUEUED_SLACK = 4096
+
+
+def _queued_bytes(sock: socket.socket | None) -> int:
+    """Bytes written to ``sock`` that its peer has not acknowledged yet (Linux ``SIOCOUTQ``;
+    0 where unknown)."""
+    try:
+        buf = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (AttributeError, OSError, ValueError):
+        return 0
+    return int.from_bytes(buf, sys.byteorder, signed=True)
+
 
 _monotonic = time.monotonic
 _encode = P.encode
@@ -101,6 +121,7 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self._stop = threading.Event()
         self._gen = 0  # bumped at each (re)connection, see _send()
         self._last_send = _monotonic()
+        self._last_probe = 0.0  # last HEARTBEAT the heartbeat thread sent
         self._drop_since: float | None = None
         self._backoff = _BACKOFF_FIRST
         self.reconnects = 0
@@ -141,6 +162,20 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self.max_frame_bytes = welcome.max_frame_bytes
         self.heartbeat_ms = welcome.heartbeat_ms
         self.instance = welcome.instance
+        self._last_recv = _monotonic()
+        # Liveness (issue 13): the master answers heartbeats, so once it has answered one on
+        # this session, hearing nothing for 3 leases + a heartbeat means the path is cut (a
+        # stalled relay or proxy acknowledges our bytes: keepalive and TCP_USER_TIMEOUT see
+        # nothing wrong). An older master never answers: then its silence means nothing.
+        self._master_answers = False
+        self._silent: str | None = None  # why the heartbeat thread dropped this session
+        lease_ms = getattr(welcome, "lease_ms", 0) or 3 * max(self.heartbeat_ms, 1)
+        # Counted from the first heartbeat not answered (not from the last frame received: a
+        # large SUBMIT that holds the send lock for a minute delays our heartbeats, not the
+        # master's answers), so the silence seen is at most a heartbeat more than this.
+        self._patience_s = 3 * lease_ms / 1000
+        self.silence_s = self._patience_s + max(self.heartbeat_ms, 1) / 1000
+        self._asked: float | None = None  # first HEARTBEAT sent since the last frame received
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -215,8 +250,48 @@ class _Connection(_Packages, _Receiver, _Reconnector):
                             self._flush_acks(self.sock)
                     except OSError:
                         pass
-            if period > 0 and _monotonic() - self._last_send >= period:
+            now = _monotonic()
+            if period > 0 and (
+                now - self._last_send >= period
+                or (now - self._last_recv >= period and now - self._last_probe >= period)
+            ):
+                # Also when sending but hearing nothing: ask for the master's answer.
+                self._last_probe = now
                 self._send(_HEARTBEAT, quiet=True)
+                asked = self._asked
+                if asked is None or asked < self._last_recv:
+                    self._asked = _monotonic()  # after the send: it may have waited
+            asked = self._asked
+            if (
+                self._master_answers
+                and asked is not None
+                and asked > self._last_recv
+                and _monotonic() - asked > self._patience_s
+            ):
+                if _queued_bytes(self.sock) > _QUEUED_SLACK:
+                    # Our heartbeat may still wait behind megabytes the master is receiving
+                    # (a large SUBMIT on a slow link): not silence yet. On a dead path that
+                    # data goes unacknowledged and TCP_USER_TIMEOUT ends the connection.
+                    self._asked = _monotonic()
+                else:
+                    self._drop_silent()
+
+    def _drop_silent(self) -> None:
+        """Shut the socket of a master silent past ``silence_s``: the reader thread sees the
+        connection end and reconnects (when tasks are pending) as soon as the path is back."""
+        with self._send_lock:
+            sock = self.sock
+            if sock is None or self._silent is not None:
+                return
+            self._silent = (
+                f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
+                "the path to it may be cut"
+            )
+        _log.warning("%s (master at %s); dropping the connection", self._silent, self.address)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     # -- hooks and requests for the layers above (rtpool.rpc) -------------------------------
 

@@ -28,6 +28,7 @@ from ..errors import (
 from .outcomes import task_error
 
 _perf_ns = time.perf_counter_ns
+_monotonic = time.monotonic
 _loads = pickle.loads
 _InvalidStateError = cf.InvalidStateError
 
@@ -73,6 +74,7 @@ class _Receiver:
                 data = recv(1 << 18)
                 if not data:
                     break
+                self._last_recv = _monotonic()
                 msgs = feed(data)
         except ProtocolError as exc:
             reason = f"the master sent an invalid frame: {exc}"
@@ -83,7 +85,7 @@ class _Receiver:
         for lock in self._wakes:
             lock.release()
         self._wakes.clear()
-        return reason
+        return self._silent or reason
 
     def _dispatch(self, msgs: List[list]) -> None:
         for msg in msgs:
@@ -97,7 +99,7 @@ class _Receiver:
             elif kind == P.ERROR:
                 self._on_error(msg[1], msg[2], msg[3])
             elif kind == P.HEARTBEAT:
-                pass  # the master's answer to ours (issue 13: liveness)
+                self._master_answers = True  # its answer to ours: see _Connection._use
             else:
                 handler = self._handlers.get(kind)
                 if handler is None:

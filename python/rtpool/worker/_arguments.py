@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_PREFETCH,
         metavar="MAX",
-        help=f"most tasks a process queues ahead; adaptive below that (default: "
-        f"{DEFAULT_PREFETCH})",
+        help=f"most tasks a process queues ahead; adaptive below that: about 2 ms of tasks plus "
+        f"2 measured round trips to the master (default: {DEFAULT_PREFETCH})",
     )
     parser.add_argument(
         "--tls",
