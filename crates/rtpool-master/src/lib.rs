@@ -15,7 +15,8 @@
 //! numbering), [`data_dir`] (the data dir's lock and modes), [`fd_limit`] (the open-file
 //! limit), [`accept_backoff`] (the accept loop's pauses), [`config`] (with
 //! [`config::args`], the one definition of the master's options), [`tls`], [`realtime`] and
-//! [`error`] below them. A
+//! [`error`] below them; [`sim`] (simulated workers for `rtpool bench scale`) is a leaf that
+//! only shares the protocol crate. A
 //! module never reaches up: the scheduler gets the instance id from [`handle`] as an argument.
 
 pub mod accept_backoff;
@@ -35,6 +36,7 @@ pub mod ratelimit;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;
+pub mod sim;
 pub mod stats;
 pub mod status;
 pub mod store;
