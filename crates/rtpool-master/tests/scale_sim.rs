@@ -20,7 +20,10 @@ fn wait_sim(sim: &Simulator, what: &str, pred: impl Fn(&SimStats) -> bool) -> Si
         if pred(&s) {
             return s;
         }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}: {s:?}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting until {what}: {s:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -35,7 +38,9 @@ fn run_package(m: &MasterHandle, n: u32) -> usize {
         fn_hash: Bytes::copy_from_slice(&Sha256::digest(code)),
         fn_code: Bytes::from_static(code),
         opts: PackageOpts::default(),
-        tasks: (0..n).map(|i| Bytes::from(i.to_be_bytes().to_vec())).collect(),
+        tasks: (0..n)
+            .map(|i| Bytes::from(i.to_be_bytes().to_vec()))
+            .collect(),
     });
     expect_accepted(client.recv(), 1);
     let mut got = 0;
@@ -61,8 +66,14 @@ fn simulated_workers_connect_and_run_a_package_at_default_settings() {
     assert_eq!(run_package(&m, 2000), 2000);
     let s = wait_sim(&sim, "2000 results sent", |s| s.tasks == 2000);
     let s2 = sim.stop();
-    assert_eq!((s.busy, s.refused, s.gave_up, s.connect_errors), (0, 0, 0, 0));
-    assert_eq!((s2.lease_lost, s2.disconnected, s2.closed_by_master), (0, 0, 0));
+    assert_eq!(
+        (s.busy, s.refused, s.gave_up, s.connect_errors),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(
+        (s2.lease_lost, s2.disconnected, s2.closed_by_master),
+        (0, 0, 0)
+    );
     assert!(s.assign_frames > 0 && s.assign_frames <= s.tasks);
 }
 

@@ -85,7 +85,9 @@ pub(super) async fn run(
     SimCounters::add(&counters.connected, 1);
     SimCounters::add(&counters.open, 1);
     serve(stream, heartbeat, buf, &config, &counters, &mut stop).await;
-    counters.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    counters
+        .open
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Connect and exchange `HELLO`/`WELCOME`: the stream, the heartbeat period and any bytes read
