@@ -47,7 +47,11 @@ impl ScaleSim {
         max_attempts: u32,
         connect_timeout_s: f64,
     ) -> PyResult<Self> {
-        if slots == 0 || max_attempts == 0 || !(connect_timeout_s > 0.0) {
+        if slots == 0
+            || max_attempts == 0
+            || !connect_timeout_s.is_finite()
+            || connect_timeout_s <= 0.0
+        {
             return Err(PyValueError::new_err(format!(
                 "ScaleSim needs slots >= 1, max_attempts >= 1 and connect_timeout_s > 0 (got \
                  slots={slots}, max_attempts={max_attempts}, connect_timeout_s={connect_timeout_s})"
