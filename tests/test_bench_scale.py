@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,3 +73,23 @@ def test_scale_bench_names_the_open_file_limit_it_needs():
     assert proc.returncode != 0
     assert "hard open-file limit is 256" in proc.stderr, proc.stderr[-2000:]
     assert "ulimit -Hn" in proc.stderr
+
+
+@pytest.mark.slow
+def test_scale_bench_10000_workers_and_a_client_at_default_settings():
+    # The bar: 10,000 one-slot worker connections plus a client against a master at
+    # its default settings, every one accepted, the client at its first attempt, no lease lost.
+    # (The fast test above checks the same at 300.)
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 10_300:
+        pytest.skip("needs a hard open-file limit of at least 10,300 (ulimit -Hn)")
+    proc = _run(
+        ["--workers", "10000", "--tasks", "20000", "--latency-count", "200", "--json"],
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (level,) = json.loads(proc.stdout)["levels"]
+    conn = level["connections"]
+    assert conn["connected"] == 10_000 and conn["gave_up"] == 0, conn
+    assert level["client_first_attempt"] == "welcome"
+    assert level["throughput"]["finished"] == 20_000
+    assert (level["lease_lost"], level["lost_connections"]) == (0, 0), level["sim_final"]
