@@ -1,7 +1,8 @@
 """The master's listen backlog follows its connection limit (crates/rtpool-master/src/listen.rs):
-with tokio's fixed 128 (the standard library's value), a burst of thousands of workers (a master restart) overflowed the
-accept queue and waited for SYN retransmissions (`rtpool bench scale --handshake-concurrency`,
-docs/benchmarks.md). `ss` shows a listening socket's backlog as its Send-Q."""
+with tokio's fixed 128 (the standard library's value), a burst of thousands of workers (a
+master restart) overflowed the accept queue and waited for SYN retransmissions (`rtpool bench
+scale --handshake-concurrency`, docs/benchmarks.md). `ss` shows a listening socket's backlog
+as its Send-Q."""
 
 import shutil
 import subprocess
