@@ -35,7 +35,7 @@ def test_scale_bench_connects_every_worker_and_counts_every_task():
     assert level["client_first_attempt"] == "welcome"
     t = level["throughput"]
     assert (t["finished"], t["timed_out"]) == (3000, False), t
-    assert t["master_cpu_us_per_task"] is not None and t["tasks_per_assign_frame"] >= 1
+    assert t["tasks_per_assign_frame"] >= 1
     assert level["latency"]["count"] == 50
     final = level["sim_final"]
     # Warm-up package (1,000), the package, then min(100, count) unrecorded and 50 recorded

@@ -143,7 +143,10 @@ def _throughput(client, master_pid: int, sim, tasks: int, timeout_s: float) -> D
         "seconds": round(elapsed, 3),
         "tasks_per_s": round(finished / elapsed, 1) if elapsed > 0 else None,
         "master_cpu_s": round(cpu, 2),
-        "master_cpu_us_per_task": round(cpu * 1e6 / finished, 2) if finished else None,
+        # /proc counts whole clock ticks (10 ms): below ~10 of them the figure means nothing.
+        "master_cpu_us_per_task": round(cpu * 1e6 / finished, 2)
+        if finished and cpu >= 0.1
+        else None,
         "tasks_per_assign_frame": round((after["tasks"] - before["tasks"]) / frames, 2)
         if frames
         else None,
@@ -316,7 +319,7 @@ def render(result: Dict[str, object], write: Callable[[str], None]) -> None:
             f"{lv['workers']:>8} {lv['slots']:>5} {c['connected']:>8} {c['busy']:>6} "
             f"{c['gave_up']:>7} {c['connect_s']:>7} {lv['client_first_attempt']:>8} "
             f"{lv['master_rss_kb'] / 1024:>7.1f} {lv['master_rss_per_connection_kb'] or 0:>7} "
-            f"{t['tasks_per_s'] or 0:>9} {t['master_cpu_us_per_task'] or 0:>11} "
+            f"{t['tasks_per_s'] or 0:>9} {t['master_cpu_us_per_task'] or '-':>11} "
             f"{t['tasks_per_assign_frame'] or 0:>12} {lat['p50_us']:>7} {lat['p99_us']:>7} "
             f"{lat['p99_9_us']:>8} {lat['max_us']:>7} {lv['lease_lost']:>11}"
         )
