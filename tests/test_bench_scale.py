@@ -26,9 +26,18 @@ def _run(args, timeout=120, preexec_fn=None):
 
 
 def test_scale_bench_connects_every_worker_and_counts_every_task():
-    proc = _run(["--workers", "300", "--tasks", "3000", "--latency-count", "50", "--json"])
+    proc = _run(
+        ["--workers", "300", "--tasks", "3000", "--latency-count", "50", "--batched-slots", "100"]
+        + ["--json"]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (level,) = json.loads(proc.stdout)["levels"]
+    level, batched = json.loads(proc.stdout)["levels"]
+    # The same 300 slots on 3 connections: every task of the package in ASSIGN frames of more
+    # than one task.
+    assert (batched["workers"], batched["slots"]) == (3, 100)
+    assert batched["connections"]["connected"] == 3
+    assert batched["throughput"]["finished"] == 3000
+    assert batched["throughput"]["tasks_per_assign_frame"] > 2
     conn = level["connections"]
     assert conn["settled"] and conn["connected"] == 300, conn
     assert (conn["gave_up"], conn["refused"]) == (0, 0), conn

@@ -166,14 +166,23 @@ def _latency(client, count: int, seconds: float) -> Dict[str, object]:
     return {"requested": count, "stopped_by_time": done < count, **summarize_histogram(h)}
 
 
-def run_level(workers: int, args, say: Callable[[str], None]) -> Dict[str, object]:
-    """One worker count: a fresh master, ``workers`` simulated workers, a client."""
+def run_level(
+    workers: int, args, say: Callable[[str], None], slots: int = 0, prefetch: int = -1
+) -> Dict[str, object]:
+    """One worker count: a fresh master, ``workers`` simulated workers, a client.
+
+    Args:
+        slots: Slots per connection (0: ``args.slots``).
+        prefetch: Credits beyond the slots (-1: ``args.prefetch``).
+    """
+    slots = slots or args.slots
+    prefetch = args.prefetch if prefetch < 0 else prefetch
     import rtpool
     from rtpool import _native
 
     from .recovery import _Master
 
-    out: Dict[str, object] = {"workers": workers, "slots": args.slots}
+    out: Dict[str, object] = {"workers": workers, "slots": slots}
     with tempfile.TemporaryDirectory(prefix="rtpool-scale-") as tmp:
         log = Path(tmp) / "master.log"
         master = _Master(Path(tmp) / "data", log, list(args.master_arg or []))
@@ -181,13 +190,13 @@ def run_level(workers: int, args, say: Callable[[str], None]) -> Dict[str, objec
         sim = None
         try:
             out["master_rss_idle_kb"] = _rss_kb(pid)
-            say(f"scale: {workers} workers x {args.slots} slot(s) connecting to {master.address}")
+            say(f"scale: {workers} workers x {slots} slot(s) connecting to {master.address}")
             sim = _native.ScaleSim(
                 master.address,
                 master.worker_token,
                 workers,
-                slots=args.slots,
-                prefetch=args.prefetch,
+                slots=slots,
+                prefetch=prefetch,
                 max_attempts=args.max_attempts,
                 handshake_concurrency=args.handshake_concurrency,
             )
@@ -250,6 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="credits asked beyond the slots (default 1, as a one-slot worker)",
+    )
+    ap.add_argument(
+        "--batched-slots",
+        type=int,
+        default=0,
+        metavar="S",
+        help="after the levels, one more with the largest level's slots on connections of S "
+        "slots each (prefetch S): the cost of one connection per slot against one per host, "
+        "measured in the same run (default 0: off)",
     )
     ap.add_argument(
         "--tasks",
@@ -363,11 +381,11 @@ def main(argv: Sequence[str]) -> int:
         )
         < 1
         or args.prefetch < 0
+        or args.batched_slots < 0
     ):
         ap.error(
             "--slots, --tasks, --latency-count, --max-attempts and --handshake-concurrency must "
-            "be at least 1, "
-            "--prefetch at least 0"
+            "be at least 1, --prefetch and --batched-slots at least 0"
         )
     raise_nofile(max(levels) + 256)
 
@@ -378,6 +396,12 @@ def main(argv: Sequence[str]) -> int:
     result: Dict[str, object] = {"machine": machine_info(), "levels": []}
     for workers in levels:
         result["levels"].append(run_level(workers, args, say))
+    if args.batched_slots:
+        # The same slots as the largest level on few connections, in the same run: the ratio
+        # of master CPU per task is what one connection per worker host would save.
+        slots = args.batched_slots
+        conns = -(-max(levels) * args.slots // slots)
+        result["levels"].append(run_level(conns, args, say, slots=slots, prefetch=slots))
     if args.json:
         print(json.dumps(result))
     else:
