@@ -185,3 +185,38 @@ def token_quotas(
     data_dir: Union[str, PathLike[str]], store: str | None = None
 ) -> List[Dict[str, Any]]:
     """Every user's quota and usage in microseconds, by name."""
+
+class ScaleSim:
+    """Simulated worker connections speaking the real protocol to a master, on a thread of
+    their own (``rtpool bench scale``). Each answers its tasks at once with a pickled ``None``,
+    retries ``busy`` with a jittered backoff and heartbeats when idle.
+
+    Args:
+        address: The master's ``host:port``.
+        token: The master's worker token.
+        workers: Connections to open.
+        slots: Slots each connection announces (1: one ``rtpool worker`` process).
+        prefetch: Credits asked beyond ``slots``.
+        handshake_concurrency: Handshakes in flight at once.
+        max_attempts: Connection attempts per worker before it gives up.
+        connect_timeout_s: Time allowed for one connect plus handshake.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        workers: int,
+        *,
+        slots: int = 1,
+        prefetch: int = 1,
+        handshake_concurrency: int = 64,
+        max_attempts: int = 20,
+        connect_timeout_s: float = 10.0,
+    ) -> None: ...
+    def stats(self) -> Dict[str, Any]:
+        """Counters now: ``connected``, ``open``, ``busy``, ``refused``, ``gave_up``,
+        ``connect_errors``, ``tasks``, ``assign_frames``, ``lease_lost``, ``closed_by_master``,
+        ``disconnected``, ``first_error``."""
+    def stop(self) -> Dict[str, Any]:
+        """Close every connection and join the thread; the final counters. Idempotent."""

@@ -54,7 +54,8 @@ _BENCH_HELP = """\
 Measure latency (p50, p99, p99.9, max) and throughput end to end; open-loop latency under
 load, deadline misses and straggler hedging; SCHED_FIFO realtime mode (`realtime`); worker
 loss, master restart and journal policies (`recovery`, `journal`); the Ninf paper's grid RPC
-benchmarks (`ninf`). Pass --help after `bench` (or `bench ninf`) for its own options. Needs
+benchmarks (`ninf`); thousands of simulated workers against one master (`scale`). Pass --help
+after `bench` (or `bench ninf`) for its own options. Needs
 the bench extra: pip install 'rtpool[bench]' (`ninf` also 'rtpool[bench,linalg]').
 
 examples:
@@ -64,6 +65,7 @@ examples:
   rtpool bench hedge
   rtpool bench realtime
   rtpool bench ninf [linpack] [multi] [ep] [bars]
+  rtpool bench scale --workers 1000,5000,10000
 """
 
 

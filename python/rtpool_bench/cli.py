@@ -3,7 +3,7 @@
 ``rtpool bench`` parses ``latency``, ``throughput``, ``payload``, ``all`` (the closed-loop round
 trips of :mod:`rtpool_bench.roundtrip`) and ``latency --rate/--sweep``, ``deadline``, ``hedge``
 (the open-loop benches of :mod:`rtpool_bench.openloop_cli`) here; ``ninf``, ``realtime``,
-``recovery``, ``journal`` and ``chain`` have parsers of their own.
+``recovery``, ``journal``, ``chain``, ``prefetch`` and ``scale`` have parsers of their own.
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ from .stats import machine_info
 #: Every benchmark ``rtpool bench`` runs: the round-trip ones this parser takes, then those
 #: with parsers of their own.
 ROUNDTRIP_BENCHES = ("latency", "throughput", "payload", "all", "deadline", "hedge")
-BENCHES = ROUNDTRIP_BENCHES + ("realtime", "recovery", "journal", "ninf", "chain", "prefetch")
+BENCHES = ROUNDTRIP_BENCHES + (
+    "realtime",
+    "recovery",
+    "journal",
+    "ninf",
+    "chain",
+    "prefetch",
+    "scale",
+)
 
 
 def bench_main(argv: Sequence[str]) -> int:
@@ -59,6 +67,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import prefetch
 
         return prefetch.main(argv[1:])
+    if which == "scale":
+        from . import scale
+
+        return scale.main(argv[1:])
     return roundtrip_main(argv)
 
 
@@ -79,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="latency: no-op round trips (open loop with --rate or --sweep); throughput: one "
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
-        "and without hedging; each of realtime, recovery, journal, ninf, chain and prefetch has "
-        "its own --help (`rtpool bench ninf --help`: the Ninf paper's grid RPC benchmarks)",
+        "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch and "
+        "scale has its own --help (`rtpool bench ninf --help`: the Ninf paper's grid RPC "
+        "benchmarks)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")

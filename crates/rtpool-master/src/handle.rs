@@ -140,13 +140,18 @@ fn enter_realtime(realtime: &Realtime) -> crate::realtime::ThreadGuard {
     guard
 }
 
-async fn bind(listen: &str) -> Result<TcpListener, MasterError> {
-    TcpListener::bind(listen)
-        .await
-        .map_err(|source| MasterError::Bind {
-            addr: listen.to_string(),
-            source,
-        })
+/// Bind the peers' listener with a backlog sized for the connection limit (see
+/// [`crate::listen`]).
+async fn bind(listen: &str, limits: Limits) -> Result<TcpListener, MasterError> {
+    crate::listen::bind(
+        listen,
+        crate::listen::listen_backlog(limits.max_connections),
+    )
+    .await
+    .map_err(|source| MasterError::Bind {
+        addr: listen.to_string(),
+        source,
+    })
 }
 
 /// Connection settings, with the data dir's store (if any) behind the authenticator.
@@ -268,6 +273,7 @@ impl MasterHandle {
         let tls_cert = tls.as_ref().map(|t| t.cert_path.clone());
         let instance = random_instance();
         let ctx = conn_ctx(&config, tokens.clone(), tls, instance)?;
+        let limits = ctx.gate.limits();
         let kept = ctx.clone();
         let scheduler = scheduler(&config, instance)?;
         let http_socket = bind_http(&config, ctx.tls.as_ref())?;
@@ -286,7 +292,7 @@ impl MasterHandle {
                     Err(e) => return drop(ready_tx.send(Err(e))),
                 };
                 rt.block_on(async move {
-                    let listener = match bind(&config.listen).await {
+                    let listener = match bind(&config.listen, limits).await {
                         Ok(l) => l,
                         Err(e) => return drop(ready_tx.send(Err(e))),
                     };
@@ -402,6 +408,7 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     // a runtime of its own, which cannot start inside ours.
     let instance = random_instance();
     let ctx = conn_ctx(&config, tokens.clone(), tls, instance)?;
+    let limits = ctx.gate.limits();
     let kept = ctx.clone();
     let scheduler = scheduler(&config, instance)?;
     let http_socket = bind_http(&config, ctx.tls.as_ref())?;
@@ -412,7 +419,7 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     let rt = build_runtime(&realtime)?;
     let lock_slot = &mut lock;
     let result = rt.block_on(async move {
-        let listener = bind(&config.listen).await?;
+        let listener = bind(&config.listen, limits).await?;
         let addr = listener
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;

@@ -13,9 +13,10 @@
 //! [`scheduler`] -> [`outbound`] (what goes out to a peer: [`outbound::Out`], the queue, the writer),
 //! [`stats`], [`journal`], [`auth`] -> [`store`]; [`package_ids`] (the scheduler's package
 //! numbering), [`data_dir`] (the data dir's lock and modes), [`fd_limit`] (the open-file
-//! limit), [`accept_backoff`] (the accept loop's pauses), [`config`] (with
-//! [`config::args`], the one definition of the master's options), [`tls`], [`realtime`] and
-//! [`error`] below them. A
+//! limit), [`listen`] (the listening socket and its backlog), [`accept_backoff`] (the accept
+//! loop's pauses), [`config`] (with [`config::args`], the one definition of the master's
+//! options), [`tls`], [`realtime`] and [`error`] below them; [`sim`] (simulated workers for
+//! `rtpool bench scale`) is a leaf that only shares the protocol crate. A
 //! module never reaches up: the scheduler gets the instance id from [`handle`] as an argument.
 
 pub mod accept_backoff;
@@ -29,12 +30,14 @@ pub mod fd_limit;
 pub mod handle;
 pub mod http;
 pub mod journal;
+pub mod listen;
 pub mod outbound;
 pub mod package_ids;
 pub mod ratelimit;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;
+pub mod sim;
 pub mod stats;
 pub mod status;
 pub mod store;

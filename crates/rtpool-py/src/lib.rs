@@ -1,8 +1,10 @@
 //! PyO3 glue only: the `rtpool._native` module embeds the master ([`Master`]), runs the
 //! master's command line for `rtpool master` ([`master_main`], the one the `rtpool-master`
 //! binary runs) and manages users, tokens and quotas for `rtpool token` (`token_*`, over
-//! [`rtpool_master::store`]). Errors are raised as `rtpool.errors.RtpoolError`, never as a bare
+//! [`rtpool_master::store`]) and simulates workers for `rtpool bench scale` ([`sim`]). Errors are raised as `rtpool.errors.RtpoolError`, never as a bare
 //! exception with Debug text.
+
+mod sim;
 
 use std::path::PathBuf;
 
@@ -454,6 +456,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(token_set_quota, m)?)?;
     m.add_function(wrap_pyfunction!(token_quotas, m)?)?;
     m.add_function(wrap_pyfunction!(token_set_max_priority, m)?)?;
+    m.add_class::<sim::ScaleSim>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,214 @@
+//! One simulated worker connection: connect and handshake (with retries on `busy`), then answer
+//! every `ASSIGN` at once until the simulator stops or the master closes the connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rtpool_proto::{
+    decode_frame, encode, Msg, Role, WorkerResult, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Semaphore};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+
+use super::{SimConfig, SimCounters, NOOP_RESULT};
+
+/// First and longest pause before another attempt (each drawn between half and all of it, as
+/// the Python peers do in `_dial.py`).
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// How one handshake attempt ended, when it did not end in `WELCOME`.
+enum Refusal {
+    /// `ERROR busy`: retry after a pause.
+    Busy,
+    /// Connect error or timeout: retry after a pause.
+    Failed(String),
+    /// Any other refusal: give up.
+    Fatal(String),
+}
+
+/// Run simulated worker `index` until `stop` or until the master closes its connection.
+pub(super) async fn run(
+    index: usize,
+    config: Arc<SimConfig>,
+    counters: Arc<SimCounters>,
+    handshakes: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut rng = (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut pause = FIRST_PAUSE;
+    let mut attempt = 0;
+    let (stream, heartbeat, buf) = loop {
+        attempt += 1;
+        let outcome = {
+            let Ok(_permit) = handshakes.acquire().await else {
+                return;
+            };
+            if *stop.borrow() {
+                return;
+            }
+            timeout(config.connect_timeout, handshake(&config, index))
+                .await
+                .unwrap_or_else(|_| Err(Refusal::Failed("handshake timed out".into())))
+        };
+        match outcome {
+            Ok(ok) => break ok,
+            Err(Refusal::Fatal(what)) => {
+                SimCounters::add(&counters.refused, 1);
+                counters.note_error(what);
+                return;
+            }
+            Err(Refusal::Busy) => SimCounters::add(&counters.busy, 1),
+            Err(Refusal::Failed(what)) => {
+                SimCounters::add(&counters.connect_errors, 1);
+                counters.note_error(what);
+            }
+        }
+        if attempt >= config.max_attempts {
+            SimCounters::add(&counters.gave_up, 1);
+            return;
+        }
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let half = pause / 2;
+        let jitter = Duration::from_micros(rng % (half.as_micros() as u64).max(1));
+        tokio::select! {
+            _ = sleep(half + jitter) => {}
+            _ = stop.changed() => return,
+        }
+        pause = (pause * 2).min(MAX_PAUSE);
+    };
+    SimCounters::add(&counters.connected, 1);
+    SimCounters::add(&counters.open, 1);
+    serve(stream, heartbeat, buf, &config, &counters, &mut stop).await;
+    counters
+        .open
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Connect and exchange `HELLO`/`WELCOME`: the stream, the heartbeat period and any bytes read
+/// past `WELCOME`.
+async fn handshake(
+    config: &SimConfig,
+    index: usize,
+) -> Result<(TcpStream, Duration, BytesMut), Refusal> {
+    let failed = |e: std::io::Error| Refusal::Failed(format!("connect to {}: {e}", config.addr));
+    let mut stream = TcpStream::connect(&config.addr).await.map_err(failed)?;
+    stream.set_nodelay(true).map_err(failed)?;
+    let mut out = BytesMut::new();
+    encode(
+        &Msg::Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::Worker,
+            token: config.token.clone(),
+            name: format!("sim-{index}"),
+            slots: config.slots,
+        },
+        &mut out,
+    );
+    stream.write_all(&out).await.map_err(failed)?;
+    let mut buf = BytesMut::with_capacity(512);
+    let msg = loop {
+        match decode_frame(&mut buf, DEFAULT_MAX_FRAME) {
+            Ok(Some(msg)) => break msg,
+            Ok(None) => {}
+            Err(e) => return Err(Refusal::Fatal(format!("bad frame in handshake: {e}"))),
+        }
+        if stream.read_buf(&mut buf).await.map_err(failed)? == 0 {
+            return Err(Refusal::Failed("master closed the handshake".into()));
+        }
+    };
+    match msg {
+        Msg::Welcome { heartbeat_ms, .. } => {
+            let heartbeat = Duration::from_millis(u64::from(heartbeat_ms.max(1)));
+            Ok((stream, heartbeat, buf))
+        }
+        Msg::Error { code, .. } if code == "busy" => Err(Refusal::Busy),
+        Msg::Error { code, message, .. } => Err(Refusal::Fatal(format!("{code}: {message}"))),
+        other => Err(Refusal::Fatal(format!("{other:?} instead of WELCOME"))),
+    }
+}
+
+/// Grant credits, answer tasks, heartbeat when idle; count how the connection ends.
+async fn serve(
+    mut stream: TcpStream,
+    heartbeat: Duration,
+    mut buf: BytesMut,
+    config: &SimConfig,
+    counters: &SimCounters,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let mut out = BytesMut::with_capacity(256);
+    let data = Bytes::from_static(NOOP_RESULT);
+    encode(
+        &Msg::Pull {
+            credits: config.slots + config.prefetch,
+        },
+        &mut out,
+    );
+    let mut next_heartbeat = Instant::now();
+    loop {
+        if !out.is_empty() {
+            if let Err(e) = stream.write_all(&out).await {
+                return lost(counters, format!("write: {e}"));
+            }
+            out.clear();
+            next_heartbeat = Instant::now() + heartbeat;
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = sleep_until(next_heartbeat) => encode(&Msg::Heartbeat, &mut out),
+            read = stream.read_buf(&mut buf) => match read {
+                Ok(0) => return lost(counters, "master closed the connection".into()),
+                Err(e) => return lost(counters, format!("read: {e}")),
+                Ok(_) => {}
+            },
+        }
+        let mut results = Vec::new();
+        loop {
+            match decode_frame(&mut buf, DEFAULT_MAX_FRAME) {
+                Ok(None) => break,
+                Ok(Some(Msg::Assign { tasks })) => {
+                    SimCounters::add(&counters.assign_frames, 1);
+                    results.extend(tasks.into_iter().map(|t| WorkerResult {
+                        task: t.task,
+                        attempt: t.attempt,
+                        status: rtpool_proto::status::OK,
+                        data: data.clone(),
+                        exec_us: 1,
+                        wait_us: 0,
+                        flush_us: 0,
+                    }));
+                }
+                Ok(Some(Msg::Error { code, message, .. })) => {
+                    let counter = if code == "lease_expired" {
+                        &counters.lease_lost
+                    } else {
+                        &counters.closed_by_master
+                    };
+                    SimCounters::add(counter, 1);
+                    counters.note_error(format!("{code}: {message}"));
+                    return;
+                }
+                // HEARTBEAT answers; ABORT names tasks already answered (results go out at once).
+                Ok(Some(_)) => {}
+                Err(e) => return lost(counters, format!("bad frame from master: {e}")),
+            }
+        }
+        if !results.is_empty() {
+            let credits = u32::try_from(results.len()).unwrap_or(u32::MAX);
+            SimCounters::add(&counters.tasks, results.len() as u64);
+            encode(&Msg::Result { results }, &mut out);
+            encode(&Msg::Pull { credits }, &mut out);
+        }
+    }
+}
+
+fn lost(counters: &SimCounters, what: String) {
+    SimCounters::add(&counters.disconnected, 1);
+    counters.note_error(what);
+}
