@@ -68,7 +68,9 @@ impl<S> Chunks<S> {
     }
 
     fn get(&self, index: usize) -> Option<&S> {
-        self.chunks.get(index >> CHUNK_BITS)?.get(index & (CHUNK - 1))
+        self.chunks
+            .get(index >> CHUNK_BITS)?
+            .get(index & (CHUNK - 1))
     }
 
     fn get_mut(&mut self, index: usize) -> Option<&mut S> {
@@ -336,7 +338,11 @@ mod tests {
         let first = t.insert(0_u64);
         let at = t.get(first).unwrap() as *const u64;
         let ids: Vec<u64> = (1..1 << 17).map(|i| t.insert(i)).collect();
-        assert_eq!(t.get(first).unwrap() as *const u64, at, "the first value moved");
+        assert_eq!(
+            t.get(first).unwrap() as *const u64,
+            at,
+            "the first value moved"
+        );
         assert_eq!(t.len(), 1 << 17);
         assert_eq!(t.get(ids[CHUNK]), Some(&(CHUNK as u64 + 1)));
         assert_eq!(t.get(*ids.last().unwrap()), Some(&((1 << 17) - 1)));
