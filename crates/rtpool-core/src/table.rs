@@ -45,7 +45,7 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 
 /// A vector of slots stored in chunks of [`CHUNK`] that never reallocate: growing allocates one
 /// more chunk (whose pages the pushes then touch one by one) and appends its header to the
-/// chunk list, which is the only part that ever doubles (24 bytes a chunk: 24 KiB at 10^6
+/// chunk list, which is the only part that ever doubles (24 bytes a chunk: 23 KiB at 10^6
 /// slots).
 #[derive(Debug, Clone)]
 struct Chunks<S> {
