@@ -44,7 +44,7 @@ mod worker_events;
 
 pub use self::view::{PackageView, WorkerView};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use self::calls::CALLS_HASH;
 
@@ -63,7 +63,7 @@ use crate::placement::Link;
 use crate::queue::{QueueKey, ReadyQueue};
 use crate::service::ServiceTable;
 use crate::stats::{CoreStats, Counters, WorkerStats};
-use crate::table::Table;
+use crate::table::{Map, Table};
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
 
@@ -90,9 +90,9 @@ pub struct Core {
     tasks: Table<Task>,
     packages: Table<Package>,
     /// Public package id to slab key.
-    package_slots: HashMap<PackageId, u64>,
+    package_slots: Map<PackageId, u64>,
     /// `(user, idempotency key)` of live packages.
-    keys: HashMap<(UserId, String), PackageId>,
+    keys: Map<(UserId, String), PackageId>,
     queue: ReadyQueue,
     /// Copy groups of tasks that run as several copies.
     groups: Table<Group>,
@@ -104,9 +104,9 @@ pub struct Core {
     /// Credits of the connected workers that are not draining.
     free_credits: u64,
     functions: FunctionTable,
-    workers: HashMap<WorkerId, Worker>,
-    clients: HashMap<ClientId, Client>,
-    users: HashMap<UserId, User>,
+    workers: Map<WorkerId, Worker>,
+    clients: Map<ClientId, Client>,
+    users: Map<UserId, User>,
     hungry: HungryRing,
     /// Armed timers, removed eagerly when their task answers or their package re-attaches, so
     /// the map never holds more than the running tasks plus the detached packages.
@@ -131,7 +131,7 @@ pub struct Core {
     retained: usize,
     /// Execution-time estimate of each function seen, by hash (kept after its packages go:
     /// the next package of the same function starts with what was learned).
-    estimates: HashMap<FnHash, Estimator>,
+    estimates: Map<FnHash, Estimator>,
     /// Slots of the connected workers that are not draining.
     total_slots: u64,
     /// Estimated work of the running tasks, microseconds of one slot.
@@ -159,20 +159,20 @@ impl Core {
             config,
             tasks: Table::default(),
             packages: Table::default(),
-            package_slots: HashMap::new(),
-            keys: HashMap::new(),
+            package_slots: Map::default(),
+            keys: Map::default(),
             queue: ReadyQueue::default(),
             groups: Table::default(),
             pending_aborts: Vec::new(),
             recent_losses: std::collections::VecDeque::new(),
             free_credits: 0,
             functions: FunctionTable::default(),
-            workers: HashMap::new(),
-            clients: HashMap::new(),
-            users: HashMap::new(),
+            workers: Map::default(),
+            clients: Map::default(),
+            users: Map::default(),
             hungry: HungryRing::default(),
             timers: BTreeMap::new(),
-            estimates: HashMap::new(),
+            estimates: Map::default(),
             services: ServiceTable::default(),
             waiting_services: BTreeSet::new(),
             pool_link: Link::default(),

@@ -3,11 +3,10 @@
 //! The shell verifies a hash the first time it sees it; here a hash maps to its code and to the
 //! number of live packages using it. The code is dropped when the last of them is freed.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 
 use crate::ids::FnHash;
+use crate::table::Map;
 
 /// One function: its code and how many live packages use it (always at least 1).
 #[derive(Debug)]
@@ -19,7 +18,7 @@ pub(crate) struct Function {
 /// Function code by hash, reference-counted by live packages.
 #[derive(Debug, Default)]
 pub(crate) struct FunctionTable {
-    by_hash: HashMap<FnHash, Function>,
+    by_hash: Map<FnHash, Function>,
 }
 
 impl FunctionTable {

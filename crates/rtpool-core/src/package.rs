@@ -25,7 +25,8 @@ pub(crate) struct Package {
     /// needs no other record of what finished.
     pub(crate) tasks: Vec<TaskId>,
     /// Done tasks whose results were sent (or wait for an attach), not yet acknowledged, in
-    /// completion order.
+    /// completion order. Its capacity is the package's task count from the start, so it never
+    /// grows.
     pub(crate) unacked: VecDeque<TaskId>,
     /// Results acknowledged since the current attachment began.
     pub(crate) acked: u64,
@@ -77,7 +78,10 @@ impl Package {
             opts,
             counts,
             tasks: Vec::new(),
-            unacked: VecDeque::new(),
+            // At most one entry per task: reserved now (untouched pages cost nothing), so that a
+            // result never pays for copying the results before it (a doubling VecDeque would,
+            // in one scheduler operation, at a package's 2^k-th result).
+            unacked: VecDeque::with_capacity(total as usize),
             acked: 0,
             sent: 0,
             judged: 0,
@@ -95,5 +99,32 @@ impl Package {
     /// No task is queued or running, and every result was acknowledged.
     pub(crate) fn is_finished(&self) -> bool {
         self.counts.queued == 0 && self.counts.running == 0 && self.unacked.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unacked_results_never_reallocate() {
+        let total = 100_000;
+        let mut p = Package::new(
+            PackageId(1),
+            UserId(1),
+            None,
+            FnHash([0; 32]),
+            PackageOpts::default(),
+            total,
+        );
+        let reserved = p.unacked.capacity();
+        assert!(reserved >= total as usize);
+        for i in 0..u64::from(total) {
+            p.unacked.push_back(TaskId(i));
+            if i % 3 == 0 {
+                p.unacked.pop_front();
+            }
+        }
+        assert_eq!(p.unacked.capacity(), reserved, "unacked grew (and copied)");
     }
 }

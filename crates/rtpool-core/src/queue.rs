@@ -16,9 +16,10 @@
 //! queued tasks, and no operation ever walks past dead entries or compacts.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::{TaskId, UserId};
+use crate::table::Map;
 
 /// Where a package's tasks queue: the class, the user, and the EDF order within the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +60,7 @@ struct UserQueue {
 /// One priority class.
 #[derive(Debug, Default)]
 struct Class {
-    users: HashMap<UserId, UserQueue>,
+    users: Map<UserId, UserQueue>,
     /// Users with queued tasks, in turn order (each appears once).
     turns: VecDeque<UserId>,
     /// Estimated work of the class's queued tasks, microseconds of one slot.
@@ -71,7 +72,7 @@ struct Class {
 pub(crate) struct ReadyQueue {
     classes: BTreeMap<Reverse<i32>, Class>,
     /// Package slab key to its queued tasks.
-    packages: HashMap<u64, PackageQueue>,
+    packages: Map<u64, PackageQueue>,
     /// Queued tasks.
     live: usize,
 }

@@ -6,13 +6,13 @@
 //! under them.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
 use crate::ids::{FnHash, Instant, WorkerId};
 use crate::queue::ReadyQueue;
-use crate::table::Table;
+use crate::table::{Map, Table};
 
 /// One named function at one version.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub(crate) struct Service {
     /// Connected, non-draining workers that serve it, in joining order.
     pub(crate) servers: Vec<WorkerId>,
     /// Position of each server in `servers` (O(1) removal).
-    positions: HashMap<WorkerId, usize>,
+    positions: Map<WorkerId, usize>,
     /// Where the next placement starts looking (rotates, so ties go round robin).
     pub(crate) cursor: usize,
     /// Its calls that wait for a free server.
@@ -80,7 +80,7 @@ pub(crate) enum Registered {
 #[derive(Debug, Default)]
 pub(crate) struct ServiceTable {
     table: Table<Service>,
-    by_key: HashMap<(String, String), u64>,
+    by_key: Map<(String, String), u64>,
     /// Versions of each name, by slab key (a handful per name).
     by_name: BTreeMap<String, Vec<u64>>,
 }
@@ -132,7 +132,7 @@ impl ServiceTable {
             interface: interface.clone(),
             fn_hash: service_hash(name, version),
             servers: Vec::new(),
-            positions: HashMap::new(),
+            positions: Map::default(),
             cursor: 0,
             queue: ReadyQueue::default(),
             calls: 0,
@@ -164,7 +164,7 @@ impl ServiceTable {
             interface: Bytes::new(),
             fn_hash: service_hash(name, version),
             servers: Vec::new(),
-            positions: HashMap::new(),
+            positions: Map::default(),
             cursor: 0,
             queue: ReadyQueue::default(),
             calls: 0,

@@ -1,9 +1,8 @@
 //! [`Worker`]: one worker connection's credits, in-flight tasks and code cache.
 
-use std::collections::HashSet;
-
 use crate::ids::{FnHash, TaskId};
 use crate::placement::Link;
+use crate::table::Set;
 
 /// One worker.
 #[derive(Debug)]
@@ -15,9 +14,9 @@ pub(crate) struct Worker {
     /// Asked for no more work (graceful shutdown).
     pub(crate) draining: bool,
     /// Tasks it holds: `Running` or `Cancelled` on this worker.
-    pub(crate) in_flight: HashSet<TaskId>,
+    pub(crate) in_flight: Set<TaskId>,
     /// Hashes whose code it was sent (the protocol's per-connection code cache).
-    pub(crate) fn_sent: HashSet<FnHash>,
+    pub(crate) fn_sent: Set<FnHash>,
     /// Distinguishes this worker from an earlier one with the same id in the hungry ring.
     pub(crate) epoch: u64,
     /// It has an entry in the hungry ring.
@@ -37,8 +36,8 @@ impl Worker {
             slots,
             credits: 0,
             draining: false,
-            in_flight: HashSet::new(),
-            fn_sent: HashSet::new(),
+            in_flight: Set::default(),
+            fn_sent: Set::default(),
             epoch,
             in_ring: false,
             serves: Vec::new(),
