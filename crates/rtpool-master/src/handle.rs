@@ -97,11 +97,11 @@ fn with_status(
         return Ok((scheduler.with_status(config.metrics, facts, None), None));
     };
     let (tx, rx) = watch::channel(Arc::new(Status::default()));
+    // The first snapshot goes into the channel before the listener starts: its thread renders
+    // what the channel holds when it starts, so it never serves the empty default.
+    let scheduler = scheduler.with_status(config.metrics, facts, Some(tx));
     let server = HttpServer::start(listener, http_config, rx)?;
-    Ok((
-        scheduler.with_status(config.metrics, facts, Some(tx)),
-        Some(server),
-    ))
+    Ok((scheduler, Some(server)))
 }
 
 fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {

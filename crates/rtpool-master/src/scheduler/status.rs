@@ -58,8 +58,8 @@ impl Scheduler {
             publisher,
             last: None,
         };
-        // A first snapshot now, so the listener never serves an empty one (it starts serving
-        // before the scheduler task runs its first tick).
+        // A first snapshot now, so the listener never serves an empty one (the master starts
+        // it after this, and before the scheduler task runs its first tick).
         if self.status.publisher.is_some() {
             let snapshot = self.build_status();
             if let Some(tx) = &self.status.publisher {
