@@ -8,10 +8,13 @@
 
 mod decoder;
 mod encoder;
+mod segment;
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-pub use self::decoder::decode_body;
+pub use self::decoder::{decode_body, decode_segmented};
+use self::segment::Layout;
+pub use self::segment::{frame_len, MAX_SEGMENTS, SEGMENTED_FLAG, SEGMENT_MIN_BYTES};
 use crate::error::ProtoError;
 use crate::message::Msg;
 
@@ -32,26 +35,29 @@ const PREFIX_BYTES: usize = 4;
 ///   body does not decode (see [`decode_body`]). The frame is consumed, so the stream stays in
 ///   step and the connection can go on after the non-fatal [`ProtoError::BadOption`].
 pub fn decode_frame(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Msg>, ProtoError> {
-    let Some(prefix) = buf.get(..PREFIX_BYTES) else {
-        return Ok(None);
-    };
-    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
-    if len > max_frame {
-        return Err(ProtoError::FrameTooLarge {
-            len,
-            limit: max_frame,
-        });
+    match segment::layout(buf, max_frame)? {
+        Layout::Unknown => Ok(None),
+        Layout::Plain(0) => {
+            buf.advance(PREFIX_BYTES);
+            Err(ProtoError::EmptyFrame)
+        }
+        Layout::Plain(len) => {
+            if buf.len() - PREFIX_BYTES < len {
+                return Ok(None);
+            }
+            let mut frame = buf.split_to(PREFIX_BYTES + len).freeze();
+            frame.advance(PREFIX_BYTES);
+            decode_body(frame).map(Some)
+        }
+        Layout::Segmented { head, count, total } => {
+            if buf.len() - PREFIX_BYTES < total {
+                return Ok(None);
+            }
+            let frame = buf.split_to(PREFIX_BYTES + total).freeze();
+            let (head, segments) = segment::split(frame, head, count);
+            decode_segmented(head, segments).map(Some)
+        }
     }
-    if len == 0 {
-        buf.advance(PREFIX_BYTES);
-        return Err(ProtoError::EmptyFrame);
-    }
-    if buf.len() - PREFIX_BYTES < len {
-        return Ok(None);
-    }
-    let mut frame = buf.split_to(PREFIX_BYTES + len).freeze();
-    frame.advance(PREFIX_BYTES);
-    decode_body(frame).map(Some)
 }
 
 /// Appends `msg` to `out` as one frame: the 4-byte length prefix, then the msgpack body.
@@ -65,10 +71,36 @@ pub fn encode(msg: &Msg, out: &mut BytesMut) {
     let start = out.len();
     out.reserve(PREFIX_BYTES + encoder::size_hint(msg));
     out.put_u32(0); // patched below, once the body length is known
-    encoder::write_body(msg, out);
+    encoder::write_body(msg, out, segment::Segs(None));
     let body_len = out.len() - start - PREFIX_BYTES;
     let prefix = u32::try_from(body_len).expect("frame body above the 4 GiB a prefix can announce");
     out[start..start + PREFIX_BYTES].copy_from_slice(&prefix.to_be_bytes());
+}
+
+/// Appends `msg` to `out` as one frame of protocol version 2: a plain frame as [`encode`]
+/// writes it when no payload reaches [`SEGMENT_MIN_BYTES`], else the prefix, segment table and
+/// head of a segmented frame, whose segments (zero-copy clones of the message's payloads) are
+/// appended to `segments`, for the caller to write after `out`, in order.
+///
+/// # Panics
+///
+/// As [`encode`].
+pub fn encode_segmented(msg: &Msg, out: &mut BytesMut, segments: &mut Vec<Bytes>) {
+    let start = out.len();
+    let first = segments.len();
+    out.reserve(PREFIX_BYTES + encoder::size_hint(msg).min(64 * 1024));
+    out.put_u32(0);
+    encoder::write_body(msg, out, segment::Segs(Some(segments)));
+    if segments.len() == first {
+        let body_len = out.len() - start - PREFIX_BYTES;
+        let prefix = u32::try_from(body_len)
+            .ok()
+            .filter(|len| len & SEGMENTED_FLAG == 0)
+            .expect("plain frame body above 2 GiB");
+        out[start..start + PREFIX_BYTES].copy_from_slice(&prefix.to_be_bytes());
+    } else {
+        segment::to_segmented(out, start, &segments[first..]);
+    }
 }
 
 /// [`encode`] into a new vector.
