@@ -14,8 +14,6 @@ from __future__ import annotations
 import struct
 from typing import Any, Iterable, List, Sequence, Union
 
-import msgpack
-
 #: Top bit of the prefix: set for a segmented frame (low 31 bits: the head length).
 SEGMENTED_FLAG = 0x80000000
 #: Smallest payload sent as a segment; smaller ones stay inline in the head.
@@ -89,14 +87,14 @@ class Frame:
     def __len__(self) -> int:
         return self.nbytes
 
-    def __add__(self, other: Any) -> "Frame":
+    def __add__(self, other: Any) -> Frame:
         if isinstance(other, Frame):
             return Frame(self.parts + other.parts, self.nbytes + other.nbytes)
         if not other:
             return self
         return Frame([*self.parts, other], self.nbytes + len(other))
 
-    def __radd__(self, other: Any) -> "Frame":
+    def __radd__(self, other: Any) -> Frame:
         if not other:
             return self
         return Frame([other, *self.parts], self.nbytes + len(other))
@@ -141,13 +139,16 @@ def sendall(sock: Any, data: Encoded) -> None:
         sock.sendall(data)
         return
     sendmsg = getattr(sock, "sendmsg", None)
-    if sendmsg is None or getattr(sock, "_rtpool_tls", False):
-        for part in data.parts:
-            sock.sendall(part)
-        return
     views = [memoryview(p).cast("B") for p in data.parts if len(p)]
     while views:
-        sent = sendmsg(views[:512])
+        try:
+            sent = sendmsg(views[:512]) if sendmsg is not None else -1
+        except NotImplementedError:  # ssl.SSLSocket
+            sent = -1
+        if sent < 0:
+            for view in views:
+                sock.sendall(view)
+            return
         while sent:
             n = views[0].nbytes
             if sent >= n:

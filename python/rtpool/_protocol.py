@@ -2,9 +2,9 @@
 
 A frame is a 4-byte big-endian body length followed by one msgpack array whose first element
 is the message kind, or a segmented frame whose large payloads travel beside the msgpack head
-(:mod:`rtpool._frame` owns that layout). This module only turns messages into bytes and back; sockets belong to
-the client and the worker. It sits on the hot path of every task, so it avoids per-message
-allocations beyond what msgpack itself needs.
+(:mod:`rtpool._frame` owns that layout). This module only turns messages into bytes and back;
+sockets belong to the client and the worker. It sits on the hot path of every task, so it
+avoids per-message allocations beyond what msgpack itself needs.
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ from .receive import _Receiver
 from .reconnect import _BACKOFF_FIRST, _Reconnector
 from .segment import ALL, _Segment
 
+_sendall = P.sendall
+
 __all__ = ["ALL", "_Connection", "_Segment"]
 
 _monotonic = time.monotonic
@@ -134,7 +136,7 @@ class _Connection(_Packages, _Receiver, _Reconnector):
             if sock is None or (gen is not None and gen != self._gen):
                 return
             try:
-                sock.sendall(frame)
+                _sendall(sock, frame)
                 if self._ack_later:
                     self._flush_acks(sock)
             except OSError as exc:

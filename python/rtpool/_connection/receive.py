@@ -9,13 +9,12 @@ A mixin of :class:`~rtpool._connection.connection._Connection` (the state is the
 from __future__ import annotations
 
 import concurrent.futures as cf
-import pickle
 import time
 from typing import List
 
 from .. import _protocol as P
 from .._future import Future
-from .._serialize import error_from_report
+from .._serialize import error_from_report, loads_payload
 from ..errors import (
     AdmissionError,
     ProtocolError,
@@ -28,7 +27,7 @@ from ..errors import (
 from .outcomes import task_error
 
 _perf_ns = time.perf_counter_ns
-_loads = pickle.loads
+_loads = loads_payload
 _InvalidStateError = cf.InvalidStateError
 
 

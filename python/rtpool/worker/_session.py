@@ -207,7 +207,7 @@ class Session:
     def _send(self, data: bytes) -> None:
         try:
             with self._send_lock:
-                self.sock.sendall(data)
+                P.sendall(self.sock, data)
                 self._last_send = time.monotonic()
         except OSError as exc:
             raise Stop(EXIT_LOST, f"sending to the master failed: {exc.strerror or exc}") from None

@@ -80,6 +80,12 @@ pub(super) fn layout(buf: &[u8], max_frame: usize) -> Result<Layout, ProtoError>
         return Ok(Layout::Plain(len));
     }
     let head = (prefix & !SEGMENTED_FLAG) as usize;
+    if head > max_frame {
+        return Err(ProtoError::FrameTooLarge {
+            len: head,
+            limit: max_frame,
+        });
+    }
     let Some(count) = buf.get(4..8) else {
         return Ok(Layout::Unknown);
     };

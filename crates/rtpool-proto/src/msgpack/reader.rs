@@ -268,7 +268,9 @@ impl Reader {
             }
             None => Err(ProtoError::Malformed {
                 kind,
-                reason: format!("{field}: reference to segment {index}, the frame has {count}"),
+                reason: format!(
+                    "{field}: reference to segment {index} out of range: the frame has {count}"
+                ),
             }),
         }
     }
