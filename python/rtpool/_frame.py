@@ -36,9 +36,11 @@ class Payload:
     needs one object).
     """
 
-    __slots__ = ("parts", "nbytes")
+    __slots__ = ("parts", "nbytes", "shm")
 
-    def __init__(self, parts: Sequence[Any], nbytes: int | None = None) -> None:
+    def __init__(self, parts: Sequence[Any], nbytes: int | None = None, shm: str = "") -> None:
+        #: The shared-memory segment this payload refers to ("" for none): its sender frees it.
+        self.shm = shm
         self.parts = list(parts)
         self.nbytes = (
             nbytes if nbytes is not None else sum(memoryview(p).nbytes for p in self.parts)

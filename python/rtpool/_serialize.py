@@ -30,6 +30,7 @@ import types
 import weakref
 from typing import Any, Callable, Dict, List, Tuple
 
+from . import _shm
 from ._frame import SEGMENT_MIN_BYTES, Payload
 from .errors import RemoteTraceback, TaskFailed
 
@@ -226,7 +227,7 @@ def _has_large(args: tuple, kwargs: dict | None) -> bool:
     return bool(kwargs) and any(_is_large(v) for v in kwargs.values())  # type: ignore[union-attr]
 
 
-def _dumps_oob(obj: Any, what: str) -> Any:
+def _dumps_oob(obj: Any, what: str, shm_owner: str | None = None) -> Any:
     """``obj`` pickled with its large buffers out of band: ``bytes`` when it has none (and
     is small), else a :class:`Payload` (the envelope's parts, nothing joined)."""
     buffers: List[pickle.PickleBuffer] = []
@@ -248,7 +249,11 @@ def _dumps_oob(obj: Any, what: str) -> Any:
             raise TypeError(f"cannot pickle {what}: {exc}") from exc
     if not buffers:
         return stream if len(stream) < SEGMENT_MIN_BYTES else Payload((stream,), len(stream))
-    return _envelope(stream, [b.raw() for b in buffers])
+    raws = [b.raw() for b in buffers]
+    if shm_owner and sum(r.nbytes for r in raws) >= _shm.SHM_MIN_BYTES:
+        envelope, name = _shm.write(raws, stream, shm_owner)
+        return Payload((envelope,), len(envelope), name)
+    return _envelope(stream, raws)
 
 
 def _envelope(stream: bytes, raws: List[memoryview]) -> Payload:
@@ -274,11 +279,21 @@ def loads_payload(data: Any) -> Any:
     Raises:
         pickle.UnpicklingError: ``data`` is neither (a truncated or foreign payload).
     """
+    return _loads_view(data)[0]
+
+
+def _loads_view(data: Any) -> Tuple[Any, str]:
+    """``(value, shared-memory segment name or "")`` of a payload."""
     if type(data) is Payload:
         data = bytes(data)  # sent to ourselves (tests, a local fallback)
     view = memoryview(data)
-    if not view.nbytes or view[0] != ENVELOPE_TAG:
-        return _loads(view)
+    if not view.nbytes or view[0] < ENVELOPE_TAG:
+        return _loads(view), ""
+    if view[0] == _shm.SHM_TAG:
+        stream, buffers, name = _shm.read(view)
+        return _loads(stream, buffers=buffers), name
+    if view[0] != ENVELOPE_TAG:
+        return _loads(view), ""  # not ours: pickle says what is wrong with it
     try:
         _, nbuf, stream_len = _ENV_HEAD.unpack_from(view, 0)
         lens = struct.unpack_from(f">{nbuf}Q", view, _ENV_HEAD.size)
@@ -296,15 +311,18 @@ def loads_payload(data: Any) -> Any:
             )
         buffers.append(view[pos : pos + n])
         pos += n
-    return _loads(stream, buffers=buffers)
+    return _loads(stream, buffers=buffers), ""
 
 
-def dumps_args(args: tuple, kwargs: dict | None) -> Any:
+def dumps_args(args: tuple, kwargs: dict | None, shm_owner: str | None = None) -> Any:
     """Serialize one task's arguments.
 
     Args:
         args: Positional arguments.
         kwargs: Keyword arguments, or ``None`` (preferred when empty: smaller and faster).
+        shm_owner: The owner tag (:func:`rtpool._shm.owner`) of the client when its workers
+            share its host: large buffers then go through shared memory, and the returned
+            payload's ``shm`` names the segment, which the caller frees when the task is done.
 
     Returns:
         The payload for ``SUBMIT.tasks[i]``: ``bytes``, or a :class:`~rtpool._frame.Payload`
@@ -317,7 +335,7 @@ def dumps_args(args: tuple, kwargs: dict | None) -> Any:
         args = tuple(map(_wrap, args))
         if kwargs:
             kwargs = {k: _wrap(v) for k, v in kwargs.items()}
-        return _dumps_oob((args, kwargs), "the task's arguments")
+        return _dumps_oob((args, kwargs), "the task's arguments", shm_owner)
     try:
         data = _dumps((args, kwargs), PICKLE_PROTOCOL)
     except Exception:
@@ -326,8 +344,11 @@ def dumps_args(args: tuple, kwargs: dict | None) -> Any:
 
 
 def loads_args(payload: Any) -> Tuple[tuple, dict | None]:
-    """Inverse of :func:`dumps_args`: ``(args, kwargs_or_None)``."""
-    return loads_payload(payload)
+    """Inverse of :func:`dumps_args`: ``(args, kwargs_or_None)``. Arguments that came through
+    shared memory make this thread's next large result go there too (to the same client)."""
+    value, name = _loads_view(payload)
+    _shm.set_result_owner(_shm.owner_of(name) if name else None)
+    return value
 
 
 def dumps_result(value: Any) -> Any:
@@ -342,7 +363,7 @@ def dumps_result(value: Any) -> Any:
             value = type(value)(map(_wrap, value))
         else:
             value = _wrap(value)
-        return _dumps_oob(value, "the task's return value")
+        return _dumps_oob(value, "the task's return value", _shm.result_owner())
     try:
         data = _dumps(value, PICKLE_PROTOCOL)
     except Exception:
@@ -351,8 +372,12 @@ def dumps_result(value: Any) -> Any:
 
 
 def loads_result(data: Any) -> Any:
-    """Inverse of :func:`dumps_result`."""
-    return loads_payload(data)
+    """Inverse of :func:`dumps_result`. A result in shared memory is mapped, then its segment
+    is removed at once (the client is its only reader; the mapping lives on in the value)."""
+    value, name = _loads_view(data)
+    if name:
+        _shm.unlink(name)
+    return value
 
 
 def loads_function(code: bytes) -> Callable:

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
+import os
 import socket
 import threading
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
 from .. import _protocol as P
+from .. import _shm
 from .._dial import Address, TlsOption, connect, parse_address
 from .._future import Future
 from ..errors import ConnectionLost
@@ -40,6 +42,21 @@ from .reconnect import _BACKOFF_FIRST, _Reconnector
 from .segment import ALL, _Segment
 
 _sendall = P.sendall
+
+
+def _shm_owner(host: str) -> str | None:
+    """The owner tag for shared-memory payloads: with ``RTPOOL_SHM=1``, or by default (auto)
+    when the master is on a loopback address; None (TCP only) otherwise or with
+    ``RTPOOL_SHM=0``."""
+    if not _shm.available():
+        return None
+    forced = os.environ.get("RTPOOL_SHM", "auto").strip().lower() in ("1", "on", "yes", "true")
+    local = host in ("localhost", "::1") or host.startswith("127.")
+    if forced or local:
+        _shm.sweep()  # segments of clients that died on this host
+        return _shm.owner()
+    return None
+
 
 __all__ = ["ALL", "_Connection", "_Segment"]
 
@@ -63,6 +80,9 @@ class _Connection(_Packages, _Receiver, _Reconnector):
     ):
         host, port = parse_address(address)
         self.address = f"{host}:{port}"
+        #: This client's shared-memory owner tag when its master (and so, by default, its
+        #: workers) is on this host, else None: large payloads then go through /dev/shm.
+        self.shm_owner = _shm_owner(host)
         self._hello = {
             "role": "client",
             "token": token,

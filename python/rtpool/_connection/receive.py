@@ -14,7 +14,7 @@ from typing import List
 
 from .. import _protocol as P
 from .._future import Future
-from .._serialize import error_from_report, loads_payload
+from .._serialize import error_from_report, loads_result
 from ..errors import (
     AdmissionError,
     ProtocolError,
@@ -27,7 +27,7 @@ from ..errors import (
 from .outcomes import task_error
 
 _perf_ns = time.perf_counter_ns
-_loads = loads_payload
+_loads = loads_result
 _InvalidStateError = cf.InvalidStateError
 
 
@@ -50,7 +50,9 @@ class _Receiver:
         reason = "the master closed the connection"
         try:
             recv = self.sock.recv
+            recv_into = getattr(self.sock, "recv_into", None)
             feed = self._reader.feed
+            want = self._reader.want
             dispatch = self._dispatch
             wakes = self._wakes
             msgs = extra
@@ -69,6 +71,15 @@ class _Receiver:
                         self.close_if_idle()
                         if self._closed:
                             break
+                view = want() if recv_into is not None else None
+                if view is not None:
+                    # Inside a large frame: straight into its buffer (no copy, no join).
+                    n = recv_into(view)
+                    view.release()
+                    if not n:
+                        break
+                    msgs = self._reader.got(n)
+                    continue
                 data = recv(1 << 18)
                 if not data:
                     break

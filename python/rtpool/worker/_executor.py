@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Tuple
 import msgpack
 
 from .. import _protocol as P
-from .._serialize import loads_payload
+from .._serialize import loads_args
 from ._common import RESULT_FRAME_OVERHEAD, log, perf_ns
 from ._executor_process import ExecutorDied, ExecutorProcess, address_space_mib
 from ._services import CALL_INDEX, CALL_KEY, Service
@@ -254,7 +254,7 @@ class Executing:
             now = perf_ns()
             return P.STATUS_ERROR, fn.report, now, now
         try:
-            args, kwargs = loads_payload(payload)
+            args, kwargs = loads_args(payload)
         except BaseException as exc:
             now = perf_ns()
             return (
