@@ -206,10 +206,14 @@ def _as_view(buf: Any) -> memoryview:
 
 
 def _is_large(obj: Any) -> bool:
-    try:
-        return memoryview(obj).nbytes >= OOB_MIN_BYTES
-    except TypeError:
+    # Cheap on the no-op path: no exception, no memoryview for the common small values.
+    t = type(obj)
+    if t is bytes or t is bytearray:
+        return len(obj) >= OOB_MIN_BYTES
+    if t is int or t is str or t is float or obj is None:
         return False
+    nbytes = getattr(obj, "nbytes", None)  # numpy arrays, memoryview, PickleBuffer
+    return type(nbytes) is int and nbytes >= OOB_MIN_BYTES
 
 
 def _wrap(obj: Any) -> Any:
@@ -358,7 +362,8 @@ def dumps_result(value: Any) -> Any:
     Raises:
         TypeError: The value cannot be pickled at all.
     """
-    if _is_large(value) or (type(value) in (tuple, list) and any(map(_is_large, value))):
+    t = type(value)
+    if _is_large(value) or ((t is tuple or t is list) and any(map(_is_large, value[:16]))):
         if type(value) in (tuple, list):
             value = type(value)(map(_wrap, value))
         else:

@@ -35,6 +35,7 @@ pub mod ratelimit;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;
+pub mod shm_sweep;
 pub mod stats;
 pub mod status;
 pub mod store;
