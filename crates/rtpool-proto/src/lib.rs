@@ -11,8 +11,8 @@ pub mod msgpack;
 mod options;
 
 pub use codec::{
-    decode_body, decode_frame, decode_segmented, encode, encode_segmented, encode_to_vec, frame_len,
-    MAX_SEGMENTS, SEGMENTED_FLAG, SEGMENT_MIN_BYTES,
+    decode_body, decode_frame, decode_segmented, encode, encode_segmented, encode_to_vec,
+    frame_len, MAX_SEGMENTS, SEGMENTED_FLAG, SEGMENT_MIN_BYTES,
 };
 pub use counts::PackageCounts;
 pub use error::ProtoError;

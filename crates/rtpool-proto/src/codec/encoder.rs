@@ -6,9 +6,9 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::segment::Segs;
 use crate::counts::PackageCounts;
 use crate::message::{Assignment, Call, CallAssignment, Msg};
-use super::segment::Segs;
 use crate::msgpack::Writer;
 
 /// Bytes to reserve for the body of `msg`: exact for payloads, a generous guess for the rest,

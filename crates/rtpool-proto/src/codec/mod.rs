@@ -353,7 +353,10 @@ mod tests {
             panic!("not a SUBMIT")
         };
         let p = tasks[2].as_ptr() as usize;
-        assert!((start..end).contains(&p), "segment was copied out of the frame");
+        assert!(
+            (start..end).contains(&p),
+            "segment was copied out of the frame"
+        );
     }
 
     #[test]
@@ -406,7 +409,11 @@ mod tests {
         let mut buf = segmented(&ok, &[b"payload"]);
         assert!(decode_frame(&mut buf, 1 << 20).unwrap().is_some());
         for (head, segs, what) in [
-            (result(&[0xd6, 1, 0, 0, 0, 1]), &[&b"x"[..]][..], "out of range"),
+            (
+                result(&[0xd6, 1, 0, 0, 0, 1]),
+                &[&b"x"[..]][..],
+                "out of range",
+            ),
             (result(&[0xd6, 2, 0, 0, 0, 0]), &[&b"x"[..]][..], "ext type"),
             (ok.clone(), &[&b"x"[..], &b"y"[..]][..], "never referenced"),
         ] {
