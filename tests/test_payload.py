@@ -17,7 +17,7 @@ import pytest
 
 import tasks.payload
 from conftest import close_master, start_master
-from helpers import stop_process
+from helpers import stop_process, worker_env
 
 MIB = 1 << 20
 
@@ -111,7 +111,7 @@ def test_no_leak_after_the_client_is_killed(shm, master, workers, tmp_path: Path
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**__import__("helpers").worker_env(master.worker_token)},
+        env=worker_env(master.worker_token),  # tests/ on PYTHONPATH, for tasks.payload
     )
     try:
         owner = proc.stdout.readline().strip()
@@ -123,6 +123,7 @@ def test_no_leak_after_the_client_is_killed(shm, master, workers, tmp_path: Path
         _wait_for(lambda: shm.leftovers(owner) == [], "the dead client's segment to be swept")
     finally:
         stop_process(proc)
+        proc.stdout.close()
 
 
 def test_no_leak_after_the_master_is_killed(shm, tmp_path: Path) -> None:
