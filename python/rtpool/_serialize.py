@@ -183,6 +183,7 @@ ENVELOPE_ALIGN = 64
 #: Buffers smaller than this stay inside the pickle stream (cheaper than a table entry).
 OOB_MIN_BYTES = SEGMENT_MIN_BYTES
 _ENV_HEAD = struct.Struct(">B3xIQ")
+_shm_local = _shm._local
 _ZEROS = bytes(ENVELOPE_ALIGN)
 
 
@@ -350,6 +351,9 @@ def dumps_args(args: tuple, kwargs: dict | None, shm_owner: str | None = None) -
 def loads_args(payload: Any) -> Tuple[tuple, dict | None]:
     """Inverse of :func:`dumps_args`: ``(args, kwargs_or_None)``. Arguments that came through
     shared memory make this thread's next large result go there too (to the same client)."""
+    if payload and payload[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
+        _shm_local.owner = None
+        return _loads(payload)
     value, name = _loads_view(payload)
     _shm.set_result_owner(_shm.owner_of(name) if name else None)
     return value
@@ -379,6 +383,8 @@ def dumps_result(value: Any) -> Any:
 def loads_result(data: Any) -> Any:
     """Inverse of :func:`dumps_result`. A result in shared memory is mapped, then its segment
     is removed at once (the client is its only reader; the mapping lives on in the value)."""
+    if data and data[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
+        return _loads(data)
     value, name = _loads_view(data)
     if name:
         _shm.unlink(name)
