@@ -182,28 +182,26 @@ def decode_disagreement(data: Buffer) -> Tuple[str, List[Tuple[str, int, bytes]]
     return msg[0], copies
 
 
-def _segment_ref(obj: Any) -> Any:
-    # msgpack's hook for types it does not know: a Payload becomes a segment reference.
-    if type(obj) is Payload:
-        segs = _local.segs
-        segs.append(obj)
-        return msgpack.ExtType(_frame.SEGMENT_EXT, _frame._REF.pack(len(segs) - 1))
-    raise TypeError(f"cannot serialize {type(obj).__name__!r} object")
+def _packer() -> Tuple[Any, List[Payload]]:
+    # One Packer and one list of segments per thread, looked up together (the hot path).
+    segs: List[Payload] = []
+
+    def segment_ref(obj: Any) -> Any:
+        # msgpack's hook for types it does not know: a Payload becomes a segment reference.
+        if type(obj) is Payload:
+            segs.append(obj)
+            return msgpack.ExtType(_frame.SEGMENT_EXT, _frame._REF.pack(len(segs) - 1))
+        raise TypeError(f"cannot serialize {type(obj).__name__!r} object")
+
+    packer = msgpack.Packer(use_bin_type=True, default=segment_ref)
+    _local.ps = ps = (packer.pack, segs)
+    return ps
 
 
-def _packer() -> msgpack.Packer:
-    packer = msgpack.Packer(use_bin_type=True, default=_segment_ref)
-    _local.pack = packer.pack
-    _local.segs = []
-    return packer
-
-
-def _frame_of(body: bytes) -> Encoded:
-    segs = _local.segs
-    if not segs:
-        return _pack_len(len(body)) + body
-    _local.segs = []
-    return _frame.segmented(body, segs)
+def _segmented(body: bytes, segs: List[Payload]) -> Frame:
+    frame = _frame.segmented(body, segs[:])
+    segs.clear()
+    return frame
 
 
 def encode(kind: int, *fields: Any) -> Encoded:
@@ -221,30 +219,34 @@ def encode(kind: int, *fields: Any) -> Encoded:
         payload travels as a segment; :func:`sendall` writes either.
     """
     try:
-        pack = _local.pack
+        pack, segs = _local.ps
     except AttributeError:
-        pack = _packer().pack
+        pack, segs = _packer()
     try:
         body = pack([kind, *fields])
     except BaseException:
-        _local.segs = []
+        segs.clear()
         raise
-    return _frame_of(body)
+    if segs:
+        return _segmented(body, segs)
+    return _pack_len(len(body)) + body
 
 
 def encode_submit(req_id: int, fn_hash: bytes, fn_code: bytes, opts: dict, tasks: list) -> Encoded:
     """Encode a ``SUBMIT`` frame, as :func:`encode` does, without its varargs (the submission
     path)."""
     try:
-        pack = _local.pack
+        pack, segs = _local.ps
     except AttributeError:
-        pack = _packer().pack
+        pack, segs = _packer()
     try:
         body = pack([SUBMIT, req_id, fn_hash, fn_code, opts, tasks])
     except BaseException:
-        _local.segs = []
+        segs.clear()
         raise
-    return _frame_of(body)
+    if segs:
+        return _segmented(body, segs)
+    return _pack_len(len(body)) + body
 
 
 def _decode_body(body: Buffer) -> list:
@@ -390,7 +392,10 @@ class FrameReader:
             stop = pos + 4 + n
             if stop > end:
                 break
-            msgs.append(self._decode_whole(buf, pos, stop))
+            if n >= _VIEW_THRESHOLD or buf[pos] & 0x80:
+                msgs.append(self._decode_whole(buf, pos, stop))
+            else:
+                msgs.append(_decode_body(buf[pos + 4 : stop]))
             pos = stop
         self._keep(buf, pos, end)
         return msgs

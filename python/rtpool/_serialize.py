@@ -184,6 +184,8 @@ ENVELOPE_ALIGN = 64
 OOB_MIN_BYTES = SEGMENT_MIN_BYTES
 _ENV_HEAD = struct.Struct(">B3xIQ")
 _shm_local = _shm._local
+# Results that never hold a buffer to take out of band (a large str stays in the stream).
+_SCALARS = frozenset({type(None), bool, int, float, str, complex})
 _ZEROS = bytes(ENVELOPE_ALIGN)
 
 
@@ -367,6 +369,8 @@ def dumps_result(value: Any) -> Any:
         TypeError: The value cannot be pickled at all.
     """
     t = type(value)
+    if t in _SCALARS:  # the no-op task's path: nothing to take out of band
+        return _dumps(value, PICKLE_PROTOCOL)
     if _is_large(value) or ((t is tuple or t is list) and any(map(_is_large, value[:16]))):
         if type(value) in (tuple, list):
             value = type(value)(map(_wrap, value))
