@@ -261,7 +261,7 @@ def _decode_body(body: Buffer) -> list:
     return msg
 
 
-def decode(frame: Buffer, max_frame: int = DEFAULT_MAX_FRAME) -> list:
+def decode(frame: Union[Buffer, Frame], max_frame: int = DEFAULT_MAX_FRAME) -> list:
     """Decode exactly one whole frame (length prefix included).
 
     Args:
@@ -276,6 +276,8 @@ def decode(frame: Buffer, max_frame: int = DEFAULT_MAX_FRAME) -> list:
         ProtocolError: The frame is truncated, has trailing bytes, is too large or is not a
             msgpack array starting with a kind.
     """
+    if type(frame) is Frame:
+        frame = bytes(frame)  # what encode() gave, joined (tests and tools)
     reader = FrameReader(max_frame)
     msgs = reader.feed(frame)
     if len(msgs) != 1 or reader.buffered:
