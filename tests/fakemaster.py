@@ -122,7 +122,7 @@ class FakeMaster:
     def welcome_fields(self) -> list:
         """The fields of the WELCOME answering each HELLO: all six, as the master sends them."""
         return [
-            1,
+            P.PROTOCOL_VERSION,
             self.hellos,
             self.max_frame_bytes,
             self.heartbeat_ms,

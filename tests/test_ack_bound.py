@@ -22,7 +22,7 @@ TASKS = 40  # 20 MiB of results, against a 4 MiB bound
 
 def _client(m) -> tuple[socket.socket, P.FrameReader]:
     sock = socket.create_connection(m.host_port, timeout=60)
-    sock.sendall(P.encode(P.HELLO, 1, "client", m.client_token, "raw-no-ack", 0))
+    sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, "client", m.client_token, "raw-no-ack", 0))
     reader = P.FrameReader(P.DEFAULT_MAX_FRAME)
     msgs: list = []
     while not msgs:

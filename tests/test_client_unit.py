@@ -81,7 +81,7 @@ def test_token_from_environment(fake, monkeypatch):
     monkeypatch.setenv("RTPOOL_TOKEN", "tok")
     c = rtpool.Client(fake.address)
     try:
-        assert fake.accept().hello[:4] == [P.HELLO, 1, "client", "tok"]
+        assert fake.accept().hello[:4] == [P.HELLO, P.PROTOCOL_VERSION, "client", "tok"]
     finally:
         c.close()
 
@@ -93,7 +93,7 @@ def test_wrong_token_reports_the_masters_message(fake):
 
 def test_hello_fields(fake, client):
     conn = fake.accept()
-    assert conn.hello == [P.HELLO, 1, "client", "tok", "unit", 0]
+    assert conn.hello == [P.HELLO, P.PROTOCOL_VERSION, "client", "tok", "unit", 0]
     assert client.max_frame_bytes == P.DEFAULT_MAX_FRAME
 
 

@@ -146,9 +146,13 @@ def test_bench_payload_json_echoes_are_correct():
     assert [r["size_bytes"] for r in rows] == [1024, 65536]
     for r in rows:
         assert r["wrong_echoes"] == 0
-        for side in ("rtpool", "floor"):
-            s = r[side]
-            assert s["count"] == 5 and 0 < s["p50_us"] <= s["max_us"], s
+        sides = [*r["variants"].values(), *r["floors"].values()]
+        assert {"bytes/tcp", "numpy/tcp"} <= set(r["variants"]) and set(r["floors"]) == {
+            "tcp",
+            "memcpy",
+        }
+        for s in sides:
+            assert s["count"] == 5 and 0 < s["p50_us"] <= s["p99_us"] <= s["max_us"], s
 
 
 @pytest.mark.parametrize("cmd", ["demo", "bench"])

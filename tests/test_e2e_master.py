@@ -21,7 +21,9 @@ from rtpool.errors import AuthenticationError, ConnectionLost
 
 def raw_hello(master, role: str, token: str) -> socket.socket:
     sock = socket.create_connection(master.host_port, timeout=10)
-    sock.sendall(P.encode(P.HELLO, 1, role, token, "raw-test", 1 if role == "worker" else 0))
+    sock.sendall(
+        P.encode(P.HELLO, P.PROTOCOL_VERSION, role, token, "raw-test", 1 if role == "worker" else 0)
+    )
     return sock
 
 

@@ -16,6 +16,15 @@ from conftest import Workers, close_master, start_master
 MIB = 1 << 20
 
 
+@pytest.fixture(autouse=True)
+def _tcp_only(monkeypatch):
+    # Payloads in shared memory (issue 16) do not cross TCP, so no frame limit applies to them:
+    # these tests are about frames.
+    from rtpool import _shm
+
+    monkeypatch.setattr(_shm, "_enabled", False)
+
+
 @pytest.fixture
 def small_frames(tmp_path: Path):
     m = start_master(tmp_path, args=["--max-frame-mb", "1"])

@@ -29,7 +29,7 @@ class FakeWorker:
         self.sock = socket.create_connection((host, int(port)), timeout=30)
         self.reader = P.FrameReader()
         self.pending: list = []
-        self.sock.sendall(P.encode(P.HELLO, 1, "worker", token, "fake-worker", 1))
+        self.sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, "worker", token, "fake-worker", 1))
         welcome = self.recv()
         assert welcome[0] == P.WELCOME, welcome
 

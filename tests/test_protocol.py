@@ -121,3 +121,70 @@ def test_rpc_errors_are_not_fatal():
     assert P.ERR_SERVE_CONFLICT == "serve_conflict"
     assert {P.ERR_UNKNOWN_FUNCTION, P.ERR_SERVE_CONFLICT} <= P.NON_FATAL_ERRORS
     assert {P.SERVE, P.ASSIGN_CALLS, P.CALL, P.FUNCTIONS, P.FUNCTIONS_REPLY} == {27, 28, 18, 19, 29}
+
+
+# --- segmented frames (protocol version 2, issue 16) ------------------------------------------
+
+
+def test_small_payloads_stay_plain_frames_and_large_ones_become_segments():
+    from rtpool._frame import SEGMENT_MIN_BYTES, Frame, Payload
+
+    small = P.encode(P.RESULT, [[1, 1, 0, b"x" * 1024, 0, 0, 0]])
+    assert type(small) is bytes and not small[0] & 0x80
+    big = b"y" * SEGMENT_MIN_BYTES
+    frame = P.encode(P.RESULT, [[1, 1, 0, Payload((big[:10], big[10:])), 0, 0, 0]])
+    assert type(frame) is Frame and len(frame) == len(bytes(frame))
+    data = bytes(frame)
+    head_len = struct.unpack(">I", data[:4])[0] & 0x7FFFFFFF
+    count, seg_len = struct.unpack(">II", data[4:12])
+    assert data[0] & 0x80 and count == 1 and seg_len == SEGMENT_MIN_BYTES
+    head = data[12 : 12 + head_len]
+    assert b"\xd6\x01\x00\x00\x00\x00" in head  # fixext 4, type 1, segment 0
+    assert data[12 + head_len :] == big
+    [msg] = P.FrameReader(1 << 20).feed(data)
+    assert type(msg[1][0][3]) is memoryview and bytes(msg[1][0][3]) == big
+
+
+def test_large_frame_is_received_into_one_buffer_in_pieces():
+    from rtpool._frame import Payload
+
+    payloads = [Payload((bytes([i]) * (100_000 + i),)) for i in range(3)]
+    data = bytes(P.encode(P.SUBMIT, 1, b"h" * 32, b"c", {}, [b"small", *payloads]))
+    data += P.encode(P.PULL, 2)  # the next frame right behind it
+    reader = P.FrameReader(1 << 20)
+    msgs = reader.feed(data[:7])  # not even the whole segment table
+    pos = 7
+    while reader.want() is not None:
+        view = reader.want()
+        n = min(len(view), 50_000)
+        view[:n] = data[pos : pos + n]
+        pos += n
+        msgs += reader.got(n)
+    msgs += reader.feed(data[pos:])
+    assert [m[0] for m in msgs] == [P.SUBMIT, P.PULL]
+    tasks = msgs[0][5]
+    assert tasks[0] == b"small" and [bytes(t) for t in tasks[1:]] == [bytes(p) for p in payloads]
+
+
+@pytest.mark.parametrize(
+    "ref, segs, error",
+    [
+        (b"\xd6\x01\x00\x00\x00\x01", [b"x"], "out of range"),
+        (b"\xd6\x02\x00\x00\x00\x00", [b"x"], "ext type 2"),
+        (b"\xd6\x01\x00\x00\x00\x00", [b"x", b"y"], "never referenced"),
+    ],
+)
+def test_bad_segment_references_are_protocol_errors(ref, segs, error):
+    head = bytes([0x92, P.RESULT, 0x91, 0x97, 1, 1, 0]) + ref + bytes([0, 0, 0])
+    frame = struct.pack(">II", 0x80000000 | len(head), len(segs))
+    frame += b"".join(struct.pack(">I", len(s)) for s in segs) + head + b"".join(segs)
+    with pytest.raises(ProtocolError, match=error):
+        P.FrameReader(1 << 20).feed(frame)
+
+
+def test_segmented_frame_over_the_limit_is_refused_from_its_table():
+    from rtpool._frame import Payload
+
+    data = bytes(P.encode(P.RESULT, [[1, 1, 0, Payload((b"z" * (1 << 20),)), 0, 0, 0]]))
+    with pytest.raises(ProtocolError, match="above the limit"):
+        P.FrameReader(1 << 19).feed(data[:12])

@@ -134,7 +134,7 @@ def refusal(master, role: str, token: str) -> List[list]:
     """Send a raw HELLO and return every message until the master closes the connection."""
     with socket.create_connection(master.host_port, timeout=10) as sock:
         slots = 1 if role == "worker" else 0
-        sock.sendall(P.encode(P.HELLO, 1, role, token, "token-test", slots))
+        sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, role, token, "token-test", slots))
         reader, msgs = P.FrameReader(), []
         while data := sock.recv(65536):
             msgs += reader.feed(data)

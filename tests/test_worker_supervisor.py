@@ -551,7 +551,7 @@ class RawClient:
             self.sock = context.wrap_socket(self.sock, server_hostname=host)
         self.reader = P.FrameReader()
         self._msgs: list = []
-        self.sock.sendall(P.encode(P.HELLO, 1, "client", token, "raw-client", 0))
+        self.sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, "client", token, "raw-client", 0))
         welcome = self.recv(10)
         assert welcome[0] == P.WELCOME, welcome
         self.reader.max_frame = welcome[3]

@@ -57,7 +57,7 @@ def assignment(task, fn_code=CODE, args=((3,), None), fn_hash=HASH, attempt=1, t
 
 def test_hello_then_pull_then_result(fake):
     w = Running(fake)
-    assert w.master.hello == [P.HELLO, 1, "worker", "tok", "unit-worker", 1]
+    assert w.master.hello == [P.HELLO, P.PROTOCOL_VERSION, "worker", "tok", "unit-worker", 1]
     assert w.master.recv_kind(P.PULL) == [P.PULL, 2]  # 1 slot + prefetch 1 until it learns
     w.master.send(P.ASSIGN, [assignment(10)])
     result = w.master.recv_kind(P.RESULT)

@@ -195,7 +195,8 @@ def _handshake_error(msg: list, where: str, role: str) -> Exception:
     if code == P.ERR_VERSION:
         return ProtocolError(
             f"master at {where} does not speak protocol version {P.PROTOCOL_VERSION} "
-            f"({message}); use the same rtpool version on both sides"
+            f"({message}); the master speaks an older protocol: upgrade rtpool on the "
+            "master (or use the same rtpool release on both sides)"
         )
     if code == P.ERR_BUSY:
         return MasterBusy(f"master at {where} is busy: {message}")

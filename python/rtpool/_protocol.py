@@ -1,9 +1,10 @@
-"""The rtpool wire protocol, version 1 (see ``docs/protocol.md``, which is authoritative).
+"""The rtpool wire protocol, version 2 (see ``docs/protocol.md``, which is authoritative).
 
 A frame is a 4-byte big-endian body length followed by one msgpack array whose first element
-is the message kind. This module only turns messages into bytes and back; sockets belong to
-the client and the worker. It sits on the hot path of every task, so it avoids per-message
-allocations beyond what msgpack itself needs.
+is the message kind, or a segmented frame whose large payloads travel beside the msgpack head
+(:mod:`rtpool._frame` owns that layout). This module only turns messages into bytes and back;
+sockets belong to the client and the worker. It sits on the hot path of every task, so it
+avoids per-message allocations beyond what msgpack itself needs.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from typing import Any, List, Tuple, Union
 
 import msgpack
 
+from . import _frame
+from ._frame import SEGMENTED_FLAG, Encoded, Frame, Payload, frame_size, join, sendall
 from .errors import ProtocolError
 
-PROTOCOL_VERSION = 1
+__all__ = ["Encoded", "Frame", "Payload", "join", "sendall"]
+
+PROTOCOL_VERSION = 2
 #: Largest frame body accepted before the handshake authenticated the peer.
 PRE_AUTH_MAX_FRAME = 8192
 #: The master's default ``max_frame_bytes`` (256 MiB).
@@ -177,40 +182,70 @@ def decode_disagreement(data: Buffer) -> Tuple[str, List[Tuple[str, int, bytes]]
     return msg[0], copies
 
 
-def _packer() -> msgpack.Packer:
-    packer = msgpack.Packer(use_bin_type=True)
-    _local.pack = packer.pack
-    return packer
+def _packer() -> Tuple[Any, List[Payload]]:
+    # One Packer and one list of segments per thread, looked up together (the hot path).
+    segs: List[Payload] = []
+
+    def segment_ref(obj: Any) -> Any:
+        # msgpack's hook for types it does not know: a Payload becomes a segment reference.
+        if type(obj) is Payload:
+            segs.append(obj)
+            return msgpack.ExtType(_frame.SEGMENT_EXT, _frame._REF.pack(len(segs) - 1))
+        raise TypeError(f"cannot serialize {type(obj).__name__!r} object")
+
+    packer = msgpack.Packer(use_bin_type=True, default=segment_ref)
+    _local.ps = ps = (packer.pack, segs)
+    return ps
 
 
-def encode(kind: int, *fields: Any) -> bytes:
+def _segmented(body: bytes, segs: List[Payload]) -> Frame:
+    frame = _frame.segmented(body, segs[:])
+    segs.clear()
+    return frame
+
+
+def encode(kind: int, *fields: Any) -> Encoded:
     """Encode one message as a whole frame (length prefix included).
 
     Args:
         kind: The message kind (``HELLO``, ``SUBMIT``, ...).
         *fields: The message's fields in spec order. ``bytes`` become msgpack bin, ``str``
-            msgpack str. A ``SUBMIT``/``CALL`` opts map is written as given: ``_options``
-            makes it (spec order, defaults left out).
+            msgpack str, a :class:`~rtpool._frame.Payload` a segment. A ``SUBMIT``/``CALL``
+            opts map is written as given: ``_options`` makes it (spec order, defaults left
+            out).
 
     Returns:
-        The frame bytes, ready for ``sendall``.
+        The frame: ``bytes`` (a plain frame), or a :class:`~rtpool._frame.Frame` when a
+        payload travels as a segment; :func:`sendall` writes either.
     """
     try:
-        pack = _local.pack
+        pack, segs = _local.ps
     except AttributeError:
-        pack = _packer().pack
-    body = pack([kind, *fields])
+        pack, segs = _packer()
+    try:
+        body = pack([kind, *fields])
+    except BaseException:
+        segs.clear()
+        raise
+    if segs:
+        return _segmented(body, segs)
     return _pack_len(len(body)) + body
 
 
-def encode_submit(req_id: int, fn_hash: bytes, fn_code: bytes, opts: dict, tasks: list) -> bytes:
+def encode_submit(req_id: int, fn_hash: bytes, fn_code: bytes, opts: dict, tasks: list) -> Encoded:
     """Encode a ``SUBMIT`` frame, as :func:`encode` does, without its varargs (the submission
     path)."""
     try:
-        pack = _local.pack
+        pack, segs = _local.ps
     except AttributeError:
-        pack = _packer().pack
-    body = pack([SUBMIT, req_id, fn_hash, fn_code, opts, tasks])
+        pack, segs = _packer()
+    try:
+        body = pack([SUBMIT, req_id, fn_hash, fn_code, opts, tasks])
+    except BaseException:
+        segs.clear()
+        raise
+    if segs:
+        return _segmented(body, segs)
     return _pack_len(len(body)) + body
 
 
@@ -226,7 +261,7 @@ def _decode_body(body: Buffer) -> list:
     return msg
 
 
-def decode(frame: Buffer, max_frame: int = DEFAULT_MAX_FRAME) -> list:
+def decode(frame: Union[Buffer, Frame], max_frame: int = DEFAULT_MAX_FRAME) -> list:
     """Decode exactly one whole frame (length prefix included).
 
     Args:
@@ -241,6 +276,8 @@ def decode(frame: Buffer, max_frame: int = DEFAULT_MAX_FRAME) -> list:
         ProtocolError: The frame is truncated, has trailing bytes, is too large or is not a
             msgpack array starting with a kind.
     """
+    if type(frame) is Frame:
+        frame = bytes(frame)  # what encode() gave, joined (tests and tools)
     reader = FrameReader(max_frame)
     msgs = reader.feed(frame)
     if len(msgs) != 1 or reader.buffered:
@@ -262,7 +299,7 @@ class FrameReader:
             ``max_frame_bytes`` of ``WELCOME``.
     """
 
-    __slots__ = ("_buf", "_need", "max_frame")
+    __slots__ = ("_buf", "_need", "max_frame", "_big", "_filled")
 
     def __init__(self, max_frame: int = PRE_AUTH_MAX_FRAME) -> None:
         self.max_frame = max_frame
@@ -270,11 +307,35 @@ class FrameReader:
         # While a large frame is incomplete: the buffer length at which it will be complete,
         # so each chunk is appended without rescanning.
         self._need = 0
+        # A large frame whose size is known is read into one buffer of its final size
+        # (``recv_into`` through :meth:`want`), filled up to ``_filled``.
+        self._big: bytearray | None = None
+        self._filled = 0
 
     @property
     def buffered(self) -> int:
         """Number of bytes of an incomplete frame held for the next ``feed()``."""
+        if self._big is not None:
+            return self._filled
         return len(self._buf)
+
+    def want(self) -> memoryview | None:
+        """Where the rest of a large incomplete frame goes, for ``sock.recv_into``; follow
+        with :meth:`got`. ``None`` when no large frame is under way (use ``feed``)."""
+        big = self._big
+        if big is None:
+            return None
+        return memoryview(big)[self._filled :]
+
+    def got(self, n: int) -> List[list]:
+        """``n`` bytes were received into the buffer :meth:`want` gave; returns the message
+        when it completed the frame."""
+        self._filled += n
+        big = self._big
+        if big is None or self._filled < len(big):
+            return []
+        self._big = None
+        return [self._decode_whole(memoryview(big), 0, len(big))]
 
     def feed(self, data: Buffer) -> List[list]:
         """Add bytes from the stream.
@@ -289,6 +350,17 @@ class FrameReader:
             ProtocolError: A length prefix is 0 or above ``max_frame``, or a body does not
                 decode. The stream cannot be resynchronised after that: close it.
         """
+        big = self._big
+        if big is not None:
+            room = len(big) - self._filled
+            if len(data) <= room:
+                big[self._filled : self._filled + len(data)] = data
+                return self.got(len(data))
+            with memoryview(data) as view:
+                big[self._filled :] = view[:room]
+                msgs = self.got(room)
+                rest = bytes(view[room:])
+            return msgs + self.feed(rest)
         buf = self._buf
         if buf:
             if type(buf) is bytearray:
@@ -305,7 +377,16 @@ class FrameReader:
         max_frame = self.max_frame
         while end - pos >= 4:
             n = _unpack_len(buf, pos)[0]
-            if n == 0 or n > max_frame:
+            if n & SEGMENTED_FLAG:
+                n = frame_size(buf, pos)
+                if n < 0:
+                    break
+                if n > max_frame:
+                    self._buf = b""
+                    raise ProtocolError(
+                        f"frame of {n} bytes is above the limit of {max_frame} bytes"
+                    )
+            elif n == 0 or n > max_frame:
                 self._buf = b""
                 if n == 0:
                     raise ProtocolError("malformed frame: length prefix 0")
@@ -313,14 +394,32 @@ class FrameReader:
             stop = pos + 4 + n
             if stop > end:
                 break
-            if n < _VIEW_THRESHOLD:
-                msgs.append(_decode_body(buf[pos + 4 : stop]))
+            if n >= _VIEW_THRESHOLD or buf[pos] & 0x80:
+                msgs.append(self._decode_whole(buf, pos, stop))
             else:
-                with memoryview(buf) as view:
-                    msgs.append(_decode_body(view[pos + 4 : stop]))
+                msgs.append(_decode_body(buf[pos + 4 : stop]))
             pos = stop
         self._keep(buf, pos, end)
         return msgs
+
+    @staticmethod
+    def _decode_whole(buf: Buffer, pos: int, stop: int) -> list:
+        if _unpack_len(buf, pos)[0] & SEGMENTED_FLAG:
+            view = memoryview(buf)[pos + 4 : stop]
+            try:
+                msg = _frame.decode_segmented(view, _unpackb)
+            except Exception as exc:
+                raise ProtocolError(f"malformed segmented frame: {exc}") from None
+            if type(msg) is not list or not msg or type(msg[0]) is not int:
+                raise ProtocolError(
+                    f"malformed frame: expected an array starting with a message kind, "
+                    f"got {msg!r:.80}"
+                )
+            return msg
+        if stop - pos < _VIEW_THRESHOLD:
+            return _decode_body(buf[pos + 4 : stop])
+        with memoryview(buf) as view:
+            return _decode_body(view[pos + 4 : stop])
 
     def _keep(self, buf: Buffer, pos: int, end: int) -> None:
         if pos == end:
@@ -328,14 +427,14 @@ class FrameReader:
             self._need = 0
             return
         if end - pos >= 4:
-            need = 4 + _unpack_len(buf, pos)[0]
-            if need >= _VIEW_THRESHOLD:
-                # A large frame is arriving in pieces: grow a bytearray in place.
-                if type(buf) is bytearray and pos == 0:
-                    self._buf = buf
-                else:
-                    self._buf = bytearray(memoryview(buf)[pos:])
-                self._need = need
+            size = frame_size(buf, pos)
+            need = 4 + size
+            if size >= 0 and need >= _VIEW_THRESHOLD:
+                # A large frame is arriving in pieces: one buffer of its final size.
+                big = bytearray(need)
+                big[: end - pos] = memoryview(buf)[pos:end]
+                self._big, self._filled = big, end - pos
+                self._buf, self._need = b"", 0
                 return
         self._buf = bytes(buf[pos:])
         self._need = 0

@@ -3,7 +3,11 @@
 * The function of a package: cloudpickle (so lambdas, closures and functions defined in
   ``__main__`` work), pickled once per function object and cached with its SHA-256.
 * A task's arguments: ``pickle.dumps((args, kwargs_or_None), protocol=5)``, with cloudpickle as
-  the fallback for arguments plain pickle refuses (a lambda passed as an argument).
+  the fallback for arguments plain pickle refuses (a lambda passed as an argument). Large
+  buffers (numpy arrays, ``bytes``, ``bytearray``, ``memoryview`` of 64 KiB or more) are taken
+  out of band: the payload is then a buffer envelope (``docs/protocol.md``, "Payloads with
+  out-of-band buffers"), a :class:`~rtpool._frame.Payload` of parts that are sent as they lie
+  and, on the receiving side, unpickled as views of the receive buffer.
 * A result: the same, for the return value.
 * An error report: a pickled dict ``{type, message, traceback, exc}`` where ``exc`` is the
   pickled exception, or ``None`` when it cannot be pickled (or unpickled) on the worker.
@@ -19,12 +23,15 @@ from __future__ import annotations
 import hashlib
 import linecache
 import pickle
+import struct
 import threading
 import traceback
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Tuple
 
+from . import _shm
+from ._frame import SEGMENT_MIN_BYTES, Payload
 from .errors import RemoteTraceback, TaskFailed
 
 PICKLE_PROTOCOL = 5
@@ -169,45 +176,223 @@ def _dumps_fallback(obj: Any, what: str) -> bytes:
         raise TypeError(f"cannot pickle {what}: {exc}") from exc
 
 
-def dumps_args(args: tuple, kwargs: dict | None) -> bytes:
+#: First byte of a buffer envelope (a plain pickle starts with 0x80, the PROTO opcode).
+ENVELOPE_TAG = 0xB5
+#: Buffers in an envelope start at multiples of this many bytes from its first byte.
+ENVELOPE_ALIGN = 64
+#: Buffers smaller than this stay inside the pickle stream (cheaper than a table entry).
+OOB_MIN_BYTES = SEGMENT_MIN_BYTES
+_ENV_HEAD = struct.Struct(">B3xIQ")
+_shm_local = _shm._local
+# Results that never hold a buffer to take out of band (a large str stays in the stream).
+_SCALARS = frozenset({type(None), bool, int, float, str, complex})
+_ZEROS = bytes(ENVELOPE_ALIGN)
+
+
+class _OutOfBand:
+    """A top-level ``bytes`` or ``memoryview`` argument or result, pickled as a buffer out of
+    band (pickle itself never hands ``bytes`` to ``buffer_callback``, and refuses
+    ``memoryview``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        rebuild = bytes if type(self.data) is bytes else _as_view
+        return rebuild, (pickle.PickleBuffer(self.data),)
+
+
+def _as_view(buf: Any) -> memoryview:
+    return memoryview(buf)
+
+
+def _is_large(obj: Any) -> bool:
+    # Cheap on the no-op path: no exception, no memoryview for the common small values.
+    t = type(obj)
+    if t is bytes or t is bytearray:
+        return len(obj) >= OOB_MIN_BYTES
+    if t is int or t is str or t is float or obj is None:
+        return False
+    nbytes = getattr(obj, "nbytes", None)  # numpy arrays, memoryview, PickleBuffer
+    return type(nbytes) is int and nbytes >= OOB_MIN_BYTES
+
+
+def _wrap(obj: Any) -> Any:
+    t = type(obj)
+    if (t is bytes or t is memoryview) and _is_large(obj):
+        return _OutOfBand(obj)
+    return obj
+
+
+def _has_large(args: tuple, kwargs: dict | None) -> bool:
+    """Whether a top-level argument holds a large buffer (a cheap look, no pickling)."""
+    for a in args:
+        if _is_large(a):
+            return True
+    return bool(kwargs) and any(_is_large(v) for v in kwargs.values())  # type: ignore[union-attr]
+
+
+def _dumps_oob(obj: Any, what: str, shm_owner: str | None = None) -> Any:
+    """``obj`` pickled with its large buffers out of band: ``bytes`` when it has none (and
+    is small), else a :class:`Payload` (the envelope's parts, nothing joined)."""
+    buffers: List[pickle.PickleBuffer] = []
+
+    def keep(buf: pickle.PickleBuffer) -> bool:
+        # Return False to take the buffer out of band; True keeps it in the stream.
+        if buf.raw().nbytes < OOB_MIN_BYTES:
+            return True
+        buffers.append(buf)
+        return False
+
+    try:
+        stream = _dumps(obj, PICKLE_PROTOCOL, buffer_callback=keep)
+    except Exception:
+        buffers.clear()
+        try:
+            stream = _cloudpickle().dumps(obj, protocol=PICKLE_PROTOCOL, buffer_callback=keep)
+        except Exception as exc:
+            raise TypeError(f"cannot pickle {what}: {exc}") from exc
+    if not buffers:
+        return stream if len(stream) < SEGMENT_MIN_BYTES else Payload((stream,), len(stream))
+    raws = [b.raw() for b in buffers]
+    if shm_owner and sum(r.nbytes for r in raws) >= _shm.SHM_MIN_BYTES:
+        envelope, name = _shm.write(raws, stream, shm_owner)
+        return Payload((envelope,), len(envelope), name)
+    return _envelope(stream, raws)
+
+
+def _envelope(stream: bytes, raws: List[memoryview]) -> Payload:
+    lens = [r.nbytes for r in raws]
+    head = _ENV_HEAD.pack(ENVELOPE_TAG, len(raws), len(stream)) + struct.pack(
+        f">{len(raws)}Q", *lens
+    )
+    parts: List[Any] = [head, stream]
+    pos = len(head) + len(stream)
+    for raw in raws:
+        pad = -pos % ENVELOPE_ALIGN
+        if pad:
+            parts.append(_ZEROS[:pad])
+        parts.append(raw)
+        pos += pad + raw.nbytes
+    return Payload(parts, pos)
+
+
+def loads_payload(data: Any) -> Any:
+    """Unpickle a payload: a plain pickle, or a buffer envelope whose buffers become views of
+    ``data`` (a numpy array argument is then a view of the receive buffer, not a copy).
+
+    Raises:
+        pickle.UnpicklingError: ``data`` is neither (a truncated or foreign payload).
+    """
+    return _loads_view(data)[0]
+
+
+def _loads_view(data: Any) -> Tuple[Any, str]:
+    """``(value, shared-memory segment name or "")`` of a payload."""
+    if type(data) is Payload:
+        data = bytes(data)  # sent to ourselves (tests, a local fallback)
+    view = memoryview(data)
+    if not view.nbytes or view[0] < ENVELOPE_TAG:
+        return _loads(view), ""
+    if view[0] == _shm.SHM_TAG:
+        stream, buffers, name = _shm.read(view)
+        return _loads(stream, buffers=buffers), name
+    if view[0] != ENVELOPE_TAG:
+        return _loads(view), ""  # not ours: pickle says what is wrong with it
+    try:
+        _, nbuf, stream_len = _ENV_HEAD.unpack_from(view, 0)
+        lens = struct.unpack_from(f">{nbuf}Q", view, _ENV_HEAD.size)
+    except struct.error as exc:
+        raise pickle.UnpicklingError(f"truncated buffer envelope: {exc}") from None
+    pos = _ENV_HEAD.size + 8 * nbuf
+    stream = view[pos : pos + stream_len]
+    pos += stream_len
+    buffers = []
+    for n in lens:
+        pos += -pos % ENVELOPE_ALIGN
+        if pos + n > view.nbytes:
+            raise pickle.UnpicklingError(
+                f"buffer envelope of {view.nbytes} bytes is truncated: a buffer ends at {pos + n}"
+            )
+        buffers.append(view[pos : pos + n])
+        pos += n
+    return _loads(stream, buffers=buffers), ""
+
+
+def dumps_args(args: tuple, kwargs: dict | None, shm_owner: str | None = None) -> Any:
     """Serialize one task's arguments.
 
     Args:
         args: Positional arguments.
         kwargs: Keyword arguments, or ``None`` (preferred when empty: smaller and faster).
+        shm_owner: The owner tag (:func:`rtpool._shm.owner`) of the client when its workers
+            share its host: large buffers then go through shared memory, and the returned
+            payload's ``shm`` names the segment, which the caller frees when the task is done.
 
     Returns:
-        The payload for ``SUBMIT.tasks[i]``.
+        The payload for ``SUBMIT.tasks[i]``: ``bytes``, or a :class:`~rtpool._frame.Payload`
+        when it is large or carries buffers out of band (it is sent as a segment).
 
     Raises:
         TypeError: Neither pickle nor cloudpickle can pickle the arguments.
     """
+    if _has_large(args, kwargs):
+        args = tuple(map(_wrap, args))
+        if kwargs:
+            kwargs = {k: _wrap(v) for k, v in kwargs.items()}
+        return _dumps_oob((args, kwargs), "the task's arguments", shm_owner)
     try:
-        return _dumps((args, kwargs), PICKLE_PROTOCOL)
+        data = _dumps((args, kwargs), PICKLE_PROTOCOL)
     except Exception:
-        return _dumps_fallback((args, kwargs), "the task's arguments")
+        return _dumps_oob((args, kwargs), "the task's arguments")
+    return data if len(data) < SEGMENT_MIN_BYTES else Payload((data,), len(data))
 
 
-def loads_args(payload: bytes) -> Tuple[tuple, dict | None]:
-    """Inverse of :func:`dumps_args`: ``(args, kwargs_or_None)``."""
-    return _loads(payload)
+def loads_args(payload: Any) -> Tuple[tuple, dict | None]:
+    """Inverse of :func:`dumps_args`: ``(args, kwargs_or_None)``. Arguments that came through
+    shared memory make this thread's next large result go there too (to the same client)."""
+    if payload and payload[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
+        _shm_local.owner = None
+        return _loads(payload)
+    value, name = _loads_view(payload)
+    _shm.set_result_owner(_shm.owner_of(name) if name else None)
+    return value
 
 
-def dumps_result(value: Any) -> bytes:
-    """Serialize a task's return value (pickle protocol 5, cloudpickle as the fallback).
+def dumps_result(value: Any) -> Any:
+    """Serialize a task's return value (pickle protocol 5, large buffers out of band,
+    cloudpickle as the fallback): ``bytes`` or a :class:`~rtpool._frame.Payload`.
 
     Raises:
         TypeError: The value cannot be pickled at all.
     """
-    try:
+    t = type(value)
+    if t in _SCALARS:  # the no-op task's path: nothing to take out of band
         return _dumps(value, PICKLE_PROTOCOL)
+    if _is_large(value) or ((t is tuple or t is list) and any(map(_is_large, value[:16]))):
+        if type(value) in (tuple, list):
+            value = type(value)(map(_wrap, value))
+        else:
+            value = _wrap(value)
+        return _dumps_oob(value, "the task's return value", _shm.result_owner())
+    try:
+        data = _dumps(value, PICKLE_PROTOCOL)
     except Exception:
-        return _dumps_fallback(value, "the task's return value")
+        return _dumps_oob(value, "the task's return value")
+    return data if len(data) < SEGMENT_MIN_BYTES else Payload((data,), len(data))
 
 
-def loads_result(data: bytes) -> Any:
-    """Inverse of :func:`dumps_result`."""
-    return _loads(data)
+def loads_result(data: Any) -> Any:
+    """Inverse of :func:`dumps_result`. A result in shared memory is mapped, then its segment
+    is removed at once (the client is its only reader; the mapping lives on in the value)."""
+    if data and data[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
+        return _loads(data)
+    value, name = _loads_view(data)
+    if name:
+        _shm.unlink(name)
+    return value
 
 
 def loads_function(code: bytes) -> Callable:

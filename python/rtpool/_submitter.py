@@ -12,9 +12,10 @@ import pickle
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List
 
-from . import _deps, _options
+from . import _deps, _options, _shm
 from ._anytime import gather as _gather
 from ._connection import _Connection, _Segment
+from ._frame import Payload
 from ._future import Future
 from ._kept import keep_task
 from ._package import Package
@@ -79,11 +80,15 @@ class _Submitter(cf.Executor):
     ) -> Future:
         t0 = _perf_ns()
         digest, code = serialize_function(fn)
-        payload = dumps_args(args, kwargs or None)
+        payload = dumps_args(args, kwargs or None, self._conn.shm_owner)
         t1 = _perf_ns()
         if opts is None:
             opts = self._opts if self._deadline_at is None else self._submission_opts()
         fut, seg = self._conn.submit_one(digest, code, opts, payload, t0, t1 - t0)
+        if type(payload) is Payload and payload.shm:
+            # The segment lives until the task is done, whatever its outcome (retries on
+            # other workers read it again); a dead client's segments are swept.
+            fut.add_done_callback(lambda _f, name=payload.shm: _shm.unlink(name))
         self._track((seg,))
         return fut
 

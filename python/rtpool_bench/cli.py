@@ -15,7 +15,7 @@ import sys
 from typing import Dict, Sequence
 
 from . import openloop_cli
-from .roundtrip import bench_latency, bench_payload, bench_throughput, parse_size
+from .roundtrip import bench_latency, bench_throughput, parse_size
 from .stats import machine_info
 
 #: Every benchmark ``rtpool bench`` runs: the round-trip ones this parser takes, then those
@@ -127,13 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = ap.add_argument_group("payload")
     g.add_argument(
-        "--sizes", default="1K,64K,1M,16M", help="comma-separated sizes (default 1K,64K,1M,16M)"
+        "--sizes",
+        default="1K,64K,1M,16M,64M,256M",
+        help="comma-separated sizes (default 1K,64K,1M,16M,64M,256M)",
     )
     g.add_argument(
         "--payload-reps",
         type=int,
         default=0,
-        help="round trips per size each (default: 500, 300, 60, 12 for 1K, 64K, 1M, 16M)",
+        help="round trips per size and variant (default: 300, 200, 60, 12, 5, 3 for 1K, 64K, "
+        "1M, 16M, 64M, 256M)",
     )
     g.add_argument(
         "--payload-seconds", type=float, default=8.0, help="time budget per size (default 8)"
@@ -187,7 +190,9 @@ def roundtrip_main(argv: Sequence[str] | None = None) -> int:
             args.workers, args.tasks, args.runs, args.run_timeout, say
         )
     if "payload" in which:
-        result["payload"] = bench_payload(
+        from . import payload
+
+        result["payload"] = payload.bench_payload(
             args.workers, sizes, args.payload_reps, args.payload_seconds, say
         )
     if args.json:

@@ -8,8 +8,8 @@ benchmarks on a LocalCluster.
   floor round trips, and again) so that a noisy neighbour hits both alike.
 * ``throughput``: ``--tasks`` no-op tasks in one package (``submit_many``), tasks/s from the
   submit to the last result, best and median of ``--runs`` runs.
-* ``payload``: ``bytes`` of 1 KiB to 16 MiB echoed by a task, next to the floor echoing the
-  same size; rtpool and floor repetitions alternate one by one.
+* ``payload``: in :mod:`rtpool_bench.payload` (1 KiB to 256 MiB, TCP and shared memory, with
+  the raw TCP and memcpy floors).
 
 Every loop is bounded by a count and by a time budget and stops by itself. Each section starts
 its own ``LocalCluster`` and stops it (and the floor's echo process) in ``finally``.
@@ -35,7 +35,7 @@ from .stats import (
     safe_ratio,
     summarize_histogram,
 )
-from .tasks import echo, noop
+from .tasks import noop
 
 # The floor sends frames of about the size of rtpool's own no-op frames (a SUBMIT or a
 # RESULTS of one no-op task is ~100-150 bytes with its 4-byte prefix).
@@ -46,7 +46,6 @@ LATENCY_P99_9_BAR_US = 5000
 THROUGHPUT_BAR = 20_000  # tasks/s
 
 # Default repetitions per payload size (each also bounded by --payload-seconds).
-PAYLOAD_REPS = {1 << 10: 500, 64 << 10: 300, 1 << 20: 60, 16 << 20: 12}
 RESULT_TIMEOUT_S = 30.0
 
 
@@ -252,55 +251,6 @@ def _size_stats(samples_ns: Sequence[int], size: int) -> Dict[str, object]:
         # 2 x size: the bytes go out and come back. MB = 10^6 bytes.
         "mb_per_s": round(2 * size / p50, 1) if p50 else None,
     }
-
-
-def bench_payload(
-    workers: int, sizes: Sequence[int], max_reps: int, seconds_per_size: float, say: Callable
-) -> Dict[str, object]:
-    """Echo ``bytes`` of each size through a task and through the floor, alternating.
-
-    Args:
-        sizes: Payload sizes in bytes.
-        max_reps: Repetitions per size on each side (0: the defaults of ``PAYLOAD_REPS``).
-        seconds_per_size: Time budget per size for both sides together.
-
-    Returns:
-        The section's JSON-ready dict; ``sizes`` has one dict per size.
-    """
-    rows = []
-    with _cluster(workers) as cluster, EchoPeer() as peer:
-        cluster.wait_for_workers(workers, timeout=30)
-        with cluster.client() as client:
-            for size in sizes:
-                reps = max_reps or PAYLOAD_REPS.get(size, 20)
-                say(f"payload: {fmt_size(size)}, up to {reps} round trips each")
-                payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
-                frame = make_frame(size)
-                for _ in range(2):  # warm-up: first use of the size on both sides
-                    client.submit(echo, payload).result(timeout=RESULT_TIMEOUT_S)
-                    peer.roundtrip_ns(frame)
-                gc.collect()
-                rt_ns: List[int] = []
-                floor_ns: List[int] = []
-                wrong = 0
-                deadline = time.perf_counter() + seconds_per_size
-                while len(rt_ns) < reps and (len(rt_ns) < 3 or time.perf_counter() < deadline):
-                    t0 = time.perf_counter_ns()
-                    back = client.submit(echo, payload).result(timeout=RESULT_TIMEOUT_S)
-                    rt_ns.append(time.perf_counter_ns() - t0)
-                    wrong += back != payload
-                    floor_ns.append(peer.roundtrip_ns(frame))
-                rt, floor = _size_stats(rt_ns, size), _size_stats(floor_ns, size)
-                rows.append(
-                    {
-                        "size_bytes": size,
-                        "rtpool": rt,
-                        "floor": floor,
-                        "p50_ratio": safe_ratio(rt["p50_us"], floor["p50_us"]),
-                        "wrong_echoes": wrong,
-                    }
-                )
-    return {"workers": workers, "sizes": rows}
 
 
 def parse_size(text: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from .roundtrip import LATENCY_P50_BAR, LATENCY_P99_9_BAR_US, THROUGHPUT_BAR, fmt_size
+from .roundtrip import LATENCY_P50_BAR, LATENCY_P99_9_BAR_US, THROUGHPUT_BAR
 from .stats import fmt_ratio, fmt_us, verdict
 
 
@@ -21,7 +21,9 @@ def render(result: Dict[str, object], console) -> None:
     if "throughput" in result:
         _render_throughput(result["throughput"], console)
     if "payload" in result:
-        _render_payload(result["payload"], console)
+        from .payload import render as render_payload
+
+        render_payload(result["payload"], console)
 
 
 def _render_latency(s: Dict[str, object], console) -> None:
@@ -116,35 +118,4 @@ def _render_throughput(s: Dict[str, object], console) -> None:
     console.print(
         f"best {best or 0:,.0f} tasks/s, median {med or 0:,.0f} tasks/s "
         f"(bar >= {THROUGHPUT_BAR:,}/s: {verdict(s['bars']['ok'])})"
-    )
-
-
-def _render_payload(s: Dict[str, object], console) -> None:
-    from rich.table import Table
-
-    t = Table(
-        title=f"Payload: bytes echoed by a task, LocalCluster(workers={s['workers']})",
-        title_justify="left",
-    )
-    t.add_column("size")
-    t.add_column("n", justify="right")
-    for col in ("p50", "max", "MB/s", "TCP p50", "TCP MB/s", "x TCP"):
-        t.add_column(col, justify="right")
-    for row in s["sizes"]:
-        rt, fl = row["rtpool"], row["floor"]
-        t.add_row(
-            fmt_size(row["size_bytes"]) + (" [red]wrong echo[/]" if row["wrong_echoes"] else ""),
-            str(rt["count"]),
-            fmt_us(rt["p50_us"]),
-            fmt_us(rt["max_us"]),
-            f"{rt['mb_per_s']:,.0f}",
-            fmt_us(fl["p50_us"]),
-            f"{fl['mb_per_s']:,.0f}",
-            fmt_ratio(row["p50_ratio"]),
-        )
-    console.print(t)
-    console.print(
-        "[dim]p50/max/MB/s: rtpool; TCP: the floor, same size (its max is in --json); x TCP: "
-        "rtpool p50 / floor p50. MB/s = 2 x size / p50 (out and back, MB = 10^6 bytes); exact "
-        "percentiles of the samples; rtpool and floor round trips alternate one by one.[/]"
     )

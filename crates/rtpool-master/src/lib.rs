@@ -37,6 +37,7 @@ pub mod ratelimit;
 pub mod realtime;
 pub mod scheduler;
 pub mod server;
+pub mod shm_sweep;
 pub mod sim;
 pub mod stats;
 pub mod status;

@@ -6,11 +6,13 @@
 //! It depends on nothing else in the master: [`crate::connection`] and [`crate::scheduler`]
 //! both use it, so neither has to reach into the other.
 
+use std::collections::VecDeque;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::BytesMut;
-use rtpool_proto::{encode, Msg};
+use bytes::{Buf, Bytes, BytesMut};
+use rtpool_proto::{encode, encode_segmented, Msg};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
@@ -181,17 +183,22 @@ fn slow_consumer(limit_bytes: usize) -> Msg {
 
 /// Writes what the scheduler queues for this connection, several frames per write, until the
 /// queue closes or a frame asks to close the connection.
+///
+/// Frames are encoded in protocol version 2: a payload of at least
+/// [`rtpool_proto::SEGMENT_MIN_BYTES`] is not copied into `buf` but written from where the
+/// reader left it (a slice of the frame it came in), with vectored writes.
 pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: OutboundRx) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut batch = Batch::default();
     let shared = rx.shared.clone();
     while let Some((first, size)) = rx.rx.recv().await {
         let mut batch_bytes = size;
-        let mut close = push(first, &mut buf);
-        while !close && buf.len() < WRITE_BATCH_BYTES {
+        let mut close = batch.push(first, &mut buf);
+        while !close && buf.len() + batch.bytes < WRITE_BATCH_BYTES {
             match rx.rx.try_recv() {
                 Ok((out, size)) => {
                     batch_bytes += size;
-                    close = push(out, &mut buf);
+                    close = batch.push(out, &mut buf);
                 }
                 Err(_) => break,
             }
@@ -199,16 +206,18 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: Outboun
         if shared.overflowed.load(Ordering::Relaxed) {
             // Nothing of `buf` was written yet, so the stream is at a frame boundary.
             buf.clear();
+            batch.clear();
             encode(&slow_consumer(shared.limit_bytes), &mut buf);
             close = true;
         }
-        if wr.write_all(&buf).await.is_err() {
+        batch.seal(&mut buf);
+        if write_chunks(&mut wr, &mut batch.chunks).await.is_err() {
             return;
         }
         shared
             .queued_bytes
             .fetch_sub(batch_bytes, Ordering::Relaxed);
-        buf.clear();
+        batch.clear();
         if close {
             let _ = wr.shutdown().await;
             return;
@@ -216,15 +225,79 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: Outboun
     }
 }
 
-fn push(out: Out, buf: &mut BytesMut) -> bool {
-    match out {
-        Out::Send(msg) => {
-            encode(&msg, buf);
-            false
+/// The chunks of one write: encoded heads (frozen pieces of the writer's buffer) and the
+/// payload segments between them, in stream order.
+#[derive(Default)]
+struct Batch {
+    chunks: VecDeque<Bytes>,
+    segments: Vec<Bytes>,
+    /// Bytes in `chunks`.
+    bytes: usize,
+}
+
+impl Batch {
+    /// Encodes `out` (heads into `buf`, segments aside); true when it asks to close.
+    fn push(&mut self, out: Out, buf: &mut BytesMut) -> bool {
+        let (msg, close) = match out {
+            Out::Send(msg) => (msg, false),
+            Out::SendAndClose(msg) => (msg, true),
+        };
+        encode_segmented(&msg, buf, &mut self.segments);
+        if !self.segments.is_empty() {
+            self.seal(buf);
+            for seg in self.segments.drain(..) {
+                self.bytes += seg.len();
+                self.chunks.push_back(seg);
+            }
         }
-        Out::SendAndClose(msg) => {
-            encode(&msg, buf);
-            true
+        close
+    }
+
+    /// Moves what `buf` holds into the chunks.
+    fn seal(&mut self, buf: &mut BytesMut) {
+        if !buf.is_empty() {
+            let head = buf.split().freeze();
+            self.bytes += head.len();
+            self.chunks.push_back(head);
         }
     }
+
+    fn clear(&mut self) {
+        self.chunks.clear();
+        self.segments.clear();
+        self.bytes = 0;
+    }
+}
+
+/// Most chunks handed to one vectored write (Linux takes up to 1024).
+const MAX_IOVECS: usize = 64;
+
+/// Writes every chunk, in order, with vectored writes (one system call for a head and the
+/// payloads after it where the stream allows it).
+async fn write_chunks<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    chunks: &mut VecDeque<Bytes>,
+) -> std::io::Result<()> {
+    while !chunks.is_empty() {
+        let slices: Vec<IoSlice<'_>> = chunks
+            .iter()
+            .take(MAX_IOVECS)
+            .map(|c| IoSlice::new(c))
+            .collect();
+        let mut n = wr.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let front = chunks.front_mut().expect("wrote no more than the chunks");
+            if n >= front.len() {
+                n -= front.len();
+                chunks.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+    Ok(())
 }

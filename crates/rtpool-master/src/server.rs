@@ -34,6 +34,7 @@ pub async fn serve(
     let scheduler = scheduler.with_auth(ctx.auth.clone());
     let scheduler = tokio::spawn(scheduler.run(sched_rx, sched_tx.clone()));
     let policy = tokio::spawn(ctx.auth.clone().poll_policy());
+    let shm_sweep = tokio::spawn(crate::shm_sweep::run());
     let mut conns = JoinSet::new();
     let mut refusals = JoinSet::new();
     let conn_stop = stop.clone();
@@ -88,6 +89,7 @@ pub async fn serve(
     drop(sched_tx);
     let _ = scheduler.await;
     policy.abort();
+    shm_sweep.abort();
 }
 
 async fn wait_until(at: Option<tokio::time::Instant>) {

@@ -58,7 +58,7 @@ fn run_assigned(worker: &mut Peer, credits: u32, exec_us: u64) -> usize {
 fn package_round_trip_with_code_cache_and_credits() {
     let m = master();
     let (mut client, w) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
-    assert!(matches!(w, Msg::Welcome { version: 1, .. }));
+    assert!(matches!(w, Msg::Welcome { version: 2, .. }));
     let (mut worker, w) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
     assert!(matches!(w, Msg::Welcome { .. }));
 
@@ -199,6 +199,21 @@ fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
         slots: 0,
     });
     assert!(expect_error(p.recv(), "version").contains("99"));
+
+    // A version-1 peer (before segmented frames) is refused with both versions named.
+    let mut p = Peer::connect(&m);
+    p.send(&Msg::Hello {
+        version: 1,
+        role: Role::Worker,
+        token: "whatever".into(),
+        name: "old".into(),
+        slots: 1,
+    });
+    let text = expect_error(p.recv(), "version");
+    assert!(
+        text.contains("version 1 is not supported") && text.contains("speaks version 2"),
+        "{text}"
+    );
 
     // Oversized length prefix before authentication: refused without reading the body.
     let mut p = Peer::connect(&m);

@@ -61,7 +61,7 @@ impl Peer {
 
     fn hello(mut self, role: Role, token: &str, slots: u32) -> (Self, Msg) {
         self.send(&Msg::Hello {
-            version: 1,
+            version: rtpool_proto::PROTOCOL_VERSION,
             role,
             token: token.into(),
             name: "limits-test".into(),
@@ -235,7 +235,7 @@ fn connections_beyond_the_limit_get_busy_and_the_limit_frees_up() {
     wait_until("a new connection is welcome", || {
         let mut p = Peer::plain(&m);
         p.send(&Msg::Hello {
-            version: 1,
+            version: rtpool_proto::PROTOCOL_VERSION,
             role: Role::Client,
             token: client_token(&m),
             name: "retry".into(),
@@ -413,7 +413,7 @@ fn a_package_round_trip_over_tls_with_a_self_signed_certificate() {
         .to_path_buf();
     assert_eq!(ca, dir.0.join("tls/cert.pem"));
     let (mut client, w) = Peer::tls(&m, &ca).hello(Role::Client, &client_token(&m), 0);
-    assert!(matches!(w, Msg::Welcome { version: 1, .. }), "{w:?}");
+    assert!(matches!(w, Msg::Welcome { version: 2, .. }), "{w:?}");
     let (mut worker, _) = Peer::tls(&m, &ca).hello(Role::Worker, &worker_token(&m), 1);
 
     let tasks: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i; 1000])).collect();

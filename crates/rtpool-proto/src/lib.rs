@@ -10,7 +10,10 @@ mod message;
 pub mod msgpack;
 mod options;
 
-pub use codec::{decode_body, decode_frame, encode, encode_to_vec};
+pub use codec::{
+    decode_body, decode_frame, decode_segmented, encode, encode_segmented, encode_to_vec,
+    frame_len, MAX_SEGMENTS, SEGMENTED_FLAG, SEGMENT_MIN_BYTES,
+};
 pub use counts::PackageCounts;
 pub use error::ProtoError;
 pub use message::*;

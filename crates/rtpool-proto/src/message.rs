@@ -1,4 +1,4 @@
-//! The messages of protocol version 1, one enum variant per message kind.
+//! The messages of protocol version 2, one enum variant per message kind.
 //!
 //! Field order and types follow `docs/protocol.md` exactly; the codec in `codec/` turns these
 //! values into msgpack arrays and back. Package options are [`PackageOpts`], defined in
@@ -11,7 +11,7 @@ use crate::counts::PackageCounts;
 use crate::options::PackageOpts;
 
 /// Protocol version spoken by this crate.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame body accepted before the handshake authenticated the peer.
 pub const PRE_AUTH_MAX_FRAME: usize = 8192;

@@ -27,6 +27,7 @@ import concurrent.futures as cf
 import fcntl
 import itertools
 import logging
+import os
 import socket
 import sys
 import termios
@@ -35,6 +36,7 @@ import time
 from typing import Any, Callable, Dict, List, Tuple
 
 from .. import _protocol as P
+from .. import _shm
 from .._dial import Address, TlsOption, connect, parse_address
 from .._future import Future
 from ..errors import ConnectionLost
@@ -42,6 +44,23 @@ from .packages import _Packages
 from .receive import _Receiver
 from .reconnect import _BACKOFF_FIRST, _Reconnector
 from .segment import ALL, _Segment
+
+_sendall = P.sendall
+
+
+def _shm_owner(host: str) -> str | None:
+    """The owner tag for shared-memory payloads: with ``RTPOOL_SHM=1``, or by default (auto)
+    when the master is on a loopback address; None (TCP only) otherwise or with
+    ``RTPOOL_SHM=0``."""
+    if not _shm.available():
+        return None
+    forced = os.environ.get("RTPOOL_SHM", "auto").strip().lower() in ("1", "on", "yes", "true")
+    local = host in ("localhost", "::1") or host.startswith("127.")
+    if forced or local:
+        _shm.sweep()  # segments of clients that died on this host
+        return _shm.owner()
+    return None
+
 
 __all__ = ["ALL", "_Connection", "_Segment"]
 
@@ -82,6 +101,9 @@ class _Connection(_Packages, _Receiver, _Reconnector):
     ):
         host, port = parse_address(address)
         self.address = f"{host}:{port}"
+        #: This client's shared-memory owner tag when its master (and so, by default, its
+        #: workers) is on this host, else None: large payloads then go through /dev/shm.
+        self.shm_owner = _shm_owner(host)
         self._hello = {
             "role": "client",
             "token": token,
@@ -188,7 +210,7 @@ class _Connection(_Packages, _Receiver, _Reconnector):
             if sock is None or (gen is not None and gen != self._gen):
                 return
             try:
-                sock.sendall(frame)
+                _sendall(sock, frame)
                 if self._ack_later:
                     self._flush_acks(sock)
             except OSError as exc:

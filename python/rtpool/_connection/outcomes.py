@@ -3,11 +3,10 @@ than ok (0), error (1) and cancelled (2), and the copies of a task whose quorum 
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 from .. import _protocol as P
-from .._serialize import error_from_report
+from .._serialize import error_from_report, loads_result
 from ..errors import (
     DeadlineMissedError,
     PoisonTaskError,
@@ -62,7 +61,7 @@ def _copy_value(status: int, data: bytes) -> Any:
     """One copy's value in a :class:`QuorumError`: what its future would have given."""
     if status == P.STATUS_OK:
         try:
-            return pickle.loads(data)
+            return loads_result(data)
         except Exception as exc:
             return TaskFailed(f"the copy's result cannot be unpickled on the client: {exc!r}")
     if status == P.STATUS_ERROR:

@@ -9,13 +9,12 @@ A mixin of :class:`~rtpool._connection.connection._Connection` (the state is the
 from __future__ import annotations
 
 import concurrent.futures as cf
-import pickle
 import time
 from typing import List
 
 from .. import _protocol as P
 from .._future import Future
-from .._serialize import error_from_report
+from .._serialize import error_from_report, loads_result
 from ..errors import (
     AdmissionError,
     ProtocolError,
@@ -29,7 +28,7 @@ from .outcomes import task_error
 
 _perf_ns = time.perf_counter_ns
 _monotonic = time.monotonic
-_loads = pickle.loads
+_loads = loads_result
 _InvalidStateError = cf.InvalidStateError
 
 
@@ -52,7 +51,9 @@ class _Receiver:
         reason = "the master closed the connection"
         try:
             recv = self.sock.recv
+            recv_into = getattr(self.sock, "recv_into", None)
             feed = self._reader.feed
+            want = self._reader.want
             dispatch = self._dispatch
             wakes = self._wakes
             msgs = extra
@@ -71,6 +72,15 @@ class _Receiver:
                         self.close_if_idle()
                         if self._closed:
                             break
+                view = want() if recv_into is not None else None
+                if view is not None:
+                    # Inside a large frame: straight into its buffer (no copy, no join).
+                    n = recv_into(view)
+                    view.release()
+                    if not n:
+                        break
+                    msgs = self._reader.got(n)
+                    continue
                 data = recv(1 << 18)
                 if not data:
                     break

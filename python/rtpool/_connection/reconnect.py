@@ -152,7 +152,7 @@ class _Reconnector:
                 self._cond.notify_all()
             try:
                 for frame in frames:
-                    sock.sendall(frame)
+                    P.sendall(sock, frame)
                 self._last_send = _monotonic()
             except OSError:
                 pass  # the reader finds the connection broken and starts over

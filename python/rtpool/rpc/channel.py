@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from .. import _protocol as P
 from .._connection import _Connection, _Segment
+from .._frame import SEGMENT_MIN_BYTES, as_payload
 from .._options import with_key
 from ..errors import UnknownFunctionError
 from .interface import Interface
@@ -26,6 +27,14 @@ __all__ = ["RpcChannel"]
 _encode = P.encode
 # A FUNCTIONS request waits at least this long (also across a reconnection).
 _FUNCTIONS_TIMEOUT_S = 30.0
+
+
+def _with_segments(calls: list) -> list:
+    """``calls`` with each argument blob of 64 KiB or more as a :class:`Payload`: it travels
+    as a segment of the frame (issue 16), not copied into the msgpack body."""
+    if not any(len(c[2]) >= SEGMENT_MIN_BYTES for c in calls):
+        return calls
+    return [[c[0], c[1], as_payload(c[2]), *c[3:]] for c in calls]
 
 
 class RpcChannel:
@@ -156,6 +165,7 @@ class RpcChannel:
             ValueError: The frame is above the master's frame limit (a package of calls is
                 never split: its dependencies are indices within the frame).
         """
+        calls = _with_segments(calls)
         frame = _encode(P.CALL, seg.req_id, with_key(opts), calls)
         self._check_size(frame, len(calls))
         self.conn.send_segment(seg, frame)
@@ -164,6 +174,7 @@ class RpcChannel:
         """Send a call segment again under a new request id (a ``retry``'s way back, after
         ``ERROR unknown_function``); nothing if its futures failed meanwhile."""
         opts = with_key(opts)
+        calls = _with_segments(calls)
         try:
             self._check_size(_encode(P.CALL, 0, opts, calls), len(calls))
         except ValueError as exc:

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Tuple
 import msgpack
 
 from .. import _protocol as P
+from .._serialize import dumps_result, loads_args
 from ._common import RESULT_FRAME_OVERHEAD, log, perf_ns
 from ._executor_process import ExecutorDied, ExecutorProcess, address_space_mib
 from ._services import CALL_INDEX, CALL_KEY, Service
@@ -253,7 +254,7 @@ class Executing:
             now = perf_ns()
             return P.STATUS_ERROR, fn.report, now, now
         try:
-            args, kwargs = _loads(payload)
+            args, kwargs = loads_args(payload)
         except BaseException as exc:
             now = perf_ns()
             return (
@@ -272,10 +273,12 @@ class Executing:
             return P.STATUS_ERROR, self._error(exc), t_start, t_end
         t_end = perf_ns()
         try:
-            return P.STATUS_OK, _dumps(value, 5), t_start, t_end
+            # Large buffers out of band (a Payload), to the client's shared memory when the
+            # arguments came that way; plain pickle for the rest.
+            return P.STATUS_OK, dumps_result(value), t_start, t_end
         except Exception:
             data = self._result_fallback(value)
-            if type(data) is bytes:
+            if not isinstance(data, BaseException):
                 return P.STATUS_OK, data, t_start, t_end
             return P.STATUS_ERROR, self._error(data), t_start, t_end
 

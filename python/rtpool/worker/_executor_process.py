@@ -90,7 +90,8 @@ def _executor_main(sock: socket.socket, run: TaskRunner) -> int:
             return 0
         status, data, exec_ns = run(fn_hash, code, payload)
         sock.sendall(_RESPONSE.pack(status, exec_ns, len(data)))
-        sock.sendall(data)
+        for part in getattr(data, "parts", (data,)):  # a Payload's parts, as they lie
+            sock.sendall(part)
 
 
 def _in_executor(parent: int, close: Iterable[Any], memory_mb: int | None) -> None:

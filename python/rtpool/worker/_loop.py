@@ -35,6 +35,7 @@ from collections import deque
 from typing import Any, List, Sequence
 
 from .. import _protocol as P
+from .._frame import SEGMENT_MIN_BYTES, as_payload
 from .._ratelimit import LogLimiter, suppressed_note
 from ..errors import ProtocolError
 from ._common import (
@@ -408,6 +409,9 @@ class WorkerConnection(Session, Executing, Watchdog):
         now = perf_ns()
         for r in pending:
             r[_END] = (now - r[_END]) // 1000  # end of execution -> flush_us
+        for r in pending:
+            if len(r[_DATA]) >= SEGMENT_MIN_BYTES:
+                r[_DATA] = as_payload(r[_DATA])  # sent as a segment, not copied into msgpack
         frame = P.encode(P.RESULT, pending)
         self.pending = []  # a new list: _flush keeps the old one if the write fails
         self.pending_bytes = 0
@@ -452,7 +456,7 @@ class WorkerConnection(Session, Executing, Watchdog):
             frames.append(P.encode(P.RESULT, batch))
         if frames:
             try:
-                self._send(b"".join(frames))
+                self._send(P.join(frames))
             except Stop:
                 self.unsent = unsent
                 raise

@@ -211,7 +211,7 @@ class Session:
     def _send(self, data: bytes) -> None:
         try:
             with self._send_lock:
-                self.sock.sendall(data)
+                P.sendall(self.sock, data)
                 self._last_send = time.monotonic()
         except OSError as exc:
             raise Stop(EXIT_LOST, f"sending to the master failed: {exc.strerror or exc}") from None
@@ -248,6 +248,10 @@ class Session:
 
     def _recv_nowait(self) -> None:
         """Take whatever the socket holds without blocking."""
+        view = None if self._tls else self.reader.want()
+        if view is not None:  # inside a large frame: straight into its buffer, no copy
+            self._recv_into(view)
+            return
         try:
             if self._tls:
                 if not self.sock.pending() and not select.select([self.sock], [], [], 0)[0]:
@@ -269,6 +273,23 @@ class Session:
         except ProtocolError as exc:
             raise Stop(EXIT_LOST, f"bad frame from the master: {exc}") from None
         self._on_messages(msgs, _received_ns(ancillary))
+
+    def _recv_into(self, view: memoryview) -> None:
+        try:
+            with view:
+                n = self.sock.recv_into(view, 0, _MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            raise Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
+        if not n:
+            raise Stop(EXIT_LOST, "the master closed the connection")
+        self._last_recv = time.monotonic()
+        try:
+            msgs = self.reader.got(n)
+        except ProtocolError as exc:
+            raise Stop(EXIT_LOST, f"bad frame from the master: {exc}") from None
+        self._on_messages(msgs, _received_ns(()))
 
     def _on_messages(self, msgs: List[list], received_ns: int) -> None:
         raise NotImplementedError

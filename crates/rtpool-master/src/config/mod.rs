@@ -161,9 +161,23 @@ impl MasterConfig {
             option: "hedge factor",
             reason,
         })?;
+        // Protocol version 2 reads a prefix with its top bit set as a segmented frame.
+        if self.max_frame_bytes > MAX_FRAME_LIMIT {
+            return Err(MasterError::InvalidConfig {
+                option: "max frame mb",
+                reason: format!(
+                    "must be at most {} MiB (frames are announced in 31 bits), not {} MiB",
+                    MAX_FRAME_LIMIT >> 20,
+                    self.max_frame_bytes >> 20
+                ),
+            });
+        }
         Ok(())
     }
 }
+
+/// Largest `max_frame_bytes` allowed: 2 GiB - 1 MiB (a frame's length fields have 31 bits).
+pub const MAX_FRAME_LIMIT: usize = (2048 - 1) << 20;
 
 /// Checks a hedge factor, for [`MasterConfig::validate`] and for the front ends that want to
 /// refuse a bad value as soon as they read it (`--hedge-factor`, `options={"hedge_factor":}`).

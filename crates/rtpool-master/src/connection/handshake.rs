@@ -89,7 +89,11 @@ pub(super) async fn check_hello(
     if version != PROTOCOL_VERSION {
         return Err(error_msg(
             "version",
-            format!("protocol version {version} is not supported; this master speaks version {PROTOCOL_VERSION}: upgrade rtpool on this peer or the master"),
+            format!(
+                "protocol version {version} is not supported; this master speaks version \
+                 {PROTOCOL_VERSION} (segmented frames, out-of-band buffer payloads): install \
+                 the same rtpool release on this peer as on the master"
+            ),
             0,
         ));
     }

@@ -353,13 +353,7 @@ async fn serve_halves<R, W>(
 fn grow(buf: &mut BytesMut) {
     const MIN_READ: usize = 64 * 1024;
     let free = buf.capacity() - buf.len();
-    let missing = match buf.get(..4) {
-        Some(prefix) => {
-            let len = u32::from_be_bytes(prefix.try_into().expect("4 bytes")) as usize;
-            (4 + len).saturating_sub(buf.len())
-        }
-        None => 0,
-    };
+    let missing = rtpool_proto::frame_len(buf).map_or(0, |len| len.saturating_sub(buf.len()));
     // Room for the rest of the frame, at most doubling what is buffered.
     let want = missing.min(buf.len().max(MIN_READ));
     if missing > 0 && free < want {

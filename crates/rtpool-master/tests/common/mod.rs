@@ -35,7 +35,7 @@ impl Peer {
         let mut p = Self::connect(master);
         let name = "test".to_string();
         p.send(&Msg::Hello {
-            version: 1,
+            version: rtpool_proto::PROTOCOL_VERSION,
             role,
             token: token.into(),
             name,

@@ -36,7 +36,27 @@ use crate::options::{quote, PackageOpts, CALL_OPTS, SUBMIT_OPTS};
 ///   option, an `on_miss` other than `"run"`/`"drop"` or a `key` over 128 bytes, when all the
 ///   rest of it is well formed.
 pub fn decode_body(body: Bytes) -> Result<Msg, ProtoError> {
-    let mut r = Reader::new(body);
+    decode_reader(Reader::new(body))
+}
+
+/// Decodes the head of a segmented frame, whose `bin` fields may reference `segments`.
+///
+/// # Errors
+///
+/// As [`decode_body`], and [`ProtoError::Malformed`] for a segment referenced twice, never, or
+/// out of range, or an ext of another type where a `bin` belongs.
+pub fn decode_segmented(head: Bytes, segments: Vec<Bytes>) -> Result<Msg, ProtoError> {
+    let mut r = Reader::with_segments(head, segments);
+    let msg = decode_reader_ref(&mut r)?;
+    r.expect_segments_used()?;
+    Ok(msg)
+}
+
+fn decode_reader(mut r: Reader) -> Result<Msg, ProtoError> {
+    decode_reader_ref(&mut r)
+}
+
+fn decode_reader_ref(r: &mut Reader) -> Result<Msg, ProtoError> {
     let elems = match r.peek_marker() {
         Some(Marker::FixArray(_) | Marker::Array16 | Marker::Array32) => r.array_len("body", 1)?,
         Some(other) => {
@@ -63,7 +83,7 @@ pub fn decode_body(body: Bytes) -> Result<Msg, ProtoError> {
             elems - 1
         )));
     }
-    let msg = decode_fields(&mut r, kind)?;
+    let msg = decode_fields(r, kind)?;
     r.expect_end()?;
     Ok(msg)
 }

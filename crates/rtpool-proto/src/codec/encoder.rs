@@ -6,6 +6,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::segment::Segs;
 use crate::counts::PackageCounts;
 use crate::message::{Assignment, Call, CallAssignment, Msg};
 use crate::msgpack::Writer;
@@ -63,7 +64,7 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
 }
 
 /// Appends the msgpack body of `msg` to `out`.
-pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
+pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
     let w = &mut Writer(out);
     let k = msg.kind();
     match msg {
@@ -116,12 +117,12 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
         } => {
             w.head(k, 5);
             w.uint(*req_id);
-            w.bin(fn_hash);
-            w.bin(fn_code);
+            s.bin(w, fn_hash);
+            s.bin(w, fn_code);
             opts.write_map(w);
             w.array(tasks.len());
             for task in tasks {
-                w.bin(task);
+                s.bin(w, task);
             }
         }
         Msg::Accepted { req_id, package }
@@ -139,7 +140,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.array(9);
                 w.uint(t.index);
                 w.uint(t.status);
-                w.bin(&t.data);
+                s.bin(w, &t.data);
                 for us in [
                     t.queue_us,
                     t.worker_us,
@@ -190,12 +191,12 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.array(6);
                 w.uint(a.task);
                 w.uint(a.attempt);
-                w.bin(&a.fn_hash);
+                s.bin(w, &a.fn_hash);
                 match &a.fn_code {
-                    Some(code) => w.bin(code),
+                    Some(code) => s.bin(w, code),
                     None => w.nil(),
                 }
-                w.bin(&a.args);
+                s.bin(w, &a.args);
                 w.uint(a.timeout_ms);
             }
         }
@@ -207,7 +208,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.uint(t.task);
                 w.uint(t.attempt);
                 w.uint(t.status);
-                w.bin(&t.data);
+                s.bin(w, &t.data);
                 for us in [t.exec_us, t.wait_us, t.flush_us] {
                     w.uint(us);
                 }
@@ -230,7 +231,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.array(3);
                 w.str(&f.name);
                 w.str(&f.version);
-                w.bin(&f.interface);
+                s.bin(w, &f.interface);
             }
         }
         Msg::Call {
@@ -246,7 +247,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.array(5);
                 w.str(&c.name);
                 w.str(&c.version);
-                w.bin(&c.args);
+                s.bin(w, &c.args);
                 w.array(c.deps.len());
                 for dep in &c.deps {
                     w.uint(*dep);
@@ -268,10 +269,10 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.uint(c.attempt);
                 w.str(&c.name);
                 w.str(&c.version);
-                w.bin(&c.args);
+                s.bin(w, &c.args);
                 w.array(c.inputs.len());
                 for input in &c.inputs {
-                    w.bin(input);
+                    s.bin(w, input);
                 }
                 w.uint(c.timeout_ms);
             }
@@ -285,7 +286,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.str(&f.name);
                 w.str(&f.version);
                 w.uint(f.servers);
-                w.bin(&f.interface);
+                s.bin(w, &f.interface);
             }
         }
         Msg::ClusterStatus { req_id } => {

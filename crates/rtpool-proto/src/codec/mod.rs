@@ -8,10 +8,13 @@
 
 mod decoder;
 mod encoder;
+mod segment;
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-pub use self::decoder::decode_body;
+pub use self::decoder::{decode_body, decode_segmented};
+use self::segment::Layout;
+pub use self::segment::{frame_len, MAX_SEGMENTS, SEGMENTED_FLAG, SEGMENT_MIN_BYTES};
 use crate::error::ProtoError;
 use crate::message::Msg;
 
@@ -32,26 +35,29 @@ const PREFIX_BYTES: usize = 4;
 ///   body does not decode (see [`decode_body`]). The frame is consumed, so the stream stays in
 ///   step and the connection can go on after the non-fatal [`ProtoError::BadOption`].
 pub fn decode_frame(buf: &mut BytesMut, max_frame: usize) -> Result<Option<Msg>, ProtoError> {
-    let Some(prefix) = buf.get(..PREFIX_BYTES) else {
-        return Ok(None);
-    };
-    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
-    if len > max_frame {
-        return Err(ProtoError::FrameTooLarge {
-            len,
-            limit: max_frame,
-        });
+    match segment::layout(buf, max_frame)? {
+        Layout::Unknown => Ok(None),
+        Layout::Plain(0) => {
+            buf.advance(PREFIX_BYTES);
+            Err(ProtoError::EmptyFrame)
+        }
+        Layout::Plain(len) => {
+            if buf.len() - PREFIX_BYTES < len {
+                return Ok(None);
+            }
+            let mut frame = buf.split_to(PREFIX_BYTES + len).freeze();
+            frame.advance(PREFIX_BYTES);
+            decode_body(frame).map(Some)
+        }
+        Layout::Segmented { head, count, total } => {
+            if buf.len() - PREFIX_BYTES < total {
+                return Ok(None);
+            }
+            let frame = buf.split_to(PREFIX_BYTES + total).freeze();
+            let (head, segments) = segment::split(frame, head, count);
+            decode_segmented(head, segments).map(Some)
+        }
     }
-    if len == 0 {
-        buf.advance(PREFIX_BYTES);
-        return Err(ProtoError::EmptyFrame);
-    }
-    if buf.len() - PREFIX_BYTES < len {
-        return Ok(None);
-    }
-    let mut frame = buf.split_to(PREFIX_BYTES + len).freeze();
-    frame.advance(PREFIX_BYTES);
-    decode_body(frame).map(Some)
 }
 
 /// Appends `msg` to `out` as one frame: the 4-byte length prefix, then the msgpack body.
@@ -65,10 +71,36 @@ pub fn encode(msg: &Msg, out: &mut BytesMut) {
     let start = out.len();
     out.reserve(PREFIX_BYTES + encoder::size_hint(msg));
     out.put_u32(0); // patched below, once the body length is known
-    encoder::write_body(msg, out);
+    encoder::write_body(msg, out, segment::Segs(None));
     let body_len = out.len() - start - PREFIX_BYTES;
     let prefix = u32::try_from(body_len).expect("frame body above the 4 GiB a prefix can announce");
     out[start..start + PREFIX_BYTES].copy_from_slice(&prefix.to_be_bytes());
+}
+
+/// Appends `msg` to `out` as one frame of protocol version 2: a plain frame as [`encode`]
+/// writes it when no payload reaches [`SEGMENT_MIN_BYTES`], else the prefix, segment table and
+/// head of a segmented frame, whose segments (zero-copy clones of the message's payloads) are
+/// appended to `segments`, for the caller to write after `out`, in order.
+///
+/// # Panics
+///
+/// As [`encode`].
+pub fn encode_segmented(msg: &Msg, out: &mut BytesMut, segments: &mut Vec<Bytes>) {
+    let start = out.len();
+    let first = segments.len();
+    out.reserve(PREFIX_BYTES + encoder::size_hint(msg).min(64 * 1024));
+    out.put_u32(0);
+    encoder::write_body(msg, out, segment::Segs(Some(segments)));
+    if segments.len() == first {
+        let body_len = out.len() - start - PREFIX_BYTES;
+        let prefix = u32::try_from(body_len)
+            .ok()
+            .filter(|len| len & SEGMENTED_FLAG == 0)
+            .expect("plain frame body above 2 GiB");
+        out[start..start + PREFIX_BYTES].copy_from_slice(&prefix.to_be_bytes());
+    } else {
+        segment::to_segmented(out, start, &segments[first..]);
+    }
 }
 
 /// [`encode`] into a new vector.
@@ -171,7 +203,7 @@ mod tests {
         assert!(matches!(
             decode_frame(&mut buf, 0),
             Err(ProtoError::FrameTooLarge {
-                len: 0xffff_ffff,
+                len: 0x7fff_ffff,
                 limit: 0
             })
         ));
@@ -270,6 +302,132 @@ mod tests {
             let elems = usize::from(bytes[4] & 0x0f);
             assert_eq!(elems - 1, field_count(msg.kind()), "{}", msg.name());
         }
+    }
+
+    fn big_submit(sizes: &[usize]) -> Msg {
+        Msg::Submit {
+            req_id: 9,
+            fn_hash: Bytes::from(vec![1; 32]),
+            fn_code: Bytes::from_static(b"code"),
+            opts: PackageOpts::default(),
+            tasks: sizes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Bytes::from(vec![i as u8; *n]))
+                .collect(),
+        }
+    }
+
+    /// The segmented frame `encode_segmented` makes, joined as a peer would receive it.
+    fn wire(msg: &Msg) -> (BytesMut, usize) {
+        let mut head = BytesMut::new();
+        let mut segs = Vec::new();
+        encode_segmented(msg, &mut head, &mut segs);
+        let n = segs.len();
+        for seg in segs {
+            head.extend_from_slice(&seg);
+        }
+        (head, n)
+    }
+
+    #[test]
+    fn small_payloads_stay_a_plain_frame_byte_for_byte() {
+        let msg = big_submit(&[1024, SEGMENT_MIN_BYTES - 1]);
+        let (bytes, segs) = wire(&msg);
+        assert_eq!(segs, 0);
+        assert_eq!(&bytes[..], &encode_to_vec(&msg)[..]);
+    }
+
+    #[test]
+    fn large_payloads_round_trip_as_segments_without_copies() {
+        let msg = big_submit(&[10, SEGMENT_MIN_BYTES, 3 << 20]);
+        let (mut buf, segs) = wire(&msg);
+        assert_eq!(segs, 2);
+        assert_ne!(buf[0] & 0x80, 0, "segmented flag set");
+        assert_eq!(frame_len(&buf), Some(buf.len()));
+        let start = buf.as_ptr() as usize;
+        let end = start + buf.len();
+        let decoded = decode_frame(&mut buf, 8 << 20).unwrap().unwrap();
+        assert_eq!(decoded, msg);
+        let Msg::Submit { tasks, .. } = decoded else {
+            panic!("not a SUBMIT")
+        };
+        let p = tasks[2].as_ptr() as usize;
+        assert!(
+            (start..end).contains(&p),
+            "segment was copied out of the frame"
+        );
+    }
+
+    #[test]
+    fn segmented_frame_arrives_byte_by_byte() {
+        let msg = big_submit(&[SEGMENT_MIN_BYTES + 3]);
+        let (bytes, _) = wire(&msg);
+        let mut buf = BytesMut::new();
+        for (i, chunk) in bytes.chunks(4093).enumerate() {
+            assert_eq!(decode_frame(&mut buf, 1 << 20), Ok(None), "chunk {i}");
+            buf.extend_from_slice(chunk);
+        }
+        assert_eq!(decode_frame(&mut buf, 1 << 20), Ok(Some(msg)));
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn segmented_frame_over_the_limit_is_refused_from_its_table() {
+        let msg = big_submit(&[1 << 20]);
+        let (bytes, _) = wire(&msg);
+        let table_end = 8 + 4; // prefix, count, one length
+        let mut buf = BytesMut::from(&bytes[..table_end]);
+        let err = decode_frame(&mut buf, 1 << 19).unwrap_err();
+        assert!(matches!(err, ProtoError::FrameTooLarge { .. }), "{err}");
+    }
+
+    fn segmented(head: &[u8], segs: &[&[u8]]) -> BytesMut {
+        let mut buf = BytesMut::new();
+        buf.put_u32(SEGMENTED_FLAG | head.len() as u32);
+        buf.put_u32(segs.len() as u32);
+        for s in segs {
+            buf.put_u32(s.len() as u32);
+        }
+        buf.extend_from_slice(head);
+        for s in segs {
+            buf.extend_from_slice(s);
+        }
+        buf
+    }
+
+    #[test]
+    fn bad_segment_references_are_malformed() {
+        // [22, [[1, 1, 0, <ref>, 0, 0, 0]]]: a RESULT whose data is a segment reference.
+        let result = |reference: &[u8]| {
+            let mut h = vec![0x92, 22, 0x91, 0x97, 1, 1, 0];
+            h.extend_from_slice(reference);
+            h.extend_from_slice(&[0, 0, 0]);
+            h
+        };
+        let ok = result(&[0xd6, 1, 0, 0, 0, 0]);
+        let mut buf = segmented(&ok, &[b"payload"]);
+        assert!(decode_frame(&mut buf, 1 << 20).unwrap().is_some());
+        for (head, segs, what) in [
+            (
+                result(&[0xd6, 1, 0, 0, 0, 1]),
+                &[&b"x"[..]][..],
+                "out of range",
+            ),
+            (result(&[0xd6, 2, 0, 0, 0, 0]), &[&b"x"[..]][..], "ext type"),
+            (ok.clone(), &[&b"x"[..], &b"y"[..]][..], "never referenced"),
+        ] {
+            let mut buf = segmented(&head, segs);
+            let err = decode_frame(&mut buf, 1 << 20).unwrap_err();
+            assert_eq!(err.code(), "malformed", "{what}: {err}");
+            assert!(err.to_string().contains(what), "{what}: {err}");
+        }
+        let mut plain = frame(&ok);
+        let err = decode_frame(&mut plain, 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("the frame has 0"), "{err}");
+        let mut none = segmented(&ok, &[]);
+        let err = decode_frame(&mut none, 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("0 segments"), "{err}");
     }
 
     #[test]

@@ -8,5 +8,5 @@
 mod reader;
 mod writer;
 
-pub use self::reader::{describe, Int, Reader, MAX_SKIP_DEPTH};
+pub use self::reader::{describe, Int, Reader, MAX_SKIP_DEPTH, SEGMENT_EXT_TYPE};
 pub use self::writer::Writer;

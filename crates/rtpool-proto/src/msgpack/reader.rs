@@ -38,7 +38,13 @@ pub struct Reader {
     pos: usize,
     /// Message kind reported in errors, once known.
     kind: Option<u8>,
+    /// The payload segments of a segmented frame (empty for a plain frame), and whether each
+    /// was referenced yet: a `bin` may be a reference to one of them (`docs/protocol.md`).
+    segments: Vec<(Bytes, bool)>,
 }
+
+/// msgpack ext type of a segment reference (`fixext 4`, a big-endian `u32` segment index).
+pub const SEGMENT_EXT_TYPE: i8 = 1;
 
 impl Reader {
     /// A cursor at the start of `body`.
@@ -47,6 +53,23 @@ impl Reader {
             buf: body,
             pos: 0,
             kind: None,
+            segments: Vec::new(),
+        }
+    }
+
+    /// A cursor at the start of the head of a segmented frame, whose segment references
+    /// resolve to `segments`.
+    pub fn with_segments(head: Bytes, segments: Vec<Bytes>) -> Reader {
+        let mut r = Reader::new(head);
+        r.segments = segments.into_iter().map(|s| (s, false)).collect();
+        r
+    }
+
+    /// Fails unless every segment was referenced (a segmented frame's rule).
+    pub fn expect_segments_used(&self) -> Result<(), ProtoError> {
+        match self.segments.iter().position(|(_, used)| !used) {
+            None => Ok(()),
+            Some(i) => Err(self.malformed(format!("segment {i} is never referenced"))),
         }
     }
 
@@ -217,7 +240,38 @@ impl Reader {
                 let range = self.take(len, field)?;
                 Ok(self.buf.slice(range))
             }
+            Marker::FixExt4 => self.segment_ref(field),
             other => Err(self.type_error(field, "bin", other)),
+        }
+    }
+
+    /// The segment a `fixext 4` reference names (its marker already read).
+    fn segment_ref(&mut self, field: &str) -> Result<Bytes, ProtoError> {
+        let [ext_type] = self.be::<1>(field)?;
+        let index = u32::from_be_bytes(self.be::<4>(field)?) as usize;
+        if ext_type as i8 != SEGMENT_EXT_TYPE {
+            return Err(self.malformed(format!(
+                "{field}: ext type {} where a bin or segment reference (type 1) was expected",
+                ext_type as i8
+            )));
+        }
+        let count = self.segments.len();
+        let kind = self.kind;
+        match self.segments.get_mut(index) {
+            Some((_, used)) if *used => Err(ProtoError::Malformed {
+                kind,
+                reason: format!("{field}: segment {index} is referenced twice"),
+            }),
+            Some((seg, used)) => {
+                *used = true;
+                Ok(seg.clone())
+            }
+            None => Err(ProtoError::Malformed {
+                kind,
+                reason: format!(
+                    "{field}: reference to segment {index} out of range: the frame has {count}"
+                ),
+            }),
         }
     }
 
@@ -228,7 +282,9 @@ impl Reader {
                 self.pos += 1;
                 Ok(None)
             }
-            Some(Marker::Bin8 | Marker::Bin16 | Marker::Bin32) | None => self.bin(field).map(Some),
+            Some(Marker::Bin8 | Marker::Bin16 | Marker::Bin32 | Marker::FixExt4) | None => {
+                self.bin(field).map(Some)
+            }
             Some(other) => Err(self.type_error(field, "bin or nil", other)),
         }
     }

@@ -1,0 +1,152 @@
+"""Large payloads (issue 16, items 1 and 2): out-of-band pickle buffers in segmented frames
+over TCP, shared memory on one host, and the lifetimes of shared-memory segments (no
+``/dev/shm`` leak after a result, a task failure, a client killed with ``kill -9``, a master
+killed with ``kill -9``). Against a real master and real worker processes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tasks.payload
+from conftest import close_master, start_master
+from helpers import stop_process, worker_env
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def shm(monkeypatch):
+    """Shared memory on (the master is on loopback, so clients use it by default)."""
+    from rtpool import _shm
+
+    monkeypatch.setattr(_shm, "_enabled", True)
+    return _shm
+
+
+@pytest.fixture
+def tcp_only(monkeypatch):
+    from rtpool import _shm
+
+    monkeypatch.setattr(_shm, "_enabled", False)
+
+
+def _wait_for(cond, what: str, timeout: float = 15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_arrays_cross_tcp_as_segments_and_arrive_as_views(
+    tcp_only, workers, client_factory
+) -> None:
+    workers.start(1)
+    client = client_factory()
+    assert client._conn.shm_owner is None
+    arr = np.arange(2 * MIB // 8, dtype="f8")
+    total, owns, writeable, misalign = client.submit(tasks.payload.describe, arr).result(30)
+    assert total == float(arr.sum())
+    # A view of the worker's receive buffer, not a copy made by unpickling.
+    assert not owns and writeable
+    back = client.submit(tasks.payload.double, arr).result(30)
+    assert back.dtype == arr.dtype and np.array_equal(back, arr * 2) and not back.flags.owndata
+    data = bytes(range(256)) * 4096  # 1 MiB of bytes: out of band too
+    assert client.submit(tasks.payload.echo, data).result(30) == data
+    small = client.submit(tasks.payload.echo, b"x" * 1024).result(30)
+    assert small == b"x" * 1024
+
+
+def test_shared_memory_argument_is_read_only_view_and_nothing_leaks(
+    shm, workers, client_factory
+) -> None:
+    workers.start(1)
+    client = client_factory()
+    owner = client._conn.shm_owner
+    assert owner
+    arr = np.arange(4 * MIB // 8, dtype="f8")
+    fut = client.submit(tasks.payload.describe, arr)
+    total, owns, writeable, misalign = fut.result(30)
+    assert total == float(arr.sum()) and not owns and not writeable and misalign == 0
+    back = client.submit(tasks.payload.double, arr).result(30)
+    assert np.array_equal(back, arr * 2) and not back.flags.writeable
+    # Argument segments go when the future resolves; result segments once mapped.
+    _wait_for(lambda: shm.leftovers(owner) == [], "the segments to be freed")
+
+
+def test_no_leak_after_a_task_failure(shm, workers, client_factory) -> None:
+    workers.start(1)
+    client = client_factory()
+    owner = client._conn.shm_owner
+    fut = client.submit(tasks.payload.boom, np.zeros(MIB, dtype="u1"))
+    with pytest.raises(ValueError, match="refused an array of 1048576 bytes"):
+        fut.result(30)
+    _wait_for(lambda: shm.leftovers(owner) == [], "the failed task's segment to be freed")
+
+
+_CLIENT = textwrap.dedent(
+    """
+    import sys, numpy as np, rtpool, tasks.payload
+    client = rtpool.Client(sys.argv[1], sys.argv[2])
+    fut = client.submit(tasks.payload.hold, np.ones(1 << 20, dtype="u1"), 60)
+    print(client._conn.shm_owner, flush=True)
+    fut.result()
+    """
+)
+
+
+def test_no_leak_after_the_client_is_killed(shm, master, workers, tmp_path: Path) -> None:
+    workers.start(1)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CLIENT, master.address, master.client_token],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=worker_env(master.worker_token),  # tests/ on PYTHONPATH, for tasks.payload
+    )
+    try:
+        owner = proc.stdout.readline().strip()
+        assert owner and owner.split("-")[0] == str(proc.pid), owner
+        assert len(shm.leftovers(owner)) == 1  # the argument, held while the task runs
+        proc.kill()  # SIGKILL: the client frees nothing itself
+        proc.wait(10)
+        # The master's sweep (every 2 s) finds the owner gone.
+        _wait_for(lambda: shm.leftovers(owner) == [], "the dead client's segment to be swept")
+    finally:
+        stop_process(proc)
+        proc.stdout.close()
+
+
+def test_no_leak_after_the_master_is_killed(shm, tmp_path: Path) -> None:
+    import rtpool
+    from conftest import Workers
+
+    m = start_master(tmp_path)
+    workers = Workers(m, tmp_path)
+    client = None
+    try:
+        workers.start(1)
+        client = rtpool.Client(m.address, m.client_token)
+        owner = client._conn.shm_owner
+        fut = client.submit(tasks.payload.hold, np.ones(MIB, dtype="u1"), 60)
+        _wait_for(lambda: len(shm.leftovers(owner)) == 1, "the argument segment")
+        m.proc.kill()  # SIGKILL the master while the task runs
+        m.proc.wait(10)
+        client.close()  # the client gives up on its tasks: their segments go with them
+        client = None
+        assert fut.done()
+        _wait_for(lambda: shm.leftovers(owner) == [], "the segment to be freed")
+    finally:
+        if client is not None:
+            client.close()
+        workers.stop_all()
+        close_master(m)
