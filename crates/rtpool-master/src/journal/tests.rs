@@ -913,3 +913,6 @@ fn a_last_record_with_a_good_crc_but_a_bad_payload_is_corruption_not_a_torn_tail
     }
     assert_eq!(std::fs::read(&path).unwrap(), buf);
 }
+
+#[path = "tests_background.rs"]
+mod background;
