@@ -1,5 +1,5 @@
 """Compaction of a large journal never holds the master: a real ``rtpool master`` process
-compacting a 64 MiB+ journal obeys SIGTERM within 1 s, accepts (and makes durable) new
+compacting a 128 MiB journal obeys SIGTERM within 1 s, accepts (and makes durable) new
 packages meanwhile, and a ``kill -9`` in the middle of it loses nothing.
 
 The journal is filled by a first master (embedded) with packages of one 1 MiB task that no
@@ -18,8 +18,9 @@ from conftest import close_master, start_master
 from helpers import wait_until
 from rtpool import _native
 
-# 72 packages of one 1 MiB task: a 72 MiB journal, over the 64 MiB threshold.
-PACKAGES = 72
+# 128 packages of one 1 MiB task: a 128 MiB journal, over the 64 MiB threshold, whose
+# rewrite takes long enough (~0.7 s on a fast disk) for the tests to act in the middle of it.
+PACKAGES = 128
 TASK_BYTES = 1 << 20
 
 
@@ -31,6 +32,8 @@ def _fill(data_dir: Path) -> None:
         c = rtpool.Client(m.address, m.client_token, reconnect_timeout=0)
         for i in range(PACKAGES):
             c.submit_many(len, [(bytes([i]) * TASK_BYTES,)], star=True)
+        # Submissions are pipelined: stop only once the master has accepted them all.
+        wait_until(lambda: m.stats()["packages"] == PACKAGES, timeout=30)
         c.shutdown(wait=False)
     finally:
         m.stop()
