@@ -106,7 +106,7 @@ impl Compactor {
 /// The compactor thread's body.
 fn run(path: &Path, cut: u64, watermark: u64, shared: &Shared, cancel: &AtomicBool) -> Outcome {
     let result = (|| {
-        let Some(state) = read_prefix(path, cut, cancel)? else {
+        let Some(state) = read_prefix(path, cut, watermark, cancel)? else {
             return Ok(None);
         };
         let Some((file, size)) = compact::write(path, &state, watermark, cancel)? else {
@@ -122,13 +122,18 @@ fn run(path: &Path, cut: u64, watermark: u64, shared: &Shared, cancel: &AtomicBo
     }
 }
 
-/// The state the first `cut` bytes of `path` describe, read one frame at a time; `None` when
-/// cancelled.
+/// The state the first `cut` bytes of `path` describe, read one frame at a time, without the
+/// charges at or below `watermark`; `None` when cancelled.
 ///
 /// # Errors
 ///
 /// Any bad record is [`JournalError::Corrupt`]: this thread's own writer wrote every byte.
-fn read_prefix(path: &Path, cut: u64, cancel: &AtomicBool) -> Result<Option<State>, JournalError> {
+fn read_prefix(
+    path: &Path,
+    cut: u64,
+    watermark: u64,
+    cancel: &AtomicBool,
+) -> Result<Option<State>, JournalError> {
     let file = File::open(path).map_err(|e| JournalError::io("read", path, e))?;
     let mut input = BufReader::with_capacity(1 << 20, file.take(cut));
     let corrupt = |offset: u64, reason: String| JournalError::Corrupt {
@@ -137,6 +142,7 @@ fn read_prefix(path: &Path, cut: u64, cancel: &AtomicBool) -> Result<Option<Stat
         reason,
     };
     let mut state = State::default();
+    state.drop_charges_upto = watermark;
     let mut buf = Vec::new();
     let mut off = 0u64;
     let mut since_check = 0usize;

@@ -105,7 +105,7 @@ pub(crate) fn write(
         .collect();
     charges.sort_by_key(|c| c.2);
     for (user, exec_us, lsn) in charges {
-        let user = user.clone();
+        let user = state.user_name(*user).to_owned();
         let exec_us = *exec_us;
         if !put(*lsn, &Entry::Record(Record::Charge { user, exec_us }))? {
             return Ok(None);
