@@ -93,7 +93,11 @@ fn main() {
     let mut rss: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for round in 0..opts.rounds {
         // off, on, on, off, ...: drift hits both alike.
-        let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
         for journal in order {
             let out = Command::new(&exe)
                 .args(["--child", if journal { "on" } else { "off" }])
@@ -157,7 +161,11 @@ fn run_child(journal: bool, opts: &Opts) {
     let line = rt.block_on(drive(scheduler, Duration::from_secs_f64(opts.secs)));
     println!(
         "{} {line} peak_rss_mb={:.1}",
-        if journal { "journal=on " } else { "journal=off" },
+        if journal {
+            "journal=on "
+        } else {
+            "journal=off"
+        },
         peak_rss_mb()
     );
 }

@@ -50,7 +50,10 @@ fn appends_become_durable_while_a_compaction_runs_and_all_survive_it() {
         }
     }
     compacting.join().unwrap().unwrap();
-    assert!(durable_during > 0, "no append was durable during the compaction");
+    assert!(
+        durable_during > 0,
+        "no append was durable during the compaction"
+    );
     let stats = journal.stats();
     assert_eq!((stats.compactions, stats.compactions_cancelled), (1, 0));
     journal.close().unwrap();
@@ -85,7 +88,11 @@ fn closing_abandons_a_running_compaction_and_keeps_the_old_file() {
     // one 8 MiB fsync and one read chunk.
     assert_eq!((stats.compactions, stats.compactions_cancelled), (0, 1));
     assert!(took < Duration::from_secs(1), "close took {took:?}");
-    assert_eq!(std::fs::read(&path).unwrap(), before, "the old file changed");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the old file changed"
+    );
     assert!(!dir.path().join("journal.log.compact").exists());
     let (_, replay) = open(dir.path(), FsyncPolicy::Always);
     assert_eq!(replay.packages, expected(&records).0);

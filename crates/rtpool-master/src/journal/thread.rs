@@ -323,7 +323,11 @@ impl Writer {
 
     /// Installs a finished compaction; starts one when asked or when the file has doubled.
     fn maybe_compact(&mut self) -> Result<(), JournalError> {
-        if self.compaction.as_ref().is_some_and(|r| r.compactor.is_finished()) {
+        if self
+            .compaction
+            .as_ref()
+            .is_some_and(|r| r.compactor.is_finished())
+        {
             let running = self.compaction.take().expect("checked");
             self.finish_compaction(running)?;
         }

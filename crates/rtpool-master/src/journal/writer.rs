@@ -18,9 +18,9 @@ use tokio::sync::watch;
 
 use super::compact::{self};
 use super::frame;
+use super::queue::Queue;
 use super::record::{self, Entry, Record};
 use super::replay;
-use super::queue::Queue;
 use super::thread::{Shared, Writer};
 use super::{JournalConfig, JournalError, Replay};
 
