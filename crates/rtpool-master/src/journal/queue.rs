@@ -23,8 +23,8 @@ use super::thread::Shared;
 use super::JournalError;
 
 /// Most bytes (estimated, see [`approx_bytes`]) of records that wait for the writer thread
-/// before [`Queue::append`] waits for room: 16 MiB, about 150,000 results of small tasks, or
-/// 30 ms of the writer's work at its measured rate.
+/// before [`Queue::append`] waits for room: 16 MiB, about 70,000 results of small tasks
+/// (each takes a ~200-byte slot), a few tens of milliseconds of the writer's work.
 pub(super) const MAX_QUEUED_BYTES: usize = 16 << 20;
 
 /// What the handle sends the writer thread.
@@ -181,10 +181,10 @@ impl Queue {
     }
 }
 
-/// What a record costs in memory while queued, roughly: its variable parts plus a fixed
-/// overhead for the enum and its headers.
+/// What a record costs in memory while queued, roughly: its variable parts plus its slot in
+/// the queue's vector and the headers of its allocations.
 fn approx_bytes(rec: &Record) -> usize {
-    const OVERHEAD: usize = 96;
+    const OVERHEAD: usize = std::mem::size_of::<Cmd>() + 32;
     OVERHEAD
         + match rec {
             Record::Package(p) => {
