@@ -56,6 +56,8 @@ struct State {
     closed: bool,
     /// The writer waits on `work`: an append must wake it.
     writer_waiting: bool,
+    /// Appenders waiting on `room`.
+    appenders_waiting: usize,
 }
 
 /// The handle's and the writer's shared queue.
@@ -77,6 +79,7 @@ impl Queue {
                 bytes: 0,
                 closed: false,
                 writer_waiting: false,
+                appenders_waiting: 0,
             }),
             work: Condvar::new(),
             room: Condvar::new(),
@@ -96,9 +99,13 @@ impl Queue {
         if s.bytes > MAX_QUEUED_BYTES && !s.closed {
             let started = Instant::now();
             shared.backpressure_waits.fetch_add(1, Relaxed);
+            // A lingering writer is not waiting for a wake-up: give it one.
+            self.work.notify_one();
+            s.appenders_waiting += 1;
             while s.bytes > MAX_QUEUED_BYTES && !s.closed {
                 s = self.room.wait(s).unwrap_or_else(PoisonError::into_inner);
             }
+            s.appenders_waiting -= 1;
             let waited = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
             shared.backpressure_us.fetch_add(waited, Relaxed);
         }
@@ -144,14 +151,29 @@ impl Queue {
 
     /// Moves every queued command into `into` (empty on entry), waiting up to `timeout` (or
     /// for ever) for one.
+    ///
+    /// With `linger`, it first waits up to that long without asking appenders to wake it (a
+    /// busy writer then costs the appending thread no system call: it finds the next batch
+    /// by its own timer), then as above.
     pub(super) fn take(
         &self,
         into: &mut Vec<Cmd>,
         timeout: Option<Duration>,
+        linger: Option<Duration>,
         shared: &Shared,
     ) -> Taken {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut s = self.lock();
+        if let Some(linger) = linger.filter(|_| s.cmds.is_empty() && !s.closed) {
+            let linger = deadline.map_or(linger, |at| {
+                linger.min(at.saturating_duration_since(Instant::now()))
+            });
+            s = self
+                .work
+                .wait_timeout(s, linger)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
         while s.cmds.is_empty() {
             if s.closed {
                 return Taken::Closed;
@@ -176,7 +198,9 @@ impl Queue {
         std::mem::swap(&mut s.cmds, into);
         s.bytes = 0;
         shared.queued_bytes.store(0, Relaxed);
-        self.room.notify_all();
+        if s.appenders_waiting > 0 {
+            self.room.notify_all();
+        }
         Taken::Some
     }
 }
@@ -213,7 +237,7 @@ mod tests {
         assert_eq!(q.append(end(1), &shared), (7, true));
         assert_eq!(q.append(end(2), &shared), (8, true));
         let mut got = Vec::new();
-        assert_eq!(q.take(&mut got, None, &shared), Taken::Some);
+        assert_eq!(q.take(&mut got, None, None, &shared), Taken::Some);
         let lsns: Vec<u64> = got
             .iter()
             .map(|c| match c {
@@ -224,10 +248,10 @@ mod tests {
         assert_eq!(lsns, [7, 8]);
         got.clear();
         let timeout = Some(Duration::from_millis(1));
-        assert_eq!(q.take(&mut got, timeout, &shared), Taken::Timeout);
+        assert_eq!(q.take(&mut got, timeout, None, &shared), Taken::Timeout);
         q.close();
         assert_eq!(q.append(end(3), &shared), (9, false));
-        assert_eq!(q.take(&mut got, None, &shared), Taken::Closed);
+        assert_eq!(q.take(&mut got, None, None, &shared), Taken::Closed);
         assert_eq!(q.last_lsn(), 9);
     }
 
@@ -262,11 +286,11 @@ mod tests {
         }
         assert!(!appender.is_finished());
         let mut got = Vec::new();
-        assert_eq!(q.take(&mut got, None, &shared), Taken::Some);
+        assert_eq!(q.take(&mut got, None, None, &shared), Taken::Some);
         assert_eq!(got.len(), 2);
         assert_eq!(appender.join().unwrap(), (3, true));
         got.clear();
-        assert_eq!(q.take(&mut got, None, &shared), Taken::Some);
+        assert_eq!(q.take(&mut got, None, None, &shared), Taken::Some);
         assert_eq!(got.len(), 1);
     }
 }
