@@ -79,10 +79,10 @@ pub struct OutboundRx {
     shared: Arc<Outbound>,
 }
 
-#[cfg(test)]
 impl OutboundRx {
-    /// The next queued message, without waiting (for tests of what the scheduler sends).
-    pub(crate) fn try_recv(&mut self) -> Option<Out> {
+    /// The next queued message, without waiting (for tests and benches of what the scheduler
+    /// sends; a connection's writer does not use it).
+    pub fn try_recv(&mut self) -> Option<Out> {
         self.rx.try_recv().ok().map(|(out, _)| out)
     }
 }

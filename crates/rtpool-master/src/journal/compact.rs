@@ -1,8 +1,9 @@
 //! Compaction: rewriting the journal as the smallest file that replays to the same state.
 //!
 //! This module owns what the compacted file holds and the write-fsync-rename-fsync sequence
-//! that makes it replace the old one atomically. When to compact, and what happens to appends
-//! meanwhile (they wait in the channel), is the writer's.
+//! that makes it replace the old one atomically. When to compact is the writer's
+//! (`thread.rs`); running it beside the writer, which goes on appending, is
+//! `background.rs`'s.
 //!
 //! The compacted file holds, in order: a meta record (`next_package`, `last_lsn`); for each
 //! live package its `Package` record, its undelivered `Done` records and one `Delivered` record
@@ -15,6 +16,7 @@ use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
 use super::frame;
 use super::record::{self, Entry, Record};
@@ -28,10 +30,22 @@ pub(crate) fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Writes the compacted form of `state` to [`tmp_path`] and fsyncs it; returns its size.
+/// Bytes written between two fsyncs of the compacted file: each fsync then takes a bounded
+/// time (tens of milliseconds on a common disk), and a cancelled compaction stops after at
+/// most one of them instead of after the whole file's.
+pub(crate) const SYNC_EVERY_BYTES: u64 = 8 << 20;
+
+/// Writes the compacted form of `state` to [`tmp_path`], fsyncing as it goes; returns the
+/// file (positioned at its end, not yet fsynced past the last [`SYNC_EVERY_BYTES`]) and its
+/// size, or `None` when `cancel` was set meanwhile.
 ///
 /// Charges with an LSN at or below `watermark` are dropped: the user store has them.
-pub(crate) fn write(path: &Path, state: &State, watermark: u64) -> Result<u64, JournalError> {
+pub(crate) fn write(
+    path: &Path,
+    state: &State,
+    watermark: u64,
+    cancel: &AtomicBool,
+) -> Result<Option<(File, u64)>, JournalError> {
     let tmp = tmp_path(path);
     let file = crate::data_dir::private(&mut OpenOptions::new())
         .write(true)
@@ -42,13 +56,22 @@ pub(crate) fn write(path: &Path, state: &State, watermark: u64) -> Result<u64, J
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut buf = Vec::new();
     let mut size = 0u64;
-    let mut put = |lsn: u64, entry: &Entry| -> Result<(), JournalError> {
+    let mut synced = 0u64;
+    // Ok(false): cancelled.
+    let mut put = |lsn: u64, entry: &Entry| -> Result<bool, JournalError> {
         buf.clear();
         let len = frame::put_with(&mut buf, lsn, |b| record::encode_into(b, entry))
             .map_err(|bytes| JournalError::RecordTooLarge { lsn, bytes })?;
         size += len as u64;
         out.write_all(&buf)
-            .map_err(|e| JournalError::io("write", &tmp, e))
+            .map_err(|e| JournalError::io("write", &tmp, e))?;
+        if size - synced >= SYNC_EVERY_BYTES {
+            synced = size;
+            out.flush()
+                .and_then(|()| out.get_ref().sync_data())
+                .map_err(|e| JournalError::io("fsync", &tmp, e))?;
+        }
+        Ok(!cancel.load(SeqCst))
     };
     let meta = Entry::Meta {
         version: record::FORMAT_VERSION,
@@ -58,17 +81,20 @@ pub(crate) fn write(path: &Path, state: &State, watermark: u64) -> Result<u64, J
     // The meta record is not a sequenced record: LSN 0 is never assigned.
     put(0, &meta)?;
     for p in state.live.values() {
-        put(p.lsn, &Entry::Record(Record::Package(p.record.clone())))?;
+        let mut going = put(p.lsn, &Entry::Record(Record::Package(p.record.clone())))?;
         for (lsn, done) in &p.done {
-            put(*lsn, &Entry::Record(Record::Done(done.clone())))?;
+            going &= put(*lsn, &Entry::Record(Record::Done(done.clone())))?;
         }
         if !p.delivered.is_empty() {
             let indices = p.delivered.iter().copied().collect();
             let package = p.record.package;
-            put(
+            going &= put(
                 p.delivered_lsn,
                 &Entry::Record(Record::Delivered { package, indices }),
             )?;
+        }
+        if !going {
+            return Ok(None);
         }
     }
     let kept = state.kept_done_lsns();
@@ -79,16 +105,16 @@ pub(crate) fn write(path: &Path, state: &State, watermark: u64) -> Result<u64, J
         .collect();
     charges.sort_by_key(|c| c.2);
     for (user, exec_us, lsn) in charges {
-        let user = user.clone();
+        let user = state.user_name(*user).to_owned();
         let exec_us = *exec_us;
-        put(*lsn, &Entry::Record(Record::Charge { user, exec_us }))?;
+        if !put(*lsn, &Entry::Record(Record::Charge { user, exec_us }))? {
+            return Ok(None);
+        }
     }
     let file = out
         .into_inner()
         .map_err(|e| JournalError::io("write", &tmp, e.into_error()))?;
-    file.sync_all()
-        .map_err(|e| JournalError::io("fsync", &tmp, e))?;
-    Ok(size)
+    Ok(Some((file, size)))
 }
 
 /// Renames [`tmp_path`] over `path` and fsyncs the directory so the rename survives a crash.

@@ -10,11 +10,14 @@
 //! are safely in the user store ([`Journal::set_watermark`]).
 //!
 //! Files: [`record`] (types, msgpack payloads), [`frame`] (on-disk framing), [`replay`]
-//! (reading a file back, torn-tail repair), [`compact`] (rewriting it), [`writer`] (the
-//! [`Journal`] handle), `thread` (its writer thread: group commit, fsync policy).
+//! (reading a file back, torn-tail repair), [`compact`] (rewriting it), `background` (the
+//! compaction thread, beside the writer), [`writer`] (the [`Journal`] handle), `queue` (the
+//! bounded queue to the writer), `thread` (the writer thread: group commit, fsync policy).
 
+mod background;
 mod compact;
 mod frame;
+mod queue;
 mod record;
 mod replay;
 mod thread;

@@ -29,12 +29,19 @@ pub(crate) struct LivePackage {
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) live: BTreeMap<u64, LivePackage>,
-    /// User of every package whose `Package` record was read, ended or not, to charge its
-    /// `Done` records.
-    users: HashMap<u64, String>,
+    /// User (an index in `user_names`) of every package whose `Package` record was read,
+    /// ended or not, to charge its `Done` records.
+    users: HashMap<u64, u32>,
+    /// Each user name once: a long journal has one charge per result, and a name per charge
+    /// would multiply the memory replay and compaction take.
+    user_names: Vec<String>,
+    user_ids: HashMap<String, u32>,
     pub(crate) next_package: u64,
-    /// `(user, exec_us, lsn)`, in file order.
-    pub(crate) charges: Vec<(String, u64, u64)>,
+    /// `(user index, exec_us, lsn)`, in file order.
+    pub(crate) charges: Vec<(u32, u64, u64)>,
+    /// Charges with an LSN at or below this are not kept: compaction sets it to the watermark
+    /// (the user store has them), so they cost it no memory.
+    pub(crate) drop_charges_upto: u64,
     pub(crate) last_lsn: u64,
     /// Records applied, meta records not counted.
     pub(crate) records: u64,
@@ -74,13 +81,17 @@ impl State {
             Record::End { package } => {
                 self.live.remove(&package);
             }
-            Record::Charge { user, exec_us } => self.charges.push((user, exec_us, lsn)),
+            Record::Charge { user, exec_us } => {
+                let user = self.intern(user);
+                self.charge(user, exec_us, lsn);
+            }
         }
     }
 
     fn on_package(&mut self, lsn: u64, p: PackageRecord) {
         self.next_package = self.next_package.max(p.package.saturating_add(1));
-        self.users.insert(p.package, p.user.clone());
+        let user = self.intern(p.user.clone());
+        self.users.insert(p.package, user);
         let live = LivePackage {
             lsn,
             record: p,
@@ -100,7 +111,7 @@ impl State {
 
     fn on_done(&mut self, lsn: u64, d: DoneRecord) {
         match self.users.get(&d.package) {
-            Some(user) => self.charges.push((user.clone(), d.exec_us, lsn)),
+            Some(&user) => self.charge(user, d.exec_us, lsn),
             None => tracing::warn!(
                 package = d.package,
                 lsn,
@@ -114,6 +125,28 @@ impl State {
         }
     }
 
+    /// The index of `user` in `user_names`, adding it if new.
+    fn intern(&mut self, user: String) -> u32 {
+        if let Some(&id) = self.user_ids.get(&user) {
+            return id;
+        }
+        let id = u32::try_from(self.user_names.len()).expect("fewer than 2^32 users");
+        self.user_names.push(user.clone());
+        self.user_ids.insert(user, id);
+        id
+    }
+
+    fn charge(&mut self, user: u32, exec_us: u64, lsn: u64) {
+        if lsn > self.drop_charges_upto {
+            self.charges.push((user, exec_us, lsn));
+        }
+    }
+
+    /// The name of an interned user.
+    pub(crate) fn user_name(&self, user: u32) -> &str {
+        &self.user_names[user as usize]
+    }
+
     /// LSNs of the `Done` records the live state still holds.
     pub(crate) fn kept_done_lsns(&self) -> HashSet<u64> {
         self.live
@@ -124,7 +157,12 @@ impl State {
 
     /// The public view of this state; timing and repair fields are filled by the caller.
     pub(crate) fn into_replay(self) -> Replay {
-        let mut charges = self.charges;
+        let names = self.user_names;
+        let mut charges: Vec<(String, u64, u64)> = self
+            .charges
+            .into_iter()
+            .map(|(user, exec_us, lsn)| (names[user as usize].clone(), exec_us, lsn))
+            .collect();
         charges.sort_by_key(|c| c.2);
         Replay {
             packages: self

@@ -566,6 +566,12 @@ fn the_journal_compacts_itself_when_it_doubles() {
     let last = *append_all(&journal, &records).last().unwrap();
     journal.set_watermark(last / 2);
     assert!(wait_durable(&journal, last, Duration::from_secs(10)));
+    // Compaction runs in the background; closing would abandon one still running.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while journal.stats().compactions == 0 {
+        assert!(Instant::now() < deadline, "{:?}", journal.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
     journal.close().unwrap();
     let stats = journal.stats();
     assert!(stats.compactions >= 1, "{stats:?}");
@@ -908,3 +914,6 @@ fn a_last_record_with_a_good_crc_but_a_bad_payload_is_corruption_not_a_torn_tail
     }
     assert_eq!(std::fs::read(&path).unwrap(), buf);
 }
+
+#[path = "tests_background.rs"]
+mod background;

@@ -2,14 +2,14 @@
 //! and close.
 //!
 //! Callers never wait for I/O: [`Journal::append`] only assigns an LSN and queues the record
-//! on an unbounded channel; the writer thread (`thread.rs`) writes whatever has queued with one
-//! `write`, then syncs as the policy says.
+//! (`queue.rs`; it waits only while the queue is full); the writer thread (`thread.rs`)
+//! takes whatever has queued, writes it with one `write`, then syncs as the policy says.
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::mpsc::{self};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -18,9 +18,10 @@ use tokio::sync::watch;
 
 use super::compact::{self};
 use super::frame;
+use super::queue::Queue;
 use super::record::{self, Entry, Record};
 use super::replay;
-use super::thread::{Cmd, Shared, Writer};
+use super::thread::{Shared, Writer};
 use super::{JournalConfig, JournalError, Replay};
 
 /// A cheap, cloneable handle to the journal; all clones share one file and writer thread.
@@ -33,18 +34,12 @@ pub struct Journal {
 
 struct Inner {
     path: PathBuf,
-    /// The next LSN and the sender, under one lock so that LSNs reach the thread in order.
-    queue: Mutex<Queue>,
+    /// LSNs and the commands for the writer thread.
+    queue: Arc<Queue>,
     /// The writer thread until [`Journal::close`] joins it.
     thread: Mutex<Option<JoinHandle<Option<JournalError>>>>,
     shared: Arc<Shared>,
     durable: watch::Receiver<u64>,
-}
-
-struct Queue {
-    next_lsn: u64,
-    /// `None` once closed.
-    tx: Option<mpsc::Sender<Cmd>>,
 }
 
 /// A snapshot of the journal's counters (since open unless said otherwise).
@@ -78,8 +73,20 @@ pub struct JournalStats {
     pub durable_lsn: u64,
     /// The watermark last set.
     pub watermark: u64,
-    /// How long the last compaction took, in microseconds.
+    /// How long the last compaction took, in microseconds (it ran beside the appends).
     pub last_compaction_us: u64,
+    /// How long the last compaction paused appends to install itself, in microseconds.
+    pub last_compaction_pause_us: u64,
+    /// Compactions abandoned because the journal closed.
+    pub compactions_cancelled: u64,
+    /// Whether a compaction is running now.
+    pub compacting: bool,
+    /// Estimated bytes of records waiting for the writer thread now.
+    pub queued_bytes: u64,
+    /// Appends that waited for room in the queue (backpressure).
+    pub backpressure_waits: u64,
+    /// Time appends waited for room, in all, in microseconds.
+    pub backpressure_us: u64,
     /// Whether the writer stopped after a fatal error.
     pub failed: bool,
     /// Durations of the fsyncs of `journal.log`, microseconds (a histogram).
@@ -105,17 +112,15 @@ impl Journal {
         if replay.bytes == 0 {
             start_file(&path, replay.next_package, replay.last_lsn)?;
         }
-        let (writer, tx, shared, durable) = Writer::new(&cfg, replay.last_lsn)?;
+        let queue = Arc::new(Queue::new(replay.last_lsn + 1));
+        let (writer, shared, durable) = Writer::new(&cfg, replay.last_lsn, queue.clone())?;
         let thread = std::thread::Builder::new()
             .name("rtpool-journal".into())
             .spawn(move || writer.run())
             .map_err(|e| JournalError::io("start writer thread for", &path, e))?;
         let inner = Inner {
             path,
-            queue: Mutex::new(Queue {
-                next_lsn: replay.last_lsn + 1,
-                tx: Some(tx),
-            }),
+            queue,
             thread: Mutex::new(Some(thread)),
             shared,
             durable,
@@ -149,19 +154,14 @@ impl Journal {
         }
     }
 
-    /// Queues `rec` for the writer thread and returns its LSN. Never waits for I/O.
+    /// Queues `rec` for the writer thread and returns its LSN. Never waits for I/O; waits for
+    /// the writer thread only while the queue holds more than 16 MiB of records (see
+    /// `queue.rs`), which bounds the journal's memory whatever the disk's speed.
     ///
     /// After [`Journal::close`] or a fatal error the record is dropped (logged once): its LSN
     /// is still returned but [`Journal::durable`] never reaches it.
     pub fn append(&self, rec: Record) -> u64 {
-        let mut q = lock(&self.inner.queue);
-        let lsn = q.next_lsn;
-        q.next_lsn += 1;
-        let sent = match &q.tx {
-            Some(tx) => tx.send(Cmd::Append(lsn, rec)).is_ok(),
-            None => false,
-        };
-        drop(q);
+        let (lsn, sent) = self.inner.queue.append(rec, &self.inner.shared);
         if !sent && !self.inner.shared.dropped_warned.swap(true, Relaxed) {
             tracing::error!(
                 lsn,
@@ -196,29 +196,32 @@ impl Journal {
             last_group_records: s.last_group_records.load(Relaxed),
             last_group_bytes: s.last_group_bytes.load(Relaxed),
             max_group_records: s.max_group_records.load(Relaxed),
-            last_lsn: lock(&self.inner.queue).next_lsn - 1,
+            last_lsn: self.inner.queue.last_lsn(),
             written_lsn: s.written_lsn.load(Relaxed),
             synced_lsn: s.synced_lsn.load(SeqCst),
             durable_lsn: *self.inner.durable.borrow(),
             watermark: s.watermark.load(Relaxed),
             last_compaction_us: s.last_compaction_us.load(Relaxed),
+            last_compaction_pause_us: s.last_compaction_pause_us.load(Relaxed),
+            compactions_cancelled: s.compactions_cancelled.load(Relaxed),
+            compacting: s.compacting.load(SeqCst),
+            queued_bytes: s.queued_bytes.load(Relaxed),
+            backpressure_waits: s.backpressure_waits.load(Relaxed),
+            backpressure_us: s.backpressure_us.load(Relaxed),
             failed: s.failed.load(SeqCst),
             fsync_us: s.fsync_us.read(),
         }
     }
 
-    /// Compacts now, after everything queued so far is written, and waits for it.
+    /// Compacts now, covering everything queued so far, and waits for it. The compaction runs
+    /// beside the writer thread, which goes on appending meanwhile.
     ///
     /// # Errors
     ///
     /// The compaction's error (the old file is then kept), or [`JournalError::Stopped`].
     pub fn compact_now(&self) -> Result<(), JournalError> {
         let (ack_tx, ack_rx) = mpsc::channel();
-        let sent = match &lock(&self.inner.queue).tx {
-            Some(tx) => tx.send(Cmd::Compact(ack_tx)).is_ok(),
-            None => false,
-        };
-        if !sent {
+        if !self.inner.queue.compact(ack_tx) {
             return Err(JournalError::Stopped);
         }
         ack_rx.recv().unwrap_or(Err(JournalError::Stopped))
@@ -234,8 +237,8 @@ impl Journal {
     pub fn close(&self) -> Result<(), JournalError> {
         // Held across the join so that a concurrent close returns only once the thread ended.
         let mut thread = lock(&self.inner.thread);
-        // Dropping the only sender makes the thread drain the queue, sync and exit.
-        drop(lock(&self.inner.queue).tx.take());
+        // The thread drains the queue, syncs, abandons a running compaction and exits.
+        self.inner.queue.close();
         if let Some(handle) = thread.take() {
             let fatal = handle.join().unwrap_or_else(|_| {
                 tracing::error!("journal writer thread panicked");
@@ -259,13 +262,7 @@ impl Journal {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        drop(
-            self.queue
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .tx
-                .take(),
-        );
+        self.queue.close();
         let thread = self
             .thread
             .get_mut()
