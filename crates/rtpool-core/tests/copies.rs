@@ -384,3 +384,102 @@ proptest! {
         }
     }
 }
+
+/// Runs `n` single-task packages of test function 2 one after another, alternating between
+/// the `fast` worker (`fast_us` each) and the `slow` one (`slow_us`): what the issue's
+/// request-at-a-time client teaches the master.
+fn alternate(
+    env: &mut TestEnv,
+    fast: WorkerId,
+    slow: WorkerId,
+    fast_us: u64,
+    slow_us: u64,
+    n: usize,
+) {
+    let client = env.new_client();
+    for i in 0..n {
+        let (w, us) = if i % 2 == 0 {
+            (fast, fast_us)
+        } else {
+            (slow, slow_us)
+        };
+        env.submit_spec(client, Spec::tasks(1).function(2));
+        let t = tasks_of(&env.credit(w, 1), w);
+        assert_eq!(t.len(), 1);
+        env.complete_exec(w, t[0], us);
+    }
+}
+
+#[test]
+fn a_slow_worker_does_not_teach_the_hedge_that_slow_is_normal() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(1);
+    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    // Half the results took 200 ms: the function's own p95 is about 200 ms.
+    assert!(env.core.estimate(&common::fn_hash(2)).unwrap().p95_us >= 150_000);
+    // A worker the master knows nothing of runs the next task: judged against the fast
+    // worker's 20 ms (hedged by 1.5 x ~20 ms), not against the 300 ms the p95 would give.
+    let fresh = env.new_worker(1);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(fresh, 1), fresh);
+    assert_eq!(t.len(), 1);
+    env.credit(fast, 1);
+    env.advance(40);
+    let out = env.tick();
+    let backup = tasks_of(&out, fast);
+    assert_eq!(backup.len(), 1, "hedged after 40 ms: {out:?}");
+    assert_eq!(env.core.stats().counters.hedges, 1);
+}
+
+#[test]
+fn a_known_straggler_is_hedged_as_soon_as_its_task_starts() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(1);
+    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(slow, 1), slow);
+    assert_eq!(t.len(), 1);
+    let out = env.credit(fast, 1);
+    let out = if tasks_of(&out, fast).is_empty() {
+        env.tick()
+    } else {
+        out
+    };
+    let backup = tasks_of(&out, fast);
+    assert_eq!(backup.len(), 1, "no wait for the slow worker: {out:?}");
+    let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
+    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "done".to_owned())]);
+    assert_eq!(aborts(&out), [(slow, t[0], 1)]);
+    // The fast worker's own tasks are not hedged before 1.5 x its p95.
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(fast, 1), fast);
+    assert_eq!(t.len(), 1);
+    env.advance(25);
+    assert!(tasks_of(&env.tick(), slow).is_empty());
+    assert_eq!(env.core.stats().counters.hedges, 1);
+}
+
+#[test]
+fn with_equal_workers_nothing_is_hedged_early() {
+    let mut env = TestEnv::new();
+    let a = env.new_worker(1);
+    let b = env.new_worker(1);
+    alternate(&mut env, a, b, 20_000, 20_000, 20);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    tasks_of(&env.credit(a, 1), a);
+    env.credit(b, 1);
+    env.advance(25);
+    assert!(
+        env.tick().is_empty(),
+        "a 20 ms function at 25 ms is not late"
+    );
+    // The pace's deviation starts at half the first sample and decays by 1/8 a result:
+    // after 10 results the mark is about 1.5 x 26 ms.
+    env.advance(20);
+    assert_eq!(tasks_of(&env.tick(), b).len(), 1, "at 45 ms it is");
+}

@@ -6,7 +6,7 @@ use super::timers::Results;
 use super::{Core, Timer};
 use crate::event::{TaskOutcome, TaskStatus};
 use crate::group::{Group, Vote};
-use crate::ids::{Instant, TaskId, WorkerId};
+use crate::ids::{FnHash, Instant, TaskId, WorkerId};
 use crate::task::{Task, TaskState};
 
 impl Core {
@@ -268,11 +268,17 @@ impl Core {
         results.add(self, slot, outcome);
     }
 
-    /// Arms a hedged task's straggler check when it starts: after `hedge_factor` times its
-    /// function's p95, or earlier when its deadline would be at risk (less than a p95 left).
-    /// Nothing is armed until the function's estimate rests on enough results.
+    /// Arms a hedged task's straggler check when it starts: after `hedge_factor` times what a
+    /// healthy worker takes (the p95 of the fastest connected worker's pace on its function,
+    /// or the function's p95 before any pace is known), or earlier when its deadline would be
+    /// at risk (less than that p95 left). A worker whose own pace is already past that mark
+    /// is a known straggler: its task is hedged at once. Nothing is armed until the
+    /// function's estimate rests on enough results.
     pub(super) fn arm_hedge(&mut self, id: TaskId, now: Instant) {
         let task = self.tasks.get(id.0).expect("hedge of a freed task");
+        let TaskState::Running { worker, .. } = task.state else {
+            return;
+        };
         let p = self.packages.get(task.package).expect("live package");
         if !p.opts.hedge {
             return;
@@ -281,13 +287,35 @@ impl Core {
         let Some(est) = self.trusted_estimate(&fn_hash) else {
             return;
         };
-        let p95_ns = est.p95_us.max(1) * 1_000;
+        let p95_ns = self.healthy_p95_us(&fn_hash, est.p95_us).max(1) * 1_000;
         let delay = (p95_ns as f64 * self.config.hedge_factor.max(1.0)) as u64;
-        let mut at = now.0.saturating_add(delay);
+        let min = self.config.estimate_min_samples.max(1);
+        let own_ns = self
+            .estimates
+            .get(&fn_hash)
+            .and_then(|e| e.pace(worker.0))
+            .filter(|p| p.samples >= min)
+            .map_or(0, |p| p.mean_us.saturating_mul(1_000));
+        let mut at = if own_ns > delay {
+            now.0
+        } else {
+            now.0.saturating_add(delay)
+        };
         if let Some(deadline) = deadline {
             at = at.min(deadline.0.saturating_sub(p95_ns).max(now.0));
         }
         self.arm_hedge_at(id, Instant(at));
+    }
+
+    /// What a healthy worker takes to run the function, microseconds: the p95 of the fastest
+    /// connected worker's pace with enough results, else `fallback_us` (the function's p95).
+    /// O(paces kept per function, at most 32).
+    fn healthy_p95_us(&self, fn_hash: &FnHash, fallback_us: u64) -> u64 {
+        let min = self.config.estimate_min_samples.max(1);
+        self.estimates
+            .get(fn_hash)
+            .and_then(|e| e.fast_p95(min, |w| self.workers.contains_key(&WorkerId(w))))
+            .unwrap_or(fallback_us)
     }
 
     fn arm_hedge_at(&mut self, id: TaskId, at: Instant) {
@@ -324,9 +352,8 @@ impl Core {
             .get(&worker)
             .map_or(0, |w| u64::from(w.credits));
         if self.free_credits <= own {
-            let retry = self
-                .estimate(&fn_hash)
-                .map_or(1_000, |e| e.p95_us.max(1_000));
+            let p95 = self.estimate(&fn_hash).map_or(1_000, |e| e.p95_us);
+            let retry = self.healthy_p95_us(&fn_hash, p95).max(1_000);
             self.arm_hedge_at(id, Instant(now.0.saturating_add(retry * 1_000)));
             return;
         }

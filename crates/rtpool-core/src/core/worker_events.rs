@@ -147,6 +147,11 @@ impl Core {
             if r.status == TaskStatus::Ok && matches!(state, TaskState::Running { .. }) {
                 self.estimates.entry(fn_hash).or_default().add(r.exec_us);
             }
+            // The worker's pace learns from every run it finished, a lost race included.
+            if r.status == TaskStatus::Ok {
+                let pace = self.estimates.entry(fn_hash).or_default();
+                pace.add_pace(worker.0, r.exec_us);
+            }
             if let Some(user) = self.charge(slot, r.exec_us) {
                 exhausted.push(user);
             }
