@@ -124,7 +124,21 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut) {
                 w.bin(task);
             }
         }
-        Msg::Accepted { req_id, package }
+        Msg::Accepted {
+            req_id,
+            package,
+            notice: Some(notice),
+        } => {
+            w.head(k, 3);
+            w.uint(*req_id);
+            w.uint(*package);
+            w.str(notice);
+        }
+        Msg::Accepted {
+            req_id,
+            package,
+            notice: None,
+        }
         | Msg::Status { req_id, package }
         | Msg::Attach { req_id, package } => {
             w.head(k, 2);
