@@ -210,15 +210,17 @@ class _Receiver:
             self._send(P.encode(P.CANCEL, package, list(pending)), quiet=True)
 
     def _on_notice(self, package: int, notice: str) -> None:
-        """The master's warning about a package it accepted (it is overloaded): counted, and
-        issued as an :class:`OverloadWarning` and a log line at most once per window."""
-        self.overload_notices += 1
+        """The master's warning about a package it accepted (it is overloaded): issued as an
+        :class:`OverloadWarning` and a log line at most once per window, and counted (after
+        the warning, so a reader that sees the count also sees the warning)."""
+        if self._notice_log.check(None, _monotonic()) is not None:
+            text = (
+                f"the master at {self.address} accepted package {package} with a warning: {notice}"
+            )
+            _log.warning("%s", text)
+            warnings.warn(OverloadWarning(text), stacklevel=2)
         self.last_notice = notice
-        if self._notice_log.check(None, _monotonic()) is None:
-            return
-        text = f"the master at {self.address} accepted package {package} with a warning: {notice}"
-        _log.warning("%s", text)
-        warnings.warn(OverloadWarning(text), stacklevel=2)
+        self.overload_notices += 1
 
     def _on_status_reply(self, msg: list) -> None:
         with self._cond:
