@@ -483,3 +483,43 @@ fn with_equal_workers_nothing_is_hedged_early() {
     env.advance(20);
     assert_eq!(tasks_of(&env.tick(), b).len(), 1, "at 45 ms it is");
 }
+
+#[test]
+fn a_straggler_that_loses_its_race_still_teaches_its_pace() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(1);
+    // Four results of the slow worker: one short of a known pace.
+    alternate(&mut env, fast, slow, 20_000, 200_000, 8);
+    alternate(&mut env, fast, fast, 20_000, 20_000, 2);
+    let client = env.new_client();
+    let (pkg, _) = env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(slow, 1), slow);
+    env.credit(fast, 1);
+    assert!(
+        env.tick().is_empty(),
+        "not yet a known straggler: no hedge at once"
+    );
+    // 1.5 x the fast worker's p95 (mean + 2 deviations, ~30 ms after 6 results).
+    env.advance(60);
+    let backup = tasks_of(&env.tick(), fast);
+    assert_eq!(backup.len(), 1);
+    env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
+    env.ack_all(client, pkg);
+    // The package is gone when the straggler answers; its time still counts.
+    env.advance(160);
+    env.answer(slow, t[0], TaskStatus::Ok, b"done", 200_000);
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    tasks_of(&env.credit(slow, 1), slow);
+    let out = env.credit(fast, 1);
+    let out = if tasks_of(&out, fast).is_empty() {
+        env.tick()
+    } else {
+        out
+    };
+    assert_eq!(
+        tasks_of(&out, fast).len(),
+        1,
+        "a known straggler now: {out:?}"
+    );
+}

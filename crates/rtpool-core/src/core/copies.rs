@@ -358,6 +358,9 @@ impl Core {
             return;
         }
         self.new_copy(id, now, true);
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.note_hedged(id, attempt, fn_hash);
+        }
         let g = self.tasks.get(id.0).and_then(|t| t.group).expect("grouped");
         self.groups.get_mut(g).expect("live group").hedged = true;
         self.counters.hedges += 1;
