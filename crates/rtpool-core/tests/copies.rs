@@ -523,3 +523,23 @@ fn a_straggler_that_loses_its_race_still_teaches_its_pace() {
         "a known straggler now: {out:?}"
     );
 }
+
+#[test]
+fn a_known_straggler_checks_again_soon_for_a_free_credit() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(2);
+    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    let client = env.new_client();
+    // The fast worker is busy: the hedged task goes to the slow worker, no credit elsewhere.
+    env.submit_spec(client, Spec::tasks(1).function(2));
+    let busy = tasks_of(&env.credit(fast, 1), fast);
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    assert_eq!(tasks_of(&env.credit(slow, 1), slow).len(), 1);
+    assert!(env.tick().is_empty(), "no free credit elsewhere yet");
+    env.complete_exec(fast, busy[0], 20_000);
+    env.credit(fast, 1);
+    // Checked again within an eighth of the fast worker's p95 (a few ms), not a p95 later.
+    env.advance(5);
+    assert_eq!(tasks_of(&env.tick(), fast).len(), 1);
+}

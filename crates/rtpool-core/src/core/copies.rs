@@ -289,14 +289,7 @@ impl Core {
         };
         let p95_ns = self.healthy_p95_us(&fn_hash, est.p95_us).max(1) * 1_000;
         let delay = (p95_ns as f64 * self.config.hedge_factor.max(1.0)) as u64;
-        let min = self.config.estimate_min_samples.max(1);
-        let own_ns = self
-            .estimates
-            .get(&fn_hash)
-            .and_then(|e| e.pace(worker.0))
-            .filter(|p| p.samples >= min)
-            .map_or(0, |p| p.mean_us.saturating_mul(1_000));
-        let mut at = if own_ns > delay {
+        let mut at = if self.is_known_straggler(&fn_hash, worker, delay) {
             now.0
         } else {
             now.0.saturating_add(delay)
@@ -318,6 +311,17 @@ impl Core {
             .unwrap_or(fallback_us)
     }
 
+    /// Whether `worker`'s own pace on the function (with enough results) is a mean past
+    /// `mark_ns`: its tasks are hedged at once, and re-checked often while no other worker
+    /// has a free credit.
+    fn is_known_straggler(&self, fn_hash: &FnHash, worker: WorkerId, mark_ns: u64) -> bool {
+        let min = self.config.estimate_min_samples.max(1);
+        self.estimates
+            .get(fn_hash)
+            .and_then(|e| e.pace(worker.0))
+            .is_some_and(|p| p.samples >= min && p.mean_us.saturating_mul(1_000) > mark_ns)
+    }
+
     fn arm_hedge_at(&mut self, id: TaskId, at: Instant) {
         let task = self.tasks.get_mut(id.0).expect("hedge of a freed task");
         if let Some(old) = task.hedge_at.replace(at) {
@@ -327,7 +331,8 @@ impl Core {
     }
 
     /// A hedged attempt's check fired: if it still runs, start a backup copy for another
-    /// worker — unless no other worker has a free credit now (then check again a p95 later).
+    /// worker — unless no other worker has a free credit now (then check again a p95 later,
+    /// or an eighth of it on a known straggler).
     /// One hedge per task, within `max_copies`.
     pub(super) fn on_hedge_timer(&mut self, id: TaskId, attempt: u32, now: Instant) {
         let Some(task) = self.tasks.get_mut(id.0) else {
@@ -353,7 +358,13 @@ impl Core {
             .map_or(0, |w| u64::from(w.credits));
         if self.free_credits <= own {
             let p95 = self.estimate(&fn_hash).map_or(1_000, |e| e.p95_us);
-            let retry = self.healthy_p95_us(&fn_hash, p95).max(1_000);
+            let mut retry = self.healthy_p95_us(&fn_hash, p95).max(1_000);
+            // On a known straggler every moment counts (a credit elsewhere may come back a
+            // moment later): check again after an eighth of a healthy run, at least 1 ms.
+            let mark = (retry as f64 * 1_000.0 * self.config.hedge_factor.max(1.0)) as u64;
+            if self.is_known_straggler(&fn_hash, worker, mark) {
+                retry = (retry / 8).max(1_000);
+            }
             self.arm_hedge_at(id, Instant(now.0.saturating_add(retry * 1_000)));
             return;
         }
