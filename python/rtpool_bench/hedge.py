@@ -80,7 +80,10 @@ def bench_hedge(args, say: Callable) -> Dict[str, object]:
             if one_at_a_time:
                 from .hedge_sequential import run_one_at_a_time
 
-                out = run_one_at_a_time(client, cluster.stats, one_at_a_time, task_ms, say)
+                warm = 12 if args.quick else 20
+                out = run_one_at_a_time(
+                    client, cluster.stats, one_at_a_time, task_ms, say, warm=warm
+                )
                 out.update(workers=args.workers, slowdown=args.slowdown)
                 return out
             say("hedge: warm-up (the master learns each function's execution time)")

@@ -30,8 +30,11 @@ def _one(submit: Callable, timeout: float) -> tuple:
     return time.perf_counter_ns() - start, None
 
 
-def run_one_at_a_time(client, stats: Callable, n: int, task_ms: float, say: Callable) -> Dict:
-    """The three configurations, ``n`` tasks each, one task at a time (see the module)."""
+def run_one_at_a_time(
+    client, stats: Callable, n: int, task_ms: float, say: Callable, warm: int = 2 * BLOCK
+) -> Dict:
+    """The three configurations, ``n`` tasks each, one task at a time (see the module), after
+    ``warm`` tasks of each (at least 5 per worker, so the master knows every worker's pace)."""
     hedged = client.options(hedge=True)
     configs = {
         "all fast": lambda: client.submit(sleep_maybe_slow, task_ms, False),
@@ -40,9 +43,9 @@ def run_one_at_a_time(client, stats: Callable, n: int, task_ms: float, say: Call
     }
     # Warm-up: the master learns each function's time on every worker, the slow one included
     # (a warm-up on the fast workers only would hide the issue's case).
-    say(f"hedge one at a time: warm-up, {2 * BLOCK} tasks per configuration")
+    say(f"hedge one at a time: warm-up, {warm} tasks per configuration")
     for submit in configs.values():
-        for _ in range(2 * BLOCK):
+        for _ in range(warm):
             _one(submit, 60)
     lat: Dict[str, List[int | None]] = {k: [] for k in configs}
     errors: Dict[str, Dict[str, int]] = {k: {} for k in configs}
