@@ -188,6 +188,14 @@ impl Estimator {
         pace.last_seen = seen;
     }
 
+    /// A run on `worker` that was aborted after `us` because another copy won: it would have
+    /// taken at least that long. Counted as `us` or the worker's mean, whichever is larger, so
+    /// a straggler whose copies are killed (never answering) still gets a known pace.
+    pub(crate) fn add_censored_pace(&mut self, worker: u64, us: u64) {
+        let mean = self.pace(worker).map_or(0, |p| p.mean_us);
+        self.add_pace(worker, us.max(mean));
+    }
+
     /// The pace of `worker` on this function, if it has run it.
     pub(crate) fn pace(&self, worker: u64) -> Option<&Pace> {
         self.paces.iter().find(|p| p.worker == worker)

@@ -543,3 +543,35 @@ fn a_known_straggler_checks_again_soon_for_a_free_credit() {
     env.advance(5);
     assert_eq!(tasks_of(&env.tick(), fast).len(), 1);
 }
+
+#[test]
+fn a_straggler_whose_copy_is_killed_still_gets_a_known_pace() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(1);
+    // Four results of the slow worker: one short of a known pace.
+    alternate(&mut env, fast, slow, 20_000, 200_000, 8);
+    alternate(&mut env, fast, fast, 20_000, 20_000, 2);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(slow, 1), slow);
+    env.credit(fast, 1);
+    env.advance(60);
+    let backup = tasks_of(&env.tick(), fast);
+    assert_eq!(backup.len(), 1);
+    env.advance(20);
+    let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
+    assert_eq!(aborts(&out), [(slow, t[0], 1)]);
+    // The slow worker's process is killed: it answers "cancelled", never a time.
+    env.answer(slow, t[0], TaskStatus::Cancelled, b"killed", 0);
+    // The abort after 80 ms counted as at least its 200 ms mean: a known straggler now.
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    tasks_of(&env.credit(slow, 1), slow);
+    let out = env.credit(fast, 1);
+    let out = if tasks_of(&out, fast).is_empty() {
+        env.tick()
+    } else {
+        out
+    };
+    assert_eq!(tasks_of(&out, fast).len(), 1, "hedged at once: {out:?}");
+}

@@ -82,6 +82,18 @@ impl Core {
         self.counters.copies_cancelled += 1;
     }
 
+    /// A copy of the package in `slot` ran `us` on `worker` before it was aborted: a lower
+    /// bound of that worker's time (see [`crate::estimate::Estimator::add_censored_pace`]).
+    fn learn_censored(&mut self, slot: u64, worker: WorkerId, us: u64) {
+        if let Some(p) = self.packages.get(slot) {
+            let fn_hash = p.fn_hash;
+            self.estimates
+                .entry(fn_hash)
+                .or_default()
+                .add_censored_pace(worker.0, us);
+        }
+    }
+
     /// A running copy leaves after answering (or being failed by the master): if its worker
     /// still holds it (`held`, a master-made outcome) it is aborted there and freed when the
     /// worker answers; otherwise it is freed now. It must not be the package's listed copy.
@@ -248,11 +260,15 @@ impl Core {
         let task = self.tasks.get(id.0).expect("finish of a freed task");
         let slot = task.package;
         let running_on = match task.state {
-            TaskState::Running { worker, .. } => Some((worker, task.attempt)),
+            TaskState::Running {
+                worker,
+                assigned_at,
+                ..
+            } => Some((worker, task.attempt, assigned_at)),
             _ => None,
         };
         let outcome = self.finish_task(id, outcome, now);
-        if let Some((worker, attempt)) = running_on {
+        if let Some((worker, attempt, assigned_at)) = running_on {
             if answered {
                 let task = self.tasks.get_mut(id.0).expect("just finished");
                 task.state = TaskState::Done {
@@ -262,6 +278,7 @@ impl Core {
             } else {
                 // Another copy decided it while this one still runs.
                 self.pending_aborts.push((worker, id, attempt));
+                self.learn_censored(slot, worker, now.micros_since(assigned_at));
                 self.counters.copies_cancelled += 1;
             }
         }
