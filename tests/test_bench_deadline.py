@@ -280,3 +280,18 @@ def test_hedge_quick_hedges_the_slow_worker():
     if "hedges" in row["master_stats"]:
         assert row["master_stats"]["hedges"] >= 1
     assert out["bar"]["ok"] == (out["hedge_p99_ratio"] <= 2.0)
+
+
+def test_hedge_one_at_a_time_quick():
+    out = run_json(["hedge", "--one-at-a-time", "4", "--quick"], timeout=150)["hedge"]
+    assert out["tasks_per_config"] == 4 and out["task_ms"] == 20.0
+    rows = out["configs"]
+    assert list(rows) == ["all fast", "one slow", "one slow + hedge"]
+    for row in rows.values():
+        assert row["sent"] == row["completed"] == 4 and row["errors"] == {}
+        assert_distribution(row["latency"], 4)
+    fast_p99 = rows["all fast"]["latency"]["p99_us"]
+    assert out["hedge_p99_ratio"] == pytest.approx(
+        rows["one slow + hedge"]["latency"]["p99_us"] / fast_p99, abs=1e-3
+    )
+    assert out["bar"]["ok"] == (out["hedge_p99_ratio"] <= 2.0)

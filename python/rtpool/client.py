@@ -136,6 +136,12 @@ class Client(_Submitter):
         """How many times the client reconnected to the master after losing the connection."""
         return self._conn.reconnects
 
+    @property
+    def overload_notices(self) -> int:
+        """How many packages with a deadline the master accepted while overloaded (each
+        with a notice; see :class:`rtpool.OverloadWarning`)."""
+        return self._conn.overload_notices
+
     def status(self, timeout: float = 10.0) -> Dict[str, Any]:
         """The master's status snapshot: what ``rtpool status`` and the dashboard show.
 

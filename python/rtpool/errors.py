@@ -26,6 +26,7 @@ __all__ = [
     "KeptResultLost",
     "MasterBusy",
     "NotFetchedError",
+    "OverloadWarning",
     "PoisonTaskError",
     "ProtocolError",
     "QuorumError",
@@ -237,6 +238,19 @@ class AdmissionError(SubmitRejected):
     deadline. Nothing of it ran and the connection stays usable; the message states the
     estimate and the shortfall. Every future of the package raises it, and so does
     ``Package.id``.
+    """
+
+
+class OverloadWarning(RuntimeWarning):
+    """The master accepted a package with a deadline while it is overloaded: deadlines are
+    being missed because more work is offered than its workers can do (the master's
+    ``--overload-miss-ratio`` of the deadline results of its ``--overload-window`` missed while
+    tasks waited in the queue). The package will likely miss its deadline too.
+
+    A warning, not an error: the package runs. Issued (through :mod:`warnings`, and logged on
+    the ``rtpool.client`` logger) at most once per 10 s per client; ``Client.overload_notices``
+    counts every notice. To be refused at once instead, submit with ``admit=True``; to have
+    late tasks dropped, ``on_miss="drop"``; or add workers.
     """
 
 

@@ -1,6 +1,7 @@
 """``rtpool bench hedge``: one of the workers 10x slower; all-fast, one-slow and one-slow with
 ``options(hedge=True)`` blocks interleaved at the same rate (see
-:mod:`rtpool_bench.openloop_cli`)."""
+:mod:`rtpool_bench.openloop_cli`); with ``--one-at-a-time N``, the same three one task at a
+time instead (:mod:`rtpool_bench.hedge_sequential`)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,11 @@ def bench_hedge(args, say: Callable) -> Dict[str, object]:
         raise ValueError("rtpool bench hedge needs --workers 2 or more (one of them is slow)")
     d = defaults("hedge", args)
     task_ms = d["task_ms"]
+    one_at_a_time = getattr(args, "one_at_a_time", 0)
+    if one_at_a_time < 0:
+        raise ValueError(f"--one-at-a-time must be 0 or more, not {one_at_a_time}")
+    if one_at_a_time:
+        task_ms = args.task_ms if args.task_ms is not None else 20.0
     load = args.load if args.load is not None else 0.3
     window = 4 * args.workers
     set_timer_slack_ns(1000)
@@ -71,6 +77,15 @@ def bench_hedge(args, say: Callable) -> Dict[str, object]:
         try:
             cluster.wait_for_workers(args.workers, timeout=30)
             client = cluster.client()
+            if one_at_a_time:
+                from .hedge_sequential import run_one_at_a_time
+
+                warm = 12 if args.quick else 20
+                out = run_one_at_a_time(
+                    client, cluster.stats, one_at_a_time, task_ms, say, warm=warm
+                )
+                out.update(workers=args.workers, slowdown=args.slowdown)
+                return out
             say("hedge: warm-up (the master learns each function's execution time)")
             view, note = probe(client, spin_maybe_slow_hedged, (task_ms, False), hedge=True)
             warm = [0] * (10 if args.quick else 40)

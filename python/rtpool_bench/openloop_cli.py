@@ -112,6 +112,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="deadline --background-load: the submitting thread stays normal in the real-time "
         "configurations (by default it runs inside client.realtime_thread())",
     )
+    g.add_argument(
+        "--one-at-a-time",
+        type=int,
+        default=0,
+        metavar="N",
+        help="hedge: instead of the open loop, N tasks per configuration submitted one after "
+        "another, each waited for (the request-at-a-time case; --task-ms default 20, sleeping)",
+    )
 
 
 def is_open_loop(args: argparse.Namespace) -> bool:
@@ -169,6 +177,10 @@ def run(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
             "deadline": rr.render_deadline,
             "deadline_load": render_deadline_load,
         }
+        if key == "hedge" and "tasks_per_config" in section:
+            from .hedge_sequential import render_one_at_a_time
+
+            render["hedge"] = render_one_at_a_time
         render.get(key, rr.render_hedge)(section, Console())
     return 0 if _all_answered(key, section) else 1
 

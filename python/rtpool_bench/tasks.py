@@ -70,3 +70,29 @@ def spin_maybe_slow_hedged(ms, slow):
     """The same as :func:`spin_maybe_slow`; a function of its own so the master keeps its own
     execution-time estimate for the hedged configuration (it learns one per function)."""
     return spin(ms * _slowdown() if slow else ms)
+
+
+def sleep_maybe_slow(ms, slow):
+    """Sleep ``ms`` milliseconds, times ``$RTPOOL_BENCH_SLOWDOWN`` when ``slow`` is true: the
+    task of ``rtpool bench hedge --one-at-a-time`` (the issue's case: one worker sleeps 200 ms
+    per task, the other 20 ms). Sleeping, not spinning, so the run costs the shared machine
+    little CPU.
+
+    Returns:
+        The milliseconds slept.
+    """
+    import time
+
+    ms = ms * _slowdown() if slow else ms
+    time.sleep(ms / 1000)
+    return ms
+
+
+def sleep_maybe_slow_hedged(ms, slow):
+    """The same as :func:`sleep_maybe_slow`; a function of its own so the master keeps its own
+    estimate and paces for the hedged configuration."""
+    import time
+
+    ms = ms * _slowdown() if slow else ms
+    time.sleep(ms / 1000)
+    return ms

@@ -44,6 +44,15 @@ pub struct CoreConfig {
     /// Most results sent to one client connection and not yet acknowledged (same rule).
     /// 0 = no limit (default 1,048,576).
     pub max_unacked_results_per_client: u64,
+    /// Overload: the window of deadline results the master judges overload on (default 10 s;
+    /// see [`OverloadStatus`](crate::OverloadStatus)).
+    pub overload_window_ns: u64,
+    /// Overload: the share of the window's deadline results that missed (with tasks waiting
+    /// in the queue) past which the master is overloaded (default 0.05; 0 = never).
+    pub overload_miss_ratio: f64,
+    /// Admission control for every package with a deadline, not only those that ask for it
+    /// with `admit` (default false; see `docs/deadlines.md` for why).
+    pub admit_deadlines: bool,
 }
 
 impl Default for CoreConfig {
@@ -62,6 +71,9 @@ impl Default for CoreConfig {
             max_queued_bytes_per_user: 1 << 30,
             max_unacked_bytes_per_client: 256 << 20,
             max_unacked_results_per_client: 1 << 20,
+            overload_window_ns: 10 * 1_000_000_000,
+            overload_miss_ratio: 0.05,
+            admit_deadlines: false,
         }
     }
 }

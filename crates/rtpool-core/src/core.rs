@@ -58,6 +58,7 @@ use crate::function::FunctionTable;
 use crate::group::Group;
 use crate::hungry::HungryRing;
 use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
+use crate::overload::OverloadWatch;
 use crate::package::Package;
 use crate::placement::Link;
 use crate::queue::{QueueKey, ReadyQueue};
@@ -138,6 +139,8 @@ pub struct Core {
     running_work_us: u64,
     /// Submission order of the next package.
     next_package_seq: u64,
+    /// Deadline results of the latest window: is the master overloaded?
+    overload: OverloadWatch,
     /// Epoch of the next worker to join.
     next_epoch: u64,
     /// Sequence number of the next assignment.
@@ -156,7 +159,6 @@ impl Core {
     /// An empty core.
     pub fn new(config: CoreConfig) -> Self {
         Self {
-            config,
             tasks: Table::default(),
             packages: Table::default(),
             package_slots: Map::default(),
@@ -182,12 +184,14 @@ impl Core {
             total_slots: 0,
             running_work_us: 0,
             next_package_seq: 0,
+            overload: OverloadWatch::new(config.overload_window_ns, config.overload_miss_ratio),
             running: 0,
             cancelling: 0,
             retained: 0,
             next_epoch: 0,
             next_seq: 0,
             counters: Counters::default(),
+            config,
         }
     }
 
@@ -509,6 +513,10 @@ impl Core {
             } else {
                 package.counts.missed += 1;
                 self.counters.deadlines_missed += 1;
+            }
+            let missed = outcome.status == TaskStatus::Missed || now > deadline;
+            if self.overload.record(now, missed, self.queue.len()) {
+                self.counters.overloads += 1;
             }
         }
         package.counts.done += 1;

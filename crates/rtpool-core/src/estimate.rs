@@ -6,6 +6,13 @@
 //! sum are halved, so the estimate follows a function whose cost changes, with older samples
 //! weighing less. Adding a sample is O(1); a quantile walks the fixed bucket array, O(1) in the
 //! size of the state (and cached until the next sample).
+//!
+//! Beside the histogram, each function keeps the **pace** of the workers that ran it (at most
+//! [`MAX_PACES`], the least recently heard from replaced first): a smoothed mean and mean
+//! deviation per worker, like TCP's round-trip estimator. Hedging judges a running task
+//! against the fastest pace ([`Estimator::fast_p95`]), so a slow worker that runs half the
+//! tasks cannot teach the master that slow is normal. A pace learns from every successful run,
+//! also from a copy that lost its race: that copy is what its worker takes.
 
 /// Buckets per doubling of the execution time.
 const PER_OCTAVE: u32 = 4;
@@ -13,6 +20,46 @@ const PER_OCTAVE: u32 = 4;
 const BUCKETS: usize = 40 * PER_OCTAVE as usize;
 /// Samples counted before the counts are halved.
 const WINDOW: u32 = 1024;
+/// Workers whose pace one function remembers.
+pub(crate) const MAX_PACES: usize = 32;
+/// Weight of a new sample in a pace's smoothed mean and deviation: 1/8 (as TCP's SRTT).
+const PACE_SHIFT: u32 = 3;
+
+/// How fast one worker runs one function: smoothed mean and mean deviation, microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pace {
+    /// The worker (a raw [`WorkerId`](crate::WorkerId) value).
+    pub(crate) worker: u64,
+    /// Smoothed execution time, microseconds.
+    pub(crate) mean_us: u64,
+    /// Smoothed mean deviation from `mean_us`, microseconds.
+    pub(crate) dev_us: u64,
+    /// Results learned from.
+    pub(crate) samples: u32,
+    /// The function's pace clock at this worker's last result (for replacement).
+    last_seen: u64,
+}
+
+impl Pace {
+    /// A high percentile of this worker's time: mean + 2 deviations (about the p95 of a
+    /// normal spread), microseconds.
+    pub(crate) fn p95_us(&self) -> u64 {
+        self.mean_us.saturating_add(self.dev_us.saturating_mul(2))
+    }
+
+    fn add(&mut self, us: u64) {
+        if self.samples == 0 {
+            self.mean_us = us;
+            self.dev_us = us / 2;
+        } else {
+            let dev = us.abs_diff(self.mean_us);
+            // x += (sample - x) / 8, in integers and without going negative.
+            self.mean_us = self.mean_us - (self.mean_us >> PACE_SHIFT) + (us >> PACE_SHIFT);
+            self.dev_us = self.dev_us - (self.dev_us >> PACE_SHIFT) + (dev >> PACE_SHIFT);
+        }
+        self.samples = self.samples.saturating_add(1);
+    }
+}
 
 /// What the core knows of a function's execution time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,6 +87,10 @@ pub(crate) struct Estimator {
     samples: u64,
     /// The estimate as of the last sample, computed on demand.
     cached: Option<Estimate>,
+    /// The pace of the workers that ran it (at most [`MAX_PACES`]).
+    paces: Vec<Pace>,
+    /// Runs counted by [`Estimator::add_pace`]: orders the paces by their last result.
+    pace_clock: u64,
 }
 
 impl Default for Estimator {
@@ -51,6 +102,8 @@ impl Default for Estimator {
             max_us: 0,
             samples: 0,
             cached: None,
+            paces: Vec::new(),
+            pace_clock: 0,
         }
     }
 }
@@ -94,6 +147,69 @@ impl Estimator {
         self.max_us = self.max_us.max(us);
         self.samples += 1;
         self.cached = None;
+    }
+
+    /// Counts one successful run on `worker` in that worker's pace only (the histogram
+    /// describes the runs whose answers counted; see [`Estimator::add`]). O([`MAX_PACES`]).
+    pub(crate) fn add_pace(&mut self, worker: u64, us: u64) {
+        self.pace_clock += 1;
+        let seen = self.pace_clock;
+        let i = match self.paces.iter().position(|p| p.worker == worker) {
+            Some(i) => i,
+            None if self.paces.len() < MAX_PACES => {
+                self.paces.push(Pace {
+                    worker,
+                    mean_us: 0,
+                    dev_us: 0,
+                    samples: 0,
+                    last_seen: 0,
+                });
+                self.paces.len() - 1
+            }
+            None => {
+                let (i, _) = self
+                    .paces
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, p)| p.last_seen)
+                    .expect("MAX_PACES > 0");
+                self.paces[i] = Pace {
+                    worker,
+                    mean_us: 0,
+                    dev_us: 0,
+                    samples: 0,
+                    last_seen: 0,
+                };
+                i
+            }
+        };
+        let pace = &mut self.paces[i];
+        pace.add(us);
+        pace.last_seen = seen;
+    }
+
+    /// A run on `worker` that was aborted after `us` because another copy won: it would have
+    /// taken at least that long. Counted as `us` or the worker's mean, whichever is larger, so
+    /// a straggler whose copies are killed (never answering) still gets a known pace.
+    pub(crate) fn add_censored_pace(&mut self, worker: u64, us: u64) {
+        let mean = self.pace(worker).map_or(0, |p| p.mean_us);
+        self.add_pace(worker, us.max(mean));
+    }
+
+    /// The pace of `worker` on this function, if it has run it.
+    pub(crate) fn pace(&self, worker: u64) -> Option<&Pace> {
+        self.paces.iter().find(|p| p.worker == worker)
+    }
+
+    /// The p95 of the fastest pace among the workers `counts` accepts (connected ones) with
+    /// at least `min_samples` results: what a healthy worker takes. None if no pace
+    /// qualifies. O([`MAX_PACES`]).
+    pub(crate) fn fast_p95(&self, min_samples: u32, counts: impl Fn(u64) -> bool) -> Option<u64> {
+        self.paces
+            .iter()
+            .filter(|p| p.samples >= min_samples && counts(p.worker))
+            .map(Pace::p95_us)
+            .min()
     }
 
     /// Results learned from.
@@ -209,6 +325,36 @@ mod tests {
         assert!(est.p50_us >= 50_000, "{est:?}");
         assert_eq!(est.samples, u64::from(4 * WINDOW));
         assert!(e.window <= WINDOW + 1);
+    }
+
+    #[test]
+    fn paces_tell_a_slow_worker_from_a_fast_one() {
+        let mut e = Estimator::default();
+        for _ in 0..10 {
+            e.add_pace(1, 20_000);
+            e.add_pace(2, 200_000);
+        }
+        assert_eq!(e.pace(1).map(|p| p.samples), Some(10));
+        // The slow worker's pace converges on 200 ms; the fast one's is exactly 20 ms.
+        assert_eq!(e.fast_p95(5, |_| true), Some(e.pace(1).unwrap().p95_us()));
+        let fast = e.fast_p95(5, |_| true).unwrap();
+        assert!((20_000..=30_000).contains(&fast), "{fast}");
+        let slow = e.pace(2).unwrap().mean_us;
+        assert!(slow >= 150_000, "{slow}");
+        // A gone fast worker does not count; too few results do not either.
+        assert!(e.fast_p95(5, |w| w == 2).unwrap() >= 150_000);
+        assert_eq!(e.fast_p95(11, |_| true), None);
+    }
+
+    #[test]
+    fn paces_are_bounded_and_forget_the_least_recent_worker() {
+        let mut e = Estimator::default();
+        for w in 0..(MAX_PACES as u64 + 5) {
+            e.add_pace(w, 1_000);
+        }
+        assert_eq!(e.paces.len(), MAX_PACES);
+        assert!(e.pace(0).is_none(), "the oldest worker was replaced");
+        assert!(e.pace(MAX_PACES as u64 + 4).is_some());
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod function;
 mod group;
 mod hungry;
 mod ids;
+mod overload;
 mod package;
 mod placement;
 mod queue;
@@ -34,4 +35,5 @@ pub use crate::event::{
     WorkerOutcome,
 };
 pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
+pub use crate::overload::{OverloadStatus, MIN_RESULTS as OVERLOAD_MIN_RESULTS};
 pub use crate::stats::{CoreStats, Counters, WorkerStats};

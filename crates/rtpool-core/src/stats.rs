@@ -59,6 +59,9 @@ counters! {
     disagreements,
     /// Tasks failed because their copies never reached a quorum.
     quorum_failed,
+    /// Times the master became overloaded (deadlines missed with work waiting; see
+    /// [`OverloadStatus`](crate::OverloadStatus)).
+    overloads,
 }
 
 /// Defines [`CoreStats`] from one list of documented `usize` gauges, beside the [`Counters`].
@@ -138,9 +141,9 @@ mod tests {
             ..CoreStats::default()
         };
         let all: Vec<_> = stats.iter().collect();
-        assert_eq!(all.len(), 10 + 18);
+        assert_eq!(all.len(), 10 + 19);
         assert_eq!(all[0], ("tasks", 7));
-        assert_eq!(all.last(), Some(&("quorum_failed", 3)));
+        assert_eq!(all.last(), Some(&("overloads", 0)));
         let names: std::collections::HashSet<_> = all.iter().map(|(n, _)| n).collect();
         assert_eq!(names.len(), all.len(), "no name twice");
     }

@@ -27,7 +27,14 @@ pub(crate) struct Worker {
     pub(crate) link: Link,
     /// Moving average of its execution times over each function's mean (`None`: unknown).
     pub(crate) slowness: Option<f64>,
+    /// Its running tasks that got a hedge copy elsewhere, as `(task, attempt, function)`: when
+    /// one answers after its package is gone (its copy lost the race), its time still teaches
+    /// this worker's pace. At most [`MAX_HEDGED`], the oldest forgotten first.
+    pub(crate) hedged: Vec<(TaskId, u32, FnHash)>,
 }
+
+/// Hedged tasks a worker remembers (see [`Worker::hedged`]).
+pub(crate) const MAX_HEDGED: usize = 16;
 
 impl Worker {
     /// A new worker with no credits.
@@ -43,7 +50,25 @@ impl Worker {
             serves: Vec::new(),
             link: Link::default(),
             slowness: None,
+            hedged: Vec::new(),
         }
+    }
+
+    /// Remembers that `(task, attempt)`, running here, got a hedge copy elsewhere.
+    pub(crate) fn note_hedged(&mut self, task: TaskId, attempt: u32, fn_hash: FnHash) {
+        if self.hedged.len() >= MAX_HEDGED {
+            self.hedged.remove(0);
+        }
+        self.hedged.push((task, attempt, fn_hash));
+    }
+
+    /// The function of a hedged `(task, attempt)` that answered, forgotten now.
+    pub(crate) fn take_hedged(&mut self, task: TaskId, attempt: u32) -> Option<FnHash> {
+        let i = self
+            .hedged
+            .iter()
+            .position(|&(t, a, _)| t == task && a == attempt)?;
+        Some(self.hedged.swap_remove(i).2)
     }
 
     /// It may be sent a task now.

@@ -384,3 +384,194 @@ proptest! {
         }
     }
 }
+
+/// Runs `n` single-task packages of test function 2 one after another, alternating between
+/// the `fast` worker (`fast_us` each) and the `slow` one (`slow_us`): what the issue's
+/// request-at-a-time client teaches the master.
+fn alternate(
+    env: &mut TestEnv,
+    fast: WorkerId,
+    slow: WorkerId,
+    fast_us: u64,
+    slow_us: u64,
+    n: usize,
+) {
+    let client = env.new_client();
+    for i in 0..n {
+        let (w, us) = if i % 2 == 0 {
+            (fast, fast_us)
+        } else {
+            (slow, slow_us)
+        };
+        env.submit_spec(client, Spec::tasks(1).function(2));
+        let t = tasks_of(&env.credit(w, 1), w);
+        assert_eq!(t.len(), 1);
+        env.complete_exec(w, t[0], us);
+    }
+}
+
+#[test]
+fn a_slow_worker_does_not_teach_the_hedge_that_slow_is_normal() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(1);
+    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    // Half the results took 200 ms: the function's own p95 is about 200 ms.
+    assert!(env.core.estimate(&common::fn_hash(2)).unwrap().p95_us >= 150_000);
+    // A worker the master knows nothing of runs the next task: judged against the fast
+    // worker's 20 ms (hedged by 1.5 x ~20 ms), not against the 300 ms the p95 would give.
+    let fresh = env.new_worker(1);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(fresh, 1), fresh);
+    assert_eq!(t.len(), 1);
+    env.credit(fast, 1);
+    env.advance(40);
+    let out = env.tick();
+    let backup = tasks_of(&out, fast);
+    assert_eq!(backup.len(), 1, "hedged after 40 ms: {out:?}");
+    assert_eq!(env.core.stats().counters.hedges, 1);
+}
+
+#[test]
+fn a_known_straggler_is_hedged_as_soon_as_its_task_starts() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(1);
+    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(slow, 1), slow);
+    assert_eq!(t.len(), 1);
+    let out = env.credit(fast, 1);
+    let out = if tasks_of(&out, fast).is_empty() {
+        env.tick()
+    } else {
+        out
+    };
+    let backup = tasks_of(&out, fast);
+    assert_eq!(backup.len(), 1, "no wait for the slow worker: {out:?}");
+    let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
+    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "done".to_owned())]);
+    assert_eq!(aborts(&out), [(slow, t[0], 1)]);
+    // The fast worker's own tasks are not hedged before 1.5 x its p95.
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(fast, 1), fast);
+    assert_eq!(t.len(), 1);
+    env.advance(25);
+    assert!(tasks_of(&env.tick(), slow).is_empty());
+    assert_eq!(env.core.stats().counters.hedges, 1);
+}
+
+#[test]
+fn with_equal_workers_nothing_is_hedged_early() {
+    let mut env = TestEnv::new();
+    let a = env.new_worker(1);
+    let b = env.new_worker(1);
+    alternate(&mut env, a, b, 20_000, 20_000, 20);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    tasks_of(&env.credit(a, 1), a);
+    env.credit(b, 1);
+    env.advance(25);
+    assert!(
+        env.tick().is_empty(),
+        "a 20 ms function at 25 ms is not late"
+    );
+    // The pace's deviation starts at half the first sample and decays by 1/8 a result:
+    // after 10 results the mark is about 1.5 x 26 ms.
+    env.advance(20);
+    assert_eq!(tasks_of(&env.tick(), b).len(), 1, "at 45 ms it is");
+}
+
+#[test]
+fn a_straggler_that_loses_its_race_still_teaches_its_pace() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(1);
+    // Four results of the slow worker: one short of a known pace.
+    alternate(&mut env, fast, slow, 20_000, 200_000, 8);
+    alternate(&mut env, fast, fast, 20_000, 20_000, 2);
+    let client = env.new_client();
+    let (pkg, _) = env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(slow, 1), slow);
+    env.credit(fast, 1);
+    assert!(
+        env.tick().is_empty(),
+        "not yet a known straggler: no hedge at once"
+    );
+    // 1.5 x the fast worker's p95 (mean + 2 deviations, ~30 ms after 6 results).
+    env.advance(60);
+    let backup = tasks_of(&env.tick(), fast);
+    assert_eq!(backup.len(), 1);
+    env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
+    env.ack_all(client, pkg);
+    // The package is gone when the straggler answers; its time still counts.
+    env.advance(160);
+    env.answer(slow, t[0], TaskStatus::Ok, b"done", 200_000);
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    tasks_of(&env.credit(slow, 1), slow);
+    let out = env.credit(fast, 1);
+    let out = if tasks_of(&out, fast).is_empty() {
+        env.tick()
+    } else {
+        out
+    };
+    assert_eq!(
+        tasks_of(&out, fast).len(),
+        1,
+        "a known straggler now: {out:?}"
+    );
+}
+
+#[test]
+fn a_known_straggler_checks_again_soon_for_a_free_credit() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(2);
+    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    let client = env.new_client();
+    // The fast worker is busy: the hedged task goes to the slow worker, no credit elsewhere.
+    env.submit_spec(client, Spec::tasks(1).function(2));
+    let busy = tasks_of(&env.credit(fast, 1), fast);
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    assert_eq!(tasks_of(&env.credit(slow, 1), slow).len(), 1);
+    assert!(env.tick().is_empty(), "no free credit elsewhere yet");
+    env.complete_exec(fast, busy[0], 20_000);
+    env.credit(fast, 1);
+    // Checked again within an eighth of the fast worker's p95 (a few ms), not a p95 later.
+    env.advance(5);
+    assert_eq!(tasks_of(&env.tick(), fast).len(), 1);
+}
+
+#[test]
+fn a_straggler_whose_copy_is_killed_still_gets_a_known_pace() {
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let slow = env.new_worker(1);
+    // Four results of the slow worker: one short of a known pace.
+    alternate(&mut env, fast, slow, 20_000, 200_000, 8);
+    alternate(&mut env, fast, fast, 20_000, 20_000, 2);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(slow, 1), slow);
+    env.credit(fast, 1);
+    env.advance(60);
+    let backup = tasks_of(&env.tick(), fast);
+    assert_eq!(backup.len(), 1);
+    env.advance(20);
+    let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
+    assert_eq!(aborts(&out), [(slow, t[0], 1)]);
+    // The slow worker's process is killed: it answers "cancelled", never a time.
+    env.answer(slow, t[0], TaskStatus::Cancelled, b"killed", 0);
+    // The abort after 80 ms counted as at least its 200 ms mean: a known straggler now.
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    tasks_of(&env.credit(slow, 1), slow);
+    let out = env.credit(fast, 1);
+    let out = if tasks_of(&out, fast).is_empty() {
+        env.tick()
+    } else {
+        out
+    };
+    assert_eq!(tasks_of(&out, fast).len(), 1, "hedged at once: {out:?}");
+}

@@ -65,7 +65,9 @@ fn package_round_trip_with_code_cache_and_credits() {
     let tasks: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i])).collect();
     client.send(&submit(7, b"code", tasks));
     let package = match client.recv() {
-        Msg::Accepted { req_id: 7, package } => package,
+        Msg::Accepted {
+            req_id: 7, package, ..
+        } => package,
         other => panic!("expected ACCEPTED, got {other:?}"),
     };
     // Credits bound what the worker holds: 2 credits, 2 tasks; code only in the first.

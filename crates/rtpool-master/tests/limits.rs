@@ -419,7 +419,9 @@ fn a_package_round_trip_over_tls_with_a_self_signed_certificate() {
     let tasks: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i; 1000])).collect();
     client.send(&submit(5, b"tls code", tasks));
     let package = match client.recv() {
-        Msg::Accepted { req_id: 5, package } => package,
+        Msg::Accepted {
+            req_id: 5, package, ..
+        } => package,
         other => panic!("expected ACCEPTED, got {other:?}"),
     };
     worker.send(&Msg::Pull { credits: 3 });

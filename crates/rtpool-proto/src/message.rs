@@ -339,6 +339,9 @@ pub enum Msg {
         req_id: u64,
         /// The master's package id.
         package: u64,
+        /// An optional third field: a warning about the package (the master is overloaded and
+        /// misses deadlines). Absent (`None`) in the usual two-field form.
+        notice: Option<String>,
     },
     /// Kind 12: results of one package, in completion order.
     Results {

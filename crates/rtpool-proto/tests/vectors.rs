@@ -215,7 +215,16 @@ fn msg_to_json(msg: &Msg) -> Value {
                 ])
             })
             .collect::<Vec<_>>()]),
-        Msg::Accepted { req_id, package }
+        Msg::Accepted {
+            req_id,
+            package,
+            notice: Some(notice),
+        } => json!([req_id, package, notice]),
+        Msg::Accepted {
+            req_id,
+            package,
+            notice: None,
+        }
         | Msg::Status { req_id, package }
         | Msg::Attach { req_id, package } => {
             json!([req_id, package])

@@ -41,7 +41,7 @@ from .._dial import Address, TlsOption, connect, parse_address
 from .._future import Future
 from ..errors import ConnectionLost
 from .packages import _Packages
-from .receive import _Receiver
+from .receive import _Receiver, notice_limiter
 from .reconnect import _BACKOFF_FIRST, _Reconnector
 from .segment import ALL, _Segment
 
@@ -148,6 +148,9 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self._backoff = _BACKOFF_FIRST
         self.reconnects = 0
         self.duplicate_results = 0  # results of a task after its first one (tests read it)
+        self.overload_notices = 0  # ACCEPTED with the master's overload notice
+        self.last_notice: str | None = None
+        self._notice_log = notice_limiter()
         self.sock: socket.socket | None = None
         self._thread_start = thread_start
         self._use(sock, welcome, reader)

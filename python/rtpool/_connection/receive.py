@@ -9,14 +9,18 @@ A mixin of :class:`~rtpool._connection.connection._Connection` (the state is the
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import time
+import warnings
 from typing import List
 
 from .. import _protocol as P
 from .._future import Future
+from .._ratelimit import LogLimiter
 from .._serialize import error_from_report, loads_result
 from ..errors import (
     AdmissionError,
+    OverloadWarning,
     ProtocolError,
     QueueLimitError,
     QuotaExceededError,
@@ -28,6 +32,17 @@ from .outcomes import task_error
 
 _perf_ns = time.perf_counter_ns
 _monotonic = time.monotonic
+_log = logging.getLogger("rtpool.client")
+
+#: Seconds between two overload warnings of one client (the rest are counted).
+NOTICE_WINDOW_S = 10.0
+
+
+def notice_limiter() -> LogLimiter:
+    """The limiter of a connection's overload warnings."""
+    return LogLimiter(NOTICE_WINDOW_S)
+
+
 _loads = loads_result
 _InvalidStateError = cf.InvalidStateError
 
@@ -104,6 +119,8 @@ class _Receiver:
                 self._on_results(msg[1], msg[2])
             elif kind == P.ACCEPTED:
                 self._on_accepted(msg[1], msg[2])
+                if len(msg) > 3:  # the master's notice (issue 17: overload)
+                    self._on_notice(msg[2], msg[3])
             elif kind == P.STATUS_REPLY:
                 self._on_status_reply(msg)
             elif kind == P.ERROR:
@@ -202,6 +219,19 @@ class _Receiver:
                 self._cond.notify_all()
         if pending is not None:
             self._send(P.encode(P.CANCEL, package, list(pending)), quiet=True)
+
+    def _on_notice(self, package: int, notice: str) -> None:
+        """The master's warning about a package it accepted (it is overloaded): issued as an
+        :class:`OverloadWarning` and a log line at most once per window, and counted (after
+        the warning, so a reader that sees the count also sees the warning)."""
+        if self._notice_log.check(None, _monotonic()) is not None:
+            text = (
+                f"the master at {self.address} accepted package {package} with a warning: {notice}"
+            )
+            _log.warning("%s", text)
+            warnings.warn(OverloadWarning(text), stacklevel=2)
+        self.last_notice = notice
+        self.overload_notices += 1
 
     def _on_status_reply(self, msg: list) -> None:
         with self._cond:

@@ -53,7 +53,8 @@ impl Core {
         Ok(())
     }
 
-    /// Admission control: with `admit`, refuses a package whose last task, by the running
+    /// Admission control: with `admit` (or for every package with a deadline under
+    /// `admit_deadlines`), refuses a package whose last task, by the running
     /// estimate of its function, cannot finish by its deadline. The estimate: the work queued
     /// at its priority or above and the work running (each task at its function's mean) are
     /// spread over the worker slots, then its own tasks; its last task takes the function's
@@ -64,7 +65,8 @@ impl Core {
         opts: &PackageOpts,
         tasks: u32,
     ) -> Result<(), RejectReason> {
-        if !opts.admit || opts.deadline_ms == 0 {
+        let asked = opts.admit || self.config.admit_deadlines;
+        if !asked || opts.deadline_ms == 0 {
             return Ok(());
         }
         let deadline_us = u64::from(opts.deadline_ms) * 1_000;

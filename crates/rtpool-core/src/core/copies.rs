@@ -6,7 +6,7 @@ use super::timers::Results;
 use super::{Core, Timer};
 use crate::event::{TaskOutcome, TaskStatus};
 use crate::group::{Group, Vote};
-use crate::ids::{Instant, TaskId, WorkerId};
+use crate::ids::{FnHash, Instant, TaskId, WorkerId};
 use crate::task::{Task, TaskState};
 
 impl Core {
@@ -80,6 +80,18 @@ impl Core {
             _ => return,
         }
         self.counters.copies_cancelled += 1;
+    }
+
+    /// A copy of the package in `slot` ran `us` on `worker` before it was aborted: a lower
+    /// bound of that worker's time (see [`crate::estimate::Estimator::add_censored_pace`]).
+    fn learn_censored(&mut self, slot: u64, worker: WorkerId, us: u64) {
+        if let Some(p) = self.packages.get(slot) {
+            let fn_hash = p.fn_hash;
+            self.estimates
+                .entry(fn_hash)
+                .or_default()
+                .add_censored_pace(worker.0, us);
+        }
     }
 
     /// A running copy leaves after answering (or being failed by the master): if its worker
@@ -248,11 +260,15 @@ impl Core {
         let task = self.tasks.get(id.0).expect("finish of a freed task");
         let slot = task.package;
         let running_on = match task.state {
-            TaskState::Running { worker, .. } => Some((worker, task.attempt)),
+            TaskState::Running {
+                worker,
+                assigned_at,
+                ..
+            } => Some((worker, task.attempt, assigned_at)),
             _ => None,
         };
         let outcome = self.finish_task(id, outcome, now);
-        if let Some((worker, attempt)) = running_on {
+        if let Some((worker, attempt, assigned_at)) = running_on {
             if answered {
                 let task = self.tasks.get_mut(id.0).expect("just finished");
                 task.state = TaskState::Done {
@@ -262,17 +278,24 @@ impl Core {
             } else {
                 // Another copy decided it while this one still runs.
                 self.pending_aborts.push((worker, id, attempt));
+                self.learn_censored(slot, worker, now.micros_since(assigned_at));
                 self.counters.copies_cancelled += 1;
             }
         }
         results.add(self, slot, outcome);
     }
 
-    /// Arms a hedged task's straggler check when it starts: after `hedge_factor` times its
-    /// function's p95, or earlier when its deadline would be at risk (less than a p95 left).
-    /// Nothing is armed until the function's estimate rests on enough results.
+    /// Arms a hedged task's straggler check when it starts: after `hedge_factor` times what a
+    /// healthy worker takes (the p95 of the fastest connected worker's pace on its function,
+    /// or the function's p95 before any pace is known), or earlier when its deadline would be
+    /// at risk (less than that p95 left). A worker whose own pace is already past that mark
+    /// is a known straggler: its task is hedged at once. Nothing is armed until the
+    /// function's estimate rests on enough results.
     pub(super) fn arm_hedge(&mut self, id: TaskId, now: Instant) {
         let task = self.tasks.get(id.0).expect("hedge of a freed task");
+        let TaskState::Running { worker, .. } = task.state else {
+            return;
+        };
         let p = self.packages.get(task.package).expect("live package");
         if !p.opts.hedge {
             return;
@@ -281,13 +304,39 @@ impl Core {
         let Some(est) = self.trusted_estimate(&fn_hash) else {
             return;
         };
-        let p95_ns = est.p95_us.max(1) * 1_000;
+        let p95_ns = self.healthy_p95_us(&fn_hash, est.p95_us).max(1) * 1_000;
         let delay = (p95_ns as f64 * self.config.hedge_factor.max(1.0)) as u64;
-        let mut at = now.0.saturating_add(delay);
+        let mut at = if self.is_known_straggler(&fn_hash, worker, delay) {
+            now.0
+        } else {
+            now.0.saturating_add(delay)
+        };
         if let Some(deadline) = deadline {
             at = at.min(deadline.0.saturating_sub(p95_ns).max(now.0));
         }
         self.arm_hedge_at(id, Instant(at));
+    }
+
+    /// What a healthy worker takes to run the function, microseconds: the p95 of the fastest
+    /// connected worker's pace with enough results, else `fallback_us` (the function's p95).
+    /// O(paces kept per function, at most 32).
+    fn healthy_p95_us(&self, fn_hash: &FnHash, fallback_us: u64) -> u64 {
+        let min = self.config.estimate_min_samples.max(1);
+        self.estimates
+            .get(fn_hash)
+            .and_then(|e| e.fast_p95(min, |w| self.workers.contains_key(&WorkerId(w))))
+            .unwrap_or(fallback_us)
+    }
+
+    /// Whether `worker`'s own pace on the function (with enough results) is a mean past
+    /// `mark_ns`: its tasks are hedged at once, and re-checked often while no other worker
+    /// has a free credit.
+    fn is_known_straggler(&self, fn_hash: &FnHash, worker: WorkerId, mark_ns: u64) -> bool {
+        let min = self.config.estimate_min_samples.max(1);
+        self.estimates
+            .get(fn_hash)
+            .and_then(|e| e.pace(worker.0))
+            .is_some_and(|p| p.samples >= min && p.mean_us.saturating_mul(1_000) > mark_ns)
     }
 
     fn arm_hedge_at(&mut self, id: TaskId, at: Instant) {
@@ -299,7 +348,8 @@ impl Core {
     }
 
     /// A hedged attempt's check fired: if it still runs, start a backup copy for another
-    /// worker — unless no other worker has a free credit now (then check again a p95 later).
+    /// worker — unless no other worker has a free credit now (then check again a p95 later,
+    /// or an eighth of it on a known straggler).
     /// One hedge per task, within `max_copies`.
     pub(super) fn on_hedge_timer(&mut self, id: TaskId, attempt: u32, now: Instant) {
         let Some(task) = self.tasks.get_mut(id.0) else {
@@ -324,13 +374,21 @@ impl Core {
             .get(&worker)
             .map_or(0, |w| u64::from(w.credits));
         if self.free_credits <= own {
-            let retry = self
-                .estimate(&fn_hash)
-                .map_or(1_000, |e| e.p95_us.max(1_000));
+            let p95 = self.estimate(&fn_hash).map_or(1_000, |e| e.p95_us);
+            let mut retry = self.healthy_p95_us(&fn_hash, p95).max(1_000);
+            // On a known straggler every moment counts (a credit elsewhere may come back a
+            // moment later): check again after an eighth of a healthy run, at least 1 ms.
+            let mark = (retry as f64 * 1_000.0 * self.config.hedge_factor.max(1.0)) as u64;
+            if self.is_known_straggler(&fn_hash, worker, mark) {
+                retry = (retry / 8).max(1_000);
+            }
             self.arm_hedge_at(id, Instant(now.0.saturating_add(retry * 1_000)));
             return;
         }
         self.new_copy(id, now, true);
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.note_hedged(id, attempt, fn_hash);
+        }
         let g = self.tasks.get(id.0).and_then(|t| t.group).expect("grouped");
         self.groups.get_mut(g).expect("live group").hedged = true;
         self.counters.hedges += 1;

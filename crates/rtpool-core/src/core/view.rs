@@ -8,6 +8,7 @@
 use super::Core;
 use crate::event::PackageCounts;
 use crate::ids::{Instant, PackageId, UserId, WorkerId};
+use crate::overload::OverloadStatus;
 
 /// One live package, as a status page shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +64,20 @@ impl Core {
             in_flight: w.in_flight.len(),
             draining: w.draining,
         })
+    }
+
+    /// Whether deadlines are being missed because the workers cannot keep up, judged on the
+    /// deadline results of the window ending at `now` (see [`OverloadStatus`]). O(1).
+    pub fn overload(&self, now: Instant) -> OverloadStatus {
+        self.overload.status(now, self.queue.len())
+    }
+
+    /// Whether the live package `id` has a deadline (false for an unknown one). O(1).
+    pub fn has_deadline(&self, id: PackageId) -> bool {
+        self.package_slots
+            .get(&id)
+            .and_then(|&slot| self.packages.get(slot))
+            .is_some_and(|p| p.deadline.is_some())
     }
 }
 

@@ -130,8 +130,19 @@ impl Core {
             Some(c) => self.services.get(c.service).map(|s| s.fn_hash),
             None => self.packages.get(slot).map(|p| p.fn_hash),
         };
+        let mut hedged_fn = None;
         if let Some(w) = self.workers.get_mut(&worker) {
             w.in_flight.remove(&r.task);
+            hedged_fn = w.take_hedged(r.task, r.attempt);
+        }
+        // The worker's pace learns from every run it finished, a lost race included (then its
+        // package may be gone: the function was noted when the hedge started).
+        let live_fn = fn_hash.filter(|_| self.packages.get(slot).is_some());
+        if let Some(h) = hedged_fn.or(live_fn).filter(|_| r.status == TaskStatus::Ok) {
+            self.estimates
+                .entry(h)
+                .or_default()
+                .add_pace(worker.0, r.exec_us);
         }
         if let TaskState::Running { assigned_at, .. } = state {
             let mean = fn_hash

@@ -16,7 +16,7 @@ use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 
 use super::logging::parse_log_filter;
 pub use super::logging::{LogFormat, Logging};
-use super::{check_hedge_factor, MasterConfig};
+use super::{check_hedge_factor, check_miss_ratio, MasterConfig};
 use crate::journal::FsyncPolicy;
 use crate::realtime::{parse_cpus, RealtimeConfig, DEFAULT_PRIORITY};
 
@@ -251,6 +251,22 @@ pub struct MasterArgs {
     #[arg(long = "service-grace", value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_seconds,
           help_heading = "Scheduling")]
     pub service_grace_s: Option<f64>,
+    /// Overload: the master says it is overloaded (metric rtpool_overloaded, a rate-limited
+    /// warning in its log, a warning to each client whose package with a deadline it accepts)
+    /// when at least this share of the deadline results of the last --overload-window missed
+    /// their deadline while tasks waited in the queue (0-1; 0 = never; default: 0.05).
+    #[arg(long, value_name = "RATIO", allow_negative_numbers = true, value_parser = parse_miss_ratio,
+          help_heading = "Scheduling")]
+    pub overload_miss_ratio: Option<f64>,
+    /// Overload: the window of deadline results judged, in seconds (default: 10).
+    #[arg(long = "overload-window", value_name = "SECONDS", allow_negative_numbers = true,
+          value_parser = parse_seconds, help_heading = "Scheduling")]
+    pub overload_window_s: Option<f64>,
+    /// Admission control for every package with a deadline, not only those submitted with
+    /// admit=True: one that cannot finish by its deadline is refused (AdmissionError) instead
+    /// of queued (default: off; see docs/deadlines.md).
+    #[arg(long, help_heading = "Scheduling")]
+    pub admit_deadlines: bool,
 
     /// Real-time mode: lock the master's memory (mlockall), run its threads under SCHED_FIFO
     /// and pin them with --cpus, each as far as the OS permits (a refused step is logged once
@@ -393,6 +409,9 @@ impl MasterArgs {
             journal,
             hedge_factor,
             service_grace_s,
+            overload_miss_ratio,
+            overload_window_s,
+            admit_deadlines,
             realtime,
             rt_priority,
             cpus,
@@ -453,6 +472,9 @@ impl MasterArgs {
         config.journal &= journal;
         set(&mut config.hedge_factor, hedge_factor);
         set(&mut config.service_grace, service_grace_s.map(secs));
+        set(&mut config.overload_miss_ratio, overload_miss_ratio);
+        set(&mut config.overload_window, overload_window_s.map(secs));
+        config.admit_deadlines |= admit_deadlines;
         set(&mut config.log_summary, log_summary_s.map(secs));
         if let Some(http) = http {
             config.http_is_default = false;
@@ -512,6 +534,14 @@ fn parse_hedge_factor(text: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("{text:?} is not a number; use e.g. 3 or 2.5"))?;
     check_hedge_factor(value)
+}
+
+/// `--overload-miss-ratio`: a share from 0 to 1.
+fn parse_miss_ratio(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number; use e.g. 0.05"))?;
+    check_miss_ratio(value)
 }
 
 /// A duration in seconds (`--result-ttl`, `--service-grace`, ...): a finite number >= 0.

@@ -58,6 +58,14 @@ pub struct MasterConfig {
     pub hedge_factor: f64,
     /// Longest any task may run; zero = no limit (default 24 h).
     pub max_task_time: Duration,
+    /// Overload: the share of the window's deadline results that missed, with tasks waiting,
+    /// past which the master says it is overloaded (default 0.05; 0 = never; 0-1).
+    pub overload_miss_ratio: f64,
+    /// Overload: the window of deadline results judged (default 10 s).
+    pub overload_window: Duration,
+    /// Admission control for every package with a deadline (default false: only for those
+    /// submitted with `admit=True`).
+    pub admit_deadlines: bool,
     /// How long past a task's own time limit the master waits for the worker's report before
     /// failing the task itself (default 2 s).
     pub timeout_grace: Duration,
@@ -147,6 +155,9 @@ impl MasterConfig {
             max_queued_bytes_per_user: self.max_queued_bytes_per_user,
             max_unacked_bytes_per_client: self.max_unacked_bytes_per_client,
             max_unacked_results_per_client: self.max_unacked_results_per_client,
+            overload_miss_ratio: self.overload_miss_ratio,
+            overload_window_ns: self.overload_window.as_nanos().min(u64::MAX as u128) as u64,
+            admit_deadlines: self.admit_deadlines,
             ..rtpool_core::CoreConfig::default()
         }
     }
@@ -172,12 +183,34 @@ impl MasterConfig {
                 ),
             });
         }
+        check_miss_ratio(self.overload_miss_ratio).map_err(|reason| {
+            MasterError::InvalidConfig {
+                option: "overload miss ratio",
+                reason,
+            }
+        })?;
         Ok(())
     }
 }
 
 /// Largest `max_frame_bytes` allowed: 2 GiB - 1 MiB (a frame's length fields have 31 bits).
 pub const MAX_FRAME_LIMIT: usize = (2048 - 1) << 20;
+
+/// Checks `--overload-miss-ratio`: a share from 0 (never overloaded) to 1.
+///
+/// # Errors
+///
+/// Why `value` is not a number from 0 to 1.
+pub fn check_miss_ratio(value: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "must be a share from 0 to 1 of the deadline results that missed (0 = never \
+             overloaded; default 0.05), not {value}"
+        ))
+    }
+}
 
 /// Checks a hedge factor, for [`MasterConfig::validate`] and for the front ends that want to
 /// refuse a bad value as soon as they read it (`--hedge-factor`, `options={"hedge_factor":}`).
@@ -215,6 +248,9 @@ impl Default for MasterConfig {
             max_attempts: 3,
             hedge_factor: DEFAULT_HEDGE_FACTOR,
             max_task_time: Duration::from_secs(86_400),
+            overload_miss_ratio: core.overload_miss_ratio,
+            overload_window: Duration::from_nanos(core.overload_window_ns),
+            admit_deadlines: core.admit_deadlines,
             timeout_grace: Duration::from_secs(2),
             service_grace: Duration::from_secs(DEFAULT_SERVICE_GRACE_SECS),
             journal: true,

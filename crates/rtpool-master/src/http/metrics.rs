@@ -322,6 +322,22 @@ fn events(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> 
             ),
         ],
     )?;
+    gauge(
+        e,
+        "rtpool_overloaded",
+        "1 while deadlines are missed because more work is offered than the workers can do \
+         (--overload-miss-ratio of the deadline results of --overload-window missed, with tasks \
+         waiting), else 0.",
+        None,
+        one(if s.deadlines.overloaded { 1.0 } else { 0.0 }),
+    )?;
+    gauge(
+        e,
+        "rtpool_deadline_miss_ratio",
+        "Share of the deadline results of the overload window that missed their deadline.",
+        None,
+        one(s.deadlines.window_miss_ratio),
+    )?;
     let reasons = ["quota", "admission", "unknown_function", "rejected"];
     counter(
         e,
@@ -470,6 +486,8 @@ mod tests {
             });
         }
         s.deadlines.missed = 3;
+        s.deadlines.overloaded = true;
+        s.deadlines.window_miss_ratio = 0.25;
         s.histograms.insert(
             "deadline_lateness_seconds",
             HistogramStatus {
@@ -509,6 +527,8 @@ mod tests {
             "rtpool_connections{role=\"worker\"} 2",
             "rtpool_deadlines_total{outcome=\"missed\"} 3",
             "rtpool_task_retries_total 4",
+            "rtpool_overloaded 1",
+            "rtpool_deadline_miss_ratio 0.25",
             "rtpool_admission_refusals_total{reason=\"quota\"} 0",
             "rtpool_deadline_lateness_seconds_bucket{le=\"0.1\"} 1",
             "rtpool_deadline_lateness_seconds_bucket{le=\"1.0\"} 3",

@@ -10,6 +10,7 @@ mod activity;
 mod calls_journal;
 mod journaling;
 mod message;
+mod overload;
 mod route;
 mod status;
 #[cfg(test)]
@@ -89,6 +90,8 @@ pub struct Scheduler {
     activity: Activity,
     /// Metrics and the status snapshot (`status.rs`).
     status: self::status::StatusState,
+    /// What the log was told of overload (`overload.rs`).
+    overload_log: self::overload::OverloadLog,
 }
 
 /// Something a client sent that waits for the journal (`fsync always`).
@@ -125,6 +128,7 @@ impl Scheduler {
             unjournaled: None,
             activity: Activity::new(crate::config::DEFAULT_LOG_SUMMARY),
             status: self::status::StatusState::default(),
+            overload_log: self::overload::OverloadLog::default(),
         }
     }
 
@@ -204,6 +208,7 @@ impl Scheduler {
                     self.note_stall();
                     self.flush_usage(&tx);
                     self.activity.maybe_summary(&self.core.stats());
+                    self.log_overload();
                 }
                 _ = status_tick.tick(), if status_on => self.on_status_tick(),
             }

@@ -84,11 +84,13 @@ impl Scheduler {
                 req_id,
                 package,
             } => {
+                let notice = self.overload_notice(package);
                 self.send(
                     client.0,
                     Msg::Accepted {
                         req_id,
                         package: package.0,
+                        notice,
                     },
                 );
             }

@@ -47,6 +47,7 @@ pub fn build(
     let (journal, fsync) = journal.map_or((None, None), |(j, f)| (Some(j), Some(f)));
     let now = std::time::Instant::now();
     let stats = core.stats();
+    let overload = core.overload(core_now);
     let name = |u: UserId| user_names.get(u.0 as usize).cloned().unwrap_or_default();
     let window = recorder.window_start();
     let window_s = window.map_or(0.0, |s| now.duration_since(s.at).as_secs_f64());
@@ -212,6 +213,13 @@ pub fn build(
             missed: counters.deadlines_missed,
             dropped: counters.deadline_dropped,
             lateness: recorder.lateness.to_buckets(),
+            overloaded: overload.overloaded,
+            overloaded_s: overload
+                .since
+                .map_or(0.0, |t| core_now.micros_since(t) as f64 / 1e6),
+            window_met: overload.met,
+            window_missed: overload.missed,
+            window_miss_ratio: overload.miss_ratio,
         },
         workers,
         packages,

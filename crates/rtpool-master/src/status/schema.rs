@@ -154,6 +154,18 @@ pub struct Deadlines {
     pub dropped: u64,
     /// How late the late results were, since start: a histogram.
     pub lateness: Vec<Bucket>,
+    /// Deadlines are being missed because the workers cannot keep up: at least
+    /// `--overload-miss-ratio` of the deadline results of the last `--overload-window`
+    /// missed while tasks waited in the queue.
+    pub overloaded: bool,
+    /// For how long it has been overloaded, seconds (0 when it is not).
+    pub overloaded_s: f64,
+    /// Deadline results in the overload window that came by their deadline.
+    pub window_met: u64,
+    /// Deadline results in the overload window that missed (late or dropped).
+    pub window_missed: u64,
+    /// `window_missed / (window_met + window_missed)`; 0 with none.
+    pub window_miss_ratio: f64,
 }
 
 /// One histogram bucket: values above the previous bucket's `le_s` up to this one's.

@@ -98,7 +98,9 @@ pub fn master() -> MasterHandle {
 /// The package of an `ACCEPTED` answering `req_id`.
 pub fn expect_accepted(msg: Msg, req_id: u64) -> u64 {
     match msg {
-        Msg::Accepted { req_id: r, package } if r == req_id => package,
+        Msg::Accepted {
+            req_id: r, package, ..
+        } if r == req_id => package,
         other => panic!("expected ACCEPTED {req_id}, got {other:?}"),
     }
 }

@@ -77,18 +77,27 @@ fn decode_reader_ref(r: &mut Reader) -> Result<Msg, ProtoError> {
     r.set_kind(kind);
     let name = kind::name(kind).unwrap_or("?");
     let expected = field_count(kind);
-    if elems - 1 != expected {
+    // `ACCEPTED` may carry one optional trailing field, its notice (see `docs/protocol.md`).
+    let notice = kind == kind::ACCEPTED && elems - 1 == expected + 1;
+    if elems - 1 != expected && !notice {
         return Err(r.malformed(format!(
             "{name} has {} fields, expected {expected}",
             elems - 1
         )));
     }
-    let msg = decode_fields(r, kind)?;
+    let mut msg = decode_fields(r, kind)?;
+    if let (true, Msg::Accepted { notice: n, .. }) = (notice, &mut msg) {
+        *n = Some(r.string("ACCEPTED.notice", MAX_NOTICE_BYTES)?);
+    }
     r.expect_end()?;
     Ok(msg)
 }
 
-/// Number of fields after the kind, from the tables in `docs/protocol.md`.
+/// Longest `ACCEPTED.notice`, in UTF-8 bytes.
+pub const MAX_NOTICE_BYTES: usize = 4096;
+
+/// Number of fields after the kind, from the tables in `docs/protocol.md` (`ACCEPTED` may
+/// have one more: its optional notice).
 pub(super) fn field_count(k: u8) -> usize {
     match k {
         kind::HELLO | kind::SUBMIT => 5,
@@ -136,6 +145,7 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
         kind::ACCEPTED => Msg::Accepted {
             req_id: r.u64("ACCEPTED.req_id")?,
             package: r.u64("ACCEPTED.package")?,
+            notice: None,
         },
         kind::RESULTS => decode_results(r)?,
         kind::CANCEL => {

@@ -125,7 +125,21 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
                 s.bin(w, task);
             }
         }
-        Msg::Accepted { req_id, package }
+        Msg::Accepted {
+            req_id,
+            package,
+            notice: Some(notice),
+        } => {
+            w.head(k, 3);
+            w.uint(*req_id);
+            w.uint(*package);
+            w.str(notice);
+        }
+        Msg::Accepted {
+            req_id,
+            package,
+            notice: None,
+        }
         | Msg::Status { req_id, package }
         | Msg::Attach { req_id, package } => {
             w.head(k, 2);

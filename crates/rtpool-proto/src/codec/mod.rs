@@ -130,6 +130,35 @@ mod tests {
         buf
     }
 
+    #[test]
+    fn accepted_takes_an_optional_notice_and_nothing_more() {
+        let with = Msg::Accepted {
+            req_id: 3,
+            package: 9,
+            notice: Some("overloaded".to_owned()),
+        };
+        let bytes = encode_to_vec(&with);
+        // [11, 3, 9, "overloaded"]
+        assert_eq!(bytes[4], 0x94);
+        let mut buf = BytesMut::from(&bytes[..]);
+        assert_eq!(decode_frame(&mut buf, 1 << 20).unwrap(), Some(with));
+        let plain = Msg::Accepted {
+            req_id: 3,
+            package: 9,
+            notice: None,
+        };
+        let bytes = encode_to_vec(&plain);
+        assert_eq!(bytes[4], 0x93, "the usual form has no third field");
+        let mut buf = BytesMut::from(&bytes[..]);
+        assert_eq!(decode_frame(&mut buf, 1 << 20).unwrap(), Some(plain));
+        // [11, 3, 9, "x", 1]: one field too many.
+        let mut buf = frame(&[0x95, 11, 3, 9, 0xa1, b'x', 1]);
+        assert!(decode_frame(&mut buf, 1 << 20).is_err());
+        // [11, 3, 9, 5]: a notice that is not a string.
+        let mut buf = frame(&[0x94, 11, 3, 9, 5]);
+        assert!(decode_frame(&mut buf, 1 << 20).is_err());
+    }
+
     fn submit() -> Msg {
         Msg::Submit {
             req_id: 7,

@@ -268,6 +268,7 @@ pub fn samples() -> Vec<(String, Msg)> {
             Msg::Accepted {
                 req_id: 1,
                 package: 1_001,
+                notice: None,
             },
         ),
         (
@@ -444,6 +445,7 @@ pub fn samples() -> Vec<(String, Msg)> {
             Msg::Accepted {
                 req_id: value,
                 package: value,
+                notice: None,
             },
         ));
     }
@@ -919,7 +921,13 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
                 opts,
                 tasks
             }),
-        (arb_u64(), arb_u64()).prop_map(|(req_id, package)| Msg::Accepted { req_id, package }),
+        (arb_u64(), arb_u64(), proptest::option::of("[a-z ]{0,40}")).prop_map(
+            |(req_id, package, notice)| Msg::Accepted {
+                req_id,
+                package,
+                notice
+            }
+        ),
         (arb_u64(), vec(arb_task_result(), 0..8))
             .prop_map(|(package, results)| Msg::Results { package, results }),
         (arb_u64(), vec(arb_u32(), 0..40))
