@@ -229,6 +229,7 @@ fn scheduler(config: &MasterConfig, instance: u64) -> Result<Scheduler, MasterEr
     };
     let mut jc = JournalConfig::new(dir.join("journal.log"));
     jc.policy = config.fsync;
+    jc.compact_bytes_per_s = u64::from(config.journal_compact_mb_per_s) * 1_000_000;
     let (journal, replay) = Journal::open(jc)?;
     let secs = replay.elapsed.as_secs_f64();
     tracing::info!(

@@ -240,6 +240,15 @@ pub struct MasterArgs {
     /// dir).
     #[arg(long = "no-journal", action = ArgAction::SetFalse, help_heading = "Reliability")]
     pub journal: bool,
+    /// Write a journal compaction at most this fast, MB/s (default 0: as fast as the disk
+    /// goes). A limit keeps a compaction of a large journal from crowding out the fsyncs of
+    /// new packages on a shared disk; compaction then takes longer (in the background).
+    #[arg(
+        long = "journal-compact-mb-per-s",
+        value_name = "MB",
+        help_heading = "Reliability"
+    )]
+    pub journal_compact_mb_per_s: Option<u32>,
 
     /// Straggler hedging: a task of a package submitted with hedge=True gets a backup copy on
     /// another worker once it has run F times its function's p95 execution time (above 1;
@@ -407,6 +416,7 @@ impl MasterArgs {
             timeout_grace_s,
             fsync,
             journal,
+            journal_compact_mb_per_s,
             hedge_factor,
             service_grace_s,
             overload_miss_ratio,
@@ -469,6 +479,10 @@ impl MasterArgs {
         set(&mut config.max_task_time, max_task_seconds.map(secs));
         set(&mut config.timeout_grace, timeout_grace_s.map(secs));
         set(&mut config.fsync, fsync);
+        set(
+            &mut config.journal_compact_mb_per_s,
+            journal_compact_mb_per_s,
+        );
         config.journal &= journal;
         set(&mut config.hedge_factor, hedge_factor);
         set(&mut config.service_grace, service_grace_s.map(secs));

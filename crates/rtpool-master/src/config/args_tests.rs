@@ -220,3 +220,19 @@ fn the_http_options_reach_the_configuration() {
     assert_eq!(embedded.http.as_deref(), Some("127.0.0.1:0"));
     assert!(!embedded.metrics && !embedded.http_is_default);
 }
+
+#[test]
+fn the_compaction_pace_reaches_the_configuration() {
+    let (c, _) = parse(&[]).unwrap();
+    assert_eq!(
+        c.journal_compact_mb_per_s, 0,
+        "default: as fast as the disk goes"
+    );
+    let (c, _) = parse(&["--journal-compact-mb-per-s", "32"]).unwrap();
+    assert_eq!(c.journal_compact_mb_per_s, 32);
+    let err = parse(&["--journal-compact-mb-per-s", "fast"]).unwrap_err();
+    assert!(
+        err.to_string().contains("--journal-compact-mb-per-s"),
+        "{err}"
+    );
+}

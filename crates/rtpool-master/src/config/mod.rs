@@ -77,6 +77,8 @@ pub struct MasterConfig {
     pub journal: bool,
     /// When the journal is fsynced (default `batch` with a 10 ms window).
     pub fsync: crate::journal::FsyncPolicy,
+    /// Pace of a journal compaction's writes, MB/s (0: as fast as the disk goes).
+    pub journal_compact_mb_per_s: u32,
     /// PEM certificate chain to serve TLS with (with [`MasterConfig::tls_key`]); plain TCP
     /// when neither is set and [`MasterConfig::tls_self_signed`] is false.
     pub tls_cert: Option<PathBuf>,
@@ -255,6 +257,7 @@ impl Default for MasterConfig {
             service_grace: Duration::from_secs(DEFAULT_SERVICE_GRACE_SECS),
             journal: true,
             fsync: crate::journal::FsyncPolicy::default(),
+            journal_compact_mb_per_s: 0,
             tls_cert: None,
             tls_key: None,
             tls_self_signed: false,

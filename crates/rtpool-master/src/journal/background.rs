@@ -69,12 +69,13 @@ impl Compactor {
         cut: u64,
         watermark: u64,
         shared: Arc<Shared>,
+        bytes_per_s: u64,
     ) -> Result<Compactor, JournalError> {
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = cancel.clone();
         let thread = std::thread::Builder::new()
             .name("rtpool-compact".into())
-            .spawn(move || run(&path, cut, watermark, &shared, &flag))
+            .spawn(move || run(&path, cut, watermark, &shared, &flag, bytes_per_s))
             .map_err(|e| JournalError::io("start compaction thread for", Path::new("."), e))?;
         Ok(Compactor { cancel, thread })
     }
@@ -104,12 +105,20 @@ impl Compactor {
 }
 
 /// The compactor thread's body.
-fn run(path: &Path, cut: u64, watermark: u64, shared: &Shared, cancel: &AtomicBool) -> Outcome {
+fn run(
+    path: &Path,
+    cut: u64,
+    watermark: u64,
+    shared: &Shared,
+    cancel: &AtomicBool,
+    bytes_per_s: u64,
+) -> Outcome {
     let result = (|| {
         let Some(state) = read_prefix(path, cut, watermark, cancel)? else {
             return Ok(None);
         };
-        let Some((file, size)) = compact::write(path, &state, watermark, cancel)? else {
+        let pace = compact::Pace::new(bytes_per_s);
+        let Some((file, size)) = compact::write(path, &state, watermark, cancel, &pace)? else {
             return Ok(None);
         };
         drop(state);

@@ -35,9 +35,49 @@ pub(crate) fn tmp_path(path: &Path) -> PathBuf {
 /// most one of them instead of after the whole file's.
 pub(crate) const SYNC_EVERY_BYTES: u64 = 8 << 20;
 
-/// Writes the compacted form of `state` to [`tmp_path`], fsyncing as it goes; returns the
-/// file (positioned at its end, not yet fsynced past the last [`SYNC_EVERY_BYTES`]) and its
-/// size, or `None` when `cancel` was set meanwhile.
+/// The pace of a compaction's writes (`--journal-compact-mb-per-s`): after each fsync, the
+/// compactor waits until its bytes so far are within the rate, in steps short enough that a
+/// cancelled compaction still stops at once.
+#[derive(Debug)]
+pub(crate) struct Pace {
+    started: std::time::Instant,
+    bytes_per_s: u64,
+}
+
+impl Pace {
+    /// Longest single wait: a cancel (the journal closing) is seen within it.
+    const STEP: std::time::Duration = std::time::Duration::from_millis(10);
+
+    /// A pace of `bytes_per_s` (0: no waiting), counted from now.
+    pub(crate) fn new(bytes_per_s: u64) -> Self {
+        Pace {
+            started: std::time::Instant::now(),
+            bytes_per_s,
+        }
+    }
+
+    /// Waits until `written` bytes are within the pace; false if `cancel` was set meanwhile.
+    pub(crate) fn wait(&self, written: u64, cancel: &AtomicBool) -> bool {
+        if self.bytes_per_s == 0 {
+            return !cancel.load(SeqCst);
+        }
+        let due = std::time::Duration::from_secs_f64(written as f64 / self.bytes_per_s as f64);
+        loop {
+            if cancel.load(SeqCst) {
+                return false;
+            }
+            let elapsed = self.started.elapsed();
+            if elapsed >= due {
+                return true;
+            }
+            std::thread::sleep((due - elapsed).min(Self::STEP));
+        }
+    }
+}
+
+/// Writes the compacted form of `state` to [`tmp_path`], fsyncing as it goes (and keeping to
+/// `pace` after each fsync); returns the file (positioned at its end, not yet fsynced past
+/// the last [`SYNC_EVERY_BYTES`]) and its size, or `None` when `cancel` was set meanwhile.
 ///
 /// Charges with an LSN at or below `watermark` are dropped: the user store has them.
 pub(crate) fn write(
@@ -45,6 +85,7 @@ pub(crate) fn write(
     state: &State,
     watermark: u64,
     cancel: &AtomicBool,
+    pace: &Pace,
 ) -> Result<Option<(File, u64)>, JournalError> {
     let tmp = tmp_path(path);
     let file = crate::data_dir::private(&mut OpenOptions::new())
@@ -70,6 +111,7 @@ pub(crate) fn write(
             out.flush()
                 .and_then(|()| out.get_ref().sync_data())
                 .map_err(|e| JournalError::io("fsync", &tmp, e))?;
+            return Ok(pace.wait(size, cancel));
         }
         Ok(!cancel.load(SeqCst))
     };
@@ -144,4 +186,34 @@ pub(crate) fn sync_dir(path: &Path) -> Result<(), JournalError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| JournalError::io("fsync directory of", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pace;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::time::Instant;
+
+    #[test]
+    fn a_pace_holds_the_writer_to_its_rate_and_gives_way_to_a_cancel() {
+        let cancel = AtomicBool::new(false);
+        let started = Instant::now();
+        // 1 MB/s: 40 kB written are due 40 ms after the start.
+        assert!(Pace::new(1_000_000).wait(40_000, &cancel));
+        assert!(
+            started.elapsed().as_millis() >= 40,
+            "{:?}",
+            started.elapsed()
+        );
+        // No pace: never waits. A cancel ends a wait however far behind the writer is.
+        assert!(Pace::new(0).wait(u64::MAX / 2, &cancel));
+        cancel.store(true, SeqCst);
+        let started = Instant::now();
+        assert!(!Pace::new(1).wait(1 << 30, &cancel));
+        assert!(!Pace::new(0).wait(1, &cancel));
+        assert!(
+            started.elapsed().as_secs() < 5,
+            "a cancelled wait returns at once"
+        );
+    }
 }

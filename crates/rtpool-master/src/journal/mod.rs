@@ -117,6 +117,8 @@ pub struct JournalConfig {
     /// Never compact below this size; above it, compact when the file has doubled since the
     /// last compaction.
     pub compact_min_bytes: u64,
+    /// Pace of a compaction's writes in bytes per second (0: as fast as the disk goes).
+    pub compact_bytes_per_s: u64,
     /// Called once, from the writer thread, when a write or fsync failed. The default logs,
     /// prints to stderr and exits the process with [`FATAL_EXIT_CODE`]: after a failed fsync
     /// the page cache state is unknown, and only a restart and replay can tell what is on disk.
@@ -131,6 +133,7 @@ impl JournalConfig {
             path,
             policy: FsyncPolicy::default(),
             compact_min_bytes: DEFAULT_COMPACT_MIN_BYTES,
+            compact_bytes_per_s: 0,
             on_fatal: Arc::new(exit_on_fatal),
         }
     }

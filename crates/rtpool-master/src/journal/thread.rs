@@ -88,6 +88,7 @@ pub(super) struct Writer {
     path: PathBuf,
     policy: FsyncPolicy,
     compact_min_bytes: u64,
+    compact_bytes_per_s: u64,
     on_fatal: FatalHandler,
     file: File,
     /// Size of `journal.log`.
@@ -137,6 +138,7 @@ impl Writer {
             path,
             policy: cfg.policy,
             compact_min_bytes: cfg.compact_min_bytes,
+            compact_bytes_per_s: cfg.compact_bytes_per_s,
             on_fatal: cfg.on_fatal.clone(),
             file,
             size,
@@ -356,7 +358,14 @@ impl Writer {
         // The cut: everything written so far is whole records.
         let watermark = self.shared.watermark.load(SeqCst);
         let acks = std::mem::take(&mut self.next_acks);
-        match Compactor::start(self.path.clone(), self.size, watermark, self.shared.clone()) {
+        let pace = self.compact_bytes_per_s;
+        match Compactor::start(
+            self.path.clone(),
+            self.size,
+            watermark,
+            self.shared.clone(),
+            pace,
+        ) {
             Ok(compactor) => {
                 self.shared.compacting.store(true, SeqCst);
                 tracing::info!(
