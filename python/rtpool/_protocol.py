@@ -299,7 +299,7 @@ class FrameReader:
             ``max_frame_bytes`` of ``WELCOME``.
     """
 
-    __slots__ = ("_buf", "_need", "max_frame", "_big", "_filled")
+    __slots__ = ("_buf", "_need", "max_frame", "big", "_filled")
 
     def __init__(self, max_frame: int = PRE_AUTH_MAX_FRAME) -> None:
         self.max_frame = max_frame
@@ -308,21 +308,22 @@ class FrameReader:
         # so each chunk is appended without rescanning.
         self._need = 0
         # A large frame whose size is known is read into one buffer of its final size
-        # (``recv_into`` through :meth:`want`), filled up to ``_filled``.
-        self._big: bytearray | None = None
+        # (``recv_into`` through :meth:`want`), filled up to ``_filled``. Public: a reader of
+        # the socket checks it (one attribute, on the path of every receive) before ``want``.
+        self.big: bytearray | None = None
         self._filled = 0
 
     @property
     def buffered(self) -> int:
         """Number of bytes of an incomplete frame held for the next ``feed()``."""
-        if self._big is not None:
+        if self.big is not None:
             return self._filled
         return len(self._buf)
 
     def want(self) -> memoryview | None:
         """Where the rest of a large incomplete frame goes, for ``sock.recv_into``; follow
         with :meth:`got`. ``None`` when no large frame is under way (use ``feed``)."""
-        big = self._big
+        big = self.big
         if big is None:
             return None
         return memoryview(big)[self._filled :]
@@ -331,10 +332,10 @@ class FrameReader:
         """``n`` bytes were received into the buffer :meth:`want` gave; returns the message
         when it completed the frame."""
         self._filled += n
-        big = self._big
+        big = self.big
         if big is None or self._filled < len(big):
             return []
-        self._big = None
+        self.big = None
         return [self._decode_whole(memoryview(big), 0, len(big))]
 
     def feed(self, data: Buffer) -> List[list]:
@@ -350,7 +351,7 @@ class FrameReader:
             ProtocolError: A length prefix is 0 or above ``max_frame``, or a body does not
                 decode. The stream cannot be resynchronised after that: close it.
         """
-        big = self._big
+        big = self.big
         if big is not None:
             room = len(big) - self._filled
             if len(data) <= room:
@@ -433,7 +434,7 @@ class FrameReader:
                 # A large frame is arriving in pieces: one buffer of its final size.
                 big = bytearray(need)
                 big[: end - pos] = memoryview(buf)[pos:end]
-                self._big, self._filled = big, end - pos
+                self.big, self._filled = big, end - pos
                 self._buf, self._need = b"", 0
                 return
         self._buf = bytes(buf[pos:])

@@ -338,16 +338,26 @@ def dumps_args(args: tuple, kwargs: dict | None, shm_owner: str | None = None) -
     Raises:
         TypeError: Neither pickle nor cloudpickle can pickle the arguments.
     """
-    if _has_large(args, kwargs):
-        args = tuple(map(_wrap, args))
-        if kwargs:
-            kwargs = {k: _wrap(v) for k, v in kwargs.items()}
-        return _dumps_oob((args, kwargs), "the task's arguments", shm_owner)
+    for a in args:  # _has_large, inlined: the no-op task's path pays for a call otherwise
+        t = type(a)
+        if t is int or t is str or t is float or a is None or not _is_large(a):
+            continue
+        return _dumps_args_oob(args, kwargs, shm_owner)
+    if kwargs and any(_is_large(v) for v in kwargs.values()):
+        return _dumps_args_oob(args, kwargs, shm_owner)
     try:
         data = _dumps((args, kwargs), PICKLE_PROTOCOL)
     except Exception:
         return _dumps_oob((args, kwargs), "the task's arguments")
     return data if len(data) < SEGMENT_MIN_BYTES else Payload((data,), len(data))
+
+
+def _dumps_args_oob(args: tuple, kwargs: dict | None, shm_owner: str | None) -> Any:
+    """:func:`dumps_args` of arguments that hold a large buffer."""
+    args = tuple(map(_wrap, args))
+    if kwargs:
+        kwargs = {k: _wrap(v) for k, v in kwargs.items()}
+    return _dumps_oob((args, kwargs), "the task's arguments", shm_owner)
 
 
 def loads_args(payload: Any) -> Tuple[tuple, dict | None]:

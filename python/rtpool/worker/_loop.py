@@ -74,6 +74,9 @@ _CONFIG_ERRORS = frozenset({P.ERR_AUTH, P.ERR_VERSION})
 # A result entry's fields that the loop reads: its data, and its end time (then flush_us).
 _DATA = 3
 _END = 6
+# A result whose data is at least SEGMENT_MIN_BYTES (this, counting RESULT_OVERHEAD) travels as
+# a segment (a Payload), not copied into the msgpack body.
+_SEGMENT_RESULT_BYTES = SEGMENT_MIN_BYTES + RESULT_OVERHEAD
 
 
 # Failed-task lines: at most one per function and kind of failure per this many seconds.
@@ -163,6 +166,9 @@ class WorkerConnection(Session, Executing, Watchdog):
         self.ema_ns: float | None = None
         #: PULL -> ASSIGN delays: the round trip that prefetch covers.
         self.round_trip = RoundTrip()
+        #: The prefetch target (ns of work) for the round trip ``_target_rtt_ns``.
+        self._target_rtt_ns = 0
+        self._target_ns = float(PREFETCH_TARGET_NS)
         self.prefetch = 1
         self.queue: deque[Task] = deque()
         self.pending: List[list] = []
@@ -276,6 +282,8 @@ class WorkerConnection(Session, Executing, Watchdog):
     def _add_result(self, result: list) -> None:
         """Queue a result that is not the end of a task run here (it asks for no credit)."""
         size = len(result[_DATA]) + RESULT_OVERHEAD
+        if size >= _SEGMENT_RESULT_BYTES:
+            result[_DATA] = as_payload(result[_DATA])
         if self.pending_bytes + size > self.frame_budget:
             self._flush(pull=False)
         self.pending_bytes += size
@@ -323,6 +331,8 @@ class WorkerConnection(Session, Executing, Watchdog):
             exc = self._too_large(len(data))
             data = self._call_error(exc) if t.inputs is not None else self._error(exc)
             size = len(data) + RESULT_OVERHEAD
+        if size >= _SEGMENT_RESULT_BYTES:
+            data = as_payload(data)  # sent as a segment, not copied into msgpack
         if status != P.STATUS_OK and status != P.STATUS_CANCELLED:
             self._log_failure(t, status, data)
         if self.pending_bytes + size > self.frame_budget:
@@ -348,13 +358,22 @@ class WorkerConnection(Session, Executing, Watchdog):
         else:
             ema += _EMA_ALPHA * (sample - ema)
         self.ema_ns = ema
-        self.prefetch = adaptive_prefetch(ema, self.max_prefetch, self.round_trip.rtt_ns)
-        surplus = len(self.queue) - self.prefetch
+        # adaptive_prefetch(ema, self.max_prefetch, rtt), without a call per task: the target
+        # changes only with the round trip.
+        rtt = self.round_trip.rtt_ns
+        if rtt != self._target_rtt_ns:
+            self._target_rtt_ns = rtt
+            self._target_ns = PREFETCH_TARGET_NS + RTT_FACTOR * min(rtt, RTT_CAP_NS)
+        prefetch = int(self._target_ns / (ema + 1))
+        self.prefetch = prefetch = (
+            1 if prefetch < 1 else prefetch if prefetch < self.max_prefetch else self.max_prefetch
+        )
+        surplus = len(self.queue) - prefetch
         # Some slack above a deep prefetch: a round trip or task time measured a little
         # differently must not hand back one task and withdraw every credit (a whole round
         # trip idle to get them back). A prefetch of 1 (a near master, tasks of 2 ms or more)
         # has none: a slow worker hands back all it cannot start.
-        if surplus > self.prefetch // 2:
+        if surplus > prefetch // 2:
             self._give_back(surplus)
 
     def _is_suspect(self, t: Task) -> bool:
@@ -407,11 +426,8 @@ class WorkerConnection(Session, Executing, Watchdog):
         if not pending:
             return b""
         now = perf_ns()
-        for r in pending:
+        for r in pending:  # (a large result is a Payload already: _run, _add_result)
             r[_END] = (now - r[_END]) // 1000  # end of execution -> flush_us
-        for r in pending:
-            if len(r[_DATA]) >= SEGMENT_MIN_BYTES:
-                r[_DATA] = as_payload(r[_DATA])  # sent as a segment, not copied into msgpack
         frame = P.encode(P.RESULT, pending)
         self.pending = []  # a new list: _flush keeps the old one if the write fails
         self.pending_bytes = 0

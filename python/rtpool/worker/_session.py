@@ -248,9 +248,9 @@ class Session:
 
     def _recv_nowait(self) -> None:
         """Take whatever the socket holds without blocking."""
-        view = None if self._tls else self.reader.want()
-        if view is not None:  # inside a large frame: straight into its buffer, no copy
-            self._recv_into(view)
+        if self.reader.big is not None and not self._tls:
+            # Inside a large frame: straight into its buffer, no copy.
+            self._recv_into(self.reader.want())
             return
         try:
             if self._tls:
