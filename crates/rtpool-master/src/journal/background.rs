@@ -25,7 +25,7 @@ use super::compact;
 use super::frame::{self, HEADER_BYTES, MAX_PAYLOAD_BYTES};
 use super::record;
 use super::replay::State;
-use super::thread::Shared;
+use super::shared::Shared;
 use super::JournalError;
 
 /// Bytes left to copy below which the compactor hands over to the writer.

@@ -20,6 +20,7 @@ mod frame;
 mod queue;
 mod record;
 mod replay;
+mod shared;
 mod thread;
 mod writer;
 

@@ -19,7 +19,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::record::Record;
-use super::thread::Shared;
+use super::shared::Shared;
 use super::JournalError;
 
 /// Most bytes (estimated, see [`approx_bytes`]) of records that wait for the writer thread

@@ -6,7 +6,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use super::compact::{self, InstallError};
 use super::frame;
 use super::queue::{Cmd, Queue, Taken};
 use super::record::{self, Entry, Record};
+use super::shared::Shared;
 use super::{FatalHandler, FsyncPolicy, JournalConfig, JournalError};
 
 /// Most bytes one group write carries; the rest of what was taken goes in the next write.
@@ -32,39 +33,6 @@ const LINGER: Duration = Duration::from_millis(1);
 /// How often the writer looks whether a running compaction has finished while no record
 /// comes.
 const COMPACTION_POLL: Duration = Duration::from_millis(20);
-
-/// Counters the threads update and [`super::Journal::stats`] reads.
-#[derive(Default)]
-pub(super) struct Shared {
-    /// Durations of the `fdatasync`s of `journal.log`, for the status snapshot and metrics.
-    pub(super) fsync_us: crate::status::histogram::AtomicBuckets,
-    pub(super) watermark: AtomicU64,
-    pub(super) failed: AtomicBool,
-    pub(super) dropped_warned: AtomicBool,
-    /// Size of `journal.log`, published after each whole group write (a running compaction
-    /// copies up to it).
-    pub(super) file_bytes: AtomicU64,
-    pub(super) records: AtomicU64,
-    pub(super) bytes_written: AtomicU64,
-    pub(super) groups: AtomicU64,
-    pub(super) fsyncs: AtomicU64,
-    pub(super) compactions: AtomicU64,
-    pub(super) compactions_cancelled: AtomicU64,
-    pub(super) compacting: AtomicBool,
-    pub(super) last_group_records: AtomicU64,
-    pub(super) last_group_bytes: AtomicU64,
-    pub(super) max_group_records: AtomicU64,
-    pub(super) written_lsn: AtomicU64,
-    pub(super) synced_lsn: AtomicU64,
-    pub(super) last_compaction_us: AtomicU64,
-    /// How long the writer paused appends to install the last compaction, microseconds.
-    pub(super) last_compaction_pause_us: AtomicU64,
-    /// Estimated bytes of records waiting in the queue.
-    pub(super) queued_bytes: AtomicU64,
-    /// Appends that waited for room in the queue, and how long in all (microseconds).
-    pub(super) backpressure_waits: AtomicU64,
-    pub(super) backpressure_us: AtomicU64,
-}
 
 fn log_skipped(err: &JournalError) {
     tracing::error!(error = %err, "journal compaction failed; keeping the old file");

@@ -21,7 +21,8 @@ use super::frame;
 use super::queue::Queue;
 use super::record::{self, Entry, Record};
 use super::replay;
-use super::thread::{Shared, Writer};
+use super::shared::Shared;
+use super::thread::Writer;
 use super::{JournalConfig, JournalError, Replay};
 
 /// A cheap, cloneable handle to the journal; all clones share one file and writer thread.
