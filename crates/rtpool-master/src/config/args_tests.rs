@@ -3,6 +3,7 @@
 use super::*;
 
 use crate::config::options::{apply_options, OptionValue};
+use crate::realtime::DEFAULT_PRIORITY;
 
 fn parse(args: &[&str]) -> Result<(MasterConfig, Logging), clap::Error> {
     MasterArgs::parse_named("rtpool-master", args)

@@ -8,6 +8,7 @@
 pub mod args;
 pub mod logging;
 pub mod options;
+mod parse;
 
 use std::path::PathBuf;
 use std::time::Duration;
