@@ -96,6 +96,12 @@ def start_master(
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
         )
+    return attach_master(proc, data_dir, log)
+
+
+def attach_master(proc: subprocess.Popen, data_dir: Path, log: Path) -> MasterProcess:
+    """A started ``rtpool master`` process (stdout piped) once it prints ``listening on``,
+    with the tokens of its data dir."""
     seen: List[str] = []
     address = _read_listening_line(proc, log, timeout=30.0, seen=seen)
     return MasterProcess(

@@ -22,7 +22,7 @@ import pytest
 
 import rtpool
 import tasks
-from conftest import MasterProcess, _read_listening_line, close_master, start_master
+from conftest import MasterProcess, attach_master, close_master, start_master
 from helpers import stop_process, wait_until, worker_env
 from rtpool import _dial
 from rtpool.errors import MasterBusy
@@ -48,15 +48,7 @@ def _start_low_nofile_master(tmp_path: Path, nofile: int, args: List[str]) -> Ma
             stdin=subprocess.DEVNULL,
             preexec_fn=limit,
         )
-    address = _read_listening_line(proc, log, timeout=30.0)
-    return MasterProcess(
-        proc=proc,
-        address=address,
-        client_token=(data_dir / "client.token").read_text().strip(),
-        worker_token=(data_dir / "worker.token").read_text().strip(),
-        data_dir=data_dir,
-        log=log,
-    )
+    return attach_master(proc, data_dir, log)
 
 
 def _cpu_seconds(pid: int) -> float:

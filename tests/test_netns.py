@@ -17,7 +17,7 @@ import pytest
 
 import rtpool
 import tasks
-from conftest import MasterProcess, _read_listening_line, close_master
+from conftest import MasterProcess, attach_master, close_master
 from helpers import stop_process, wait_until, worker_env
 from netns import Network, skip_reason
 
@@ -46,15 +46,7 @@ def _start_master(net: Network, tmp_path: Path) -> MasterProcess:
             net.run("master", cmd), stdout=subprocess.PIPE, stderr=log_file,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
-    address = _read_listening_line(proc, log, timeout=30.0)
-    return MasterProcess(
-        proc=proc,
-        address=address,
-        client_token=(data_dir / "client.token").read_text().strip(),
-        worker_token=(data_dir / "worker.token").read_text().strip(),
-        data_dir=data_dir,
-        log=log,
-    )
+    return attach_master(proc, data_dir, log)
 
 
 def _start_worker(net: Network, host: str, m: MasterProcess, log: Path) -> subprocess.Popen:
