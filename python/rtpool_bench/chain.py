@@ -13,14 +13,17 @@ same size), ``h(x)`` sums it. Three ways, interleaved (rotating order in every r
 
 For each: the makespan (submit of ``f`` to ``h``'s result; min, p50, max over the repetitions),
 its ratio to ``local`` (the bar: within 1.2x), and the bytes the client's connection received
-(the kernel's count, ``TCP_INFO``; the bar for ``kept``: none of the intermediates).
-Every loop is bounded by ``--repeat`` and ``--seconds``.
+(the kernel's count, ``TCP_INFO``; the bar for ``kept``: none of the intermediates). The bench
+turns shared memory off (``RTPOOL_SHM=0``, for this process and the cluster it starts): with
+it, ``relayed`` values would reach the client through ``/dev/shm`` and the count would miss
+them. Every loop is bounded by ``--repeat`` and ``--seconds``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import struct
@@ -75,6 +78,9 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> Dict[str, Any]:
     """Run the bench; the figures as a dict."""
     import rtpool
 
+    # Every byte that reaches the client crosses its TCP connection, where TCP_INFO counts it
+    # (see the module docstring); the workers inherit it.
+    os.environ["RTPOOL_SHM"] = "0"
     n = int(args.size_mb * (1 << 20))
     ways = ("local", "kept", "relayed")
     times: Dict[str, List[float]] = {w: [] for w in ways}

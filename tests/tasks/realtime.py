@@ -32,3 +32,11 @@ def spin_then_policy(seconds: float) -> dict:
     while time.monotonic() < end:
         pass
     return policy()
+
+
+def policy_at_start_and_end(seconds: float) -> dict:
+    """This thread's scheduling policy when the task starts, then after spinning ``seconds``
+    (a runaway task, bounded)."""
+    start = os.sched_getscheduler(0) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
+    end = spin_then_policy(seconds)["policy"]
+    return {"start": start, "end": end}
