@@ -161,6 +161,20 @@ def sendall(sock: Any, data: Encoded) -> None:
                 sent = 0
 
 
+def recv_exact(sock: Any, n: int) -> bytearray | None:
+    """Exactly ``n`` bytes from a blocking ``sock`` into one buffer (at most 16 MiB per
+    ``recv_into``), or None at EOF."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 24))
+        if k == 0:
+            return None
+        got += k
+    return buf
+
+
 def frame_size(buf: Any, pos: int) -> int:
     """Bytes the frame at ``buf[pos:]`` takes after its 4-byte prefix, or -1 while its
     segment table has not fully arrived. Limits are the caller's."""

@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
+from ._frame import recv_exact
 from .errors import KeptResultLost
 
 __all__ = ["KeepTask", "KeptRef", "fetch", "keep_task", "read_kept", "resolve", "value_size"]
@@ -146,11 +147,11 @@ def _lost(ref: KeptRef, why: str) -> KeptResultLost:
 
 
 def _read_value(sock: socket.socket, ref: KeptRef) -> Any:
-    head = _recv_exact(sock, _HEAD.size)
+    head = recv_exact(sock, _HEAD.size)
     if head is None:
         raise _lost(ref, "the worker closed the connection")
     status, count = _HEAD.unpack(head)
-    lengths_raw = _recv_exact(sock, _LEN.size * (1 + count))
+    lengths_raw = recv_exact(sock, _LEN.size * (1 + count))
     if lengths_raw is None:
         raise _lost(ref, "the worker closed the connection")
     if status != 0:
@@ -158,23 +159,11 @@ def _read_value(sock: socket.socket, ref: KeptRef) -> Any:
     lengths = [_LEN.unpack_from(lengths_raw, i * _LEN.size)[0] for i in range(1 + count)]
     parts: List[bytearray] = []
     for n in lengths:
-        part = _recv_exact(sock, n)
+        part = recv_exact(sock, n)
         if part is None:
             raise _lost(ref, "the worker closed the connection mid-value")
         parts.append(part)
     return pickle.loads(parts[0], buffers=parts[1:])
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytearray | None:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], min(n - got, 1 << 24))
-        if k == 0:
-            return None
-        got += k
-    return buf
 
 
 def resolve(args: tuple, kwargs: Dict[str, Any] | None) -> Tuple[tuple, Dict[str, Any] | None]:

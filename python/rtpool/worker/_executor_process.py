@@ -31,6 +31,7 @@ import sys
 import warnings
 from typing import Any, Callable, Iterable, Optional, Set, Tuple
 
+from .._frame import recv_exact
 from ._common import describe_exit, set_parent_death_signal
 
 __all__ = ["ExecutorDied", "ExecutorProcess", "address_space_mib"]
@@ -62,18 +63,9 @@ def address_space_mib() -> int | None:
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    """Exactly ``n`` bytes, or None at EOF."""
-    if n == 0:
-        return b""
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            return None
-        got += k
-    return bytes(buf)
+    """Exactly ``n`` bytes as ``bytes`` (a function hash is a dict key), or None at EOF."""
+    buf = recv_exact(sock, n)
+    return None if buf is None else bytes(buf)
 
 
 def _executor_main(sock: socket.socket, run: TaskRunner) -> int:

@@ -37,6 +37,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, List, Tuple
 
+from .._frame import recv_exact
 from .._kept import MAGIC, OP_GET, OP_RELEASE, KeptRef, set_keeper, value_size
 
 __all__ = ["KeptStore", "advertise", "set_limit_mb", "store"]
@@ -158,7 +159,7 @@ class KeptStore:
         with conn:
             try:
                 conn.settimeout(30.0)
-                request = _recv_exact(conn, _REQUEST_BYTES)
+                request = recv_exact(conn, _REQUEST_BYTES)
                 if request is None or not request.startswith(MAGIC):
                     return
                 op, key = request[len(MAGIC)], bytes(request[len(MAGIC) + 1 :])
@@ -185,18 +186,6 @@ def _send_value(conn: socket.socket, value: Any) -> None:
     conn.sendall(head)
     for view in views:
         conn.sendall(view)
-
-
-def _recv_exact(conn: socket.socket, n: int) -> bytearray | None:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = conn.recv_into(view[got:])
-        if k == 0:
-            return None
-        got += k
-    return buf
 
 
 set_keeper(store)

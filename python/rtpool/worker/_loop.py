@@ -102,11 +102,16 @@ def _failure_kind(status: int, data: bytes, is_call: bool) -> str:
     return f"{name}: {reason}"
 
 
+def prefetch_target_ns(rtt_ns: int) -> float:
+    """Work to hold queued: about 2 ms plus ``RTT_FACTOR`` round trips (at most
+    ``RTT_CAP_NS``)."""
+    return PREFETCH_TARGET_NS + RTT_FACTOR * min(rtt_ns, RTT_CAP_NS)
+
+
 def adaptive_prefetch(task_ns: float, max_prefetch: int, rtt_ns: int = 0) -> int:
-    """Tasks to queue ahead: about 2 ms plus ``RTT_FACTOR`` round trips (``rtt_ns``, at most
-    ``RTT_CAP_NS``) of tasks of ``task_ns`` each, from 1 to ``max_prefetch``."""
-    target = PREFETCH_TARGET_NS + RTT_FACTOR * min(rtt_ns, RTT_CAP_NS)
-    return min(max_prefetch, max(1, int(target / (task_ns + 1))))
+    """Tasks to queue ahead: :func:`prefetch_target_ns` of tasks of ``task_ns`` each, from 1 to
+    ``max_prefetch``."""
+    return min(max_prefetch, max(1, int(prefetch_target_ns(rtt_ns) / (task_ns + 1))))
 
 
 class WorkerConnection(Session, Executing, Watchdog):
@@ -168,7 +173,7 @@ class WorkerConnection(Session, Executing, Watchdog):
         self.round_trip = RoundTrip()
         #: The prefetch target (ns of work) for the round trip ``_target_rtt_ns``.
         self._target_rtt_ns = 0
-        self._target_ns = float(PREFETCH_TARGET_NS)
+        self._target_ns = prefetch_target_ns(0)
         self.prefetch = 1
         self.queue: deque[Task] = deque()
         self.pending: List[list] = []
@@ -363,7 +368,7 @@ class WorkerConnection(Session, Executing, Watchdog):
         rtt = self.round_trip.rtt_ns
         if rtt != self._target_rtt_ns:
             self._target_rtt_ns = rtt
-            self._target_ns = PREFETCH_TARGET_NS + RTT_FACTOR * min(rtt, RTT_CAP_NS)
+            self._target_ns = prefetch_target_ns(rtt)
         prefetch = int(self._target_ns / (ema + 1))
         self.prefetch = prefetch = (
             1 if prefetch < 1 else prefetch if prefetch < self.max_prefetch else self.max_prefetch
