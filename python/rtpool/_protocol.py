@@ -218,29 +218,23 @@ def encode(kind: int, *fields: Any) -> Encoded:
         The frame: ``bytes`` (a plain frame), or a :class:`~rtpool._frame.Frame` when a
         payload travels as a segment; :func:`sendall` writes either.
     """
-    try:
-        pack, segs = _local.ps
-    except AttributeError:
-        pack, segs = _packer()
-    try:
-        body = pack([kind, *fields])
-    except BaseException:
-        segs.clear()
-        raise
-    if segs:
-        return _segmented(body, segs)
-    return _pack_len(len(body)) + body
+    return _encode_message([kind, *fields])
 
 
 def encode_submit(req_id: int, fn_hash: bytes, fn_code: bytes, opts: dict, tasks: list) -> Encoded:
     """Encode a ``SUBMIT`` frame, as :func:`encode` does, without its varargs (the submission
     path)."""
+    return _encode_message([SUBMIT, req_id, fn_hash, fn_code, opts, tasks])
+
+
+def _encode_message(message: list) -> Encoded:
+    """The frame of one message (the list of its kind and fields): :func:`encode`."""
     try:
         pack, segs = _local.ps
     except AttributeError:
         pack, segs = _packer()
     try:
-        body = pack([SUBMIT, req_id, fn_hash, fn_code, opts, tasks])
+        body = pack(message)
     except BaseException:
         segs.clear()
         raise
