@@ -115,6 +115,8 @@ def _pool_thread() -> None:
         with _pool_lock:
             _idle -= 1
         fn(*args)
+        # Not held while idle: the arguments' futures keep kept values alive on their workers.
+        del fn, args
 
 
 def _send(view: _Submitter, task: Callable, args: tuple, kwargs: Dict | None) -> Future:

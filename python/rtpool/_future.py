@@ -214,6 +214,28 @@ class Future(cf.Future):
             return True
         return self.cancelled()
 
+    def release(self) -> bool:
+        """Free now the worker's copy of this task's kept result (``options(keep=True)``).
+
+        Without it the copy goes when the last future (or pending dependent task) that refers
+        to it is garbage-collected. A value already read by :meth:`result` stays readable from
+        this future; a task that takes this future as an argument afterwards, or a
+        :meth:`result` not called before, runs its producer again (lineage).
+
+        Returns:
+            True if a release was sent now; False if the result is not kept, not here yet, or
+            was released already.
+        """
+        ref = self._result if self._state in _DONE else None
+        if type(ref) is not KeptRef:
+            return False
+        seg = self._seg
+        lineage = getattr(self, "_lineage", None)
+        conn = (
+            seg.conn if seg is not None else getattr(getattr(lineage, "view", None), "_conn", None)
+        )
+        return conn is not None and conn.release_now(ref)
+
     def __repr__(self) -> str:
         """``<rtpool.Future at 0x.. task 3 of package 17 state=...>``: ``pending (queued or
         running at the master)`` until the result comes (the client is not told when a worker

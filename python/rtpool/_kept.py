@@ -35,7 +35,7 @@ FETCH_TIMEOUT_S = 30.0
 class KeptRef:
     """A value kept by the worker process ``pid`` that serves it at ``host:port``."""
 
-    __slots__ = ("host", "port", "key", "size_bytes", "pid", "session")
+    __slots__ = ("host", "port", "key", "size_bytes", "pid", "session", "_finalizer", "__weakref__")
 
     def __init__(
         self, host: str, port: int, key: bytes, size_bytes: int, pid: int, session: int = 0
@@ -50,6 +50,9 @@ class KeptRef:
         #: The master session of the worker that holds it (0: unknown): a dependent task's
         #: package option ``near``.
         self.session = session
+        #: On the client: the finalizer that releases the value on its worker when this object
+        #: is garbage-collected (``_connection/release.py``); None elsewhere.
+        self._finalizer: Any = None
 
     def __reduce__(self) -> tuple:
         args = (self.host, self.port, self.key, self.size_bytes, self.pid, self.session)

@@ -188,3 +188,11 @@ def reverse(b: bytes) -> bytes:
 def pid_and_length(b: bytes) -> tuple:
     """``(pid of the worker process that ran it, len(b))``."""
     return os.getpid(), len(b)
+
+
+def kept_here() -> tuple:
+    """``(pid, bytes this worker process keeps for clients)``: its store's count, 0 without one."""
+    from rtpool.worker import _kept
+
+    st = _kept._store
+    return os.getpid(), (st.used_bytes if st is not None and st.pid == os.getpid() else 0)

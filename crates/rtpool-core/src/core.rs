@@ -35,6 +35,7 @@ mod client_events;
 mod copies;
 mod dispatch;
 mod invariants;
+mod kept;
 mod locality;
 mod restore_calls;
 mod timers;
@@ -268,6 +269,7 @@ impl Core {
                 req_id,
                 name,
             } => self.on_functions(client, req_id, &name, out),
+            Event::ReleaseKept { client, keys } => self.on_release_kept(client, keys, out),
         }
         if !self.cascade.is_empty() {
             let mut results = timers::Results::default();

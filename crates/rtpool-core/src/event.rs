@@ -250,6 +250,14 @@ pub enum Event {
         /// The worker.
         worker: WorkerId,
     },
+    /// A client no longer needs these results kept on workers (`RELEASE`, `docs/data.md`).
+    ReleaseKept {
+        /// The client.
+        client: ClientId,
+        /// `(worker that holds it, key)` pairs; the key (16 random bytes) is the capability,
+        /// so whoever knows it may release it.
+        keys: Vec<(WorkerId, Bytes)>,
+    },
 }
 
 /// A package as the journal recorded it, for [`Event::Restore`].
@@ -536,6 +544,13 @@ pub enum Action {
         client: ClientId,
         /// The package it named.
         package: PackageId,
+    },
+    /// Tell the worker to forget these kept results (`DROP`): their owner released them.
+    DropKept {
+        /// The worker that holds them.
+        worker: WorkerId,
+        /// Their keys.
+        keys: Vec<Bytes>,
     },
     /// The client holds more unacknowledged results than a client may: close its connection
     /// (its packages detach and keep their results for the result TTL). Sent once per client.

@@ -62,6 +62,11 @@ counters! {
     /// Times the master became overloaded (deadlines missed with work waiting; see
     /// [`OverloadStatus`](crate::OverloadStatus)).
     overloads,
+    /// Kept results released by their clients and sent to their workers to drop.
+    kept_released,
+    /// Kept results released for a worker that is not connected (nothing to drop: its process
+    /// ended, or it reconnected under a new session and keeps them until its bound evicts them).
+    kept_release_unknown,
 }
 
 /// Defines [`CoreStats`] from one list of documented `usize` gauges, beside the [`Counters`].

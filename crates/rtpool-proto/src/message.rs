@@ -68,6 +68,13 @@ pub const MAX_INTERFACE_BYTES: usize = 64 << 10;
 /// Most functions one `SERVE` may declare.
 pub const MAX_SERVE_FUNCTIONS: usize = 4096;
 
+/// Length of a kept result's key (`RELEASE`, `DROP`): 128 random bits, the name of the value
+/// and the capability to read it.
+pub const KEPT_KEY_BYTES: usize = 16;
+
+/// Most keys one `RELEASE` may name.
+pub const MAX_RELEASE_KEYS: usize = 65_536;
+
 /// Message kinds as they appear as the first array element on the wire.
 pub mod kind {
     #![allow(missing_docs)]
@@ -96,6 +103,8 @@ pub mod kind {
     pub const FUNCTIONS_REPLY: u8 = 29;
     pub const CLUSTER_STATUS: u8 = 30;
     pub const CLUSTER_STATUS_REPLY: u8 = 31;
+    pub const RELEASE: u8 = 32;
+    pub const DROP: u8 = 33;
 
     /// The upper-case name of a message kind (`"HELLO"`), or `None` if no such kind exists.
     pub fn name(kind: u8) -> Option<&'static str> {
@@ -125,6 +134,8 @@ pub mod kind {
             FUNCTIONS_REPLY => "FUNCTIONS_REPLY",
             CLUSTER_STATUS => "CLUSTER_STATUS",
             CLUSTER_STATUS_REPLY => "CLUSTER_STATUS_REPLY",
+            RELEASE => "RELEASE",
+            DROP => "DROP",
             _ => return None,
         })
     }
@@ -473,6 +484,17 @@ pub enum Msg {
         /// frame as they are, not wrapped in a `bin`). Its schema is `docs/operations.md`'s.
         status: Bytes,
     },
+    /// Kind 32: the client no longer needs these results kept on workers (`docs/data.md`):
+    /// `(session of the worker that holds it, key)` pairs.
+    Release {
+        /// Each key is [`KEPT_KEY_BYTES`] long; at most [`MAX_RELEASE_KEYS`] of them.
+        keys: Vec<(u64, Bytes)>,
+    },
+    /// Kind 33: forget these kept results (their owner released them).
+    Drop {
+        /// Each key is [`KEPT_KEY_BYTES`] long.
+        keys: Vec<Bytes>,
+    },
 }
 
 impl Msg {
@@ -504,6 +526,8 @@ impl Msg {
             Msg::FunctionsReply { .. } => kind::FUNCTIONS_REPLY,
             Msg::ClusterStatus { .. } => kind::CLUSTER_STATUS,
             Msg::ClusterStatusReply { .. } => kind::CLUSTER_STATUS_REPLY,
+            Msg::Release { .. } => kind::RELEASE,
+            Msg::Drop { .. } => kind::DROP,
         }
     }
 

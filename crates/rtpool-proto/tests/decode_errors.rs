@@ -92,7 +92,7 @@ fn trailing_bytes_after_the_array() {
 
 #[test]
 fn unknown_kinds() {
-    for k in [0u64, 4, 9, 32, 33, 99, 255, 256, u64::MAX] {
+    for k in [0u64, 4, 9, 34, 35, 99, 255, 256, u64::MAX] {
         let err = error_of(&V::A(vec![V::U(k)]));
         assert_eq!(err, ProtoError::UnknownKind { kind: k });
         assert_eq!(err.code(), "unknown_kind");
@@ -1094,4 +1094,38 @@ fn master_to_peer_rpc_messages_are_checked_too() {
         Some(kind::FUNCTIONS_REPLY),
         &["FUNCTIONS_REPLY.functions[].servers: negative value -2 for u32"],
     );
+}
+
+#[test]
+fn kept_keys_must_be_sixteen_bytes() {
+    let release = |key: Vec<u8>| {
+        V::A(vec![
+            V::U(u64::from(kind::RELEASE)),
+            V::A(vec![V::A(vec![V::U(7), V::B(key)])]),
+        ])
+    };
+    assert_malformed(
+        &release(vec![1; 15]),
+        Some(kind::RELEASE),
+        &["RELEASE.keys[].key is 15 bytes, expected 16"],
+    );
+    assert_malformed(
+        &release(vec![1; 17]),
+        Some(kind::RELEASE),
+        &["RELEASE.keys[].key is 17 bytes, expected 16"],
+    );
+    let drop = V::A(vec![
+        V::U(u64::from(kind::DROP)),
+        V::A(vec![V::B(vec![1; 16]), V::B(vec![2; 20])]),
+    ]);
+    assert_malformed(
+        &drop,
+        Some(kind::DROP),
+        &["DROP.keys[] is 20 bytes, expected 16"],
+    );
+    let no_session = V::A(vec![
+        V::U(u64::from(kind::RELEASE)),
+        V::A(vec![V::A(vec![V::B(vec![1; 16])])]),
+    ]);
+    assert_malformed(&no_session, Some(kind::RELEASE), &["RELEASE.keys[]"]);
 }

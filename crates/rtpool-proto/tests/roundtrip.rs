@@ -37,7 +37,7 @@ fn samples_cover_every_kind() {
     let all: std::collections::BTreeSet<u8> =
         (0..=u8::MAX).filter(|k| kind::name(*k).is_some()).collect();
     assert_eq!(kinds, all);
-    assert_eq!(all.len(), 25);
+    assert_eq!(all.len(), 27);
 }
 
 #[test]

@@ -308,6 +308,11 @@ fn msg_to_json(msg: &Msg) -> Value {
             .collect::<Vec<_>>()]),
         Msg::Heartbeat | Msg::Drain => json!([]),
         Msg::ClusterStatus { req_id } => json!([req_id]),
+        Msg::Release { keys } => json!([keys
+            .iter()
+            .map(|(session, key)| json!([session, bin(key)]))
+            .collect::<Vec<_>>()]),
+        Msg::Drop { keys } => json!([keys.iter().map(|k| bin(k)).collect::<Vec<_>>()]),
         Msg::ClusterStatusReply { req_id, status } => {
             json!([req_id, msgpack_to_json(&mut &status[..])])
         }

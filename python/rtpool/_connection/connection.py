@@ -43,6 +43,7 @@ from ..errors import ConnectionLost
 from .packages import _Packages
 from .receive import _Receiver, notice_limiter
 from .reconnect import _BACKOFF_FIRST, _Reconnector
+from .release import _Releases
 from .segment import ALL, _Segment
 
 _sendall = P.sendall
@@ -85,7 +86,7 @@ _encode = P.encode
 _HEARTBEAT = P.encode(P.HEARTBEAT)
 
 
-class _Connection(_Packages, _Receiver, _Reconnector):
+class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
     """One client connection: socket, reader and heartbeat threads, routing tables."""
 
     def __init__(
@@ -134,6 +135,7 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         self._pending_hooks: List[Callable[[], bool]] = []
         self._acks: Dict[int, _Segment] = {}  # reader only: packages of the current batch
         self._ack_later: Dict[int, _Segment] = {}  # ACKs the reader could not send at once
+        self._init_releases()
         self._fatal: Tuple[str, str] | None = None
         # Threads in wait_accepted()/status(): ACCEPTED notifies only when there are any.
         self._waiting = 0
@@ -275,6 +277,8 @@ class _Connection(_Packages, _Receiver, _Reconnector):
                             self._flush_acks(self.sock)
                     except OSError:
                         pass
+            if self._releases:
+                self._flush_releases(block=True)
             now = _monotonic()
             if period > 0 and (
                 now - self._last_send >= period

@@ -16,6 +16,7 @@ from typing import List
 
 from .. import _protocol as P
 from .._future import Future
+from .._kept import KeptRef
 from .._ratelimit import LogLimiter
 from .._serialize import error_from_report, loads_result
 from ..errors import (
@@ -83,6 +84,8 @@ class _Receiver:
                         wakes.clear()
                     if self._acks:
                         self._send_acks()  # its sendall() lets the woken threads run
+                    if self._releases:
+                        self._flush_releases()
                     if self.closing:
                         self.close_if_idle()
                         if self._closed:
@@ -170,6 +173,8 @@ class _Receiver:
                     )
                 else:
                     error = None
+                    if type(value) is KeptRef:
+                        self.adopt(value)  # freed on its worker when the client drops it
             elif status == 1:
                 error = error_from_report(r[2])
             elif status == 2:

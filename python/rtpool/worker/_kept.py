@@ -40,7 +40,7 @@ from typing import Any, List, Tuple
 from .._frame import recv_exact
 from .._kept import MAGIC, OP_GET, OP_RELEASE, KeptRef, set_keeper, value_size
 
-__all__ = ["KeptStore", "advertise", "set_limit_mb", "store"]
+__all__ = ["KeptStore", "advertise", "drop", "set_limit_mb", "store"]
 
 _HEAD = struct.Struct(">BI")
 _LEN = struct.Struct(">Q")
@@ -75,6 +75,16 @@ def store() -> KeptStore:
         if _store is None or _store.pid != os.getpid():
             _store = KeptStore(_host, _limit_bytes())
         return _store
+
+
+def drop(keys: List[bytes]) -> None:
+    """``DROP`` from the master: forget these values (their owner released them). Keys this
+    process does not hold (evicted, or kept by its executor process) are ignored."""
+    st = _store
+    if st is None or st.pid != os.getpid():
+        return
+    for key in keys:
+        st.release(bytes(key))
 
 
 def set_limit_mb(mb: int) -> None:

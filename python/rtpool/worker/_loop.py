@@ -38,6 +38,7 @@ from .. import _protocol as P
 from .._frame import SEGMENT_MIN_BYTES, as_payload
 from .._ratelimit import LogLimiter, suppressed_note
 from ..errors import ProtocolError
+from . import _kept
 from ._common import (
     DEFAULT_PREFETCH,
     EXIT_CONFIG,
@@ -233,6 +234,8 @@ class WorkerConnection(Session, Executing, Watchdog):
                     queue_calls(calls, now, put)
                 elif kind == P.ABORT:
                     self._on_abort(msg[1], now)
+                elif kind == P.DROP:
+                    _kept.drop(msg[1])
                 elif kind == P.ERROR:
                     self._on_error(msg[1], msg[2])
                 elif kind == P.HEARTBEAT:

@@ -276,6 +276,10 @@ impl Reader {
                     calls,
                 }))
             }
+            (Role::Client, Msg::Release { keys }) => Ok(Some(Event::ReleaseKept {
+                client: ClientId(self.session),
+                keys: keys.into_iter().map(|(w, k)| (WorkerId(w), k)).collect(),
+            })),
             (Role::Client, Msg::Functions { req_id, name }) => Ok(Some(Event::Functions {
                 client: ClientId(self.session),
                 req_id,

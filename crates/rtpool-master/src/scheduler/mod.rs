@@ -439,6 +439,7 @@ impl Scheduler {
                 | Event::Status { .. }
                 | Event::Attach { .. }
                 | Event::Ack { .. }
+                | Event::ReleaseKept { .. }
         );
         if let Event::SubmitCalls { package, .. } = &mut event {
             *package = self.package_ids.next_id();

@@ -150,6 +150,7 @@ impl Scheduler {
                 let tasks = tasks.into_iter().map(|(t, a)| (t.0, a)).collect();
                 self.send(worker.0, Msg::Abort { tasks });
             }
+            Action::DropKept { worker, keys } => self.send(worker.0, Msg::Drop { keys }),
             Action::StatusReply {
                 client,
                 req_id,

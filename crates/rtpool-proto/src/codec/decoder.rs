@@ -15,8 +15,9 @@ use crate::counts::PackageCounts;
 use crate::error::ProtoError;
 use crate::message::{
     kind, Assignment, Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, TaskResult,
-    WorkerResult, FN_HASH_BYTES, MAX_FUNCTION_NAME_BYTES, MAX_FUNCTION_VERSION_BYTES,
-    MAX_INTERFACE_BYTES, MAX_NAME_BYTES, MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
+    WorkerResult, FN_HASH_BYTES, KEPT_KEY_BYTES, MAX_FUNCTION_NAME_BYTES,
+    MAX_FUNCTION_VERSION_BYTES, MAX_INTERFACE_BYTES, MAX_NAME_BYTES, MAX_RELEASE_KEYS,
+    MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
 };
 use crate::msgpack::{describe, Int, Reader};
 use crate::options::{quote, PackageOpts, CALL_OPTS, SUBMIT_OPTS};
@@ -120,7 +121,9 @@ pub(super) fn field_count(k: u8) -> usize {
         | kind::ABORT
         | kind::SERVE
         | kind::ASSIGN_CALLS
-        | kind::CLUSTER_STATUS => 1,
+        | kind::CLUSTER_STATUS
+        | kind::RELEASE
+        | kind::DROP => 1,
         _ => 0, // HEARTBEAT, DRAIN
     }
 }
@@ -202,9 +205,49 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
             req_id: r.u64("CLUSTER_STATUS_REPLY.req_id")?,
             status: r.map_value("CLUSTER_STATUS_REPLY.status")?,
         },
+        kind::RELEASE => decode_release(r)?,
+        kind::DROP => {
+            // A bin of 16 bytes: 17 bytes each.
+            let n = r.array_len("DROP.keys", 1 + KEPT_KEY_BYTES)?;
+            let mut keys = Vec::with_capacity(n);
+            for _ in 0..n {
+                keys.push(kept_key(r, "DROP.keys[]")?);
+            }
+            Msg::Drop { keys }
+        }
         kind::HEARTBEAT => Msg::Heartbeat,
         _ => Msg::Drain,
     })
+}
+
+/// `RELEASE`: `[[session: u64, key: bin]]`, at most [`MAX_RELEASE_KEYS`].
+fn decode_release(r: &mut Reader) -> Result<Msg, ProtoError> {
+    // [session, key]: 1 + 1 + 18 bytes at least each.
+    let n = r.array_len("RELEASE.keys", 2 + 1 + KEPT_KEY_BYTES)?;
+    if n > MAX_RELEASE_KEYS {
+        return Err(r.malformed(format!(
+            "RELEASE.keys has {n} entries, at most {MAX_RELEASE_KEYS} allowed"
+        )));
+    }
+    let mut keys = Vec::with_capacity(n);
+    for _ in 0..n {
+        r.record("RELEASE.keys[]", 2)?;
+        let session = r.u64("RELEASE.keys[].session")?;
+        keys.push((session, kept_key(r, "RELEASE.keys[].key")?));
+    }
+    Ok(Msg::Release { keys })
+}
+
+/// A kept result's key: a `bin` of exactly [`KEPT_KEY_BYTES`].
+fn kept_key(r: &mut Reader, field: &str) -> Result<Bytes, ProtoError> {
+    let key = r.bin(field)?;
+    if key.len() != KEPT_KEY_BYTES {
+        return Err(r.malformed(format!(
+            "{field} is {} bytes, expected {KEPT_KEY_BYTES}",
+            key.len()
+        )));
+    }
+    Ok(key)
 }
 
 /// `[[task: u64, attempt: u32]]`, as in `RETURN` and `ABORT`.

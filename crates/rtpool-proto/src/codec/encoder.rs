@@ -32,6 +32,8 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
         }
         Msg::Result { results } => 8 + results.iter().map(|t| 56 + t.data.len()).sum::<usize>(),
         Msg::Return { tasks } | Msg::Abort { tasks } => 8 + 16 * tasks.len(),
+        Msg::Release { keys } => 8 + 32 * keys.len(),
+        Msg::Drop { keys } => 8 + 20 * keys.len(),
         Msg::Serve { functions } => {
             8 + functions
                 .iter()
@@ -238,6 +240,22 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             }
         }
         Msg::Heartbeat | Msg::Drain => w.head(k, 0),
+        Msg::Release { keys } => {
+            w.head(k, 1);
+            w.array(keys.len());
+            for (session, key) in keys {
+                w.array(2);
+                w.uint(*session);
+                s.bin(w, key);
+            }
+        }
+        Msg::Drop { keys } => {
+            w.head(k, 1);
+            w.array(keys.len());
+            for key in keys {
+                s.bin(w, key);
+            }
+        }
         Msg::Serve { functions } => {
             w.head(k, 1);
             w.array(functions.len());

@@ -568,6 +568,21 @@ fn rpc_samples() -> Vec<(String, Msg)> {
         ),
         ("cluster_status".into(), Msg::ClusterStatus { req_id: 24 }),
         (
+            "release".into(),
+            Msg::Release {
+                keys: vec![
+                    (7, Bytes::from_static(&[0xA5; 16])),
+                    (300, Bytes::from_static(b"0123456789abcdef")),
+                ],
+            },
+        ),
+        (
+            "drop".into(),
+            Msg::Drop {
+                keys: vec![Bytes::from_static(b"0123456789abcdef")],
+            },
+        ),
+        (
             "cluster_status_reply".into(),
             Msg::ClusterStatusReply {
                 req_id: 24,
