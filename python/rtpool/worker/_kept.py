@@ -24,7 +24,9 @@ out-of-band buffers so a numpy array is written from where it lies, not copied i
 pickle. The store holds at most ``rtpool worker --keep-mb`` MiB (else ``RTPOOL_KEEP_MB``,
 else 1024); past it the least recently read results go, and a reader of an evicted (or lost:
 the process died) result gets :class:`~rtpool.errors.KeptResultLost`, upon which the client
-re-runs the task that made it (lineage, ``rtpool._deps``).
+re-runs the task that made it (lineage, ``rtpool._deps``). When the client no longer needs a
+value (its last future is gone, or ``Future.release()``), the master sends ``DROP`` with its key
+and :func:`drop` forgets it.
 """
 
 from __future__ import annotations
