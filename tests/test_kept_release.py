@@ -90,7 +90,9 @@ def test_a_value_a_live_dependent_holds_is_not_freed(client):
 def test_a_released_value_is_made_again_when_read(client):
     f, pid = kept(client, 1000)
     first = f._result.key
+    base = kept_bytes(client, pid)
     assert f.release() is True
+    wait_until(lambda: kept_bytes(client, pid) <= base - 1000, timeout=10)
     # The worker dropped it: reading it re-runs its producer (lineage), within its attempts.
     assert f.result(timeout=60) == b"x" * 1000
     assert f._lineage.attempts == 2 and f._result.key != first
