@@ -146,9 +146,9 @@ mod tests {
             ..CoreStats::default()
         };
         let all: Vec<_> = stats.iter().collect();
-        assert_eq!(all.len(), 10 + 19);
+        assert_eq!(all.len(), 10 + 21);
         assert_eq!(all[0], ("tasks", 7));
-        assert_eq!(all.last(), Some(&("overloads", 0)));
+        assert_eq!(all.last(), Some(&("kept_release_unknown", 0)));
         let names: std::collections::HashSet<_> = all.iter().map(|(n, _)| n).collect();
         assert_eq!(names.len(), all.len(), "no name twice");
     }
