@@ -44,9 +44,9 @@ class _Releases:
     def adopt(self, ref: KeptRef) -> None:
         """Release ``ref``'s value on its worker when the object is garbage-collected."""
         if ref.session and ref._finalizer is None:
-            ref._finalizer = weakref.finalize(
-                ref, self._releases.append, (ref.session, bytes(ref.key))
-            )
+            fin = weakref.finalize(ref, self._releases.append, (ref.session, bytes(ref.key)))
+            fin.atexit = False  # at exit nothing sends the queue any more
+            ref._finalizer = fin
 
     def release_now(self, ref: KeptRef) -> bool:
         """Release ``ref``'s value now (once); False if it was released already or is not
