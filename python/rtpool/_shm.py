@@ -35,7 +35,7 @@ import secrets
 import struct
 import threading
 import time
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 from . import _shm_pool
 from ._shm_pool import SHM_DIR
@@ -151,6 +151,34 @@ def write(
     return head + table + encoded + stream, name
 
 
+def write_joined(parts: List[Any], owner_tag: str) -> Tuple[bytes, str]:
+    """Write ``parts`` (bytes-like, C-contiguous) back to back as one buffer into a segment of
+    this process's pool, for its writer to :func:`release`: a grid-RPC argument payload,
+    whose msgpack must be contiguous. Returns ``(envelope, name)``; the envelope's pickle
+    stream is empty and its one buffer is the joined parts."""
+    lens = [memoryview(p).nbytes for p in parts]
+    name_for = f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
+    name, gen = pool().write(name_for, parts, lens, "", align=1)
+    encoded = name.encode()
+    head = _HEAD.pack(SHM_TAG, 1, 0, len(encoded), gen)
+    return head + struct.pack(">Q", sum(lens)) + encoded, name
+
+
+def read_joined(view: memoryview) -> Tuple[memoryview, str]:
+    """The one buffer of an envelope of :func:`write_joined`, a read-only view held until
+    it and every value made from it are gone: ``(buffer, name)``."""
+    _, nbuf, stream_len, name_len, gen = _HEAD.unpack_from(view, 0)
+    if nbuf != 1 or stream_len:
+        raise ValueError("not a shared-memory envelope of one joined buffer")
+    (length,) = struct.unpack_from(">Q", view, _HEAD.size)
+    pos = _HEAD.size + 8
+    name = bytes(view[pos : pos + name_len]).decode()
+    whole = _map(name, gen)
+    if _shm_pool.HEADER_BYTES + length > whole.nbytes:
+        raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
+    return whole[_shm_pool.HEADER_BYTES : _shm_pool.HEADER_BYTES + length], name
+
+
 def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
     """Map the segment a shared-memory envelope names, read-only (once per process: the
     mapping is kept), and hold it until every value made from it is gone.
@@ -168,11 +196,20 @@ def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
     name = bytes(view[pos : pos + name_len]).decode()
     pos += name_len
     stream = view[pos : pos + stream_len]
+    whole = _map(name, gen)
+    offsets, end = _shm_pool.layout(list(lens))
+    if end > whole.nbytes:
+        raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
+    buffers = [whole[off : off + n] for off, n in zip(offsets, lens)]
+    return stream, buffers, name
+
+
+def _map(name: str, gen: int) -> memoryview:
     if "/" in name or not name.startswith(PREFIX):
         raise ValueError(f"bad shared-memory segment name {name!r}")
     tidy()
     try:
-        whole = mappings().view(name, gen)
+        return mappings().view(name, gen)
     except FileNotFoundError as exc:
         if exc.filename is None:
             raise  # rewritten: the message says so
@@ -181,11 +218,6 @@ def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
             "another host (set RTPOOL_SHM=0 on clients whose workers are remote) or it was "
             "already released"
         ) from None
-    offsets, end = _shm_pool.layout(list(lens))
-    if end > whole.nbytes:
-        raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
-    buffers = [whole[off : off + n] for off, n in zip(offsets, lens)]
-    return stream, buffers, name
 
 
 def release(name: str) -> None:

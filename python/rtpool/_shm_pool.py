@@ -34,7 +34,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 #: Directory of the segments (tmpfs on Linux).
 SHM_DIR = "/dev/shm"
@@ -82,11 +82,12 @@ def segment_bytes(need: int) -> int:
     return -(-need // step) * step
 
 
-def layout(lens: List[int]) -> Tuple[List[int], int]:
-    """``(offsets, end)`` of buffers of ``lens`` bytes in a segment."""
+def layout(lens: List[int], align: int = 64) -> Tuple[List[int], int]:
+    """``(offsets, end)`` of buffers of ``lens`` bytes in a segment, each at a multiple of
+    ``align`` (1: back to back)."""
     offsets, pos = [], HEADER_BYTES
     for n in lens:
-        pos += -pos % 64
+        pos += -pos % align
         offsets.append(pos)
         pos += n
     return offsets, pos
@@ -160,7 +161,7 @@ class Pool:
         return True
 
     def write(
-        self, name_for: str, raws: List[memoryview], lens: List[int], reader: str
+        self, name_for: str, raws: List[Any], lens: List[int], reader: str, align: int = 64
     ) -> Tuple[str, int]:
         """Write ``raws`` into a free segment (or a new one); returns ``(name, generation)``.
 
@@ -168,8 +169,9 @@ class Pool:
             name_for: The name a new segment gets.
             reader: The owner tag of the reader of a result ("" for an argument, which its
                 writer frees with :meth:`release`).
+            align: Each buffer starts at a multiple of this (1: one contiguous buffer).
         """
-        offsets, end = layout(lens)
+        offsets, end = layout(lens, align)
         size = segment_bytes(end)
         now = time.monotonic()
         with self._lock:
@@ -187,8 +189,8 @@ class Pool:
             seg.since = now
         try:
             mapped = seg.map
-            for raw, off in zip(raws, offsets):
-                mapped[off : off + raw.nbytes] = raw
+            for raw, off, n in zip(raws, offsets, lens):
+                mapped[off : off + n] = raw
             _GEN.pack_into(mapped, 8, seg.gen)
         finally:
             fcntl.flock(seg.fd, fcntl.LOCK_UN)

@@ -30,6 +30,8 @@ from typing import Any, Callable, NamedTuple
 
 import msgpack
 
+from .. import _shm
+from .._frame import Payload
 from ..errors import CallError
 from .interface import Interface, Param
 from .values import dtype_matches, loaded_numpy, scalar_problem
@@ -158,6 +160,11 @@ def _pack(value: Any) -> bytes:
 
 
 def _encode_list(values: list) -> bytes:
+    return b"".join(_encode_chunks(values))
+
+
+def _encode_chunks(values: list) -> list:
+    """The msgpack list of ``values`` as pieces to join (arrays as views of their data)."""
     np = loaded_numpy()
     chunks: list = [_list_header(len(values))]
     for value in values:
@@ -167,20 +174,31 @@ def _encode_list(values: list) -> bytes:
             chunks.append(data)  # joined without an intermediate copy
         else:
             chunks.append(_pack(value))
-    return b"".join(chunks)
+    return chunks
 
 
-def encode_args(values: list) -> bytes:
+def encode_args(values: list, shm_owner: str | None = None) -> Any:
     """An argument payload: the msgpack list of a call's ``In`` and ``InOut`` values
     (:attr:`BoundCall.values`); :class:`Ref` values become ext 2.
+
+    Args:
+        shm_owner: The client's shared-memory owner tag when its workers share its host: a
+            payload of ``SHM_MIN_BYTES`` or more is then written (once, from the arrays
+            themselves) into a shared-memory segment, and the result is a
+            :class:`~rtpool._frame.Payload` of its envelope whose ``shm`` names the segment,
+            which the caller releases when the call is done.
 
     Raises:
         CallError: A value cannot be sent (an object array, a value msgpack cannot carry).
     """
     try:
-        return _encode_list(values)
+        chunks = _encode_chunks(values)
     except (TypeError, OverflowError, ValueError) as exc:
         raise CallError(f"cannot encode the call's arguments: {exc}") from None
+    if shm_owner and sum(len(c) for c in chunks) >= _shm.SHM_MIN_BYTES:
+        envelope, name = _shm.write_joined(chunks, shm_owner)
+        return Payload((envelope,), len(envelope), name)
+    return b"".join(chunks)
 
 
 def encode_results(outputs: list) -> bytes:
@@ -357,6 +375,13 @@ def _decode_value(mv: memoryview, pos: int, copy: bool) -> tuple:
 
 
 def _decode_list(payload: Any, copy: bool = True) -> list:
+    if payload and payload[0] == _shm.SHM_TAG:  # never a msgpack list's first byte
+        try:
+            payload = _shm.read_joined(memoryview(payload))[0]
+        except (OSError, ValueError, struct.error) as exc:
+            raise CallError(f"cannot read the call's shared-memory payload: {exc}") from None
+        # Arrays are copied out (copy=True): the segment is free again once decoded.
+        return _decode_list(payload, copy)
     if copy and len(payload) <= _FEED_BYTES:
         # Small: msgpack's C decoder in one go (the walker below avoids copying large arrays).
         # A bad payload goes on to the walker, whose messages say what is wrong.
