@@ -7,11 +7,15 @@ Arguments and results are msgpack, never pickle, with two extension types:
 * ext 2, a reference to another call's result (transactions): msgpack ``[input, output]``.
 
 Copies: encoding copies an array's bytes once, straight into the payload (plus one more
-for a non-contiguous or big-endian array, made contiguous little-endian first). Decoding a
-top-level array copies it once, out of the payload into a new writable, aligned, native-order
-array the caller owns (``np.frombuffer(...).copy()``); an array nested in a list or dict
-(an ``any`` value) takes one more copy through msgpack. :func:`deliver` copies a result array
-once, straight into the caller's buffer when there is one.
+for a non-contiguous or big-endian array, made contiguous little-endian first); when the
+client's workers share its host, an argument payload of 256 KiB or more is that copy, into a
+shared-memory segment (``rtpool._shm``). Decoding a top-level array copies it once, out of the
+payload into a new writable, aligned, native-order array the caller owns
+(``np.frombuffer(...).copy()``), except an ``In`` array of a shared-memory payload, which is
+a **read-only view** of the segment (no copy; an ``InOut`` one is copied, it is written); an
+array nested in a list or dict (an ``any`` value) takes one more copy through msgpack.
+:func:`deliver` copies a result array once, straight into the caller's buffer when there is
+one.
 
 A complex scalar has no msgpack form: it travels as a 0-d ``complex128`` array (ext 1), which
 :func:`invoke` and :func:`deliver` turn back into a ``complex`` for ``complex`` parameters and
@@ -275,6 +279,13 @@ def _owned(arr: Any) -> Any:
     return arr.astype(arr.dtype.newbyteorder("="))
 
 
+class _Writable:
+    writeable = True
+
+
+_WRITABLE = _Writable()
+
+
 def _ref_from(payload: Any) -> Ref:
     value = msgpack.unpackb(payload)
     if (
@@ -380,8 +391,9 @@ def _decode_list(payload: Any, copy: bool = True) -> list:
             payload = _shm.read_joined(memoryview(payload))[0]
         except (OSError, ValueError, struct.error) as exc:
             raise CallError(f"cannot read the call's shared-memory payload: {exc}") from None
-        # Arrays are copied out (copy=True): the segment is free again once decoded.
-        return _decode_list(payload, copy)
+        # Arrays are read-only views of the mapping (no copy): the segment stays lent until
+        # they are gone; invoke() copies the InOut ones, which the function writes.
+        return _decode_list(payload, False)
     if copy and len(payload) <= _FEED_BYTES:
         # Small: msgpack's C decoder in one go (the walker below avoids copying large arrays).
         # A bad payload goes on to the walker, whose messages say what is wrong.
@@ -561,6 +573,10 @@ def invoke(fn: Callable, iface: Interface, args_payload: bytes, inputs: list) ->
             f"{len(inputs_spec)} inputs ({', '.join(p.name for p in inputs_spec)})"
         )
     values = [_from_wire(p, v) for p, v in zip(inputs_spec, values)]
+    for i, p in enumerate(inputs_spec):
+        value = values[i]
+        if p.mode == "inout" and not getattr(value, "flags", _WRITABLE).writeable:
+            values[i] = _owned(value)  # a view of shared memory: the function writes it
     bound = iface.bind(values)
     specs = bound.output_specs()
     out_specs = {spec.name: spec for spec in specs}
