@@ -74,9 +74,17 @@ class Ref(NamedTuple):
 # --- encoding ------------------------------------------------------------------------------
 
 
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+# ext 1 headers (msgpack ext header + our array header) by (dtype.str, shape): a call repeats
+# its arrays' sizes, and building the header is most of encoding a small array.
+_ARRAY_HEADERS: dict = {}
+# numpy dtypes by the dtype string of an ext 1 payload (checked once: no object dtypes).
+_DTYPES: dict = {}
+
+
 def _ext_header(code: int, size: int) -> bytes:
     # The smallest msgpack ext form, as msgpack's own packer picks it.
-    fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}.get(size)
+    fixed = _FIXEXT.get(size)
     if fixed is not None:
         return struct.pack(">Bb", fixed, code)
     if size < 1 << 8:
@@ -173,8 +181,19 @@ def _encode_chunks(values: list) -> list:
     chunks: list = [_list_header(len(values))]
     for value in values:
         if np is not None and isinstance(value, np.ndarray):
+            key = (value.dtype.str, value.shape)
+            header = _ARRAY_HEADERS.get(key) if value.flags.c_contiguous else None
+            if header is not None and value.dtype.byteorder != ">":
+                chunks.append(header)
+                chunks.append(value.reshape(-1).view(np.uint8))
+                continue
             header, data = _array_parts(value)
-            chunks.append(_ext_header(EXT_ARRAY, len(header) + data.nbytes) + header)
+            header = _ext_header(EXT_ARRAY, len(header) + data.nbytes) + header
+            if value.flags.c_contiguous and value.dtype.byteorder != ">":
+                if len(_ARRAY_HEADERS) >= 1024:
+                    _ARRAY_HEADERS.clear()
+                _ARRAY_HEADERS[key] = header
+            chunks.append(header)
             chunks.append(data)  # joined without an intermediate copy
         else:
             chunks.append(_pack(value))
@@ -239,23 +258,31 @@ def _numpy() -> Any:
 def _array_from(payload: memoryview, copy: bool) -> Any:
     """Decode an ext 1 payload: a new writable array if ``copy``, else a read-only view."""
     n = payload[0]
-    dtype_str = bytes(payload[1 : 1 + n]).decode("ascii")
+    raw_dtype = bytes(payload[1 : 1 + n])
     pos = 1 + n
     ndim = payload[pos]
-    shape = struct.unpack_from(f"<{ndim}Q", payload, pos + 1)
+    shape = struct.unpack_from(_SHAPES[ndim] if ndim < 8 else f"<{ndim}Q", payload, pos + 1)
     pos += 1 + 8 * ndim
-    try:
-        np = _numpy()
-    except CallError:
-        if ndim == 0 and dtype_str == "<c16" and len(payload) == pos + 16:
-            # A complex scalar reaching a process without numpy.
-            return complex(*struct.unpack_from("<dd", payload, pos))
-        raise
-    dt = np.dtype(dtype_str)
-    if dt.hasobject or dt.fields is not None or dt.kind == "V":
-        raise CallError(
-            f"an array of dtype {dt} cannot be received: object and structured dtypes are refused"
-        )
+    dt = _DTYPES.get(raw_dtype)
+    if dt is None:
+        try:
+            np = _numpy()
+        except CallError:
+            if ndim == 0 and raw_dtype == b"<c16" and len(payload) == pos + 16:
+                # A complex scalar reaching a process without numpy.
+                return complex(*struct.unpack_from("<dd", payload, pos))
+            raise
+        dt = np.dtype(raw_dtype.decode("ascii"))
+        if dt.hasobject or dt.fields is not None or dt.kind == "V":
+            raise CallError(
+                f"an array of dtype {dt} cannot be received: object and structured dtypes are "
+                "refused"
+            )
+        global _np_module
+        _np_module = np
+        if len(_DTYPES) < 64:
+            _DTYPES[raw_dtype] = dt
+    np = _np_module
     count = 1
     for dim in shape:
         count *= dim
@@ -270,6 +297,10 @@ def _array_from(payload: memoryview, copy: bool) -> Any:
     if copy:
         return _owned(arr)
     return arr
+
+
+_SHAPES = [f"<{n}Q" for n in range(8)]
+_np_module: Any = None
 
 
 def _owned(arr: Any) -> Any:
