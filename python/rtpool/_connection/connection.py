@@ -267,8 +267,14 @@ class _Connection(_Packages, _Receiver, _Reconnector):
         try:
             self._heartbeats()
         finally:
-            if self._shm_attached:
-                _shm.detach()
+            self._detach_shm()
+
+    def _detach_shm(self) -> None:
+        """Once, when the connection ends: the process's last client removes its segments."""
+        with self._lock:
+            attached, self._shm_attached = self._shm_attached, False
+        if attached:
+            _shm.detach()
 
     def _heartbeats(self) -> None:
         # Sends HEARTBEAT when nothing else was sent for heartbeat_ms (the master closes
@@ -546,3 +552,4 @@ class _Connection(_Packages, _Receiver, _Reconnector):
                 idle = self._closed
             if idle:
                 self._thread.join()
+                self._detach_shm()  # now, not when the heartbeat thread notices
