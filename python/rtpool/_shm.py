@@ -38,7 +38,7 @@ import time
 from typing import Any, List, Tuple
 
 from . import _shm_pool
-from ._shm_pool import SHM_DIR
+from ._shm_pool import SHM_DIR, start_time
 
 #: Prefix of every segment's name.
 PREFIX = "rtpool-"
@@ -55,18 +55,6 @@ _NAME = re.compile(r"^rtpool-(\d+)-(\d+)-")
 _seq = itertools.count()
 _local = threading.local()
 _enabled: bool | None = None
-
-
-def start_time(pid: int) -> int | None:
-    """The start time of process ``pid`` (clock ticks since boot), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return int(fields[19])
 
 
 _OWNER: str | None = None

@@ -100,9 +100,19 @@ def _pool_cap_bytes() -> int:
         return DEFAULT_POOL_MB << 20
 
 
-def _alive(owner_tag: str) -> bool:
-    from ._shm import start_time
+def start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks since boot), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[19])
 
+
+def _alive(owner_tag: str) -> bool:
     pid, _, start = owner_tag.partition("-")
     try:
         return start_time(int(pid)) == int(start)
