@@ -369,6 +369,10 @@ def test_large_call_arguments_travel_through_shared_memory(rpc_client):
     assert _shm.pool().created + _shm.pool().reused == before + 3
     assert _shm.pool().reused >= 2
     assert _shm.pool().lent() == []
+    # An In array from shared memory is a read-only view (no copy); a small one, from the
+    # frame, the worker's own writable copy.
+    assert rpc_client.call("writable", n * n, A.reshape(-1)) == 0
+    assert rpc_client.call("writable", 8, np.ones(8)) == 1
     # An InOut argument from shared memory: the worker decodes a writable copy to modify.
     x = rng.random(n * n // 2)
     expected = x * 2.0
