@@ -597,6 +597,24 @@ def test_bind_checks_output_buffers():
     assert "argument A is read-only; an InOut array" in call_error(iface_of(dgefa), 8, frozen)
 
 
+def test_bind_checks_again_whatever_it_accepted_before():
+    # bind() remembers the calls that passed its checks (by dtype, shape, int values): a call
+    # that differs in any of them is checked in full.
+    iface = iface_of(dmmul)
+    A, C = np.ones((8, 8)), np.empty((8, 8))
+    for _ in range(2):
+        bound = iface.bind((8, A, A, C))
+        assert bound.out_buffers[0] is C and bound.scalars == {"n": 8}
+        assert bound.output_specs() == [Param("C", "out", "array", "float64", "8, 8")]
+    frozen = np.empty((8, 8))
+    frozen.flags.writeable = False
+    assert "argument C is read-only" in call_error(iface, 8, A, A, frozen)
+    assert "has shape (8, 8), expected (n, n) = (9, 9)" in call_error(iface, 9, A, A)
+    assert "has dtype float32" in call_error(iface, 8, A, A.astype(np.float32))
+    assert "out of the 64-bit integer range" in call_error(iface, 1 << 70, A, A)
+    assert iface.bind((4, np.ones((4, 4)), np.ones((4, 4)))).output_specs()[0].shape == "4, 4"
+
+
 @pytest.mark.parametrize(
     ("type_name", "good", "bad"),
     [

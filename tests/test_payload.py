@@ -6,6 +6,8 @@ killed with ``kill -9``). Against a real master and real worker processes.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -66,7 +68,7 @@ def test_arrays_cross_tcp_as_segments_and_arrive_as_views(
     assert small == b"x" * 1024
 
 
-def test_shared_memory_argument_is_read_only_view_and_nothing_leaks(
+def test_shared_memory_argument_is_read_only_view_and_segments_are_reused(
     shm, workers, client_factory
 ) -> None:
     workers.start(1)
@@ -79,8 +81,73 @@ def test_shared_memory_argument_is_read_only_view_and_nothing_leaks(
     assert total == float(arr.sum()) and not owns and not writeable and misalign == 0
     back = client.submit(tasks.payload.double, arr).result(30)
     assert np.array_equal(back, arr * 2) and not back.flags.writeable
-    # Argument segments go when the future resolves; result segments once mapped.
-    _wait_for(lambda: shm.leftovers(owner) == [], "the segments to be freed")
+    del back
+    worker = client.submit(tasks.payload.owner).result(30)
+    mine, theirs = shm.leftovers(owner), shm.leftovers(worker)
+    assert len(mine) == 1 and len(theirs) == 1, (mine, theirs)
+    for i in range(10):
+        value = np.full(4 * MIB // 8, float(i))
+        back = client.submit(tasks.payload.echo, value).result(30)
+        assert np.array_equal(back, value)
+        del back
+    # Ten more round trips wrote into the same two segments: none was added, none leaked.
+    assert shm.leftovers(owner) == mine and shm.leftovers(worker) == theirs
+    assert shm.pool().lent() == []
+    client.close()
+    assert shm.leftovers(owner) == []  # the process's last client removes its segments
+
+
+def test_a_result_the_client_holds_is_never_overwritten(shm, workers, client_factory) -> None:
+    workers.start(1)
+    client = client_factory()
+    worker = client.submit(tasks.payload.owner).result(30)
+    held = client.submit(tasks.payload.echo, np.ones(MIB, dtype="f8")).result(30)
+    for i in range(5):
+        value = np.full(MIB, float(i + 2))
+        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+    # The worker took a second segment for the later results: the held one is still read.
+    assert held.min() == held.max() == 1.0
+    assert len(shm.leftovers(worker)) == 2
+    del held
+    for i in range(3):
+        value = np.full(MIB, float(i + 10))
+        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+    assert len(shm.leftovers(worker)) == 2  # reused once dropped, not a third one
+
+
+def test_an_argument_the_task_keeps_is_never_overwritten(shm, workers, client_factory) -> None:
+    workers.start(1)
+    client = client_factory()
+    owner = client._conn.shm_owner
+    client.submit(tasks.payload.stash, np.ones(MIB, dtype="f8")).result(30)
+    for _ in range(5):
+        assert client.submit(tasks.payload.describe, np.full(MIB, 7.0)).result(30)[0] == 7.0 * MIB
+    assert client.submit(tasks.payload.stashed).result(30) == [(1.0, 1.0)]
+    assert len(shm.leftovers(owner)) == 2  # the stashed argument's segment was not reused
+    client.submit(tasks.payload.unstash).result(30)
+    for _ in range(3):
+        assert client.submit(tasks.payload.describe, np.full(MIB, 5.0)).result(30)[0] == 5.0 * MIB
+    assert len(shm.leftovers(owner)) == 2
+
+
+def test_a_reader_after_a_rewrite_gets_an_error_not_new_data(shm) -> None:
+    from rtpool._serialize import _dumps_oob, loads_payload
+
+    owner = shm.owner()
+    first = _dumps_oob(np.ones(MIB), "a test value", owner)
+    shm.release(first.shm)  # its task is done: the segment is free
+    second = _dumps_oob(np.zeros(MIB), "a test value", owner)
+    assert second.shm == first.shm  # the same segment, rewritten
+    with pytest.raises(FileNotFoundError, match="was released by its writer"):
+        loads_payload(bytes(first))
+    value = loads_payload(bytes(second))
+    assert value.max() == 0.0
+    shm.release(second.shm)
+    # While a value made from the segment lives, the segment is not rewritten.
+    third = _dumps_oob(np.full(MIB, 3.0), "a test value", owner)
+    assert third.shm != second.shm and value.max() == 0.0
+    shm.release(third.shm)
+    shm.pool().clear()
 
 
 def test_no_leak_after_a_task_failure(shm, workers, client_factory) -> None:
@@ -90,7 +157,25 @@ def test_no_leak_after_a_task_failure(shm, workers, client_factory) -> None:
     fut = client.submit(tasks.payload.boom, np.zeros(MIB, dtype="u1"))
     with pytest.raises(ValueError, match="refused an array of 1048576 bytes"):
         fut.result(30)
-    _wait_for(lambda: shm.leftovers(owner) == [], "the failed task's segment to be freed")
+    _wait_for(lambda: shm.pool().lent() == [], "the failed task's segment to be released")
+    client.close()
+    assert shm.leftovers(owner) == []
+
+
+def test_no_leak_after_the_worker_is_killed(shm, workers, client_factory) -> None:
+    workers.start(1)
+    client = client_factory()
+    worker = client.submit(tasks.payload.owner).result(30)
+    held = client.submit(tasks.payload.echo, np.ones(MIB)).result(30)
+    (segment,) = shm.leftovers(worker)
+    assert segment in shm.mappings().names()
+    os.kill(int(worker.split("-")[0]), signal.SIGKILL)
+    # The master's sweep (every 2 s) finds the owner gone.
+    _wait_for(lambda: shm.leftovers(worker) == [], "the dead worker's segment to be swept")
+    assert held.min() == held.max() == 1.0  # the client's mapping outlives the file
+    del held
+    # The client's heartbeat thread drops its mapping of the removed file (its memory).
+    _wait_for(lambda: segment not in shm.mappings().names(), "the mapping to be dropped")
 
 
 _CLIENT = textwrap.dedent(

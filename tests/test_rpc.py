@@ -354,6 +354,33 @@ def test_dmmul_ninf_style_fills_the_out_buffer(rpc_client):
     np.testing.assert_array_equal(x, np.arange(5) * 3.0)
 
 
+def test_large_call_arguments_travel_through_shared_memory(rpc_client):
+    from rtpool import _shm
+
+    assert rpc_client._conn.shm_owner  # the master is on loopback
+    n = 400  # 1.25 MB per matrix: above SHM_MIN_BYTES
+    rng = np.random.default_rng(2)
+    A, B = rng.random((n, n)), rng.random((n, n))
+    before = _shm.pool().created + _shm.pool().reused
+    for _ in range(3):
+        np.testing.assert_allclose(rpc_client.call("dmmul", n, A, B), A @ B)
+    # Each call's arguments went into a segment of this process's pool, reused after the
+    # first, and every segment is free again once its call is done.
+    assert _shm.pool().created + _shm.pool().reused == before + 3
+    assert _shm.pool().reused >= 2
+    assert _shm.pool().lent() == []
+    # An In array from shared memory is a read-only view (no copy); a small one, from the
+    # frame, the worker's own writable copy.
+    assert rpc_client.call("writable", n * n, A.reshape(-1)) == 0
+    assert rpc_client.call("writable", 8, np.ones(8)) == 1
+    # An InOut argument from shared memory: the worker decodes a writable copy to modify.
+    x = rng.random(n * n // 2)
+    expected = x * 2.0
+    rpc_client.call("scale", x.size, x, 2.0)
+    np.testing.assert_array_equal(x, expected)
+    assert _shm.pool().lent() == []
+
+
 def test_remote_exception_is_task_failed(rpc_client):
     with pytest.raises(TaskFailed) as info:
         rpc_client.call("fail", "no such luck")

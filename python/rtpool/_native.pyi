@@ -22,7 +22,8 @@ class Master:
         max_connections: Authenticated connections served at once; more get ``ERROR busy``
             (default: from the open-file limit, which the master raises to its hard limit).
         max_buffered_bytes: Outbound bytes that may wait for one peer to read them before it
-            is closed as a slow consumer (default 64 MiB).
+            is closed as a slow consumer (default: ``max_frame_bytes`` plus 64 MiB; at least
+            ``max_frame_bytes``).
         lease_ms: A worker silent this long is closed and its tasks requeued (default 3000;
             0: never).
         client_timeout_ms: A client silent this long is closed (default 30000; 0: never).

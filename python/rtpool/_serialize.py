@@ -234,9 +234,11 @@ def _has_large(args: tuple, kwargs: dict | None) -> bool:
     return bool(kwargs) and any(_is_large(v) for v in kwargs.values())  # type: ignore[union-attr]
 
 
-def _dumps_oob(obj: Any, what: str, shm_owner: str | None = None) -> Any:
+def _dumps_oob(obj: Any, what: str, shm_owner: str | None = None, shm_reader: str = "") -> Any:
     """``obj`` pickled with its large buffers out of band: ``bytes`` when it has none (and
-    is small), else a :class:`Payload` (the envelope's parts, nothing joined)."""
+    is small), else a :class:`Payload` (the envelope's parts, nothing joined). With
+    ``shm_owner``, large buffers go to a shared-memory segment of this process's pool
+    (``shm_reader``: the client a result is for, see :func:`rtpool._shm.write`)."""
     buffers: List[pickle.PickleBuffer] = []
 
     def keep(buf: pickle.PickleBuffer) -> bool:
@@ -258,7 +260,7 @@ def _dumps_oob(obj: Any, what: str, shm_owner: str | None = None) -> Any:
         return stream if len(stream) < SEGMENT_MIN_BYTES else Payload((stream,), len(stream))
     raws = [b.raw() for b in buffers]
     if shm_owner and sum(r.nbytes for r in raws) >= _shm.SHM_MIN_BYTES:
-        envelope, name = _shm.write(raws, stream, shm_owner)
+        envelope, name = _shm.write(raws, stream, shm_owner, shm_reader)
         return Payload((envelope,), len(envelope), name)
     return _envelope(stream, raws)
 
@@ -386,7 +388,10 @@ def dumps_result(value: Any) -> Any:
             value = type(value)(map(_wrap, value))
         else:
             value = _wrap(value)
-        return _dumps_oob(value, "the task's return value", _shm.result_owner())
+        reader = _shm.result_owner()
+        if reader is None:
+            return _dumps_oob(value, "the task's return value")
+        return _dumps_oob(value, "the task's return value", _shm.owner(), reader)
     try:
         data = _dumps(value, PICKLE_PROTOCOL)
     except Exception:
@@ -395,14 +400,11 @@ def dumps_result(value: Any) -> Any:
 
 
 def loads_result(data: Any) -> Any:
-    """Inverse of :func:`dumps_result`. A result in shared memory is mapped, then its segment
-    is removed at once (the client is its only reader; the mapping lives on in the value)."""
+    """Inverse of :func:`dumps_result`. A result in shared memory is a view of the worker's
+    segment, which the worker reuses only once the value is gone."""
     if data and data[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
         return _loads(data)
-    value, name = _loads_view(data)
-    if name:
-        _shm.unlink(name)
-    return value
+    return _loads_view(data)[0]
 
 
 def loads_function(code: bytes) -> Callable:

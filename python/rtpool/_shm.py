@@ -1,63 +1,60 @@
 """Shared memory for payloads between processes of one host (``docs/protocol.md``,
 "Shared-memory payloads").
 
-A large payload's out-of-band buffers are written once into a ``/dev/shm`` file and only a
-small envelope (tag ``0xB6``: the file's name, the buffer table and the pickle stream) crosses
-TCP; the receiver maps the file read-only, so a numpy argument is a read-only view of shared
-memory.
+A large payload's out-of-band buffers are copied once into a ``/dev/shm`` segment and only a
+small envelope (tag ``0xB6``: the segment's name and generation, the buffer table and the
+pickle stream) crosses TCP; the receiver maps the segment read-only, so a numpy argument is a
+read-only view of shared memory. Segments are reused: each process keeps a pool of those it
+writes and the mappings of those it read (``_shm_pool.py``, which also says who may rewrite
+a segment when).
 
-Lifetimes are explicit, and every file is named after the process that owns it (its pid and
-start time, ``rtpool-<pid>-<start>-...``):
+Lifetimes are explicit, and every file is named after the process that writes it (its pid
+and start time, ``rtpool-<pid>-<start>-...``):
 
-* an argument file belongs to the client that submitted the task; the client removes it when
-  the task's future resolves (a result, an error, a failure, a cancellation);
-* a result file is named after that same client (the worker reads the owner from the argument
-  envelope) and the client removes it as soon as it mapped it (it is the only reader);
-* a file whose owner died (``kill -9`` of a client) is removed by :func:`sweep`, which the
-  master runs every few seconds (``shm_sweep.rs``) and every client runs when it starts.
+* an argument segment is lent by the client for its task: it is free again when the task's
+  future resolves (a result, an error, a failure, a cancellation) **and** no worker holds a
+  value made from it; the client removes its segments when its last ``Client`` closes, or at
+  exit;
+* a worker that got its arguments through shared memory writes its large result into a
+  segment of its own pool, free again once that client has mapped the result and dropped the
+  value (or died); the worker removes its segments when it exits;
+* a file whose owner died (``kill -9``) is removed by :func:`sweep`, which the master runs
+  every few seconds (``shm_sweep.rs``) and every client runs when it starts; a reader drops
+  its mapping of a removed file within a second (:func:`tidy`), so its memory goes too.
 
 Nothing here needs the master: it never reads these payloads.
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
-import mmap
 import os
 import re
 import secrets
 import struct
 import threading
-from typing import List, Tuple
+import time
+from typing import Any, List, Tuple
 
-#: Directory of the segments (tmpfs on Linux).
-SHM_DIR = "/dev/shm"
+from . import _shm_pool
+from ._shm_pool import SHM_DIR, start_time
+
 #: Prefix of every segment's name.
 PREFIX = "rtpool-"
 #: First byte of a shared-memory envelope.
 SHM_TAG = 0xB6
 #: Smallest payload (sum of its out-of-band buffers) sent through shared memory.
 SHM_MIN_BYTES = 256 * 1024
-#: Buffers start at multiples of this many bytes in the file.
-ALIGN = 64
 
-_HEAD = struct.Struct(">B3xIQH")
+#: Seconds between two tidy passes of a process.
+TIDY_EVERY_S = 1.0
+
+_HEAD = struct.Struct(">B3xIQHQ")
 _NAME = re.compile(r"^rtpool-(\d+)-(\d+)-")
 _seq = itertools.count()
 _local = threading.local()
 _enabled: bool | None = None
-
-
-def _start_time(pid: int) -> int | None:
-    """The start time of process ``pid`` (clock ticks since boot), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return int(fields[19])
 
 
 _OWNER: str | None = None
@@ -68,7 +65,7 @@ def owner() -> str:
     global _OWNER
     pid = os.getpid()
     if _OWNER is None or not _OWNER.startswith(f"{pid}-"):
-        _OWNER = f"{pid}-{_start_time(pid) or 0}"
+        _OWNER = f"{pid}-{start_time(pid) or 0}"
     return _OWNER
 
 
@@ -93,41 +90,86 @@ def result_owner() -> str | None:
     return getattr(_local, "owner", None)
 
 
-def write(raws: List[memoryview], stream: bytes, owner_tag: str) -> Tuple[bytes, str]:
-    """Write the buffers ``raws`` into a new segment owned by ``owner_tag``.
+_pool: _shm_pool.Pool | None = None
+_maps: _shm_pool.Mappings | None = None
+_attached = 0
+_state_lock = threading.Lock()
+
+
+def pool() -> _shm_pool.Pool:
+    """This process's pool of segments it writes."""
+    global _pool
+    if _pool is None:
+        with _state_lock:
+            if _pool is None:
+                _pool = _shm_pool.Pool()
+    return _pool
+
+
+def mappings() -> _shm_pool.Mappings:
+    """This process's cache of the segments it read."""
+    global _maps
+    if _maps is None:
+        with _state_lock:
+            if _maps is None:
+                _maps = _shm_pool.Mappings()
+    return _maps
+
+
+def write(
+    raws: List[memoryview], stream: bytes, owner_tag: str, reader: str = ""
+) -> Tuple[bytes, str]:
+    """Write the buffers ``raws`` into a segment of this process's pool.
+
+    Args:
+        owner_tag: The owner the name of a new segment carries (this process).
+        reader: For a result: the owner tag of the client that reads it (the segment is free
+            again once that client claimed and dropped it, or died). "" for an argument: the
+            caller frees it with :func:`release` when its task is done.
 
     Returns:
         ``(envelope, name)``: the small payload that crosses TCP, and the segment's name.
     """
-    name = f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
     lens = [r.nbytes for r in raws]
-    offsets, pos = [], 0
-    for n in lens:
-        pos += -pos % ALIGN
-        offsets.append(pos)
-        pos += n
-    path = os.path.join(SHM_DIR, name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.ftruncate(fd, max(pos, 1))
-        for raw, off in zip(raws, offsets):
-            view = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
-            done = 0
-            while done < view.nbytes:
-                done += os.pwrite(fd, view[done:], off + done)
-    except BaseException:
-        os.unlink(path)
-        raise
-    finally:
-        os.close(fd)
+    name_for = f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
+    name, gen = pool().write(name_for, raws, lens, reader)
     encoded = name.encode()
-    head = _HEAD.pack(SHM_TAG, len(raws), len(stream), len(encoded))
+    head = _HEAD.pack(SHM_TAG, len(raws), len(stream), len(encoded), gen)
     table = struct.pack(f">{len(lens)}Q", *lens)
     return head + table + encoded + stream, name
 
 
+def write_joined(parts: List[Any], owner_tag: str) -> Tuple[bytes, str]:
+    """Write ``parts`` (bytes-like, C-contiguous) back to back as one buffer into a segment of
+    this process's pool, for its writer to :func:`release`: a grid-RPC argument payload,
+    whose msgpack must be contiguous. Returns ``(envelope, name)``; the envelope's pickle
+    stream is empty and its one buffer is the joined parts."""
+    lens = [memoryview(p).nbytes for p in parts]
+    name_for = f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
+    name, gen = pool().write(name_for, parts, lens, "", align=1)
+    encoded = name.encode()
+    head = _HEAD.pack(SHM_TAG, 1, 0, len(encoded), gen)
+    return head + struct.pack(">Q", sum(lens)) + encoded, name
+
+
+def read_joined(view: memoryview) -> Tuple[memoryview, str]:
+    """The one buffer of an envelope of :func:`write_joined`, a read-only view held until
+    it and every value made from it are gone: ``(buffer, name)``."""
+    _, nbuf, stream_len, name_len, gen = _HEAD.unpack_from(view, 0)
+    if nbuf != 1 or stream_len:
+        raise ValueError("not a shared-memory envelope of one joined buffer")
+    (length,) = struct.unpack_from(">Q", view, _HEAD.size)
+    pos = _HEAD.size + 8
+    name = bytes(view[pos : pos + name_len]).decode()
+    whole = _map(name, gen)
+    if _shm_pool.HEADER_BYTES + length > whole.nbytes:
+        raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
+    return whole[_shm_pool.HEADER_BYTES : _shm_pool.HEADER_BYTES + length], name
+
+
 def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
-    """Map the segment a shared-memory envelope names, read-only.
+    """Map the segment a shared-memory envelope names, read-only (once per process: the
+    mapping is kept), and hold it until every value made from it is gone.
 
     Returns:
         ``(pickle stream, buffer views, name)``.
@@ -135,36 +177,99 @@ def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
     Raises:
         FileNotFoundError: with a message saying why a segment can be missing.
     """
-    _, nbuf, stream_len, name_len = _HEAD.unpack_from(view, 0)
+    _, nbuf, stream_len, name_len, gen = _HEAD.unpack_from(view, 0)
     pos = _HEAD.size
     lens = struct.unpack_from(f">{nbuf}Q", view, pos)
     pos += 8 * nbuf
     name = bytes(view[pos : pos + name_len]).decode()
     pos += name_len
     stream = view[pos : pos + stream_len]
+    whole = _map(name, gen)
+    offsets, end = _shm_pool.layout(list(lens))
+    if end > whole.nbytes:
+        raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
+    buffers = [whole[off : off + n] for off, n in zip(offsets, lens)]
+    return stream, buffers, name
+
+
+def _map(name: str, gen: int) -> memoryview:
     if "/" in name or not name.startswith(PREFIX):
         raise ValueError(f"bad shared-memory segment name {name!r}")
+    tidy()
     try:
-        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY)
-    except FileNotFoundError:
+        return mappings().view(name, gen)
+    except FileNotFoundError as exc:
+        if exc.filename is None:
+            raise  # rewritten: the message says so
         raise FileNotFoundError(
             f"shared-memory payload {name} is not in {SHM_DIR} on this host: the sender is on "
             "another host (set RTPOOL_SHM=0 on clients whose workers are remote) or it was "
             "already released"
         ) from None
-    try:
-        size = os.fstat(fd).st_size
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        mapped = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-    whole = memoryview(mapped)
-    buffers, off = [], 0
-    for n in lens:
-        off += -off % ALIGN
-        buffers.append(whole[off : off + n])
-        off += n
-    return stream, buffers, name
+
+
+def release(name: str) -> None:
+    """The task an argument segment was written for is done: its segment may be reused once
+    its readers dropped it."""
+    p = _pool
+    if p is not None:
+        p.release(name)
+
+
+def attach() -> None:
+    """A client of this process starts using shared memory."""
+    global _attached
+    with _state_lock:
+        _attached += 1
+
+
+def detach() -> None:
+    """A client closes: the last one removes this process's segments."""
+    global _attached
+    with _state_lock:
+        _attached = max(0, _attached - 1)
+        last = _attached == 0
+    if last and _pool is not None:
+        _pool.clear()
+
+
+_last_tidy = 0.0
+
+
+def tidy() -> None:
+    """Drop idle segments and the mappings of removed ones, at most once a second (heartbeat
+    threads call it, and every read)."""
+    global _last_tidy
+    now = time.monotonic()
+    if now - _last_tidy < TIDY_EVERY_S:
+        return
+    _last_tidy = now
+    if _pool is not None:
+        _pool.tidy()
+    if _maps is not None:
+        _maps.tidy()
+
+
+def _after_fork() -> None:
+    global _pool, _maps, _attached, _OWNER
+    if _pool is not None:
+        _pool.forget()
+    if _maps is not None:
+        _maps.forget()
+    _pool = _maps = None
+    _attached = 0
+    _OWNER = None
+
+
+def at_exit() -> None:
+    """This process exits: remove its segments (but the results on their way to a reader).
+    Processes that end with ``os._exit`` call it themselves."""
+    if _pool is not None:
+        _pool.clear(exiting=True)
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(at_exit)
 
 
 def owner_of(name: str) -> str | None:
@@ -193,7 +298,7 @@ def sweep() -> int:
         if m is None:
             continue
         pid, start = int(m.group(1)), int(m.group(2))
-        if _start_time(pid) != start:
+        if start_time(pid) != start:
             unlink(name)
             removed += 1
     return removed

@@ -88,7 +88,7 @@ class _Submitter(cf.Executor):
         if type(payload) is Payload and payload.shm:
             # The segment lives until the task is done, whatever its outcome (retries on
             # other workers read it again); a dead client's segments are swept.
-            fut.add_done_callback(lambda _f, name=payload.shm: _shm.unlink(name))
+            fut.add_done_callback(lambda _f, name=payload.shm: _shm.release(name))
         self._track((seg,))
         return fut
 

@@ -141,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--payload-seconds", type=float, default=8.0, help="time budget per size (default 8)"
     )
+    g.add_argument(
+        "--ray-python",
+        metavar="PYTHON",
+        help="also echo through Ray, interleaved in the same run: the interpreter of a venv "
+        "with ray and numpy (Ray is never a dependency of rtpool)",
+    )
     openloop_cli.add_arguments(ap)
     return ap
 
@@ -193,7 +199,7 @@ def roundtrip_main(argv: Sequence[str] | None = None) -> int:
         from . import payload
 
         result["payload"] = payload.bench_payload(
-            args.workers, sizes, args.payload_reps, args.payload_seconds, say
+            args.workers, sizes, args.payload_reps, args.payload_seconds, say, args.ray_python
         )
     if args.json:
         print(json.dumps(result))

@@ -7,11 +7,18 @@ and on (``/dev/shm`` segments, only an envelope over TCP), then the floors: a ra
 echo (:class:`~rtpool_bench.floor.EchoPeer`: one hop, no master, no pickling) and two
 ``memcpy`` (numpy copies) of the payload, the least any echo that copies once each way pays.
 MB/s = 2 x size / p50 round trip (MB = 10^6 bytes), as issue 16 measured Ray.
+
+With ``--ray-python PYTHON`` (a venv with ``ray`` and ``numpy``), Ray's
+``ray.get(echo.remote(x))`` of the same ``bytes`` and array joins the rotation
+(:mod:`rtpool_bench.ray_echo`, a process of that interpreter, one request per round trip), so
+rtpool and Ray are compared within one run.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
 import time
 from typing import Callable, Dict, List, Sequence
 
@@ -71,10 +78,66 @@ def _roundtrip(client, payload, kind: str):
     return elapsed, _same(kind, back, payload)
 
 
+class RayEcho:
+    """Ray's echo in a process of another interpreter (:mod:`rtpool_bench.ray_echo`)."""
+
+    def __init__(self, python: str, cpus: int) -> None:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_echo.py")
+        self._proc = subprocess.Popen(
+            [python, script, str(cpus)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        ready = self._proc.stdout.readline().split()
+        if not ready or ready[0] != "ready":
+            self.close()
+            raise RuntimeError(f"{python} could not start Ray (is ray installed in it?)")
+        #: Ray's version, for the report.
+        self.version = ready[1] if len(ready) > 1 else "?"
+
+    def roundtrip(self, size: int, kind: str):
+        """One echo: (nanoseconds, whether it came back equal)."""
+        self._proc.stdin.write(f"{size} {kind}\n")
+        self._proc.stdin.flush()
+        ns, ok = self._proc.stdout.readline().split()
+        return int(ns), ok == "1"
+
+    def close(self) -> None:
+        proc = self._proc
+        try:
+            proc.stdin.close()
+            proc.wait(60)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
 def bench_payload(
-    workers: int, sizes: Sequence[int], max_reps: int, seconds_per_size: float, say: Callable
+    workers: int,
+    sizes: Sequence[int],
+    max_reps: int,
+    seconds_per_size: float,
+    say: Callable,
+    ray_python: str | None = None,
 ) -> Dict[str, object]:
     """Run the bench; returns the JSON-ready section (``sizes``: one dict per size)."""
+    ray = None
+    if ray_python:
+        say(f"starting Ray under {ray_python}")
+        ray = RayEcho(ray_python, workers)
+    try:
+        out = _bench(workers, sizes, max_reps, seconds_per_size, say, ray)
+    finally:
+        if ray is not None:
+            ray.close()
+    if ray is not None:
+        out["ray_version"] = ray.version
+    return out
+
+
+def _bench(workers, sizes, max_reps, seconds_per_size, say, ray) -> Dict[str, object]:
     import numpy as np
 
     import rtpool
@@ -103,9 +166,14 @@ def bench_payload(
                 floors: Dict[str, List[int]] = {"tcp": [], "memcpy": []}
                 wrong = 0
 
+                if ray is not None:
+                    samples.update({"ray/bytes": [], "ray/numpy": []})
                 for kind, transport in variants:  # warm-up: first use of the size
                     conn.shm_owner = owner if transport == "shm" else None
                     _roundtrip(client, payloads[kind], kind)
+                if ray is not None:
+                    ray.roundtrip(size, "bytes")
+                    ray.roundtrip(size, "numpy")
                 gc.collect()
                 deadline = time.perf_counter() + seconds_per_size
                 n = 0
@@ -114,6 +182,10 @@ def bench_payload(
                         conn.shm_owner = owner if transport == "shm" else None
                         elapsed, ok = _roundtrip(client, payloads[kind], kind)
                         samples[f"{kind}/{transport}"].append(elapsed)
+                        wrong += not ok
+                    for kind in ("bytes", "numpy") if ray is not None else ():
+                        elapsed, ok = ray.roundtrip(size, kind)
+                        samples[f"ray/{kind}"].append(elapsed)
                         wrong += not ok
                     floors["tcp"].append(peer.roundtrip_ns(frame))
                     t0 = time.perf_counter_ns()
@@ -163,6 +235,15 @@ def render(s: Dict[str, object], console) -> None:
                 f"{st['mb_per_s']:,.0f}" if st["mb_per_s"] else "-",
             )
     console.print(t)
+    if s.get("ray_version"):
+        for row in s["sizes"]:
+            v = row["variants"]
+            ours, ray = v.get("numpy/shm") or v["numpy/tcp"], v.get("ray/numpy")
+            if ray and ours["mb_per_s"] and ray["mb_per_s"]:
+                console.print(
+                    f"{fmt_size(row['size_bytes'])}: rtpool numpy "
+                    f"{ours['mb_per_s'] / ray['mb_per_s']:.2f}x Ray {s['ray_version']}'s MB/s"
+                )
     console.print(
         "[dim]variant: what the task echoes / how it travels (tcp: segmented frames; shm: "
         "/dev/shm segments). floor tcp: raw Python TCP echo, one hop; floor memcpy: two numpy "

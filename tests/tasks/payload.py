@@ -30,3 +30,29 @@ def boom(arr):
 def hold(arr, seconds):
     time.sleep(seconds)
     return arr.nbytes
+
+
+_stash = []
+
+
+def owner():
+    """This worker child's shared-memory owner tag (its segments are named after it)."""
+    from rtpool import _shm
+
+    return _shm.owner()
+
+
+def stash(arr):
+    """Keep the argument (a view of the client's segment) past the task."""
+    _stash.append(arr)
+    return len(_stash)
+
+
+def stashed():
+    """(min, max) of every array kept by :func:`stash`, in order."""
+    return [(float(a.min()), float(a.max())) for a in _stash]
+
+
+def unstash():
+    _stash.clear()
+    return 0

@@ -52,3 +52,9 @@ def pid_after(path: str, seconds: float) -> int:
     os.replace(tmp, path)  # the reader never sees a partial file
     time.sleep(seconds)
     return os.getpid()
+
+
+@remote("writable")
+def writable(n: int, x: Vector) -> int:
+    """writable tells whether the worker's In array x can be written (1) or is a view (0)."""
+    return int(x.flags.writeable)

@@ -177,7 +177,7 @@ fn conn_ctx(
         instance,
         tls,
         gate: Gate::new(admission_limits(config)),
-        max_buffered_bytes: config.max_buffered_bytes,
+        max_buffered_bytes: config.outbound_limit_bytes(),
         lease: millis(config.lease_ms),
         client_timeout: millis(config.client_timeout_ms),
     }))

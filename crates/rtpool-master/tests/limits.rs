@@ -351,7 +351,8 @@ fn a_silent_client_is_closed_as_idle_and_a_heartbeat_keeps_it() {
 #[test]
 fn a_client_that_does_not_read_is_closed_as_a_slow_consumer() {
     let m = start(MasterConfig {
-        max_buffered_bytes: 1 << 20,
+        max_buffered_bytes: Some(1 << 20),
+        max_frame_bytes: 1 << 20,
         ..Default::default()
     });
     let (mut client, _) = Peer::plain(&m).hello(Role::Client, &client_token(&m), 0);
@@ -393,6 +394,58 @@ fn a_client_that_does_not_read_is_closed_as_a_slow_consumer() {
     assert!(message.contains("--max-buffered-mb"), "{message}");
     assert!(received < n as usize, "all {received} results arrived");
     assert!(client.is_closed());
+}
+
+#[test]
+fn a_worker_sent_two_64_mib_arguments_before_it_reads_is_not_a_slow_consumer() {
+    // The outbound limit used to be 64 MiB whatever the frame limit (256 MiB): a second large
+    // ASSIGN queued behind a first that the worker had not read yet closed the worker.
+    let m = start(MasterConfig::default());
+    let (mut client, _) = Peer::plain(&m).hello(Role::Client, &client_token(&m), 0);
+    let (mut worker, _) = Peer::plain(&m).hello(Role::Worker, &worker_token(&m), 2);
+    let big = Bytes::from(vec![5u8; 64 << 20]);
+    client.send(&submit(1, b"big", vec![big.clone(), big]));
+    assert!(matches!(client.recv(), Msg::Accepted { req_id: 1, .. }));
+    let running = |n: usize| m.stats().is_some_and(|s| s.core.running == n);
+    // One credit at a time, so each task is an ASSIGN of its own; the worker reads nothing
+    // until both are queued (the first does not fit the socket buffers).
+    worker.send(&Msg::Pull { credits: 1 });
+    wait_until("the first task is assigned", || running(1));
+    worker.send(&Msg::Pull { credits: 1 });
+    wait_until("the second task is assigned", || running(2));
+    let mut tasks = assignments(worker.recv());
+    tasks.extend(assignments(worker.recv()));
+    assert_eq!(tasks.len(), 2);
+    assert!(tasks.iter().all(|t| t.args.len() == 64 << 20));
+    worker.send(&echo_results(&tasks));
+    let mut results = 0;
+    while results < 2 {
+        match client.recv() {
+            Msg::Results { results: r, .. } => results += r.len(),
+            other => panic!("expected RESULTS, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn an_outbound_limit_below_the_frame_limit_is_refused() {
+    let config = MasterConfig {
+        max_frame_bytes: 256 << 20,
+        max_buffered_bytes: Some(64 << 20),
+        ..Default::default()
+    };
+    let err = MasterHandle::start(config)
+        .err()
+        .expect("the config is refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("max buffered mb") && text.contains("256 MiB"),
+        "{text}"
+    );
+    assert_eq!(
+        MasterConfig::default().outbound_limit_bytes(),
+        (256 << 20) + (64 << 20)
+    );
 }
 
 fn tls_master(dir: &TempDir) -> MasterHandle {

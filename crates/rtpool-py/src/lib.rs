@@ -163,7 +163,7 @@ impl Master {
             tls_key,
             tls_self_signed,
             max_connections: max_connections.unwrap_or(d.max_connections),
-            max_buffered_bytes: max_buffered_bytes.unwrap_or(d.max_buffered_bytes),
+            max_buffered_bytes: max_buffered_bytes.or(d.max_buffered_bytes),
             lease_ms: lease_ms.unwrap_or(d.lease_ms),
             client_timeout_ms: client_timeout_ms.unwrap_or(d.client_timeout_ms),
             realtime: realtime_config(py, realtime, rt_priority, cpus.as_ref())?,

@@ -105,6 +105,9 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
         #: This client's shared-memory owner tag when its master (and so, by default, its
         #: workers) is on this host, else None: large payloads then go through /dev/shm.
         self.shm_owner = _shm_owner(host)
+        self._shm_attached = bool(self.shm_owner)
+        if self._shm_attached:
+            _shm.attach()  # the process's segments go when its last client closes
         self._hello = {
             "role": "client",
             "token": token,
@@ -263,6 +266,19 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
             self._send_lock.release()
 
     def _heartbeat_loop(self) -> None:
+        try:
+            self._heartbeats()
+        finally:
+            self._detach_shm()
+
+    def _detach_shm(self) -> None:
+        """Once, when the connection ends: the process's last client removes its segments."""
+        with self._lock:
+            attached, self._shm_attached = self._shm_attached, False
+        if attached:
+            _shm.detach()
+
+    def _heartbeats(self) -> None:
         # Sends HEARTBEAT when nothing else was sent for heartbeat_ms (the master closes
         # silent clients), and ACKs the reader had to defer. Never on a submission's path.
         while True:
@@ -270,6 +286,7 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
             tick = min(max(period / 2, 0.005), 1.0) if period > 0 else 1.0
             if self._stop.wait(tick):
                 return
+            _shm.tidy()  # idle segments, mappings of removed ones (at most once a second)
             if self._ack_later:
                 with self._send_lock:
                     try:
@@ -539,3 +556,4 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
                 idle = self._closed
             if idle:
                 self._thread.join()
+                self._detach_shm()  # now, not when the heartbeat thread notices

@@ -14,7 +14,9 @@ import concurrent.futures as cf
 import time
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
+from .. import _shm
 from .._connection import _Segment, task_error
+from .._frame import Payload
 from .._future import Future
 from .._protocol import STATUS_ERROR, STATUS_FAILED, STATUS_OK
 from ..errors import CallError, NotFetchedError, RemoteTraceback, TaskFailed
@@ -233,7 +235,7 @@ def call_async(
         iface, _ = channel.interface(name, version)
     _refuse_refs(iface, args)
     bound = iface.bind(args)
-    payload = _encode_args(bound.values)
+    payload = _encode_args(bound.values, channel.conn.shm_owner)
     single = _Single(channel, name, version, args, iface, bound, opts)
     seg = channel.new_segment(1, t0, opts)
     fut = CallFuture(seg, 0)
@@ -242,6 +244,9 @@ def call_async(
     seg.decode = single.decode
     if cached:
         seg.retry = single.retry
+    if type(payload) is Payload:
+        # Its shared-memory segment is lent until the call is done, whatever its outcome.
+        fut.add_done_callback(lambda _f, name=payload.shm: _shm.release(name))
     channel.send_calls(seg, opts, [[name, iface.version, payload, [], False]])
     track((seg,))
     return fut

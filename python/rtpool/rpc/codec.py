@@ -7,11 +7,15 @@ Arguments and results are msgpack, never pickle, with two extension types:
 * ext 2, a reference to another call's result (transactions): msgpack ``[input, output]``.
 
 Copies: encoding copies an array's bytes once, straight into the payload (plus one more
-for a non-contiguous or big-endian array, made contiguous little-endian first). Decoding a
-top-level array copies it once, out of the payload into a new writable, aligned, native-order
-array the caller owns (``np.frombuffer(...).copy()``); an array nested in a list or dict
-(an ``any`` value) takes one more copy through msgpack. :func:`deliver` copies a result array
-once, straight into the caller's buffer when there is one.
+for a non-contiguous or big-endian array, made contiguous little-endian first); when the
+client's workers share its host, an argument payload of 256 KiB or more is that copy, into a
+shared-memory segment (``rtpool._shm``). Decoding a top-level array copies it once, out of the
+payload into a new writable, aligned, native-order array the caller owns
+(``np.frombuffer(...).copy()``), except an ``In`` array of a shared-memory payload, which is
+a **read-only view** of the segment (no copy; an ``InOut`` one is copied, it is written); an
+array nested in a list or dict (an ``any`` value) takes one more copy through msgpack.
+:func:`deliver` copies a result array once, straight into the caller's buffer when there is
+one.
 
 A complex scalar has no msgpack form: it travels as a 0-d ``complex128`` array (ext 1), which
 :func:`invoke` and :func:`deliver` turn back into a ``complex`` for ``complex`` parameters and
@@ -30,6 +34,8 @@ from typing import Any, Callable, NamedTuple
 
 import msgpack
 
+from .. import _shm
+from .._frame import Payload
 from ..errors import CallError
 from .interface import Interface, Param
 from .values import dtype_matches, loaded_numpy, scalar_problem
@@ -68,9 +74,17 @@ class Ref(NamedTuple):
 # --- encoding ------------------------------------------------------------------------------
 
 
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+# ext 1 headers (msgpack ext header + our array header) by (dtype.str, shape): a call repeats
+# its arrays' sizes, and building the header is most of encoding a small array.
+_ARRAY_HEADERS: dict = {}
+# numpy dtypes by the dtype string of an ext 1 payload (checked once: no object dtypes).
+_DTYPES: dict = {}
+
+
 def _ext_header(code: int, size: int) -> bytes:
     # The smallest msgpack ext form, as msgpack's own packer picks it.
-    fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}.get(size)
+    fixed = _FIXEXT.get(size)
     if fixed is not None:
         return struct.pack(">Bb", fixed, code)
     if size < 1 << 8:
@@ -158,29 +172,56 @@ def _pack(value: Any) -> bytes:
 
 
 def _encode_list(values: list) -> bytes:
+    return b"".join(_encode_chunks(values))
+
+
+def _encode_chunks(values: list) -> list:
+    """The msgpack list of ``values`` as pieces to join (arrays as views of their data)."""
     np = loaded_numpy()
     chunks: list = [_list_header(len(values))]
     for value in values:
         if np is not None and isinstance(value, np.ndarray):
+            key = (value.dtype.str, value.shape)
+            header = _ARRAY_HEADERS.get(key) if value.flags.c_contiguous else None
+            if header is not None and value.dtype.byteorder != ">":
+                chunks.append(header)
+                chunks.append(value.reshape(-1).view(np.uint8))
+                continue
             header, data = _array_parts(value)
-            chunks.append(_ext_header(EXT_ARRAY, len(header) + data.nbytes) + header)
+            header = _ext_header(EXT_ARRAY, len(header) + data.nbytes) + header
+            if value.flags.c_contiguous and value.dtype.byteorder != ">":
+                if len(_ARRAY_HEADERS) >= 1024:
+                    _ARRAY_HEADERS.clear()
+                _ARRAY_HEADERS[key] = header
+            chunks.append(header)
             chunks.append(data)  # joined without an intermediate copy
         else:
             chunks.append(_pack(value))
-    return b"".join(chunks)
+    return chunks
 
 
-def encode_args(values: list) -> bytes:
+def encode_args(values: list, shm_owner: str | None = None) -> Any:
     """An argument payload: the msgpack list of a call's ``In`` and ``InOut`` values
     (:attr:`BoundCall.values`); :class:`Ref` values become ext 2.
+
+    Args:
+        shm_owner: The client's shared-memory owner tag when its workers share its host: a
+            payload of ``SHM_MIN_BYTES`` or more is then written (once, from the arrays
+            themselves) into a shared-memory segment, and the result is a
+            :class:`~rtpool._frame.Payload` of its envelope whose ``shm`` names the segment,
+            which the caller releases when the call is done.
 
     Raises:
         CallError: A value cannot be sent (an object array, a value msgpack cannot carry).
     """
     try:
-        return _encode_list(values)
+        chunks = _encode_chunks(values)
     except (TypeError, OverflowError, ValueError) as exc:
         raise CallError(f"cannot encode the call's arguments: {exc}") from None
+    if shm_owner and sum(len(c) for c in chunks) >= _shm.SHM_MIN_BYTES:
+        envelope, name = _shm.write_joined(chunks, shm_owner)
+        return Payload((envelope,), len(envelope), name)
+    return b"".join(chunks)
 
 
 def encode_results(outputs: list) -> bytes:
@@ -217,23 +258,31 @@ def _numpy() -> Any:
 def _array_from(payload: memoryview, copy: bool) -> Any:
     """Decode an ext 1 payload: a new writable array if ``copy``, else a read-only view."""
     n = payload[0]
-    dtype_str = bytes(payload[1 : 1 + n]).decode("ascii")
+    raw_dtype = bytes(payload[1 : 1 + n])
     pos = 1 + n
     ndim = payload[pos]
-    shape = struct.unpack_from(f"<{ndim}Q", payload, pos + 1)
+    shape = struct.unpack_from(_SHAPES[ndim] if ndim < 8 else f"<{ndim}Q", payload, pos + 1)
     pos += 1 + 8 * ndim
-    try:
-        np = _numpy()
-    except CallError:
-        if ndim == 0 and dtype_str == "<c16" and len(payload) == pos + 16:
-            # A complex scalar reaching a process without numpy.
-            return complex(*struct.unpack_from("<dd", payload, pos))
-        raise
-    dt = np.dtype(dtype_str)
-    if dt.hasobject or dt.fields is not None or dt.kind == "V":
-        raise CallError(
-            f"an array of dtype {dt} cannot be received: object and structured dtypes are refused"
-        )
+    dt = _DTYPES.get(raw_dtype)
+    if dt is None:
+        try:
+            np = _numpy()
+        except CallError:
+            if ndim == 0 and raw_dtype == b"<c16" and len(payload) == pos + 16:
+                # A complex scalar reaching a process without numpy.
+                return complex(*struct.unpack_from("<dd", payload, pos))
+            raise
+        dt = np.dtype(raw_dtype.decode("ascii"))
+        if dt.hasobject or dt.fields is not None or dt.kind == "V":
+            raise CallError(
+                f"an array of dtype {dt} cannot be received: object and structured dtypes are "
+                "refused"
+            )
+        global _np_module
+        _np_module = np
+        if len(_DTYPES) < 64:
+            _DTYPES[raw_dtype] = dt
+    np = _np_module
     count = 1
     for dim in shape:
         count *= dim
@@ -250,11 +299,22 @@ def _array_from(payload: memoryview, copy: bool) -> Any:
     return arr
 
 
+_SHAPES = [f"<{n}Q" for n in range(8)]
+_np_module: Any = None
+
+
 def _owned(arr: Any) -> Any:
     """A writable, aligned copy of ``arr`` in native byte order."""
     if arr.dtype.isnative:
         return arr.copy()  # a plain memcpy
     return arr.astype(arr.dtype.newbyteorder("="))
+
+
+class _Writable:
+    writeable = True
+
+
+_WRITABLE = _Writable()
 
 
 def _ref_from(payload: Any) -> Ref:
@@ -357,6 +417,14 @@ def _decode_value(mv: memoryview, pos: int, copy: bool) -> tuple:
 
 
 def _decode_list(payload: Any, copy: bool = True) -> list:
+    if payload and payload[0] == _shm.SHM_TAG:  # never a msgpack list's first byte
+        try:
+            payload = _shm.read_joined(memoryview(payload))[0]
+        except (OSError, ValueError, struct.error) as exc:
+            raise CallError(f"cannot read the call's shared-memory payload: {exc}") from None
+        # Arrays are read-only views of the mapping (no copy): the segment stays lent until
+        # they are gone; invoke() copies the InOut ones, which the function writes.
+        return _decode_list(payload, False)
     if copy and len(payload) <= _FEED_BYTES:
         # Small: msgpack's C decoder in one go (the walker below avoids copying large arrays).
         # A bad payload goes on to the walker, whose messages say what is wrong.
@@ -536,6 +604,10 @@ def invoke(fn: Callable, iface: Interface, args_payload: bytes, inputs: list) ->
             f"{len(inputs_spec)} inputs ({', '.join(p.name for p in inputs_spec)})"
         )
     values = [_from_wire(p, v) for p, v in zip(inputs_spec, values)]
+    for i, p in enumerate(inputs_spec):
+        value = values[i]
+        if p.mode == "inout" and not getattr(value, "flags", _WRITABLE).writeable:
+            values[i] = _owned(value)  # a view of shared memory: the function writes it
     bound = iface.bind(values)
     specs = bound.output_specs()
     out_specs = {spec.name: spec for spec in specs}

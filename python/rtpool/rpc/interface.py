@@ -141,6 +141,11 @@ class Interface:
         ]
         self._has_out = any(p.mode == "out" for p in self.params)
         self._int_names = frozenset(p.name for p in self.params if p.type == "int")
+        # Calls that passed bind()'s checks, by what the checks depend on (_bind_key): a call
+        # repeated with the same sizes, dtypes and scalar types skips them (issue 16, dmmul).
+        self._bound: dict = {}
+        # output_specs() by the int scalars' values.
+        self._specs: dict = {}
         self._bytes: bytes | None = None
         # help(iface) documents the instance's __doc__.
         self.__doc__ = str(self)
@@ -307,6 +312,45 @@ class Interface:
             CallError: Wrong count, type, dtype or shape; the message names the argument.
         """
         args = tuple(args)
+        key = self._bind_key(args)
+        if key is not None and key in self._bound:
+            return self._bound_again(args)
+        bound = self._bind(args)
+        if key is not None:
+            if len(self._bound) >= _BIND_MEMO:
+                self._bound.clear()
+            self._bound[key] = True
+        return bound
+
+    def _bind_key(self, args: tuple) -> tuple | None:
+        """What :meth:`_bind`'s checks of ``args`` depend on, or None when it is not cheap to
+        say (a reference, a subclass, a type other than the common ones): ints by value (their
+        range and the shapes they size), floats by type, arrays by dtype, shape and whether
+        they are writable."""
+        key: list = [len(args)]
+        ndarray = _ndarray()
+        for value in args:
+            t = type(value)
+            if t is int:
+                key.append(value)
+            elif t is float or t is bool or t is str or t is bytes:
+                key.append(t)
+            elif ndarray is not None and t is ndarray:
+                key.append((value.dtype, value.shape, value.flags.writeable))
+            else:
+                return None
+        return tuple(key)
+
+    def _bound_again(self, args: tuple) -> BoundCall:
+        """:meth:`_bind` of arguments whose checks passed before (the same :meth:`_bind_key`)."""
+        full = len(args) != len(self._inputs)
+        slots = self.params if full else self._inputs
+        scalars = {p.name: v for p, v in zip(slots, args) if p.type != "array"}
+        ints = self._int_names
+        shape_scalars = {k: int(v) for k, v in scalars.items() if k in ints}
+        return BoundCall(self, args, full, scalars, shape_scalars)
+
+    def _bind(self, args: tuple) -> BoundCall:
         n = len(args)
         if n == len(self._inputs):
             slots = self._inputs
@@ -436,6 +480,15 @@ class Interface:
                 raise CallError(f"{origin} {problem}")
 
 
+#: Entries of an interface's memo of checked calls (and of output specs) at most.
+_BIND_MEMO = 256
+
+
+def _ndarray() -> Any:
+    np = loaded_numpy()
+    return None if np is None else np.ndarray
+
+
 class BoundCall:
     """A call checked by :meth:`Interface.bind`.
 
@@ -469,6 +522,17 @@ class BoundCall:
     def output_specs(self) -> list:
         """The outputs' specs with concrete shapes (``"8, 8"``) where the scalars determine
         them, else a shape of None."""
+        memo = self.interface._specs
+        key = tuple(sorted(self._shape_scalars.items()))
+        specs = memo.get(key)
+        if specs is None:
+            specs = self._output_specs()
+            if len(memo) >= _BIND_MEMO:
+                memo.clear()
+            memo[key] = specs
+        return list(specs)
+
+    def _output_specs(self) -> list:
         specs = []
         for p in self.interface._outputs:
             shape = None

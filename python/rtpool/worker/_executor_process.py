@@ -31,6 +31,7 @@ import sys
 import warnings
 from typing import Any, Callable, Iterable, Optional, Set, Tuple
 
+from .. import _shm
 from .._frame import recv_exact
 from ._common import describe_exit, set_parent_death_signal
 
@@ -165,7 +166,10 @@ class ExecutorProcess:
             except BaseException:
                 pass
             finally:
-                os._exit(code)
+                try:
+                    _shm.at_exit()
+                finally:
+                    os._exit(code)
         theirs.close()
         try:
             os.setpgid(pid, pid)  # both sides set it: no window where a kill misses the group

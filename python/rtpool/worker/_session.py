@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, List, Tuple
 
-from .. import _dial
+from .. import _dial, _shm
 from .. import _protocol as P
 from .._text import plural
 from ..errors import AuthenticationError, MasterBusy, ProtocolError, RtpoolError
@@ -226,6 +226,7 @@ class Session:
                 board.beat()  # the parent watches for a task that holds the GIL
             if watch is not None:
                 watch()
+            _shm.tidy()  # idle result segments, mappings of removed argument segments
             if time.monotonic() - self._last_send >= self.heartbeat_s * 0.9:
                 try:
                     with self._send_lock:

@@ -30,6 +30,7 @@ import time
 import traceback
 from typing import Any, Dict, List
 
+from .. import _shm
 from .._dial import default_name
 from .._text import plural
 from ..errors import RtpoolError, ServeError
@@ -177,6 +178,7 @@ class Supervisor:
             traceback.print_exc()
         finally:
             try:
+                _shm.at_exit()
                 sys.stdout.flush()
                 sys.stderr.flush()
             finally:

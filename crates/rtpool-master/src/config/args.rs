@@ -148,7 +148,8 @@ pub struct MasterArgs {
     #[arg(long, value_name = "MS", value_parser = parse_positive_u64, help_heading = "Limits")]
     pub handshake_timeout_ms: Option<u64>,
     /// Outbound frames, in MiB, that may wait for one peer to read them; a peer that lets more
-    /// pile up is closed with `ERROR slow_consumer` (default: 64).
+    /// pile up is closed with `ERROR slow_consumer` (default: one maximum frame, --max-frame-mb,
+    /// plus 64; at least --max-frame-mb).
     #[arg(
         long,
         value_name = "MB",
@@ -458,7 +459,7 @@ impl MasterArgs {
         );
         set(
             &mut config.max_buffered_bytes,
-            max_buffered_mb.map(|mb| mb << 20),
+            max_buffered_mb.map(|mb| Some(mb << 20)),
         );
         set(&mut config.client_timeout_ms, client_timeout_ms);
         set(

@@ -60,7 +60,10 @@ fn every_option_reaches_the_configuration() {
     assert_eq!(c.tls_cert, Some(PathBuf::from("c.pem")));
     assert_eq!(c.tls_key, Some(PathBuf::from("k.pem")));
     assert_eq!((c.max_frame_bytes, c.heartbeat_ms), (2 << 20, 7));
-    assert_eq!((c.max_connections, c.max_buffered_bytes), (9, 3 << 20));
+    assert_eq!(
+        (c.max_connections, c.max_buffered_bytes),
+        (9, Some(3 << 20))
+    );
     assert_eq!((c.client_timeout_ms, c.lease_ms), (11, 13));
     assert_eq!(c.result_ttl, Duration::from_millis(1500));
     assert_eq!(c.max_attempts, 4);

@@ -103,8 +103,11 @@ pub struct MasterConfig {
     /// a quarter of `max_connections`.
     pub client_reserve: Option<usize>,
     /// Bytes of outbound frames a connection may have waiting for its peer to read them;
-    /// beyond that it is closed with `ERROR slow_consumer` (default 64 MiB).
-    pub max_buffered_bytes: usize,
+    /// beyond that it is closed with `ERROR slow_consumer`. `None`: one frame of the largest
+    /// size (`max_frame_bytes`) plus [`BUFFERED_BEHIND_BYTES`]; an explicit value must be at
+    /// least `max_frame_bytes`, or the peer a maximum frame is sent to would be closed. Read
+    /// it with [`MasterConfig::outbound_limit_bytes`].
+    pub max_buffered_bytes: Option<usize>,
     /// A client that sent nothing for this long is closed with `ERROR idle` (default
     /// 30000 ms; 0: never).
     pub client_timeout_ms: u32,
@@ -186,6 +189,20 @@ impl MasterConfig {
                 ),
             });
         }
+        if let Some(limit) = self.max_buffered_bytes {
+            if limit < self.max_frame_bytes {
+                return Err(MasterError::InvalidConfig {
+                    option: "max buffered mb",
+                    reason: format!(
+                        "must be at least the frame limit ({} MiB, --max-frame-mb), not {} \
+                         MiB: a peer sent one frame of the largest size would be closed as a \
+                         slow consumer",
+                        self.max_frame_bytes >> 20,
+                        limit >> 20
+                    ),
+                });
+            }
+        }
         check_miss_ratio(self.overload_miss_ratio).map_err(|reason| {
             MasterError::InvalidConfig {
                 option: "overload miss ratio",
@@ -193,6 +210,18 @@ impl MasterConfig {
             }
         })?;
         Ok(())
+    }
+}
+
+/// Bytes that may wait behind one maximum frame for a peer, by default (64 MiB).
+pub const BUFFERED_BEHIND_BYTES: usize = 64 << 20;
+
+impl MasterConfig {
+    /// Outbound bytes one connection may have waiting (`max_buffered_bytes`, or by default
+    /// one maximum frame plus [`BUFFERED_BEHIND_BYTES`]).
+    pub fn outbound_limit_bytes(&self) -> usize {
+        self.max_buffered_bytes
+            .unwrap_or(self.max_frame_bytes.saturating_add(BUFFERED_BEHIND_BYTES))
     }
 }
 
@@ -266,7 +295,7 @@ impl Default for MasterConfig {
             max_unauthenticated: None,
             max_unauthenticated_per_host: None,
             client_reserve: None,
-            max_buffered_bytes: 64 << 20,
+            max_buffered_bytes: None,
             client_timeout_ms: 30_000,
             max_queued_tasks_per_user: core.max_queued_tasks_per_user,
             max_queued_bytes_per_user: core.max_queued_bytes_per_user,
