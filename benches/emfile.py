@@ -12,10 +12,10 @@ window (all; ``accept failed``; ``refused a connection``; lines held back as the
 the idle connections opened and closed by the master, and each client probe's connect time or
 error.
 
-    sudo python benches/emfile.py                      # ulimit -n 1024, default settings
-    sudo python benches/emfile.py --soft-only          # ulimit -Sn 1024 (hard limit above)
-    sudo python benches/emfile.py -- --max-connections 4096 --max-unauthenticated 2048 \\
-        --max-unauthenticated-per-host 2048             # limits past the descriptors: EMFILE
+    python benches/emfile.py                      # ulimit -n 1024, default settings
+    python benches/emfile.py --soft-only          # ulimit -Sn 1024 (hard limit above)
+    python benches/emfile.py -- --max-connections 4096 --max-unauthenticated 2048 \\
+        --max-unauthenticated-per-host 2048                  # limits past the descriptors: EMFILE
 
 Needs an open-file limit above ``--idle`` for itself (it raises its own soft limit). Every loop
 is bounded by ``--seconds``; the master is stopped by PID.
