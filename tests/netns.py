@@ -100,6 +100,11 @@ class Network:
         """``cmd`` run on ``host`` (``ip netns exec`` execs it: the PID is the command's)."""
         return ["ip", "netns", "exec", self.ns[host], *cmd]
 
+    def netns_id(self, host: str) -> int:
+        """The inode of ``host``'s network namespace: what ``/proc/self/ns/net`` shows a
+        process running there (``tasks.logged_netns`` returns it)."""
+        return os.stat(f"/run/netns/{self.ns[host]}").st_ino
+
     def cut(self, host: str) -> None:
         """Pull ``host``'s cable: its bridge port goes down."""
         _ip("-n", self.ns["master"], "link", "set", self._port(host), "down")

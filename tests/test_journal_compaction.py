@@ -1,6 +1,7 @@
 """Compaction of a large journal never holds the master: a real ``rtpool master`` process
 compacting a 128 MiB journal obeys SIGTERM within 1 s, accepts (and makes durable) new
-packages meanwhile, and a ``kill -9`` in the middle of it loses nothing.
+packages meanwhile, and a ``kill -9`` in the middle of it loses nothing; its ``/metrics`` show
+the compaction running, then how long it took and paused the appends, and the journal's queue.
 
 The journal is filled by a first master (embedded) with packages of one 1 MiB task that no
 worker runs; a second master, a subprocess, finds it over the compaction threshold (64 MiB) at
@@ -11,6 +12,7 @@ middle of it on a fast disk too.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ import rtpool
 from conftest import close_master, start_master
 from helpers import wait_until
 from rtpool import _native
+from test_metrics import get, metric
 
 # 128 packages of one 1 MiB task: a 128 MiB journal, over the 64 MiB threshold, whose
 # rewrite takes long enough (~0.7 s on a fast disk) for the tests to act in the middle of it.
@@ -112,3 +115,41 @@ def test_kill_9_mid_compaction_loses_no_package_accepted_before_or_during_it(
     s = _restored(data)
     assert s["replay_packages"] == PACKAGES + len(accepted), s
     assert not (data / "journal.log.compact").exists()
+
+
+def test_metrics_show_the_compaction_its_pause_and_the_journal_queue(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    m = start_master(tmp_path, data_dir=data, args=[*PACED, "--http", "127.0.0.1:0"])
+    try:
+        url = f"{m.dashboard_url}metrics"
+        # The snapshot is published once a second; the paced compaction takes about 4 s.
+        wait_until(
+            lambda: metric(get(url)[1], "rtpool_journal_compacting") == 1, timeout=10, interval=0.1
+        )
+        done = wait_until(
+            lambda: (
+                (t := get(url)[1])
+                and metric(t, "rtpool_journal_compactions_total") == 1
+                and metric(t, "rtpool_journal_last_compaction_seconds")
+                and t
+            ),
+            timeout=30,
+            interval=0.2,
+        )
+        log = m.log_text()
+    finally:
+        close_master(m)
+    assert metric(done, "rtpool_journal_compacting") == 0, done
+    took = metric(done, "rtpool_journal_last_compaction_seconds")
+    pause = metric(done, "rtpool_journal_last_compaction_pause_seconds")
+    # The master's log line says the same (in whole milliseconds).
+    logged = re.search(r"took_ms=(\d+) appends_paused_ms=(\d+)", log)
+    assert logged, log[-2000:]
+    assert abs(took - int(logged[1]) / 1e3) < 2e-3 and abs(pause - int(logged[2]) / 1e3) < 2e-3
+    # Paced at 32 MB/s, 128 MiB take seconds; the appends paused only for the final rename.
+    assert took > 1.0 and 0 < pause < took / 4, (took, pause)
+    # The queue to the writer is empty once idle; nothing here outran the disk.
+    assert metric(done, "rtpool_journal_queued_bytes") == 0, done
+    assert metric(done, "rtpool_journal_backpressure_waits_total") == 0
+    assert metric(done, "rtpool_journal_backpressure_seconds_total") == 0

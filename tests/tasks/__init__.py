@@ -65,6 +65,16 @@ def logged(x: int, path: str, seconds: float = 0.0):
     return x, os.getpid()
 
 
+def logged_netns(x: int, path: str, seconds: float = 0.0):
+    """Like :func:`logged`, but return ``(x, network namespace)``: the inode of the running
+    process's network namespace, which tells the multi-host tests which host ran the task."""
+    with open(path, "a") as f:
+        f.write(f"{x}\n")
+    if seconds:
+        time.sleep(seconds)
+    return x, os.stat("/proc/self/ns/net").st_ino
+
+
 def sleep_return(x, seconds: float):
     time.sleep(seconds)
     return x

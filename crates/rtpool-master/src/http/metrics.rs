@@ -410,6 +410,7 @@ fn resources(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Erro
             None,
             one(j.records as f64),
         )?;
+        journal_queue(e, j)?;
     }
     let quota = s
         .users
@@ -459,95 +460,63 @@ fn resources(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Erro
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::status::schema::{Bucket, ClassStatus, WorkerStatus};
-
-    fn sample() -> Arc<Status> {
-        let mut s = Status::default();
-        s.totals.insert("workers", 2);
-        s.totals.insert("requeued", 4);
-        s.connections.insert("worker", 2);
-        s.classes.push(ClassStatus {
-            user: "alice".into(),
-            priority: 5,
-            queued: 7,
-            running: 2,
-            done: 30,
-        });
-        for (id, name) in [(3, "slurm-812-node1:77"), (4, "dup"), (5, "dup")] {
-            s.workers.push(WorkerStatus {
-                id,
-                name: name.into(),
-                slots: 4,
-                exec_s: 1.5,
-                ..WorkerStatus::default()
-            });
-        }
-        s.deadlines.missed = 3;
-        s.deadlines.overloaded = true;
-        s.deadlines.window_miss_ratio = 0.25;
-        s.histograms.insert(
-            "deadline_lateness_seconds",
-            HistogramStatus {
-                buckets: vec![
-                    Bucket {
-                        le_s: Some(0.1),
-                        count: 1,
-                    },
-                    Bucket {
-                        le_s: Some(1.0),
-                        count: 2,
-                    },
-                    Bucket {
-                        le_s: None,
-                        count: 0,
-                    },
-                ],
-                count: 3,
-                sum_s: 1.25,
-            },
-        );
-        Arc::new(s)
-    }
-
-    #[test]
-    fn the_contract_metrics_are_rendered_with_their_labels() {
-        let text = render(&sample());
-        for line in [
-            "rtpool_tasks_queued{priority=\"5\",user=\"alice\"} 7",
-            "rtpool_tasks_running{priority=\"5\",user=\"alice\"} 2",
-            "rtpool_tasks_done_total{priority=\"5\",user=\"alice\"} 30",
-            "rtpool_workers 2",
-            "rtpool_worker_slots{worker=\"slurm-812-node1:77\"} 4",
-            "rtpool_worker_exec_seconds_total{worker=\"slurm-812-node1:77\"} 1.5",
-            "rtpool_worker_slots{worker=\"dup\"} 4",
-            "rtpool_worker_slots{worker=\"dup#5\"} 4",
-            "rtpool_connections{role=\"worker\"} 2",
-            "rtpool_deadlines_total{outcome=\"missed\"} 3",
-            "rtpool_task_retries_total 4",
-            "rtpool_overloaded 1",
-            "rtpool_deadline_miss_ratio 0.25",
-            "rtpool_admission_refusals_total{reason=\"quota\"} 0",
-            "rtpool_deadline_lateness_seconds_bucket{le=\"0.1\"} 1",
-            "rtpool_deadline_lateness_seconds_bucket{le=\"1.0\"} 3",
-            "rtpool_deadline_lateness_seconds_bucket{le=\"+Inf\"} 3",
-            "rtpool_deadline_lateness_seconds_count 3",
-            "rtpool_deadline_lateness_seconds_sum 1.25",
-            "rtpool_scheduler_events_total{event=\"requeued\"} 4",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "missing {line:?} in:\n{text}"
-            );
-        }
-        assert!(text.ends_with("# EOF\n"), "{text}");
-    }
-
-    #[test]
-    fn a_histogram_the_snapshot_lacks_is_left_out() {
-        let text = render(&sample());
-        assert!(!text.contains("rtpool_journal_fsync"), "{text}");
-    }
+/// The journal's queue to its writer thread and its compactions.
+fn journal_queue(
+    e: &mut DescriptorEncoder,
+    j: &crate::status::schema::JournalInfo,
+) -> Result<(), std::fmt::Error> {
+    gauge(
+        e,
+        "rtpool_journal_queued",
+        "Records waiting for the journal's writer thread (estimated; bounded at 16 MiB).",
+        Some(&Unit::Bytes),
+        one(j.queued_bytes as f64),
+    )?;
+    counter(
+        e,
+        "rtpool_journal_backpressure_waits",
+        "Appends that waited for room in the journal's queue (the disk slower than the \
+         scheduler).",
+        None,
+        one(j.backpressure_waits as f64),
+    )?;
+    counter(
+        e,
+        "rtpool_journal_backpressure",
+        "Time appends waited for room in the journal's queue.",
+        Some(&Unit::Seconds),
+        one(j.backpressure_s),
+    )?;
+    counter(
+        e,
+        "rtpool_journal_compactions",
+        "Journal compactions done since start.",
+        None,
+        one(j.compactions as f64),
+    )?;
+    gauge(
+        e,
+        "rtpool_journal_compacting",
+        "1 while a journal compaction runs (beside the appends), else 0.",
+        None,
+        one(if j.compacting { 1.0 } else { 0.0 }),
+    )?;
+    gauge(
+        e,
+        "rtpool_journal_last_compaction",
+        "How long the last journal compaction took.",
+        Some(&Unit::Seconds),
+        one(j.last_compaction_s),
+    )?;
+    gauge(
+        e,
+        "rtpool_journal_last_compaction_pause",
+        "How long the last journal compaction paused appends to install the compacted file.",
+        Some(&Unit::Seconds),
+        one(j.last_compaction_pause_s),
+    )
 }
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod tests;

@@ -143,6 +143,13 @@ fn journal_info(journal: &Journal, fsync: &str) -> (JournalInfo, FsyncCounts) {
         fsync_latency: s.fsync_us.percentiles(),
         fsync_buckets: s.fsync_us.to_buckets(),
         fsync_sum_s: s.fsync_us.sum_us as f64 / 1e6,
+        queued_bytes: s.queued_bytes,
+        backpressure_waits: s.backpressure_waits,
+        backpressure_s: s.backpressure_us as f64 / 1e6,
+        compactions: s.compactions,
+        compacting: s.compacting,
+        last_compaction_s: s.last_compaction_us as f64 / 1e6,
+        last_compaction_pause_s: s.last_compaction_pause_us as f64 / 1e6,
     };
     (info, s.fsync_us)
 }

@@ -106,6 +106,22 @@ pub struct JournalInfo {
     pub fsync_buckets: Vec<Bucket>,
     /// Their sum, seconds.
     pub fsync_sum_s: f64,
+    /// Estimated bytes of records waiting for the journal's writer thread now (the queue is
+    /// bounded: past 16 MiB the scheduler waits, which is `backpressure_waits`).
+    pub queued_bytes: u64,
+    /// Appends that waited for room in that queue since start (the disk was slower than the
+    /// scheduler).
+    pub backpressure_waits: u64,
+    /// Time those appends waited in all, seconds.
+    pub backpressure_s: f64,
+    /// Compactions done since start.
+    pub compactions: u64,
+    /// A compaction is running now (beside the appends).
+    pub compacting: bool,
+    /// How long the last compaction took, seconds (0 before the first).
+    pub last_compaction_s: f64,
+    /// How long the last compaction paused appends to install the compacted file, seconds.
+    pub last_compaction_pause_s: f64,
 }
 
 /// Throughput.
