@@ -3,6 +3,9 @@ the engine's pieces (split, pick, search) checked on known positions."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 chess = pytest.importorskip(
@@ -44,6 +47,30 @@ def test_short_game_every_move_in_time_and_legal():
     assert [p["engine"] for p in plies[:2]] == ["distributed", "single"]
     summary = game["summary"]
     assert summary["distributed"]["moves"] + summary["single"]["moves"] == len(plies)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs root (SCHED_FIFO)"
+)
+@pytest.mark.parametrize("rt_budget", [None, 100])
+def test_realtime_game_searches_keep_sched_fifo_to_the_end(rt_budget):
+    """In real-time mode the demo gives the workers a budget of one move time, so a search
+    runs SCHED_FIFO to its end; with the workers' default (100 ms, the case asked for with
+    ``rt_budget=100``) every search is demoted after its first 100 ms and then shares its CPU
+    with the machine's other processes (the nodes ratio followed their load)."""
+    game = chess_game.play_game(
+        workers=2, moves=2, move_time_s=MOVE_TIME_S, realtime=True, rt_budget=rt_budget
+    )
+    assert game["settings"]["rt_budget_ms"] == (rt_budget or 500)
+    plies = game["plies"]
+    assert plies and all(p["tasks_in_time"] == p["tasks"] for p in plies), plies
+    fifo = [p["searches_fifo"] for p in plies]
+    if rt_budget is None:
+        assert fifo == [p["tasks"] for p in plies], plies
+    else:
+        assert fifo == [0] * len(plies), plies  # a 0.4 s search is past a 100 ms budget
+    for p in plies:
+        assert p["elapsed_ms"] <= MOVE_TIME_S * 1000 + TOLERANCE_MS, p
 
 
 def test_split_deals_every_legal_move_once():
