@@ -16,10 +16,11 @@ Capacity (closed loop, 10 ms tasks) is measured idle on both clusters, by the th
 the blocks, as it sends them (inside ``realtime_thread()`` for the real-time cluster). Each
 mode's configurations are offered ``--load`` (0.8) of that mode's own capacity (the issue's
 bar: each mode at 80 % of what it can do idle), or with ``--rate-basis lower`` all four the
-same rate, ``--load`` of the lower of the two, so they differ only in mode and load. The throughput cost of real-time mode is measured as the real-time seed did, on
-no-op tasks: one package of no-op tasks at a time on each cluster, idle, in the order A B B A
-(normal, real-time, real-time, normal, repeated), tasks/s per mode and their ratio. Blocks of
-every configuration then run in a shuffled order each round, the pool drained between blocks
+same rate, ``--load`` of the lower of the two, so they differ only in mode and load. The
+throughput cost of real-time mode is measured as the real-time seed did, on no-op tasks: one
+package of no-op tasks at a time on each cluster, idle, in the order A B B A (normal,
+real-time, real-time, normal, repeated), tasks/s per mode and their ratio. Blocks of every
+configuration then run in a shuffled order each round, the pool drained between blocks
 (:func:`rtpool_bench.interleave.run_interleaved`); loaded blocks start their hogs before and
 stop them (by PID) after. Per configuration: the deadline-miss ratio (client side, and the
 SDK's ``lateness``), completion-time percentiles, and one cyclictest-style histogram of all
