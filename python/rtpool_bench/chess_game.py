@@ -55,9 +55,10 @@ def rt_budget_ms(move_time_s: float) -> int:
     A search holds its CPU for its whole budget (:func:`budget_s`, 0.88 s of a 1 s move).
     Under the workers' default budget (100 ms) it was demoted after its first tenth and shared
     the CPU with every other process for the rest of the move, so the nodes each engine
-    searched followed the machine's other load, not the pool (next to two hogs the one
-    single-engine process got 2/3 of a CPU, the two distributed ones 1/2 each: 1.5x). No
-    search runs longer than a move, so a task past it is a runaway and is demoted as before.
+    searched followed the machine's other load, not the pool (shared fairly next to our two
+    hogs alone, the one single-engine process gets 2/3 of a CPU and the two distributed ones
+    1/2 each: 1.5x; docs/chess.md). No search runs longer than a move, so a task past it is a
+    runaway and is demoted as before.
     """
     return max(1, math.ceil(move_time_s * 1000))
 
