@@ -104,3 +104,15 @@ def test_pick_compares_shares_at_their_common_depth():
     assert chosen == {"best": "b2", "score": 20, "depth": 2, "nodes": 17, "cpu_s": 0.0}
     with pytest.raises(ValueError):
         chess_engine.pick([])
+
+
+@pytest.mark.parametrize(
+    "argv", [["--rt-budget-ms", "500"], ["--realtime", "--rt-budget-ms", "-1"]]
+)
+def test_rt_budget_needs_realtime_and_a_budget_of_zero_or_more(argv, capsys):
+    from rtpool_bench import chess_cli
+
+    with pytest.raises(SystemExit) as exc:
+        chess_cli.main(argv)
+    assert exc.value.code == 2
+    assert "--rt-budget-ms needs --realtime" in capsys.readouterr().err
