@@ -29,8 +29,14 @@ def test_deadline_background_load_quick_table():
     cells = out["cells"]
     assert tuple(cells) == CONFIGS
     caps = out["capacity_idle"]
-    low = min(caps["normal"]["tasks_per_s"], caps["realtime"]["tasks_per_s"])
-    assert out["offered_per_s"] == pytest.approx(0.8 * low, abs=0.1)
+    # Each mode at 80 % of its own idle capacity (--rate-basis own, the default), and every
+    # configuration of a mode offered that rate.
+    assert out["rate_basis"] == "own"
+    for mode in ("normal", "realtime"):
+        rate = out["offered_per_s"][mode]
+        assert rate == pytest.approx(0.8 * caps[mode]["tasks_per_s"], abs=0.1)
+        for label in (f"{mode}/idle", f"{mode}/hogs"):
+            assert cells[label]["rate_per_s"] == pytest.approx(rate, abs=0.1)
     assert out["realtime_capacity_cost"] == pytest.approx(
         caps["realtime"]["tasks_per_s"] / caps["normal"]["tasks_per_s"], abs=1e-3
     )

@@ -3,6 +3,9 @@ the engine's pieces (split, pick, search) checked on known positions."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 chess = pytest.importorskip(
@@ -46,6 +49,34 @@ def test_short_game_every_move_in_time_and_legal():
     assert summary["distributed"]["moves"] + summary["single"]["moves"] == len(plies)
 
 
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs root (SCHED_FIFO)"
+)
+@pytest.mark.parametrize("rt_budget", [None, 100])
+def test_realtime_game_searches_keep_sched_fifo_to_the_end(rt_budget):
+    """In real-time mode the demo gives the workers a budget of one move time, so a search
+    runs SCHED_FIFO to its end; with the workers' default (100 ms, the case asked for with
+    ``rt_budget=100``) every search is demoted after its first 100 ms and then shares its CPU
+    with the machine's other processes (the nodes ratio followed their load)."""
+    game = chess_game.play_game(
+        workers=2, moves=2, move_time_s=MOVE_TIME_S, realtime=True, rt_budget=rt_budget
+    )
+    assert game["settings"]["rt_budget_ms"] == (rt_budget or 500)
+    plies = game["plies"]
+    assert plies
+    fifo = [p["searches_fifo"] for p in plies]
+    if rt_budget is None:
+        # Every search in time (it has its CPU), and SCHED_FIFO to its end.
+        assert fifo == [p["tasks"] for p in plies], plies
+    else:
+        # A 0.4 s search is past a 100 ms budget: each one that came back was demoted (a
+        # demoted one may also come back too late under load; some must come back).
+        assert sum(p["tasks_in_time"] for p in plies) > 0, plies
+        assert fifo == [0] * len(plies), plies
+    for p in plies:
+        assert p["elapsed_ms"] <= MOVE_TIME_S * 1000 + TOLERANCE_MS, p
+
+
 def test_split_deals_every_legal_move_once():
     board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
     legal = sorted(m.uci() for m in board.legal_moves)
@@ -73,3 +104,15 @@ def test_pick_compares_shares_at_their_common_depth():
     assert chosen == {"best": "b2", "score": 20, "depth": 2, "nodes": 17, "cpu_s": 0.0}
     with pytest.raises(ValueError):
         chess_engine.pick([])
+
+
+@pytest.mark.parametrize(
+    "argv", [["--rt-budget-ms", "500"], ["--realtime", "--rt-budget-ms", "-1"]]
+)
+def test_rt_budget_needs_realtime_and_a_budget_of_zero_or_more(argv, capsys):
+    from rtpool_bench import chess_cli
+
+    with pytest.raises(SystemExit) as exc:
+        chess_cli.main(argv)
+    assert exc.value.code == 2
+    assert "--rt-budget-ms needs --realtime" in capsys.readouterr().err

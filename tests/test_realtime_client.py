@@ -89,6 +89,49 @@ def test_local_cluster_puts_client_threads_and_master_on_fifo_not_the_callers():
     assert _policy(0) == main_before
 
 
+def _child_cpus(supervisor: int) -> list:
+    """The CPU sets of a worker supervisor's children (the processes that run tasks)."""
+    try:
+        with open(f"/proc/{supervisor}/task/{supervisor}/children") as f:
+            children = [int(x) for x in f.read().split()]
+        return [os.sched_getaffinity(c) for c in children]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
+@pytest.mark.skipif(not PERMITTED, reason="needs root (SCHED_FIFO, mlockall)")
+@pytest.mark.parametrize("pin_workers", [True, False])
+def test_local_cluster_pins_each_realtime_worker_to_a_cpu_of_its_own(pin_workers):
+    import rtpool
+
+    usable = sorted(os.sched_getaffinity(0))
+    # One worker more than CPUs: the last one has none of its own and keeps the whole set.
+    n = len(usable) + 1
+    if pin_workers:
+        expected = [{c} for c in usable] + [set(usable)]
+    else:
+        expected = [set(usable)] * n
+    with rtpool.LocalCluster(workers=n, realtime=True, pin_workers=pin_workers) as cluster:
+        cluster.wait_for_workers(n, timeout=60)
+        pids = cluster.worker_pids
+        assert len(pids) == n
+        # Each child pins itself as it enters real-time mode, right after it starts.
+        seen: list = []
+
+        def as_expected() -> bool:
+            seen[:] = [_child_cpus(p) for p in pids]
+            return seen == [[e] for e in expected]
+
+        try:
+            wait_until(as_expected, 30)
+        except AssertionError:
+            raise AssertionError(f"worker children's CPUs {seen}, expected {expected}") from None
+        from tasks.realtime import policy
+
+        client = cluster.client()
+        assert client.submit(policy).result(timeout=30)["policy"] == _FIFO
+
+
 @pytest.mark.skipif(not PERMITTED, reason="needs root (SCHED_FIFO, mlockall)")
 def test_a_realtime_client_keeps_memory_locked_after_the_embedded_master_stops():
     import rtpool

@@ -47,6 +47,19 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
             pass
 
 
+def _cpu_set(cpus: str | List[int] | None) -> List[int]:
+    """The CPUs to spread real-time workers over: ``cpus`` (as ``LocalCluster`` takes it),
+    else the ones this process may use; [] where affinity is unknown."""
+    if cpus is not None:
+        from ._realtime import parse_cpus
+
+        return parse_cpus(cpus) if isinstance(cpus, str) else sorted(set(cpus))
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return []
+
+
 def _stop_workers(procs: List[subprocess.Popen], graceful: bool, timeout: float) -> None:
     live = [p for p in procs if p.poll() is None]
     try:
@@ -132,7 +145,15 @@ class LocalCluster:
             (None: the workers' default, 100 ms; 0: no budget). Tasks longer than it (a
             chess search of a second) run demoted past it, behind normal processes.
         cpus: CPUs to pin the master's threads and the workers to (a list of ints or
-            ``"0,1"``); None: no pinning.
+            ``"0,1"``); None: the master is not pinned (and the workers only as
+            ``pin_workers`` says).
+        pin_workers: In real-time mode, pin worker ``i`` to the ``i``-th CPU of ``cpus``
+            (None: of the CPUs this process may use), one CPU per worker; a worker beyond
+            the number of CPUs gets the whole set. Unpinned ``SCHED_FIFO`` workers pile up
+            on one CPU at times, and a CPU whose real-time threads pass the kernel's 95 %
+            per second (``sched_rt_runtime_us``) has them all stopped for the rest of that
+            second: 50-100 ms stalls once a second at 80 % load (``docs/realtime.md``).
+            False: every worker on the whole of ``cpus`` (or unpinned).
         serve: Modules whose ``@rtpool.remote`` functions every worker serves (``rtpool
             worker --serve MODULE`` for each), e.g. ``serve=["mypkg.linalg"]``; see
             ``docs/rpc.md``. A module a worker cannot load makes that worker exit at start
@@ -164,6 +185,7 @@ class LocalCluster:
         rt_priority: int = 50,
         rt_budget_ms: int | None = None,
         cpus: str | List[int] | None = None,
+        pin_workers: bool = True,
         serve: Sequence[str] = (),
         listen: str = "127.0.0.1:0",
         http: str | None = None,
@@ -185,6 +207,8 @@ class LocalCluster:
         self._probe: Client | None = None
         self._task_memory_mb = task_memory_mb
         self._realtime_args: List[str] = []
+        self._worker_cpus: List[int] = []
+        self._cpus_text: str | None = None
         self._client_rt: Dict[str, Any] = {}
         rt_args: Dict[str, Any] = {}
         if rt_budget_ms is not None and (not realtime or rt_budget_ms < 0):
@@ -201,8 +225,9 @@ class LocalCluster:
             if rt_budget_ms is not None:
                 self._realtime_args += ["--rt-budget-ms", str(rt_budget_ms)]
             if cpus is not None:
-                text = cpus if isinstance(cpus, str) else ",".join(str(c) for c in cpus)
-                self._realtime_args += ["--cpus", text]
+                self._cpus_text = cpus if isinstance(cpus, str) else ",".join(map(str, cpus))
+            if pin_workers:
+                self._worker_cpus = _cpu_set(cpus)
         tls_dir = tempfile.TemporaryDirectory(prefix="rtpool-cluster-") if tls else None
         tls_args: Dict[str, Any] = {}
         if tls_dir is not None:
@@ -309,6 +334,11 @@ class LocalCluster:
         if self._task_memory_mb is not None:
             cmd += ["--task-memory-mb", str(self._task_memory_mb)]
         cmd += self._realtime_args
+        index = len(self._state.workers)
+        if index < len(self._worker_cpus):
+            cmd += ["--cpus", str(self._worker_cpus[index])]
+        elif self._cpus_text is not None:
+            cmd += ["--cpus", self._cpus_text]
         cmd += self._serve_args
         proc = subprocess.Popen(cmd, env=proc_env, stdin=subprocess.DEVNULL, start_new_session=True)
         self._state.workers.append(proc)

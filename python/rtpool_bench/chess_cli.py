@@ -46,6 +46,14 @@ def parser() -> argparse.ArgumentParser:
         help="LocalCluster(realtime=True): SCHED_FIFO and locked memory for the master and "
         "the workers, as far as the OS permits (what did not take effect is printed)",
     )
+    ap.add_argument(
+        "--rt-budget-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="with --realtime, the workers' real-time budget (default: one move time, so a "
+        "search keeps SCHED_FIFO for its whole budget; 100 is the workers' own default)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead")
     return ap
 
@@ -61,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.move_time <= 0 or args.moves < 1 or args.workers < 1:
         ap.error("--move-time must be above 0, --moves and --workers at least 1")
+    if args.rt_budget_ms is not None and (not args.realtime or args.rt_budget_ms < 0):
+        ap.error("--rt-budget-ms needs --realtime and 0 (no budget) or more milliseconds")
     if args.move_time < 0.2:
         ap.error(f"--move-time {args.move_time:g} leaves no time to search; use 0.2 s or more")
     from . import chess_game
@@ -86,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.background_load,
         say,
         on_ply,
+        args.rt_budget_ms,
     )
     if args.json:
         print(json.dumps(result))
@@ -118,7 +129,10 @@ def _print_summary(result: Dict) -> None:
     )
     if rt is not None:
         warn = "; ".join(rt.get("warnings") or []) or "none"
-        print(f"realtime (master): active {rt.get('active')}, warnings: {warn}")
+        print(
+            f"realtime (master): active {rt.get('active')}, warnings: {warn}; workers' "
+            f"budget {st['rt_budget_ms']} ms, the game's thread in client.realtime_thread()"
+        )
     for engine in ("distributed", "single"):
         e = s[engine]
         u = e["used_ms"]
@@ -127,6 +141,11 @@ def _print_summary(result: Dict) -> None:
             f"time used p50 {u['p50']} ms, p99 {u['p99']} ms, max {u['max']} ms (smallest "
             f"margin {e['margin_ms_min']} ms); nodes p50 {e['nodes_p50']}, depth p50 "
             f"{e['depth_p50']}"
+            + (
+                f"; {e['searches_fifo']} of {e['searches']} searches SCHED_FIFO to the end"
+                if st["realtime"]
+                else ""
+            )
         )
     for key, what in (("nodes", "nodes"), ("cpu_ms", "CPU time the searches got")):
         r = s[f"{key}_ratio"]

@@ -199,8 +199,9 @@ def search(fen: str, moves_uci: Sequence[str], budget_s: float, max_depth: int =
     Returns:
         ``best`` (UCI), ``score`` (centipawns for the side to move), ``depth`` (deepest
         completed), ``by_depth`` (``[(depth, best UCI, score), ...]``), ``nodes``,
-        ``seconds`` (wall) and ``cpu_s`` (CPU time this search got: below ``seconds`` when
-        the worker shared its CPU).
+        ``seconds`` (wall), ``cpu_s`` (CPU time this search got: below ``seconds`` when
+        the worker shared its CPU) and ``fifo`` (the search ended under ``SCHED_FIFO``: in
+        real-time mode, False when the workers' budget demoted it; None where unknown).
     """
     t0, cpu0 = time.monotonic(), time.process_time()
     board = chess.Board(fen)
@@ -227,7 +228,17 @@ def search(fen: str, moves_uci: Sequence[str], budget_s: float, max_depth: int =
         "nodes": s.nodes,
         "seconds": time.monotonic() - t0,
         "cpu_s": time.process_time() - cpu0,
+        "fifo": _is_fifo(),
     }
+
+
+def _is_fifo() -> bool | None:
+    """Whether the calling thread runs under ``SCHED_FIFO`` (None off Linux)."""
+    import os
+
+    if not hasattr(os, "sched_getscheduler"):
+        return None
+    return os.sched_getscheduler(0) & ~getattr(os, "SCHED_RESET_ON_FORK", 0) == os.SCHED_FIFO
 
 
 def pick(results: Sequence[Dict]) -> Dict:

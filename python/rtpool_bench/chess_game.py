@@ -24,6 +24,7 @@ The game ends at checkmate, stalemate or a claimable draw, or after ``moves`` mo
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from typing import Callable, Dict, List
@@ -46,6 +47,20 @@ def budget_s(move_time_s: float) -> float:
     to ``CLOCK_EVERY`` nodes late, the result's way back; idle, a result is back 5-15 ms
     after its budget ends)."""
     return max(0.01, move_time_s - CLIENT_RESERVE_S - 0.02 - 0.05 * move_time_s)
+
+
+def rt_budget_ms(move_time_s: float) -> int:
+    """The workers' real-time budget (``rt_budget_ms``) in real-time mode: one move time.
+
+    A search holds its CPU for its whole budget (:func:`budget_s`, 0.88 s of a 1 s move).
+    Under the workers' default budget (100 ms) it was demoted after its first tenth and shared
+    the CPU with every other process for the rest of the move, so the nodes each engine
+    searched followed the machine's other load, not the pool (shared fairly next to our two
+    hogs alone, the one single-engine process gets 2/3 of a CPU and the two distributed ones
+    1/2 each: 1.5x; docs/chess.md). No search runs longer than a move, so a task past it is a
+    runaway and is demoted as before.
+    """
+    return max(1, math.ceil(move_time_s * 1000))
 
 
 def engine_move(client, board: chess.Board, shares: int, move_time_s: float) -> Dict:
@@ -78,6 +93,7 @@ def engine_move(client, board: chess.Board, shares: int, move_time_s: float) -> 
         "tasks": len(futures),
         "tasks_in_time": len(done),
         "errors": [repr(r) for r in results if isinstance(r, BaseException)],
+        "fifo": sum(r.get("fifo") is True for r in done),
         "fallback": not done,
         "elapsed_s": elapsed,
     }
@@ -91,6 +107,7 @@ def play_game(
     background_load: bool = False,
     say: Callable[[str], None] = lambda s: None,
     on_ply: Callable[[Dict], None] = lambda p: None,
+    rt_budget: int | None = None,
 ) -> Dict:
     """Play one game on a fresh ``LocalCluster(workers=workers, realtime=realtime)``.
 
@@ -104,11 +121,16 @@ def play_game(
             (started after the warm-up, stopped by PID at the end, each bounded in time).
         say: Progress lines.
         on_ply: Called with each ply's record as soon as it is played.
+        rt_budget: The workers' ``rt_budget_ms`` in real-time mode (None: one move time,
+            :func:`rt_budget_ms`). In real-time mode the game's own thread (it submits,
+            gathers and moves) runs inside ``client.realtime_thread()``: it must act at the
+            gather deadline, not whenever the normal processes let it.
 
     Returns:
         ``plies`` (one record per move: ``ply``, ``number``, ``side``, ``engine``, ``san``,
         ``uci``, ``nodes``, ``cpu_ms`` (CPU time the searches got), ``depth``, ``score``,
-        ``tasks``, ``tasks_in_time``, ``fallback``,
+        ``tasks``, ``tasks_in_time``, ``searches_fifo`` (of those, the searches that ended
+        under SCHED_FIFO), ``fallback``,
         ``elapsed_ms``, ``margin_ms`` (deadline minus time used; negative: late), ``late``),
         ``result``, ``termination``, ``final_fen``, ``pgn_moves``, ``summary``, ``settings``.
     """
@@ -119,7 +141,10 @@ def play_game(
     board = chess.Board()
     plies: List[Dict] = []
     cpus = os.cpu_count() or 1
-    with rtpool.LocalCluster(workers=workers, realtime=realtime) as cluster:
+    rt_kw = {}
+    if realtime:
+        rt_kw["rt_budget_ms"] = rt_budget_ms(move_time_s) if rt_budget is None else rt_budget
+    with rtpool.LocalCluster(workers=workers, realtime=realtime, **rt_kw) as cluster:
         cluster.wait_for_workers(workers, timeout=60)
         rt_report = cluster.stats().get("realtime") if realtime else None
         with cluster.client() as client:
@@ -128,7 +153,8 @@ def play_game(
             warm += [client.submit(search, board.fen(), ["g1f3"], 0.05) for _ in range(workers)]
             client.gather(warm, deadline=60)
             hogs = CpuHogs(cpus, lifetime_s=2 * moves * (move_time_s + 1) + 60)
-            with hogs if background_load else contextlib.nullcontext():
+            own = client.realtime_thread() if realtime else contextlib.nullcontext()
+            with hogs if background_load else contextlib.nullcontext(), own:
                 if background_load:
                     say(f"background load: {cpus} busy-loop processes, pids {hogs.pids}")
                 for ply in range(2 * moves):
@@ -150,6 +176,7 @@ def play_game(
             "realtime": realtime,
             "background_load": background_load,
             "hogs": cpus if background_load else 0,
+            "rt_budget_ms": rt_kw.get("rt_budget_ms"),
             "task_budget_s": round(budget_s(move_time_s), 3),
             "client_reserve_s": CLIENT_RESERVE_S,
         },
@@ -181,6 +208,7 @@ def _record(board: chess.Board, ply: int, m: Dict, distributed: bool, move_time_
         "score": m["score"],
         "tasks": m["tasks"],
         "tasks_in_time": m["tasks_in_time"],
+        "searches_fifo": m["fifo"],
         "errors": m["errors"],
         "fallback": m["fallback"],
         "elapsed_ms": round(elapsed_ms, 2),
@@ -199,6 +227,8 @@ def summarize(plies: List[Dict], move_time_s: float) -> Dict:
             "moves": len(mine),
             "late": sum(p["late"] for p in mine),
             "fallbacks": sum(p["fallback"] for p in mine),
+            "searches": sum(p["tasks_in_time"] for p in mine),
+            "searches_fifo": sum(p["searches_fifo"] for p in mine),
             "used_ms": {k: _r(percentile(used, q)) for k, q in (("p50", 50), ("p99", 99))}
             | {"max": _r(max(used, default=None))},
             "margin_ms_min": _r(min((p["margin_ms"] for p in mine), default=None)),

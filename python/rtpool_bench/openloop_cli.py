@@ -113,6 +113,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "configurations (by default it runs inside client.realtime_thread())",
     )
     g.add_argument(
+        "--rate-basis",
+        choices=("own", "lower"),
+        default="own",
+        help="deadline --background-load: offer each mode --load of its own idle capacity "
+        "(own, the default) or both modes --load of the lower of the two capacities (lower)",
+    )
+    g.add_argument(
         "--one-at-a-time",
         type=int,
         default=0,
