@@ -8,6 +8,7 @@ answers each ``PULL`` 100 ms late (a far master) and counts how many tasks the w
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import time
@@ -40,8 +41,11 @@ def test_prefetch_covers_the_round_trip_within_its_bounds():
 def test_round_trip_is_the_windowed_minimum_of_pull_to_first_assign():
     rt = RoundTrip()
     rt.on_pull(3, 0)
-    rt.on_assign(1, 5_000)  # first ASSIGN of that PULL: a sample
-    rt.on_assign(2, 9_000)  # the rest of its credits: no sample
+    rt.on_assign(3, 5_000)  # a PULL answered in full: a sample
+    assert rt.rtt_ns == 5_000
+    rt.on_pull(3, 6_000)
+    rt.on_assign(1, 7_000)  # answered in part (the master ran out of work): no sample
+    rt.on_assign(2, 9_000)  # the rest of its credits: no sample either
     assert rt.rtt_ns == 5_000
     rt.on_pull(1, 10_000)
     rt.on_assign(1, 900_000)  # an idle master answered late: the minimum holds
@@ -56,6 +60,50 @@ def test_round_trip_is_the_windowed_minimum_of_pull_to_first_assign():
     assert rt.rtt_ns == 40_000
     rt.reset()
     assert rt.rtt_ns == 0
+
+
+def test_credits_parked_at_an_idle_master_are_no_sample():
+    # A sequential client: the worker keeps 3 credits at the master, each task spends one,
+    # and each PULL after a task queues behind the 2 left parked there. Its delay is the
+    # client's think time (50 ms), not the path's 0.2 ms.
+    rt = RoundTrip()
+    ms = 1_000_000
+    rt.on_pull(3, 0)
+    rt.on_assign(3, ms // 5)  # tasks were waiting: a sample of the path
+    assert rt.rtt_ns == ms // 5
+    rt.on_pull(3, ms)  # after them: the master has none left, the credits park
+    for i in range(1, 3 * WINDOW):
+        now = i * 50 * ms
+        rt.on_assign(1, now)  # the client's next task
+        rt.on_pull(1, now + ms)  # its result, with a credit behind the 2 parked ones
+    assert rt.rtt_ns == ms // 5
+
+
+def test_sequential_tasks_with_think_time_do_not_raise_the_round_trip(master, client_factory):
+    """Against a real master: a package (tasks waiting) measures the path; then one task at a
+    time with 50 ms between them, for more than a window of PULLs, must not raise it (with the
+    PULL -> first ASSIGN delay of every PULL it rose to ~100 ms, 2 think times)."""
+    worker = WorkerConnection(
+        master.address, master.worker_token, "seq-worker", max_prefetch=2, reconnect_timeout=None
+    )
+    thread = threading.Thread(target=worker.serve, daemon=True)
+    thread.start()
+    client = client_factory()
+    try:
+        assert list(client.map(tasks.add, range(300), range(300))) == [2 * i for i in range(300)]
+        measured = worker.round_trip.rtt_ns
+        assert measured > 0, "a package with tasks waiting gave no sample"
+        for i in range(2 * WINDOW):
+            assert client.submit(tasks.add, i, 1).result(timeout=10) == i + 1
+            time.sleep(0.05)  # the client's think time: the workload, not a wait for a state
+        assert worker.round_trip.rtt_ns <= measured, (
+            f"{worker.round_trip.rtt_ns / 1e6:.1f} ms after think time, "
+            f"{measured / 1e6:.1f} ms measured with tasks waiting"
+        )
+    finally:
+        worker.stopping = True
+        os.write(worker._wake_w, b"\0")
+        thread.join(10)
 
 
 class FarMaster:
