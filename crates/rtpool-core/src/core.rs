@@ -57,7 +57,7 @@ use crate::event::{Action, Event, TaskOutcome, TaskStatus};
 use crate::function::FunctionTable;
 use crate::group::Group;
 use crate::hungry::HungryRing;
-use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
+use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 use crate::overload::OverloadWatch;
 use crate::package::Package;
 use crate::placement::Link;
@@ -106,6 +106,9 @@ pub struct Core {
     free_credits: u64,
     functions: FunctionTable,
     workers: Map<WorkerId, Worker>,
+    /// Connected workers per [`WorkerKey`] (usually one; two while a replaced process's old
+    /// connection is not yet known to be lost): which paces belong to a connected worker.
+    worker_keys: Map<WorkerKey, u32>,
     clients: Map<ClientId, Client>,
     users: Map<UserId, User>,
     hungry: HungryRing,
@@ -170,6 +173,7 @@ impl Core {
             free_credits: 0,
             functions: FunctionTable::default(),
             workers: Map::default(),
+            worker_keys: Map::default(),
             clients: Map::default(),
             users: Map::default(),
             hungry: HungryRing::default(),
@@ -249,7 +253,7 @@ impl Core {
                 req_id,
                 package,
             } => self.on_status(client, req_id, package, out),
-            Event::WorkerJoined { worker, slots } => self.on_worker_joined(worker, slots),
+            Event::WorkerJoined { worker, slots, key } => self.on_worker_joined(worker, slots, key),
             Event::Credit { worker, credits } => self.on_credit(worker, credits, now, out),
             Event::Results { worker, results } => self.on_results(worker, results, now, out),
             Event::Returned { worker, tasks } => self.on_returned(worker, &tasks, now, out),

@@ -25,7 +25,7 @@ use std::time::Instant as WallClock;
 use bytes::Bytes;
 use rtpool_core::{
     Action, ClientId, Core, Event, FnHash, Instant, PackageId, PackageOpts, TaskStatus, UserId,
-    WorkerId, WorkerOutcome,
+    WorkerId, WorkerKey, WorkerOutcome,
 };
 use rtpool_master::status::{self, MasterFacts, Recorder};
 
@@ -59,6 +59,7 @@ impl Rig {
         rig.handle(Event::WorkerJoined {
             worker: WORKER,
             slots: 64,
+            key: WorkerKey(WORKER.0),
         });
         rig.handle(Event::ClientJoined {
             client: CLIENT,
@@ -164,6 +165,7 @@ fn per_second(packages: u64, workers: u64) -> (f64, f64, f64) {
             Event::WorkerJoined {
                 worker: WorkerId(1_000 + w),
                 slots: 8,
+                key: WorkerKey(1_000 + w),
             },
             Instant(0),
             &mut out,

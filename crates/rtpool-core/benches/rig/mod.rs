@@ -36,7 +36,7 @@ mod ops;
 pub use self::ops::Op;
 use rtpool_core::{
     Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, MissPolicy, PackageCounts,
-    PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerOutcome,
+    PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerKey, WorkerOutcome,
 };
 
 /// Users (and clients: one each).
@@ -395,7 +395,11 @@ impl Rig {
     fn join(&mut self, slots: u32, credits: u32) -> Busy {
         let id = WorkerId(self.next_worker);
         self.next_worker += 1;
-        self.apply(Event::WorkerJoined { worker: id, slots });
+        self.apply(Event::WorkerJoined {
+            worker: id,
+            slots,
+            key: WorkerKey(id.0),
+        });
         let tasks = if credits > 0 {
             self.give(id, credits).into()
         } else {
