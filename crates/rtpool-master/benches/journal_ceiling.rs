@@ -180,6 +180,7 @@ async fn drive(scheduler: Scheduler, length: Duration) -> String {
             session,
             user: "bench".into(),
             name: format!("peer-{session}"),
+            identity: String::new(),
             host: "127.0.0.1".into(),
             tx: out,
             event,

@@ -53,6 +53,7 @@ impl Rig {
         rig.recorder.worker_joined(
             WORKER.0,
             "bench-worker".into(),
+            String::new(),
             "127.0.0.1".into(),
             Instant(0),
         );
@@ -171,7 +172,13 @@ fn per_second(packages: u64, workers: u64) -> (f64, f64, f64) {
             &mut out,
         );
         let name = format!("slurm-{w}-node:1");
-        recorder.worker_joined(1_000 + w, name, "10.0.0.1".into(), Instant(0));
+        recorder.worker_joined(
+            1_000 + w,
+            name,
+            String::new(),
+            "10.0.0.1".into(),
+            Instant(0),
+        );
     }
     core.handle(
         Event::ClientJoined {

@@ -291,6 +291,7 @@ async fn serve_halves<R, W>(
         session,
         user: user.clone(),
         name: name.clone(),
+        identity: worker_identity.clone().unwrap_or_default(),
         host: peer
             .rsplit_once(':')
             .map_or(peer.clone(), |(h, _)| h.to_owned()),

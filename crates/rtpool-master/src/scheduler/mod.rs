@@ -348,6 +348,7 @@ impl Scheduler {
                 session,
                 user,
                 name,
+                identity,
                 host,
                 tx,
                 mut event,
@@ -355,7 +356,8 @@ impl Scheduler {
                 self.routes.insert(session, tx);
                 if matches!(event, Event::WorkerJoined { .. }) {
                     let now = self.now();
-                    self.status.recorder.worker_joined(session, name, host, now);
+                    let recorder = &mut self.status.recorder;
+                    recorder.worker_joined(session, name, identity, host, now);
                 }
                 if let Event::ClientJoined { user: id, .. } = &mut event {
                     *id = self.user_id(&user);
