@@ -850,3 +850,23 @@ def test_sigterm_stops_a_worker_process_that_is_reconnecting(tmp_path):
         assert time.monotonic() - start < 3
     finally:
         stop_process(proc, group=True)
+
+
+def test_e2e_a_replaced_child_comes_back_under_its_slots_identity(real_master, start_worker):
+    # The master keeps a worker's pace (hedging) under its HELLO identity. A slot's child is
+    # replaced when it dies, or when the master aborts a task running there: the new child
+    # must present the same identity, though it is another process and another connection.
+    proc = start_worker()
+    (child,) = _children(proc, 1)
+    with rtpool.Client(real_master.address, real_master.client_token) as client:
+
+        def workers_other_than(seen: int | None):
+            w = client.status()["workers"]
+            return w if len(w) == 1 and w[0]["id"] != seen and w[0]["identity"] else None
+
+        (first,) = wait_until(lambda: workers_other_than(None), timeout=30)
+        assert first["identity"] == f"{socket.gethostname()}:{proc.pid}/0"
+        child.kill()
+        (again,) = wait_until(lambda: workers_other_than(first["id"]), timeout=30)
+        assert again["identity"] == first["identity"]
+        assert again["name"] != first["name"], "another process (host:pid)"

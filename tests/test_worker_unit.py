@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import threading
 
 import pytest
@@ -57,7 +58,10 @@ def assignment(task, fn_code=CODE, args=((3,), None), fn_hash=HASH, attempt=1, t
 
 def test_hello_then_pull_then_result(fake):
     w = Running(fake)
-    assert w.master.hello == [P.HELLO, P.PROTOCOL_VERSION, "worker", "tok", "unit-worker", 1]
+    # The trailing identity is this process's ``host:pid``: a lone worker (not supervised).
+    identity = f"{socket.gethostname()}:{os.getpid()}"
+    hello = [P.HELLO, P.PROTOCOL_VERSION, "worker", "tok", "unit-worker", 1, identity]
+    assert w.master.hello == hello
     assert w.master.recv_kind(P.PULL) == [P.PULL, 2]  # 1 slot + prefetch 1 until it learns
     w.master.send(P.ASSIGN, [assignment(10)])
     result = w.master.recv_kind(P.RESULT)

@@ -68,6 +68,15 @@ def default_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def worker_identity(slot: int | None = None, pid: int | None = None) -> str:
+    """``hostname:pid``, or ``hostname:pid/slot`` for one slot of a supervised worker (``pid``
+    is then the supervisor's): the stable identity a worker sends in ``HELLO``, which survives
+    its reconnects and, under a supervisor, the restarts of its child process."""
+    pid = os.getpid() if pid is None else pid
+    base = f"{socket.gethostname()}:{pid}"
+    return base if slot is None else f"{base}/{slot}"
+
+
 def _clip_name(name: str) -> str:
     data = name.encode("utf-8")
     if len(data) <= _NAME_MAX_BYTES:
@@ -216,6 +225,7 @@ def connect(
     tls: TlsOption = False,
     ca_file: str | None = None,
     busy_timeout: float | None = None,
+    identity: str | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """Open a connection to the master and complete the handshake.
 
@@ -234,6 +244,9 @@ def connect(
         ca_file: PEM file of the certificates to trust (implies TLS).
         busy_timeout: Seconds to keep retrying a busy master (0: do not retry; default
             :data:`BUSY_TIMEOUT_S`).
+        identity: A worker's stable identity (``HELLO.identity``, clipped to 256 bytes): the
+            same across its reconnects and the restarts of its process, so the master still
+            knows how fast it is (see :func:`worker_identity`). None: not sent.
 
     Returns:
         ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (with
@@ -256,7 +269,7 @@ def connect(
     while True:
         attempts += 1
         try:
-            return _connect_once(address, role, token, name, slots, timeout, tls, ca_file)
+            return _connect_once(address, role, token, name, slots, timeout, tls, ca_file, identity)
         except MasterBusy as exc:
             waited = time.monotonic() - started
             if waited + pause / 2 > busy_timeout:
@@ -277,6 +290,7 @@ def _connect_once(
     timeout: float,
     tls: TlsOption,
     ca_file: str | None,
+    identity: str | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """One attempt of :func:`connect`."""
     host, port = parse_address(address)
@@ -286,7 +300,10 @@ def _connect_once(
     if context is not None:
         sock = _wrap_tls(sock, context, host, where)
     try:
-        sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, role, token, _clip_name(name), slots))
+        hello = [P.PROTOCOL_VERSION, role, token, _clip_name(name), slots]
+        if identity:
+            hello.append(_clip_name(identity))
+        sock.sendall(P.encode(P.HELLO, *hello))
         reader = P.FrameReader(P.PRE_AUTH_MAX_FRAME)
         msgs: List[list] = []
         while not msgs:

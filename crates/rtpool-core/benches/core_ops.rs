@@ -25,7 +25,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rtpool_core::{
     Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, PackageId, PackageOpts, TaskId,
-    TaskStatus, UserId, WorkerId, WorkerOutcome,
+    TaskStatus, UserId, WorkerId, WorkerKey, WorkerOutcome,
 };
 
 const CLIENT: ClientId = ClientId(1);
@@ -94,6 +94,7 @@ fn core_with_queue(queued: usize) -> Core {
         Event::WorkerJoined {
             worker: WORKER,
             slots: 1,
+            key: WorkerKey(WORKER.0),
         },
     );
     handle(&mut core, submit_event(queued));

@@ -13,9 +13,11 @@
 //!
 //! * **interleaving**: each operation runs in blocks that alternate over all the cores, so a
 //!   burst of background load hits every size alike;
-//! * **on-CPU time**: the time the thread waited on a run queue during the call (from
-//!   `/proc/thread-self/schedstat`, read outside the timed region) is taken off, so a
-//!   preemption, a whole 4 ms tick here, does not count as the core's;
+//! * **on-CPU time**, measured two ways: the wall time less the time the thread waited on a
+//!   run queue during the call (from `/proc/thread-self/schedstat`, read outside the timed
+//!   region), and the thread's own CPU clock (`CLOCK_THREAD_CPUTIME_ID`, read right next to
+//!   the call), which counts the kernel's time in the thread's page faults but neither a
+//!   preemption, a whole 4 ms tick here, nor time the hypervisor stole from the vCPU;
 //! * **rounds**: the whole grid runs several times on freshly built cores. Each round replays
 //!   the same operations on the same states, so a worst case of the core (a scan, a table
 //!   that grows) comes back at the same run of every round, while an interrupt or a stolen
@@ -27,6 +29,8 @@
 //! cargo bench -p rtpool-core --bench worst_case -- --quick    # small grid, under a second
 //! RTPOOL_WORST_CASE_JSON=wc.json cargo bench ...              # the figures as JSON too
 //! RTPOOL_WORST_CASE_ROUNDS=5 cargo bench ...                  # more rounds
+//! RTPOOL_WORST_CASE_GROWTH_ONLY=1 cargo bench ...             # the growing case only
+//! RTPOOL_WORST_CASE_PREPARE=0 cargo bench ...                 # growth without Core::prepare
 //! ```
 //!
 //! `--test` (what `cargo bench -- --test` passes every bench) runs the quick grid, as does
@@ -58,12 +62,16 @@ struct Plan {
     warm_up: usize,
     /// Wall time (timed and untimed) one operation may spend on one core in one round.
     budget: Duration,
+    /// Between growing submissions, call `Core::prepare` as the master does between events
+    /// (`RTPOOL_WORST_CASE_PREPARE=0`: do not, to see the growth without it).
+    prepare: bool,
 }
 
 impl Plan {
     fn from_env() -> Self {
         let quick = std::env::args().any(|a| a == "--quick" || a == "--test")
             || std::env::var("RTPOOL_WORST_CASE_QUICK").is_ok_and(|v| v == "1");
+        let prepare = std::env::var("RTPOOL_WORST_CASE_PREPARE").map_or(true, |v| v != "0");
         let rounds = std::env::var("RTPOOL_WORST_CASE_ROUNDS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -78,6 +86,7 @@ impl Plan {
                 blocks: 4,
                 warm_up: 10,
                 budget: Duration::from_millis(300),
+                prepare,
             }
         } else {
             Self {
@@ -89,6 +98,7 @@ impl Plan {
                 blocks: 20,
                 warm_up: 100,
                 budget: Duration::from_secs(3),
+                prepare,
             }
         }
     }
@@ -105,6 +115,10 @@ struct Cell {
     wall: Histogram<u64>,
     /// Wall time less the run-queue wait of every run.
     on_cpu: Histogram<u64>,
+    /// Thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) of every run.
+    thread_cpu: Histogram<u64>,
+    /// Runs over [`BAR_NS`] of thread CPU time, and of those the runs with a page fault.
+    over_bar_cpu: (u64, u64),
     /// On-CPU time of each run, by round, in run order.
     runs: Vec<Vec<u64>>,
     /// Runs during which the thread was scheduled out.
@@ -131,6 +145,8 @@ impl Cell {
             workers,
             wall: histogram(),
             on_cpu: histogram(),
+            thread_cpu: histogram(),
+            over_bar_cpu: (0, 0),
             runs: Vec::new(),
             descheduled: 0,
             over_bar: 0,
@@ -147,8 +163,10 @@ impl Cell {
         let wall = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let waited = after.waited_ns.saturating_sub(before.waited_ns);
         let on_cpu = wall.saturating_sub(waited).max(1);
+        let cpu = after.cpu_ns.saturating_sub(before.cpu_ns).max(1);
         self.wall.saturating_record(wall);
         self.on_cpu.saturating_record(on_cpu);
+        self.thread_cpu.saturating_record(cpu);
         if after.switches != before.switches {
             self.descheduled += 1;
         }
@@ -157,6 +175,10 @@ impl Cell {
         if on_cpu > BAR_NS {
             self.over_bar += 1;
             self.over_bar_faulted += u64::from(faults > 0);
+        }
+        if cpu > BAR_NS {
+            self.over_bar_cpu.0 += 1;
+            self.over_bar_cpu.1 += u64::from(faults > 0);
         }
         self.runs
             .last_mut()
@@ -207,6 +229,17 @@ struct Sched {
     /// Minor page faults of this thread (`/proc/thread-self/stat`, field 10): first touches
     /// of fresh memory, which a growing state pays and a steady one does not.
     minflt: u64,
+    /// This thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`), nanoseconds.
+    cpu_ns: u64,
+}
+
+/// This thread's CPU time, nanoseconds (0 if the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
+    })
 }
 
 /// Reads this thread's scheduler statistics, before and after each timed call: a change means
@@ -229,7 +262,16 @@ impl SchedProbe {
         self.file.is_some()
     }
 
-    fn read(&self) -> Sched {
+    /// A reading before the timed call (`before`: the thread CPU clock is read last, right
+    /// before the call) or after it (read first), so the probe's own reads are not timed.
+    fn read(&self, before: bool) -> Sched {
+        let cpu = if before { 0 } else { thread_cpu_ns() };
+        let mut sched = self.read_files();
+        sched.cpu_ns = if before { thread_cpu_ns() } else { cpu };
+        sched
+    }
+
+    fn read_files(&self) -> Sched {
         use std::os::unix::fs::FileExt;
         let Some(file) = &self.file else {
             return Sched::default();
@@ -245,6 +287,7 @@ impl SchedProbe {
             waited_ns: fields.next().unwrap_or(0),
             switches: fields.next().unwrap_or(0),
             minflt: self.read_minflt(),
+            cpu_ns: 0,
         }
     }
 
@@ -307,7 +350,7 @@ fn run_op(plan: &Plan, probe: &SchedProbe, op: Op, rigs: &mut Rigs, cells: &mut 
             }
             let start = WallClock::now();
             for _ in 0..per_block {
-                cells[c].record(rigs[c].2.step_probed(op, || probe.read()));
+                cells[c].record(rigs[c].2.step_probed(op, |b| probe.read(b)));
             }
             spent[c] += start.elapsed();
         }
@@ -326,7 +369,12 @@ fn run_growth(plan: &Plan, probe: &SchedProbe, rigs: &mut Rigs, cells: &mut [Cel
         for (c, (_, _, rig)) in rigs.iter_mut().enumerate() {
             if rig.target < goals[c] {
                 busy = true;
-                cells[c].record(rig.grow_probed(|| probe.read()));
+                cells[c].record(rig.grow_probed(|b| probe.read(b)));
+                // What the master does between events (untimed): the next slab chunks made
+                // ahead of need, a bounded share per call (`Core::prepare`).
+                if plan.prepare {
+                    rig.core.prepare(rtpool_core::Core::PREPARE_SLOTS);
+                }
             }
         }
     }
@@ -365,13 +413,16 @@ fn print_table(title: &str, cells: &[&Cell]) {
     println!("\n{title}\n");
     println!(
         "| operation | tasks queued | workers | runs | mean | p99 | p99.9 | max | max on CPU | \
-         recurring max | runs > 100 us on CPU (with a page fault) | page faults / run |"
+         recurring max | runs > 100 us on CPU (with a page fault) | max thread CPU | \
+         runs > 100 us thread CPU (with a page fault) | page faults / run |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     for c in cells {
         let h = &c.wall;
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.2} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {:.2} |",
             c.name(),
             fmt_count(c.queued),
             fmt_count(c.workers),
@@ -384,6 +435,9 @@ fn print_table(title: &str, cells: &[&Cell]) {
             fmt_ns(c.recurring_max() as f64),
             c.over_bar,
             c.over_bar_faulted,
+            fmt_ns(c.thread_cpu.max() as f64),
+            c.over_bar_cpu.0,
+            c.over_bar_cpu.1,
             c.faults as f64 / h.len().max(1) as f64,
         );
     }
@@ -458,6 +512,10 @@ fn cell_json(c: &Cell) -> serde_json::Value {
         "recurring_max_ns": c.recurring_max(), "descheduled_runs": c.descheduled,
         "runs_over_100us_on_cpu": c.over_bar,
         "runs_over_100us_with_page_fault": c.over_bar_faulted, "minor_faults": c.faults,
+        "max_thread_cpu_ns": c.thread_cpu.max(),
+        "p999_thread_cpu_ns": c.thread_cpu.value_at_quantile(0.999),
+        "runs_over_100us_thread_cpu": c.over_bar_cpu.0,
+        "runs_over_100us_thread_cpu_with_page_fault": c.over_bar_cpu.1,
     })
 }
 
@@ -473,9 +531,11 @@ fn main() {
     let started = WallClock::now();
     let load_before = load_average();
     println!(
-        "worst_case: {} grid, {} round(s), load average before: {load_before}",
+        "worst_case: {} grid, {} round(s), Core::prepare between growing submissions: {}, \
+         load average before: {load_before}",
         if plan.quick { "quick" } else { "full" },
-        plan.rounds
+        plan.rounds,
+        if plan.prepare { "yes" } else { "no" }
     );
     if !probe.is_available() {
         println!("  no /proc/thread-self/schedstat: on-CPU time is wall time");
@@ -497,7 +557,13 @@ fn main() {
     let (mut deadline_ticks, mut hedge_ticks, mut sink_extra) = (0, 0, 0);
     for round in 0..plan.rounds {
         let mut rigs = build_rigs(&plan, round);
-        for (i, op) in Op::ALL.into_iter().enumerate() {
+        // `RTPOOL_WORST_CASE_GROWTH_ONLY=1`: only the growing case (a quicker look at it).
+        let ops = if std::env::var("RTPOOL_WORST_CASE_GROWTH_ONLY").is_ok_and(|v| v == "1") {
+            &[][..]
+        } else {
+            &Op::ALL[..]
+        };
+        for (i, &op) in ops.iter().enumerate() {
             let t = WallClock::now();
             let op_cells = &mut cells[i * per_op..(i + 1) * per_op];
             run_op(&plan, &probe, op, &mut rigs, op_cells);
@@ -551,6 +617,7 @@ fn main() {
         let doc = json!({
             "quick": plan.quick,
             "rounds": plan.rounds,
+            "prepare": plan.prepare,
             "load_average_before": load_before,
             "load_average_after": load_after,
             "seconds": elapsed,

@@ -58,7 +58,7 @@ use crate::event::{Action, Event, TaskOutcome, TaskStatus};
 use crate::function::FunctionTable;
 use crate::group::Group;
 use crate::hungry::HungryRing;
-use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
+use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 use crate::overload::OverloadWatch;
 use crate::package::Package;
 use crate::placement::Link;
@@ -107,6 +107,9 @@ pub struct Core {
     free_credits: u64,
     functions: FunctionTable,
     workers: Map<WorkerId, Worker>,
+    /// Connected workers per [`WorkerKey`] (usually one; two while a replaced process's old
+    /// connection is not yet known to be lost): which paces belong to a connected worker.
+    worker_keys: Map<WorkerKey, u32>,
     clients: Map<ClientId, Client>,
     users: Map<UserId, User>,
     hungry: HungryRing,
@@ -157,6 +160,10 @@ impl Default for Core {
 }
 
 impl Core {
+    /// A budget for one [`Core::prepare`] call: 256 slots of each table (about 46 KiB of
+    /// tasks and 76 KiB of packages), so one call costs at most a few dozen page faults.
+    pub const PREPARE_SLOTS: usize = 256;
+
     /// An empty core.
     pub fn new(config: CoreConfig) -> Self {
         Self {
@@ -171,6 +178,7 @@ impl Core {
             free_credits: 0,
             functions: FunctionTable::default(),
             workers: Map::default(),
+            worker_keys: Map::default(),
             clients: Map::default(),
             users: Map::default(),
             hungry: HungryRing::default(),
@@ -250,7 +258,7 @@ impl Core {
                 req_id,
                 package,
             } => self.on_status(client, req_id, package, out),
-            Event::WorkerJoined { worker, slots } => self.on_worker_joined(worker, slots),
+            Event::WorkerJoined { worker, slots, key } => self.on_worker_joined(worker, slots, key),
             Event::Credit { worker, credits } => self.on_credit(worker, credits, now, out),
             Event::Results { worker, results } => self.on_results(worker, results, now, out),
             Event::Returned { worker, tasks } => self.on_returned(worker, &tasks, now, out),
@@ -282,6 +290,18 @@ impl Core {
             let aborts = std::mem::take(&mut self.pending_aborts);
             self.push_aborts(aborts, out);
         }
+    }
+
+    /// Prepares the memory the next growth of the task and package tables needs, at most
+    /// `max_slots` slots of each per call, so an operation that grows them does not pay the
+    /// first touch of fresh memory (a page fault every 4 KiB, tens of microseconds each on a
+    /// busy VM: the rest of `handle`'s worst case at 10^6 queued tasks). The shell calls it
+    /// when it has nothing else to do; it is never needed for correctness. Returns whether more
+    /// is left to prepare. O(`max_slots`).
+    pub fn prepare(&mut self, max_slots: usize) -> bool {
+        let tasks = self.tasks.prepare(max_slots);
+        let packages = self.packages.prepare(max_slots);
+        tasks || packages
     }
 
     /// Current gauges and counters.

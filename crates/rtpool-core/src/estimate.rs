@@ -9,10 +9,13 @@
 //!
 //! Beside the histogram, each function keeps the **pace** of the workers that ran it (at most
 //! [`MAX_PACES`], the least recently heard from replaced first): a smoothed mean and mean
-//! deviation per worker, like TCP's round-trip estimator. Hedging judges a running task
-//! against the fastest pace ([`Estimator::fast_p95`]), so a slow worker that runs half the
-//! tasks cannot teach the master that slow is normal. A pace learns from every successful run,
-//! also from a copy that lost its race: that copy is what its worker takes.
+//! deviation per worker, like TCP's round-trip estimator. A pace is kept under the worker's
+//! [`WorkerKey`], not its connection: a supervised worker whose process is replaced after an
+//! abort (the usual fate of a straggler's losing copy) reconnects as the same key and is still
+//! known for what it is. Hedging judges a running task against the fastest pace
+//! ([`Estimator::fast_p95`]), so a slow worker that runs half the tasks cannot teach the master
+//! that slow is normal. A pace learns from every successful run, also from a copy that lost its
+//! race: that copy is what its worker takes.
 
 /// Buckets per doubling of the execution time.
 const PER_OCTAVE: u32 = 4;
@@ -25,11 +28,13 @@ pub(crate) const MAX_PACES: usize = 32;
 /// Weight of a new sample in a pace's smoothed mean and deviation: 1/8 (as TCP's SRTT).
 const PACE_SHIFT: u32 = 3;
 
+use crate::ids::WorkerKey;
+
 /// How fast one worker runs one function: smoothed mean and mean deviation, microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Pace {
-    /// The worker (a raw [`WorkerId`](crate::WorkerId) value).
-    pub(crate) worker: u64,
+    /// The worker, by its stable key.
+    pub(crate) worker: WorkerKey,
     /// Smoothed execution time, microseconds.
     pub(crate) mean_us: u64,
     /// Smoothed mean deviation from `mean_us`, microseconds.
@@ -151,7 +156,7 @@ impl Estimator {
 
     /// Counts one successful run on `worker` in that worker's pace only (the histogram
     /// describes the runs whose answers counted; see [`Estimator::add`]). O([`MAX_PACES`]).
-    pub(crate) fn add_pace(&mut self, worker: u64, us: u64) {
+    pub(crate) fn add_pace(&mut self, worker: WorkerKey, us: u64) {
         self.pace_clock += 1;
         let seen = self.pace_clock;
         let i = match self.paces.iter().position(|p| p.worker == worker) {
@@ -191,20 +196,24 @@ impl Estimator {
     /// A run on `worker` that was aborted after `us` because another copy won: it would have
     /// taken at least that long. Counted as `us` or the worker's mean, whichever is larger, so
     /// a straggler whose copies are killed (never answering) still gets a known pace.
-    pub(crate) fn add_censored_pace(&mut self, worker: u64, us: u64) {
+    pub(crate) fn add_censored_pace(&mut self, worker: WorkerKey, us: u64) {
         let mean = self.pace(worker).map_or(0, |p| p.mean_us);
         self.add_pace(worker, us.max(mean));
     }
 
     /// The pace of `worker` on this function, if it has run it.
-    pub(crate) fn pace(&self, worker: u64) -> Option<&Pace> {
+    pub(crate) fn pace(&self, worker: WorkerKey) -> Option<&Pace> {
         self.paces.iter().find(|p| p.worker == worker)
     }
 
-    /// The p95 of the fastest pace among the workers `counts` accepts (connected ones) with
+    /// The p95 of the fastest pace among the keys `counts` accepts (connected ones) with
     /// at least `min_samples` results: what a healthy worker takes. None if no pace
     /// qualifies. O([`MAX_PACES`]).
-    pub(crate) fn fast_p95(&self, min_samples: u32, counts: impl Fn(u64) -> bool) -> Option<u64> {
+    pub(crate) fn fast_p95(
+        &self,
+        min_samples: u32,
+        counts: impl Fn(WorkerKey) -> bool,
+    ) -> Option<u64> {
         self.paces
             .iter()
             .filter(|p| p.samples >= min_samples && counts(p.worker))
@@ -331,18 +340,21 @@ mod tests {
     fn paces_tell_a_slow_worker_from_a_fast_one() {
         let mut e = Estimator::default();
         for _ in 0..10 {
-            e.add_pace(1, 20_000);
-            e.add_pace(2, 200_000);
+            e.add_pace(WorkerKey(1), 20_000);
+            e.add_pace(WorkerKey(2), 200_000);
         }
-        assert_eq!(e.pace(1).map(|p| p.samples), Some(10));
+        assert_eq!(e.pace(WorkerKey(1)).map(|p| p.samples), Some(10));
         // The slow worker's pace converges on 200 ms; the fast one's is exactly 20 ms.
-        assert_eq!(e.fast_p95(5, |_| true), Some(e.pace(1).unwrap().p95_us()));
+        assert_eq!(
+            e.fast_p95(5, |_| true),
+            Some(e.pace(WorkerKey(1)).unwrap().p95_us())
+        );
         let fast = e.fast_p95(5, |_| true).unwrap();
         assert!((20_000..=30_000).contains(&fast), "{fast}");
-        let slow = e.pace(2).unwrap().mean_us;
+        let slow = e.pace(WorkerKey(2)).unwrap().mean_us;
         assert!(slow >= 150_000, "{slow}");
         // A gone fast worker does not count; too few results do not either.
-        assert!(e.fast_p95(5, |w| w == 2).unwrap() >= 150_000);
+        assert!(e.fast_p95(5, |w| w == WorkerKey(2)).unwrap() >= 150_000);
         assert_eq!(e.fast_p95(11, |_| true), None);
     }
 
@@ -350,11 +362,14 @@ mod tests {
     fn paces_are_bounded_and_forget_the_least_recent_worker() {
         let mut e = Estimator::default();
         for w in 0..(MAX_PACES as u64 + 5) {
-            e.add_pace(w, 1_000);
+            e.add_pace(WorkerKey(w), 1_000);
         }
         assert_eq!(e.paces.len(), MAX_PACES);
-        assert!(e.pace(0).is_none(), "the oldest worker was replaced");
-        assert!(e.pace(MAX_PACES as u64 + 4).is_some());
+        assert!(
+            e.pace(WorkerKey(0)).is_none(),
+            "the oldest worker was replaced"
+        );
+        assert!(e.pace(WorkerKey(MAX_PACES as u64 + 4)).is_some());
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub use rtpool_proto::FunctionInfo as ServiceInfo;
 pub use rtpool_proto::ServedFunction as ServiceDecl;
 pub use rtpool_proto::{MissPolicy, PackageCounts, PackageOpts};
 
-use crate::ids::{ClientId, FnHash, PackageId, TaskId, UserId, WorkerId};
+use crate::ids::{ClientId, FnHash, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 
 /// Outcome of a task as the protocol's status byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,6 +186,9 @@ pub enum Event {
         worker: WorkerId,
         /// Tasks it runs at once.
         slots: u32,
+        /// What it runs on, the same after a reconnect or a restart of its process: its
+        /// pace is learned under this key.
+        key: WorkerKey,
     },
     /// A worker grants `credits` more tasks.
     Credit {

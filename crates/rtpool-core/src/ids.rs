@@ -24,6 +24,14 @@ pub struct ClientId(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WorkerId(pub u64);
 
+/// What a worker connection runs on, stable across its reconnects and its process's restarts:
+/// the shell's keyed hash of `HELLO.identity` (or of the session, for a peer that sends none).
+/// What the core learns of a worker's speed (its pace, for hedging) is kept under it, so a
+/// supervised worker whose process was replaced (after an abort killed its task) is still
+/// known as slow or fast when it reconnects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerKey(pub u64);
+
 /// A user (interned by the shell from the token's user name); quotas and idempotency keys are
 /// per user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

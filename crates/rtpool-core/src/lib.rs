@@ -34,6 +34,6 @@ pub use crate::event::{
     RejectReason, RestoredPackage, ServiceDecl, ServiceInfo, TaskOutcome, TaskStatus,
     WorkerOutcome,
 };
-pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId};
+pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 pub use crate::overload::{OverloadStatus, MIN_RESULTS as OVERLOAD_MIN_RESULTS};
 pub use crate::stats::{CoreStats, Counters, WorkerStats};

@@ -47,10 +47,18 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 /// more chunk (whose pages the pushes then touch one by one) and appends its header to the
 /// chunk list, which is the only part that ever doubles (24 bytes a chunk: 23 KiB at 10^6
 /// slots).
+///
+/// The next chunk may be made ahead of need by [`Chunks::prepare`], a bounded number of slots
+/// per call, filled with placeholders: the first touch of fresh memory (a page fault each 4
+/// KiB, tens of microseconds on a busy VM) is then paid there, off the hot path, rather than
+/// by the operation that needs the slots. Slots past `len` hold placeholders and are never
+/// read.
 #[derive(Debug, Clone)]
 struct Chunks<S> {
     chunks: Vec<Vec<S>>,
     len: usize,
+    /// The next chunk, being filled with placeholders (capacity [`CHUNK`]).
+    spare: Option<Vec<S>>,
 }
 
 impl<S> Default for Chunks<S> {
@@ -58,6 +66,7 @@ impl<S> Default for Chunks<S> {
         Self {
             chunks: Vec::new(),
             len: 0,
+            spare: None,
         }
     }
 }
@@ -68,32 +77,55 @@ impl<S> Chunks<S> {
     }
 
     fn get(&self, index: usize) -> Option<&S> {
+        if index >= self.len {
+            return None;
+        }
         self.chunks
             .get(index >> CHUNK_BITS)?
             .get(index & (CHUNK - 1))
     }
 
     fn get_mut(&mut self, index: usize) -> Option<&mut S> {
+        if index >= self.len {
+            return None;
+        }
         self.chunks
             .get_mut(index >> CHUNK_BITS)?
             .get_mut(index & (CHUNK - 1))
     }
 
     fn push(&mut self, slot: S) {
-        match self.chunks.last_mut() {
-            Some(chunk) if chunk.len() < CHUNK => chunk.push(slot),
-            _ => {
-                // A fresh chunk at full capacity: its pushes never reallocate.
-                let mut chunk = Vec::with_capacity(CHUNK);
-                chunk.push(slot);
-                self.chunks.push(chunk);
-            }
+        let (c, i) = (self.len >> CHUNK_BITS, self.len & (CHUNK - 1));
+        if c == self.chunks.len() {
+            // The prepared chunk if any, else a fresh one at full capacity: its pushes never
+            // reallocate.
+            let chunk = self
+                .spare
+                .take()
+                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+            self.chunks.push(chunk);
+        }
+        let chunk = &mut self.chunks[c];
+        if i < chunk.len() {
+            chunk[i] = slot; // over a placeholder
+        } else {
+            chunk.push(slot);
         }
         self.len += 1;
     }
 
+    /// Fills up to `max_slots` more slots of the next chunk with `filler`, allocating it first
+    /// if needed, so that chunk's memory is touched before a push needs it. Returns false when
+    /// there is nothing left to prepare (the next chunk is ready). O(`max_slots`).
+    fn prepare(&mut self, max_slots: usize, filler: impl Fn() -> S) -> bool {
+        let spare = self.spare.get_or_insert_with(|| Vec::with_capacity(CHUNK));
+        let n = max_slots.min(CHUNK - spare.len());
+        spare.extend((0..n).map(|_| filler()));
+        spare.len() < CHUNK
+    }
+
     fn iter(&self) -> impl Iterator<Item = &S> {
-        self.chunks.iter().flatten()
+        self.chunks.iter().flatten().take(self.len)
     }
 }
 
@@ -173,6 +205,17 @@ impl<T> Table<T> {
             value,
         });
         pack(index, 0)
+    }
+
+    /// Makes up to `max_slots` slots of the next chunk ahead of need (see [`Chunks`]): a
+    /// caller with time to spare (the master between events) takes the first touch of the
+    /// memory a growing table needs off the operations that grow it. Returns whether more is
+    /// left to prepare. O(`max_slots`).
+    pub(crate) fn prepare(&mut self, max_slots: usize) -> bool {
+        self.slots.prepare(max_slots, || Slot::Vacant {
+            generation: 0,
+            next_free: None,
+        })
     }
 
     /// The value of `id`, or `None` if it was removed (or never existed).
@@ -349,6 +392,52 @@ mod tests {
         assert_eq!(t.slots.chunks.len(), (1 << 17) / CHUNK);
         assert!(t.slots.chunks.iter().all(|c| c.capacity() == CHUNK));
         t.check();
+    }
+
+    #[test]
+    fn a_prepared_chunk_is_used_by_the_next_growth_and_its_placeholders_never_show() {
+        let mut t = Table::default();
+        let ids: Vec<u64> = (0..CHUNK as u64).map(|i| t.insert(i)).collect();
+        // Prepared a bounded share at a time: 100 slots per call.
+        let mut calls = 0;
+        while t.prepare(100) {
+            calls += 1;
+            assert!(calls < 20, "prepare never finishes");
+        }
+        assert_eq!(calls, CHUNK / 100, "about CHUNK / 100 calls");
+        let spare = t.slots.spare.as_ref().map(|s| s.as_ptr() as usize);
+        assert_eq!(t.slots.spare.as_ref().map(Vec::len), Some(CHUNK));
+        // Nothing past the live slots is visible, placeholders included.
+        assert_eq!(t.iter().count(), CHUNK);
+        assert_eq!(t.get(pack(CHUNK as u32, 0)), None);
+        let next = t.insert(7);
+        assert_eq!(next as u32, CHUNK as u32);
+        assert_eq!(
+            t.slots.chunks.last().map(|c| c.as_ptr() as usize),
+            spare,
+            "the prepared chunk holds the new slot"
+        );
+        assert!(t.slots.spare.is_none());
+        assert_eq!(t.get(next), Some(&7));
+        assert_eq!(
+            t.get(pack(CHUNK as u32 + 1, 0)),
+            None,
+            "a placeholder is no value"
+        );
+        assert_eq!(t.iter().count(), CHUNK + 1);
+        assert_eq!(t.get(ids[3]), Some(&3));
+        // Half-prepared is fine too: the rest is pushed.
+        let mut u = Table::default();
+        u.prepare(10);
+        let a: Vec<u64> = (0..20).map(|i| u.insert(i)).collect();
+        assert_eq!(
+            u.iter().map(|(_, v)| *v).collect::<Vec<_>>(),
+            (0..20).collect::<Vec<_>>()
+        );
+        assert_eq!(u.get(a[15]), Some(&15));
+        assert_eq!(u.remove(a[0]), Some(0));
+        t.check();
+        u.check();
     }
 
     #[test]

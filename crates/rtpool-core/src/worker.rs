@@ -1,6 +1,6 @@
 //! [`Worker`]: one worker connection's credits, in-flight tasks and code cache.
 
-use crate::ids::{FnHash, TaskId};
+use crate::ids::{FnHash, TaskId, WorkerKey};
 use crate::placement::Link;
 use crate::table::Set;
 
@@ -17,6 +17,8 @@ pub(crate) struct Worker {
     pub(crate) in_flight: Set<TaskId>,
     /// Hashes whose code it was sent (the protocol's per-connection code cache).
     pub(crate) fn_sent: Set<FnHash>,
+    /// What it runs on, stable across reconnects: its pace is kept under this key.
+    pub(crate) key: WorkerKey,
     /// Distinguishes this worker from an earlier one with the same id in the hungry ring.
     pub(crate) epoch: u64,
     /// It has an entry in the hungry ring.
@@ -38,9 +40,10 @@ pub(crate) const MAX_HEDGED: usize = 16;
 
 impl Worker {
     /// A new worker with no credits.
-    pub(crate) fn new(slots: u32, epoch: u64) -> Self {
+    pub(crate) fn new(slots: u32, epoch: u64, key: WorkerKey) -> Self {
         Self {
             slots,
+            key,
             credits: 0,
             draining: false,
             in_flight: Set::default(),

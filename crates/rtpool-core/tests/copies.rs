@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use common::{aborts, outcomes, results, tasks_of, Spec, TestEnv};
 use proptest::prelude::*;
-use rtpool_core::{Action, CoreConfig, TaskId, TaskStatus, WorkerId};
+use rtpool_core::{Action, CoreConfig, TaskId, TaskStatus, WorkerId, WorkerKey};
 
 /// Workers, each with `credits` credits, and the tasks each was given.
 fn workers(env: &mut TestEnv, n: usize, credits: u32) -> Vec<(WorkerId, Vec<TaskId>)> {
@@ -574,4 +574,84 @@ fn a_straggler_whose_copy_is_killed_still_gets_a_known_pace() {
         out
     };
     assert_eq!(tasks_of(&out, fast).len(), 1, "hedged at once: {out:?}");
+}
+
+/// One credit for `worker`, then a tick at the same instant (a hedge armed for "now" fires
+/// on the next tick): the actions of whichever assigned something.
+fn credit_then_tick(env: &mut TestEnv, worker: WorkerId) -> Vec<Action> {
+    let out = env.credit(worker, 1);
+    if tasks_of(&out, worker).is_empty() {
+        env.tick()
+    } else {
+        out
+    }
+}
+
+#[test]
+fn a_straggler_whose_process_is_replaced_is_still_known_when_it_comes_back() {
+    // The case: a supervised worker replaces its process when the master aborts a
+    // task there (the straggler's losing copy), and the new process connects again. Its pace
+    // is kept under its key, so the new connection is a known straggler at once.
+    let mut env = TestEnv::new();
+    let fast = env.new_worker(1);
+    let key = WorkerKey(900);
+    let slow = env.new_worker_keyed(1, key);
+    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(slow, 1), slow);
+    let backup = tasks_of(&credit_then_tick(&mut env, fast), fast);
+    assert_eq!(backup.len(), 1, "a known straggler: hedged at once");
+    env.advance(20);
+    let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
+    assert_eq!(aborts(&out), [(slow, t[0], 1)]);
+    // The abort kills the slow worker's process: its connection is lost, a new one joins.
+    env.lose_worker(slow);
+    let again = env.new_worker_keyed(1, key);
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(again, 1), again);
+    assert_eq!(t.len(), 1);
+    let out = credit_then_tick(&mut env, fast);
+    assert_eq!(
+        tasks_of(&out, fast).len(),
+        1,
+        "the new connection is the same straggler: hedged at once: {out:?}"
+    );
+    // A connection under a key never seen is judged on its own (no hedge before the mark).
+    let stranger = env.new_worker_keyed(1, WorkerKey(901));
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let t = tasks_of(&env.credit(stranger, 1), stranger);
+    assert_eq!(t.len(), 1);
+    let spare = env.new_worker(1);
+    assert!(tasks_of(&credit_then_tick(&mut env, spare), spare).is_empty());
+}
+
+#[test]
+fn a_lost_fast_worker_does_not_set_the_mark_until_its_key_is_back() {
+    let mut env = TestEnv::new();
+    let key = WorkerKey(700);
+    let fast = env.new_worker_keyed(1, key);
+    let slow = env.new_worker(1);
+    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    env.lose_worker(fast);
+    // Only the slow worker is connected: its own pace is the healthy one, nothing is late at
+    // 40 ms (a fresh worker gets the task; the slow one's credit waits).
+    let fresh = env.new_worker(1);
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    assert_eq!(tasks_of(&env.credit(fresh, 1), fresh).len(), 1);
+    env.credit(slow, 1);
+    env.advance(40);
+    assert!(
+        env.tick().is_empty(),
+        "judged against 200 ms, not a gone worker's 20 ms"
+    );
+    assert_eq!(env.core.stats().counters.hedges, 0);
+    // The fast worker's key reconnects: its pace counts again, and next to it the slow worker
+    // is a known straggler, hedged at once.
+    let back = env.new_worker_keyed(1, key);
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    let out = credit_then_tick(&mut env, back);
+    assert_eq!(tasks_of(&out, back).len(), 1, "hedged at once: {out:?}");
+    assert_eq!(env.core.stats().counters.hedges, 1);
 }

@@ -231,7 +231,8 @@ fn rejoining_worker_id_is_ignored_while_connected() {
     assert!(env
         .step(rtpool_core::Event::WorkerJoined {
             worker: w,
-            slots: 9
+            slots: 9,
+            key: rtpool_core::WorkerKey(w.0),
         })
         .is_empty());
     assert_eq!(env.core.worker_stats(w).unwrap().credits, 2);

@@ -140,6 +140,7 @@ fn worker_ids_may_be_reused_after_loss() {
     let out = env.step(rtpool_core::Event::WorkerJoined {
         worker: w,
         slots: 1,
+        key: rtpool_core::WorkerKey(w.0),
     });
     assert!(out.is_empty());
     assert_eq!(

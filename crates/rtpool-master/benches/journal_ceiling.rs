@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rtpool_core::{
     ClientId, CoreConfig, Event, FnHash, PackageId, PackageOpts, TaskId, TaskStatus, UserId,
-    WorkerId, WorkerOutcome,
+    WorkerId, WorkerKey, WorkerOutcome,
 };
 use rtpool_master::journal::{FsyncPolicy, Journal, JournalConfig};
 use rtpool_master::outbound::{Out, OutboundRx, OutboundTx};
@@ -180,6 +180,7 @@ async fn drive(scheduler: Scheduler, length: Duration) -> String {
             session,
             user: "bench".into(),
             name: format!("peer-{session}"),
+            identity: String::new(),
             host: "127.0.0.1".into(),
             tx: out,
             event,
@@ -200,6 +201,7 @@ async fn drive(scheduler: Scheduler, length: Duration) -> String {
             let event = Event::WorkerJoined {
                 worker: WorkerId(session),
                 slots: CREDITS,
+                key: WorkerKey(session),
             };
             (session, register(session, event))
         })

@@ -25,7 +25,7 @@ use std::time::Instant as WallClock;
 use bytes::Bytes;
 use rtpool_core::{
     Action, ClientId, Core, Event, FnHash, Instant, PackageId, PackageOpts, TaskStatus, UserId,
-    WorkerId, WorkerOutcome,
+    WorkerId, WorkerKey, WorkerOutcome,
 };
 use rtpool_master::status::{self, MasterFacts, Recorder};
 
@@ -53,12 +53,14 @@ impl Rig {
         rig.recorder.worker_joined(
             WORKER.0,
             "bench-worker".into(),
+            String::new(),
             "127.0.0.1".into(),
             Instant(0),
         );
         rig.handle(Event::WorkerJoined {
             worker: WORKER,
             slots: 64,
+            key: WorkerKey(WORKER.0),
         });
         rig.handle(Event::ClientJoined {
             client: CLIENT,
@@ -164,12 +166,19 @@ fn per_second(packages: u64, workers: u64) -> (f64, f64, f64) {
             Event::WorkerJoined {
                 worker: WorkerId(1_000 + w),
                 slots: 8,
+                key: WorkerKey(1_000 + w),
             },
             Instant(0),
             &mut out,
         );
         let name = format!("slurm-{w}-node:1");
-        recorder.worker_joined(1_000 + w, name, "10.0.0.1".into(), Instant(0));
+        recorder.worker_joined(
+            1_000 + w,
+            name,
+            String::new(),
+            "10.0.0.1".into(),
+            Instant(0),
+        );
     }
     core.handle(
         Event::ClientJoined {

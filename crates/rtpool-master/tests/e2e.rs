@@ -199,6 +199,7 @@ fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
         token: client_tok.clone(),
         name: "x".into(),
         slots: 0,
+        identity: None,
     });
     assert!(expect_error(p.recv(), "version").contains("99"));
 
@@ -210,6 +211,7 @@ fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
         token: "whatever".into(),
         name: "old".into(),
         slots: 1,
+        identity: None,
     });
     let text = expect_error(p.recv(), "version");
     assert!(

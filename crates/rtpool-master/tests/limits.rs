@@ -66,6 +66,7 @@ impl Peer {
             token: token.into(),
             name: "limits-test".into(),
             slots,
+            identity: None,
         });
         let reply = self.recv();
         (self, reply)
@@ -240,6 +241,7 @@ fn connections_beyond_the_limit_get_busy_and_the_limit_frees_up() {
             token: client_token(&m),
             name: "retry".into(),
             slots: 0,
+            identity: None,
         });
         matches!(p.recv(), Msg::Welcome { .. })
     });

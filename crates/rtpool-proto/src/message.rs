@@ -305,6 +305,10 @@ pub enum Msg {
         name: String,
         /// Tasks a worker runs at once; 0 for clients.
         slots: u32,
+        /// Optional trailing field: what a worker runs on, the same across its reconnects and
+        /// the restarts of its process (`host:supervisor-pid/slot`), at most 256 bytes. The
+        /// master keeps what it learns of the worker's speed under it. `None`: not sent.
+        identity: Option<String>,
     },
     /// Kind 2: handshake accepted.
     Welcome {

@@ -123,8 +123,16 @@ fn wrong_field_counts() {
         V::s("n"),
         V::U(0),
     ];
+    // A sixth field is the optional identity, a string; a seventh is one too many.
     fields.push(V::U(0));
-    assert_malformed(&V::A(fields), Some(kind::HELLO), &["6 fields, expected 5"]);
+    assert_malformed(
+        &V::A(fields.clone()),
+        Some(kind::HELLO),
+        &["HELLO.identity: expected str"],
+    );
+    fields[6] = V::s("host:1/0");
+    fields.push(V::U(0));
+    assert_malformed(&V::A(fields), Some(kind::HELLO), &["7 fields, expected 5"]);
     assert_malformed(
         &V::A(vec![V::U(24), V::Nil]),
         Some(kind::HEARTBEAT),
@@ -336,6 +344,13 @@ fn name_and_token_limits() {
         &hello(V::s("client"), V::s("t"), V::S("n".repeat(257))),
         Some(kind::HELLO),
         &["HELLO.name: 257 bytes is longer than the limit of 256"],
+    );
+    let mut long_identity = vec![V::U(1), V::U(1), V::s("worker"), V::s("t"), V::s("n")];
+    long_identity.extend([V::U(1), V::S("i".repeat(257))]);
+    assert_malformed(
+        &V::A(long_identity),
+        Some(kind::HELLO),
+        &["HELLO.identity: 257 bytes is longer than the limit of 256"],
     );
     assert_malformed(
         &hello(V::s("client"), V::S("t".repeat(1025)), V::s("n")),

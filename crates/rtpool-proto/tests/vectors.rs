@@ -140,7 +140,16 @@ fn msg_to_json(msg: &Msg) -> Value {
             token,
             name,
             slots,
+            identity: None,
         } => json!([version, role.as_str(), token, name, slots]),
+        Msg::Hello {
+            version,
+            role,
+            token,
+            name,
+            slots,
+            identity: Some(identity),
+        } => json!([version, role.as_str(), token, name, slots, identity]),
         Msg::Welcome {
             version,
             session,

@@ -34,6 +34,7 @@ import time
 from collections import deque
 from typing import Any, List, Sequence
 
+from .. import _dial
 from .. import _protocol as P
 from .._frame import SEGMENT_MIN_BYTES, as_payload
 from .._ratelimit import LogLimiter, suppressed_note
@@ -134,6 +135,9 @@ class WorkerConnection(Session, Executing, Watchdog):
             ``SERVE`` at the start of every session.
         board: This child's record on the parent's slot board (``_board.py``): the task it
             runs in its own process and its heartbeat stamps. None: not supervised.
+        identity: The stable identity sent in ``HELLO`` (``host:supervisor-pid/slot`` for a
+            supervised child, so a replaced child is the same worker to the master, which
+            keeps its pace for hedging). None: ``host:pid`` of this process.
 
     Raises:
         RtpoolError: The first connection fails (``ConnectError``, ``AuthenticationError``,
@@ -155,10 +159,12 @@ class WorkerConnection(Session, Executing, Watchdog):
         services: Sequence[Service] = (),
         board: Any = None,
         connect: bool = True,
+        identity: str | None = None,
     ) -> None:
         Session.__init__(
             self, address, token, name, connect_timeout, tls, ca_file, reconnect_timeout
         )
+        self.identity = identity or _dial.worker_identity()
         self.board = board
         self._init_executing(list(services))
         self._init_watchdog()

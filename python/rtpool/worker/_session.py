@@ -88,6 +88,9 @@ class Session:
     ) -> None:
         self.address = address
         self.name = name
+        #: The stable identity sent in ``HELLO`` (the owner sets it; see
+        #: ``_dial.worker_identity``), under which the master keeps this worker's pace.
+        self.identity: str | None = None
         self._token = token
         self.connect_timeout = connect_timeout
         self.reconnect_timeout = reconnect_timeout
@@ -124,6 +127,7 @@ class Session:
             slots=1,
             timeout=timeout,
             tls=self._tls_context or False,
+            identity=self.identity,
         )
 
     def _start_session(

@@ -31,7 +31,7 @@ import traceback
 from typing import Any, Dict, List
 
 from .. import _shm
-from .._dial import default_name
+from .._dial import default_name, worker_identity
 from .._text import plural
 from ..errors import RtpoolError, ServeError
 from . import _kept
@@ -68,11 +68,13 @@ def run_child(
     name: str,
     board: Slot | None = None,
     reports: List[tuple] | None = None,
+    identity: str | None = None,
 ) -> int:
     """Body of one child process: connect, serve, return the exit code.
 
     ``board`` is the child's record on the parent's slot board; ``reports`` the deaths of its
-    predecessor to report to the master, ``(instance, result entry)`` each.
+    predecessor to report to the master, ``(instance, result entry)`` each; ``identity`` the
+    slot's stable identity in ``HELLO`` (the same for every child of the slot).
     """
     realtime = None
     if args.realtime:
@@ -93,6 +95,7 @@ def run_child(
             services=services_of(args),
             board=board,
             connect=False,
+            identity=identity,
         )
     except RtpoolError as exc:
         log(str(exc))
@@ -173,7 +176,10 @@ class Supervisor:
                 name = f"{name}-{slot}"
             # Tasks may report where they ran (SlurmCluster's tests check the job id in it).
             os.environ["RTPOOL_WORKER_NAME"] = name
-            code = run_child(self.args, self.token, name, self.board.slot(slot), reports)
+            # The slot's identity outlives this child: its replacement is the same worker to
+            # the master, which keeps the slot's pace (hedging knows a straggler at once).
+            identity = worker_identity(slot, parent)
+            code = run_child(self.args, self.token, name, self.board.slot(slot), reports, identity)
         except BaseException:
             traceback.print_exc()
         finally:

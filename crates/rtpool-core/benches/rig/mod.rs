@@ -36,7 +36,7 @@ mod ops;
 pub use self::ops::Op;
 use rtpool_core::{
     Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, MissPolicy, PackageCounts,
-    PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerOutcome,
+    PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerKey, WorkerOutcome,
 };
 
 /// Users (and clients: one each).
@@ -209,21 +209,21 @@ impl Rig {
 
     /// Runs `op` once and returns the duration of its one `handle` call.
     pub fn step(&mut self, op: Op) -> Duration {
-        self.step_probed(op, || ()).0
+        self.step_probed(op, |_| ()).0
     }
 
-    /// Runs `op` once; `probe` is called right before and right after the timed region (to
-    /// read a counter that the timing must not include). Returns the duration of the one
-    /// `handle` call and the two probes.
-    pub fn step_probed<P>(&mut self, op: Op, mut probe: impl FnMut() -> P) -> (Duration, P, P) {
+    /// Runs `op` once; `probe` is called right before (`probe(true)`) and right after
+    /// (`probe(false)`) the timed region, to read counters that the timing must not include.
+    /// Returns the duration of the one `handle` call and the two probes.
+    pub fn step_probed<P>(&mut self, op: Op, mut probe: impl FnMut(bool) -> P) -> (Duration, P, P) {
         let event = self.prepare(op);
         let now = Instant(self.now);
         self.out.clear();
-        let before = probe();
+        let before = probe(true);
         let start = WallClock::now();
         self.core.handle(event, now, &mut self.out);
         let elapsed = start.elapsed();
-        let after = probe();
+        let after = probe(false);
         let out = std::mem::take(&mut self.out);
         self.undo(op, &out);
         self.out = out;
@@ -233,16 +233,16 @@ impl Rig {
 
     /// Submits a 100-task package with no undo (the queue grows); returns the duration of its
     /// `handle` call and the probes, as [`Rig::step_probed`].
-    pub fn grow_probed<P>(&mut self, mut probe: impl FnMut() -> P) -> (Duration, P, P) {
+    pub fn grow_probed<P>(&mut self, mut probe: impl FnMut(bool) -> P) -> (Duration, P, P) {
         let (event, package, client) = self.submit_event(PACKAGE, PackageOpts::default(), None);
         self.now += STEP_NS;
         let now = Instant(self.now);
         self.out.clear();
-        let before = probe();
+        let before = probe(true);
         let start = WallClock::now();
         self.core.handle(event, now, &mut self.out);
         let elapsed = start.elapsed();
-        let after = probe();
+        let after = probe(false);
         self.intact.push((package, client));
         self.target += PACKAGE;
         self.out.clear();
@@ -395,7 +395,11 @@ impl Rig {
     fn join(&mut self, slots: u32, credits: u32) -> Busy {
         let id = WorkerId(self.next_worker);
         self.next_worker += 1;
-        self.apply(Event::WorkerJoined { worker: id, slots });
+        self.apply(Event::WorkerJoined {
+            worker: id,
+            slots,
+            key: WorkerKey(id.0),
+        });
         let tasks = if credits > 0 {
             self.give(id, credits).into()
         } else {

@@ -85,12 +85,13 @@ impl Core {
     /// A copy of the package in `slot` ran `us` on `worker` before it was aborted: a lower
     /// bound of that worker's time (see [`crate::estimate::Estimator::add_censored_pace`]).
     fn learn_censored(&mut self, slot: u64, worker: WorkerId, us: u64) {
-        if let Some(p) = self.packages.get(slot) {
+        let key = self.workers.get(&worker).map(|w| w.key);
+        if let (Some(p), Some(key)) = (self.packages.get(slot), key) {
             let fn_hash = p.fn_hash;
             self.estimates
                 .entry(fn_hash)
                 .or_default()
-                .add_censored_pace(worker.0, us);
+                .add_censored_pace(key, us);
         }
     }
 
@@ -324,7 +325,7 @@ impl Core {
         let min = self.config.estimate_min_samples.max(1);
         self.estimates
             .get(fn_hash)
-            .and_then(|e| e.fast_p95(min, |w| self.workers.contains_key(&WorkerId(w))))
+            .and_then(|e| e.fast_p95(min, |k| self.worker_keys.contains_key(&k)))
             .unwrap_or(fallback_us)
     }
 
@@ -333,9 +334,12 @@ impl Core {
     /// has a free credit.
     fn is_known_straggler(&self, fn_hash: &FnHash, worker: WorkerId, mark_ns: u64) -> bool {
         let min = self.config.estimate_min_samples.max(1);
+        let Some(key) = self.workers.get(&worker).map(|w| w.key) else {
+            return false;
+        };
         self.estimates
             .get(fn_hash)
-            .and_then(|e| e.pace(worker.0))
+            .and_then(|e| e.pace(key))
             .is_some_and(|p| p.samples >= min && p.mean_us.saturating_mul(1_000) > mark_ns)
     }
 

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::Core;
 use super::Timer;
-use crate::ids::{FnHash, TaskId, WorkerId};
+use crate::ids::{FnHash, TaskId, WorkerId, WorkerKey};
 use crate::package::Package;
 use crate::task::{Task, TaskState};
 
@@ -427,6 +427,13 @@ impl Core {
         );
         assert_eq!(credits, self.free_credits, "free credits sum");
         assert_eq!(slots, self.total_slots, "worker slots sum");
+        let mut keys: HashMap<WorkerKey, u32> = HashMap::new();
+        for w in self.workers.values() {
+            *keys.entry(w.key).or_default() += 1;
+        }
+        let counted: HashMap<WorkerKey, u32> =
+            self.worker_keys.iter().map(|(&k, &n)| (k, n)).collect();
+        assert_eq!(keys, counted, "connected workers per key");
     }
 
     /// Services count their live calls, are served by the workers that list them, and are

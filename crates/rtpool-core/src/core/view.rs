@@ -98,6 +98,7 @@ mod tests {
             Event::WorkerJoined {
                 worker: WorkerId(7),
                 slots: 2,
+                key: crate::ids::WorkerKey(7),
             },
             now,
             &mut out,

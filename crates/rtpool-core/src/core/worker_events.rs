@@ -3,7 +3,7 @@
 use super::timers::Results;
 use super::Core;
 use crate::event::{Action, TaskOutcome, TaskStatus, WorkerOutcome};
-use crate::ids::{Instant, PackageId, TaskId, UserId, WorkerId};
+use crate::ids::{Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 use crate::task::TaskState;
 use crate::worker::Worker;
 
@@ -40,14 +40,15 @@ impl Core {
     /// Registers a worker with no credits. A second join under a connected id is ignored: ids
     /// are the shell's sessions, so that would be a shell bug, and replacing the worker would
     /// strand its tasks.
-    pub(super) fn on_worker_joined(&mut self, worker: WorkerId, slots: u32) {
+    pub(super) fn on_worker_joined(&mut self, worker: WorkerId, slots: u32, key: WorkerKey) {
         if self.workers.contains_key(&worker) {
             return;
         }
         let epoch = self.next_epoch;
         self.next_epoch += 1;
         self.total_slots += u64::from(slots);
-        self.workers.insert(worker, Worker::new(slots, epoch));
+        self.workers.insert(worker, Worker::new(slots, epoch, key));
+        *self.worker_keys.entry(key).or_insert(0) += 1;
     }
 
     /// Adds credits (saturating) and dispatches. Ignored for unknown or draining workers.
@@ -130,19 +131,22 @@ impl Core {
             Some(c) => self.services.get(c.service).map(|s| s.fn_hash),
             None => self.packages.get(slot).map(|p| p.fn_hash),
         };
-        let mut hedged_fn = None;
+        let (mut hedged_fn, mut key) = (None, None);
         if let Some(w) = self.workers.get_mut(&worker) {
             w.in_flight.remove(&r.task);
             hedged_fn = w.take_hedged(r.task, r.attempt);
+            key = Some(w.key);
         }
         // The worker's pace learns from every run it finished, a lost race included (then its
         // package may be gone: the function was noted when the hedge started).
         let live_fn = fn_hash.filter(|_| self.packages.get(slot).is_some());
-        if let Some(h) = hedged_fn.or(live_fn).filter(|_| r.status == TaskStatus::Ok) {
-            self.estimates
-                .entry(h)
-                .or_default()
-                .add_pace(worker.0, r.exec_us);
+        if let (Some(h), Some(key)) = (hedged_fn.or(live_fn), key) {
+            if r.status == TaskStatus::Ok {
+                self.estimates
+                    .entry(h)
+                    .or_default()
+                    .add_pace(key, r.exec_us);
+            }
         }
         if let TaskState::Running { assigned_at, .. } = state {
             let mean = fn_hash
@@ -259,6 +263,12 @@ impl Core {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
+        match self.worker_keys.get_mut(&w.key) {
+            Some(n) if *n > 1 => *n -= 1,
+            _ => {
+                self.worker_keys.remove(&w.key);
+            }
+        }
         self.free_credits -= u64::from(w.credits);
         if !w.draining {
             self.total_slots -= u64::from(w.slots);

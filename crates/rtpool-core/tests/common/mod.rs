@@ -13,7 +13,7 @@ use bytes::Bytes;
 use rtpool_core::{
     Action, AssignCall, AssignTask, CallSpec, ClientId, Core, CoreConfig, Event, FnHash, Instant,
     MissPolicy, PackageId, PackageOpts, ServiceDecl, TaskId, TaskOutcome, TaskStatus, UserId,
-    WorkerId, WorkerOutcome,
+    WorkerId, WorkerKey, WorkerOutcome,
 };
 
 /// The hash of test function `n`.
@@ -262,6 +262,9 @@ impl TestEnv {
     /// Handles one event at the current time, checks the invariants, records assignments.
     pub fn step(&mut self, event: Event) -> Vec<Action> {
         let mut out = Vec::new();
+        // As the master does between events: every scenario also runs over tables whose next
+        // chunk is (partly) prepared, with the invariants checked.
+        self.core.prepare(64);
         self.core.handle(event, self.now, &mut out);
         self.core.check_invariants();
         let mut acks = Vec::new();
@@ -340,11 +343,20 @@ impl TestEnv {
         self.now = Instant(self.now.0 + ms * 1_000_000);
     }
 
-    /// A new worker with `slots` slots and no credits.
+    /// A new worker with `slots` slots and no credits, under a key of its own.
     pub fn new_worker(&mut self, slots: u32) -> WorkerId {
+        let key = WorkerKey(self.next_worker);
+        self.new_worker_keyed(slots, key)
+    }
+
+    /// A new worker connection with `slots` slots and no credits under `key`: the same key as
+    /// an earlier connection is the same worker back (a replaced process, a reconnect).
+    pub fn new_worker_keyed(&mut self, slots: u32, key: WorkerKey) -> WorkerId {
         let worker = WorkerId(self.next_worker);
         self.next_worker += 1;
-        assert!(self.step(Event::WorkerJoined { worker, slots }).is_empty());
+        assert!(self
+            .step(Event::WorkerJoined { worker, slots, key })
+            .is_empty());
         worker
     }
 

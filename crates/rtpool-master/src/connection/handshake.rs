@@ -1,10 +1,15 @@
 //! A connection's handshake before it is served: the transport (plain TCP or TLS, told apart
 //! by the first byte), the `HELLO` with its version and token check, and how a connection that
-//! never authenticated is refused (an `ERROR` frame, then a bounded drain of its input).
+//! never authenticated is refused (an `ERROR` frame, then a bounded drain of its input), and
+//! the [`WorkerKey`] a worker's `HELLO.identity` gives.
 
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use rtpool_core::WorkerKey;
 use rtpool_proto::{
     decode_frame, encode, Msg, ProtoError, Role, PRE_AUTH_MAX_FRAME, PROTOCOL_VERSION,
 };
@@ -17,6 +22,21 @@ use tracing::debug;
 use super::{ConnCtx, LINGER};
 use crate::auth::{AuthError, Identity};
 use crate::outbound::error_msg;
+
+/// The keyed hash of worker identities, with a random key per master process: a peer cannot
+/// choose an identity that lands on another worker's key without knowing it.
+static WORKER_KEYS: OnceLock<RandomState> = OnceLock::new();
+
+/// The key the core keeps a worker's pace under: its user and `HELLO.identity` (the same after
+/// a reconnect or a restart of its process), or, for a peer that sent none, its session (the
+/// pace is then this connection's only).
+pub(super) fn worker_key(user: &str, identity: Option<&str>, session: u64) -> WorkerKey {
+    let keys = WORKER_KEYS.get_or_init(RandomState::new);
+    WorkerKey(match identity.filter(|i| !i.is_empty()) {
+        Some(identity) => keys.hash_one((user, identity)),
+        None => keys.hash_one(session),
+    })
+}
 
 /// A connection after its transport handshake: plain TCP, or TLS over TCP.
 pub(super) enum Transport {

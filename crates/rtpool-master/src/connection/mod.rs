@@ -32,7 +32,7 @@ mod reader;
 
 use self::bounds::{Bounds, MAX_SLOTS};
 use self::gate::{Gate, Pending, Refusal};
-use self::handshake::{check_hello, establish, linger, read_hello, refuse, Transport};
+use self::handshake::{check_hello, establish, linger, read_hello, refuse, worker_key, Transport};
 use self::reader::Reader;
 use crate::auth::{Authenticator, Identity, Policy};
 use crate::outbound::{error_msg, write_loop, OutboundTx};
@@ -200,16 +200,17 @@ async fn serve_halves<R, W>(
     // Before authentication the buffer holds at most one HELLO and what came with it.
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)).await;
-    let (role, slots, name, identity, _session) = match hello {
+    let (role, slots, name, worker_identity, identity, _session) = match hello {
         Ok(Ok(Msg::Hello {
             version,
             role,
             token,
             name,
             slots,
+            identity: worker_identity,
         })) => match check_hello(&ctx, version, role, &token).await {
             Ok(identity) => match place.promote(role) {
-                Ok(session) => (role, slots, name, identity, session),
+                Ok(session) => (role, slots, name, worker_identity, identity, session),
                 Err(refusal) => {
                     if let Some(line) = ctx.gate.note_refusal(&refusal, std::time::Instant::now()) {
                         warn!("{line}");
@@ -279,6 +280,7 @@ async fn serve_halves<R, W>(
             Event::WorkerJoined {
                 worker: WorkerId(session),
                 slots,
+                key: worker_key(&user, worker_identity.as_deref(), session),
             },
             Event::WorkerLost {
                 worker: WorkerId(session),
@@ -289,6 +291,7 @@ async fn serve_halves<R, W>(
         session,
         user: user.clone(),
         name: name.clone(),
+        identity: worker_identity.clone().unwrap_or_default(),
         host: peer
             .rsplit_once(':')
             .map_or(peer.clone(), |(h, _)| h.to_owned()),

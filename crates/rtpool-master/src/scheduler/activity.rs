@@ -78,7 +78,7 @@ impl Activity {
     /// Notes what an event says before the core handles it (`user` is the submitter's name).
     pub(super) fn on_event(&mut self, event: &Event, user: &str) {
         match event {
-            Event::WorkerJoined { worker, slots } => {
+            Event::WorkerJoined { worker, slots, .. } => {
                 self.slots.insert(*worker, *slots);
             }
             Event::WorkerLost { worker } => {

@@ -19,6 +19,8 @@ pub enum ToScheduler {
         user: String,
         /// The name the peer gave in its `HELLO`.
         name: String,
+        /// The identity a worker gave in its `HELLO` (empty: none).
+        identity: String,
         /// The address it connected from (without the port).
         host: String,
         /// The peer's outbound queue.

@@ -185,6 +185,11 @@ impl Scheduler {
                 tokio::time::Instant::now() + Duration::from_nanos(at.0.saturating_sub(now.0))
             });
             let waiting = !self.held.is_empty();
+            if rx.is_empty() {
+                // Nothing waits: make the tables' next growth ahead of need (bounded work,
+                // O(1) once ready), so no event pays the first touch of fresh memory.
+                self.core.prepare(Core::PREPARE_SLOTS);
+            }
             self.idle_since = StdInstant::now();
             tokio::select! {
                 msg = rx.recv() => {
@@ -348,6 +353,7 @@ impl Scheduler {
                 session,
                 user,
                 name,
+                identity,
                 host,
                 tx,
                 mut event,
@@ -355,7 +361,8 @@ impl Scheduler {
                 self.routes.insert(session, tx);
                 if matches!(event, Event::WorkerJoined { .. }) {
                     let now = self.now();
-                    self.status.recorder.worker_joined(session, name, host, now);
+                    let recorder = &mut self.status.recorder;
+                    recorder.worker_joined(session, name, identity, host, now);
                 }
                 if let Event::ClientJoined { user: id, .. } = &mut event {
                     *id = self.user_id(&user);

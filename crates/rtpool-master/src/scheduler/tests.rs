@@ -184,6 +184,7 @@ fn with_journal(dir: &std::path::Path) -> (Scheduler, crate::outbound::OutboundR
         session: 5,
         user: "alice".into(),
         name: "test-client".into(),
+        identity: String::new(),
         host: "127.0.0.1".into(),
         tx,
         event: Event::ClientJoined {

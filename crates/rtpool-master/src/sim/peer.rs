@@ -107,6 +107,7 @@ async fn handshake(
             token: config.token.clone(),
             name: format!("sim-{index}"),
             slots: config.slots,
+            identity: None,
         },
         &mut out,
     );

@@ -71,6 +71,7 @@ pub fn build(
             WorkerStatus {
                 id: w.id.0,
                 name: rec.map(|r| r.name.clone()).unwrap_or_default(),
+                identity: rec.map(|r| r.identity.clone()).unwrap_or_default(),
                 host: rec.map(|r| r.host.clone()).unwrap_or_default(),
                 slots: w.slots,
                 running: w.in_flight,

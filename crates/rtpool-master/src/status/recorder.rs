@@ -48,6 +48,8 @@ pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 pub struct WorkerRecord {
     /// Its `HELLO` name.
     pub name: String,
+    /// Its `HELLO` identity (empty: none sent).
+    pub identity: String,
     /// The address it connected from.
     pub host: String,
     /// Results it returned.
@@ -160,6 +162,7 @@ impl Recorder {
         &mut self,
         session: u64,
         name: String,
+        identity: String,
         host: String,
         now: rtpool_core::Instant,
     ) {
@@ -167,6 +170,7 @@ impl Recorder {
             session,
             WorkerRecord {
                 name,
+                identity,
                 host,
                 done: 0,
                 exec_us: 0,

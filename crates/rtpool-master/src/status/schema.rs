@@ -201,6 +201,9 @@ pub struct WorkerStatus {
     /// The name the worker gave in its `HELLO` (`host:pid`, or `slurm-<jobid>-...` for a
     /// Slurm worker).
     pub name: String,
+    /// Its `HELLO` identity (`host:supervisor-pid/slot`), the same after its process is
+    /// replaced or reconnects; empty if it sent none.
+    pub identity: String,
     /// The address it connected from.
     pub host: String,
     /// Tasks it runs at once.

@@ -40,6 +40,7 @@ impl Peer {
             token: token.into(),
             name,
             slots,
+            identity: None,
         });
         let reply = p.recv();
         (p, reply)

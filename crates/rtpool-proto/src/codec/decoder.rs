@@ -28,10 +28,10 @@ use crate::options::{quote, PackageOpts, CALL_OPTS, SUBMIT_OPTS};
 /// # Errors
 ///
 /// - [`ProtoError::Malformed`]: not msgpack, not an array, trailing bytes after it, a wrong
-///   field count, a wrong type, a negative or too-large integer, an over-long `name` or `token`,
-///   a `role` other than `"client"`/`"worker"`, a `SUBMIT.fn_hash` that is not 32 bytes; a
-///   function name that is empty or over 128 bytes, a version over 64 bytes, an interface over
-///   64 KiB, a `SERVE` of more than 4096 functions.
+///   field count, a wrong type, a negative or too-large integer, an over-long `name`, `token`
+///   or `identity`, a `role` other than `"client"`/`"worker"`, a `SUBMIT.fn_hash` that is not
+///   32 bytes; a function name that is empty or over 128 bytes, a version over 64 bytes, an
+///   interface over 64 KiB, a `SERVE` of more than 4096 functions.
 /// - [`ProtoError::UnknownKind`]: the first element is not a kind of protocol version 1.
 /// - [`ProtoError::BadOption`]: a `SUBMIT` or `CALL` with an unknown, duplicate or wrong-typed
 ///   option, an `on_miss` other than `"run"`/`"drop"` or a `key` over 128 bytes, when all the
@@ -78,17 +78,24 @@ fn decode_reader_ref(r: &mut Reader) -> Result<Msg, ProtoError> {
     r.set_kind(kind);
     let name = kind::name(kind).unwrap_or("?");
     let expected = field_count(kind);
-    // `ACCEPTED` may carry one optional trailing field, its notice (see `docs/protocol.md`).
-    let notice = kind == kind::ACCEPTED && elems - 1 == expected + 1;
-    if elems - 1 != expected && !notice {
+    // `ACCEPTED` may carry one optional trailing field, its notice, and `HELLO` one, the
+    // worker's identity (see `docs/protocol.md`).
+    let trailing = matches!(kind, kind::ACCEPTED | kind::HELLO) && elems - 1 == expected + 1;
+    if elems - 1 != expected && !trailing {
         return Err(r.malformed(format!(
             "{name} has {} fields, expected {expected}",
             elems - 1
         )));
     }
     let mut msg = decode_fields(r, kind)?;
-    if let (true, Msg::Accepted { notice: n, .. }) = (notice, &mut msg) {
-        *n = Some(r.string("ACCEPTED.notice", MAX_NOTICE_BYTES)?);
+    match (trailing, &mut msg) {
+        (true, Msg::Accepted { notice: n, .. }) => {
+            *n = Some(r.string("ACCEPTED.notice", MAX_NOTICE_BYTES)?);
+        }
+        (true, Msg::Hello { identity: i, .. }) => {
+            *i = Some(r.string("HELLO.identity", MAX_NAME_BYTES)?);
+        }
+        _ => {}
     }
     r.expect_end()?;
     Ok(msg)
@@ -97,8 +104,8 @@ fn decode_reader_ref(r: &mut Reader) -> Result<Msg, ProtoError> {
 /// Longest `ACCEPTED.notice`, in UTF-8 bytes.
 pub const MAX_NOTICE_BYTES: usize = 4096;
 
-/// Number of fields after the kind, from the tables in `docs/protocol.md` (`ACCEPTED` may
-/// have one more: its optional notice).
+/// Number of fields after the kind, from the tables in `docs/protocol.md` (`ACCEPTED` and
+/// `HELLO` may have one more: the notice, the worker's identity).
 pub(super) fn field_count(k: u8) -> usize {
     match k {
         kind::HELLO | kind::SUBMIT => 5,
@@ -278,6 +285,7 @@ fn decode_hello(r: &mut Reader) -> Result<Msg, ProtoError> {
         token: r.string("HELLO.token", MAX_TOKEN_BYTES)?,
         name: r.string("HELLO.name", MAX_NAME_BYTES)?,
         slots: r.u32("HELLO.slots")?,
+        identity: None,
     })
 }
 

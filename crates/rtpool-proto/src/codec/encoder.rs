@@ -15,7 +15,12 @@ use crate::msgpack::Writer;
 /// so that a large `SUBMIT` or `ASSIGN` is written without the buffer growing on the way.
 pub(super) fn size_hint(msg: &Msg) -> usize {
     match msg {
-        Msg::Hello { token, name, .. } => 48 + token.len() + name.len(),
+        Msg::Hello {
+            token,
+            name,
+            identity,
+            ..
+        } => 48 + token.len() + name.len() + identity.as_ref().map_or(0, String::len),
         Msg::Error { code, message, .. } => 32 + code.len() + message.len(),
         Msg::Submit { fn_code, tasks, .. } => {
             96 + fn_code.len() + tasks.iter().map(|t| 5 + t.len()).sum::<usize>()
@@ -76,13 +81,17 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             token,
             name,
             slots,
+            identity,
         } => {
-            w.head(k, 5);
+            w.head(k, if identity.is_some() { 6 } else { 5 });
             w.uint(*version);
             w.str(role.as_str());
             w.str(token);
             w.str(name);
             w.uint(*slots);
+            if let Some(identity) = identity {
+                w.str(identity);
+            }
         }
         Msg::Welcome {
             version,

@@ -55,6 +55,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                 token: "client-token".into(),
                 name: "laptop:4242".into(),
                 slots: 0,
+                identity: None,
             },
         ),
         (
@@ -65,6 +66,18 @@ pub fn samples() -> Vec<(String, Msg)> {
                 token: "worker-token".into(),
                 name: "node-7.cluster.example.org:31337".into(), // 32 bytes: str8
                 slots: 4,
+                identity: None,
+            },
+        ),
+        (
+            "hello_worker_identity".into(),
+            Msg::Hello {
+                version: 2,
+                role: Role::Worker,
+                token: "worker-token".into(),
+                name: "node-7:31337".into(),
+                slots: 1,
+                identity: Some("node-7:31330/0".into()),
             },
         ),
         (
@@ -75,6 +88,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                 token: "t".into(),
                 name: "Zürich-läptop:1".into(),
                 slots: 0,
+                identity: None,
             },
         ),
         (
@@ -892,13 +906,17 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
             "\\PC{0,64}",
             arb_u32()
         )
-            .prop_map(|(version, role, token, name, slots)| Msg::Hello {
-                version,
-                role,
-                token,
-                name,
-                slots
-            }),
+            .prop_flat_map(|fields| (Just(fields), proptest::option::of("\\PC{0,64}")))
+            .prop_map(
+                |((version, role, token, name, slots), identity)| Msg::Hello {
+                    version,
+                    role,
+                    token,
+                    name,
+                    slots,
+                    identity
+                }
+            ),
         (
             arb_u32(),
             arb_u64(),
