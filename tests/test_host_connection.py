@@ -11,6 +11,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -241,3 +242,41 @@ def test_a_refused_token_stops_the_host_with_exit_code_2(real_master, tmp_path: 
     )
     assert out.returncode == 2, out.stderr
     assert "refused the worker token" in out.stderr
+
+
+def test_a_stopped_child_past_the_lease_gives_its_tasks_to_its_siblings(
+    real_master, start_worker, raw_client, tmp_path
+):
+    """SIGSTOP of one child: the relay's heartbeats keep the host's lease, so the relay itself
+    takes back what the silent child held (as the master would from a child with its own
+    connection) and its siblings run it; resumed, the child starts a new session."""
+    proc = start_worker()
+    children = _children(proc, PROCS)
+    wait_until(lambda: real_master.stats()["workers"] == 1, timeout=30)
+    n = 40
+    package = raw_client.submit(tasks.pid_of, [(i, 0.1) for i in range(n)])
+    got: dict = {}
+    stopped = []
+
+    def stop_one(results):
+        if not stopped and len(results) >= 4:
+            children[0].suspend()
+            stopped.append(time.monotonic())
+
+    try:
+        got = raw_client.results(package, n, timeout=60, on_result=stop_one)
+    finally:
+        children[0].resume()
+    assert sorted(got) == list(range(n))
+    values = [pickle.loads(got[i][1]) for i in range(n)]
+    assert [v[0] for v in values] == list(range(n))
+    text = (tmp_path / "worker-0.log").read_text()
+    assert "was silent for" in text and "past the master's lease" in text
+    # Resumed, the child starts a new session (or, if the parent's GIL check saw its stale
+    # heartbeat stamp first, is replaced): the host goes on with all its slots, one connection.
+    parent = psutil.Process(proc.pid)
+    wait_until(lambda: len(parent.children()) == PROCS, timeout=10)
+    again = raw_client.submit(tasks.pid_of, [(i, 0.05) for i in range(4 * PROCS)])
+    got = raw_client.results(again, 4 * PROCS)
+    assert sorted(pickle.loads(r[1])[0] for r in got.values()) == list(range(4 * PROCS))
+    assert real_master.stats()["workers"] == 1

@@ -26,6 +26,9 @@ supervisor between its checks of the children):
 * **A child that dies** (:meth:`Relay.release`, from the supervisor once it reaped it): its
   running task (the slot board's) is reported lost (status 5, so the master blames the task,
   as for a child with its own connection) and every other task it held is returned.
+* **A silent child** (stopped, SIGSTOP) past the master's lease is treated as the master
+  would treat its own connection: what it held goes back (``RETURN``) and its session ends
+  (an ``ERROR``, read when it resumes; it says ``HELLO`` again).
 * **A lost master connection**: each child is told (an ``ERROR``; it ends its session as if
   its own connection had dropped) and the relay reconnects with backoff within
   ``--reconnect-timeout``, then answers the children's new ``HELLO``.
@@ -81,7 +84,7 @@ class Link:
     """The relay's end of one child's socket pair, and what that child holds."""
 
     __slots__ = ("slot", "sock", "reader", "ready", "hello", "draining", "credits", "held")
-    __slots__ += ("codes", "out", "closed", "hungry")
+    __slots__ += ("codes", "out", "closed", "hungry", "heard")
 
     def __init__(self, slot: int, sock: socket.socket) -> None:
         self.slot = slot
@@ -103,6 +106,8 @@ class Link:
         self.closed = False
         #: It is in the relay's queue of children with credits.
         self.hungry = False
+        #: time.monotonic() of the last bytes from it (it heartbeats while a task runs).
+        self.heard = time.monotonic()
 
 
 class Relay:
@@ -229,6 +234,7 @@ class Relay:
             return
         except OSError:
             data = b""
+        link.heard = time.monotonic()
         if not data:
             # It exited (or shut down its end, draining): what it held is returned when the
             # supervisor reaps it (release), which also knows the task it died running.
@@ -460,6 +466,11 @@ class Relay:
             heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
         self.heartbeat_s = heartbeat_ms / 1000
         self.silence_s = 3 * (welcome.lease_ms or 3 * heartbeat_ms) / 1000 + self.heartbeat_s
+        self.lease_s = (welcome.lease_ms or 3 * heartbeat_ms) / 1000
+        self.check_links_at = 0.0
+        now = time.monotonic()
+        for link in self.links.values():
+            link.heard = max(link.heard, now)  # (its silence while the host had no master)
         try:
             host = sock.getsockname()[0]
         except OSError:
@@ -606,6 +617,11 @@ class Relay:
 
     def _keep_alive(self) -> None:
         now = time.monotonic()
+        if now >= self.check_links_at:
+            self.check_links_at = now + self.heartbeat_s
+            for link in self.links.values():
+                if link.ready and now - link.heard > self.lease_s:
+                    self._expire(link, now - link.heard)
         if now - self.last_send >= self.heartbeat_s * 0.9 or (
             now - self.last_recv >= self.heartbeat_s * 0.9
         ):
@@ -615,6 +631,17 @@ class Relay:
                 f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
                 "the path to it may be cut"
             )
+
+    def _expire(self, link: Link, silent_s: float) -> None:
+        why = (
+            f"worker process (slot {link.slot}) was silent for {silent_s:.1f} s, past the "
+            f"master's lease of {self.lease_s:g} s (stopped?)"
+        )
+        log(f"{why}; its {len(link.held)} tasks go back to the master")
+        self._give_back(link, list(link.held))
+        link.ready = False
+        link.codes.clear()
+        self._send_link(link, P.encode(P.ERROR, ERR_HOST_LOST, why))
 
     def drain(self) -> None:
         """Graceful shutdown: ask the master for no more work; the children drain."""

@@ -122,9 +122,10 @@ def host_connection(args: argparse.Namespace) -> bool:
     """Whether the parent holds one master connection for all its children (``--connection
     host``; ``auto``: from ``HOST_CONNECTION_MIN_PROCS`` processes, not in real-time mode,
     where the relay's extra hop would run at normal priority)."""
-    if args.connection == "auto":
-        return args.procs >= HOST_CONNECTION_MIN_PROCS and not args.realtime
-    return args.connection == "host"
+    mode = getattr(args, "connection", "auto")  # (a Namespace built by hand may lack it)
+    if mode == "auto":
+        return args.procs >= HOST_CONNECTION_MIN_PROCS and not getattr(args, "realtime", False)
+    return mode == "host"
 
 
 def _is_stopped(pid: int) -> bool:
