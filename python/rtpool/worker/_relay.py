@@ -69,6 +69,7 @@ _RECONNECT_FIRST_S = 0.1
 _RECONNECT_MAX_S = 5.0
 _ATTEMPT_TIMEOUT_S = 5.0
 _CONFIG_ERRORS = frozenset({P.ERR_AUTH, P.ERR_VERSION})
+_MAX_ORPHANS = 65536
 
 Key = Tuple[int, int]  # (task, attempt)
 
@@ -84,7 +85,7 @@ class Link:
     """The relay's end of one child's socket pair, and what that child holds."""
 
     __slots__ = ("slot", "sock", "reader", "ready", "hello", "draining", "credits", "held")
-    __slots__ += ("codes", "out", "closed", "hungry", "heard")
+    __slots__ += ("codes", "out", "closed", "hungry", "heard", "instance")
 
     def __init__(self, slot: int, sock: socket.socket) -> None:
         self.slot = slot
@@ -108,6 +109,8 @@ class Link:
         self.hungry = False
         #: time.monotonic() of the last bytes from it (it heartbeats while a task runs).
         self.heard = time.monotonic()
+        #: The master instance of its session.
+        self.instance: int | None = None
 
 
 class Relay:
@@ -141,6 +144,9 @@ class Relay:
         self.frames: List[Any] = []  # for the master, before the results and the PULL
         self.pull = 0  # credits for the next PULL
         self.written_ns = 0  # perf_counter_ns() of the last write to the master
+        #: Results of a lost session, sent to the same master instance when it is back (it
+        #: counts them stale, as it does a child's own ``unsent``).
+        self.orphans: List[list] = []
         self.draining = False
         #: Set when the relay gives up (a refused token, no master within the timeout).
         self.exit_code: int | None = None
@@ -254,7 +260,9 @@ class Relay:
             if kind == P.HELLO:
                 self._hello(link)
             elif not link.ready:
-                continue  # the end of an old session
+                if kind == P.RESULT:
+                    self._orphans(link, msg[1])
+                continue  # the rest of an old session
             elif kind == P.RESULT:
                 owner, held = self.owner, link.held
                 for r in msg[1]:
@@ -279,6 +287,17 @@ class Relay:
                 link.credits = 0
             # SERVE: the host announces its functions itself, once per session.
 
+    def _orphans(self, link: Link, results: List[list]) -> None:
+        """Results of a session that ended (the master connection dropped, or the child was
+        silent): for the master instance they belong to, which counts them stale (as it does
+        a child's own ``unsent``); dropped if another instance answers now."""
+        if link.instance != self.instance:
+            return
+        if self.sock is not None:
+            self.results.extend(results)
+        elif len(self.orphans) < _MAX_ORPHANS:
+            self.orphans.extend(results)
+
     def _hello(self, link: Link) -> None:
         if link.ready:  # a new session of a child that saw its old one fail
             self._give_back(link, list(link.held))
@@ -292,6 +311,7 @@ class Relay:
     def _welcome(self, link: Link) -> None:
         link.hello = False
         link.ready = True
+        link.instance = self.instance
         self._send_link(link, self.welcome_frame)
 
     def _give_back(self, link: Link, keys: List[Key]) -> None:
@@ -468,6 +488,7 @@ class Relay:
         self.silence_s = 3 * (welcome.lease_ms or 3 * heartbeat_ms) / 1000 + self.heartbeat_s
         self.lease_s = (welcome.lease_ms or 3 * heartbeat_ms) / 1000
         self.check_links_at = 0.0
+        self.beat_at = 0.0
         now = time.monotonic()
         for link in self.links.values():
             link.heard = max(link.heard, now)  # (its silence while the host had no master)
@@ -487,6 +508,9 @@ class Relay:
         self.ever_connected = True
         self.attempt = 0
         self.frames = [self.serve] if self.serve else []
+        if self.orphans and not restarted:
+            self.frames.append(P.encode(P.RESULT, self.orphans))
+        self.orphans = []
         self.frames.append(_HEARTBEAT)  # its answer shows the master answers (a cut is seen)
         if self.draining:
             self.frames.append(P.encode(P.DRAIN))
@@ -521,6 +545,7 @@ class Relay:
         self.hungry.clear()
         self.owner.clear()
         self.codes.clear()
+        self.orphans += self.results
         self.results = []
         self.frames = []
         self.pull = 0
@@ -580,11 +605,6 @@ class Relay:
     def poll(self, timeout: float) -> None:
         """Connect if due, then move frames both ways for up to ``timeout`` seconds."""
         self._connect()
-        if self.sock is not None:
-            try:
-                self._keep_alive()
-            except _Lost as lost:
-                self._drop_master(str(lost))
         master = self.sock
         if master is not None and getattr(master, "is_tls", False) and master.pending():
             timeout = 0  # decrypted bytes select() does not see
@@ -609,6 +629,8 @@ class Relay:
                     self._write_link(link)
                 if mask & selectors.EVENT_READ and not link.closed:
                     self._read_link(link)
+            if self.sock is not None:  # (after reading: a stalled loop blames no child)
+                self._keep_alive()
         except _Lost as lost:
             self._drop_master(str(lost))
         due = self._flush_due_ns()
@@ -622,9 +644,12 @@ class Relay:
             for link in self.links.values():
                 if link.ready and now - link.heard > self.lease_s:
                     self._expire(link, now - link.heard)
-        if now - self.last_send >= self.heartbeat_s * 0.9 or (
-            now - self.last_recv >= self.heartbeat_s * 0.9
+        quiet = self.heartbeat_s * 0.9
+        # Idle, or hearing nothing (ask for the master's answer): once per heartbeat period.
+        if now - self.beat_at >= quiet and (
+            now - self.last_send >= quiet or now - self.last_recv >= quiet
         ):
+            self.beat_at = now
             self.frames.append(_HEARTBEAT)
         if self.master_answers and now - self.last_recv > self.silence_s:
             raise _Lost(
