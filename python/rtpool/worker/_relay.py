@@ -16,12 +16,13 @@ supervisor between its checks of the children):
 * **Code.** The master sends a function's code once per connection: the relay keeps it and
   adds it to the first task of that function each child gets.
 * **Results.** What the children sent goes up in one ``RESULT`` frame and one ``PULL``, in
-  one write, at most one such write per :data:`FLUSH_INTERVAL_NS` while the children hold
-  other tasks (more results are coming: they join the batch). When they hold none (the last
-  result of a package, one task at a time), it goes at once: no latency is added where no
-  batch could form.
-* **Returns.** A child's ``RETURN`` is forwarded; since the master withdraws all of a
-  connection's credits on ``RETURN``, the relay asks again at once for the other children's.
+  one write, at most one such write per millisecond while the children hold other tasks
+  (more results are coming: they join the batch). When they hold none (the last result of a
+  package, one task at a time), it goes at once: no latency is added where no batch could
+  form. That half of the relay, the master connection itself, is ``_upstream.py``.
+* **Returns.** A child's ``RETURN`` is forwarded (in the same batch); since the master
+  withdraws all of a connection's credits on ``RETURN``, the relay asks again, in the same
+  write, for the other children's.
 * **ABORT** goes to the child holding the task; a child's heartbeats are answered here.
 * **A child that dies** (:meth:`Relay.release`, from the supervisor once it reaped it): its
   running task (the slot board's) is reported lost (status 5, so the master blames the task,
@@ -37,48 +38,25 @@ supervisor between its checks of the children):
 
 Costs: one more hop each way (a socket pair and this loop), which is why ``--connection auto``
 keeps one connection per process below :data:`HOST_CONNECTION_MIN_PROCS` processes
-(``docs/workers.md`` has the figures).
+(``docs/reliability.md``, "One connection per host"; figures: ``rtpool bench procs``).
 """
 
 from __future__ import annotations
 
-import random
 import selectors
 import socket
 import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Tuple
 
-from .. import _dial
 from .. import _protocol as P
-from .._frame import Frame
-from ..errors import AuthenticationError, ConnectError, MasterBusy, ProtocolError, RtpoolError
-from ._common import EXIT_CONFIG, EXIT_LOST, log, perf_ns
+from ..errors import ProtocolError
+from ._common import log, perf_ns
 from ._relayed import ERR_HOST_LOST
 from ._session import RECV_BYTES
-
-#: At most one write of results and credits to the master per this long while the children
-#: run other tasks: under load the master gets a few frames per host per millisecond, not
-#: three per task. The same bound a child puts on holding its own results for company
-#: (``_loop.FLUSH_AFTER_NS``).
-FLUSH_INTERVAL_NS = 1_000_000
-#: ... or when this many results wait.
-FLUSH_RESULTS = 256
-_HEARTBEAT = P.encode(P.HEARTBEAT)
-_RECONNECT_FIRST_S = 0.1
-_RECONNECT_MAX_S = 5.0
-_ATTEMPT_TIMEOUT_S = 5.0
-_CONFIG_ERRORS = frozenset({P.ERR_AUTH, P.ERR_VERSION})
-_MAX_ORPHANS = 65536
+from ._upstream import _HEARTBEAT, _MAX_ORPHANS, Lost, Upstream, flat
 
 Key = Tuple[int, int]  # (task, attempt)
-
-
-def _flat(data: Any) -> bytes:
-    """An encoded frame as one ``bytes`` (the socket pair is written without ``sendmsg``)."""
-    if type(data) is Frame:
-        return b"".join(bytes(p) for p in data.parts)
-    return data
 
 
 class Link:
@@ -113,47 +91,19 @@ class Link:
         self.instance: int | None = None
 
 
-class Relay:
-    """The host's master connection and its children's links (see the module docstring).
-
-    Args:
-        args: The parsed ``rtpool worker`` options (address, TLS, reconnection, procs).
-        token: The worker token.
-        name: The host's name in the master's ``HELLO``.
-        serve: The ``SERVE`` frame of ``--serve`` (b"": none), sent in every session.
-    """
+class Relay(Upstream):
+    """The host's master connection (:class:`Upstream`) and its children's links (see the
+    module docstring). Arguments as :class:`Upstream`."""
 
     def __init__(self, args: Any, token: str, name: str, serve: bytes) -> None:
-        self.address = args.master
-        self.token = token
-        self.name = name
-        self.slots = args.procs
-        self.reconnect_timeout = args.reconnect_timeout
-        self.tls = _dial.tls_context(args.tls, args.ca_file)
-        self.serve = serve
-        self.selector = selectors.DefaultSelector()
+        super().__init__(args, token, name, serve)
         self.links: Dict[int, Link] = {}
         self.hungry: Deque[Link] = deque()
         self.owner: Dict[Key, int] = {}  # task -> slot holding it
         self.codes: Dict[bytes, bytes] = {}  # function code the master sent this session
-        self.sock: Any = None  # the master connection (None: not connected)
-        self.reader: Any = None
-        self.welcome_frame = b""
-        self.instance: int | None = None
-        self.results: List[list] = []  # for the next RESULT frame
-        self.frames: List[Any] = []  # for the master, before the results and the PULL
-        self.pull = 0  # credits for the next PULL
-        self.written_ns = 0  # perf_counter_ns() of the last write to the master
-        #: Results of a lost session, sent to the same master instance when it is back (it
-        #: counts them stale, as it does a child's own ``unsent``).
-        self.orphans: List[list] = []
-        self.draining = False
-        #: Set when the relay gives up (a refused token, no master within the timeout).
-        self.exit_code: int | None = None
-        self.ever_connected = False
-        self.lost_at = time.monotonic()
-        self.attempt = 0
-        self.next_attempt = 0.0
+        self.check_links_at = 0.0
+        #: Tasks handed to the children so far (the closing line counts them).
+        self.relayed = 0
 
     # -- children's links ---------------------------------------------------------------------
 
@@ -207,7 +157,7 @@ class Relay:
     def _send_link(self, link: Link, data: Any) -> None:
         if link.closed:
             return
-        data = _flat(data)
+        data = flat(data)
         if not link.out:
             try:
                 n = link.sock.send(data)
@@ -375,6 +325,7 @@ class Relay:
                     link.codes.add(fn_hash)
             owner[key] = link.slot
             link.held[key] = None
+            self.relayed += 1
             per.setdefault(link.slot, []).append(e)
         for slot, mine in per.items():
             self._send_link(links[slot], P.encode(kind, mine))
@@ -402,203 +353,7 @@ class Relay:
             elif kind == P.ERROR:
                 self._on_error(msg[1], msg[2])
             else:
-                raise _Lost(f"unexpected message kind {kind} from the master")
-
-    def _on_error(self, code: str, message: str) -> None:
-        if code == P.ERR_SERVE_CONFLICT:
-            log(f"warning: the master refused to serve a function: {message}")
-        elif code in P.NON_FATAL_ERRORS:
-            log(f"master reported {code}: {message}")
-        elif code in _CONFIG_ERRORS:
-            self._give_up(EXIT_CONFIG, f"the master reported {code}: {message}; exiting")
-        else:
-            raise _Lost(f"the master reported {code}: {message}")
-
-    # -- the master connection --------------------------------------------------------------
-
-    def _connect(self) -> None:
-        """One attempt at the master connection (when due), with backoff between attempts."""
-        now = time.monotonic()
-        if self.sock is not None or self.exit_code is not None or now < self.next_attempt:
-            return
-        limit = self.reconnect_timeout
-        again = "re" if self.ever_connected else ""
-        if self.attempt and limit and now - self.lost_at > limit:
-            self._give_up(
-                EXIT_LOST,
-                f"could not {again}connect to the master at {self.address} within {limit:g} s "
-                "(--reconnect-timeout); exiting",
-            )
-            return
-        self.attempt += 1
-        try:
-            sock, welcome, reader, early = _dial.connect(
-                self.address,
-                role="worker",
-                token=self.token,
-                name=self.name,
-                slots=self.slots,
-                timeout=_ATTEMPT_TIMEOUT_S,
-                tls=self.tls or False,
-                busy_timeout=0,
-            )
-        except AuthenticationError as exc:
-            self._give_up(EXIT_CONFIG, f"{exc}; exiting")
-            return
-        except (ConnectError, MasterBusy, OSError) as exc:
-            self._retry_later(exc)
-            return
-        except (RtpoolError, ValueError) as exc:  # a protocol version the master refuses
-            self._give_up(EXIT_CONFIG, str(exc))
-            return
-        self._start(sock, welcome, reader, early)
-
-    def _retry_later(self, exc: Exception) -> None:
-        if self.reconnect_timeout is None:
-            code = EXIT_LOST if self.ever_connected else EXIT_CONFIG
-            self._give_up(code, str(exc))
-            return
-        attempt = self.attempt
-        if attempt == 1 and not self.ever_connected:
-            limit = self.reconnect_timeout
-            within = f"for up to {limit:g} s" if limit else "until it is up"
-            log(f"{exc}; waiting for the master {within} (--reconnect-timeout)")
-        elif attempt & (attempt - 1) == 0:
-            again = "re" if self.ever_connected else ""
-            log(f"{again}connection attempt {attempt} failed: {exc}")
-        delay = min(_RECONNECT_MAX_S, _RECONNECT_FIRST_S * 2 ** min(attempt - 1, 10))
-        self.next_attempt = time.monotonic() + delay * random.uniform(0.5, 1.0)
-
-    def _give_up(self, code: int, message: str) -> None:
-        log(message)
-        self.exit_code = code
-        self._drop_master(None)
-
-    def _start(self, sock: Any, welcome: _dial.Welcome, reader: Any, early: List[list]) -> None:
-        restarted = self.instance is not None and welcome.instance != self.instance
-        self.sock, self.reader = sock, reader
-        self.instance = welcome.instance
-        self.codes.clear()
-        self.master_answers = False
-        self.last_send = self.last_recv = time.monotonic()
-        heartbeat_ms = max(welcome.heartbeat_ms, 1)
-        if welcome.lease_ms:
-            heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
-        self.heartbeat_s = heartbeat_ms / 1000
-        self.silence_s = 3 * (welcome.lease_ms or 3 * heartbeat_ms) / 1000 + self.heartbeat_s
-        self.lease_s = (welcome.lease_ms or 3 * heartbeat_ms) / 1000
-        self.check_links_at = 0.0
-        self.beat_at = 0.0
-        now = time.monotonic()
-        for link in self.links.values():
-            link.heard = max(link.heard, now)  # (its silence while the host had no master)
-        try:
-            host = sock.getsockname()[0]
-        except OSError:
-            host = ""
-        self.welcome_frame = _flat(P.encode(P.WELCOME, *welcome, host))
-        self.selector.register(sock, selectors.EVENT_READ, None)
-        again = "re" if self.ever_connected else ""
-        after = f" after {self.attempt} attempts" if self.attempt > 1 else ""
-        note = "; it restarted" if restarted else ""
-        log(
-            f"{again}connected to the master at {self.address} as {self.name} (session "
-            f"{welcome.session}, one connection for {self.slots} worker processes){after}{note}"
-        )
-        self.ever_connected = True
-        self.attempt = 0
-        self.frames = [self.serve] if self.serve else []
-        if self.orphans and not restarted:
-            self.frames.append(P.encode(P.RESULT, self.orphans))
-        self.orphans = []
-        self.frames.append(_HEARTBEAT)  # its answer shows the master answers (a cut is seen)
-        if self.draining:
-            self.frames.append(P.encode(P.DRAIN))
-        for link in self.links.values():
-            if link.hello and not link.closed:
-                self._welcome(link)
-        if early:
-            self._from_master(early)
-
-    def _drop_master(self, why: str | None) -> None:
-        """The master connection is gone: tell every child, forget what it held."""
-        if self.sock is not None:
-            self.selector.unregister(self.sock)
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-            self.sock = None
-            self.lost_at = time.monotonic()
-            self.next_attempt = self.lost_at + _RECONNECT_FIRST_S * random.uniform(0.5, 1.0)
-            if why is not None and self.exit_code is None:
-                log(f"{why}; reconnecting (master {self.address})")
-        error = _flat(P.encode(P.ERROR, ERR_HOST_LOST, why or "the worker is stopping"))
-        for link in self.links.values():
-            if link.ready:
-                self._send_link(link, error)
-            link.ready = False
-            link.credits = 0
-            link.held.clear()
-            link.codes.clear()
-            link.hungry = False
-        self.hungry.clear()
-        self.owner.clear()
-        self.codes.clear()
-        self.orphans += self.results
-        self.results = []
-        self.frames = []
-        self.pull = 0
-
-    def _read_master(self) -> None:
-        try:
-            data = self.sock.recv(RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            raise _Lost(f"connection error: {exc.strerror or exc}") from None
-        if not data:
-            raise _Lost("the master closed the connection")
-        self.last_recv = time.monotonic()
-        try:
-            msgs = self.reader.feed(data)
-        except ProtocolError as exc:
-            raise _Lost(f"bad frame from the master: {exc}") from None
-        self._from_master(msgs)
-
-    def _flush_due_ns(self) -> int | None:
-        """When the pending results and credits must go (perf_counter_ns), None if nothing
-        is pending: at once, or :data:`FLUSH_INTERVAL_NS` after the last write while the
-        children hold more tasks (their results join this batch)."""
-        if self.frames:
-            return 0
-        if not self.results and not self.pull:
-            return None
-        if not self.owner or len(self.results) >= FLUSH_RESULTS:
-            return 0
-        return self.written_ns + FLUSH_INTERVAL_NS
-
-    def flush(self) -> None:
-        """Write what the children sent since the last flush: one write to the master."""
-        if self.sock is None:
-            return
-        out = self.frames
-        if self.results:
-            out.append(P.encode(P.RESULT, self.results))
-            self.results = []
-        if self.pull > 0 and not self.draining:
-            out.append(P.encode(P.PULL, self.pull))
-        self.pull = 0
-        if not out:
-            return
-        self.frames = []
-        try:
-            P.sendall(self.sock, P.join(out))
-        except OSError as exc:
-            self._drop_master(f"sending to the master failed: {exc.strerror or exc}")
-            return
-        self.last_send = time.monotonic()
-        self.written_ns = perf_ns()
+                raise Lost(f"unexpected message kind {kind} from the master")
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -630,32 +385,21 @@ class Relay:
                 if mask & selectors.EVENT_READ and not link.closed:
                     self._read_link(link)
             if self.sock is not None:  # (after reading: a stalled loop blames no child)
-                self._keep_alive()
-        except _Lost as lost:
+                now = time.monotonic()
+                self._check_links(now)
+                self._keep_alive(now)
+        except Lost as lost:
             self._drop_master(str(lost))
         due = self._flush_due_ns()
         if due is not None and due <= perf_ns():
             self.flush()
 
-    def _keep_alive(self) -> None:
-        now = time.monotonic()
+    def _check_links(self, now: float) -> None:
         if now >= self.check_links_at:
             self.check_links_at = now + self.heartbeat_s
             for link in self.links.values():
                 if link.ready and now - link.heard > self.lease_s:
                     self._expire(link, now - link.heard)
-        quiet = self.heartbeat_s * 0.9
-        # Idle, or hearing nothing (ask for the master's answer): once per heartbeat period.
-        if now - self.beat_at >= quiet and (
-            now - self.last_send >= quiet or now - self.last_recv >= quiet
-        ):
-            self.beat_at = now
-            self.frames.append(_HEARTBEAT)
-        if self.master_answers and now - self.last_recv > self.silence_s:
-            raise _Lost(
-                f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
-                "the path to it may be cut"
-            )
 
     def _expire(self, link: Link, silent_s: float) -> None:
         why = (
@@ -668,35 +412,42 @@ class Relay:
         link.codes.clear()
         self._send_link(link, P.encode(P.ERROR, ERR_HOST_LOST, why))
 
-    def drain(self) -> None:
-        """Graceful shutdown: ask the master for no more work; the children drain."""
-        if self.draining:
-            return
-        self.draining = True
-        if self.sock is not None:
-            self.frames.append(P.encode(P.DRAIN))
-            self.flush()
-
     def close(self) -> None:
-        """Once the children are gone: send what is left, close, wait for the master's
-        close (closing with unread data would reset the connection and lose the frames)."""
-        sock = self.sock
-        if sock is not None:
-            self.flush()
-            self.selector.unregister(sock)
-            try:
-                sock.shutdown(socket.SHUT_WR)
-                sock.settimeout(2.0)
-                while sock.recv(RECV_BYTES):
-                    pass
-            except OSError:
-                pass
-            sock.close()
-            self.sock = None
+        """Once the children are gone: close the master connection and the links."""
+        self.close_master()
+        if self.ever_connected:
+            log(
+                f"closed the connection to the master at {self.address}: it carried "
+                f"{self.relayed} tasks to {self.slots} worker processes in {self.writes} "
+                "writes of results and credits"
+            )
         for link in self.links.values():
             self._close_link(link)
         self.selector.close()
 
+    # -- the master connection's hooks --------------------------------------------------------
 
-class _Lost(Exception):
-    """The master connection is unusable (the message says why)."""
+    def _holding(self) -> bool:
+        return bool(self.owner)
+
+    def _on_session(self) -> None:
+        self.codes.clear()
+        now = time.monotonic()
+        for link in self.links.values():
+            link.heard = max(link.heard, now)  # (its silence while the host had no master)
+            if link.hello and not link.closed:
+                self._welcome(link)
+
+    def _on_master_lost(self, why: str) -> None:
+        error = flat(P.encode(P.ERROR, ERR_HOST_LOST, why))
+        for link in self.links.values():
+            if link.ready:
+                self._send_link(link, error)
+            link.ready = False
+            link.credits = 0
+            link.held.clear()
+            link.codes.clear()
+            link.hungry = False
+        self.hungry.clear()
+        self.owner.clear()
+        self.codes.clear()
