@@ -280,3 +280,37 @@ def test_a_stopped_child_past_the_lease_gives_its_tasks_to_its_siblings(
     got = raw_client.results(again, 4 * PROCS)
     assert sorted(pickle.loads(r[1])[0] for r in got.values()) == list(range(4 * PROCS))
     assert real_master.stats()["workers"] == 1
+
+
+def test_results_of_several_children_stay_within_the_masters_frame_limit(tmp_path: Path):
+    """Each child keeps its RESULT frames within the master's limit; the relay batches the
+    results of several children and must split them again (else the master closes the host's
+    connection, ``too_large``, and every task it held runs again)."""
+    master = _native.Master(listen="127.0.0.1:0", options={"max_frame_mb": 1})
+    cmd = [sys.executable, "-m", "rtpool", "worker", "--master", master.address]
+    cmd += ["--procs", str(PROCS), "--connection", "host"]
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(
+            cmd,
+            env=worker_env(master.worker_token),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    client = RawClient(master.address, master.client_token)
+    try:
+        wait_until(lambda: master.stats()["workers"] == 1, timeout=30)
+        n = 8 * PROCS
+        package = client.submit(tasks.hostile.blob, [(400 << 10,) for _ in range(n)])
+        got = client.results(package, n, timeout=60)
+        assert sorted(got) == list(range(n))
+        assert all(s == P.STATUS_OK for s, _ in got.values())
+        assert all(len(pickle.loads(d)) == 400 << 10 for _, d in got.values())
+        text = log.read_text()
+        assert "reconnecting" not in text, text
+        assert master.stats()["requeued"] == 0
+    finally:
+        client.close()
+        stop_process(proc, group=True)
+        master.stop()

@@ -142,7 +142,7 @@ class Relay(Upstream):
         if lost is not None and (lost[0], lost[1]) in link.held:
             del link.held[(lost[0], lost[1])]
             self.owner.pop((lost[0], lost[1]), None)
-            self.results.append(lost)
+            self.add_results([lost])
         self._give_back(link, list(link.held))
         self.flush()
 
@@ -220,7 +220,7 @@ class Relay(Upstream):
                     if key in held:
                         del held[key]
                         owner.pop(key, None)
-                self.results.extend(msg[1])
+                self.add_results(msg[1])
             elif kind == P.PULL:
                 if not link.draining:
                     link.credits += msg[1]
@@ -244,7 +244,7 @@ class Relay(Upstream):
         if link.instance != self.instance:
             return
         if self.sock is not None:
-            self.results.extend(results)
+            self.add_results(results)
         elif len(self.orphans) < _MAX_ORPHANS:
             self.orphans.extend(results)
 
@@ -277,9 +277,7 @@ class Relay(Upstream):
     def _return_up(self, keys: List[Key]) -> None:
         """``RETURN`` to the master, which withdraws every credit of the connection: ask
         again at once for what the children still want."""
-        if self.results:
-            self.frames.append(P.encode(P.RESULT, self.results))
-            self.results = []
+        self._seal_results()
         self.frames.append(P.encode(P.RETURN, [list(k) for k in keys]))
         self.pull = sum(x.credits for x in self.links.values() if x.ready and not x.draining)
 

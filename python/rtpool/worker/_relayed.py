@@ -57,7 +57,8 @@ class RelayedConnection(WorkerConnection):
         """
         sock = self._link
         sock.setblocking(True)
-        sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, "worker", "", self.name, 1))
+        with self._send_lock:  # (the heartbeat thread writes to it too)
+            sock.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, "worker", "", self.name, 1))
         reader = getattr(self, "reader", None) or P.FrameReader(P.DEFAULT_MAX_FRAME)
         while True:
             readable, _, _ = select.select([sock, self._wake_r], [], [])

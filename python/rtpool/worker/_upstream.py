@@ -21,7 +21,14 @@ from .. import _dial
 from .. import _protocol as P
 from .._frame import Frame
 from ..errors import AuthenticationError, ConnectError, MasterBusy, ProtocolError, RtpoolError
-from ._common import EXIT_CONFIG, EXIT_LOST, log, perf_ns
+from ._common import (
+    EXIT_CONFIG,
+    EXIT_LOST,
+    RESULT_FRAME_OVERHEAD,
+    RESULT_OVERHEAD,
+    log,
+    perf_ns,
+)
 from ._session import RECV_BYTES
 
 #: At most one write of results and credits to the master per this long while the children
@@ -75,6 +82,8 @@ class Upstream:
         self.welcome_frame = b""
         self.instance: int | None = None
         self.results: List[list] = []  # for the next RESULT frame
+        self.results_bytes = 0  # their estimated size
+        self.frame_budget = P.DEFAULT_MAX_FRAME - RESULT_FRAME_OVERHEAD
         self.frames: List[Any] = []  # for the master, before the results and the PULL
         self.pull = 0  # credits for the next PULL
         self.written_ns = 0  # perf_counter_ns() of the last write to the master
@@ -108,6 +117,25 @@ class Upstream:
 
     # -- the master connection --------------------------------------------------------------
 
+    def add_results(self, entries: List[list]) -> None:
+        """Queue result entries for the master: in the next ``RESULT`` frame, or a new one
+        when they would take it past the master's frame limit (each child keeps its own
+        frames within it; several together may not be)."""
+        size = 0
+        for r in entries:
+            size += len(r[3]) + RESULT_OVERHEAD
+        if self.results and self.results_bytes + size > self.frame_budget:
+            self._seal_results()
+        self.results.extend(entries)
+        self.results_bytes += size
+
+    def _seal_results(self) -> None:
+        """The pending results as a frame of their own, ahead of what follows."""
+        if self.results:
+            self.frames.append(P.encode(P.RESULT, self.results))
+            self.results = []
+            self.results_bytes = 0
+
     def _on_error(self, code: str, message: str) -> None:
         if code == P.ERR_SERVE_CONFLICT:
             log(f"warning: the master refused to serve a function: {message}")
@@ -117,8 +145,6 @@ class Upstream:
             self._give_up(EXIT_CONFIG, f"the master reported {code}: {message}; exiting")
         else:
             raise Lost(f"the master reported {code}: {message}")
-
-    # -- the master connection --------------------------------------------------------------
 
     def _connect(self) -> None:
         """One attempt at the master connection (when due), with backoff between attempts."""
@@ -207,9 +233,10 @@ class Upstream:
         self.ever_connected = True
         self.attempt = 0
         self.frames = [self.serve] if self.serve else []
-        if self.orphans and not restarted:
-            self.frames.append(P.encode(P.RESULT, self.orphans))
-        self.orphans = []
+        self.frame_budget = welcome.max_frame_bytes - RESULT_FRAME_OVERHEAD
+        orphans, self.orphans = self.orphans, []
+        if orphans and not restarted:
+            self.add_results(orphans)
         self.frames.append(_HEARTBEAT)  # its answer shows the master answers (a cut is seen)
         if self.draining:
             self.frames.append(P.encode(P.DRAIN))
@@ -234,6 +261,7 @@ class Upstream:
         self._on_master_lost(why or "the worker is stopping")
         self.orphans += self.results
         self.results = []
+        self.results_bytes = 0
         self.frames = []
         self.pull = 0
 
@@ -269,9 +297,7 @@ class Upstream:
         if self.sock is None:
             return
         out = self.frames
-        if self.results:
-            out.append(P.encode(P.RESULT, self.results))
-            self.results = []
+        self._seal_results()
         if self.pull > 0 and not self.draining:
             out.append(P.encode(P.PULL, self.pull))
         self.pull = 0
