@@ -306,7 +306,7 @@ def test_results_of_several_children_stay_within_the_masters_frame_limit(tmp_pat
         got = client.results(package, n, timeout=60)
         assert sorted(got) == list(range(n))
         assert all(s == P.STATUS_OK for s, _ in got.values())
-        assert all(len(pickle.loads(d)) == 400 << 10 for _, d in got.values())
+        assert all(len(d) > 400 << 10 for _, d in got.values())  # (pickle 5, out of band)
         text = log.read_text()
         assert "reconnecting" not in text, text
         assert master.stats()["requeued"] == 0
