@@ -23,6 +23,7 @@ from .. import _dial
 from .. import _protocol as P
 from ..errors import ConnectError, ProtocolError
 from . import _kept
+from ._common import EXIT_LOST, EXIT_OK, log
 from ._loop import WorkerConnection
 from ._session import RECV_BYTES
 
@@ -86,6 +87,23 @@ class RelayedConnection(WorkerConnection):
                     self._relay_host = msg[7]
                     reader.max_frame = welcome.max_frame_bytes
                     return sock, welcome, reader, msgs[i + 1 :]
+
+    def connect_first(self) -> int | None:
+        """The first session: None once it is up, else the exit code. The parent waits for
+        the master (and gives up on it); a child only waits for its parent."""
+        try:
+            parts = self._connect(self.connect_timeout)
+        except ConnectError as exc:
+            if self.stopping:
+                return EXIT_OK
+            log(str(exc))
+            return EXIT_LOST
+        self._start_session(*parts)
+        log(
+            f"connected to the master at {self.address} as {self.name} (session "
+            f"{self.session}, through the host's connection)"
+        )
+        return None
 
     def _start_session(self, *parts: Any) -> bool:
         restarted = super()._start_session(*parts)
