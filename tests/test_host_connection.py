@@ -317,3 +317,22 @@ def test_results_of_several_children_stay_within_the_masters_frame_limit(tmp_pat
         client.close()
         stop_process(proc, group=True)
         master.stop()
+
+
+@pytest.mark.parametrize(
+    "procs, connection, realtime, host",
+    [
+        (7, "auto", False, False),
+        (8, "auto", False, True),
+        (64, "auto", True, False),  # the relay would run at normal priority
+        (1, "host", False, True),
+        (64, "process", False, False),
+    ],
+)
+def test_auto_holds_one_connection_per_host_from_8_processes(procs, connection, realtime, host):
+    import argparse
+
+    from rtpool.worker._supervisor import host_connection
+
+    args = argparse.Namespace(procs=procs, connection=connection, realtime=realtime)
+    assert host_connection(args) is host

@@ -157,6 +157,11 @@ class Supervisor:
             services = services_of(args)
             serve = serve_frame(services) if services else b""
             self.relay = Relay(args, token, args.name or default_name(), serve)
+            if getattr(args, "realtime", False):
+                log(
+                    "warning: --connection host with --realtime: the parent process relays "
+                    "every task and result at normal priority (--connection process does not)"
+                )
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
