@@ -23,7 +23,8 @@ supervisor between its checks of the children):
 * **Returns.** A child's ``RETURN`` is forwarded (in the same batch); since the master
   withdraws all of a connection's credits on ``RETURN``, the relay asks again, in the same
   write, for the other children's.
-* **ABORT** goes to the child holding the task; a child's heartbeats are answered here.
+* **ABORT** goes to the child holding the task, ``DROP`` (kept values released) to every
+  child (each ignores the keys it does not hold); a child's heartbeats are answered here.
 * **A child that dies** (:meth:`Relay.release`, from the supervisor once it reaped it): its
   running task (the slot board's) is reported lost (status 5, so the master blames the task,
   as for a child with its own connection) and every other task it held is returned.
@@ -346,6 +347,13 @@ class Relay(Upstream):
                 self._hand_out(kind, msg[1])
             elif kind == P.ABORT:
                 self._route_abort(msg[1])
+            elif kind == P.DROP:
+                # Kept values the client released: the relay does not know which child keeps
+                # which (a child ignores keys it does not hold), so every child hears it.
+                drop = flat(P.encode(P.DROP, msg[1]))
+                for link in self.links.values():
+                    if link.ready:
+                        self._send_link(link, drop)
             elif kind == P.HEARTBEAT:
                 self.master_answers = True
             elif kind == P.ERROR:
