@@ -3,7 +3,8 @@
 ``rtpool bench`` parses ``latency``, ``throughput``, ``payload``, ``all`` (the closed-loop round
 trips of :mod:`rtpool_bench.roundtrip`) and ``latency --rate/--sweep``, ``deadline``, ``hedge``
 (the open-loop benches of :mod:`rtpool_bench.openloop_cli`) here; ``ninf``, ``realtime``,
-``recovery``, ``journal``, ``chain``, ``prefetch`` and ``scale`` have parsers of their own.
+``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale`` and ``procs`` have parsers of
+their own.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ BENCHES = ROUNDTRIP_BENCHES + (
     "chain",
     "prefetch",
     "scale",
+    "procs",
 )
 
 
@@ -71,6 +73,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import scale
 
         return scale.main(argv[1:])
+    if which == "procs":
+        from . import hostconn
+
+        return hostconn.main(argv[1:])
     return roundtrip_main(argv)
 
 
@@ -91,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="latency: no-op round trips (open loop with --rate or --sweep); throughput: one "
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
-        "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch and "
-        "scale has its own --help (`rtpool bench ninf --help`: the Ninf paper's grid RPC "
+        "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch, "
+        "procs and scale has its own --help (`rtpool bench ninf --help`: the Ninf paper's grid RPC "
         "benchmarks)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")

@@ -96,3 +96,11 @@ def sleep_maybe_slow_hedged(ms, slow):
     ms = ms * _slowdown() if slow else ms
     time.sleep(ms / 1000)
     return ms
+
+
+def sleep_ms(ms):
+    """Sleep ``ms`` milliseconds: the short task of ``rtpool bench procs`` (a worker process
+    alone sends its result at once; a host relays several)."""
+    import time
+
+    time.sleep(ms / 1000)

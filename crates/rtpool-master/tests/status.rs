@@ -175,6 +175,9 @@ fn status_metrics_and_events_follow_the_work_including_a_deadline_miss() {
         status["totals"]["done"] == 5
     });
     assert_eq!(status["deadlines"]["missed"], 1, "{status}");
+    // Three rounds of PULL, ASSIGN, RESULT: what one connection per worker host saves.
+    assert_eq!(status["totals"]["worker_frames_in"], 6, "{status}");
+    assert_eq!(status["totals"]["worker_frames_out"], 3, "{status}");
     assert_eq!(status["connections"]["worker"], 1);
     let w = &status["workers"][0];
     assert_eq!(

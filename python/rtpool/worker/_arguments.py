@@ -5,9 +5,15 @@ real-time defaults."""
 from __future__ import annotations
 
 import argparse
+import os
 from typing import List
 
 from ._common import DEFAULT_PREFETCH
+
+#: ``--connection auto`` holds one connection per host from this many processes up: below,
+#: the relay's extra hop costs more latency than the master saves (``docs/workers.md``).
+HOST_CONNECTION_MIN_PROCS = 8
+CONNECTION_MODES = ("auto", "host", "process")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--procs", type=int, default=1, metavar="N", help="worker processes (default: 1)"
+    )
+    parser.add_argument(
+        "--connection",
+        default=os.environ.get("RTPOOL_WORKER_CONNECTION", "auto"),
+        metavar="{auto,host,process}",
+        help="host: the parent process holds one master connection for all --procs processes "
+        "and relays their tasks and results (the master sends one frame per round for the "
+        "host, not one per process); process: each process holds its own; auto: host from "
+        f"{HOST_CONNECTION_MIN_PROCS} processes up, unless --realtime (default: "
+        "$RTPOOL_WORKER_CONNECTION, else auto)",
     )
     parser.add_argument(
         "--prefetch",
@@ -166,6 +182,8 @@ def check_arguments(args: argparse.Namespace) -> str | None:
     the environment)."""
     if args.procs < 1:
         return "--procs must be at least 1"
+    if args.connection not in CONNECTION_MODES:
+        return f"--connection must be one of {', '.join(CONNECTION_MODES)}, not {args.connection!r}"
     if args.task_memory_mb is not None and args.task_memory_mb < 1:
         return "--task-memory-mb must be at least 1"
     if args.reconnect_timeout < 0:

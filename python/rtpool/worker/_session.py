@@ -142,7 +142,8 @@ class Session:
             self.sock = sock
             self._last_send = time.monotonic()
         with contextlib.suppress(OSError):  # kept results name the address peers reach
-            _kept.advertise(sock.getsockname()[0], welcome.session)
+            local = sock.getsockname()
+            _kept.advertise(local[0] if isinstance(local, tuple) else "", welcome.session)
         self._last_recv = time.monotonic()
         #: The master answered a heartbeat on this session (an older master never does: then
         #: its silence means nothing).
@@ -178,12 +179,16 @@ class Session:
     def _end_session(self) -> None:
         """Close the connection."""
         with self._send_lock:
-            try:
-                self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self.sock.close()
+            self._close_socket()
         self._early = []
+
+    def _close_socket(self) -> None:
+        """Shut the connection down (a child behind its host's connection keeps it)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
 
     # -- signals ----------------------------------------------------------------------------
 

@@ -25,9 +25,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
+from functools import partial
 from typing import Any, Dict, List
 
 from .. import _shm
@@ -35,7 +37,7 @@ from .._dial import default_name, worker_identity
 from .._text import plural
 from ..errors import RtpoolError, ServeError
 from . import _kept
-from ._arguments import add_arguments, check_arguments
+from ._arguments import HOST_CONNECTION_MIN_PROCS, add_arguments, check_arguments
 from ._board import Slot, SlotBoard, SlotState
 from ._common import (
     EXIT_CONFIG,
@@ -47,7 +49,9 @@ from ._common import (
     set_parent_death_signal,
 )
 from ._loop import WorkerConnection
-from ._services import services_of
+from ._relay import Relay
+from ._relayed import RelayedConnection
+from ._services import serve_frame, services_of
 
 #: The first line of ``rtpool worker --help``.
 DESCRIPTION = "``rtpool worker``: processes that pull tasks from the master and run them."
@@ -69,12 +73,15 @@ def run_child(
     board: Slot | None = None,
     reports: List[tuple] | None = None,
     identity: str | None = None,
+    link: socket.socket | None = None,
 ) -> int:
     """Body of one child process: connect, serve, return the exit code.
 
     ``board`` is the child's record on the parent's slot board; ``reports`` the deaths of its
     predecessor to report to the master, ``(instance, result entry)`` each; ``identity`` the
-    slot's stable identity in ``HELLO`` (the same for every child of the slot).
+    slot's stable identity in ``HELLO`` (the same for every child of the slot); ``link`` its end
+    of the socket pair to the parent's host connection (``--connection host``), else None: it
+    connects to the master itself.
     """
     realtime = None
     if args.realtime:
@@ -83,7 +90,7 @@ def run_child(
         realtime = Realtime(args.rt_priority, args.cpus, args.rt_budget_ms, log=log)
         realtime.apply()
     try:
-        conn = WorkerConnection(
+        conn = (WorkerConnection if link is None else partial(RelayedConnection, link))(
             args.master,
             token,
             name,
@@ -115,6 +122,16 @@ def run_child(
     return conn.serve()
 
 
+def host_connection(args: argparse.Namespace) -> bool:
+    """Whether the parent holds one master connection for all its children (``--connection
+    host``; ``auto``: from ``HOST_CONNECTION_MIN_PROCS`` processes, not in real-time mode,
+    where the relay's extra hop would run at normal priority)."""
+    mode = getattr(args, "connection", "auto")  # (a Namespace built by hand may lack it)
+    if mode == "auto":
+        return args.procs >= HOST_CONNECTION_MIN_PROCS and not getattr(args, "realtime", False)
+    return mode == "host"
+
+
 def _is_stopped(pid: int) -> bool:
     """Whether the process is stopped (SIGSTOP, traced): Linux's /proc state ``T`` or ``t``."""
     try:
@@ -138,6 +155,17 @@ class Supervisor:
         self.board = SlotBoard(args.procs)
         self.stopping = False
         self.exit_code = EXIT_OK
+        #: The host's one master connection (``--connection host``), else None.
+        self.relay: Relay | None = None
+        if host_connection(args):
+            services = services_of(args)
+            serve = serve_frame(services) if services else b""
+            self.relay = Relay(args, token, args.name or default_name(), serve)
+            if getattr(args, "realtime", False):
+                log(
+                    "warning: --connection host with --realtime: the parent process relays "
+                    "every task and result at normal priority (--connection process does not)"
+                )
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
@@ -152,16 +180,19 @@ class Supervisor:
         mask = {signal.SIGTERM, signal.SIGINT}
         self.board.clear(slot)
         reports = self.reports.pop(slot, [])
+        link = self.relay.attach(slot) if self.relay is not None else None
         signal.pthread_sigmask(signal.SIG_BLOCK, mask)
         try:
             pid = os.fork()
             if pid == 0:
-                self._child(slot, reports)  # never returns
+                self._child(slot, reports, link)  # never returns
             self.children[pid] = slot
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, mask)
+            if link is not None:
+                link.close()  # the child's end
 
-    def _child(self, slot: int, reports: List[tuple]) -> None:
+    def _child(self, slot: int, reports: List[tuple], link: socket.socket | None) -> None:
         code = 1
         try:
             # Signals stay blocked until the child's own handlers are in place.
@@ -176,10 +207,13 @@ class Supervisor:
                 name = f"{name}-{slot}"
             # Tasks may report where they ran (SlurmCluster's tests check the job id in it).
             os.environ["RTPOOL_WORKER_NAME"] = name
+            if self.relay is not None:
+                self.relay.close_in_child()
             # The slot's identity outlives this child: its replacement is the same worker to
             # the master, which keeps the slot's pace (hedging knows a straggler at once).
             identity = worker_identity(slot, parent)
-            code = run_child(self.args, self.token, name, self.board.slot(slot), reports, identity)
+            board = self.board.slot(slot)
+            code = run_child(self.args, self.token, name, board, reports, identity, link)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -206,6 +240,11 @@ class Supervisor:
         """A child ended: decide whether and when its slot starts again, say why."""
         code = os.waitstatus_to_exitcode(status)
         state = self.board.read(slot)
+        if self.relay is not None:
+            # Its running task is reported lost (blamed), what else it held goes back.
+            how = self.killed.get(pid) or describe_exit(status)
+            lost = self._lost_entry(state, how) if state.busy else None
+            self.relay.release(slot, lost)
         if self.stopping or (code == EXIT_OK and not state.busy):
             return
         if code == EXIT_RETIRED and not state.busy:
@@ -229,11 +268,18 @@ class Supervisor:
         self.due[slot] = time.monotonic() + delay
 
     def _report(self, slot: int, state: SlotState, how: str) -> None:
+        if self.relay is not None:
+            return  # release() reported it already, on the host's connection
+        entry = self._lost_entry(state, how)
+        self.reports.setdefault(slot, []).append((state.instance, entry))
+
+    @staticmethod
+    def _lost_entry(state: SlotState, how: str) -> list:
+        """The RESULT entry (status LOST) of the task a dead child was running."""
         from .. import _protocol as P
 
         text = f"worker process {how} while running task {state.task_id}"
-        entry = [state.task_id, state.attempt, P.STATUS_LOST, text.encode(), 0, 0, 0]
-        self.reports.setdefault(slot, []).append((state.instance, entry))
+        return [state.task_id, state.attempt, P.STATUS_LOST, text.encode(), 0, 0, 0]
 
     def _check_gil(self) -> None:
         """Kill a child whose in-process task has starved its heartbeat thread for most of
@@ -278,17 +324,35 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_signal)
         for slot in range(self.args.procs):
             self._spawn(slot)
+        relay = self.relay
+        check_at = 0.0
         # Bounded by the children's lives: it ends when no child runs and none is due.
         while self.children or self.due:
-            self._reap()
-            self._check_gil()
             now = time.monotonic()
-            for slot, when in list(self.due.items()):
-                if when <= now and not self.stopping:
-                    del self.due[slot]
-                    self._spawn(slot)
-            time.sleep(_POLL_S)
+            if now >= check_at:  # (the relay wakes far more often: not on its path)
+                check_at = now + _POLL_S
+                self._look_after_children(now)
+            if relay is None:
+                time.sleep(_POLL_S)
+                continue
+            if self.stopping:
+                relay.drain()
+            elif relay.exit_code is not None:  # a refused token, no master in time
+                self.exit_code = max(self.exit_code, relay.exit_code)
+                self._on_signal(signal.SIGTERM, None)
+            relay.poll(max(0.0, check_at - time.monotonic()))
+        if relay is not None:
+            relay.close()
         return self.exit_code
+
+    def _look_after_children(self, now: float) -> None:
+        """Reap the dead, kill a task that holds the GIL, restart the slots that are due."""
+        self._reap()
+        self._check_gil()
+        for slot, when in list(self.due.items()):
+            if when <= now and not self.stopping:
+                del self.due[slot]
+                self._spawn(slot)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -93,6 +93,8 @@ pub fn build(
     totals.insert("credits", credits);
     totals.insert("done", recorder.done);
     totals.insert("failed", recorder.failed);
+    totals.insert("worker_frames_in", recorder.worker_frames_in);
+    totals.insert("worker_frames_out", recorder.worker_frames_out);
     let mut users: HashMap<UserId, UserStatus> = HashMap::new();
     let mut classes: HashMap<(UserId, i32), ClassStatus> = HashMap::new();
     // Cheap copies first; names and the package rows only for the listed ones, so a master

@@ -126,6 +126,12 @@ pub struct Recorder {
     pub failed: u64,
     /// Refused submissions by error code.
     pub refusals: BTreeMap<&'static str, u64>,
+    /// Frames from workers the scheduler handled: `PULL`, `RESULT`, `RETURN` (issue 13: one
+    /// connection per worker host sends fewer of them per task than one per process).
+    pub worker_frames_in: u64,
+    /// Frames the scheduler queued for workers: `ASSIGN`, `ASSIGN_CALLS`, `ABORT` (each a
+    /// `sendto` unless the connection's writer finds several queued).
+    pub worker_frames_out: u64,
     packages: IdMap<PackageId, PackageRecord>,
     /// The submission being handled: `(package, class)`, kept if the core accepts it.
     pending: Option<(PackageId, usize)>,
@@ -151,6 +157,8 @@ impl Recorder {
             done: 0,
             failed: 0,
             refusals: BTreeMap::new(),
+            worker_frames_in: 0,
+            worker_frames_out: 0,
             packages: IdMap::default(),
             pending: None,
             samples: VecDeque::with_capacity(WINDOW + 1),
@@ -197,6 +205,7 @@ impl Recorder {
         }
         match event {
             Event::Results { worker, results } => {
+                self.worker_frames_in += 1;
                 if let Some(w) = self.workers.get_mut(&worker.0) {
                     w.done += results.len() as u64;
                     w.exec_us += results.iter().map(|r| r.exec_us).sum::<u64>();
@@ -204,6 +213,7 @@ impl Recorder {
                 }
             }
             Event::Credit { worker, .. } | Event::Returned { worker, .. } => {
+                self.worker_frames_in += 1;
                 if let Some(w) = self.workers.get_mut(&worker.0) {
                     w.last_seen = now;
                 }
@@ -258,6 +268,9 @@ impl Recorder {
             } => self.results(*package, results),
             Action::PackageFreed { package, .. } => {
                 self.packages.remove(package);
+            }
+            Action::Assign { .. } | Action::AssignCalls { .. } | Action::Abort { .. } => {
+                self.worker_frames_out += 1;
             }
             _ => {}
         }
