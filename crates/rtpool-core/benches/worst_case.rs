@@ -31,6 +31,7 @@
 //! RTPOOL_WORST_CASE_ROUNDS=5 cargo bench ...                  # more rounds
 //! RTPOOL_WORST_CASE_GROWTH_ONLY=1 cargo bench ...             # the growing case only
 //! RTPOOL_WORST_CASE_PREPARE=0 cargo bench ...                 # growth without Core::prepare
+//! RTPOOL_WORST_CASE_PREFAULT_MB=1536 cargo bench ...          # heap faulted in before growth
 //! ```
 //!
 //! `--test` (what `cargo bench -- --test` passes every bench) runs the quick grid, as does
@@ -65,6 +66,9 @@ struct Plan {
     /// Between growing submissions, call `Core::prepare` as the master does between events
     /// (`RTPOOL_WORST_CASE_PREPARE=0`: do not, to see the growth without it).
     prepare: bool,
+    /// MiB of heap faulted in (and kept by the allocator) before the growing submissions, as
+    /// a real-time master does at start (`RTPOOL_WORST_CASE_PREFAULT_MB`, 0: none).
+    prefault_mb: usize,
 }
 
 impl Plan {
@@ -72,6 +76,10 @@ impl Plan {
         let quick = std::env::args().any(|a| a == "--quick" || a == "--test")
             || std::env::var("RTPOOL_WORST_CASE_QUICK").is_ok_and(|v| v == "1");
         let prepare = std::env::var("RTPOOL_WORST_CASE_PREPARE").map_or(true, |v| v != "0");
+        let prefault_mb = std::env::var("RTPOOL_WORST_CASE_PREFAULT_MB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let rounds = std::env::var("RTPOOL_WORST_CASE_ROUNDS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -87,6 +95,7 @@ impl Plan {
                 warm_up: 10,
                 budget: Duration::from_millis(300),
                 prepare,
+                prefault_mb,
             }
         } else {
             Self {
@@ -99,6 +108,7 @@ impl Plan {
                 warm_up: 100,
                 budget: Duration::from_secs(3),
                 prepare,
+                prefault_mb,
             }
         }
     }
@@ -359,6 +369,27 @@ fn run_op(plan: &Plan, probe: &SchedProbe, op: Op, rigs: &mut Rigs, cells: &mut 
 
 /// Submits 100-task packages without undo until each core's queue has doubled: the cost of a
 /// submission while the tables grow. Interleaved one call per core at a time.
+/// glibc's malloc is told to keep what is freed (no trim) and to serve every size from the
+/// heap (no `mmap`); then `mb` MiB are allocated, written (each page faulted in) and freed, so
+/// the growing submissions that follow carve their allocations out of resident pages instead
+/// of taking a first-touch page fault in the middle of a call: the RT-Preempt way of
+/// prefaulting a real-time process's heap, done here outside the timing.
+#[allow(unsafe_code)]
+fn prefault_heap(mb: usize) {
+    // glibc's <malloc.h>: M_TRIM_THRESHOLD = -1, M_MMAP_MAX = -4.
+    extern "C" {
+        fn mallopt(param: std::os::raw::c_int, value: std::os::raw::c_int) -> std::os::raw::c_int;
+    }
+    // SAFETY: mallopt only changes the allocator's tuning; both are documented parameters.
+    unsafe {
+        mallopt(-1, std::os::raw::c_int::MAX);
+        mallopt(-4, 0);
+    }
+    let reserve = vec![1u8; mb << 20];
+    std::hint::black_box(&reserve);
+    drop(reserve);
+}
+
 fn run_growth(plan: &Plan, probe: &SchedProbe, rigs: &mut Rigs, cells: &mut [Cell]) {
     let goals: Vec<usize> = rigs.iter().map(|(_, _, r)| 2 * r.target).collect();
     cells.iter_mut().for_each(Cell::start_round);
@@ -583,6 +614,14 @@ fn main() {
         }
         let t = WallClock::now();
         let growth_cells = &mut cells[Op::ALL.len() * per_op..];
+        if plan.prefault_mb > 0 {
+            prefault_heap(plan.prefault_mb);
+            eprintln!(
+                "  heap prefaulted: {} MiB in {:.2} s",
+                plan.prefault_mb,
+                t.elapsed().as_secs_f64()
+            );
+        }
         run_growth(&plan, &probe, &mut rigs, growth_cells);
         eprintln!("  growth: {:.2} s", t.elapsed().as_secs_f64());
     }
