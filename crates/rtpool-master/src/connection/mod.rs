@@ -106,7 +106,15 @@ pub async fn serve(
         .unwrap_or_default();
     let deadline = Instant::now() + ctx.handshake_timeout;
     // One body per transport, monomorphized: the plain path pays nothing for TLS.
-    match establish(stream, &ctx, deadline).await {
+    let established = tokio::select! {
+        t = establish(stream, &ctx, deadline) => t,
+        // A TLS handshake left unfinished has no channel for an `ERROR`: just closed.
+        () = place.evicted() => {
+            note_eviction(&ctx, &peer, &place);
+            return;
+        }
+    };
+    match established {
         Some(Transport::Plain(s)) => {
             let (rd, wr) = s.into_split();
             serve_halves(rd, wr, peer, place, deadline, ctx, sched, shutdown).await;
@@ -150,6 +158,16 @@ fn log_refused(peer: &str, name: &str, role: Role, msg: &Msg) {
         "refused a {role} login from {peer} (name {name:?}): {code}: {message}{}",
         ratelimit::suppressed_note(held, window)
     );
+}
+
+/// Log (rate-limited by the gate) that `place`'s connection from `peer` was evicted.
+fn note_eviction(ctx: &ConnCtx, peer: &str, place: &Pending) {
+    if let Some(line) = ctx
+        .gate
+        .note_eviction(peer, place.age(), std::time::Instant::now())
+    {
+        warn!("{line}");
+    }
 }
 
 /// Refuse a connection the gate did not admit with `ERROR busy` and the reason, without
@@ -199,7 +217,15 @@ async fn serve_halves<R, W>(
 {
     // Before authentication the buffer holds at most one HELLO and what came with it.
     let mut buf = BytesMut::with_capacity(16 * 1024);
-    let hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)).await;
+    let hello = tokio::select! {
+        hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)) => hello,
+        () = place.evicted() => {
+            note_eviction(&ctx, &peer, &place);
+            let limit = ctx.gate.limits().max_unauthenticated;
+            return refuse(rd, wr, error_msg("busy", gate::eviction_message(limit), 0)).await;
+        }
+    };
+    place.hello_received();
     let (role, slots, name, identity, _session) = match hello {
         Ok(Ok(Msg::Hello {
             version,
