@@ -106,7 +106,10 @@ pub async fn serve(
         .unwrap_or_default();
     let deadline = Instant::now() + ctx.handshake_timeout;
     // One body per transport, monomorphized: the plain path pays nothing for TLS.
+    // Biased: a plain connection is established at once and answered `busy` below if it
+    // was evicted before its task ran.
     let established = tokio::select! {
+        biased;
         t = establish(stream, &ctx, deadline) => t,
         // A TLS handshake left unfinished has no channel for an `ERROR`: just closed.
         () = place.evicted() => {
@@ -217,7 +220,9 @@ async fn serve_halves<R, W>(
 {
     // Before authentication the buffer holds at most one HELLO and what came with it.
     let mut buf = BytesMut::with_capacity(16 * 1024);
+    // Biased: a HELLO already received wins over an eviction that came with it.
     let hello = tokio::select! {
+        biased;
         hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)) => hello,
         () = place.evicted() => {
             note_eviction(&ctx, &peer, &place);
