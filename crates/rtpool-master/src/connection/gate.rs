@@ -538,7 +538,9 @@ mod tests {
         assert!(!is_evicted(&held[0]) && is_evicted(&held[1]));
         // Now both places hold a connection past its HELLO or its newest: the next waits.
         _new.hello_received();
-        assert_eq!(gate.admit(ip(4)).unwrap_err().reason(), "max_unauthenticated");
+        let refusal = gate.admit(ip(4)).unwrap_err();
+        assert_eq!(refusal.reason(), "max_unauthenticated");
+        gate.note_refusal(&refusal, Instant::now());
         assert_eq!(gate.refusals()["max_unauthenticated"], 1);
         drop(held);
         assert_eq!(gate.counts(), (0, 0, 1));
