@@ -285,6 +285,10 @@ def test_idle_sockets_from_many_addresses_do_not_keep_a_client_out(tmp_path):
             assert connected_s < 10.0
             evicted = [a for a in answers if b"busy" in a]
             assert all(b"evicted" in a for a in evicted), evicted[:2]
+            # Counted in the status snapshot (and `/metrics`: rtpool_connection_refusals_total);
+            # a snapshot may be reused for 0.5 s.
+            evictions = lambda: client.status()["connection_refusals"]["handshake_evicted"]  # noqa: E731
+            wait_until(lambda: evictions() >= len(evicted), timeout=10)
         text = m.log_text()
         assert "evicted 127.1.0." in text, text[-2000:]
         # Rate-limited: one line for the first eviction, not one per eviction.

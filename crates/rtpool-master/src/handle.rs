@@ -85,6 +85,7 @@ fn bind_http(
 fn with_status(
     scheduler: Scheduler,
     config: &MasterConfig,
+    gate: &Arc<Gate>,
     addr: SocketAddr,
     http: Option<(std::net::TcpListener, HttpConfig)>,
 ) -> Result<(Scheduler, Option<HttpServer>), MasterError> {
@@ -92,6 +93,7 @@ fn with_status(
         address: addr.to_string(),
         realtime: config.realtime.enabled,
         fsync: config.fsync.to_string(),
+        gate: Some(gate.clone()),
     };
     let Some((listener, http_config)) = http else {
         return Ok((scheduler.with_status(config.metrics, facts, None), None));
@@ -300,7 +302,7 @@ impl MasterHandle {
                     let addr = listener
                         .local_addr()
                         .expect("a bound listener has an address");
-                    let (scheduler, http) = match with_status(scheduler, &config, addr, http_socket)
+                    let (scheduler, http) = match with_status(scheduler, &config, &ctx.gate, addr, http_socket)
                     {
                         Ok(s) => s,
                         Err(e) => return drop(ready_tx.send(Err(e))),
@@ -430,7 +432,7 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         // Before "listening on": a supervisor that signals the master right after that line
         // gets a graceful shutdown, not the signal's default action.
         let signalled = signals();
-        let (scheduler, http) = with_status(scheduler, &config, addr, http_socket)?;
+        let (scheduler, http) = with_status(scheduler, &config, &ctx.gate, addr, http_socket)?;
         announce(
             &config,
             &tokens,

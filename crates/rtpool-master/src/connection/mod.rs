@@ -32,7 +32,9 @@ mod reader;
 
 use self::bounds::{Bounds, MAX_SLOTS};
 use self::gate::{Gate, Pending, Refusal};
-use self::handshake::{check_hello, establish, linger, read_hello, refuse, Transport};
+use self::handshake::{
+    answer_and_close, check_hello, establish, linger, read_hello, refuse, Transport,
+};
 use self::reader::Reader;
 use crate::auth::{Authenticator, Identity, Policy};
 use crate::outbound::{error_msg, write_loop, OutboundTx};
@@ -227,7 +229,10 @@ async fn serve_halves<R, W>(
         () = place.evicted() => {
             note_eviction(&ctx, &peer, &place);
             let limit = ctx.gate.limits().max_unauthenticated;
-            return refuse(rd, wr, error_msg("busy", gate::eviction_message(limit), 0)).await;
+            // No drain (it sent nothing to drain): under a flood, evicted connections waiting
+            // for their peers to close would hold the descriptors the eviction freed.
+            drop(rd);
+            return answer_and_close(wr, error_msg("busy", gate::eviction_message(limit), 0)).await;
         }
     };
     place.hello_received();

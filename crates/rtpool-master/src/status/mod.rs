@@ -32,6 +32,8 @@ pub struct MasterFacts {
     pub realtime: bool,
     /// The journal's fsync policy (`always`, `batch:10`, `off`).
     pub fsync: String,
+    /// The connection admission counters (refusals and evictions), when there is a listener.
+    pub gate: Option<std::sync::Arc<crate::connection::gate::Gate>>,
 }
 
 /// Assembles a snapshot. O(packages + workers + users); `journal` is the journal's part, if
@@ -226,6 +228,7 @@ pub fn build(
         packages_omitted,
         users,
         refusals: recorder.refusals.clone(),
+        connection_refusals: facts.gate.as_ref().map(|g| g.refusals()).unwrap_or_default(),
         connections,
         classes,
         histograms,
