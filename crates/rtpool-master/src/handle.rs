@@ -24,7 +24,7 @@ use crate::realtime::Realtime;
 use crate::scheduler::{Scheduler, ToScheduler};
 use crate::server;
 use crate::stats::MasterStats;
-use crate::status::{MasterFacts, Status};
+use crate::status::{CountsSource, MasterFacts, Status};
 use crate::tls::{self, Tls};
 
 /// A master running in a background thread. Dropping it stops the master.
@@ -93,7 +93,10 @@ fn with_status(
         address: addr.to_string(),
         realtime: config.realtime.enabled,
         fsync: config.fsync.to_string(),
-        gate: Some(gate.clone()),
+        connection_refusals: Some({
+            let gate = gate.clone();
+            CountsSource(Arc::new(move || gate.refusals()))
+        }),
     };
     let Some((listener, http_config)) = http else {
         return Ok((scheduler.with_status(config.metrics, facts, None), None));
@@ -302,11 +305,11 @@ impl MasterHandle {
                     let addr = listener
                         .local_addr()
                         .expect("a bound listener has an address");
-                    let (scheduler, http) = match with_status(scheduler, &config, &ctx.gate, addr, http_socket)
-                    {
-                        Ok(s) => s,
-                        Err(e) => return drop(ready_tx.send(Err(e))),
-                    };
+                    let (scheduler, http) =
+                        match with_status(scheduler, &config, &ctx.gate, addr, http_socket) {
+                            Ok(s) => s,
+                            Err(e) => return drop(ready_tx.send(Err(e))),
+                        };
                     let _ = ready_tx.send(Ok((addr, http)));
                     server::serve(listener, ctx, scheduler, sched_tx, sched_rx, stop_rx).await;
                 });

@@ -507,7 +507,11 @@ mod tests {
         let held: Vec<_> = [1, 2, 3, 4].map(|h| gate.admit(ip(h)).unwrap()).into();
         assert_eq!(gate.counts(), (0, 0, 4));
         let newcomer = gate.admit(ip(9)).expect("evicts instead of refusing");
-        assert_eq!(gate.counts(), (0, 0, 4), "the victim's place went to the newcomer");
+        assert_eq!(
+            gate.counts(),
+            (0, 0, 4),
+            "the victim's place went to the newcomer"
+        );
         let evicted: Vec<bool> = held.iter().map(is_evicted).collect();
         assert_eq!(evicted, [true, false, false, false], "the oldest goes");
         assert_eq!((gate.evicted(), gate.refused()), (1, 0));
