@@ -160,6 +160,7 @@ def _log_counts(text: str) -> dict:
         "bytes": len(text.encode()),
         "accept_failed": sum("accept failed" in line for line in lines),
         "refused": sum("refused a connection" in line for line in lines),
+        "evicted": sum("silent in its handshake" in line for line in lines),
         "held_back": held,
     }
 

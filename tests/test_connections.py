@@ -223,3 +223,78 @@ def test_a_worker_started_against_a_busy_master_retries_and_joins(tmp_path):
             s.close()
         stop_process(worker, group=True)
         close_master(m)
+
+
+def _count_answered(socks: List[socket.socket], answers: List[bytes]) -> int:
+    """Read what the master sent each idle socket that has not answered yet (without waiting);
+    ``answers[i]`` collects socket ``i``'s bytes. Returns how many got a ``busy`` answer."""
+    import select
+
+    readable, _, _ = select.select(socks, [], [], 0)
+    for s in readable:
+        i = socks.index(s)
+        try:
+            answers[i] += s.recv(4096) or b"<eof>"
+        except OSError:
+            answers[i] += b"<reset>"
+    return sum(b"busy" in a for a in answers)
+
+
+def test_idle_sockets_from_many_addresses_do_not_keep_a_client_out(tmp_path):
+    """A handshake flood from many addresses (4 idle sockets each, under the per-address limit)
+    fills every handshake place; a new client evicts the oldest idle one instead of waiting for
+    the handshake timeout (30 s here, longer than the client's 10 s connect timeout)."""
+    m = start_master(
+        tmp_path,
+        args=[
+            "--max-unauthenticated=16",
+            "--max-unauthenticated-per-host=4",
+            "--handshake-timeout-ms=30000",
+        ],
+    )
+    log = tmp_path / "worker.log"
+    cmd = [sys.executable, "-m", "rtpool", "worker", "--master", m.address, "--procs", "1"]
+    with open(log, "ab") as out:
+        worker = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=worker_env(m.worker_token),
+            start_new_session=True,
+        )
+    client = None
+    try:
+        wait_until(lambda: "role=Worker" in m.log_text(), timeout=30)
+        with ExitStack() as stack:
+            idle: List[socket.socket] = []
+            for h in range(30):  # 127.1.0.1 .. 127.1.0.30: no root needed on loopback
+                idle += _open_idle(m.host_port, 4, source=f"127.1.0.{h + 1}")
+            for s in idle:
+                stack.callback(s.close)
+            assert len(idle) == 120
+            # Every socket past the 16 handshake places is answered `busy` (refused before,
+            # evicted now): the 16 newest hold every place.
+            answers = [b""] * len(idle)
+            wait_until(lambda: _count_answered(idle, answers) >= len(idle) - 16, timeout=20)
+            t0 = time.monotonic()
+            client = rtpool.Client(m.address, m.client_token, connect_timeout=10.0)
+            connected_s = time.monotonic() - t0
+            assert client.submit(tasks.square, 7).result(timeout=30) == 49
+            # Connected long before the idle sockets' 30 s handshake timeout would have freed
+            # a place (the connect timeout is 10 s).
+            assert connected_s < 10.0
+            evicted = [a for a in answers if b"busy" in a]
+            assert all(b"evicted" in a for a in evicted), evicted[:2]
+            # Counted in the status snapshot (and `/metrics`: rtpool_connection_refusals_total);
+            # a snapshot may be reused for 0.5 s.
+            evictions = lambda: client.status()["connection_refusals"]["handshake_evicted"]  # noqa: E731
+            wait_until(lambda: evictions() >= len(evicted), timeout=10)
+        text = m.log_text()
+        assert "evicted 127.1.0." in text, text[-2000:]
+        # Rate-limited: one line for the first eviction, not one per eviction.
+        assert text.count("silent in its handshake") < 5
+    finally:
+        if client is not None:
+            client.close()
+        stop_process(worker, group=True)
+        close_master(m)

@@ -24,7 +24,7 @@ use crate::realtime::Realtime;
 use crate::scheduler::{Scheduler, ToScheduler};
 use crate::server;
 use crate::stats::MasterStats;
-use crate::status::{MasterFacts, Status};
+use crate::status::{CountsSource, MasterFacts, Status};
 use crate::tls::{self, Tls};
 
 /// A master running in a background thread. Dropping it stops the master.
@@ -85,6 +85,7 @@ fn bind_http(
 fn with_status(
     scheduler: Scheduler,
     config: &MasterConfig,
+    gate: &Arc<Gate>,
     addr: SocketAddr,
     http: Option<(std::net::TcpListener, HttpConfig)>,
 ) -> Result<(Scheduler, Option<HttpServer>), MasterError> {
@@ -92,6 +93,10 @@ fn with_status(
         address: addr.to_string(),
         realtime: config.realtime.enabled,
         fsync: config.fsync.to_string(),
+        connection_refusals: Some({
+            let gate = gate.clone();
+            CountsSource(Arc::new(move || gate.refusals()))
+        }),
     };
     let Some((listener, http_config)) = http else {
         return Ok((scheduler.with_status(config.metrics, facts, None), None));
@@ -300,11 +305,11 @@ impl MasterHandle {
                     let addr = listener
                         .local_addr()
                         .expect("a bound listener has an address");
-                    let (scheduler, http) = match with_status(scheduler, &config, addr, http_socket)
-                    {
-                        Ok(s) => s,
-                        Err(e) => return drop(ready_tx.send(Err(e))),
-                    };
+                    let (scheduler, http) =
+                        match with_status(scheduler, &config, &ctx.gate, addr, http_socket) {
+                            Ok(s) => s,
+                            Err(e) => return drop(ready_tx.send(Err(e))),
+                        };
                     let _ = ready_tx.send(Ok((addr, http)));
                     server::serve(listener, ctx, scheduler, sched_tx, sched_rx, stop_rx).await;
                 });
@@ -430,7 +435,7 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         // Before "listening on": a supervisor that signals the master right after that line
         // gets a graceful shutdown, not the signal's default action.
         let signalled = signals();
-        let (scheduler, http) = with_status(scheduler, &config, addr, http_socket)?;
+        let (scheduler, http) = with_status(scheduler, &config, &ctx.gate, addr, http_socket)?;
         announce(
             &config,
             &tokens,

@@ -152,11 +152,17 @@ pub(super) async fn read_hello<R: AsyncRead + Unpin>(
 }
 
 /// Send a fatal error on a connection that never authenticated, then close it.
-pub(super) async fn refuse<R, W>(mut rd: R, mut wr: W, msg: Msg)
+pub(super) async fn refuse<R, W>(mut rd: R, wr: W, msg: Msg)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    answer_and_close(wr, msg).await;
+    linger(&mut rd).await;
+}
+
+/// Write `msg` and shut the write side down, without draining the peer's input.
+pub(super) async fn answer_and_close<W: AsyncWrite + Unpin>(mut wr: W, msg: Msg) {
     let mut out = BytesMut::new();
     encode(&msg, &mut out);
     // Bounded: a peer that does not read cannot keep a refused connection open.
@@ -165,7 +171,6 @@ where
         let _ = wr.shutdown().await;
     })
     .await;
-    linger(&mut rd).await;
 }
 
 /// Discard the peer's input until it closes or [`LINGER`] passes (bounded in time and bytes).

@@ -32,7 +32,9 @@ mod reader;
 
 use self::bounds::{Bounds, MAX_SLOTS};
 use self::gate::{Gate, Pending, Refusal};
-use self::handshake::{check_hello, establish, linger, read_hello, refuse, worker_key, Transport};
+use self::handshake::{
+    answer_and_close, check_hello, establish, linger, read_hello, refuse, worker_key, Transport,
+};
 use self::reader::Reader;
 use crate::auth::{Authenticator, Identity, Policy};
 use crate::outbound::{error_msg, write_loop, OutboundTx};
@@ -106,7 +108,18 @@ pub async fn serve(
         .unwrap_or_default();
     let deadline = Instant::now() + ctx.handshake_timeout;
     // One body per transport, monomorphized: the plain path pays nothing for TLS.
-    match establish(stream, &ctx, deadline).await {
+    // Biased: a plain connection is established at once and answered `busy` below if it
+    // was evicted before its task ran.
+    let established = tokio::select! {
+        biased;
+        t = establish(stream, &ctx, deadline) => t,
+        // A TLS handshake left unfinished has no channel for an `ERROR`: just closed.
+        () = place.evicted() => {
+            note_eviction(&ctx, &peer, &place);
+            return;
+        }
+    };
+    match established {
         Some(Transport::Plain(s)) => {
             let (rd, wr) = s.into_split();
             serve_halves(rd, wr, peer, place, deadline, ctx, sched, shutdown).await;
@@ -150,6 +163,16 @@ fn log_refused(peer: &str, name: &str, role: Role, msg: &Msg) {
         "refused a {role} login from {peer} (name {name:?}): {code}: {message}{}",
         ratelimit::suppressed_note(held, window)
     );
+}
+
+/// Log (rate-limited by the gate) that `place`'s connection from `peer` was evicted.
+fn note_eviction(ctx: &ConnCtx, peer: &str, place: &Pending) {
+    if let Some(line) = ctx
+        .gate
+        .note_eviction(peer, place.age(), std::time::Instant::now())
+    {
+        warn!("{line}");
+    }
 }
 
 /// Refuse a connection the gate did not admit with `ERROR busy` and the reason, without
@@ -199,7 +222,20 @@ async fn serve_halves<R, W>(
 {
     // Before authentication the buffer holds at most one HELLO and what came with it.
     let mut buf = BytesMut::with_capacity(16 * 1024);
-    let hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)).await;
+    // Biased: a HELLO already received wins over an eviction that came with it.
+    let hello = tokio::select! {
+        biased;
+        hello = tokio::time::timeout_at(deadline, read_hello(&mut rd, &mut buf)) => hello,
+        () = place.evicted() => {
+            note_eviction(&ctx, &peer, &place);
+            let limit = ctx.gate.limits().max_unauthenticated;
+            // No drain (it sent nothing to drain): under a flood, evicted connections waiting
+            // for their peers to close would hold the descriptors the eviction freed.
+            drop(rd);
+            return answer_and_close(wr, error_msg("busy", gate::eviction_message(limit), 0)).await;
+        }
+    };
+    place.hello_received();
     let (role, slots, name, worker_identity, identity, _session) = match hello {
         Ok(Ok(Msg::Hello {
             version,

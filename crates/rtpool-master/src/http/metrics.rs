@@ -351,6 +351,26 @@ fn events(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> 
             )
         }),
     )?;
+    let reasons = [
+        "max_connections",
+        "max_unauthenticated",
+        "max_unauthenticated_per_host",
+        "client_reserve",
+        "handshake_evicted",
+    ];
+    counter(
+        e,
+        "rtpool_connection_refusals",
+        "Connections answered busy by reason: refused, or evicted in their handshake to make \
+         room for a newer one (handshake_evicted).",
+        None,
+        reasons.iter().map(|r| {
+            (
+                vec![("reason", (*r).to_owned())],
+                s.connection_refusals.get(r).copied().unwrap_or(0) as f64,
+            )
+        }),
+    )?;
     counter(
         e,
         "rtpool_task_retries",

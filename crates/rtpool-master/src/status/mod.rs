@@ -32,6 +32,19 @@ pub struct MasterFacts {
     pub realtime: bool,
     /// The journal's fsync policy (`always`, `batch:10`, `off`).
     pub fsync: String,
+    /// The connection admission counters (refusals and evictions), when there is a listener.
+    pub connection_refusals: Option<CountsSource>,
+}
+
+/// Counters by name read when a snapshot is built (the connection gate's refusals: a closure,
+/// so that `status` does not depend on `connection`).
+#[derive(Clone)]
+pub struct CountsSource(pub std::sync::Arc<dyn Fn() -> BTreeMap<&'static str, u64> + Send + Sync>);
+
+impl std::fmt::Debug for CountsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CountsSource").field(&(self.0)()).finish()
+    }
 }
 
 /// Assembles a snapshot. O(packages + workers + users); `journal` is the journal's part, if
@@ -229,6 +242,11 @@ pub fn build(
         packages_omitted,
         users,
         refusals: recorder.refusals.clone(),
+        connection_refusals: facts
+            .connection_refusals
+            .as_ref()
+            .map(|read| (read.0)())
+            .unwrap_or_default(),
         connections,
         classes,
         histograms,

@@ -30,6 +30,10 @@ pub struct Status {
     pub refusals: std::collections::BTreeMap<&'static str, u64>,
     /// Connections by role (`client`, `worker`).
     pub connections: std::collections::BTreeMap<&'static str, u64>,
+    /// Connections refused with `busy` since start by reason (`max_connections`,
+    /// `max_unauthenticated`, `max_unauthenticated_per_host`, `client_reserve`), and those
+    /// evicted in their handshake to make room for a newer one (`handshake_evicted`).
+    pub connection_refusals: std::collections::BTreeMap<&'static str, u64>,
     /// Tasks by user and priority class, over every live package (not only the listed ones).
     pub classes: Vec<ClassStatus>,
     /// Histograms since start, by metric name without the `rtpool_` prefix
