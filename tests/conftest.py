@@ -253,3 +253,16 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def raw_client(real_master):
+    """A hand-written protocol client (``test_worker_supervisor.RawClient``) of the module's
+    ``real_master`` (a ``_native.Master``), closed after the test."""
+    from test_worker_supervisor import RawClient
+
+    client = RawClient(real_master.address, real_master.client_token)
+    try:
+        yield client
+    finally:
+        client.close()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -54,3 +57,38 @@ def worker_env(token: str) -> dict:
     env["RTPOOL_WORKER_TOKEN"] = token
     env["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, env.get("PYTHONPATH")) if p)
     return env
+
+
+@contextlib.contextmanager
+def worker_processes(
+    master, log_dir: Path, procs: int = 1, connection: str | None = None
+) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Yields ``start(*extra, procs_per_worker=procs, connection=connection)``, which starts a
+    real ``rtpool worker`` against ``master`` (a ``_native.Master``) in a session of its own,
+    its log in ``log_dir/worker-N.log``; every worker started is stopped (by process group) on
+    exit."""
+    started = []
+
+    def start(*extra: str, procs_per_worker: int = procs, connection: str | None = connection):
+        n = len(started)
+        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", master.address]
+        cmd += ["--procs", str(procs_per_worker), *extra]
+        if connection is not None:
+            cmd += ["--connection", connection]
+        with open(log_dir / f"worker-{n}.log", "wb") as log:
+            proc = subprocess.Popen(
+                cmd,
+                env=worker_env(master.worker_token),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            stop_process(proc, group=True)

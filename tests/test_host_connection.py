@@ -19,10 +19,10 @@ import pytest
 
 import tasks
 import tasks.hostile
-from helpers import stop_process, wait_until, worker_env
+from helpers import stop_process, wait_until, worker_env, worker_processes
 from rtpool import _native
 from rtpool import _protocol as P
-from test_worker_supervisor import RawClient
+from test_worker_supervisor import RawClient, _children
 
 PROCS = 4
 
@@ -38,42 +38,8 @@ def real_master():
 
 @pytest.fixture
 def start_worker(real_master, tmp_path):
-    procs = []
-
-    def start(*extra: str, procs_per_worker: int = PROCS, connection: str = "host"):
-        n = len(procs)
-        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", real_master.address]
-        cmd += ["--procs", str(procs_per_worker), "--connection", connection, *extra]
-        with open(tmp_path / f"worker-{n}.log", "wb") as log:
-            proc = subprocess.Popen(
-                cmd,
-                env=worker_env(real_master.worker_token),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        procs.append(proc)
-        return proc
-
-    try:
+    with worker_processes(real_master, tmp_path, procs=PROCS, connection="host") as start:
         yield start
-    finally:
-        for proc in procs:
-            stop_process(proc, group=True)
-
-
-@pytest.fixture
-def raw_client(real_master):
-    client = RawClient(real_master.address, real_master.client_token)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def _children(proc: subprocess.Popen, n: int) -> list:
-    return wait_until(lambda: len(c := psutil.Process(proc.pid).children()) == n and c, timeout=30)
 
 
 def _status(real_master) -> dict:

@@ -20,7 +20,7 @@ import pytest
 import rtpool
 import tasks
 from fakemaster import FakeConn, FakeMaster
-from helpers import stop_process, wait_until, worker_env
+from helpers import stop_process, wait_until, worker_env, worker_processes
 from rtpool import _native
 from rtpool import _protocol as P
 from rtpool import _serialize as S
@@ -610,38 +610,8 @@ def real_master():
 
 @pytest.fixture
 def start_worker(real_master, tmp_path):
-    procs = []
-
-    def start(*extra: str, procs_per_worker: int = 1):
-        n = len(procs)
-        cmd = [sys.executable, "-m", "rtpool", "worker", "--master", real_master.address]
-        cmd += ["--procs", str(procs_per_worker), *extra]
-        with open(tmp_path / f"worker-{n}.log", "wb") as log:
-            proc = subprocess.Popen(
-                cmd,
-                env=worker_env(real_master.worker_token),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        procs.append(proc)
-        return proc
-
-    try:
+    with worker_processes(real_master, tmp_path) as start:
         yield start
-    finally:
-        for proc in procs:
-            stop_process(proc, group=True)
-
-
-@pytest.fixture
-def raw_client(real_master):
-    client = RawClient(real_master.address, real_master.client_token)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def _children(proc: subprocess.Popen, n: int) -> list:
