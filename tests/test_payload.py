@@ -27,8 +27,15 @@ MIB = 1 << 20
 @pytest.fixture
 def shm(monkeypatch):
     """Shared memory on (the master is on loopback, so clients use it by default)."""
+    import gc
+
     from rtpool import _shm
 
+    # The pool and the count of attached clients are the process's: an earlier test's client
+    # that closed with a package still registered detaches only when its heartbeat thread
+    # ends. These tests count this process's segments, so they start once no client is left.
+    gc.collect()
+    _wait_for(lambda: _shm._attached == 0, "the clients of earlier tests to detach")
     monkeypatch.setattr(_shm, "_enabled", True)
     return _shm
 
@@ -94,7 +101,9 @@ def test_shared_memory_argument_is_read_only_view_and_segments_are_reused(
     assert shm.leftovers(owner) == mine and shm.leftovers(worker) == theirs
     assert shm.pool().lent() == []
     client.close()
-    assert shm.leftovers(owner) == []  # the process's last client removes its segments
+    # The process's last client removes its segments (at close, or when its heartbeat thread
+    # ends if a package was still registered).
+    _wait_for(lambda: shm.leftovers(owner) == [], "the last client's segments to go")
 
 
 def test_a_result_the_client_holds_is_never_overwritten(shm, workers, client_factory) -> None:
