@@ -31,11 +31,14 @@ def shm(monkeypatch):
 
     from rtpool import _shm
 
-    # The pool and the count of attached clients are the process's: an earlier test's client
-    # that closed with a package still registered detaches only when its heartbeat thread
-    # ends. These tests count this process's segments, so they start once no client is left.
+    # The pool and the count of attached clients are the process's, and a client an earlier
+    # test left open (in this pytest process) would keep "the last client closes" from ever
+    # happening here. These tests count this process's segments: they start from an empty
+    # pool, as if their clients were the process's only ones (the count is restored after).
     gc.collect()
-    _wait_for(lambda: _shm._attached == 0, "the clients of earlier tests to detach")
+    if _shm._pool is not None:
+        _shm._pool.clear()
+    monkeypatch.setattr(_shm, "_attached", 0)
     monkeypatch.setattr(_shm, "_enabled", True)
     return _shm
 
