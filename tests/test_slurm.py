@@ -137,13 +137,15 @@ def _executions(marker_dir: Path, n: int) -> list:
 def test_kill_one_worker_job_mid_package_loses_and_duplicates_nothing(slurm, tmp_path):
     markers = tmp_path / "markers"
     markers.mkdir()
-    # Each task runs 3 s, so scancel (through slurmctld and slurmd, which takes a few hundred ms
-    # on a loaded machine) lands while the victim's task still runs; with 0.3 s tasks it once
-    # landed after the task had ended.
+    # The victim's tasks wait on a hold file until its job is gone from the queue, so the kill
+    # lands mid-task however long scancel takes (through slurmctld and slurmd): 3 s tasks alone
+    # once let a task end before a slow scancel reached it.
     n = 10
     with rtpool.SlurmCluster(workers=2, job_dir=tmp_path / "jobs") as cluster:
         cluster.wait_for_workers(2, timeout=_JOB_START_S)
         victim = cluster.job_ids[0]
+        hold = markers / f"hold-slurm-{victim}"
+        hold.touch()
         client = cluster.client()
         pkg = client.submit_many(
             marked_square, [(str(markers), i, 3.0) for i in range(n)], star=True
@@ -158,6 +160,8 @@ def test_kill_one_worker_job_mid_package_loses_and_duplicates_nothing(slurm, tmp
 
         wait_until(victim_mid_task, timeout=30, interval=0.01)
         subprocess.run(["scancel", "--signal=KILL", "--full", victim], check=True)
+        wait_until(lambda: victim not in squeue_ids(), timeout=30, interval=0.05)
+        hold.unlink()
         assert pkg.results(timeout=60) == [i * i for i in range(n)]  # lost: 0
         runs = _executions(markers, n)
     ends = [sum(line.startswith("end ") for line in r) for r in runs]

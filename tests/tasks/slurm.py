@@ -24,6 +24,12 @@ def marked_square(marker_dir: str, x: int, seconds: float) -> int:
     with open(path, "a") as f:
         f.write(f"start {name}\n")
     time.sleep(seconds)
+    # A test that kills this worker's job holds its tasks here until the kill is done
+    # (bounded), so the kill lands mid-task however long scancel takes on a loaded machine.
+    hold = os.path.join(marker_dir, f"hold-{name}")
+    deadline = time.monotonic() + 60
+    while os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.05)
     with open(path, "a") as f:
         f.write(f"end {name}\n")
     return x * x
