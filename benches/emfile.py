@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import select
@@ -40,6 +39,7 @@ from pathlib import Path
 import psutil
 
 import rtpool
+from _master import listening_address
 
 
 def _start_master(
@@ -56,17 +56,9 @@ def _start_master(
             cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
             preexec_fn=set_limit,
         )  # fmt: skip
-    end, out = time.monotonic() + 30, b""
-    while time.monotonic() < end:
-        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-        if ready:
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            out += chunk
-            for line in out.decode(errors="replace").splitlines():
-                if line.startswith("listening on "):
-                    return proc, line.split()[-1]
+    address, out = listening_address(proc, 30)
+    if address is not None:
+        return proc, address
     proc.kill()
     raise SystemExit(f"master did not start: {out!r} {log.read_text()[-2000:]}")
 

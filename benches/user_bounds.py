@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 import psutil
 
 import rtpool
+from _master import listening_address
 from rtpool import _native
 from rtpool import _protocol as P
 from rtpool._serialize import dumps_args, serialize_function
@@ -50,17 +50,9 @@ def _start_master(data_dir: Path, extra: list[str], timeout: float) -> tuple[sub
     cmd = [sys.executable, "-m", "rtpool", "master", "--listen", "127.0.0.1:0"]
     cmd += ["--data-dir", str(data_dir), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    end, out = time.monotonic() + timeout, b""
-    while time.monotonic() < end:
-        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-        if ready:
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            out += chunk
-            for line in out.decode(errors="replace").splitlines():
-                if line.startswith("listening on "):
-                    return proc, line.split()[-1]
+    address, out = listening_address(proc, timeout)
+    if address is not None:
+        return proc, address
     proc.kill()
     raise SystemExit(f"master did not start: {out!r}")
 
