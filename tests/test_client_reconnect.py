@@ -455,3 +455,59 @@ def test_e2e_package_completes_across_a_master_kill_and_restart(tmp_path, worker
             client.close()
     finally:
         close_master(master)
+
+
+def _until_eof(conn: FakeConn, timeout: float = 15.0) -> List[int]:
+    """Kinds received until the client closes the connection (fails after ``timeout``)."""
+    kinds: List[int] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"the client kept the connection open; it sent {kinds}"
+        msg = conn.recv(timeout=left)
+        if msg is None:
+            return kinds
+        kinds.append(msg[0])
+
+
+def test_close_with_a_submission_never_acknowledged_closes_the_connection(fake, caplog):
+    # A master that never answers a SUBMIT must not keep a closed client connected (its
+    # reader, heartbeat thread and shared memory) for good: close() waits CLOSE_GRACE_S for
+    # the ACCEPTED it needs to send CANCEL, then closes anyway and says so.
+    c = rtpool.Client(fake.address, "tok", name="silent")
+    fut = c.submit(tasks.square, 2)
+    conn = fake.accept()
+    recv(conn, P.SUBMIT)
+    with caplog.at_level("WARNING", logger="rtpool.client"):
+        c.close()
+    assert fut.cancelled()
+    assert P.SUBMIT not in _until_eof(conn)
+    assert "1 submission(s) the master has not acknowledged" in caplog.text
+    assert c._conn._closed
+
+
+def test_close_cancels_a_submission_acknowledged_within_the_grace(fake):
+    c = rtpool.Client(fake.address, "tok", name="late")
+    fut = c.submit(tasks.square, 2)
+    conn = fake.accept()
+    submit = recv(conn, P.SUBMIT)
+    closer = threading.Thread(target=c.close)
+    closer.start()
+    wait_until(fut.cancelled, timeout=5)  # close() cancelled it and now waits for ACCEPTED
+    conn.send(P.ACCEPTED, submit[1], 9)
+    cancel = recv(conn, P.CANCEL)
+    assert cancel[1] == 9  # the whole package, named by the id the master gave it
+    assert P.SUBMIT not in _until_eof(conn)
+    closer.join(timeout=15)
+    assert not closer.is_alive()
+
+
+def test_shutdown_without_waiting_closes_once_the_grace_has_passed(fake):
+    c = rtpool.Client(fake.address, "tok", name="nowait")
+    fut = c.submit(tasks.square, 2)
+    conn = fake.accept()
+    recv(conn, P.SUBMIT)
+    c.shutdown(wait=False, cancel_futures=True)
+    assert fut.cancelled()
+    _until_eof(conn)  # the heartbeat thread closes it after the grace
+    wait_until(lambda: c._conn._closed, timeout=5)

@@ -69,6 +69,11 @@ _log = logging.getLogger("rtpool.client")
 # Bytes in the send queue (not yet acknowledged) that still let the silence check judge: a
 # few heartbeats' worth.
 _QUEUED_SLACK = 4096
+#: After shutdown() with every future done, how long the connection waits for the master's
+#: ACCEPTED of submissions it has not acknowledged yet (so that their CANCEL can be sent)
+#: before it closes anyway. A master that answers does so in milliseconds; a silent one
+#: must not keep a closed client connected (and its shared memory attached) for good.
+CLOSE_GRACE_S = 2.0
 
 
 def _queued_bytes(sock: socket.socket | None) -> int:
@@ -144,6 +149,7 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
         self._waiting = 0
         self._lost: ConnectionLost | None = None
         self.closing = False
+        self._close_by: float | None = None  # shutdown(): when close_if_idle() stops waiting
         self._closed = False
         self._stop = threading.Event()
         self._gen = 0  # bumped at each (re)connection, see _send()
@@ -286,6 +292,9 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
             tick = min(max(period / 2, 0.005), 1.0) if period > 0 else 1.0
             if self._stop.wait(tick):
                 return
+            if self.closing and self._close_overdue():
+                self.close_if_idle(force=True)  # shutdown(wait=False) and a silent master
+                continue
             _shm.tidy()  # idle segments, mappings of removed ones (at most once a second)
             if self._ack_later:
                 with self._send_lock:
@@ -521,18 +530,34 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
         for seg in segments:
             self.cancel_segment(seg)
 
-    def close_if_idle(self) -> None:
+    def close_if_idle(self, force: bool = False) -> None:
         """Close the socket once no package waits for results (after shutdown). While
-        disconnected, packages whose futures are all done (cancelled) do not count."""
+        disconnected, packages whose futures are all done (cancelled) do not count.
+
+        With ``force`` (the close grace has passed), packages whose futures are all done do
+        not count either: they are submissions the master has not acknowledged, so their
+        ``CANCEL`` could not be sent. They run detached until the master's result TTL."""
         with self._cond:
             if self._closed:
                 return
+            unanswered = 0
             if self._by_req or self._segments:
-                if self.sock is not None or self._needs_connection():
+                if force and not self._pending_locked():
+                    unanswered = len(self._by_req)
+                elif self.sock is not None or self._needs_connection():
                     return
             self._closed = True
             sock = self.sock
             self._cond.notify_all()
+        if unanswered:
+            _log.warning(
+                "closing the connection to %s with %d submission(s) the master has not "
+                "acknowledged within %g s: they could not be cancelled and run detached until "
+                "the master's result TTL",
+                self.address,
+                unanswered,
+                CLOSE_GRACE_S,
+            )
         self._stop.set()
         if sock is not None:
             try:
@@ -542,6 +567,15 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
             except OSError:
                 pass
 
+    def _pending_locked(self) -> bool:
+        """With self._lock held: whether any future of a registered package has no outcome."""
+        segments = list(self._by_req.values()) + list(self._segments.values())
+        return any(not f.done() for seg in segments for f in (seg.futures or ()))
+
+    def _close_overdue(self) -> bool:
+        by = self._close_by
+        return by is not None and not self._closed and _monotonic() >= by
+
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         self.closing = True
         if cancel_futures:
@@ -550,8 +584,20 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
             self._cond.notify_all()  # a reader waiting to reconnect checks what is left
         if wait:
             cf.wait(self.pending_futures())
+        if self._close_by is None:
+            # From here, submissions still unacknowledged get CLOSE_GRACE_S for their ACCEPTED
+            # (and CANCEL); then the connection closes anyway (the heartbeat thread sees to it
+            # when nobody waits here).
+            self._close_by = _monotonic() + CLOSE_GRACE_S
         self.close_if_idle()
         if wait and threading.current_thread() is not self._thread:
+            with self._cond:
+                by = self._close_by
+                self._cond.wait_for(
+                    lambda: self._closed or self._pending_locked(),
+                    timeout=max(0.0, by - _monotonic()),
+                )
+            self.close_if_idle(force=True)
             with self._lock:
                 idle = self._closed
             if idle:
