@@ -162,6 +162,38 @@ def test_a_reader_after_a_rewrite_gets_an_error_not_new_data(shm) -> None:
     shm.pool().clear()
 
 
+def test_a_reused_segment_costs_no_name_and_an_argument_no_claim(shm, monkeypatch) -> None:
+    import struct
+
+    from rtpool._serialize import dumps_args, loads_args, loads_payload
+
+    owner = shm.owner()
+    first = dumps_args((np.ones(MIB),), None, owner)
+    path = os.path.join(shm.SHM_DIR, first.shm)
+
+    def claimed() -> int:
+        with open(path, "rb") as f:
+            return struct.unpack_from("=Q", f.read(24), 16)[0]
+
+    (arr,), _ = loads_args(bytes(first))
+    shm.set_result_owner(None)
+    assert arr.max() == 1.0 and claimed() == 0  # an argument's reader writes no claim
+    del arr
+    shm.release(first.shm)
+
+    def no_new_name(n: int) -> str:
+        raise AssertionError("a reused segment asked for a new name")
+
+    monkeypatch.setattr(shm.secrets, "token_hex", no_new_name)
+    second = dumps_args((np.zeros(MIB),), None, owner)
+    assert second.shm == first.shm  # rewritten in place, under its old name
+    (value,), _ = loads_payload(bytes(second))  # a result's reader claims (generation 2)
+    assert value.max() == 0.0 and claimed() == 2
+    del value
+    shm.release(second.shm)
+    shm.pool().clear()
+
+
 def test_no_leak_after_a_task_failure(shm, workers, client_factory) -> None:
     workers.start(1)
     client = client_factory()

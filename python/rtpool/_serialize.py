@@ -291,15 +291,16 @@ def loads_payload(data: Any) -> Any:
     return _loads_view(data)[0]
 
 
-def _loads_view(data: Any) -> Tuple[Any, str]:
-    """``(value, shared-memory segment name or "")`` of a payload."""
+def _loads_view(data: Any, claim: bool = True) -> Tuple[Any, str]:
+    """``(value, shared-memory segment name or "")`` of a payload. ``claim=False``: task
+    arguments, whose segment's writer does not wait for a claim (``_shm_pool.Mappings.view``)."""
     if type(data) is Payload:
         data = bytes(data)  # sent to ourselves (tests, a local fallback)
     view = memoryview(data)
     if not view.nbytes or view[0] < ENVELOPE_TAG:
         return _loads(view), ""
     if view[0] == _shm.SHM_TAG:
-        stream, buffers, name = _shm.read(view)
+        stream, buffers, name = _shm.read(view, claim)
         return _loads(stream, buffers=buffers), name
     if view[0] != ENVELOPE_TAG:
         return _loads(view), ""  # not ours: pickle says what is wrong with it
@@ -368,7 +369,7 @@ def loads_args(payload: Any) -> Tuple[tuple, dict | None]:
     if payload and payload[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
         _shm_local.owner = None
         return _loads(payload)
-    value, name = _loads_view(payload)
+    value, name = _loads_view(payload, claim=False)
     _shm.set_result_owner(_shm.owner_of(name) if name else None)
     return value
 

@@ -61,12 +61,19 @@ _OWNER: str | None = None
 
 
 def owner() -> str:
-    """This process's owner tag: ``<pid>-<start time>`` (stable for the process's life)."""
+    """This process's owner tag: ``<pid>-<start time>`` (stable for the process's life;
+    forgotten in a forked child, see :func:`_after_fork`)."""
     global _OWNER
-    pid = os.getpid()
-    if _OWNER is None or not _OWNER.startswith(f"{pid}-"):
-        _OWNER = f"{pid}-{start_time(pid) or 0}"
-    return _OWNER
+    tag = _OWNER
+    if tag is None:
+        pid = os.getpid()
+        tag = _OWNER = f"{pid}-{start_time(pid) or 0}"
+    return tag
+
+
+def _new_name(owner_tag: str) -> str:
+    """The name of a new segment (only a segment the pool creates needs one)."""
+    return f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
 
 
 def available() -> bool:
@@ -131,8 +138,7 @@ def write(
         ``(envelope, name)``: the small payload that crosses TCP, and the segment's name.
     """
     lens = [r.nbytes for r in raws]
-    name_for = f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
-    name, gen = pool().write(name_for, raws, lens, reader)
+    name, gen = pool().write(lambda: _new_name(owner_tag), raws, lens, reader)
     encoded = name.encode()
     head = _HEAD.pack(SHM_TAG, len(raws), len(stream), len(encoded), gen)
     table = struct.pack(f">{len(lens)}Q", *lens)
@@ -145,8 +151,7 @@ def write_joined(parts: List[Any], owner_tag: str) -> Tuple[bytes, str]:
     whose msgpack must be contiguous. Returns ``(envelope, name)``; the envelope's pickle
     stream is empty and its one buffer is the joined parts."""
     lens = [memoryview(p).nbytes for p in parts]
-    name_for = f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
-    name, gen = pool().write(name_for, parts, lens, "", align=1)
+    name, gen = pool().write(lambda: _new_name(owner_tag), parts, lens, "", align=1)
     encoded = name.encode()
     head = _HEAD.pack(SHM_TAG, 1, 0, len(encoded), gen)
     return head + struct.pack(">Q", sum(lens)) + encoded, name
@@ -161,15 +166,19 @@ def read_joined(view: memoryview) -> Tuple[memoryview, str]:
     (length,) = struct.unpack_from(">Q", view, _HEAD.size)
     pos = _HEAD.size + 8
     name = bytes(view[pos : pos + name_len]).decode()
-    whole = _map(name, gen)
+    whole = _map(name, gen, claim=False)  # arguments: their writer waits for no claim
     if _shm_pool.HEADER_BYTES + length > whole.nbytes:
         raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
     return whole[_shm_pool.HEADER_BYTES : _shm_pool.HEADER_BYTES + length], name
 
 
-def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
+def read(view: memoryview, claim: bool = True) -> Tuple[memoryview, List[memoryview], str]:
     """Map the segment a shared-memory envelope names, read-only (once per process: the
     mapping is kept), and hold it until every value made from it is gone.
+
+    Args:
+        claim: Write the generation into the segment's claimed word (a result: its writer
+            waits for that); False for arguments, whose writer frees them itself.
 
     Returns:
         ``(pickle stream, buffer views, name)``.
@@ -184,7 +193,7 @@ def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
     name = bytes(view[pos : pos + name_len]).decode()
     pos += name_len
     stream = view[pos : pos + stream_len]
-    whole = _map(name, gen)
+    whole = _map(name, gen, claim)
     offsets, end = _shm_pool.layout(list(lens))
     if end > whole.nbytes:
         raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
@@ -192,12 +201,12 @@ def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
     return stream, buffers, name
 
 
-def _map(name: str, gen: int) -> memoryview:
+def _map(name: str, gen: int, claim: bool = True) -> memoryview:
     if "/" in name or not name.startswith(PREFIX):
         raise ValueError(f"bad shared-memory segment name {name!r}")
     tidy()
     try:
-        return mappings().view(name, gen)
+        return mappings().view(name, gen, claim)
     except FileNotFoundError as exc:
         if exc.filename is None:
             raise  # rewritten: the message says so
