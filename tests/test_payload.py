@@ -113,18 +113,46 @@ def test_a_result_the_client_holds_is_never_overwritten(shm, workers, client_fac
     workers.start(1)
     client = client_factory()
     worker = client.submit(tasks.payload.owner).result(30)
-    held = client.submit(tasks.payload.echo, np.ones(MIB, dtype="f8")).result(30)
+    held = client.submit(tasks.payload.copy, np.ones(MIB, dtype="f8")).result(30)
     for i in range(5):
         value = np.full(MIB, float(i + 2))
-        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+        assert np.array_equal(client.submit(tasks.payload.copy, value).result(30), value)
     # The worker took a second segment for the later results: the held one is still read.
     assert held.min() == held.max() == 1.0
     assert len(shm.leftovers(worker)) == 2
     del held
     for i in range(3):
         value = np.full(MIB, float(i + 10))
-        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+        assert np.array_equal(client.submit(tasks.payload.copy, value).result(30), value)
     assert len(shm.leftovers(worker)) == 2  # reused once dropped, not a third one
+
+
+def test_a_result_made_of_its_argument_refers_to_it(shm, workers, client_factory) -> None:
+    # A task that returns its argument (or a slice of it) sends offsets into the client's own
+    # argument segment: the worker copies nothing; the segment stays the client's, lent
+    # while the result is held, reused once it is dropped.
+    workers.start(1)
+    client = client_factory()
+    owner = client._conn.shm_owner
+    worker = client.submit(tasks.payload.owner).result(30)
+    arr = np.arange(MIB, dtype="f8")
+    held = client.submit(tasks.payload.echo, arr).result(30)
+    half = client.submit(tasks.payload.tail, arr).result(30)
+    assert np.array_equal(held, arr) and np.array_equal(half, arr[MIB // 2 :])
+    assert not held.flags.writeable and not half.flags.writeable
+    assert shm.leftovers(worker) == []  # the worker wrote no segment
+    assert len(shm.leftovers(owner)) == 2  # one per held result: neither was rewritten
+    for i in range(3):
+        value = np.full(MIB, float(i))
+        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+    assert np.array_equal(held, arr) and np.array_equal(half, arr[MIB // 2 :])
+    assert len(shm.leftovers(owner)) == 3
+    del held, half
+    for i in range(3):
+        value = np.full(MIB, float(i + 5))
+        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+    assert len(shm.leftovers(owner)) == 3 and shm.leftovers(worker) == []
+    assert shm.pool().lent() == []
 
 
 def test_an_argument_the_task_keeps_is_never_overwritten(shm, workers, client_factory) -> None:
@@ -210,7 +238,7 @@ def test_no_leak_after_the_worker_is_killed(shm, workers, client_factory) -> Non
     workers.start(1)
     client = client_factory()
     worker = client.submit(tasks.payload.owner).result(30)
-    held = client.submit(tasks.payload.echo, np.ones(MIB)).result(30)
+    held = client.submit(tasks.payload.copy, np.ones(MIB)).result(30)
     (segment,) = shm.leftovers(worker)
     assert segment in shm.mappings().names()
     os.kill(int(worker.split("-")[0]), signal.SIGKILL)

@@ -378,6 +378,18 @@ class Mappings:
             raise
         return memoryview(exporter).cast("B").toreadonly()
 
+    def offset_of(self, name: str, addr: int, nbytes: int) -> int | None:
+        """Where ``nbytes`` at address ``addr`` lie in this process's mapping of ``name``,
+        while a value made from it holds it; None if they are not all in it."""
+        with self._lock:
+            m = self._maps.get(name)
+            if m is None or not m.users:
+                return None
+            off = addr - m.addr
+            if off < HEADER_BYTES or off + nbytes > m.size:
+                return None
+            return off
+
     def _open(self, name: str) -> _Mapping:
         fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
         try:
