@@ -241,9 +241,7 @@ def read_joined(view: memoryview) -> Tuple[memoryview, str]:
     return whole[_shm_pool.HEADER_BYTES : _shm_pool.HEADER_BYTES + length], name
 
 
-def read(
-    view: memoryview, claim: bool = True
-) -> Tuple[memoryview, List[memoryview], str, int]:
+def read(view: memoryview, claim: bool = True) -> Tuple[memoryview, List[memoryview], str, int]:
     """Map the segment a shared-memory envelope names, read-only (once per process: the
     mapping is kept), and hold it until every value made from it is gone.
 
