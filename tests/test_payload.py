@@ -222,6 +222,34 @@ def test_a_reused_segment_costs_no_name_and_an_argument_no_claim(shm, monkeypatc
     shm.pool().clear()
 
 
+def test_a_reference_envelope_is_read_only_from_our_own_segment(shm, monkeypatch) -> None:
+    import struct
+
+    from rtpool._serialize import dumps_args, dumps_result, loads_args, loads_result
+
+    owner = shm.owner()
+    arg = dumps_args((np.arange(MIB, dtype="f8"),), None, owner)
+    (arr,), _ = loads_args(bytes(arg))  # as a worker would: the task's argument segment
+    envelope = bytes(dumps_result(arr[MIB // 2 :]))
+    shm.set_result_owner(None)
+    del arr
+    assert envelope[0] == shm.SHM_REF_TAG and len(envelope) < 1024  # offsets, not data
+    back = loads_result(envelope)
+    assert np.array_equal(back, np.arange(MIB // 2, MIB, dtype="f8")) and not back.flags.writeable
+    del back
+    # A span outside the segment is refused (the offset is the first u64 after the head).
+    bad = bytearray(envelope)
+    struct.pack_into(">Q", bad, 28, 1 << 40)
+    with pytest.raises(ValueError, match="outside segment"):
+        loads_result(bytes(bad))
+    shm.release(arg.shm)
+    shm.pool().clear()
+    # So is another process's segment: only the client's own argument may be referred to.
+    monkeypatch.setattr(shm, "_OWNER", "1-1")
+    with pytest.raises(ValueError, match="not one of ours"):
+        loads_result(envelope)
+
+
 def test_no_leak_after_a_task_failure(shm, workers, client_factory) -> None:
     workers.start(1)
     client = client_factory()
