@@ -55,6 +55,25 @@ def test_within_from_needs_every_larger_n_within_10_percent():
     assert linpack.within_from(rows) is None
 
 
+def test_the_bar_reads_the_median_of_the_pairs():
+    # A size's ratio is the median of its pairs' ratios (each pair: a local and a remote solve
+    # back to back), not the ratio of the medians, which pairs up solves run under other loads.
+    row = _row(2000, 1, 1.05)  # medians: within 10 %
+    row["pairs"] = linpack.pair_stats([1 / 1.5, 1 / 1.5, 1.0])  # most pairs: 1.5x slower
+    assert linpack.row_ratio(row) == pytest.approx(1 / 1.5, abs=1e-3)
+    assert linpack.within_from([row]) is None
+    row["pairs"] = linpack.pair_stats([0.95, 0.2, 4.0])
+    assert linpack.row_ratio(row) == pytest.approx(0.95) and linpack.within_from([row]) == 2000
+    assert linpack.row_ratio(_row(2000, 1, 1.05)) == pytest.approx(1 / 1.05, abs=1e-3)  # no pairs
+
+
+def test_blas_match_compares_the_libraries_loaded_on_both_sides():
+    one = {"libs": {"libopenblas.so": 1, "libscipy_openblas.so": 1}}
+    assert linpack.blas_match(one, {"libs": {"libopenblas.so": 1}})
+    assert not linpack.blas_match(one, {"libs": {"libopenblas.so": 2}})
+    assert not linpack.blas_match({"libs": {}}, one)  # nothing known: not shown fair
+
+
 def test_unblocked_crossover_and_its_edge_cases():
     rows = [_row(100, 1, 2, 1), _row(200, 1, 1, 2), _row(400, 1, 1, 3), _row(800, 1, 1, None)]
     x = linpack.unblocked_crossover(rows)
@@ -400,7 +419,11 @@ def test_quick_run_of_every_section(tmp_path):
         for m in ("local", "unblocked", "remote"):
             assert row[m]["reps"] == 2 and row[m]["mflops"] > 0 and row[m]["max_resid"] < 100
         assert row["remote_over_local"] > 0
+        # one pair per repetition: a local and a remote solve back to back
+        pairs = row["pairs"]
+        assert len(pairs["ratios"]) == 2 and pairs["min"] <= pairs["p50"] <= pairs["max"]
     assert set(lp["worker_blas"]["libs"].values()) <= {1, None}
+    assert lp["blas_match"] is True  # the worker and this process run the same BLAS threads
 
     cells = r["multi"]["cells"]
     assert [(c["n"], c["c"]) for c in cells] == [(200, 1), (200, 2)]

@@ -355,6 +355,58 @@ def test_invoke_checks_outputs_against_their_spec():
     assert str(info.value) == "wrong_type: the return value has type str, expected int"
 
 
+def test_a_repeated_call_runs_from_its_plan_and_still_checks_what_can_change():
+    # The first call with given sizes and dtypes is checked in full and leaves a plan; the next
+    # ones skip the argument checks, but an output reshaped or retyped in place, a wrong return
+    # value, or other sizes (another plan) are still refused.
+    calls = []
+
+    @remote("plan_probe")
+    def plan_probe(n: int, A: InOut[Mat], C: Out[Mat]) -> int:  # noqa: F821
+        calls.append(n)
+        C[...] = A
+        A *= 2
+        if len(calls) == 3:
+            C.shape = (n * n,)  # in place: the array the worker allocated
+        if len(calls) == 4:
+            A.dtype = np.int64  # same itemsize, another dtype
+        return "bad" if len(calls) == 5 else n
+
+    iface = iface_of(plan_probe)
+    A = np.arange(4.0).reshape(2, 2)
+    payload = encode_args([2, A])
+    for _ in range(2):  # the full check, then the plan
+        info, A2, C = decode_results(invoke(plan_probe, iface, payload, []))
+        assert info == 2 and A2.tolist() == [[0, 2], [4, 6]] and C.tolist() == A.tolist()
+    assert len(iface._plans) == 1
+    with pytest.raises(CallError) as err:
+        invoke(plan_probe, iface, payload, [])
+    assert str(err.value) == "plan_probe: output C has shape (4,), expected (2, 2)"
+    with pytest.raises(CallError) as err:
+        invoke(plan_probe, iface, payload, [])
+    assert str(err.value) == "plan_probe: output A has dtype int64, expected float64"
+    with pytest.raises(CallError) as err:
+        invoke(plan_probe, iface, payload, [])
+    assert str(err.value) == "plan_probe: the return value has type str, expected int"
+    with pytest.raises(CallError) as err:  # n=3 with a 2 x 2 array: not the plan of n=2
+        invoke(plan_probe, iface, encode_args([3, A]), [])
+    assert str(err.value) == "plan_probe: argument A has shape (2, 2), expected (n, n) = (3, 3)"
+    assert len(calls) == 5 and len(iface._plans) == 1
+
+
+def test_repeated_array_headers_decode_to_the_same_arrays():
+    # The decoder remembers headers it has seen; an equal header with other data, or data of
+    # another length after it, must not be taken for the remembered array.
+    a = np.arange(6.0).reshape(2, 3)
+    for _ in range(2):
+        out = decode_results(encode_results([a, a.T.copy(), a.astype(np.int32)]))
+        assert [x.tolist() for x in out] == [a.tolist(), a.T.tolist(), a.tolist()]
+        assert out[0].flags.writeable and out[2].dtype == np.int32
+    short = ext1_payload(a)[:-8]
+    with pytest.raises(CallError, match="needs 48 bytes, its payload has 40"):
+        decode_results(msgpack.packb([msgpack.ExtType(1, short)]))
+
+
 def test_invoke_lets_the_function_exception_through():
     iface = iface_of(tasks.rpc.fail)
     with pytest.raises(ValueError, match="^boom$"):

@@ -113,18 +113,46 @@ def test_a_result_the_client_holds_is_never_overwritten(shm, workers, client_fac
     workers.start(1)
     client = client_factory()
     worker = client.submit(tasks.payload.owner).result(30)
-    held = client.submit(tasks.payload.echo, np.ones(MIB, dtype="f8")).result(30)
+    held = client.submit(tasks.payload.copy, np.ones(MIB, dtype="f8")).result(30)
     for i in range(5):
         value = np.full(MIB, float(i + 2))
-        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+        assert np.array_equal(client.submit(tasks.payload.copy, value).result(30), value)
     # The worker took a second segment for the later results: the held one is still read.
     assert held.min() == held.max() == 1.0
     assert len(shm.leftovers(worker)) == 2
     del held
     for i in range(3):
         value = np.full(MIB, float(i + 10))
-        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+        assert np.array_equal(client.submit(tasks.payload.copy, value).result(30), value)
     assert len(shm.leftovers(worker)) == 2  # reused once dropped, not a third one
+
+
+def test_a_result_made_of_its_argument_refers_to_it(shm, workers, client_factory) -> None:
+    # A task that returns its argument (or a slice of it) sends offsets into the client's own
+    # argument segment: the worker copies nothing; the segment stays the client's, lent
+    # while the result is held, reused once it is dropped.
+    workers.start(1)
+    client = client_factory()
+    owner = client._conn.shm_owner
+    worker = client.submit(tasks.payload.owner).result(30)
+    arr = np.arange(MIB, dtype="f8")
+    held = client.submit(tasks.payload.echo, arr).result(30)
+    half = client.submit(tasks.payload.tail, arr).result(30)
+    assert np.array_equal(held, arr) and np.array_equal(half, arr[MIB // 2 :])
+    assert not held.flags.writeable and not half.flags.writeable
+    assert shm.leftovers(worker) == []  # the worker wrote no segment
+    assert len(shm.leftovers(owner)) == 2  # one per held result: neither was rewritten
+    for i in range(3):
+        value = np.full(MIB, float(i))
+        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+    assert np.array_equal(held, arr) and np.array_equal(half, arr[MIB // 2 :])
+    assert len(shm.leftovers(owner)) == 3
+    del held, half
+    for i in range(3):
+        value = np.full(MIB, float(i + 5))
+        assert np.array_equal(client.submit(tasks.payload.echo, value).result(30), value)
+    assert len(shm.leftovers(owner)) == 3 and shm.leftovers(worker) == []
+    assert shm.pool().lent() == []
 
 
 def test_an_argument_the_task_keeps_is_never_overwritten(shm, workers, client_factory) -> None:
@@ -162,6 +190,66 @@ def test_a_reader_after_a_rewrite_gets_an_error_not_new_data(shm) -> None:
     shm.pool().clear()
 
 
+def test_a_reused_segment_costs_no_name_and_an_argument_no_claim(shm, monkeypatch) -> None:
+    import struct
+
+    from rtpool._serialize import dumps_args, loads_args, loads_payload
+
+    owner = shm.owner()
+    first = dumps_args((np.ones(MIB),), None, owner)
+    path = os.path.join(shm.SHM_DIR, first.shm)
+
+    def claimed() -> int:
+        with open(path, "rb") as f:
+            return struct.unpack_from("=Q", f.read(24), 16)[0]
+
+    (arr,), _ = loads_args(bytes(first))
+    shm.set_result_owner(None)
+    assert arr.max() == 1.0 and claimed() == 0  # an argument's reader writes no claim
+    del arr
+    shm.release(first.shm)
+
+    def no_new_name(n: int) -> str:
+        raise AssertionError("a reused segment asked for a new name")
+
+    monkeypatch.setattr(shm.secrets, "token_hex", no_new_name)
+    second = dumps_args((np.zeros(MIB),), None, owner)
+    assert second.shm == first.shm  # rewritten in place, under its old name
+    (value,), _ = loads_payload(bytes(second))  # a result's reader claims (generation 2)
+    assert value.max() == 0.0 and claimed() == 2
+    del value
+    shm.release(second.shm)
+    shm.pool().clear()
+
+
+def test_a_reference_envelope_is_read_only_from_our_own_segment(shm, monkeypatch) -> None:
+    import struct
+
+    from rtpool._serialize import dumps_args, dumps_result, loads_args, loads_result
+
+    owner = shm.owner()
+    arg = dumps_args((np.arange(MIB, dtype="f8"),), None, owner)
+    (arr,), _ = loads_args(bytes(arg))  # as a worker would: the task's argument segment
+    envelope = bytes(dumps_result(arr[MIB // 2 :]))
+    shm.set_result_owner(None)
+    del arr
+    assert envelope[0] == shm.SHM_REF_TAG and len(envelope) < 1024  # offsets, not data
+    back = loads_result(envelope)
+    assert np.array_equal(back, np.arange(MIB // 2, MIB, dtype="f8")) and not back.flags.writeable
+    del back
+    # A span outside the segment is refused (the offset is the first u64 after the head).
+    bad = bytearray(envelope)
+    struct.pack_into(">Q", bad, 28, 1 << 40)
+    with pytest.raises(ValueError, match="outside segment"):
+        loads_result(bytes(bad))
+    shm.release(arg.shm)
+    shm.pool().clear()
+    # So is another process's segment: only the client's own argument may be referred to.
+    monkeypatch.setattr(shm, "_OWNER", "1-1")
+    with pytest.raises(ValueError, match="not one of ours"):
+        loads_result(envelope)
+
+
 def test_no_leak_after_a_task_failure(shm, workers, client_factory) -> None:
     workers.start(1)
     client = client_factory()
@@ -178,7 +266,7 @@ def test_no_leak_after_the_worker_is_killed(shm, workers, client_factory) -> Non
     workers.start(1)
     client = client_factory()
     worker = client.submit(tasks.payload.owner).result(30)
-    held = client.submit(tasks.payload.echo, np.ones(MIB)).result(30)
+    held = client.submit(tasks.payload.copy, np.ones(MIB)).result(30)
     (segment,) = shm.leftovers(worker)
     assert segment in shm.mappings().names()
     os.kill(int(worker.split("-")[0]), signal.SIGKILL)

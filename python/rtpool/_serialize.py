@@ -260,6 +260,10 @@ def _dumps_oob(obj: Any, what: str, shm_owner: str | None = None, shm_reader: st
         return stream if len(stream) < SEGMENT_MIN_BYTES else Payload((stream,), len(stream))
     raws = [b.raw() for b in buffers]
     if shm_owner and sum(r.nbytes for r in raws) >= _shm.SHM_MIN_BYTES:
+        if shm_reader:  # a result: if it is (part of) its task's argument, refer to it
+            envelope = _shm.refer(raws, stream)
+            if envelope is not None:
+                return Payload((envelope,), len(envelope))
         envelope, name = _shm.write(raws, stream, shm_owner, shm_reader)
         return Payload((envelope,), len(envelope), name)
     return _envelope(stream, raws)
@@ -291,18 +295,23 @@ def loads_payload(data: Any) -> Any:
     return _loads_view(data)[0]
 
 
-def _loads_view(data: Any) -> Tuple[Any, str]:
-    """``(value, shared-memory segment name or "")`` of a payload."""
+def _loads_view(data: Any, claim: bool = True) -> Tuple[Any, Tuple[str, int] | None]:
+    """``(value, its shared-memory segment's (name, generation) or None)`` of a payload.
+    ``claim=False``: task arguments, whose segment's writer does not wait for a claim
+    (``_shm_pool.Mappings.view``)."""
     if type(data) is Payload:
         data = bytes(data)  # sent to ourselves (tests, a local fallback)
     view = memoryview(data)
     if not view.nbytes or view[0] < ENVELOPE_TAG:
-        return _loads(view), ""
+        return _loads(view), None
     if view[0] == _shm.SHM_TAG:
-        stream, buffers, name = _shm.read(view)
-        return _loads(stream, buffers=buffers), name
+        stream, buffers, name, gen = _shm.read(view, claim)
+        return _loads(stream, buffers=buffers), (name, gen)
+    if view[0] == _shm.SHM_REF_TAG:  # a result made of its own argument's bytes
+        stream, buffers = _shm.read_refs(view)
+        return _loads(stream, buffers=buffers), None
     if view[0] != ENVELOPE_TAG:
-        return _loads(view), ""  # not ours: pickle says what is wrong with it
+        return _loads(view), None  # not ours: pickle says what is wrong with it
     try:
         _, nbuf, stream_len = _ENV_HEAD.unpack_from(view, 0)
         lens = struct.unpack_from(f">{nbuf}Q", view, _ENV_HEAD.size)
@@ -320,7 +329,7 @@ def _loads_view(data: Any) -> Tuple[Any, str]:
             )
         buffers.append(view[pos : pos + n])
         pos += n
-    return _loads(stream, buffers=buffers), ""
+    return _loads(stream, buffers=buffers), None
 
 
 def dumps_args(args: tuple, kwargs: dict | None, shm_owner: str | None = None) -> Any:
@@ -368,8 +377,8 @@ def loads_args(payload: Any) -> Tuple[tuple, dict | None]:
     if payload and payload[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
         _shm_local.owner = None
         return _loads(payload)
-    value, name = _loads_view(payload)
-    _shm.set_result_owner(_shm.owner_of(name) if name else None)
+    value, seg = _loads_view(payload, claim=False)
+    _shm.set_result_owner(_shm.owner_of(seg[0]) if seg else None, seg)
     return value
 
 

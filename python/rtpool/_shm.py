@@ -33,6 +33,7 @@ import os
 import re
 import secrets
 import struct
+import sys
 import threading
 import time
 from typing import Any, List, Tuple
@@ -44,6 +45,9 @@ from ._shm_pool import SHM_DIR, start_time
 PREFIX = "rtpool-"
 #: First byte of a shared-memory envelope.
 SHM_TAG = 0xB6
+#: First byte of a reference envelope: a result whose buffers lie in its task's argument
+#: segment, sent as offsets into it (no copy).
+SHM_REF_TAG = 0xB7
 #: Smallest payload (sum of its out-of-band buffers) sent through shared memory.
 SHM_MIN_BYTES = 256 * 1024
 
@@ -61,12 +65,19 @@ _OWNER: str | None = None
 
 
 def owner() -> str:
-    """This process's owner tag: ``<pid>-<start time>`` (stable for the process's life)."""
+    """This process's owner tag: ``<pid>-<start time>`` (stable for the process's life;
+    forgotten in a forked child, see :func:`_after_fork`)."""
     global _OWNER
-    pid = os.getpid()
-    if _OWNER is None or not _OWNER.startswith(f"{pid}-"):
-        _OWNER = f"{pid}-{start_time(pid) or 0}"
-    return _OWNER
+    tag = _OWNER
+    if tag is None:
+        pid = os.getpid()
+        tag = _OWNER = f"{pid}-{start_time(pid) or 0}"
+    return tag
+
+
+def _new_name(owner_tag: str) -> str:
+    """The name of a new segment (only a segment the pool creates needs one)."""
+    return f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
 
 
 def available() -> bool:
@@ -78,11 +89,13 @@ def available() -> bool:
     return _enabled
 
 
-def set_result_owner(tag: str | None) -> None:
+def set_result_owner(tag: str | None, arg_segment: Tuple[str, int] | None = None) -> None:
     """Record the client that owns the task now running on this thread (from its argument
     envelope): its large result goes to a file named after that client, or over TCP when
-    None."""
+    None. ``arg_segment``: the ``(name, generation)`` of the task's argument segment, which
+    a result may refer to instead of copying (:func:`refer`)."""
     _local.owner = tag
+    _local.arg_segment = arg_segment
 
 
 def result_owner() -> str | None:
@@ -131,8 +144,7 @@ def write(
         ``(envelope, name)``: the small payload that crosses TCP, and the segment's name.
     """
     lens = [r.nbytes for r in raws]
-    name_for = f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
-    name, gen = pool().write(name_for, raws, lens, reader)
+    name, gen = pool().write(lambda: _new_name(owner_tag), raws, lens, reader)
     encoded = name.encode()
     head = _HEAD.pack(SHM_TAG, len(raws), len(stream), len(encoded), gen)
     table = struct.pack(f">{len(lens)}Q", *lens)
@@ -145,11 +157,73 @@ def write_joined(parts: List[Any], owner_tag: str) -> Tuple[bytes, str]:
     whose msgpack must be contiguous. Returns ``(envelope, name)``; the envelope's pickle
     stream is empty and its one buffer is the joined parts."""
     lens = [memoryview(p).nbytes for p in parts]
-    name_for = f"{PREFIX}{owner_tag}-{os.getpid()}.{next(_seq)}.{secrets.token_hex(4)}"
-    name, gen = pool().write(name_for, parts, lens, "", align=1)
+    name, gen = pool().write(lambda: _new_name(owner_tag), parts, lens, "", align=1)
     encoded = name.encode()
     head = _HEAD.pack(SHM_TAG, 1, 0, len(encoded), gen)
     return head + struct.pack(">Q", sum(lens)) + encoded, name
+
+
+def _address(raw: memoryview) -> int | None:
+    """The address of a buffer's first byte (numpy's, when this process has numpy: a read-only
+    buffer gives ctypes no address)."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    try:
+        return np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0]
+    except (TypeError, ValueError):
+        return None
+
+
+def refer(raws: List[memoryview], stream: bytes) -> bytes | None:
+    """A reference envelope for a result whose buffers all lie in the argument segment of the
+    task running on this thread (a task that returns its argument, or a slice of it), or None.
+
+    Nothing is copied: the envelope names the segment, its generation and each buffer's
+    offset. That segment is the client's and stays lent until the task's future resolves, which
+    is after the client has mapped the result (it holds the segment then, as for any value
+    read from shared memory), so it cannot be rewritten under the reader.
+    """
+    seg = getattr(_local, "arg_segment", None)
+    if seg is None or _maps is None:
+        return None
+    name, gen = seg
+    spans = []
+    for raw in raws:
+        addr = _address(raw)
+        off = None if addr is None else _maps.offset_of(name, addr, raw.nbytes)
+        if off is None:
+            return None
+        spans.append(off)
+        spans.append(raw.nbytes)
+    encoded = name.encode()
+    head = _HEAD.pack(SHM_REF_TAG, len(raws), len(stream), len(encoded), gen)
+    return head + struct.pack(f">{len(spans)}Q", *spans) + encoded + stream
+
+
+def read_refs(view: memoryview) -> Tuple[memoryview, List[memoryview]]:
+    """The pickle stream and buffer views of a reference envelope (:func:`refer`): views of
+    this process's own argument segment, held like any value read from shared memory.
+
+    Raises:
+        ValueError: The segment is not this process's, or a buffer lies outside it.
+        FileNotFoundError: The segment is gone or was rewritten.
+    """
+    _, nbuf, stream_len, name_len, gen = _HEAD.unpack_from(view, 0)
+    pos = _HEAD.size
+    spans = struct.unpack_from(f">{2 * nbuf}Q", view, pos)
+    pos += 16 * nbuf
+    name = bytes(view[pos : pos + name_len]).decode()
+    pos += name_len
+    if owner_of(name) != owner():
+        raise ValueError(f"a result refers to shared-memory segment {name}, not one of ours")
+    whole = _map(name, gen, claim=False)  # our own argument segment: freed by us
+    buffers = []
+    for off, n in zip(spans[::2], spans[1::2]):
+        if off < _shm_pool.HEADER_BYTES or off + n > whole.nbytes:
+            raise ValueError(f"a result refers to bytes {off}-{off + n} outside segment {name}")
+        buffers.append(whole[off : off + n])
+    return view[pos : pos + stream_len], buffers
 
 
 def read_joined(view: memoryview) -> Tuple[memoryview, str]:
@@ -161,18 +235,22 @@ def read_joined(view: memoryview) -> Tuple[memoryview, str]:
     (length,) = struct.unpack_from(">Q", view, _HEAD.size)
     pos = _HEAD.size + 8
     name = bytes(view[pos : pos + name_len]).decode()
-    whole = _map(name, gen)
+    whole = _map(name, gen, claim=False)  # arguments: their writer waits for no claim
     if _shm_pool.HEADER_BYTES + length > whole.nbytes:
         raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
     return whole[_shm_pool.HEADER_BYTES : _shm_pool.HEADER_BYTES + length], name
 
 
-def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
+def read(view: memoryview, claim: bool = True) -> Tuple[memoryview, List[memoryview], str, int]:
     """Map the segment a shared-memory envelope names, read-only (once per process: the
     mapping is kept), and hold it until every value made from it is gone.
 
+    Args:
+        claim: Write the generation into the segment's claimed word (a result: its writer
+            waits for that); False for arguments, whose writer frees them itself.
+
     Returns:
-        ``(pickle stream, buffer views, name)``.
+        ``(pickle stream, buffer views, name, generation)``.
 
     Raises:
         FileNotFoundError: with a message saying why a segment can be missing.
@@ -184,20 +262,20 @@ def read(view: memoryview) -> Tuple[memoryview, List[memoryview], str]:
     name = bytes(view[pos : pos + name_len]).decode()
     pos += name_len
     stream = view[pos : pos + stream_len]
-    whole = _map(name, gen)
+    whole = _map(name, gen, claim)
     offsets, end = _shm_pool.layout(list(lens))
     if end > whole.nbytes:
         raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
     buffers = [whole[off : off + n] for off, n in zip(offsets, lens)]
-    return stream, buffers, name
+    return stream, buffers, name, gen
 
 
-def _map(name: str, gen: int) -> memoryview:
+def _map(name: str, gen: int, claim: bool = True) -> memoryview:
     if "/" in name or not name.startswith(PREFIX):
         raise ValueError(f"bad shared-memory segment name {name!r}")
     tidy()
     try:
-        return mappings().view(name, gen)
+        return mappings().view(name, gen, claim)
     except FileNotFoundError as exc:
         if exc.filename is None:
             raise  # rewritten: the message says so

@@ -34,7 +34,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 #: Directory of the segments (tmpfs on Linux).
 SHM_DIR = "/dev/shm"
@@ -171,12 +171,18 @@ class Pool:
         return True
 
     def write(
-        self, name_for: str, raws: List[Any], lens: List[int], reader: str, align: int = 64
+        self,
+        name_for: Callable[[], str],
+        raws: List[Any],
+        lens: List[int],
+        reader: str,
+        align: int = 64,
     ) -> Tuple[str, int]:
         """Write ``raws`` into a free segment (or a new one); returns ``(name, generation)``.
 
         Args:
-            name_for: The name a new segment gets.
+            name_for: Makes the name of a new segment (called only when one is created: a
+                reused segment costs no name, no random bytes).
             reader: The owner tag of the reader of a result ("" for an argument, which its
                 writer frees with :meth:`release`).
             align: Each buffer starts at a multiple of this (1: one contiguous buffer).
@@ -192,7 +198,7 @@ class Pool:
                     self.reused += 1
                     break
             if seg is None:
-                seg = self._create(name_for, size)
+                seg = self._create(name_for(), size)
             seg.gen += 1
             seg.state = _LENT_RESULT if reader else _LENT_ARG
             seg.reader = reader
@@ -338,9 +344,12 @@ class Mappings:
         self._lock = threading.RLock()  # finalizers may run inside a locked section (GC)
         self._maps: Dict[str, _Mapping] = {}
 
-    def view(self, name: str, gen: int) -> memoryview:
+    def view(self, name: str, gen: int, claim: bool = True) -> memoryview:
         """A read-only view of the whole segment ``name`` at generation ``gen``; the segment
         is held (``LOCK_SH``) until the view and every view or value made from it are gone.
+        With ``claim``, the generation is written into the segment's claimed word (a result's
+        writer reuses it only once claimed; an argument's writer needs no claim: one syscall
+        less per argument).
 
         Raises:
             FileNotFoundError: The segment is gone or was rewritten (its writer freed it).
@@ -360,7 +369,7 @@ class Mappings:
                     f"shared-memory payload {name} was released by its writer (generation "
                     f"{now}, not {gen}): its task already ended"
                 )
-            if ctypes.c_uint64.from_address(m.addr + 16).value != gen:
+            if claim and ctypes.c_uint64.from_address(m.addr + 16).value != gen:
                 os.pwrite(m.fd, _GEN.pack(gen), 16)  # claimed: its writer may reuse it later
             exporter = m.export.from_address(m.addr)
             weakref.finalize(exporter, self._unuse, m)
@@ -368,6 +377,18 @@ class Mappings:
             self._unuse(m)
             raise
         return memoryview(exporter).cast("B").toreadonly()
+
+    def offset_of(self, name: str, addr: int, nbytes: int) -> int | None:
+        """Where ``nbytes`` at address ``addr`` lie in this process's mapping of ``name``,
+        while a value made from it holds it; None if they are not all in it."""
+        with self._lock:
+            m = self._maps.get(name)
+            if m is None or not m.users:
+                return None
+            off = addr - m.addr
+            if off < HEADER_BYTES or off + nbytes > m.size:
+                return None
+            return off
 
     def _open(self, name: str) -> _Mapping:
         fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)

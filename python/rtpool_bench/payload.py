@@ -3,7 +3,10 @@ over shared memory, with the raw floors measured in the same run (issue 16).
 
 For each size, the bench alternates one round trip of each variant: a task echoing ``bytes``
 and a numpy array, with shared memory off (segmented TCP frames, out-of-band pickle buffers)
-and on (``/dev/shm`` segments, only an envelope over TCP), then the floors: a raw Python TCP
+and on (``/dev/shm`` segments, only an envelope over TCP), a task returning a new copy of the
+array over shared memory (``numpy-new/shm``: an echo's result is its argument's bytes and
+travels as offsets into the argument's segment, a new array is copied once more), then the
+floors: a raw Python TCP
 echo (:class:`~rtpool_bench.floor.EchoPeer`: one hop, no master, no pickling) and two
 ``memcpy`` (numpy copies) of the payload, the least any echo that copies once each way pays.
 MB/s = 2 x size / p50 round trip (MB = 10^6 bytes), as issue 16 measured Ray.
@@ -24,7 +27,7 @@ from typing import Callable, Dict, List, Sequence
 
 from .floor import EchoPeer, make_frame
 from .stats import percentile
-from .tasks import echo
+from .tasks import echo, echo_copy
 
 #: Round trips per size and variant at most (the time budget may stop earlier).
 PAYLOAD_REPS = {
@@ -36,7 +39,13 @@ PAYLOAD_REPS = {
     256 << 20: 3,
 }
 DEFAULT_SIZES = "1K,64K,1M,16M,64M,256M"
-VARIANTS = (("bytes", "tcp"), ("numpy", "tcp"), ("bytes", "shm"), ("numpy", "shm"))
+VARIANTS = (
+    ("bytes", "tcp"),
+    ("numpy", "tcp"),
+    ("bytes", "shm"),
+    ("numpy", "shm"),
+    ("numpy-new", "shm"),
+)
 RESULT_TIMEOUT_S = 120.0
 #: The master's frame limit and outbound buffer for the bench: a 256 MiB payload over TCP
 #: needs a frame above 256 MiB, and a queue that holds it while a heartbeat waits behind it.
@@ -59,7 +68,7 @@ def _payload(kind: str, size: int):
     import numpy as np
 
     arr = (np.arange(size, dtype=np.uint32) % 251).astype(np.uint8)
-    return arr.tobytes() if kind == "bytes" else arr
+    return arr.tobytes() if kind == "bytes" else arr  # numpy and numpy-new: an array
 
 
 def _same(kind: str, a, b) -> bool:
@@ -72,8 +81,9 @@ def _same(kind: str, a, b) -> bool:
 
 def _roundtrip(client, payload, kind: str):
     """One echo: (nanoseconds, whether it came back equal)."""
+    task = echo_copy if kind == "numpy-new" else echo
     t0 = time.perf_counter_ns()
-    back = client.submit(echo, payload).result(timeout=RESULT_TIMEOUT_S)
+    back = client.submit(task, payload).result(timeout=RESULT_TIMEOUT_S)
     elapsed = time.perf_counter_ns() - t0
     return elapsed, _same(kind, back, payload)
 
@@ -158,6 +168,7 @@ def _bench(workers, sizes, max_reps, seconds_per_size, say, ray) -> Dict[str, ob
                 reps = max_reps or PAYLOAD_REPS.get(size, 5)
                 say(f"payload: {size} bytes, up to {reps} round trips per variant")
                 payloads = {kind: _payload(kind, size) for kind in ("bytes", "numpy")}
+                payloads["numpy-new"] = payloads["numpy"]
                 frame = make_frame(size)
                 src = payloads["numpy"]
                 dst = np.empty_like(src)

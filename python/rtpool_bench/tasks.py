@@ -23,6 +23,13 @@ def echo(payload):
     return payload
 
 
+def echo_copy(arr):
+    """Return a new array equal to ``arr`` (a numpy array): the payload benchmark's task whose
+    result cannot be its argument's bytes (``echo`` of an array in shared memory sends its
+    result as offsets into the argument's segment, without a copy)."""
+    return arr.copy()
+
+
 def spin(ms):
     """Busy-loop for ``ms`` milliseconds of this thread's CPU time: the task of the deadline
     and hedge benchmarks.

@@ -6,7 +6,8 @@ Arguments and results are msgpack, never pickle, with two extension types:
   little-endian dimensions + the raw bytes in C order;
 * ext 2, a reference to another call's result (transactions): msgpack ``[input, output]``.
 
-Copies: encoding copies an array's bytes once, straight into the payload (plus one more
+Copies: encoding copies an array's bytes once, straight into the payload (an array under
+64 KiB twice, ``tobytes()`` then the join: cheaper than a view at that size; plus one more
 for a non-contiguous or big-endian array, made contiguous little-endian first); when the
 client's workers share its host, an argument payload of 256 KiB or more is that copy, into a
 shared-memory segment (``rtpool._shm``). Decoding a top-level array copies it once, out of the
@@ -16,6 +17,12 @@ a **read-only view** of the segment (no copy; an ``InOut`` one is copied, it is 
 array nested in a list or dict (an ``any`` value) takes one more copy through msgpack.
 :func:`deliver` copies a result array once, straight into the caller's buffer when there is
 one.
+
+A worker checks a call's arguments in full the first time it sees their sizes, dtypes and
+scalar types (:meth:`Interface._bind_key`), and remembers a plan for the next calls alike
+(:class:`_Plan`): they skip the argument checks and the checks of the outputs the worker
+allocated, unless the function reshaped or retyped one in place; a return value is always
+checked.
 
 A complex scalar has no msgpack form: it travels as a 0-d ``complex128`` array (ext 1), which
 :func:`invoke` and :func:`deliver` turn back into a ``complex`` for ``complex`` parameters and
@@ -80,6 +87,9 @@ _FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
 _ARRAY_HEADERS: dict = {}
 # numpy dtypes by the dtype string of an ext 1 payload (checked once: no object dtypes).
 _DTYPES: dict = {}
+# Arrays below this size are copied into the payload with tobytes() (one small copy is
+# cheaper than a view); larger ones are joined from a view of their data.
+_SMALL_ARRAY_BYTES = 64 * 1024
 
 
 def _ext_header(code: int, size: int) -> bytes:
@@ -127,6 +137,11 @@ def _array_parts(arr: Any) -> tuple:
         + struct.pack(f"<{arr.ndim}Q", *arr.shape)
     )
     return header, arr.reshape(-1).view(np.uint8)
+
+
+def _as_bytes(arr: Any) -> Any:
+    """A C-contiguous array's data as a flat uint8 view (no copy)."""
+    return arr.reshape(-1).view(loaded_numpy().uint8)
 
 
 def _array_ext(arr: Any) -> msgpack.ExtType:
@@ -181,11 +196,13 @@ def _encode_chunks(values: list) -> list:
     chunks: list = [_list_header(len(values))]
     for value in values:
         if np is not None and isinstance(value, np.ndarray):
-            key = (value.dtype.str, value.shape)
+            key = (value.dtype, value.shape)
             header = _ARRAY_HEADERS.get(key) if value.flags.c_contiguous else None
-            if header is not None and value.dtype.byteorder != ">":
+            if header is not None:  # (only native little-endian dtypes are cached)
                 chunks.append(header)
-                chunks.append(value.reshape(-1).view(np.uint8))
+                # A small array's bytes at once (a view costs more to make and to join).
+                n = value.nbytes
+                chunks.append(value.tobytes() if n < _SMALL_ARRAY_BYTES else _as_bytes(value))
                 continue
             header, data = _array_parts(value)
             header = _ext_header(EXT_ARRAY, len(header) + data.nbytes) + header
@@ -258,6 +275,19 @@ def _numpy() -> Any:
 def _array_from(payload: memoryview, copy: bool) -> Any:
     """Decode an ext 1 payload: a new writable array if ``copy``, else a read-only view."""
     n = payload[0]
+    if n + 1 < len(payload):
+        end = 2 + n + 8 * payload[1 + n]
+        known = _HEADERS.get(bytes(payload[:end]))
+        if known is not None and len(payload) - end == known[2]:
+            # A header seen before (a call repeats its arrays' dtypes and shapes).
+            dt, shape, nbytes = known
+            arr = _np_module.frombuffer(payload, dtype=dt, offset=end).reshape(shape)
+            return arr.copy() if copy else arr
+    return _array_from_new(payload, copy)
+
+
+def _array_from_new(payload: memoryview, copy: bool) -> Any:
+    n = payload[0]
     raw_dtype = bytes(payload[1 : 1 + n])
     pos = 1 + n
     ndim = payload[pos]
@@ -293,6 +323,8 @@ def _array_from(payload: memoryview, copy: bool) -> Any:
         )
     if count == 0:
         return np.empty(shape, dt.newbyteorder("="))
+    if dt.isnative and len(_HEADERS) < 256:
+        _HEADERS[bytes(payload[:pos])] = (dt, shape, count * dt.itemsize)
     arr = np.frombuffer(payload, dtype=dt, count=count, offset=pos).reshape(shape)
     if copy:
         return _owned(arr)
@@ -300,6 +332,8 @@ def _array_from(payload: memoryview, copy: bool) -> Any:
 
 
 _SHAPES = [f"<{n}Q" for n in range(8)]
+# (dtype, shape, data bytes) by the bytes of a valid ext 1 header of a native, non-empty array.
+_HEADERS: dict = {}
 _np_module: Any = None
 
 
@@ -579,6 +613,42 @@ def _concrete(shape: str) -> tuple:
     return tuple(int(d) for d in shape.split(",")) if shape else ()
 
 
+class _Plan:
+    """How to run a call whose arguments passed :func:`invoke`'s checks, for the next calls
+    with the same :meth:`Interface._bind_key` (the same sizes, dtypes, shapes, scalar types):
+    they skip the argument checks, and the outputs the worker made itself (``Out`` arrays it
+    allocated, ``InOut`` arrays already checked) are not checked again; only a return value
+    is (issue 16: dmmul's round trip)."""
+
+    __slots__ = ("complex_at", "inout_at", "order", "returns", "out_params", "out_specs", "zeros")
+
+    def __init__(self, iface: Interface, specs: list) -> None:
+        inputs = iface._inputs
+        #: Inputs that arrive as 0-d arrays and are complex scalars.
+        self.complex_at = [i for i, p in enumerate(inputs) if p.type == "complex"]
+        #: InOut inputs (a read-only view of shared memory is copied before the call).
+        self.inout_at = [i for i, p in enumerate(inputs) if p.mode == "inout"]
+        out_specs = {spec.name: spec for spec in specs}
+        #: For each parameter: an input's index, or the (shape, dtype) of an Out array.
+        order: list = []
+        given = 0
+        for p in iface.params:
+            if p.mode == "out":
+                order.append((_concrete(out_specs[p.name].shape), p.dtype))
+            else:
+                order.append(given)
+                given += 1
+        self.order = order
+        #: The return value's concrete spec (checked on every call), or None.
+        self.returns = specs[0] if iface.returns is not None else None
+        #: Parameter positions of the Out and InOut outputs, in output order.
+        position = {p.name: i for i, p in enumerate(iface.params)}
+        self.out_params = [position[spec.name] for spec in specs if spec.name != "return"]
+        #: Their specs: checked again only if the call changed their shape or dtype.
+        self.out_specs = [spec for spec in specs if spec.name != "return"]
+        self.zeros = _numpy().zeros if iface._has_out else None
+
+
 def invoke(fn: Callable, iface: Interface, args_payload: bytes, inputs: list) -> bytes:
     """Run one call on a worker: decode, check, allocate the ``Out`` arrays, call, encode.
 
@@ -597,7 +667,37 @@ def invoke(fn: Callable, iface: Interface, args_payload: bytes, inputs: list) ->
         Exception: Whatever ``fn`` raises, unchanged.
     """
     values = decode_args(args_payload, inputs)
-    inputs_spec = iface.inputs
+    key = iface._bind_key(values) if len(values) == len(iface._inputs) else None
+    plan = iface._plans.get(key) if key is not None else None
+    if plan is None:
+        return _invoke_checked(fn, iface, values, key)
+    for i in plan.complex_at:
+        values[i] = _from_wire(iface._inputs[i], values[i])
+    for i in plan.inout_at:
+        if not values[i].flags.writeable:
+            values[i] = _owned(values[i])  # a view of shared memory: the function writes it
+    zeros = plan.zeros
+    args = [values[x] if type(x) is int else zeros(x[0], dtype=x[1]) for x in plan.order]
+    outputs = [args[i] for i in plan.out_params]
+    before = [(a.shape, a.dtype) for a in outputs]
+    result = fn(*args)
+    for spec, a, (shape, dtype) in zip(plan.out_specs, outputs, before):
+        if a.shape != shape or a.dtype is not dtype:  # reshaped or retyped in place
+            problem = _output_problem(iface, spec, a)
+            if problem:
+                raise CallError(f"{iface.name}: output {spec.name} {problem}")
+    spec = plan.returns
+    if spec is not None:
+        problem = _output_problem(iface, spec, result)
+        if problem:
+            raise CallError(f"{iface.name}: the return value {problem}")
+        outputs.insert(0, result)
+    return encode_results(outputs)
+
+
+def _invoke_checked(fn: Callable, iface: Interface, values: list, key: Any) -> bytes:
+    """:func:`invoke` with every check; remembers a :class:`_Plan` for ``key``."""
+    inputs_spec = iface._inputs
     if len(values) != len(inputs_spec):
         raise CallError(
             f"{iface.name}: the call carries {len(values)} values, the interface has "
@@ -628,6 +728,11 @@ def invoke(fn: Callable, iface: Interface, args_payload: bytes, inputs: list) ->
         if problem:
             what = "the return value" if spec.name == "return" else f"output {spec.name}"
             raise CallError(f"{iface.name}: {what} {problem}")
+    if key is not None:
+        plans = iface._plans
+        if len(plans) >= 256:
+            plans.clear()
+        plans[key] = _Plan(iface, specs)
     return encode_results(outputs)
 
 
@@ -643,8 +748,11 @@ def deliver(iface: Interface, payload: bytes, out_buffers: list) -> Any:
     Raises:
         CallError: The payload is corrupt or does not match the interface's outputs.
     """
-    values = _decode_list(payload, copy=False)
-    outputs = iface.outputs
+    # A small payload: msgpack's C decoder, whose arrays are already copies this call owns;
+    # a large one: views of the payload, copied once below (into the caller's buffer).
+    owned = len(payload) <= _FEED_BYTES and payload[0] != _shm.SHM_TAG
+    values = _decode_list(payload, copy=owned)
+    outputs = iface._outputs
     if len(values) != len(outputs):
         raise CallError(
             f"{iface.name}: the result has {len(values)} values, the interface "
@@ -663,9 +771,9 @@ def deliver(iface: Interface, payload: bytes, out_buffers: list) -> Any:
                     f"{iface.name}: cannot fill the buffer of {p.name}: {exc}"
                 ) from None
             value = buffer
-        elif is_array:
+        elif is_array and not owned:
             value = _owned(value)
-        results.append(_from_wire(p, value))
+        results.append(_from_wire(p, value) if p.type == "complex" else value)
     if not results:
         return None
     return results[0] if len(results) == 1 else tuple(results)

@@ -118,6 +118,8 @@ def _linpack_bar(client, args, linpack: Dict | None, say: Callable) -> Dict[str,
     else measured here (interleaved, 3 repetitions, 1 in --quick)."""
     from rtpool.lib.linalg import linpack_flops
 
+    from .linpack import pair_stats, row_ratio
+
     for row in (linpack or {}).get("rows", []):
         if row["n"] == 1000:
             return {
@@ -125,7 +127,8 @@ def _linpack_bar(client, args, linpack: Dict | None, say: Callable) -> Dict[str,
                 "n": 1000,
                 "local_mflops": row["local"]["mflops"],
                 "remote_mflops": row["remote"]["mflops"],
-                "remote_over_local": row["remote_over_local"],
+                "remote_over_local": row_ratio(row),
+                "pairs": row.get("pairs"),
                 "local_median_s": row["local"]["median_s"],
                 "remote_median_s": row["remote"]["median_s"],
                 "remote_parts": row["remote_parts"],
@@ -147,12 +150,14 @@ def _linpack_bar(client, args, linpack: Dict | None, say: Callable) -> Dict[str,
             times[m].append(time.perf_counter() - t0)
     flops = linpack_flops(n)
     local, remote = time_stats(times["local"], flops), time_stats(times["remote"], flops)
+    pairs = pair_stats([lo / re for lo, re in zip(times["local"], times["remote"])])
     return {
         "source": "measured in bars",
         "n": n,
         "local_mflops": local["mflops"],
         "remote_mflops": remote["mflops"],
-        "remote_over_local": safe_ratio(remote["mflops"], local["mflops"]),
+        "remote_over_local": pairs["p50"],
+        "pairs": pairs,
         "local_median_s": local["median_s"],
         "remote_median_s": remote["median_s"],
         "remote_parts": remote_parts(timings),

@@ -66,15 +66,18 @@ def bench_linpack(args, say: Callable) -> Dict[str, object]:
             row[m]["max_resid"] = r[m]["max_resid"]
         row["remote_parts"] = remote_parts(r["timings"])
         row["remote_over_local"] = safe_ratio(row["remote"]["mflops"], row["local"]["mflops"])
+        row["pairs"] = pair_stats(r["pairs"])
         row["remote_over_unblocked"] = safe_ratio(
             row["remote"]["mflops"], row["unblocked"]["mflops"]
         )
         out_rows.append(row)
+    cblas = _client_blas()
     return {
         "workers": 1,
         "blas_threads": args.blas_threads,
-        "client_blas": _client_blas(),
+        "client_blas": cblas,
         "worker_blas": wblas,
+        "blas_match": blas_match(cblas, wblas),
         "unblocked_max_seconds": args.unblocked_max_seconds,
         "unblocked_skipped_from": skip_from,
         "rows": out_rows,
@@ -106,8 +109,12 @@ def _linpack_size(client, n: int, args, use_unblocked: bool, say: Callable) -> D
     reps = _reps_for(n, args.repeats)
     say(f"linpack: n={n}, {reps} repetitions of {', '.join(names)}")
     deadline = time.perf_counter() + args.size_seconds
+    out["pairs"] = []
     for rep in range(reps):
-        order = names[rep % len(names) :] + names[: rep % len(names)]
+        # local and remote back to back (a pair, its order alternating), so that a change of
+        # the machine's load between repetitions hits both sides of a pair's ratio alike.
+        order = ["local", "remote"] if rep % 2 == 0 else ["remote", "local"]
+        order += [m for m in names if m not in order]
         for m in order:
             if m == "unblocked" and out[m]["seconds"] and _too_slow(out[m], args):
                 continue
@@ -118,6 +125,8 @@ def _linpack_size(client, n: int, args, use_unblocked: bool, say: Callable) -> D
             out[m]["seconds"].append(time.perf_counter() - t0)
             resid = normalized_residual(A, b, x)
             out[m]["max_resid"] = max(resid, out[m]["max_resid"] or 0.0)
+        # remote Mflops / local Mflops of this pair = local time / remote time
+        out["pairs"].append(out["local"]["seconds"][-1] / out["remote"]["seconds"][-1])
         if rep >= 1 and time.perf_counter() > deadline:
             break
     return out
@@ -129,12 +138,40 @@ def _too_slow(rec: Dict, args) -> bool:
     return max(rec["seconds"]) > args.unblocked_max_seconds / 5
 
 
+def pair_stats(ratios: Sequence[float]) -> Dict[str, object]:
+    """The remote / local Mflops ratios of the pairs (one local and one remote solve back to
+    back): each, and their median, min and max."""
+    if not ratios:
+        return {"ratios": [], "p50": None, "min": None, "max": None}
+    return {
+        "ratios": [round(x, 4) for x in ratios],
+        "p50": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+    }
+
+
+def row_ratio(row: Dict) -> float | None:
+    """A size's remote / local Mflops: the median of its pairs' ratios (the ratio of the
+    medians when it has no pairs)."""
+    pairs = row.get("pairs") or {}
+    return pairs.get("p50") if pairs.get("p50") is not None else row["remote_over_local"]
+
+
+def blas_match(client: Dict, worker: Dict) -> bool:
+    """Whether every BLAS library loaded on both sides runs with the same thread count
+    (and at least one is known on both): the comparison is fair only then."""
+    libs_c, libs_w = client.get("libs", {}), worker.get("libs", {})
+    common = [k for k in libs_c if k in libs_w and libs_c[k] is not None]
+    return bool(common) and all(libs_c[k] == libs_w[k] for k in common)
+
+
 def within_from(rows: Sequence[Dict]) -> int | None:
     """The smallest n from which remote is within 10 % of local at every larger n measured
-    (None if the largest n is not)."""
+    (None if the largest n is not), by the median of the pairs' ratios."""
     best = None
     for row in sorted(rows, key=lambda r: r["n"], reverse=True):
-        ratio = row["remote_over_local"]
+        ratio = row_ratio(row)
         if ratio is None or ratio < 1 - LINPACK_WITHIN:
             break
         best = row["n"]
