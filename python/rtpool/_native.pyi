@@ -223,7 +223,8 @@ class ScaleSim:
         ``connect_errors``, ``tasks``, ``assign_frames``, ``lease_lost``, ``closed_by_master``,
         ``disconnected``, ``reconnected``, ``first_error``; and the simulator's own lateness:
         ``max_silence_ms`` (the longest time one connection sent nothing), ``silent_past_lease``
-        (sessions silent for their lease or longer: those leases the simulator lost, not the
-        master) and ``max_heartbeat_lag_ms`` (how late a heartbeat timer fired)."""
+        (sessions silent for their lease or longer), ``lease_lost_late`` (the lost leases of
+        such sessions: the simulator's loss, not the master's) and ``max_heartbeat_lag_ms`` (how
+        late a heartbeat timer fired)."""
     def stop(self) -> Dict[str, Any]:
         """Close every connection and join the thread; the final counters. Idempotent."""

@@ -228,7 +228,7 @@ def run_level(
             # A session silent for its lease was late on the simulator's side: the master was
             # right to end it. Only the other lost leases are the master's.
             out["simulator_late"] = final["silent_past_lease"] > 0
-            out["master_lease_lost"] = max(0, final["lease_lost"] - final["silent_past_lease"])
+            out["master_lease_lost"] = final["lease_lost"] - final["lease_lost_late"]
             out["sim_final"] = final
         finally:
             if sim is not None:
@@ -367,9 +367,9 @@ def render(result: Dict[str, object], write: Callable[[str], None]) -> None:
                 f"the simulator itself was silent past the lease on {final['silent_past_lease']} "
                 f"sessions (longest silence {final['max_silence_ms']} ms, heartbeat timers up to "
                 f"{final['max_heartbeat_lag_ms']} ms late: its threads were starved of CPU); "
-                f"{lv['lease_lost'] - lv['master_lease_lost']} of the {lv['lease_lost']} leases "
-                "lost are the simulator's, not the master's: measure again on a quieter machine "
-                "or with more --sim-threads"
+                f"{final['lease_lost_late']} of the {lv['lease_lost']} leases lost are the "
+                "simulator's, not the master's: measure again on a quieter machine or with more "
+                "--sim-threads"
             )
         if lv["master_lease_lost"]:
             problems.append(

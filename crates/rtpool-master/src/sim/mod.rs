@@ -13,8 +13,9 @@
 //! A lease lost is the master's failure to read in time only if the simulator itself was not
 //! silent that long: on a loaded machine its threads may not run for seconds. Each connection
 //! measures its own silence (the time between two frames it sent) and the lateness of its
-//! heartbeat timer; [`SimStats::silent_past_lease`] counts the connections that were silent
-//! for a lease or more, whose lost leases are the simulator's, not the master's.
+//! heartbeat timer; [`SimStats::silent_past_lease`] counts the sessions that were silent for a
+//! lease or more, and [`SimStats::lease_lost_late`] the lost leases of such sessions: those are
+//! the simulator's loss, not the master's.
 //!
 //! The connections run on `threads` threads of their own (a current-thread tokio runtime each,
 //! connection `i` on thread `i % threads`), so the simulator costs that many cores at most and
@@ -92,6 +93,7 @@ pub struct SimCounters {
     reconnected: AtomicU64,
     max_silence_us: AtomicU64,
     silent_past_lease: AtomicU64,
+    lease_lost_late: AtomicU64,
     max_heartbeat_lag_us: AtomicU64,
     first_error: Mutex<Option<String>>,
 }
@@ -131,6 +133,7 @@ impl SimCounters {
             reconnected: get(&self.reconnected),
             max_silence_ms: get(&self.max_silence_us) / 1000,
             silent_past_lease: get(&self.silent_past_lease),
+            lease_lost_late: get(&self.lease_lost_late),
             max_heartbeat_lag_ms: get(&self.max_heartbeat_lag_us) / 1000,
             first_error: self
                 .first_error
@@ -160,7 +163,8 @@ pub struct SimStats {
     pub tasks: u64,
     /// `ASSIGN` frames received (tasks / frames is the batching the master achieved).
     pub assign_frames: u64,
-    /// Connections the master closed with `ERROR lease_expired`.
+    /// Connections the master closed with `ERROR lease_expired` (or closed while silent for
+    /// their lease: the error frame lost in the reset).
     pub lease_lost: u64,
     /// Connections the master closed with another error after `WELCOME` (`shutdown`, ...).
     pub closed_by_master: u64,
@@ -174,6 +178,9 @@ pub struct SimStats {
     /// Connections that sent nothing for their lease or longer (counted once per session):
     /// the simulator was late, and the master was right to end their leases.
     pub silent_past_lease: u64,
+    /// Of `lease_lost`, the sessions silent for their lease or longer by the time the
+    /// simulator read the verdict: lost by the simulator's lateness (the rest: the master's).
+    pub lease_lost_late: u64,
     /// How late a heartbeat timer fired at most, milliseconds: how long a ready connection
     /// waited for a thread of the simulator.
     pub max_heartbeat_lag_ms: u64,

@@ -197,6 +197,31 @@ impl Silence {
         }
         self.last_write = now;
     }
+
+    /// The master ended this session's lease: count it, and whether the simulator was late.
+    fn lease_lost(&mut self, counters: &SimCounters) -> Ended {
+        self.end(counters);
+        SimCounters::add(&counters.lease_lost, 1);
+        if self.past_lease {
+            SimCounters::add(&counters.lease_lost_late, 1);
+        }
+        Ended::LeaseLost
+    }
+
+    /// The connection failed: after a silence of a lease, that is the master ending the lease
+    /// (its `ERROR` lost with the reset, or not read before writing); otherwise a loss.
+    fn failed(&mut self, counters: &SimCounters, what: String) -> Ended {
+        if self.past_lease || self.lease.is_some_and(|l| self.last_write.elapsed() >= l) {
+            return self.lease_lost(counters);
+        }
+        lost(counters, what)
+    }
+}
+
+fn lost(counters: &SimCounters, what: String) -> Ended {
+    SimCounters::add(&counters.disconnected, 1);
+    counters.note_error(what);
+    Ended::Done
 }
 
 /// Grant credits, answer tasks, heartbeat when idle; count how the connection ends.
@@ -230,7 +255,7 @@ async fn serve(
         if !out.is_empty() {
             silence.end(counters);
             if let Err(e) = stream.write_all(&out).await {
-                return lost(counters, format!("write: {e}"));
+                return silence.failed(counters, format!("write: {e}"));
             }
             out.clear();
             next_heartbeat = Instant::now() + heartbeat;
@@ -242,8 +267,8 @@ async fn serve(
                 encode(&Msg::Heartbeat, &mut out);
             }
             read = stream.read_buf(&mut buf) => match read {
-                Ok(0) => return lost(counters, "master closed the connection".into()),
-                Err(e) => return lost(counters, format!("read: {e}")),
+                Ok(0) => return silence.failed(counters, "master closed the connection".into()),
+                Err(e) => return silence.failed(counters, format!("read: {e}")),
                 Ok(_) => {}
             },
         }
@@ -266,10 +291,7 @@ async fn serve(
                 Ok(Some(Msg::Error { code, message, .. })) => {
                     counters.note_error(format!("{code}: {message}"));
                     if code == "lease_expired" {
-                        // The verdict ends a silence that may not have ended in a write.
-                        silence.end(counters);
-                        SimCounters::add(&counters.lease_lost, 1);
-                        return Ended::LeaseLost;
+                        return silence.lease_lost(counters);
                     }
                     SimCounters::add(&counters.closed_by_master, 1);
                     return Ended::Done;
@@ -286,10 +308,4 @@ async fn serve(
             encode(&Msg::Pull { credits }, &mut out);
         }
     }
-}
-
-fn lost(counters: &SimCounters, what: String) -> Ended {
-    SimCounters::add(&counters.disconnected, 1);
-    counters.note_error(what);
-    Ended::Done
 }
