@@ -145,4 +145,9 @@ def test_scale_bench_10000_workers_and_a_client_at_default_settings():
     assert conn["connected"] == 10_000 and conn["gave_up"] == 0, conn
     assert level["client_first_attempt"] == "welcome"
     assert level["throughput"]["finished"] == 20_000
-    assert (level["lease_lost"], level["lost_connections"]) == (0, 0), level["sim_final"]
+    final = level["sim_final"]
+    # A lease lost by the master (it failed to read a connection in time) is a product failure;
+    # one lost by a simulator starved of CPU means the machine was too busy to measure.
+    assert level["master_lease_lost"] == 0, final
+    assert not level["simulator_late"], f"the simulator was starved past the lease: {final}"
+    assert (level["lease_lost"], level["lost_connections"]) == (0, 0), final
