@@ -705,6 +705,31 @@ def test_e2e_a_worker_that_lost_its_lease_reconnects(
     assert "reconnected to the master" in (tmp_path / "worker-0.log").read_text()
 
 
+def test_e2e_a_worker_stopped_past_its_lease_is_not_blamed_for_its_task(
+    real_master, start_worker, raw_client
+):
+    # Poison is a task that kills the workers running it. A worker silent past its lease (here
+    # SIGSTOP; a starved host or a cut link alike) may be alive: the master takes its task back
+    # and it runs elsewhere, not counted against it. With max_attempts=1 one counted loss would
+    # fail it as poison (status 5, what main did).
+    first = start_worker()
+    (child,) = _children(first, 1)
+    wait_until(lambda: real_master.stats()["workers"] == 1)
+    package = raw_client.submit(tasks.sleep_return, [(7, 0.5)], max_attempts=1)
+    wait_until(lambda: real_master.stats()["running"] == 1)
+    child.suspend()  # SIGSTOP mid-task: no heartbeats; the 0.9 s lease ends
+    try:
+        wait_until(lambda: real_master.stats()["workers"] == 0, timeout=10)
+        start_worker()  # the task's second attempt runs here
+        status, data = raw_client.results(package, 1, timeout=30)[0]
+    finally:
+        child.resume()
+    assert status == P.STATUS_OK, data
+    assert pickle.loads(data) == 7
+    stats = real_master.stats()
+    assert (stats["poisoned"], stats["requeued"]) == (0, 1), stats
+
+
 def test_local_cluster_passes_the_memory_limit_to_its_workers(tmp_path):
     with rtpool.LocalCluster(workers=1, task_memory_mb=4096) as cluster:
         (pid,) = cluster.worker_pids

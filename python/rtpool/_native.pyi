@@ -188,9 +188,10 @@ def token_quotas(
     """Every user's quota and usage in microseconds, by name."""
 
 class ScaleSim:
-    """Simulated worker connections speaking the real protocol to a master, on a thread of
+    """Simulated worker connections speaking the real protocol to a master, on threads of
     their own (``rtpool bench scale``). Each answers its tasks at once with a pickled ``None``,
-    retries ``busy`` with a jittered backoff and heartbeats when idle.
+    retries ``busy`` with a jittered backoff, heartbeats when idle and connects again after a
+    lost lease.
 
     Args:
         address: The master's ``host:port``.
@@ -201,6 +202,7 @@ class ScaleSim:
         handshake_concurrency: Handshakes in flight at once.
         max_attempts: Connection attempts per worker before it gives up.
         connect_timeout_s: Time allowed for one connect plus handshake.
+        threads: Threads running the connections (connection ``i`` on thread ``i % threads``).
     """
 
     def __init__(
@@ -214,10 +216,15 @@ class ScaleSim:
         handshake_concurrency: int = 64,
         max_attempts: int = 20,
         connect_timeout_s: float = 10.0,
+        threads: int = 1,
     ) -> None: ...
     def stats(self) -> Dict[str, Any]:
         """Counters now: ``connected``, ``open``, ``busy``, ``refused``, ``gave_up``,
         ``connect_errors``, ``tasks``, ``assign_frames``, ``lease_lost``, ``closed_by_master``,
-        ``disconnected``, ``first_error``."""
+        ``disconnected``, ``reconnected``, ``first_error``; and the simulator's own lateness:
+        ``max_silence_ms`` (the longest time one connection sent nothing), ``silent_past_lease``
+        (sessions silent for their lease or longer), ``lease_lost_late`` (the lost leases of
+        such sessions: the simulator's loss, not the master's) and ``max_heartbeat_lag_ms`` (how
+        late a heartbeat timer fired)."""
     def stop(self) -> Dict[str, Any]:
         """Close every connection and join the thread; the final counters. Idempotent."""

@@ -263,7 +263,7 @@ impl Core {
             Event::Results { worker, results } => self.on_results(worker, results, now, out),
             Event::Returned { worker, tasks } => self.on_returned(worker, &tasks, now, out),
             Event::Drain { worker } => self.on_drain(worker),
-            Event::WorkerLost { worker } => self.on_worker_lost(worker, now, out),
+            Event::WorkerLost { worker, cause } => self.on_worker_lost(worker, cause, now, out),
             Event::Serve { worker, functions } => self.on_serve(worker, functions, now, out),
             Event::SubmitCalls {
                 client,

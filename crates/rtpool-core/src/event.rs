@@ -252,6 +252,8 @@ pub enum Event {
     WorkerLost {
         /// The worker.
         worker: WorkerId,
+        /// How the master lost it: whether the loss may be held against its running tasks.
+        cause: LossCause,
     },
     /// A client no longer needs these results kept on workers (`RELEASE`, `docs/data.md`).
     ReleaseKept {
@@ -261,6 +263,23 @@ pub enum Event {
         /// so whoever knows it may release it.
         keys: Vec<(WorkerId, Bytes)>,
     },
+}
+
+/// How the master lost a worker ([`Event::WorkerLost`]), which decides whether the loss counts
+/// against the tasks it was running (the poison-task cap, `docs/reliability.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossCause {
+    /// The connection ended: end of stream, reset, a fatal protocol error, a slow consumer. The
+    /// process may have died with a task in it: its oldest running tasks are blamed.
+    Closed,
+    /// The worker sent nothing for its lease (or its path timed out): stopped, cut off, starved
+    /// or frozen, maybe alive. Silence is not evidence against a task (a mass expiry would
+    /// blame every task the silent workers held), so nothing is blamed; the tasks are requeued
+    /// with their next attempt. (`rtpool worker` kills a child whose task holds the GIL past
+    /// 70% of the lease and reports the crash: that report is blamed.)
+    Silent,
+    /// The master closed it (its token revoked, a slow consumer, shutdown): nothing is blamed.
+    Dismissed,
 }
 
 /// A package as the journal recorded it, for [`Event::Restore`].

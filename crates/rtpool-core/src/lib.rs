@@ -30,8 +30,8 @@ pub use crate::core::{Core, CALLS_HASH};
 pub use crate::core::{PackageView, WorkerView};
 pub use crate::estimate::Estimate;
 pub use crate::event::{
-    Action, AssignCall, AssignTask, CallSpec, Event, MissPolicy, PackageCounts, PackageOpts,
-    RejectReason, RestoredPackage, ServiceDecl, ServiceInfo, TaskOutcome, TaskStatus,
+    Action, AssignCall, AssignTask, CallSpec, Event, LossCause, MissPolicy, PackageCounts,
+    PackageOpts, RejectReason, RestoredPackage, ServiceDecl, ServiceInfo, TaskOutcome, TaskStatus,
     WorkerOutcome,
 };
 pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};

@@ -438,3 +438,110 @@ fn a_late_crash_report_moves_the_blame_off_the_innocent_and_can_poison_a_queued_
     assert_eq!(tasks_of(&env.credit(w, 1), w), [innocent]);
     assert_eq!(result_indices(&env.complete(w, innocent)), [0]);
 }
+
+#[test]
+fn a_worker_silent_past_its_lease_is_not_blamed_even_with_max_attempts_1() {
+    // A silent worker may be alive (SIGSTOPped, cut off, starved): its task runs elsewhere
+    // with the next attempt, and a package that allows one attempt is not failed as poison.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).max_attempts(1));
+    let (silent, other) = (env.new_worker(1), env.new_worker(1));
+    let task = tasks_of(&env.credit(silent, 1), silent)[0];
+    let out = env.expire_lease(silent);
+    assert!(outcomes(&out).is_empty(), "not poison: {out:?}");
+    let stats = env.core.stats();
+    assert_eq!(
+        (
+            stats.counters.poisoned,
+            stats.counters.requeued,
+            stats.queued
+        ),
+        (0, 1, 1)
+    );
+    assert_eq!(tasks_of(&env.credit(other, 1), other), [task]);
+    assert_eq!(env.attempt(task), 2);
+    assert_eq!(result_indices(&env.complete(other, task)), [0]);
+}
+
+#[test]
+fn a_mass_lease_expiry_three_times_poisons_nothing() {
+    // Three rounds in which every worker holding tasks goes silent at once (a starved host,
+    // a frozen switch): every task is lost three times, none of them by its own doing.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 8);
+    for _ in 0..3 {
+        let workers: Vec<_> = (0..4).map(|_| env.new_worker(1)).collect();
+        for &w in &workers {
+            assert_eq!(tasks_of(&env.credit(w, 2), w).len(), 2);
+        }
+        for w in workers {
+            let out = env.expire_lease(w);
+            assert!(outcomes(&out).is_empty(), "nothing poisoned: {out:?}");
+        }
+    }
+    let stats = env.core.stats();
+    assert_eq!((stats.counters.poisoned, stats.queued), (0, 8));
+    let w = env.new_worker(8);
+    let all = tasks_of(&env.credit(w, 8), w);
+    assert!(
+        all.iter().all(|&t| env.attempt(t) == 4),
+        "three attempts lost"
+    );
+    let mut done = Vec::new();
+    for t in all {
+        done.extend(result_indices(&env.complete(w, t)));
+    }
+    done.sort_unstable();
+    assert_eq!(done, (0..8).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_same_losses_with_the_connection_closed_are_blamed() {
+    // The counterpart of the test above: a connection that ends on the worker's side (the
+    // process died) is evidence against the task it ran, three times make it poison.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit(client, 1);
+    let mut last = Vec::new();
+    for _ in 0..3 {
+        let w = env.new_worker(1);
+        assert_eq!(tasks_of(&env.credit(w, 1), w).len(), 1);
+        last = env.lose_worker(w);
+    }
+    assert_eq!(outcomes(&last).len(), 1, "poison: {last:?}");
+    assert_eq!(env.core.stats().counters.poisoned, 1);
+}
+
+#[test]
+fn a_crash_report_after_a_silent_loss_still_counts_against_the_task() {
+    // The worker went silent, the master took its task back without blame; then the worker's
+    // replacement reports that the process died running it: that report is evidence.
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).max_attempts(2));
+    let first = env.new_worker(1);
+    let task = tasks_of(&env.credit(first, 1), first)[0];
+    env.expire_lease(first);
+    let second = env.new_worker(1);
+    let mut stale = env.outcome(task, 1);
+    stale.status = TaskStatus::Lost;
+    stale.data = bytes::Bytes::from_static(b"worker process killed by signal 9 (SIGKILL)");
+    env.step(rtpool_core::Event::Results {
+        worker: second,
+        results: vec![stale],
+    });
+    assert_eq!(tasks_of(&env.credit(second, 1), second), [task]);
+    let out = env.lose_worker(second);
+    let [(_, status, message)] = &outcomes(&out)[..] else {
+        panic!("the report and the closed connection make 2 losses: {out:?}");
+    };
+    assert_eq!(*status, TaskStatus::Lost);
+    assert!(
+        message.contains(&format!(
+            "attempt 1 on {first}: worker process killed by signal 9"
+        )),
+        "{message}"
+    );
+}

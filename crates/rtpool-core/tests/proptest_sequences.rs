@@ -28,8 +28,8 @@ use common::{fn_code, fn_hash, TestEnv};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use rtpool_core::{
-    Action, AssignTask, ClientId, CoreConfig, Event, FnHash, Instant, PackageCounts, PackageId,
-    PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerOutcome,
+    Action, AssignTask, ClientId, CoreConfig, Event, FnHash, Instant, LossCause, PackageCounts,
+    PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerOutcome,
 };
 
 const MS: u64 = 1_000_000;
@@ -51,6 +51,8 @@ enum Op {
     },
     LoseWorker {
         w: usize,
+        /// Silent past its lease (nothing blamed) rather than closed.
+        silent: bool,
     },
     Credit {
         w: usize,
@@ -119,7 +121,7 @@ fn op() -> impl Strategy<Value = Op> {
     let sel = any::<usize>;
     prop_oneof![
         3 => (1u32..4).prop_map(|slots| Op::AddWorker { slots }),
-        3 => sel().prop_map(|w| Op::LoseWorker { w }),
+        3 => (sel(), any::<bool>()).prop_map(|(w, silent)| Op::LoseWorker { w, silent }),
         4 => (sel(), 0u32..4).prop_map(|(w, n)| Op::Credit { w, n }),
         1 => sel().prop_map(|w| Op::Drain { w }),
         6 => (sel(), sel(), 1usize..4).prop_map(|(w, k, count)| Op::Complete { w, k, count }),
@@ -348,7 +350,7 @@ impl Model {
                     },
                 );
             }
-            Op::LoseWorker { w } => self.lose_worker(w),
+            Op::LoseWorker { w, silent } => self.lose_worker(w, silent),
             Op::Credit { w, n } => self.credit(w, n),
             Op::Drain { w } => self.drain(w),
             Op::Complete { w, k, count } => self.complete(w, k, count),
@@ -755,8 +757,9 @@ impl Model {
     }
 
     /// The worker is lost: each task it ran is requeued with its loss recorded, or fails as a
-    /// poison task on its last allowed attempt; what it held otherwise is let go.
-    fn lose_worker(&mut self, w: usize) {
+    /// poison task on its last allowed attempt; what it held otherwise is let go. A silent
+    /// worker (lease expired) is blamed for nothing: its tasks are all requeued.
+    fn lose_worker(&mut self, w: usize, silent: bool) {
         let Some(worker) = self.pick_worker(w) else {
             return;
         };
@@ -771,7 +774,7 @@ impl Model {
                 let m = &self.tasks[task];
                 self.packages[m.p].fates[m.index as usize] == Fate::Pending
             })
-            .take(mw.slots.max(1) as usize)
+            .take(if silent { 0 } else { mw.slots.max(1) as usize })
             .map(|(task, _)| *task)
             .collect();
         // Latest assignment first, as the core does (it requeues each at the front, so they end
@@ -798,7 +801,12 @@ impl Model {
                 self.n.requeued += 1;
             }
         }
-        self.run(Event::WorkerLost { worker }, fx, false);
+        let cause = if silent {
+            LossCause::Silent
+        } else {
+            LossCause::Closed
+        };
+        self.run(Event::WorkerLost { worker, cause }, fx, false);
     }
 
     /// Takes entries out of a worker's in-flight list, as answered or returned.

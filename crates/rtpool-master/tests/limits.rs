@@ -317,6 +317,71 @@ fn a_silent_worker_loses_its_lease_and_its_task_runs_elsewhere() {
     }
 }
 
+/// One task at `max_attempts` 1, assigned to a worker that then ends as `end` says; returns
+/// the client's next message once another worker asked for the task.
+fn lose_the_only_attempt(end: impl FnOnce(Peer)) -> (Msg, Option<Vec<rtpool_proto::Assignment>>) {
+    let m = start(MasterConfig {
+        lease_ms: 400,
+        max_attempts: 1,
+        ..Default::default()
+    });
+    let (mut client, _) = Peer::plain(&m).hello(Role::Client, &client_token(&m), 0);
+    let (mut first, _) = Peer::plain(&m).hello(Role::Worker, &worker_token(&m), 1);
+    client.send(&submit(1, b"code", vec![Bytes::from_static(b"x")]));
+    assert!(matches!(client.recv(), Msg::Accepted { req_id: 1, .. }));
+    first.send(&Msg::Pull { credits: 1 });
+    assert_eq!(assignments(first.recv())[0].attempt, 1);
+    end(first);
+    // The other worker heartbeats (it keeps its lease) and runs what it gets.
+    let (mut other, _) = Peer::plain(&m).hello(Role::Worker, &worker_token(&m), 1);
+    other.send(&Msg::Pull { credits: 1 });
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "no result and no reassignment");
+        match other.try_recv(Duration::from_millis(100)) {
+            Some(Msg::Heartbeat) | None => other.send(&Msg::Heartbeat),
+            Some(msg) => {
+                let second = assignments(msg);
+                other.send(&echo_results(&second));
+                return (client.recv(), Some(second));
+            }
+        }
+        if let Some(msg) = client.try_recv(Duration::from_millis(1)) {
+            return (msg, None);
+        }
+    }
+}
+
+#[test]
+fn a_worker_silent_past_its_lease_is_not_blamed_even_at_max_attempts_1() {
+    // Silence (SIGSTOP, a cut link, a starved host) is not evidence against the task: it runs
+    // elsewhere as attempt 2 instead of failing as poison.
+    let (msg, second) = lose_the_only_attempt(|mut silent| {
+        expect_error(silent.recv(), "lease_expired");
+    });
+    assert_eq!(second.expect("reassigned")[0].attempt, 2);
+    match msg {
+        Msg::Results { results, .. } => {
+            assert_eq!(
+                (results[0].status, results[0].data.as_ref()),
+                (0, &b"x"[..])
+            );
+        }
+        other => panic!("expected RESULTS, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_worker_whose_connection_closes_is_blamed_at_max_attempts_1() {
+    // The counterpart: a connection that ends on the worker's side (its process died) counts.
+    let (msg, second) = lose_the_only_attempt(drop);
+    assert!(second.is_none(), "a poison task is not reassigned");
+    match msg {
+        Msg::Results { results, .. } => assert_eq!(results[0].status, 5, "{results:?}"),
+        other => panic!("expected RESULTS, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_silent_client_is_closed_as_idle_and_a_heartbeat_keeps_it() {
     let m = start(MasterConfig {

@@ -1,5 +1,5 @@
 //! `rtpool._native.ScaleSim`: the simulated workers of [`rtpool_master::sim`] for
-//! `rtpool bench scale` (python/rtpool_bench/scale.py), running on a thread of their own with
+//! `rtpool bench scale` (python/rtpool_bench/scale.py), running on threads of their own with
 //! the GIL released.
 
 use std::time::Duration;
@@ -28,6 +28,11 @@ fn stats_dict<'py>(py: Python<'py>, s: &SimStats) -> PyResult<Bound<'py, PyDict>
     d.set_item("lease_lost", s.lease_lost)?;
     d.set_item("closed_by_master", s.closed_by_master)?;
     d.set_item("disconnected", s.disconnected)?;
+    d.set_item("reconnected", s.reconnected)?;
+    d.set_item("max_silence_ms", s.max_silence_ms)?;
+    d.set_item("silent_past_lease", s.silent_past_lease)?;
+    d.set_item("lease_lost_late", s.lease_lost_late)?;
+    d.set_item("max_heartbeat_lag_ms", s.max_heartbeat_lag_ms)?;
     d.set_item("first_error", s.first_error.clone())?;
     Ok(d)
 }
@@ -35,7 +40,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &SimStats) -> PyResult<Bound<'py, PyDict>
 #[pymethods]
 impl ScaleSim {
     #[new]
-    #[pyo3(signature = (address, token, workers, *, slots=1, prefetch=1, handshake_concurrency=64, max_attempts=20, connect_timeout_s=10.0))]
+    #[pyo3(signature = (address, token, workers, *, slots=1, prefetch=1, handshake_concurrency=64, max_attempts=20, connect_timeout_s=10.0, threads=1))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         address: String,
@@ -46,15 +51,18 @@ impl ScaleSim {
         handshake_concurrency: usize,
         max_attempts: u32,
         connect_timeout_s: f64,
+        threads: usize,
     ) -> PyResult<Self> {
         if slots == 0
             || max_attempts == 0
+            || threads == 0
             || !connect_timeout_s.is_finite()
             || connect_timeout_s <= 0.0
         {
             return Err(PyValueError::new_err(format!(
-                "ScaleSim needs slots >= 1, max_attempts >= 1 and connect_timeout_s > 0 (got \
-                 slots={slots}, max_attempts={max_attempts}, connect_timeout_s={connect_timeout_s})"
+                "ScaleSim needs slots >= 1, max_attempts >= 1, threads >= 1 and \
+                 connect_timeout_s > 0 (got slots={slots}, max_attempts={max_attempts}, \
+                 threads={threads}, connect_timeout_s={connect_timeout_s})"
             )));
         }
         let mut config = SimConfig::new(address, token, workers);
@@ -63,6 +71,7 @@ impl ScaleSim {
         config.handshake_concurrency = handshake_concurrency;
         config.max_attempts = max_attempts;
         config.connect_timeout = Duration::from_secs_f64(connect_timeout_s);
+        config.threads = threads;
         let inner = Simulator::start(config)
             .map_err(|e| PyValueError::new_err(format!("cannot start the simulator: {e}")))?;
         Ok(Self { inner })
@@ -73,7 +82,7 @@ impl ScaleSim {
         stats_dict(py, &self.inner.stats())
     }
 
-    /// Close every connection and join the thread; returns the final counters. Idempotent.
+    /// Close every connection and join the threads; returns the final counters. Idempotent.
     fn stop<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let inner = &mut self.inner;
         let s = py.allow_threads(|| inner.stop());

@@ -35,8 +35,9 @@ mod ops;
 
 pub use self::ops::Op;
 use rtpool_core::{
-    Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, MissPolicy, PackageCounts,
-    PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerKey, WorkerOutcome,
+    Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, LossCause, MissPolicy,
+    PackageCounts, PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerKey,
+    WorkerOutcome,
 };
 
 /// Users (and clients: one each).

@@ -149,7 +149,10 @@ impl Rig {
                     replace: Some(i),
                 };
                 self.now += STEP_NS;
-                Event::WorkerLost { worker }
+                Event::WorkerLost {
+                    worker,
+                    cause: LossCause::Closed,
+                }
             }
             Op::LeaseExpiry => {
                 let victim = self.join(SLOTS, PREFETCH);
@@ -159,7 +162,10 @@ impl Rig {
                     replace: None,
                 };
                 self.now += STEP_NS;
-                Event::WorkerLost { worker: victim.id }
+                Event::WorkerLost {
+                    worker: victim.id,
+                    cause: LossCause::Silent,
+                }
             }
             Op::TimeLimitTick => {
                 // A 1-task package with a 1 ms limit, at a higher priority so the next credit

@@ -2,7 +2,7 @@
 
 use super::timers::Results;
 use super::Core;
-use crate::event::{Action, TaskOutcome, TaskStatus, WorkerOutcome};
+use crate::event::{Action, LossCause, TaskOutcome, TaskStatus, WorkerOutcome};
 use crate::ids::{Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 use crate::task::TaskState;
 use crate::worker::Worker;
@@ -258,8 +258,15 @@ impl Core {
 
     /// Forgets the worker: its running tasks go back to the front of the ready queue (in the
     /// order they were assigned) with their loss recorded, except those lost on every allowed
-    /// attempt, which fail as poison tasks; its cancelled ones are freed; then dispatches.
-    pub(super) fn on_worker_lost(&mut self, worker: WorkerId, now: Instant, out: &mut Vec<Action>) {
+    /// attempt, which fail as poison tasks; its cancelled ones are freed; then dispatches. A
+    /// silent or dismissed worker ([`LossCause`]) is blamed for nothing: its tasks are requeued.
+    pub(super) fn on_worker_lost(
+        &mut self,
+        worker: WorkerId,
+        cause: LossCause,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
@@ -282,10 +289,16 @@ impl Core {
         held.sort_unstable();
         // A worker runs its tasks in the order they were assigned, `slots` at a time: only its
         // `slots` oldest running tasks can have been executing when it was lost. The others
-        // were waiting in its prefetch queue, and their loss is not held against them.
+        // were waiting in its prefetch queue, and their loss is not held against them. A silent
+        // worker may be alive (stopped, cut off, starved), a dismissed one was closed by the
+        // master: none of their tasks is a suspect.
+        let blame = match cause {
+            LossCause::Closed => w.slots.max(1) as usize,
+            LossCause::Silent | LossCause::Dismissed => 0,
+        };
         let mut suspects = std::collections::HashSet::new();
         for &(_, id) in &held {
-            if suspects.len() >= w.slots.max(1) as usize {
+            if suspects.len() >= blame {
                 break;
             }
             if self

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use rtpool_core::{
     Action, AssignCall, AssignTask, CallSpec, ClientId, Core, CoreConfig, Event, FnHash, Instant,
-    MissPolicy, PackageId, PackageOpts, ServiceDecl, TaskId, TaskOutcome, TaskStatus, UserId,
-    WorkerId, WorkerKey, WorkerOutcome,
+    LossCause, MissPolicy, PackageId, PackageOpts, ServiceDecl, TaskId, TaskOutcome, TaskStatus,
+    UserId, WorkerId, WorkerKey, WorkerOutcome,
 };
 
 /// The hash of test function `n`.
@@ -573,7 +573,18 @@ impl TestEnv {
 
     /// The worker's connection closes.
     pub fn lose_worker(&mut self, worker: WorkerId) -> Vec<Action> {
-        self.step(Event::WorkerLost { worker })
+        self.step(Event::WorkerLost {
+            worker,
+            cause: LossCause::Closed,
+        })
+    }
+
+    /// The worker is silent past its lease: the master closes it.
+    pub fn expire_lease(&mut self, worker: WorkerId) -> Vec<Action> {
+        self.step(Event::WorkerLost {
+            worker,
+            cause: LossCause::Silent,
+        })
     }
 
     /// The client's connection closes.

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use rtpool_core::{ClientId, Event, UserId, WorkerId};
+use rtpool_core::{ClientId, Event, LossCause, UserId, WorkerId};
 use rtpool_proto::{encode, Msg, Role, PROTOCOL_VERSION};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -35,7 +35,7 @@ use self::gate::{Gate, Pending, Refusal};
 use self::handshake::{
     answer_and_close, check_hello, establish, linger, read_hello, refuse, worker_key, Transport,
 };
-use self::reader::Reader;
+use self::reader::{ReadEnd, Reader};
 use crate::auth::{Authenticator, Identity, Policy};
 use crate::outbound::{error_msg, write_loop, OutboundTx};
 use crate::ratelimit::{self, LogLimiter};
@@ -301,27 +301,17 @@ async fn serve_halves<R, W>(
     info!(%peer, %name, %user, session, ?role, slots, "connected");
     let (tx, rx) = OutboundTx::new(ctx.max_buffered_bytes);
     let overflow = tx.shared.clone();
-    let (join, lost) = match role {
-        Role::Client => (
-            // The scheduler fills in the user's id from `user`.
-            Event::ClientJoined {
-                client: ClientId(session),
-                user: UserId(0),
-            },
-            Event::ClientLost {
-                client: ClientId(session),
-            },
-        ),
-        Role::Worker => (
-            Event::WorkerJoined {
-                worker: WorkerId(session),
-                slots,
-                key: worker_key(&user, worker_identity.as_deref(), session),
-            },
-            Event::WorkerLost {
-                worker: WorkerId(session),
-            },
-        ),
+    let join = match role {
+        // The scheduler fills in the user's id from `user`.
+        Role::Client => Event::ClientJoined {
+            client: ClientId(session),
+            user: UserId(0),
+        },
+        Role::Worker => Event::WorkerJoined {
+            worker: WorkerId(session),
+            slots,
+            key: worker_key(&user, worker_identity.as_deref(), session),
+        },
     };
     let _ = sched.send(ToScheduler::Register {
         session,
@@ -347,8 +337,8 @@ async fn serve_halves<R, W>(
         bounds,
         echoed_at: None,
     };
-    let fatal = tokio::select! {
-        fatal = reader.read_loop(&mut rd, buf) => fatal,
+    let end = tokio::select! {
+        end = reader.read_loop(&mut rd, buf) => End::Read(end),
         () = revoked(&mut policy, &identity) => {
             let id = identity.token_id.as_deref().unwrap_or_default();
             warn!(session, %user, token = id, "token revoked: closing the session");
@@ -361,20 +351,29 @@ async fn serve_halves<R, W>(
                 0,
             );
             let _ = sched.send(ToScheduler::Reply { session, msg, close: true });
-            true
+            End::Dismissed { answered: true }
         }
-        _ = shutdown.wait_for(|stop| *stop) => false,
+        _ = shutdown.wait_for(|stop| *stop) => End::Dismissed { answered: false },
         () = overflow.notify.notified() => {
             warn!(session, "slow consumer: closing");
-            true
+            End::Dismissed { answered: true }
         }
+    };
+    let lost = match role {
+        Role::Client => Event::ClientLost {
+            client: ClientId(session),
+        },
+        Role::Worker => Event::WorkerLost {
+            worker: WorkerId(session),
+            cause: end.cause(),
+        },
     };
     let _ = sched.send(ToScheduler::Closed {
         session,
         event: lost,
     });
     drop(reader);
-    if fatal {
+    if end.is_answered() {
         linger(&mut rd).await;
     }
     // The writer ends once the scheduler dropped this route (or after its closing frame); a
@@ -383,6 +382,35 @@ async fn serve_halves<R, W>(
         writer.abort();
     }
     info!(session, "disconnected");
+}
+
+/// How a session ended, as the master saw it.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    /// Its reader ended (see [`ReadEnd`]).
+    Read(ReadEnd),
+    /// The master closed it (token revoked, slow consumer, shutdown); `answered`: with an
+    /// `ERROR` the peer should get time to read.
+    Dismissed { answered: bool },
+}
+
+impl End {
+    /// Whether a worker lost this way may be blamed for its running tasks: only when the
+    /// connection ended on the peer's side (it may have died with a task in it).
+    fn cause(self) -> LossCause {
+        match self {
+            Self::Read(ReadEnd::Closed | ReadEnd::Fatal) => LossCause::Closed,
+            Self::Read(ReadEnd::Silent) => LossCause::Silent,
+            Self::Dismissed { .. } => LossCause::Dismissed,
+        }
+    }
+
+    fn is_answered(self) -> bool {
+        match self {
+            Self::Read(end) => end.is_answered(),
+            Self::Dismissed { answered } => answered,
+        }
+    }
 }
 
 /// Make room for the next read. Inside a large frame whose prefix is known, the buffer grows

@@ -24,6 +24,25 @@ use crate::scheduler::ToScheduler;
 /// A silence timer that fires this late means the master was stalled, not the peer silent.
 const STALL_MIN: Duration = Duration::from_millis(500);
 
+/// How a connection's reading ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadEnd {
+    /// End of stream or a read error: the peer closed, died or was reset.
+    Closed,
+    /// A fatal protocol error, answered with `ERROR` (the peer misbehaved).
+    Fatal,
+    /// The peer sent nothing for its lease or idle timeout (answered with `ERROR`), or its path
+    /// timed out (`TCP_USER_TIMEOUT`): it may be alive, only stopped, starved or cut off.
+    Silent,
+}
+
+impl ReadEnd {
+    /// Whether the master closes with an `ERROR` the peer should get time to read.
+    pub(super) fn is_answered(self) -> bool {
+        matches!(self, Self::Fatal | Self::Silent)
+    }
+}
+
 /// How a message is refused.
 pub(super) enum Refusal {
     /// Answer with this error; the connection stays open.
@@ -72,13 +91,14 @@ impl Reader {
         });
     }
 
-    /// Read frames until EOF (false) or a fatal protocol error (true, after queueing `ERROR`).
-    /// A peer silent past its lease (worker) or idle timeout (client) is such an error.
+    /// Read frames until EOF or a read error ([`ReadEnd::Closed`]), a fatal protocol error
+    /// ([`ReadEnd::Fatal`], after queueing `ERROR`), or a silence past the peer's lease (worker)
+    /// or idle timeout (client) ([`ReadEnd::Silent`], after queueing `ERROR`).
     pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         &mut self,
         rd: &mut R,
         mut buf: BytesMut,
-    ) -> bool {
+    ) -> ReadEnd {
         let mut events = Vec::new();
         let (silence, code) = match self.role {
             Role::Worker => (self.ctx.lease, "lease_expired"),
@@ -107,7 +127,7 @@ impl Reader {
                         Err(Refusal::Rejected(msg)) => self.reply(&mut events, msg, false),
                         Err(Refusal::Fatal(msg)) => {
                             self.reply(&mut events, msg, true);
-                            return true;
+                            return ReadEnd::Fatal;
                         }
                     },
                     Ok(None) => break,
@@ -115,7 +135,7 @@ impl Reader {
                     Err(e) => {
                         warn!(session = self.session, "protocol error: {e}");
                         self.reply(&mut events, e.to_msg(), true);
-                        return true;
+                        return ReadEnd::Fatal;
                     }
                 }
             }
@@ -145,14 +165,16 @@ impl Reader {
                         if Instant::now() >= deadline {
                             let msg = self.silence_error(code, silence);
                             self.reply(&mut events, msg, true);
-                            return true;
+                            return ReadEnd::Silent;
                         }
                         timer.as_mut().reset(deadline);
                     }
                 }
             };
             match read {
-                Ok(0) | Err(_) => return false,
+                // TCP_USER_TIMEOUT (set to the lease): data unacknowledged that long, a silence.
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return ReadEnd::Silent,
+                Ok(0) | Err(_) => return ReadEnd::Closed,
                 // Any bytes count as a sign of life, not only whole frames: a worker uploading
                 // a large RESULT over a slow link is busy, not silent.
                 Ok(_) => last_read = Instant::now(),

@@ -81,7 +81,7 @@ impl Activity {
             Event::WorkerJoined { worker, slots, .. } => {
                 self.slots.insert(*worker, *slots);
             }
-            Event::WorkerLost { worker } => {
+            Event::WorkerLost { worker, .. } => {
                 self.slots.remove(worker);
             }
             Event::Submit {

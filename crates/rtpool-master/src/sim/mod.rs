@@ -6,12 +6,21 @@
 //! retrying after a jittered pause (as real workers do), grants `slots + prefetch` credits with
 //! `PULL` and answers every `ASSIGN` at once with `RESULT` (the pickled `None` of a no-op task)
 //! plus a `PULL` for as many credits, in one write. It sends `HEARTBEAT` when it sent nothing for
-//! the master's `heartbeat_ms`, so a simulated worker never loses its lease by being idle; a
-//! lease lost is the master's failure to read it in time, which is what the benchmark counts.
+//! the master's `heartbeat_ms`, so a simulated worker never loses its lease by being idle. A
+//! worker whose lease the master ended (`ERROR lease_expired`) connects again, as `rtpool
+//! worker` does.
 //!
-//! All connections run on one thread of their own (a current-thread tokio runtime), so the
-//! simulator costs one core at most and leaves the rest to the master it measures. Nothing here
-//! belongs to the master: it only shares the protocol crate. [`peer`] is one connection.
+//! A lease lost is the master's failure to read in time only if the simulator itself was not
+//! silent that long: on a loaded machine its threads may not run for seconds. Each connection
+//! measures its own silence (the time between two frames it sent) and the lateness of its
+//! heartbeat timer; [`SimStats::silent_past_lease`] counts the sessions that were silent for a
+//! lease or more, and [`SimStats::lease_lost_late`] the lost leases of such sessions: those are
+//! the simulator's loss, not the master's.
+//!
+//! The connections run on `threads` threads of their own (a current-thread tokio runtime each,
+//! connection `i` on thread `i % threads`), so the simulator costs that many cores at most and
+//! leaves the rest to the master it measures. Nothing here belongs to the master: it only shares the protocol
+//! crate. [`peer`] is one connection.
 
 mod peer;
 
@@ -44,6 +53,9 @@ pub struct SimConfig {
     pub max_attempts: u32,
     /// Time allowed for one TCP connect plus handshake.
     pub connect_timeout: Duration,
+    /// Threads running the connections (at least 1). More threads keep up on a machine where
+    /// other processes take the CPU; each costs the master's CPU share a little.
+    pub threads: usize,
 }
 
 impl SimConfig {
@@ -59,6 +71,7 @@ impl SimConfig {
             handshake_concurrency: 64,
             max_attempts: 20,
             connect_timeout: Duration::from_secs(10),
+            threads: 1,
         }
     }
 }
@@ -77,12 +90,22 @@ pub struct SimCounters {
     lease_lost: AtomicU64,
     closed_by_master: AtomicU64,
     disconnected: AtomicU64,
+    reconnected: AtomicU64,
+    max_silence_us: AtomicU64,
+    silent_past_lease: AtomicU64,
+    lease_lost_late: AtomicU64,
+    max_heartbeat_lag_us: AtomicU64,
     first_error: Mutex<Option<String>>,
 }
 
 impl SimCounters {
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn max(counter: &AtomicU64, value: Duration) {
+        let us = u64::try_from(value.as_micros()).unwrap_or(u64::MAX);
+        counter.fetch_max(us, Ordering::Relaxed);
     }
 
     /// Keep the first unexpected error, for the report (later ones are only counted).
@@ -107,6 +130,11 @@ impl SimCounters {
             lease_lost: get(&self.lease_lost),
             closed_by_master: get(&self.closed_by_master),
             disconnected: get(&self.disconnected),
+            reconnected: get(&self.reconnected),
+            max_silence_ms: get(&self.max_silence_us) / 1000,
+            silent_past_lease: get(&self.silent_past_lease),
+            lease_lost_late: get(&self.lease_lost_late),
+            max_heartbeat_lag_ms: get(&self.max_heartbeat_lag_us) / 1000,
             first_error: self
                 .first_error
                 .lock()
@@ -135,12 +163,27 @@ pub struct SimStats {
     pub tasks: u64,
     /// `ASSIGN` frames received (tasks / frames is the batching the master achieved).
     pub assign_frames: u64,
-    /// Connections the master closed with `ERROR lease_expired`.
+    /// Connections the master closed with `ERROR lease_expired` (or closed while silent for
+    /// their lease: the error frame lost in the reset).
     pub lease_lost: u64,
     /// Connections the master closed with another error after `WELCOME` (`shutdown`, ...).
     pub closed_by_master: u64,
     /// Connections that ended without an error frame (reset, EOF) before [`Simulator::stop`].
     pub disconnected: u64,
+    /// Connections opened again after a lost lease.
+    pub reconnected: u64,
+    /// The longest time one connection sent nothing, milliseconds (an idle connection
+    /// heartbeats every `heartbeat_ms`: more than that is the simulator's own lateness).
+    pub max_silence_ms: u64,
+    /// Connections that sent nothing for their lease or longer (counted once per session):
+    /// the simulator was late, and the master was right to end their leases.
+    pub silent_past_lease: u64,
+    /// Of `lease_lost`, the sessions silent for their lease or longer by the time the
+    /// simulator read the verdict: lost by the simulator's lateness (the rest: the master's).
+    pub lease_lost_late: u64,
+    /// How late a heartbeat timer fired at most, milliseconds: how long a ready connection
+    /// waited for a thread of the simulator.
+    pub max_heartbeat_lag_ms: u64,
     /// The first unexpected error, as text.
     pub first_error: Option<String>,
 }
@@ -150,7 +193,7 @@ pub struct SimStats {
 pub struct Simulator {
     counters: Arc<SimCounters>,
     stop: watch::Sender<bool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Simulator {
@@ -159,22 +202,33 @@ impl Simulator {
     ///
     /// # Errors
     ///
-    /// The thread or its runtime could not be created.
+    /// A thread or its runtime could not be created (the threads already started are stopped).
     pub fn start(config: SimConfig) -> std::io::Result<Self> {
         let counters = Arc::new(SimCounters::default());
         let (stop, stop_rx) = watch::channel(false);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let c = Arc::clone(&counters);
-        let thread = std::thread::Builder::new()
-            .name("rtpool-sim".into())
-            .spawn(move || runtime.block_on(run(Arc::new(config), c, stop_rx)))?;
-        Ok(Self {
+        let config = Arc::new(config);
+        let mut sim = Self {
             counters,
             stop,
-            thread: Some(thread),
-        })
+            threads: Vec::new(),
+        };
+        let threads = config.threads.max(1);
+        for thread in 0..threads {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (config, c, stop_rx) = (
+                Arc::clone(&config),
+                Arc::clone(&sim.counters),
+                stop_rx.clone(),
+            );
+            sim.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("rtpool-sim-{thread}"))
+                    .spawn(move || runtime.block_on(run(config, c, stop_rx, thread, threads)))?,
+            );
+        }
+        Ok(sim)
     }
 
     /// The counters now.
@@ -185,7 +239,7 @@ impl Simulator {
     /// Close every connection and wait for the thread; returns the final counters.
     pub fn stop(&mut self) -> SimStats {
         let _ = self.stop.send(true);
-        if let Some(thread) = self.thread.take() {
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
         self.counters.snapshot()
@@ -198,10 +252,19 @@ impl Drop for Simulator {
     }
 }
 
-async fn run(config: Arc<SimConfig>, counters: Arc<SimCounters>, stop: watch::Receiver<bool>) {
-    let handshakes = Arc::new(Semaphore::new(config.handshake_concurrency.max(1)));
+/// The connections of thread `thread` of `threads`: every `threads`-th from `thread`, with a
+/// share of the handshakes allowed in flight.
+async fn run(
+    config: Arc<SimConfig>,
+    counters: Arc<SimCounters>,
+    stop: watch::Receiver<bool>,
+    thread: usize,
+    threads: usize,
+) {
+    let share = config.handshake_concurrency.div_ceil(threads);
+    let handshakes = Arc::new(Semaphore::new(share.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
-    for index in 0..config.workers {
+    for index in (thread..config.workers).step_by(threads) {
         tasks.spawn(peer::run(
             index,
             Arc::clone(&config),

@@ -1,5 +1,6 @@
 //! One simulated worker connection: connect and handshake (with retries on `busy`), then answer
-//! every `ASSIGN` at once until the simulator stops or the master closes the connection.
+//! every `ASSIGN` at once until the simulator stops or the master closes the connection (after
+//! a lost lease it connects again).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +31,25 @@ enum Refusal {
     Fatal(String),
 }
 
-/// Run simulated worker `index` until `stop` or until the master closes its connection.
+/// How a session ended.
+#[derive(PartialEq, Eq)]
+enum Ended {
+    /// The master ended the lease (`ERROR lease_expired`): connect again.
+    LeaseLost,
+    /// Stopped, or lost for another reason: the worker is done.
+    Done,
+}
+
+/// What `WELCOME` said, and the bytes read past it.
+struct Session {
+    stream: TcpStream,
+    heartbeat: Duration,
+    lease: Option<Duration>,
+    buf: BytesMut,
+}
+
+/// Run simulated worker `index` until `stop` or until the master closes its connection for
+/// another reason than its lease.
 pub(super) async fn run(
     index: usize,
     config: Arc<SimConfig>,
@@ -38,28 +57,57 @@ pub(super) async fn run(
     handshakes: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut first = true;
+    while let Some(session) = connect(index, &config, &counters, &handshakes, &mut stop).await {
+        if !first {
+            SimCounters::add(&counters.reconnected, 1);
+        }
+        first = false;
+        SimCounters::add(&counters.open, 1);
+        let ended = serve(session, &config, &counters, &mut stop).await;
+        counters
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if ended == Ended::Done || *stop.borrow() {
+            return;
+        }
+    }
+}
+
+/// Connect with retries on `busy` and connect errors; `None` when stopped, refused or given
+/// up (counted). The first success of a worker counts in `connected`.
+async fn connect(
+    index: usize,
+    config: &SimConfig,
+    counters: &SimCounters,
+    handshakes: &Semaphore,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Session> {
     let mut rng = (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut pause = FIRST_PAUSE;
     let mut attempt = 0;
-    let (stream, heartbeat, buf) = loop {
+    loop {
         attempt += 1;
         let outcome = {
             let Ok(_permit) = handshakes.acquire().await else {
-                return;
+                return None;
             };
             if *stop.borrow() {
-                return;
+                return None;
             }
-            timeout(config.connect_timeout, handshake(&config, index))
+            timeout(config.connect_timeout, handshake(config, index))
                 .await
                 .unwrap_or_else(|_| Err(Refusal::Failed("handshake timed out".into())))
         };
         match outcome {
-            Ok(ok) => break ok,
+            Ok(session) => {
+                SimCounters::add(&counters.connected, 1);
+                return Some(session);
+            }
             Err(Refusal::Fatal(what)) => {
                 SimCounters::add(&counters.refused, 1);
                 counters.note_error(what);
-                return;
+                return None;
             }
             Err(Refusal::Busy) => SimCounters::add(&counters.busy, 1),
             Err(Refusal::Failed(what)) => {
@@ -69,7 +117,7 @@ pub(super) async fn run(
         }
         if attempt >= config.max_attempts {
             SimCounters::add(&counters.gave_up, 1);
-            return;
+            return None;
         }
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -78,24 +126,14 @@ pub(super) async fn run(
         let jitter = Duration::from_micros(rng % (half.as_micros() as u64).max(1));
         tokio::select! {
             _ = sleep(half + jitter) => {}
-            _ = stop.changed() => return,
+            _ = stop.changed() => return None,
         }
         pause = (pause * 2).min(MAX_PAUSE);
-    };
-    SimCounters::add(&counters.connected, 1);
-    SimCounters::add(&counters.open, 1);
-    serve(stream, heartbeat, buf, &config, &counters, &mut stop).await;
-    counters
-        .open
-        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
-/// Connect and exchange `HELLO`/`WELCOME`: the stream, the heartbeat period and any bytes read
-/// past `WELCOME`.
-async fn handshake(
-    config: &SimConfig,
-    index: usize,
-) -> Result<(TcpStream, Duration, BytesMut), Refusal> {
+/// Connect and exchange `HELLO`/`WELCOME`.
+async fn handshake(config: &SimConfig, index: usize) -> Result<Session, Refusal> {
     let failed = |e: std::io::Error| Refusal::Failed(format!("connect to {}: {e}", config.addr));
     let mut stream = TcpStream::connect(&config.addr).await.map_err(failed)?;
     stream.set_nodelay(true).map_err(failed)?;
@@ -124,25 +162,86 @@ async fn handshake(
         }
     };
     match msg {
-        Msg::Welcome { heartbeat_ms, .. } => {
-            let heartbeat = Duration::from_millis(u64::from(heartbeat_ms.max(1)));
-            Ok((stream, heartbeat, buf))
-        }
+        Msg::Welcome {
+            heartbeat_ms,
+            lease_ms,
+            ..
+        } => Ok(Session {
+            stream,
+            heartbeat: Duration::from_millis(u64::from(heartbeat_ms.max(1))),
+            lease: (lease_ms > 0).then(|| Duration::from_millis(u64::from(lease_ms))),
+            buf,
+        }),
         Msg::Error { code, .. } if code == "busy" => Err(Refusal::Busy),
         Msg::Error { code, message, .. } => Err(Refusal::Fatal(format!("{code}: {message}"))),
         other => Err(Refusal::Fatal(format!("{other:?} instead of WELCOME"))),
     }
 }
 
+/// Measures one session's silences: the time between two frames it sent.
+struct Silence {
+    lease: Option<Duration>,
+    last_write: Instant,
+    past_lease: bool,
+}
+
+impl Silence {
+    /// Notes the silence that ends now (a write, or the master's verdict on it).
+    fn end(&mut self, counters: &SimCounters) {
+        let now = Instant::now();
+        let silent = now - self.last_write;
+        SimCounters::max(&counters.max_silence_us, silent);
+        if !self.past_lease && self.lease.is_some_and(|lease| silent >= lease) {
+            self.past_lease = true;
+            SimCounters::add(&counters.silent_past_lease, 1);
+        }
+        self.last_write = now;
+    }
+
+    /// The master ended this session's lease: count it, and whether the simulator was late.
+    fn lease_lost(&mut self, counters: &SimCounters) -> Ended {
+        self.end(counters);
+        SimCounters::add(&counters.lease_lost, 1);
+        if self.past_lease {
+            SimCounters::add(&counters.lease_lost_late, 1);
+        }
+        Ended::LeaseLost
+    }
+
+    /// The connection failed: after a silence of a lease, that is the master ending the lease
+    /// (its `ERROR` lost with the reset, or not read before writing); otherwise a loss.
+    fn failed(&mut self, counters: &SimCounters, what: String) -> Ended {
+        if self.past_lease || self.lease.is_some_and(|l| self.last_write.elapsed() >= l) {
+            return self.lease_lost(counters);
+        }
+        lost(counters, what)
+    }
+}
+
+fn lost(counters: &SimCounters, what: String) -> Ended {
+    SimCounters::add(&counters.disconnected, 1);
+    counters.note_error(what);
+    Ended::Done
+}
+
 /// Grant credits, answer tasks, heartbeat when idle; count how the connection ends.
 async fn serve(
-    mut stream: TcpStream,
-    heartbeat: Duration,
-    mut buf: BytesMut,
+    session: Session,
     config: &SimConfig,
     counters: &SimCounters,
     stop: &mut watch::Receiver<bool>,
-) {
+) -> Ended {
+    let Session {
+        mut stream,
+        heartbeat,
+        lease,
+        mut buf,
+    } = session;
+    let mut silence = Silence {
+        lease,
+        last_write: Instant::now(),
+        past_lease: false,
+    };
     let mut out = BytesMut::with_capacity(256);
     let data = Bytes::from_static(NOOP_RESULT);
     encode(
@@ -154,18 +253,22 @@ async fn serve(
     let mut next_heartbeat = Instant::now();
     loop {
         if !out.is_empty() {
+            silence.end(counters);
             if let Err(e) = stream.write_all(&out).await {
-                return lost(counters, format!("write: {e}"));
+                return silence.failed(counters, format!("write: {e}"));
             }
             out.clear();
             next_heartbeat = Instant::now() + heartbeat;
         }
         tokio::select! {
-            _ = stop.changed() => return,
-            _ = sleep_until(next_heartbeat) => encode(&Msg::Heartbeat, &mut out),
+            _ = stop.changed() => return Ended::Done,
+            _ = sleep_until(next_heartbeat) => {
+                SimCounters::max(&counters.max_heartbeat_lag_us, next_heartbeat.elapsed());
+                encode(&Msg::Heartbeat, &mut out);
+            }
             read = stream.read_buf(&mut buf) => match read {
-                Ok(0) => return lost(counters, "master closed the connection".into()),
-                Err(e) => return lost(counters, format!("read: {e}")),
+                Ok(0) => return silence.failed(counters, "master closed the connection".into()),
+                Err(e) => return silence.failed(counters, format!("read: {e}")),
                 Ok(_) => {}
             },
         }
@@ -186,14 +289,12 @@ async fn serve(
                     }));
                 }
                 Ok(Some(Msg::Error { code, message, .. })) => {
-                    let counter = if code == "lease_expired" {
-                        &counters.lease_lost
-                    } else {
-                        &counters.closed_by_master
-                    };
-                    SimCounters::add(counter, 1);
                     counters.note_error(format!("{code}: {message}"));
-                    return;
+                    if code == "lease_expired" {
+                        return silence.lease_lost(counters);
+                    }
+                    SimCounters::add(&counters.closed_by_master, 1);
+                    return Ended::Done;
                 }
                 // HEARTBEAT answers; ABORT names tasks already answered (results go out at once).
                 Ok(Some(_)) => {}
@@ -207,9 +308,4 @@ async fn serve(
             encode(&Msg::Pull { credits }, &mut out);
         }
     }
-}
-
-fn lost(counters: &SimCounters, what: String) {
-    SimCounters::add(&counters.disconnected, 1);
-    counters.note_error(what);
 }
