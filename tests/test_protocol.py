@@ -188,3 +188,32 @@ def test_segmented_frame_over_the_limit_is_refused_from_its_table():
     data = bytes(P.encode(P.RESULT, [[1, 1, 0, Payload((b"z" * (1 << 20),)), 0, 0, 0]]))
     with pytest.raises(ProtocolError, match="above the limit"):
         P.FrameReader(1 << 19).feed(data[:12])
+
+
+def test_recv_some_reuses_its_buffer_without_changing_what_it_returned():
+    import socket
+
+    from rtpool._frame import Payload
+
+    big = bytes(range(256)) * 400  # a segment: decoded as a view of the bytes received
+    first = bytes(P.encode(P.RESULT, [[1, 1, 0, Payload((big,)), 0, 0, 0]]))
+    pull = bytes(P.encode(P.PULL, 7))
+    second = pull + b"\xff" * (len(first) - len(pull))
+    a, b = socket.socketpair()
+    with a, b:
+        buf = bytearray(1 << 18)
+        reader = P.FrameReader(1 << 20)
+        a.sendall(first)
+        chunks, msgs = [], []
+        while sum(map(len, chunks)) < len(first):
+            chunks.append(P.recv_some(b, buf))
+            msgs += reader.feed(chunks[-1])
+        [msg] = msgs
+        payload = msg[1][0][3]
+        a.sendall(second)  # into the same buffer
+        assert P.recv_some(b, buf)[: len(pull)] == pull
+        assert bytes(payload) == big and b"".join(chunks) == first
+        a.shutdown(socket.SHUT_WR)
+        while data := P.recv_some(b, buf):
+            pass
+        assert data == b""  # the end of the stream, as recv gives it

@@ -16,10 +16,19 @@ from typing import Any, List, Tuple, Union
 import msgpack
 
 from . import _frame
-from ._frame import SEGMENTED_FLAG, Encoded, Frame, Payload, frame_size, join, sendall
+from ._frame import (
+    SEGMENTED_FLAG,
+    Encoded,
+    Frame,
+    Payload,
+    frame_size,
+    join,
+    recv_some,
+    sendall,
+)
 from .errors import ProtocolError
 
-__all__ = ["Encoded", "Frame", "Payload", "join", "sendall"]
+__all__ = ["Encoded", "Frame", "Payload", "join", "recv_some", "sendall"]
 
 PROTOCOL_VERSION = 2
 #: Largest frame body accepted before the handshake authenticated the peer.

@@ -15,6 +15,7 @@ import warnings
 from typing import List
 
 from .. import _protocol as P
+from .._frame import recv_some
 from .._future import Future
 from .._kept import KeptRef
 from .._ratelimit import LogLimiter
@@ -33,6 +34,7 @@ from .outcomes import task_error
 
 _perf_ns = time.perf_counter_ns
 _monotonic = time.monotonic
+_RECV_BYTES = 1 << 18
 _log = logging.getLogger("rtpool.client")
 
 #: Seconds between two overload warnings of one client (the rest are counted).
@@ -66,8 +68,9 @@ class _Receiver:
         """Read one connection until it breaks; return why it did."""
         reason = "the master closed the connection"
         try:
-            recv = self.sock.recv
-            recv_into = getattr(self.sock, "recv_into", None)
+            sock = self.sock
+            recv_into = sock.recv_into
+            buf = bytearray(_RECV_BYTES)  # reused: see _frame.recv_some
             feed = self._reader.feed
             want = self._reader.want
             dispatch = self._dispatch
@@ -90,7 +93,7 @@ class _Receiver:
                         self.close_if_idle()
                         if self._closed:
                             break
-                view = want() if recv_into is not None else None
+                view = want()
                 if view is not None:
                     # Inside a large frame: straight into its buffer (no copy, no join).
                     n = recv_into(view)
@@ -99,7 +102,7 @@ class _Receiver:
                         break
                     msgs = self._reader.got(n)
                     continue
-                data = recv(1 << 18)
+                data = recv_some(sock, buf)
                 if not data:
                     break
                 self._last_recv = _monotonic()
