@@ -161,19 +161,19 @@ def sendall(sock: Any, data: Encoded) -> None:
                 sent = 0
 
 
-def recv_some(sock: Any, buf: bytearray, flags: int = 0) -> bytearray:
-    """What ``sock.recv(len(buf), flags)`` returns (empty at the end of the stream), read
-    through ``buf``, a buffer the caller keeps and passes again: a copy of the bytes received,
-    so a later call never changes what an earlier one returned.
+def recv_some(sock: Any, buf: bytearray, flags: int = 0) -> memoryview:
+    """What ``sock.recv(len(buf), flags)`` returns (empty at the end of the stream), as a view
+    of ``buf``, a buffer the caller keeps and passes again: the view is valid until the next
+    call (``FrameReader.feed`` copies whatever it keeps of it).
 
     ``recv(n)`` allocates ``n`` bytes per call and trims them to what came. At the 256 KiB the
     readers ask for, glibc takes those from ``mmap`` and returns them with ``munmap``: two page
     faults and three system calls per receive, and in a threaded process a TLB flush on every
     CPU running it. That was a quarter of a worker's and half of the client reader thread's
-    CPU time per no-op task (issue 13); the copy here is of the bytes received only.
+    CPU time per no-op task (issue 13).
     """
     n = sock.recv_into(buf, 0, flags)
-    return buf[:n]
+    return memoryview(buf)[:n]
 
 
 def recv_exact(sock: Any, n: int) -> bytearray | None:

@@ -273,7 +273,7 @@ class Session:
                 n, ancillary, _, _ = self.sock.recvmsg_into(
                     [self._recv_buf], _CMSG_BYTES, _MSG_DONTWAIT
                 )
-                data = self._recv_buf[:n]
+                data = memoryview(self._recv_buf)[:n]
             else:
                 data, ancillary = P.recv_some(self.sock, self._recv_buf, _MSG_DONTWAIT), ()
         except (BlockingIOError, InterruptedError):
