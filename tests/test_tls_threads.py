@@ -151,9 +151,7 @@ def test_the_locked_socket_survives_concurrent_writers_and_a_reader(tmp_path: Pa
 CONNECTIONS = 60
 
 
-def _hammer(
-    sock: LockedTlsSocket, writers: int, per_writer: int, reuse_buffer: bool
-) -> str | None:
+def _hammer(sock: LockedTlsSocket, writers: int, per_writer: int, reuse_buffer: bool) -> str | None:
     """Concurrent writers and one reader on ``sock``; the first problem seen, or None."""
     send_lock = threading.Lock()
     problems: list = []
