@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import pickle
 import time
 import warnings
 from typing import List
@@ -19,6 +20,7 @@ from .._frame import recv_some
 from .._future import Future
 from .._kept import KeptRef
 from .._ratelimit import LogLimiter
+from .._serialize import ENVELOPE_TAG as _ENVELOPE_TAG
 from .._serialize import error_from_report, loads_result
 from ..errors import (
     AdmissionError,
@@ -47,6 +49,7 @@ def notice_limiter() -> LogLimiter:
 
 
 _loads = loads_result
+_pickle_loads = pickle.loads
 _InvalidStateError = cf.InvalidStateError
 
 
@@ -154,6 +157,7 @@ class _Receiver:
             return  # just finished by cancellations in another thread
         perf_ns = _perf_ns
         loads = _loads
+        pickle_loads = _pickle_loads
         decode = seg.decode
         for r in results:
             fut = futures[r[0]]
@@ -169,7 +173,12 @@ class _Receiver:
                 value, error = decode(r[0], status, r[2])
             elif status == 0:
                 try:
-                    value = loads(r[2])
+                    data = r[2]
+                    # loads_result's own first test, without its call on the common path.
+                    if data and data[0] < _ENVELOPE_TAG:
+                        value = pickle_loads(data)
+                    else:
+                        value = loads(data)
                 except Exception as exc:
                     error: BaseException | None = TaskFailed(
                         f"the task's result cannot be unpickled on the client: {exc!r}"
