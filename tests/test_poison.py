@@ -176,6 +176,13 @@ def test_the_suspect_ring_remembers_the_latest_tasks_that_killed_a_child() -> No
     for task in range(1, SUSPECTS + 1):
         board.add_suspect(task)
     assert not board.is_suspect(0) and board.is_suspect(SUSPECTS)  # the oldest went first
+    # Entries 1 << 32 and 2 (stored + 1) lie side by side: their bytes hold those of
+    # (2 << 32) + 1 across the boundary, which is not an entry.
+    board = SlotBoard(1)
+    board.add_suspect((1 << 32) - 1)
+    board.add_suspect(1)
+    assert board.is_suspect((1 << 32) - 1) and board.is_suspect(1)
+    assert not board.is_suspect(2 << 32)
 
 
 def test_a_task_a_sibling_died_running_is_suspect_before_the_parent_reaps_it() -> None:

@@ -188,3 +188,37 @@ def test_segmented_frame_over_the_limit_is_refused_from_its_table():
     data = bytes(P.encode(P.RESULT, [[1, 1, 0, Payload((b"z" * (1 << 20),)), 0, 0, 0]]))
     with pytest.raises(ProtocolError, match="above the limit"):
         P.FrameReader(1 << 19).feed(data[:12])
+
+
+def test_feeding_a_reused_buffer_keeps_nothing_that_points_into_it():
+    from rtpool._frame import Payload
+
+    big = bytes(range(256)) * 400  # a segment: decoded as a view of what it is decoded from
+    seg_frame = bytes(P.encode(P.RESULT, [[1, 1, 0, Payload((big,)), 0, 0, 0]]))
+    small = bytes(P.encode(P.ASSIGN, [[5, 1, b"h" * 32, b"args"]]))
+    buf = bytearray(len(seg_frame) + len(small) + 3)
+    data = seg_frame + small + small[:3]  # two whole frames and the start of a third
+    buf[: len(data)] = data
+    reader = P.FrameReader(1 << 20)
+    msgs = reader.feed(memoryview(buf)[: len(data)])
+    buf[:] = b"\xee" * len(buf)  # the caller's next receive overwrites it
+    msgs += reader.feed(memoryview(small)[3:])
+    assert bytes(msgs[0][1][0][3]) == big
+    assert msgs[1] == msgs[2] == [P.ASSIGN, [[5, 1, b"h" * 32, b"args"]]]
+
+
+def test_recv_some_reads_through_one_buffer():
+    import socket
+
+    a, b = socket.socketpair()
+    with a, b:
+        buf = bytearray(1 << 16)
+        reader = P.FrameReader(1 << 20)
+        frame = bytes(P.encode(P.PULL, 7))
+        a.sendall(frame * 3)
+        msgs: list = []
+        while len(msgs) < 3:
+            msgs += reader.feed(P.recv_some(b, buf))
+        assert msgs == [[P.PULL, 7]] * 3
+        a.shutdown(socket.SHUT_WR)
+        assert not P.recv_some(b, buf)  # the end of the stream, as recv gives it

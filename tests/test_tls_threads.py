@@ -19,6 +19,7 @@ from pathlib import Path
 
 import rtpool
 from helpers import stop_process, worker_env
+from rtpool._frame import recv_some
 from rtpool._tls_socket import LockedTlsSocket
 from test_tls import TlsMaster, tls_master  # noqa: F401  (the fixture)
 
@@ -136,7 +137,8 @@ def test_the_locked_socket_survives_concurrent_writers_and_a_reader(tmp_path: Pa
             raw = cctx.wrap_socket(socket.create_connection(server.getsockname()))
             sock = LockedTlsSocket(raw)
             try:
-                problem = _hammer(sock, writers=3, per_writer=100)
+                # Half the readers as rtpool's (recv_into, through recv_some), half with recv.
+                problem = _hammer(sock, writers=3, per_writer=100, reuse_buffer=c % 2 == 1)
             finally:
                 sock.close()
             if problem:
@@ -149,7 +151,7 @@ def test_the_locked_socket_survives_concurrent_writers_and_a_reader(tmp_path: Pa
 CONNECTIONS = 60
 
 
-def _hammer(sock: LockedTlsSocket, writers: int, per_writer: int) -> str | None:
+def _hammer(sock: LockedTlsSocket, writers: int, per_writer: int, reuse_buffer: bool) -> str | None:
     """Concurrent writers and one reader on ``sock``; the first problem seen, or None."""
     send_lock = threading.Lock()
     problems: list = []
@@ -167,9 +169,10 @@ def _hammer(sock: LockedTlsSocket, writers: int, per_writer: int) -> str | None:
 
     def read() -> None:
         buf = bytearray()
+        chunk = bytearray(1 << 16)
         try:
             while received[0] < expected:
-                data = sock.recv(1 << 16)
+                data = recv_some(sock, chunk) if reuse_buffer else sock.recv(1 << 16)
                 if not data:
                     problems.append("end of stream")
                     return

@@ -161,6 +161,21 @@ def sendall(sock: Any, data: Encoded) -> None:
                 sent = 0
 
 
+def recv_some(sock: Any, buf: bytearray, flags: int = 0) -> memoryview:
+    """What ``sock.recv(len(buf), flags)`` returns (empty at the end of the stream), as a view
+    of ``buf``, a buffer the caller keeps and passes again: the view is valid until the next
+    call (``FrameReader.feed`` copies whatever it keeps of it).
+
+    ``recv(n)`` allocates ``n`` bytes per call and trims them to what came. At the 256 KiB the
+    readers ask for, glibc takes those from ``mmap`` and returns them with ``munmap``: two page
+    faults and three system calls per receive, and in a threaded process a TLB flush on every
+    CPU running it. That was a quarter of a worker's and half of the client reader thread's
+    CPU time per no-op task (issue 13).
+    """
+    n = sock.recv_into(buf, 0, flags)
+    return memoryview(buf)[:n]
+
+
 def recv_exact(sock: Any, n: int) -> bytearray | None:
     """Exactly ``n`` bytes from a blocking ``sock`` into one buffer (at most 16 MiB per
     ``recv_into``), or None at EOF."""

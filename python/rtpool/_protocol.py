@@ -16,10 +16,19 @@ from typing import Any, List, Tuple, Union
 import msgpack
 
 from . import _frame
-from ._frame import SEGMENTED_FLAG, Encoded, Frame, Payload, frame_size, join, sendall
+from ._frame import (
+    SEGMENTED_FLAG,
+    Encoded,
+    Frame,
+    Payload,
+    frame_size,
+    join,
+    recv_some,
+    sendall,
+)
 from .errors import ProtocolError
 
-__all__ = ["Encoded", "Frame", "Payload", "join", "sendall"]
+__all__ = ["Encoded", "Frame", "Payload", "join", "recv_some", "sendall"]
 
 PROTOCOL_VERSION = 2
 #: Largest frame body accepted before the handshake authenticated the peer.
@@ -340,7 +349,9 @@ class FrameReader:
         """Add bytes from the stream.
 
         Args:
-            data: The bytes just received (any length, possibly empty).
+            data: The bytes just received (any length, possibly empty): ``bytes``, or a
+                ``memoryview`` of a buffer the caller reuses (:func:`recv_some`), of which
+                nothing returned or kept refers to it (what is kept is copied).
 
         Returns:
             The decoded messages completed by these bytes, in stream order (often empty).
@@ -394,7 +405,12 @@ class FrameReader:
             if stop > end:
                 break
             if n >= _VIEW_THRESHOLD or buf[pos] & 0x80:
-                msgs.append(self._decode_whole(buf, pos, stop))
+                if type(buf) is memoryview and buf[pos] & 0x80:
+                    # A segmented frame's payloads are views of what they are decoded
+                    # from: not of a buffer the caller reuses.
+                    msgs.append(self._decode_whole(bytes(buf[pos:stop]), 0, stop - pos))
+                else:
+                    msgs.append(self._decode_whole(buf, pos, stop))
             else:
                 msgs.append(_decode_body(buf[pos + 4 : stop]))
             pos = stop

@@ -76,6 +76,20 @@ class LockedTlsSocket:
                     want: BaseException = exc
             self._wait(want, deadline)
 
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        """Read up to ``nbytes`` (0: ``len(buffer)``) bytes into ``buffer``; 0 at the end of
+        the stream. ``flags`` must be 0 (TLS takes none)."""
+        if flags:
+            raise ValueError("non-zero flags not allowed in calls to recv_into() on TLS")
+        deadline = self._deadline()
+        while True:
+            with self._lock:
+                try:
+                    return self._sock.recv_into(buffer, nbytes)
+                except _WANT as exc:
+                    want: BaseException = exc
+            self._wait(want, deadline)
+
     def sendall(self, data: Any) -> None:
         """Write all of ``data``; the lock is taken per TLS write, never during a wait."""
         view = memoryview(data).cast("B")

@@ -1,7 +1,7 @@
 //! [`Client`]: one client connection, its user, and the packages attached to it.
 
 use crate::ids::UserId;
-use crate::table::Set;
+use crate::table::IdSet;
 
 /// One client.
 #[derive(Debug, Default)]
@@ -9,7 +9,7 @@ pub(crate) struct Client {
     pub(crate) user: UserId,
     /// Slab keys of the packages attached to it, so losing the client detaches them without a
     /// scan of all packages.
-    pub(crate) packages: Set<u64>,
+    pub(crate) packages: IdSet<u64>,
     /// Results sent to it and not yet acknowledged, over its attached packages.
     pub(crate) unacked_results: u64,
     /// Data bytes of those results.
@@ -26,7 +26,7 @@ pub(crate) struct User {
     /// Compute time charged since the shell last took it ([`crate::Core::take_usage`]).
     pub(crate) pending_us: u64,
     /// Slab keys of its live packages.
-    pub(crate) packages: Set<u64>,
+    pub(crate) packages: IdSet<u64>,
     /// Its tasks queued or running (listed tasks, not extra copies), over all its packages.
     pub(crate) queued_tasks: u64,
     /// Argument bytes of those tasks.

@@ -65,7 +65,7 @@ use crate::placement::Link;
 use crate::queue::{QueueKey, ReadyQueue};
 use crate::service::ServiceTable;
 use crate::stats::{CoreStats, Counters, WorkerStats};
-use crate::table::{Map, Table};
+use crate::table::{IdMap, Map, Table};
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
 
@@ -92,7 +92,7 @@ pub struct Core {
     tasks: Table<Task>,
     packages: Table<Package>,
     /// Public package id to slab key.
-    package_slots: Map<PackageId, u64>,
+    package_slots: IdMap<PackageId, u64>,
     /// `(user, idempotency key)` of live packages.
     keys: Map<(UserId, String), PackageId>,
     queue: ReadyQueue,
@@ -106,12 +106,12 @@ pub struct Core {
     /// Credits of the connected workers that are not draining.
     free_credits: u64,
     functions: FunctionTable,
-    workers: Map<WorkerId, Worker>,
+    workers: IdMap<WorkerId, Worker>,
     /// Connected workers per [`WorkerKey`] (usually one; two while a replaced process's old
     /// connection is not yet known to be lost): which paces belong to a connected worker.
-    worker_keys: Map<WorkerKey, u32>,
-    clients: Map<ClientId, Client>,
-    users: Map<UserId, User>,
+    worker_keys: IdMap<WorkerKey, u32>,
+    clients: IdMap<ClientId, Client>,
+    users: IdMap<UserId, User>,
     hungry: HungryRing,
     /// Armed timers, removed eagerly when their task answers or their package re-attaches, so
     /// the map never holds more than the running tasks plus the detached packages.
@@ -169,7 +169,7 @@ impl Core {
         Self {
             tasks: Table::default(),
             packages: Table::default(),
-            package_slots: Map::default(),
+            package_slots: IdMap::default(),
             keys: Map::default(),
             queue: ReadyQueue::default(),
             groups: Table::default(),
@@ -177,10 +177,10 @@ impl Core {
             recent_losses: std::collections::VecDeque::new(),
             free_credits: 0,
             functions: FunctionTable::default(),
-            workers: Map::default(),
-            worker_keys: Map::default(),
-            clients: Map::default(),
-            users: Map::default(),
+            workers: IdMap::default(),
+            worker_keys: IdMap::default(),
+            clients: IdMap::default(),
+            users: IdMap::default(),
             hungry: HungryRing::default(),
             timers: BTreeMap::new(),
             estimates: Map::default(),

@@ -19,7 +19,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::{TaskId, UserId};
-use crate::table::Map;
+use crate::table::IdMap;
 
 /// Where a package's tasks queue: the class, the user, and the EDF order within the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +60,7 @@ struct UserQueue {
 /// One priority class.
 #[derive(Debug, Default)]
 struct Class {
-    users: Map<UserId, UserQueue>,
+    users: IdMap<UserId, UserQueue>,
     /// Users with queued tasks, in turn order (each appears once).
     turns: VecDeque<UserId>,
     /// Estimated work of the class's queued tasks, microseconds of one slot.
@@ -72,7 +72,7 @@ struct Class {
 pub(crate) struct ReadyQueue {
     classes: BTreeMap<Reverse<i32>, Class>,
     /// Package slab key to its queued tasks.
-    packages: Map<u64, PackageQueue>,
+    packages: IdMap<u64, PackageQueue>,
     /// Queued tasks.
     live: usize,
 }

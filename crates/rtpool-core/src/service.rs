@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::ids::{FnHash, Instant, WorkerId};
 use crate::queue::ReadyQueue;
-use crate::table::{Map, Table};
+use crate::table::{IdMap, Map, Table};
 
 /// One named function at one version.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub(crate) struct Service {
     /// Connected, non-draining workers that serve it, in joining order.
     pub(crate) servers: Vec<WorkerId>,
     /// Position of each server in `servers` (O(1) removal).
-    positions: Map<WorkerId, usize>,
+    positions: IdMap<WorkerId, usize>,
     /// Where the next placement starts looking (rotates, so ties go round robin).
     pub(crate) cursor: usize,
     /// Its calls that wait for a free server.
@@ -132,7 +132,7 @@ impl ServiceTable {
             interface: interface.clone(),
             fn_hash: service_hash(name, version),
             servers: Vec::new(),
-            positions: Map::default(),
+            positions: IdMap::default(),
             cursor: 0,
             queue: ReadyQueue::default(),
             calls: 0,
@@ -164,7 +164,7 @@ impl ServiceTable {
             interface: Bytes::new(),
             fn_hash: service_hash(name, version),
             servers: Vec::new(),
-            positions: Map::default(),
+            positions: IdMap::default(),
             cursor: 0,
             queue: ReadyQueue::default(),
             calls: 0,

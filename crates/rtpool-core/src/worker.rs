@@ -2,7 +2,7 @@
 
 use crate::ids::{FnHash, TaskId, WorkerKey};
 use crate::placement::Link;
-use crate::table::Set;
+use crate::table::{IdSet, Set};
 
 /// One worker.
 #[derive(Debug)]
@@ -14,7 +14,7 @@ pub(crate) struct Worker {
     /// Asked for no more work (graceful shutdown).
     pub(crate) draining: bool,
     /// Tasks it holds: `Running` or `Cancelled` on this worker.
-    pub(crate) in_flight: Set<TaskId>,
+    pub(crate) in_flight: IdSet<TaskId>,
     /// Hashes whose code it was sent (the protocol's per-connection code cache).
     pub(crate) fn_sent: Set<FnHash>,
     /// What it runs on, stable across reconnects: its pace is kept under this key.
@@ -46,7 +46,7 @@ impl Worker {
             key,
             credits: 0,
             draining: false,
-            in_flight: Set::default(),
+            in_flight: IdSet::default(),
             fn_sent: Set::default(),
             epoch,
             in_ring: false,

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import pickle
 import time
 import warnings
 from typing import List
 
 from .. import _protocol as P
+from .._frame import recv_some
 from .._future import Future
 from .._kept import KeptRef
 from .._ratelimit import LogLimiter
+from .._serialize import ENVELOPE_TAG as _ENVELOPE_TAG
 from .._serialize import error_from_report, loads_result
 from ..errors import (
     AdmissionError,
@@ -33,6 +36,7 @@ from .outcomes import task_error
 
 _perf_ns = time.perf_counter_ns
 _monotonic = time.monotonic
+_RECV_BYTES = 1 << 18
 _log = logging.getLogger("rtpool.client")
 
 #: Seconds between two overload warnings of one client (the rest are counted).
@@ -45,6 +49,7 @@ def notice_limiter() -> LogLimiter:
 
 
 _loads = loads_result
+_pickle_loads = pickle.loads
 _InvalidStateError = cf.InvalidStateError
 
 
@@ -66,8 +71,9 @@ class _Receiver:
         """Read one connection until it breaks; return why it did."""
         reason = "the master closed the connection"
         try:
-            recv = self.sock.recv
-            recv_into = getattr(self.sock, "recv_into", None)
+            sock = self.sock
+            recv_into = sock.recv_into
+            buf = bytearray(_RECV_BYTES)  # reused: see _frame.recv_some
             feed = self._reader.feed
             want = self._reader.want
             dispatch = self._dispatch
@@ -90,7 +96,7 @@ class _Receiver:
                         self.close_if_idle()
                         if self._closed:
                             break
-                view = want() if recv_into is not None else None
+                view = want()
                 if view is not None:
                     # Inside a large frame: straight into its buffer (no copy, no join).
                     n = recv_into(view)
@@ -99,7 +105,7 @@ class _Receiver:
                         break
                     msgs = self._reader.got(n)
                     continue
-                data = recv(1 << 18)
+                data = recv_some(sock, buf)
                 if not data:
                     break
                 self._last_recv = _monotonic()
@@ -151,6 +157,7 @@ class _Receiver:
             return  # just finished by cancellations in another thread
         perf_ns = _perf_ns
         loads = _loads
+        pickle_loads = _pickle_loads
         decode = seg.decode
         for r in results:
             fut = futures[r[0]]
@@ -166,7 +173,12 @@ class _Receiver:
                 value, error = decode(r[0], status, r[2])
             elif status == 0:
                 try:
-                    value = loads(r[2])
+                    data = r[2]
+                    # loads_result's own first test, without its call on the common path.
+                    if data and data[0] < _ENVELOPE_TAG:
+                        value = pickle_loads(data)
+                    else:
+                        value = loads(data)
                 except Exception as exc:
                     error: BaseException | None = TaskFailed(
                         f"the task's result cannot be unpickled on the client: {exc!r}"

@@ -76,6 +76,9 @@ class SlotBoard:
         self._slots = max(1, slots)
         self._suspects_at = self._slots * _RECORD.size
         self._map = mmap.mmap(-1, self._suspects_at + _INDEX.size + _SUSPECTS.size)
+        # This process's copy of the suspect ring as of the ring's count (is_suspect).
+        self._ring: set = set()
+        self._ring_count = 0
 
     def slot(self, index: int) -> Slot:
         """The writer handle a child uses for its record."""
@@ -89,15 +92,23 @@ class SlotBoard:
         _INDEX.pack_into(self._map, self._suspects_at, n + 1)
 
     def is_suspect(self, task_id: int) -> bool:
-        """Whether ``task_id`` killed a child of this worker lately (a few microseconds: only
-        asked for retried tasks).
+        """Whether ``task_id`` killed a child of this worker lately.
 
         Also true while a slot's record still shows the task running: its child died with it
         (or lost it) and the parent has not reaped it yet. The master requeues the task as soon
         as the connection drops, so its retry can reach a sibling before the parent notices.
+
+        Asked for every task assigned more than once, which includes each task a worker gave
+        back and got again (often, under a prefetch of no-op tasks): the ring is unpacked
+        (10 us) only when its count moved since this process last looked, else a set answers.
         """
-        entries = _SUSPECTS.unpack_from(self._map, self._suspects_at + _INDEX.size)
-        if (task_id + 1) % 2**64 in entries:
+        (count,) = _INDEX.unpack_from(self._map, self._suspects_at)
+        if count != self._ring_count:
+            # add_suspect writes the entry before the count: a count read here covers it.
+            ring = set(_SUSPECTS.unpack_from(self._map, self._suspects_at + _INDEX.size))
+            ring.discard(0)  # empty entries
+            self._ring, self._ring_count = ring, count
+        if (task_id + 1) % 2**64 in self._ring:
             return True
         for index in range(self._slots):
             task, _, state = _TASK.unpack_from(self._map, index * _RECORD.size)

@@ -32,7 +32,7 @@ import warnings
 from typing import Any, Callable, Iterable, Optional, Set, Tuple
 
 from .. import _shm
-from .._frame import recv_exact
+from .._frame import recv_exact, recv_some
 from ._common import describe_exit, set_parent_death_signal
 
 __all__ = ["ExecutorDied", "ExecutorProcess", "address_space_mib"]
@@ -128,6 +128,7 @@ class ExecutorProcess:
         #: Function hashes whose code this executor has received (it caches the functions).
         self.hashes: Set[bytes] = set()
         self._buf = bytearray()
+        self._recv_buf = bytearray(_RECV_BYTES)  # see _frame.recv_some
         self._reaped = False
 
     @classmethod
@@ -220,7 +221,7 @@ class ExecutorProcess:
             ExecutorDied: The executor closed its socket (it died); it is reaped.
         """
         try:
-            chunk = self.sock.recv(_RECV_BYTES, _MSG_DONTWAIT)
+            chunk = recv_some(self.sock, self._recv_buf, _MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return None
         except OSError:

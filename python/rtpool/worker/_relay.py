@@ -54,7 +54,6 @@ from .. import _protocol as P
 from ..errors import ProtocolError
 from ._common import log, perf_ns
 from ._relayed import ERR_HOST_LOST
-from ._session import RECV_BYTES
 from ._upstream import _HEARTBEAT, _MAX_ORPHANS, Lost, Upstream, flat
 
 Key = Tuple[int, int]  # (task, attempt)
@@ -186,7 +185,7 @@ class Relay(Upstream):
 
     def _read_link(self, link: Link) -> None:
         try:
-            data = link.sock.recv(RECV_BYTES)
+            data = P.recv_some(link.sock, self.recv_buf)
         except BlockingIOError:
             return
         except OSError:

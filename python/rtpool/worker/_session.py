@@ -108,6 +108,7 @@ class Session:
         #: This child's record on the parent's slot board (``_board.py``), or None.
         self.board: Any = None
         self._wake_r, self._wake_w = os.pipe()
+        self._recv_buf = bytearray(RECV_BYTES)
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
 
@@ -263,14 +264,18 @@ class Session:
             self._recv_into(self.reader.want())
             return
         try:
+            # Through one buffer kept for the session's life (see _frame.recv_some).
             if self._tls:
                 if not self.sock.pending() and not select.select([self.sock], [], [], 0)[0]:
                     return
-                data, ancillary = self.sock.recv(RECV_BYTES), ()
+                data, ancillary = P.recv_some(self.sock, self._recv_buf), ()
             elif self._kernel_ts:
-                data, ancillary, _, _ = self.sock.recvmsg(RECV_BYTES, _CMSG_BYTES, _MSG_DONTWAIT)
+                n, ancillary, _, _ = self.sock.recvmsg_into(
+                    [self._recv_buf], _CMSG_BYTES, _MSG_DONTWAIT
+                )
+                data = memoryview(self._recv_buf)[:n]
             else:
-                data, ancillary = self.sock.recv(RECV_BYTES, _MSG_DONTWAIT), ()
+                data, ancillary = P.recv_some(self.sock, self._recv_buf, _MSG_DONTWAIT), ()
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:

@@ -79,6 +79,8 @@ class Upstream:
         self.selector = selectors.DefaultSelector()
         self.sock: Any = None  # the master connection (None: not connected)
         self.reader: Any = None
+        #: Every receive of this process's loop goes through it (see _frame.recv_some).
+        self.recv_buf = bytearray(RECV_BYTES)
         self.welcome_frame = b""
         self.instance: int | None = None
         self.results: List[list] = []  # for the next RESULT frame
@@ -269,7 +271,7 @@ class Upstream:
 
     def _read_master(self) -> None:
         try:
-            data = self.sock.recv(RECV_BYTES)
+            data = P.recv_some(self.sock, self.recv_buf)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:

@@ -12,7 +12,7 @@
 //! Per-package bookkeeping happens only while debug is enabled for this module, so the hot path
 //! pays one hash lookup per result batch at most.
 
-use std::collections::HashMap;
+use crate::status::recorder::IdMap;
 use std::time::{Duration, Instant};
 
 use rtpool_core::{Action, Core, CoreStats, Event, PackageId, TaskStatus, WorkerId};
@@ -52,10 +52,10 @@ pub(super) struct Activity {
     last_summary: Instant,
     last: Snapshot,
     /// Slots of each connected worker (the core's stats count workers, not slots).
-    slots: HashMap<WorkerId, u32>,
+    slots: IdMap<WorkerId, u32>,
     /// A submission seen but not yet accepted: (user, tasks, has deadline).
     submitted: Option<(PackageId, String, u32, bool)>,
-    packages: HashMap<PackageId, PackageLog>,
+    packages: IdMap<PackageId, PackageLog>,
     /// Packages in `packages` none of whose tasks was assigned yet: while 0, assignments are
     /// not looked at.
     unassigned: usize,
@@ -68,9 +68,9 @@ impl Activity {
             every,
             last_summary: Instant::now(),
             last: Snapshot::default(),
-            slots: HashMap::new(),
+            slots: IdMap::default(),
             submitted: None,
-            packages: HashMap::new(),
+            packages: IdMap::default(),
             unassigned: 0,
         }
     }

@@ -33,6 +33,7 @@ use crate::journal::{FsyncPolicy, Journal, Record, Replay};
 use crate::outbound::{Out, OutboundTx};
 use crate::package_ids::PackageIds;
 use crate::stats::{MasterStats, ReplayStats};
+use crate::status::recorder::IdMap;
 
 use self::activity::Activity;
 use self::journaling::package_record;
@@ -50,7 +51,7 @@ const STALL_MIN: Duration = Duration::from_millis(500);
 /// The scheduler task's state.
 pub struct Scheduler {
     core: Core,
-    routes: HashMap<u64, OutboundTx>,
+    routes: IdMap<u64, OutboundTx>,
     epoch: StdInstant,
     actions: Vec<Action>,
     /// User names interned as core [`UserId`]s.
@@ -66,7 +67,7 @@ pub struct Scheduler {
     flushing: bool,
     core_config: CoreConfig,
     /// Users of connected clients, by session.
-    client_users: HashMap<u64, UserId>,
+    client_users: IdMap<u64, UserId>,
     /// The crash-recovery journal, if any.
     journal: Option<Journal>,
     /// `fsync always`: a package is handled (and acknowledged) only once its record is durable.
@@ -107,7 +108,7 @@ impl Scheduler {
     pub fn new(config: CoreConfig, _instance: u64) -> Self {
         Self {
             core: Core::new(config.clone()),
-            routes: HashMap::new(),
+            routes: IdMap::default(),
             epoch: StdInstant::now(),
             actions: Vec::with_capacity(64),
             users: HashMap::new(),
@@ -116,7 +117,7 @@ impl Scheduler {
             auth: None,
             flushing: false,
             core_config: config,
-            client_users: HashMap::new(),
+            client_users: IdMap::default(),
             journal: None,
             ack_after_fsync: false,
             replay: None,

@@ -5,42 +5,18 @@
 //! and percentiles are computed from.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::time::Instant;
 
-use rtpool_core::{Action, Event, PackageId, TaskOutcome, TaskStatus, UserId};
+use rtpool_core::{Action, Event, IdHasher, PackageId, TaskOutcome, TaskStatus, UserId};
 
 use super::histogram::{Buckets, Histogram, LATENCY_BOUNDS_US};
 
 /// Samples kept for windowed rates and percentiles: ten seconds at one a second.
 const WINDOW: usize = 10;
 
-/// A hasher for the recorder's integer keys (ids the master hands out, not a peer's input):
-/// one multiplication instead of SipHash, since the scheduler pays it per task.
-#[derive(Default)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn write_i32(&mut self, n: i32) {
-        self.write_u64(n as u32 as u64);
-    }
-}
-
-/// A map keyed by ids, hashed with [`IdHasher`].
+/// A map keyed by ids the master hands out (sessions, packages, users), hashed with
+/// [`IdHasher`] (one multiplication instead of SipHash: the scheduler pays it per task).
 pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// One connected worker as the recorder knows it.
