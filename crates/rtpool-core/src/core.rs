@@ -51,6 +51,7 @@ pub use self::calls::CALLS_HASH;
 
 use bytes::Bytes;
 
+use crate::buffers::IdBuffers;
 use crate::client::{Client, User};
 use crate::config::CoreConfig;
 use crate::estimate::{Estimate, Estimator};
@@ -96,6 +97,8 @@ pub struct Core {
     /// `(user, idempotency key)` of live packages.
     keys: Map<(UserId, String), PackageId>,
     queue: ReadyQueue,
+    /// The packages' lists of task ids, recycled and made ahead of need.
+    buffers: IdBuffers,
     /// Copy groups of tasks that run as several copies.
     groups: Table<Group>,
     /// Aborts decided while handling the current event, sent at its end.
@@ -172,6 +175,7 @@ impl Core {
             package_slots: Map::default(),
             keys: Map::default(),
             queue: ReadyQueue::default(),
+            buffers: IdBuffers::default(),
             groups: Table::default(),
             pending_aborts: Vec::new(),
             recent_losses: std::collections::VecDeque::new(),
@@ -301,7 +305,9 @@ impl Core {
     pub fn prepare(&mut self, max_slots: usize) -> bool {
         let tasks = self.tasks.prepare(max_slots);
         let packages = self.packages.prepare(max_slots);
-        tasks || packages
+        let queue = self.queue.prepare(max_slots);
+        let buffers = self.buffers.prepare(max_slots * 16);
+        tasks || packages || queue || buffers
     }
 
     /// Current gauges and counters.
@@ -613,5 +619,6 @@ impl Core {
             expired,
             journaled: true,
         });
+        p.into_buffers(&mut self.buffers);
     }
 }

@@ -10,16 +10,20 @@
 //!    in submission order; within a package, tasks in index order (returned and requeued tasks
 //!    go to the front of their package).
 //!
-//! Within a package, entries are keyed by a position: a push to the back takes the next higher
-//! one, a push to the front the next lower one. The task remembers its position, so taking a
-//! cancelled (or master-finished) task out is an exact O(log n) removal: the queue holds only
-//! queued tasks, and no operation ever walks past dead entries or compacts.
+//! Within a package, the tasks form a doubly linked list whose nodes live in the queue's own
+//! slab ([`Table`] of [`Node`]): a push to the back or the front links one node, and the task
+//! remembers its node (its position), so taking a cancelled (or master-finished) task out is an
+//! exact O(1) unlink: the queue holds only queued tasks, and no operation ever walks past dead
+//! entries or compacts. The nodes are why a growing queue allocates nothing per task: the slab
+//! grows a chunk at a time, and [`ReadyQueue::prepare`] makes the next chunk ahead of need (a
+//! B-tree per package, as before, allocated fresh nodes from the heap as the queue grew: most
+//! of the page faults of a growing submission).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::{TaskId, UserId};
-use crate::table::Map;
+use crate::table::{Map, Table};
 
 /// Where a package's tasks queue: the class, the user, and the EDF order within the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,17 +42,32 @@ impl QueueKey {
     }
 }
 
-/// One package's queued tasks, by position.
+/// One queued task: a link of its package's list.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    task: TaskId,
+    /// Slab key of the node ahead of it in its package, if any.
+    prev: Option<u64>,
+    /// Slab key of the node behind it, if any.
+    next: Option<u64>,
+}
+
+/// One package's queued tasks: the ends of its list of nodes, front first.
 #[derive(Debug)]
 struct PackageQueue {
     key: QueueKey,
-    tasks: BTreeMap<i64, TaskId>,
-    /// Position of the next push to the back.
-    next_back: i64,
-    /// Position of the last push to the front.
-    next_front: i64,
+    head: Option<u64>,
+    tail: Option<u64>,
+    /// Nodes in the list.
+    len: usize,
     /// Estimated execution time of each task, microseconds (for the class's work sum).
     est_us: u64,
+}
+
+impl PackageQueue {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// One user's packages with queued tasks, in EDF order.
@@ -73,6 +92,8 @@ pub(crate) struct ReadyQueue {
     classes: BTreeMap<Reverse<i32>, Class>,
     /// Package slab key to its queued tasks.
     packages: Map<u64, PackageQueue>,
+    /// The list nodes of every queued task; a node's slab key is the task's position.
+    nodes: Table<Node>,
     /// Queued tasks.
     live: usize,
 }
@@ -106,12 +127,29 @@ impl ReadyQueue {
             .sum()
     }
 
+    /// Makes up to `max_slots` list nodes ahead of need (see [`Table::prepare`]), so a push
+    /// that grows the queue does not pay the first touch of fresh memory. Returns whether more
+    /// is left to prepare. O(`max_slots`).
+    pub(crate) fn prepare(&mut self, max_slots: usize) -> bool {
+        self.nodes.prepare(max_slots)
+    }
+
     /// Queues a task of package `slot` behind the others of its package; returns its position.
-    pub(crate) fn push_back(&mut self, slot: u64, key: QueueKey, est_us: u64, task: TaskId) -> i64 {
-        let pq = self.package_entry(slot, key, est_us);
-        let pos = pq.next_back;
-        pq.next_back += 1;
-        pq.tasks.insert(pos, task);
+    /// O(1) besides entering the package in its user's queue.
+    pub(crate) fn push_back(&mut self, slot: u64, key: QueueKey, est_us: u64, task: TaskId) -> u64 {
+        let tail = self.package_entry(slot, key, est_us).tail;
+        let pos = self.nodes.insert(Node {
+            task,
+            prev: tail,
+            next: None,
+        });
+        match tail {
+            Some(t) => self.node_mut(t).next = Some(pos),
+            None => self.packages.get_mut(&slot).expect("just entered").head = Some(pos),
+        }
+        let pq = self.packages.get_mut(&slot).expect("just entered");
+        pq.tail = Some(pos);
+        pq.len += 1;
         pos
     }
 
@@ -123,12 +161,45 @@ impl ReadyQueue {
         key: QueueKey,
         est_us: u64,
         task: TaskId,
-    ) -> i64 {
-        let pq = self.package_entry(slot, key, est_us);
-        pq.next_front -= 1;
-        let pos = pq.next_front;
-        pq.tasks.insert(pos, task);
+    ) -> u64 {
+        let head = self.package_entry(slot, key, est_us).head;
+        let pos = self.nodes.insert(Node {
+            task,
+            prev: None,
+            next: head,
+        });
+        match head {
+            Some(h) => self.node_mut(h).prev = Some(pos),
+            None => self.packages.get_mut(&slot).expect("just entered").tail = Some(pos),
+        }
+        let pq = self.packages.get_mut(&slot).expect("just entered");
+        pq.head = Some(pos);
+        pq.len += 1;
         pos
+    }
+
+    fn node_mut(&mut self, pos: u64) -> &mut Node {
+        self.nodes
+            .get_mut(pos)
+            .unwrap_or_else(|| panic!("ready queue: no node at {pos}"))
+    }
+
+    /// Unlinks the node at `pos` from package `slot`'s list and frees it; returns its task.
+    fn unlink(&mut self, slot: u64, pos: u64) -> TaskId {
+        let node = self
+            .nodes
+            .remove(pos)
+            .unwrap_or_else(|| panic!("ready queue: nothing at {pos} of slot {slot}"));
+        match node.prev {
+            Some(p) => self.node_mut(p).next = node.next,
+            None => self.packages.get_mut(&slot).expect("queued package").head = node.next,
+        }
+        match node.next {
+            Some(n) => self.node_mut(n).prev = node.prev,
+            None => self.packages.get_mut(&slot).expect("queued package").tail = node.prev,
+        }
+        self.packages.get_mut(&slot).expect("queued package").len -= 1;
+        node.task
     }
 
     /// The package's queue, entered in its user and class if it had no task queued; counts one
@@ -139,12 +210,12 @@ impl ReadyQueue {
         self.live += 1;
         let pq = self.packages.entry(slot).or_insert_with(|| PackageQueue {
             key,
-            tasks: BTreeMap::new(),
-            next_back: 0,
-            next_front: 0,
+            head: None,
+            tail: None,
+            len: 0,
             est_us,
         });
-        if pq.tasks.is_empty() {
+        if pq.is_empty() {
             let user = class.users.entry(key.user).or_insert_with(|| {
                 class.turns.push_back(key.user);
                 UserQueue::default()
@@ -155,21 +226,19 @@ impl ReadyQueue {
     }
 
     /// Takes the task at `pos` of package `slot` out of the queue (it was cancelled or
-    /// finished by the master). O(log n).
+    /// finished by the master). O(1) besides leaving its user's queue.
     ///
     /// # Panics
     ///
     /// If no task is queued there: the caller's bookkeeping is broken.
-    pub(crate) fn remove(&mut self, slot: u64, pos: i64) {
-        let pq = self
-            .packages
-            .get_mut(&slot)
-            .unwrap_or_else(|| panic!("ready queue: remove from slot {slot}, which is not queued"));
-        pq.tasks
-            .remove(&pos)
-            .unwrap_or_else(|| panic!("ready queue: nothing at {pos} of slot {slot}"));
+    pub(crate) fn remove(&mut self, slot: u64, pos: u64) {
+        if !self.packages.contains_key(&slot) {
+            panic!("ready queue: remove from slot {slot}, which is not queued");
+        }
+        self.unlink(slot, pos);
         self.live -= 1;
-        let (key, est_us, now_empty) = (pq.key, pq.est_us, pq.tasks.is_empty());
+        let pq = &self.packages[&slot];
+        let (key, est_us, now_empty) = (pq.key, pq.est_us, pq.is_empty());
         let class = self
             .classes
             .get_mut(&Reverse(key.priority))
@@ -188,7 +257,7 @@ impl ReadyQueue {
             .packages
             .remove(&slot)
             .expect("drop of an unqueued package");
-        debug_assert!(pq.tasks.is_empty());
+        debug_assert!(pq.is_empty());
         let user = self
             .classes
             .get_mut(&Reverse(pq.key.priority))
@@ -199,8 +268,7 @@ impl ReadyQueue {
 
     /// Takes the next task: highest class; in it, the user whose turn it is; of that user, the
     /// package with the earliest deadline; of that package, the front task. Returns the task
-    /// and its package's slab key. Cost: O(log classes + log packages of the user + log tasks of
-    /// the package), plus the turns of users whose packages all went since their last turn.
+    /// and its package's slab key. Cost: O(log classes + log packages of the user), plus the turns of users whose packages all went since their last turn.
     pub(crate) fn pop(&mut self) -> Option<(TaskId, u64)> {
         while self.live > 0 {
             let mut class_entry = self.classes.first_entry()?;
@@ -218,11 +286,24 @@ impl ReadyQueue {
                 }
                 continue;
             };
+            let pq = self.packages.get(&slot).expect("queued package");
+            let (head, est_us) = (pq.head.expect("a queued package has a task"), pq.est_us);
+            // The unlink, inlined: `class` borrows `self.classes` (disjoint fields).
+            let node = self.nodes.remove(head).expect("the head node is live");
+            debug_assert!(node.prev.is_none(), "the head has nothing ahead");
+            if let Some(n) = node.next {
+                self.nodes.get_mut(n).expect("a linked node is live").prev = None;
+            }
             let pq = self.packages.get_mut(&slot).expect("queued package");
-            let (_, task) = pq.tasks.pop_first().expect("a queued package has a task");
+            pq.head = node.next;
+            if node.next.is_none() {
+                pq.tail = None;
+            }
+            pq.len -= 1;
+            let task = node.task;
             self.live -= 1;
-            class.work_us = class.work_us.saturating_sub(pq.est_us);
-            let package_done = pq.tasks.is_empty();
+            class.work_us = class.work_us.saturating_sub(est_us);
+            let package_done = pq.is_empty();
             let user_done = package_done && user.packages.len() == 1;
             if user_done {
                 class.users.remove(&user_id);
@@ -263,21 +344,56 @@ impl ReadyQueue {
             .find(|q| !q.packages.is_empty())?;
         let (_, slot) = user.packages.first_key_value()?;
         let pq = self.packages.get(slot)?;
-        pq.tasks.first_key_value().map(|(_, &t)| t)
+        pq.head
+            .and_then(|h| self.nodes.get(h))
+            .map(|node| node.task)
     }
 
-    /// Every entry as `(package slot, key, position, task)`. For invariant checks.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, QueueKey, i64, TaskId)> + '_ {
-        self.packages.iter().flat_map(|(&slot, pq)| {
-            pq.tasks
-                .iter()
-                .map(move |(&pos, &t)| (slot, pq.key, pos, t))
+    /// A package's list, front first, as `(position, task)`.
+    fn list<'a>(&'a self, pq: &'a PackageQueue) -> impl Iterator<Item = (u64, TaskId)> + 'a {
+        let mut cursor = pq.head;
+        std::iter::from_fn(move || {
+            let pos = cursor?;
+            let node = self.nodes.get(pos).expect("a linked node is live");
+            cursor = node.next;
+            Some((pos, node.task))
         })
+        .take(pq.len)
     }
 
-    /// Checks the queue's own structure (counts, turns, classes). For invariant checks.
+    /// Every entry as `(package slot, key, position, task)`, each package front first. For
+    /// invariant checks.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, QueueKey, u64, TaskId)> + '_ {
+        self.packages
+            .iter()
+            .flat_map(move |(&slot, pq)| self.list(pq).map(move |(pos, t)| (slot, pq.key, pos, t)))
+    }
+
+    /// Checks the queue's own structure (lists, counts, turns, classes). For invariant checks.
     pub(crate) fn check(&self) {
-        let live: usize = self.packages.values().map(|pq| pq.tasks.len()).sum();
+        self.nodes.check();
+        let mut linked = 0;
+        for (slot, pq) in &self.packages {
+            let mut prev = None;
+            let mut pos = pq.head;
+            let mut n = 0;
+            while let Some(p) = pos {
+                let node = self
+                    .nodes
+                    .get(p)
+                    .unwrap_or_else(|| panic!("slot {slot} links freed node {p}"));
+                assert_eq!(node.prev, prev, "slot {slot}: node {p} links back wrong");
+                prev = Some(p);
+                pos = node.next;
+                n += 1;
+                assert!(n <= self.nodes.len(), "slot {slot}: its list loops");
+            }
+            assert_eq!(pq.tail, prev, "slot {slot}: tail is not the last node");
+            assert_eq!(pq.len, n, "slot {slot}: length of its list");
+            linked += n;
+        }
+        assert_eq!(linked, self.nodes.len(), "nodes outside every list");
+        let live: usize = self.packages.values().map(|pq| pq.len).sum();
         assert_eq!(live, self.live, "queue live count");
         let mut listed = 0;
         for (prio, class) in &self.classes {
@@ -293,7 +409,7 @@ impl ReadyQueue {
                 assert_eq!(turns, 1, "{user} has {turns} turns");
                 for (order, slot) in &uq.packages {
                     let pq = &self.packages[slot];
-                    assert!(!pq.tasks.is_empty(), "slot {slot} queued with no task");
+                    assert!(!pq.is_empty(), "slot {slot} queued with no task");
                     assert_eq!(pq.key.order(), *order);
                     assert_eq!(pq.key.user, *user);
                     assert_eq!(pq.key.priority, prio.0);
@@ -304,7 +420,7 @@ impl ReadyQueue {
                 .packages
                 .values()
                 .filter(|pq| pq.key.priority == prio.0)
-                .map(|pq| pq.est_us * pq.tasks.len() as u64)
+                .map(|pq| pq.est_us * pq.len as u64)
                 .sum();
             assert_eq!(work, class.work_us, "class {} work sum", prio.0);
         }
@@ -401,7 +517,7 @@ mod tests {
     #[test]
     fn removal_is_exact_and_keeps_the_order() {
         let mut q = ReadyQueue::default();
-        let pos: Vec<i64> = (1..=4)
+        let pos: Vec<u64> = (1..=4)
             .map(|t| q.push_back(7, key(0, 1, u64::MAX, 1), 0, TaskId(t)))
             .collect();
         q.remove(7, pos[0]);
