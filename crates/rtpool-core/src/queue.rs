@@ -558,6 +558,64 @@ mod tests {
         q.check();
     }
 
+    proptest::proptest! {
+        /// The lists against a model: one user, packages in submission order, each a deque;
+        /// pushes at both ends, exact removals and pops in any order, `check` after each.
+        #[test]
+        fn lists_follow_a_model_of_deques(
+            ops in proptest::collection::vec((0u8..4, 0u64..6, 0usize..64), 1..300)
+        ) {
+            let mut q = ReadyQueue::default();
+            let mut model: BTreeMap<u64, VecDeque<(u64, u64)>> = BTreeMap::new();
+            let mut next = 0;
+            for (op, slot, pick) in ops {
+                let k = key(0, 1, u64::MAX, slot);
+                match op {
+                    0 | 1 => {
+                        next += 1;
+                        let t = TaskId(next);
+                        let entries = model.entry(slot).or_default();
+                        if op == 0 {
+                            entries.push_back((q.push_back(slot, k, 1, t), next));
+                        } else {
+                            entries.push_front((q.push_front(slot, k, 1, t), next));
+                        }
+                    }
+                    2 => {
+                        let all: Vec<(u64, usize)> = model
+                            .iter()
+                            .flat_map(|(&s, d)| (0..d.len()).map(move |i| (s, i)))
+                            .collect();
+                        if let Some(&(s, i)) = all.get(pick % all.len().max(1)) {
+                            let (pos, _) = model.get_mut(&s).unwrap().remove(i).unwrap();
+                            q.remove(s, pos);
+                        }
+                    }
+                    _ => {
+                        let want = model
+                            .iter_mut()
+                            .find(|(_, d)| !d.is_empty())
+                            .map(|(&s, d)| (d.pop_front().unwrap().1, s));
+                        proptest::prop_assert_eq!(q.pop().map(|(t, s)| (t.0, s)), want);
+                    }
+                }
+                model.retain(|_, d| !d.is_empty());
+                q.check();
+                let len: usize = model.values().map(VecDeque::len).sum();
+                proptest::prop_assert_eq!(q.len(), len);
+                let mut listed: Vec<(u64, u64)> =
+                    q.iter().map(|(s, _, _, t)| (s, t.0)).collect();
+                listed.sort_unstable();
+                let mut expected: Vec<(u64, u64)> = model
+                    .iter()
+                    .flat_map(|(&s, d)| d.iter().map(move |&(_, t)| (s, t)))
+                    .collect();
+                expected.sort_unstable();
+                proptest::prop_assert_eq!(listed, expected);
+            }
+        }
+    }
+
     #[test]
     #[should_panic(expected = "not queued")]
     fn removing_from_an_unqueued_package_panics() {
