@@ -174,7 +174,7 @@ impl Core {
             packages: Table::default(),
             package_slots: Map::default(),
             keys: Map::default(),
-            queue: ReadyQueue::default(),
+            queue: ReadyQueue::dense(),
             buffers: IdBuffers::default(),
             groups: Table::default(),
             pending_aborts: Vec::new(),

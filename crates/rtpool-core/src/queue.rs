@@ -23,7 +23,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::{TaskId, UserId};
-use crate::table::{Map, Table};
+use crate::table::{DenseMap, Map, Table};
 
 /// Where a package's tasks queue: the class, the user, and the EDF order within the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,12 +86,84 @@ struct Class {
     work_us: u64,
 }
 
+/// Package slab key to its queued tasks: stored at the key's slot index for the core's ready
+/// queue, which most packages enter (no hash map whose resize touches fresh memory in the
+/// middle of a submission); a hash map for a service's queue, which holds the few packages
+/// that call its function (a dense store would span every package slot).
+#[derive(Debug)]
+enum PackageQueues {
+    Dense(DenseMap<PackageQueue>),
+    Sparse(Map<u64, PackageQueue>),
+}
+
+impl Default for PackageQueues {
+    fn default() -> Self {
+        Self::Sparse(Map::default())
+    }
+}
+
+impl PackageQueues {
+    fn get(&self, slot: u64) -> Option<&PackageQueue> {
+        match self {
+            Self::Dense(m) => m.get(slot),
+            Self::Sparse(m) => m.get(&slot),
+        }
+    }
+
+    fn get_mut(&mut self, slot: u64) -> Option<&mut PackageQueue> {
+        match self {
+            Self::Dense(m) => m.get_mut(slot),
+            Self::Sparse(m) => m.get_mut(&slot),
+        }
+    }
+
+    fn get_or_insert_with(
+        &mut self,
+        slot: u64,
+        make: impl FnOnce() -> PackageQueue,
+    ) -> &mut PackageQueue {
+        match self {
+            Self::Dense(m) => m.get_or_insert_with(slot, make),
+            Self::Sparse(m) => m.entry(slot).or_insert_with(make),
+        }
+    }
+
+    fn remove(&mut self, slot: u64) -> Option<PackageQueue> {
+        match self {
+            Self::Dense(m) => m.remove(slot),
+            Self::Sparse(m) => m.remove(&slot),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Dense(m) => m.len(),
+            Self::Sparse(m) => m.len(),
+        }
+    }
+
+    fn prepare(&mut self, max_slots: usize) -> bool {
+        match self {
+            Self::Dense(m) => m.prepare(max_slots),
+            Self::Sparse(_) => false,
+        }
+    }
+
+    /// Every `(slot, queue)`. O(slots) when dense: for invariant checks only.
+    fn iter(&self) -> Box<dyn Iterator<Item = (u64, &PackageQueue)> + '_> {
+        match self {
+            Self::Dense(m) => Box::new(m.iter()),
+            Self::Sparse(m) => Box::new(m.iter().map(|(&slot, pq)| (slot, pq))),
+        }
+    }
+}
+
 /// Priority classes (highest first) of users (round robin) of packages (EDF) of tasks (FIFO).
 #[derive(Debug, Default)]
 pub(crate) struct ReadyQueue {
     classes: BTreeMap<Reverse<i32>, Class>,
     /// Package slab key to its queued tasks.
-    packages: Map<u64, PackageQueue>,
+    packages: PackageQueues,
     /// The list nodes of every queued task; a node's slab key is the task's position.
     nodes: Table<Node>,
     /// Queued tasks.
@@ -99,6 +171,17 @@ pub(crate) struct ReadyQueue {
 }
 
 impl ReadyQueue {
+    /// A queue whose packages are the ids of one package table, most of which it holds (the
+    /// core's ready queue): their entries are stored densely, by slot index, and
+    /// [`ReadyQueue::prepare`] makes their growth ahead of need too. `default()` keeps them in
+    /// a hash map (a service's queue, which holds a few packages of the whole table).
+    pub(crate) fn dense() -> Self {
+        Self {
+            packages: PackageQueues::Dense(DenseMap::default()),
+            ..Self::default()
+        }
+    }
+
     /// Queued tasks.
     pub(crate) fn len(&self) -> usize {
         self.live
@@ -131,7 +214,9 @@ impl ReadyQueue {
     /// that grows the queue does not pay the first touch of fresh memory. Returns whether more
     /// is left to prepare. O(`max_slots`).
     pub(crate) fn prepare(&mut self, max_slots: usize) -> bool {
-        self.nodes.prepare(max_slots)
+        let nodes = self.nodes.prepare(max_slots);
+        let packages = self.packages.prepare(max_slots);
+        nodes || packages
     }
 
     /// Queues a task of package `slot` behind the others of its package; returns its position.
@@ -145,9 +230,9 @@ impl ReadyQueue {
         });
         match tail {
             Some(t) => self.node_mut(t).next = Some(pos),
-            None => self.packages.get_mut(&slot).expect("just entered").head = Some(pos),
+            None => self.packages.get_mut(slot).expect("just entered").head = Some(pos),
         }
-        let pq = self.packages.get_mut(&slot).expect("just entered");
+        let pq = self.packages.get_mut(slot).expect("just entered");
         pq.tail = Some(pos);
         pq.len += 1;
         pos
@@ -170,9 +255,9 @@ impl ReadyQueue {
         });
         match head {
             Some(h) => self.node_mut(h).prev = Some(pos),
-            None => self.packages.get_mut(&slot).expect("just entered").tail = Some(pos),
+            None => self.packages.get_mut(slot).expect("just entered").tail = Some(pos),
         }
-        let pq = self.packages.get_mut(&slot).expect("just entered");
+        let pq = self.packages.get_mut(slot).expect("just entered");
         pq.head = Some(pos);
         pq.len += 1;
         pos
@@ -192,13 +277,13 @@ impl ReadyQueue {
             .unwrap_or_else(|| panic!("ready queue: nothing at {pos} of slot {slot}"));
         match node.prev {
             Some(p) => self.node_mut(p).next = node.next,
-            None => self.packages.get_mut(&slot).expect("queued package").head = node.next,
+            None => self.packages.get_mut(slot).expect("queued package").head = node.next,
         }
         match node.next {
             Some(n) => self.node_mut(n).prev = node.prev,
-            None => self.packages.get_mut(&slot).expect("queued package").tail = node.prev,
+            None => self.packages.get_mut(slot).expect("queued package").tail = node.prev,
         }
-        self.packages.get_mut(&slot).expect("queued package").len -= 1;
+        self.packages.get_mut(slot).expect("queued package").len -= 1;
         node.task
     }
 
@@ -208,7 +293,7 @@ impl ReadyQueue {
         let class = self.classes.entry(Reverse(key.priority)).or_default();
         class.work_us = class.work_us.saturating_add(est_us);
         self.live += 1;
-        let pq = self.packages.entry(slot).or_insert_with(|| PackageQueue {
+        let pq = self.packages.get_or_insert_with(slot, || PackageQueue {
             key,
             head: None,
             tail: None,
@@ -232,12 +317,12 @@ impl ReadyQueue {
     ///
     /// If no task is queued there: the caller's bookkeeping is broken.
     pub(crate) fn remove(&mut self, slot: u64, pos: u64) {
-        if !self.packages.contains_key(&slot) {
+        if self.packages.get(slot).is_none() {
             panic!("ready queue: remove from slot {slot}, which is not queued");
         }
         self.unlink(slot, pos);
         self.live -= 1;
-        let pq = &self.packages[&slot];
+        let pq = self.packages.get(slot).expect("queued package");
         let (key, est_us, now_empty) = (pq.key, pq.est_us, pq.is_empty());
         let class = self
             .classes
@@ -255,7 +340,7 @@ impl ReadyQueue {
     fn drop_package(&mut self, slot: u64) {
         let pq = self
             .packages
-            .remove(&slot)
+            .remove(slot)
             .expect("drop of an unqueued package");
         debug_assert!(pq.is_empty());
         let user = self
@@ -286,7 +371,7 @@ impl ReadyQueue {
                 }
                 continue;
             };
-            let pq = self.packages.get(&slot).expect("queued package");
+            let pq = self.packages.get(slot).expect("queued package");
             let (head, est_us) = (pq.head.expect("a queued package has a task"), pq.est_us);
             // The unlink, inlined: `class` borrows `self.classes` (disjoint fields).
             let node = self.nodes.remove(head).expect("the head node is live");
@@ -294,7 +379,7 @@ impl ReadyQueue {
             if let Some(n) = node.next {
                 self.nodes.get_mut(n).expect("a linked node is live").prev = None;
             }
-            let pq = self.packages.get_mut(&slot).expect("queued package");
+            let pq = self.packages.get_mut(slot).expect("queued package");
             pq.head = node.next;
             if node.next.is_none() {
                 pq.tail = None;
@@ -314,7 +399,7 @@ impl ReadyQueue {
                 class.turns.push_back(user_id);
             }
             if package_done {
-                let pq = self.packages.remove(&slot).expect("just popped from it");
+                let pq = self.packages.remove(slot).expect("just popped from it");
                 if !user_done {
                     self.classes
                         .get_mut(&Reverse(pq.key.priority))
@@ -343,7 +428,7 @@ impl ReadyQueue {
             .filter_map(|u| class.users.get(u))
             .find(|q| !q.packages.is_empty())?;
         let (_, slot) = user.packages.first_key_value()?;
-        let pq = self.packages.get(slot)?;
+        let pq = self.packages.get(*slot)?;
         pq.head
             .and_then(|h| self.nodes.get(h))
             .map(|node| node.task)
@@ -366,14 +451,14 @@ impl ReadyQueue {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, QueueKey, u64, TaskId)> + '_ {
         self.packages
             .iter()
-            .flat_map(move |(&slot, pq)| self.list(pq).map(move |(pos, t)| (slot, pq.key, pos, t)))
+            .flat_map(move |(slot, pq)| self.list(pq).map(move |(pos, t)| (slot, pq.key, pos, t)))
     }
 
     /// Checks the queue's own structure (lists, counts, turns, classes). For invariant checks.
     pub(crate) fn check(&self) {
         self.nodes.check();
         let mut linked = 0;
-        for (slot, pq) in &self.packages {
+        for (slot, pq) in self.packages.iter() {
             let mut prev = None;
             let mut pos = pq.head;
             let mut n = 0;
@@ -393,7 +478,7 @@ impl ReadyQueue {
             linked += n;
         }
         assert_eq!(linked, self.nodes.len(), "nodes outside every list");
-        let live: usize = self.packages.values().map(|pq| pq.len).sum();
+        let live: usize = self.packages.iter().map(|(_, pq)| pq.len).sum();
         assert_eq!(live, self.live, "queue live count");
         let mut listed = 0;
         for (prio, class) in &self.classes {
@@ -408,7 +493,7 @@ impl ReadyQueue {
                 let turns = class.turns.iter().filter(|u| *u == user).count();
                 assert_eq!(turns, 1, "{user} has {turns} turns");
                 for (order, slot) in &uq.packages {
-                    let pq = &self.packages[slot];
+                    let pq = self.packages.get(*slot).expect("listed package is queued");
                     assert!(!pq.is_empty(), "slot {slot} queued with no task");
                     assert_eq!(pq.key.order(), *order);
                     assert_eq!(pq.key.user, *user);
@@ -418,7 +503,8 @@ impl ReadyQueue {
             }
             let work: u64 = self
                 .packages
-                .values()
+                .iter()
+                .map(|(_, pq)| pq)
                 .filter(|pq| pq.key.priority == prio.0)
                 .map(|pq| pq.est_us * pq.len as u64)
                 .sum();
@@ -560,12 +646,14 @@ mod tests {
 
     proptest::proptest! {
         /// The lists against a model: one user, packages in submission order, each a deque;
-        /// pushes at both ends, exact removals and pops in any order, `check` after each.
+        /// pushes at both ends, exact removals and pops in any order, `check` after each; the
+        /// packages' entries stored densely or in a hash map.
         #[test]
         fn lists_follow_a_model_of_deques(
+            dense in proptest::bool::ANY,
             ops in proptest::collection::vec((0u8..4, 0u64..6, 0usize..64), 1..300)
         ) {
-            let mut q = ReadyQueue::default();
+            let mut q = if dense { ReadyQueue::dense() } else { ReadyQueue::default() };
             let mut model: BTreeMap<u64, VecDeque<(u64, u64)>> = BTreeMap::new();
             let mut next = 0;
             for (op, slot, pick) in ops {
