@@ -66,7 +66,7 @@ use crate::placement::Link;
 use crate::queue::{QueueKey, ReadyQueue};
 use crate::service::ServiceTable;
 use crate::stats::{CoreStats, Counters, WorkerStats};
-use crate::table::{Map, Table};
+use crate::table::{Ahead, Map, Table};
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
 
@@ -94,6 +94,11 @@ pub struct Core {
     packages: Table<Package>,
     /// Public package id to slab key.
     package_slots: Map<PackageId, u64>,
+    /// Grows `package_slots` ahead of need.
+    slots_ahead: Ahead,
+    /// The user and client of the latest package: [`Core::prepare`] grows their sets of
+    /// packages ahead of need.
+    latest_owner: Option<(UserId, Option<ClientId>)>,
     /// `(user, idempotency key)` of live packages.
     keys: Map<(UserId, String), PackageId>,
     queue: ReadyQueue,
@@ -173,6 +178,8 @@ impl Core {
             tasks: Table::default(),
             packages: Table::default(),
             package_slots: Map::default(),
+            slots_ahead: Ahead::default(),
+            latest_owner: None,
             keys: Map::default(),
             queue: ReadyQueue::dense(),
             buffers: IdBuffers::default(),
@@ -307,7 +314,28 @@ impl Core {
         let packages = self.packages.prepare(max_slots);
         let queue = self.queue.prepare(max_slots);
         let buffers = self.buffers.prepare(max_slots * 16);
-        tasks || packages || queue || buffers
+        let maps = self.prepare_maps(max_slots / 8);
+        tasks || packages || queue || buffers || maps
+    }
+
+    /// Grows the maps that gain an entry per package ahead of need (see [`Ahead`]): the
+    /// package ids, and the package sets of the latest package's user and client. `u64::MAX`
+    /// is never a slab key (a table panics before its 2^32nd slot), and a package id that
+    /// happens to be it only makes a call move nothing.
+    fn prepare_maps(&mut self, max_pokes: usize) -> bool {
+        const SPARE: u64 = u64::MAX;
+        let mut more =
+            self.slots_ahead
+                .prepare(&mut self.package_slots, PackageId(SPARE), max_pokes);
+        if let Some((user, client)) = self.latest_owner {
+            if let Some(u) = self.users.get_mut(&user) {
+                more |= u.ahead.prepare(&mut u.packages, SPARE, max_pokes);
+            }
+            if let Some(c) = client.and_then(|c| self.clients.get_mut(&c)) {
+                more |= c.ahead.prepare(&mut c.packages, SPARE, max_pokes);
+            }
+        }
+        more
     }
 
     /// Current gauges and counters.

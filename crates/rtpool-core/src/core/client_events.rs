@@ -208,6 +208,7 @@ impl Core {
             self.functions.acquire(fn_hash, fn_code);
         }
         self.users.entry(user).or_default().packages.insert(slot);
+        self.latest_owner = Some((user, client));
         if let Some(client) = client {
             self.clients
                 .entry(client)
