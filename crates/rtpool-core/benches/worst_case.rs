@@ -31,7 +31,6 @@
 //! RTPOOL_WORST_CASE_ROUNDS=5 cargo bench ...                  # more rounds
 //! RTPOOL_WORST_CASE_GROWTH_ONLY=1 cargo bench ...             # the growing case only
 //! RTPOOL_WORST_CASE_PREPARE=0 cargo bench ...                 # growth without Core::prepare
-//! RTPOOL_WORST_CASE_PREFAULT_MB=1536 cargo bench ...          # heap faulted in before growth
 //! ```
 //!
 //! `--test` (what `cargo bench -- --test` passes every bench) runs the quick grid, as does
@@ -64,11 +63,9 @@ struct Plan {
     /// Wall time (timed and untimed) one operation may spend on one core in one round.
     budget: Duration,
     /// Between growing submissions, call `Core::prepare` as the master does between events
-    /// (`RTPOOL_WORST_CASE_PREPARE=0`: do not, to see the growth without it).
+    /// (`RTPOOL_WORST_CASE_PREPARE=0`: do not, to see the growth without it). Nothing else is
+    /// done to the memory: no allocator tuning, no heap faulted in ahead, as in the master.
     prepare: bool,
-    /// MiB of heap faulted in (and kept by the allocator) before the growing submissions, as
-    /// a real-time master does at start (`RTPOOL_WORST_CASE_PREFAULT_MB`, 0: none).
-    prefault_mb: usize,
 }
 
 impl Plan {
@@ -76,10 +73,6 @@ impl Plan {
         let quick = std::env::args().any(|a| a == "--quick" || a == "--test")
             || std::env::var("RTPOOL_WORST_CASE_QUICK").is_ok_and(|v| v == "1");
         let prepare = std::env::var("RTPOOL_WORST_CASE_PREPARE").map_or(true, |v| v != "0");
-        let prefault_mb = std::env::var("RTPOOL_WORST_CASE_PREFAULT_MB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
         let rounds = std::env::var("RTPOOL_WORST_CASE_ROUNDS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -95,7 +88,6 @@ impl Plan {
                 warm_up: 10,
                 budget: Duration::from_millis(300),
                 prepare,
-                prefault_mb,
             }
         } else {
             Self {
@@ -108,7 +100,6 @@ impl Plan {
                 warm_up: 100,
                 budget: Duration::from_secs(3),
                 prepare,
-                prefault_mb,
             }
         }
     }
@@ -369,27 +360,6 @@ fn run_op(plan: &Plan, probe: &SchedProbe, op: Op, rigs: &mut Rigs, cells: &mut 
 
 /// Submits 100-task packages without undo until each core's queue has doubled: the cost of a
 /// submission while the tables grow. Interleaved one call per core at a time.
-/// glibc's malloc is told to keep what is freed (no trim) and to serve every size from the
-/// heap (no `mmap`); then `mb` MiB are allocated, written (each page faulted in) and freed, so
-/// the growing submissions that follow carve their allocations out of resident pages instead
-/// of taking a first-touch page fault in the middle of a call: the RT-Preempt way of
-/// prefaulting a real-time process's heap, done here outside the timing.
-#[allow(unsafe_code)]
-fn prefault_heap(mb: usize) {
-    // glibc's <malloc.h>: M_TRIM_THRESHOLD = -1, M_MMAP_MAX = -4.
-    extern "C" {
-        fn mallopt(param: std::os::raw::c_int, value: std::os::raw::c_int) -> std::os::raw::c_int;
-    }
-    // SAFETY: mallopt only changes the allocator's tuning; both are documented parameters.
-    unsafe {
-        mallopt(-1, std::os::raw::c_int::MAX);
-        mallopt(-4, 0);
-    }
-    let reserve = vec![1u8; mb << 20];
-    std::hint::black_box(&reserve);
-    drop(reserve);
-}
-
 fn run_growth(plan: &Plan, probe: &SchedProbe, rigs: &mut Rigs, cells: &mut [Cell]) {
     let goals: Vec<usize> = rigs.iter().map(|(_, _, r)| 2 * r.target).collect();
     cells.iter_mut().for_each(Cell::start_round);
@@ -472,6 +442,62 @@ fn print_table(title: &str, cells: &[&Cell]) {
             c.faults as f64 / h.len().max(1) as f64,
         );
     }
+}
+
+/// Issue 17's bar side by side: for each core, the steady operations' worst (max thread CPU
+/// over every operation, and which) next to the growing submission's, with the runs over
+/// 100 us of thread CPU (and of those, the runs that took a page fault).
+fn print_bar(plan: &Plan, cells: &[Cell]) {
+    println!(
+        "\nThe bar (issue 17): max thread CPU of every operation under 100 us, growing case \
+         included; steady next to growing:\n"
+    );
+    println!(
+        "| tasks queued | workers | steady: max thread CPU (operation) | steady: runs > 100 us \
+         (with a page fault) | growing: max thread CPU | growing: runs > 100 us (with a page \
+         fault) | growing: page faults / run |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let (mut over, mut runs) = (0, 0);
+    for &n in &plan.sizes {
+        for &w in &plan.workers {
+            let of = |growing: bool| {
+                cells
+                    .iter()
+                    .filter(move |c| c.growing == growing && c.queued == n && c.workers == w)
+                    .filter(|c| !c.thread_cpu.is_empty())
+            };
+            let Some(worst) = of(false).max_by_key(|c| c.thread_cpu.max()) else {
+                continue;
+            };
+            let steady_over: (u64, u64) = of(false).fold((0, 0), |a, c| {
+                (a.0 + c.over_bar_cpu.0, a.1 + c.over_bar_cpu.1)
+            });
+            let Some(grow) = of(true).next() else {
+                continue;
+            };
+            over += steady_over.0 + grow.over_bar_cpu.0;
+            runs += of(false).map(|c| c.thread_cpu.len()).sum::<u64>() + grow.thread_cpu.len();
+            println!(
+                "| {} | {} | {} ({}) | {} ({}) | {} | {} ({}) | {:.3} |",
+                fmt_count(n),
+                fmt_count(w),
+                fmt_ns(worst.thread_cpu.max() as f64),
+                worst.name(),
+                steady_over.0,
+                steady_over.1,
+                fmt_ns(grow.thread_cpu.max() as f64),
+                grow.over_bar_cpu.0,
+                grow.over_bar_cpu.1,
+                grow.faults as f64 / grow.thread_cpu.len().max(1) as f64,
+            );
+        }
+    }
+    println!(
+        "\n{over} of {runs} runs over 100 us of thread CPU (a run over it without a page fault \
+         is the core's cost or the VM's: repeat the cell; one that does not come back at the \
+         same size is the VM's)"
+    );
 }
 
 /// `b / a`, with a floor of 1 on `a`.
@@ -614,14 +640,6 @@ fn main() {
         }
         let t = WallClock::now();
         let growth_cells = &mut cells[Op::ALL.len() * per_op..];
-        if plan.prefault_mb > 0 {
-            prefault_heap(plan.prefault_mb);
-            eprintln!(
-                "  heap prefaulted: {} MiB in {:.2} s",
-                plan.prefault_mb,
-                t.elapsed().as_secs_f64()
-            );
-        }
         run_growth(&plan, &probe, &mut rigs, growth_cells);
         eprintln!("  growth: {:.2} s", t.elapsed().as_secs_f64());
     }
@@ -636,6 +654,7 @@ fn main() {
         &growth,
     );
     let ratio_json = ratios(&plan, &cells);
+    print_bar(&plan, &cells);
     if plan.quick {
         println!(
             "\n(quick grid: a smoke test of the bench, not a measurement: verdicts mean nothing)"
