@@ -185,11 +185,17 @@ impl Scheduler {
                 tokio::time::Instant::now() + Duration::from_nanos(at.0.saturating_sub(now.0))
             });
             let waiting = !self.held.is_empty();
-            if rx.is_empty() {
-                // Nothing waits: make the tables' next growth ahead of need (bounded work,
-                // O(1) once ready), so no event pays the first touch of fresh memory.
-                self.core.prepare(Core::PREPARE_SLOTS);
-            }
+            // Make the core's next growth ahead of need (tables, queue nodes, id buffers, maps:
+            // bounded work, O(1) once ready), so no event pays the first touch of fresh memory.
+            // A full share when nothing waits; an eighth per event while events wait, so a
+            // flood of submissions that never empties the inbox still finds its memory ready
+            // (up to 32 tasks per event; a larger burst takes some first touches itself).
+            let share = if rx.is_empty() {
+                Core::PREPARE_SLOTS
+            } else {
+                Core::PREPARE_SLOTS / 8
+            };
+            self.core.prepare(share);
             self.idle_since = StdInstant::now();
             tokio::select! {
                 msg = rx.recv() => {
