@@ -221,11 +221,21 @@ impl<S> Chunks<S> {
     /// Fills up to `max_slots` more slots of the next chunk with `filler`, allocating it first
     /// if needed, so that chunk's memory is touched before a push needs it. Returns false when
     /// there is nothing left to prepare (the next chunk is ready). O(`max_slots`).
+    ///
+    /// The rest of the current chunk comes first: a chunk started without a prepared one (a
+    /// burst that outran the shell's idle calls, or a table grown before any) has untouched
+    /// memory past its last slot.
     fn prepare(&mut self, max_slots: usize, filler: impl Fn() -> S) -> bool {
+        let mut budget = max_slots;
+        if let Some(last) = self.chunks.last_mut() {
+            let n = budget.min(CHUNK - last.len());
+            last.extend((0..n).map(|_| filler()));
+            budget -= n;
+        }
         let spare = self.spare.get_or_insert_with(|| Vec::with_capacity(CHUNK));
-        let n = max_slots.min(CHUNK - spare.len());
+        let n = budget.min(CHUNK - spare.len());
         spare.extend((0..n).map(|_| filler()));
-        spare.len() < CHUNK
+        spare.len() < CHUNK || self.chunks.last().is_some_and(|c| c.len() < CHUNK)
     }
 
     fn iter(&self) -> impl Iterator<Item = &S> {
@@ -729,6 +739,37 @@ mod tests {
         assert_eq!(u.remove(a[0]), Some(0));
         t.check();
         u.check();
+    }
+
+    #[test]
+    fn prepare_touches_the_rest_of_the_current_chunk_first() {
+        // A chunk started with no prepared one: its slots past the last are untouched.
+        let mut t = Table::default();
+        let ids: Vec<u64> = (0..10u64).map(|i| t.insert(i)).collect();
+        assert_eq!(t.slots.chunks[0].len(), 10);
+        assert!(t.prepare(500), "more to prepare");
+        assert_eq!(
+            t.slots.chunks[0].len(),
+            510,
+            "the current chunk's rest first"
+        );
+        assert_eq!(
+            t.slots.spare.as_ref().map_or(0, Vec::len),
+            0,
+            "no budget left for the next one"
+        );
+        while t.prepare(500) {}
+        assert_eq!(t.slots.chunks[0].len(), CHUNK);
+        assert_eq!(t.slots.spare.as_ref().map(Vec::len), Some(CHUNK));
+        // Placeholders are overwritten in place and never seen.
+        let at = t.slots.chunks[0].as_ptr();
+        let more: Vec<u64> = (10..CHUNK as u64 + 5).map(|i| t.insert(i)).collect();
+        assert_eq!(t.slots.chunks[0].as_ptr(), at, "the chunk did not move");
+        assert_eq!(t.len(), CHUNK + 5);
+        assert_eq!(t.iter().count(), CHUNK + 5);
+        assert_eq!(t.get(ids[3]), Some(&3));
+        assert_eq!(t.get(more[CHUNK - 10]), Some(&(CHUNK as u64)));
+        t.check();
     }
 
     #[test]
