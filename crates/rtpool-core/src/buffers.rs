@@ -101,7 +101,7 @@ impl IdBuffers {
                 },
             };
             let n = budget.min(buffer.capacity() - buffer.len());
-            buffer.extend(std::iter::repeat(TaskId(0)).take(n));
+            buffer.extend(std::iter::repeat_n(TaskId(0), n));
             budget -= n;
             if buffer.len() == buffer.capacity() {
                 buffer.clear();
