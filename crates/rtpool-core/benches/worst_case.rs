@@ -31,7 +31,6 @@
 //! RTPOOL_WORST_CASE_ROUNDS=5 cargo bench ...                  # more rounds
 //! RTPOOL_WORST_CASE_GROWTH_ONLY=1 cargo bench ...             # the growing case only
 //! RTPOOL_WORST_CASE_PREPARE=0 cargo bench ...                 # growth without Core::prepare
-//! RTPOOL_WORST_CASE_PREFAULT_MB=1536 cargo bench ...          # heap faulted in before growth
 //! ```
 //!
 //! `--test` (what `cargo bench -- --test` passes every bench) runs the quick grid, as does
@@ -64,11 +63,9 @@ struct Plan {
     /// Wall time (timed and untimed) one operation may spend on one core in one round.
     budget: Duration,
     /// Between growing submissions, call `Core::prepare` as the master does between events
-    /// (`RTPOOL_WORST_CASE_PREPARE=0`: do not, to see the growth without it).
+    /// (`RTPOOL_WORST_CASE_PREPARE=0`: do not, to see the growth without it). Nothing else is
+    /// done to the memory: no allocator tuning, no heap faulted in ahead, as in the master.
     prepare: bool,
-    /// MiB of heap faulted in (and kept by the allocator) before the growing submissions, as
-    /// a real-time master does at start (`RTPOOL_WORST_CASE_PREFAULT_MB`, 0: none).
-    prefault_mb: usize,
 }
 
 impl Plan {
@@ -76,10 +73,6 @@ impl Plan {
         let quick = std::env::args().any(|a| a == "--quick" || a == "--test")
             || std::env::var("RTPOOL_WORST_CASE_QUICK").is_ok_and(|v| v == "1");
         let prepare = std::env::var("RTPOOL_WORST_CASE_PREPARE").map_or(true, |v| v != "0");
-        let prefault_mb = std::env::var("RTPOOL_WORST_CASE_PREFAULT_MB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
         let rounds = std::env::var("RTPOOL_WORST_CASE_ROUNDS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -95,7 +88,6 @@ impl Plan {
                 warm_up: 10,
                 budget: Duration::from_millis(300),
                 prepare,
-                prefault_mb,
             }
         } else {
             Self {
@@ -108,7 +100,6 @@ impl Plan {
                 warm_up: 100,
                 budget: Duration::from_secs(3),
                 prepare,
-                prefault_mb,
             }
         }
     }
@@ -127,8 +118,9 @@ struct Cell {
     on_cpu: Histogram<u64>,
     /// Thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) of every run.
     thread_cpu: Histogram<u64>,
-    /// Runs over [`BAR_NS`] of thread CPU time, and of those the runs with a page fault.
-    over_bar_cpu: (u64, u64),
+    /// Runs over [`BAR_NS`] of thread CPU time; of those, the runs with a page fault, and the
+    /// runs without one during which a softirq ran on the thread's CPU.
+    over_bar_cpu: (u64, u64, u64),
     /// On-CPU time of each run, by round, in run order.
     runs: Vec<Vec<u64>>,
     /// Runs during which the thread was scheduled out.
@@ -156,7 +148,7 @@ impl Cell {
             wall: histogram(),
             on_cpu: histogram(),
             thread_cpu: histogram(),
-            over_bar_cpu: (0, 0),
+            over_bar_cpu: (0, 0, 0),
             runs: Vec::new(),
             descheduled: 0,
             over_bar: 0,
@@ -187,8 +179,10 @@ impl Cell {
             self.over_bar_faulted += u64::from(faults > 0);
         }
         if cpu > BAR_NS {
+            let softirq = after.cpu == before.cpu && after.softirqs > before.softirqs;
             self.over_bar_cpu.0 += 1;
             self.over_bar_cpu.1 += u64::from(faults > 0);
+            self.over_bar_cpu.2 += u64::from(faults == 0 && softirq);
         }
         self.runs
             .last_mut()
@@ -241,6 +235,13 @@ struct Sched {
     minflt: u64,
     /// This thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`), nanoseconds.
     cpu_ns: u64,
+    /// The CPU it last ran on (`/proc/thread-self/stat`, field 39).
+    cpu: u32,
+    /// Softirqs handled on that CPU so far (its column of `/proc/softirqs`, summed). The
+    /// kernel here does not account interrupt time apart (no `CONFIG_IRQ_TIME_ACCOUNTING`),
+    /// so a softirq that runs on the thread's CPU during a call (network receive for other
+    /// processes, timers, RCU) counts as the thread's CPU time.
+    softirqs: u64,
 }
 
 /// This thread's CPU time, nanoseconds (0 if the clock cannot be read).
@@ -258,6 +259,7 @@ fn thread_cpu_ns() -> u64 {
 struct SchedProbe {
     file: Option<std::fs::File>,
     stat: Option<std::fs::File>,
+    softirqs: Option<std::fs::File>,
 }
 
 impl SchedProbe {
@@ -265,6 +267,7 @@ impl SchedProbe {
         Self {
             file: std::fs::File::open("/proc/thread-self/schedstat").ok(),
             stat: std::fs::File::open("/proc/thread-self/stat").ok(),
+            softirqs: std::fs::File::open("/proc/softirqs").ok(),
         }
     }
 
@@ -293,30 +296,53 @@ impl SchedProbe {
             .split_whitespace()
             .skip(1)
             .map(|f| f.parse().unwrap_or(0));
+        let (waited_ns, switches) = (fields.next().unwrap_or(0), fields.next().unwrap_or(0));
+        let (minflt, cpu) = self.read_stat();
         Sched {
-            waited_ns: fields.next().unwrap_or(0),
-            switches: fields.next().unwrap_or(0),
-            minflt: self.read_minflt(),
+            waited_ns,
+            switches,
+            minflt,
             cpu_ns: 0,
+            cpu,
+            softirqs: self.read_softirqs(cpu),
         }
     }
 
-    /// Field 10 of `/proc/thread-self/stat` (the 8th after the `)` closing the command name),
-    /// 0 if unreadable.
-    fn read_minflt(&self) -> u64 {
+    /// Fields 10 (minor faults) and 39 (last CPU) of `/proc/thread-self/stat` (the 8th and
+    /// 37th after the `)` closing the command name), 0 if unreadable.
+    fn read_stat(&self) -> (u64, u32) {
         use std::os::unix::fs::FileExt;
         let Some(file) = &self.stat else {
-            return 0;
+            return (0, 0);
         };
         let mut buf = [0u8; 512];
         let n = file.read_at(&mut buf, 0).unwrap_or(0);
         let text = std::str::from_utf8(&buf[..n]).unwrap_or("");
         let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-        after
-            .split_whitespace()
-            .nth(7)
-            .and_then(|f| f.parse().ok())
-            .unwrap_or(0)
+        let mut fields = after.split_whitespace();
+        let minflt = fields.nth(7).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let cpu = fields.nth(28).and_then(|f| f.parse().ok()).unwrap_or(0);
+        (minflt, cpu)
+    }
+
+    /// The softirqs handled on `cpu` so far, all kinds summed (0 if unreadable).
+    fn read_softirqs(&self, cpu: u32) -> u64 {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = &self.softirqs else {
+            return 0;
+        };
+        let mut buf = [0u8; 4096];
+        let n = file.read_at(&mut buf, 0).unwrap_or(0);
+        let text = std::str::from_utf8(&buf[..n]).unwrap_or("");
+        text.lines()
+            .skip(1)
+            .filter_map(|line| {
+                line.split_whitespace()
+                    .nth(1 + cpu as usize)?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
     }
 }
 
@@ -369,29 +395,14 @@ fn run_op(plan: &Plan, probe: &SchedProbe, op: Op, rigs: &mut Rigs, cells: &mut 
 
 /// Submits 100-task packages without undo until each core's queue has doubled: the cost of a
 /// submission while the tables grow. Interleaved one call per core at a time.
-/// glibc's malloc is told to keep what is freed (no trim) and to serve every size from the
-/// heap (no `mmap`); then `mb` MiB are allocated, written (each page faulted in) and freed, so
-/// the growing submissions that follow carve their allocations out of resident pages instead
-/// of taking a first-touch page fault in the middle of a call: the RT-Preempt way of
-/// prefaulting a real-time process's heap, done here outside the timing.
-#[allow(unsafe_code)]
-fn prefault_heap(mb: usize) {
-    // glibc's <malloc.h>: M_TRIM_THRESHOLD = -1, M_MMAP_MAX = -4.
-    extern "C" {
-        fn mallopt(param: std::os::raw::c_int, value: std::os::raw::c_int) -> std::os::raw::c_int;
-    }
-    // SAFETY: mallopt only changes the allocator's tuning; both are documented parameters.
-    unsafe {
-        mallopt(-1, std::os::raw::c_int::MAX);
-        mallopt(-4, 0);
-    }
-    let reserve = vec![1u8; mb << 20];
-    std::hint::black_box(&reserve);
-    drop(reserve);
-}
-
 fn run_growth(plan: &Plan, probe: &SchedProbe, rigs: &mut Rigs, cells: &mut [Cell]) {
     let goals: Vec<usize> = rigs.iter().map(|(_, _, r)| 2 * r.target).collect();
+    if plan.prepare {
+        // The master, idle before the burst, prepares share after share until all is ready.
+        for (_, _, rig) in rigs.iter_mut() {
+            while rig.core.prepare(rtpool_core::Core::PREPARE_SLOTS) {}
+        }
+    }
     cells.iter_mut().for_each(Cell::start_round);
     let started = WallClock::now();
     let mut busy = true;
@@ -401,8 +412,9 @@ fn run_growth(plan: &Plan, probe: &SchedProbe, rigs: &mut Rigs, cells: &mut [Cel
             if rig.target < goals[c] {
                 busy = true;
                 cells[c].record(rig.grow_probed(|b| probe.read(b)));
-                // What the master does between events (untimed): the next slab chunks made
-                // ahead of need, a bounded share per call (`Core::prepare`).
+                // What the master does between events (untimed): the core's growth made ahead
+                // of need, one bounded share per event (`Core::prepare`; an idle master goes
+                // on until all is ready, so one share is the least it does).
                 if plan.prepare {
                     rig.core.prepare(rtpool_core::Core::PREPARE_SLOTS);
                 }
@@ -445,7 +457,7 @@ fn print_table(title: &str, cells: &[&Cell]) {
     println!(
         "| operation | tasks queued | workers | runs | mean | p99 | p99.9 | max | max on CPU | \
          recurring max | runs > 100 us on CPU (with a page fault) | max thread CPU | \
-         runs > 100 us thread CPU (with a page fault) | page faults / run |"
+         runs > 100 us thread CPU (with a page fault; else with a softirq) | page faults / run |"
     );
     println!(
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -453,7 +465,7 @@ fn print_table(title: &str, cells: &[&Cell]) {
     for c in cells {
         let h = &c.wall;
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {:.2} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}; {}) | {:.2} |",
             c.name(),
             fmt_count(c.queued),
             fmt_count(c.workers),
@@ -469,9 +481,72 @@ fn print_table(title: &str, cells: &[&Cell]) {
             fmt_ns(c.thread_cpu.max() as f64),
             c.over_bar_cpu.0,
             c.over_bar_cpu.1,
+            c.over_bar_cpu.2,
             c.faults as f64 / h.len().max(1) as f64,
         );
     }
+}
+
+/// Issue 17's bar side by side: for each core, the steady operations' worst (max thread CPU
+/// over every operation, and which) next to the growing submission's, with the runs over
+/// 100 us of thread CPU (and of those, the runs that took a page fault, and the others during
+/// which a softirq ran on the thread's CPU).
+fn print_bar(plan: &Plan, cells: &[Cell]) {
+    println!(
+        "\nThe bar (issue 17): max thread CPU of every operation under 100 us, growing case \
+         included; steady next to growing:\n"
+    );
+    println!(
+        "| tasks queued | workers | steady: max thread CPU (operation) | steady: runs > 100 us \
+         (with a page fault; else with a softirq) | growing: max thread CPU | growing: runs > \
+         100 us (with a page fault; else with a softirq) | growing: page faults / run |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let (mut over, mut runs) = (0, 0);
+    for &n in &plan.sizes {
+        for &w in &plan.workers {
+            let of = |growing: bool| {
+                cells
+                    .iter()
+                    .filter(move |c| c.growing == growing && c.queued == n && c.workers == w)
+                    .filter(|c| !c.thread_cpu.is_empty())
+            };
+            // `-` for the steady side with `RTPOOL_WORST_CASE_GROWTH_ONLY=1`.
+            let worst = of(false).max_by_key(|c| c.thread_cpu.max()).map_or_else(
+                || "-".to_owned(),
+                |c| format!("{} ({})", fmt_ns(c.thread_cpu.max() as f64), c.name()),
+            );
+            let steady_over = of(false).fold((0, 0, 0), |a, c| {
+                let o = c.over_bar_cpu;
+                (a.0 + o.0, a.1 + o.1, a.2 + o.2)
+            });
+            let Some(grow) = of(true).next() else {
+                continue;
+            };
+            over += steady_over.0 + grow.over_bar_cpu.0;
+            runs += of(false).map(|c| c.thread_cpu.len()).sum::<u64>() + grow.thread_cpu.len();
+            println!(
+                "| {} | {} | {} | {} ({}; {}) | {} | {} ({}; {}) | {:.3} |",
+                fmt_count(n),
+                fmt_count(w),
+                worst,
+                steady_over.0,
+                steady_over.1,
+                steady_over.2,
+                fmt_ns(grow.thread_cpu.max() as f64),
+                grow.over_bar_cpu.0,
+                grow.over_bar_cpu.1,
+                grow.over_bar_cpu.2,
+                grow.faults as f64 / grow.thread_cpu.len().max(1) as f64,
+            );
+        }
+    }
+    println!(
+        "\n{over} of {runs} runs over 100 us of thread CPU. A run over it without a page fault \
+         is the core's cost or the machine's: this kernel counts the softirqs that run on the \
+         thread's CPU as its CPU time (no CONFIG_IRQ_TIME_ACCOUNTING); otherwise repeat the \
+         cell: one that does not come back in every round (recurring max) is not the core's"
+    );
 }
 
 /// `b / a`, with a floor of 1 on `a`.
@@ -547,6 +622,7 @@ fn cell_json(c: &Cell) -> serde_json::Value {
         "p999_thread_cpu_ns": c.thread_cpu.value_at_quantile(0.999),
         "runs_over_100us_thread_cpu": c.over_bar_cpu.0,
         "runs_over_100us_thread_cpu_with_page_fault": c.over_bar_cpu.1,
+        "runs_over_100us_thread_cpu_with_softirq_no_fault": c.over_bar_cpu.2,
     })
 }
 
@@ -614,14 +690,6 @@ fn main() {
         }
         let t = WallClock::now();
         let growth_cells = &mut cells[Op::ALL.len() * per_op..];
-        if plan.prefault_mb > 0 {
-            prefault_heap(plan.prefault_mb);
-            eprintln!(
-                "  heap prefaulted: {} MiB in {:.2} s",
-                plan.prefault_mb,
-                t.elapsed().as_secs_f64()
-            );
-        }
         run_growth(&plan, &probe, &mut rigs, growth_cells);
         eprintln!("  growth: {:.2} s", t.elapsed().as_secs_f64());
     }
@@ -636,6 +704,7 @@ fn main() {
         &growth,
     );
     let ratio_json = ratios(&plan, &cells);
+    print_bar(&plan, &cells);
     if plan.quick {
         println!(
             "\n(quick grid: a smoke test of the bench, not a measurement: verdicts mean nothing)"

@@ -1,7 +1,7 @@
 //! [`Client`]: one client connection, its user, and the packages attached to it.
 
 use crate::ids::UserId;
-use crate::table::IdSet;
+use crate::table::{Ahead, IdSet};
 
 /// One client.
 #[derive(Debug, Default)]
@@ -10,6 +10,8 @@ pub(crate) struct Client {
     /// Slab keys of the packages attached to it, so losing the client detaches them without a
     /// scan of all packages.
     pub(crate) packages: IdSet<u64>,
+    /// Grows `packages` ahead of need ([`crate::Core::prepare`]).
+    pub(crate) ahead: Ahead,
     /// Results sent to it and not yet acknowledged, over its attached packages.
     pub(crate) unacked_results: u64,
     /// Data bytes of those results.
@@ -27,6 +29,8 @@ pub(crate) struct User {
     pub(crate) pending_us: u64,
     /// Slab keys of its live packages.
     pub(crate) packages: IdSet<u64>,
+    /// Grows `packages` ahead of need ([`crate::Core::prepare`]).
+    pub(crate) ahead: Ahead,
     /// Its tasks queued or running (listed tasks, not extra copies), over all its packages.
     pub(crate) queued_tasks: u64,
     /// Argument bytes of those tasks.

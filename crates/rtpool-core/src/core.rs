@@ -51,6 +51,7 @@ pub use self::calls::CALLS_HASH;
 
 use bytes::Bytes;
 
+use crate::buffers::IdBuffers;
 use crate::client::{Client, User};
 use crate::config::CoreConfig;
 use crate::estimate::{Estimate, Estimator};
@@ -65,7 +66,7 @@ use crate::placement::Link;
 use crate::queue::{QueueKey, ReadyQueue};
 use crate::service::ServiceTable;
 use crate::stats::{CoreStats, Counters, WorkerStats};
-use crate::table::{IdMap, Map, Table};
+use crate::table::{Ahead, IdMap, Map, Table};
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
 
@@ -93,9 +94,16 @@ pub struct Core {
     packages: Table<Package>,
     /// Public package id to slab key.
     package_slots: IdMap<PackageId, u64>,
+    /// Grows `package_slots` ahead of need.
+    slots_ahead: Ahead,
+    /// The user and client of the latest package: [`Core::prepare`] grows their sets of
+    /// packages ahead of need.
+    latest_owner: Option<(UserId, Option<ClientId>)>,
     /// `(user, idempotency key)` of live packages.
     keys: Map<(UserId, String), PackageId>,
     queue: ReadyQueue,
+    /// The packages' lists of task ids, recycled and made ahead of need.
+    buffers: IdBuffers,
     /// Copy groups of tasks that run as several copies.
     groups: Table<Group>,
     /// Aborts decided while handling the current event, sent at its end.
@@ -170,8 +178,11 @@ impl Core {
             tasks: Table::default(),
             packages: Table::default(),
             package_slots: IdMap::default(),
+            slots_ahead: Ahead::default(),
+            latest_owner: None,
             keys: Map::default(),
-            queue: ReadyQueue::default(),
+            queue: ReadyQueue::dense(),
+            buffers: IdBuffers::default(),
             groups: Table::default(),
             pending_aborts: Vec::new(),
             recent_losses: std::collections::VecDeque::new(),
@@ -301,7 +312,30 @@ impl Core {
     pub fn prepare(&mut self, max_slots: usize) -> bool {
         let tasks = self.tasks.prepare(max_slots);
         let packages = self.packages.prepare(max_slots);
-        tasks || packages
+        let queue = self.queue.prepare(max_slots);
+        let buffers = self.buffers.prepare(max_slots * 16);
+        let maps = self.prepare_maps(max_slots / 8);
+        tasks || packages || queue || buffers || maps
+    }
+
+    /// Grows the maps that gain an entry per package ahead of need (see [`Ahead`]): the
+    /// package ids, and the package sets of the latest package's user and client. `u64::MAX`
+    /// is never a slab key (a table panics before its 2^32nd slot), and a package id that
+    /// happens to be it only makes a call move nothing.
+    fn prepare_maps(&mut self, max_pokes: usize) -> bool {
+        const SPARE: u64 = u64::MAX;
+        let mut more =
+            self.slots_ahead
+                .prepare(&mut self.package_slots, PackageId(SPARE), max_pokes);
+        if let Some((user, client)) = self.latest_owner {
+            if let Some(u) = self.users.get_mut(&user) {
+                more |= u.ahead.prepare(&mut u.packages, SPARE, max_pokes);
+            }
+            if let Some(c) = client.and_then(|c| self.clients.get_mut(&c)) {
+                more |= c.ahead.prepare(&mut c.packages, SPARE, max_pokes);
+            }
+        }
+        more
     }
 
     /// Current gauges and counters.
@@ -613,5 +647,6 @@ impl Core {
             expired,
             journaled: true,
         });
+        p.into_buffers(&mut self.buffers);
     }
 }

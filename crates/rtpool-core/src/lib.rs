@@ -6,6 +6,7 @@
 //! master shell carries out. Every operation is O(1) per task it touches, never a scan of all
 //! tasks, packages or workers (the RT-BOINC rule: a predictable worst case).
 
+mod buffers;
 mod client;
 mod config;
 mod core;

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 
+use crate::buffers::IdBuffers;
 use crate::event::{PackageCounts, PackageOpts};
 use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId};
 
@@ -22,7 +23,8 @@ pub(crate) struct Package {
     pub(crate) opts: PackageOpts,
     pub(crate) counts: PackageCounts,
     /// The task id of each index. An id whose task was freed is stale, so a cancel by index
-    /// needs no other record of what finished.
+    /// needs no other record of what finished. Taken from the core's [`IdBuffers`] (empty,
+    /// with room for every task) and given back when the package is freed.
     pub(crate) tasks: Vec<TaskId>,
     /// Done tasks whose results were sent (or wait for an attach), not yet acknowledged, in
     /// completion order. Its capacity is the package's task count from the start, so it never
@@ -56,7 +58,8 @@ pub(crate) struct Package {
 }
 
 impl Package {
-    /// A package of `total` queued tasks; the caller fills in their ids.
+    /// A package of `total` queued tasks; the caller fills in their ids. Its two lists of ids
+    /// come from `buffers` (see [`Package::into_buffers`]).
     pub(crate) fn new(
         id: PackageId,
         user: UserId,
@@ -64,6 +67,7 @@ impl Package {
         fn_hash: FnHash,
         opts: PackageOpts,
         total: u32,
+        buffers: &mut IdBuffers,
     ) -> Self {
         let counts = PackageCounts {
             total,
@@ -77,11 +81,11 @@ impl Package {
             fn_hash,
             opts,
             counts,
-            tasks: Vec::new(),
-            // At most one entry per task: reserved now (untouched pages cost nothing), so that a
-            // result never pays for copying the results before it (a doubling VecDeque would,
-            // in one scheduler operation, at a package's 2^k-th result).
-            unacked: VecDeque::with_capacity(total as usize),
+            tasks: buffers.take(total as usize),
+            // At most one entry per task: reserved now, so that a result never pays for copying
+            // the results before it (a doubling VecDeque would, in one scheduler operation, at
+            // a package's 2^k-th result). A Vec becomes a VecDeque in place.
+            unacked: VecDeque::from(buffers.take(total as usize)),
             acked: 0,
             sent: 0,
             judged: 0,
@@ -94,6 +98,14 @@ impl Package {
             est_us: 0,
             calls: false,
         }
+    }
+
+    /// Gives the package's two lists of ids back to `buffers`, for the next package.
+    pub(crate) fn into_buffers(self, buffers: &mut IdBuffers) {
+        let mut unacked = self.unacked;
+        unacked.clear();
+        buffers.give(self.tasks);
+        buffers.give(Vec::from(unacked));
     }
 
     /// No task is queued or running, and every result was acknowledged.
@@ -116,6 +128,7 @@ mod tests {
             FnHash([0; 32]),
             PackageOpts::default(),
             total,
+            &mut IdBuffers::default(),
         );
         let reserved = p.unacked.capacity();
         assert!(reserved >= total as usize);

@@ -10,16 +10,20 @@
 //!    in submission order; within a package, tasks in index order (returned and requeued tasks
 //!    go to the front of their package).
 //!
-//! Within a package, entries are keyed by a position: a push to the back takes the next higher
-//! one, a push to the front the next lower one. The task remembers its position, so taking a
-//! cancelled (or master-finished) task out is an exact O(log n) removal: the queue holds only
-//! queued tasks, and no operation ever walks past dead entries or compacts.
+//! Within a package, the tasks form a doubly linked list whose nodes live in the queue's own
+//! slab ([`Table`] of [`Node`]): a push to the back or the front links one node, and the task
+//! remembers its node (its position), so taking a cancelled (or master-finished) task out is an
+//! exact O(1) unlink: the queue holds only queued tasks, and no operation ever walks past dead
+//! entries or compacts. The nodes are why a growing queue allocates nothing per task: the slab
+//! grows a chunk at a time, and [`ReadyQueue::prepare`] makes the next chunk ahead of need (a
+//! B-tree per package, as before, allocated fresh nodes from the heap as the queue grew: most
+//! of the page faults of a growing submission).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::{TaskId, UserId};
-use crate::table::IdMap;
+use crate::table::{DenseMap, IdMap, Table};
 
 /// Where a package's tasks queue: the class, the user, and the EDF order within the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,17 +42,32 @@ impl QueueKey {
     }
 }
 
-/// One package's queued tasks, by position.
+/// One queued task: a link of its package's list.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    task: TaskId,
+    /// Slab key of the node ahead of it in its package, if any.
+    prev: Option<u64>,
+    /// Slab key of the node behind it, if any.
+    next: Option<u64>,
+}
+
+/// One package's queued tasks: the ends of its list of nodes, front first.
 #[derive(Debug)]
 struct PackageQueue {
     key: QueueKey,
-    tasks: BTreeMap<i64, TaskId>,
-    /// Position of the next push to the back.
-    next_back: i64,
-    /// Position of the last push to the front.
-    next_front: i64,
+    head: Option<u64>,
+    tail: Option<u64>,
+    /// Nodes in the list.
+    len: usize,
     /// Estimated execution time of each task, microseconds (for the class's work sum).
     est_us: u64,
+}
+
+impl PackageQueue {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// One user's packages with queued tasks, in EDF order.
@@ -67,17 +86,102 @@ struct Class {
     work_us: u64,
 }
 
+/// Package slab key to its queued tasks: stored at the key's slot index for the core's ready
+/// queue, which most packages enter (no hash map whose resize touches fresh memory in the
+/// middle of a submission); a hash map for a service's queue, which holds the few packages
+/// that call its function (a dense store would span every package slot).
+#[derive(Debug)]
+enum PackageQueues {
+    Dense(DenseMap<PackageQueue>),
+    Sparse(IdMap<u64, PackageQueue>),
+}
+
+impl Default for PackageQueues {
+    fn default() -> Self {
+        Self::Sparse(IdMap::default())
+    }
+}
+
+impl PackageQueues {
+    fn get(&self, slot: u64) -> Option<&PackageQueue> {
+        match self {
+            Self::Dense(m) => m.get(slot),
+            Self::Sparse(m) => m.get(&slot),
+        }
+    }
+
+    fn get_mut(&mut self, slot: u64) -> Option<&mut PackageQueue> {
+        match self {
+            Self::Dense(m) => m.get_mut(slot),
+            Self::Sparse(m) => m.get_mut(&slot),
+        }
+    }
+
+    fn get_or_insert_with(
+        &mut self,
+        slot: u64,
+        make: impl FnOnce() -> PackageQueue,
+    ) -> &mut PackageQueue {
+        match self {
+            Self::Dense(m) => m.get_or_insert_with(slot, make),
+            Self::Sparse(m) => m.entry(slot).or_insert_with(make),
+        }
+    }
+
+    fn remove(&mut self, slot: u64) -> Option<PackageQueue> {
+        match self {
+            Self::Dense(m) => m.remove(slot),
+            Self::Sparse(m) => m.remove(&slot),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Dense(m) => m.len(),
+            Self::Sparse(m) => m.len(),
+        }
+    }
+
+    fn prepare(&mut self, max_slots: usize) -> bool {
+        match self {
+            Self::Dense(m) => m.prepare(max_slots),
+            Self::Sparse(_) => false,
+        }
+    }
+
+    /// Every `(slot, queue)`. O(slots) when dense: for invariant checks only.
+    fn iter(&self) -> Box<dyn Iterator<Item = (u64, &PackageQueue)> + '_> {
+        match self {
+            Self::Dense(m) => Box::new(m.iter()),
+            Self::Sparse(m) => Box::new(m.iter().map(|(&slot, pq)| (slot, pq))),
+        }
+    }
+}
+
 /// Priority classes (highest first) of users (round robin) of packages (EDF) of tasks (FIFO).
 #[derive(Debug, Default)]
 pub(crate) struct ReadyQueue {
     classes: BTreeMap<Reverse<i32>, Class>,
     /// Package slab key to its queued tasks.
-    packages: IdMap<u64, PackageQueue>,
+    packages: PackageQueues,
+    /// The list nodes of every queued task; a node's slab key is the task's position.
+    nodes: Table<Node>,
     /// Queued tasks.
     live: usize,
 }
 
 impl ReadyQueue {
+    /// A queue whose packages are the ids of one package table, most of which it holds (the
+    /// core's ready queue): their entries are stored densely, by slot index, and
+    /// [`ReadyQueue::prepare`] makes their growth ahead of need too. `default()` keeps them in
+    /// a hash map (a service's queue, which holds a few packages of the whole table).
+    pub(crate) fn dense() -> Self {
+        Self {
+            packages: PackageQueues::Dense(DenseMap::default()),
+            ..Self::default()
+        }
+    }
+
     /// Queued tasks.
     pub(crate) fn len(&self) -> usize {
         self.live
@@ -106,12 +210,31 @@ impl ReadyQueue {
             .sum()
     }
 
+    /// Makes up to `max_slots` list nodes ahead of need (see [`Table::prepare`]), so a push
+    /// that grows the queue does not pay the first touch of fresh memory. Returns whether more
+    /// is left to prepare. O(`max_slots`).
+    pub(crate) fn prepare(&mut self, max_slots: usize) -> bool {
+        let nodes = self.nodes.prepare(max_slots);
+        let packages = self.packages.prepare(max_slots);
+        nodes || packages
+    }
+
     /// Queues a task of package `slot` behind the others of its package; returns its position.
-    pub(crate) fn push_back(&mut self, slot: u64, key: QueueKey, est_us: u64, task: TaskId) -> i64 {
-        let pq = self.package_entry(slot, key, est_us);
-        let pos = pq.next_back;
-        pq.next_back += 1;
-        pq.tasks.insert(pos, task);
+    /// O(1) besides entering the package in its user's queue.
+    pub(crate) fn push_back(&mut self, slot: u64, key: QueueKey, est_us: u64, task: TaskId) -> u64 {
+        let tail = self.package_entry(slot, key, est_us).tail;
+        let pos = self.nodes.insert(Node {
+            task,
+            prev: tail,
+            next: None,
+        });
+        match tail {
+            Some(t) => self.node_mut(t).next = Some(pos),
+            None => self.packages.get_mut(slot).expect("just entered").head = Some(pos),
+        }
+        let pq = self.packages.get_mut(slot).expect("just entered");
+        pq.tail = Some(pos);
+        pq.len += 1;
         pos
     }
 
@@ -123,12 +246,45 @@ impl ReadyQueue {
         key: QueueKey,
         est_us: u64,
         task: TaskId,
-    ) -> i64 {
-        let pq = self.package_entry(slot, key, est_us);
-        pq.next_front -= 1;
-        let pos = pq.next_front;
-        pq.tasks.insert(pos, task);
+    ) -> u64 {
+        let head = self.package_entry(slot, key, est_us).head;
+        let pos = self.nodes.insert(Node {
+            task,
+            prev: None,
+            next: head,
+        });
+        match head {
+            Some(h) => self.node_mut(h).prev = Some(pos),
+            None => self.packages.get_mut(slot).expect("just entered").tail = Some(pos),
+        }
+        let pq = self.packages.get_mut(slot).expect("just entered");
+        pq.head = Some(pos);
+        pq.len += 1;
         pos
+    }
+
+    fn node_mut(&mut self, pos: u64) -> &mut Node {
+        self.nodes
+            .get_mut(pos)
+            .unwrap_or_else(|| panic!("ready queue: no node at {pos}"))
+    }
+
+    /// Unlinks the node at `pos` from package `slot`'s list and frees it; returns its task.
+    fn unlink(&mut self, slot: u64, pos: u64) -> TaskId {
+        let node = self
+            .nodes
+            .remove(pos)
+            .unwrap_or_else(|| panic!("ready queue: nothing at {pos} of slot {slot}"));
+        match node.prev {
+            Some(p) => self.node_mut(p).next = node.next,
+            None => self.packages.get_mut(slot).expect("queued package").head = node.next,
+        }
+        match node.next {
+            Some(n) => self.node_mut(n).prev = node.prev,
+            None => self.packages.get_mut(slot).expect("queued package").tail = node.prev,
+        }
+        self.packages.get_mut(slot).expect("queued package").len -= 1;
+        node.task
     }
 
     /// The package's queue, entered in its user and class if it had no task queued; counts one
@@ -137,14 +293,14 @@ impl ReadyQueue {
         let class = self.classes.entry(Reverse(key.priority)).or_default();
         class.work_us = class.work_us.saturating_add(est_us);
         self.live += 1;
-        let pq = self.packages.entry(slot).or_insert_with(|| PackageQueue {
+        let pq = self.packages.get_or_insert_with(slot, || PackageQueue {
             key,
-            tasks: BTreeMap::new(),
-            next_back: 0,
-            next_front: 0,
+            head: None,
+            tail: None,
+            len: 0,
             est_us,
         });
-        if pq.tasks.is_empty() {
+        if pq.is_empty() {
             let user = class.users.entry(key.user).or_insert_with(|| {
                 class.turns.push_back(key.user);
                 UserQueue::default()
@@ -155,21 +311,19 @@ impl ReadyQueue {
     }
 
     /// Takes the task at `pos` of package `slot` out of the queue (it was cancelled or
-    /// finished by the master). O(log n).
+    /// finished by the master). O(1) besides leaving its user's queue.
     ///
     /// # Panics
     ///
     /// If no task is queued there: the caller's bookkeeping is broken.
-    pub(crate) fn remove(&mut self, slot: u64, pos: i64) {
-        let pq = self
-            .packages
-            .get_mut(&slot)
-            .unwrap_or_else(|| panic!("ready queue: remove from slot {slot}, which is not queued"));
-        pq.tasks
-            .remove(&pos)
-            .unwrap_or_else(|| panic!("ready queue: nothing at {pos} of slot {slot}"));
+    pub(crate) fn remove(&mut self, slot: u64, pos: u64) {
+        if self.packages.get(slot).is_none() {
+            panic!("ready queue: remove from slot {slot}, which is not queued");
+        }
+        self.unlink(slot, pos);
         self.live -= 1;
-        let (key, est_us, now_empty) = (pq.key, pq.est_us, pq.tasks.is_empty());
+        let pq = self.packages.get(slot).expect("queued package");
+        let (key, est_us, now_empty) = (pq.key, pq.est_us, pq.is_empty());
         let class = self
             .classes
             .get_mut(&Reverse(key.priority))
@@ -186,9 +340,9 @@ impl ReadyQueue {
     fn drop_package(&mut self, slot: u64) {
         let pq = self
             .packages
-            .remove(&slot)
+            .remove(slot)
             .expect("drop of an unqueued package");
-        debug_assert!(pq.tasks.is_empty());
+        debug_assert!(pq.is_empty());
         let user = self
             .classes
             .get_mut(&Reverse(pq.key.priority))
@@ -199,8 +353,7 @@ impl ReadyQueue {
 
     /// Takes the next task: highest class; in it, the user whose turn it is; of that user, the
     /// package with the earliest deadline; of that package, the front task. Returns the task
-    /// and its package's slab key. Cost: O(log classes + log packages of the user + log tasks of
-    /// the package), plus the turns of users whose packages all went since their last turn.
+    /// and its package's slab key. Cost: O(log classes + log packages of the user), plus the turns of users whose packages all went since their last turn.
     pub(crate) fn pop(&mut self) -> Option<(TaskId, u64)> {
         while self.live > 0 {
             let mut class_entry = self.classes.first_entry()?;
@@ -218,11 +371,24 @@ impl ReadyQueue {
                 }
                 continue;
             };
-            let pq = self.packages.get_mut(&slot).expect("queued package");
-            let (_, task) = pq.tasks.pop_first().expect("a queued package has a task");
+            let pq = self.packages.get(slot).expect("queued package");
+            let (head, est_us) = (pq.head.expect("a queued package has a task"), pq.est_us);
+            // The unlink, inlined: `class` borrows `self.classes` (disjoint fields).
+            let node = self.nodes.remove(head).expect("the head node is live");
+            debug_assert!(node.prev.is_none(), "the head has nothing ahead");
+            if let Some(n) = node.next {
+                self.nodes.get_mut(n).expect("a linked node is live").prev = None;
+            }
+            let pq = self.packages.get_mut(slot).expect("queued package");
+            pq.head = node.next;
+            if node.next.is_none() {
+                pq.tail = None;
+            }
+            pq.len -= 1;
+            let task = node.task;
             self.live -= 1;
-            class.work_us = class.work_us.saturating_sub(pq.est_us);
-            let package_done = pq.tasks.is_empty();
+            class.work_us = class.work_us.saturating_sub(est_us);
+            let package_done = pq.is_empty();
             let user_done = package_done && user.packages.len() == 1;
             if user_done {
                 class.users.remove(&user_id);
@@ -233,7 +399,7 @@ impl ReadyQueue {
                 class.turns.push_back(user_id);
             }
             if package_done {
-                let pq = self.packages.remove(&slot).expect("just popped from it");
+                let pq = self.packages.remove(slot).expect("just popped from it");
                 if !user_done {
                     self.classes
                         .get_mut(&Reverse(pq.key.priority))
@@ -262,22 +428,57 @@ impl ReadyQueue {
             .filter_map(|u| class.users.get(u))
             .find(|q| !q.packages.is_empty())?;
         let (_, slot) = user.packages.first_key_value()?;
-        let pq = self.packages.get(slot)?;
-        pq.tasks.first_key_value().map(|(_, &t)| t)
+        let pq = self.packages.get(*slot)?;
+        pq.head
+            .and_then(|h| self.nodes.get(h))
+            .map(|node| node.task)
     }
 
-    /// Every entry as `(package slot, key, position, task)`. For invariant checks.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, QueueKey, i64, TaskId)> + '_ {
-        self.packages.iter().flat_map(|(&slot, pq)| {
-            pq.tasks
-                .iter()
-                .map(move |(&pos, &t)| (slot, pq.key, pos, t))
+    /// A package's list, front first, as `(position, task)`.
+    fn list<'a>(&'a self, pq: &'a PackageQueue) -> impl Iterator<Item = (u64, TaskId)> + 'a {
+        let mut cursor = pq.head;
+        std::iter::from_fn(move || {
+            let pos = cursor?;
+            let node = self.nodes.get(pos).expect("a linked node is live");
+            cursor = node.next;
+            Some((pos, node.task))
         })
+        .take(pq.len)
     }
 
-    /// Checks the queue's own structure (counts, turns, classes). For invariant checks.
+    /// Every entry as `(package slot, key, position, task)`, each package front first. For
+    /// invariant checks.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, QueueKey, u64, TaskId)> + '_ {
+        self.packages
+            .iter()
+            .flat_map(move |(slot, pq)| self.list(pq).map(move |(pos, t)| (slot, pq.key, pos, t)))
+    }
+
+    /// Checks the queue's own structure (lists, counts, turns, classes). For invariant checks.
     pub(crate) fn check(&self) {
-        let live: usize = self.packages.values().map(|pq| pq.tasks.len()).sum();
+        self.nodes.check();
+        let mut linked = 0;
+        for (slot, pq) in self.packages.iter() {
+            let mut prev = None;
+            let mut pos = pq.head;
+            let mut n = 0;
+            while let Some(p) = pos {
+                let node = self
+                    .nodes
+                    .get(p)
+                    .unwrap_or_else(|| panic!("slot {slot} links freed node {p}"));
+                assert_eq!(node.prev, prev, "slot {slot}: node {p} links back wrong");
+                prev = Some(p);
+                pos = node.next;
+                n += 1;
+                assert!(n <= self.nodes.len(), "slot {slot}: its list loops");
+            }
+            assert_eq!(pq.tail, prev, "slot {slot}: tail is not the last node");
+            assert_eq!(pq.len, n, "slot {slot}: length of its list");
+            linked += n;
+        }
+        assert_eq!(linked, self.nodes.len(), "nodes outside every list");
+        let live: usize = self.packages.iter().map(|(_, pq)| pq.len).sum();
         assert_eq!(live, self.live, "queue live count");
         let mut listed = 0;
         for (prio, class) in &self.classes {
@@ -292,8 +493,8 @@ impl ReadyQueue {
                 let turns = class.turns.iter().filter(|u| *u == user).count();
                 assert_eq!(turns, 1, "{user} has {turns} turns");
                 for (order, slot) in &uq.packages {
-                    let pq = &self.packages[slot];
-                    assert!(!pq.tasks.is_empty(), "slot {slot} queued with no task");
+                    let pq = self.packages.get(*slot).expect("listed package is queued");
+                    assert!(!pq.is_empty(), "slot {slot} queued with no task");
                     assert_eq!(pq.key.order(), *order);
                     assert_eq!(pq.key.user, *user);
                     assert_eq!(pq.key.priority, prio.0);
@@ -302,9 +503,10 @@ impl ReadyQueue {
             }
             let work: u64 = self
                 .packages
-                .values()
+                .iter()
+                .map(|(_, pq)| pq)
                 .filter(|pq| pq.key.priority == prio.0)
-                .map(|pq| pq.est_us * pq.tasks.len() as u64)
+                .map(|pq| pq.est_us * pq.len as u64)
                 .sum();
             assert_eq!(work, class.work_us, "class {} work sum", prio.0);
         }
@@ -401,7 +603,7 @@ mod tests {
     #[test]
     fn removal_is_exact_and_keeps_the_order() {
         let mut q = ReadyQueue::default();
-        let pos: Vec<i64> = (1..=4)
+        let pos: Vec<u64> = (1..=4)
             .map(|t| q.push_back(7, key(0, 1, u64::MAX, 1), 0, TaskId(t)))
             .collect();
         q.remove(7, pos[0]);
@@ -440,6 +642,66 @@ mod tests {
         q.pop();
         assert_eq!(q.work_at_or_above(0), 100);
         q.check();
+    }
+
+    proptest::proptest! {
+        /// The lists against a model: one user, packages in submission order, each a deque;
+        /// pushes at both ends, exact removals and pops in any order, `check` after each; the
+        /// packages' entries stored densely or in a hash map.
+        #[test]
+        fn lists_follow_a_model_of_deques(
+            dense in proptest::bool::ANY,
+            ops in proptest::collection::vec((0u8..4, 0u64..6, 0usize..64), 1..300)
+        ) {
+            let mut q = if dense { ReadyQueue::dense() } else { ReadyQueue::default() };
+            let mut model: BTreeMap<u64, VecDeque<(u64, u64)>> = BTreeMap::new();
+            let mut next = 0;
+            for (op, slot, pick) in ops {
+                let k = key(0, 1, u64::MAX, slot);
+                match op {
+                    0 | 1 => {
+                        next += 1;
+                        let t = TaskId(next);
+                        let entries = model.entry(slot).or_default();
+                        if op == 0 {
+                            entries.push_back((q.push_back(slot, k, 1, t), next));
+                        } else {
+                            entries.push_front((q.push_front(slot, k, 1, t), next));
+                        }
+                    }
+                    2 => {
+                        let all: Vec<(u64, usize)> = model
+                            .iter()
+                            .flat_map(|(&s, d)| (0..d.len()).map(move |i| (s, i)))
+                            .collect();
+                        if let Some(&(s, i)) = all.get(pick % all.len().max(1)) {
+                            let (pos, _) = model.get_mut(&s).unwrap().remove(i).unwrap();
+                            q.remove(s, pos);
+                        }
+                    }
+                    _ => {
+                        let want = model
+                            .iter_mut()
+                            .find(|(_, d)| !d.is_empty())
+                            .map(|(&s, d)| (d.pop_front().unwrap().1, s));
+                        proptest::prop_assert_eq!(q.pop().map(|(t, s)| (t.0, s)), want);
+                    }
+                }
+                model.retain(|_, d| !d.is_empty());
+                q.check();
+                let len: usize = model.values().map(VecDeque::len).sum();
+                proptest::prop_assert_eq!(q.len(), len);
+                let mut listed: Vec<(u64, u64)> =
+                    q.iter().map(|(s, _, _, t)| (s, t.0)).collect();
+                listed.sort_unstable();
+                let mut expected: Vec<(u64, u64)> = model
+                    .iter()
+                    .flat_map(|(&s, d)| d.iter().map(move |&(_, t)| (s, t)))
+                    .collect();
+                expected.sort_unstable();
+                proptest::prop_assert_eq!(listed, expected);
+            }
+        }
     }
 
     #[test]

@@ -73,6 +73,114 @@ impl Hasher for IdHasher {
     }
 }
 
+/// A [`Map`] or [`Set`] (any hasher) that [`Ahead`] can grow ahead of need.
+pub(crate) trait Growable {
+    /// The key [`Ahead`] inserts and removes again to move entries into a new table.
+    type Key;
+    /// Entries.
+    fn len(&self) -> usize;
+    /// Entries it holds before it must grow.
+    fn capacity(&self) -> usize;
+    /// Starts an incremental resize to room for `additional` more entries.
+    fn reserve(&mut self, additional: usize);
+    /// Inserts `key` and removes it again (each insert moves a few entries of a resize in
+    /// progress); does nothing if `key` is a real entry.
+    fn poke(&mut self, key: Self::Key);
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V: Default, S: std::hash::BuildHasher> Growable
+    for griddle::HashMap<K, V, S>
+{
+    type Key = K;
+    fn len(&self) -> usize {
+        griddle::HashMap::len(self)
+    }
+    fn capacity(&self) -> usize {
+        griddle::HashMap::capacity(self)
+    }
+    fn reserve(&mut self, additional: usize) {
+        griddle::HashMap::reserve(self, additional);
+    }
+    fn poke(&mut self, key: K) {
+        if !self.contains_key(&key) {
+            self.insert(key.clone(), V::default());
+            self.remove(&key);
+        }
+    }
+}
+
+impl<T: std::hash::Hash + Eq + Clone, S: std::hash::BuildHasher> Growable
+    for griddle::HashSet<T, S>
+{
+    type Key = T;
+    fn len(&self) -> usize {
+        griddle::HashSet::len(self)
+    }
+    fn capacity(&self) -> usize {
+        griddle::HashSet::capacity(self)
+    }
+    fn reserve(&mut self, additional: usize) {
+        griddle::HashSet::reserve(self, additional);
+    }
+    fn poke(&mut self, key: T) {
+        if self.insert(key.clone()) {
+            self.remove(&key);
+        }
+    }
+}
+
+/// Grows a [`Map`] or [`Set`] ahead of need, off the hot path.
+///
+/// A griddle map grows incrementally (8 entries moved per insert), but the new table is fresh
+/// memory: the inserts that move entries into it take its first-touch page faults, several in
+/// one insert right after the resize (a few hundred microseconds on a busy VM, measured at
+/// 10^6 queued tasks). So the shell's idle calls start the resize early, at four fifths full,
+/// to double the room, and move the entries themselves (an insert and removal of a key that
+/// is not an entry, which moves 8): by the time the operations need the room, the new table
+/// is filled and touched.
+///
+/// Never called on a resize griddle started by itself: that one is finished by the inserts
+/// that take the table from full to four fifths of its doubled room (3/5 of the old length,
+/// where the move needs 1/8).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Ahead {
+    /// Pokes left to finish the resize this started.
+    pokes_left: usize,
+}
+
+impl Ahead {
+    /// Below this many entries, a resize is small enough to leave to the map.
+    const MIN_LEN: usize = 256;
+
+    /// One bounded share of growing `map` ahead of need: at most `max_pokes` pokes of `spare`
+    /// (a key that is no entry; if it is one, nothing moves this call). Returns whether more
+    /// is left to do. O(`max_pokes`) (the resize's allocation aside).
+    pub(crate) fn prepare<M: Growable>(
+        &mut self,
+        map: &mut M,
+        spare: M::Key,
+        max_pokes: usize,
+    ) -> bool
+    where
+        M::Key: Clone,
+    {
+        if self.pokes_left == 0 {
+            let (len, cap) = (map.len(), map.capacity());
+            if len < Self::MIN_LEN || cap - len >= cap / 5 {
+                return false;
+            }
+            map.reserve(len);
+            self.pokes_left = len.div_ceil(8) + 1;
+        }
+        let n = self.pokes_left.min(max_pokes);
+        for _ in 0..n {
+            map.poke(spare.clone());
+        }
+        self.pokes_left -= n;
+        self.pokes_left > 0
+    }
+}
+
 /// One slot: a live value, or a hole that remembers the generation its next value gets.
 #[derive(Debug, Clone)]
 enum Slot<T> {
@@ -166,11 +274,26 @@ impl<S> Chunks<S> {
     /// Fills up to `max_slots` more slots of the next chunk with `filler`, allocating it first
     /// if needed, so that chunk's memory is touched before a push needs it. Returns false when
     /// there is nothing left to prepare (the next chunk is ready). O(`max_slots`).
+    ///
+    /// The rest of the current chunk comes first: a chunk started without a prepared one (a
+    /// burst that outran the shell's idle calls, or a table grown before any) has untouched
+    /// memory past its last slot.
     fn prepare(&mut self, max_slots: usize, filler: impl Fn() -> S) -> bool {
+        if self.chunks.len() == self.chunks.capacity() {
+            // The list of chunks doubles here rather than in the push that needs the room
+            // (24 bytes a chunk: a 23 KiB copy at 10^6 slots).
+            self.chunks.reserve(self.chunks.len().max(4));
+        }
+        let mut budget = max_slots;
+        if let Some(last) = self.chunks.last_mut() {
+            let n = budget.min(CHUNK - last.len());
+            last.extend((0..n).map(|_| filler()));
+            budget -= n;
+        }
         let spare = self.spare.get_or_insert_with(|| Vec::with_capacity(CHUNK));
-        let n = max_slots.min(CHUNK - spare.len());
+        let n = budget.min(CHUNK - spare.len());
         spare.extend((0..n).map(|_| filler()));
-        spare.len() < CHUNK
+        spare.len() < CHUNK || self.chunks.last().is_some_and(|c| c.len() < CHUNK)
     }
 
     fn iter(&self) -> impl Iterator<Item = &S> {
@@ -349,9 +472,196 @@ impl<T> Table<T> {
     }
 }
 
+/// A map from the ids of one [`Table`] to values, each stored at its id's slot index in
+/// chunks that never move, like the table's own: O(1) get, insert and remove with no hashing
+/// and no resize, and its growth made ahead of need by [`DenseMap::prepare`]. For values that
+/// most of a table's ids have (the ready queue's entry of a package): an insert at an index
+/// far past the end fills the slots between, so an id space used sparsely wants a [`Map`].
+#[derive(Debug, Clone)]
+pub(crate) struct DenseMap<T> {
+    /// At each index: the full id stored there (its generation tells a reused slot apart) and
+    /// its value, or nothing.
+    slots: Chunks<Option<(u64, T)>>,
+    len: usize,
+}
+
+impl<T> Default for DenseMap<T> {
+    fn default() -> Self {
+        Self {
+            slots: Chunks::default(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> DenseMap<T> {
+    /// Entries.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The value of `id`.
+    pub(crate) fn get(&self, id: u64) -> Option<&T> {
+        match self.slots.get(unpack(id).0 as usize)? {
+            Some((k, value)) if *k == id => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The value of `id`, for mutation.
+    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        match self.slots.get_mut(unpack(id).0 as usize)? {
+            Some((k, value)) if *k == id => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The value of `id`, inserted with `make` if it has none. O(1) when the index is at most
+    /// one past the end (a table grows one slot at a time).
+    ///
+    /// # Panics
+    ///
+    /// If another id of the same slot (another generation) holds a value: the caller removes
+    /// a value before its table reuses the slot.
+    pub(crate) fn get_or_insert_with(&mut self, id: u64, make: impl FnOnce() -> T) -> &mut T {
+        let index = unpack(id).0 as usize;
+        while self.slots.len() <= index {
+            self.slots.push(None);
+        }
+        let slot = &mut self.slots[index];
+        if let Some((k, _)) = slot {
+            assert_eq!(*k, id, "dense map: slot {index} still holds id {k}");
+        } else {
+            *slot = Some((id, make()));
+            self.len += 1;
+        }
+        &mut slot.as_mut().expect("just filled").1
+    }
+
+    /// Removes and returns the value of `id`.
+    pub(crate) fn remove(&mut self, id: u64) -> Option<T> {
+        let slot = self.slots.get_mut(unpack(id).0 as usize)?;
+        if !matches!(slot, Some((k, _)) if *k == id) {
+            return None;
+        }
+        self.len -= 1;
+        slot.take().map(|(_, value)| value)
+    }
+
+    /// Makes up to `max_slots` empty slots ahead of need (see [`Chunks`]). Returns whether
+    /// more is left to prepare. O(`max_slots`).
+    pub(crate) fn prepare(&mut self, max_slots: usize) -> bool {
+        self.slots.prepare(max_slots, || None)
+    }
+
+    /// Every `(id, value)`, in slot order. O(slots): for invariant checks only.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.as_ref().map(|(k, v)| (*k, v)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dense_map_follows_a_tables_ids() {
+        let mut t = Table::default();
+        let mut m = DenseMap::default();
+        let ids: Vec<u64> = (0..3000).map(|i| t.insert(i)).collect();
+        for &id in &ids[..2500] {
+            *m.get_or_insert_with(id, || 0) += id as u32;
+        }
+        assert_eq!(m.len(), 2500);
+        assert_eq!(m.get(ids[7]), Some(&7));
+        assert_eq!(m.get(ids[2700]), None, "past the end");
+        assert_eq!(
+            m.get_or_insert_with(ids[7], || 99),
+            &mut 7,
+            "kept, not replaced"
+        );
+        assert_eq!(m.remove(ids[7]), Some(7));
+        assert_eq!(m.remove(ids[7]), None);
+        assert_eq!(m.len(), 2499);
+        // The slot reused by the table under a new generation: the old id is not the new.
+        t.remove(ids[7]);
+        let again = t.insert(7);
+        assert_eq!(again as u32, ids[7] as u32);
+        assert_eq!(m.get(again), None);
+        m.get_or_insert_with(again, || 70);
+        assert_eq!(m.get(again), Some(&70));
+        assert_eq!(m.get(ids[7]), None, "a stale id finds nothing");
+        // An index far past the end fills the slots between, which stay empty.
+        m.get_or_insert_with(ids[2999], || 5);
+        assert_eq!(m.get(ids[2999]), Some(&5));
+        assert_eq!(m.get(ids[2800]), None);
+        assert_eq!(m.iter().count(), 2501);
+        assert_eq!(m.len(), 2501);
+    }
+
+    #[test]
+    fn ahead_grows_a_map_before_it_is_full_and_keeps_every_entry() {
+        let mut m: Map<u64, u64> = Map::default();
+        let mut ahead = Ahead::default();
+        let mut grew_ahead = 0;
+        for i in 0..100_000u64 {
+            let cap = m.capacity();
+            if m.len() >= Ahead::MIN_LEN && m.len() == cap {
+                panic!("the map filled up at {i} entries: prepare did not grow it ahead");
+            }
+            m.insert(i, i + 1);
+            let before = m.capacity();
+            while ahead.prepare(&mut m, u64::MAX, 32) {}
+            if m.capacity() > before {
+                grew_ahead += 1;
+                assert!(m.capacity() >= 2 * before, "doubles the room");
+            }
+        }
+        assert!(grew_ahead >= 7, "grew {grew_ahead} times ahead of need");
+        assert_eq!(m.len(), 100_000);
+        assert!((0..100_000u64).all(|i| m.get(&i) == Some(&(i + 1))));
+        assert!(!m.contains_key(&u64::MAX), "the spare key is never left in");
+        // A spare key that is an entry moves nothing and is kept.
+        m.insert(u64::MAX, 5);
+        let mut s: Set<u64> = (0..1000).collect();
+        while Ahead::default().prepare(&mut m, u64::MAX, 8) {}
+        while ahead.prepare(&mut s, u64::MAX, 8) {}
+        assert_eq!(m.get(&u64::MAX), Some(&5));
+        assert_eq!(s.len(), 1000);
+        assert!(!s.contains(&u64::MAX));
+    }
+
+    #[test]
+    #[should_panic(expected = "still holds")]
+    fn dense_map_refuses_a_reused_slot_before_removal() {
+        let mut m = DenseMap::default();
+        m.get_or_insert_with(pack(3, 0), || 1);
+        m.get_or_insert_with(pack(3, 1), || 2);
+    }
+
+    #[test]
+    fn a_prepared_dense_map_grows_into_its_prepared_chunk() {
+        let mut m: DenseMap<u64> = DenseMap::default();
+        for i in 0..CHUNK as u32 {
+            m.get_or_insert_with(pack(i, 0), || 1);
+        }
+        while m.prepare(300) {}
+        let spare = m.slots.spare.as_ref().map(|s| s.as_ptr() as usize);
+        m.get_or_insert_with(pack(CHUNK as u32, 0), || 2);
+        assert_eq!(
+            m.slots.chunks.last().map(|c| c.as_ptr() as usize),
+            spare,
+            "the prepared chunk holds the new entry"
+        );
+        assert_eq!(m.get(pack(CHUNK as u32, 0)), Some(&2));
+        assert_eq!(
+            m.get(pack(CHUNK as u32 + 1, 0)),
+            None,
+            "a placeholder is no value"
+        );
+    }
 
     #[test]
     fn insert_get_remove() {
@@ -509,6 +819,37 @@ mod tests {
         assert_eq!(u.remove(a[0]), Some(0));
         t.check();
         u.check();
+    }
+
+    #[test]
+    fn prepare_touches_the_rest_of_the_current_chunk_first() {
+        // A chunk started with no prepared one: its slots past the last are untouched.
+        let mut t = Table::default();
+        let ids: Vec<u64> = (0..10u64).map(|i| t.insert(i)).collect();
+        assert_eq!(t.slots.chunks[0].len(), 10);
+        assert!(t.prepare(500), "more to prepare");
+        assert_eq!(
+            t.slots.chunks[0].len(),
+            510,
+            "the current chunk's rest first"
+        );
+        assert_eq!(
+            t.slots.spare.as_ref().map_or(0, Vec::len),
+            0,
+            "no budget left for the next one"
+        );
+        while t.prepare(500) {}
+        assert_eq!(t.slots.chunks[0].len(), CHUNK);
+        assert_eq!(t.slots.spare.as_ref().map(Vec::len), Some(CHUNK));
+        // Placeholders are overwritten in place and never seen.
+        let at = t.slots.chunks[0].as_ptr();
+        let more: Vec<u64> = (10..CHUNK as u64 + 5).map(|i| t.insert(i)).collect();
+        assert_eq!(t.slots.chunks[0].as_ptr(), at, "the chunk did not move");
+        assert_eq!(t.len(), CHUNK + 5);
+        assert_eq!(t.iter().count(), CHUNK + 5);
+        assert_eq!(t.get(ids[3]), Some(&3));
+        assert_eq!(t.get(more[CHUNK - 10]), Some(&(CHUNK as u64)));
+        t.check();
     }
 
     #[test]

@@ -71,8 +71,8 @@ pub(crate) struct Task {
     pub(crate) shadow: bool,
     /// When its straggler check fires (hedged packages), if armed.
     pub(crate) hedge_at: Option<Instant>,
-    /// Its position in its package's ready queue, while `Queued`.
-    pub(crate) queue_pos: i64,
+    /// Its position in its ready queue (the slab key of its list node), while `Queued`.
+    pub(crate) queue_pos: u64,
     /// A call of a named function (grid RPC), not shipped code.
     pub(crate) call: Option<Box<Call>>,
 }

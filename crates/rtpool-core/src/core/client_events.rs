@@ -181,7 +181,7 @@ impl Core {
         now: Instant,
     ) -> u64 {
         let key = opts.key.clone();
-        let mut package = Package::new(id, user, client, fn_hash, opts, total);
+        let mut package = Package::new(id, user, client, fn_hash, opts, total, &mut self.buffers);
         package.calls = fn_hash == super::calls::CALLS_HASH;
         package.seq = self.next_package_seq;
         self.next_package_seq += 1;
@@ -208,6 +208,7 @@ impl Core {
             self.functions.acquire(fn_hash, fn_code);
         }
         self.users.entry(user).or_default().packages.insert(slot);
+        self.latest_owner = Some((user, client));
         if let Some(client) = client {
             self.clients
                 .entry(client)
@@ -221,9 +222,11 @@ impl Core {
     /// Inserts one queued task per payload and returns their ids in index order.
     fn create_tasks(&mut self, slot: u64, payloads: Vec<Bytes>, now: Instant) -> Vec<TaskId> {
         let key = self.queue_key(slot);
-        let p = self.packages.get(slot).expect("live package");
+        let p = self.packages.get_mut(slot).expect("live package");
         let (est, replicas) = (p.est_us, p.opts.replicas());
-        let mut ids = Vec::with_capacity(payloads.len());
+        // The package's own buffer (room for every task, touched ahead: see `IdBuffers`).
+        let mut ids = std::mem::take(&mut p.tasks);
+        ids.reserve(payloads.len());
         for (index, args) in (0u32..).zip(payloads) {
             let id = TaskId(self.tasks.insert(Task::new(slot, index, args, now)));
             let pos = self.queue.push_back(slot, key, est, id);

@@ -326,7 +326,7 @@ impl Core {
     fn check_queue(&self, queued_tasks: usize) {
         self.queue.check();
         let mut seen = HashSet::new();
-        let mut entries: Vec<(u64, crate::queue::QueueKey, i64, TaskId, Option<u64>)> = self
+        let mut entries: Vec<(u64, crate::queue::QueueKey, u64, TaskId, Option<u64>)> = self
             .queue
             .iter()
             .map(|(slot, key, pos, id)| (slot, key, pos, id, None))

@@ -186,11 +186,7 @@ impl Scheduler {
                 tokio::time::Instant::now() + Duration::from_nanos(at.0.saturating_sub(now.0))
             });
             let waiting = !self.held.is_empty();
-            if rx.is_empty() {
-                // Nothing waits: make the tables' next growth ahead of need (bounded work,
-                // O(1) once ready), so no event pays the first touch of fresh memory.
-                self.core.prepare(Core::PREPARE_SLOTS);
-            }
+            self.prepare_growth(&rx, timer);
             self.idle_since = StdInstant::now();
             tokio::select! {
                 msg = rx.recv() => {
@@ -226,6 +222,27 @@ impl Scheduler {
                 warn!("journal close failed: {e}");
             }
         }
+    }
+
+    /// Makes the core's next growth ahead of need (tables, queue nodes, id buffers, maps), so
+    /// no event pays the first touch of fresh memory: while nothing waits, share after share
+    /// (each bounded: `Core::PREPARE_SLOTS`) until all is ready or a message arrives or the
+    /// next timer is due; while messages wait, one eighth of a share per message, so a flood
+    /// of submissions that never empties the inbox still finds its memory ready (up to 32
+    /// tasks per message; a larger burst takes some first touches itself).
+    fn prepare_growth(
+        &mut self,
+        rx: &mpsc::UnboundedReceiver<ToScheduler>,
+        timer: Option<tokio::time::Instant>,
+    ) {
+        if !rx.is_empty() {
+            self.core.prepare(Core::PREPARE_SLOTS / 8);
+            return;
+        }
+        while self.core.prepare(Core::PREPARE_SLOTS)
+            && rx.is_empty()
+            && timer.is_none_or(|at| tokio::time::Instant::now() < at)
+        {}
     }
 
     /// Rebuilds the packages the journal replayed, and charges the compute time recorded
