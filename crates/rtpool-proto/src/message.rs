@@ -208,6 +208,9 @@ pub struct Assignment {
     pub args: Bytes,
     /// Execution time limit, milliseconds; 0 = none.
     pub timeout_ms: u32,
+    /// The results of the tasks this one depends on, held by the master (package option
+    /// `after`), in order; empty for every other task (and then not on the wire).
+    pub inputs: Vec<Bytes>,
 }
 
 /// One task's result as a worker publishes it.
