@@ -321,6 +321,9 @@ fn package_options_survive_the_journal_record() {
         hedge: true,
         max_attempts: 2,
         near: 42,
+        // A held dependency is journaled with its package: a restarted master holds it again.
+        after: 41,
+        after_index: 3,
     };
     let tasks = [Bytes::from_static(b"a")];
     let code = Bytes::from_static(b"code");
