@@ -13,7 +13,18 @@ same size), ``h(x)`` sums it. Three ways, interleaved (rotating order in every r
 
 For each: the makespan (submit of ``f`` to ``h``'s result; min, p50, max over the repetitions),
 its ratio to ``local`` (the bar: within 1.2x), and the bytes the client's connection received
-(the kernel's count, ``TCP_INFO``; the bar for ``kept``: none of the intermediates). The bench
+(the kernel's count, ``TCP_INFO``; the bar for ``kept``: none of the intermediates).
+
+Why ``local`` varies so much on a shared VM (46 to 2,300 ms in one session): its time is the
+first touch of two fresh 64 MiB arrays. numpy asks for transparent huge pages
+(``madvise``): about 1,100 page faults and 30-50 ms when the kernel has free huge pages, and a
+stall in direct compaction when it must make them (a VM whose memory is page cache and whose
+neighbours allocate: ``compact_stall`` in ``/proc/vmstat``); without huge pages, 32,770 faults
+and 100-200 ms; and a process waiting for one of two busy CPUs. So the bench reports, beside
+each way's makespans, its own process's CPU time and page faults per run (for ``local``, the
+work itself; for the others, the client's share) and the system's compaction stalls during
+the way's runs: a slow ``local`` with few faults and low CPU waited for a CPU; one with
+compaction stalls waited for memory. The bench
 turns shared memory off (``RTPOOL_SHM=0``, for this process and the cluster it starts): with
 it, ``relayed`` values would reach the client through ``/dev/shm`` and the count would miss
 them. Every loop is bounded by ``--repeat`` and ``--seconds``.
@@ -24,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import struct
@@ -52,6 +64,18 @@ def scale(x: Any) -> Any:
 def total(x: Any) -> float:
     """``h``: the sum."""
     return float(x.sum())
+
+
+def _compact_stalls() -> int:
+    """The system's direct-compaction stalls so far (``/proc/vmstat``; 0 where unknown)."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("compact_stall "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _received(client: Any) -> int:
@@ -85,6 +109,9 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> Dict[str, Any]:
     ways = ("local", "kept", "relayed")
     times: Dict[str, List[float]] = {w: [] for w in ways}
     received: Dict[str, List[int]] = {w: [] for w in ways}
+    cpu_ms: Dict[str, List[float]] = {w: [] for w in ways}
+    faults: Dict[str, List[int]] = {w: [] for w in ways}
+    stalls: Dict[str, int] = {w: 0 for w in ways}
     failed: Dict[str, str] = {}
     with rtpool.LocalCluster(workers=args.workers) as cluster:
         cluster.wait_for_workers(args.workers, timeout=60)
@@ -106,6 +133,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> Dict[str, Any]:
                 if way in failed:
                     continue
                 before = _received(client)
+                r0, c0 = resource.getrusage(resource.RUSAGE_SELF), _compact_stalls()
                 t0 = time.perf_counter()
                 try:
                     value = run_way[way]()
@@ -114,6 +142,12 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> Dict[str, Any]:
                     say(f"chain {way} failed: {failed[way]}")
                     continue
                 elapsed = time.perf_counter() - t0
+                r1 = resource.getrusage(resource.RUSAGE_SELF)
+                cpu_ms[way].append(
+                    (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000
+                )
+                faults[way].append(r1.ru_minflt - r0.ru_minflt)
+                stalls[way] += _compact_stalls() - c0
                 if value != expected:
                     raise RuntimeError(f"chain {way}: got {value}, expected {expected}")
                 times[way].append(elapsed)
@@ -142,6 +176,10 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> Dict[str, Any]:
             "max_ms": round(ts[-1] * 1000, 2),
             "ratio_to_local": round(statistics.median(ts) / base, 3),
             "client_rx_bytes_max": max(received[way]),
+            "client_rx_bytes_p50": int(statistics.median(received[way])),
+            "process_cpu_ms_p50": round(statistics.median(cpu_ms[way]), 1),
+            "process_faults_p50": int(statistics.median(faults[way])),
+            "compact_stalls": stalls[way],
         }
     kept = out["ways"]["kept"]
     out["bar"] = {
@@ -157,9 +195,10 @@ def render(out: Dict[str, Any]) -> str:
     """The figures as a table."""
     lines = [
         f"chain f -> g -> h, {out['size_mb']:g} MiB intermediates, {out['workers']} workers, "
-        f"{out['repetitions']} repetitions (interleaved; shared VM: noisy)",
+        f"{out['repetitions']} repetitions (interleaved; shared VM: noisy); cpu ms and faults: "
+        "this process per run (p50), stalls: the system's compaction stalls",
         f"{'way':<8} {'min ms':>9} {'p50 ms':>9} {'max ms':>9} {'x local':>8} "
-        f"{'client rx bytes':>16}",
+        f"{'client rx bytes':>16} {'cpu ms':>7} {'faults':>7} {'stalls':>6}",
     ]
     for way, w in out["ways"].items():
         if "failed" in w:
@@ -167,7 +206,9 @@ def render(out: Dict[str, Any]) -> str:
             continue
         lines.append(
             f"{way:<8} {w['min_ms']:>9.1f} {w['p50_ms']:>9.1f} {w['max_ms']:>9.1f} "
-            f"{w['ratio_to_local']:>8.2f} {w['client_rx_bytes_max']:>16,}"
+            f"{w['ratio_to_local']:>8.2f} {w['client_rx_bytes_max']:>16,} "
+            f"{w['process_cpu_ms_p50']:>7.1f} {w['process_faults_p50']:>7} "
+            f"{w['compact_stalls']:>6}"
         )
     met = "met" if out["bar"]["met"] else "NOT met"
     lines.append(
