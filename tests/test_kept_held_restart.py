@@ -13,9 +13,18 @@ import rtpool
 import tasks
 from conftest import Workers, close_master, start_master
 from helpers import wait_until
-from test_kept_held import is_held
+from rtpool.errors import ConnectionLost
+from test_kept_held import is_held, packages
 
 MIB = 1 << 20
+
+
+def _packages_once_connected(client: rtpool.Client) -> int:
+    """The master's live packages; 0 while the client is still reconnecting."""
+    try:
+        return packages(client)
+    except (ConnectionLost, TimeoutError):
+        return 0
 
 
 def test_a_held_dependent_survives_a_master_restart(tmp_path: Path) -> None:
@@ -37,6 +46,8 @@ def test_a_held_dependent_survives_a_master_restart(tmp_path: Path) -> None:
             master.proc.wait(10)
             close_master(master)
             master = start_master(tmp_path, listen=listen, args=args, log_name="master2.log")
+            # The restarted master holds g again (replayed from the journal), f not yet run.
+            wait_until(lambda: _packages_once_connected(client) >= 2, timeout=60)
             gate.touch()
             assert g.result(120) == MIB
             assert client.reconnects >= 1
