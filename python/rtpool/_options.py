@@ -263,7 +263,12 @@ OPTIONS: Tuple[Option, ...] = (
     # Not user options either: the package and index of the task whose result is this task's
     # input, held by the master (_deps.py; docs/data.md).
     Option(
-        name="", wire="after", default=0, convert=_int("after", 0, 2**63 - 1, 0), calls=False, doc=""
+        name="",
+        wire="after",
+        default=0,
+        convert=_int("after", 0, 2**63 - 1, 0),
+        calls=False,
+        doc="",
     ),
     Option(
         name="",

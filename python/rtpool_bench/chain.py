@@ -143,9 +143,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> Dict[str, Any]:
                     continue
                 elapsed = time.perf_counter() - t0
                 r1 = resource.getrusage(resource.RUSAGE_SELF)
-                cpu_ms[way].append(
-                    (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000
-                )
+                cpu_ms[way].append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000)
                 faults[way].append(r1.ru_minflt - r0.ru_minflt)
                 stalls[way] += _compact_stalls() - c0
                 if value != expected:
