@@ -25,11 +25,11 @@ stall in direct compaction when it must make them (a VM whose memory is page cac
 neighbours allocate: ``compact_stall`` in ``/proc/vmstat``); without huge pages, 32,770 faults
 and 100-200 ms; and a process waiting for one of two busy CPUs. So the bench reports, beside
 each way's makespans, the CPU time and page faults per run of the process it runs in (for
-``local``, its child: the work itself; for the others, the client's share) and the system's compaction stalls during
-the way's runs: a slow ``local`` with few faults and low CPU waited for a CPU; one with
-compaction stalls waited for memory. The bench
-turns shared memory off (``RTPOOL_SHM=0``, for this process and the cluster it starts): with
-it, ``relayed`` values would reach the client through ``/dev/shm`` and the count would miss
+``local``, its child: the work itself; for the others, the client's share) and the system's
+compaction stalls during the way's runs: a slow ``local`` with few faults and low CPU waited
+for a CPU; one with compaction stalls waited for memory. The bench turns shared memory off
+(``RTPOOL_SHM=0``, for this process and the cluster it starts): with it, ``relayed`` values
+would reach the client through ``/dev/shm`` and the count would miss
 them. Every loop is bounded by ``--repeat`` and ``--seconds``.
 """
 
