@@ -6,8 +6,8 @@ same size), ``h(x)`` sums it. Three ways, interleaved (rotating order in every r
 
 * ``local``: ``h(g(f(n)))`` in a process of its own, started once (as a worker process is),
   timed inside it: the floor. (Run in the bench's own process, which embeds the master and
-  receives ``relayed``'s 64 MiB results, it was 1.5 to 7 times slower than in a fresh process
-  in the same run; the row ``local_here`` shows that, outside the bar.);
+  receives ``relayed``'s 64 MiB results, its p50 was 1.8 and 2.4 times that of a process of
+  its own in the same run; the row ``local_here`` shows it, outside the bar);
 * ``kept``: ``client.options(keep=True)``: ``f`` and ``g`` keep their results on their
   workers, ``g`` and ``h`` take the futures as arguments (``submit(g, fut)``): the master
   places each where its input is when that worker is free, the values move worker to worker;
