@@ -97,6 +97,9 @@ pub struct AssignCall {
     pub inputs: Vec<Bytes>,
     /// Execution time limit, milliseconds; 0 = none.
     pub timeout_ms: u32,
+    /// Keep the result on the worker and answer with a reference to it: an intermediate
+    /// result of a transaction, which only the calls that depend on it read.
+    pub keep: bool,
 }
 
 /// A fact the shell observed. The core's only input.

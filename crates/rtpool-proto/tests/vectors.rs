@@ -219,15 +219,19 @@ fn msg_to_json(msg: &Msg) -> Value {
             .iter()
             .map(|c| {
                 let inputs: Vec<Value> = c.inputs.iter().map(|i| bin(i)).collect();
-                json!([
-                    c.task,
-                    c.attempt,
-                    c.name,
-                    c.version,
+                let mut entry = vec![
+                    json!(c.task),
+                    json!(c.attempt),
+                    json!(c.name),
+                    json!(c.version),
                     bin(&c.args),
-                    inputs,
-                    c.timeout_ms
-                ])
+                    Value::Array(inputs),
+                    json!(c.timeout_ms),
+                ];
+                if c.keep {
+                    entry.push(json!(true));
+                }
+                Value::Array(entry)
             })
             .collect::<Vec<_>>()]),
         Msg::Accepted {

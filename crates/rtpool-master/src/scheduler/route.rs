@@ -41,6 +41,7 @@ impl Scheduler {
                         args: c.args,
                         inputs: c.inputs,
                         timeout_ms: c.timeout_ms,
+                        keep: c.keep,
                     })
                     .collect();
                 self.send(worker.0, Msg::AssignCalls { calls });

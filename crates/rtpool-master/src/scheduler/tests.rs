@@ -120,6 +120,7 @@ fn rpc_actions_become_their_frames() {
             args: args.clone(),
             inputs: vec![input.clone()],
             timeout_ms: 70,
+            keep: true,
         }],
     });
     let expected = Msg::AssignCalls {
@@ -131,6 +132,7 @@ fn rpc_actions_become_their_frames() {
             args,
             inputs: vec![input],
             timeout_ms: 70,
+            keep: true,
         }],
     };
     assert_eq!(sent(&mut rx), expected);

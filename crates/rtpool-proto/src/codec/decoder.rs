@@ -488,7 +488,12 @@ fn decode_assign_calls(r: &mut Reader) -> Result<Msg, ProtoError> {
     let n = r.array_len("ASSIGN_CALLS.calls", 10)?;
     let mut calls = Vec::with_capacity(n);
     for _ in 0..n {
-        r.record("ASSIGN_CALLS.calls[]", 7)?;
+        // Seven fields, or eight: `keep`, sent only when true.
+        let fields = r.array_len("ASSIGN_CALLS.calls[]", 1)?;
+        if fields != 7 && fields != 8 {
+            let reason = format!("ASSIGN_CALLS.calls[] has {fields} fields, expected 7 or 8");
+            return Err(r.malformed(reason));
+        }
         let task = r.u64("ASSIGN_CALLS.calls[].task")?;
         let attempt = r.u32("ASSIGN_CALLS.calls[].attempt")?;
         let name = function_name(r, "ASSIGN_CALLS.calls[].name")?;
@@ -508,6 +513,7 @@ fn decode_assign_calls(r: &mut Reader) -> Result<Msg, ProtoError> {
             args,
             inputs,
             timeout_ms: r.u32("ASSIGN_CALLS.calls[].timeout_ms")?,
+            keep: fields == 8 && r.bool("ASSIGN_CALLS.calls[].keep")?,
         });
     }
     Ok(Msg::AssignCalls { calls })

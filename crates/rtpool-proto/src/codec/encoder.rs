@@ -316,7 +316,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             w.head(k, 1);
             w.array(calls.len());
             for c in calls {
-                w.array(7);
+                w.array(if c.keep { 8 } else { 7 });
                 w.uint(c.task);
                 w.uint(c.attempt);
                 w.str(&c.name);
@@ -327,6 +327,9 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
                     s.bin(w, input);
                 }
                 w.uint(c.timeout_ms);
+                if c.keep {
+                    w.bool(true);
+                }
             }
         }
         Msg::FunctionsReply { req_id, functions } => {

@@ -658,6 +658,7 @@ fn rpc_samples() -> Vec<(String, Msg)> {
                         args: Bytes::from_static(b"\x92\x02\x03"),
                         inputs: vec![],
                         timeout_ms: 0,
+                        keep: false,
                     },
                     CallAssignment {
                         task: 81,
@@ -670,6 +671,7 @@ fn rpc_samples() -> Vec<(String, Msg)> {
                             Bytes::new(),
                         ],
                         timeout_ms: 1_500,
+                        keep: true,
                     },
                 ],
             },
@@ -888,10 +890,15 @@ fn arb_call() -> impl Strategy<Value = Call> {
 fn arb_call_assignment() -> impl Strategy<Value = CallAssignment> {
     (
         (arb_u64(), arb_u32(), arb_function_name(), arb_version()),
-        (arb_bytes(40), vec(arb_bytes(20), 0..4), arb_u32()),
+        (
+            arb_bytes(40),
+            vec(arb_bytes(20), 0..4),
+            arb_u32(),
+            any::<bool>(),
+        ),
     )
         .prop_map(
-            |((task, attempt, name, version), (args, inputs, timeout_ms))| CallAssignment {
+            |((task, attempt, name, version), (args, inputs, timeout_ms, keep))| CallAssignment {
                 task,
                 attempt,
                 name,
@@ -899,6 +906,7 @@ fn arb_call_assignment() -> impl Strategy<Value = CallAssignment> {
                 args,
                 inputs,
                 timeout_ms,
+                keep,
             },
         )
 }
