@@ -21,7 +21,7 @@ from .._kept import args_with_inputs
 from ..errors import ProtocolError
 
 _ASSIGNMENT_FIELDS = "task, attempt, fn_hash, fn_code, args, timeout_ms[, inputs]"
-_CALL_FIELDS = "task, attempt, name, version, args, inputs, timeout_ms"
+_CALL_FIELDS = "task, attempt, name, version, args, inputs, timeout_ms[, keep]"
 
 
 class Task(NamedTuple):
@@ -41,6 +41,9 @@ class Task(NamedTuple):
     timeout_ms: int
     #: A call's input blobs (its dependencies' results, in order); None for a task.
     inputs: List[bytes] | None
+    #: A call whose result is kept here (an intermediate result of a transaction): it is
+    #: answered with a reference (``docs/rpc.md``).
+    keep: bool = False
 
     @property
     def is_call(self) -> bool:
@@ -76,7 +79,7 @@ def queue_assignments(
                 task_id, attempt, fn_hash, fn_code, args, timeout_ms = entry
             if fn_code is not None:
                 codes[fn_hash] = fn_code
-            put(_new(Task, (task_id, attempt, fn_hash, now, args, timeout_ms, None)))
+            put(_new(Task, (task_id, attempt, fn_hash, now, args, timeout_ms, None, False)))
     except (TypeError, ValueError):
         raise _malformed("ASSIGN", entries, _ASSIGNMENT_FIELDS) from None
 
@@ -86,17 +89,21 @@ def queue_calls(entries: List[list], now: int, put: Callable[[Task], None]) -> N
 
     Args:
         entries: ``ASSIGN_CALLS``'s entries, ``[task, attempt, name, version, args, inputs,
-            timeout_ms]`` each.
+            timeout_ms]`` each, or with an eighth field, ``keep``.
         now: ``perf_counter_ns()`` of the receipt.
         put: Called with each call, in order.
 
     Raises:
-        ProtocolError: An entry does not have the seven fields.
+        ProtocolError: An entry does not have seven or eight fields.
     """
     try:
-        for task_id, attempt, name, version, args, inputs, timeout_ms in entries:
-            put(_new(Task, (task_id, attempt, (name, version), now, args, timeout_ms, inputs)))
-    except (TypeError, ValueError):
+        for entry in entries:
+            keep = len(entry) == 8 and entry.pop() is True
+            task_id, attempt, name, version, args, inputs, timeout_ms = entry
+            put(
+                _new(Task, (task_id, attempt, (name, version), now, args, timeout_ms, inputs, keep))
+            )
+    except (TypeError, ValueError, AttributeError):
         raise _malformed("ASSIGN_CALLS", entries, _CALL_FIELDS) from None
 
 
