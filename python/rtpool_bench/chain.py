@@ -5,9 +5,10 @@
 same size), ``h(x)`` sums it. Three ways, interleaved (rotating order in every repetition):
 
 * ``local``: ``h(g(f(n)))`` in a process of its own, started once (as a worker process is),
-  timed inside it: the floor. (Run in the bench's own process, which embeds the master and
-  receives ``relayed``'s 64 MiB results, its p50 was 1.8 and 2.4 times that of a process of
-  its own in the same run; the row ``local_here`` shows it, outside the bar);
+  timed inside it: the floor, in the same conditions as a worker process. The row
+  ``local_here`` runs it in the bench's own process (which embeds the master and receives
+  ``relayed``'s 64 MiB results), outside the bar: its p50 was 0.8 to 2.4 times that of
+  ``local`` over four runs, not a steady cost;
 * ``kept``: ``client.options(keep=True)``: ``f`` and ``g`` keep their results on their
   workers, ``g`` and ``h`` take the futures as arguments (``submit(g, fut)``): the master
   places each where its input is when that worker is free, the values move worker to worker;
@@ -23,7 +24,9 @@ first touch of two fresh 64 MiB arrays. numpy asks for transparent huge pages
 (``madvise``): about 1,100 page faults and 30-50 ms when the kernel has free huge pages, and a
 stall in direct compaction when it must make them (a VM whose memory is page cache and whose
 neighbours allocate: ``compact_stall`` in ``/proc/vmstat``); without huge pages, 32,770 faults
-and 100-200 ms; and a process waiting for one of two busy CPUs. So the bench reports, beside
+and 100-200 ms; and a process waiting for one of two busy CPUs, the largest part in our runs
+(``local``'s CPU time was 15-16 ms p50 with 1,088 faults and no compaction stall, its wall
+time 15 to 490 ms). So the bench reports, beside
 each way's makespans, the CPU time and page faults per run of the process it runs in (for
 ``local``, its child: the work itself; for the others, the client's share) and the system's
 compaction stalls during the way's runs: a slow ``local`` with few faults and low CPU waited
