@@ -204,6 +204,11 @@ fn a_dependency_on_an_acknowledged_or_foreign_task_is_refused() {
     assert!(matches!(out[..], [Action::Rejected { .. }]), "{out:?}");
     let (_, out) = env.submit_raw(client, Spec::tasks(1).after(f2, 0).replicas(2, 1));
     assert!(matches!(out[..], [Action::Rejected { .. }]), "{out:?}");
+    let (_, out) = env.submit_raw(client, Spec::tasks(17).after(f2, 0));
+    assert!(
+        matches!(out[..], [Action::Rejected { .. }]),
+        "at most 16 tasks: {out:?}"
+    );
     env.core.check_invariants();
 }
 

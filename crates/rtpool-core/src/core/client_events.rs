@@ -127,7 +127,7 @@ impl Core {
             self.check_quota(user)?;
             self.check_user_bounds(user, u64::from(total), bytes)?;
             self.check_admission(&s.fn_hash, &s.opts, total)?;
-            let producer = self.check_held_submit(user, &s.opts)?;
+            let producer = self.check_held_submit(user, &s.opts, s.tasks.len())?;
             Ok((total, producer))
         });
         let (total, producer) = match checked {

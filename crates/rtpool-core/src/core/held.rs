@@ -13,8 +13,9 @@
 //!
 //! The core keeps two maps: each held package's producer and input (`held`, by package slot),
 //! and each producer's waiting packages (`waiters`, by task id, at most
-//! [`MAX_DEPENDENTS`] each). Every operation is O(1) in the number of tasks, plus the tasks of
-//! the packages it releases or fails (what their submission cost).
+//! [`MAX_DEPENDENTS`] each, of at most [`MAX_HELD_TASKS`] tasks). Every operation is O(1) in
+//! the number of tasks, plus the tasks of the packages it releases or fails: at most 4,096
+//! per producer (what submitting that many tasks costs).
 //!
 //! What the master does not do: re-run `f` when the worker holding its kept value is lost (the
 //! client does, from its lineage, when `g` fails reading it: `_deps.py`).
@@ -28,7 +29,12 @@ use crate::package::Package;
 use crate::task::TaskState;
 
 /// Most packages that may wait for one producer: a producer's completion touches each.
-pub(crate) const MAX_DEPENDENTS: usize = 4096;
+pub(crate) const MAX_DEPENDENTS: usize = 256;
+
+/// Most tasks of a held package. With [`MAX_DEPENDENTS`], a producer's completion queues at
+/// most 4,096 tasks in one event (what a submitted package of 4,096 tasks costs); the SDK
+/// holds one-task packages.
+pub(crate) const MAX_HELD_TASKS: usize = 16;
 
 /// The dependency of a held package.
 #[derive(Debug)]
@@ -114,14 +120,20 @@ impl Core {
     /// # Errors
     ///
     /// As [`Core::check_after`]; and `after` with `replicas` (the copies would start before
-    /// the input exists).
+    /// the input exists) or more than [`MAX_HELD_TASKS`] tasks.
     pub(super) fn check_held_submit(
         &self,
         user: UserId,
         opts: &crate::event::PackageOpts,
+        tasks: usize,
     ) -> Result<Option<Producer>, RejectReason> {
         if opts.after == 0 {
             return Ok(None);
+        }
+        if tasks > MAX_HELD_TASKS {
+            return Err(RejectReason::InvalidOptions(format!(
+                "a package with after has at most {MAX_HELD_TASKS} tasks ({tasks} given)"
+            )));
         }
         if opts.replicas() > 1 {
             return Err(RejectReason::InvalidOptions(
