@@ -145,7 +145,8 @@ def test_killing_the_holder_mid_chain_reruns_the_producer(client, tmp_path):
     f = kept.submit(tasks.make_bytes, MIB)
     g = kept.submit(tasks.reverse_after, f, str(marker), str(gate))
     h = client.submit(tasks.length, g)
-    wait_until(lambda: is_held(h), timeout=30)
+    wait_until(lambda: is_held(h) or h.done(), timeout=60)
+    assert is_held(h), f"h {h!r} not held: g {g!r} sent as {getattr(g, '_inner', None)!r}"
     wait_until(marker.exists, timeout=30)  # g runs: f is done and its value is kept
     holder = f._result.pid
     g_pid = int(wait_until(lambda: marker.read_text() or None, timeout=10))
