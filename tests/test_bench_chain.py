@@ -17,7 +17,7 @@ def test_quick_chain_runs_three_ways_and_keeps_intermediates_off_the_client():
     out = json.loads(proc.stdout)
     assert out["bench"] == "chain" and out["repetitions"] == 2
     ways = out["ways"]
-    assert set(ways) == {"local", "kept", "relayed"}
+    assert set(ways) == {"local", "kept", "relayed", "local_here"}
     # 1 MiB intermediates: relayed brings two of them to the client, kept none.
     assert ways["relayed"]["client_rx_bytes_max"] >= 2 << 20
     assert ways["kept"]["client_rx_bytes_max"] < 16 * 1024

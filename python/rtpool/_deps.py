@@ -1,10 +1,15 @@
 """Futures as task arguments, kept results and lineage, on the client (``docs/data.md``).
 
-``client.submit(g, client.submit(f, x))``: a task whose arguments hold futures is sent once
-every one of them has a result. A future whose result was kept on its worker
-(``options(keep=True)``) is passed as its :class:`~rtpool._kept.KeptRef`: the dependent task's
-worker reads the value from the producer's worker directly, and the value never comes to the
-client. Any other future is passed as its value.
+``client.submit(g, client.submit(f, x))``: when ``f`` was submitted with
+``options(keep=True)`` on this connection, ``g`` is sent as soon as the master accepted ``f``,
+naming ``f``'s package and index (package option ``after``): the master holds ``g`` until
+``f`` is done, then gives it ``f``'s result (the :class:`~rtpool._kept.KeptRef`) and places it
+near ``f``'s worker; the client takes no part, and a chain runs while it sleeps. Otherwise (a
+future of another connection, a result not kept, a master that refuses ``after``, or ``f``
+already delivered) the task is sent once every future has a result: a kept one is passed as
+its :class:`~rtpool._kept.KeptRef`, any other as its value. Either way the dependent task's
+worker reads a kept value from the producer's worker directly, and the value never comes to
+the client.
 
 Lineage: every kept task remembers how it was made (its function and arguments). When a kept
 value is lost (its worker died, or evicted it), reading it re-runs its producer, up to the
@@ -16,14 +21,14 @@ connection's reader thread.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
-import queue
 import threading
 from typing import Any, Callable, Dict, List
 
 from ._future import Future
-from ._kept import NOTHING, KeptRef, keep_task
-from .errors import DependencyFailed, KeptResultLost
+from ._kept import NOTHING, HeldInput, KeptRef, keep_task
+from .errors import DependencyFailed, KeptResultLost, TaskFailed, UnknownDependencyError
 
 # The executor (``_Submitter``) a task was sent through; not imported: it imports this module.
 _Submitter = Any
@@ -35,8 +40,11 @@ _DEFAULT_ATTEMPTS = 3
 #: (package option ``near``).
 NEAR_MIN_BYTES = 64 * 1024
 _MAX_THREADS = 64
-_jobs: queue.SimpleQueue = queue.SimpleQueue()
-_pool_lock = threading.Lock()
+#: How long a dependent waits for the master to accept its producer before it waits for the
+#: producer's result instead.
+_ACCEPT_TIMEOUT_S = 30.0
+_jobs: collections.deque = collections.deque()
+_pool = threading.Condition(threading.Lock())
 _threads = 0
 _idle = 0
 
@@ -82,6 +90,11 @@ def submit(view: _Submitter, fn: Callable, args: tuple, kwargs: Dict[str, Any]) 
     if not deps:
         return _send(view, task, args, kwargs)
     proxy = Future()
+    # The future sent for it (its producer, for the tasks that take it as an argument), and
+    # when it was sent.
+    proxy._inner = None
+    proxy._sent = threading.Event()
+    proxy.add_done_callback(lambda p: p._sent.set())
     _spawn(_run_dependent, view, task, args, kwargs, deps, proxy)
     return proxy
 
@@ -96,11 +109,15 @@ def _dependencies(args: tuple, kwargs: Dict[str, Any]) -> List[Future]:
 def _spawn(fn: Callable, *args: Any) -> None:
     """Run ``fn(*args)`` on the dependents' thread pool: daemon threads (a dependent left
     waiting never holds the interpreter's exit), at most ``_MAX_THREADS``, FIFO. Dependents
-    always wait on earlier futures, so a FIFO pool cannot deadlock."""
+    always wait on earlier futures, so a FIFO pool cannot deadlock. A job gets a thread of its
+    own whenever the pool is below its bound (counted under one lock: a job queued while an
+    idle thread has not yet taken the previous one starts a thread), so a chain's dependents
+    are all sent (held by the master) at once."""
     global _threads
-    _jobs.put((fn, args))
-    with _pool_lock:
-        if _idle > 0 or _threads >= _MAX_THREADS:
+    with _pool:
+        _jobs.append((fn, args))
+        _pool.notify()
+        if _idle >= len(_jobs) or _threads >= _MAX_THREADS:
             return
         _threads += 1
     threading.Thread(target=_pool_thread, name="rtpool-deps", daemon=True).start()
@@ -109,11 +126,12 @@ def _spawn(fn: Callable, *args: Any) -> None:
 def _pool_thread() -> None:
     global _idle
     while True:
-        with _pool_lock:
+        with _pool:
             _idle += 1
-        fn, args = _jobs.get()
-        with _pool_lock:
+            while not _jobs:
+                _pool.wait()
             _idle -= 1
+            fn, args = _jobs.popleft()
         fn(*args)
         # Not held while idle: the arguments' futures keep kept values alive on their workers.
         del fn, args
@@ -172,12 +190,16 @@ def _run_dependent(
 
     proxy.add_done_callback(on_proxy_done)
     try:
+        if _send_held(view, task, args, kwargs, deps, proxy, running):
+            return
         cf.wait(deps)
         while True:
             if proxy.cancelled():
                 return
             inner = _send(view, task, args, kwargs)
             running.append(inner)
+            proxy._inner = inner
+            proxy._sent.set()
             if proxy.cancelled():  # cancelled while it was being sent
                 inner.cancel()
                 return
@@ -189,6 +211,98 @@ def _run_dependent(
     except BaseException as exc:  # noqa: BLE001 - it goes to the future
         if not proxy.done():
             proxy.set_exception(exc)
+
+
+def _producer(dep: Future, view: _Submitter) -> Future | None:
+    """The future of the task whose result ``dep`` will be, if the master can hold a task for
+    it: not done, kept with ``keep=True`` (its result is a small :class:`KeptRef`, never the
+    value), sent on ``view``'s connection. A dependent's future stands for the one sent for
+    it: waited for until it is sent."""
+    if dep.done():
+        return None
+    sent = getattr(dep, "_sent", None)
+    if sent is not None:  # a dependent's proxy: its task is sent once its own input is held
+        sent.wait()
+        dep = dep._inner
+        if dep is None or dep.done():
+            return None
+    lineage = getattr(dep, "_lineage", None)
+    seg = getattr(dep, "_seg", None)
+    if lineage is None or seg is None or lineage.view._keep != 0:
+        return None
+    if seg.conn is not view._conn:
+        return None
+    return dep
+
+
+def _send_held(
+    view: _Submitter,
+    task: Callable,
+    args: tuple,
+    kwargs: Dict | None,
+    deps: List[Future],
+    proxy: Future,
+    running: List[Future],
+) -> bool:
+    """Send the task with its last pending dependency held by the master (the others waited
+    for here, when there are several); fill ``proxy``. False when the master cannot hold it
+    (then the caller waits for every dependency and sends the task itself)."""
+    pending = [d for d in deps if not d.done()]
+    if not pending:
+        return False
+    held = pending[-1]
+    cf.wait(pending[:-1])
+    producer = _producer(held, view)
+    if producer is None or proxy.cancelled():
+        return False
+    try:
+        package = view._conn.wait_accepted(producer._seg, _ACCEPT_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - refused, lost: the usual way says why
+        return False
+    sent_args = tuple(_held_argument(a, i, held) for i, a in enumerate(args))
+    sent_kwargs = {k: _held_argument(v, k, held) for k, v in kwargs.items()} if kwargs else {}
+    opts = {**view._submission_opts(), "after": package, "after_index": producer._index}
+    near = _nearest(sent_args, sent_kwargs)
+    if near:
+        opts["near"] = near
+    inner = view._submit_now(task, sent_args, sent_kwargs, opts)
+    inner._lineage = Lineage(view, task, args, kwargs)
+    running.append(inner)
+    proxy._inner = inner
+    proxy._sent.set()
+    if proxy.cancelled():
+        inner.cancel()
+        return True
+    exc = inner.exception()
+    if isinstance(exc, UnknownDependencyError):
+        return False  # its result was delivered meanwhile: it is at the client now
+    if isinstance(exc, KeptResultLost) or (
+        type(exc) is TaskFailed and "not run: its input" in str(exc)
+    ):
+        # The producer's worker died (or the producer failed): wait for the producer's own
+        # outcome (a proxy's may still come, after its lineage ran it again).
+        cf.wait([held])
+        if held.cancelled() or held.exception() is not None:
+            try:
+                _argument(held, _where(args, kwargs, held))
+            except DependencyFailed as failed:  # the master's reason names the producer
+                raise DependencyFailed(f"{failed} (the master: {exc})") from failed.__cause__
+        if isinstance(exc, KeptResultLost):
+            _rerun_lost(deps, exc.key)
+        return False  # its result exists now: send the task as usual
+    _copy(inner, proxy)
+    return True
+
+
+def _held_argument(value: Any, where: Any, held: Future) -> Any:
+    return HeldInput(0) if value is held else _argument(value, where)
+
+
+def _where(args: tuple, kwargs: Dict | None, dep: Future) -> Any:
+    for i, a in enumerate(args):
+        if a is dep:
+            return i
+    return next((k for k, v in (kwargs or {}).items() if v is dep), "?")
 
 
 def _rerun_lost(deps: List[Future], key: bytes) -> bool:

@@ -19,9 +19,20 @@ import threading
 from typing import Any, Callable, Dict, List, Tuple
 
 from ._frame import recv_exact
-from .errors import KeptResultLost
+from .errors import KeptResultLost, ProtocolError
 
-__all__ = ["KeepTask", "KeptRef", "fetch", "keep_task", "read_kept", "resolve", "value_size"]
+__all__ = [
+    "HeldInput",
+    "KeepTask",
+    "KeptRef",
+    "fetch",
+    "keep_task",
+    "read_kept",
+    "resolve",
+    "value_size",
+    "args_with_inputs",
+    "with_inputs",
+]
 
 MAGIC = b"RTK1"
 OP_GET = 1
@@ -176,6 +187,71 @@ def resolve(args: tuple, kwargs: Dict[str, Any] | None) -> Tuple[tuple, Dict[str
     if kwargs and any(type(v) is KeptRef for v in kwargs.values()):
         kwargs = {k: fetch(v) if type(v) is KeptRef else v for k, v in kwargs.items()}
     return args, kwargs
+
+
+class HeldInput:
+    """Stands, in a task's pickled arguments, for the ``index``-th result the master holds for
+    it (package option ``after``): the worker puts that result in its place
+    (:func:`with_inputs`) before the task runs."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> tuple:
+        return (HeldInput, (self.index,))
+
+    def __repr__(self) -> str:
+        return f"<rtpool.HeldInput {self.index}>"
+
+
+def with_inputs(payload: bytes, inputs: list) -> Tuple[tuple, Dict[str, Any] | None]:
+    """A task's ``(args, kwargs)`` from its argument payload, each top-level
+    :class:`HeldInput` replaced by its input (a result payload, which for a kept result is its
+    :class:`KeptRef`: the task fetches the value from the producer's worker).
+
+    Raises:
+        ProtocolError: An argument names an input the assignment does not carry.
+    """
+    from ._serialize import loads_args, loads_result  # _serialize imports this module
+
+    args, kwargs = loads_args(payload)
+
+    def put(value: Any) -> Any:
+        if type(value) is not HeldInput:
+            return value
+        if value.index >= len(inputs):
+            raise ProtocolError(
+                f"the task's argument names input {value.index}, but its assignment carries "
+                f"{len(inputs)}; are the master and the worker the same rtpool version?"
+            )
+        return loads_result(inputs[value.index])
+
+    args = tuple(map(put, args))
+    if kwargs:
+        kwargs = {k: put(v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
+class _WithInputs:
+    """Pickles to a call of :func:`with_inputs`: an argument payload the worker's usual
+    ``loads_args`` turns into the task's arguments with its inputs in place."""
+
+    __slots__ = ("payload", "inputs")
+
+    def __init__(self, payload: bytes, inputs: list) -> None:
+        self.payload = payload
+        self.inputs = inputs
+
+    def __reduce__(self) -> tuple:
+        return (with_inputs, (self.payload, self.inputs))
+
+
+def args_with_inputs(payload: Any, inputs: list) -> bytes:
+    """The argument payload of a task the master held, with its inputs (``Assignment.inputs``)
+    bundled: decoded by ``loads_args`` into the arguments with the inputs in place."""
+    return pickle.dumps(_WithInputs(bytes(payload), [bytes(i) for i in inputs]), 5)
 
 
 class KeepTask:

@@ -260,6 +260,24 @@ OPTIONS: Tuple[Option, ...] = (
     Option(
         name="", wire="near", default=0, convert=_int("near", 0, 2**63 - 1, 0), calls=False, doc=""
     ),
+    # Not user options either: the package and index of the task whose result is this task's
+    # input, held by the master (_deps.py; docs/data.md).
+    Option(
+        name="",
+        wire="after",
+        default=0,
+        convert=_int("after", 0, 2**63 - 1, 0),
+        calls=False,
+        doc="",
+    ),
+    Option(
+        name="",
+        wire="after_index",
+        default=0,
+        convert=_int("after_index", 0, 2**32 - 1, 0),
+        calls=False,
+        doc="",
+    ),
 )
 
 #: The ``options()`` keywords, in protocol order.

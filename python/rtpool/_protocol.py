@@ -126,6 +126,7 @@ ERR_BUSY = "busy"
 ERR_SLOW_CONSUMER = "slow_consumer"
 ERR_QUEUE_LIMIT = "queue_limit"
 ERR_UNACKED_LIMIT = "unacked_limit"
+ERR_UNKNOWN_DEPENDENCY = "unknown_dependency"
 NON_FATAL_ERRORS = frozenset(
     {
         ERR_REJECTED,
@@ -135,6 +136,7 @@ NON_FATAL_ERRORS = frozenset(
         ERR_SERVE_CONFLICT,
         ERR_ADMISSION,
         ERR_QUEUE_LIMIT,
+        ERR_UNKNOWN_DEPENDENCY,
     }
 )
 

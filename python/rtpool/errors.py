@@ -39,6 +39,7 @@ __all__ = [
     "SubmitRejected",
     "TaskFailed",
     "TaskTimeoutError",
+    "UnknownDependencyError",
     "UnknownFunctionError",
 ]
 
@@ -133,6 +134,13 @@ class KeptResultLost(RtpoolError):
 class DependencyFailed(RtpoolError):
     """A task that took another task's future as an argument could not run: that task failed
     or was cancelled (its exception is the ``__cause__``)."""
+
+
+class UnknownDependencyError(SubmitRejected):
+    """The master could not hold a task for the task whose result it takes (package option
+    ``after``): that task's result was already delivered and acknowledged, or it is not this
+    user's. The client then waits for the result itself and sends the task with it
+    (``docs/data.md``); users see it only from a master that refuses the option."""
 
 
 class ServeError(RtpoolError):

@@ -206,3 +206,46 @@ def kept_here() -> tuple:
 
     st = _kept._store
     return os.getpid(), (st.used_bytes if st is not None and st.pid == os.getpid() else 0)
+
+
+def _wait_for_file(path: str, timeout: float) -> None:
+    """Wait (bounded) until the file at ``path`` exists: the test's gate."""
+    end = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise TimeoutError(f"gate {path} never opened")
+        time.sleep(0.005)
+
+
+def make_bytes_after(n: int, gate: str, timeout: float = 60.0) -> bytes:
+    """``n`` bytes once the file ``gate`` exists (held-dependency tests)."""
+    _wait_for_file(gate, timeout)
+    return b"x" * n
+
+
+def fail_after(message: str, gate: str, timeout: float = 60.0):
+    """Raise :class:`TaskError` once the file ``gate`` exists."""
+    _wait_for_file(gate, timeout)
+    raise TaskError(message)
+
+
+def return_after(x, gate: str, timeout: float = 60.0):
+    """Return ``x`` once the file ``gate`` exists (a blocker that holds a worker)."""
+    _wait_for_file(gate, timeout)
+    return x
+
+
+def length_and_log(b: bytes, path: str) -> int:
+    """Append a line to ``path``, then return ``len(b)``."""
+    with open(path, "a") as f:
+        f.write("ran\n")
+    return len(b)
+
+
+def reverse_after(b: bytes, marker: str, gate: str, timeout: float = 60.0) -> bytes:
+    """Write this process's pid to ``marker``, then return ``b`` reversed once ``gate`` exists
+    (a task to kill mid-chain)."""
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    _wait_for_file(gate, timeout)
+    return b[::-1]

@@ -34,6 +34,7 @@ mod calls;
 mod client_events;
 mod copies;
 mod dispatch;
+mod held;
 mod invariants;
 mod kept;
 mod locality;
@@ -136,6 +137,16 @@ pub struct Core {
     /// `call_finished`, so a long chain does not recurse).
     doomed: Vec<(TaskId, String)>,
     failing_dependents: bool,
+    /// Held packages (option `after`) by slot: their producer and input (`held.rs`).
+    held: Map<u64, held::Held>,
+    /// Packages waiting for each producer task, by the producer's id (at most
+    /// `held::MAX_DEPENDENTS` each).
+    waiters: Map<TaskId, Vec<u64>>,
+    /// Held packages whose producer will never succeed, with why: failed at the end of the
+    /// event (a work list, so a long chain does not recurse).
+    doomed_held: Vec<(u64, String)>,
+    /// A held package was released during this event: dispatch at its end.
+    held_released: bool,
     /// Tasks in state `Running`.
     running: usize,
     /// Tasks in state `Cancelled`.
@@ -201,6 +212,10 @@ impl Core {
             cascade: Vec::new(),
             doomed: Vec::new(),
             failing_dependents: false,
+            held: Map::default(),
+            waiters: Map::default(),
+            doomed_held: Vec::new(),
+            held_released: false,
             total_slots: 0,
             running_work_us: 0,
             next_package_seq: 0,
@@ -289,6 +304,12 @@ impl Core {
                 name,
             } => self.on_functions(client, req_id, &name, out),
             Event::ReleaseKept { client, keys } => self.on_release_kept(client, keys, out),
+        }
+        if !self.doomed_held.is_empty() {
+            self.fail_doomed_held(now);
+        }
+        if std::mem::take(&mut self.held_released) {
+            self.dispatch(now, out);
         }
         if !self.cascade.is_empty() {
             let mut results = timers::Results::default();
@@ -595,6 +616,7 @@ impl Core {
                 outcome.data = Bytes::new();
             }
         }
+        self.producer_finished(id, &outcome, holder.map(|(w, _)| w));
         let task = self.tasks.get_mut(id.0).expect("finished above");
         task.outcome = Some(Box::new(outcome.clone()));
         if let Some(g) = group {
@@ -639,6 +661,7 @@ impl Core {
             self.timers.remove(&(at, Timer::Deadline(slot)));
         }
         self.package_slots.remove(&p.id);
+        self.forget_held(slot, &p);
         if !p.calls {
             self.functions.release(&p.fn_hash);
         }

@@ -97,6 +97,9 @@ pub struct AssignCall {
     pub inputs: Vec<Bytes>,
     /// Execution time limit, milliseconds; 0 = none.
     pub timeout_ms: u32,
+    /// Keep the result on the worker and answer with a reference to it: an intermediate
+    /// result of a transaction, which only the calls that depend on it read.
+    pub keep: bool,
 }
 
 /// A fact the shell observed. The core's only input.
@@ -322,6 +325,9 @@ pub struct AssignTask {
     pub args: Bytes,
     /// Execution time limit, milliseconds; 0 = none.
     pub timeout_ms: u32,
+    /// The result of the task it depends on, held by the master (package option `after`);
+    /// empty for every other task.
+    pub inputs: Vec<Bytes>,
 }
 
 /// One task's result inside an [`Action::SendResults`].
@@ -378,6 +384,16 @@ pub enum RejectReason {
         what: String,
         /// What is served, `name (versions)` joined by commas, or `nothing`.
         served: String,
+    },
+    /// Package option `after` names no task whose result can become this package's input.
+    #[error("after = {package}, after_index = {index}: {why}; wait for its result and pass the value instead")]
+    UnknownDependency {
+        /// The package named.
+        package: u64,
+        /// The task's index in it.
+        index: u32,
+        /// Why it cannot be used.
+        why: &'static str,
     },
     /// A call of a `SubmitCalls` is malformed (a dependency on itself or a later call).
     #[error("call #{index}: {reason}")]

@@ -78,4 +78,10 @@ impl Worker {
     pub(crate) fn is_hungry(&self) -> bool {
         self.credits > 0 && !self.draining
     }
+
+    /// It has no credit now but a free slot, so its next `PULL` is on its way (a worker sends
+    /// its result and its `PULL` together; the master handles them as two events).
+    pub(crate) fn is_about_to_pull(&self) -> bool {
+        !self.draining && (self.in_flight.len() as u64) < u64::from(self.slots)
+    }
 }

@@ -838,3 +838,31 @@ fn the_core_marks_a_call_packages_results_as_not_journaled() {
     }
     .is_journaled());
 }
+
+#[test]
+fn an_intermediate_result_is_kept_on_its_worker_and_a_fetched_or_last_one_is_not() {
+    let mut env = TestEnv::new();
+    let w = server(&mut env, 4, &[("f", "1")], 4);
+    let client = env.new_client();
+    let mut fetched = call("f", "B", &[]);
+    fetched.fetch = true;
+    let (_, out) = env.submit_calls(
+        client,
+        vec![call("f", "A", &[]), fetched, call("f", "C", &[0, 1])],
+    );
+    let keep: Vec<(Vec<u8>, bool)> = call_assignments(&out)
+        .into_iter()
+        .flat_map(|(_, calls)| calls)
+        .map(|c| (c.args.to_vec(), c.keep))
+        .collect();
+    assert_eq!(
+        keep,
+        vec![(b"A".to_vec(), true), (b"B".to_vec(), false)],
+        "A is an input only; B is an input the client asked for: {out:?}"
+    );
+    let started = calls_of(&out, w);
+    env.complete(w, started[0]);
+    let out = env.complete(w, started[1]);
+    let last = call_assignments(&out);
+    assert!(!last[0].1[0].keep, "C's result goes to the client: {out:?}");
+}

@@ -310,6 +310,8 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_ten_fiel
         hedge: true,
         max_attempts: 2,
         near: 0,
+        after: 0,
+        after_index: 0,
     };
     client.send(&submit_with(21, b"code", tasks(3), opts));
     let package = expect_accepted(client.recv(), 21);

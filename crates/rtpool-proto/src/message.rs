@@ -208,6 +208,9 @@ pub struct Assignment {
     pub args: Bytes,
     /// Execution time limit, milliseconds; 0 = none.
     pub timeout_ms: u32,
+    /// The results of the tasks this one depends on, held by the master (package option
+    /// `after`), in order; empty for every other task (and then not on the wire).
+    pub inputs: Vec<Bytes>,
 }
 
 /// One task's result as a worker publishes it.
@@ -275,6 +278,9 @@ pub struct CallAssignment {
     pub inputs: Vec<Bytes>,
     /// Execution time limit, milliseconds; 0 = none.
     pub timeout_ms: u32,
+    /// Keep the result on the worker and answer with a reference blob (an intermediate result
+    /// of a transaction); on the wire only when true, as an eighth field.
+    pub keep: bool,
 }
 
 /// One served function as `FUNCTIONS_REPLY` lists it.

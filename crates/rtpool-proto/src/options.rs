@@ -184,6 +184,13 @@ package_options! {
     /// is preferred to the others (they pass over it while it has a free credit). The Python
     /// SDK sets it for a task whose arguments are kept results of 64 KiB or more.
     near: u64 = 0 => "near", limit (0, i64::MAX);
+    /// A dependency held by the master: the package (of the same user) whose task
+    /// `after_index` produces the input of every task of this package; 0 = none. The tasks
+    /// wait at the master until that task is done, then run near its worker and receive its
+    /// result as `Assignment.inputs`; they fail (status 3) when it fails or is cancelled.
+    after: u64 = 0 => "after", limit (0, i64::MAX);
+    /// The index of the producing task in package `after`.
+    after_index: u32 = 0 => "after_index";
 }
 
 impl PackageOpts {

@@ -446,7 +446,7 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             key: "deadline".into(),
             reason: "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
                      `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, `max_copies`, \
-                     `hedge`, `max_attempts` and `near`)"
+                     `hedge`, `max_attempts`, `near`, `after` and `after_index`)"
                 .into(),
         }
     );
@@ -459,7 +459,8 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             code: "rejected".into(),
             message: "SUBMIT 9 has a bad option `deadline`: unknown option (version 1 knows \
                       `priority`, `timeout_ms`, `key`, `deadline_ms`, `on_miss`, `admit`, \
-                      `replicas`, `quorum`, `max_copies`, `hedge`, `max_attempts` and `near`)"
+                      `replicas`, `quorum`, `max_copies`, `hedge`, `max_attempts`, `near`, `after` \
+                      and `after_index`)"
                 .into(),
             reference: 9,
         }

@@ -127,6 +127,12 @@ fn opts_to_json(opts: &PackageOpts) -> Value {
     if opts.near != 0 {
         map.insert("near".into(), json!(opts.near));
     }
+    if opts.after != 0 {
+        map.insert("after".into(), json!(opts.after));
+    }
+    if opts.after_index != 0 {
+        map.insert("after_index".into(), json!(opts.after_index));
+    }
     Value::Object(map)
 }
 
@@ -213,15 +219,19 @@ fn msg_to_json(msg: &Msg) -> Value {
             .iter()
             .map(|c| {
                 let inputs: Vec<Value> = c.inputs.iter().map(|i| bin(i)).collect();
-                json!([
-                    c.task,
-                    c.attempt,
-                    c.name,
-                    c.version,
+                let mut entry = vec![
+                    json!(c.task),
+                    json!(c.attempt),
+                    json!(c.name),
+                    json!(c.version),
                     bin(&c.args),
-                    inputs,
-                    c.timeout_ms
-                ])
+                    Value::Array(inputs),
+                    json!(c.timeout_ms),
+                ];
+                if c.keep {
+                    entry.push(json!(true));
+                }
+                Value::Array(entry)
             })
             .collect::<Vec<_>>()]),
         Msg::Accepted {
@@ -282,14 +292,18 @@ fn msg_to_json(msg: &Msg) -> Value {
                 .iter()
                 .map(|a| {
                     let code = a.fn_code.as_deref().map_or(Value::Null, bin);
-                    json!([
-                        a.task,
-                        a.attempt,
+                    let mut entry = vec![
+                        json!(a.task),
+                        json!(a.attempt),
                         bin(&a.fn_hash),
                         code,
                         bin(&a.args),
-                        a.timeout_ms
-                    ])
+                        json!(a.timeout_ms),
+                    ];
+                    if !a.inputs.is_empty() {
+                        entry.push(Value::Array(a.inputs.iter().map(|i| bin(i)).collect()));
+                    }
+                    Value::Array(entry)
                 })
                 .collect();
             json!([tasks])

@@ -31,6 +31,7 @@ from ..errors import (
     ResultsLost,
     SubmitRejected,
     TaskFailed,
+    UnknownDependencyError,
 )
 from .outcomes import task_error
 
@@ -264,7 +265,13 @@ class _Receiver:
         if handler is not None:
             handler(message, ref)
             return
-        if code in (P.ERR_REJECTED, P.ERR_QUOTA, P.ERR_ADMISSION, P.ERR_QUEUE_LIMIT):
+        if code in (
+            P.ERR_REJECTED,
+            P.ERR_QUOTA,
+            P.ERR_ADMISSION,
+            P.ERR_QUEUE_LIMIT,
+            P.ERR_UNKNOWN_DEPENDENCY,
+        ):
             with self._cond:
                 self._drop_since = None
                 seg = self._by_req.pop(ref, None)
@@ -281,6 +288,11 @@ class _Receiver:
                     exc = AdmissionError(
                         f"the master at {self.address} refused the package (request {ref}): it "
                         f"cannot finish by its deadline: {message}"
+                    )
+                elif code == P.ERR_UNKNOWN_DEPENDENCY:
+                    exc = UnknownDependencyError(
+                        f"the master at {self.address} cannot hold the package (request {ref}) "
+                        f"for its input: {message}"
                     )
                 elif code == P.ERR_QUEUE_LIMIT:
                     exc = QueueLimitError(

@@ -23,8 +23,10 @@ import msgpack
 
 from .. import _protocol as P
 from .._serialize import dumps_result, loads_args
+from ..rpc.codec import input_blob, kept_blob
 from ._common import RESULT_FRAME_OVERHEAD, log, perf_ns
 from ._executor_process import ExecutorDied, ExecutorProcess, address_space_mib
+from ._kept import store as kept_store
 from ._services import CALL_INDEX, CALL_KEY, Service
 from ._task import Task
 
@@ -131,7 +133,7 @@ class Executing:
                 now = perf_ns()
                 return P.STATUS_FAILED, self._not_served(fn_hash), now, now
             fn_hash = CALL_KEY + CALL_INDEX.pack(service.index)
-            payload = msgpack.packb([payload, t.inputs], use_bin_type=True)
+            payload = msgpack.packb([payload, t.inputs, t.keep], use_bin_type=True)
         else:
             code = self.codes.get(fn_hash)
         if self.pending:
@@ -221,9 +223,9 @@ class Executing:
         exec_ns)."""
         if fn_hash.startswith(CALL_KEY):
             service = self.services[CALL_INDEX.unpack_from(fn_hash, len(CALL_KEY))[0]]
-            args, inputs = msgpack.unpackb(payload, raw=False)
+            args, inputs, keep = msgpack.unpackb(payload, raw=False)
             key = (service.name, service.version)
-            status, data, t_start, t_end = self._execute_call(key, args, inputs)
+            status, data, t_start, t_end = self._execute_call(key, args, inputs, keep)
             return status, data, t_end - t_start
         if code is not None:
             self.codes[fn_hash] = code
@@ -283,16 +285,21 @@ class Executing:
             return P.STATUS_ERROR, self._error(data), t_start, t_end
 
     def _execute_call(
-        self, key: Tuple[str, str], args: bytes, inputs: List[bytes]
+        self, key: Tuple[str, str], args: bytes, inputs: List[bytes], keep: bool = False
     ) -> Tuple[int, bytes, int, int]:
-        """Run one call of a named function: ``(status, data, start_ns, end_ns)``."""
+        """Run one call of a named function: ``(status, data, start_ns, end_ns)``. Inputs kept
+        on other workers are read from there; with ``keep`` the result stays in this process
+        and ``data`` is a reference to it (``docs/rpc.md``, "Transactions")."""
         service = self._services_by_key.get(key)
         if service is None:  # the master assigns only what SERVE announced
             now = perf_ns()
             return P.STATUS_FAILED, self._not_served(key), now, now
         t_start = perf_ns()
         try:
+            inputs = [input_blob(i) for i in inputs]
             data = self._invoke(service.fn, service.interface, args, inputs)
+            if keep:
+                data = kept_blob(kept_store().put(bytes(data)))
         except BaseException as exc:
             t_end = perf_ns()
             return P.STATUS_ERROR, self._call_error(exc), t_start, t_end

@@ -334,7 +334,9 @@ class WorkerConnection(Session, Executing, Watchdog):
             self._inproc = t  # watched by the heartbeat thread (_watchdog.py)
             if t.inputs is not None:
                 t_begin = perf_ns()
-                status, data, t_start, t_end = self._execute_call(t.function, t.args, t.inputs)
+                status, data, t_start, t_end = self._execute_call(
+                    t.function, t.args, t.inputs, t.keep
+                )
             else:
                 fn = self._function(t.function)
                 t_begin = perf_ns()  # after the one-time code load, no guide to the next

@@ -7,18 +7,21 @@ function queues as a task whose ``function`` is its ``(name, version)`` and whos
 are its dependencies' result blobs, so both kinds share the queue, the credits, the executor
 and the result batching.
 
-Every field of an entry is required (the protocol has no optional fields): an entry of the
-wrong shape is a :class:`~rtpool.errors.ProtocolError` that names the message and the fields.
+Every field of an entry is required, but for an ``ASSIGN`` entry's seventh, its inputs (only
+a task the master held for another task's result has them: ``docs/data.md``): an entry of
+the wrong shape is a :class:`~rtpool.errors.ProtocolError` that names the message and the
+fields.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, NamedTuple
 
+from .._kept import args_with_inputs
 from ..errors import ProtocolError
 
-_ASSIGNMENT_FIELDS = "task, attempt, fn_hash, fn_code, args, timeout_ms"
-_CALL_FIELDS = "task, attempt, name, version, args, inputs, timeout_ms"
+_ASSIGNMENT_FIELDS = "task, attempt, fn_hash, fn_code, args, timeout_ms[, inputs]"
+_CALL_FIELDS = "task, attempt, name, version, args, inputs, timeout_ms[, keep]"
 
 
 class Task(NamedTuple):
@@ -38,6 +41,9 @@ class Task(NamedTuple):
     timeout_ms: int
     #: A call's input blobs (its dependencies' results, in order); None for a task.
     inputs: List[bytes] | None
+    #: A call whose result is kept here (an intermediate result of a transaction): it is
+    #: answered with a reference (``docs/rpc.md``).
+    keep: bool = False
 
     @property
     def is_call(self) -> bool:
@@ -56,19 +62,24 @@ def queue_assignments(
 
     Args:
         entries: ``ASSIGN``'s task entries, ``[task, attempt, fn_hash, fn_code|nil, args,
-            timeout_ms]`` each.
+            timeout_ms]`` each, or with a seventh field, ``inputs``.
         codes: Function code by hash, updated with the code the entries carry.
         now: ``perf_counter_ns()`` of the receipt.
         put: Called with each task, in order.
 
     Raises:
-        ProtocolError: An entry does not have the six fields.
+        ProtocolError: An entry does not have six or seven fields.
     """
     try:
-        for task_id, attempt, fn_hash, fn_code, args, timeout_ms in entries:
+        for entry in entries:
+            if len(entry) == 7:  # a task the master held: its producer's result comes along
+                task_id, attempt, fn_hash, fn_code, args, timeout_ms, inputs = entry
+                args = args_with_inputs(args, inputs)
+            else:
+                task_id, attempt, fn_hash, fn_code, args, timeout_ms = entry
             if fn_code is not None:
                 codes[fn_hash] = fn_code
-            put(_new(Task, (task_id, attempt, fn_hash, now, args, timeout_ms, None)))
+            put(_new(Task, (task_id, attempt, fn_hash, now, args, timeout_ms, None, False)))
     except (TypeError, ValueError):
         raise _malformed("ASSIGN", entries, _ASSIGNMENT_FIELDS) from None
 
@@ -78,24 +89,30 @@ def queue_calls(entries: List[list], now: int, put: Callable[[Task], None]) -> N
 
     Args:
         entries: ``ASSIGN_CALLS``'s entries, ``[task, attempt, name, version, args, inputs,
-            timeout_ms]`` each.
+            timeout_ms]`` each, or with an eighth field, ``keep``.
         now: ``perf_counter_ns()`` of the receipt.
         put: Called with each call, in order.
 
     Raises:
-        ProtocolError: An entry does not have the seven fields.
+        ProtocolError: An entry does not have seven or eight fields.
     """
     try:
-        for task_id, attempt, name, version, args, inputs, timeout_ms in entries:
-            put(_new(Task, (task_id, attempt, (name, version), now, args, timeout_ms, inputs)))
-    except (TypeError, ValueError):
+        for entry in entries:
+            keep = len(entry) == 8 and entry.pop() is True
+            task_id, attempt, name, version, args, inputs, timeout_ms = entry
+            put(
+                _new(Task, (task_id, attempt, (name, version), now, args, timeout_ms, inputs, keep))
+            )
+    except (TypeError, ValueError, AttributeError):
         raise _malformed("ASSIGN_CALLS", entries, _CALL_FIELDS) from None
 
 
 def _malformed(kind: str, entries: Any, fields: str) -> ProtocolError:
     count = len(fields.split(","))
+    # A bracketed last field is optional.
+    counts = (count - 1, count) if fields.endswith("]") else (count,)
     bad = next(
-        (e for e in (entries if isinstance(entries, list) else [entries]) if not _fits(e, count)),
+        (e for e in (entries if isinstance(entries, list) else [entries]) if not _fits(e, counts)),
         entries,
     )
     return ProtocolError(
@@ -104,5 +121,5 @@ def _malformed(kind: str, entries: Any, fields: str) -> ProtocolError:
     )
 
 
-def _fits(entry: Any, count: int) -> bool:
-    return isinstance(entry, list) and len(entry) == count
+def _fits(entry: Any, counts: tuple) -> bool:
+    return isinstance(entry, list) and len(entry) in counts

@@ -438,6 +438,8 @@ impl Core {
             args: task.args.clone(),
             inputs: call.inputs.clone(),
             timeout_ms,
+            // Not fetched means other calls depend on it and the client does not want it.
+            keep: !call.fetch,
         }
     }
 

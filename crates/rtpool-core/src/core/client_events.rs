@@ -127,10 +127,11 @@ impl Core {
             self.check_quota(user)?;
             self.check_user_bounds(user, u64::from(total), bytes)?;
             self.check_admission(&s.fn_hash, &s.opts, total)?;
-            Ok(total)
+            let producer = self.check_held_submit(user, &s.opts, s.tasks.len())?;
+            Ok((total, producer))
         });
-        let total = match checked {
-            Ok(total) => total,
+        let (total, producer) = match checked {
+            Ok(ok) => ok,
             Err(reason) => {
                 if matches!(
                     reason,
@@ -159,6 +160,9 @@ impl Core {
         self.user_takes(user, u64::from(total), bytes);
         let ids = self.create_tasks(slot, s.tasks, now);
         self.packages.get_mut(slot).expect("just made").tasks = ids;
+        if let Some(producer) = producer {
+            self.hold(slot, producer);
+        }
         out.push(Action::Accepted {
             client,
             req_id,
@@ -318,6 +322,9 @@ impl Core {
             }
         }
         p.tasks = ids;
+        if p.opts.after != 0 {
+            self.hold_restored(slot, r.user);
+        }
         // Restored tasks count against their user's bounds but are never refused by them.
         self.user_takes(r.user, counts.2, counts.3);
         self.detach(slot, now);
@@ -518,6 +525,10 @@ impl Core {
             return;
         }
         let call = task.call.take();
+        self.producer_cancelled(id);
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
         if let Some(g) = task.group.take() {
             // The other copies go with it.
             let group = self.groups.remove(g).expect("live group");

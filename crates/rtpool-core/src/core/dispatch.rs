@@ -153,6 +153,7 @@ impl Core {
             .get(task.package)
             .expect("running task without package")
             .fn_hash;
+        let inputs = self.held_inputs(task.package);
         let w = self.workers.get_mut(&worker).expect("just assigned to");
         let fn_code = w.fn_sent.insert(fn_hash).then(|| {
             self.functions
@@ -167,6 +168,7 @@ impl Core {
             fn_code,
             args: task.args.clone(),
             timeout_ms,
+            inputs,
         };
         self.arm_hedge(id, now);
         assignment

@@ -65,6 +65,63 @@ impl Core {
         self.check_clients();
         self.check_bounds();
         self.check_timers();
+        self.check_held();
+    }
+
+    /// Held packages (`held.rs`): each is a live package with `after`; one still without its
+    /// input is in its producer's waiting list, and that producer is undecided; every waiting
+    /// list names live held packages of that producer.
+    fn check_held(&self) {
+        assert!(
+            self.doomed_held.is_empty(),
+            "doomed packages left after an event"
+        );
+        for (&slot, h) in self.held.iter() {
+            let p = self.packages.get(slot).expect("a held package is live");
+            assert_eq!(
+                p.opts.after, h.package.0,
+                "held {slot} names another producer"
+            );
+            if h.input.is_none() && self.tasks.get(h.producer.0).is_some() {
+                let waiting = p.tasks.iter().any(|id| {
+                    self.tasks
+                        .get(id.0)
+                        .is_some_and(|t| t.package == slot && t.state == TaskState::Waiting)
+                });
+                if waiting {
+                    assert!(
+                        self.waiters
+                            .get(&h.producer)
+                            .is_some_and(|l| l.contains(&slot)),
+                        "held {slot} waits but is not in {}'s waiting list",
+                        h.producer
+                    );
+                }
+            }
+        }
+        for (&producer, list) in self.waiters.iter() {
+            assert!(!list.is_empty(), "{producer} has an empty waiting list");
+            assert!(list.len() <= super::held::MAX_DEPENDENTS);
+            let t = self
+                .tasks
+                .get(producer.0)
+                .expect("a producer with waiters is live");
+            assert!(
+                !matches!(
+                    t.state,
+                    TaskState::Done { .. } | TaskState::Cancelled { .. }
+                ),
+                "{producer} is decided but still has waiters"
+            );
+            for slot in list {
+                let h = self.held.get(slot).expect("a waiter is held");
+                assert_eq!(h.producer, producer);
+                assert!(
+                    h.input.is_none(),
+                    "held {slot} has its input but still waits"
+                );
+            }
+        }
     }
 
     /// Every armed timer names a running attempt with that deadline or a detached package with
@@ -205,9 +262,12 @@ impl Core {
                     task.state
                 );
             } else {
+                // A task that is no call waits only for the producer of its held package.
+                let held = self.held.get(&task.package);
                 assert!(
-                    task.state != TaskState::Waiting,
-                    "{id} waits but is no call"
+                    task.state != TaskState::Waiting || held.is_some_and(|h| h.input.is_none()),
+                    "{id} waits, but its package's input is {:?}",
+                    held.map(|h| h.input.is_some())
                 );
             }
             match task.state {

@@ -15,17 +15,20 @@ impl Core {
     /// Whether `worker` should pass over queued task `id`: its package prefers another
     /// worker that is connected and can take a task now.
     pub(super) fn prefers_other(&self, id: TaskId, worker: WorkerId) -> bool {
-        let Some(near) = self
+        let Some((slot, near)) = self
             .tasks
             .get(id.0)
-            .and_then(|t| self.packages.get(t.package))
-            .map(|p| p.opts.near)
-            .filter(|&near| near != 0 && near != worker.0)
+            .and_then(|t| Some((t.package, self.packages.get(t.package)?.opts.near)))
+            .filter(|&(_, near)| near != 0 && near != worker.0)
         else {
             return false;
         };
+        // A package the master held for its input (held.rs) was released by the result of the
+        // worker that keeps the input, a moment before that worker's PULL: it waits for that
+        // PULL rather than move the value.
+        let held = self.held.contains_key(&slot);
         self.workers
             .get(&WorkerId(near))
-            .is_some_and(|w| w.is_hungry())
+            .is_some_and(|w| w.is_hungry() || (held && w.is_about_to_pull()))
     }
 }

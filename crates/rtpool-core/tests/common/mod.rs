@@ -55,6 +55,8 @@ pub struct Spec {
     pub hedge: bool,
     /// Attempts before a lost task fails as poison (0: the core's `max_attempts`).
     pub max_attempts: u32,
+    /// A dependency held by the master: `(package, index)` of the producing task.
+    pub after: Option<(PackageId, u32)>,
 }
 
 impl Spec {
@@ -74,6 +76,7 @@ impl Spec {
             max_copies: 0,
             hedge: false,
             max_attempts: 0,
+            after: None,
         }
     }
 
@@ -119,6 +122,14 @@ impl Spec {
     pub fn hedge(self) -> Self {
         Self {
             hedge: true,
+            ..self
+        }
+    }
+
+    /// The same, depending on task `index` of `package` (option `after`).
+    pub fn after(self, package: PackageId, index: u32) -> Self {
+        Self {
+            after: Some((package, index)),
             ..self
         }
     }
@@ -436,6 +447,8 @@ impl TestEnv {
                 max_copies: spec.max_copies,
                 hedge: spec.hedge,
                 max_attempts: spec.max_attempts,
+                after: spec.after.map_or(0, |(p, _)| p.0),
+                after_index: spec.after.map_or(0, |(_, i)| i),
                 ..PackageOpts::default()
             },
             tasks,

@@ -54,6 +54,8 @@ fn package(id: u64, user: &str, tasks: usize) -> Record {
             hedge: id % 2 == 1,
             max_attempts: (id % 4) as u32,
             near: 0,
+            after: 0,
+            after_index: 0,
         },
     })
 }

@@ -41,6 +41,7 @@ impl Scheduler {
                         args: c.args,
                         inputs: c.inputs,
                         timeout_ms: c.timeout_ms,
+                        keep: c.keep,
                     })
                     .collect();
                 self.send(worker.0, Msg::AssignCalls { calls });
@@ -75,6 +76,7 @@ impl Scheduler {
                         fn_code: t.fn_code,
                         args: t.args,
                         timeout_ms: t.timeout_ms,
+                        inputs: t.inputs,
                     })
                     .collect();
                 self.send(worker.0, Msg::Assign { tasks });
@@ -106,6 +108,7 @@ impl Scheduler {
                     }
                     RejectReason::UnknownFunction { .. } => "unknown_function",
                     RejectReason::UserLimit { .. } => "queue_limit",
+                    RejectReason::UnknownDependency { .. } => "unknown_dependency",
                     RejectReason::Empty
                     | RejectReason::TooManyTasks { .. }
                     | RejectReason::InvalidOptions(_)

@@ -120,6 +120,7 @@ fn rpc_actions_become_their_frames() {
             args: args.clone(),
             inputs: vec![input.clone()],
             timeout_ms: 70,
+            keep: true,
         }],
     });
     let expected = Msg::AssignCalls {
@@ -131,6 +132,7 @@ fn rpc_actions_become_their_frames() {
             args,
             inputs: vec![input],
             timeout_ms: 70,
+            keep: true,
         }],
     };
     assert_eq!(sent(&mut rx), expected);
@@ -321,6 +323,9 @@ fn package_options_survive_the_journal_record() {
         hedge: true,
         max_attempts: 2,
         near: 42,
+        // A held dependency is journaled with its package: a restarted master holds it again.
+        after: 41,
+        after_index: 3,
     };
     let tasks = [Bytes::from_static(b"a")];
     let code = Bytes::from_static(b"code");

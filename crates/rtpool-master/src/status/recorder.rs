@@ -324,6 +324,7 @@ pub fn refusal_code(reason: &rtpool_core::RejectReason) -> &'static str {
         R::Admission { .. } | R::NoWorkerSlots { .. } => "admission",
         R::UnknownFunction { .. } => "unknown_function",
         R::UserLimit { .. } => "queue_limit",
+        R::UnknownDependency { .. } => "unknown_dependency",
         R::Empty | R::TooManyTasks { .. } | R::InvalidOptions(_) | R::InvalidCall { .. } => {
             "rejected"
         }

@@ -352,15 +352,28 @@ fn decode_assign(r: &mut Reader) -> Result<Msg, ProtoError> {
     let n = r.array_len("ASSIGN.tasks", 9)?;
     let mut tasks = Vec::with_capacity(n);
     for _ in 0..n {
-        r.record("ASSIGN.tasks[]", 6)?;
-        tasks.push(Assignment {
+        // Six fields, or seven: the inputs of a task whose dependency the master held.
+        let fields = r.array_len("ASSIGN.tasks[]", 1)?;
+        if fields != 6 && fields != 7 {
+            let reason = format!("ASSIGN.tasks[] has {fields} fields, expected 6 or 7");
+            return Err(r.malformed(reason));
+        }
+        let mut a = Assignment {
             task: r.u64("ASSIGN.tasks[].task")?,
             attempt: r.u32("ASSIGN.tasks[].attempt")?,
             fn_hash: r.bin("ASSIGN.tasks[].fn_hash")?,
             fn_code: r.bin_or_nil("ASSIGN.tasks[].fn_code")?,
             args: r.bin("ASSIGN.tasks[].args")?,
             timeout_ms: r.u32("ASSIGN.tasks[].timeout_ms")?,
-        });
+            inputs: Vec::new(),
+        };
+        if fields == 7 {
+            let m = r.array_len("ASSIGN.tasks[].inputs", 1)?;
+            for _ in 0..m {
+                a.inputs.push(r.bin("ASSIGN.tasks[].inputs[]")?);
+            }
+        }
+        tasks.push(a);
     }
     Ok(Msg::Assign { tasks })
 }
@@ -475,7 +488,12 @@ fn decode_assign_calls(r: &mut Reader) -> Result<Msg, ProtoError> {
     let n = r.array_len("ASSIGN_CALLS.calls", 10)?;
     let mut calls = Vec::with_capacity(n);
     for _ in 0..n {
-        r.record("ASSIGN_CALLS.calls[]", 7)?;
+        // Seven fields, or eight: `keep`, sent only when true.
+        let fields = r.array_len("ASSIGN_CALLS.calls[]", 1)?;
+        if fields != 7 && fields != 8 {
+            let reason = format!("ASSIGN_CALLS.calls[] has {fields} fields, expected 7 or 8");
+            return Err(r.malformed(reason));
+        }
         let task = r.u64("ASSIGN_CALLS.calls[].task")?;
         let attempt = r.u32("ASSIGN_CALLS.calls[].attempt")?;
         let name = function_name(r, "ASSIGN_CALLS.calls[].name")?;
@@ -495,6 +513,7 @@ fn decode_assign_calls(r: &mut Reader) -> Result<Msg, ProtoError> {
             args,
             inputs,
             timeout_ms: r.u32("ASSIGN_CALLS.calls[].timeout_ms")?,
+            keep: fields == 8 && r.bool("ASSIGN_CALLS.calls[].keep")?,
         });
     }
     Ok(Msg::AssignCalls { calls })

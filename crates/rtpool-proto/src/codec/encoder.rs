@@ -31,7 +31,10 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
         Msg::Cancel { indices, .. } => 16 + 5 * indices.len(),
         Msg::Assign { tasks } => {
             let one = |a: &Assignment| {
-                64 + a.fn_hash.len() + a.fn_code.as_ref().map_or(0, Bytes::len) + a.args.len()
+                64 + a.fn_hash.len()
+                    + a.fn_code.as_ref().map_or(0, Bytes::len)
+                    + a.args.len()
+                    + a.inputs.iter().map(|i| 5 + i.len()).sum::<usize>()
             };
             8 + tasks.iter().map(one).sum::<usize>()
         }
@@ -213,7 +216,9 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             w.head(k, 1);
             w.array(tasks.len());
             for a in tasks {
-                w.array(6);
+                // The seventh field only for a task that has inputs: every other assignment
+                // stays as version 2 first defined it.
+                w.array(if a.inputs.is_empty() { 6 } else { 7 });
                 w.uint(a.task);
                 w.uint(a.attempt);
                 s.bin(w, &a.fn_hash);
@@ -223,6 +228,12 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
                 }
                 s.bin(w, &a.args);
                 w.uint(a.timeout_ms);
+                if !a.inputs.is_empty() {
+                    w.array(a.inputs.len());
+                    for input in &a.inputs {
+                        s.bin(w, input);
+                    }
+                }
             }
         }
         Msg::Result { results } => {
@@ -305,7 +316,7 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             w.head(k, 1);
             w.array(calls.len());
             for c in calls {
-                w.array(7);
+                w.array(if c.keep { 8 } else { 7 });
                 w.uint(c.task);
                 w.uint(c.attempt);
                 w.str(&c.name);
@@ -316,6 +327,9 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
                     s.bin(w, input);
                 }
                 w.uint(c.timeout_ms);
+                if c.keep {
+                    w.bool(true);
+                }
             }
         }
         Msg::FunctionsReply { req_id, functions } => {

@@ -139,8 +139,26 @@ pub fn samples() -> Vec<(String, Msg)> {
                     hedge: true,
                     max_attempts: 0,
                     near: 0,
+                    after: 0,
+                    after_index: 0,
                 },
                 tasks: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
+            },
+        ),
+        (
+            // A dependency held by the master: task 0 of package 41 is this package's input.
+            "submit_after".into(),
+            Msg::Submit {
+                req_id: 12,
+                fn_hash: hash(0),
+                fn_code: Bytes::from_static(b"\x80\x05\x95code"),
+                opts: PackageOpts {
+                    near: 0,
+                    after: 41,
+                    after_index: 0,
+                    ..PackageOpts::default()
+                },
+                tasks: vec![Bytes::from_static(b"g")],
             },
         ),
         (
@@ -391,6 +409,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                     fn_code: Some(Bytes::from_static(b"\x80\x05\x95code")),
                     args: Bytes::from_static(b"args-0"),
                     timeout_ms: 2_000,
+                    inputs: Vec::new(),
                 }],
             },
         ),
@@ -405,6 +424,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                         fn_code: None,
                         args: Bytes::from_static(b"args-1"),
                         timeout_ms: 0,
+                        inputs: Vec::new(),
                     },
                     Assignment {
                         task: 79,
@@ -413,8 +433,23 @@ pub fn samples() -> Vec<(String, Msg)> {
                         fn_code: None,
                         args: Bytes::new(),
                         timeout_ms: u32::MAX,
+                        inputs: Vec::new(),
                     },
                 ],
+            },
+        ),
+        (
+            "assign_with_inputs".into(),
+            Msg::Assign {
+                tasks: vec![Assignment {
+                    task: 80,
+                    attempt: 1,
+                    fn_hash: hash(0),
+                    fn_code: None,
+                    args: Bytes::from_static(b"args-2"),
+                    timeout_ms: 0,
+                    inputs: vec![Bytes::from_static(b"\x80\x05kept-ref")],
+                }],
             },
         ),
         (
@@ -623,6 +658,7 @@ fn rpc_samples() -> Vec<(String, Msg)> {
                         args: Bytes::from_static(b"\x92\x02\x03"),
                         inputs: vec![],
                         timeout_ms: 0,
+                        keep: false,
                     },
                     CallAssignment {
                         task: 81,
@@ -635,6 +671,7 @@ fn rpc_samples() -> Vec<(String, Msg)> {
                             Bytes::new(),
                         ],
                         timeout_ms: 1_500,
+                        keep: true,
                     },
                 ],
             },
@@ -738,6 +775,8 @@ fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
         (
             prop_oneof![Just(0u32), 1u32..=255],
             prop_oneof![Just(0u64), 0u64..=i64::MAX as u64],
+            prop_oneof![Just(0u64), 0u64..=i64::MAX as u64],
+            arb_u32(),
         ),
     )
         .prop_map(
@@ -745,7 +784,7 @@ fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
                 (priority, timeout_ms, key),
                 (deadline_ms, on_miss, admit),
                 (replicas, quorum, max_copies, hedge),
-                (max_attempts, near),
+                (max_attempts, near, after, after_index),
             )| PackageOpts {
                 priority,
                 timeout_ms,
@@ -759,6 +798,8 @@ fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
                 hedge,
                 max_attempts,
                 near,
+                after,
+                after_index,
             },
         )
 }
@@ -771,15 +812,17 @@ fn arb_assignment() -> impl Strategy<Value = Assignment> {
         proptest::option::of(arb_bytes(40)),
         arb_bytes(40),
         arb_u32(),
+        proptest::collection::vec(arb_bytes(40), 0..3),
     )
         .prop_map(
-            |(task, attempt, fn_hash, fn_code, args, timeout_ms)| Assignment {
+            |(task, attempt, fn_hash, fn_code, args, timeout_ms, inputs)| Assignment {
                 task,
                 attempt,
                 fn_hash,
                 fn_code,
                 args,
                 timeout_ms,
+                inputs,
             },
         )
 }
@@ -847,10 +890,15 @@ fn arb_call() -> impl Strategy<Value = Call> {
 fn arb_call_assignment() -> impl Strategy<Value = CallAssignment> {
     (
         (arb_u64(), arb_u32(), arb_function_name(), arb_version()),
-        (arb_bytes(40), vec(arb_bytes(20), 0..4), arb_u32()),
+        (
+            arb_bytes(40),
+            vec(arb_bytes(20), 0..4),
+            arb_u32(),
+            any::<bool>(),
+        ),
     )
         .prop_map(
-            |((task, attempt, name, version), (args, inputs, timeout_ms))| CallAssignment {
+            |((task, attempt, name, version), (args, inputs, timeout_ms, keep))| CallAssignment {
                 task,
                 attempt,
                 name,
@@ -858,6 +906,7 @@ fn arb_call_assignment() -> impl Strategy<Value = CallAssignment> {
                 args,
                 inputs,
                 timeout_ms,
+                keep,
             },
         )
 }
