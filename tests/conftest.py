@@ -213,6 +213,26 @@ def cluster_client(cluster):
 _PG_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "pg-test-server"
 
 
+@pytest.fixture(scope="module")
+def shared_cluster() -> Iterator[object]:
+    """A LocalCluster with 2 workers for the whole module that asks for it (a killed worker
+    child is restarted by its parent); tests take a ``client`` of it."""
+    import rtpool
+
+    with rtpool.LocalCluster(workers=2) as c:
+        yield c
+
+
+@pytest.fixture
+def client(shared_cluster) -> Iterator[object]:
+    """A Client of the module's ``shared_cluster`` once both workers are there, closed after
+    the test (a module with a ``client`` fixture of its own uses that one)."""
+    shared_cluster.wait_for_workers(2, timeout=30)
+    c = shared_cluster.client()
+    yield c
+    c.close()
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """URL of a PostgreSQL test database: ``$RTPOOL_TEST_PG_URL`` (``make test`` sets it), else

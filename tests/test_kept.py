@@ -31,21 +31,6 @@ def received_bytes(client: rtpool.Client) -> int:
     return struct.unpack_from("Q", info, _TCPI_BYTES_RECEIVED)[0]
 
 
-@pytest.fixture(scope="module")
-def shared_cluster():
-    """Two workers for the whole module (a killed worker child is restarted by its parent)."""
-    with rtpool.LocalCluster(workers=2) as c:
-        yield c
-
-
-@pytest.fixture
-def client(shared_cluster):
-    shared_cluster.wait_for_workers(2, timeout=30)
-    client = shared_cluster.client()
-    yield client
-    client.close()
-
-
 def test_a_chain_of_kept_results_never_reaches_the_client(client):
     kept = client.options(keep=True)
     client.submit(tasks.square, 2).result(timeout=30)

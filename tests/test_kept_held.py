@@ -27,20 +27,6 @@ MIB = 1 << 20
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="module")
-def shared_cluster():
-    with rtpool.LocalCluster(workers=2) as c:
-        yield c
-
-
-@pytest.fixture
-def client(shared_cluster):
-    shared_cluster.wait_for_workers(2, timeout=30)
-    client = shared_cluster.client()
-    yield client
-    client.close()
-
-
 def is_held(fut: rtpool.Future) -> bool:
     """Whether the task sent for the dependent future ``fut`` was accepted by the master."""
     inner = getattr(fut, "_inner", None)

@@ -73,6 +73,10 @@ pub(crate) struct Task {
     pub(crate) hedge_at: Option<Instant>,
     /// Its position in its ready queue (the slab key of its list node), while `Queued`.
     pub(crate) queue_pos: u64,
+    /// The worker whose result decided it (`WorkerId.0`; 0: none yet, or decided by the
+    /// master). A kept result stays there, so a package that names this task in `after`
+    /// once it is done is still placed near it (held.rs).
+    pub(crate) made_on: u64,
     /// A call of a named function (grid RPC), not shipped code.
     pub(crate) call: Option<Box<Call>>,
 }
@@ -124,6 +128,7 @@ impl Task {
             shadow: false,
             hedge_at: None,
             queue_pos: 0,
+            made_on: 0,
             call: None,
         }
     }

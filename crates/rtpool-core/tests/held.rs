@@ -65,6 +65,28 @@ fn a_dependent_of_a_done_producer_runs_at_once_with_its_input() {
 }
 
 #[test]
+fn a_dependent_of_a_done_producer_runs_near_the_worker_that_made_its_input() {
+    // f is done (not yet acknowledged) before g comes: g still goes where f's result is,
+    // not to the other worker that happens to be hungry first.
+    let mut env = TestEnv::new();
+    env.auto_ack = false;
+    let (a, b) = (env.new_worker(1), env.new_worker(1));
+    let client = env.new_client();
+    env.credit(a, 1);
+    let (f, out) = env.submit(client, 1);
+    let producer = tasks_of(&out, a)[0];
+    env.complete(a, producer);
+    env.credit(b, 1);
+    let (_, out) = submit_after(&mut env, client, f);
+    assert!(assignments(&out).is_empty(), "g went to b: {out:?}");
+    let out = env.credit(a, 1);
+    let got = assignments(&out);
+    assert_eq!(got.len(), 1, "{out:?}");
+    assert_eq!(got[0].0, a, "g runs where f's result is: {out:?}");
+    env.core.check_invariants();
+}
+
+#[test]
 fn a_failed_producer_fails_its_dependents_transitively_naming_it() {
     let mut env = TestEnv::new();
     let a = env.new_worker(1);

@@ -53,7 +53,7 @@ pub(super) enum Producer {
     /// Not decided yet: the package waits for it.
     Pending(TaskId),
     /// Succeeded: its result is the input.
-    Ready(TaskId, Bytes),
+    Ready(TaskId, Bytes, Option<WorkerId>),
     /// Will never succeed: the package's tasks fail with this reason.
     Failed(TaskId, String),
 }
@@ -103,7 +103,8 @@ impl Core {
         }
         Ok(match (&task.state, task.outcome.as_deref()) {
             (TaskState::Done { .. }, Some(o)) if o.status == TaskStatus::Ok => {
-                Producer::Ready(id, o.data.clone())
+                let made_on = Some(WorkerId(task.made_on)).filter(|w| w.0 != 0);
+                Producer::Ready(id, o.data.clone(), made_on)
             }
             (TaskState::Done { .. }, Some(o)) => {
                 Producer::Failed(id, failure_reason(PackageId(after), index, o))
@@ -176,7 +177,17 @@ impl Core {
                 self.waiters.entry(id).or_default().push(slot);
                 (id, None)
             }
-            Producer::Ready(id, data) => (id, Some(data)),
+            Producer::Ready(id, data, made_on) => {
+                // Done before this package came: still placed near the worker that made the
+                // input (its kept value is there), as when released by the result itself.
+                let p = self.packages.get_mut(slot).expect("just made");
+                if p.opts.near == 0 {
+                    if let Some(w) = made_on {
+                        p.opts.near = w.0;
+                    }
+                }
+                (id, Some(data))
+            }
             Producer::Failed(id, reason) => {
                 for t in p.tasks.clone() {
                     self.unqueue_waiting(t);

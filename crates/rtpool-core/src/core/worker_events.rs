@@ -197,6 +197,7 @@ impl Core {
                     holder: None,
                     acked: false,
                 };
+                task.made_on = worker.0;
                 Some((slot, outcome))
             }
             TaskState::Cancelled { .. } => {
