@@ -268,6 +268,15 @@ def _send_held(
     inner = view._submit_now(task, sent_args, sent_kwargs, opts)
     inner._lineage = Lineage(view, task, args, kwargs)
     running.append(inner)
+    try:
+        # Published to this proxy's own dependents only once the master holds it: one that
+        # is refused (its input was delivered meanwhile) is sent again the usual way, and a
+        # dependent that took the refused one would wait for the result instead of being held.
+        view._conn.wait_accepted(inner._seg, _ACCEPT_TIMEOUT_S)
+    except UnknownDependencyError:
+        return False  # its result was delivered meanwhile: it is at the client now
+    except Exception:  # noqa: BLE001 - rejected, lost, slow: inner's own outcome says it
+        pass
     proxy._inner = inner
     proxy._sent.set()
     if proxy.cancelled():
@@ -275,7 +284,7 @@ def _send_held(
         return True
     exc = inner.exception()
     if isinstance(exc, UnknownDependencyError):
-        return False  # its result was delivered meanwhile: it is at the client now
+        return False
     if isinstance(exc, KeptResultLost) or (
         type(exc) is TaskFailed and "not run: its input" in str(exc)
     ):
