@@ -17,7 +17,9 @@
 //! entries or compacts. The nodes are why a growing queue allocates nothing per task: the slab
 //! grows a chunk at a time, and [`ReadyQueue::prepare`] makes the next chunk ahead of need (a
 //! B-tree per package, as before, allocated fresh nodes from the heap as the queue grew: most
-//! of the page faults of a growing submission).
+//! of the page faults of a growing submission). Each user's packages are ordered by a treap
+//! whose nodes live in one more slab of the queue ([`Orders`]), prepared the same way (it was
+//! a `BTreeMap` per user, the last allocation of a growing submission).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
