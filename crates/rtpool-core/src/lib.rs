@@ -16,6 +16,7 @@ mod function;
 mod group;
 mod hungry;
 mod ids;
+mod order;
 mod overload;
 mod package;
 mod placement;

@@ -17,12 +17,15 @@
 //! entries or compacts. The nodes are why a growing queue allocates nothing per task: the slab
 //! grows a chunk at a time, and [`ReadyQueue::prepare`] makes the next chunk ahead of need (a
 //! B-tree per package, as before, allocated fresh nodes from the heap as the queue grew: most
-//! of the page faults of a growing submission).
+//! of the page faults of a growing submission). Each user's packages are ordered by a treap
+//! whose nodes live in one more slab of the queue ([`Orders`]), prepared the same way (it was
+//! a `BTreeMap` per user, the last allocation of a growing submission).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::{TaskId, UserId};
+use crate::order::{OrderKey, OrderTree, Orders};
 use crate::table::{DenseMap, IdMap, Table};
 
 /// Where a package's tasks queue: the class, the user, and the EDF order within the user.
@@ -37,7 +40,7 @@ pub(crate) struct QueueKey {
 }
 
 impl QueueKey {
-    fn order(&self) -> (u64, u64) {
+    fn order(&self) -> OrderKey {
         (self.deadline, self.seq)
     }
 }
@@ -70,10 +73,11 @@ impl PackageQueue {
     }
 }
 
-/// One user's packages with queued tasks, in EDF order.
+/// One user's packages with queued tasks, in EDF order: a tree whose nodes live in the
+/// queue's [`Orders`] slab.
 #[derive(Debug, Default)]
 struct UserQueue {
-    packages: BTreeMap<(u64, u64), u64>,
+    packages: OrderTree,
 }
 
 /// One priority class.
@@ -166,6 +170,8 @@ pub(crate) struct ReadyQueue {
     packages: PackageQueues,
     /// The list nodes of every queued task; a node's slab key is the task's position.
     nodes: Table<Node>,
+    /// The nodes of every user's package order.
+    orders: Orders,
     /// Queued tasks.
     live: usize,
 }
@@ -216,7 +222,8 @@ impl ReadyQueue {
     pub(crate) fn prepare(&mut self, max_slots: usize) -> bool {
         let nodes = self.nodes.prepare(max_slots);
         let packages = self.packages.prepare(max_slots);
-        nodes || packages
+        let orders = self.orders.prepare(max_slots);
+        nodes || packages || orders
     }
 
     /// Queues a task of package `slot` behind the others of its package; returns its position.
@@ -305,7 +312,7 @@ impl ReadyQueue {
                 class.turns.push_back(key.user);
                 UserQueue::default()
             });
-            user.packages.insert(key.order(), slot);
+            self.orders.insert(&mut user.packages, key.order(), slot);
         }
         pq
     }
@@ -348,7 +355,7 @@ impl ReadyQueue {
             .get_mut(&Reverse(pq.key.priority))
             .and_then(|c| c.users.get_mut(&pq.key.user))
             .expect("user of a queued package");
-        user.packages.remove(&pq.key.order());
+        self.orders.remove(&mut user.packages, pq.key.order());
     }
 
     /// Takes the next task: highest class; in it, the user whose turn it is; of that user, the
@@ -363,7 +370,7 @@ impl ReadyQueue {
                 continue;
             };
             let user = class.users.get(&user_id).expect("a turn names a user");
-            let Some((_, &slot)) = user.packages.first_key_value() else {
+            let Some((_, slot)) = self.orders.first(&user.packages) else {
                 // Its packages all went (cancelled) since its last turn.
                 class.users.remove(&user_id);
                 if class.users.is_empty() {
@@ -389,7 +396,16 @@ impl ReadyQueue {
             self.live -= 1;
             class.work_us = class.work_us.saturating_sub(est_us);
             let package_done = pq.is_empty();
-            let user_done = package_done && user.packages.len() == 1;
+            if package_done {
+                let pq = self.packages.remove(slot).expect("just popped from it");
+                let user = class.users.get_mut(&user_id).expect("a turn names a user");
+                self.orders.remove(&mut user.packages, pq.key.order());
+            }
+            let user_done = package_done
+                && class
+                    .users
+                    .get(&user_id)
+                    .is_some_and(|u| u.packages.is_empty());
             if user_done {
                 class.users.remove(&user_id);
                 if class.users.is_empty() {
@@ -397,17 +413,6 @@ impl ReadyQueue {
                 }
             } else {
                 class.turns.push_back(user_id);
-            }
-            if package_done {
-                let pq = self.packages.remove(slot).expect("just popped from it");
-                if !user_done {
-                    self.classes
-                        .get_mut(&Reverse(pq.key.priority))
-                        .and_then(|c| c.users.get_mut(&user_id))
-                        .expect("user keeps its entry")
-                        .packages
-                        .remove(&pq.key.order());
-                }
             }
             return Some((task, slot));
         }
@@ -427,8 +432,8 @@ impl ReadyQueue {
             .iter()
             .filter_map(|u| class.users.get(u))
             .find(|q| !q.packages.is_empty())?;
-        let (_, slot) = user.packages.first_key_value()?;
-        let pq = self.packages.get(*slot)?;
+        let (_, slot) = self.orders.first(&user.packages)?;
+        let pq = self.packages.get(slot)?;
         pq.head
             .and_then(|h| self.nodes.get(h))
             .map(|node| node.task)
@@ -481,6 +486,7 @@ impl ReadyQueue {
         let live: usize = self.packages.iter().map(|(_, pq)| pq.len).sum();
         assert_eq!(live, self.live, "queue live count");
         let mut listed = 0;
+        let mut ordered = 0;
         for (prio, class) in &self.classes {
             assert!(!class.users.is_empty(), "empty class {}", prio.0);
             assert_eq!(
@@ -492,10 +498,11 @@ impl ReadyQueue {
             for (user, uq) in &class.users {
                 let turns = class.turns.iter().filter(|u| *u == user).count();
                 assert_eq!(turns, 1, "{user} has {turns} turns");
-                for (order, slot) in &uq.packages {
-                    let pq = self.packages.get(*slot).expect("listed package is queued");
+                ordered += self.orders.check(&uq.packages);
+                for (order, slot) in self.orders.entries(&uq.packages) {
+                    let pq = self.packages.get(slot).expect("listed package is queued");
                     assert!(!pq.is_empty(), "slot {slot} queued with no task");
-                    assert_eq!(pq.key.order(), *order);
+                    assert_eq!(pq.key.order(), order);
                     assert_eq!(pq.key.user, *user);
                     assert_eq!(pq.key.priority, prio.0);
                     listed += 1;
@@ -511,6 +518,7 @@ impl ReadyQueue {
             assert_eq!(work, class.work_us, "class {} work sum", prio.0);
         }
         assert_eq!(listed, self.packages.len(), "packages outside their user");
+        self.orders.check_slab(ordered);
     }
 }
 
