@@ -632,6 +632,42 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
+/// The machine's own floor, measured the same way in the same run: a fixed computation of a
+/// few microseconds, timed by the same probe on the same thread as often as the core's calls
+/// were. Whatever of it goes over [`BAR_NS`] is the VM (a stolen vCPU, an interrupt), not the
+/// core: the core's runs over the bar are judged next to this count.
+struct Floor {
+    thread_cpu: Histogram<u64>,
+    /// Runs over [`BAR_NS`] of thread CPU time, and of those the runs with a page fault.
+    over_bar: (u64, u64),
+}
+
+fn measure_floor(probe: &SchedProbe, runs: u64) -> Floor {
+    let mut floor = Floor {
+        thread_cpu: histogram(),
+        over_bar: (0, 0),
+    };
+    let data: Vec<u64> = (0..512).collect();
+    for _ in 0..runs {
+        let before = probe.read(true);
+        let mut acc = 0u64;
+        for round in 0..4u64 {
+            for &x in std::hint::black_box(&data) {
+                acc = acc.wrapping_mul(31).wrapping_add(x ^ round);
+            }
+        }
+        std::hint::black_box(acc);
+        let after = probe.read(false);
+        let cpu = after.cpu_ns.saturating_sub(before.cpu_ns).max(1);
+        floor.thread_cpu.saturating_record(cpu);
+        if cpu > BAR_NS {
+            floor.over_bar.0 += 1;
+            floor.over_bar.1 += u64::from(after.minflt > before.minflt);
+        }
+    }
+    floor
+}
+
 fn main() {
     let plan = Plan::from_env();
     let probe = SchedProbe::open();
@@ -705,6 +741,20 @@ fn main() {
     );
     let ratio_json = ratios(&plan, &cells);
     print_bar(&plan, &cells);
+    let measured: u64 = cells.iter().map(|c| c.thread_cpu.len()).sum();
+    let floor = measure_floor(&probe, measured);
+    println!(
+        "\nMachine floor, same probe and thread, right after: a fixed computation (2,048 \
+         multiply-adds), {} runs: p50 {}, p99.9 {}, max {} thread CPU; runs over 100 us: {} \
+         (with a page fault: {}). Runs of the core over 100 us without a page fault, at about \
+         this rate and in no fixed cell, are the machine's.",
+        floor.thread_cpu.len(),
+        fmt_ns(floor.thread_cpu.value_at_quantile(0.5) as f64),
+        fmt_ns(floor.thread_cpu.value_at_quantile(0.999) as f64),
+        fmt_ns(floor.thread_cpu.max() as f64),
+        floor.over_bar.0,
+        floor.over_bar.1,
+    );
     if plan.quick {
         println!(
             "\n(quick grid: a smoke test of the bench, not a measurement: verdicts mean nothing)"
@@ -734,6 +784,14 @@ fn main() {
             "deadline_ticks": deadline_ticks,
             "hedge_ticks": hedge_ticks,
             "sink_extra_tasks": sink_extra,
+            "floor": {
+                "runs": floor.thread_cpu.len(),
+                "p50_thread_cpu_ns": floor.thread_cpu.value_at_quantile(0.5),
+                "p999_thread_cpu_ns": floor.thread_cpu.value_at_quantile(0.999),
+                "max_thread_cpu_ns": floor.thread_cpu.max(),
+                "runs_over_100us_thread_cpu": floor.over_bar.0,
+                "runs_over_100us_thread_cpu_with_page_fault": floor.over_bar.1,
+            },
         });
         let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
         std::fs::write(&path, text + "\n")
