@@ -250,6 +250,74 @@ def test_a_reference_envelope_is_read_only_from_our_own_segment(shm, monkeypatch
         loads_result(envelope)
 
 
+def test_a_bytes_result_that_is_its_argument_refers_to_it_and_no_other_does(shm) -> None:
+    from rtpool._serialize import dumps_args, dumps_result, loads_args, loads_result
+
+    data = os.urandom(MIB)
+    arg = dumps_args((data, b"small"), None, shm.owner())
+    (got, small), _ = loads_args(bytes(arg))  # as a worker would: the task's argument segment
+    assert type(got) is bytes and got == data
+    same = bytes(dumps_result(got))  # the task returned its argument: offsets into the segment
+    assert same[0] == shm.SHM_REF_TAG and len(same) < 1024
+    # Equal bytes that are another object are written out, never assumed to be the argument.
+    (got, small), _ = loads_args(bytes(arg))
+    other = bytes(dumps_result(bytes(bytearray(got))))
+    assert other[0] == shm.SHM_TAG
+    # What a task returns after another task's arguments arrived is not referred either.
+    (got, small), _ = loads_args(bytes(arg))
+    loads_args(dumps_args((1,), None))
+    stale = bytes(dumps_result(got))
+    assert stale[0] != shm.SHM_REF_TAG
+    shm.set_result_owner(None)
+    back = loads_result(same)
+    assert type(back) is bytes and back == data
+    del back, got
+    shm.release(arg.shm)
+    shm.pool().clear()
+
+
+def test_a_bytes_echo_through_shared_memory_copies_nothing_on_the_worker(
+    shm, workers, client_factory
+) -> None:
+    workers.start(1)
+    client = client_factory()
+    worker = client.submit(tasks.payload.owner).result(30)
+    for i in range(3):
+        data = bytes([i]) * (2 * MIB)
+        back = client.submit(tasks.payload.echo, data).result(30)
+        assert back == data and type(back) is bytes
+    assert shm.leftovers(worker) == []  # the result was offsets into the argument segment
+    changed = client.submit(tasks.payload.flip_first, data).result(30)
+    assert changed == b"\xff" + data[1:]
+    assert len(shm.leftovers(worker)) == 1  # a new value: written to the worker's segment
+
+
+def test_a_worker_reuses_its_freed_heap_for_the_next_large_values(workers, client_factory) -> None:
+    # 40 MiB built and dropped per round: with glibc's own policy the worker returns it to the
+    # kernel every round and faults it in again (10,240 pages); by default (--heap-keep-mb 64)
+    # it keeps it, and only the first round faults.
+    pages = (40 * MIB) // os.sysconf("SC_PAGE_SIZE")
+    workers.start(1)
+    workers.start(1, "--heap-keep-mb", "0")
+    workers.start(1, "--heap-keep-mb", "-1")
+    client = client_factory()
+    assert "--heap-keep-mb must be 0" in _wait_log(workers, 2)
+    by_pid = {}
+    deadline = time.monotonic() + 60
+    while len(by_pid) < 2 and time.monotonic() < deadline:  # until both workers answered
+        futures = [client.submit(tasks.payload.heap_page_faults, 16 * MIB) for _ in range(4)]
+        by_pid.update(f.result(60) for f in futures)
+    assert len(by_pid) == 2, by_pid
+    kept, returned = sorted(by_pid.values(), key=lambda faults: sum(faults[1:]))
+    assert sum(kept[1:]) < 0.02 * pages, kept
+    assert min(returned[1:]) > 0.5 * pages, returned
+
+
+def _wait_log(workers, index: int) -> str:
+    _wait_for(lambda: workers.procs[index].poll() is not None, "the worker to refuse")
+    return workers.log_text(index)
+
+
 def test_no_leak_after_a_task_failure(shm, workers, client_factory) -> None:
     workers.start(1)
     client = client_factory()

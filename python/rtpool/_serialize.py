@@ -200,7 +200,7 @@ class _OutOfBand:
         self.data = data
 
     def __reduce_ex__(self, protocol: int) -> tuple:
-        rebuild = bytes if type(self.data) is bytes else _as_view
+        rebuild = _shm.bytes_of if type(self.data) is bytes else _as_view
         return rebuild, (pickle.PickleBuffer(self.data),)
 
 
@@ -305,8 +305,14 @@ def _loads_view(data: Any, claim: bool = True) -> Tuple[Any, Tuple[str, int] | N
     if not view.nbytes or view[0] < ENVELOPE_TAG:
         return _loads(view), None
     if view[0] == _shm.SHM_TAG:
-        stream, buffers, name, gen = _shm.read(view, claim)
-        return _loads(stream, buffers=buffers), (name, gen)
+        stream, buffers, offsets, name, gen = _shm.read(view, claim)
+        if claim:
+            return _loads(stream, buffers=buffers), (name, gen)
+        _shm.note_arguments(buffers, offsets)  # a task's arguments
+        try:
+            return _loads(stream, buffers=buffers), (name, gen)
+        finally:
+            _shm._local.arg_offsets = None  # the views' ids may be reused from here on
     if view[0] == _shm.SHM_REF_TAG:  # a result made of its own argument's bytes
         stream, buffers = _shm.read_refs(view)
         return _loads(stream, buffers=buffers), None
@@ -376,7 +382,9 @@ def loads_args(payload: Any) -> Tuple[tuple, dict | None]:
     shared memory make this thread's next large result go there too (to the same client)."""
     if payload and payload[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
         _shm_local.owner = None
+        _shm_local.made = None
         return _loads(payload)
+    _shm.forget_arguments()
     value, seg = _loads_view(payload, claim=False)
     _shm.set_result_owner(_shm.owner_of(seg[0]) if seg else None, seg)
     return value
@@ -391,6 +399,7 @@ def dumps_result(value: Any) -> Any:
     """
     t = type(value)
     if t in _SCALARS:  # the no-op task's path: nothing to take out of band
+        _shm_local.made = None  # the arguments' bytes noted for refer(): not needed
         return _dumps(value, PICKLE_PROTOCOL)
     if _is_large(value) or ((t is tuple or t is list) and any(map(_is_large, value[:16]))):
         if type(value) in (tuple, list):
@@ -400,7 +409,11 @@ def dumps_result(value: Any) -> Any:
         reader = _shm.result_owner()
         if reader is None:
             return _dumps_oob(value, "the task's return value")
-        return _dumps_oob(value, "the task's return value", _shm.owner(), reader)
+        try:
+            return _dumps_oob(value, "the task's return value", _shm.owner(), reader)
+        finally:
+            _shm_local.made = None
+    _shm_local.made = None
     try:
         data = _dumps(value, PICKLE_PROTOCOL)
     except Exception:

@@ -175,6 +175,36 @@ def _address(raw: memoryview) -> int | None:
         return None
 
 
+def note_arguments(buffers: List[memoryview], offsets: List[int]) -> None:
+    """Before a task's arguments are unpickled from its segment: where each buffer lies, so
+    the ``bytes`` rebuilt from one (:func:`bytes_of`) is known to equal those bytes of the
+    segment (a ``bytes`` owns its memory: it is a copy, not a view). Forgotten by
+    :func:`forget_arguments`."""
+    _local.arg_offsets = {id(b): off for b, off in zip(buffers, offsets)}
+    _local.made = {}
+
+
+def forget_arguments() -> None:
+    """The arguments' ``bytes`` of the task on this thread are no longer results to refer to
+    (its result was serialized, or a new task's arguments arrive)."""
+    _local.arg_offsets = None
+    _local.made = None
+
+
+def bytes_of(buf: Any) -> bytes:
+    """Unpickling side of a top-level ``bytes`` sent out of band: its copy. When ``buf`` lies
+    in the argument segment of the task on this thread, the copy is noted with its offset, so
+    a result that is this very object refers to the segment (:func:`refer`) rather than being
+    written again."""
+    b = bytes(buf)
+    offsets = getattr(_local, "arg_offsets", None)
+    if offsets:
+        off = offsets.get(id(buf))
+        if off is not None:
+            _local.made[id(b)] = (b, off)
+    return b
+
+
 def refer(raws: List[memoryview], stream: bytes) -> bytes | None:
     """A reference envelope for a result whose buffers all lie in the argument segment of the
     task running on this thread (a task that returns its argument, or a slice of it), or None.
@@ -188,10 +218,15 @@ def refer(raws: List[memoryview], stream: bytes) -> bytes | None:
     if seg is None or _maps is None:
         return None
     name, gen = seg
+    made = getattr(_local, "made", None)
     spans = []
     for raw in raws:
-        addr = _address(raw)
-        off = None if addr is None else _maps.offset_of(name, addr, raw.nbytes)
+        hit = made.get(id(raw.obj)) if made else None
+        if hit is not None and hit[0] is raw.obj and raw.nbytes == len(hit[0]):
+            off = hit[1]  # the argument's own bytes, copied out of this segment
+        else:
+            addr = _address(raw)
+            off = None if addr is None else _maps.offset_of(name, addr, raw.nbytes)
         if off is None:
             return None
         spans.append(off)
@@ -241,7 +276,9 @@ def read_joined(view: memoryview) -> Tuple[memoryview, str]:
     return whole[_shm_pool.HEADER_BYTES : _shm_pool.HEADER_BYTES + length], name
 
 
-def read(view: memoryview, claim: bool = True) -> Tuple[memoryview, List[memoryview], str, int]:
+def read(
+    view: memoryview, claim: bool = True
+) -> Tuple[memoryview, List[memoryview], List[int], str, int]:
     """Map the segment a shared-memory envelope names, read-only (once per process: the
     mapping is kept), and hold it until every value made from it is gone.
 
@@ -250,7 +287,7 @@ def read(view: memoryview, claim: bool = True) -> Tuple[memoryview, List[memoryv
             waits for that); False for arguments, whose writer frees them itself.
 
     Returns:
-        ``(pickle stream, buffer views, name, generation)``.
+        ``(pickle stream, buffer views, their offsets in the segment, name, generation)``.
 
     Raises:
         FileNotFoundError: with a message saying why a segment can be missing.
@@ -267,7 +304,7 @@ def read(view: memoryview, claim: bool = True) -> Tuple[memoryview, List[memoryv
     if end > whole.nbytes:
         raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
     buffers = [whole[off : off + n] for off, n in zip(offsets, lens)]
-    return stream, buffers, name, gen
+    return stream, buffers, offsets, name, gen
 
 
 def _map(name: str, gen: int, claim: bool = True) -> memoryview:

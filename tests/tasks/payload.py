@@ -19,6 +19,28 @@ def echo(value):
     return value
 
 
+def flip_first(data: bytes) -> bytes:
+    """``data`` with its first byte 0xFF: a new ``bytes`` (its argument's length)."""
+    return b"\xff" + data[1:]
+
+
+def heap_page_faults(nbytes: int, rounds: int = 4) -> list:
+    """``(pid, page faults of each round)`` of building and dropping 2.5 x ``nbytes`` of
+    ``bytes`` (what a task with large arguments and results does to the worker's heap)."""
+    import os
+    import resource
+
+    faults = []
+    for i in range(rounds):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        a = bytes([i]) * nbytes
+        b = bytes([i + 1]) * nbytes
+        c = bytes([i + 2]) * (nbytes // 2)
+        del a, b, c
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return os.getpid(), faults
+
+
 def double(arr):
     return arr * 2
 

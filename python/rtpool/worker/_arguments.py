@@ -9,6 +9,7 @@ import os
 from typing import List
 
 from ._common import DEFAULT_PREFETCH
+from ._heap import DEFAULT_HEAP_KEEP_MB
 
 #: ``--connection auto`` holds one connection per host from this many processes up: below,
 #: the relay's extra hop costs more latency than the master saves (``docs/workers.md``).
@@ -92,6 +93,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="most MiB of kept task results (options(keep=True), docs/data.md) each worker "
         "process holds; past it the least recently read go, and their readers re-run the task "
         "that made them (default: $RTPOOL_KEEP_MB, else 1024)",
+    )
+    parser.add_argument(
+        "--heap-keep-mb",
+        type=int,
+        default=DEFAULT_HEAP_KEEP_MB,
+        metavar="MB",
+        help="MiB of freed C heap each worker process keeps for its next tasks rather than "
+        "return to the OS, so large arguments and results reuse mapped memory instead of "
+        "faulting in fresh pages every task (blocks up to half of it, at most 32 MiB, come from "
+        f"that heap); 0 = the C library's own policy (default: {DEFAULT_HEAP_KEEP_MB})",
     )
     parser.add_argument(
         "--realtime",
@@ -190,4 +201,6 @@ def check_arguments(args: argparse.Namespace) -> str | None:
         return "--reconnect-timeout must be 0 (forever) or more"
     if getattr(args, "keep_mb", None) is not None and args.keep_mb < 1:
         return "--keep-mb must be at least 1"
+    if getattr(args, "heap_keep_mb", 0) < 0:
+        return "--heap-keep-mb must be 0 (the C library's policy) or more"
     return _check_realtime(args)

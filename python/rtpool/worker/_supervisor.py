@@ -48,6 +48,7 @@ from ._common import (
     log,
     set_parent_death_signal,
 )
+from ._heap import keep_freed_heap
 from ._loop import WorkerConnection
 from ._relay import Relay
 from ._relayed import RelayedConnection
@@ -378,6 +379,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if args.keep_mb is not None:
         _kept.set_limit_mb(args.keep_mb)  # before forking: the children inherit it
+    problem = keep_freed_heap(args.heap_keep_mb)  # also inherited
+    if problem:
+        log(problem)
     try:
         # Once, before forking: a module that does not load stops the worker here with its
         # name, rather than each child in a restart loop.
