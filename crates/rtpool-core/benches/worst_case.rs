@@ -31,7 +31,17 @@
 //! RTPOOL_WORST_CASE_ROUNDS=5 cargo bench ...                  # more rounds
 //! RTPOOL_WORST_CASE_GROWTH_ONLY=1 cargo bench ...             # the growing case only
 //! RTPOOL_WORST_CASE_PREPARE=0 cargo bench ...                 # growth without Core::prepare
+//! RTPOOL_WORST_CASE_LOCK=1 cargo bench ...                    # memory locked first
 //! ```
+//!
+//! By default nothing is done to the memory: no allocator tuning, no heap faulted in ahead, as
+//! in a normal-mode master, whose growing calls take about 0.002 page faults each at 10^6
+//! queued tasks (first touches of a grown table's pages, tens to hundreds of microseconds each
+//! on a VM whose host backs a page on its first use). `RTPOOL_WORST_CASE_LOCK=1` locks the
+//! memory first (`mlockall(MCL_CURRENT | MCL_FUTURE)`), as the master does in real-time mode:
+//! every page is then faulted in when it is mapped, and the growing calls take no page fault.
+//! The runs over 100 us that remain are then the machine's, at the rate of the floor below
+//! (docs/benchmarks.md has both).
 //!
 //! `--test` (what `cargo bench -- --test` passes every bench) runs the quick grid, as does
 //! `RTPOOL_WORST_CASE_QUICK=1`. Wall-clock time comes from `std::time::Instant`: this is a
@@ -668,8 +678,20 @@ fn measure_floor(probe: &SchedProbe, runs: u64) -> Floor {
     floor
 }
 
+/// Locks this process's memory with `RTPOOL_WORST_CASE_LOCK=1`: whether it did, or the OS's
+/// refusal.
+fn lock_memory() -> Result<bool, nix::Error> {
+    use nix::sys::mman::{mlockall, MlockAllFlags};
+
+    if !std::env::var("RTPOOL_WORST_CASE_LOCK").is_ok_and(|v| v == "1") {
+        return Ok(false);
+    }
+    mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE).map(|()| true)
+}
+
 fn main() {
     let plan = Plan::from_env();
+    let locked = lock_memory();
     let probe = SchedProbe::open();
     let started = WallClock::now();
     let load_before = load_average();
@@ -680,6 +702,13 @@ fn main() {
         plan.rounds,
         if plan.prepare { "yes" } else { "no" }
     );
+    match &locked {
+        Ok(true) => println!("  memory locked (mlockall), as the --realtime master's"),
+        Ok(false) => println!(
+            "  memory not locked, as a normal master's (RTPOOL_WORST_CASE_LOCK=1 locks it)"
+        ),
+        Err(e) => println!("  memory not locked, as a normal master's: mlockall refused ({e})"),
+    }
     if !probe.is_available() {
         println!("  no /proc/thread-self/schedstat: on-CPU time is wall time");
     }
