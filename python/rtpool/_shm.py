@@ -236,6 +236,22 @@ def refer(raws: List[memoryview], stream: bytes) -> bytes | None:
     return head + struct.pack(f">{len(spans)}Q", *spans) + encoded + stream
 
 
+def _read_head(view: memoryview, words: int) -> Tuple[Tuple[int, ...], str, int, memoryview]:
+    """The parts every shared-memory envelope (``0xB6``, ``0xB7``) starts with: ``(table,
+    segment name, generation, pickle stream)``, where the table holds ``words`` u64 per
+    buffer (1: its length; 2: its offset and length)."""
+    try:
+        _, nbuf, stream_len, name_len, gen = _HEAD.unpack_from(view, 0)
+        pos = _HEAD.size
+        table = struct.unpack_from(f">{words * nbuf}Q", view, pos)
+    except struct.error as exc:
+        raise ValueError(f"truncated shared-memory envelope: {exc}") from None
+    pos += 8 * words * nbuf
+    name = bytes(view[pos : pos + name_len]).decode()
+    pos += name_len
+    return table, name, gen, view[pos : pos + stream_len]
+
+
 def read_refs(view: memoryview) -> Tuple[memoryview, List[memoryview]]:
     """The pickle stream and buffer views of a reference envelope (:func:`refer`): views of
     this process's own argument segment, held like any value read from shared memory.
@@ -244,12 +260,7 @@ def read_refs(view: memoryview) -> Tuple[memoryview, List[memoryview]]:
         ValueError: The segment is not this process's, or a buffer lies outside it.
         FileNotFoundError: The segment is gone or was rewritten.
     """
-    _, nbuf, stream_len, name_len, gen = _HEAD.unpack_from(view, 0)
-    pos = _HEAD.size
-    spans = struct.unpack_from(f">{2 * nbuf}Q", view, pos)
-    pos += 16 * nbuf
-    name = bytes(view[pos : pos + name_len]).decode()
-    pos += name_len
+    spans, name, gen, stream = _read_head(view, 2)
     if owner_of(name) != owner():
         raise ValueError(f"a result refers to shared-memory segment {name}, not one of ours")
     whole = _map(name, gen, claim=False)  # our own argument segment: freed by us
@@ -258,18 +269,16 @@ def read_refs(view: memoryview) -> Tuple[memoryview, List[memoryview]]:
         if off < _shm_pool.HEADER_BYTES or off + n > whole.nbytes:
             raise ValueError(f"a result refers to bytes {off}-{off + n} outside segment {name}")
         buffers.append(whole[off : off + n])
-    return view[pos : pos + stream_len], buffers
+    return stream, buffers
 
 
 def read_joined(view: memoryview) -> Tuple[memoryview, str]:
     """The one buffer of an envelope of :func:`write_joined`, a read-only view held until
     it and every value made from it are gone: ``(buffer, name)``."""
-    _, nbuf, stream_len, name_len, gen = _HEAD.unpack_from(view, 0)
-    if nbuf != 1 or stream_len:
+    lens, name, gen, stream = _read_head(view, 1)
+    if len(lens) != 1 or stream.nbytes:
         raise ValueError("not a shared-memory envelope of one joined buffer")
-    (length,) = struct.unpack_from(">Q", view, _HEAD.size)
-    pos = _HEAD.size + 8
-    name = bytes(view[pos : pos + name_len]).decode()
+    (length,) = lens
     whole = _map(name, gen, claim=False)  # arguments: their writer waits for no claim
     if _shm_pool.HEADER_BYTES + length > whole.nbytes:
         raise ValueError(f"shared-memory payload {name} is shorter than its envelope says")
@@ -292,13 +301,7 @@ def read(
     Raises:
         FileNotFoundError: with a message saying why a segment can be missing.
     """
-    _, nbuf, stream_len, name_len, gen = _HEAD.unpack_from(view, 0)
-    pos = _HEAD.size
-    lens = struct.unpack_from(f">{nbuf}Q", view, pos)
-    pos += 8 * nbuf
-    name = bytes(view[pos : pos + name_len]).decode()
-    pos += name_len
-    stream = view[pos : pos + stream_len]
+    lens, name, gen, stream = _read_head(view, 1)
     whole = _map(name, gen, claim)
     offsets, end = _shm_pool.layout(list(lens))
     if end > whole.nbytes:
