@@ -287,6 +287,9 @@ def test_a_bytes_echo_through_shared_memory_copies_nothing_on_the_worker(
         back = client.submit(tasks.payload.echo, data).result(30)
         assert back == data and type(back) is bytes
     assert shm.leftovers(worker) == []  # the result was offsets into the argument segment
+    # A task that returns something else leaves no copy of its argument behind.
+    assert client.submit(tasks.payload.length, data).result(30) == len(data)
+    assert client.submit(tasks.payload.holds_argument_copies).result(30) is False
     changed = client.submit(tasks.payload.flip_first, data).result(30)
     assert changed == b"\xff" + data[1:]
     assert len(shm.leftovers(worker)) == 1  # a new value: written to the worker's segment

@@ -382,7 +382,6 @@ def loads_args(payload: Any) -> Tuple[tuple, dict | None]:
     shared memory make this thread's next large result go there too (to the same client)."""
     if payload and payload[0] < ENVELOPE_TAG:  # a plain pickle: the no-op task's path
         _shm_local.owner = None
-        _shm_local.made = None
         return _loads(payload)
     _shm.forget_arguments()
     value, seg = _loads_view(payload, claim=False)
@@ -399,7 +398,6 @@ def dumps_result(value: Any) -> Any:
     """
     t = type(value)
     if t in _SCALARS:  # the no-op task's path: nothing to take out of band
-        _shm_local.made = None  # the arguments' bytes noted for refer(): not needed
         return _dumps(value, PICKLE_PROTOCOL)
     if _is_large(value) or ((t is tuple or t is list) and any(map(_is_large, value[:16]))):
         if type(value) in (tuple, list):
@@ -413,7 +411,6 @@ def dumps_result(value: Any) -> Any:
             return _dumps_oob(value, "the task's return value", _shm.owner(), reader)
         finally:
             _shm_local.made = None
-    _shm_local.made = None
     try:
         data = _dumps(value, PICKLE_PROTOCOL)
     except Exception:

@@ -41,6 +41,18 @@ def heap_page_faults(nbytes: int, rounds: int = 4) -> list:
     return os.getpid(), faults
 
 
+def length(data) -> int:
+    return len(data)
+
+
+def holds_argument_copies() -> bool:
+    """Whether this worker thread still holds the ``bytes`` copies of an earlier task's
+    shared-memory arguments (noted for ``_shm.refer``)."""
+    from rtpool import _shm
+
+    return bool(getattr(_shm._local, "made", None))
+
+
 def double(arr):
     return arr * 2
 

@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Tuple
 import msgpack
 
 from .. import _protocol as P
-from .._serialize import dumps_result, loads_args
+from .._serialize import ENVELOPE_TAG, dumps_result, loads_args
+from .._shm import forget_arguments
 from ..rpc.codec import input_blob, kept_blob
 from ._common import RESULT_FRAME_OVERHEAD, log, perf_ns
 from ._executor_process import ExecutorDied, ExecutorProcess, address_space_mib
@@ -265,24 +266,28 @@ class Executing:
                 now,
                 now,
             )
-        t_start = perf_ns()
         try:
-            value = fn(*args, **kwargs) if kwargs else fn(*args)
-        except BaseException as exc:
+            t_start = perf_ns()
+            try:
+                value = fn(*args, **kwargs) if kwargs else fn(*args)
+            except BaseException as exc:
+                t_end = perf_ns()
+                if isinstance(exc, MemoryError) and self.task_memory_mb:
+                    self._note_memory_limit(exc)
+                return P.STATUS_ERROR, self._error(exc), t_start, t_end
             t_end = perf_ns()
-            if isinstance(exc, MemoryError) and self.task_memory_mb:
-                self._note_memory_limit(exc)
-            return P.STATUS_ERROR, self._error(exc), t_start, t_end
-        t_end = perf_ns()
-        try:
-            # Large buffers out of band (a Payload), to the client's shared memory when the
-            # arguments came that way; plain pickle for the rest.
-            return P.STATUS_OK, dumps_result(value), t_start, t_end
-        except Exception:
-            data = self._result_fallback(value)
-            if not isinstance(data, BaseException):
-                return P.STATUS_OK, data, t_start, t_end
-            return P.STATUS_ERROR, self._error(data), t_start, t_end
+            try:
+                # Large buffers out of band (a Payload), to the client's shared memory when
+                # the arguments came that way; plain pickle for the rest.
+                return P.STATUS_OK, dumps_result(value), t_start, t_end
+            except Exception:
+                data = self._result_fallback(value)
+                if not isinstance(data, BaseException):
+                    return P.STATUS_OK, data, t_start, t_end
+                return P.STATUS_ERROR, self._error(data), t_start, t_end
+        finally:
+            if payload[0] >= ENVELOPE_TAG:  # its arguments' bytes, noted for refer(): gone
+                forget_arguments()
 
     def _execute_call(
         self, key: Tuple[str, str], args: bytes, inputs: List[bytes], keep: bool = False
