@@ -312,7 +312,7 @@ def _loads_view(data: Any, claim: bool = True) -> Tuple[Any, Tuple[str, int] | N
         try:
             return _loads(stream, buffers=buffers), (name, gen)
         finally:
-            _shm._local.arg_offsets = None  # the views' ids may be reused from here on
+            _shm.arguments_unpickled()
     if view[0] == _shm.SHM_REF_TAG:  # a result made of its own argument's bytes
         stream, buffers = _shm.read_refs(view)
         return _loads(stream, buffers=buffers), None

@@ -184,6 +184,12 @@ def note_arguments(buffers: List[memoryview], offsets: List[int]) -> None:
     _local.made = {}
 
 
+def arguments_unpickled() -> None:
+    """The arguments noted by :func:`note_arguments` are unpickled: their buffer views are
+    gone, and their ids may be another object's from here on."""
+    _local.arg_offsets = None
+
+
 def forget_arguments() -> None:
     """The arguments' ``bytes`` of the task on this thread are no longer results to refer to
     (its result was serialized, or a new task's arguments arrive)."""
