@@ -240,8 +240,9 @@ struct Sched {
     waited_ns: u64,
     /// Times it has been put on a CPU (third field).
     switches: u64,
-    /// Minor page faults of this thread (`/proc/thread-self/stat`, field 10): first touches
-    /// of fresh memory, which a growing state pays and a steady one does not.
+    /// Page faults of this thread, minor and major (`/proc/thread-self/stat`, fields 10 and
+    /// 12): first touches of fresh memory, which a growing state pays and a steady one does
+    /// not, and pages read back.
     minflt: u64,
     /// This thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`), nanoseconds.
     cpu_ns: u64,
@@ -318,8 +319,9 @@ impl SchedProbe {
         }
     }
 
-    /// Fields 10 (minor faults) and 39 (last CPU) of `/proc/thread-self/stat` (the 8th and
-    /// 37th after the `)` closing the command name), 0 if unreadable.
+    /// Fields 10 + 12 (minor and major faults: a major one reads a page back, e.g. code the
+    /// host's memory reclaim dropped) and 39 (last CPU) of `/proc/thread-self/stat` (the 8th,
+    /// 10th and 37th after the `)` closing the command name), 0 if unreadable.
     fn read_stat(&self) -> (u64, u32) {
         use std::os::unix::fs::FileExt;
         let Some(file) = &self.stat else {
@@ -330,9 +332,10 @@ impl SchedProbe {
         let text = std::str::from_utf8(&buf[..n]).unwrap_or("");
         let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
         let mut fields = after.split_whitespace();
-        let minflt = fields.nth(7).and_then(|f| f.parse().ok()).unwrap_or(0);
-        let cpu = fields.nth(28).and_then(|f| f.parse().ok()).unwrap_or(0);
-        (minflt, cpu)
+        let minflt: u64 = fields.nth(7).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let majflt: u64 = fields.nth(1).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let cpu = fields.nth(26).and_then(|f| f.parse().ok()).unwrap_or(0);
+        (minflt + majflt, cpu)
     }
 
     /// The softirqs handled on `cpu` so far, all kinds summed (0 if unreadable).
