@@ -171,9 +171,7 @@ impl Core {
         let (package, index) = (PackageId(p.opts.after), p.opts.after_index);
         let (id, input) = match producer {
             Producer::Pending(id) => {
-                for t in p.tasks.clone() {
-                    self.unqueue_waiting(t);
-                }
+                self.unqueue_all_waiting(slot);
                 self.waiters.entry(id).or_default().push(slot);
                 (id, None)
             }
@@ -189,9 +187,7 @@ impl Core {
                 (id, Some(data))
             }
             Producer::Failed(id, reason) => {
-                for t in p.tasks.clone() {
-                    self.unqueue_waiting(t);
-                }
+                self.unqueue_all_waiting(slot);
                 self.doomed_held.push((slot, reason));
                 (id, None)
             }
@@ -205,6 +201,21 @@ impl Core {
                 input,
             },
         );
+    }
+
+    /// The `i`-th task of the package in `slot`, while it lives.
+    fn package_task(&self, slot: u64, i: usize) -> Option<TaskId> {
+        self.packages.get(slot)?.tasks.get(i).copied()
+    }
+
+    /// Every queued task of the held package in `slot` goes to `Waiting`.
+    fn unqueue_all_waiting(&mut self, slot: u64) {
+        for i in 0.. {
+            let Some(id) = self.package_task(slot, i) else {
+                break;
+            };
+            self.unqueue_waiting(id);
+        }
     }
 
     /// A queued task of a held package goes to `Waiting` (out of the ready queue).
@@ -266,7 +277,11 @@ impl Core {
                 p.opts.near = w.0;
             }
         }
-        for id in p.tasks.clone() {
+        // By index, not over a copy of the list: no allocation on the scheduler's path.
+        for i in 0.. {
+            let Some(id) = self.package_task(slot, i) else {
+                break;
+            };
             let Some(task) = self.tasks.get_mut(id.0).filter(|t| t.package == slot) else {
                 continue;
             };
@@ -281,10 +296,11 @@ impl Core {
     /// theirs, until none is left. Called at the end of each event.
     pub(super) fn fail_doomed_held(&mut self, now: Instant) {
         while let Some((slot, reason)) = self.doomed_held.pop() {
-            let Some(p) = self.packages.get(slot) else {
-                continue;
-            };
-            for id in p.tasks.clone() {
+            // By index: finishing the last task frees the package, which ends the loop.
+            for i in 0.. {
+                let Some(id) = self.package_task(slot, i) else {
+                    break;
+                };
                 let Some(task) = self.tasks.get(id.0).filter(|t| t.package == slot) else {
                     continue;
                 };
