@@ -24,6 +24,10 @@
 //!   vCPU does not. The verdict uses the *recurring max*: over the runs, the largest of each
 //!   run's smallest on-CPU time across the rounds.
 //!
+//! The machine's own floor is timed the same way twice: once after every growing submission
+//! (interleaved: the machine's excursions in the very same seconds as the growing case's),
+//! and as many times as all the core's calls right after the grid.
+//!
 //! ```text
 //! cargo bench -p rtpool-core --bench worst_case               # full grid, 3 rounds, ~1 min
 //! cargo bench -p rtpool-core --bench worst_case -- --quick    # small grid, under a second
@@ -408,7 +412,17 @@ fn run_op(plan: &Plan, probe: &SchedProbe, op: Op, rigs: &mut Rigs, cells: &mut 
 
 /// Submits 100-task packages without undo until each core's queue has doubled: the cost of a
 /// submission while the tables grow. Interleaved one call per core at a time.
-fn run_growth(plan: &Plan, probe: &SchedProbe, rigs: &mut Rigs, cells: &mut [Cell]) {
+///
+/// After each timed submission, `floor` times its fixed computation once (untimed for the
+/// core): the machine's excursions in the very same seconds, next to the growing case's.
+fn run_growth(
+    plan: &Plan,
+    probe: &SchedProbe,
+    rigs: &mut Rigs,
+    cells: &mut [Cell],
+    floor: &mut Floor,
+) {
+    let data = floor_data();
     let goals: Vec<usize> = rigs.iter().map(|(_, _, r)| 2 * r.target).collect();
     if plan.prepare {
         // The master, idle before the burst, prepares share after share until all is ready.
@@ -425,6 +439,7 @@ fn run_growth(plan: &Plan, probe: &SchedProbe, rigs: &mut Rigs, cells: &mut [Cel
             if rig.target < goals[c] {
                 busy = true;
                 cells[c].record(rig.grow_probed(|b| probe.read(b)));
+                floor.run_once(probe, &data);
                 // What the master does between events (untimed): the core's growth made ahead
                 // of need, one bounded share per event (`Core::prepare`; an idle master goes
                 // on until all is ready, so one share is the least it does).
@@ -655,28 +670,55 @@ struct Floor {
     over_bar: (u64, u64),
 }
 
-fn measure_floor(probe: &SchedProbe, runs: u64) -> Floor {
-    let mut floor = Floor {
-        thread_cpu: histogram(),
-        over_bar: (0, 0),
-    };
-    let data: Vec<u64> = (0..512).collect();
-    for _ in 0..runs {
+impl Floor {
+    fn new() -> Self {
+        Self {
+            thread_cpu: histogram(),
+            over_bar: (0, 0),
+        }
+    }
+
+    /// Times the fixed computation once over `data` (512 values).
+    fn run_once(&mut self, probe: &SchedProbe, data: &[u64]) {
         let before = probe.read(true);
         let mut acc = 0u64;
         for round in 0..4u64 {
-            for &x in std::hint::black_box(&data) {
+            for &x in std::hint::black_box(data) {
                 acc = acc.wrapping_mul(31).wrapping_add(x ^ round);
             }
         }
         std::hint::black_box(acc);
         let after = probe.read(false);
         let cpu = after.cpu_ns.saturating_sub(before.cpu_ns).max(1);
-        floor.thread_cpu.saturating_record(cpu);
+        self.thread_cpu.saturating_record(cpu);
         if cpu > BAR_NS {
-            floor.over_bar.0 += 1;
-            floor.over_bar.1 += u64::from(after.minflt > before.minflt);
+            self.over_bar.0 += 1;
+            self.over_bar.1 += u64::from(after.minflt > before.minflt);
         }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "runs": self.thread_cpu.len(),
+            "p50_thread_cpu_ns": self.thread_cpu.value_at_quantile(0.5),
+            "p999_thread_cpu_ns": self.thread_cpu.value_at_quantile(0.999),
+            "max_thread_cpu_ns": self.thread_cpu.max(),
+            "runs_over_100us_thread_cpu": self.over_bar.0,
+            "runs_over_100us_thread_cpu_with_page_fault": self.over_bar.1,
+        })
+    }
+}
+
+/// The values the floor's computation runs over.
+fn floor_data() -> Vec<u64> {
+    (0..512).collect()
+}
+
+fn measure_floor(probe: &SchedProbe, runs: u64) -> Floor {
+    let mut floor = Floor::new();
+    let data = floor_data();
+    for _ in 0..runs {
+        floor.run_once(probe, &data);
     }
     floor
 }
@@ -730,6 +772,7 @@ fn main() {
     }
     let per_op = plan.sizes.len() * plan.workers.len();
     let (mut deadline_ticks, mut hedge_ticks, mut sink_extra) = (0, 0, 0);
+    let mut growth_floor = Floor::new();
     for round in 0..plan.rounds {
         let mut rigs = build_rigs(&plan, round);
         // `RTPOOL_WORST_CASE_GROWTH_ONLY=1`: only the growing case (a quicker look at it).
@@ -758,7 +801,7 @@ fn main() {
         }
         let t = WallClock::now();
         let growth_cells = &mut cells[Op::ALL.len() * per_op..];
-        run_growth(&plan, &probe, &mut rigs, growth_cells);
+        run_growth(&plan, &probe, &mut rigs, growth_cells, &mut growth_floor);
         eprintln!("  growth: {:.2} s", t.elapsed().as_secs_f64());
     }
 
@@ -786,6 +829,18 @@ fn main() {
         fmt_ns(floor.thread_cpu.max() as f64),
         floor.over_bar.0,
         floor.over_bar.1,
+    );
+    let growing: Vec<&Cell> = cells.iter().filter(|c| c.growing).collect();
+    let grow_runs: u64 = growing.iter().map(|c| c.thread_cpu.len()).sum();
+    let grow_over: u64 = growing.iter().map(|c| c.over_bar_cpu.0).sum();
+    let grow_faulted: u64 = growing.iter().map(|c| c.over_bar_cpu.1).sum();
+    println!(
+        "\nGrowing case and floor interleaved (one floor run after each growing submission, \
+         same seconds): growing {grow_over} of {grow_runs} runs over 100 us of thread CPU \
+         ({grow_faulted} with a page fault); floor {} of {} (max {}).",
+        growth_floor.over_bar.0,
+        growth_floor.thread_cpu.len(),
+        fmt_ns(growth_floor.thread_cpu.max() as f64),
     );
     if plan.quick {
         println!(
@@ -816,14 +871,8 @@ fn main() {
             "deadline_ticks": deadline_ticks,
             "hedge_ticks": hedge_ticks,
             "sink_extra_tasks": sink_extra,
-            "floor": {
-                "runs": floor.thread_cpu.len(),
-                "p50_thread_cpu_ns": floor.thread_cpu.value_at_quantile(0.5),
-                "p999_thread_cpu_ns": floor.thread_cpu.value_at_quantile(0.999),
-                "max_thread_cpu_ns": floor.thread_cpu.max(),
-                "runs_over_100us_thread_cpu": floor.over_bar.0,
-                "runs_over_100us_thread_cpu_with_page_fault": floor.over_bar.1,
-            },
+            "floor": floor.json(),
+            "floor_interleaved_with_growth": growth_floor.json(),
         });
         let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
         std::fs::write(&path, text + "\n")
