@@ -24,9 +24,9 @@
 //!   vCPU does not. The verdict uses the *recurring max*: over the runs, the largest of each
 //!   run's smallest on-CPU time across the rounds.
 //!
-//! The machine's own floor is timed the same way twice: once after every growing submission
-//! (interleaved: the machine's excursions in the very same seconds as the growing case's),
-//! and as many times as all the core's calls right after the grid.
+//! The machine's own floor is timed the same way, once after every timed call of the core
+//! (interleaved: the machine's excursions in the very same seconds as the core's), and
+//! printed next to the steady cells and next to the growing case.
 //!
 //! ```text
 //! cargo bench -p rtpool-core --bench worst_case               # full grid, 3 rounds, ~1 min
@@ -384,8 +384,18 @@ fn build_rigs(plan: &Plan, round: usize) -> Rigs {
 }
 
 /// Times `op` on every core, interleaved in blocks; `cells` are the op's, in `rigs` order.
-fn run_op(plan: &Plan, probe: &SchedProbe, op: Op, rigs: &mut Rigs, cells: &mut [Cell]) {
+///
+/// After each timed call, `floor` times its fixed computation once (outside the call's timing).
+fn run_op(
+    plan: &Plan,
+    probe: &SchedProbe,
+    op: Op,
+    rigs: &mut Rigs,
+    cells: &mut [Cell],
+    floor: &mut Floor,
+) {
     let (count, blocks, warm_up) = (plan.iterations, plan.blocks, plan.warm_up);
+    let data = floor_data();
     for (_, _, rig) in rigs.iter_mut() {
         (0..warm_up).for_each(|_| {
             rig.step(op);
@@ -404,6 +414,7 @@ fn run_op(plan: &Plan, probe: &SchedProbe, op: Op, rigs: &mut Rigs, cells: &mut 
             let start = WallClock::now();
             for _ in 0..per_block {
                 cells[c].record(rigs[c].2.step_probed(op, |b| probe.read(b)));
+                floor.run_once(probe, &data);
             }
             spent[c] += start.elapsed();
         }
@@ -714,15 +725,6 @@ fn floor_data() -> Vec<u64> {
     (0..512).collect()
 }
 
-fn measure_floor(probe: &SchedProbe, runs: u64) -> Floor {
-    let mut floor = Floor::new();
-    let data = floor_data();
-    for _ in 0..runs {
-        floor.run_once(probe, &data);
-    }
-    floor
-}
-
 /// Locks this process's memory with `RTPOOL_WORST_CASE_LOCK=1`: whether it did, or the OS's
 /// refusal.
 fn lock_memory() -> Result<bool, nix::Error> {
@@ -772,7 +774,7 @@ fn main() {
     }
     let per_op = plan.sizes.len() * plan.workers.len();
     let (mut deadline_ticks, mut hedge_ticks, mut sink_extra) = (0, 0, 0);
-    let mut growth_floor = Floor::new();
+    let (mut steady_floor, mut growth_floor) = (Floor::new(), Floor::new());
     for round in 0..plan.rounds {
         let mut rigs = build_rigs(&plan, round);
         // `RTPOOL_WORST_CASE_GROWTH_ONLY=1`: only the growing case (a quicker look at it).
@@ -784,7 +786,7 @@ fn main() {
         for (i, &op) in ops.iter().enumerate() {
             let t = WallClock::now();
             let op_cells = &mut cells[i * per_op..(i + 1) * per_op];
-            run_op(&plan, &probe, op, &mut rigs, op_cells);
+            run_op(&plan, &probe, op, &mut rigs, op_cells, &mut steady_floor);
             eprintln!("  {}: {:.2} s", op.name(), t.elapsed().as_secs_f64());
             if plan.quick {
                 // The smoke test also checks that the rig leaves a consistent core (a walk over
@@ -816,19 +818,18 @@ fn main() {
     );
     let ratio_json = ratios(&plan, &cells);
     print_bar(&plan, &cells);
-    let measured: u64 = cells.iter().map(|c| c.thread_cpu.len()).sum();
-    let floor = measure_floor(&probe, measured);
     println!(
-        "\nMachine floor, same probe and thread, right after: a fixed computation (2,048 \
-         multiply-adds), {} runs: p50 {}, p99.9 {}, max {} thread CPU; runs over 100 us: {} \
-         (with a page fault: {}). Runs of the core over 100 us without a page fault, at about \
-         this rate and in no fixed cell, are the machine's.",
-        floor.thread_cpu.len(),
-        fmt_ns(floor.thread_cpu.value_at_quantile(0.5) as f64),
-        fmt_ns(floor.thread_cpu.value_at_quantile(0.999) as f64),
-        fmt_ns(floor.thread_cpu.max() as f64),
-        floor.over_bar.0,
-        floor.over_bar.1,
+        "\nMachine floor, same probe and thread, interleaved: after every timed call of the \
+         core, a fixed computation (2,048 multiply-adds) timed once. Steady cells: {} runs, p50 \
+         {}, p99.9 {}, max {} thread CPU, runs over 100 us: {} (with a page fault: {}). Runs of \
+         the core over 100 us without a page fault, at about the floor's rate and in no fixed \
+         cell, are the machine's.",
+        steady_floor.thread_cpu.len(),
+        fmt_ns(steady_floor.thread_cpu.value_at_quantile(0.5) as f64),
+        fmt_ns(steady_floor.thread_cpu.value_at_quantile(0.999) as f64),
+        fmt_ns(steady_floor.thread_cpu.max() as f64),
+        steady_floor.over_bar.0,
+        steady_floor.over_bar.1,
     );
     let growing: Vec<&Cell> = cells.iter().filter(|c| c.growing).collect();
     let grow_runs: u64 = growing.iter().map(|c| c.thread_cpu.len()).sum();
@@ -871,7 +872,7 @@ fn main() {
             "deadline_ticks": deadline_ticks,
             "hedge_ticks": hedge_ticks,
             "sink_extra_tasks": sink_extra,
-            "floor": floor.json(),
+            "floor_interleaved_with_steady": steady_floor.json(),
             "floor_interleaved_with_growth": growth_floor.json(),
         });
         let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
