@@ -720,6 +720,12 @@ impl Floor {
     }
 }
 
+/// Seconds of thread CPU time a histogram's runs took together (the time an interrupt or a
+/// stolen vCPU had to land in them: a longer call is hit more often).
+fn exposure_s(h: &Histogram<u64>) -> f64 {
+    h.mean() * h.len() as f64 / 1e9
+}
+
 /// The values the floor's computation runs over.
 fn floor_data() -> Vec<u64> {
     (0..512).collect()
@@ -831,18 +837,26 @@ fn main() {
         steady_floor.over_bar.0,
         steady_floor.over_bar.1,
     );
-    let growing: Vec<&Cell> = cells.iter().filter(|c| c.growing).collect();
-    let grow_runs: u64 = growing.iter().map(|c| c.thread_cpu.len()).sum();
-    let grow_over: u64 = growing.iter().map(|c| c.over_bar_cpu.0).sum();
-    let grow_faulted: u64 = growing.iter().map(|c| c.over_bar_cpu.1).sum();
-    println!(
-        "\nGrowing case and floor interleaved (one floor run after each growing submission, \
-         same seconds): growing {grow_over} of {grow_runs} runs over 100 us of thread CPU \
-         ({grow_faulted} with a page fault); floor {} of {} (max {}).",
-        growth_floor.over_bar.0,
-        growth_floor.thread_cpu.len(),
-        fmt_ns(growth_floor.thread_cpu.max() as f64),
-    );
+    for (what, growing, floor) in [
+        ("steady cells", false, &steady_floor),
+        ("growing case", true, &growth_floor),
+    ] {
+        let mine: Vec<&Cell> = cells.iter().filter(|c| c.growing == growing).collect();
+        let runs: u64 = mine.iter().map(|c| c.thread_cpu.len()).sum();
+        let over: u64 = mine.iter().map(|c| c.over_bar_cpu.0).sum();
+        let faulted: u64 = mine.iter().map(|c| c.over_bar_cpu.1).sum();
+        let exposed: f64 = mine.iter().map(|c| exposure_s(&c.thread_cpu)).sum();
+        println!(
+            "{what}: {over} of {runs} runs over 100 us of thread CPU ({faulted} with a page \
+             fault), {:.2} per second of thread CPU; the floor interleaved with them: {} of {}, \
+             {:.2} per second (max {}).",
+            over as f64 / exposed.max(1e-9),
+            floor.over_bar.0,
+            floor.thread_cpu.len(),
+            floor.over_bar.0 as f64 / exposure_s(&floor.thread_cpu).max(1e-9),
+            fmt_ns(floor.thread_cpu.max() as f64),
+        );
+    }
     if plan.quick {
         println!(
             "\n(quick grid: a smoke test of the bench, not a measurement: verdicts mean nothing)"
