@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 
+use super::lineage::NO_SOURCE;
 use super::timers::Results;
 use super::{Core, Timer};
 use crate::event::{
@@ -241,6 +242,8 @@ impl Core {
                 waiting,
                 fetch: spec.fetch || dependents.is_empty(),
                 dependents,
+                sources: Vec::new(),
+                remakes: super::lineage::NO_SOURCE,
             }));
             if waiting > 0 {
                 task.state = TaskState::Waiting;
@@ -447,18 +450,29 @@ impl Core {
     /// dependents receive its result and the ready ones are queued, or, if it failed, they
     /// fail in turn (transitively). Returns whether the client gets the data (always for a
     /// failure).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn call_finished(
         &mut self,
         slot: u64,
         index: u32,
         call: &Call,
         outcome: &TaskOutcome,
+        made_on: Option<WorkerId>,
+        args: Bytes,
         now: Instant,
     ) -> bool {
         if let Some(s) = self.services.get_mut(call.service) {
             s.calls -= 1;
         }
         self.free_service_if_unused(call.service);
+        // A kept intermediate: recorded, so that it is dropped once its readers are done and
+        // made again if its worker is lost before (lineage.rs).
+        let kept = match made_on {
+            Some(worker) if !call.fetch && outcome.status == TaskStatus::Ok => {
+                Some(self.record_kept(slot, index, worker, outcome.data.clone(), call, args))
+            }
+            _ => None,
+        };
         for &j in &call.dependents {
             let Some(id) = self.call_id(slot, j) else {
                 continue;
@@ -473,8 +487,19 @@ impl Core {
                     if d == index {
                         dependent.inputs[p] = outcome.data.clone();
                         dependent.waiting -= 1;
+                        if let Some(record) = kept {
+                            if dependent.sources.is_empty() {
+                                dependent.sources = vec![NO_SOURCE; dependent.deps.len()];
+                            }
+                            dependent.sources[p] = record;
+                        }
                     }
                 }
+                if let Some(record) = kept.and_then(|k| self.kept_calls.get_mut(k)) {
+                    record.readers += 1;
+                }
+                let task = self.tasks.get_mut(id.0).expect("checked by call_id");
+                let dependent = task.call.as_mut().expect("a call");
                 if dependent.waiting == 0 {
                     task.state = TaskState::Queued;
                     self.enqueue(id, false);
@@ -499,6 +524,11 @@ impl Core {
                 self.cascade.push((pkg, o));
             }
             self.failing_dependents = false;
+        }
+        if let Some(record) =
+            kept.filter(|&k| self.kept_calls.get(k).is_some_and(|r| r.readers == 0))
+        {
+            self.release_kept(record); // every dependent was cancelled or failed already
         }
         call.fetch || outcome.status != TaskStatus::Ok
     }
