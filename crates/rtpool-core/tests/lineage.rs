@@ -153,3 +153,236 @@ fn each_intermediate_is_dropped_on_the_worker_that_keeps_it() {
     expect.sort();
     assert_eq!(got, expect, "{out:?}");
 }
+
+/// The inputs of the call assigned as `task` in `out`.
+fn inputs_of(out: &[Action], task: TaskId) -> Vec<Bytes> {
+    call_assignments(out)
+        .into_iter()
+        .flat_map(|(_, calls)| calls)
+        .find(|c| c.task == task)
+        .unwrap_or_else(|| panic!("{task} not assigned: {out:?}"))
+        .inputs
+}
+
+/// `InputLost` data: the input's position and a message.
+fn input_lost(position: u32) -> Vec<u8> {
+    let mut data = position.to_be_bytes().to_vec();
+    data.extend_from_slice(b"KeptResultLost: cannot read it");
+    data
+}
+
+/// Two workers serving `f` (one slot each), a transaction `a -> c <- b` where `a` ran on one
+/// worker and answered with `reference(1)`, and `b` still runs on the other. Returns
+/// `(a's worker, b's worker, b's task, package, client)`.
+fn a_kept_and_b_running(
+    env: &mut TestEnv,
+    opts: rtpool_core::PackageOpts,
+) -> (
+    WorkerId,
+    WorkerId,
+    TaskId,
+    rtpool_core::PackageId,
+    rtpool_core::ClientId,
+) {
+    let (w, v) = (server(env, 1), server(env, 1));
+    let client = env.new_client();
+    let (package, out) = env.submit_calls_with(
+        client,
+        opts,
+        vec![
+            call("f", "a", &[]),
+            call("f", "b", &[]),
+            call("f", "c", &[0, 1]),
+        ],
+    );
+    let started = assigned(&out);
+    assert_eq!(started.len(), 2, "{out:?}");
+    let (holder, a) = (started[0].0, started[0].1);
+    let b = started[1].1;
+    let out = env.answer(holder, a, TaskStatus::Ok, &reference(1), 10);
+    assert!(drops(&out).is_empty());
+    (holder, if holder == w { v } else { w }, b, package, client)
+}
+
+/// A worker serving `f` with one slot, its credit not yet given.
+fn spare(env: &mut TestEnv) -> WorkerId {
+    let w = env.new_worker(1);
+    assert!(env.serve(w, &[("f", "1")]).is_empty());
+    w
+}
+
+/// Results sent to clients in `out`.
+fn sent(out: &[Action]) -> usize {
+    out.iter()
+        .filter(|a| matches!(a, Action::SendResults { .. }))
+        .count()
+}
+
+#[test]
+fn a_lost_intermediate_is_made_again_before_its_dependent_runs() {
+    let mut env = TestEnv::new();
+    let (holder, other, b, _, _) = a_kept_and_b_running(&mut env, Default::default());
+    let out = env.lose_worker(holder);
+    assert!(assigned(&out).is_empty(), "no free server: {out:?}");
+    assert_eq!(env.core.stats().counters.kept_calls_rerun, 1);
+    let spare = spare(&mut env);
+    let out = env.credit(spare, 1);
+    let a2 = assigned(&out);
+    assert_eq!(a2.len(), 1, "a runs again: {out:?}");
+    assert_eq!((a2[0].0, a2[0].2.as_slice()), (spare, &b"a"[..]));
+    let out = env.answer(spare, a2[0].1, TaskStatus::Ok, &reference(9), 10);
+    assert_eq!(
+        sent(&out),
+        0,
+        "the client gets nothing of the copy: {out:?}"
+    );
+    env.credit(other, 1);
+    let out = env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
+    let c = assigned(&out);
+    assert_eq!(c.len(), 1, "{out:?}");
+    assert_eq!(
+        inputs_of(&out, c[0].1),
+        vec![Bytes::from(reference(9)), Bytes::from(reference(2))]
+    );
+    let out = env.complete(c[0].0, c[0].1);
+    let mut got = drops(&out);
+    got.sort();
+    let mut expect = vec![(spare, vec![key(9)]), (other, vec![key(2)])];
+    expect.sort();
+    assert_eq!(
+        got, expect,
+        "the new value is dropped where it was made: {out:?}"
+    );
+}
+
+#[test]
+fn a_running_dependent_that_cannot_read_its_input_waits_for_it_to_be_made_again() {
+    let mut env = TestEnv::new();
+    let (holder, other, b, _, _) = a_kept_and_b_running(&mut env, Default::default());
+    env.credit(holder, 1);
+    let out = env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
+    let c = assigned(&out);
+    assert_eq!(c.len(), 1, "{out:?}");
+    let (cw, ct) = (c[0].0, c[0].1);
+    // c's worker could not read a's value (its holder evicted it, or is going away).
+    let out = env.answer(cw, ct, TaskStatus::InputLost, &input_lost(0), 10);
+    assert_eq!(sent(&out), 0, "c is not failed: {out:?}");
+    assert_eq!(env.core.stats().counters.kept_calls_rerun, 1);
+    assert_eq!(
+        drops(&out),
+        vec![(holder, vec![key(1)])],
+        "what is left of it: {out:?}"
+    );
+    let out = env.credit(cw, 1);
+    let a2 = assigned(&out);
+    assert_eq!(
+        a2.len(),
+        1,
+        "a runs again at once (c's worker is free): {out:?}"
+    );
+    assert_eq!(a2[0].2, b"a");
+    env.answer(a2[0].0, a2[0].1, TaskStatus::Ok, &reference(7), 10);
+    let out = env.credit(cw, 1);
+    let c2 = assigned(&out);
+    assert_eq!(c2.len(), 1, "c runs again: {out:?}");
+    assert_eq!(c2[0].1, ct, "the same call");
+    assert_eq!(
+        inputs_of(&out, ct),
+        vec![Bytes::from(reference(7)), Bytes::from(reference(2))]
+    );
+    let out = env.complete(c2[0].0, ct);
+    assert_eq!(sent(&out), 1, "c's result: {out:?}");
+}
+
+#[test]
+fn a_dependent_that_lost_an_input_already_made_again_gets_the_new_one() {
+    let mut env = TestEnv::new();
+    let (holder, other, b, _, _) = a_kept_and_b_running(&mut env, Default::default());
+    env.credit(other, 1);
+    let out = env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
+    let c = assigned(&out);
+    assert_eq!(c.len(), 1, "{out:?}");
+    let (cw, ct) = (c[0].0, c[0].1);
+    // a's worker goes while c runs: a is made again on a free worker.
+    env.lose_worker(holder);
+    let spare = spare(&mut env);
+    let out = env.credit(spare, 1);
+    let a2 = assigned(&out);
+    assert_eq!(a2.len(), 1, "{out:?}");
+    env.answer(a2[0].0, a2[0].1, TaskStatus::Ok, &reference(8), 10);
+    // c then reports it could not read the old value: it runs with the new one, a once more.
+    env.answer(cw, ct, TaskStatus::InputLost, &input_lost(0), 10);
+    assert_eq!(env.core.stats().counters.kept_calls_rerun, 1);
+    let out = env.credit(cw, 1);
+    assert_eq!(
+        inputs_of(&out, ct),
+        vec![Bytes::from(reference(8)), Bytes::from(reference(2))]
+    );
+}
+
+#[test]
+fn when_the_attempts_are_spent_the_dependent_fails_naming_the_producer() {
+    let mut env = TestEnv::new();
+    let opts = rtpool_core::PackageOpts {
+        max_attempts: 2,
+        ..Default::default()
+    };
+    let (holder, other, b, _, _) = a_kept_and_b_running(&mut env, opts);
+    env.lose_worker(holder);
+    let spare = spare(&mut env);
+    let out = env.credit(spare, 1);
+    let a2 = assigned(&out);
+    env.answer(spare, a2[0].1, TaskStatus::Ok, &reference(9), 10);
+    // Its second value is lost too: a ran twice, its package's max_attempts.
+    let out = env.lose_worker(spare);
+    let failed = outcomes(&out);
+    assert_eq!(failed.len(), 1, "{out:?}");
+    let (index, status, message) = &failed[0];
+    assert_eq!((*index, *status), (2, TaskStatus::Failed));
+    assert!(
+        message.contains("call #0 f was lost") && message.contains("ran 2 times"),
+        "{message}"
+    );
+    assert_eq!(env.core.stats().counters.kept_calls_rerun, 1);
+    // b's value has no reader left: dropped.
+    let out = env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
+    assert_eq!(drops(&out), vec![(other, vec![key(2)])], "{out:?}");
+}
+
+#[test]
+fn a_copy_that_fails_fails_the_dependent_naming_the_producer() {
+    let mut env = TestEnv::new();
+    let (holder, _, _, _, _) = a_kept_and_b_running(&mut env, Default::default());
+    env.lose_worker(holder);
+    let spare = spare(&mut env);
+    let out = env.credit(spare, 1);
+    let a2 = assigned(&out);
+    let out = env.answer(spare, a2[0].1, TaskStatus::Error, b"boom", 10);
+    let failed = outcomes(&out);
+    assert_eq!(failed.len(), 1, "{out:?}");
+    assert_eq!((failed[0].0, failed[0].1), (2, TaskStatus::Failed));
+    assert!(
+        failed[0].2.contains("call #0 f was lost") && failed[0].2.contains("again failed"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn a_copy_nobody_needs_any_more_is_aborted() {
+    let mut env = TestEnv::new();
+    let (holder, other, b, package, client) = a_kept_and_b_running(&mut env, Default::default());
+    env.lose_worker(holder);
+    let spare = spare(&mut env);
+    let out = env.credit(spare, 1);
+    let a2 = assigned(&out);
+    assert_eq!(a2.len(), 1);
+    let out = env.cancel(client, package, &[]);
+    let aborted = aborts(&out)
+        .iter()
+        .any(|&(w, t, _)| (w, t) == (spare, a2[0].1));
+    assert!(aborted, "{out:?}");
+    let out = env.answer(spare, a2[0].1, TaskStatus::Ok, &reference(9), 10);
+    assert_eq!(sent(&out), 0, "{out:?}");
+    env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
+    assert_eq!(env.core.stats().tasks, 0, "everything is freed");
+}

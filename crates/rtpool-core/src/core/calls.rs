@@ -415,6 +415,11 @@ impl Core {
             self.config.service_grace_ns as f64 / 1e9
         );
         for id in ids {
+            if self.is_remake(id) {
+                let data = Bytes::from(message.clone());
+                self.remake_answered(id, WorkerId(0), TaskStatus::Failed, data, now);
+                continue;
+            }
             let task = self.tasks.get(id.0).expect("queued call is live");
             let pkg = task.package;
             let outcome = Self::system_outcome(task, TaskStatus::Failed, message.clone(), now);
@@ -509,22 +514,7 @@ impl Core {
                 self.doomed.push((id, reason));
             }
         }
-        if !self.failing_dependents {
-            self.failing_dependents = true;
-            while let Some((id, reason)) = self.doomed.pop() {
-                let Some(task) = self.tasks.get(id.0) else {
-                    continue;
-                };
-                if task.state != TaskState::Waiting {
-                    continue;
-                }
-                let pkg = task.package;
-                let o = Self::system_outcome(task, TaskStatus::Failed, reason, now);
-                let o = self.finish_task(id, o, now);
-                self.cascade.push((pkg, o));
-            }
-            self.failing_dependents = false;
-        }
+        self.fail_doomed(now);
         if let Some(record) =
             kept.filter(|&k| self.kept_calls.get(k).is_some_and(|r| r.readers == 0))
         {
@@ -533,8 +523,38 @@ impl Core {
         call.fetch || outcome.status != TaskStatus::Ok
     }
 
+    /// Fails the waiting calls of `doomed` (their results go out at the end of the event),
+    /// unless an outer call is already working the list off (a long chain does not recurse).
+    pub(super) fn fail_doomed(&mut self, now: Instant) {
+        if self.failing_dependents {
+            return;
+        }
+        self.failing_dependents = true;
+        while let Some((id, reason)) = self.doomed.pop() {
+            let Some(task) = self.tasks.get(id.0) else {
+                continue;
+            };
+            if task.state != TaskState::Waiting {
+                continue;
+            }
+            let pkg = task.package;
+            let o = Self::system_outcome(task, TaskStatus::Failed, reason, now);
+            let o = self.finish_task(id, o, now);
+            self.cascade.push((pkg, o));
+        }
+        self.failing_dependents = false;
+    }
+
+    /// A call of `service` is gone: the service is freed if nothing else uses it.
+    pub(super) fn service_call_ended(&mut self, service: u64) {
+        if let Some(s) = self.services.get_mut(service) {
+            s.calls -= 1;
+        }
+        self.free_service_if_unused(service);
+    }
+
     /// The live task of call `index` of the package, if any.
-    fn call_id(&self, slot: u64, index: u32) -> Option<TaskId> {
+    pub(super) fn call_id(&self, slot: u64, index: u32) -> Option<TaskId> {
         let id = *self.packages.get(slot)?.tasks.get(index as usize)?;
         self.tasks.get(id.0).map(|_| id)
     }

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::lineage::NO_SOURCE;
 use super::Core;
 use super::Timer;
 use crate::ids::{FnHash, TaskId, WorkerId, WorkerKey};
@@ -315,7 +316,8 @@ impl Core {
                 );
                 assert_eq!(group.index, task.index, "{id}'s group is of another index");
             } else {
-                assert!(!task.shadow, "shadow {id} is in no group");
+                let remake = task.call.as_ref().is_some_and(|c| c.remakes != NO_SOURCE);
+                assert!(!task.shadow || remake, "shadow {id} is in no group");
             }
             if let TaskState::Running { .. } = task.state {
                 tally.running_work_us += self.packages.get(task.package).map_or(0, |p| p.est_us);

@@ -15,9 +15,9 @@
 use bytes::Bytes;
 
 use super::Core;
-use crate::event::Action;
-use crate::ids::WorkerId;
-use crate::task::Call;
+use crate::event::{Action, TaskOutcome, TaskStatus};
+use crate::ids::{Instant, TaskId, WorkerId};
+use crate::task::{Call, Task, TaskState};
 
 /// "No record": a [`Call::sources`] entry of an input that is not a kept value.
 pub(crate) const NO_SOURCE: u64 = u64::MAX;
@@ -29,8 +29,9 @@ pub(crate) struct KeptCall {
     pub(crate) package: u64,
     /// That call's index in its package.
     pub(crate) index: u32,
-    /// The worker that keeps it (the connection the `DROP` goes to).
-    pub(crate) worker: WorkerId,
+    /// The worker that keeps it (the connection the `DROP` goes to); `None` while it is
+    /// being made again.
+    pub(crate) worker: Option<WorkerId>,
     /// Its 16-byte key in that worker's store (empty if the reference could not be read: then
     /// nothing is dropped, the store's bound evicts it).
     pub(crate) key: Bytes,
@@ -42,6 +43,13 @@ pub(crate) struct KeptCall {
     pub(crate) service: u64,
     pub(crate) args: Bytes,
     pub(crate) inputs: Vec<Bytes>,
+    /// Indices of the calls that take it (the producer's dependents).
+    pub(crate) dependents: Vec<u32>,
+    /// Times the call ran to make it (1, then one more per re-run); at most the package's
+    /// `max_attempts`.
+    pub(crate) runs: u32,
+    /// The copy of the call that makes it again, while one does (then `worker` is `None`).
+    pub(crate) remake: Option<TaskId>,
 }
 
 impl Core {
@@ -60,13 +68,16 @@ impl Core {
         let record = KeptCall {
             package: slot,
             index,
-            worker,
+            worker: Some(worker),
             key,
             reference,
             readers: 0,
             service: call.service,
             args,
             inputs: call.inputs.clone(),
+            dependents: call.dependents.clone(),
+            runs: 1,
+            remake: None,
         };
         let id = self.kept_calls.insert(record);
         if let Some(w) = self.workers.get_mut(&worker) {
@@ -100,19 +111,342 @@ impl Core {
         }
     }
 
-    /// Forgets a record and orders its worker, if still connected, to drop the value.
+    /// Forgets a record and orders its worker, if still connected, to drop the value; a copy
+    /// of the call still making it again is cancelled.
     pub(super) fn release_kept(&mut self, id: u64) {
         let Some(record) = self.kept_calls.remove(id) else {
             return;
         };
-        let Some(w) = self.workers.get_mut(&record.worker) else {
+        if let Some(remake) = record.remake {
+            self.cancel_remake(remake);
+        }
+        if let Some(worker) = record.worker {
+            self.forget_value(id, worker, record.key);
+        }
+    }
+
+    /// `worker` no longer keeps the value of record `id`: drop it there, if connected.
+    fn forget_value(&mut self, id: u64, worker: WorkerId, key: Bytes) {
+        let Some(w) = self.workers.get_mut(&worker) else {
             return; // its worker is gone, and the value with it
         };
         w.kept_calls.remove(&id);
-        if !record.key.is_empty() {
+        if !key.is_empty() {
             self.counters.kept_calls_released += 1;
-            self.pending_drops.push((record.worker, record.key));
+            self.pending_drops.push((worker, key));
         }
+    }
+
+    /// Whether `id` is a copy of a call that makes a lost value again.
+    pub(super) fn is_remake(&self, id: TaskId) -> bool {
+        self.tasks
+            .get(id.0)
+            .and_then(|t| t.call.as_ref())
+            .is_some_and(|c| c.remakes != NO_SOURCE)
+    }
+
+    /// The worker of the values of `records` is lost: each is made again.
+    pub(super) fn kept_lost(&mut self, records: Vec<u64>, now: Instant) {
+        for rid in records {
+            if let Some(r) = self.kept_calls.get_mut(rid) {
+                r.worker = None; // gone with its worker: nothing to drop
+            }
+            self.remake_kept(rid, now);
+        }
+    }
+
+    /// The value of record `rid` is lost (its worker is gone, or a reader could not read it):
+    /// the readers that wait or are queued wait for it again, and a copy of the call that
+    /// made it runs again, if the package's `max_attempts` allows one more run; else the
+    /// waiting readers fail naming it. O(dependents of the call).
+    pub(super) fn remake_kept(&mut self, rid: u64, now: Instant) {
+        let Some(record) = self.kept_calls.get_mut(rid) else {
+            return;
+        };
+        if record.remake.is_some() {
+            return; // already being made again
+        }
+        let (slot, index, runs) = (record.package, record.index, record.runs);
+        if let Some(worker) = record.worker.take() {
+            let key = std::mem::take(&mut record.key);
+            self.forget_value(rid, worker, key); // unreadable there: drop what is left
+        }
+        let dependents = self.kept_calls.get(rid).map(|r| r.dependents.clone());
+        for &j in dependents.iter().flatten() {
+            self.unread(slot, j, rid);
+        }
+        if runs as usize >= self.allowed_attempts(slot) {
+            let what = self.call_name(slot, index, rid);
+            for &j in dependents.iter().flatten() {
+                if let Some(id) = self.call_id(slot, j) {
+                    let reason = format!(
+                        "call #{j} not run: its input from call #{index} {what} was lost (the \
+                         worker that kept it is gone or no longer holds it) and that call ran \
+                         {runs} times, its package's max_attempts; run the transaction again"
+                    );
+                    self.doomed.push((id, reason));
+                }
+            }
+            self.fail_doomed(now);
+            return;
+        }
+        let record = self.kept_calls.get_mut(rid).expect("checked above");
+        record.runs += 1;
+        let mut task = Task::new(slot, index, record.args.clone(), now);
+        task.shadow = true;
+        task.call = Some(Box::new(Call {
+            service: record.service,
+            deps: Vec::new(),
+            inputs: record.inputs.clone(),
+            waiting: 0,
+            dependents: Vec::new(),
+            fetch: false,
+            sources: Vec::new(),
+            remakes: rid,
+        }));
+        let service = record.service;
+        let id = TaskId(self.tasks.insert(task));
+        self.kept_calls.get_mut(rid).expect("checked above").remake = Some(id);
+        if let Some(s) = self.services.get_mut(service) {
+            s.calls += 1;
+        }
+        self.counters.kept_calls_rerun += 1;
+        self.enqueue(id, true);
+    }
+
+    /// The name of call `index` of the package in `slot` (its service's), for messages.
+    fn call_name(&self, _slot: u64, _index: u32, rid: u64) -> String {
+        self.kept_calls
+            .get(rid)
+            .and_then(|r| self.services.get(r.service))
+            .map_or_else(|| "?".to_owned(), |s| s.name.clone())
+    }
+
+    /// Call `j` no longer has the value of record `rid`: if it waits or is queued, it waits
+    /// for it again (a running one is judged by its answer).
+    fn unread(&mut self, slot: u64, j: u32, rid: u64) {
+        let Some(id) = self.call_id(slot, j) else {
+            return;
+        };
+        let task = self.tasks.get_mut(id.0).expect("checked by call_id");
+        if !matches!(task.state, TaskState::Waiting | TaskState::Queued) {
+            return;
+        }
+        let Some(call) = task.call.as_mut() else {
+            return;
+        };
+        let mut reset = 0;
+        for (p, source) in call.sources.iter().enumerate() {
+            if *source == rid && !call.inputs[p].is_empty() {
+                call.inputs[p] = Bytes::new();
+                reset += 1;
+            }
+        }
+        if reset == 0 {
+            return;
+        }
+        call.waiting += reset;
+        let service = call.service;
+        if task.state == TaskState::Queued {
+            task.state = TaskState::Waiting;
+            let pos = task.queue_pos;
+            if let Some(s) = self.services.get_mut(service) {
+                s.queue.remove(slot, pos);
+            }
+        }
+    }
+
+    /// Call `j` of the package gets the new value of record `rid` where it lost it; queued if
+    /// that was its last missing input.
+    fn feed(&mut self, slot: u64, j: u32, rid: u64, reference: &Bytes) {
+        let Some(id) = self.call_id(slot, j) else {
+            return;
+        };
+        let task = self.tasks.get_mut(id.0).expect("checked by call_id");
+        if task.state != TaskState::Waiting {
+            return;
+        }
+        let Some(call) = task.call.as_mut() else {
+            return;
+        };
+        for (p, source) in call.sources.iter().enumerate() {
+            if *source == rid && call.inputs[p].is_empty() {
+                call.inputs[p] = reference.clone();
+                call.waiting -= 1;
+            }
+        }
+        if call.waiting == 0 {
+            task.state = TaskState::Queued;
+            self.enqueue(id, true);
+        }
+    }
+
+    /// A running call answered that its input at `position` could not be read (status
+    /// `InputLost`): it waits for that input again (not counted as an attempt of its own), and
+    /// the input is made again unless that is already done or under way. `false` if the input
+    /// is not a kept value the master knows how to make (the caller fails the call).
+    pub(super) fn input_lost(&mut self, id: TaskId, position: usize, now: Instant) -> bool {
+        let task = self.tasks.get(id.0).expect("checked by the caller");
+        let Some(rid) = task
+            .call
+            .as_ref()
+            .and_then(|c| c.sources.get(position).copied())
+            .filter(|&s| s != NO_SOURCE)
+        else {
+            return false;
+        };
+        let Some(record) = self.kept_calls.get(rid) else {
+            return false;
+        };
+        // The value it could not read is the record's, unless made again meanwhile.
+        let fresh =
+            (record.remake.is_none() && record.worker.is_some()).then(|| record.reference.clone());
+        let slot = task.package;
+        self.disarm_task_timer(id);
+        self.leave_running(slot);
+        let task = self.tasks.get_mut(id.0).expect("checked above");
+        let call = task.call.as_mut().expect("checked above");
+        let stale = call.inputs[position].clone();
+        let remade = fresh.filter(|f| *f != stale);
+        for (p, source) in call.sources.iter().enumerate() {
+            if *source == rid {
+                call.inputs[p] = Bytes::new();
+                call.waiting += 1;
+            }
+        }
+        task.state = TaskState::Waiting;
+        let package = self.packages.get_mut(slot).expect("a live call's package");
+        package.counts.running -= 1;
+        package.counts.queued += 1;
+        match remade {
+            Some(reference) => {
+                let j = self.tasks.get(id.0).expect("checked above").index;
+                self.feed(slot, j, rid, &reference);
+            }
+            None => self.remake_kept(rid, now),
+        }
+        true
+    }
+
+    /// A copy making a lost value again ended: `Ok` with the value's new reference, kept on
+    /// `worker`, which every reader waiting for it gets; otherwise its waiting readers fail
+    /// naming the call. The copy is freed (it was `Running` and its worker no longer holds
+    /// it).
+    pub(super) fn remake_answered(
+        &mut self,
+        id: TaskId,
+        worker: WorkerId,
+        status: TaskStatus,
+        data: Bytes,
+        now: Instant,
+    ) {
+        self.disarm_task_timer(id);
+        let task = self.tasks.remove(id.0).expect("checked by the caller");
+        let slot = task.package;
+        if matches!(task.state, TaskState::Running { .. }) {
+            self.leave_running(slot);
+        }
+        if let Some(w) = task.holder().and_then(|w| self.workers.get_mut(&w)) {
+            w.in_flight.remove(&id);
+        }
+        let call = task.call.expect("a remake is a call");
+        self.service_call_ended(call.service);
+        let rid = call.remakes;
+        let Some(record) = self.kept_calls.get_mut(rid) else {
+            // Released while it ran: nobody reads what it made.
+            if status == TaskStatus::Ok {
+                let key = kept_key(&data).unwrap_or_default();
+                if !key.is_empty() && self.workers.contains_key(&worker) {
+                    self.pending_drops.push((worker, key));
+                }
+            }
+            return;
+        };
+        record.remake = None;
+        let index = record.index;
+        let dependents = record.dependents.clone();
+        if status == TaskStatus::Ok {
+            record.worker = Some(worker);
+            record.key = kept_key(&data).unwrap_or_default();
+            record.reference = data.clone();
+            if let Some(w) = self.workers.get_mut(&worker) {
+                w.kept_calls.insert(rid);
+            }
+            for j in dependents {
+                self.feed(slot, j, rid, &data);
+            }
+            return;
+        }
+        let what = self.call_name(slot, index, rid);
+        let text: String = String::from_utf8_lossy(&data).chars().take(300).collect();
+        for j in dependents {
+            if let Some(dep) = self.call_id(slot, j) {
+                let reason = format!(
+                    "call #{j} not run: its input from call #{index} {what} was lost (the worker \
+                     that kept it is gone or no longer holds it) and running that call again \
+                     failed ({status:?}: {text})"
+                );
+                self.doomed.push((dep, reason));
+            }
+        }
+        self.fail_doomed(now);
+    }
+
+    /// A running task's answer, if lineage takes it: the answer of a copy making a value
+    /// again, or a call's `InputLost` (its input is made again and it waits for it). `Err`
+    /// gives back any other answer, an `InputLost` the master cannot act on turned into a
+    /// failure (status `Failed`, the worker's message).
+    pub(super) fn lineage_answer(
+        &mut self,
+        id: TaskId,
+        worker: WorkerId,
+        mut outcome: TaskOutcome,
+        now: Instant,
+    ) -> Result<(), TaskOutcome> {
+        let position = (outcome.status == TaskStatus::InputLost)
+            .then(|| outcome.data.get(..4))
+            .flatten()
+            .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")) as usize);
+        if outcome.status == TaskStatus::InputLost {
+            outcome.status = TaskStatus::Failed;
+            outcome.data = outcome.data.slice(outcome.data.len().min(4)..);
+        }
+        if self.is_remake(id) {
+            self.remake_answered(id, worker, outcome.status, outcome.data, now);
+            return Ok(());
+        }
+        match position {
+            Some(p) if self.input_lost(id, p, now) => Ok(()),
+            _ => Err(outcome),
+        }
+    }
+
+    /// Cancels a copy making a value again that nobody reads any more: a queued one is freed,
+    /// a running one aborted (freed when its worker answers).
+    fn cancel_remake(&mut self, id: TaskId) {
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
+        let slot = task.package;
+        let call = task.call.take().expect("a remake is a call");
+        match task.state {
+            TaskState::Queued => {
+                let pos = task.queue_pos;
+                self.tasks.remove(id.0);
+                if let Some(s) = self.services.get_mut(call.service) {
+                    s.queue.remove(slot, pos);
+                }
+            }
+            TaskState::Running { worker, seq, .. } => {
+                task.state = TaskState::Cancelled { worker, seq };
+                self.pending_aborts.push((worker, id, task.attempt));
+                self.disarm_task_timer(id);
+                self.leave_running(slot);
+                self.cancelling += 1;
+            }
+            other => panic!("remake {id} is {other:?}"),
+        }
+        self.service_call_ended(call.service);
     }
 
     /// Sends the drops decided during the event: one `DropKept` per connected worker.

@@ -1,5 +1,6 @@
 //! Worker events: join, credit, results, return, drain, loss.
 
+use super::lineage::NO_SOURCE;
 use super::timers::Results;
 use super::Core;
 use crate::event::{Action, LossCause, TaskOutcome, TaskStatus, WorkerOutcome};
@@ -190,6 +191,10 @@ impl Core {
                     // The worker survived the process that ran the task: blame the task.
                     return self.on_crash_report(worker, r.task, r.attempt, &outcome.data, now);
                 }
+                let outcome = match self.lineage_answer(r.task, worker, outcome, now) {
+                    Ok(()) => return None,
+                    Err(outcome) => outcome,
+                };
                 // Now `Done` with no holder: the in-flight entry is already gone.
                 let outcome = self.finish_task(r.task, outcome, now);
                 let task = self.tasks.get_mut(r.task.0).expect("just finished");
@@ -328,6 +333,12 @@ impl Core {
                 if task.losses().len() >= allowed {
                     let slot = task.package;
                     let message = poison_message(task.losses());
+                    if self.is_remake(id) {
+                        let data = bytes::Bytes::from(message);
+                        self.remake_answered(id, worker, TaskStatus::Lost, data, now);
+                        continue;
+                    }
+                    let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
                     let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
                     self.counters.poisoned += 1;
                     if task.group.is_some() {
@@ -350,6 +361,9 @@ impl Core {
             }
             self.requeue_front(id);
         }
+        // The transaction intermediates it kept are made again elsewhere.
+        let kept: Vec<u64> = w.kept_calls.iter().copied().collect();
+        self.kept_lost(kept, now);
         self.push_results(poisoned, out);
         if self.hungry.len() > 2 * self.workers.len() + 16 {
             let workers = &self.workers;
@@ -382,6 +396,11 @@ impl Core {
             return None;
         }
         let message = poison_message(task.losses());
+        if self.is_remake(id) {
+            self.remake_answered(id, worker, TaskStatus::Lost, message.into(), now);
+            return None;
+        }
+        let task = self.tasks.get_mut(id.0).expect("checked by the caller");
         let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
         self.counters.poisoned += 1;
         let outcome = self.finish_task(id, outcome, now);
@@ -441,6 +460,7 @@ impl Core {
         if task.losses().len() < allowed
             || task.group.is_some()
             || !matches!(task.state, TaskState::Queued)
+            || task.call.as_ref().is_some_and(|c| c.remakes != NO_SOURCE)
         {
             return None; // a running task is judged by its next loss or result
         }
@@ -492,7 +512,7 @@ impl Core {
     }
 
     /// How many losses make a task poison: its package's `max_attempts`, else the master's.
-    fn allowed_attempts(&self, slot: u64) -> usize {
+    pub(super) fn allowed_attempts(&self, slot: u64) -> usize {
         let allowed = match self.packages.get(slot) {
             Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
             _ => self.config.max_attempts,
