@@ -62,7 +62,11 @@ impl Core {
         self.check_groups();
         self.check_workers(tally.running + tally.cancelling + tally.done_held);
         self.check_packages(&tally.per_package);
-        self.check_services(&tally.calls);
+        let mut calls = tally.calls.clone();
+        for (_, record) in self.kept_calls.iter() {
+            *calls.entry(record.service).or_default() += 1; // a record holds its service
+        }
+        self.check_services(&calls);
         self.check_clients();
         self.check_bounds();
         self.check_timers();

@@ -43,6 +43,7 @@ pub(crate) struct KeptCall {
     pub(crate) service: u64,
     pub(crate) args: Bytes,
     pub(crate) inputs: Vec<Bytes>,
+    pub(crate) deps: Vec<u32>,
     /// Indices of the calls that take it (the producer's dependents).
     pub(crate) dependents: Vec<u32>,
     /// Times the call ran to make it (1, then one more per re-run); at most the package's
@@ -75,10 +76,15 @@ impl Core {
             service: call.service,
             args,
             inputs: call.inputs.clone(),
+            deps: call.deps.clone(),
             dependents: call.dependents.clone(),
             runs: 1,
             remake: None,
         };
+        // The record holds its service like a call: a copy may be queued there.
+        if let Some(s) = self.services.get_mut(call.service) {
+            s.calls += 1;
+        }
         let id = self.kept_calls.insert(record);
         if let Some(w) = self.workers.get_mut(&worker) {
             w.kept_calls.insert(id);
@@ -123,6 +129,7 @@ impl Core {
         if let Some(worker) = record.worker {
             self.forget_value(id, worker, record.key);
         }
+        self.service_call_ended(record.service);
     }
 
     /// `worker` no longer keeps the value of record `id`: drop it there, if connected.
@@ -196,7 +203,7 @@ impl Core {
         task.shadow = true;
         task.call = Some(Box::new(Call {
             service: record.service,
-            deps: Vec::new(),
+            deps: record.deps.clone(),
             inputs: record.inputs.clone(),
             waiting: 0,
             dependents: Vec::new(),
