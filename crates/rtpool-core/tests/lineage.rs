@@ -386,3 +386,101 @@ fn a_copy_nobody_needs_any_more_is_aborted() {
     env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
     assert_eq!(env.core.stats().tasks, 0, "everything is freed");
 }
+
+#[test]
+fn a_copy_whose_worker_is_lost_runs_again_elsewhere() {
+    let mut env = TestEnv::new();
+    let (holder, other, b, _, _) = a_kept_and_b_running(&mut env, Default::default());
+    env.lose_worker(holder);
+    let first = spare(&mut env);
+    let out = env.credit(first, 1);
+    let a2 = assigned(&out);
+    assert_eq!(a2.len(), 1, "{out:?}");
+    env.lose_worker(first);
+    let second = spare(&mut env);
+    let out = env.credit(second, 1);
+    let a3 = assigned(&out);
+    assert_eq!((a3.len(), a3[0].1), (1, a2[0].1), "the same copy: {out:?}");
+    env.answer(second, a3[0].1, TaskStatus::Ok, &reference(6), 10);
+    env.credit(other, 1);
+    let out = env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
+    let c = assigned(&out);
+    assert_eq!(
+        inputs_of(&out, c[0].1),
+        vec![Bytes::from(reference(6)), Bytes::from(reference(2))]
+    );
+}
+
+#[test]
+fn a_copy_past_its_time_limit_fails_the_readers() {
+    let mut env = TestEnv::new();
+    let opts = rtpool_core::PackageOpts {
+        timeout_ms: 100,
+        ..Default::default()
+    };
+    let (holder, _, _, _, _) = a_kept_and_b_running(&mut env, opts);
+    env.lose_worker(holder);
+    let spare = spare(&mut env);
+    let out = env.credit(spare, 1);
+    let a2 = assigned(&out);
+    assert_eq!(a2.len(), 1, "{out:?}");
+    env.advance(10_000);
+    let out = env.tick();
+    let aborted = aborts(&out)
+        .iter()
+        .any(|&(w, t, _)| (w, t) == (spare, a2[0].1));
+    assert!(aborted, "{out:?}");
+    let failed = outcomes(&out);
+    assert!(
+        failed
+            .iter()
+            .any(|(i, s, m)| *i == 2 && *s == TaskStatus::Failed && m.contains("Timeout")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn input_lost_for_an_input_that_is_not_kept_fails_the_call_with_the_message() {
+    let mut env = TestEnv::new();
+    let w = server(&mut env, 2);
+    let client = env.new_client();
+    let mut a = call("f", "a", &[]);
+    a.fetch = true; // its data is the input itself: nothing to make again
+    let (_, out) = env.submit_calls(client, vec![a, call("f", "c", &[0])]);
+    let a = assigned(&out)[0].1;
+    let out = env.answer(w, a, TaskStatus::Ok, b"\x91\x01", 10);
+    let c = assigned(&out)[0].1;
+    let out = env.answer(w, c, TaskStatus::InputLost, &input_lost(0), 10);
+    assert_eq!(
+        outcomes(&out),
+        vec![(
+            1,
+            TaskStatus::Failed,
+            "KeptResultLost: cannot read it".to_owned()
+        )]
+    );
+    assert_eq!(env.core.stats().counters.kept_calls_rerun, 0);
+}
+
+#[test]
+fn a_copy_no_worker_serves_fails_the_readers_after_the_grace_period() {
+    let mut env = TestEnv::new();
+    let w = server(&mut env, 1);
+    let client = env.new_client();
+    let (_, out) = env.submit_calls(client, vec![call("f", "a", &[]), call("f", "c", &[0])]);
+    let a = assigned(&out)[0].1;
+    let out = env.answer(w, a, TaskStatus::Ok, &reference(1), 10);
+    assert!(
+        assigned(&out).is_empty(),
+        "c is queued (no credit): {out:?}"
+    );
+    let out = env.lose_worker(w);
+    assert!(outcomes(&out).is_empty(), "{out:?}");
+    assert_eq!(env.core.stats().counters.kept_calls_rerun, 1);
+    env.advance(60_000);
+    let out = env.tick();
+    let failed = outcomes(&out);
+    assert_eq!(failed.len(), 1, "{out:?}");
+    assert_eq!((failed[0].0, failed[0].1), (1, TaskStatus::Failed));
+    assert!(failed[0].2.contains("no worker serves 'f'"), "{failed:?}");
+}
