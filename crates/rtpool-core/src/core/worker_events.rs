@@ -128,6 +128,7 @@ impl Core {
             .as_ref()
             .map_or(0, |c| c.inputs.iter().map(bytes::Bytes::len).sum());
         let bytes = (task.args.len() + inputs + r.data.len()) as u64;
+        let is_call = task.call.is_some();
         let fn_hash = match task.call.as_ref() {
             Some(c) => self.services.get(c.service).map(|s| s.fn_hash),
             None => self.packages.get(slot).map(|p| p.fn_hash),
@@ -191,9 +192,14 @@ impl Core {
                     // The worker survived the process that ran the task: blame the task.
                     return self.on_crash_report(worker, r.task, r.attempt, &outcome.data, now);
                 }
-                let outcome = match self.lineage_answer(r.task, worker, outcome, now) {
-                    Ok(()) => return None,
-                    Err(outcome) => outcome,
+                // Lineage takes a call's answer when it is a copy's or says "input lost".
+                let outcome = if is_call || outcome.status == TaskStatus::InputLost {
+                    match self.lineage_answer(r.task, worker, outcome, now) {
+                        Ok(()) => return None,
+                        Err(outcome) => outcome,
+                    }
+                } else {
+                    outcome
                 };
                 // Now `Done` with no holder: the in-flight entry is already gone.
                 let outcome = self.finish_task(r.task, outcome, now);
