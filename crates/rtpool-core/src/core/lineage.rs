@@ -127,6 +127,9 @@ impl Core {
             self.cancel_remake(remake);
         }
         if let Some(worker) = record.worker {
+            if self.workers.contains_key(&worker) && !record.key.is_empty() {
+                self.counters.kept_calls_released += 1;
+            }
             self.forget_value(id, worker, record.key);
         }
         self.service_call_ended(record.service);
@@ -139,7 +142,6 @@ impl Core {
         };
         w.kept_calls.remove(&id);
         if !key.is_empty() {
-            self.counters.kept_calls_released += 1;
             self.pending_drops.push((worker, key));
         }
     }
