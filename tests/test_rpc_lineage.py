@@ -79,3 +79,24 @@ def test_a_reader_that_finds_its_input_evicted_gets_it_made_again(tmp_path):
             runs = [len(log.read_text().split()) for log in logs]
             assert runs[0] == 2, f"a ran {runs[0]} times"
             assert cluster.stats()["kept_calls_rerun"] == sum(runs) - 2
+
+
+def test_in_a_chain_the_lost_value_and_its_dropped_input_are_made_again(cluster, client, tmp_path):
+    # a -> b -> c: a's value is dropped once b read it; b's holder is killed before c reads
+    # b, so b runs again, and a (dropped) runs again first: the master kept how to make it.
+    logs, gate = [tmp_path / "a-pids", tmp_path / "b-pids"], tmp_path / "gate"
+    rerun = cluster.stats().get("kept_calls_rerun", 0)  # (main has no such counter)
+    with client.transaction() as tx:
+        a = tx.call("seed_logged", N, str(logs[0]))
+        b = tx.call("double_logged", N, a, str(logs[1]))
+        g = tx.call("gate", str(gate), 60.0)
+        c = tx.call("total_after", N, b, g)
+    wait_until(b.done, timeout=30)
+    holder = int(logs[1].read_text().split()[0])
+    os.kill(holder, signal.SIGKILL)  # the supervisor restarts the worker's child
+    wait_until(lambda: not _alive(holder), timeout=10)
+    gate.touch()
+    assert c.result(timeout=120)[2] == 2 * float(np.arange(N, dtype=np.float64).sum())
+    runs = [len(log.read_text().split()) for log in logs]
+    assert runs == [2, 2], f"a and b ran {runs} times"
+    assert cluster.stats()["kept_calls_rerun"] == rerun + 2

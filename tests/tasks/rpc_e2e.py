@@ -81,3 +81,11 @@ def gate(path: str, seconds: float) -> Span:
 def total_after(n: int, x: Vector, g: Span) -> Span:
     """total_after returns [g's start, g's end, sum(x)]: it runs after the gate g."""
     return np.array([g[0], g[1], x.sum()])
+
+
+@remote("double_logged")
+def double_logged(n: int, x: Vector, log: str) -> Vector:
+    """double_logged appends this process's PID to log (a line per run), returns 2 * x."""
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return 2 * x

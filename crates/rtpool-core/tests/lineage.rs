@@ -484,3 +484,57 @@ fn a_copy_no_worker_serves_fails_the_readers_after_the_grace_period() {
     assert_eq!((failed[0].0, failed[0].1), (1, TaskStatus::Failed));
     assert!(failed[0].2.contains("no worker serves 'f'"), "{failed:?}");
 }
+
+#[test]
+fn in_a_chain_a_lost_value_whose_input_was_dropped_has_that_input_made_again_first() {
+    let mut env = TestEnv::new();
+    let (w, v) = (server(&mut env, 1), server(&mut env, 1));
+    let client = env.new_client();
+    // a -> b -> c: a's value is dropped once b is done; b's is lost before c reads it.
+    let (_, out) = env.submit_calls(
+        client,
+        vec![
+            call("f", "a", &[]),
+            call("f", "b", &[0]),
+            call("f", "c", &[1]),
+        ],
+    );
+    let (wa, a) = (assigned(&out)[0].0, assigned(&out)[0].1);
+    let other = if wa == w { v } else { w };
+    let out = env.answer(wa, a, TaskStatus::Ok, &reference(1), 10);
+    let (wb, b) = (assigned(&out)[0].0, assigned(&out)[0].1);
+    assert_eq!(wb, other, "{out:?}");
+    let out = env.answer(wb, b, TaskStatus::Ok, &reference(2), 10);
+    assert_eq!(drops(&out), vec![(wa, vec![key(1)])], "b read a: {out:?}");
+    assert!(assigned(&out).is_empty(), "no credit for c yet");
+    // b's worker goes: b is made again, and a, dropped, before it.
+    let out = env.lose_worker(wb);
+    assert_eq!(env.core.stats().counters.kept_calls_rerun, 2);
+    let out2 = env.credit(wa, 1);
+    let a2 = assigned(&out2);
+    assert_eq!(a2.len(), 1, "{out:?} {out2:?}");
+    assert_eq!(a2[0].2, b"a", "a first: {out2:?}");
+    let out = env.answer(wa, a2[0].1, TaskStatus::Ok, &reference(3), 10);
+    assert!(drops(&out).is_empty(), "b's copy reads it: {out:?}");
+    let out = env.credit(wa, 1);
+    let b2 = assigned(&out);
+    assert_eq!(b2[0].2, b"b", "{out:?}");
+    assert_eq!(inputs_of(&out, b2[0].1), vec![Bytes::from(reference(3))]);
+    let out = env.answer(wa, b2[0].1, TaskStatus::Ok, &reference(4), 10);
+    assert_eq!(
+        drops(&out),
+        vec![(wa, vec![key(3)])],
+        "a's copy is read: {out:?}"
+    );
+    let out = env.credit(wa, 1);
+    let c = assigned(&out);
+    assert_eq!(inputs_of(&out, c[0].1), vec![Bytes::from(reference(4))]);
+    let out = env.complete(wa, c[0].1);
+    assert_eq!(drops(&out), vec![(wa, vec![key(4)])], "{out:?}");
+    assert_eq!(outcomes(&out).len(), 1, "c's result: {out:?}");
+    assert_eq!(
+        env.core.stats().tasks,
+        0,
+        "every record and copy is gone: {out:?}"
+    );
+}

@@ -515,10 +515,8 @@ impl Core {
             }
         }
         self.fail_doomed(now);
-        if let Some(record) =
-            kept.filter(|&k| self.kept_calls.get(k).is_some_and(|r| r.readers == 0))
-        {
-            self.release_kept(record); // every dependent was cancelled or failed already
+        if let Some(record) = kept {
+            self.settle(record); // dropped now if every dependent was cancelled or failed
         }
         call.fetch || outcome.status != TaskStatus::Ok
     }

@@ -51,6 +51,15 @@ pub(crate) struct KeptCall {
     pub(crate) runs: u32,
     /// The copy of the call that makes it again, while one does (then `worker` is `None`).
     pub(crate) remake: Option<TaskId>,
+    /// By position in `deps`: the records of its own kept inputs (empty if none), whose
+    /// recipes it holds so that a re-run of it can have them made again too.
+    pub(crate) sources: Vec<u64>,
+    /// Records of kept values made from this one that may have to be made again: its recipe
+    /// stays while any does, even after its value is dropped.
+    pub(crate) recipe_refs: u32,
+    /// Copies making a value of `recipe_refs` again that read this value: they count as
+    /// readers (its value stays, or is made again, while they wait or run).
+    pub(crate) remake_readers: Vec<TaskId>,
 }
 
 impl Core {
@@ -80,7 +89,15 @@ impl Core {
             dependents: call.dependents.clone(),
             runs: 1,
             remake: None,
+            sources: call.sources.clone(),
+            recipe_refs: 0,
+            remake_readers: Vec::new(),
         };
+        for source in distinct(&call.sources) {
+            if let Some(r) = self.kept_calls.get_mut(source) {
+                r.recipe_refs += 1;
+            }
+        }
         // The record holds its service like a call: a copy may be queued there.
         if let Some(s) = self.services.get_mut(call.service) {
             s.calls += 1;
@@ -111,28 +128,47 @@ impl Core {
                 continue;
             };
             record.readers = record.readers.saturating_sub(1);
-            if record.readers == 0 {
-                self.release_kept(id);
-            }
+            self.settle(id);
         }
     }
 
-    /// Forgets a record and orders its worker, if still connected, to drop the value; a copy
-    /// of the call still making it again is cancelled.
-    pub(super) fn release_kept(&mut self, id: u64) {
-        let Some(record) = self.kept_calls.remove(id) else {
-            return;
-        };
-        if let Some(remake) = record.remake {
-            self.cancel_remake(remake);
-        }
-        if let Some(worker) = record.worker {
-            if self.workers.contains_key(&worker) && !record.key.is_empty() {
-                self.counters.kept_calls_released += 1;
+    /// Once nobody reads the value of record `id` (no reader left, no copy waiting for it),
+    /// its worker, if still connected, is told to drop it and a copy still making it is
+    /// cancelled; once no value made from it may have to be made again either, the record
+    /// goes, and with it its hold on its own sources' recipes (a work list: a long chain
+    /// does not recurse). Returns at once while the value is read.
+    pub(super) fn settle(&mut self, id: u64) {
+        let mut work = vec![id];
+        while let Some(id) = work.pop() {
+            let Some(record) = self.kept_calls.get_mut(id) else {
+                continue;
+            };
+            if record.readers > 0 || !record.remake_readers.is_empty() {
+                continue;
             }
-            self.forget_value(id, worker, record.key);
+            let (remake, worker) = (record.remake.take(), record.worker.take());
+            let key = std::mem::take(&mut record.key);
+            if let Some(remake) = remake {
+                work.extend(self.cancel_remake(remake));
+            }
+            if let Some(worker) = worker {
+                if self.workers.contains_key(&worker) && !key.is_empty() {
+                    self.counters.kept_calls_released += 1;
+                }
+                self.forget_value(id, worker, key);
+            }
+            if self.kept_calls.get(id).is_some_and(|r| r.recipe_refs > 0) {
+                continue; // its recipe may still be needed
+            }
+            let record = self.kept_calls.remove(id).expect("checked above");
+            self.service_call_ended(record.service);
+            for source in distinct(&record.sources) {
+                if let Some(r) = self.kept_calls.get_mut(source) {
+                    r.recipe_refs -= 1;
+                    work.push(source);
+                }
+            }
         }
-        self.service_call_ended(record.service);
     }
 
     /// `worker` no longer keeps the value of record `id`: drop it there, if connected.
@@ -197,6 +233,10 @@ impl Core {
                 }
             }
             self.fail_doomed(now);
+            let why = format!(
+                "its input from call #{index} {what} was lost and that call ran {runs} times"
+            );
+            self.fail_remake_readers(rid, &why, now);
             return;
         }
         let record = self.kept_calls.get_mut(rid).expect("checked above");
@@ -210,17 +250,45 @@ impl Core {
             waiting: 0,
             dependents: Vec::new(),
             fetch: false,
-            sources: Vec::new(),
+            sources: record.sources.clone(),
             remakes: rid,
         }));
-        let service = record.service;
+        let (service, sources) = (record.service, distinct(&record.sources));
         let id = TaskId(self.tasks.insert(task));
         self.kept_calls.get_mut(rid).expect("checked above").remake = Some(id);
+        // It reads the values of its sources: they stay, or are made again, for it. A source
+        // whose value was dropped (all its readers had finished) or is lost is made again
+        // first, and the copy waits for it.
+        let mut missing = Vec::new();
+        for source in sources {
+            if let Some(r) = self.kept_calls.get_mut(source) {
+                r.remake_readers.push(id);
+                if r.worker.is_none() {
+                    missing.push(source);
+                }
+            }
+        }
+        if !missing.is_empty() {
+            let task = self.tasks.get_mut(id.0).expect("just made");
+            let call = task.call.as_mut().expect("just made");
+            for (p, source) in call.sources.iter().enumerate() {
+                if missing.contains(source) {
+                    call.inputs[p] = Bytes::new();
+                    call.waiting += 1;
+                }
+            }
+            task.state = TaskState::Waiting;
+        }
         if let Some(s) = self.services.get_mut(service) {
             s.calls += 1;
         }
         self.counters.kept_calls_rerun += 1;
-        self.enqueue(id, true);
+        if missing.is_empty() {
+            self.enqueue(id, true);
+        }
+        for source in missing {
+            self.remake_kept(source, now);
+        }
     }
 
     /// The name of call `index` of the package in `slot` (its service's), for messages.
@@ -268,10 +336,17 @@ impl Core {
     /// Call `j` of the package gets the new value of record `rid` where it lost it; queued if
     /// that was its last missing input.
     fn feed(&mut self, slot: u64, j: u32, rid: u64, reference: &Bytes) {
-        let Some(id) = self.call_id(slot, j) else {
+        if let Some(id) = self.call_id(slot, j) {
+            self.feed_task(id, rid, reference);
+        }
+    }
+
+    /// Task `id` (a call, or a copy) gets the new value of record `rid` where it lost it;
+    /// queued if that was its last missing input.
+    fn feed_task(&mut self, id: TaskId, rid: u64, reference: &Bytes) {
+        let Some(task) = self.tasks.get_mut(id.0) else {
             return;
         };
-        let task = self.tasks.get_mut(id.0).expect("checked by call_id");
         if task.state != TaskState::Waiting {
             return;
         }
@@ -324,14 +399,13 @@ impl Core {
             }
         }
         task.state = TaskState::Waiting;
-        let package = self.packages.get_mut(slot).expect("a live call's package");
-        package.counts.running -= 1;
-        package.counts.queued += 1;
+        if !task.shadow {
+            let package = self.packages.get_mut(slot).expect("a live call's package");
+            package.counts.running -= 1;
+            package.counts.queued += 1;
+        }
         match remade {
-            Some(reference) => {
-                let j = self.tasks.get(id.0).expect("checked above").index;
-                self.feed(slot, j, rid, &reference);
-            }
+            Some(reference) => self.feed_task(id, rid, &reference),
             None => self.remake_kept(rid, now),
         }
         true
@@ -352,15 +426,38 @@ impl Core {
         self.disarm_task_timer(id);
         let task = self.tasks.remove(id.0).expect("checked by the caller");
         let slot = task.package;
-        if matches!(task.state, TaskState::Running { .. }) {
-            self.leave_running(slot);
+        let call = task.call.as_ref().expect("a remake is a call");
+        match task.state {
+            TaskState::Running { .. } => self.leave_running(slot),
+            TaskState::Queued => {
+                if let Some(s) = self.services.get_mut(call.service) {
+                    s.queue.remove(slot, task.queue_pos);
+                }
+            }
+            _ => {}
         }
         if let Some(w) = task.holder().and_then(|w| self.workers.get_mut(&w)) {
             w.in_flight.remove(&id);
         }
         let call = task.call.expect("a remake is a call");
         self.service_call_ended(call.service);
-        let rid = call.remakes;
+        let sources = self.stop_reading(id, &call.sources);
+        self.remake_ended(call.remakes, slot, worker, status, data, now);
+        for source in sources {
+            self.settle(source);
+        }
+    }
+
+    /// What a copy making the value of record `rid` again came to (see `remake_answered`).
+    fn remake_ended(
+        &mut self,
+        rid: u64,
+        slot: u64,
+        worker: WorkerId,
+        status: TaskStatus,
+        data: Bytes,
+        now: Instant,
+    ) {
         let Some(record) = self.kept_calls.get_mut(rid) else {
             // Released while it ran: nobody reads what it made.
             if status == TaskStatus::Ok {
@@ -381,9 +478,14 @@ impl Core {
             if let Some(w) = self.workers.get_mut(&worker) {
                 w.kept_calls.insert(rid);
             }
+            let copies = record.remake_readers.clone();
             for j in dependents {
                 self.feed(slot, j, rid, &data);
             }
+            for copy in copies {
+                self.feed_task(copy, rid, &data);
+            }
+            self.settle(rid);
             return;
         }
         let what = self.call_name(slot, index, rid);
@@ -399,6 +501,41 @@ impl Core {
             }
         }
         self.fail_doomed(now);
+        let why =
+            format!("its input from call #{index} {what} was lost and making it again failed");
+        self.fail_remake_readers(rid, &why, now);
+    }
+
+    /// The copies waiting for the value of record `rid`, which will not be made again, fail
+    /// (and so the readers of what they were making).
+    fn fail_remake_readers(&mut self, rid: u64, why: &str, now: Instant) {
+        let copies = self
+            .kept_calls
+            .get(rid)
+            .map(|r| r.remake_readers.clone())
+            .unwrap_or_default();
+        for copy in copies {
+            let waiting = self
+                .tasks
+                .get(copy.0)
+                .is_some_and(|t| t.state == TaskState::Waiting);
+            if waiting {
+                let data = Bytes::from(why.to_owned());
+                self.remake_answered(copy, WorkerId(0), TaskStatus::Failed, data, now);
+            }
+        }
+    }
+
+    /// Copy `id` no longer reads its sources: it leaves their `remake_readers`. Returns the
+    /// sources, to settle.
+    fn stop_reading(&mut self, id: TaskId, sources: &[u64]) -> Vec<u64> {
+        let sources = distinct(sources);
+        for &source in &sources {
+            if let Some(r) = self.kept_calls.get_mut(source) {
+                r.remake_readers.retain(|&t| t != id);
+            }
+        }
+        sources
     }
 
     /// A running task's answer, if lineage takes it: the answer of a copy making a value
@@ -432,9 +569,9 @@ impl Core {
 
     /// Cancels a copy making a value again that nobody reads any more: a queued one is freed,
     /// a running one aborted (freed when its worker answers).
-    fn cancel_remake(&mut self, id: TaskId) {
+    fn cancel_remake(&mut self, id: TaskId) -> Vec<u64> {
         let Some(task) = self.tasks.get_mut(id.0) else {
-            return;
+            return Vec::new();
         };
         let slot = task.package;
         let call = task.call.take().expect("a remake is a call");
@@ -446,6 +583,9 @@ impl Core {
                     s.queue.remove(slot, pos);
                 }
             }
+            TaskState::Waiting => {
+                self.tasks.remove(id.0);
+            }
             TaskState::Running { worker, seq, .. } => {
                 task.state = TaskState::Cancelled { worker, seq };
                 self.pending_aborts.push((worker, id, task.attempt));
@@ -456,6 +596,7 @@ impl Core {
             other => panic!("remake {id} is {other:?}"),
         }
         self.service_call_ended(call.service);
+        self.stop_reading(id, &call.sources)
     }
 
     /// Sends the drops decided during the event: one `DropKept` per connected worker.
@@ -476,6 +617,18 @@ impl Core {
                 .map(|(worker, keys)| Action::DropKept { worker, keys }),
         );
     }
+}
+
+/// The distinct records among `sources` (sorted), without [`NO_SOURCE`].
+fn distinct(sources: &[u64]) -> Vec<u64> {
+    let mut out: Vec<u64> = sources
+        .iter()
+        .copied()
+        .filter(|&s| s != NO_SOURCE)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The 16-byte key of a kept result's reference: msgpack ext 3 whose payload is
