@@ -12,18 +12,24 @@ import pytest
 
 import rtpool
 import tasks
+from helpers import wait_until
 from test_kept import received_bytes
 
 N = 2 * 1024 * 1024  # 16 MiB of float64
 
 
 @pytest.fixture(scope="module")
-def client():
+def cluster():
     with rtpool.LocalCluster(workers=1, serve=["tasks.rpc_e2e"]) as cluster:
         cluster.wait_for_workers(timeout=30)
-        c = cluster.client()
-        yield c
-        c.close()
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    c = cluster.client()
+    yield c
+    c.close()
 
 
 def kept_here(client: rtpool.Client) -> int:
@@ -40,9 +46,24 @@ def test_an_intermediate_result_stays_on_its_worker_and_not_through_the_client(c
     assert total == float(np.arange(N, dtype=np.float64).sum())
     with pytest.raises(rtpool.NotFetchedError):
         a.result(10)
-    # seed's 16 MiB stayed in the worker that made it (main: the master relayed it).
-    assert kept_here(client) - before_kept >= N * 8
+    # seed's 16 MiB stayed in the worker that made it (main: the master relayed it), and it
+    # is dropped there once `timed`, its only reader, is done (below).
     assert received_bytes(client) - before_rx < 64 * 1024
+    wait_until(lambda: kept_here(client) <= before_kept, timeout=10)
+
+
+def test_an_intermediate_is_released_on_its_worker_once_its_dependents_are_done(cluster, client):
+    client.call("seed", 4)
+    before = kept_here(client)
+    released = cluster.stats()["kept_calls_released"]
+    with client.transaction() as tx:
+        a = tx.call("seed", N)
+        t = tx.call("timed", N, a, 0.0)
+    assert t.result(60)[2] == float(np.arange(N, dtype=np.float64).sum())
+    # The worker process's own store: the 16 MiB went when `timed`, its reader, finished (main:
+    # it stayed until --keep-mb evicted it, and the store held N * 8 bytes more).
+    wait_until(lambda: kept_here(client) <= before, timeout=10)
+    assert cluster.stats()["kept_calls_released"] == released + 1
 
 
 def test_a_fetched_intermediate_is_not_kept(client):

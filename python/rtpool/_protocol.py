@@ -105,6 +105,9 @@ STATUS_LOST = 5
 STATUS_QUOTA = 6
 STATUS_MISSED = 7
 STATUS_DISAGREE = 8
+# From a worker only, for a call whose kept input could not be read: u32 BE position + message;
+# the master makes the input again and runs the call again (never sent to a client).
+STATUS_INPUT_LOST = 9
 
 # ERROR codes; the fatal ones close the connection.
 ERR_VERSION = "version"

@@ -58,3 +58,34 @@ def pid_after(path: str, seconds: float) -> int:
 def writable(n: int, x: Vector) -> int:
     """writable tells whether the worker's In array x can be written (1) or is a view (0)."""
     return int(x.flags.writeable)
+
+
+@remote("seed_logged")
+def seed_logged(n: int, log: str) -> Vector:
+    """seed_logged appends this process's PID to log (a line per run), returns [0, ..., n-1]."""
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return np.arange(n, dtype=np.float64)
+
+
+@remote("gate")
+def gate(path: str, seconds: float) -> Span:
+    """gate waits until path exists (at most seconds), then returns [start, end, 0]."""
+    start, deadline = time.time(), time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return np.array([start, time.time(), 0.0])
+
+
+@remote("total_after")
+def total_after(n: int, x: Vector, g: Span) -> Span:
+    """total_after returns [g's start, g's end, sum(x)]: it runs after the gate g."""
+    return np.array([g[0], g[1], x.sum()])
+
+
+@remote("double_logged")
+def double_logged(n: int, x: Vector, log: str) -> Vector:
+    """double_logged appends this process's PID to log (a line per run), returns 2 * x."""
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return 2 * x

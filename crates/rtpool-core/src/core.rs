@@ -37,6 +37,7 @@ mod dispatch;
 mod held;
 mod invariants;
 mod kept;
+mod lineage;
 mod locality;
 mod restore_calls;
 mod timers;
@@ -131,6 +132,10 @@ pub struct Core {
     waiting_services: BTreeSet<u64>,
     /// What was learned of the links to all workers: the default for a worker not yet measured.
     pool_link: Link,
+    /// Transaction intermediates kept on workers (`lineage.rs`).
+    kept_calls: Table<lineage::KeptCall>,
+    /// Kept values to drop, `(worker, key)`, sent at the end of the event.
+    pending_drops: Vec<(WorkerId, Bytes)>,
     /// Results of calls failed because an input failed, sent at the end of the event.
     cascade: Vec<(u64, TaskOutcome)>,
     /// Calls to fail because an input failed, with why (worked off by the outermost
@@ -209,6 +214,8 @@ impl Core {
             services: ServiceTable::default(),
             waiting_services: BTreeSet::new(),
             pool_link: Link::default(),
+            kept_calls: Table::default(),
+            pending_drops: Vec::new(),
             cascade: Vec::new(),
             doomed: Vec::new(),
             failing_dependents: false,
@@ -321,6 +328,9 @@ impl Core {
         if !self.pending_aborts.is_empty() {
             let aborts = std::mem::take(&mut self.pending_aborts);
             self.push_aborts(aborts, out);
+        }
+        if !self.pending_drops.is_empty() {
+            self.push_drops(out);
         }
     }
 
@@ -604,7 +614,7 @@ impl Core {
             holder,
             acked: false,
         };
-        task.args = Bytes::new();
+        let args = std::mem::take(&mut task.args);
         let (index, call) = (task.index, task.call.take());
         let group = task.group.take();
         self.retained += 1;
@@ -612,9 +622,11 @@ impl Core {
         self.disarm_task_timer(id);
         if let Some(call) = call {
             // Its dependents get the data; the client only if it asked (or nothing else will).
-            if !self.call_finished(slot, index, &call, &outcome, now) {
+            let made_on = holder.map(|(w, _)| w);
+            if !self.call_finished(slot, index, &call, &outcome, made_on, args, now) {
                 outcome.data = Bytes::new();
             }
+            self.release_sources(&call);
         }
         self.producer_finished(id, &outcome, holder.map(|(w, _)| w));
         let task = self.tasks.get_mut(id.0).expect("finished above");

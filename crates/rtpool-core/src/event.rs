@@ -41,6 +41,11 @@ pub enum TaskStatus {
     /// Its copies' results disagreed and no quorum was reached within the copy limit; the data
     /// is a msgpack array `[message: str, [[worker: str, status: u8, data: bin], ...]]`.
     Disagree = 8,
+    /// From a worker only, for a call: an input kept on another worker could not be read (its
+    /// process is gone, or it no longer holds it). The data is the input's position (`u32`,
+    /// big-endian) and a UTF-8 message. The master makes the input again and runs the call
+    /// again (`docs/rpc.md`, "Transactions"); a client never sees this status.
+    InputLost = 9,
 }
 
 impl TaskStatus {
@@ -56,6 +61,7 @@ impl TaskStatus {
             6 => Some(Self::Quota),
             7 => Some(Self::Missed),
             8 => Some(Self::Disagree),
+            9 => Some(Self::InputLost),
             _ => None,
         }
     }

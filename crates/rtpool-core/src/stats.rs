@@ -67,6 +67,12 @@ counters! {
     /// Kept results released for a worker that is not connected (nothing to drop: its process
     /// ended, or it reconnected under a new session and keeps them until its bound evicts them).
     kept_release_unknown,
+    /// Transaction intermediates (calls not fetched) dropped on their workers once every
+    /// dependent finished.
+    kept_calls_released,
+    /// Calls re-run because the intermediate result they had made was lost before every
+    /// dependent read it (lineage).
+    kept_calls_rerun,
 }
 
 /// Defines [`CoreStats`] from one list of documented `usize` gauges, beside the [`Counters`].
@@ -146,9 +152,9 @@ mod tests {
             ..CoreStats::default()
         };
         let all: Vec<_> = stats.iter().collect();
-        assert_eq!(all.len(), 10 + 21);
+        assert_eq!(all.len(), 10 + 23);
         assert_eq!(all[0], ("tasks", 7));
-        assert_eq!(all.last(), Some(&("kept_release_unknown", 0)));
+        assert_eq!(all.last(), Some(&("kept_calls_rerun", 0)));
         let names: std::collections::HashSet<_> = all.iter().map(|(n, _)| n).collect();
         assert_eq!(names.len(), all.len(), "no name twice");
     }

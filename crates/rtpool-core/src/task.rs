@@ -96,6 +96,12 @@ pub(crate) struct Call {
     pub(crate) dependents: Vec<u32>,
     /// Its result's data goes to the client (asked for, or no call depends on it).
     pub(crate) fetch: bool,
+    /// By position in `deps`: the record of the kept value it was given there (`lineage.rs`),
+    /// else `lineage::NO_SOURCE`. Empty until an input is a kept value.
+    pub(crate) sources: Vec<u64>,
+    /// This task re-makes the kept value of that record (a copy of its call that no package
+    /// lists), else `lineage::NO_SOURCE`.
+    pub(crate) remakes: u64,
 }
 
 /// One entry of a task's poison-task record: `(worker, attempt, what happened)`.

@@ -33,6 +33,9 @@ pub(crate) struct Worker {
     /// one answers after its package is gone (its copy lost the race), its time still teaches
     /// this worker's pace. At most [`MAX_HEDGED`], the oldest forgotten first.
     pub(crate) hedged: Vec<(TaskId, u32, FnHash)>,
+    /// Records of the transaction intermediates it keeps (`core/lineage.rs`): made again
+    /// elsewhere if it is lost before their dependents read them.
+    pub(crate) kept_calls: Set<u64>,
 }
 
 /// Hedged tasks a worker remembers (see [`Worker::hedged`]).
@@ -54,6 +57,7 @@ impl Worker {
             link: Link::default(),
             slowness: None,
             hedged: Vec::new(),
+            kept_calls: Set::default(),
         }
     }
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pickle
 import select
+import struct
 import traceback
 from typing import Any, Dict, List, Tuple
 
@@ -24,6 +25,7 @@ import msgpack
 from .. import _protocol as P
 from .._serialize import ENVELOPE_TAG, dumps_result, loads_args
 from .._shm import forget_arguments
+from ..errors import KeptResultLost
 from ..rpc.codec import input_blob, kept_blob
 from ._common import RESULT_FRAME_OVERHEAD, log, perf_ns
 from ._executor_process import ExecutorDied, ExecutorProcess, address_space_mib
@@ -300,9 +302,18 @@ class Executing:
             now = perf_ns()
             return P.STATUS_FAILED, self._not_served(key), now, now
         t_start = perf_ns()
+        read: List[Any] = []
+        for position, blob in enumerate(inputs):
+            try:
+                read.append(input_blob(blob))
+            except KeptResultLost as exc:
+                # The master makes that input again and runs this call again with it.
+                why = struct.pack(">I", position) + str(exc).encode()
+                return P.STATUS_INPUT_LOST, why, t_start, perf_ns()
+            except BaseException as exc:
+                return P.STATUS_ERROR, self._call_error(exc), t_start, perf_ns()
         try:
-            inputs = [input_blob(i) for i in inputs]
-            data = self._invoke(service.fn, service.interface, args, inputs)
+            data = self._invoke(service.fn, service.interface, args, read)
             if keep:
                 data = kept_blob(kept_store().put(bytes(data)))
         except BaseException as exc:

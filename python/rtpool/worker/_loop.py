@@ -89,7 +89,11 @@ _SEGMENT_RESULT_BYTES = SEGMENT_MIN_BYTES + RESULT_OVERHEAD
 
 # Failed-task lines: at most one per function and kind of failure per this many seconds.
 _FAILURE_LOG_WINDOW_S = 1.0
-_STATUS_WORDS = {P.STATUS_FAILED: "failed", P.STATUS_TIMEOUT: "timed out"}
+_STATUS_WORDS = {
+    P.STATUS_FAILED: "failed",
+    P.STATUS_TIMEOUT: "timed out",
+    P.STATUS_INPUT_LOST: "input lost (the master makes it again)",
+}
 
 
 def _failure_kind(status: int, data: bytes, is_call: bool) -> str:
@@ -106,6 +110,8 @@ def _failure_kind(status: int, data: bytes, is_call: bool) -> str:
         except Exception:
             return "an error (its report cannot be read here)"
     name = _STATUS_WORDS.get(status, f"status {status}")
+    if status == P.STATUS_INPUT_LOST:
+        data = data[4:]  # after the input's position
     reason = bytes(data[:200]).decode("utf-8", "replace")
     return f"{name}: {reason}"
 

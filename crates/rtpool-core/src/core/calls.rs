@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 
+use super::lineage::NO_SOURCE;
 use super::timers::Results;
 use super::{Core, Timer};
 use crate::event::{
@@ -241,6 +242,8 @@ impl Core {
                 waiting,
                 fetch: spec.fetch || dependents.is_empty(),
                 dependents,
+                sources: Vec::new(),
+                remakes: super::lineage::NO_SOURCE,
             }));
             if waiting > 0 {
                 task.state = TaskState::Waiting;
@@ -412,6 +415,11 @@ impl Core {
             self.config.service_grace_ns as f64 / 1e9
         );
         for id in ids {
+            if self.is_remake(id) {
+                let data = Bytes::from(message.clone());
+                self.remake_answered(id, WorkerId(0), TaskStatus::Failed, data, now);
+                continue;
+            }
             let task = self.tasks.get(id.0).expect("queued call is live");
             let pkg = task.package;
             let outcome = Self::system_outcome(task, TaskStatus::Failed, message.clone(), now);
@@ -447,18 +455,29 @@ impl Core {
     /// dependents receive its result and the ready ones are queued, or, if it failed, they
     /// fail in turn (transitively). Returns whether the client gets the data (always for a
     /// failure).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn call_finished(
         &mut self,
         slot: u64,
         index: u32,
         call: &Call,
         outcome: &TaskOutcome,
+        made_on: Option<WorkerId>,
+        args: Bytes,
         now: Instant,
     ) -> bool {
         if let Some(s) = self.services.get_mut(call.service) {
             s.calls -= 1;
         }
         self.free_service_if_unused(call.service);
+        // A kept intermediate: recorded, so that it is dropped once its readers are done and
+        // made again if its worker is lost before (lineage.rs).
+        let kept = match made_on {
+            Some(worker) if !call.fetch && outcome.status == TaskStatus::Ok => {
+                Some(self.record_kept(slot, index, worker, outcome.data.clone(), call, args))
+            }
+            _ => None,
+        };
         for &j in &call.dependents {
             let Some(id) = self.call_id(slot, j) else {
                 continue;
@@ -473,8 +492,19 @@ impl Core {
                     if d == index {
                         dependent.inputs[p] = outcome.data.clone();
                         dependent.waiting -= 1;
+                        if let Some(record) = kept {
+                            if dependent.sources.is_empty() {
+                                dependent.sources = vec![NO_SOURCE; dependent.deps.len()];
+                            }
+                            dependent.sources[p] = record;
+                        }
                     }
                 }
+                if let Some(record) = kept.and_then(|k| self.kept_calls.get_mut(k)) {
+                    record.readers += 1;
+                }
+                let task = self.tasks.get_mut(id.0).expect("checked by call_id");
+                let dependent = task.call.as_mut().expect("a call");
                 if dependent.waiting == 0 {
                     task.state = TaskState::Queued;
                     self.enqueue(id, false);
@@ -484,27 +514,45 @@ impl Core {
                 self.doomed.push((id, reason));
             }
         }
-        if !self.failing_dependents {
-            self.failing_dependents = true;
-            while let Some((id, reason)) = self.doomed.pop() {
-                let Some(task) = self.tasks.get(id.0) else {
-                    continue;
-                };
-                if task.state != TaskState::Waiting {
-                    continue;
-                }
-                let pkg = task.package;
-                let o = Self::system_outcome(task, TaskStatus::Failed, reason, now);
-                let o = self.finish_task(id, o, now);
-                self.cascade.push((pkg, o));
-            }
-            self.failing_dependents = false;
+        self.fail_doomed(now);
+        if let Some(record) = kept {
+            self.settle(record); // dropped now if every dependent was cancelled or failed
         }
         call.fetch || outcome.status != TaskStatus::Ok
     }
 
+    /// Fails the waiting calls of `doomed` (their results go out at the end of the event),
+    /// unless an outer call is already working the list off (a long chain does not recurse).
+    pub(super) fn fail_doomed(&mut self, now: Instant) {
+        if self.failing_dependents {
+            return;
+        }
+        self.failing_dependents = true;
+        while let Some((id, reason)) = self.doomed.pop() {
+            let Some(task) = self.tasks.get(id.0) else {
+                continue;
+            };
+            if task.state != TaskState::Waiting {
+                continue;
+            }
+            let pkg = task.package;
+            let o = Self::system_outcome(task, TaskStatus::Failed, reason, now);
+            let o = self.finish_task(id, o, now);
+            self.cascade.push((pkg, o));
+        }
+        self.failing_dependents = false;
+    }
+
+    /// A call of `service` is gone: the service is freed if nothing else uses it.
+    pub(super) fn service_call_ended(&mut self, service: u64) {
+        if let Some(s) = self.services.get_mut(service) {
+            s.calls -= 1;
+        }
+        self.free_service_if_unused(service);
+    }
+
     /// The live task of call `index` of the package, if any.
-    fn call_id(&self, slot: u64, index: u32) -> Option<TaskId> {
+    pub(super) fn call_id(&self, slot: u64, index: u32) -> Option<TaskId> {
         let id = *self.packages.get(slot)?.tasks.get(index as usize)?;
         self.tasks.get(id.0).map(|_| id)
     }

@@ -577,6 +577,7 @@ impl Core {
         }
         self.user_releases(user, bytes);
         if let Some(call) = call {
+            self.release_sources(&call);
             self.cancel_dependents(slot, &call, aborts);
         }
     }

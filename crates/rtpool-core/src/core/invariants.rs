@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::lineage::NO_SOURCE;
 use super::Core;
 use super::Timer;
 use crate::ids::{FnHash, TaskId, WorkerId, WorkerKey};
@@ -61,11 +62,110 @@ impl Core {
         self.check_groups();
         self.check_workers(tally.running + tally.cancelling + tally.done_held);
         self.check_packages(&tally.per_package);
-        self.check_services(&tally.calls);
+        let mut calls = tally.calls.clone();
+        for (_, record) in self.kept_calls.iter() {
+            *calls.entry(record.service).or_default() += 1; // a record holds its service
+        }
+        self.check_services(&calls);
         self.check_clients();
         self.check_bounds();
         self.check_timers();
         self.check_held();
+        self.check_kept_calls();
+    }
+
+    /// Records of kept transaction intermediates (`lineage.rs`): each is needed (read, waited
+    /// for by a copy, or its recipe held); its counts match the calls, copies and records
+    /// that name it; its copy and its worker name it back.
+    fn check_kept_calls(&self) {
+        let mut readers: HashMap<u64, u32> = HashMap::new();
+        let mut copies: HashMap<u64, Vec<TaskId>> = HashMap::new();
+        for (key, task) in self.tasks.iter() {
+            let Some(call) = &task.call else { continue };
+            let mut sources: Vec<u64> = call
+                .sources
+                .iter()
+                .copied()
+                .filter(|&s| s != NO_SOURCE)
+                .collect();
+            sources.sort_unstable();
+            sources.dedup();
+            for s in sources {
+                if task.shadow {
+                    copies.entry(s).or_default().push(TaskId(key));
+                } else {
+                    *readers.entry(s).or_default() += 1;
+                }
+            }
+        }
+        let mut recipe_refs: HashMap<u64, u32> = HashMap::new();
+        for (_, r) in self.kept_calls.iter() {
+            let mut sources: Vec<u64> = r
+                .sources
+                .iter()
+                .copied()
+                .filter(|&s| s != NO_SOURCE)
+                .collect();
+            sources.sort_unstable();
+            sources.dedup();
+            for s in sources {
+                *recipe_refs.entry(s).or_default() += 1;
+            }
+        }
+        for (id, r) in self.kept_calls.iter() {
+            assert!(
+                r.readers > 0 || !r.remake_readers.is_empty() || r.recipe_refs > 0,
+                "kept record {id} is needed by nothing but was not freed"
+            );
+            assert_eq!(
+                r.readers,
+                readers.get(&id).copied().unwrap_or(0),
+                "readers of kept record {id}"
+            );
+            assert_eq!(
+                r.recipe_refs,
+                recipe_refs.get(&id).copied().unwrap_or(0),
+                "recipe refs of kept record {id}"
+            );
+            let mut listed = r.remake_readers.clone();
+            listed.sort_unstable();
+            let mut found = copies.get(&id).cloned().unwrap_or_default();
+            found.sort_unstable();
+            assert_eq!(listed, found, "copies reading kept record {id}");
+            if let Some(copy) = r.remake {
+                let t = self
+                    .tasks
+                    .get(copy.0)
+                    .unwrap_or_else(|| panic!("kept record {id}'s copy {copy} is freed"));
+                assert!(
+                    t.shadow && t.call.as_ref().is_some_and(|c| c.remakes == id),
+                    "{copy} does not make kept record {id}"
+                );
+                assert!(
+                    r.worker.is_none(),
+                    "kept record {id} is kept and made again"
+                );
+            }
+            if let Some(w) = r.worker.and_then(|w| self.workers.get(&w)) {
+                assert!(
+                    w.kept_calls.contains(&id),
+                    "the worker of kept record {id} does not list it"
+                );
+            }
+        }
+        for (wid, w) in self.workers.iter() {
+            for id in w.kept_calls.iter() {
+                let r = self
+                    .kept_calls
+                    .get(*id)
+                    .unwrap_or_else(|| panic!("{wid} lists freed kept record {id}"));
+                assert_eq!(
+                    r.worker,
+                    Some(*wid),
+                    "{wid} lists kept record {id} of another worker"
+                );
+            }
+        }
     }
 
     /// Held packages (`held.rs`): each is a live package with `after`; one still without its
@@ -315,7 +415,8 @@ impl Core {
                 );
                 assert_eq!(group.index, task.index, "{id}'s group is of another index");
             } else {
-                assert!(!task.shadow, "shadow {id} is in no group");
+                let remake = task.call.as_ref().is_some_and(|c| c.remakes != NO_SOURCE);
+                assert!(!task.shadow || remake, "shadow {id} is in no group");
             }
             if let TaskState::Running { .. } = task.state {
                 tally.running_work_us += self.packages.get(task.package).map_or(0, |p| p.est_us);

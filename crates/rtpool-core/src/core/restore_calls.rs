@@ -86,6 +86,8 @@ impl Core {
                 waiting,
                 fetch: !delivered && (spec.fetch || dependents.is_empty()),
                 dependents,
+                sources: Vec::new(),
+                remakes: super::lineage::NO_SOURCE,
             }));
             if waiting > 0 {
                 task.state = TaskState::Waiting;

@@ -203,6 +203,13 @@ impl Core {
         };
         let outcome = Self::system_outcome(task, TaskStatus::Timeout, message, now);
         self.counters.timed_out += 1;
+        if self.is_remake(id) {
+            // Its worker still holds it: told to abort, and its answer is stale.
+            aborts.push((worker, id, attempt));
+            self.remake_answered(id, worker, TaskStatus::Timeout, outcome.data, now);
+            return;
+        }
+        let task = self.tasks.get(id.0).expect("checked above");
         if task.group.is_some() {
             self.copy_answered(id, worker, outcome, true, now, results);
             return;

@@ -1,5 +1,6 @@
 //! Worker events: join, credit, results, return, drain, loss.
 
+use super::lineage::NO_SOURCE;
 use super::timers::Results;
 use super::Core;
 use crate::event::{Action, LossCause, TaskOutcome, TaskStatus, WorkerOutcome};
@@ -127,6 +128,7 @@ impl Core {
             .as_ref()
             .map_or(0, |c| c.inputs.iter().map(bytes::Bytes::len).sum());
         let bytes = (task.args.len() + inputs + r.data.len()) as u64;
+        let is_call = task.call.is_some();
         let fn_hash = match task.call.as_ref() {
             Some(c) => self.services.get(c.service).map(|s| s.fn_hash),
             None => self.packages.get(slot).map(|p| p.fn_hash),
@@ -190,6 +192,15 @@ impl Core {
                     // The worker survived the process that ran the task: blame the task.
                     return self.on_crash_report(worker, r.task, r.attempt, &outcome.data, now);
                 }
+                // Lineage takes a call's answer when it is a copy's or says "input lost".
+                let outcome = if is_call || outcome.status == TaskStatus::InputLost {
+                    match self.lineage_answer(r.task, worker, outcome, now) {
+                        Ok(()) => return None,
+                        Err(outcome) => outcome,
+                    }
+                } else {
+                    outcome
+                };
                 // Now `Done` with no holder: the in-flight entry is already gone.
                 let outcome = self.finish_task(r.task, outcome, now);
                 let task = self.tasks.get_mut(r.task.0).expect("just finished");
@@ -328,6 +339,12 @@ impl Core {
                 if task.losses().len() >= allowed {
                     let slot = task.package;
                     let message = poison_message(task.losses());
+                    if self.is_remake(id) {
+                        let data = bytes::Bytes::from(message);
+                        self.remake_answered(id, worker, TaskStatus::Lost, data, now);
+                        continue;
+                    }
+                    let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
                     let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
                     self.counters.poisoned += 1;
                     if task.group.is_some() {
@@ -350,6 +367,9 @@ impl Core {
             }
             self.requeue_front(id);
         }
+        // The transaction intermediates it kept are made again elsewhere.
+        let kept: Vec<u64> = w.kept_calls.iter().copied().collect();
+        self.kept_lost(kept, now);
         self.push_results(poisoned, out);
         if self.hungry.len() > 2 * self.workers.len() + 16 {
             let workers = &self.workers;
@@ -382,6 +402,11 @@ impl Core {
             return None;
         }
         let message = poison_message(task.losses());
+        if self.is_remake(id) {
+            self.remake_answered(id, worker, TaskStatus::Lost, message.into(), now);
+            return None;
+        }
+        let task = self.tasks.get_mut(id.0).expect("checked by the caller");
         let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
         self.counters.poisoned += 1;
         let outcome = self.finish_task(id, outcome, now);
@@ -441,6 +466,7 @@ impl Core {
         if task.losses().len() < allowed
             || task.group.is_some()
             || !matches!(task.state, TaskState::Queued)
+            || task.call.as_ref().is_some_and(|c| c.remakes != NO_SOURCE)
         {
             return None; // a running task is judged by its next loss or result
         }
@@ -492,7 +518,7 @@ impl Core {
     }
 
     /// How many losses make a task poison: its package's `max_attempts`, else the master's.
-    fn allowed_attempts(&self, slot: u64) -> usize {
+    pub(super) fn allowed_attempts(&self, slot: u64) -> usize {
         let allowed = match self.packages.get(slot) {
             Some(p) if p.opts.max_attempts > 0 => p.opts.max_attempts,
             _ => self.config.max_attempts,
