@@ -70,16 +70,23 @@ impl Core {
                 self.queue.remove(slot, task.queue_pos);
                 self.tasks.remove(id.0);
             }
-            TaskState::Running { worker, seq, .. } => {
-                task.state = TaskState::Cancelled { worker, seq };
-                self.pending_aborts.push((worker, id, task.attempt));
-                self.disarm_task_timer(id);
-                self.leave_running(slot);
-                self.cancelling += 1;
-            }
+            TaskState::Running { worker, seq, .. } => self.abort_running(id, slot, worker, seq),
             _ => return,
         }
         self.counters.copies_cancelled += 1;
+    }
+
+    /// Aborts the running task `id` of the package in `slot` on `worker`: it stays
+    /// `Cancelled` until the worker answers, which frees it.
+    pub(super) fn abort_running(&mut self, id: TaskId, slot: u64, worker: WorkerId, seq: u64) {
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
+        task.state = TaskState::Cancelled { worker, seq };
+        self.pending_aborts.push((worker, id, task.attempt));
+        self.disarm_task_timer(id);
+        self.leave_running(slot);
+        self.cancelling += 1;
     }
 
     /// A copy of the package in `slot` ran `us` on `worker` before it was aborted: a lower

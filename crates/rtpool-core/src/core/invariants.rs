@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::lineage::NO_SOURCE;
+use super::lineage::{distinct_sources, NO_SOURCE};
 use super::Core;
 use super::Timer;
 use crate::ids::{FnHash, TaskId, WorkerId, WorkerKey};
@@ -82,15 +82,7 @@ impl Core {
         let mut copies: HashMap<u64, Vec<TaskId>> = HashMap::new();
         for (key, task) in self.tasks.iter() {
             let Some(call) = &task.call else { continue };
-            let mut sources: Vec<u64> = call
-                .sources
-                .iter()
-                .copied()
-                .filter(|&s| s != NO_SOURCE)
-                .collect();
-            sources.sort_unstable();
-            sources.dedup();
-            for s in sources {
+            for s in distinct_sources(&call.sources) {
                 if task.shadow {
                     copies.entry(s).or_default().push(TaskId(key));
                 } else {
@@ -100,15 +92,7 @@ impl Core {
         }
         let mut recipe_refs: HashMap<u64, u32> = HashMap::new();
         for (_, r) in self.kept_calls.iter() {
-            let mut sources: Vec<u64> = r
-                .sources
-                .iter()
-                .copied()
-                .filter(|&s| s != NO_SOURCE)
-                .collect();
-            sources.sort_unstable();
-            sources.dedup();
-            for s in sources {
+            for s in distinct_sources(&r.sources) {
                 *recipe_refs.entry(s).or_default() += 1;
             }
         }

@@ -22,6 +22,17 @@ use crate::task::{Call, Task, TaskState};
 /// "No record": a [`Call::sources`] entry of an input that is not a kept value.
 pub(crate) const NO_SOURCE: u64 = u64::MAX;
 
+/// The kept sources a call reads (its `sources` without [`NO_SOURCE`]), each once, in the
+/// order they first appear. No allocation: a call has a few arguments, so a repeat is found
+/// by a look at the ones before it.
+pub(crate) fn distinct_sources(sources: &[u64]) -> impl Iterator<Item = u64> + '_ {
+    sources
+        .iter()
+        .enumerate()
+        .filter(|&(i, s)| *s != NO_SOURCE && !sources[..i].contains(s))
+        .map(|(_, &s)| s)
+}
+
 /// One kept intermediate result of a transaction.
 #[derive(Debug)]
 pub(crate) struct KeptCall {
@@ -112,18 +123,7 @@ impl Core {
     /// A dependent finished (done, failed or cancelled): it reads none of its sources any
     /// more. Each source it was the last reader of is released.
     pub(super) fn release_sources(&mut self, call: &Call) {
-        let mut sources: Vec<u64> = call
-            .sources
-            .iter()
-            .copied()
-            .filter(|&s| s != NO_SOURCE)
-            .collect();
-        if sources.is_empty() {
-            return;
-        }
-        sources.sort_unstable();
-        sources.dedup();
-        for id in sources {
+        for id in distinct_sources(&call.sources) {
             let Some(record) = self.kept_calls.get_mut(id) else {
                 continue;
             };
@@ -586,13 +586,7 @@ impl Core {
             TaskState::Waiting => {
                 self.tasks.remove(id.0);
             }
-            TaskState::Running { worker, seq, .. } => {
-                task.state = TaskState::Cancelled { worker, seq };
-                self.pending_aborts.push((worker, id, task.attempt));
-                self.disarm_task_timer(id);
-                self.leave_running(slot);
-                self.cancelling += 1;
-            }
+            TaskState::Running { worker, seq, .. } => self.abort_running(id, slot, worker, seq),
             other => panic!("remake {id} is {other:?}"),
         }
         self.service_call_ended(call.service);
