@@ -213,21 +213,28 @@ def cluster_client(cluster):
 _PG_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "pg-test-server"
 
 
+def _cluster_workers(module) -> int:
+    return getattr(module, "CLUSTER_WORKERS", 2)
+
+
 @pytest.fixture(scope="module")
-def shared_cluster() -> Iterator[object]:
-    """A LocalCluster with 2 workers for the whole module that asks for it (a killed worker
-    child is restarted by its parent); tests take a ``client`` of it."""
+def shared_cluster(request) -> Iterator[object]:
+    """A LocalCluster for the whole module that asks for it (a killed worker child is
+    restarted by its parent); tests take a ``client`` of it. The module may set
+    ``CLUSTER_WORKERS`` (default 2) and ``CLUSTER_SERVE``, the modules its workers serve."""
     import rtpool
 
-    with rtpool.LocalCluster(workers=2) as c:
+    workers = _cluster_workers(request.module)
+    serve = list(getattr(request.module, "CLUSTER_SERVE", ()))
+    with rtpool.LocalCluster(workers=workers, serve=serve) as c:
         yield c
 
 
 @pytest.fixture
-def client(shared_cluster) -> Iterator[object]:
-    """A Client of the module's ``shared_cluster`` once both workers are there, closed after
-    the test (a module with a ``client`` fixture of its own uses that one)."""
-    shared_cluster.wait_for_workers(2, timeout=30)
+def client(shared_cluster, request) -> Iterator[object]:
+    """A Client of the module's ``shared_cluster`` once all its workers are there, closed
+    after the test (a module with a ``client`` fixture of its own uses that one)."""
+    shared_cluster.wait_for_workers(_cluster_workers(request.module), timeout=30)
     c = shared_cluster.client()
     yield c
     c.close()

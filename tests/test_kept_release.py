@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import gc
 
-import pytest
-
 import rtpool
 import tasks
 from helpers import wait_until
@@ -20,18 +18,8 @@ from rtpool._kept import KeptRef
 MIB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with rtpool.LocalCluster(workers=1) as c:
-        yield c
-
-
-@pytest.fixture
-def client(cluster):
-    cluster.wait_for_workers(1, timeout=30)
-    client = cluster.client()
-    yield client
-    client.close()
+# The conftest's shared_cluster and client, with one worker: the tests read its store.
+CLUSTER_WORKERS = 1
 
 
 def kept_bytes(client: rtpool.Client, pid: int) -> int:

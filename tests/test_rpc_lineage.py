@@ -21,21 +21,13 @@ from test_kept import _alive
 N = 1 << 20  # 8 MiB of float64
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with rtpool.LocalCluster(workers=2, serve=["tasks.rpc_e2e"]) as cluster:
-        yield cluster
+# The conftest's shared_cluster and client: 2 workers serving the transactions' functions.
+CLUSTER_SERVE = ["tasks.rpc_e2e"]
 
 
-@pytest.fixture
-def client(cluster):
-    cluster.wait_for_workers(2, timeout=30)
-    c = cluster.client()
-    yield c
-    c.close()
-
-
-def test_killing_the_holder_of_an_intermediate_reruns_its_producer(cluster, client, tmp_path):
+def test_killing_the_holder_of_an_intermediate_reruns_its_producer(
+    shared_cluster, client, tmp_path
+):
     log, gate = tmp_path / "a-pids", tmp_path / "gate"
     with client.transaction() as tx:
         a = tx.call("seed_logged", N, str(log))
@@ -54,7 +46,7 @@ def test_killing_the_holder_of_an_intermediate_reruns_its_producer(cluster, clie
     pids = log.read_text().split()
     assert len(pids) == 2, f"a ran {len(pids)} times: {pids}"
     assert int(pids[1]) != holder
-    assert cluster.stats()["kept_calls_rerun"] == 1
+    assert shared_cluster.stats()["kept_calls_rerun"] == 1
 
 
 def test_a_reader_that_finds_its_input_evicted_gets_it_made_again(tmp_path):
@@ -81,11 +73,13 @@ def test_a_reader_that_finds_its_input_evicted_gets_it_made_again(tmp_path):
             assert cluster.stats()["kept_calls_rerun"] == sum(runs) - 2
 
 
-def test_in_a_chain_the_lost_value_and_its_dropped_input_are_made_again(cluster, client, tmp_path):
+def test_in_a_chain_the_lost_value_and_its_dropped_input_are_made_again(
+    shared_cluster, client, tmp_path
+):
     # a -> b -> c: a's value is dropped once b read it; b's holder is killed before c reads
     # b, so b runs again, and a (dropped) runs again first: the master kept how to make it.
     logs, gate = [tmp_path / "a-pids", tmp_path / "b-pids"], tmp_path / "gate"
-    rerun = cluster.stats().get("kept_calls_rerun", 0)  # (main has no such counter)
+    rerun = shared_cluster.stats().get("kept_calls_rerun", 0)  # (main has no such counter)
     with client.transaction() as tx:
         a = tx.call("seed_logged", N, str(logs[0]))
         b = tx.call("double_logged", N, a, str(logs[1]))
@@ -99,4 +93,4 @@ def test_in_a_chain_the_lost_value_and_its_dropped_input_are_made_again(cluster,
     assert c.result(timeout=120)[2] == 2 * float(np.arange(N, dtype=np.float64).sum())
     runs = [len(log.read_text().split()) for log in logs]
     assert runs == [2, 2], f"a and b ran {runs} times"
-    assert cluster.stats()["kept_calls_rerun"] == rerun + 2
+    assert shared_cluster.stats()["kept_calls_rerun"] == rerun + 2
