@@ -4,7 +4,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::TestEnv;
+use common::{drops, TestEnv};
 use rtpool_core::{Action, ClientId, Event, WorkerId};
 
 fn key(n: u8) -> Bytes {
@@ -14,15 +14,6 @@ fn key(n: u8) -> Bytes {
 fn release(env: &mut TestEnv, client: ClientId, keys: &[(WorkerId, u8)]) -> Vec<Action> {
     let keys = keys.iter().map(|&(w, n)| (w, key(n))).collect();
     env.step(Event::ReleaseKept { client, keys })
-}
-
-fn drops(out: &[Action]) -> Vec<(WorkerId, Vec<Bytes>)> {
-    out.iter()
-        .filter_map(|a| match a {
-            Action::DropKept { worker, keys } => Some((*worker, keys.clone())),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

@@ -21,15 +21,6 @@ fn reference(key: u8) -> Vec<u8> {
     out
 }
 
-fn drops(out: &[Action]) -> Vec<(WorkerId, Vec<Bytes>)> {
-    out.iter()
-        .filter_map(|a| match a {
-            Action::DropKept { worker, keys } => Some((*worker, keys.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
 fn key(n: u8) -> Bytes {
     Bytes::from(vec![n; 16])
 }

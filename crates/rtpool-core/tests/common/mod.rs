@@ -681,6 +681,17 @@ pub fn aborts(actions: &[Action]) -> Vec<(WorkerId, TaskId, u32)> {
         .collect()
 }
 
+/// Every `(worker, keys)` of the `DropKept` actions, in order.
+pub fn drops(actions: &[Action]) -> Vec<(WorkerId, Vec<Bytes>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DropKept { worker, keys } => Some((*worker, keys.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The indices of every `Resend`, in order.
 pub fn resent_indices(actions: &[Action]) -> Vec<u32> {
     actions
