@@ -19,14 +19,23 @@ fn submit_after(
     env.submit_spec(client, Spec::tasks(1).after(producer, 0))
 }
 
+/// A client, and its one-task package `f` running on worker `a` (given one credit): `(client,
+/// f, f's task)`.
+fn producer_running_on(
+    env: &mut TestEnv,
+    a: rtpool_core::WorkerId,
+) -> (rtpool_core::ClientId, PackageId, rtpool_core::TaskId) {
+    let client = env.new_client();
+    env.credit(a, 1);
+    let (f, out) = env.submit(client, 1);
+    (client, f, tasks_of(&out, a)[0])
+}
+
 #[test]
 fn a_dependent_waits_for_its_producer_then_runs_near_it_with_its_result_as_input() {
     let mut env = TestEnv::new();
     let (a, b) = (env.new_worker(1), env.new_worker(1));
-    let client = env.new_client();
-    env.credit(a, 1);
-    let (f, out) = env.submit(client, 1);
-    let producer = tasks_of(&out, a)[0];
+    let (client, f, producer) = producer_running_on(&mut env, a);
     // g is sent at once; b is idle but g waits for f.
     env.credit(b, 1);
     let (_, out) = submit_after(&mut env, client, f);
@@ -52,10 +61,7 @@ fn a_dependent_of_a_done_producer_runs_at_once_with_its_input() {
     let mut env = TestEnv::new();
     env.auto_ack = false;
     let a = env.new_worker(2);
-    let client = env.new_client();
-    env.credit(a, 1);
-    let (f, out) = env.submit(client, 1);
-    let producer = tasks_of(&out, a)[0];
+    let (client, f, producer) = producer_running_on(&mut env, a);
     env.complete(a, producer); // done, not yet acknowledged
     env.credit(a, 1);
     let (_, out) = submit_after(&mut env, client, f);
@@ -71,10 +77,7 @@ fn a_dependent_of_a_done_producer_runs_near_the_worker_that_made_its_input() {
     let mut env = TestEnv::new();
     env.auto_ack = false;
     let (a, b) = (env.new_worker(1), env.new_worker(1));
-    let client = env.new_client();
-    env.credit(a, 1);
-    let (f, out) = env.submit(client, 1);
-    let producer = tasks_of(&out, a)[0];
+    let (client, f, producer) = producer_running_on(&mut env, a);
     env.complete(a, producer);
     env.credit(b, 1);
     let (_, out) = submit_after(&mut env, client, f);
@@ -90,10 +93,7 @@ fn a_dependent_of_a_done_producer_runs_near_the_worker_that_made_its_input() {
 fn a_failed_producer_fails_its_dependents_transitively_naming_it() {
     let mut env = TestEnv::new();
     let a = env.new_worker(1);
-    let client = env.new_client();
-    env.credit(a, 1);
-    let (f, out) = env.submit(client, 1);
-    let producer = tasks_of(&out, a)[0];
+    let (client, f, producer) = producer_running_on(&mut env, a);
     let (g, _) = submit_after(&mut env, client, f);
     let (h, _) = submit_after(&mut env, client, g);
     let out = env.answer(a, producer, TaskStatus::Error, b"report", 10);
@@ -145,10 +145,7 @@ fn a_cancelled_producer_fails_its_dependent() {
 fn a_cancelled_dependent_is_forgotten_and_its_producer_runs_on() {
     let mut env = TestEnv::new();
     let a = env.new_worker(1);
-    let client = env.new_client();
-    env.credit(a, 1);
-    let (f, out) = env.submit(client, 1);
-    let producer = tasks_of(&out, a)[0];
+    let (client, f, producer) = producer_running_on(&mut env, a);
     let (g, _) = submit_after(&mut env, client, f);
     let out = env.cancel(client, g, &[]);
     assert!(results(&out).is_empty(), "{out:?}");
@@ -168,10 +165,7 @@ fn a_cancelled_dependent_is_forgotten_and_its_producer_runs_on() {
 fn a_producer_whose_worker_is_lost_runs_again_and_its_dependent_still_waits() {
     let mut env = TestEnv::new();
     let (a, b) = (env.new_worker(1), env.new_worker(1));
-    let client = env.new_client();
-    env.credit(a, 1);
-    let (f, out) = env.submit(client, 1);
-    let producer = tasks_of(&out, a)[0];
+    let (client, f, producer) = producer_running_on(&mut env, a);
     submit_after(&mut env, client, f);
     env.lose_worker(a);
     let out = env.credit(b, 1);
@@ -192,10 +186,7 @@ fn a_producer_whose_worker_is_lost_runs_again_and_its_dependent_still_waits() {
 fn a_dependency_on_an_acknowledged_or_foreign_task_is_refused() {
     let mut env = TestEnv::new();
     let a = env.new_worker(1);
-    let client = env.new_client();
-    env.credit(a, 1);
-    let (f, out) = env.submit(client, 1);
-    let producer = tasks_of(&out, a)[0];
+    let (client, f, producer) = producer_running_on(&mut env, a);
     env.complete(a, producer);
     env.ack_all(client, f); // f is freed
     let (_, out) = env.submit_raw(client, Spec::tasks(1).after(f, 0));

@@ -466,10 +466,7 @@ impl Core {
         args: Bytes,
         now: Instant,
     ) -> bool {
-        if let Some(s) = self.services.get_mut(call.service) {
-            s.calls -= 1;
-        }
-        self.free_service_if_unused(call.service);
+        self.service_call_ended(call.service);
         // A kept intermediate: recorded, so that it is dropped once its readers are done and
         // made again if its worker is lost before (lineage.rs).
         let kept = match made_on {

@@ -104,7 +104,7 @@ impl Core {
             recipe_refs: 0,
             remake_readers: Vec::new(),
         };
-        for source in distinct(&call.sources) {
+        for source in distinct_sources(&call.sources) {
             if let Some(r) = self.kept_calls.get_mut(source) {
                 r.recipe_refs += 1;
             }
@@ -162,7 +162,7 @@ impl Core {
             }
             let record = self.kept_calls.remove(id).expect("checked above");
             self.service_call_ended(record.service);
-            for source in distinct(&record.sources) {
+            for source in distinct_sources(&record.sources) {
                 if let Some(r) = self.kept_calls.get_mut(source) {
                     r.recipe_refs -= 1;
                     work.push(source);
@@ -221,7 +221,7 @@ impl Core {
             self.unread(slot, j, rid);
         }
         if runs as usize >= self.allowed_attempts(slot) {
-            let what = self.call_name(slot, index, rid);
+            let what = self.call_name(rid);
             for &j in dependents.iter().flatten() {
                 if let Some(id) = self.call_id(slot, j) {
                     let reason = format!(
@@ -253,7 +253,8 @@ impl Core {
             sources: record.sources.clone(),
             remakes: rid,
         }));
-        let (service, sources) = (record.service, distinct(&record.sources));
+        let service = record.service;
+        let sources: Vec<u64> = distinct_sources(&record.sources).collect();
         let id = TaskId(self.tasks.insert(task));
         self.kept_calls.get_mut(rid).expect("checked above").remake = Some(id);
         // It reads the values of its sources: they stay, or are made again, for it. A source
@@ -291,8 +292,8 @@ impl Core {
         }
     }
 
-    /// The name of call `index` of the package in `slot` (its service's), for messages.
-    fn call_name(&self, _slot: u64, _index: u32, rid: u64) -> String {
+    /// The name of the call that made the value of record `rid` (its service's), for messages.
+    fn call_name(&self, rid: u64) -> String {
         self.kept_calls
             .get(rid)
             .and_then(|r| self.services.get(r.service))
@@ -488,7 +489,7 @@ impl Core {
             self.settle(rid);
             return;
         }
-        let what = self.call_name(slot, index, rid);
+        let what = self.call_name(rid);
         let text: String = String::from_utf8_lossy(&data).chars().take(300).collect();
         for j in dependents {
             if let Some(dep) = self.call_id(slot, j) {
@@ -529,7 +530,7 @@ impl Core {
     /// Copy `id` no longer reads its sources: it leaves their `remake_readers`. Returns the
     /// sources, to settle.
     fn stop_reading(&mut self, id: TaskId, sources: &[u64]) -> Vec<u64> {
-        let sources = distinct(sources);
+        let sources: Vec<u64> = distinct_sources(sources).collect();
         for &source in &sources {
             if let Some(r) = self.kept_calls.get_mut(source) {
                 r.remake_readers.retain(|&t| t != id);
@@ -611,18 +612,6 @@ impl Core {
                 .map(|(worker, keys)| Action::DropKept { worker, keys }),
         );
     }
-}
-
-/// The distinct records among `sources` (sorted), without [`NO_SOURCE`].
-fn distinct(sources: &[u64]) -> Vec<u64> {
-    let mut out: Vec<u64> = sources
-        .iter()
-        .copied()
-        .filter(|&s| s != NO_SOURCE)
-        .collect();
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
 /// The 16-byte key of a kept result's reference: msgpack ext 3 whose payload is
