@@ -196,7 +196,9 @@ class _Receiver:
                 error = task_error(status, r[2])
             t1 = perf_ns()
             r[2] = None
-            fut._entry = r
+            # A tuple of numbers: the cyclic GC untracks it at its first pass (a list it would
+            # carry through every generation with its future).
+            fut._entry = tuple(r)
             fut._deser_ns = t1 - t0
             fut._done_ns = t1
             if status == 2:
