@@ -74,6 +74,9 @@ _QUEUED_SLACK = 4096
 #: before it closes anyway. A master that answers does so in milliseconds; a silent one
 #: must not keep a closed client connected (and its shared memory attached) for good.
 CLOSE_GRACE_S = 2.0
+#: At most this many complete packages' ACKs wait for the next frame (``_send_acks``): each
+#: of at most ACK_DEFER_TASKS tasks and ACK_DEFER_BYTES of results (defined in receive.py).
+ACK_DEFER_MAX = 64
 
 
 def _queued_bytes(sock: socket.socket | None) -> int:
@@ -224,9 +227,16 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
             if sock is None or (gen is not None and gen != self._gen):
                 return
             try:
-                _sendall(sock, frame)
                 if self._ack_later:
-                    self._flush_acks(sock)
+                    # Deferred ACKs ride in front of the frame, in the same write: the master
+                    # reads both in one wake-up (the sequential path: the last result's ACK
+                    # and the next SUBMIT).
+                    acks = self._take_acks()
+                    if type(frame) is bytes:
+                        frame = acks + frame
+                    elif acks:
+                        sock.sendall(acks)
+                _sendall(sock, frame)
             except OSError as exc:
                 error = exc
             else:
@@ -245,16 +255,35 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
         if not quiet:
             raise lost from None
 
-    def _flush_acks(self, sock: socket.socket) -> None:
-        # With the send lock held.
+    def _take_acks(self) -> bytes:
+        # With the send lock held: the deferred ACKs as frames, and none deferred any more.
         with self._lock:
             later, self._ack_later = self._ack_later, {}
-        if later:
-            sock.sendall(b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in later.items()]))
+        return b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in later.items()])
+
+    def _flush_acks(self, sock: socket.socket) -> None:
+        # With the send lock held.
+        acks = self._take_acks()
+        if acks:
+            sock.sendall(acks)
 
     def _send_acks(self) -> None:
-        """Reader thread, after a batch: one ACK per package that got results in it."""
+        """Reader thread, after a batch: one ACK per package that got results in it.
+
+        The ACK of a small package that is complete (every result in, few bytes) may wait,
+        for at most a heartbeat tick, to ride in front of the next frame sent (``_send``): in
+        a sequential workload that saves a write here and a wake-up of the master between a
+        result and the next ``SUBMIT``. A package still receiving results is acknowledged at
+        once (the master's unacknowledged bound paces it), and so is everything when more
+        than ``ACK_DEFER_MAX`` packages wait.
+        """
         acks, self._acks = self._acks, {}
+        if len(self._ack_later) + len(acks) <= ACK_DEFER_MAX and all(
+            seg.ack_may_wait for seg in acks.values()
+        ):
+            with self._lock:
+                self._ack_later.update(acks)
+            return
         if not self._send_lock.acquire(False):
             # Another thread is writing (maybe a large SUBMIT): do not stop reading results
             # for it. It sends these when done (or the heartbeat thread does).
@@ -559,6 +588,12 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
                 CLOSE_GRACE_S,
             )
         self._stop.set()
+        if sock is not None and self._ack_later:
+            with self._send_lock:  # the deferred ACKs: the master frees those results now
+                try:
+                    self._flush_acks(sock)
+                except OSError:
+                    pass
         if sock is not None:
             try:
                 # Only the reading side: this wakes the reader thread, which first sends the
