@@ -14,10 +14,11 @@ same idempotency ``key``), ``ATTACH``es every accepted package with pending futu
 the first result of each task (the master re-sends the ones not acknowledged).
 
 The class is split by concern: this module has the state, sending, the generic hooks and
-closing; ``packages.py`` submitting, cancelling and waiting on packages; ``receive.py`` the
-reader thread; ``reconnect.py`` reconnecting. The connection knows nothing of calls of named
-functions (``rtpool.rpc``): they are packages whose segments have a ``decode`` hook, and the
-grid-RPC state plugs in through :meth:`_Connection.on_message`, :meth:`~_Connection.on_error`,
+closing; ``acks.py`` acknowledging results; ``packages.py`` submitting, cancelling and waiting
+on packages; ``receive.py`` the reader thread; ``reconnect.py`` reconnecting. The connection
+knows nothing of calls of named functions (``rtpool.rpc``): they are packages whose segments
+have a ``decode`` hook, and the grid-RPC state plugs in through
+:meth:`_Connection.on_message`, :meth:`~_Connection.on_error`,
 :meth:`~_Connection.on_reconnect` and :meth:`~_Connection.on_pending`.
 """
 
@@ -40,6 +41,7 @@ from .. import _shm
 from .._dial import Address, TlsOption, connect, parse_address
 from .._future import Future
 from ..errors import ConnectionLost
+from .acks import _Acks
 from .packages import _Packages
 from .receive import _Receiver, notice_limiter
 from .reconnect import _BACKOFF_FIRST, _Reconnector
@@ -74,9 +76,6 @@ _QUEUED_SLACK = 4096
 #: before it closes anyway. A master that answers does so in milliseconds; a silent one
 #: must not keep a closed client connected (and its shared memory attached) for good.
 CLOSE_GRACE_S = 2.0
-#: At most this many complete packages' ACKs wait for the next frame (``_send_acks``): each
-#: of at most ACK_DEFER_TASKS tasks and ACK_DEFER_BYTES of results (defined in receive.py).
-ACK_DEFER_MAX = 64
 
 
 def _queued_bytes(sock: socket.socket | None) -> int:
@@ -94,7 +93,7 @@ _encode = P.encode
 _HEARTBEAT = P.encode(P.HEARTBEAT)
 
 
-class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
+class _Connection(_Acks, _Packages, _Receiver, _Reconnector, _Releases):
     """One client connection: socket, reader and heartbeat threads, routing tables."""
 
     def __init__(
@@ -255,51 +254,6 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
         if not quiet:
             raise lost from None
 
-    def _take_acks(self) -> bytes:
-        # With the send lock held: the deferred ACKs as frames, and none deferred any more.
-        with self._lock:
-            later, self._ack_later = self._ack_later, {}
-        return b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in later.items()])
-
-    def _flush_acks(self, sock: socket.socket) -> None:
-        # With the send lock held.
-        acks = self._take_acks()
-        if acks:
-            sock.sendall(acks)
-
-    def _send_acks(self) -> None:
-        """Reader thread, after a batch: one ACK per package that got results in it.
-
-        The ACK of a small package that is complete (every result in, few bytes) may wait,
-        for at most a heartbeat tick, to ride in front of the next frame sent (``_send``): in
-        a sequential workload that saves a write here and a wake-up of the master between a
-        result and the next ``SUBMIT``. A package still receiving results is acknowledged at
-        once (the master's unacknowledged bound paces it), and so is everything when more
-        than ``ACK_DEFER_MAX`` packages wait.
-        """
-        acks, self._acks = self._acks, {}
-        if len(self._ack_later) + len(acks) <= ACK_DEFER_MAX and all(
-            seg.ack_may_wait for seg in acks.values()
-        ):
-            with self._lock:
-                self._ack_later.update(acks)
-            return
-        if not self._send_lock.acquire(False):
-            # Another thread is writing (maybe a large SUBMIT): do not stop reading results
-            # for it. It sends these when done (or the heartbeat thread does).
-            with self._lock:
-                self._ack_later.update(acks)
-            return
-        try:
-            sock = self.sock
-            if sock is not None:
-                sock.sendall(b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in acks.items()]))
-                self._last_send = _monotonic()
-        except OSError:
-            pass  # the next recv() sees the broken connection
-        finally:
-            self._send_lock.release()
-
     def _heartbeat_loop(self) -> None:
         try:
             self._heartbeats()
@@ -325,7 +279,7 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
                 self.close_if_idle(force=True)  # shutdown(wait=False) and a silent master
                 continue
             _shm.tidy()  # idle segments, mappings of removed ones (at most once a second)
-            if self._ack_later:
+            if self.acks_overdue(tick):
                 with self._send_lock:
                     try:
                         if self.sock is not None:
