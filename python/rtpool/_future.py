@@ -44,16 +44,51 @@ class Future(cf.Future):
             # the cost of a future, and no waiter here relies on its notify (see _wait_done).
             self._condition = condition
             self._state = PENDING
-            self._result = None
-            self._exception = None
-            self._waiters = []
-            self._done_callbacks = []
+            # _result, _exception, _waiters and _done_callbacks stay the class's until set
+            # (see below).
         self._seg = seg
         self._index = index
-        self._wakes: list | None = None
-        self._entry: list | None = None
-        self._deser_ns = 0
-        self._done_ns = 0
+
+    # Class-level defaults: a future of a big package is made in a loop of 100,000, where
+    # every attribute it does not set costs nothing.
+    _result: Any = None
+    _exception: BaseException | None = None
+    _wakes: list | None = None
+    _entry: tuple | None = None
+    _deser_ns = 0
+    _done_ns = 0
+
+    # Fewer objects per future for the cyclic GC: a future of a big package would otherwise
+    # carry two empty lists (cf.wait()'s waiters and the done callbacks) that the collector
+    # tracks and promotes along with it. They are made on first use; until then the class's
+    # empty tuple stands for "none" (the base class only iterates them, under the condition).
+    _w: list | None = None
+    _done_callbacks: Any = ()
+
+    @property
+    def _waiters(self) -> list:
+        # cf.wait() and cf.as_completed() append to and remove from it under the condition.
+        w = self._w
+        if w is None:
+            w = self._w = []
+        return w
+
+    @_waiters.setter
+    def _waiters(self, value: list) -> None:
+        self._w = value
+
+    def add_done_callback(self, fn: Any) -> None:
+        with self._condition:
+            if self._state not in _DONE:
+                if type(self._done_callbacks) is tuple:
+                    self._done_callbacks = []
+                self._done_callbacks.append(fn)
+                return
+        super().add_done_callback(fn)  # done: the base class calls it now
+
+    def _invoke_callbacks(self) -> None:
+        if self._done_callbacks:
+            super()._invoke_callbacks()
 
     def _wait_done(self, timeout: float | None) -> bool:
         if self._state in _DONE:
@@ -86,9 +121,12 @@ class Future(cf.Future):
                 and how many of the package's tasks are queued and running.
             Exception: Whatever the task raised (see :class:`~rtpool.errors.TaskFailed`).
         """
-        if not self._wait_done(timeout):
-            raise TimeoutError(self._timeout_message(timeout))
-        value = super().result(0)
+        if self._state is FINISHED and self._exception is None:
+            value = self._result  # the common case: no lock (_finish sets it first)
+        else:
+            if not self._wait_done(timeout):
+                raise TimeoutError(self._timeout_message(timeout))
+            value = super().result(0)
         if type(value) is KeptRef:  # kept on its worker (options(keep=True)): read it now
             return read_kept(self, value)
         return value
@@ -140,15 +178,21 @@ class Future(cf.Future):
         with self._condition:
             if self._state in _DONE:
                 return None
-            self._state = FINISHED
+            # The value before the state: result() reads a FINISHED future without the lock.
             if exception is None:
                 self._result = result
-                for waiter in self._waiters:
-                    waiter.add_result(self)
             else:
                 self._exception = exception
-                for waiter in self._waiters:
-                    waiter.add_exception(self)
+            self._state = FINISHED
+            w = self._w
+            if exception is None:
+                if w:
+                    for waiter in w:
+                        waiter.add_result(self)
+            else:
+                if w:
+                    for waiter in w:
+                        waiter.add_exception(self)
             self._condition.notify_all()
             wakes, self._wakes = self._wakes, None
         return wakes or _NO_WAKES
@@ -179,8 +223,10 @@ class Future(cf.Future):
             if self._state != PENDING:
                 return False
             self._state = CANCELLED_AND_NOTIFIED
-            for waiter in self._waiters:
-                waiter.add_cancelled(self)
+            w = self._w
+            if w:
+                for waiter in w:
+                    waiter.add_cancelled(self)
             self._condition.notify_all()
             wakes, self._wakes = self._wakes, None
         if wakes:

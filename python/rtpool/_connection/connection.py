@@ -14,10 +14,11 @@ same idempotency ``key``), ``ATTACH``es every accepted package with pending futu
 the first result of each task (the master re-sends the ones not acknowledged).
 
 The class is split by concern: this module has the state, sending, the generic hooks and
-closing; ``packages.py`` submitting, cancelling and waiting on packages; ``receive.py`` the
-reader thread; ``reconnect.py`` reconnecting. The connection knows nothing of calls of named
-functions (``rtpool.rpc``): they are packages whose segments have a ``decode`` hook, and the
-grid-RPC state plugs in through :meth:`_Connection.on_message`, :meth:`~_Connection.on_error`,
+closing; ``acks.py`` acknowledging results; ``packages.py`` submitting, cancelling and waiting
+on packages; ``receive.py`` the reader thread; ``reconnect.py`` reconnecting. The connection
+knows nothing of calls of named functions (``rtpool.rpc``): they are packages whose segments
+have a ``decode`` hook, and the grid-RPC state plugs in through
+:meth:`_Connection.on_message`, :meth:`~_Connection.on_error`,
 :meth:`~_Connection.on_reconnect` and :meth:`~_Connection.on_pending`.
 """
 
@@ -40,6 +41,7 @@ from .. import _shm
 from .._dial import Address, TlsOption, connect, parse_address
 from .._future import Future
 from ..errors import ConnectionLost
+from .acks import _Acks
 from .packages import _Packages
 from .receive import _Receiver, notice_limiter
 from .reconnect import _BACKOFF_FIRST, _Reconnector
@@ -91,7 +93,7 @@ _encode = P.encode
 _HEARTBEAT = P.encode(P.HEARTBEAT)
 
 
-class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
+class _Connection(_Acks, _Packages, _Receiver, _Reconnector, _Releases):
     """One client connection: socket, reader and heartbeat threads, routing tables."""
 
     def __init__(
@@ -224,9 +226,16 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
             if sock is None or (gen is not None and gen != self._gen):
                 return
             try:
-                _sendall(sock, frame)
                 if self._ack_later:
-                    self._flush_acks(sock)
+                    # Deferred ACKs ride in front of the frame, in the same write: the master
+                    # reads both in one wake-up (the sequential path: the last result's ACK
+                    # and the next SUBMIT).
+                    acks = self._take_acks()
+                    if type(frame) is bytes:
+                        frame = acks + frame
+                    elif acks:
+                        sock.sendall(acks)
+                _sendall(sock, frame)
             except OSError as exc:
                 error = exc
             else:
@@ -244,32 +253,6 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
         lost = self._connection_lost(f"sending to the master failed: {exc.strerror or exc}")
         if not quiet:
             raise lost from None
-
-    def _flush_acks(self, sock: socket.socket) -> None:
-        # With the send lock held.
-        with self._lock:
-            later, self._ack_later = self._ack_later, {}
-        if later:
-            sock.sendall(b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in later.items()]))
-
-    def _send_acks(self) -> None:
-        """Reader thread, after a batch: one ACK per package that got results in it."""
-        acks, self._acks = self._acks, {}
-        if not self._send_lock.acquire(False):
-            # Another thread is writing (maybe a large SUBMIT): do not stop reading results
-            # for it. It sends these when done (or the heartbeat thread does).
-            with self._lock:
-                self._ack_later.update(acks)
-            return
-        try:
-            sock = self.sock
-            if sock is not None:
-                sock.sendall(b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in acks.items()]))
-                self._last_send = _monotonic()
-        except OSError:
-            pass  # the next recv() sees the broken connection
-        finally:
-            self._send_lock.release()
 
     def _heartbeat_loop(self) -> None:
         try:
@@ -296,7 +279,7 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
                 self.close_if_idle(force=True)  # shutdown(wait=False) and a silent master
                 continue
             _shm.tidy()  # idle segments, mappings of removed ones (at most once a second)
-            if self._ack_later:
+            if self.acks_overdue(tick):
                 with self._send_lock:
                     try:
                         if self.sock is not None:
@@ -559,6 +542,12 @@ class _Connection(_Packages, _Receiver, _Reconnector, _Releases):
                 CLOSE_GRACE_S,
             )
         self._stop.set()
+        if sock is not None and self._ack_later:
+            with self._send_lock:  # the deferred ACKs: the master frees those results now
+                try:
+                    self._flush_acks(sock)
+                except OSError:
+                    pass
         if sock is not None:
             try:
                 # Only the reading side: this wakes the reader thread, which first sends the

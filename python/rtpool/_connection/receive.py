@@ -38,6 +38,10 @@ from .outcomes import task_error
 _perf_ns = time.perf_counter_ns
 _monotonic = time.monotonic
 _RECV_BYTES = 1 << 18
+#: A complete package of at most this many tasks whose last batch of results holds at most
+#: ACK_DEFER_BYTES may have its ACK wait for the next frame sent (see _Connection._send_acks).
+ACK_DEFER_TASKS = 16
+ACK_DEFER_BYTES = 64 * 1024
 _log = logging.getLogger("rtpool.client")
 
 #: Seconds between two overload warnings of one client (the rest are counted).
@@ -156,6 +160,14 @@ class _Receiver:
         futures = seg.futures
         if futures is None:
             return  # just finished by cancellations in another thread
+        if seg.n <= ACK_DEFER_TASKS:
+            # Inline bytes only: a result in shared memory or a segmented one is acknowledged
+            # at once, so the master frees it now.
+            small = all(type(r[2]) is bytes for r in results) and (
+                sum(len(r[2]) for r in results) <= ACK_DEFER_BYTES
+            )
+        else:
+            small = False
         perf_ns = _perf_ns
         loads = _loads
         pickle_loads = _pickle_loads
@@ -196,7 +208,9 @@ class _Receiver:
                 error = task_error(status, r[2])
             t1 = perf_ns()
             r[2] = None
-            fut._entry = r
+            # A tuple of numbers: the cyclic GC untracks it at its first pass (a list it would
+            # carry through every generation with its future).
+            fut._entry = tuple(r)
             fut._deser_ns = t1 - t0
             fut._done_ns = t1
             if status == 2:
@@ -211,6 +225,7 @@ class _Receiver:
                     self._wakes.extend(wakes)  # released after the batch, see _read_session
             seg.n_results += 1
         if seg.n_results + seg.n_cancelled >= seg.n:
+            seg.ack_may_wait = small
             with self._lock:
                 self._finish(seg)
 

@@ -38,6 +38,7 @@ class _Segment:
         "rx",
         "serialize_us",
         "t0_ns",
+        "ack_may_wait",
     )
 
     def __init__(self, conn: Any, req_id: int, n: int, t0_ns: int, serialize_us: float):
@@ -56,6 +57,8 @@ class _Segment:
         self.n_cancelled = 0
         # TaskResult entries received on this connection since ACCEPTED: the ACK count.
         self.rx = 0
+        # Complete and small: its ACK may wait for the next frame sent (_send_acks).
+        self.ack_may_wait = False
         self.t0_ns = t0_ns
         self.serialize_us = serialize_us
         # Cancellations made before ACCEPTED gave the package id: indices, or ALL.
