@@ -58,7 +58,9 @@ def maturin_layout(src: Path) -> Dict[str, str]:
         text = (src / "pyproject.toml").read_text(encoding="utf-8")
     except OSError as e:
         raise BuildError(f"the base has no pyproject.toml ({e})") from None
-    section = text.split("[tool.maturin]", 1)[-1].split("\n[", 1)[0]
+    if "[tool.maturin]" not in text:
+        raise BuildError("the base's pyproject.toml has no [tool.maturin] section")
+    section = text.split("[tool.maturin]", 1)[1].split("\n[", 1)[0]
     out: Dict[str, str] = {"manifest-path": "Cargo.toml", "python-source": "."}
     for key in ("manifest-path", "python-source", "module-name"):
         m = re.search(rf'^{key}\s*=\s*"([^"]+)"', section, re.M)
