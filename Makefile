@@ -9,7 +9,7 @@ CARGO ?= cargo
 NATIVE_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml -o -name '*.html' 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help install fmt lint test test-rust test-python bench bench-ninf bench-ops demo clean
+.PHONY: help install fmt lint test test-rust test-python bench bench-check bench-ninf bench-ops demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -64,6 +64,13 @@ test: ## every test (installs what it needs, starts a throwaway PostgreSQL)
 bench: $(STAMP) ## latency, throughput, payload benchmarks (prints percentiles)
 	$(PY) -m rtpool bench all
 
+# The no-regression check of a hot-path change: this checkout's python/ against BASE's, built
+# once under .bench-base/<sha>/ (benches/ab_noop.py --compare), interleaved A B, B A.
+BASE ?= HEAD~1
+ROUNDS ?= 4
+bench-check: $(STAMP) ## head vs BASE=rev (default HEAD~1): latency, throughput, 64K/1M echo ratios
+	$(PY) benches/ab_noop.py --compare $(BASE) --rounds $(ROUNDS)
+
 bench-ninf: $(STAMP) ## the Ninf paper's grid RPC benchmarks and bars (about 2 minutes)
 	$(PY) -m rtpool bench ninf
 
@@ -78,4 +85,4 @@ demo: $(STAMP) ## the main job: factorization benchmark on a LocalCluster
 
 clean: ## remove build outputs and the venv
 	$(CARGO) clean
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache python/rtpool/*.so
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache python/rtpool/*.so .bench-base
