@@ -81,10 +81,9 @@ def run(python_dir: str | None, tasks: int, ttl_s: float, out: Path) -> dict:
         start = rss_kib(master.pid)
         peak = start
         sys.path[:0] = [python_dir or "", tests_dir]
+        import tasks as test_tasks
         from rtpool import _protocol as P
         from rtpool._serialize import dumps_args, serialize_function
-
-        import tasks as test_tasks
 
         token = (data / "client.token").read_text().strip()
         host, _, port = address.rpartition(":")
