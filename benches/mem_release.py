@@ -43,7 +43,7 @@ def status(base: str) -> dict:
         return json.loads(r.read())
 
 
-def run(python_dir: str | None, tasks: int, ttl_s: float, out: Path) -> dict:
+def run(python_dir: str | None, tasks: int, ttl_s: float, out: Path, trim_probe: bool) -> dict:
     """One round: start a master and a worker, run the scenario, return the RSS series."""
     env = dict(os.environ)
     if python_dir:
@@ -119,8 +119,19 @@ def run(python_dir: str | None, tasks: int, ttl_s: float, out: Path) -> dict:
         for _ in range(6):
             time.sleep(0.5)
             samples.append(rss_kib(master.pid))
+        trimmed = None
+        if trim_probe:
+            # Diagnosis: what glibc's malloc_trim(0) gives back from the same process, i.e.
+            # how much of what is left is free memory the allocator keeps, not live data.
+            subprocess.run(
+                ["gdb", "-p", str(master.pid), "-batch", "-ex", "call (int)malloc_trim(0)"],
+                capture_output=True,
+                timeout=60,
+            )
+            trimmed = rss_kib(master.pid)
         totals = status(base)["totals"]
         return {
+            "trimmed_kib": trimmed,
             "results": got,
             "start_kib": start,
             "peak_kib": peak,
@@ -146,11 +157,16 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=400)
     ap.add_argument("--ttl", type=float, default=2.0, help="the master's --result-ttl, s")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--trim-probe",
+        action="store_true",
+        help="then call malloc_trim(0) in the master through gdb and print its RSS after",
+    )
     opts = ap.parse_args()
     label = opts.python or "this venv's rtpool"
     for i in range(opts.rounds):
         with tempfile.TemporaryDirectory(prefix="rtpool-mem-") as tmp:
-            r = run(opts.python, opts.tasks, opts.ttl, Path(tmp))
+            r = run(opts.python, opts.tasks, opts.ttl, Path(tmp), opts.trim_probe)
         mb = lambda kib: f"{kib / 1024:.0f}"  # noqa: E731
         print(
             f"{label} round {i + 1}: {r['results']} results of {RESULT_BYTES // 1024} KiB; "
@@ -158,6 +174,7 @@ def main() -> None:
             f"({r['released_s']:.1f} s after the client left, then every 0.5 s) "
             f"{' '.join(mb(k) for k in r['after_kib'])}; status result_bytes "
             f"{r['result_bytes']} unacked_bytes {r['unacked_bytes']}"
+            + (f"; after malloc_trim(0) {mb(r['trimmed_kib'])}" if r["trimmed_kib"] else "")
         )
 
 
