@@ -39,6 +39,7 @@ mod invariants;
 mod kept;
 mod lineage;
 mod locality;
+mod reported;
 mod restore_calls;
 mod timers;
 mod unacked;
@@ -50,6 +51,7 @@ pub use self::view::{PackageView, WorkerView};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use self::calls::CALLS_HASH;
+pub use self::reported::REPORT_MARGIN_US;
 
 use bytes::Bytes;
 

@@ -537,6 +537,20 @@ pub enum Action {
         /// is never journaled.
         journaled: bool,
     },
+    /// A worker reported a task time longer than the master saw from assigning the task to
+    /// receiving its result; the time was clamped to what the master saw (plus
+    /// [`REPORT_MARGIN_US`](crate::REPORT_MARGIN_US)) before anything was charged or learned.
+    /// Sent once per worker connection, for its first such result, so the shell can log it.
+    Overreported {
+        /// The worker.
+        worker: WorkerId,
+        /// The task.
+        task: TaskId,
+        /// What it reported, microseconds (the largest of its three times).
+        reported_us: u64,
+        /// What the master allowed: assignment to result plus the margin, microseconds.
+        allowed_us: u64,
+    },
     /// Tell the worker to stop these tasks (the master already answered them).
     Abort {
         /// The worker.

@@ -28,7 +28,7 @@ mod task;
 mod worker;
 
 pub use crate::config::CoreConfig;
-pub use crate::core::{Core, CALLS_HASH};
+pub use crate::core::{Core, CALLS_HASH, REPORT_MARGIN_US};
 pub use crate::core::{PackageView, WorkerView};
 pub use crate::estimate::Estimate;
 pub use crate::event::{

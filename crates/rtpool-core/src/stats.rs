@@ -27,6 +27,9 @@ counters! {
     delivered,
     /// Worker results ignored because their task or attempt was no longer assigned there.
     stale_results,
+    /// Results whose worker reported a time (execution, prefetch wait or batching delay)
+    /// longer than the master saw from assignment to result: clamped to what it saw.
+    overreported_results,
     /// Tasks put back in the queue because their worker was lost.
     requeued,
     /// Tasks failed as poison (worker lost on every attempt).
@@ -152,7 +155,7 @@ mod tests {
             ..CoreStats::default()
         };
         let all: Vec<_> = stats.iter().collect();
-        assert_eq!(all.len(), 10 + 23);
+        assert_eq!(all.len(), 10 + 24);
         assert_eq!(all[0], ("tasks", 7));
         assert_eq!(all.last(), Some(&("kept_calls_rerun", 0)));
         let names: std::collections::HashSet<_> = all.iter().map(|(n, _)| n).collect();

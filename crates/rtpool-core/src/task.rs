@@ -51,6 +51,9 @@ pub(crate) struct Task {
     /// Opaque argument payload, kept until the task is done so it can be reassigned.
     pub(crate) args: Bytes,
     pub(crate) submitted_at: Instant,
+    /// When its current (or last) attempt was assigned: what bounds the times its worker may
+    /// report for that attempt, whatever became of the task since (cancelled, answered).
+    pub(crate) assigned_at: Instant,
     /// Assignments so far; the current one if running.
     pub(crate) attempt: u32,
     pub(crate) state: TaskState,
@@ -125,6 +128,7 @@ impl Task {
             index,
             args,
             submitted_at: now,
+            assigned_at: now,
             attempt: 0,
             state: TaskState::Queued,
             time_limit_at: None,

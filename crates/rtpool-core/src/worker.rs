@@ -36,6 +36,9 @@ pub(crate) struct Worker {
     /// Records of the transaction intermediates it keeps (`core/lineage.rs`): made again
     /// elsewhere if it is lost before their dependents read them.
     pub(crate) kept_calls: Set<u64>,
+    /// It reported a time longer than the master saw the task run ([`crate::Action::Overreported`]
+    /// was sent once for it).
+    pub(crate) overreported: bool,
 }
 
 /// Hedged tasks a worker remembers (see [`Worker::hedged`]).
@@ -58,6 +61,7 @@ impl Worker {
             slowness: None,
             hedged: Vec::new(),
             kept_calls: Set::default(),
+            overreported: false,
         }
     }
 

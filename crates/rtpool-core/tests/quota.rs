@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{aborts, outcomes, tasks_of, Spec, TestEnv};
-use rtpool_core::{Action, RejectReason, TaskStatus, UserId};
+use common::{aborts, outcomes, results, tasks_of, Spec, TestEnv};
+use rtpool_core::{Action, Event, RejectReason, TaskStatus, UserId, REPORT_MARGIN_US};
 
 const ALICE: UserId = UserId(1);
 const BOB: UserId = UserId(2);
@@ -186,4 +186,88 @@ fn set_quota_subtracts_usage_not_yet_taken() {
     assert_eq!(env.core.take_usage(), [(ALICE, 1_000)]);
     env.set_quota(ALICE, Some(9_000));
     assert_eq!(env.core.remaining_us(ALICE), Some(9_000));
+}
+
+#[test]
+fn a_worker_reporting_more_than_the_master_saw_is_charged_what_the_master_saw() {
+    let mut env = TestEnv::new();
+    let alice = env.new_client_of(ALICE);
+    env.set_quota(ALICE, Some(1_000_000_000));
+    env.submit(alice, 3);
+    let w = env.new_worker(3);
+    let tasks = tasks_of(&env.credit(w, 3), w);
+    // The master saw 10 ms from assignment to result; the worker claims 2^63-1 us.
+    env.advance(10);
+    let mut lie = env.outcome(tasks[0], env.attempt(tasks[0]));
+    lie.exec_us = i64::MAX as u64;
+    let out = env.step(Event::Results {
+        worker: w,
+        results: vec![lie],
+    });
+    let allowed = 10_000 + REPORT_MARGIN_US;
+    assert_eq!(
+        out.iter()
+            .filter(|a| matches!(a, Action::Overreported { .. }))
+            .collect::<Vec<_>>(),
+        [&Action::Overreported {
+            worker: w,
+            task: tasks[0],
+            reported_us: i64::MAX as u64,
+            allowed_us: allowed,
+        }]
+    );
+    let sent: Vec<_> = results(&out).into_iter().flat_map(|(_, rs)| rs).collect();
+    assert_eq!(sent.len(), 1, "{out:?}");
+    assert_eq!(
+        sent[0].exec_us, allowed,
+        "the client sees the clamped time too"
+    );
+    assert_eq!(sent[0].worker_us, 10_000);
+    // The prefetch wait and batching delay are bounded the same way, and a second
+    // over-report on the connection is counted but sends no second action.
+    let mut lie = env.outcome(tasks[1], env.attempt(tasks[1]));
+    (lie.exec_us, lie.wait_us, lie.flush_us) = (5_000, u64::MAX, u64::MAX);
+    let out = env.step(Event::Results {
+        worker: w,
+        results: vec![lie],
+    });
+    assert!(
+        !out.iter().any(|a| matches!(a, Action::Overreported { .. })),
+        "{out:?}"
+    );
+    let sent: Vec<_> = results(&out).into_iter().flat_map(|(_, rs)| rs).collect();
+    assert_eq!((sent[0].wait_us, sent[0].flush_us), (allowed, allowed));
+    assert_eq!(sent[0].exec_us, 5_000, "within the bound: kept as reported");
+    // A report within the bound is charged as reported.
+    let mut honest = env.outcome(tasks[2], env.attempt(tasks[2]));
+    honest.exec_us = 4_000;
+    env.step(Event::Results {
+        worker: w,
+        results: vec![honest],
+    });
+    assert_eq!(env.core.stats().counters.overreported_results, 2);
+    assert_eq!(env.core.take_usage(), [(ALICE, allowed + 5_000 + 4_000)]);
+}
+
+#[test]
+fn a_cancelled_task_is_charged_at_most_what_the_master_saw_either() {
+    let mut env = TestEnv::new();
+    let alice = env.new_client_of(ALICE);
+    let (package, _) = env.submit(alice, 1);
+    let w = env.new_worker(1);
+    let task = tasks_of(&env.credit(w, 1), w)[0];
+    env.advance(3);
+    env.cancel(alice, package, &[0]);
+    env.advance(2);
+    let mut lie = env.outcome(task, env.attempt(task));
+    lie.exec_us = u64::MAX;
+    env.step(Event::Results {
+        worker: w,
+        results: vec![lie],
+    });
+    let usage = env.core.take_usage();
+    assert!(
+        usage.iter().all(|&(_, us)| us <= 5_000 + REPORT_MARGIN_US),
+        "{usage:?}"
+    );
 }

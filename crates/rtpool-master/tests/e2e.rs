@@ -38,6 +38,8 @@ fn run_assigned(worker: &mut Peer, credits: u32, exec_us: u64) -> usize {
         Msg::Assign { tasks } => tasks,
         other => panic!("expected ASSIGN, got {other:?}"),
     };
+    // The tasks run that long (the master charges no more than it sees pass).
+    std::thread::sleep(std::time::Duration::from_micros(exec_us));
     let results = assigned
         .iter()
         .map(|a| WorkerResult {
@@ -471,12 +473,12 @@ fn admission_control_refuses_with_a_non_fatal_admission_error() {
     let m = master();
     let (mut client, _) = Peer::hello(&m, Role::Client, &m.tokens().client.clone(), 0);
     let (mut worker, _) = Peer::hello(&m, Role::Worker, &m.tokens().worker.clone(), 1);
-    // Teach the master that this function takes a second per task.
+    // Teach the master that this function takes 30 ms per task.
     client.send(&submit(60, b"slow", tasks(5)));
     expect_accepted(client.recv(), 60);
     let mut ran = 0;
     while ran < 5 {
-        ran += run_assigned(&mut worker, 5, 1_000_000);
+        ran += run_assigned(&mut worker, 5, 30_000);
     }
     let mut received = 0;
     while received < 5 {
@@ -485,7 +487,7 @@ fn admission_control_refuses_with_a_non_fatal_admission_error() {
             other => panic!("expected RESULTS, got {other:?}"),
         }
     }
-    // 50 one-second tasks on one slot cannot finish within 100 ms.
+    // 50 tasks of 30 ms on one slot cannot finish within 100 ms.
     let opts = PackageOpts {
         deadline_ms: 100,
         admit: true,

@@ -182,6 +182,7 @@ impl Core {
         self.next_seq += 1;
         let task = self.tasks.get_mut(id.0).expect("started a freed task");
         task.attempt += 1;
+        task.assigned_at = now;
         task.state = TaskState::Running {
             worker,
             assigned_at: now,

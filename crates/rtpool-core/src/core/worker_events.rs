@@ -85,7 +85,8 @@ impl Core {
     ) {
         let mut batch = Results::default();
         let mut exhausted: Vec<UserId> = Vec::new();
-        for result in results {
+        for mut result in results {
+            self.bound_reported(worker, &mut result, now, out);
             let accepted = self.accept_result(worker, result, now, &mut exhausted, &mut batch);
             if let Some((slot, outcome)) = accepted {
                 batch.add(self, slot, outcome);

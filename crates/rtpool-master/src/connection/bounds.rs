@@ -2,7 +2,9 @@
 //!
 //! A worker's times (`exec_us`, `wait_us`, `flush_us`) are charged to users' quotas, written to
 //! the store and fed into the execution-time estimates; its slots and credits size what it is
-//! sent. None of them is trusted: a value past its bound is clamped to the bound, and the first
+//! sent. None of them is trusted: a value past its bound is clamped to the bound (here a coarse
+//! 30 days; the core then bounds each time by the assignment-to-result time the master saw,
+//! `rtpool_core::REPORT_MARGIN_US`), and the first
 //! clamp on a connection is logged (once per connection, so a hostile peer cannot flood the
 //! log). A client's priority above its user's ceiling is refused (`ERROR rejected`), so the
 //! client sees why instead of silently running at another priority.

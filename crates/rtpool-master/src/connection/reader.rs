@@ -140,6 +140,7 @@ impl Reader {
                 }
             }
             self.flush(&mut events);
+            shrink(&mut buf);
             grow(&mut buf);
             let read = loop {
                 tokio::select! {
@@ -404,5 +405,18 @@ impl Reader {
             self.verified = Some((fn_hash.clone(), fn_code.clone()));
         }
         Some(FnHash(hash))
+    }
+}
+
+/// Above this much room, an emptied read buffer is given back: a large frame (a 100 MiB
+/// `RESULT`) grew it, and the connection would otherwise hold that allocation for its life.
+const SHRINK_ABOVE: usize = 1 << 20;
+
+/// Once every frame in it was decoded, a read buffer grown past [`SHRINK_ABOVE`] is replaced
+/// by a small one (its old allocation is freed when the last payload cut from it is); a
+/// buffer still holding part of a frame keeps its room, which that frame needs.
+fn shrink(buf: &mut BytesMut) {
+    if buf.is_empty() && buf.capacity() > SHRINK_ABOVE {
+        *buf = BytesMut::with_capacity(16 * 1024);
     }
 }

@@ -380,6 +380,14 @@ fn events(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> 
     )?;
     counter(
         e,
+        "rtpool_overreported_results",
+        "Results whose worker reported a task time longer than the master saw from assignment \
+         to result: charged and recorded as what the master saw (plus 1 ms).",
+        None,
+        one(total("overreported_results")),
+    )?;
+    counter(
+        e,
         "rtpool_task_poison",
         "Tasks failed as poison (their worker was lost on every attempt).",
         None,

@@ -149,6 +149,23 @@ impl Scheduler {
                     info!(%package, "no client attached within the result TTL: dropped");
                 }
             }
+            Action::Overreported {
+                worker,
+                task,
+                reported_us,
+                allowed_us,
+            } => {
+                // Once per worker connection (the core sends it once): a hostile or broken
+                // worker cannot flood the log.
+                warn!(
+                    session = worker.0,
+                    %task,
+                    reported_us,
+                    allowed_us,
+                    "worker reported a task time longer than the master saw it run: clamped to \
+                     the assignment-to-result time (logged once per connection)"
+                );
+            }
             Action::Abort { worker, tasks } => {
                 let tasks = tasks.into_iter().map(|(t, a)| (t.0, a)).collect();
                 self.send(worker.0, Msg::Abort { tasks });
