@@ -342,6 +342,7 @@ async fn serve_halves<R, W>(
         served: false,
         pulled: false,
         bounds,
+        answered: false,
     };
     let end = tokio::select! {
         end = reader.read_loop(&mut rd, buf) => End::Read(end),

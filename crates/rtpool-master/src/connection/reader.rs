@@ -65,6 +65,8 @@ pub(super) struct Reader {
     pub(super) pulled: bool,
     /// Bounds on the numbers this peer reports, and its user's priority ceiling.
     pub(super) bounds: Bounds,
+    /// This peer's first `HEARTBEAT` was answered (the only one that is).
+    pub(super) answered: bool,
 }
 
 impl Reader {
@@ -324,9 +326,22 @@ impl Reader {
                 worker: WorkerId(self.session),
                 tasks: tasks.into_iter().map(|(t, a)| (TaskId(t), a)).collect(),
             })),
-            // Not answered: the master's writer heartbeats a link it left silent for a lease
-            // (`outbound::write_loop`); the read itself reset this peer's silence timer.
-            (_, Msg::Heartbeat) => Ok(None),
+            // Only the first is answered, so that a peer learns at once that this master
+            // heartbeats (it then judges the master's silence); after that the master's writer
+            // heartbeats a link it left silent for a lease (`outbound::write_loop`). The read
+            // itself reset this peer's silence timer.
+            (_, Msg::Heartbeat) => {
+                if !self.answered {
+                    self.answered = true;
+                    let session = self.session;
+                    let _ = self.sched.send(ToScheduler::Reply {
+                        session,
+                        msg: Msg::Heartbeat,
+                        close: false,
+                    });
+                }
+                Ok(None)
+            }
             (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain {
                 worker: WorkerId(self.session),
             })),
