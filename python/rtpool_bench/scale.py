@@ -429,9 +429,9 @@ def render(result: Dict[str, object], write: Callable[[str], None]) -> None:
             write(
                 f"{lv['workers']} workers idle {idle['seconds']} s: master CPU "
                 f"{idle['master_cpu_pct']} % of a core ({idle['master_cpu_us_per_worker_s']} us "
-                f"per idle worker per s), simulator {idle['sim_cpu_pct']} %; HEARTBEAT per "
-                f"worker per s: {idle['heartbeats_sent_per_worker_s']} to the master, "
-                f"{'-' if hb_in is None else hb_in} from it"
+                f"per idle worker connection per s), simulator {idle['sim_cpu_pct']} %; "
+                f"HEARTBEAT per worker per s: {idle['heartbeats_sent_per_worker_s']} to the "
+                f"master, {'-' if hb_in is None else hb_in} from it"
             )
     for lv in result["levels"]:
         problems = []
