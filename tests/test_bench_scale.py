@@ -31,7 +31,7 @@ def _run(args, timeout=120, preexec_fn=None):
 def test_scale_bench_connects_every_worker_and_counts_every_task():
     proc = _run(
         ["--workers", "300", "--tasks", "3000", "--latency-count", "50", "--batched-slots", "100"]
-        + ["--json"]
+        + ["--idle-seconds", "3", "--json"]
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     level, batched = json.loads(proc.stdout)["levels"]
@@ -55,6 +55,12 @@ def test_scale_bench_connects_every_worker_and_counts_every_task():
     assert final["tasks"] == 1000 + 3000 + 50 + 50, final
     assert (level["lease_lost"], level["lost_connections"]) == (0, 0), final
     assert level["master_rss_per_connection_kb"] > 0
+    # The idle phase: no task ran; each idle worker heartbeats the master, and the master,
+    # which answers none of them, heartbeats each silent link once per lease (3 s), less often.
+    idle = level["idle"]
+    assert idle["tasks"] == 0 and idle["master_cpu_pct"] >= 0, idle
+    assert idle["heartbeats_sent_per_worker_s"] > 0, idle
+    assert idle["heartbeats_received_per_worker_s"] < idle["heartbeats_sent_per_worker_s"], idle
 
 
 def test_scale_bench_past_max_connections_workers_hear_busy_and_the_client_gets_in():

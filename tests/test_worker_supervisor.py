@@ -559,12 +559,17 @@ class RawClient:
         self.acked: dict = {}
 
     def recv(self, timeout: float) -> list:
+        """The next message, the master's HEARTBEATs skipped (it sends one on a link it left
+        silent for a lease)."""
         self.sock.settimeout(timeout)
-        while not self._msgs:
-            data = self.sock.recv(1 << 20)
-            assert data, "the master closed the client connection"
-            self._msgs.extend(self.reader.feed(data))
-        return self._msgs.pop(0)
+        while True:
+            while not self._msgs:
+                data = self.sock.recv(1 << 20)
+                assert data, "the master closed the client connection"
+                self._msgs.extend(self.reader.feed(data))
+            msg = self._msgs.pop(0)
+            if msg[0] != P.HEARTBEAT:
+                return msg
 
     def submit(self, f, args_list, **opts) -> int:
         fn_hash, code = fn(f)

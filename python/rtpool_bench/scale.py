@@ -10,6 +10,9 @@ after a lost lease), then connects an ``rtpool.Client`` and measures:
 * connections: accepted, answered ``busy`` (retried), refused, given up, seconds to connect
   them all; whether the client got in at its first attempt (the client reserve);
 * master RSS before and after the workers connected, per connection;
+* an idle phase of ``--idle-seconds`` with every worker connected and no task: the master's
+  CPU (utime + stime from /proc) and the simulator's (its threads) as % of one core, the
+  master's per idle worker, and the ``HEARTBEAT`` frames each way per worker and second;
 * tasks/s of one package of ``--tasks`` no-op tasks, and the master's CPU per task (utime +
   stime from /proc over that package), tasks per ``ASSIGN`` frame;
 * closed-loop no-op round trips of single-task packages: p50, p99, p99.9, max;
@@ -94,6 +97,56 @@ def _wait_connected(sim, workers: int, timeout_s: float) -> Dict[str, object]:
             s["settled"] = settled >= workers
             return s
         time.sleep(0.05)
+
+
+def _sim_cpu_s() -> float:
+    """utime + stime of this process's simulator threads (``rtpool-sim-*``), seconds."""
+    import os
+
+    total = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        if comm.startswith("rtpool-sim"):
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _idle(master_pid: int, sim, workers: int, seconds: float) -> Dict[str, object]:
+    """Every worker connected, no task: CPU of the master and of the simulator over
+    ``seconds``, and the heartbeats each way."""
+    time.sleep(min(2.0, seconds))  # let the connection burst settle (its last PULLs, logs)
+    before, cpu0, sim0 = sim.stats(), _cpu_s(master_pid), _sim_cpu_s()
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - t0
+    after, cpu, sim_cpu = sim.stats(), _cpu_s(master_pid) - cpu0, _sim_cpu_s() - sim0
+    per_s = workers * elapsed
+    return {
+        "seconds": round(elapsed, 2),
+        # /proc counts whole clock ticks (10 ms): over 10 s, 0.1 % of a core.
+        "master_cpu_pct": round(100 * cpu / elapsed, 2),
+        "master_cpu_us_per_worker_s": round(cpu * 1e6 / per_s, 3) if per_s else None,
+        "sim_cpu_pct": round(100 * sim_cpu / elapsed, 2),
+        # (None: a simulator that does not count them, an older build's)
+        "heartbeats_sent_per_worker_s": round(
+            (after.get("heartbeats_sent", 0) - before.get("heartbeats_sent", 0)) / per_s, 3
+        )
+        if per_s and "heartbeats_sent" in after
+        else None,
+        "heartbeats_received_per_worker_s": round(
+            (after.get("heartbeats_received", 0) - before.get("heartbeats_received", 0)) / per_s,
+            3,
+        )
+        if per_s and "heartbeats_received" in after
+        else None,
+        "tasks": after["tasks"] - before["tasks"],
+    }
 
 
 def _probe_client(address: str, token: str) -> str:
@@ -211,6 +264,9 @@ def run_level(
             out["master_rss_per_connection_kb"] = (
                 round((rss - out["master_rss_idle_kb"]) / accepted, 1) if accepted else None
             )
+            if args.idle_seconds > 0:
+                say(f"scale: {workers} workers: idle for {args.idle_seconds:g} s")
+                out["idle"] = _idle(pid, sim, accepted, args.idle_seconds)
             out["client_first_attempt"] = _probe_client(master.address, master.token)
             t0 = time.perf_counter()
             with rtpool.Client(master.address, master.token) as client:
@@ -292,6 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--seconds", type=float, default=60.0, help="time bound of each phase, seconds (default 60)"
     )
     ap.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=10.0,
+        help="length of the idle phase (every worker connected, no task) that measures the "
+        "master's and the simulator's CPU; 0: none (default 10)",
+    )
+    ap.add_argument(
         "--connect-timeout",
         type=float,
         default=120.0,
@@ -360,6 +423,17 @@ def render(result: Dict[str, object], write: Callable[[str], None]) -> None:
             f"{lat['p99_9_us']:>8} {lat['max_us']:>7} {lv['lease_lost']:>11}"
         )
     for lv in result["levels"]:
+        idle = lv.get("idle")
+        if idle:
+            hb_in = idle["heartbeats_received_per_worker_s"]
+            write(
+                f"{lv['workers']} workers idle {idle['seconds']} s: master CPU "
+                f"{idle['master_cpu_pct']} % of a core ({idle['master_cpu_us_per_worker_s']} us "
+                f"per idle worker connection per s), simulator {idle['sim_cpu_pct']} %; "
+                f"HEARTBEAT per worker per s: {idle['heartbeats_sent_per_worker_s']} to the "
+                f"master, {'-' if hb_in is None else hb_in} from it"
+            )
+    for lv in result["levels"]:
         problems = []
         final = lv["sim_final"]
         if lv["simulator_late"]:
@@ -415,11 +489,13 @@ def main(argv: Sequence[str]) -> int:
         )
         < 1
         or args.prefetch < 0
+        or args.idle_seconds < 0
         or args.batched_slots < 0
     ):
         ap.error(
             "--slots, --tasks, --latency-count, --max-attempts, --handshake-concurrency and "
-            "--sim-threads must be at least 1, --prefetch and --batched-slots at least 0"
+            "--sim-threads must be at least 1, --prefetch, --batched-slots and --idle-seconds at "
+            "least 0"
         )
     raise_nofile(max(levels) + 256)
 

@@ -15,6 +15,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use rtpool_proto::{encode, encode_segmented, Msg};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 
 /// What a connection writer is told to do.
 #[derive(Debug)]
@@ -184,14 +185,45 @@ fn slow_consumer(limit_bytes: usize) -> Msg {
 /// Writes what the scheduler queues for this connection, several frames per write, until the
 /// queue closes or a frame asks to close the connection.
 ///
+/// When nothing was written for `idle` (`None`: never), the writer sends a `HEARTBEAT` of its
+/// own, so a peer hears from the master at least once per `idle` whatever it sends: peers judge
+/// the master silent after 3 leases and a heartbeat, and `idle` is a lease. The master answers only
+/// a connection's first `HEARTBEAT` (`connection::reader`): an idle link costs one frame each way per interval, and a busy
+/// one none. One timer per connection for its life: a write only notes its time, and the timer,
+/// when it fires early, moves itself to the last write plus `idle` (no timer work per write).
+///
 /// Frames are encoded in protocol version 2: a payload of at least
 /// [`rtpool_proto::SEGMENT_MIN_BYTES`] is not copied into `buf` but written from where the
 /// reader left it (a slice of the frame it came in), with vectored writes.
-pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: OutboundRx) {
+pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
+    mut wr: W,
+    mut rx: OutboundRx,
+    idle: Option<std::time::Duration>,
+) {
+    // Far enough never to fire, near enough not to overflow an `Instant`.
+    let idle = idle.unwrap_or(std::time::Duration::from_secs(30 * 365 * 86_400));
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut batch = Batch::default();
     let shared = rx.shared.clone();
-    while let Some((first, size)) = rx.rx.recv().await {
+    let mut last_write = Instant::now();
+    let timer = tokio::time::sleep_until(last_write + idle);
+    tokio::pin!(timer);
+    loop {
+        let (first, size) = tokio::select! {
+            biased;
+            next = rx.rx.recv() => match next {
+                Some(next) => next,
+                None => return,
+            },
+            () = &mut timer => {
+                let due = last_write + idle;
+                if Instant::now() < due {
+                    timer.as_mut().reset(due);
+                    continue;
+                }
+                (Out::Send(Msg::Heartbeat), 0)
+            }
+        };
         let mut batch_bytes = size;
         let mut close = batch.push(first, &mut buf);
         while !close && buf.len() + batch.bytes < WRITE_BATCH_BYTES {
@@ -213,6 +245,10 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: Outboun
         batch.seal(&mut buf);
         if write_chunks(&mut wr, &mut batch.chunks).await.is_err() {
             return;
+        }
+        last_write = Instant::now();
+        if timer.deadline() <= last_write {
+            timer.as_mut().reset(last_write + idle);
         }
         shared
             .queued_bytes

@@ -104,6 +104,17 @@ impl Peer {
         self.try_recv(WAIT).expect("no message within the wait")
     }
 
+    /// The next message other than the master's `HEARTBEAT` (it sends one on a link it left
+    /// silent for a lease).
+    fn recv_skipping_heartbeats(&mut self) -> Msg {
+        loop {
+            match self.recv() {
+                Msg::Heartbeat => {}
+                msg => return msg,
+            }
+        }
+    }
+
     /// True when the master closed the connection (after any pending messages).
     fn is_closed(&mut self) -> bool {
         self.tcp.set_read_timeout(Some(WAIT)).unwrap();
@@ -284,7 +295,10 @@ fn a_silent_worker_loses_its_lease_and_its_task_runs_elsewhere() {
     let (mut client, _) = Peer::plain(&m).hello(Role::Client, &client_token(&m), 0);
     let (mut silent, _) = Peer::plain(&m).hello(Role::Worker, &worker_token(&m), 1);
     client.send(&submit(1, b"code", vec![Bytes::from_static(b"x")]));
-    assert!(matches!(client.recv(), Msg::Accepted { req_id: 1, .. }));
+    assert!(matches!(
+        client.recv_skipping_heartbeats(),
+        Msg::Accepted { req_id: 1, .. }
+    ));
     silent.send(&Msg::Pull { credits: 1 });
     let first = assignments(silent.recv());
     assert_eq!(first[0].attempt, 1);
@@ -305,13 +319,13 @@ fn a_silent_worker_loses_its_lease_and_its_task_runs_elsewhere() {
     assert_eq!(second[0].task, first[0].task);
     assert_eq!(second[0].attempt, 2);
 
-    let message = expect_error(silent.recv(), "lease_expired");
+    let message = expect_error(silent.recv_skipping_heartbeats(), "lease_expired");
     assert!(message.contains("400 ms"), "{message}");
     assert!(lost_at.elapsed() >= Duration::from_millis(400));
     assert!(silent.is_closed());
 
     alive.send(&echo_results(&second));
-    match client.recv() {
+    match client.recv_skipping_heartbeats() {
         Msg::Results { results, .. } => assert_eq!(results[0].data.as_ref(), b"x"),
         other => panic!("expected RESULTS, got {other:?}"),
     }
@@ -328,7 +342,10 @@ fn lose_the_only_attempt(end: impl FnOnce(Peer)) -> (Msg, Option<Vec<rtpool_prot
     let (mut client, _) = Peer::plain(&m).hello(Role::Client, &client_token(&m), 0);
     let (mut first, _) = Peer::plain(&m).hello(Role::Worker, &worker_token(&m), 1);
     client.send(&submit(1, b"code", vec![Bytes::from_static(b"x")]));
-    assert!(matches!(client.recv(), Msg::Accepted { req_id: 1, .. }));
+    assert!(matches!(
+        client.recv_skipping_heartbeats(),
+        Msg::Accepted { req_id: 1, .. }
+    ));
     first.send(&Msg::Pull { credits: 1 });
     assert_eq!(assignments(first.recv())[0].attempt, 1);
     end(first);
@@ -343,7 +360,7 @@ fn lose_the_only_attempt(end: impl FnOnce(Peer)) -> (Msg, Option<Vec<rtpool_prot
             Some(msg) => {
                 let second = assignments(msg);
                 other.send(&echo_results(&second));
-                return (client.recv(), Some(second));
+                return (client.recv_skipping_heartbeats(), Some(second));
             }
         }
         if let Some(msg) = client.try_recv(Duration::from_millis(1)) {
@@ -357,7 +374,7 @@ fn a_worker_silent_past_its_lease_is_not_blamed_even_at_max_attempts_1() {
     // Silence (SIGSTOP, a cut link, a starved host) is not evidence against the task: it runs
     // elsewhere as attempt 2 instead of failing as poison.
     let (msg, second) = lose_the_only_attempt(|mut silent| {
-        expect_error(silent.recv(), "lease_expired");
+        expect_error(silent.recv_skipping_heartbeats(), "lease_expired");
     });
     assert_eq!(second.expect("reassigned")[0].attempt, 2);
     match msg {
@@ -386,13 +403,15 @@ fn a_worker_whose_connection_closes_is_blamed_at_max_attempts_1() {
 fn a_silent_client_is_closed_as_idle_and_a_heartbeat_keeps_it() {
     let m = start(MasterConfig {
         client_timeout_ms: 300,
+        lease_ms: 400,
         ..Default::default()
     });
     let (mut beating, _) = Peer::plain(&m).hello(Role::Client, &client_token(&m), 0);
     let (mut silent, _) = Peer::plain(&m).hello(Role::Client, &client_token(&m), 0);
     let started = Instant::now();
-    // Heartbeats every 100 ms for 3 timeouts: nothing but heartbeats comes back (the master
-    // answers them, at most once per half heartbeat_ms), nothing closes.
+    // Heartbeats every 100 ms for 3 timeouts: nothing closes, and nothing but heartbeats comes
+    // back: the answer to the first, then the master's own, one per lease (400 ms) it wrote
+    // nothing on the link, not an answer to each of the 9 sent.
     let mut answers = 0;
     while started.elapsed() < Duration::from_millis(900) {
         beating.send(&Msg::Heartbeat);
@@ -403,8 +422,8 @@ fn a_silent_client_is_closed_as_idle_and_a_heartbeat_keeps_it() {
         }
     }
     assert!(
-        (1..=2).contains(&answers),
-        "{answers} heartbeats answered in 900 ms"
+        (1..=3).contains(&answers),
+        "{answers} heartbeats from the master in 900 ms"
     );
     expect_error(silent.recv(), "idle");
     assert!(silent.is_closed());
@@ -432,7 +451,10 @@ fn a_client_that_does_not_read_is_closed_as_a_slow_consumer() {
         b"big",
         vec![Bytes::from_static(b"x"); n as usize],
     ));
-    assert!(matches!(client.recv(), Msg::Accepted { req_id: 1, .. }));
+    assert!(matches!(
+        client.recv_skipping_heartbeats(),
+        Msg::Accepted { req_id: 1, .. }
+    ));
     worker.send(&Msg::Pull { credits: n });
     let client_gone = || m.stats().is_some_and(|s| s.core.clients == 0);
     let mut sent = 0;
@@ -452,7 +474,7 @@ fn a_client_that_does_not_read_is_closed_as_a_slow_consumer() {
     wait_until("the slow client is dropped", client_gone);
     let mut received = 0usize;
     let message = loop {
-        match client.recv() {
+        match client.recv_skipping_heartbeats() {
             Msg::Results { results, .. } => received += results.len(),
             Msg::Error { code, message, .. } if code == "slow_consumer" => break message,
             other => panic!("expected RESULTS or ERROR slow_consumer, got {other:?}"),
@@ -472,7 +494,10 @@ fn a_worker_sent_two_64_mib_arguments_before_it_reads_is_not_a_slow_consumer() {
     let (mut worker, _) = Peer::plain(&m).hello(Role::Worker, &worker_token(&m), 2);
     let big = Bytes::from(vec![5u8; 64 << 20]);
     client.send(&submit(1, b"big", vec![big.clone(), big]));
-    assert!(matches!(client.recv(), Msg::Accepted { req_id: 1, .. }));
+    assert!(matches!(
+        client.recv_skipping_heartbeats(),
+        Msg::Accepted { req_id: 1, .. }
+    ));
     let running = |n: usize| m.stats().is_some_and(|s| s.core.running == n);
     // One credit at a time, so each task is an ASSIGN of its own; the worker reads nothing
     // until both are queued (the first does not fit the socket buffers).
@@ -487,7 +512,7 @@ fn a_worker_sent_two_64_mib_arguments_before_it_reads_is_not_a_slow_consumer() {
     worker.send(&echo_results(&tasks));
     let mut results = 0;
     while results < 2 {
-        match client.recv() {
+        match client.recv_skipping_heartbeats() {
             Msg::Results { results: r, .. } => results += r.len(),
             other => panic!("expected RESULTS, got {other:?}"),
         }
@@ -538,7 +563,7 @@ fn a_package_round_trip_over_tls_with_a_self_signed_certificate() {
 
     let tasks: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i; 1000])).collect();
     client.send(&submit(5, b"tls code", tasks));
-    let package = match client.recv() {
+    let package = match client.recv_skipping_heartbeats() {
         Msg::Accepted {
             req_id: 5, package, ..
         } => package,

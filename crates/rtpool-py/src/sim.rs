@@ -33,6 +33,8 @@ fn stats_dict<'py>(py: Python<'py>, s: &SimStats) -> PyResult<Bound<'py, PyDict>
     d.set_item("silent_past_lease", s.silent_past_lease)?;
     d.set_item("lease_lost_late", s.lease_lost_late)?;
     d.set_item("max_heartbeat_lag_ms", s.max_heartbeat_lag_ms)?;
+    d.set_item("heartbeats_sent", s.heartbeats_sent)?;
+    d.set_item("heartbeats_received", s.heartbeats_received)?;
     d.set_item("first_error", s.first_error.clone())?;
     Ok(d)
 }

@@ -1,8 +1,9 @@
 //! TCP keepalive and `TCP_USER_TIMEOUT` on every accepted connection, so a peer whose path is
 //! cut (host down, cable out, a firewall dropping packets) is noticed by the kernel even while
 //! the master has nothing to tell it, and data the master sent it is not retried for the
-//! kernel's default ~15 minutes. Together with the worker lease and the `HEARTBEAT` answers
-//! (see `reader.rs`), both sides notice a cut within about the lease.
+//! kernel's default ~15 minutes. Together with the worker lease and the master's own
+//! `HEARTBEAT` on a link it left silent (see `outbound.rs`), both sides notice a cut within
+//! about the lease (the master) or 3 leases (its peers).
 
 use std::time::Duration;
 

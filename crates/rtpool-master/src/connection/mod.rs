@@ -324,7 +324,14 @@ async fn serve_halves<R, W>(
         tx,
         event: join,
     });
-    let mut writer = tokio::spawn(write_loop(wr, rx));
+    // The master heartbeats a peer it sent nothing to for a lease (3 heartbeats when there is
+    // none): peers give it 3 leases and a heartbeat of silence (docs/protocol.md).
+    let idle = Duration::from_millis(u64::from(if ctx.lease_ms > 0 {
+        ctx.lease_ms
+    } else {
+        3 * ctx.heartbeat_ms.max(1)
+    }));
+    let mut writer = tokio::spawn(write_loop(wr, rx, Some(idle)));
     let mut policy = ctx.auth.policy();
     let mut reader = Reader {
         session,
@@ -335,7 +342,7 @@ async fn serve_halves<R, W>(
         served: false,
         pulled: false,
         bounds,
-        echoed_at: None,
+        answered: false,
     };
     let end = tokio::select! {
         end = reader.read_loop(&mut rd, buf) => End::Read(end),

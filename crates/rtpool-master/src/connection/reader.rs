@@ -65,32 +65,11 @@ pub(super) struct Reader {
     pub(super) pulled: bool,
     /// Bounds on the numbers this peer reports, and its user's priority ceiling.
     pub(super) bounds: Bounds,
-    /// When this peer's last `HEARTBEAT` was answered (see [`Reader::echo_heartbeat`]).
-    pub(super) echoed_at: Option<std::time::Instant>,
+    /// This peer's first `HEARTBEAT` was answered (the only one that is).
+    pub(super) answered: bool,
 }
 
 impl Reader {
-    /// Answer a peer's `HEARTBEAT` with one, at most once per half `heartbeat_ms`: a peer that
-    /// hears nothing from the master for its lease knows the path is cut (a TCP connection
-    /// whose path is gone stays open for many minutes when nothing is sent). A peer that never
-    /// sends `HEARTBEAT` never gets one.
-    fn echo_heartbeat(&mut self) {
-        let now = std::time::Instant::now();
-        let every = std::time::Duration::from_millis(u64::from(self.ctx.heartbeat_ms) / 2);
-        if self
-            .echoed_at
-            .is_some_and(|t| now.duration_since(t) < every)
-        {
-            return;
-        }
-        self.echoed_at = Some(now);
-        let _ = self.sched.send(ToScheduler::Reply {
-            session: self.session,
-            msg: Msg::Heartbeat,
-            close: false,
-        });
-    }
-
     /// Read frames until EOF or a read error ([`ReadEnd::Closed`]), a fatal protocol error
     /// ([`ReadEnd::Fatal`], after queueing `ERROR`), or a silence past the peer's lease (worker)
     /// or idle timeout (client) ([`ReadEnd::Silent`], after queueing `ERROR`).
@@ -348,8 +327,20 @@ impl Reader {
                 worker: WorkerId(self.session),
                 tasks: tasks.into_iter().map(|(t, a)| (TaskId(t), a)).collect(),
             })),
+            // Only the first is answered, so that a peer learns at once that this master
+            // heartbeats (it then judges the master's silence); after that the master's writer
+            // heartbeats a link it left silent for a lease (`outbound::write_loop`). The read
+            // itself reset this peer's silence timer.
             (_, Msg::Heartbeat) => {
-                self.echo_heartbeat();
+                if !self.answered {
+                    self.answered = true;
+                    let session = self.session;
+                    let _ = self.sched.send(ToScheduler::Reply {
+                        session,
+                        msg: Msg::Heartbeat,
+                        close: false,
+                    });
+                }
                 Ok(None)
             }
             (Role::Worker, Msg::Drain) => Ok(Some(Event::Drain {

@@ -95,6 +95,8 @@ pub struct SimCounters {
     silent_past_lease: AtomicU64,
     lease_lost_late: AtomicU64,
     max_heartbeat_lag_us: AtomicU64,
+    heartbeats_sent: AtomicU64,
+    heartbeats_received: AtomicU64,
     first_error: Mutex<Option<String>>,
 }
 
@@ -135,6 +137,8 @@ impl SimCounters {
             silent_past_lease: get(&self.silent_past_lease),
             lease_lost_late: get(&self.lease_lost_late),
             max_heartbeat_lag_ms: get(&self.max_heartbeat_lag_us) / 1000,
+            heartbeats_sent: get(&self.heartbeats_sent),
+            heartbeats_received: get(&self.heartbeats_received),
             first_error: self
                 .first_error
                 .lock()
@@ -184,6 +188,10 @@ pub struct SimStats {
     /// How late a heartbeat timer fired at most, milliseconds: how long a ready connection
     /// waited for a thread of the simulator.
     pub max_heartbeat_lag_ms: u64,
+    /// `HEARTBEAT` frames sent (each when the connection sent nothing for `heartbeat_ms`).
+    pub heartbeats_sent: u64,
+    /// `HEARTBEAT` frames received (the master's, on a link it left silent).
+    pub heartbeats_received: u64,
     /// The first unexpected error, as text.
     pub first_error: Option<String>,
 }

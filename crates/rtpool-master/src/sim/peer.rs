@@ -264,6 +264,7 @@ async fn serve(
             _ = stop.changed() => return Ended::Done,
             _ = sleep_until(next_heartbeat) => {
                 SimCounters::max(&counters.max_heartbeat_lag_us, next_heartbeat.elapsed());
+                SimCounters::add(&counters.heartbeats_sent, 1);
                 encode(&Msg::Heartbeat, &mut out);
             }
             read = stream.read_buf(&mut buf) => match read {
@@ -296,7 +297,8 @@ async fn serve(
                     SimCounters::add(&counters.closed_by_master, 1);
                     return Ended::Done;
                 }
-                // HEARTBEAT answers; ABORT names tasks already answered (results go out at once).
+                Ok(Some(Msg::Heartbeat)) => SimCounters::add(&counters.heartbeats_received, 1),
+                // ABORT names tasks already answered (results go out at once).
                 Ok(Some(_)) => {}
                 Err(e) => return lost(counters, format!("bad frame from master: {e}")),
             }
