@@ -135,7 +135,7 @@ def largest_level(run: Mapping):
 def idle_cpu(level: Mapping):
     """The master's CPU with the level's workers idle, % of a core, if the bench measured it."""
     idle = level.get("idle") or {}
-    return idle.get("master_cpu_percent", level.get("idle_master_cpu_percent"))
+    return idle.get("master_cpu_pct")
 
 
 # -- the README's Performance table -----------------------------------------------------------

@@ -56,7 +56,7 @@ RUN = {
                 "throughput": {"tasks_per_s": 90000.0, "master_cpu_us_per_task": 4.2},
                 "latency": {"p50_us": 300, "p99_us": 500, "p99_9_us": 900, "max_us": 1000},
                 "master_lease_lost": 0,
-                "idle": {"master_cpu_percent": 4.5},
+                "idle": {"master_cpu_pct": 4.5},
             }
         ]
     },
