@@ -27,8 +27,6 @@ import argparse
 import json
 import os
 import resource
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -37,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _ab  # noqa: E402
 import _base_build  # noqa: E402
+from _bounded import run_json  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -45,40 +44,11 @@ def _run(python: str, path: str, cmd: Sequence[str], timeout: float) -> tuple:
     """One bench run of side ``path``: its JSON and the CPU seconds of its process tree."""
     env = {**os.environ, "PYTHONPATH": path}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # Its own session: past the timeout the whole group (workers included) is killed.
-    proc = subprocess.Popen(
-        [python, "-m", "rtpool", "bench", *cmd, "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise SystemExit(
-            f"`rtpool bench {' '.join(cmd)}` on {path} ran past {timeout:g} s"
-        ) from None
-    finally:
-        _kill_group(proc.pid)
+    shown = f"`rtpool bench {' '.join(cmd)}` on {path}"
+    figures = run_json([python, "-m", "rtpool", "bench", *cmd, "--json"], shown, timeout, env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    try:
-        return json.loads(out), cpu
-    except ValueError:
-        raise SystemExit(
-            f"`rtpool bench {' '.join(cmd)}` on {path} printed no JSON (exit {proc.returncode})"
-        ) from None
-
-
-def _kill_group(pgid: int) -> None:
-    """Whatever the bench left in its process group (a worker that outlived its cluster)."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    return figures, cpu
 
 
 def one_round(args, name: str, path: str) -> tuple:

@@ -24,7 +24,6 @@ import argparse
 import datetime
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Dict, List, Sequence
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _figures  # noqa: E402
+from _bounded import run_json  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -71,22 +71,7 @@ def run_one(python: str, argv: Sequence[str], timeout: float) -> dict:
     """One bench command's JSON; exits with a message if it fails or runs past ``timeout``."""
     shown = f"python -m rtpool {' '.join(argv)}"
     print(f"figures: {shown}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(
-        [python, "-m", "rtpool", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise SystemExit(f"figures: `{shown}` ran past {timeout:g} s; stopped") from None
-    try:
-        return json.loads(out)
-    except ValueError:
-        raise SystemExit(f"figures: `{shown}` printed no JSON (exit {proc.returncode})") from None
+    return run_json([python, "-m", "rtpool", *argv], f"figures: `{shown}`", timeout)
 
 
 def run_all(python: str, sections: Sequence[str], quick: bool, timeout: float) -> dict:

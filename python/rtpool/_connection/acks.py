@@ -22,6 +22,11 @@ _monotonic = time.monotonic
 ACK_DEFER_MAX = 64
 
 
+def _ack_frames(acks: Any) -> bytes:
+    """One ``ACK`` frame per package of ``acks`` (package -> segment), with its running count."""
+    return b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in acks.items()])
+
+
 class _Acks:
     """The ACK half of :class:`~rtpool._connection.connection._Connection` (a mixin: the
     state lives on the connection)."""
@@ -49,7 +54,7 @@ class _Acks:
         # With the send lock held: the deferred ACKs as frames, and none deferred any more.
         with self._lock:
             later, self._ack_later = self._ack_later, {}
-        return b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in later.items()])
+        return _ack_frames(later)
 
     def _flush_acks(self, sock: socket.socket) -> None:
         # With the send lock held.
@@ -81,7 +86,7 @@ class _Acks:
         try:
             sock = self.sock
             if sock is not None:
-                sock.sendall(b"".join([_encode(P.ACK, pkg, seg.rx) for pkg, seg in acks.items()]))
+                sock.sendall(_ack_frames(acks))
                 self._last_send = _monotonic()
         except OSError:
             pass  # the next recv() sees the broken connection
