@@ -471,8 +471,7 @@ fn calls_left_without_a_server_wait_for_the_grace_period_then_fail() {
     env.lose_worker(w);
     assert_eq!(env.core.stats().services, 1, "kept: calls name it");
     // A server comes back in time: the calls run.
-    env.advance(4_000);
-    assert!(env.tick().is_empty());
+    assert!(env.tick_after(4_000).is_empty());
     let back = server(&mut env, 1, &[("f", "1")], 1);
     let t = calls_of(&env.credit(back, 0), back);
     assert!(t.is_empty());
@@ -480,8 +479,7 @@ fn calls_left_without_a_server_wait_for_the_grace_period_then_fail() {
     let out = env.tick();
     assert!(results(&out).is_empty());
     // Gone for good: they fail after the grace period.
-    env.advance(5_001);
-    let out = env.tick();
+    let out = env.tick_after(5_001);
     let got = outcomes(&out);
     assert_eq!(got.len(), 2, "both calls fail");
     for (_, status, message) in &got {
@@ -731,8 +729,7 @@ mod random {
                     m.observe(&env, &out);
                 }
                 Op::Advance { ms } => {
-                    env.advance(ms);
-                    let out = env.tick();
+                    let out = env.tick_after(ms);
                     m.observe(&env, &out);
                 }
             }

@@ -15,7 +15,7 @@ fn workers(env: &mut TestEnv, n: usize, credits: u32) -> Vec<(WorkerId, Vec<Task
     (0..n)
         .map(|_| {
             let w = env.new_worker(credits);
-            let tasks = tasks_of(&env.credit(w, credits), w);
+            let tasks = env.take(w, credits);
             (w, tasks)
         })
         .collect()
@@ -27,7 +27,7 @@ fn replicas_go_to_distinct_workers() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).replicas(3, 2));
     let w1 = env.new_worker(4);
-    let got = tasks_of(&env.credit(w1, 4), w1);
+    let got = env.take(w1, 4);
     assert_eq!(got.len(), 1, "one copy per worker, however many credits");
     let rest = workers(&mut env, 2, 4);
     assert!(rest.iter().all(|(_, t)| t.len() == 1));
@@ -155,7 +155,7 @@ fn a_lost_worker_s_copy_is_requeued_for_another_worker() {
     let ws = workers(&mut env, 2, 1);
     env.lose_worker(ws[0].0);
     let w3 = env.new_worker(1);
-    let again = tasks_of(&env.credit(w3, 1), w3);
+    let again = env.take(w3, 1);
     assert_eq!(again, [ws[0].1[0]], "the lost copy runs again elsewhere");
     env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"x", 10);
     let out = env.answer(w3, again[0], TaskStatus::Ok, b"x", 10);
@@ -184,12 +184,11 @@ fn a_time_limit_on_one_copy_lets_the_other_copy_answer() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).replicas(2, 1).timeout_ms(100));
     let w1 = env.new_worker(1);
-    let t1 = tasks_of(&env.credit(w1, 1), w1);
+    let t1 = env.take(w1, 1);
     env.advance(50);
     let w2 = env.new_worker(1);
-    let t2 = tasks_of(&env.credit(w2, 1), w2);
-    env.advance(60);
-    let out = env.tick();
+    let t2 = env.take(w2, 1);
+    let out = env.tick_after(60);
     assert!(
         results(&out).is_empty(),
         "the other copy may still answer: {out:?}"
@@ -197,8 +196,7 @@ fn a_time_limit_on_one_copy_lets_the_other_copy_answer() {
     assert_eq!(aborts(&out), [(w1, t1[0], 1)]);
     let out = env.answer(w2, t2[0], TaskStatus::Ok, b"ok", 10);
     assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "ok".to_owned())]);
-    env.advance(100);
-    assert!(results(&env.tick()).is_empty());
+    assert!(results(&env.tick_after(100)).is_empty());
 }
 
 #[test]
@@ -208,14 +206,12 @@ fn a_straggler_gets_a_hedge_on_an_idle_worker_and_the_first_result_wins() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
     let slow = env.new_worker(1);
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let t = env.take(slow, 1);
     let fast = env.new_worker(1);
     assert!(env.credit(fast, 1).is_empty(), "nothing to run yet");
     // 1.5 x p95 (10-12.5 ms): not yet at 14 ms, a hedge by 19 ms.
-    env.advance(14);
-    assert!(env.tick().is_empty());
-    env.advance(5);
-    let out = env.tick();
+    assert!(env.tick_after(14).is_empty());
+    let out = env.tick_after(5);
     let backup = tasks_of(&out, fast);
     assert_eq!(backup.len(), 1, "{out:?}");
     assert_eq!(env.core.stats().counters.hedges, 1);
@@ -239,14 +235,12 @@ fn a_hedge_waits_until_another_worker_has_a_free_credit() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
     let slow = env.new_worker(1);
-    tasks_of(&env.credit(slow, 1), slow);
-    env.advance(40);
-    assert!(env.tick().is_empty(), "no idle worker: no hedge");
+    env.take(slow, 1);
+    assert!(env.tick_after(40).is_empty(), "no idle worker: no hedge");
     assert_eq!(env.core.stats().counters.hedges, 0);
     let idle = env.new_worker(1);
     env.credit(idle, 1);
-    env.advance(15);
-    let out = env.tick();
+    let out = env.tick_after(15);
     assert_eq!(tasks_of(&out, idle).len(), 1, "{out:?}");
 }
 
@@ -257,12 +251,11 @@ fn a_deadline_at_risk_hedges_before_the_straggler_factor() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge().deadline_ms(20));
     let slow = env.new_worker(1);
-    tasks_of(&env.credit(slow, 1), slow);
+    env.take(slow, 1);
     let idle = env.new_worker(1);
     env.credit(idle, 1);
     // At deadline - p95 (about 8-10 ms), before 1.5 x p95.
-    env.advance(10);
-    let out = env.tick();
+    let out = env.tick_after(10);
     assert_eq!(tasks_of(&out, idle).len(), 1, "{out:?}");
 }
 
@@ -273,11 +266,10 @@ fn no_hedge_without_a_trusted_estimate() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
     let slow = env.new_worker(1);
-    tasks_of(&env.credit(slow, 1), slow);
+    env.take(slow, 1);
     let idle = env.new_worker(1);
     env.credit(idle, 1);
-    env.advance(1_000);
-    let out = env.tick();
+    let out = env.tick_after(1_000);
     assert!(
         tasks_of(&out, idle).is_empty(),
         "2 results are too few to act on"
@@ -356,8 +348,7 @@ proptest! {
                 }
                 Op::Credit(i, c) => env.credit(ws[i], c),
                 Op::Tick(ms) => {
-                    env.advance(ms);
-                    env.tick()
+                                        env.tick_after(ms)
                 }
                 Op::Cancel(index) => env.cancel(client, package, &[index]),
             };
@@ -404,7 +395,7 @@ fn alternate(
             (slow, slow_us)
         };
         env.submit_spec(client, Spec::tasks(1).function(2));
-        let t = tasks_of(&env.credit(w, 1), w);
+        let t = env.take(w, 1);
         assert_eq!(t.len(), 1);
         env.complete_exec(w, t[0], us);
     }
@@ -423,11 +414,10 @@ fn a_slow_worker_does_not_teach_the_hedge_that_slow_is_normal() {
     let fresh = env.new_worker(1);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(fresh, 1), fresh);
+    let t = env.take(fresh, 1);
     assert_eq!(t.len(), 1);
     env.credit(fast, 1);
-    env.advance(40);
-    let out = env.tick();
+    let out = env.tick_after(40);
     let backup = tasks_of(&out, fast);
     assert_eq!(backup.len(), 1, "hedged after 40 ms: {out:?}");
     assert_eq!(env.core.stats().counters.hedges, 1);
@@ -441,7 +431,7 @@ fn a_known_straggler_is_hedged_as_soon_as_its_task_starts() {
     alternate(&mut env, fast, slow, 20_000, 200_000, 20);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let t = env.take(slow, 1);
     assert_eq!(t.len(), 1);
     let out = env.credit(fast, 1);
     let out = if tasks_of(&out, fast).is_empty() {
@@ -456,10 +446,9 @@ fn a_known_straggler_is_hedged_as_soon_as_its_task_starts() {
     assert_eq!(aborts(&out), [(slow, t[0], 1)]);
     // The fast worker's own tasks are not hedged before 1.5 x its p95.
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(fast, 1), fast);
+    let t = env.take(fast, 1);
     assert_eq!(t.len(), 1);
-    env.advance(25);
-    assert!(tasks_of(&env.tick(), slow).is_empty());
+    assert!(tasks_of(&env.tick_after(25), slow).is_empty());
     assert_eq!(env.core.stats().counters.hedges, 1);
 }
 
@@ -471,7 +460,7 @@ fn with_equal_workers_nothing_is_hedged_early() {
     alternate(&mut env, a, b, 20_000, 20_000, 20);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    tasks_of(&env.credit(a, 1), a);
+    env.take(a, 1);
     env.credit(b, 1);
     env.advance(25);
     assert!(
@@ -480,8 +469,7 @@ fn with_equal_workers_nothing_is_hedged_early() {
     );
     // The pace's deviation starts at half the first sample and decays by 1/8 a result:
     // after 10 results the mark is about 1.5 x 26 ms.
-    env.advance(20);
-    assert_eq!(tasks_of(&env.tick(), b).len(), 1, "at 45 ms it is");
+    assert_eq!(tasks_of(&env.tick_after(20), b).len(), 1, "at 45 ms it is");
 }
 
 #[test]
@@ -494,15 +482,14 @@ fn a_straggler_that_loses_its_race_still_teaches_its_pace() {
     alternate(&mut env, fast, fast, 20_000, 20_000, 2);
     let client = env.new_client();
     let (pkg, _) = env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let t = env.take(slow, 1);
     env.credit(fast, 1);
     assert!(
         env.tick().is_empty(),
         "not yet a known straggler: no hedge at once"
     );
     // 1.5 x the fast worker's p95 (mean + 2 deviations, ~30 ms after 6 results).
-    env.advance(60);
-    let backup = tasks_of(&env.tick(), fast);
+    let backup = tasks_of(&env.tick_after(60), fast);
     assert_eq!(backup.len(), 1);
     env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
     env.ack_all(client, pkg);
@@ -510,7 +497,7 @@ fn a_straggler_that_loses_its_race_still_teaches_its_pace() {
     env.advance(160);
     env.answer(slow, t[0], TaskStatus::Ok, b"done", 200_000);
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    tasks_of(&env.credit(slow, 1), slow);
+    env.take(slow, 1);
     let out = env.credit(fast, 1);
     let out = if tasks_of(&out, fast).is_empty() {
         env.tick()
@@ -533,15 +520,14 @@ fn a_known_straggler_checks_again_soon_for_a_free_credit() {
     let client = env.new_client();
     // The fast worker is busy: the hedged task goes to the slow worker, no credit elsewhere.
     env.submit_spec(client, Spec::tasks(1).function(2));
-    let busy = tasks_of(&env.credit(fast, 1), fast);
+    let busy = env.take(fast, 1);
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    assert_eq!(tasks_of(&env.credit(slow, 1), slow).len(), 1);
+    assert_eq!(env.take(slow, 1).len(), 1);
     assert!(env.tick().is_empty(), "no free credit elsewhere yet");
     env.complete_exec(fast, busy[0], 20_000);
     env.credit(fast, 1);
     // Checked again within an eighth of the fast worker's p95 (a few ms), not a p95 later.
-    env.advance(5);
-    assert_eq!(tasks_of(&env.tick(), fast).len(), 1);
+    assert_eq!(tasks_of(&env.tick_after(5), fast).len(), 1);
 }
 
 #[test]
@@ -554,10 +540,9 @@ fn a_straggler_whose_copy_is_killed_still_gets_a_known_pace() {
     alternate(&mut env, fast, fast, 20_000, 20_000, 2);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let t = env.take(slow, 1);
     env.credit(fast, 1);
-    env.advance(60);
-    let backup = tasks_of(&env.tick(), fast);
+    let backup = tasks_of(&env.tick_after(60), fast);
     assert_eq!(backup.len(), 1);
     env.advance(20);
     let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
@@ -566,7 +551,7 @@ fn a_straggler_whose_copy_is_killed_still_gets_a_known_pace() {
     env.answer(slow, t[0], TaskStatus::Cancelled, b"killed", 0);
     // The abort after 80 ms counted as at least its 200 ms mean: a known straggler now.
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    tasks_of(&env.credit(slow, 1), slow);
+    env.take(slow, 1);
     let out = env.credit(fast, 1);
     let out = if tasks_of(&out, fast).is_empty() {
         env.tick()
@@ -599,7 +584,7 @@ fn a_straggler_whose_process_is_replaced_is_still_known_when_it_comes_back() {
     alternate(&mut env, fast, slow, 20_000, 200_000, 20);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let t = env.take(slow, 1);
     let backup = tasks_of(&credit_then_tick(&mut env, fast), fast);
     assert_eq!(backup.len(), 1, "a known straggler: hedged at once");
     env.advance(20);
@@ -609,7 +594,7 @@ fn a_straggler_whose_process_is_replaced_is_still_known_when_it_comes_back() {
     env.lose_worker(slow);
     let again = env.new_worker_keyed(1, key);
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(again, 1), again);
+    let t = env.take(again, 1);
     assert_eq!(t.len(), 1);
     let out = credit_then_tick(&mut env, fast);
     assert_eq!(
@@ -620,7 +605,7 @@ fn a_straggler_whose_process_is_replaced_is_still_known_when_it_comes_back() {
     // A connection under a key never seen is judged on its own (no hedge before the mark).
     let stranger = env.new_worker_keyed(1, WorkerKey(901));
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(stranger, 1), stranger);
+    let t = env.take(stranger, 1);
     assert_eq!(t.len(), 1);
     let spare = env.new_worker(1);
     assert!(tasks_of(&credit_then_tick(&mut env, spare), spare).is_empty());
@@ -639,7 +624,7 @@ fn a_lost_fast_worker_does_not_set_the_mark_until_its_key_is_back() {
     let fresh = env.new_worker(1);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    assert_eq!(tasks_of(&env.credit(fresh, 1), fresh).len(), 1);
+    assert_eq!(env.take(fresh, 1).len(), 1);
     env.credit(slow, 1);
     env.advance(40);
     assert!(

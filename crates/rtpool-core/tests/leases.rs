@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{outcomes, result_indices, results, tasks_of, Spec, TestEnv};
+use common::{outcomes, result_indices, results, Spec, TestEnv};
 use rtpool_core::{Action, CoreConfig, TaskStatus};
 
 #[test]
@@ -13,7 +13,7 @@ fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
     let client = env.new_client();
     env.submit(client, 3);
     let (lost, other) = (env.new_worker(2), env.new_worker(2));
-    let held = tasks_of(&env.credit(lost, 2), lost);
+    let held = env.take(lost, 2);
     assert!(held.iter().all(|&t| env.attempt(t) == 1));
     let out = env.lose_worker(lost);
     assert!(out.is_empty(), "no credits anywhere: {out:?}");
@@ -22,7 +22,7 @@ fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
         (stats.counters.requeued, stats.queued, stats.running),
         (2, 3, 0)
     );
-    let next = tasks_of(&env.credit(other, 2), other);
+    let next = env.take(other, 2);
     assert_eq!(next, held, "the lost worker's tasks go first");
     assert!(next.iter().all(|&t| env.attempt(t) == 2), "attempt + 1");
 }
@@ -33,9 +33,9 @@ fn stale_result_of_the_lost_attempt_is_ignored_and_counted_and_one_result_is_del
     let client = env.new_client();
     env.submit(client, 1);
     let (lost, other) = (env.new_worker(1), env.new_worker(1));
-    let task = tasks_of(&env.credit(lost, 1), lost)[0];
+    let task = env.take(lost, 1)[0];
     env.lose_worker(lost);
-    assert_eq!(tasks_of(&env.credit(other, 1), other), [task]);
+    assert_eq!(env.take(other, 1), [task]);
     assert!(
         env.result(lost, task, 1).is_empty(),
         "the lost worker's attempt"
@@ -73,7 +73,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
     let mut last = Vec::new();
     for _ in 0..3 {
         let w = env.new_worker(1);
-        let got = tasks_of(&env.credit(w, 1), w);
+        let got = env.take(w, 1);
         assert_eq!(got.len(), 1);
         assert_eq!(env.index(got[0]), 0, "the requeued task is at the front");
         victims.push(w);
@@ -91,7 +91,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
     assert_eq!((stats.counters.poisoned, stats.counters.requeued), (1, 2));
     assert_eq!(stats.queued, 2, "the other tasks wait, unharmed");
     let w = env.new_worker(2);
-    let rest = tasks_of(&env.credit(w, 2), w);
+    let rest = env.take(w, 2);
     assert_eq!(rest.len(), 2);
     env.complete(w, rest[0]);
     let out = env.complete(w, rest[1]);
@@ -112,17 +112,17 @@ fn returned_tasks_do_not_count_toward_the_poison_cap() {
     let client = env.new_client();
     env.submit(client, 1);
     let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     for _ in 0..5 {
         env.return_tasks(w, &[task]);
-        assert_eq!(tasks_of(&env.credit(w, 1), w), [task]);
+        assert_eq!(env.take(w, 1), [task]);
     }
     assert_eq!(env.attempt(task), 6);
     // Two losses after five returns: still under the cap of three.
     for _ in 0..2 {
         let lost = env.new_worker(1);
         env.return_tasks(w, &[task]);
-        assert_eq!(tasks_of(&env.credit(lost, 1), lost), [task]);
+        assert_eq!(env.take(lost, 1), [task]);
         assert!(outcomes(&env.lose_worker(lost)).is_empty(), "requeued");
         env.credit(w, 1);
     }
@@ -171,7 +171,7 @@ fn a_package_max_attempts_below_the_masters_poisons_sooner() {
     let (capped, _) = env.submit_spec(client, Spec::tasks(1).max_attempts(1));
     env.submit(client, 1);
     let w = env.new_worker(2);
-    assert_eq!(tasks_of(&env.credit(w, 2), w).len(), 2);
+    assert_eq!(env.take(w, 2).len(), 2);
     let out = env.lose_worker(w);
     let got = outcomes(&out);
     assert_eq!(got.len(), 1, "{out:?}");
@@ -201,7 +201,7 @@ fn a_package_max_attempts_above_the_masters_retries_longer() {
     let (package, _) = env.submit_spec(client, Spec::tasks(1).max_attempts(3));
     for attempt in 1..=3 {
         let w = env.new_worker(1);
-        let task = tasks_of(&env.credit(w, 1), w)[0];
+        let task = env.take(w, 1)[0];
         assert_eq!(env.attempt(task), attempt);
         let out = env.lose_worker(w);
         let got = outcomes(&out);
@@ -223,7 +223,7 @@ fn lost_worker_with_a_cancelled_task_frees_it_without_a_loss() {
     let client = env.new_client();
     let (package, _) = env.submit(client, 2);
     let w = env.new_worker(2);
-    assert_eq!(tasks_of(&env.credit(w, 2), w).len(), 2);
+    assert_eq!(env.take(w, 2).len(), 2);
     env.cancel(client, package, &[0]);
     env.lose_worker(w);
     let stats = env.core.stats();
@@ -243,7 +243,7 @@ fn prefetched_tasks_of_a_lost_worker_are_not_counted_as_losses() {
     let mut first = None;
     for round in 0..3 {
         let w = env.new_worker(1);
-        let held = tasks_of(&env.credit(w, 4), w);
+        let held = env.take(w, 4);
         assert_eq!(held.len(), 4);
         first.get_or_insert(held[0]);
         assert_eq!(Some(held[0]), first, "the oldest goes first again");
@@ -274,7 +274,7 @@ fn a_worker_reported_crash_is_retried_then_poison_naming_what_happened() {
     let w = env.new_worker(1);
     let mut last = Vec::new();
     for attempt in 1..=3 {
-        let got = tasks_of(&env.credit(w, 1), w);
+        let got = env.take(w, 1);
         assert_eq!(env.index(got[0]), 0, "the crashed task is retried first");
         assert_eq!(env.attempt(got[0]), attempt);
         let how = format!("worker process killed by signal 9 (SIGKILL) (run {attempt})");
@@ -292,7 +292,7 @@ fn a_worker_reported_crash_is_retried_then_poison_naming_what_happened() {
     let stats = env.core.stats();
     assert_eq!((stats.counters.poisoned, stats.counters.requeued), (1, 2));
     // The worker is still there and runs the other task.
-    let rest = tasks_of(&env.credit(w, 1), w);
+    let rest = env.take(w, 1);
     assert_eq!(rest.len(), 1);
     assert_eq!(result_indices(&env.complete(w, rest[0])), [1]);
 }
@@ -305,7 +305,7 @@ fn a_late_crash_report_names_the_loss_in_the_poison_message() {
     let client = env.new_client();
     env.submit(client, 1);
     let first = env.new_worker(1);
-    let task = tasks_of(&env.credit(first, 1), first)[0];
+    let task = env.take(first, 1)[0];
     env.lose_worker(first);
     let second = env.new_worker(1);
     let report = b"worker process exited with code 3 while running task 1 (attempt 1)";
@@ -322,7 +322,7 @@ fn a_late_crash_report_names_the_loss_in_the_poison_message() {
     let mut last = Vec::new();
     for _ in 2..=3 {
         let w = env.new_worker(1);
-        assert_eq!(tasks_of(&env.credit(w, 1), w), [task]);
+        assert_eq!(env.take(w, 1), [task]);
         last = env.lose_worker(w);
     }
     let [(_, status, message)] = &outcomes(&last)[..] else {
@@ -350,7 +350,7 @@ fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(2).max_attempts(2));
     let first = env.new_worker(1);
-    let held = tasks_of(&env.credit(first, 2), first);
+    let held = env.take(first, 2);
     let (innocent, culprit) = (held[0], held[1]);
     env.lose_worker(first);
     let second = env.new_worker(1);
@@ -362,7 +362,7 @@ fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
         results: vec![stale],
     });
     // The culprit's second loss reaches max_attempts = 2: poison, naming the report.
-    let got = tasks_of(&env.credit(second, 2), second);
+    let got = env.take(second, 2);
     assert_eq!(got, [innocent, culprit]);
     env.complete(second, innocent);
     let out = env.answer(
@@ -392,14 +392,14 @@ fn a_late_crash_report_moves_the_blame_off_the_innocent_and_can_poison_a_queued_
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(2).max_attempts(2));
     let first = env.new_worker(1);
-    let held = tasks_of(&env.credit(first, 2), first);
+    let held = env.take(first, 2);
     let (innocent, culprit) = (held[0], held[1]);
     env.lose_worker(first);
     // The culprit's retry crashes its process on another worker before the report comes.
     let second = env.new_worker(1);
-    assert_eq!(tasks_of(&env.credit(second, 1), second), [innocent]);
+    assert_eq!(env.take(second, 1), [innocent]);
     let third = env.new_worker(1);
-    assert_eq!(tasks_of(&env.credit(third, 1), third), [culprit]);
+    assert_eq!(env.take(third, 1), [culprit]);
     let out = env.answer(
         third,
         culprit,
@@ -435,7 +435,7 @@ fn a_late_crash_report_moves_the_blame_off_the_innocent_and_can_poison_a_queued_
         "the innocent is requeued, not poisoned: {out:?}"
     );
     let w = env.new_worker(1);
-    assert_eq!(tasks_of(&env.credit(w, 1), w), [innocent]);
+    assert_eq!(env.take(w, 1), [innocent]);
     assert_eq!(result_indices(&env.complete(w, innocent)), [0]);
 }
 
@@ -447,7 +447,7 @@ fn a_worker_silent_past_its_lease_is_not_blamed_even_with_max_attempts_1() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).max_attempts(1));
     let (silent, other) = (env.new_worker(1), env.new_worker(1));
-    let task = tasks_of(&env.credit(silent, 1), silent)[0];
+    let task = env.take(silent, 1)[0];
     let out = env.expire_lease(silent);
     assert!(outcomes(&out).is_empty(), "not poison: {out:?}");
     let stats = env.core.stats();
@@ -459,7 +459,7 @@ fn a_worker_silent_past_its_lease_is_not_blamed_even_with_max_attempts_1() {
         ),
         (0, 1, 1)
     );
-    assert_eq!(tasks_of(&env.credit(other, 1), other), [task]);
+    assert_eq!(env.take(other, 1), [task]);
     assert_eq!(env.attempt(task), 2);
     assert_eq!(result_indices(&env.complete(other, task)), [0]);
 }
@@ -474,7 +474,7 @@ fn a_mass_lease_expiry_three_times_poisons_nothing() {
     for _ in 0..3 {
         let workers: Vec<_> = (0..4).map(|_| env.new_worker(1)).collect();
         for &w in &workers {
-            assert_eq!(tasks_of(&env.credit(w, 2), w).len(), 2);
+            assert_eq!(env.take(w, 2).len(), 2);
         }
         for w in workers {
             let out = env.expire_lease(w);
@@ -484,7 +484,7 @@ fn a_mass_lease_expiry_three_times_poisons_nothing() {
     let stats = env.core.stats();
     assert_eq!((stats.counters.poisoned, stats.queued), (0, 8));
     let w = env.new_worker(8);
-    let all = tasks_of(&env.credit(w, 8), w);
+    let all = env.take(w, 8);
     assert!(
         all.iter().all(|&t| env.attempt(t) == 4),
         "three attempts lost"
@@ -507,7 +507,7 @@ fn the_same_losses_with_the_connection_closed_are_blamed() {
     let mut last = Vec::new();
     for _ in 0..3 {
         let w = env.new_worker(1);
-        assert_eq!(tasks_of(&env.credit(w, 1), w).len(), 1);
+        assert_eq!(env.take(w, 1).len(), 1);
         last = env.lose_worker(w);
     }
     assert_eq!(outcomes(&last).len(), 1, "poison: {last:?}");
@@ -522,7 +522,7 @@ fn a_crash_report_after_a_silent_loss_still_counts_against_the_task() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).max_attempts(2));
     let first = env.new_worker(1);
-    let task = tasks_of(&env.credit(first, 1), first)[0];
+    let task = env.take(first, 1)[0];
     env.expire_lease(first);
     let second = env.new_worker(1);
     let mut stale = env.outcome(task, 1);
@@ -532,7 +532,7 @@ fn a_crash_report_after_a_silent_loss_still_counts_against_the_task() {
         worker: second,
         results: vec![stale],
     });
-    assert_eq!(tasks_of(&env.credit(second, 1), second), [task]);
+    assert_eq!(env.take(second, 1), [task]);
     let out = env.lose_worker(second);
     let [(_, status, message)] = &outcomes(&out)[..] else {
         panic!("the report and the closed connection make 2 losses: {out:?}");

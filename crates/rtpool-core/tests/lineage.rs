@@ -415,8 +415,7 @@ fn a_copy_past_its_time_limit_fails_the_readers() {
     let out = env.credit(spare, 1);
     let a2 = assigned(&out);
     assert_eq!(a2.len(), 1, "{out:?}");
-    env.advance(10_000);
-    let out = env.tick();
+    let out = env.tick_after(10_000);
     let aborted = aborts(&out)
         .iter()
         .any(|&(w, t, _)| (w, t) == (spare, a2[0].1));
@@ -468,8 +467,7 @@ fn a_copy_no_worker_serves_fails_the_readers_after_the_grace_period() {
     let out = env.lose_worker(w);
     assert!(outcomes(&out).is_empty(), "{out:?}");
     assert_eq!(env.core.stats().counters.kept_calls_rerun, 1);
-    env.advance(60_000);
-    let out = env.tick();
+    let out = env.tick_after(60_000);
     let failed = outcomes(&out);
     assert_eq!(failed.len(), 1, "{out:?}");
     assert_eq!((failed[0].0, failed[0].1), (1, TaskStatus::Failed));

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{aborts, outcomes, results, tasks_of, Spec, TestEnv};
+use common::{aborts, outcomes, results, Spec, TestEnv};
 use rtpool_core::{Action, Event, RejectReason, TaskStatus, UserId, REPORT_MARGIN_US};
 
 const ALICE: UserId = UserId(1);
@@ -56,7 +56,7 @@ fn results_charge_their_exec_us_to_the_packages_user_and_take_usage_resets() {
     env.submit(alice, 2);
     env.submit(bob, 1);
     let w = env.new_worker(3);
-    let mut tasks = tasks_of(&env.credit(w, 3), w);
+    let mut tasks = env.take(w, 3);
     // Users take turns (alice, bob, alice): put alice's two first.
     tasks.sort_by_key(|t| !env.args[t].starts_with(b"1:"));
     env.complete_exec(w, tasks[0], 1_500);
@@ -75,7 +75,7 @@ fn stale_results_are_not_charged() {
     env.set_quota(ALICE, Some(10_000));
     env.submit(alice, 1);
     let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     env.result(w, task, 7);
     assert_eq!(env.core.stats().counters.stale_results, 1);
     assert_eq!(env.core.take_usage(), []);
@@ -89,7 +89,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     env.set_quota(ALICE, Some(1_500));
     let (package, _) = env.submit(alice, 4);
     let w = env.new_worker(3);
-    let tasks = tasks_of(&env.credit(w, 3), w);
+    let tasks = env.take(w, 3);
     // After the assignment: users take turns, so it would have taken one of the three.
     env.submit(bob, 2);
     assert!(
@@ -128,7 +128,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     assert_eq!(env.core.remaining_us(ALICE), Some(-500));
     // Bob's tasks run as usual.
     let w2 = env.new_worker(2);
-    let bobs = tasks_of(&env.credit(w2, 2), w2);
+    let bobs = env.take(w2, 2);
     assert_eq!(bobs.len(), 2);
     for task in bobs {
         assert_eq!(outcomes(&env.complete(w2, task))[0].1, TaskStatus::Ok);
@@ -154,7 +154,7 @@ fn set_quota_below_zero_fails_the_users_tasks_at_once() {
     env.submit(alice, 2);
     env.submit(bob, 1);
     let w = env.new_worker(1);
-    let running = tasks_of(&env.credit(w, 1), w)[0];
+    let running = env.take(w, 1)[0];
     let out = env.set_quota(ALICE, Some(-1));
     let got: Vec<(u32, TaskStatus)> = outcomes(&out).into_iter().map(|(i, s, _)| (i, s)).collect();
     assert_eq!(got, [(0, TaskStatus::Quota), (1, TaskStatus::Quota)]);
@@ -178,7 +178,7 @@ fn set_quota_subtracts_usage_not_yet_taken() {
     env.set_quota(ALICE, Some(10_000));
     env.submit(alice, 1);
     let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     env.complete_exec(w, task, 1_000);
     // The shell's figure predates the charge: the core subtracts what it has not taken yet.
     env.set_quota(ALICE, Some(10_000));
@@ -195,7 +195,7 @@ fn a_worker_reporting_more_than_the_master_saw_is_charged_what_the_master_saw() 
     env.set_quota(ALICE, Some(1_000_000_000));
     env.submit(alice, 3);
     let w = env.new_worker(3);
-    let tasks = tasks_of(&env.credit(w, 3), w);
+    let tasks = env.take(w, 3);
     // The master saw 10 ms from assignment to result; the worker claims 2^63-1 us.
     env.advance(10);
     let mut lie = env.outcome(tasks[0], env.attempt(tasks[0]));
@@ -255,7 +255,7 @@ fn a_cancelled_task_is_charged_at_most_what_the_master_saw_either() {
     let alice = env.new_client_of(ALICE);
     let (package, _) = env.submit(alice, 1);
     let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     env.advance(3);
     env.cancel(alice, package, &[0]);
     env.advance(2);

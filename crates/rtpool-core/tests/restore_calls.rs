@@ -81,8 +81,7 @@ fn a_restored_package_of_calls_whose_server_never_comes_fails_after_the_grace() 
     })));
     let client = env.new_client_of(UserId(1));
     env.attach(client, package);
-    env.advance(31_000);
-    let out = env.tick();
+    let out = env.tick_after(31_000);
     let got = outcomes(&out);
     assert!(matches!(got[..], [(0, TaskStatus::Failed, _)]), "{got:?}");
 }

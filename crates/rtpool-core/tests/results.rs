@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{all_assigned, result_indices, results, tasks_of, TestEnv};
+use common::{all_assigned, result_indices, results, TestEnv};
 use rtpool_core::{Action, Event, TaskId, TaskStatus};
 
 #[test]
@@ -12,7 +12,7 @@ fn timings_are_computed_from_now() {
     let (package, _) = env.submit(client, 1);
     env.advance(5);
     let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     env.advance(12);
     let out = env.complete(w, task);
     // The auto-ack of the test env frees the package right after the result is sent.
@@ -43,7 +43,7 @@ fn package_is_freed_once_its_results_are_delivered() {
     let client = env.new_client();
     let (package, _) = env.submit(client, 2);
     let w = env.new_worker(2);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let tasks = env.take(w, 2);
     env.complete(w, tasks[0]);
     assert_eq!(env.core.stats().packages, 1);
     env.complete(w, tasks[1]);
@@ -70,7 +70,7 @@ fn results_are_grouped_per_package_in_completion_order() {
     let (p1, _) = env.submit(client, 3);
     let (p2, _) = env.submit(client, 1);
     let w = env.new_worker(4);
-    let tasks = tasks_of(&env.credit(w, 4), w);
+    let tasks = env.take(w, 4);
     let order = [tasks[2], tasks[3], tasks[0]];
     let batch = order.iter().map(|&t| env.outcome(t, 1)).collect();
     let out = env.step(Event::Results {
@@ -95,7 +95,7 @@ fn result_from_the_wrong_worker_is_ignored() {
     let client = env.new_client();
     env.submit(client, 1);
     let (a, b) = (env.new_worker(1), env.new_worker(1));
-    let task = tasks_of(&env.credit(a, 1), a)[0];
+    let task = env.take(a, 1)[0];
     assert!(env.complete(b, task).is_empty());
     assert_eq!(env.core.stats().counters.stale_results, 1);
     assert_eq!(env.core.stats().running, 1, "still running on a");
@@ -108,7 +108,7 @@ fn duplicate_result_is_ignored_and_delivered_once() {
     let client = env.new_client();
     env.submit(client, 2);
     let w = env.new_worker(2);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let tasks = env.take(w, 2);
     let twice = vec![env.outcome(tasks[0], 1), env.outcome(tasks[0], 1)];
     let out = env.step(Event::Results {
         worker: w,
@@ -129,7 +129,7 @@ fn result_with_a_wrong_attempt_or_unknown_id_is_ignored() {
     let client = env.new_client();
     env.submit(client, 1);
     let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     assert!(env.result(w, task, 2).is_empty());
     assert!(env.result(w, task, 0).is_empty());
     assert!(env.result(w, TaskId(task.0 ^ (1 << 40)), 1).is_empty());
@@ -144,10 +144,10 @@ fn result_for_a_reused_slot_does_not_reach_the_new_task() {
     let client = env.new_client();
     let w = env.new_worker(1);
     env.submit(client, 1);
-    let old = tasks_of(&env.credit(w, 1), w)[0];
+    let old = env.take(w, 1)[0];
     env.complete(w, old);
     env.submit(client, 1);
-    let new = tasks_of(&env.credit(w, 1), w)[0];
+    let new = env.take(w, 1)[0];
     assert_eq!(old.0 as u32, new.0 as u32, "the slot is reused");
     assert!(env.result(w, old, 1).is_empty(), "the old id is stale");
     assert_eq!(env.core.stats().running, 1);
@@ -159,7 +159,7 @@ fn error_status_is_passed_through() {
     let client = env.new_client();
     env.submit(client, 1);
     let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     let mut outcome = env.outcome(task, 1);
     outcome.status = TaskStatus::Error;
     let out = env.step(Event::Results {
