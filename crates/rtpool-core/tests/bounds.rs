@@ -98,8 +98,7 @@ fn a_client_past_its_unacked_bound_is_told_to_close_once_and_a_reattach_gets_eve
     env.auto_ack = false;
     let alice = env.new_client_of(ALICE);
     let (package, _) = env.submit(alice, 6);
-    let w = env.new_worker(6);
-    let tasks = env.take(w, 6);
+    let (w, tasks) = env.new_worker_taking(6);
     let mut told = 0;
     for (i, &task) in tasks[..5].iter().enumerate() {
         let out = env.complete(w, task);

@@ -121,8 +121,7 @@ fn cancel_of_the_whole_package_frees_it_at_once() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     let (package, _) = env.submit(client, 4);
-    let w = env.new_worker(1);
-    let tasks = env.take(w, 1);
+    let (w, tasks) = env.new_worker_taking(1);
     assert_eq!(
         env.cancel(client, package, &[]),
         [
@@ -247,8 +246,7 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
     let (gone, stays) = (env.new_client(), env.new_client_of(UserId(2)));
     let (p1, _) = env.submit(gone, 3);
     let (p2, _) = env.submit(gone, 2);
-    let w = env.new_worker(2);
-    let tasks = env.take(w, 2);
+    let (w, tasks) = env.new_worker_taking(2);
     // Submitted after the assignment: users take turns, so it would have taken one of them.
     let (kept, _) = env.submit(stays, 1);
     assert!(env.lose_client(gone).is_empty());

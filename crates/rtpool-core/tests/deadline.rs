@@ -92,8 +92,7 @@ fn results_are_scored_against_the_deadline_with_their_lateness() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(3).deadline_ms(50));
-    let w = env.new_worker(2);
-    let tasks = env.take(w, 2);
+    let (w, tasks) = env.new_worker_taking(2);
     env.advance(10);
     let on_time = env.complete(w, tasks[0]);
     assert_eq!(results(&on_time)[0].1[0].late_us, 0);
@@ -372,8 +371,7 @@ fn requeued_work_keeps_its_deadline_order() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(2).deadline_ms(500));
     env.submit_spec(client, Spec::tasks(1).deadline_ms(100));
-    let w = env.new_worker(1);
-    let first = env.take(w, 1);
+    let (w, first) = env.new_worker_taking(1);
     assert_eq!(env.args[&first[0]].as_ref(), b"2:0");
     env.lose_worker(w);
     let w2 = env.new_worker(1);

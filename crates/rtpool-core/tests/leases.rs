@@ -72,8 +72,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
     let mut victims = Vec::new();
     let mut last = Vec::new();
     for _ in 0..3 {
-        let w = env.new_worker(1);
-        let got = env.take(w, 1);
+        let (w, got) = env.new_worker_taking(1);
         assert_eq!(got.len(), 1);
         assert_eq!(env.index(got[0]), 0, "the requeued task is at the front");
         victims.push(w);
@@ -90,8 +89,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
     let stats = env.core.stats();
     assert_eq!((stats.counters.poisoned, stats.counters.requeued), (1, 2));
     assert_eq!(stats.queued, 2, "the other tasks wait, unharmed");
-    let w = env.new_worker(2);
-    let rest = env.take(w, 2);
+    let (w, rest) = env.new_worker_taking(2);
     assert_eq!(rest.len(), 2);
     env.complete(w, rest[0]);
     let out = env.complete(w, rest[1]);
@@ -483,8 +481,7 @@ fn a_mass_lease_expiry_three_times_poisons_nothing() {
     }
     let stats = env.core.stats();
     assert_eq!((stats.counters.poisoned, stats.queued), (0, 8));
-    let w = env.new_worker(8);
-    let all = env.take(w, 8);
+    let (w, all) = env.new_worker_taking(8);
     assert!(
         all.iter().all(|&t| env.attempt(t) == 4),
         "three attempts lost"

@@ -55,8 +55,7 @@ fn results_charge_their_exec_us_to_the_packages_user_and_take_usage_resets() {
     env.set_quota(ALICE, Some(10_000));
     env.submit(alice, 2);
     env.submit(bob, 1);
-    let w = env.new_worker(3);
-    let mut tasks = env.take(w, 3);
+    let (w, mut tasks) = env.new_worker_taking(3);
     // Users take turns (alice, bob, alice): put alice's two first.
     tasks.sort_by_key(|t| !env.args[t].starts_with(b"1:"));
     env.complete_exec(w, tasks[0], 1_500);
@@ -88,8 +87,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
     env.set_quota(ALICE, Some(1_500));
     let (package, _) = env.submit(alice, 4);
-    let w = env.new_worker(3);
-    let tasks = env.take(w, 3);
+    let (w, tasks) = env.new_worker_taking(3);
     // After the assignment: users take turns, so it would have taken one of the three.
     env.submit(bob, 2);
     assert!(
@@ -127,8 +125,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     );
     assert_eq!(env.core.remaining_us(ALICE), Some(-500));
     // Bob's tasks run as usual.
-    let w2 = env.new_worker(2);
-    let bobs = env.take(w2, 2);
+    let (w2, bobs) = env.new_worker_taking(2);
     assert_eq!(bobs.len(), 2);
     for task in bobs {
         assert_eq!(outcomes(&env.complete(w2, task))[0].1, TaskStatus::Ok);
@@ -194,8 +191,7 @@ fn a_worker_reporting_more_than_the_master_saw_is_charged_what_the_master_saw() 
     let alice = env.new_client_of(ALICE);
     env.set_quota(ALICE, Some(1_000_000_000));
     env.submit(alice, 3);
-    let w = env.new_worker(3);
-    let tasks = env.take(w, 3);
+    let (w, tasks) = env.new_worker_taking(3);
     // The master saw 10 ms from assignment to result; the worker claims 2^63-1 us.
     env.advance(10);
     let mut lie = env.outcome(tasks[0], env.attempt(tasks[0]));

@@ -42,8 +42,7 @@ fn package_is_freed_once_its_results_are_delivered() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     let (package, _) = env.submit(client, 2);
-    let w = env.new_worker(2);
-    let tasks = env.take(w, 2);
+    let (w, tasks) = env.new_worker_taking(2);
     env.complete(w, tasks[0]);
     assert_eq!(env.core.stats().packages, 1);
     env.complete(w, tasks[1]);
@@ -69,8 +68,7 @@ fn results_are_grouped_per_package_in_completion_order() {
     let client = env.new_client();
     let (p1, _) = env.submit(client, 3);
     let (p2, _) = env.submit(client, 1);
-    let w = env.new_worker(4);
-    let tasks = env.take(w, 4);
+    let (w, tasks) = env.new_worker_taking(4);
     let order = [tasks[2], tasks[3], tasks[0]];
     let batch = order.iter().map(|&t| env.outcome(t, 1)).collect();
     let out = env.step(Event::Results {
@@ -107,8 +105,7 @@ fn duplicate_result_is_ignored_and_delivered_once() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit(client, 2);
-    let w = env.new_worker(2);
-    let tasks = env.take(w, 2);
+    let (w, tasks) = env.new_worker_taking(2);
     let twice = vec![env.outcome(tasks[0], 1), env.outcome(tasks[0], 1)];
     let out = env.step(Event::Results {
         worker: w,

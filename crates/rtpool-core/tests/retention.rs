@@ -68,8 +68,7 @@ fn partial_acks_free_only_the_acknowledged_prefix() {
     let mut env = env();
     let client = env.new_client();
     let (package, _) = env.submit(client, 3);
-    let w = env.new_worker(3);
-    let tasks = env.take(w, 3);
+    let (w, tasks) = env.new_worker_taking(3);
     for &t in &[tasks[2], tasks[0], tasks[1]] {
         env.complete(w, t);
     }
@@ -111,8 +110,7 @@ fn detach_then_attach_resends_unacked_results_in_order_and_restarts_the_count() 
     let mut env = env();
     let first = env.new_client();
     let (package, _) = env.submit(first, 4);
-    let w = env.new_worker(4);
-    let tasks = env.take(w, 4);
+    let (w, tasks) = env.new_worker_taking(4);
     env.complete(w, tasks[2]);
     env.complete(w, tasks[0]);
     env.ack(first, package, 1); // index 2
@@ -197,8 +195,7 @@ fn ttl_expiry_drops_unacked_results_aborts_running_tasks_and_counts_them() {
     let mut env = env();
     let client = env.new_client();
     let (package, _) = env.submit(client, 3);
-    let w = env.new_worker(2);
-    let tasks = env.take(w, 2);
+    let (w, tasks) = env.new_worker_taking(2);
     env.complete(w, tasks[0]);
     let lost_at = env.now;
     env.lose_client(client);
