@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use rtpool_core::{
-    Action, AssignCall, AssignTask, CallSpec, PackageId, TaskId, TaskOutcome, TaskStatus, WorkerId,
+    Action, AssignCall, AssignTask, PackageId, TaskId, TaskOutcome, TaskStatus, WorkerId,
 };
 
 /// The tasks of every `Assign`, per worker, in action order.
@@ -117,17 +117,6 @@ pub fn outcomes(actions: &[Action]) -> Vec<(u32, TaskStatus, String)> {
             )
         })
         .collect()
-}
-
-/// A call of `name` (newest version) with `args`, taking the results of `deps`.
-pub fn call(name: &str, args: &str, deps: &[u32]) -> CallSpec {
-    CallSpec {
-        name: name.to_owned(),
-        version: String::new(),
-        args: Bytes::from(args.to_owned()),
-        deps: deps.to_vec(),
-        fetch: false,
-    }
 }
 
 /// The calls assigned, per worker.

@@ -26,10 +26,11 @@ use rtpool_core::FnHash;
 
 pub use actions::*;
 pub use env::TestEnv;
-// Not every test binary asserts with these.
+// Not every test binary uses each of these.
 #[allow(unused_imports)]
 pub use expect::*;
-pub use spec::Spec;
+#[allow(unused_imports)]
+pub use spec::{call, calls, Spec};
 
 /// The hash of test function `n`.
 pub fn fn_hash(n: u8) -> FnHash {

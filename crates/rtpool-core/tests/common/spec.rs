@@ -1,6 +1,28 @@
-//! [`Spec`]: a package to submit, built option by option (`Spec::tasks(4).deadline_ms(50)`).
+//! What a test submits: [`Spec`], a package of tasks built option by option
+//! (`Spec::tasks(4).deadline_ms(50)`), and [`call`]/[`calls`], the calls of a transaction.
 
-use rtpool_core::PackageId;
+use bytes::Bytes;
+use rtpool_core::{CallSpec, PackageId};
+
+/// A call of `name` (newest version) with `args`, taking the results of `deps`.
+pub fn call(name: &str, args: &str, deps: &[u32]) -> CallSpec {
+    CallSpec {
+        name: name.to_owned(),
+        version: String::new(),
+        args: Bytes::from(args.to_owned()),
+        deps: deps.to_vec(),
+        fetch: false,
+    }
+}
+
+/// Calls of `name` (newest version), one per `(args, deps)`: a transaction's graph on one line,
+/// `calls("f", &[("a", &[]), ("b", &[0])])` (b takes a's result).
+pub fn calls(name: &str, graph: &[(&str, &[u32])]) -> Vec<CallSpec> {
+    graph
+        .iter()
+        .map(|(args, deps)| call(name, args, deps))
+        .collect()
+}
 
 /// A package to submit.
 #[derive(Debug, Clone, Copy)]
