@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{outcomes, result_indices, results, Spec, TestEnv};
-use rtpool_core::{Action, CoreConfig, TaskStatus};
+use common::{assert_freed_last, only_outcome, outcomes, result_indices, results, Spec, TestEnv};
+use rtpool_core::{CoreConfig, TaskStatus};
 
 #[test]
 fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
@@ -78,10 +78,8 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
         victims.push(w);
         last = env.lose_worker(w);
     }
-    let [(index, status, message)] = &outcomes(&last)[..] else {
-        panic!("one poison result expected: {last:?}");
-    };
-    assert_eq!((*index, *status), (0, TaskStatus::Lost));
+    let (index, status, message) = only_outcome(&last, "one poison result expected");
+    assert_eq!((index, status), (0, TaskStatus::Lost));
     for (i, w) in victims.iter().enumerate() {
         let named = format!("attempt {} on {w}", i + 1);
         assert!(message.contains(&named), "{named:?} not in {message:?}");
@@ -93,14 +91,7 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
     assert_eq!(rest.len(), 2);
     env.complete(w, rest[0]);
     let out = env.complete(w, rest[1]);
-    assert_eq!(
-        out.last(),
-        Some(&Action::PackageFreed {
-            journaled: true,
-            package,
-            expired: false
-        })
-    );
+    assert_freed_last(&out, package);
     assert_eq!(env.core.stats().counters.poisoned, 1);
 }
 
@@ -278,10 +269,8 @@ fn a_worker_reported_crash_is_retried_then_poison_naming_what_happened() {
         let how = format!("worker process killed by signal 9 (SIGKILL) (run {attempt})");
         last = env.answer(w, got[0], TaskStatus::Lost, how.as_bytes(), 10);
     }
-    let [(index, status, message)] = &outcomes(&last)[..] else {
-        panic!("one poison result expected: {last:?}");
-    };
-    assert_eq!((*index, *status), (0, TaskStatus::Lost));
+    let (index, status, message) = only_outcome(&last, "one poison result expected");
+    assert_eq!((index, status), (0, TaskStatus::Lost));
     assert!(message.contains("3 times"), "{message}");
     for attempt in 1..=3 {
         let named = format!("attempt {attempt} on {w}: worker process killed by signal 9");
@@ -307,14 +296,8 @@ fn a_late_crash_report_names_the_loss_in_the_poison_message() {
     env.lose_worker(first);
     let second = env.new_worker(1);
     let report = b"worker process exited with code 3 while running task 1 (attempt 1)";
-    let mut stale = env.outcome(task, 1);
-    stale.status = TaskStatus::Lost;
-    stale.data = bytes::Bytes::from_static(report);
     assert!(env
-        .step(rtpool_core::Event::Results {
-            worker: second,
-            results: vec![stale],
-        })
+        .report(second, task, 1, TaskStatus::Lost, report)
         .is_empty());
     assert_eq!(env.core.stats().counters.stale_results, 1);
     let mut last = Vec::new();
@@ -323,10 +306,8 @@ fn a_late_crash_report_names_the_loss_in_the_poison_message() {
         assert_eq!(env.take(w, 1), [task]);
         last = env.lose_worker(w);
     }
-    let [(_, status, message)] = &outcomes(&last)[..] else {
-        panic!("one poison result expected: {last:?}");
-    };
-    assert_eq!(*status, TaskStatus::Lost);
+    let (_, status, message) = only_outcome(&last, "one poison result expected");
+    assert_eq!(status, TaskStatus::Lost);
     assert!(
         message.contains(&format!(
             "attempt 1 on {first}: worker process exited with code 3"
@@ -352,13 +333,13 @@ fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
     let (innocent, culprit) = (held[0], held[1]);
     env.lose_worker(first);
     let second = env.new_worker(1);
-    let mut stale = env.outcome(culprit, 1);
-    stale.status = TaskStatus::Lost;
-    stale.data = bytes::Bytes::from_static(b"worker process killed by signal 9 (SIGKILL)");
-    env.step(rtpool_core::Event::Results {
-        worker: second,
-        results: vec![stale],
-    });
+    env.report(
+        second,
+        culprit,
+        1,
+        TaskStatus::Lost,
+        b"worker process killed by signal 9 (SIGKILL)",
+    );
     // The culprit's second loss reaches max_attempts = 2: poison, naming the report.
     let got = env.take(second, 2);
     assert_eq!(got, [innocent, culprit]);
@@ -370,10 +351,8 @@ fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
         b"task process exited with code 3",
         5,
     );
-    let [(index, status, message)] = &outcomes(&out)[..] else {
-        panic!("one poison result expected: {out:?}");
-    };
-    assert_eq!((*index, *status), (1, TaskStatus::Lost));
+    let (index, status, message) = only_outcome(&out, "one poison result expected");
+    assert_eq!((index, status), (1, TaskStatus::Lost));
     assert!(message.contains("2 times"), "{message}");
     assert!(
         message.contains("killed by signal 9 (SIGKILL)"),
@@ -407,18 +386,16 @@ fn a_late_crash_report_moves_the_blame_off_the_innocent_and_can_poison_a_queued_
     );
     assert!(outcomes(&out).is_empty(), "one loss of 2: requeued");
     // The replacement's report of the first death: the culprit's second loss while queued.
-    let mut stale = env.outcome(culprit, 1);
-    stale.status = TaskStatus::Lost;
-    stale.data = bytes::Bytes::from_static(b"worker process killed by signal 11 (SIGSEGV)");
     let reporter = env.new_worker(1);
-    let out = env.step(rtpool_core::Event::Results {
-        worker: reporter,
-        results: vec![stale],
-    });
-    let [(index, status, message)] = &outcomes(&out)[..] else {
-        panic!("the queued culprit fails as poison at once: {out:?}");
-    };
-    assert_eq!((*index, *status), (1, TaskStatus::Lost));
+    let out = env.report(
+        reporter,
+        culprit,
+        1,
+        TaskStatus::Lost,
+        b"worker process killed by signal 11 (SIGSEGV)",
+    );
+    let (index, status, message) = only_outcome(&out, "the queued culprit fails as poison at once");
+    assert_eq!((index, status), (1, TaskStatus::Lost));
     assert!(message.contains("2 times"), "{message}");
     assert!(
         message.contains(&format!(
@@ -522,19 +499,18 @@ fn a_crash_report_after_a_silent_loss_still_counts_against_the_task() {
     let task = env.take(first, 1)[0];
     env.expire_lease(first);
     let second = env.new_worker(1);
-    let mut stale = env.outcome(task, 1);
-    stale.status = TaskStatus::Lost;
-    stale.data = bytes::Bytes::from_static(b"worker process killed by signal 9 (SIGKILL)");
-    env.step(rtpool_core::Event::Results {
-        worker: second,
-        results: vec![stale],
-    });
+    env.report(
+        second,
+        task,
+        1,
+        TaskStatus::Lost,
+        b"worker process killed by signal 9 (SIGKILL)",
+    );
     assert_eq!(env.take(second, 1), [task]);
     let out = env.lose_worker(second);
-    let [(_, status, message)] = &outcomes(&out)[..] else {
-        panic!("the report and the closed connection make 2 losses: {out:?}");
-    };
-    assert_eq!(*status, TaskStatus::Lost);
+    let (_, status, message) =
+        only_outcome(&out, "the report and the closed connection make 2 losses");
+    assert_eq!(status, TaskStatus::Lost);
     assert!(
         message.contains(&format!(
             "attempt 1 on {first}: worker process killed by signal 9"

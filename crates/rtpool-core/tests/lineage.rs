@@ -311,10 +311,8 @@ fn when_the_attempts_are_spent_the_dependent_fails_naming_the_producer() {
     env.answer(spare, a2, TaskStatus::Ok, &reference(9), 10);
     // Its second value is lost too: a ran twice, its package's max_attempts.
     let out = env.lose_worker(spare);
-    let failed = outcomes(&out);
-    assert_eq!(failed.len(), 1, "{out:?}");
-    let (index, status, message) = &failed[0];
-    assert_eq!((*index, *status), (2, TaskStatus::Failed));
+    let (index, status, message) = only_outcome(&out, "the dependent fails");
+    assert_eq!((index, status), (2, TaskStatus::Failed));
     assert!(
         message.contains("call #0 f was lost") && message.contains("ran 2 times"),
         "{message}"

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{aborts, outcomes, results, Spec, TestEnv};
+use common::{aborts, assert_freed_last, only_rejection, outcomes, results, Spec, TestEnv};
 use rtpool_core::{Action, Event, RejectReason, TaskStatus, UserId, REPORT_MARGIN_US};
 
 const ALICE: UserId = UserId(1);
@@ -16,27 +16,15 @@ fn submit_is_rejected_when_the_quota_is_exhausted_and_accepted_otherwise() {
     let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
     assert!(env.set_quota(ALICE, Some(0)).is_empty());
     let (_, out) = env.submit_raw(alice, Spec::tasks(1));
-    assert!(
-        matches!(
-            &out[..],
-            [Action::Rejected {
-                reason: RejectReason::QuotaExhausted { over_us: 0 },
-                ..
-            }]
-        ),
-        "{out:?}"
+    assert_eq!(
+        only_rejection(&out),
+        RejectReason::QuotaExhausted { over_us: 0 }
     );
     env.set_quota(ALICE, Some(-5));
     let (_, out) = env.submit_raw(alice, Spec::tasks(1));
-    assert!(
-        matches!(
-            &out[..],
-            [Action::Rejected {
-                reason: RejectReason::QuotaExhausted { over_us: 5 },
-                ..
-            }]
-        ),
-        "{out:?}"
+    assert_eq!(
+        only_rejection(&out),
+        RejectReason::QuotaExhausted { over_us: 5 }
     );
     assert_eq!(env.core.stats().packages, 0);
     env.submit(bob, 1);
@@ -110,14 +98,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     let message = &outcomes(&out)[1].2;
     assert!(message.contains("quota ran out"), "{message}");
     assert_eq!(aborts(&out), [(w, tasks[2], 1)]);
-    assert_eq!(
-        out.last(),
-        Some(&Action::PackageFreed {
-            journaled: true,
-            package,
-            expired: false
-        })
-    );
+    assert_freed_last(&out, package);
     let stats = env.core.stats();
     assert_eq!(
         (stats.counters.quota_failed, stats.queued, stats.running),
@@ -135,13 +116,10 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     assert_eq!(env.core.take_usage(), [(ALICE, 2_000), (BOB, 2_000)]);
     assert_eq!(env.core.stats().tasks, 0);
     let (_, out) = env.submit_raw(alice, Spec::tasks(1));
-    assert!(matches!(
-        &out[..],
-        [Action::Rejected {
-            reason: RejectReason::QuotaExhausted { over_us: 500 },
-            ..
-        }]
-    ));
+    assert_eq!(
+        only_rejection(&out),
+        RejectReason::QuotaExhausted { over_us: 500 }
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Assertions on a step's actions that several scenario files make: the one rejection, the one
 //! result, messages that must name things. Each panics with the actions it looked at.
 
-use rtpool_core::{Action, RejectReason, TaskStatus};
+use rtpool_core::{Action, PackageId, RejectReason, TaskStatus};
 
 use super::outcomes;
 
@@ -41,11 +41,11 @@ pub fn only_rejection(actions: &[Action]) -> RejectReason {
 ///
 /// # Panics
 ///
-/// If they deliver none or more than one.
-pub fn only_outcome(actions: &[Action]) -> (u32, TaskStatus, String) {
+/// If they deliver none or more than one, saying `expected` and the actions.
+pub fn only_outcome(actions: &[Action], expected: &str) -> (u32, TaskStatus, String) {
     match &outcomes(actions)[..] {
         [one] => one.clone(),
-        other => panic!("expected one result, got {other:?} from {actions:?}"),
+        other => panic!("{expected}: got {other:?} from {actions:?}"),
     }
 }
 
@@ -58,4 +58,22 @@ pub fn assert_mentions(text: &str, needles: &[&str]) {
     for needle in needles {
         assert!(text.contains(needle), "{needle:?} missing from {text:?}");
     }
+}
+
+/// The last of these actions frees `package`, journaled and not expired: it ended with its
+/// last result acknowledged.
+///
+/// # Panics
+///
+/// If the last action is anything else.
+pub fn assert_freed_last(actions: &[Action], package: PackageId) {
+    assert_eq!(
+        actions.last(),
+        Some(&Action::PackageFreed {
+            journaled: true,
+            package,
+            expired: false
+        }),
+        "{actions:?}"
+    );
 }
