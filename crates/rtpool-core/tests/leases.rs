@@ -4,8 +4,11 @@
 
 mod common;
 
-use common::{assert_freed_last, only_outcome, outcomes, result_indices, results, Spec, TestEnv};
-use rtpool_core::{CoreConfig, TaskStatus};
+use common::{
+    assert_freed_last, assert_mentions, only_outcome, outcomes, result_indices, results, Spec,
+    TestEnv,
+};
+use rtpool_core::{CoreConfig, TaskId, TaskStatus, WorkerId};
 
 #[test]
 fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
@@ -314,11 +317,23 @@ fn a_late_crash_report_names_the_loss_in_the_poison_message() {
         )),
         "{message}"
     );
-    assert!(message.contains("attempt 2 on"), "{message}");
-    assert!(
-        message.contains("worker lost (crashed, killed or cut off)"),
-        "{message}"
+    assert_mentions(
+        &message,
+        &["attempt 2 on", "worker lost (crashed, killed or cut off)"],
     );
+}
+
+/// A package of two tasks (`max_attempts` 2) that a one-slot worker took both of (two
+/// credits) before its connection closed: that worker and `(innocent, culprit)`, the oldest
+/// task (the one the master blames) and the other.
+fn two_held_by_a_lost_worker(env: &mut TestEnv) -> (WorkerId, TaskId, TaskId) {
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(2).max_attempts(2));
+    let first = env.new_worker(1);
+    let held = env.take(first, 2);
+    assert_eq!(held.len(), 2, "both tasks taken");
+    env.lose_worker(first);
+    (first, held[0], held[1])
 }
 
 #[test]
@@ -326,12 +341,7 @@ fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
     // The lost worker's oldest running task (whose result was still batched) was blamed; the
     // replacement's report names the task that really ran: its loss is recorded now.
     let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(2).max_attempts(2));
-    let first = env.new_worker(1);
-    let held = env.take(first, 2);
-    let (innocent, culprit) = (held[0], held[1]);
-    env.lose_worker(first);
+    let (_, innocent, culprit) = two_held_by_a_lost_worker(&mut env);
     let second = env.new_worker(1);
     env.report(
         second,
@@ -353,12 +363,14 @@ fn a_late_crash_report_of_a_task_the_master_did_not_blame_records_its_loss() {
     );
     let (index, status, message) = only_outcome(&out, "one poison result expected");
     assert_eq!((index, status), (1, TaskStatus::Lost));
-    assert!(message.contains("2 times"), "{message}");
-    assert!(
-        message.contains("killed by signal 9 (SIGKILL)"),
-        "{message}"
+    assert_mentions(
+        &message,
+        &[
+            "2 times",
+            "killed by signal 9 (SIGKILL)",
+            "exited with code 3",
+        ],
     );
-    assert!(message.contains("exited with code 3"), "{message}");
 }
 
 #[test]
@@ -366,12 +378,7 @@ fn a_late_crash_report_moves_the_blame_off_the_innocent_and_can_poison_a_queued_
     // max_attempts = 2. The first worker held [innocent, culprit] and died running the
     // culprit; the master blamed the innocent (the oldest). The report moves the blame.
     let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(2).max_attempts(2));
-    let first = env.new_worker(1);
-    let held = env.take(first, 2);
-    let (innocent, culprit) = (held[0], held[1]);
-    env.lose_worker(first);
+    let (first, innocent, culprit) = two_held_by_a_lost_worker(&mut env);
     // The culprit's retry crashes its process on another worker before the report comes.
     let second = env.new_worker(1);
     assert_eq!(env.take(second, 1), [innocent]);

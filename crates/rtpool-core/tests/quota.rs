@@ -5,10 +5,23 @@
 mod common;
 
 use common::{aborts, assert_freed_last, only_rejection, outcomes, results, Spec, TestEnv};
-use rtpool_core::{Action, Event, RejectReason, TaskStatus, UserId, REPORT_MARGIN_US};
+use rtpool_core::{
+    Action, Event, RejectReason, TaskId, TaskStatus, UserId, WorkerId, REPORT_MARGIN_US,
+};
 
 const ALICE: UserId = UserId(1);
 const BOB: UserId = UserId(2);
+
+/// Alice, with `quota_us` of compute time left, submits one task; a new one-slot worker takes
+/// it: that worker and the task.
+fn one_task_of_alice(env: &mut TestEnv, quota_us: i64) -> (WorkerId, TaskId) {
+    let alice = env.new_client_of(ALICE);
+    env.set_quota(ALICE, Some(quota_us));
+    env.submit(alice, 1);
+    let (w, tasks) = env.new_worker_taking(1);
+    assert_eq!(tasks.len(), 1, "the worker runs alice's task");
+    (w, tasks[0])
+}
 
 #[test]
 fn submit_is_rejected_when_the_quota_is_exhausted_and_accepted_otherwise() {
@@ -58,11 +71,7 @@ fn results_charge_their_exec_us_to_the_packages_user_and_take_usage_resets() {
 #[test]
 fn stale_results_are_not_charged() {
     let mut env = TestEnv::new();
-    let alice = env.new_client_of(ALICE);
-    env.set_quota(ALICE, Some(10_000));
-    env.submit(alice, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = one_task_of_alice(&mut env, 10_000);
     env.result(w, task, 7);
     assert_eq!(env.core.stats().counters.stale_results, 1);
     assert_eq!(env.core.take_usage(), []);
@@ -149,11 +158,7 @@ fn set_quota_below_zero_fails_the_users_tasks_at_once() {
 #[test]
 fn set_quota_subtracts_usage_not_yet_taken() {
     let mut env = TestEnv::new();
-    let alice = env.new_client_of(ALICE);
-    env.set_quota(ALICE, Some(10_000));
-    env.submit(alice, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = one_task_of_alice(&mut env, 10_000);
     env.complete_exec(w, task, 1_000);
     // The shell's figure predates the charge: the core subtracts what it has not taken yet.
     env.set_quota(ALICE, Some(10_000));
