@@ -50,8 +50,7 @@ fn a_user_past_its_queued_task_bound_is_refused_and_others_are_not() {
     // Another user has a bound of its own.
     env.submit(bob, 5);
     // A finished task and a cancelled one make room.
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     env.cancel(alice, first, &[2]);
     // The worker ran one of alice's (users take turns, alice first): 3 - 1 - 1 + 3 = 4.

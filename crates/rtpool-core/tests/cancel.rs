@@ -60,9 +60,7 @@ fn empty_and_oversized_packages_are_rejected() {
 
 #[test]
 fn status_counts_every_state() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 5);
+    let (mut env, client, package) = TestEnv::new().with_package(5);
     let w = env.new_worker(1);
     let tasks = env.take(w, 2);
     env.complete(w, tasks[0]);
@@ -80,9 +78,7 @@ fn status_counts_every_state() {
 
 #[test]
 fn cancel_of_a_queued_task_frees_it_and_it_is_never_assigned() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 3);
+    let (mut env, client, package) = TestEnv::new().with_package(3);
     assert!(env.cancel(client, package, &[1]).is_empty());
     assert_eq!(env.core.stats().queued, 2);
     assert_eq!(env.core.stats().tasks, 2);
@@ -94,9 +90,7 @@ fn cancel_of_a_queued_task_frees_it_and_it_is_never_assigned() {
 
 #[test]
 fn cancel_of_a_running_task_drops_its_result() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 2);
+    let (mut env, client, package) = TestEnv::new().with_package(2);
     let w = env.new_worker(1);
     let tasks = env.take(w, 2);
     env.cancel(client, package, &[0]);
@@ -118,9 +112,7 @@ fn cancel_of_a_running_task_drops_its_result() {
 
 #[test]
 fn cancel_of_the_whole_package_frees_it_at_once() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 4);
+    let (mut env, client, package) = TestEnv::new().with_package(4);
     let (w, tasks) = env.new_worker_taking(1);
     assert_eq!(
         env.cancel(client, package, &[]),
@@ -195,11 +187,8 @@ fn cancel_by_another_client_of_the_same_user_is_allowed() {
 
 #[test]
 fn cancel_ignores_out_of_range_duplicate_and_finished_indices() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 3);
-    let w = env.new_worker(1);
-    let first = env.take(w, 1)[0];
+    let (mut env, client, package) = TestEnv::new().with_package(3);
+    let (w, first) = env.new_worker_running();
     env.complete(w, first);
     assert!(env
         .cancel(client, package, &[0, 2, 2, 99, u32::MAX])
@@ -217,9 +206,7 @@ fn cancel_ignores_out_of_range_duplicate_and_finished_indices() {
 
 #[test]
 fn cancelled_running_task_returned_or_lost_is_freed_not_requeued() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 3);
+    let (mut env, client, package) = TestEnv::new().with_package(3);
     let w = env.new_worker(1);
     let tasks = env.take(w, 3);
     env.cancel(client, package, &[0, 1]);
@@ -265,8 +252,7 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
         );
     }
     assert_eq!(env.core.stats().retained, 2);
-    let w2 = env.new_worker(1);
-    let third = env.take(w2, 1)[0];
+    let (w2, third) = env.new_worker_running();
     assert_eq!(env.index(third), 2, "p1's last task, FIFO");
     // The TTL passes: both detached packages expire (the running task is aborted), the kept
     // one is untouched.
@@ -304,8 +290,7 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
         env.complete(w2, third).is_empty(),
         "the aborted task's answer is dropped"
     );
-    let w3 = env.new_worker(1);
-    let last = env.take(w3, 1)[0];
+    let (w3, last) = env.new_worker_running();
     let out = env.complete(w3, last);
     assert!(
         matches!(out[..], [Action::SendResults { client, package, .. }, Action::PackageFreed { .. }] if client == Some(stays) && package == kept),

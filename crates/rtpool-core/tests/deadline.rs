@@ -121,11 +121,8 @@ fn results_are_scored_against_the_deadline_with_their_lateness() {
 
 #[test]
 fn without_a_deadline_nothing_is_scored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let (w, task) = env.new_worker_running();
     env.advance(10_000);
     let out = env.complete(w, task);
     assert_eq!(results(&out)[0].1[0].late_us, 0);
@@ -145,8 +142,7 @@ fn on_miss_drop_fails_every_unfinished_task_at_the_deadline() {
     env.auto_ack = false;
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(3).deadline_ms(50).drop_late());
-    let w = env.new_worker(1);
-    let running = env.take(w, 1)[0];
+    let (w, running) = env.new_worker_running();
     assert_eq!(
         env.core.next_timer().map(|t| t.0),
         Some(env.now.0 + 50_000_000)
@@ -177,8 +173,7 @@ fn the_drop_timer_goes_with_a_package_that_finished_in_time() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).deadline_ms(50).drop_late());
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     assert_eq!(env.core.stats().packages, 0);
     assert_eq!(env.core.next_timer(), None, "disarmed with the package");

@@ -12,9 +12,7 @@ use rtpool_core::{CoreConfig, TaskId, TaskStatus, WorkerId};
 
 #[test]
 fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 3);
+    let (mut env, _, _) = TestEnv::new().with_package(3);
     let (lost, other) = (env.new_worker(2), env.new_worker(2));
     let held = env.take(lost, 2);
     assert!(held.iter().all(|&t| env.attempt(t) == 1));
@@ -32,9 +30,7 @@ fn worker_lost_mid_package_reassigns_its_tasks_with_the_next_attempt() {
 
 #[test]
 fn stale_result_of_the_lost_attempt_is_ignored_and_counted_and_one_result_is_delivered() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
+    let (mut env, _, _) = TestEnv::new().with_package(1);
     let (lost, other) = (env.new_worker(1), env.new_worker(1));
     let task = env.take(lost, 1)[0];
     env.lose_worker(lost);
@@ -69,9 +65,7 @@ fn stale_result_of_the_lost_attempt_is_ignored_and_counted_and_one_result_is_del
 
 #[test]
 fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_goes_on() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 3);
+    let (mut env, _, package) = TestEnv::new().with_package(3);
     let mut victims = Vec::new();
     let mut last = Vec::new();
     for _ in 0..3 {
@@ -100,11 +94,8 @@ fn task_lost_on_three_workers_fails_as_poison_naming_each_attempt_and_the_rest_g
 
 #[test]
 fn returned_tasks_do_not_count_toward_the_poison_cap() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let (w, task) = env.new_worker_running();
     for _ in 0..5 {
         env.return_tasks(w, &[task]);
         assert_eq!(env.take(w, 1), [task]);
@@ -134,12 +125,11 @@ fn returned_tasks_do_not_count_toward_the_poison_cap() {
 
 #[test]
 fn poison_cap_follows_max_attempts() {
-    let mut env = TestEnv::with_config(CoreConfig {
+    let (mut env, _, _) = TestEnv::with_config(CoreConfig {
         max_attempts: 1,
         ..CoreConfig::default()
-    });
-    let client = env.new_client();
-    env.submit(client, 1);
+    })
+    .with_package(1);
     let w = env.new_worker(1);
     env.credit(w, 1);
     let out = env.lose_worker(w);
@@ -211,9 +201,7 @@ fn a_package_max_attempts_above_the_masters_retries_longer() {
 
 #[test]
 fn lost_worker_with_a_cancelled_task_frees_it_without_a_loss() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 2);
+    let (mut env, client, package) = TestEnv::new().with_package(2);
     let w = env.new_worker(2);
     assert_eq!(env.take(w, 2).len(), 2);
     env.cancel(client, package, &[0]);
@@ -229,9 +217,7 @@ fn lost_worker_with_a_cancelled_task_frees_it_without_a_loss() {
 fn prefetched_tasks_of_a_lost_worker_are_not_counted_as_losses() {
     // A one-slot worker holding 4 tasks ran only the oldest: three deaths make that one a
     // poison task, but the three it had prefetched each time are requeued, not poisoned.
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 4);
+    let (mut env, _, _) = TestEnv::new().with_package(4);
     let mut first = None;
     for round in 0..3 {
         let w = env.new_worker(1);
@@ -260,9 +246,7 @@ fn a_worker_reported_crash_is_retried_then_poison_naming_what_happened() {
     // A worker whose task's process died (it ran it in a process of its own and survived)
     // reports status Lost with how: the task is retried like one whose worker was lost, and
     // after max_attempts fails as poison with each report in its message.
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 2);
+    let (mut env, _, _) = TestEnv::new().with_package(2);
     let w = env.new_worker(1);
     let mut last = Vec::new();
     for attempt in 1..=3 {
@@ -291,11 +275,8 @@ fn a_worker_reported_crash_is_retried_then_poison_naming_what_happened() {
 fn a_late_crash_report_names_the_loss_in_the_poison_message() {
     // The process that died was the worker itself: its replacement reports how, after the
     // master saw the connection drop. The report is stale (counted) but names that attempt.
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
-    let first = env.new_worker(1);
-    let task = env.take(first, 1)[0];
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let (first, task) = env.new_worker_running();
     env.lose_worker(first);
     let second = env.new_worker(1);
     let report = b"worker process exited with code 3 while running task 1 (attempt 1)";
@@ -450,9 +431,7 @@ fn a_worker_silent_past_its_lease_is_not_blamed_even_with_max_attempts_1() {
 fn a_mass_lease_expiry_three_times_poisons_nothing() {
     // Three rounds in which every worker holding tasks goes silent at once (a starved host,
     // a frozen switch): every task is lost three times, none of them by its own doing.
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 8);
+    let (mut env, _, _) = TestEnv::new().with_package(8);
     for _ in 0..3 {
         let workers: Vec<_> = (0..4).map(|_| env.new_worker(1)).collect();
         for &w in &workers {
@@ -482,9 +461,7 @@ fn a_mass_lease_expiry_three_times_poisons_nothing() {
 fn the_same_losses_with_the_connection_closed_are_blamed() {
     // The counterpart of the test above: a connection that ends on the worker's side (the
     // process died) is evidence against the task it ran, three times make it poison.
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
+    let (mut env, _, _) = TestEnv::new().with_package(1);
     let mut last = Vec::new();
     for _ in 0..3 {
         let w = env.new_worker(1);
@@ -502,8 +479,7 @@ fn a_crash_report_after_a_silent_loss_still_counts_against_the_task() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).max_attempts(2));
-    let first = env.new_worker(1);
-    let task = env.take(first, 1)[0];
+    let (first, task) = env.new_worker_running();
     env.expire_lease(first);
     let second = env.new_worker(1);
     env.report(

@@ -137,8 +137,7 @@ fn set_quota_below_zero_fails_the_users_tasks_at_once() {
     let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
     env.submit(alice, 2);
     env.submit(bob, 1);
-    let w = env.new_worker(1);
-    let running = env.take(w, 1)[0];
+    let (w, running) = env.new_worker_running();
     let out = env.set_quota(ALICE, Some(-1));
     let got: Vec<(u32, TaskStatus)> = outcomes(&out).into_iter().map(|(i, s, _)| (i, s)).collect();
     assert_eq!(got, [(0, TaskStatus::Quota), (1, TaskStatus::Quota)]);
@@ -233,8 +232,7 @@ fn a_cancelled_task_is_charged_at_most_what_the_master_saw_either() {
     let mut env = TestEnv::new();
     let alice = env.new_client_of(ALICE);
     let (package, _) = env.submit(alice, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.advance(3);
     env.cancel(alice, package, &[0]);
     env.advance(2);

@@ -7,12 +7,9 @@ use rtpool_core::{Action, Event, TaskId, TaskStatus};
 
 #[test]
 fn timings_are_computed_from_now() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 1);
+    let (mut env, client, package) = TestEnv::new().with_package(1);
     env.advance(5);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.advance(12);
     let out = env.complete(w, task);
     // The auto-ack of the test env frees the package right after the result is sent.
@@ -39,9 +36,7 @@ fn timings_are_computed_from_now() {
 
 #[test]
 fn package_is_freed_once_its_results_are_delivered() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 2);
+    let (mut env, client, package) = TestEnv::new().with_package(2);
     let (w, tasks) = env.new_worker_taking(2);
     env.complete(w, tasks[0]);
     assert_eq!(env.core.stats().packages, 1);
@@ -64,9 +59,7 @@ fn package_is_freed_once_its_results_are_delivered() {
 
 #[test]
 fn results_are_grouped_per_package_in_completion_order() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (p1, _) = env.submit(client, 3);
+    let (mut env, client, p1) = TestEnv::new().with_package(3);
     let (p2, _) = env.submit(client, 1);
     let (w, tasks) = env.new_worker_taking(4);
     let order = [tasks[2], tasks[3], tasks[0]];
@@ -89,9 +82,7 @@ fn results_are_grouped_per_package_in_completion_order() {
 
 #[test]
 fn result_from_the_wrong_worker_is_ignored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
+    let (mut env, _, _) = TestEnv::new().with_package(1);
     let (a, b) = (env.new_worker(1), env.new_worker(1));
     let task = env.take(a, 1)[0];
     assert!(env.complete(b, task).is_empty());
@@ -102,9 +93,7 @@ fn result_from_the_wrong_worker_is_ignored() {
 
 #[test]
 fn duplicate_result_is_ignored_and_delivered_once() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 2);
+    let (mut env, _, _) = TestEnv::new().with_package(2);
     let (w, tasks) = env.new_worker_taking(2);
     let twice = vec![env.outcome(tasks[0], 1), env.outcome(tasks[0], 1)];
     let out = env.step(Event::Results {
@@ -122,11 +111,8 @@ fn duplicate_result_is_ignored_and_delivered_once() {
 
 #[test]
 fn result_with_a_wrong_attempt_or_unknown_id_is_ignored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let (w, task) = env.new_worker_running();
     assert!(env.result(w, task, 2).is_empty());
     assert!(env.result(w, task, 0).is_empty());
     assert!(env.result(w, TaskId(task.0 ^ (1 << 40)), 1).is_empty());
@@ -152,11 +138,8 @@ fn result_for_a_reused_slot_does_not_reach_the_new_task() {
 
 #[test]
 fn error_status_is_passed_through() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let (w, task) = env.new_worker_running();
     let mut outcome = env.outcome(task, 1);
     outcome.status = TaskStatus::Error;
     let out = env.step(Event::Results {
@@ -169,9 +152,7 @@ fn error_status_is_passed_through() {
 
 #[test]
 fn results_from_an_unknown_worker_are_stale() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
+    let (mut env, _, _) = TestEnv::new().with_package(1);
     let w = env.new_worker(1);
     let task = all_assigned(&env.credit(w, 1))[0];
     assert!(env.result(rtpool_core::WorkerId(404), task, 1).is_empty());

@@ -154,8 +154,7 @@ fn attach_by_a_second_client_moves_the_package_and_acks_of_the_first_are_ignored
     let mut env = env();
     let (a, b) = (env.new_client(), env.new_client());
     let (package, _) = env.submit(a, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     assert_eq!(resent_indices(&env.attach(b, package)), [0]);
     assert!(env.ack(a, package, 1).is_empty(), "a is no longer attached");
@@ -174,8 +173,7 @@ fn a_different_user_cannot_attach_cancel_or_ack() {
     let owner = env.new_client_of(UserId(1));
     let stranger = env.new_client_of(UserId(2));
     let (package, _) = env.submit(owner, 1);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     let unknown = [Action::UnknownPackage {
         client: stranger,
@@ -261,8 +259,7 @@ fn whole_package_cancel_drops_its_retained_results() {
     let mut env = env();
     let client = env.new_client();
     let (package, _) = env.submit(client, 3);
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     assert!(
         env.cancel(client, package, &[1]).is_empty(),
@@ -290,8 +287,7 @@ fn idempotent_resubmit_returns_the_same_id_and_resends() {
     let mut env = env();
     let first = env.new_client();
     let (package, _) = env.submit_spec(first, Spec::tasks(2).key("job-1"));
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     env.lose_client(first);
     let second = env.new_client();

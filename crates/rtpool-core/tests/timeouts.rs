@@ -40,8 +40,7 @@ fn result_before_the_limit_disarms_the_timer() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).timeout_ms(100));
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     assert!(env.core.next_timer().is_some());
     env.advance(99);
     assert_eq!(outcomes(&env.complete(w, task))[0].1, TaskStatus::Ok);
@@ -55,8 +54,7 @@ fn time_out_sends_a_timeout_result_and_aborts_the_worker_which_keeps_holding_it(
     let mut env = TestEnv::new();
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(1).timeout_ms(250));
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     let out = env.tick_after(250 + GRACE_MS);
     let [Action::SendResults {
         client: to,
@@ -92,8 +90,7 @@ fn late_answer_after_a_time_out_is_dropped_and_frees_the_hold() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).timeout_ms(10));
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.tick_after(10 + GRACE_MS);
     assert!(
         env.complete(w, task).is_empty(),
@@ -114,8 +111,7 @@ fn late_answer_before_the_client_acks_leaves_the_timeout_result_retained() {
     env.auto_ack = false;
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(1).timeout_ms(10));
-    let w = env.new_worker(1);
-    let task = env.take(w, 1)[0];
+    let (w, task) = env.new_worker_running();
     env.tick_after(10 + GRACE_MS);
     assert!(env.complete(w, task).is_empty());
     let stats = env.core.stats();
@@ -133,12 +129,11 @@ fn late_answer_before_the_client_acks_leaves_the_timeout_result_retained() {
 
 #[test]
 fn tasks_without_a_limit_are_capped_by_max_exec_ns() {
-    let mut env = TestEnv::with_config(CoreConfig {
+    let (mut env, client, _) = TestEnv::with_config(CoreConfig {
         max_exec_ns: ns(5_000),
         ..CoreConfig::default()
-    });
-    let client = env.new_client();
-    env.submit(client, 1);
+    })
+    .with_package(1);
     env.submit_spec(client, Spec::tasks(1).timeout_ms(60_000));
     let w = env.new_worker(2);
     let start = env.now;
@@ -158,12 +153,11 @@ fn tasks_without_a_limit_are_capped_by_max_exec_ns() {
 
 #[test]
 fn no_timer_without_a_limit_when_max_exec_ns_is_zero() {
-    let mut env = TestEnv::with_config(CoreConfig {
+    let (mut env, _, _) = TestEnv::with_config(CoreConfig {
         max_exec_ns: 0,
         ..CoreConfig::default()
-    });
-    let client = env.new_client();
-    env.submit(client, 1);
+    })
+    .with_package(1);
     let w = env.new_worker(1);
     env.credit(w, 1);
     assert_eq!(env.core.next_timer(), None);

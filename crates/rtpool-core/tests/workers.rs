@@ -6,9 +6,7 @@ use common::{all_assigned, assignments, result_indices, tasks_of, TestEnv};
 
 #[test]
 fn worker_lost_mid_package_requeues_at_the_front_and_its_late_result_is_ignored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 4);
+    let (mut env, client, _) = TestEnv::new().with_package(4);
     let (lost, other) = (env.new_worker(2), env.new_worker(1));
     let held = env.take(lost, 2);
     let done = env.take(other, 1)[0];
@@ -40,9 +38,7 @@ fn worker_lost_mid_package_requeues_at_the_front_and_its_late_result_is_ignored(
 
 #[test]
 fn worker_lost_hands_its_tasks_to_an_idle_worker_at_once() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 2);
+    let (mut env, _, _) = TestEnv::new().with_package(2);
     let (lost, idle) = (env.new_worker(2), env.new_worker(2));
     let held = env.take(lost, 2);
     env.credit(idle, 2);
@@ -53,9 +49,7 @@ fn worker_lost_hands_its_tasks_to_an_idle_worker_at_once() {
 
 #[test]
 fn drain_and_return_hand_tasks_to_another_worker() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 3);
+    let (mut env, _, _) = TestEnv::new().with_package(3);
     let (leaving, staying) = (env.new_worker(1), env.new_worker(1));
     let held = env.take(leaving, 3);
     env.drain(leaving);
@@ -99,9 +93,7 @@ fn return_withdraws_unused_credits_so_the_tasks_go_to_other_workers() {
 
 #[test]
 fn returned_tasks_go_to_the_front_of_their_priority() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 4);
+    let (mut env, _, _) = TestEnv::new().with_package(4);
     let w = env.new_worker(1);
     let held = env.take(w, 2);
     env.return_tasks(w, &held);
@@ -114,9 +106,7 @@ fn returned_tasks_go_to_the_front_of_their_priority() {
 
 #[test]
 fn return_of_tasks_not_held_is_ignored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 2);
+    let (mut env, _, _) = TestEnv::new().with_package(2);
     let (a, b) = (env.new_worker(1), env.new_worker(1));
     let ta = env.take(a, 1)[0];
     let tb = env.take(b, 1)[0];

@@ -3,11 +3,30 @@
 //! built by hand.
 
 use bytes::Bytes;
-use rtpool_core::{Action, Event, TaskId, TaskStatus, WorkerId};
+use rtpool_core::{Action, ClientId, Event, PackageId, TaskId, TaskStatus, WorkerId};
 
 use super::{tasks_of, TestEnv};
 
 impl TestEnv {
+    /// A scenario's usual start on this core: a client of user 1 submits one package of `n`
+    /// tasks (function 0, priority 0): `(env, client, package)`.
+    pub fn with_package(mut self, n: usize) -> (Self, ClientId, PackageId) {
+        let client = self.new_client();
+        let (package, _) = self.submit(client, n);
+        (self, client, package)
+    }
+
+    /// A new one-slot worker granting one credit, and the one task it got.
+    ///
+    /// # Panics
+    ///
+    /// If it got none.
+    pub fn new_worker_running(&mut self) -> (WorkerId, TaskId) {
+        let (worker, tasks) = self.new_worker_taking(1);
+        assert_eq!(tasks.len(), 1, "{worker} got no task");
+        (worker, tasks[0])
+    }
+
     /// The worker grants `credits` credits: the tasks assigned to it by that step.
     pub fn take(&mut self, worker: WorkerId, credits: u32) -> Vec<TaskId> {
         tasks_of(&self.credit(worker, credits), worker)
