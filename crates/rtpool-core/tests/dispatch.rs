@@ -8,9 +8,7 @@ use rtpool_core::Action;
 #[test]
 fn two_tasks_two_idle_workers_go_to_different_workers() {
     let mut env = TestEnv::new();
-    let (a, b) = (env.new_worker(2), env.new_worker(2));
-    env.credit(a, 2);
-    env.credit(b, 2);
+    let [a, b] = env.new_idle_workers([(2, 2), (2, 2)]);
     let client = env.new_client();
     let (_, out) = env.submit(client, 2);
     assert_eq!(tasks_of(&out, a).len(), 1, "{out:?}");
@@ -32,9 +30,7 @@ fn accepted_comes_before_assign() {
 #[test]
 fn one_assign_per_worker_per_event_with_all_its_tasks() {
     let mut env = TestEnv::new();
-    let (a, b) = (env.new_worker(4), env.new_worker(4));
-    env.credit(a, 3);
-    env.credit(b, 2);
+    let [a, b] = env.new_idle_workers([(4, 3), (4, 2)]);
     let client = env.new_client();
     let (_, out) = env.submit(client, 10);
     let batches = assignments(&out);

@@ -44,6 +44,21 @@ impl TestEnv {
         (0..n).map(|_| self.new_worker_taking(slots)).collect()
     }
 
+    /// New workers of `(slots, credits)` each: all join first, then each grants its credits, in
+    /// order. Idle: nothing is queued for them yet.
+    ///
+    /// # Panics
+    ///
+    /// If a credit is answered with any action (something was queued).
+    pub fn new_idle_workers<const N: usize>(&mut self, specs: [(u32, u32); N]) -> [WorkerId; N] {
+        let workers = specs.map(|(slots, _)| self.new_worker(slots));
+        for (worker, (_, credits)) in workers.iter().zip(specs) {
+            let out = self.credit(*worker, credits);
+            assert!(out.is_empty(), "{worker} is not idle: {out:?}");
+        }
+        workers
+    }
+
     /// A new worker with `slots` slots serving `functions` (each `name:version` as its
     /// interface), then granting `credits` credits (none if 0).
     ///
