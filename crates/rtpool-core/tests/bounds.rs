@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{tasks_of, Spec, TestEnv};
+use common::{Spec, TestEnv};
 use rtpool_core::{Action, CoreConfig, RejectReason, UserId};
 
 const ALICE: UserId = UserId(1);
@@ -50,8 +50,7 @@ fn a_user_past_its_queued_task_bound_is_refused_and_others_are_not() {
     // Another user has a bound of its own.
     env.submit(bob, 5);
     // A finished task and a cancelled one make room.
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     env.cancel(alice, first, &[2]);
     // The worker ran one of alice's (users take turns, alice first): 3 - 1 - 1 + 3 = 4.
@@ -98,8 +97,7 @@ fn a_client_past_its_unacked_bound_is_told_to_close_once_and_a_reattach_gets_eve
     env.auto_ack = false;
     let alice = env.new_client_of(ALICE);
     let (package, _) = env.submit(alice, 6);
-    let w = env.new_worker(6);
-    let tasks = tasks_of(&env.credit(w, 6), w);
+    let (w, tasks) = env.new_worker_taking(6);
     let mut told = 0;
     for (i, &task) in tasks[..5].iter().enumerate() {
         let out = env.complete(w, task);

@@ -26,31 +26,11 @@ fn functions(env: &mut TestEnv, name: &str) -> Vec<ServiceInfo> {
     }
 }
 
-fn rejection(actions: &[Action]) -> RejectReason {
-    actions
-        .iter()
-        .find_map(|a| match a {
-            Action::Rejected { reason, .. } => Some(reason.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("not rejected: {actions:?}"))
-}
-
-/// A worker with `slots` slots serving `functions`, with `credits` credits.
-fn server(env: &mut TestEnv, slots: u32, functions: &[(&str, &str)], credits: u32) -> WorkerId {
-    let w = env.new_worker(slots);
-    assert!(env.serve(w, functions).is_empty());
-    if credits > 0 {
-        env.credit(w, credits);
-    }
-    w
-}
-
 #[test]
 fn the_registry_lists_who_serves_what_as_workers_come_and_go() {
     let mut env = TestEnv::new();
-    let a = server(&mut env, 1, &[("dmmul", "1"), ("add", "1")], 0);
-    let b = server(&mut env, 1, &[("add", "1"), ("add", "2")], 0);
+    let a = env.new_server(1, &[("dmmul", "1"), ("add", "1")], 0);
+    let b = env.new_server(1, &[("add", "1"), ("add", "2")], 0);
     let listed: Vec<(String, String, u32)> = functions(&mut env, "")
         .into_iter()
         .map(|f| (f.name, f.version, f.servers))
@@ -83,7 +63,7 @@ fn the_registry_lists_who_serves_what_as_workers_come_and_go() {
 #[test]
 fn a_different_interface_under_a_served_name_and_version_is_refused() {
     let mut env = TestEnv::new();
-    server(&mut env, 1, &[("f", "1")], 0);
+    env.new_server(1, &[("f", "1")], 0);
     let w = env.new_worker(1);
     let out = env.step(rtpool_core::Event::Serve {
         worker: w,
@@ -118,12 +98,7 @@ fn a_different_interface_under_a_served_name_and_version_is_refused() {
 #[test]
 fn a_call_of_an_unserved_function_names_it_and_what_is_served() {
     let mut env = TestEnv::new();
-    server(
-        &mut env,
-        1,
-        &[("add", "1"), ("add", "2"), ("dmmul", "1")],
-        1,
-    );
+    env.new_server(1, &[("add", "1"), ("add", "2"), ("dmmul", "1")], 1);
     let client = env.new_client();
     let (_, out) = env.submit_calls(client, vec![call("dgemm", "x", &[])]);
     let reason = rejection(&out);
@@ -143,12 +118,7 @@ fn a_call_of_an_unserved_function_names_it_and_what_is_served() {
 #[test]
 fn the_newest_version_is_called_unless_one_is_named() {
     let mut env = TestEnv::new();
-    let w = server(
-        &mut env,
-        4,
-        &[("add", "1"), ("add", "1.10"), ("add", "1.9")],
-        4,
-    );
+    let w = env.new_server(4, &[("add", "1"), ("add", "1.10"), ("add", "1.9")], 4);
     let client = env.new_client();
     let (_, out) = env.submit_calls(client, vec![call("add", "a", &[])]);
     let calls = call_assignments(&out);
@@ -172,9 +142,8 @@ fn calls_go_only_to_workers_that_serve_them_and_code_tasks_anywhere() {
         rejection(&out),
         RejectReason::UnknownFunction { .. }
     ));
-    let s = server(&mut env, 1, &[("add", "1")], 0);
-    let (package, out) =
-        env.submit_calls(client, vec![call("add", "1", &[]), call("add", "2", &[])]);
+    let s = env.new_server(1, &[("add", "1")], 0);
+    let (package, out) = env.submit_calls(client, calls("add", &[("1", &[]), ("2", &[])]));
     assert!(
         call_assignments(&out).is_empty(),
         "nothing for the plain worker"
@@ -201,11 +170,11 @@ fn calls_go_only_to_workers_that_serve_them_and_code_tasks_anywhere() {
 #[test]
 fn a_call_whose_worker_leaves_mid_call_runs_on_another_server() {
     let mut env = TestEnv::new();
-    let a = server(&mut env, 1, &[("slow", "1")], 1);
+    let a = env.new_server(1, &[("slow", "1")], 1);
     let client = env.new_client();
     let (package, out) = env.submit_calls(client, vec![call("slow", "s", &[])]);
     let id = calls_of(&out, a)[0];
-    let b = server(&mut env, 1, &[("slow", "1")], 1);
+    let b = env.new_server(1, &[("slow", "1")], 1);
     let out = env.lose_worker(a);
     let moved = call_assignments(&out);
     assert_eq!(moved.len(), 1);
@@ -221,17 +190,12 @@ fn a_call_whose_worker_leaves_mid_call_runs_on_another_server() {
 #[test]
 fn a_diamond_runs_its_middle_in_parallel_and_ships_only_what_is_asked_for() {
     let mut env = TestEnv::new();
-    let w1 = server(&mut env, 1, &[("f", "1")], 1);
-    let w2 = server(&mut env, 1, &[("f", "1")], 1);
+    let w1 = env.new_server(1, &[("f", "1")], 1);
+    let w2 = env.new_server(1, &[("f", "1")], 1);
     let client = env.new_client();
     let (package, out) = env.submit_calls(
         client,
-        vec![
-            call("f", "A", &[]),
-            call("f", "B", &[0]),
-            call("f", "C", &[0]),
-            call("f", "D", &[1, 2]),
-        ],
+        calls("f", &[("A", &[]), ("B", &[0]), ("C", &[0]), ("D", &[1, 2])]),
     );
     let a = call_assignments(&out);
     assert_eq!(a.len(), 1, "only A can start");
@@ -293,7 +257,7 @@ fn a_diamond_runs_its_middle_in_parallel_and_ships_only_what_is_asked_for() {
 #[test]
 fn an_intermediate_result_is_shipped_when_asked_for() {
     let mut env = TestEnv::new();
-    let w = server(&mut env, 1, &[("f", "1")], 2);
+    let w = env.new_server(1, &[("f", "1")], 2);
     let client = env.new_client();
     let mut first = call("f", "A", &[]);
     first.fetch = true;
@@ -307,7 +271,7 @@ fn an_intermediate_result_is_shipped_when_asked_for() {
 #[test]
 fn a_failing_call_fails_its_dependents_transitively_and_the_rest_runs() {
     let mut env = TestEnv::new();
-    let w = server(&mut env, 2, &[("f", "1"), ("g", "1")], 2);
+    let w = env.new_server(2, &[("f", "1"), ("g", "1")], 2);
     let client = env.new_client();
     let (package, out) = env.submit_calls(
         client,
@@ -353,16 +317,10 @@ fn a_failing_call_fails_its_dependents_transitively_and_the_rest_runs() {
 #[test]
 fn cancelling_a_call_cancels_its_dependents() {
     let mut env = TestEnv::new();
-    let w = server(&mut env, 1, &[("f", "1")], 1);
+    let w = env.new_server(1, &[("f", "1")], 1);
     let client = env.new_client();
-    let (package, out) = env.submit_calls(
-        client,
-        vec![
-            call("f", "A", &[]),
-            call("f", "B", &[0]),
-            call("f", "C", &[1]),
-        ],
-    );
+    let (package, out) =
+        env.submit_calls(client, calls("f", &[("A", &[]), ("B", &[0]), ("C", &[1])]));
     let ta = calls_of(&out, w)[0];
     let out = env.cancel(client, package, &[0]);
     assert_eq!(aborts(&out).len(), 1, "the running call is aborted");
@@ -381,7 +339,7 @@ fn cancelling_a_call_cancels_its_dependents() {
 #[test]
 fn the_shortest_known_call_goes_first_within_a_priority() {
     let mut env = TestEnv::new();
-    let w = server(&mut env, 1, &[("long", "1"), ("short", "1")], 0);
+    let w = env.new_server(1, &[("long", "1"), ("short", "1")], 0);
     let client = env.new_client();
     // Teach the estimates: long 10 ms, short 1 ms.
     for (name, exec) in [("long", 10_000), ("short", 1_000)] {
@@ -420,15 +378,16 @@ fn run_on(env: &mut TestEnv, client: rtpool_core::ClientId, w: WorkerId, exec_us
 #[test]
 fn placement_avoids_a_busy_server() {
     let mut env = TestEnv::new();
-    let x = server(&mut env, 1, &[("f", "1")], 0);
-    let busy = server(&mut env, 1, &[("f", "1")], 0);
-    let idle = server(&mut env, 1, &[("f", "1")], 0);
+    let x = env.new_server(1, &[("f", "1")], 0);
+    let busy = env.new_server(1, &[("f", "1")], 0);
+    let idle = env.new_server(1, &[("f", "1")], 0);
     let client = env.new_client();
     run_on(&mut env, client, x, 1_000); // f's mean: 1 ms
-                                        // Two calls wait on `busy` (one slot), then one runs on `x`: placement would look at
-                                        // `busy` first now (it rotates past the last worker it chose).
+
+    // Two calls wait on `busy` (one slot), then one runs on `x`: placement would look at
+    // `busy` first now (it rotates past the last worker it chose).
     env.credit(busy, 3);
-    let (_, out) = env.submit_calls(client, vec![call("f", "1", &[]), call("f", "2", &[])]);
+    let (_, out) = env.submit_calls(client, calls("f", &[("1", &[]), ("2", &[])]));
     assert_eq!(calls_of(&out, busy).len(), 2);
     env.credit(x, 1);
     let (_, out) = env.submit_calls(client, vec![call("f", "3", &[])]);
@@ -442,8 +401,8 @@ fn placement_avoids_a_busy_server() {
 #[test]
 fn placement_prefers_the_faster_server() {
     let mut env = TestEnv::new();
-    let slow = server(&mut env, 1, &[("f", "1")], 0);
-    let fast = server(&mut env, 1, &[("f", "1")], 0);
+    let slow = env.new_server(1, &[("f", "1")], 0);
+    let fast = env.new_server(1, &[("f", "1")], 0);
     let client = env.new_client();
     run_on(&mut env, client, fast, 1_000);
     run_on(&mut env, client, fast, 1_000);
@@ -465,23 +424,21 @@ fn calls_left_without_a_server_wait_for_the_grace_period_then_fail() {
         ..CoreConfig::default()
     };
     let mut env = TestEnv::with_config(config);
-    let w = server(&mut env, 1, &[("f", "1")], 0);
+    let w = env.new_server(1, &[("f", "1")], 0);
     let client = env.new_client();
-    let (package, _) = env.submit_calls(client, vec![call("f", "1", &[]), call("f", "2", &[])]);
+    let (package, _) = env.submit_calls(client, calls("f", &[("1", &[]), ("2", &[])]));
     env.lose_worker(w);
     assert_eq!(env.core.stats().services, 1, "kept: calls name it");
     // A server comes back in time: the calls run.
-    env.advance(4_000);
-    assert!(env.tick().is_empty());
-    let back = server(&mut env, 1, &[("f", "1")], 1);
+    assert!(env.tick_after(4_000).is_empty());
+    let back = env.new_server(1, &[("f", "1")], 1);
     let t = calls_of(&env.credit(back, 0), back);
     assert!(t.is_empty());
     env.lose_worker(back);
     let out = env.tick();
     assert!(results(&out).is_empty());
     // Gone for good: they fail after the grace period.
-    env.advance(5_001);
-    let out = env.tick();
+    let out = env.tick_after(5_001);
     let got = outcomes(&out);
     assert_eq!(got.len(), 2, "both calls fail");
     for (_, status, message) in &got {
@@ -498,7 +455,7 @@ fn calls_left_without_a_server_wait_for_the_grace_period_then_fail() {
 #[test]
 fn options_for_copies_and_bad_dependencies_are_refused() {
     let mut env = TestEnv::new();
-    server(&mut env, 1, &[("f", "1")], 1);
+    env.new_server(1, &[("f", "1")], 1);
     let client = env.new_client();
     let opts = PackageOpts {
         replicas: 2,
@@ -520,277 +477,6 @@ fn options_for_copies_and_bad_dependencies_are_refused() {
     assert_eq!(rejection(&out), RejectReason::Empty);
 }
 
-mod random {
-    //! Random sequences of servers joining and leaving, credits, call graphs, answers (ok or
-    //! failed), cancels and time: after every step the core's invariants hold (`TestEnv`), every
-    //! call is assigned only once all its inputs exist and with exactly those inputs in order,
-    //! and no call gets two results. At the end, with a server for every function and every
-    //! call answered, each call has exactly one result or was cancelled, a call whose input
-    //! failed has failed too, and the core is empty.
-
-    use std::collections::HashMap;
-
-    use bytes::Bytes;
-    use proptest::collection::vec;
-    use proptest::prelude::*;
-    use rtpool_core::{Action, CallSpec, CoreConfig, PackageId, TaskId, TaskStatus, WorkerId};
-
-    use super::common::TestEnv;
-
-    const FUNCTIONS: [&str; 3] = ["f", "g", "h"];
-
-    #[derive(Debug, Clone)]
-    enum Op {
-        AddServer { mask: u8, slots: u32 },
-        LoseWorker { w: usize },
-        Credit { w: usize, n: u32 },
-        Submit { calls: Vec<(usize, Vec<usize>)> },
-        Answer { w: usize, k: usize, ok: bool },
-        Cancel { p: usize, index: usize },
-        Advance { ms: u64 },
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        let sel = any::<usize>;
-        prop_oneof![
-            2 => (1u8..8, 1u32..3).prop_map(|(mask, slots)| Op::AddServer { mask, slots }),
-            1 => sel().prop_map(|w| Op::LoseWorker { w }),
-            3 => (sel(), 1u32..3).prop_map(|(w, n)| Op::Credit { w, n }),
-            2 => vec((0usize..3, vec(sel(), 0..3)), 1..6).prop_map(|calls| Op::Submit { calls }),
-            5 => (sel(), sel(), prop::bool::weighted(0.8))
-                .prop_map(|(w, k, ok)| Op::Answer { w, k, ok }),
-            1 => (sel(), sel()).prop_map(|(p, index)| Op::Cancel { p, index }),
-            1 => (0u64..3_000).prop_map(|ms| Op::Advance { ms }),
-        ]
-    }
-
-    /// A package: its id, each call's deps, each call's result status once sent, and which
-    /// calls the client cancelled.
-    type MPackage = (PackageId, Vec<Vec<u32>>, Vec<Option<TaskStatus>>, Vec<bool>);
-
-    #[derive(Default)]
-    struct Model {
-        packages: Vec<MPackage>,
-        by_id: HashMap<PackageId, usize>,
-        workers: Vec<WorkerId>,
-        /// Calls held by each worker, as `(task, package slot, index)`.
-        held: HashMap<WorkerId, Vec<(TaskId, usize, u32)>>,
-    }
-
-    fn data(p: usize, index: u32) -> Bytes {
-        Bytes::from(format!("{p}:{index}"))
-    }
-
-    impl Model {
-        fn observe(&mut self, env: &TestEnv, out: &[Action]) {
-            for a in out {
-                match a {
-                    Action::AssignCalls { worker, calls } => {
-                        for c in calls {
-                            let s = std::str::from_utf8(&c.args).unwrap();
-                            let (p, i) = s.split_once(':').unwrap();
-                            let (p, i): (usize, u32) = (p.parse().unwrap(), i.parse().unwrap());
-                            let deps = &self.packages[p].1[i as usize];
-                            let statuses = &self.packages[p].2;
-                            let expect: Vec<Bytes> = deps.iter().map(|&d| data(p, d)).collect();
-                            for &d in deps {
-                                assert_eq!(
-                                    statuses[d as usize],
-                                    Some(TaskStatus::Ok),
-                                    "call {p}:{i} started before its input {d}"
-                                );
-                            }
-                            assert_eq!(c.inputs, expect, "inputs of {p}:{i}");
-                            self.held.entry(*worker).or_default().push((c.task, p, i));
-                        }
-                    }
-                    Action::SendResults {
-                        package, results, ..
-                    } => {
-                        let p = self.by_id[package];
-                        for r in results {
-                            let slot = &mut self.packages[p].2[r.index as usize];
-                            assert!(slot.is_none(), "two results for {p}:{}", r.index);
-                            *slot = Some(r.status);
-                        }
-                    }
-                    Action::Abort { worker, tasks } => {
-                        // Aborted calls answer "cancelled" at once.
-                        let _ = (env, worker, tasks);
-                    }
-                    _ => {}
-                }
-            }
-        }
-
-        fn answer(&mut self, env: &mut TestEnv, w: WorkerId, k: usize, ok: bool) {
-            let Some(held) = self.held.get_mut(&w).filter(|h| !h.is_empty()) else {
-                return;
-            };
-            let (task, p, i) = held.remove(k % held.len());
-            let attempt = env.assigned[&task].1;
-            let mut outcome = env.outcome(task, attempt);
-            outcome.status = if ok {
-                TaskStatus::Ok
-            } else {
-                TaskStatus::Error
-            };
-            outcome.data = data(p, i);
-            let out = env.step(rtpool_core::Event::Results {
-                worker: w,
-                results: vec![outcome],
-            });
-            self.observe(env, &out);
-        }
-    }
-
-    fn run(ops: Vec<Op>) {
-        let config = CoreConfig {
-            service_grace_ns: 2_000_000_000,
-            ..CoreConfig::default()
-        };
-        let mut env = TestEnv::with_config(config);
-        let client = env.new_client();
-        let mut m = Model::default();
-        for op in ops {
-            match op {
-                Op::AddServer { mask, slots } => {
-                    let w = env.new_worker(slots);
-                    let fns: Vec<(&str, &str)> = FUNCTIONS
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| mask & (1 << i) != 0)
-                        .map(|(_, f)| (*f, "1"))
-                        .collect();
-                    let out = env.serve(w, &fns);
-                    m.observe(&env, &out);
-                    m.workers.push(w);
-                }
-                Op::LoseWorker { w } => {
-                    if m.workers.is_empty() {
-                        continue;
-                    }
-                    let w = m.workers.remove(w % m.workers.len());
-                    m.held.remove(&w);
-                    let out = env.lose_worker(w);
-                    m.observe(&env, &out);
-                }
-                Op::Credit { w, n } => {
-                    if let Some(&w) = m.workers.get(w % m.workers.len().max(1)) {
-                        let out = env.credit(w, n);
-                        m.observe(&env, &out);
-                    }
-                }
-                Op::Submit { calls } => {
-                    let p = m.packages.len();
-                    let specs: Vec<CallSpec> = calls
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (f, deps))| CallSpec {
-                            name: FUNCTIONS[*f].to_owned(),
-                            version: String::new(),
-                            args: data(p, i as u32),
-                            deps: if i == 0 {
-                                Vec::new()
-                            } else {
-                                deps.iter().map(|d| (d % i) as u32).collect()
-                            },
-                            fetch: false,
-                        })
-                        .collect();
-                    let deps: Vec<Vec<u32>> = specs.iter().map(|s| s.deps.clone()).collect();
-                    let (id, out) = env.submit_calls(client, specs);
-                    if out.iter().any(|a| matches!(a, Action::Accepted { .. })) {
-                        let n = deps.len();
-                        m.by_id.insert(id, p);
-                        m.packages.push((id, deps, vec![None; n], vec![false; n]));
-                        m.observe(&env, &out);
-                    } else {
-                        // Refused (a function nobody serves): keep the numbering dense.
-                        m.packages.push((id, deps, Vec::new(), Vec::new()));
-                    }
-                }
-                Op::Answer { w, k, ok } => {
-                    if let Some(&w) = m.workers.get(w % m.workers.len().max(1)) {
-                        m.answer(&mut env, w, k, ok);
-                    }
-                }
-                Op::Cancel { p, index } => {
-                    if m.packages.is_empty() {
-                        continue;
-                    }
-                    let p = p % m.packages.len();
-                    let n = m.packages[p].2.len();
-                    if n == 0 {
-                        continue;
-                    }
-                    let index = index % n;
-                    let id = m.packages[p].0;
-                    m.packages[p].3[index] = true;
-                    let out = env.cancel(client, id, &[index as u32]);
-                    m.observe(&env, &out);
-                }
-                Op::Advance { ms } => {
-                    env.advance(ms);
-                    let out = env.tick();
-                    m.observe(&env, &out);
-                }
-            }
-        }
-        // Drain: a server of everything with plenty of credits answers every call.
-        let w = env.new_worker(4);
-        let out = env.serve(w, &[("f", "1"), ("g", "1"), ("h", "1")]);
-        m.observe(&env, &out);
-        m.workers.push(w);
-        for _ in 0..200 {
-            let workers = m.workers.clone();
-            for &w in &workers {
-                let out = env.credit(w, 8);
-                m.observe(&env, &out);
-                while m.held.get(&w).is_some_and(|h| !h.is_empty()) {
-                    m.answer(&mut env, w, 0, true);
-                }
-            }
-            if env.core.stats().tasks == 0 {
-                break;
-            }
-        }
-        assert_eq!(
-            env.core.stats().tasks,
-            0,
-            "calls left: {:?}",
-            env.core.stats()
-        );
-        assert_eq!(env.core.stats().packages, 0);
-        for (p, (_, deps, statuses, cancelled)) in m.packages.iter().enumerate() {
-            for (i, status) in statuses.iter().enumerate() {
-                let dep_failed = deps[i]
-                    .iter()
-                    .any(|&d| statuses[d as usize].is_some_and(|s| s != TaskStatus::Ok));
-                match status {
-                    None => assert!(
-                        cancelled[i] || deps[i].iter().any(|&d| statuses[d as usize].is_none()),
-                        "call {p}:{i} has no result and was not cancelled"
-                    ),
-                    Some(TaskStatus::Ok) => assert!(!dep_failed, "{p}:{i} ran without input"),
-                    Some(_) => {}
-                }
-                if dep_failed && status.is_some() {
-                    assert_ne!(*status, Some(TaskStatus::Ok));
-                }
-            }
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
-        #[test]
-        fn random_call_graphs_lose_nothing(ops in vec(op(), 1..60)) {
-            run(ops);
-        }
-    }
-}
-
 #[test]
 fn the_core_marks_a_call_packages_results_as_not_journaled() {
     // With deliveries reported (as the master's journal asks), a call package's results are
@@ -800,7 +486,7 @@ fn the_core_marks_a_call_packages_results_as_not_journaled() {
         report_deliveries: true,
         ..CoreConfig::default()
     });
-    let s = server(&mut env, 1, &[("add", "1")], 1);
+    let s = env.new_server(1, &[("add", "1")], 1);
     let plain = env.new_worker(1);
     env.credit(plain, 1);
     let client = env.new_client();
@@ -842,7 +528,7 @@ fn the_core_marks_a_call_packages_results_as_not_journaled() {
 #[test]
 fn an_intermediate_result_is_kept_on_its_worker_and_a_fetched_or_last_one_is_not() {
     let mut env = TestEnv::new();
-    let w = server(&mut env, 4, &[("f", "1")], 4);
+    let w = env.new_server(4, &[("f", "1")], 4);
     let client = env.new_client();
     let mut fetched = call("f", "B", &[]);
     fetched.fetch = true;

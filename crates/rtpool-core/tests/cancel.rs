@@ -3,7 +3,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{fn_code, fn_hash, result_indices, tasks_of, TestEnv};
+use common::{fn_code, fn_hash, result_indices, TestEnv};
 use rtpool_core::{
     Action, CoreConfig, Event, PackageCounts, PackageId, PackageOpts, RejectReason, UserId,
 };
@@ -60,11 +60,9 @@ fn empty_and_oversized_packages_are_rejected() {
 
 #[test]
 fn status_counts_every_state() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 5);
+    let (mut env, client, package) = TestEnv::new().with_package(5);
     let w = env.new_worker(1);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let tasks = env.take(w, 2);
     env.complete(w, tasks[0]);
     env.cancel(client, package, &[4]);
     let expected = PackageCounts {
@@ -80,28 +78,21 @@ fn status_counts_every_state() {
 
 #[test]
 fn cancel_of_a_queued_task_frees_it_and_it_is_never_assigned() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 3);
+    let (mut env, client, package) = TestEnv::new().with_package(3);
     assert!(env.cancel(client, package, &[1]).is_empty());
     assert_eq!(env.core.stats().queued, 2);
     assert_eq!(env.core.stats().tasks, 2);
     let w = env.new_worker(1);
-    let got: Vec<u32> = tasks_of(&env.credit(w, 3), w)
-        .iter()
-        .map(|&t| env.index(t))
-        .collect();
+    let got: Vec<u32> = env.take(w, 3).iter().map(|&t| env.index(t)).collect();
     assert_eq!(got, [0, 2]);
     assert_eq!(env.core.worker_stats(w).unwrap().credits, 1);
 }
 
 #[test]
 fn cancel_of_a_running_task_drops_its_result() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 2);
+    let (mut env, client, package) = TestEnv::new().with_package(2);
     let w = env.new_worker(1);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let tasks = env.take(w, 2);
     env.cancel(client, package, &[0]);
     let stats = env.core.stats();
     assert_eq!((stats.running, stats.cancelling, stats.tasks), (1, 1, 2));
@@ -121,11 +112,8 @@ fn cancel_of_a_running_task_drops_its_result() {
 
 #[test]
 fn cancel_of_the_whole_package_frees_it_at_once() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 4);
-    let w = env.new_worker(1);
-    let tasks = tasks_of(&env.credit(w, 1), w);
+    let (mut env, client, package) = TestEnv::new().with_package(4);
+    let (w, tasks) = env.new_worker_taking(1);
     assert_eq!(
         env.cancel(client, package, &[]),
         [
@@ -199,11 +187,8 @@ fn cancel_by_another_client_of_the_same_user_is_allowed() {
 
 #[test]
 fn cancel_ignores_out_of_range_duplicate_and_finished_indices() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 3);
-    let w = env.new_worker(1);
-    let first = tasks_of(&env.credit(w, 1), w)[0];
+    let (mut env, client, package) = TestEnv::new().with_package(3);
+    let (w, first) = env.new_worker_running();
     env.complete(w, first);
     assert!(env
         .cancel(client, package, &[0, 2, 2, 99, u32::MAX])
@@ -221,11 +206,9 @@ fn cancel_ignores_out_of_range_duplicate_and_finished_indices() {
 
 #[test]
 fn cancelled_running_task_returned_or_lost_is_freed_not_requeued() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 3);
+    let (mut env, client, package) = TestEnv::new().with_package(3);
     let w = env.new_worker(1);
-    let tasks = tasks_of(&env.credit(w, 3), w);
+    let tasks = env.take(w, 3);
     env.cancel(client, package, &[0, 1]);
     env.return_tasks(w, &[tasks[0]]);
     assert_eq!(
@@ -250,8 +233,7 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
     let (gone, stays) = (env.new_client(), env.new_client_of(UserId(2)));
     let (p1, _) = env.submit(gone, 3);
     let (p2, _) = env.submit(gone, 2);
-    let w = env.new_worker(2);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let (w, tasks) = env.new_worker_taking(2);
     // Submitted after the assignment: users take turns, so it would have taken one of them.
     let (kept, _) = env.submit(stays, 1);
     assert!(env.lose_client(gone).is_empty());
@@ -270,8 +252,7 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
         );
     }
     assert_eq!(env.core.stats().retained, 2);
-    let w2 = env.new_worker(1);
-    let third = tasks_of(&env.credit(w2, 1), w2)[0];
+    let (w2, third) = env.new_worker_running();
     assert_eq!(env.index(third), 2, "p1's last task, FIFO");
     // The TTL passes: both detached packages expire (the running task is aborted), the kept
     // one is untouched.
@@ -309,8 +290,7 @@ fn client_lost_detaches_its_packages_until_the_ttl_frees_them() {
         env.complete(w2, third).is_empty(),
         "the aborted task's answer is dropped"
     );
-    let w3 = env.new_worker(1);
-    let last = tasks_of(&env.credit(w3, 1), w3)[0];
+    let (w3, last) = env.new_worker_running();
     let out = env.complete(w3, last);
     assert!(
         matches!(out[..], [Action::SendResults { client, package, .. }, Action::PackageFreed { .. }] if client == Some(stays) && package == kept),
@@ -330,8 +310,7 @@ fn submit_without_join_registers_the_client_and_its_loss_detaches_the_package() 
     env.lose_client(rtpool_core::ClientId(1));
     let stats = env.core.stats();
     assert_eq!((stats.clients, stats.packages, stats.queued), (0, 1, 2));
-    env.advance(299_999);
-    assert!(env.tick().is_empty(), "not before the TTL");
+    assert!(env.tick_after(299_999).is_empty(), "not before the TTL");
     env.advance(1);
     assert_eq!(
         env.tick(),
@@ -364,9 +343,5 @@ fn many_cancels_without_workers_leave_nothing_behind() {
     assert_eq!(env.core.stats().tasks, 0);
     let (_, _) = env.submit(client, 1);
     let w = env.new_worker(1);
-    assert_eq!(
-        tasks_of(&env.credit(w, 5), w).len(),
-        1,
-        "tombstones are skipped"
-    );
+    assert_eq!(env.take(w, 5).len(), 1, "tombstones are skipped");
 }

@@ -6,30 +6,18 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{aborts, outcomes, results, tasks_of, Spec, TestEnv};
+use common::{aborts, ok, outcomes, results, tasks_of, Spec, TestEnv};
 use proptest::prelude::*;
-use rtpool_core::{Action, CoreConfig, TaskId, TaskStatus, WorkerId, WorkerKey};
-
-/// Workers, each with `credits` credits, and the tasks each was given.
-fn workers(env: &mut TestEnv, n: usize, credits: u32) -> Vec<(WorkerId, Vec<TaskId>)> {
-    (0..n)
-        .map(|_| {
-            let w = env.new_worker(credits);
-            let tasks = tasks_of(&env.credit(w, credits), w);
-            (w, tasks)
-        })
-        .collect()
-}
+use rtpool_core::{Action, ClientId, CoreConfig, TaskId, TaskStatus, WorkerId, WorkerKey};
 
 #[test]
 fn replicas_go_to_distinct_workers() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).replicas(3, 2));
-    let w1 = env.new_worker(4);
-    let got = tasks_of(&env.credit(w1, 4), w1);
+    let (_, got) = env.new_worker_taking(4);
     assert_eq!(got.len(), 1, "one copy per worker, however many credits");
-    let rest = workers(&mut env, 2, 4);
+    let rest = env.new_workers_taking(2, 4);
     assert!(rest.iter().all(|(_, t)| t.len() == 1));
     let all: Vec<TaskId> = got
         .iter()
@@ -47,11 +35,11 @@ fn a_quorum_of_agreeing_results_is_accepted_once() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(1).replicas(2, 2));
-    let ws = workers(&mut env, 2, 1);
+    let ws = env.new_workers_taking(2, 1);
     let first = env.answer(ws[0].0, ws[0].1[0], TaskStatus::Ok, b"42", 100);
     assert!(results(&first).is_empty(), "one vote is not a quorum");
     let second = env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"42", 100);
-    assert_eq!(outcomes(&second), [(0, TaskStatus::Ok, "42".to_owned())]);
+    assert_eq!(outcomes(&second), [ok(0, "42")]);
     assert!(aborts(&second).is_empty(), "no copy left to cancel");
     assert_eq!(common::freed(&second), [(package, false)]);
     assert_eq!(env.core.stats().tasks, 0);
@@ -62,7 +50,7 @@ fn a_disagreement_starts_another_copy_which_decides() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).replicas(2, 2).max_copies(3));
-    let ws = workers(&mut env, 3, 1);
+    let ws = env.new_workers_taking(3, 1);
     assert!(ws[2].1.is_empty(), "two copies, two workers");
     env.answer(ws[0].0, ws[0].1[0], TaskStatus::Ok, b"right", 100);
     let out = env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"wrong", 100);
@@ -72,7 +60,7 @@ fn a_disagreement_starts_another_copy_which_decides() {
     assert_eq!(third.len(), 1, "{out:?}");
     assert_eq!(env.core.stats().counters.disagreements, 1);
     let out = env.answer(ws[2].0, third[0], TaskStatus::Ok, b"right", 100);
-    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "right".to_owned())]);
+    assert_eq!(outcomes(&out), [ok(0, "right")]);
     assert_eq!(env.core.stats().counters.extra_copies, 2);
 }
 
@@ -81,7 +69,7 @@ fn without_a_quorum_the_task_fails_with_every_answer_attached() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).replicas(2, 2).max_copies(2));
-    let ws = workers(&mut env, 2, 1);
+    let ws = env.new_workers_taking(2, 1);
     env.answer(ws[0].0, ws[0].1[0], TaskStatus::Ok, b"liar", 100);
     let out = env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"honest", 100);
     let got = results(&out);
@@ -102,9 +90,9 @@ fn the_first_result_wins_and_the_other_copies_are_aborted() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).replicas(3, 1));
-    let ws = workers(&mut env, 3, 1);
+    let ws = env.new_workers_taking(3, 1);
     let out = env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"fast", 100);
-    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "fast".to_owned())]);
+    assert_eq!(outcomes(&out), [ok(0, "fast")]);
     let mut aborted = aborts(&out);
     aborted.sort();
     assert_eq!(
@@ -130,7 +118,7 @@ fn when_the_listed_copy_answers_first_without_quorum_another_copy_takes_its_plac
     env.auto_ack = false;
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(1).replicas(3, 2));
-    let ws = workers(&mut env, 3, 1);
+    let ws = env.new_workers_taking(3, 1);
     // Whichever copy the package lists, answer copies one by one and check the counters.
     env.answer(ws[0].0, ws[0].1[0], TaskStatus::Ok, b"a", 10);
     let status = env.status(client, package);
@@ -144,7 +132,7 @@ fn when_the_listed_copy_answers_first_without_quorum_another_copy_takes_its_plac
     );
     env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"b", 10);
     let out = env.answer(ws[2].0, ws[2].1[0], TaskStatus::Ok, b"a", 10);
-    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "a".to_owned())]);
+    assert_eq!(outcomes(&out), [ok(0, "a")]);
 }
 
 #[test]
@@ -152,14 +140,13 @@ fn a_lost_worker_s_copy_is_requeued_for_another_worker() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).replicas(2, 2));
-    let ws = workers(&mut env, 2, 1);
+    let ws = env.new_workers_taking(2, 1);
     env.lose_worker(ws[0].0);
-    let w3 = env.new_worker(1);
-    let again = tasks_of(&env.credit(w3, 1), w3);
+    let (w3, again) = env.new_worker_taking(1);
     assert_eq!(again, [ws[0].1[0]], "the lost copy runs again elsewhere");
     env.answer(ws[1].0, ws[1].1[0], TaskStatus::Ok, b"x", 10);
     let out = env.answer(w3, again[0], TaskStatus::Ok, b"x", 10);
-    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "x".to_owned())]);
+    assert_eq!(outcomes(&out), [ok(0, "x")]);
 }
 
 #[test]
@@ -167,7 +154,7 @@ fn cancelling_a_replicated_task_aborts_every_copy() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(2).replicas(2, 2));
-    let ws = workers(&mut env, 2, 1);
+    let ws = env.new_workers_taking(2, 1);
     let out = env.cancel(client, package, &[]);
     let mut aborted: Vec<WorkerId> = aborts(&out).into_iter().map(|a| a.0).collect();
     aborted.sort();
@@ -183,47 +170,36 @@ fn a_time_limit_on_one_copy_lets_the_other_copy_answer() {
     });
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).replicas(2, 1).timeout_ms(100));
-    let w1 = env.new_worker(1);
-    let t1 = tasks_of(&env.credit(w1, 1), w1);
+    let (w1, t1) = env.new_worker_taking(1);
     env.advance(50);
-    let w2 = env.new_worker(1);
-    let t2 = tasks_of(&env.credit(w2, 1), w2);
-    env.advance(60);
-    let out = env.tick();
+    let (w2, t2) = env.new_worker_taking(1);
+    let out = env.tick_after(60);
     assert!(
         results(&out).is_empty(),
         "the other copy may still answer: {out:?}"
     );
     assert_eq!(aborts(&out), [(w1, t1[0], 1)]);
     let out = env.answer(w2, t2[0], TaskStatus::Ok, b"ok", 10);
-    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "ok".to_owned())]);
-    env.advance(100);
-    assert!(results(&env.tick()).is_empty());
+    assert_eq!(outcomes(&out), [ok(0, "ok")]);
+    assert!(results(&env.tick_after(100)).is_empty());
 }
 
 #[test]
 fn a_straggler_gets_a_hedge_on_an_idle_worker_and_the_first_result_wins() {
-    let mut env = TestEnv::new();
-    env.learn(2, 10_000, 10);
-    let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let slow = env.new_worker(1);
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let (mut env, slow, t) = one_straggler(10, Spec::tasks(1));
     let fast = env.new_worker(1);
     assert!(env.credit(fast, 1).is_empty(), "nothing to run yet");
     // 1.5 x p95 (10-12.5 ms): not yet at 14 ms, a hedge by 19 ms.
-    env.advance(14);
-    assert!(env.tick().is_empty());
-    env.advance(5);
-    let out = env.tick();
+    assert!(env.tick_after(14).is_empty());
+    let out = env.tick_after(5);
     let backup = tasks_of(&out, fast);
     assert_eq!(backup.len(), 1, "{out:?}");
     assert_eq!(env.core.stats().counters.hedges, 1);
     let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 10_000);
-    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "done".to_owned())]);
-    assert_eq!(aborts(&out), [(slow, t[0], 1)]);
+    assert_eq!(outcomes(&out), [ok(0, "done")]);
+    assert_eq!(aborts(&out), [(slow, t, 1)]);
     assert_eq!(env.core.stats().counters.hedge_wins, 1);
-    let late = env.answer(slow, t[0], TaskStatus::Ok, b"done", 100_000);
+    let late = env.answer(slow, t, TaskStatus::Ok, b"done", 100_000);
     assert!(results(&late).is_empty());
     assert_eq!(
         env.core.stats().counters.delivered,
@@ -234,50 +210,31 @@ fn a_straggler_gets_a_hedge_on_an_idle_worker_and_the_first_result_wins() {
 
 #[test]
 fn a_hedge_waits_until_another_worker_has_a_free_credit() {
-    let mut env = TestEnv::new();
-    env.learn(2, 10_000, 10);
-    let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let slow = env.new_worker(1);
-    tasks_of(&env.credit(slow, 1), slow);
-    env.advance(40);
-    assert!(env.tick().is_empty(), "no idle worker: no hedge");
+    let (mut env, _, _) = one_straggler(10, Spec::tasks(1));
+    assert!(env.tick_after(40).is_empty(), "no idle worker: no hedge");
     assert_eq!(env.core.stats().counters.hedges, 0);
     let idle = env.new_worker(1);
     env.credit(idle, 1);
-    env.advance(15);
-    let out = env.tick();
+    let out = env.tick_after(15);
     assert_eq!(tasks_of(&out, idle).len(), 1, "{out:?}");
 }
 
 #[test]
 fn a_deadline_at_risk_hedges_before_the_straggler_factor() {
-    let mut env = TestEnv::new();
-    env.learn(2, 10_000, 10);
-    let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge().deadline_ms(20));
-    let slow = env.new_worker(1);
-    tasks_of(&env.credit(slow, 1), slow);
+    let (mut env, _, _) = one_straggler(10, Spec::tasks(1).deadline_ms(20));
     let idle = env.new_worker(1);
     env.credit(idle, 1);
     // At deadline - p95 (about 8-10 ms), before 1.5 x p95.
-    env.advance(10);
-    let out = env.tick();
+    let out = env.tick_after(10);
     assert_eq!(tasks_of(&out, idle).len(), 1, "{out:?}");
 }
 
 #[test]
 fn no_hedge_without_a_trusted_estimate() {
-    let mut env = TestEnv::new();
-    env.learn(2, 10_000, 2);
-    let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let slow = env.new_worker(1);
-    tasks_of(&env.credit(slow, 1), slow);
+    let (mut env, _, _) = one_straggler(2, Spec::tasks(1));
     let idle = env.new_worker(1);
     env.credit(idle, 1);
-    env.advance(1_000);
-    let out = env.tick();
+    let out = env.tick_after(1_000);
     assert!(
         tasks_of(&out, idle).is_empty(),
         "2 results are too few to act on"
@@ -356,8 +313,7 @@ proptest! {
                 }
                 Op::Credit(i, c) => env.credit(ws[i], c),
                 Op::Tick(ms) => {
-                    env.advance(ms);
-                    env.tick()
+                                        env.tick_after(ms)
                 }
                 Op::Cancel(index) => env.cancel(client, package, &[index]),
             };
@@ -385,6 +341,41 @@ proptest! {
     }
 }
 
+/// A core that learnt that test function 2 runs 10 ms (from `samples` results), and one task
+/// of `spec` (made function 2, hedged) running on a new one-slot worker: the core, that worker
+/// and its task.
+fn one_straggler(samples: usize, spec: Spec) -> (TestEnv, WorkerId, TaskId) {
+    let mut env = TestEnv::new();
+    env.learn(2, 10_000, samples);
+    let client = env.new_client();
+    env.submit_spec(client, spec.function(2).hedge());
+    let (slow, tasks) = env.new_worker_taking(1);
+    assert_eq!(tasks.len(), 1, "the straggler runs the task");
+    (env, slow, tasks[0])
+}
+
+/// The client submits one hedged task of test function 2 and `worker` takes it (one credit):
+/// what it got.
+fn hedged(env: &mut TestEnv, client: ClientId, worker: WorkerId) -> Vec<TaskId> {
+    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
+    env.take(worker, 1)
+}
+
+/// Two new workers of `slots` slots that ran `n` packages in turn, as [`alternate`] does, at
+/// `fast_us` and `slow_us` a task: `(fast, slow)`.
+fn paced(
+    env: &mut TestEnv,
+    slots: [u32; 2],
+    fast_us: u64,
+    slow_us: u64,
+    n: usize,
+) -> (WorkerId, WorkerId) {
+    let fast = env.new_worker(slots[0]);
+    let slow = env.new_worker(slots[1]);
+    alternate(env, fast, slow, fast_us, slow_us, n);
+    (fast, slow)
+}
+
 /// Runs `n` single-task packages of test function 2 one after another, alternating between
 /// the `fast` worker (`fast_us` each) and the `slow` one (`slow_us`): what the issue's
 /// request-at-a-time client teaches the master.
@@ -404,7 +395,7 @@ fn alternate(
             (slow, slow_us)
         };
         env.submit_spec(client, Spec::tasks(1).function(2));
-        let t = tasks_of(&env.credit(w, 1), w);
+        let t = env.take(w, 1);
         assert_eq!(t.len(), 1);
         env.complete_exec(w, t[0], us);
     }
@@ -413,21 +404,17 @@ fn alternate(
 #[test]
 fn a_slow_worker_does_not_teach_the_hedge_that_slow_is_normal() {
     let mut env = TestEnv::new();
-    let fast = env.new_worker(1);
-    let slow = env.new_worker(1);
-    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    let (fast, _) = paced(&mut env, [1, 1], 20_000, 200_000, 20);
     // Half the results took 200 ms: the function's own p95 is about 200 ms.
     assert!(env.core.estimate(&common::fn_hash(2)).unwrap().p95_us >= 150_000);
     // A worker the master knows nothing of runs the next task: judged against the fast
     // worker's 20 ms (hedged by 1.5 x ~20 ms), not against the 300 ms the p95 would give.
     let fresh = env.new_worker(1);
     let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(fresh, 1), fresh);
+    let t = hedged(&mut env, client, fresh);
     assert_eq!(t.len(), 1);
     env.credit(fast, 1);
-    env.advance(40);
-    let out = env.tick();
+    let out = env.tick_after(40);
     let backup = tasks_of(&out, fast);
     assert_eq!(backup.len(), 1, "hedged after 40 ms: {out:?}");
     assert_eq!(env.core.stats().counters.hedges, 1);
@@ -436,42 +423,29 @@ fn a_slow_worker_does_not_teach_the_hedge_that_slow_is_normal() {
 #[test]
 fn a_known_straggler_is_hedged_as_soon_as_its_task_starts() {
     let mut env = TestEnv::new();
-    let fast = env.new_worker(1);
-    let slow = env.new_worker(1);
-    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    let (fast, slow) = paced(&mut env, [1, 1], 20_000, 200_000, 20);
     let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let t = hedged(&mut env, client, slow);
     assert_eq!(t.len(), 1);
-    let out = env.credit(fast, 1);
-    let out = if tasks_of(&out, fast).is_empty() {
-        env.tick()
-    } else {
-        out
-    };
+    let out = env.credit_then_tick(fast);
     let backup = tasks_of(&out, fast);
     assert_eq!(backup.len(), 1, "no wait for the slow worker: {out:?}");
     let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
-    assert_eq!(outcomes(&out), [(0, TaskStatus::Ok, "done".to_owned())]);
+    assert_eq!(outcomes(&out), [ok(0, "done")]);
     assert_eq!(aborts(&out), [(slow, t[0], 1)]);
     // The fast worker's own tasks are not hedged before 1.5 x its p95.
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(fast, 1), fast);
+    let t = hedged(&mut env, client, fast);
     assert_eq!(t.len(), 1);
-    env.advance(25);
-    assert!(tasks_of(&env.tick(), slow).is_empty());
+    assert!(tasks_of(&env.tick_after(25), slow).is_empty());
     assert_eq!(env.core.stats().counters.hedges, 1);
 }
 
 #[test]
 fn with_equal_workers_nothing_is_hedged_early() {
     let mut env = TestEnv::new();
-    let a = env.new_worker(1);
-    let b = env.new_worker(1);
-    alternate(&mut env, a, b, 20_000, 20_000, 20);
+    let (a, b) = paced(&mut env, [1, 1], 20_000, 20_000, 20);
     let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    tasks_of(&env.credit(a, 1), a);
+    hedged(&mut env, client, a);
     env.credit(b, 1);
     env.advance(25);
     assert!(
@@ -480,43 +454,33 @@ fn with_equal_workers_nothing_is_hedged_early() {
     );
     // The pace's deviation starts at half the first sample and decays by 1/8 a result:
     // after 10 results the mark is about 1.5 x 26 ms.
-    env.advance(20);
-    assert_eq!(tasks_of(&env.tick(), b).len(), 1, "at 45 ms it is");
+    assert_eq!(tasks_of(&env.tick_after(20), b).len(), 1, "at 45 ms it is");
 }
 
 #[test]
 fn a_straggler_that_loses_its_race_still_teaches_its_pace() {
     let mut env = TestEnv::new();
-    let fast = env.new_worker(1);
-    let slow = env.new_worker(1);
     // Four results of the slow worker: one short of a known pace.
-    alternate(&mut env, fast, slow, 20_000, 200_000, 8);
+    let (fast, slow) = paced(&mut env, [1, 1], 20_000, 200_000, 8);
     alternate(&mut env, fast, fast, 20_000, 20_000, 2);
     let client = env.new_client();
     let (pkg, _) = env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let t = env.take(slow, 1);
     env.credit(fast, 1);
     assert!(
         env.tick().is_empty(),
         "not yet a known straggler: no hedge at once"
     );
     // 1.5 x the fast worker's p95 (mean + 2 deviations, ~30 ms after 6 results).
-    env.advance(60);
-    let backup = tasks_of(&env.tick(), fast);
+    let backup = tasks_of(&env.tick_after(60), fast);
     assert_eq!(backup.len(), 1);
     env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
     env.ack_all(client, pkg);
     // The package is gone when the straggler answers; its time still counts.
     env.advance(160);
     env.answer(slow, t[0], TaskStatus::Ok, b"done", 200_000);
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    tasks_of(&env.credit(slow, 1), slow);
-    let out = env.credit(fast, 1);
-    let out = if tasks_of(&out, fast).is_empty() {
-        env.tick()
-    } else {
-        out
-    };
+    hedged(&mut env, client, slow);
+    let out = env.credit_then_tick(fast);
     assert_eq!(
         tasks_of(&out, fast).len(),
         1,
@@ -527,37 +491,30 @@ fn a_straggler_that_loses_its_race_still_teaches_its_pace() {
 #[test]
 fn a_known_straggler_checks_again_soon_for_a_free_credit() {
     let mut env = TestEnv::new();
-    let fast = env.new_worker(1);
-    let slow = env.new_worker(2);
-    alternate(&mut env, fast, slow, 20_000, 200_000, 20);
+    let (fast, slow) = paced(&mut env, [1, 2], 20_000, 200_000, 20);
     let client = env.new_client();
     // The fast worker is busy: the hedged task goes to the slow worker, no credit elsewhere.
     env.submit_spec(client, Spec::tasks(1).function(2));
-    let busy = tasks_of(&env.credit(fast, 1), fast);
+    let busy = env.take(fast, 1);
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    assert_eq!(tasks_of(&env.credit(slow, 1), slow).len(), 1);
+    assert_eq!(env.take(slow, 1).len(), 1);
     assert!(env.tick().is_empty(), "no free credit elsewhere yet");
     env.complete_exec(fast, busy[0], 20_000);
     env.credit(fast, 1);
     // Checked again within an eighth of the fast worker's p95 (a few ms), not a p95 later.
-    env.advance(5);
-    assert_eq!(tasks_of(&env.tick(), fast).len(), 1);
+    assert_eq!(tasks_of(&env.tick_after(5), fast).len(), 1);
 }
 
 #[test]
 fn a_straggler_whose_copy_is_killed_still_gets_a_known_pace() {
     let mut env = TestEnv::new();
-    let fast = env.new_worker(1);
-    let slow = env.new_worker(1);
     // Four results of the slow worker: one short of a known pace.
-    alternate(&mut env, fast, slow, 20_000, 200_000, 8);
+    let (fast, slow) = paced(&mut env, [1, 1], 20_000, 200_000, 8);
     alternate(&mut env, fast, fast, 20_000, 20_000, 2);
     let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(slow, 1), slow);
+    let t = hedged(&mut env, client, slow);
     env.credit(fast, 1);
-    env.advance(60);
-    let backup = tasks_of(&env.tick(), fast);
+    let backup = tasks_of(&env.tick_after(60), fast);
     assert_eq!(backup.len(), 1);
     env.advance(20);
     let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
@@ -565,26 +522,9 @@ fn a_straggler_whose_copy_is_killed_still_gets_a_known_pace() {
     // The slow worker's process is killed: it answers "cancelled", never a time.
     env.answer(slow, t[0], TaskStatus::Cancelled, b"killed", 0);
     // The abort after 80 ms counted as at least its 200 ms mean: a known straggler now.
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    tasks_of(&env.credit(slow, 1), slow);
-    let out = env.credit(fast, 1);
-    let out = if tasks_of(&out, fast).is_empty() {
-        env.tick()
-    } else {
-        out
-    };
+    hedged(&mut env, client, slow);
+    let out = env.credit_then_tick(fast);
     assert_eq!(tasks_of(&out, fast).len(), 1, "hedged at once: {out:?}");
-}
-
-/// One credit for `worker`, then a tick at the same instant (a hedge armed for "now" fires
-/// on the next tick): the actions of whichever assigned something.
-fn credit_then_tick(env: &mut TestEnv, worker: WorkerId) -> Vec<Action> {
-    let out = env.credit(worker, 1);
-    if tasks_of(&out, worker).is_empty() {
-        env.tick()
-    } else {
-        out
-    }
 }
 
 #[test]
@@ -598,9 +538,8 @@ fn a_straggler_whose_process_is_replaced_is_still_known_when_it_comes_back() {
     let slow = env.new_worker_keyed(1, key);
     alternate(&mut env, fast, slow, 20_000, 200_000, 20);
     let client = env.new_client();
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(slow, 1), slow);
-    let backup = tasks_of(&credit_then_tick(&mut env, fast), fast);
+    let t = hedged(&mut env, client, slow);
+    let backup = tasks_of(&env.credit_then_tick(fast), fast);
     assert_eq!(backup.len(), 1, "a known straggler: hedged at once");
     env.advance(20);
     let out = env.answer(fast, backup[0], TaskStatus::Ok, b"done", 20_000);
@@ -608,10 +547,9 @@ fn a_straggler_whose_process_is_replaced_is_still_known_when_it_comes_back() {
     // The abort kills the slow worker's process: its connection is lost, a new one joins.
     env.lose_worker(slow);
     let again = env.new_worker_keyed(1, key);
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(again, 1), again);
+    let t = hedged(&mut env, client, again);
     assert_eq!(t.len(), 1);
-    let out = credit_then_tick(&mut env, fast);
+    let out = env.credit_then_tick(fast);
     assert_eq!(
         tasks_of(&out, fast).len(),
         1,
@@ -619,11 +557,10 @@ fn a_straggler_whose_process_is_replaced_is_still_known_when_it_comes_back() {
     );
     // A connection under a key never seen is judged on its own (no hedge before the mark).
     let stranger = env.new_worker_keyed(1, WorkerKey(901));
-    env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let t = tasks_of(&env.credit(stranger, 1), stranger);
+    let t = hedged(&mut env, client, stranger);
     assert_eq!(t.len(), 1);
     let spare = env.new_worker(1);
-    assert!(tasks_of(&credit_then_tick(&mut env, spare), spare).is_empty());
+    assert!(tasks_of(&env.credit_then_tick(spare), spare).is_empty());
 }
 
 #[test]
@@ -639,7 +576,7 @@ fn a_lost_fast_worker_does_not_set_the_mark_until_its_key_is_back() {
     let fresh = env.new_worker(1);
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    assert_eq!(tasks_of(&env.credit(fresh, 1), fresh).len(), 1);
+    assert_eq!(env.take(fresh, 1).len(), 1);
     env.credit(slow, 1);
     env.advance(40);
     assert!(
@@ -651,7 +588,7 @@ fn a_lost_fast_worker_does_not_set_the_mark_until_its_key_is_back() {
     // is a known straggler, hedged at once.
     let back = env.new_worker_keyed(1, key);
     env.submit_spec(client, Spec::tasks(1).function(2).hedge());
-    let out = credit_then_tick(&mut env, back);
+    let out = env.credit_then_tick(back);
     assert_eq!(tasks_of(&out, back).len(), 1, "hedged at once: {out:?}");
     assert_eq!(env.core.stats().counters.hedges, 1);
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assignments, outcomes, results, tasks_of, Spec, TestEnv};
+use common::{assignments, outcomes, results, Spec, TestEnv};
 use rtpool_core::{Action, PackageCounts, RejectReason, TaskStatus, UserId, WorkerId};
 
 /// Gives the worker one credit at a time and returns the argument payloads (`"package:index"`)
@@ -11,7 +11,7 @@ use rtpool_core::{Action, PackageCounts, RejectReason, TaskStatus, UserId, Worke
 fn order(env: &mut TestEnv, worker: WorkerId, n: usize) -> Vec<String> {
     let mut got = Vec::new();
     for _ in 0..n {
-        let tasks = tasks_of(&env.credit(worker, 1), worker);
+        let tasks = env.take(worker, 1);
         assert_eq!(tasks.len(), 1, "one credit, one task");
         got.push(String::from_utf8(env.args[&tasks[0]].to_vec()).unwrap());
         env.complete(worker, tasks[0]);
@@ -92,8 +92,7 @@ fn results_are_scored_against_the_deadline_with_their_lateness() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(3).deadline_ms(50));
-    let w = env.new_worker(2);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let (w, tasks) = env.new_worker_taking(2);
     env.advance(10);
     let on_time = env.complete(w, tasks[0]);
     assert_eq!(results(&on_time)[0].1[0].late_us, 0);
@@ -122,11 +121,8 @@ fn results_are_scored_against_the_deadline_with_their_lateness() {
 
 #[test]
 fn without_a_deadline_nothing_is_scored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let (w, task) = env.new_worker_running();
     env.advance(10_000);
     let out = env.complete(w, task);
     assert_eq!(results(&out)[0].1[0].late_us, 0);
@@ -146,16 +142,13 @@ fn on_miss_drop_fails_every_unfinished_task_at_the_deadline() {
     env.auto_ack = false;
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(3).deadline_ms(50).drop_late());
-    let w = env.new_worker(1);
-    let running = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, running) = env.new_worker_running();
     assert_eq!(
         env.core.next_timer().map(|t| t.0),
         Some(env.now.0 + 50_000_000)
     );
-    env.advance(49);
-    assert!(env.tick().is_empty(), "not yet");
-    env.advance(1);
-    let out = env.tick();
+    assert!(env.tick_after(49).is_empty(), "not yet");
+    let out = env.tick_after(1);
     let got: Vec<(u32, TaskStatus)> = outcomes(&out).iter().map(|o| (o.0, o.1)).collect();
     assert_eq!(
         got,
@@ -180,8 +173,7 @@ fn the_drop_timer_goes_with_a_package_that_finished_in_time() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).deadline_ms(50).drop_late());
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     assert_eq!(env.core.stats().packages, 0);
     assert_eq!(env.core.next_timer(), None, "disarmed with the package");
@@ -221,7 +213,7 @@ fn on_miss_run_starts_late_tasks_anyway() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).function(7).deadline_ms(10));
     let w = env.new_worker(1);
-    assert_eq!(tasks_of(&env.credit(w, 1), w).len(), 1);
+    assert_eq!(env.take(w, 1).len(), 1);
 }
 
 #[test]
@@ -374,8 +366,7 @@ fn requeued_work_keeps_its_deadline_order() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(2).deadline_ms(500));
     env.submit_spec(client, Spec::tasks(1).deadline_ms(100));
-    let w = env.new_worker(1);
-    let first = tasks_of(&env.credit(w, 1), w);
+    let (w, first) = env.new_worker_taking(1);
     assert_eq!(env.args[&first[0]].as_ref(), b"2:0");
     env.lose_worker(w);
     let w2 = env.new_worker(1);

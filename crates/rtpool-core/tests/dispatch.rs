@@ -8,9 +8,7 @@ use rtpool_core::Action;
 #[test]
 fn two_tasks_two_idle_workers_go_to_different_workers() {
     let mut env = TestEnv::new();
-    let (a, b) = (env.new_worker(2), env.new_worker(2));
-    env.credit(a, 2);
-    env.credit(b, 2);
+    let [a, b] = env.new_idle_workers([(2, 2), (2, 2)]);
     let client = env.new_client();
     let (_, out) = env.submit(client, 2);
     assert_eq!(tasks_of(&out, a).len(), 1, "{out:?}");
@@ -32,9 +30,7 @@ fn accepted_comes_before_assign() {
 #[test]
 fn one_assign_per_worker_per_event_with_all_its_tasks() {
     let mut env = TestEnv::new();
-    let (a, b) = (env.new_worker(4), env.new_worker(4));
-    env.credit(a, 3);
-    env.credit(b, 2);
+    let [a, b] = env.new_idle_workers([(4, 3), (4, 2)]);
     let client = env.new_client();
     let (_, out) = env.submit(client, 10);
     let batches = assignments(&out);
@@ -53,7 +49,7 @@ fn a_worker_never_gets_more_tasks_than_its_credits() {
     let client = env.new_client();
     env.submit(client, 10);
     assert!(all_assigned(&env.credit(w, 0)).is_empty());
-    assert_eq!(tasks_of(&env.credit(w, 3), w).len(), 3);
+    assert_eq!(env.take(w, 3).len(), 3);
     let stats = env.core.worker_stats(w).unwrap();
     assert_eq!((stats.credits, stats.in_flight), (0, 3));
     let (_, out) = env.submit(client, 5);
@@ -61,7 +57,7 @@ fn a_worker_never_gets_more_tasks_than_its_credits() {
     // Results return no credits by themselves.
     let first = *env.assigned.keys().next().unwrap();
     assert!(all_assigned(&env.complete(w, first)).is_empty());
-    assert_eq!(tasks_of(&env.credit(w, 1), w).len(), 1);
+    assert_eq!(env.take(w, 1).len(), 1);
 }
 
 #[test]
@@ -71,7 +67,7 @@ fn no_task_is_assigned_without_a_worker_and_credits_wait_for_tasks() {
     let (_, out) = env.submit(client, 3);
     assert_eq!(out.len(), 1);
     let w = env.new_worker(1);
-    assert_eq!(tasks_of(&env.credit(w, 5), w).len(), 3);
+    assert_eq!(env.take(w, 5).len(), 3);
     assert_eq!(env.core.worker_stats(w).unwrap().credits, 2);
     let (_, out) = env.submit(client, 4);
     assert_eq!(
@@ -88,18 +84,18 @@ fn fast_worker_that_recredits_quickly_takes_more_tasks() {
     let client = env.new_client();
     env.submit(client, 20);
     let mut count = [0usize; 2];
-    let mut slow_task = tasks_of(&env.credit(slow, 1), slow);
+    let mut slow_task = env.take(slow, 1);
     count[1] += slow_task.len();
-    let mut fast_task = tasks_of(&env.credit(fast, 1), fast);
+    let mut fast_task = env.take(fast, 1);
     count[0] += fast_task.len();
     for round in 0..15 {
         env.advance(1);
         env.complete(fast, fast_task[0]);
-        fast_task = tasks_of(&env.credit(fast, 1), fast);
+        fast_task = env.take(fast, 1);
         count[0] += fast_task.len();
         if round % 5 == 4 {
             env.complete(slow, slow_task[0]);
-            slow_task = tasks_of(&env.credit(slow, 1), slow);
+            slow_task = env.take(slow, 1);
             count[1] += slow_task.len();
         }
     }
@@ -171,7 +167,7 @@ fn code_cache_survives_the_function_being_dropped_and_resubmitted() {
     let w = env.new_worker(1);
     let client = env.new_client();
     env.submit(client, 1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     env.complete(w, task);
     assert_eq!(env.core.stats().functions, 0);
     assert!(env.core.function_code(&fn_hash(0)).is_none());

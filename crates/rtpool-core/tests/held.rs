@@ -5,7 +5,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{assignments, outcomes, results, tasks_of, Spec, TestEnv};
+use common::{assignments, only_rejection, outcomes, results, tasks_of, Spec, TestEnv};
 use rtpool_core::{
     Action, Event, PackageId, PackageOpts, RejectReason, RestoredPackage, TaskStatus, UserId,
 };
@@ -191,26 +191,14 @@ fn a_dependency_on_an_acknowledged_or_foreign_task_is_refused() {
     env.ack_all(client, f); // f is freed
     let (_, out) = env.submit_raw(client, Spec::tasks(1).after(f, 0));
     assert!(
-        matches!(
-            out[..],
-            [Action::Rejected {
-                reason: RejectReason::UnknownDependency { .. },
-                ..
-            }]
-        ),
+        matches!(only_rejection(&out), RejectReason::UnknownDependency { .. }),
         "{out:?}"
     );
     let (f2, _) = env.submit(client, 1);
     let stranger = env.new_client_of(UserId(99));
     let (_, out) = env.submit_raw(stranger, Spec::tasks(1).after(f2, 0));
     assert!(
-        matches!(
-            out[..],
-            [Action::Rejected {
-                reason: RejectReason::UnknownDependency { .. },
-                ..
-            }]
-        ),
+        matches!(only_rejection(&out), RejectReason::UnknownDependency { .. }),
         "another user's task is no dependency: {out:?}"
     );
     let (_, out) = env.submit_raw(client, Spec::tasks(1).after(f2, 1));

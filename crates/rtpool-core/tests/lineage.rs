@@ -27,10 +27,7 @@ fn key(n: u8) -> Bytes {
 
 /// A worker with `slots` slots and credits serving `f`.
 fn server(env: &mut TestEnv, slots: u32) -> WorkerId {
-    let w = env.new_worker(slots);
-    assert!(env.serve(w, &[("f", "1")]).is_empty());
-    env.credit(w, slots);
-    w
+    env.new_server(slots, &[("f", "1")], slots)
 }
 
 /// The one call assigned in `out` (to any worker), with its worker.
@@ -47,14 +44,7 @@ fn an_intermediate_is_dropped_once_its_last_dependent_is_done() {
     let w = server(&mut env, 4);
     let client = env.new_client();
     // a -> c, a -> d: a's value is read by two calls.
-    let (_, out) = env.submit_calls(
-        client,
-        vec![
-            call("f", "a", &[]),
-            call("f", "c", &[0]),
-            call("f", "d", &[0]),
-        ],
-    );
+    let (_, out) = env.submit_calls(client, calls("f", &[("a", &[]), ("c", &[0]), ("d", &[0])]));
     let a = assigned(&out)[0].1;
     let out = env.answer(w, a, TaskStatus::Ok, &reference(1), 10);
     assert!(drops(&out).is_empty(), "c and d still read it: {out:?}");
@@ -72,7 +62,7 @@ fn an_intermediate_is_dropped_when_its_dependent_fails_or_is_cancelled() {
     let mut env = TestEnv::new();
     let w = server(&mut env, 4);
     let client = env.new_client();
-    let (_, out) = env.submit_calls(client, vec![call("f", "a", &[]), call("f", "c", &[0])]);
+    let (_, out) = env.submit_calls(client, calls("f", &[("a", &[]), ("c", &[0])]));
     let a = assigned(&out)[0].1;
     let out = env.answer(w, a, TaskStatus::Ok, &reference(1), 10);
     let c = assigned(&out)[0].1;
@@ -83,7 +73,7 @@ fn an_intermediate_is_dropped_when_its_dependent_fails_or_is_cancelled() {
         "a failed reader: {out:?}"
     );
 
-    let (package, out) = env.submit_calls(client, vec![call("f", "a", &[]), call("f", "c", &[0])]);
+    let (package, out) = env.submit_calls(client, calls("f", &[("a", &[]), ("c", &[0])]));
     let a = assigned(&out)[0].1;
     let out = env.answer(w, a, TaskStatus::Ok, &reference(2), 10);
     assert_eq!(assigned(&out).len(), 1, "c runs: {out:?}");
@@ -103,11 +93,7 @@ fn an_intermediate_no_dependent_will_read_is_dropped_at_once() {
     // c takes a and b; b fails first, so c fails before a is done.
     let (_, out) = env.submit_calls(
         client,
-        vec![
-            call("f", "a", &[]),
-            call("f", "b", &[]),
-            call("f", "c", &[0, 1]),
-        ],
+        calls("f", &[("a", &[]), ("b", &[]), ("c", &[0, 1])]),
     );
     let started = assigned(&out);
     let out = env.answer(w, started[1].1, TaskStatus::Error, b"boom", 10);
@@ -123,11 +109,7 @@ fn each_intermediate_is_dropped_on_the_worker_that_keeps_it() {
     let client = env.new_client();
     let (_, out) = env.submit_calls(
         client,
-        vec![
-            call("f", "a", &[]),
-            call("f", "b", &[]),
-            call("f", "c", &[0, 1]),
-        ],
+        calls("f", &[("a", &[]), ("b", &[]), ("c", &[0, 1])]),
     );
     let started = assigned(&out);
     let (holder, a) = (started[0].0, started[0].1);
@@ -180,11 +162,7 @@ fn a_kept_and_b_running(
     let (package, out) = env.submit_calls_with(
         client,
         opts,
-        vec![
-            call("f", "a", &[]),
-            call("f", "b", &[]),
-            call("f", "c", &[0, 1]),
-        ],
+        calls("f", &[("a", &[]), ("b", &[]), ("c", &[0, 1])]),
     );
     let started = assigned(&out);
     assert_eq!(started.len(), 2, "{out:?}");
@@ -197,9 +175,23 @@ fn a_kept_and_b_running(
 
 /// A worker serving `f` with one slot, its credit not yet given.
 fn spare(env: &mut TestEnv) -> WorkerId {
-    let w = env.new_worker(1);
-    assert!(env.serve(w, &[("f", "1")]).is_empty());
-    w
+    env.new_server(1, &[("f", "1")], 0)
+}
+
+/// `holder` (a's worker, from [`a_kept_and_b_running`]) is lost and a new spare server's one
+/// credit takes the copy of a made again: the spare and that copy's task.
+fn rerun_on_a_spare(env: &mut TestEnv, holder: WorkerId) -> (WorkerId, TaskId) {
+    env.lose_worker(holder);
+    let spare = spare(env);
+    let out = env.credit(spare, 1);
+    let copy = assigned(&out);
+    assert_eq!(copy.len(), 1, "a runs again on the spare: {out:?}");
+    assert_eq!(
+        (copy[0].0, copy[0].2.as_slice()),
+        (spare, &b"a"[..]),
+        "{out:?}"
+    );
+    (spare, copy[0].1)
 }
 
 /// Results sent to clients in `out`.
@@ -295,12 +287,8 @@ fn a_dependent_that_lost_an_input_already_made_again_gets_the_new_one() {
     assert_eq!(c.len(), 1, "{out:?}");
     let (cw, ct) = (c[0].0, c[0].1);
     // a's worker goes while c runs: a is made again on a free worker.
-    env.lose_worker(holder);
-    let spare = spare(&mut env);
-    let out = env.credit(spare, 1);
-    let a2 = assigned(&out);
-    assert_eq!(a2.len(), 1, "{out:?}");
-    env.answer(a2[0].0, a2[0].1, TaskStatus::Ok, &reference(8), 10);
+    let (spare, a2) = rerun_on_a_spare(&mut env, holder);
+    env.answer(spare, a2, TaskStatus::Ok, &reference(8), 10);
     // c then reports it could not read the old value: it runs with the new one, a once more.
     env.answer(cw, ct, TaskStatus::InputLost, &input_lost(0), 10);
     assert_eq!(env.core.stats().counters.kept_calls_rerun, 1);
@@ -319,17 +307,12 @@ fn when_the_attempts_are_spent_the_dependent_fails_naming_the_producer() {
         ..Default::default()
     };
     let (holder, other, b, _, _) = a_kept_and_b_running(&mut env, opts);
-    env.lose_worker(holder);
-    let spare = spare(&mut env);
-    let out = env.credit(spare, 1);
-    let a2 = assigned(&out);
-    env.answer(spare, a2[0].1, TaskStatus::Ok, &reference(9), 10);
+    let (spare, a2) = rerun_on_a_spare(&mut env, holder);
+    env.answer(spare, a2, TaskStatus::Ok, &reference(9), 10);
     // Its second value is lost too: a ran twice, its package's max_attempts.
     let out = env.lose_worker(spare);
-    let failed = outcomes(&out);
-    assert_eq!(failed.len(), 1, "{out:?}");
-    let (index, status, message) = &failed[0];
-    assert_eq!((*index, *status), (2, TaskStatus::Failed));
+    let (index, status, message) = only_outcome(&out, "the dependent fails");
+    assert_eq!((index, status), (2, TaskStatus::Failed));
     assert!(
         message.contains("call #0 f was lost") && message.contains("ran 2 times"),
         "{message}"
@@ -344,11 +327,8 @@ fn when_the_attempts_are_spent_the_dependent_fails_naming_the_producer() {
 fn a_copy_that_fails_fails_the_dependent_naming_the_producer() {
     let mut env = TestEnv::new();
     let (holder, _, _, _, _) = a_kept_and_b_running(&mut env, Default::default());
-    env.lose_worker(holder);
-    let spare = spare(&mut env);
-    let out = env.credit(spare, 1);
-    let a2 = assigned(&out);
-    let out = env.answer(spare, a2[0].1, TaskStatus::Error, b"boom", 10);
+    let (spare, a2) = rerun_on_a_spare(&mut env, holder);
+    let out = env.answer(spare, a2, TaskStatus::Error, b"boom", 10);
     let failed = outcomes(&out);
     assert_eq!(failed.len(), 1, "{out:?}");
     assert_eq!((failed[0].0, failed[0].1), (2, TaskStatus::Failed));
@@ -362,17 +342,11 @@ fn a_copy_that_fails_fails_the_dependent_naming_the_producer() {
 fn a_copy_nobody_needs_any_more_is_aborted() {
     let mut env = TestEnv::new();
     let (holder, other, b, package, client) = a_kept_and_b_running(&mut env, Default::default());
-    env.lose_worker(holder);
-    let spare = spare(&mut env);
-    let out = env.credit(spare, 1);
-    let a2 = assigned(&out);
-    assert_eq!(a2.len(), 1);
+    let (spare, a2) = rerun_on_a_spare(&mut env, holder);
     let out = env.cancel(client, package, &[]);
-    let aborted = aborts(&out)
-        .iter()
-        .any(|&(w, t, _)| (w, t) == (spare, a2[0].1));
+    let aborted = aborts(&out).iter().any(|&(w, t, _)| (w, t) == (spare, a2));
     assert!(aborted, "{out:?}");
-    let out = env.answer(spare, a2[0].1, TaskStatus::Ok, &reference(9), 10);
+    let out = env.answer(spare, a2, TaskStatus::Ok, &reference(9), 10);
     assert_eq!(sent(&out), 0, "{out:?}");
     env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
     assert_eq!(env.core.stats().tasks, 0, "everything is freed");
@@ -382,17 +356,10 @@ fn a_copy_nobody_needs_any_more_is_aborted() {
 fn a_copy_whose_worker_is_lost_runs_again_elsewhere() {
     let mut env = TestEnv::new();
     let (holder, other, b, _, _) = a_kept_and_b_running(&mut env, Default::default());
-    env.lose_worker(holder);
-    let first = spare(&mut env);
-    let out = env.credit(first, 1);
-    let a2 = assigned(&out);
-    assert_eq!(a2.len(), 1, "{out:?}");
-    env.lose_worker(first);
-    let second = spare(&mut env);
-    let out = env.credit(second, 1);
-    let a3 = assigned(&out);
-    assert_eq!((a3.len(), a3[0].1), (1, a2[0].1), "the same copy: {out:?}");
-    env.answer(second, a3[0].1, TaskStatus::Ok, &reference(6), 10);
+    let (first, a2) = rerun_on_a_spare(&mut env, holder);
+    let (second, a3) = rerun_on_a_spare(&mut env, first);
+    assert_eq!(a3, a2, "the same copy");
+    env.answer(second, a3, TaskStatus::Ok, &reference(6), 10);
     env.credit(other, 1);
     let out = env.answer(other, b, TaskStatus::Ok, &reference(2), 10);
     let c = assigned(&out);
@@ -410,16 +377,9 @@ fn a_copy_past_its_time_limit_fails_the_readers() {
         ..Default::default()
     };
     let (holder, _, _, _, _) = a_kept_and_b_running(&mut env, opts);
-    env.lose_worker(holder);
-    let spare = spare(&mut env);
-    let out = env.credit(spare, 1);
-    let a2 = assigned(&out);
-    assert_eq!(a2.len(), 1, "{out:?}");
-    env.advance(10_000);
-    let out = env.tick();
-    let aborted = aborts(&out)
-        .iter()
-        .any(|&(w, t, _)| (w, t) == (spare, a2[0].1));
+    let (spare, a2) = rerun_on_a_spare(&mut env, holder);
+    let out = env.tick_after(10_000);
+    let aborted = aborts(&out).iter().any(|&(w, t, _)| (w, t) == (spare, a2));
     assert!(aborted, "{out:?}");
     let failed = outcomes(&out);
     assert!(
@@ -458,7 +418,7 @@ fn a_copy_no_worker_serves_fails_the_readers_after_the_grace_period() {
     let mut env = TestEnv::new();
     let w = server(&mut env, 1);
     let client = env.new_client();
-    let (_, out) = env.submit_calls(client, vec![call("f", "a", &[]), call("f", "c", &[0])]);
+    let (_, out) = env.submit_calls(client, calls("f", &[("a", &[]), ("c", &[0])]));
     let a = assigned(&out)[0].1;
     let out = env.answer(w, a, TaskStatus::Ok, &reference(1), 10);
     assert!(
@@ -468,8 +428,7 @@ fn a_copy_no_worker_serves_fails_the_readers_after_the_grace_period() {
     let out = env.lose_worker(w);
     assert!(outcomes(&out).is_empty(), "{out:?}");
     assert_eq!(env.core.stats().counters.kept_calls_rerun, 1);
-    env.advance(60_000);
-    let out = env.tick();
+    let out = env.tick_after(60_000);
     let failed = outcomes(&out);
     assert_eq!(failed.len(), 1, "{out:?}");
     assert_eq!((failed[0].0, failed[0].1), (1, TaskStatus::Failed));
@@ -482,14 +441,7 @@ fn in_a_chain_a_lost_value_whose_input_was_dropped_has_that_input_made_again_fir
     let (w, v) = (server(&mut env, 1), server(&mut env, 1));
     let client = env.new_client();
     // a -> b -> c: a's value is dropped once b is done; b's is lost before c reads it.
-    let (_, out) = env.submit_calls(
-        client,
-        vec![
-            call("f", "a", &[]),
-            call("f", "b", &[0]),
-            call("f", "c", &[1]),
-        ],
-    );
+    let (_, out) = env.submit_calls(client, calls("f", &[("a", &[]), ("b", &[0]), ("c", &[1])]));
     let (wa, a) = (assigned(&out)[0].0, assigned(&out)[0].1);
     let other = if wa == w { v } else { w };
     let out = env.answer(wa, a, TaskStatus::Ok, &reference(1), 10);

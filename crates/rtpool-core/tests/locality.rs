@@ -26,9 +26,7 @@ fn submit_near(env: &mut TestEnv, client: ClientId, package: u64, near: WorkerId
 #[test]
 fn a_task_goes_to_the_worker_that_holds_its_data_when_that_one_has_a_credit() {
     let mut env = TestEnv::new();
-    let (a, b) = (env.new_worker(1), env.new_worker(1));
-    env.credit(a, 1); // a is first in the ring
-    env.credit(b, 1);
+    let [a, b] = env.new_idle_workers([(1, 1), (1, 1)]); // a is first in the ring
     let client = env.new_client();
     let out = submit_near(&mut env, client, 100, b);
     assert_eq!(tasks_of(&out, b).len(), 1, "{out:?}");
@@ -50,9 +48,7 @@ fn a_task_whose_data_holder_is_busy_runs_elsewhere_at_once() {
 #[test]
 fn a_task_whose_data_holder_is_gone_runs_anywhere() {
     let mut env = TestEnv::new();
-    let (a, b) = (env.new_worker(1), env.new_worker(1));
-    env.credit(a, 1);
-    env.credit(b, 1);
+    let [a, b] = env.new_idle_workers([(1, 1), (1, 1)]);
     env.lose_worker(b);
     let client = env.new_client();
     let out = submit_near(&mut env, client, 100, b);
@@ -63,9 +59,7 @@ fn a_task_whose_data_holder_is_gone_runs_anywhere() {
 #[test]
 fn other_tasks_are_not_held_back_by_a_task_that_prefers_another_worker() {
     let mut env = TestEnv::new();
-    let (a, b) = (env.new_worker(2), env.new_worker(1));
-    env.credit(a, 2);
-    env.credit(b, 1);
+    let [a, b] = env.new_idle_workers([(2, 2), (1, 1)]);
     let client = env.new_client();
     let first = submit_near(&mut env, client, 100, b);
     assert_eq!(tasks_of(&first, b).len(), 1, "{first:?}");

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{tasks_of, Spec, TestEnv};
+use common::{Spec, TestEnv};
 use rtpool_core::{Action, CoreConfig, RejectReason, OVERLOAD_MIN_RESULTS};
 
 #[test]
@@ -16,7 +16,7 @@ fn missed_deadlines_with_a_backlog_are_overload_and_met_ones_end_it() {
     let w = env.new_worker(1);
     let mut done = 0;
     while done < OVERLOAD_MIN_RESULTS + 5 {
-        let t = tasks_of(&env.credit(w, 1), w);
+        let t = env.take(w, 1);
         env.advance(5);
         env.complete_exec(w, t[0], 5_000);
         done += 1;
@@ -27,13 +27,13 @@ fn missed_deadlines_with_a_backlog_are_overload_and_met_ones_end_it() {
     assert_eq!(env.core.stats().counters.overloads, 1);
     // The backlog drains late, then fresh packages meet their deadlines: it is over.
     while env.core.stats().queued > 0 {
-        let t = tasks_of(&env.credit(w, 1), w);
+        let t = env.take(w, 1);
         env.complete_exec(w, t[0], 1);
     }
     env.advance(20_000);
     for _ in 0..OVERLOAD_MIN_RESULTS {
         env.submit_spec(client, Spec::tasks(1).deadline_ms(20));
-        let t = tasks_of(&env.credit(w, 1), w);
+        let t = env.take(w, 1);
         env.advance(1);
         env.complete_exec(w, t[0], 1_000);
     }
@@ -52,7 +52,7 @@ fn late_results_without_a_backlog_are_not_overload() {
     // deadline, but nothing waits for a worker.
     for _ in 0..(OVERLOAD_MIN_RESULTS + 5) {
         env.submit_spec(client, Spec::tasks(1).deadline_ms(20));
-        let t = tasks_of(&env.credit(w, 1), w);
+        let t = env.take(w, 1);
         env.advance(30);
         env.complete_exec(w, t[0], 30_000);
     }

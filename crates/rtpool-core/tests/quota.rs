@@ -4,11 +4,24 @@
 
 mod common;
 
-use common::{aborts, outcomes, results, tasks_of, Spec, TestEnv};
-use rtpool_core::{Action, Event, RejectReason, TaskStatus, UserId, REPORT_MARGIN_US};
+use common::{aborts, assert_freed_last, only_rejection, outcomes, results, Spec, TestEnv};
+use rtpool_core::{
+    Action, Event, RejectReason, TaskId, TaskStatus, UserId, WorkerId, REPORT_MARGIN_US,
+};
 
 const ALICE: UserId = UserId(1);
 const BOB: UserId = UserId(2);
+
+/// Alice, with `quota_us` of compute time left, submits one task; a new one-slot worker takes
+/// it: that worker and the task.
+fn one_task_of_alice(env: &mut TestEnv, quota_us: i64) -> (WorkerId, TaskId) {
+    let alice = env.new_client_of(ALICE);
+    env.set_quota(ALICE, Some(quota_us));
+    env.submit(alice, 1);
+    let (w, tasks) = env.new_worker_taking(1);
+    assert_eq!(tasks.len(), 1, "the worker runs alice's task");
+    (w, tasks[0])
+}
 
 #[test]
 fn submit_is_rejected_when_the_quota_is_exhausted_and_accepted_otherwise() {
@@ -16,27 +29,15 @@ fn submit_is_rejected_when_the_quota_is_exhausted_and_accepted_otherwise() {
     let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
     assert!(env.set_quota(ALICE, Some(0)).is_empty());
     let (_, out) = env.submit_raw(alice, Spec::tasks(1));
-    assert!(
-        matches!(
-            &out[..],
-            [Action::Rejected {
-                reason: RejectReason::QuotaExhausted { over_us: 0 },
-                ..
-            }]
-        ),
-        "{out:?}"
+    assert_eq!(
+        only_rejection(&out),
+        RejectReason::QuotaExhausted { over_us: 0 }
     );
     env.set_quota(ALICE, Some(-5));
     let (_, out) = env.submit_raw(alice, Spec::tasks(1));
-    assert!(
-        matches!(
-            &out[..],
-            [Action::Rejected {
-                reason: RejectReason::QuotaExhausted { over_us: 5 },
-                ..
-            }]
-        ),
-        "{out:?}"
+    assert_eq!(
+        only_rejection(&out),
+        RejectReason::QuotaExhausted { over_us: 5 }
     );
     assert_eq!(env.core.stats().packages, 0);
     env.submit(bob, 1);
@@ -55,8 +56,7 @@ fn results_charge_their_exec_us_to_the_packages_user_and_take_usage_resets() {
     env.set_quota(ALICE, Some(10_000));
     env.submit(alice, 2);
     env.submit(bob, 1);
-    let w = env.new_worker(3);
-    let mut tasks = tasks_of(&env.credit(w, 3), w);
+    let (w, mut tasks) = env.new_worker_taking(3);
     // Users take turns (alice, bob, alice): put alice's two first.
     tasks.sort_by_key(|t| !env.args[t].starts_with(b"1:"));
     env.complete_exec(w, tasks[0], 1_500);
@@ -71,11 +71,7 @@ fn results_charge_their_exec_us_to_the_packages_user_and_take_usage_resets() {
 #[test]
 fn stale_results_are_not_charged() {
     let mut env = TestEnv::new();
-    let alice = env.new_client_of(ALICE);
-    env.set_quota(ALICE, Some(10_000));
-    env.submit(alice, 1);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = one_task_of_alice(&mut env, 10_000);
     env.result(w, task, 7);
     assert_eq!(env.core.stats().counters.stale_results, 1);
     assert_eq!(env.core.take_usage(), []);
@@ -88,8 +84,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
     env.set_quota(ALICE, Some(1_500));
     let (package, _) = env.submit(alice, 4);
-    let w = env.new_worker(3);
-    let tasks = tasks_of(&env.credit(w, 3), w);
+    let (w, tasks) = env.new_worker_taking(3);
     // After the assignment: users take turns, so it would have taken one of the three.
     env.submit(bob, 2);
     assert!(
@@ -112,14 +107,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     let message = &outcomes(&out)[1].2;
     assert!(message.contains("quota ran out"), "{message}");
     assert_eq!(aborts(&out), [(w, tasks[2], 1)]);
-    assert_eq!(
-        out.last(),
-        Some(&Action::PackageFreed {
-            journaled: true,
-            package,
-            expired: false
-        })
-    );
+    assert_freed_last(&out, package);
     let stats = env.core.stats();
     assert_eq!(
         (stats.counters.quota_failed, stats.queued, stats.running),
@@ -127,8 +115,7 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     );
     assert_eq!(env.core.remaining_us(ALICE), Some(-500));
     // Bob's tasks run as usual.
-    let w2 = env.new_worker(2);
-    let bobs = tasks_of(&env.credit(w2, 2), w2);
+    let (w2, bobs) = env.new_worker_taking(2);
     assert_eq!(bobs.len(), 2);
     for task in bobs {
         assert_eq!(outcomes(&env.complete(w2, task))[0].1, TaskStatus::Ok);
@@ -138,13 +125,10 @@ fn going_below_zero_fails_queued_and_running_tasks_of_that_user_only() {
     assert_eq!(env.core.take_usage(), [(ALICE, 2_000), (BOB, 2_000)]);
     assert_eq!(env.core.stats().tasks, 0);
     let (_, out) = env.submit_raw(alice, Spec::tasks(1));
-    assert!(matches!(
-        &out[..],
-        [Action::Rejected {
-            reason: RejectReason::QuotaExhausted { over_us: 500 },
-            ..
-        }]
-    ));
+    assert_eq!(
+        only_rejection(&out),
+        RejectReason::QuotaExhausted { over_us: 500 }
+    );
 }
 
 #[test]
@@ -153,8 +137,7 @@ fn set_quota_below_zero_fails_the_users_tasks_at_once() {
     let (alice, bob) = (env.new_client_of(ALICE), env.new_client_of(BOB));
     env.submit(alice, 2);
     env.submit(bob, 1);
-    let w = env.new_worker(1);
-    let running = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, running) = env.new_worker_running();
     let out = env.set_quota(ALICE, Some(-1));
     let got: Vec<(u32, TaskStatus)> = outcomes(&out).into_iter().map(|(i, s, _)| (i, s)).collect();
     assert_eq!(got, [(0, TaskStatus::Quota), (1, TaskStatus::Quota)]);
@@ -174,11 +157,7 @@ fn set_quota_below_zero_fails_the_users_tasks_at_once() {
 #[test]
 fn set_quota_subtracts_usage_not_yet_taken() {
     let mut env = TestEnv::new();
-    let alice = env.new_client_of(ALICE);
-    env.set_quota(ALICE, Some(10_000));
-    env.submit(alice, 1);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = one_task_of_alice(&mut env, 10_000);
     env.complete_exec(w, task, 1_000);
     // The shell's figure predates the charge: the core subtracts what it has not taken yet.
     env.set_quota(ALICE, Some(10_000));
@@ -194,8 +173,7 @@ fn a_worker_reporting_more_than_the_master_saw_is_charged_what_the_master_saw() 
     let alice = env.new_client_of(ALICE);
     env.set_quota(ALICE, Some(1_000_000_000));
     env.submit(alice, 3);
-    let w = env.new_worker(3);
-    let tasks = tasks_of(&env.credit(w, 3), w);
+    let (w, tasks) = env.new_worker_taking(3);
     // The master saw 10 ms from assignment to result; the worker claims 2^63-1 us.
     env.advance(10);
     let mut lie = env.outcome(tasks[0], env.attempt(tasks[0]));
@@ -254,8 +232,7 @@ fn a_cancelled_task_is_charged_at_most_what_the_master_saw_either() {
     let mut env = TestEnv::new();
     let alice = env.new_client_of(ALICE);
     let (package, _) = env.submit(alice, 1);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     env.advance(3);
     env.cancel(alice, package, &[0]);
     env.advance(2);

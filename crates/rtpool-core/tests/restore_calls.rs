@@ -16,6 +16,27 @@ fn versioned(name: &str, version: &str, args: &str, deps: &[u32]) -> rtpool_core
     c
 }
 
+/// The journal gives back `package` of user 1 (default options): these calls, of which the
+/// client had acknowledged the results of `delivered`.
+fn restore(
+    env: &mut TestEnv,
+    package: PackageId,
+    delivered: Vec<u32>,
+    calls: Vec<rtpool_core::CallSpec>,
+) -> Vec<Action> {
+    env.step(Event::Restore(Box::new(RestoredPackage {
+        package,
+        user: UserId(1),
+        fn_hash: CALLS_HASH,
+        fn_code: Bytes::new(),
+        opts: PackageOpts::default(),
+        tasks: Vec::new(),
+        done: Vec::new(),
+        delivered,
+        calls,
+    })))
+}
+
 #[test]
 fn a_restored_package_of_calls_waits_for_its_server_and_reruns_what_was_not_acknowledged() {
     let mut env = TestEnv::new();
@@ -27,17 +48,7 @@ fn a_restored_package_of_calls_waits_for_its_server_and_reruns_what_was_not_ackn
         versioned("f", "1", "c", &[1]),
         versioned("f", "1", "d", &[0]),
     ];
-    let out = env.step(Event::Restore(Box::new(RestoredPackage {
-        package,
-        user: UserId(1),
-        fn_hash: CALLS_HASH,
-        fn_code: Bytes::new(),
-        opts: PackageOpts::default(),
-        tasks: Vec::new(),
-        done: Vec::new(),
-        delivered: vec![0, 1, 3],
-        calls,
-    })));
+    let out = restore(&mut env, package, vec![0, 1, 3], calls);
     assert!(out.is_empty(), "nothing serves f yet: {out:?}");
     let client = env.new_client_of(UserId(1));
     let out = env.attach(client, package);
@@ -68,21 +79,15 @@ fn a_restored_package_of_calls_waits_for_its_server_and_reruns_what_was_not_ackn
 fn a_restored_package_of_calls_whose_server_never_comes_fails_after_the_grace() {
     let mut env = TestEnv::new();
     let package = PackageId((1 << 63) | 8);
-    env.step(Event::Restore(Box::new(RestoredPackage {
+    restore(
+        &mut env,
         package,
-        user: UserId(1),
-        fn_hash: CALLS_HASH,
-        fn_code: Bytes::new(),
-        opts: PackageOpts::default(),
-        tasks: Vec::new(),
-        done: Vec::new(),
-        delivered: Vec::new(),
-        calls: vec![versioned("gone", "1", "a", &[])],
-    })));
+        Vec::new(),
+        vec![versioned("gone", "1", "a", &[])],
+    );
     let client = env.new_client_of(UserId(1));
     env.attach(client, package);
-    env.advance(31_000);
-    let out = env.tick();
+    let out = env.tick_after(31_000);
     let got = outcomes(&out);
     assert!(matches!(got[..], [(0, TaskStatus::Failed, _)]), "{got:?}");
 }

@@ -2,17 +2,14 @@
 
 mod common;
 
-use common::{all_assigned, result_indices, results, tasks_of, TestEnv};
+use common::{all_assigned, result_indices, results, TestEnv};
 use rtpool_core::{Action, Event, TaskId, TaskStatus};
 
 #[test]
 fn timings_are_computed_from_now() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 1);
+    let (mut env, client, package) = TestEnv::new().with_package(1);
     env.advance(5);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     env.advance(12);
     let out = env.complete(w, task);
     // The auto-ack of the test env frees the package right after the result is sent.
@@ -39,11 +36,8 @@ fn timings_are_computed_from_now() {
 
 #[test]
 fn package_is_freed_once_its_results_are_delivered() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (package, _) = env.submit(client, 2);
-    let w = env.new_worker(2);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let (mut env, client, package) = TestEnv::new().with_package(2);
+    let (w, tasks) = env.new_worker_taking(2);
     env.complete(w, tasks[0]);
     assert_eq!(env.core.stats().packages, 1);
     env.complete(w, tasks[1]);
@@ -65,12 +59,9 @@ fn package_is_freed_once_its_results_are_delivered() {
 
 #[test]
 fn results_are_grouped_per_package_in_completion_order() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    let (p1, _) = env.submit(client, 3);
+    let (mut env, client, p1) = TestEnv::new().with_package(3);
     let (p2, _) = env.submit(client, 1);
-    let w = env.new_worker(4);
-    let tasks = tasks_of(&env.credit(w, 4), w);
+    let (w, tasks) = env.new_worker_taking(4);
     let order = [tasks[2], tasks[3], tasks[0]];
     let batch = order.iter().map(|&t| env.outcome(t, 1)).collect();
     let out = env.step(Event::Results {
@@ -91,11 +82,9 @@ fn results_are_grouped_per_package_in_completion_order() {
 
 #[test]
 fn result_from_the_wrong_worker_is_ignored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
+    let (mut env, _, _) = TestEnv::new().with_package(1);
     let (a, b) = (env.new_worker(1), env.new_worker(1));
-    let task = tasks_of(&env.credit(a, 1), a)[0];
+    let task = env.take(a, 1)[0];
     assert!(env.complete(b, task).is_empty());
     assert_eq!(env.core.stats().counters.stale_results, 1);
     assert_eq!(env.core.stats().running, 1, "still running on a");
@@ -104,11 +93,8 @@ fn result_from_the_wrong_worker_is_ignored() {
 
 #[test]
 fn duplicate_result_is_ignored_and_delivered_once() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 2);
-    let w = env.new_worker(2);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let (mut env, _, _) = TestEnv::new().with_package(2);
+    let (w, tasks) = env.new_worker_taking(2);
     let twice = vec![env.outcome(tasks[0], 1), env.outcome(tasks[0], 1)];
     let out = env.step(Event::Results {
         worker: w,
@@ -125,11 +111,8 @@ fn duplicate_result_is_ignored_and_delivered_once() {
 
 #[test]
 fn result_with_a_wrong_attempt_or_unknown_id_is_ignored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let (w, task) = env.new_worker_running();
     assert!(env.result(w, task, 2).is_empty());
     assert!(env.result(w, task, 0).is_empty());
     assert!(env.result(w, TaskId(task.0 ^ (1 << 40)), 1).is_empty());
@@ -144,10 +127,10 @@ fn result_for_a_reused_slot_does_not_reach_the_new_task() {
     let client = env.new_client();
     let w = env.new_worker(1);
     env.submit(client, 1);
-    let old = tasks_of(&env.credit(w, 1), w)[0];
+    let old = env.take(w, 1)[0];
     env.complete(w, old);
     env.submit(client, 1);
-    let new = tasks_of(&env.credit(w, 1), w)[0];
+    let new = env.take(w, 1)[0];
     assert_eq!(old.0 as u32, new.0 as u32, "the slot is reused");
     assert!(env.result(w, old, 1).is_empty(), "the old id is stale");
     assert_eq!(env.core.stats().running, 1);
@@ -155,11 +138,8 @@ fn result_for_a_reused_slot_does_not_reach_the_new_task() {
 
 #[test]
 fn error_status_is_passed_through() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let (w, task) = env.new_worker_running();
     let mut outcome = env.outcome(task, 1);
     outcome.status = TaskStatus::Error;
     let out = env.step(Event::Results {
@@ -172,9 +152,7 @@ fn error_status_is_passed_through() {
 
 #[test]
 fn results_from_an_unknown_worker_are_stale() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 1);
+    let (mut env, _, _) = TestEnv::new().with_package(1);
     let w = env.new_worker(1);
     let task = all_assigned(&env.credit(w, 1))[0];
     assert!(env.result(rtpool_core::WorkerId(404), task, 1).is_empty());

@@ -39,7 +39,7 @@ fn results_are_retained_until_acknowledged_then_the_package_is_freed() {
     let client = env.new_client();
     let (package, _) = env.submit(client, 2);
     let w = env.new_worker(2);
-    for task in tasks_of(&env.credit(w, 2), w) {
+    for task in env.take(w, 2) {
         env.complete(w, task);
     }
     let stats = env.core.stats();
@@ -68,8 +68,7 @@ fn partial_acks_free_only_the_acknowledged_prefix() {
     let mut env = env();
     let client = env.new_client();
     let (package, _) = env.submit(client, 3);
-    let w = env.new_worker(3);
-    let tasks = tasks_of(&env.credit(w, 3), w);
+    let (w, tasks) = env.new_worker_taking(3);
     for &t in &[tasks[2], tasks[0], tasks[1]] {
         env.complete(w, t);
     }
@@ -111,8 +110,7 @@ fn detach_then_attach_resends_unacked_results_in_order_and_restarts_the_count() 
     let mut env = env();
     let first = env.new_client();
     let (package, _) = env.submit(first, 4);
-    let w = env.new_worker(4);
-    let tasks = tasks_of(&env.credit(w, 4), w);
+    let (w, tasks) = env.new_worker_taking(4);
     env.complete(w, tasks[2]);
     env.complete(w, tasks[0]);
     env.ack(first, package, 1); // index 2
@@ -156,8 +154,7 @@ fn attach_by_a_second_client_moves_the_package_and_acks_of_the_first_are_ignored
     let mut env = env();
     let (a, b) = (env.new_client(), env.new_client());
     let (package, _) = env.submit(a, 1);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     assert_eq!(resent_indices(&env.attach(b, package)), [0]);
     assert!(env.ack(a, package, 1).is_empty(), "a is no longer attached");
@@ -176,8 +173,7 @@ fn a_different_user_cannot_attach_cancel_or_ack() {
     let owner = env.new_client_of(UserId(1));
     let stranger = env.new_client_of(UserId(2));
     let (package, _) = env.submit(owner, 1);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     let unknown = [Action::UnknownPackage {
         client: stranger,
@@ -197,8 +193,7 @@ fn ttl_expiry_drops_unacked_results_aborts_running_tasks_and_counts_them() {
     let mut env = env();
     let client = env.new_client();
     let (package, _) = env.submit(client, 3);
-    let w = env.new_worker(2);
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let (w, tasks) = env.new_worker_taking(2);
     env.complete(w, tasks[0]);
     let lost_at = env.now;
     env.lose_client(client);
@@ -206,10 +201,8 @@ fn ttl_expiry_drops_unacked_results_aborts_running_tasks_and_counts_them() {
         env.core.next_timer(),
         Some(Instant(lost_at.0 + TTL_MS * 1_000_000))
     );
-    env.advance(TTL_MS - 1);
-    assert!(env.tick().is_empty());
-    env.advance(1);
-    let out = env.tick();
+    assert!(env.tick_after(TTL_MS - 1).is_empty());
+    let out = env.tick_after(1);
     assert_eq!(aborts(&out), [(w, tasks[1], 1)]);
     assert_eq!(freed(&out), [(package, true)]);
     let stats = env.core.stats();
@@ -250,8 +243,7 @@ fn attach_before_the_ttl_disarms_it() {
     let out = env.attach(again, package);
     assert_eq!(out.len(), 1, "accepted, nothing to resend: {out:?}");
     assert_eq!(env.core.next_timer(), None);
-    env.advance(10 * TTL_MS);
-    assert!(env.tick().is_empty());
+    assert!(env.tick_after(10 * TTL_MS).is_empty());
     assert_eq!(env.core.stats().packages, 1);
     // Detached again: a fresh TTL from now.
     let lost_at = env.now;
@@ -267,8 +259,7 @@ fn whole_package_cancel_drops_its_retained_results() {
     let mut env = env();
     let client = env.new_client();
     let (package, _) = env.submit(client, 3);
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     assert!(
         env.cancel(client, package, &[1]).is_empty(),
@@ -296,8 +287,7 @@ fn idempotent_resubmit_returns_the_same_id_and_resends() {
     let mut env = env();
     let first = env.new_client();
     let (package, _) = env.submit_spec(first, Spec::tasks(2).key("job-1"));
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     env.complete(w, task);
     env.lose_client(first);
     let second = env.new_client();
@@ -405,8 +395,7 @@ fn restore_of_a_fully_delivered_package_frees_it_at_once_and_a_known_id_is_ignor
 fn restored_package_expires_like_a_detached_one() {
     let mut env = env();
     env.step(restored(PackageId(9), 3, &[0], &[]));
-    env.advance(TTL_MS);
-    let out = env.tick();
+    let out = env.tick_after(TTL_MS);
     assert_eq!(freed(&out), [(PackageId(9), true)]);
     let stats = env.core.stats();
     assert_eq!(

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{aborts, outcomes, tasks_of, Spec, TestEnv};
+use common::{aborts, outcomes, Spec, TestEnv};
 use rtpool_core::{Action, CoreConfig, Instant, TaskStatus};
 
 const GRACE_MS: u64 = 2_000;
@@ -19,16 +19,17 @@ fn timer_fires_only_after_the_limit_plus_grace() {
     env.submit_spec(client, Spec::tasks(1).timeout_ms(100));
     let w = env.new_worker(1);
     let start = env.now;
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let task = env.take(w, 1)[0];
     assert_eq!(
         env.core.next_timer(),
         Some(Instant(start.0 + ns(100 + GRACE_MS)))
     );
-    env.advance(100 + GRACE_MS - 1);
-    assert!(env.tick().is_empty(), "the grace has not passed");
+    assert!(
+        env.tick_after(100 + GRACE_MS - 1).is_empty(),
+        "the grace has not passed"
+    );
     assert_eq!(env.core.stats().running, 1);
-    env.advance(1);
-    let out = env.tick();
+    let out = env.tick_after(1);
     assert_eq!(outcomes(&out).len(), 1);
     assert_eq!(aborts(&out), [(w, task, 1)]);
     assert_eq!(env.core.next_timer(), None);
@@ -39,14 +40,12 @@ fn result_before_the_limit_disarms_the_timer() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).timeout_ms(100));
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
+    let (w, task) = env.new_worker_running();
     assert!(env.core.next_timer().is_some());
     env.advance(99);
     assert_eq!(outcomes(&env.complete(w, task))[0].1, TaskStatus::Ok);
     assert_eq!(env.core.next_timer(), None, "disarmed by the result");
-    env.advance(10 * GRACE_MS);
-    assert!(env.tick().is_empty());
+    assert!(env.tick_after(10 * GRACE_MS).is_empty());
     assert_eq!(env.core.stats().counters.timed_out, 0);
 }
 
@@ -55,10 +54,8 @@ fn time_out_sends_a_timeout_result_and_aborts_the_worker_which_keeps_holding_it(
     let mut env = TestEnv::new();
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(1).timeout_ms(250));
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
-    env.advance(250 + GRACE_MS);
-    let out = env.tick();
+    let (w, task) = env.new_worker_running();
+    let out = env.tick_after(250 + GRACE_MS);
     let [Action::SendResults {
         client: to,
         package: p,
@@ -93,10 +90,8 @@ fn late_answer_after_a_time_out_is_dropped_and_frees_the_hold() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).timeout_ms(10));
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
-    env.advance(10 + GRACE_MS);
-    env.tick();
+    let (w, task) = env.new_worker_running();
+    env.tick_after(10 + GRACE_MS);
     assert!(
         env.complete(w, task).is_empty(),
         "the client already has Timeout"
@@ -116,10 +111,8 @@ fn late_answer_before_the_client_acks_leaves_the_timeout_result_retained() {
     env.auto_ack = false;
     let client = env.new_client();
     let (package, _) = env.submit_spec(client, Spec::tasks(1).timeout_ms(10));
-    let w = env.new_worker(1);
-    let task = tasks_of(&env.credit(w, 1), w)[0];
-    env.advance(10 + GRACE_MS);
-    env.tick();
+    let (w, task) = env.new_worker_running();
+    env.tick_after(10 + GRACE_MS);
     assert!(env.complete(w, task).is_empty());
     let stats = env.core.stats();
     assert_eq!((stats.tasks, stats.retained, stats.packages), (1, 1, 1));
@@ -136,19 +129,17 @@ fn late_answer_before_the_client_acks_leaves_the_timeout_result_retained() {
 
 #[test]
 fn tasks_without_a_limit_are_capped_by_max_exec_ns() {
-    let mut env = TestEnv::with_config(CoreConfig {
+    let (mut env, client, _) = TestEnv::with_config(CoreConfig {
         max_exec_ns: ns(5_000),
         ..CoreConfig::default()
-    });
-    let client = env.new_client();
-    env.submit(client, 1);
+    })
+    .with_package(1);
     env.submit_spec(client, Spec::tasks(1).timeout_ms(60_000));
     let w = env.new_worker(2);
     let start = env.now;
-    let tasks = tasks_of(&env.credit(w, 2), w);
+    let tasks = env.take(w, 2);
     assert_eq!(env.core.next_timer(), Some(Instant(start.0 + ns(5_000))));
-    env.advance(5_000);
-    let out = env.tick();
+    let out = env.tick_after(5_000);
     let got = outcomes(&out);
     assert_eq!(got.len(), 2, "a longer own limit is capped too: {out:?}");
     assert!(got.iter().all(|(_, s, _)| *s == TaskStatus::Timeout));
@@ -162,12 +153,11 @@ fn tasks_without_a_limit_are_capped_by_max_exec_ns() {
 
 #[test]
 fn no_timer_without_a_limit_when_max_exec_ns_is_zero() {
-    let mut env = TestEnv::with_config(CoreConfig {
+    let (mut env, _, _) = TestEnv::with_config(CoreConfig {
         max_exec_ns: 0,
         ..CoreConfig::default()
-    });
-    let client = env.new_client();
-    env.submit(client, 1);
+    })
+    .with_package(1);
     let w = env.new_worker(1);
     env.credit(w, 1);
     assert_eq!(env.core.next_timer(), None);
@@ -180,8 +170,7 @@ fn worker_lost_after_a_time_out_releases_the_task_without_requeue_or_loss() {
     env.submit_spec(client, Spec::tasks(1).timeout_ms(10));
     let w = env.new_worker(1);
     env.credit(w, 1);
-    env.advance(10 + GRACE_MS);
-    env.tick();
+    env.tick_after(10 + GRACE_MS);
     assert!(env.lose_worker(w).is_empty());
     let stats = env.core.stats();
     assert_eq!(
@@ -204,17 +193,16 @@ fn worker_lost_before_the_limit_disarms_it_and_the_next_attempt_gets_its_own() {
     let client = env.new_client();
     env.submit_spec(client, Spec::tasks(1).timeout_ms(100));
     let (lost, next) = (env.new_worker(1), env.new_worker(1));
-    let task = tasks_of(&env.credit(lost, 1), lost)[0];
+    let task = env.take(lost, 1)[0];
     env.advance(50);
     env.lose_worker(lost);
     assert_eq!(env.core.next_timer(), None, "nothing runs");
     env.advance(1_000);
     let again = env.now;
-    assert_eq!(tasks_of(&env.credit(next, 1), next), [task]);
+    assert_eq!(env.take(next, 1), [task]);
     assert_eq!(
         env.core.next_timer(),
         Some(Instant(again.0 + ns(100 + GRACE_MS)))
     );
-    env.advance(100 + GRACE_MS);
-    assert_eq!(aborts(&env.tick()), [(next, task, 2)]);
+    assert_eq!(aborts(&env.tick_after(100 + GRACE_MS)), [(next, task, 2)]);
 }

@@ -6,18 +6,16 @@ use common::{all_assigned, assignments, result_indices, tasks_of, TestEnv};
 
 #[test]
 fn worker_lost_mid_package_requeues_at_the_front_and_its_late_result_is_ignored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 4);
+    let (mut env, client, _) = TestEnv::new().with_package(4);
     let (lost, other) = (env.new_worker(2), env.new_worker(1));
-    let held = tasks_of(&env.credit(lost, 2), lost);
-    let done = tasks_of(&env.credit(other, 1), other)[0];
+    let held = env.take(lost, 2);
+    let done = env.take(other, 1)[0];
     env.complete(other, done);
     let (_, later) = env.submit(client, 1);
     assert!(all_assigned(&later).is_empty());
     assert!(env.lose_worker(lost).is_empty(), "no credits anywhere");
     assert_eq!(env.core.stats().queued, 4);
-    let next = tasks_of(&env.credit(other, 2), other);
+    let next = env.take(other, 2);
     assert_eq!(
         next, held,
         "requeued ahead of the rest, in assignment order"
@@ -40,11 +38,9 @@ fn worker_lost_mid_package_requeues_at_the_front_and_its_late_result_is_ignored(
 
 #[test]
 fn worker_lost_hands_its_tasks_to_an_idle_worker_at_once() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 2);
+    let (mut env, _, _) = TestEnv::new().with_package(2);
     let (lost, idle) = (env.new_worker(2), env.new_worker(2));
-    let held = tasks_of(&env.credit(lost, 2), lost);
+    let held = env.take(lost, 2);
     env.credit(idle, 2);
     let out = env.lose_worker(lost);
     assert_eq!(tasks_of(&out, idle), held);
@@ -53,11 +49,9 @@ fn worker_lost_hands_its_tasks_to_an_idle_worker_at_once() {
 
 #[test]
 fn drain_and_return_hand_tasks_to_another_worker() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 3);
+    let (mut env, _, _) = TestEnv::new().with_package(3);
     let (leaving, staying) = (env.new_worker(1), env.new_worker(1));
-    let held = tasks_of(&env.credit(leaving, 3), leaving);
+    let held = env.take(leaving, 3);
     env.drain(leaving);
     env.complete(leaving, held[0]);
     env.credit(staying, 2);
@@ -99,13 +93,11 @@ fn return_withdraws_unused_credits_so_the_tasks_go_to_other_workers() {
 
 #[test]
 fn returned_tasks_go_to_the_front_of_their_priority() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 4);
+    let (mut env, _, _) = TestEnv::new().with_package(4);
     let w = env.new_worker(1);
-    let held = tasks_of(&env.credit(w, 2), w);
+    let held = env.take(w, 2);
     env.return_tasks(w, &held);
-    let again = tasks_of(&env.credit(w, 4), w);
+    let again = env.take(w, 4);
     let indices: Vec<u32> = again.iter().map(|&t| env.index(t)).collect();
     assert_eq!(indices, [0, 1, 2, 3]);
     let attempts: Vec<u32> = again.iter().map(|&t| env.attempt(t)).collect();
@@ -114,12 +106,10 @@ fn returned_tasks_go_to_the_front_of_their_priority() {
 
 #[test]
 fn return_of_tasks_not_held_is_ignored() {
-    let mut env = TestEnv::new();
-    let client = env.new_client();
-    env.submit(client, 2);
+    let (mut env, _, _) = TestEnv::new().with_package(2);
     let (a, b) = (env.new_worker(1), env.new_worker(1));
-    let ta = tasks_of(&env.credit(a, 1), a)[0];
-    let tb = tasks_of(&env.credit(b, 1), b)[0];
+    let ta = env.take(a, 1)[0];
+    let tb = env.take(b, 1)[0];
     env.return_tasks(a, &[tb]);
     let stale_attempt = vec![(ta, 5)];
     env.step(rtpool_core::Event::Returned {
