@@ -8,13 +8,16 @@
 //! - `core/client_events.rs`: a client's events (submit, cancel, attach, ack, status);
 //! - `core/admission.rs`: the checks a submission passes (size, options, deadline, quota);
 //! - `core/worker_events.rs`: a worker's events (join, credit, results, return, loss);
-//! - `core/calls.rs`: packages of calls of named functions (grid RPC) and their dependencies;
+//! - `core/calls.rs`: packages of calls of named functions (grid RPC) and their dependencies
+//!   (`core/calls/`: the registry, dispatch of calls, what a decided call passes on);
+//! - `core/lineage.rs`: kept intermediates of transactions, and making a lost one again;
 //! - `core/restore_calls.rs`: packages of calls restored from the journal;
 //! - `core/copies.rs`: the copies of one task (replicas, quorum, hedges);
 //! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
 //! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
 //! - `core/unacked.rs`: the per-client bound on results waiting for an acknowledgement;
-//! - `core/invariants.rs`: the invariant walk the tests run after every event;
+//! - `core/invariants.rs`: the invariant walk the tests run after every event (`core/invariants/`:
+//!   its checks, by table);
 //! - `core/view.rs`: read-only views of the tables for status snapshots.
 //!
 //! The tunables are `config.rs`'s, the gauges and counters `stats.rs`'s.
