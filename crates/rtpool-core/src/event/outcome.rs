@@ -73,7 +73,7 @@ pub struct WorkerOutcome {
     pub flush_us: u64,
 }
 
-/// One task's result inside an [`Action::SendResults`].
+/// One task's result inside an [`Action::SendResults`](super::Action::SendResults).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskOutcome {
     /// Position of the task in its package.
