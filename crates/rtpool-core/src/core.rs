@@ -1,18 +1,23 @@
 //! The [`Core`]: tables, ready queue, credits, and the one entry point [`Core::handle`].
 //!
-//! This file holds the state and the helpers that several events share (freeing tasks and
-//! packages, requeueing). The rest, by concern:
+//! This file holds the state, the entry point and the shell's queries. The rest, by concern:
 //!
+//! - `core/enqueue.rs`: queueing a task and requeueing one a worker gave back;
+//! - `core/finish.rs`: finishing a task, releasing a done one, freeing a finished package;
+//! - `core/prepare.rs`: memory made ahead of need in the shell's idle time;
 //! - `core/client_events.rs`: a client's events (submit, cancel, attach, ack, status);
 //! - `core/admission.rs`: the checks a submission passes (size, options, deadline, quota);
 //! - `core/worker_events.rs`: a worker's events (join, credit, results, return, loss);
-//! - `core/calls.rs`: packages of calls of named functions (grid RPC) and their dependencies;
+//! - `core/calls.rs`: packages of calls of named functions (grid RPC) and their dependencies
+//!   (`core/calls/`: the registry, dispatch of calls, what a decided call passes on);
+//! - `core/lineage.rs`: kept intermediates of transactions, and making a lost one again;
 //! - `core/restore_calls.rs`: packages of calls restored from the journal;
 //! - `core/copies.rs`: the copies of one task (replicas, quorum, hedges);
 //! - `core/dispatch.rs`: assignment of queued tasks to workers' credits;
 //! - `core/timers.rs`: time limits, result TTLs, deadlines, hedge and service timers;
 //! - `core/unacked.rs`: the per-client bound on results waiting for an acknowledgement;
-//! - `core/invariants.rs`: the invariant walk the tests run after every event;
+//! - `core/invariants.rs`: the invariant walk the tests run after every event (`core/invariants/`:
+//!   its checks, by table);
 //! - `core/view.rs`: read-only views of the tables for status snapshots.
 //!
 //! The tunables are `config.rs`'s, the gauges and counters `stats.rs`'s.
@@ -34,11 +39,14 @@ mod calls;
 mod client_events;
 mod copies;
 mod dispatch;
+mod enqueue;
+mod finish;
 mod held;
 mod invariants;
 mod kept;
 mod lineage;
 mod locality;
+mod prepare;
 mod reported;
 mod restore_calls;
 mod timers;
@@ -59,7 +67,7 @@ use crate::buffers::IdBuffers;
 use crate::client::{Client, User};
 use crate::config::CoreConfig;
 use crate::estimate::{Estimate, Estimator};
-use crate::event::{Action, Event, TaskOutcome, TaskStatus};
+use crate::event::{Action, Event, TaskOutcome};
 use crate::function::FunctionTable;
 use crate::group::Group;
 use crate::hungry::HungryRing;
@@ -67,11 +75,11 @@ use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId,
 use crate::overload::OverloadWatch;
 use crate::package::Package;
 use crate::placement::Link;
-use crate::queue::{QueueKey, ReadyQueue};
+use crate::queue::ReadyQueue;
 use crate::service::ServiceTable;
 use crate::stats::{CoreStats, Counters, WorkerStats};
 use crate::table::{Ahead, IdMap, Map, Table};
-use crate::task::{Task, TaskState};
+use crate::task::Task;
 use crate::worker::Worker;
 
 /// A timer: a running attempt's time limit, a detached package's TTL, a package's deadline
@@ -336,41 +344,6 @@ impl Core {
         }
     }
 
-    /// Prepares the memory the next growth of the task and package tables needs, at most
-    /// `max_slots` slots of each per call, so an operation that grows them does not pay the
-    /// first touch of fresh memory (a page fault every 4 KiB, tens of microseconds each on a
-    /// busy VM: the rest of `handle`'s worst case at 10^6 queued tasks). The shell calls it
-    /// when it has nothing else to do; it is never needed for correctness. Returns whether more
-    /// is left to prepare. O(`max_slots`).
-    pub fn prepare(&mut self, max_slots: usize) -> bool {
-        let tasks = self.tasks.prepare(max_slots);
-        let packages = self.packages.prepare(max_slots);
-        let queue = self.queue.prepare(max_slots);
-        let buffers = self.buffers.prepare(max_slots * 16);
-        let maps = self.prepare_maps(max_slots / 8);
-        tasks || packages || queue || buffers || maps
-    }
-
-    /// Grows the maps that gain an entry per package ahead of need (see [`Ahead`]): the
-    /// package ids, and the package sets of the latest package's user and client. `u64::MAX`
-    /// is never a slab key (a table panics before its 2^32nd slot), and a package id that
-    /// happens to be it only makes a call move nothing.
-    fn prepare_maps(&mut self, max_pokes: usize) -> bool {
-        const SPARE: u64 = u64::MAX;
-        let mut more =
-            self.slots_ahead
-                .prepare(&mut self.package_slots, PackageId(SPARE), max_pokes);
-        if let Some((user, client)) = self.latest_owner {
-            if let Some(u) = self.users.get_mut(&user) {
-                more |= u.ahead.prepare(&mut u.packages, SPARE, max_pokes);
-            }
-            if let Some(c) = client.and_then(|c| self.clients.get_mut(&c)) {
-                more |= c.ahead.prepare(&mut c.packages, SPARE, max_pokes);
-            }
-        }
-        more
-    }
-
     /// Current gauges and counters.
     pub fn stats(&self) -> CoreStats {
         CoreStats {
@@ -442,248 +415,8 @@ impl Core {
             .map(Estimator::estimate)
     }
 
-    /// Where the tasks of the package in `slot` queue.
-    fn queue_key(&self, slot: u64) -> QueueKey {
-        let p = self
-            .packages
-            .get(slot)
-            .expect("queue key of a freed package");
-        QueueKey {
-            priority: p.opts.priority,
-            user: p.user,
-            deadline: p.deadline.map_or(u64::MAX, |d| d.0),
-            seq: p.seq,
-        }
-    }
-
-    /// Queues a task of a live package: at the back of its package, or at the front
-    /// (returned, requeued or hedge work).
-    fn enqueue(&mut self, id: TaskId, front: bool) {
-        let task = self.tasks.get(id.0).expect("enqueue of a freed task");
-        let slot = task.package;
-        let key = self.queue_key(slot);
-        if let Some(service) = task.call.as_ref().map(|c| c.service) {
-            // A call queues with its function, for the workers that serve it.
-            let s = self
-                .services
-                .get_mut(service)
-                .expect("a live call's service");
-            let pos = if front {
-                s.queue.push_front(slot, key, 0, id)
-            } else {
-                s.queue.push_back(slot, key, 0, id)
-            };
-            self.waiting_services.insert(service);
-            self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
-            return;
-        }
-        let est = self
-            .packages
-            .get(slot)
-            .expect("checked by queue_key")
-            .est_us;
-        let pos = if front {
-            self.queue.push_front(slot, key, est, id)
-        } else {
-            self.queue.push_back(slot, key, est, id)
-        };
-        self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
-    }
-
-    /// A task of the package in `slot` stops running: its estimated work leaves the sum.
-    fn leave_running(&mut self, slot: u64) {
-        let est = self.packages.get(slot).map_or(0, |p| p.est_us);
-        self.running_work_us = self.running_work_us.saturating_sub(est);
-        self.running -= 1;
-    }
-
     /// A user's remaining compute time in microseconds (`None`: unlimited or unknown).
     pub fn remaining_us(&self, user: UserId) -> Option<i64> {
         self.users.get(&user).and_then(|u| u.remaining_us)
-    }
-
-    /// Takes a `Running` or `Cancelled` task out of its worker's in-flight set and requeues it at
-    /// the front of its priority, or frees it if it was cancelled; a `Done` task is only
-    /// released by its worker. The caller has checked that the task exists and is held; the
-    /// worker may already be removed (worker lost).
-    fn requeue_front(&mut self, id: TaskId) {
-        let task = self.tasks.get_mut(id.0).expect("requeue of a freed task");
-        if let Some(w) = task.holder().and_then(|w| self.workers.get_mut(&w)) {
-            w.in_flight.remove(&id);
-        }
-        match task.state {
-            TaskState::Running { .. } => {
-                task.state = TaskState::Queued;
-                let (slot, shadow) = (task.package, task.shadow);
-                self.disarm_task_timer(id);
-                let package = self
-                    .packages
-                    .get_mut(slot)
-                    .expect("running task without package");
-                if !shadow {
-                    package.counts.running -= 1;
-                    package.counts.queued += 1;
-                }
-                self.leave_running(slot);
-                self.enqueue(id, true);
-            }
-            TaskState::Cancelled { .. } => {
-                self.tasks.remove(id.0);
-                self.cancelling -= 1;
-            }
-            TaskState::Done { .. } => self.release_done(id),
-            TaskState::Queued | TaskState::Waiting => {
-                panic!("requeue of {id}, which is not held")
-            }
-        }
-    }
-
-    /// A worker no longer holds a `Done` task: free it if the client acknowledged it.
-    fn release_done(&mut self, id: TaskId) {
-        let task = self.tasks.get_mut(id.0).expect("release of a freed task");
-        if let TaskState::Done { acked, .. } = task.state {
-            if acked {
-                self.tasks.remove(id.0);
-                self.retained -= 1;
-            } else {
-                task.state = TaskState::Done {
-                    holder: None,
-                    acked: false,
-                };
-            }
-        }
-    }
-
-    /// Turns a queued or running task into `Done` with `outcome`, appending the result to its
-    /// package's unacknowledged list and scoring it against the package's deadline. A running
-    /// task stays held by its worker (which the caller tells to abort). Returns the outcome to
-    /// send.
-    fn finish_task(&mut self, id: TaskId, mut outcome: TaskOutcome, now: Instant) -> TaskOutcome {
-        let task = self.tasks.get_mut(id.0).expect("finish of a freed task");
-        let slot = task.package;
-        let package = self
-            .packages
-            .get_mut(slot)
-            .expect("live task without package");
-        let holder = match task.state {
-            TaskState::Queued => {
-                package.counts.queued -= 1;
-                match task.call.as_ref().map(|c| c.service) {
-                    Some(service) => self
-                        .services
-                        .get_mut(service)
-                        .expect("a live call's service")
-                        .queue
-                        .remove(slot, task.queue_pos),
-                    None => self.queue.remove(slot, task.queue_pos),
-                }
-                None
-            }
-            TaskState::Waiting => {
-                package.counts.queued -= 1;
-                None
-            }
-            TaskState::Running { worker, seq, .. } => {
-                package.counts.running -= 1;
-                self.running_work_us = self.running_work_us.saturating_sub(package.est_us);
-                self.running -= 1;
-                Some((worker, seq))
-            }
-            other => panic!("finish of {id} in state {other:?}"),
-        };
-        if let Some(deadline) = package.deadline {
-            outcome.late_us = now.micros_since(deadline);
-            if outcome.status == TaskStatus::Missed {
-                package.counts.missed += 1;
-                self.counters.deadline_dropped += 1;
-            } else if now <= deadline {
-                package.counts.met += 1;
-                self.counters.deadlines_met += 1;
-            } else {
-                package.counts.missed += 1;
-                self.counters.deadlines_missed += 1;
-            }
-            let missed = outcome.status == TaskStatus::Missed || now > deadline;
-            if self.overload.record(now, missed, self.queue.len()) {
-                self.counters.overloads += 1;
-            }
-        }
-        package.counts.done += 1;
-        package.unacked.push_back(id);
-        let (user, bytes) = (package.user, task.args.len());
-        debug_assert!(!task.shadow, "finish of a shadow copy");
-        task.state = TaskState::Done {
-            holder,
-            acked: false,
-        };
-        let args = std::mem::take(&mut task.args);
-        let (index, call) = (task.index, task.call.take());
-        let group = task.group.take();
-        self.retained += 1;
-        self.user_releases(user, bytes);
-        self.disarm_task_timer(id);
-        if let Some(call) = call {
-            // Its dependents get the data; the client only if it asked (or nothing else will).
-            let made_on = holder.map(|(w, _)| w);
-            if !self.call_finished(slot, index, &call, &outcome, made_on, args, now) {
-                outcome.data = Bytes::new();
-            }
-            self.release_sources(&call);
-        }
-        self.producer_finished(id, &outcome, holder.map(|(w, _)| w));
-        let task = self.tasks.get_mut(id.0).expect("finished above");
-        task.outcome = Some(Box::new(outcome.clone()));
-        if let Some(g) = group {
-            // The task is decided: its other copies stop.
-            let group = self.groups.remove(g).expect("live group");
-            for copy in group.copies {
-                if copy != id {
-                    self.cancel_copy(copy);
-                }
-            }
-        }
-        outcome
-    }
-
-    /// Frees the package if none of its tasks is queued or running and every result was
-    /// acknowledged, releasing its function, key and timer.
-    fn free_package_if_finished(&mut self, slot: u64, out: &mut Vec<Action>) {
-        if !self.packages.get(slot).is_some_and(Package::is_finished) {
-            return;
-        }
-        self.free_package(slot, false, out);
-    }
-
-    /// Frees the package now; its remaining tasks must already be done, cancelled or freed.
-    fn free_package(&mut self, slot: u64, expired: bool, out: &mut Vec<Action>) {
-        self.results_unattached(slot);
-        let p = self.packages.remove(slot).expect("free of a freed package");
-        if let Some(client) = p.client.and_then(|c| self.clients.get_mut(&c)) {
-            client.packages.remove(&slot);
-        }
-        if let Some(user) = self.users.get_mut(&p.user) {
-            user.packages.remove(&slot);
-        }
-        if !p.opts.key.is_empty() {
-            self.keys.remove(&(p.user, p.opts.key.clone()));
-        }
-        if let Some(at) = p.expires {
-            self.timers.remove(&(at, Timer::ResultTtl(slot)));
-        }
-        if p.deadline_armed {
-            let at = p.deadline.expect("an armed deadline exists");
-            self.timers.remove(&(at, Timer::Deadline(slot)));
-        }
-        self.package_slots.remove(&p.id);
-        self.forget_held(slot, &p);
-        if !p.calls {
-            self.functions.release(&p.fn_hash);
-        }
-        out.push(Action::PackageFreed {
-            package: p.id,
-            expired,
-            journaled: true,
-        });
-        p.into_buffers(&mut self.buffers);
     }
 }

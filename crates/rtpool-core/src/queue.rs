@@ -20,6 +20,12 @@
 //! of the page faults of a growing submission). Each user's packages are ordered by a treap
 //! whose nodes live in one more slab of the queue ([`Orders`]), prepared the same way (it was
 //! a `BTreeMap` per user, the last allocation of a growing submission).
+//!
+//! This file holds the queue and its operations; [`package`] a package's list and the store
+//! of every package's list; `check` the queue's self-checks for the invariant walk.
+
+mod check;
+mod package;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
@@ -27,6 +33,8 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::ids::{TaskId, UserId};
 use crate::order::{OrderKey, OrderTree, Orders};
 use crate::table::{DenseMap, IdMap, Table};
+
+use self::package::{Node, PackageQueue, PackageQueues};
 
 /// Where a package's tasks queue: the class, the user, and the EDF order within the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,34 +53,6 @@ impl QueueKey {
     }
 }
 
-/// One queued task: a link of its package's list.
-#[derive(Debug, Clone, Copy)]
-struct Node {
-    task: TaskId,
-    /// Slab key of the node ahead of it in its package, if any.
-    prev: Option<u64>,
-    /// Slab key of the node behind it, if any.
-    next: Option<u64>,
-}
-
-/// One package's queued tasks: the ends of its list of nodes, front first.
-#[derive(Debug)]
-struct PackageQueue {
-    key: QueueKey,
-    head: Option<u64>,
-    tail: Option<u64>,
-    /// Nodes in the list.
-    len: usize,
-    /// Estimated execution time of each task, microseconds (for the class's work sum).
-    est_us: u64,
-}
-
-impl PackageQueue {
-    fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
 /// One user's packages with queued tasks, in EDF order: a tree whose nodes live in the
 /// queue's [`Orders`] slab.
 #[derive(Debug, Default)]
@@ -88,78 +68,6 @@ struct Class {
     turns: VecDeque<UserId>,
     /// Estimated work of the class's queued tasks, microseconds of one slot.
     work_us: u64,
-}
-
-/// Package slab key to its queued tasks: stored at the key's slot index for the core's ready
-/// queue, which most packages enter (no hash map whose resize touches fresh memory in the
-/// middle of a submission); a hash map for a service's queue, which holds the few packages
-/// that call its function (a dense store would span every package slot).
-#[derive(Debug)]
-enum PackageQueues {
-    Dense(DenseMap<PackageQueue>),
-    Sparse(IdMap<u64, PackageQueue>),
-}
-
-impl Default for PackageQueues {
-    fn default() -> Self {
-        Self::Sparse(IdMap::default())
-    }
-}
-
-impl PackageQueues {
-    fn get(&self, slot: u64) -> Option<&PackageQueue> {
-        match self {
-            Self::Dense(m) => m.get(slot),
-            Self::Sparse(m) => m.get(&slot),
-        }
-    }
-
-    fn get_mut(&mut self, slot: u64) -> Option<&mut PackageQueue> {
-        match self {
-            Self::Dense(m) => m.get_mut(slot),
-            Self::Sparse(m) => m.get_mut(&slot),
-        }
-    }
-
-    fn get_or_insert_with(
-        &mut self,
-        slot: u64,
-        make: impl FnOnce() -> PackageQueue,
-    ) -> &mut PackageQueue {
-        match self {
-            Self::Dense(m) => m.get_or_insert_with(slot, make),
-            Self::Sparse(m) => m.entry(slot).or_insert_with(make),
-        }
-    }
-
-    fn remove(&mut self, slot: u64) -> Option<PackageQueue> {
-        match self {
-            Self::Dense(m) => m.remove(slot),
-            Self::Sparse(m) => m.remove(&slot),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Self::Dense(m) => m.len(),
-            Self::Sparse(m) => m.len(),
-        }
-    }
-
-    fn prepare(&mut self, max_slots: usize) -> bool {
-        match self {
-            Self::Dense(m) => m.prepare(max_slots),
-            Self::Sparse(_) => false,
-        }
-    }
-
-    /// Every `(slot, queue)`. O(slots) when dense: for invariant checks only.
-    fn iter(&self) -> Box<dyn Iterator<Item = (u64, &PackageQueue)> + '_> {
-        match self {
-            Self::Dense(m) => Box::new(m.iter()),
-            Self::Sparse(m) => Box::new(m.iter().map(|(&slot, pq)| (slot, pq))),
-        }
-    }
 }
 
 /// Priority classes (highest first) of users (round robin) of packages (EDF) of tasks (FIFO).
@@ -438,283 +346,7 @@ impl ReadyQueue {
             .and_then(|h| self.nodes.get(h))
             .map(|node| node.task)
     }
-
-    /// A package's list, front first, as `(position, task)`.
-    fn list<'a>(&'a self, pq: &'a PackageQueue) -> impl Iterator<Item = (u64, TaskId)> + 'a {
-        let mut cursor = pq.head;
-        std::iter::from_fn(move || {
-            let pos = cursor?;
-            let node = self.nodes.get(pos).expect("a linked node is live");
-            cursor = node.next;
-            Some((pos, node.task))
-        })
-        .take(pq.len)
-    }
-
-    /// Every entry as `(package slot, key, position, task)`, each package front first. For
-    /// invariant checks.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, QueueKey, u64, TaskId)> + '_ {
-        self.packages
-            .iter()
-            .flat_map(move |(slot, pq)| self.list(pq).map(move |(pos, t)| (slot, pq.key, pos, t)))
-    }
-
-    /// Checks the queue's own structure (lists, counts, turns, classes). For invariant checks.
-    pub(crate) fn check(&self) {
-        self.nodes.check();
-        let mut linked = 0;
-        for (slot, pq) in self.packages.iter() {
-            let mut prev = None;
-            let mut pos = pq.head;
-            let mut n = 0;
-            while let Some(p) = pos {
-                let node = self
-                    .nodes
-                    .get(p)
-                    .unwrap_or_else(|| panic!("slot {slot} links freed node {p}"));
-                assert_eq!(node.prev, prev, "slot {slot}: node {p} links back wrong");
-                prev = Some(p);
-                pos = node.next;
-                n += 1;
-                assert!(n <= self.nodes.len(), "slot {slot}: its list loops");
-            }
-            assert_eq!(pq.tail, prev, "slot {slot}: tail is not the last node");
-            assert_eq!(pq.len, n, "slot {slot}: length of its list");
-            linked += n;
-        }
-        assert_eq!(linked, self.nodes.len(), "nodes outside every list");
-        let live: usize = self.packages.iter().map(|(_, pq)| pq.len).sum();
-        assert_eq!(live, self.live, "queue live count");
-        let mut listed = 0;
-        let mut ordered = 0;
-        for (prio, class) in &self.classes {
-            assert!(!class.users.is_empty(), "empty class {}", prio.0);
-            assert_eq!(
-                class.turns.len(),
-                class.users.len(),
-                "class {} turns",
-                prio.0
-            );
-            for (user, uq) in &class.users {
-                let turns = class.turns.iter().filter(|u| *u == user).count();
-                assert_eq!(turns, 1, "{user} has {turns} turns");
-                ordered += self.orders.check(&uq.packages);
-                for (order, slot) in self.orders.entries(&uq.packages) {
-                    let pq = self.packages.get(slot).expect("listed package is queued");
-                    assert!(!pq.is_empty(), "slot {slot} queued with no task");
-                    assert_eq!(pq.key.order(), order);
-                    assert_eq!(pq.key.user, *user);
-                    assert_eq!(pq.key.priority, prio.0);
-                    listed += 1;
-                }
-            }
-            let work: u64 = self
-                .packages
-                .iter()
-                .map(|(_, pq)| pq)
-                .filter(|pq| pq.key.priority == prio.0)
-                .map(|pq| pq.est_us * pq.len as u64)
-                .sum();
-            assert_eq!(work, class.work_us, "class {} work sum", prio.0);
-        }
-        assert_eq!(listed, self.packages.len(), "packages outside their user");
-        self.orders.check_slab(ordered);
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(priority: i32, user: u64, deadline: u64, seq: u64) -> QueueKey {
-        QueueKey {
-            priority,
-            user: UserId(user),
-            deadline,
-            seq,
-        }
-    }
-
-    fn drain(q: &mut ReadyQueue) -> Vec<u64> {
-        let out = std::iter::from_fn(|| q.pop()).map(|(t, _)| t.0).collect();
-        q.check();
-        out
-    }
-
-    #[test]
-    fn higher_priority_first_fifo_within_a_package() {
-        let mut q = ReadyQueue::default();
-        q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(1));
-        q.push_back(2, key(5, 1, u64::MAX, 2), 0, TaskId(2));
-        q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(3));
-        q.push_back(3, key(-3, 1, u64::MAX, 3), 0, TaskId(4));
-        q.push_back(2, key(5, 1, u64::MAX, 2), 0, TaskId(5));
-        q.check();
-        assert_eq!(q.len(), 5);
-        assert_eq!(drain(&mut q), vec![2, 5, 1, 3, 4]);
-        assert!(q.is_empty());
-        assert_eq!(q.iter().count(), 0);
-        assert!(q.classes.is_empty(), "empty classes are removed");
-    }
-
-    #[test]
-    fn submit_and_cancel_churn_does_not_grow_the_turns() {
-        let mut q = ReadyQueue::default();
-        q.push_back(1, key(0, 2, u64::MAX, 1), 0, TaskId(1));
-        for slot in 10..1000 {
-            let pos = q.push_back(slot, key(0, 1, u64::MAX, slot), 0, TaskId(slot));
-            q.remove(slot, pos);
-        }
-        q.check();
-        assert!(q.classes[&Reverse(0)].turns.len() <= 2);
-        assert_eq!(drain(&mut q), vec![1]);
-        assert!(q.is_empty());
-    }
-
-    #[test]
-    fn earliest_deadline_first_within_a_user() {
-        let mut q = ReadyQueue::default();
-        q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(10));
-        q.push_back(2, key(0, 1, 500, 2), 0, TaskId(20));
-        q.push_back(3, key(0, 1, 100, 3), 0, TaskId(30));
-        q.push_back(4, key(0, 1, 500, 4), 0, TaskId(40));
-        q.push_back(3, key(0, 1, 100, 3), 0, TaskId(31));
-        assert_eq!(
-            drain(&mut q),
-            vec![30, 31, 20, 40, 10],
-            "deadline 100, then 500 (submission order), then no deadline"
-        );
-    }
-
-    #[test]
-    fn users_take_turns_within_a_class() {
-        let mut q = ReadyQueue::default();
-        for t in 0..5 {
-            q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(100 + t));
-        }
-        q.push_back(2, key(0, 2, u64::MAX, 2), 0, TaskId(200));
-        q.push_back(3, key(0, 3, 10, 3), 0, TaskId(300));
-        q.push_back(3, key(0, 3, 10, 3), 0, TaskId(301));
-        assert_eq!(drain(&mut q), vec![100, 200, 300, 101, 301, 102, 103, 104]);
-    }
-
-    #[test]
-    fn push_front_goes_ahead_within_its_package_only() {
-        let mut q = ReadyQueue::default();
-        q.push_back(1, key(1, 1, u64::MAX, 1), 0, TaskId(1));
-        q.push_back(2, key(0, 1, u64::MAX, 2), 0, TaskId(2));
-        q.push_front(2, key(0, 1, u64::MAX, 2), 0, TaskId(3));
-        q.push_front(2, key(0, 1, u64::MAX, 2), 0, TaskId(4));
-        assert_eq!(drain(&mut q), vec![1, 4, 3, 2]);
-    }
-
-    #[test]
-    fn removal_is_exact_and_keeps_the_order() {
-        let mut q = ReadyQueue::default();
-        let pos: Vec<u64> = (1..=4)
-            .map(|t| q.push_back(7, key(0, 1, u64::MAX, 1), 0, TaskId(t)))
-            .collect();
-        q.remove(7, pos[0]);
-        q.remove(7, pos[2]);
-        assert_eq!(q.len(), 2);
-        q.check();
-        assert_eq!(drain(&mut q), vec![2, 4]);
-        assert!(q.is_empty());
-    }
-
-    #[test]
-    fn removing_a_whole_package_drops_it() {
-        let mut q = ReadyQueue::default();
-        let a = q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(1));
-        let b = q.push_back(1, key(0, 1, u64::MAX, 1), 0, TaskId(2));
-        q.push_back(2, key(0, 2, u64::MAX, 2), 0, TaskId(3));
-        q.remove(1, a);
-        q.remove(1, b);
-        q.check();
-        assert_eq!(q.iter().count(), 1);
-        assert_eq!(drain(&mut q), vec![3]);
-    }
-
-    #[test]
-    fn work_sums_follow_the_queued_tasks() {
-        let mut q = ReadyQueue::default();
-        let a = q.push_back(1, key(0, 1, u64::MAX, 1), 100, TaskId(1));
-        q.push_back(1, key(0, 1, u64::MAX, 1), 100, TaskId(2));
-        q.push_back(2, key(5, 1, u64::MAX, 2), 7, TaskId(3));
-        assert_eq!(q.work_at_or_above(0), 207);
-        assert_eq!(q.work_at_or_above(5), 7);
-        assert_eq!(q.work_at_or_above(6), 0);
-        q.remove(1, a);
-        q.check();
-        assert_eq!(q.work_at_or_above(0), 107);
-        q.pop();
-        assert_eq!(q.work_at_or_above(0), 100);
-        q.check();
-    }
-
-    proptest::proptest! {
-        /// The lists against a model: one user, packages in submission order, each a deque;
-        /// pushes at both ends, exact removals and pops in any order, `check` after each; the
-        /// packages' entries stored densely or in a hash map.
-        #[test]
-        fn lists_follow_a_model_of_deques(
-            dense in proptest::bool::ANY,
-            ops in proptest::collection::vec((0u8..4, 0u64..6, 0usize..64), 1..300)
-        ) {
-            let mut q = if dense { ReadyQueue::dense() } else { ReadyQueue::default() };
-            let mut model: BTreeMap<u64, VecDeque<(u64, u64)>> = BTreeMap::new();
-            let mut next = 0;
-            for (op, slot, pick) in ops {
-                let k = key(0, 1, u64::MAX, slot);
-                match op {
-                    0 | 1 => {
-                        next += 1;
-                        let t = TaskId(next);
-                        let entries = model.entry(slot).or_default();
-                        if op == 0 {
-                            entries.push_back((q.push_back(slot, k, 1, t), next));
-                        } else {
-                            entries.push_front((q.push_front(slot, k, 1, t), next));
-                        }
-                    }
-                    2 => {
-                        let all: Vec<(u64, usize)> = model
-                            .iter()
-                            .flat_map(|(&s, d)| (0..d.len()).map(move |i| (s, i)))
-                            .collect();
-                        if let Some(&(s, i)) = all.get(pick % all.len().max(1)) {
-                            let (pos, _) = model.get_mut(&s).unwrap().remove(i).unwrap();
-                            q.remove(s, pos);
-                        }
-                    }
-                    _ => {
-                        let want = model
-                            .iter_mut()
-                            .find(|(_, d)| !d.is_empty())
-                            .map(|(&s, d)| (d.pop_front().unwrap().1, s));
-                        proptest::prop_assert_eq!(q.pop().map(|(t, s)| (t.0, s)), want);
-                    }
-                }
-                model.retain(|_, d| !d.is_empty());
-                q.check();
-                let len: usize = model.values().map(VecDeque::len).sum();
-                proptest::prop_assert_eq!(q.len(), len);
-                let mut listed: Vec<(u64, u64)> =
-                    q.iter().map(|(s, _, _, t)| (s, t.0)).collect();
-                listed.sort_unstable();
-                let mut expected: Vec<(u64, u64)> = model
-                    .iter()
-                    .flat_map(|(&s, d)| d.iter().map(move |&(_, t)| (s, t)))
-                    .collect();
-                expected.sort_unstable();
-                proptest::prop_assert_eq!(listed, expected);
-            }
-        }
-    }
-
-    #[test]
-    #[should_panic(expected = "not queued")]
-    fn removing_from_an_unqueued_package_panics() {
-        ReadyQueue::default().remove(9, 0);
-    }
-}
+mod tests;
