@@ -13,11 +13,14 @@ use rmp::Marker;
 
 use crate::counts::PackageCounts;
 use crate::error::ProtoError;
+use crate::kind;
+use crate::limits::{
+    FN_HASH_BYTES, KEPT_KEY_BYTES, MAX_FUNCTION_NAME_BYTES, MAX_FUNCTION_VERSION_BYTES,
+    MAX_INTERFACE_BYTES, MAX_NAME_BYTES, MAX_RELEASE_KEYS, MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
+};
 use crate::message::{
-    kind, Assignment, Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, TaskResult,
-    WorkerResult, FN_HASH_BYTES, KEPT_KEY_BYTES, MAX_FUNCTION_NAME_BYTES,
-    MAX_FUNCTION_VERSION_BYTES, MAX_INTERFACE_BYTES, MAX_NAME_BYTES, MAX_RELEASE_KEYS,
-    MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
+    Assignment, Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, TaskResult,
+    WorkerResult,
 };
 use crate::msgpack::{describe, Int, Reader};
 use crate::options::{quote, PackageOpts, CALL_OPTS, SUBMIT_OPTS};
