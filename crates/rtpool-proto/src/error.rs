@@ -3,9 +3,9 @@
 //! This module owns the mapping from a decoding failure to the protocol's `ERROR.code` and to
 //! whether the connection must be closed. Building and sending the `ERROR` frame is the master's.
 
-use crate::message::{kind, Msg};
+use crate::kind;
 
-/// A frame that could not be decoded into a [`Msg`].
+/// A frame that could not be decoded into a [`Msg`](crate::Msg).
 ///
 /// Every variant but [`ProtoError::BadOption`] is fatal: the master answers `ERROR` with
 /// [`code`](ProtoError::code) and closes the connection.
@@ -80,15 +80,6 @@ impl ProtoError {
         match self {
             ProtoError::BadOption { req_id, .. } => *req_id,
             _ => 0,
-        }
-    }
-
-    /// The `ERROR` message answering this error: its code, its display text and its reference.
-    pub fn to_msg(&self) -> Msg {
-        Msg::Error {
-            code: self.code().to_owned(),
-            message: self.to_string(),
-            reference: self.reference(),
         }
     }
 }

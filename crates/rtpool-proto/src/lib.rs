@@ -6,6 +6,8 @@
 mod codec;
 mod counts;
 mod error;
+pub mod kind;
+mod limits;
 mod message;
 pub mod msgpack;
 mod options;
@@ -16,5 +18,6 @@ pub use codec::{
 };
 pub use counts::PackageCounts;
 pub use error::ProtoError;
+pub use limits::*;
 pub use message::*;
 pub use options::{MissPolicy, OptFields, PackageOpts, CALL_OPTS, OPTION_KEYS, OPTS, SUBMIT_OPTS};

@@ -8,25 +8,12 @@
 use bytes::Bytes;
 
 use crate::counts::PackageCounts;
+use crate::error::ProtoError;
+use crate::kind;
 use crate::options::PackageOpts;
 
 /// Protocol version spoken by this crate.
 pub const PROTOCOL_VERSION: u32 = 2;
-
-/// Largest frame body accepted before the handshake authenticated the peer.
-pub const PRE_AUTH_MAX_FRAME: usize = 8192;
-
-/// Default largest frame body after authentication (256 MiB).
-pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
-
-/// Longest `HELLO.name` accepted, in bytes.
-pub const MAX_NAME_BYTES: usize = 256;
-
-/// Longest `HELLO.token` accepted, in bytes.
-pub const MAX_TOKEN_BYTES: usize = 1024;
-
-/// Length of a function hash (SHA-256), in bytes.
-pub const FN_HASH_BYTES: usize = 32;
 
 /// Task status codes shared by [`TaskResult`] and [`WorkerResult`].
 pub mod status {
@@ -51,94 +38,6 @@ pub mod status {
     /// The task's copies never reached the quorum; `data` is a msgpack array
     /// `[message: str, [[worker: str, status: u8, data: bin], ...]]` of every copy's result.
     pub const DISAGREE: u8 = 8;
-}
-
-/// Longest idempotency key (`SUBMIT.opts.key`) accepted, in bytes.
-pub const MAX_KEY_BYTES: usize = 128;
-
-/// Longest name of a named function (grid RPC), in bytes; a name has at least one byte.
-pub const MAX_FUNCTION_NAME_BYTES: usize = 128;
-
-/// Longest version of a named function, in bytes (empty is allowed).
-pub const MAX_FUNCTION_VERSION_BYTES: usize = 64;
-
-/// Largest interface blob of a named function (`SERVE`, `FUNCTIONS_REPLY`), in bytes.
-pub const MAX_INTERFACE_BYTES: usize = 64 << 10;
-
-/// Most functions one `SERVE` may declare.
-pub const MAX_SERVE_FUNCTIONS: usize = 4096;
-
-/// Length of a kept result's key (`RELEASE`, `DROP`): 128 random bits, the name of the value
-/// and the capability to read it.
-pub const KEPT_KEY_BYTES: usize = 16;
-
-/// Most keys one `RELEASE` may name.
-pub const MAX_RELEASE_KEYS: usize = 65_536;
-
-/// Message kinds as they appear as the first array element on the wire.
-pub mod kind {
-    #![allow(missing_docs)]
-    pub const HELLO: u8 = 1;
-    pub const WELCOME: u8 = 2;
-    pub const ERROR: u8 = 3;
-    pub const SUBMIT: u8 = 10;
-    pub const ACCEPTED: u8 = 11;
-    pub const RESULTS: u8 = 12;
-    pub const CANCEL: u8 = 13;
-    pub const STATUS: u8 = 14;
-    pub const STATUS_REPLY: u8 = 15;
-    pub const ATTACH: u8 = 16;
-    pub const ACK: u8 = 17;
-    pub const CALL: u8 = 18;
-    pub const FUNCTIONS: u8 = 19;
-    pub const PULL: u8 = 20;
-    pub const ASSIGN: u8 = 21;
-    pub const RESULT: u8 = 22;
-    pub const RETURN: u8 = 23;
-    pub const HEARTBEAT: u8 = 24;
-    pub const DRAIN: u8 = 25;
-    pub const ABORT: u8 = 26;
-    pub const SERVE: u8 = 27;
-    pub const ASSIGN_CALLS: u8 = 28;
-    pub const FUNCTIONS_REPLY: u8 = 29;
-    pub const CLUSTER_STATUS: u8 = 30;
-    pub const CLUSTER_STATUS_REPLY: u8 = 31;
-    pub const RELEASE: u8 = 32;
-    pub const DROP: u8 = 33;
-
-    /// The upper-case name of a message kind (`"HELLO"`), or `None` if no such kind exists.
-    pub fn name(kind: u8) -> Option<&'static str> {
-        Some(match kind {
-            HELLO => "HELLO",
-            WELCOME => "WELCOME",
-            ERROR => "ERROR",
-            SUBMIT => "SUBMIT",
-            ACCEPTED => "ACCEPTED",
-            RESULTS => "RESULTS",
-            CANCEL => "CANCEL",
-            STATUS => "STATUS",
-            STATUS_REPLY => "STATUS_REPLY",
-            ATTACH => "ATTACH",
-            ACK => "ACK",
-            CALL => "CALL",
-            FUNCTIONS => "FUNCTIONS",
-            PULL => "PULL",
-            ASSIGN => "ASSIGN",
-            RESULT => "RESULT",
-            RETURN => "RETURN",
-            HEARTBEAT => "HEARTBEAT",
-            DRAIN => "DRAIN",
-            ABORT => "ABORT",
-            SERVE => "SERVE",
-            ASSIGN_CALLS => "ASSIGN_CALLS",
-            FUNCTIONS_REPLY => "FUNCTIONS_REPLY",
-            CLUSTER_STATUS => "CLUSTER_STATUS",
-            CLUSTER_STATUS_REPLY => "CLUSTER_STATUS_REPLY",
-            RELEASE => "RELEASE",
-            DROP => "DROP",
-            _ => return None,
-        })
-    }
 }
 
 /// Role a peer claims in its `HELLO`.
@@ -235,21 +134,21 @@ pub struct WorkerResult {
 /// A named function a worker serves, as its `SERVE` declares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServedFunction {
-    /// The function's name, 1 to [`MAX_FUNCTION_NAME_BYTES`] bytes.
+    /// The function's name, 1 to [`MAX_FUNCTION_NAME_BYTES`](crate::MAX_FUNCTION_NAME_BYTES) bytes.
     pub name: String,
-    /// Its version, at most [`MAX_FUNCTION_VERSION_BYTES`] bytes.
+    /// Its version, at most [`MAX_FUNCTION_VERSION_BYTES`](crate::MAX_FUNCTION_VERSION_BYTES) bytes.
     pub version: String,
     /// Its interface: an opaque msgpack blob (`docs/rpc.md`) of at most
-    /// [`MAX_INTERFACE_BYTES`], which the master hands out without reading it.
+    /// [`MAX_INTERFACE_BYTES`](crate::MAX_INTERFACE_BYTES), which the master hands out without reading it.
     pub interface: Bytes,
 }
 
 /// One call of a `CALL`; call `i` is task `i` of the package the master creates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
-    /// The function's name, 1 to [`MAX_FUNCTION_NAME_BYTES`] bytes.
+    /// The function's name, 1 to [`MAX_FUNCTION_NAME_BYTES`](crate::MAX_FUNCTION_NAME_BYTES) bytes.
     pub name: String,
-    /// Its version, at most [`MAX_FUNCTION_VERSION_BYTES`] bytes; empty means the newest
+    /// Its version, at most [`MAX_FUNCTION_VERSION_BYTES`](crate::MAX_FUNCTION_VERSION_BYTES) bytes; empty means the newest
     /// version served.
     pub version: String,
     /// Opaque argument payload (msgpack, `docs/rpc.md`).
@@ -464,7 +363,7 @@ pub enum Msg {
     /// Kind 27: the named functions a worker serves; at most once per connection, before its
     /// first `PULL`.
     Serve {
-        /// At most [`MAX_SERVE_FUNCTIONS`].
+        /// At most [`MAX_SERVE_FUNCTIONS`](crate::MAX_SERVE_FUNCTIONS).
         functions: Vec<ServedFunction>,
     },
     /// Kind 28: calls for a worker (credits, leases, `ABORT`, `RETURN` and `RESULT` as for
@@ -497,12 +396,12 @@ pub enum Msg {
     /// Kind 32: the client no longer needs these results kept on workers (`docs/data.md`):
     /// `(session of the worker that holds it, key)` pairs.
     Release {
-        /// Each key is [`KEPT_KEY_BYTES`] long; at most [`MAX_RELEASE_KEYS`] of them.
+        /// Each key is [`KEPT_KEY_BYTES`](crate::KEPT_KEY_BYTES) long; at most [`MAX_RELEASE_KEYS`](crate::MAX_RELEASE_KEYS) of them.
         keys: Vec<(u64, Bytes)>,
     },
     /// Kind 33: forget these kept results (their owner released them).
     Drop {
-        /// Each key is [`KEPT_KEY_BYTES`] long.
+        /// Each key is [`KEPT_KEY_BYTES`](crate::KEPT_KEY_BYTES) long.
         keys: Vec<Bytes>,
     },
 }
@@ -546,5 +445,18 @@ impl Msg {
         // Every variant has a kind that `kind::name` knows; the match in `kind()` and the table
         // in `kind::name` are tested against each other.
         kind::name(self.kind()).unwrap_or("UNKNOWN")
+    }
+}
+
+/// The `ERROR` frame of a decoding failure lives with the messages, so that [`ProtoError`]
+/// does not depend on them.
+impl ProtoError {
+    /// The `ERROR` message answering this error: its code, its display text and its reference.
+    pub fn to_msg(&self) -> Msg {
+        Msg::Error {
+            code: self.code().to_owned(),
+            message: self.to_string(),
+            reference: self.reference(),
+        }
     }
 }

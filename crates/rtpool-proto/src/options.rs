@@ -19,7 +19,7 @@ use bytes::BufMut;
 use rmp::Marker;
 
 use crate::error::ProtoError;
-use crate::message::MAX_KEY_BYTES;
+use crate::limits::MAX_KEY_BYTES;
 use crate::msgpack::{describe, Int, Reader, Writer};
 
 /// What the master does with the tasks of a package that can no longer make their deadline

@@ -222,6 +222,22 @@ pub enum JournalError {
         /// Which check failed.
         reason: String,
     },
+    /// The file is in a format version this master no longer reads (see the retirement rule
+    /// in `docs/journal.md`).
+    #[error(
+        "journal {path} is in format version {version}, which this master no longer reads (it \
+         reads versions {MIN_FORMAT_VERSION} and {FORMAT_VERSION}); to keep its packages, run \
+         once on this data dir an older master that still reads version {version} (it rewrites \
+         the file in its own format at open), then start this one; or move the file away to start empty \
+         (users, tokens and quotas are in the store, not here); see docs/journal.md, \
+         \"Format versions\""
+    )]
+    RetiredFormat {
+        /// The journal file.
+        path: PathBuf,
+        /// The version in its meta record.
+        version: u64,
+    },
     /// A record whose payload is above the frame limit (1 GiB); a caller bug.
     #[error("journal record {lsn} has a {bytes}-byte payload, above the 1 GiB limit")]
     RecordTooLarge {

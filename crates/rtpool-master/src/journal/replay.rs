@@ -215,6 +215,14 @@ pub(crate) fn scan(buf: &[u8], path: &Path) -> Result<Scan, JournalError> {
         match frame::check(buf, off) {
             Ok(f) => {
                 let entry = record::decode(f.payload).map_err(|r| corrupt(off, r))?;
+                if let record::Entry::Meta { version, .. } = entry {
+                    if version < record::MIN_FORMAT_VERSION {
+                        return Err(JournalError::RetiredFormat {
+                            path: path.to_owned(),
+                            version,
+                        });
+                    }
+                }
                 state.apply(f.lsn, entry);
                 off = f.end;
             }

@@ -234,64 +234,46 @@ fn a_missing_file_is_an_empty_journal() {
 }
 
 #[test]
-fn a_version_1_file_replays_with_default_options_and_is_upgraded_at_open() {
+fn a_retired_version_1_file_is_refused_with_how_to_upgrade_and_left_intact() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.log");
-    let p = match package(4, "alice", 2) {
-        Record::Package(p) => p,
-        _ => unreachable!(),
-    };
-    let v1_package = PackageRecord {
-        opts: rtpool_core::PackageOpts {
-            key: p.opts.key.clone(),
-            priority: p.opts.priority,
-            timeout_ms: p.opts.timeout_ms,
-            ..rtpool_core::PackageOpts::default()
-        },
-        ..p
-    };
-    let v1_done = DoneRecord {
-        late_us: 0,
-        ..match done(4, 1, 70) {
-            Record::Done(d) => d,
-            _ => unreachable!(),
-        }
-    };
-    let records = [
-        Record::Package(v1_package.clone()),
-        Record::Done(v1_done.clone()),
-    ];
     let mut buf = Vec::new();
     let meta = record::Entry::Meta {
         version: 1,
         next_package: 5,
-        last_lsn: 2,
+        last_lsn: 1,
     };
     frame::put_with(&mut buf, 0, |b| b.extend(record::encode(&meta))).unwrap();
-    for (lsn, rec) in (1..).zip(&records) {
-        frame::put_with(&mut buf, lsn, |b| b.extend(record::encode_v1(rec))).unwrap();
-    }
+    frame::put_with(&mut buf, 1, |b| {
+        b.extend(record::encode(&record::Entry::Record(package(
+            4, "alice", 2,
+        ))))
+    })
+    .unwrap();
     std::fs::write(&path, &buf).unwrap();
 
-    let (journal, replay) = open(dir.path(), FsyncPolicy::Always);
-    assert_eq!(replay.format_version, 1);
-    assert_eq!(replay.packages.len(), 1);
-    assert_eq!(replay.packages[0].record, v1_package);
-    assert_eq!(replay.packages[0].done, vec![v1_done]);
-    assert_eq!(
-        journal.stats().compactions,
-        1,
-        "upgraded by a compaction at open"
+    let Err(err) = Journal::open(config(dir.path(), FsyncPolicy::Always).0) else {
+        panic!("a version-1 journal opened");
+    };
+    assert!(
+        matches!(&err, JournalError::RetiredFormat { version: 1, path: p } if *p == path),
+        "{err:?}"
     );
-    journal.close().unwrap();
-
-    // The file is now in the current version and replays to the same state.
-    let (journal, again) = open(dir.path(), FsyncPolicy::Always);
-    assert_eq!(again.format_version, FORMAT_VERSION);
-    assert_eq!(again.packages, replay.packages);
-    assert_eq!((again.next_package, again.last_lsn), (5, 2));
-    assert_eq!(journal.stats().compactions, 0, "no second upgrade");
-    journal.close().unwrap();
+    let msg = err.to_string();
+    for part in [
+        "format version 1",
+        "reads versions 2 and 3",
+        "an older master that still reads version 1",
+        "move the file away",
+        "docs/journal.md",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        buf,
+        "a refused file is not touched"
+    );
 }
 
 #[test]

@@ -11,7 +11,9 @@
 //! Every call blocks (file or network I/O): call it from a blocking context, never from the
 //! master's runtime thread directly.
 
+mod dialect;
 mod postgres;
+mod sql;
 mod sqlite;
 
 use std::path::{Path, PathBuf};
@@ -20,8 +22,9 @@ use base64::Engine;
 use rtpool_proto::Role;
 use sha2::{Digest, Sha256};
 
-pub use self::postgres::PgStore;
-pub use self::sqlite::SqliteStore;
+pub use self::postgres::{PgStore, Postgres};
+pub use self::sql::SqlStore;
+pub use self::sqlite::{Sqlite, SqliteStore};
 
 /// A token as the store knows it: everything but the secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,7 +262,7 @@ pub fn open(store: Option<&str>, data_dir: &Path) -> Result<Box<dyn Store>, Stor
     }
 }
 
-/// Newest schema version; [`MIGRATIONS`] of each backend go up to it.
+/// Newest schema version; the migrations of each backend go up to it.
 const SCHEMA_VERSION: i64 = 2;
 
 /// Key of the usage watermark in the `meta` table.

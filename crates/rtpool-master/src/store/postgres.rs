@@ -6,14 +6,16 @@
 //! synchronous, it must not be called on a tokio runtime thread; the master calls it from
 //! `spawn_blocking`.
 
-use ::postgres::{Client, NoTls, Row};
-use rtpool_proto::Role;
+use std::collections::HashMap;
+use std::error::Error;
 
-use super::{
-    check_id_prefix, check_user, from_db_int, new_token, now_unix, one_match, quota_to_us,
-    redact_url, role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError,
-    TokenInfo, UserQuota, SCHEMA_VERSION, WATERMARK_KEY,
-};
+use ::postgres::types::{to_sql_checked, FromSql, IsNull, ToSql, Type};
+use ::postgres::{Client, NoTls, Statement};
+use bytes::BytesMut;
+
+use super::dialect::{Dialect, Value};
+use super::sql::SqlStore;
+use super::{redact_url, StoreError};
 
 /// Schema migrations: `(version, SQL)`, applied in order, each once, under an advisory lock so
 /// two masters starting together do not race. Statements are idempotent too.
@@ -49,17 +51,23 @@ const MIGRATIONS: &[(i64, &str)] = &[
 const MIGRATION_LOCK: i64 = 0x7274_706f_6f6c;
 
 /// A store in a PostgreSQL database.
-pub struct PgStore {
-    client: Client,
+pub type PgStore = SqlStore<Postgres>;
+
+/// A PostgreSQL connection, the [`Dialect`] of [`PgStore`].
+pub struct Postgres {
+    pub(super) client: Client,
+    /// Statements prepared on this connection, by their text: the master adds usage about once
+    /// a second, one statement a user, and a round trip to prepare each would double that.
+    prepared: HashMap<String, Statement>,
 }
 
-impl std::fmt::Debug for PgStore {
+impl std::fmt::Debug for Postgres {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore").finish_non_exhaustive()
+        f.debug_struct("Postgres").finish_non_exhaustive()
     }
 }
 
-impl PgStore {
+impl SqlStore<Postgres> {
     /// Connect to `url` (`postgres://user[:password]@host:port/db`) and bring the schema up to
     /// date.
     ///
@@ -88,47 +96,17 @@ impl PgStore {
                 ))
                 .map_err(connect_err)?;
         }
-        let mut store = Self { client };
-        store.migrate()?;
-        Ok(store)
-    }
-
-    fn migrate(&mut self) -> Result<(), StoreError> {
-        let mut tx = self.client.transaction()?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-        tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")?;
-        let current: i64 = tx
-            .query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[])?
-            .get(0);
-        if current > SCHEMA_VERSION {
-            return Err(StoreError::SchemaTooNew {
-                found: current,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-            tx.batch_execute(sql)?;
-            tx.execute(
-                "INSERT INTO schema_version (version) VALUES ($1)",
-                &[version],
-            )?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn token_by_id(&mut self, id: &str) -> Result<TokenInfo, StoreError> {
-        let row = self.client.query_one(
-            "SELECT id, user_name, role, created_unix, revoked FROM tokens WHERE id = $1",
-            &[&id],
-        )?;
-        token_from_row(&row)
+        Self::migrated(Postgres {
+            client,
+            prepared: HashMap::new(),
+        })
     }
 
     /// Drop `schema` and everything in it (tests clean up with it).
     #[cfg(test)]
     pub(crate) fn drop_schema(&mut self, schema: &str) -> Result<(), StoreError> {
-        self.client
+        self.db
+            .client
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))?;
         Ok(())
     }
@@ -139,6 +117,7 @@ impl PgStore {
         let mut out = Vec::new();
         for table in ["tokens", "users", "meta", "schema_version"] {
             for row in self
+                .db
                 .client
                 .query(&format!("SELECT t::text FROM {table} t"), &[])?
             {
@@ -150,172 +129,97 @@ impl PgStore {
     }
 }
 
-fn token_from_row(row: &Row) -> Result<TokenInfo, StoreError> {
-    Ok(TokenInfo {
-        id: row.try_get(0)?,
-        user: row.try_get(1)?,
-        role: role_from_db(row.try_get(2)?)?,
-        created_unix: row.try_get(3)?,
-        revoked: row.try_get(4)?,
-    })
+impl Postgres {
+    fn prepared(&mut self, sql: &str) -> Result<Statement, StoreError> {
+        if let Some(stmt) = self.prepared.get(sql) {
+            return Ok(stmt.clone());
+        }
+        let stmt = self.client.prepare(sql)?;
+        self.prepared.insert(sql.to_owned(), stmt.clone());
+        Ok(stmt)
+    }
 }
 
-impl Store for PgStore {
-    fn create_token(
-        &mut self,
-        user: &str,
-        role: Role,
-        quota_seconds: Option<f64>,
-    ) -> Result<(String, TokenInfo), StoreError> {
-        check_user(user)?;
-        let quota_us = quota_to_us(quota_seconds)?;
-        let token = new_token(role);
-        let hash = token_hash(&token);
-        let info = TokenInfo {
-            id: token_id(&hash),
-            user: user.into(),
-            role,
-            created_unix: now_unix(),
-            revoked: false,
-        };
-        let mut tx = self.client.transaction()?;
-        tx.execute(
-            "INSERT INTO tokens (hash, id, user_name, role, created_unix, revoked)
-             VALUES ($1, $2, $3, $4, $5, FALSE)",
-            &[&hash, &info.id, &user, &role.as_str(), &info.created_unix],
-        )?;
-        tx.execute(
-            "INSERT INTO users (user_name) VALUES ($1) ON CONFLICT (user_name) DO NOTHING",
-            &[&user],
-        )?;
-        if quota_seconds.is_some() {
-            tx.execute(
-                "UPDATE users SET quota_us = $2 WHERE user_name = $1",
-                &[&user, &quota_us],
-            )?;
-        }
-        tx.commit()?;
-        Ok((token, info))
+fn as_params(params: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
+impl Dialect for Postgres {
+    const BEGIN: &'static str = "BEGIN";
+    const BIGINT: &'static str = "BIGINT";
+    const INSERTION_ORDER: &'static str = "id";
+    const MIGRATIONS: &'static [(i64, &'static str)] = MIGRATIONS;
+
+    fn batch(&mut self, sql: &str) -> Result<(), StoreError> {
+        Ok(self.client.batch_execute(sql)?)
     }
 
-    fn list_tokens(&mut self) -> Result<Vec<TokenInfo>, StoreError> {
-        self.client
-            .query(
-                "SELECT id, user_name, role, created_unix, revoked FROM tokens
-                 ORDER BY created_unix, id",
-                &[],
-            )?
-            .iter()
-            .map(token_from_row)
-            .collect()
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64, StoreError> {
+        let stmt = self.prepared(sql)?;
+        Ok(self.client.execute(&stmt, &as_params(params))?)
     }
 
-    fn revoke(&mut self, id: &str) -> Result<TokenInfo, StoreError> {
-        let prefix = check_id_prefix(id)?;
-        let matches = self
-            .client
-            .query(
-                "SELECT id FROM tokens WHERE id LIKE $1 || '%' ORDER BY id",
-                &[&prefix],
-            )?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<Vec<String>, _>>()?;
-        let id = one_match(&prefix, matches)?;
-        self.client
-            .execute("UPDATE tokens SET revoked = TRUE WHERE id = $1", &[&id])?;
-        self.token_by_id(&id)
-    }
-
-    fn verify(&mut self, token: &str) -> Result<Option<(String, Role)>, StoreError> {
-        let row = self.client.query_opt(
-            "SELECT user_name, role FROM tokens WHERE hash = $1 AND NOT revoked",
-            &[&token_hash(token)],
-        )?;
-        row.map(|r| Ok((r.try_get(0)?, role_from_db(r.try_get(1)?)?)))
-            .transpose()
-    }
-
-    fn set_quota(&mut self, user: &str, quota_seconds: Option<f64>) -> Result<(), StoreError> {
-        check_user(user)?;
-        let quota_us = quota_to_us(quota_seconds)?;
-        self.client.execute(
-            "INSERT INTO users (user_name, quota_us) VALUES ($1, $2)
-             ON CONFLICT (user_name) DO UPDATE SET quota_us = EXCLUDED.quota_us",
-            &[&user, &quota_us],
-        )?;
-        Ok(())
-    }
-
-    fn quotas(&mut self) -> Result<Vec<UserQuota>, StoreError> {
-        self.client
-            .query(
-                "SELECT user_name, quota_us, used_us, max_priority FROM users ORDER BY user_name",
-                &[],
-            )?
-            .iter()
-            .map(|r| {
-                let quota_us: Option<i64> = r.try_get(1)?;
-                Ok(UserQuota {
-                    user: r.try_get(0)?,
-                    quota_us: quota_us.map(|q| from_db_int("quota_us", q)),
-                    used_us: from_db_int("used_us", r.try_get(2)?),
-                    max_priority: r.try_get(3)?,
-                })
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Vec<Value>>, StoreError> {
+        let stmt = self.prepared(sql)?;
+        let rows = self.client.query(&stmt, &as_params(params))?;
+        rows.iter()
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| Ok(row.try_get::<_, Value>(i)?))
+                    .collect()
             })
             .collect()
     }
 
-    fn add_usage(&mut self, usage: &[(String, u64)], watermark: u64) -> Result<(), StoreError> {
-        let watermark = to_db_int("watermark", watermark)?;
-        let mut tx = self.client.transaction()?;
-        let add = tx.prepare(
-            "INSERT INTO users (user_name, used_us) VALUES ($1, $2)
-             ON CONFLICT (user_name) DO UPDATE SET used_us = CASE
-                 WHEN users.used_us > 9223372036854775807 - EXCLUDED.used_us
-                 THEN 9223372036854775807 ELSE users.used_us + EXCLUDED.used_us END",
-        )?;
-        for (user, delta_us) in usage {
-            tx.execute(&add, &[user, &usage_to_db(*delta_us)])?;
-        }
-        tx.execute(
-            "INSERT INTO meta (key, value) VALUES ($1, $2)
-             ON CONFLICT (key) DO UPDATE SET value = GREATEST(meta.value, EXCLUDED.value)",
-            &[&WATERMARK_KEY, &watermark],
-        )?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn watermark(&mut self) -> Result<u64, StoreError> {
-        let value: Option<i64> = self
-            .client
-            .query_opt("SELECT value FROM meta WHERE key = $1", &[&WATERMARK_KEY])?
-            .map(|r| r.try_get(0))
-            .transpose()?;
-        Ok(from_db_int("watermark", value.unwrap_or(0)))
-    }
-
-    fn set_max_priority(
-        &mut self,
-        user: &str,
-        max_priority: Option<i32>,
-    ) -> Result<(), StoreError> {
-        check_user(user)?;
-        self.client.execute(
-            "INSERT INTO users (user_name, max_priority) VALUES ($1, $2)
-             ON CONFLICT (user_name) DO UPDATE SET max_priority = EXCLUDED.max_priority",
-            &[&user, &max_priority],
-        )?;
-        Ok(())
-    }
-
-    fn revoked_ids(&mut self) -> Result<Vec<String>, StoreError> {
+    fn lock_migrations(&mut self) -> Result<(), StoreError> {
         self.client
-            .query("SELECT id FROM tokens WHERE revoked", &[])?
-            .iter()
-            .map(|r| Ok(r.try_get(0)?))
-            .collect()
+            .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+        Ok(())
+    }
+}
+
+type BoxError = Box<dyn Error + Sync + Send>;
+
+/// A parameter takes the type PostgreSQL inferred for its place: an integer bound where an
+/// `INTEGER` column stands is sent as 32 bits (and refused when it does not fit).
+impl ToSql for Value {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        match self {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Int(i) if *ty == Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+            Value::Int(i) => i.to_sql(ty, out),
+            Value::Real(f) => f.to_sql(ty, out),
+            Value::Text(s) => s.to_sql(ty, out),
+            Value::Bool(b) => b.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+/// A column read by its type: the integers, booleans and floats the schema uses, else text.
+impl<'a> FromSql<'a> for Value {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
+        Ok(match *ty {
+            Type::INT8 => Value::Int(i64::from_sql(ty, raw)?),
+            Type::INT4 => Value::Int(i32::from_sql(ty, raw)?.into()),
+            Type::INT2 => Value::Int(i16::from_sql(ty, raw)?.into()),
+            Type::BOOL => Value::Bool(bool::from_sql(ty, raw)?),
+            Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
+            _ => Value::Text(String::from_sql(ty, raw)?),
+        })
+    }
+
+    fn from_sql_null(_: &Type) -> Result<Self, BoxError> {
+        Ok(Value::Null)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
     }
 }
 
@@ -323,6 +227,8 @@ impl Store for PgStore {
 mod tests {
     use super::*;
     use crate::store::tests::{check_ambiguous, check_store, raw_token_absent_from, sibling_id};
+    use crate::store::{Store, SCHEMA_VERSION};
+    use rtpool_proto::Role;
 
     /// The test server's URL, or `None` (with a loud note) when `make test` did not start one.
     fn pg_url() -> Option<String> {
@@ -356,6 +262,7 @@ mod tests {
         let tokens = check_store(&mut store);
         let id = store.list_tokens().unwrap()[0].id.clone();
         store
+            .db
             .client
             .execute(
                 "INSERT INTO tokens VALUES ('planted', $1, 'mallory', 'client', 0, FALSE)",
@@ -378,6 +285,7 @@ mod tests {
             Some(("bob".into(), Role::Worker))
         );
         let versions: i64 = again
+            .db
             .client
             .query_one("SELECT COUNT(*) FROM schema_version", &[])
             .unwrap()

@@ -1,21 +1,19 @@
 //! [`SqliteStore`]: the default store, one SQLite file (normally `<data-dir>/rtpool.db`).
 //!
 //! WAL mode lets `rtpool token` change the file while a master reads it; `synchronous=FULL`
-//! makes every commit durable, which matters for [`Store::add_usage`] (usage and its watermark
+//! makes every commit durable, which matters for [`super::Store::add_usage`] (usage and its watermark
 //! must not roll back behind the journal) and costs little: the master writes usage about once
 //! a second, off the dispatch path, and tokens change by hand.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rtpool_proto::Role;
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::Connection;
 
-use super::{
-    check_id_prefix, check_user, from_db_int, new_token, now_unix, one_match, quota_to_us,
-    role_from_db, to_db_int, token_hash, token_id, usage_to_db, Store, StoreError, TokenInfo,
-    UserQuota, SCHEMA_VERSION, WATERMARK_KEY,
-};
+use super::dialect::{Dialect, Value};
+use super::sql::SqlStore;
+use super::StoreError;
 
 /// Schema migrations: `(version, SQL)`, applied in order, each once, in one transaction with
 /// the `schema_version` row that records it (SQLite's DDL is transactional: an upgrade is
@@ -63,20 +61,21 @@ const REPAIR_QUOTA: &str = "UPDATE users SET quota_us = CASE
     WHERE quota_us IS NOT NULL AND (typeof(quota_us) <> 'integer' OR quota_us < 0)";
 
 /// A store in one SQLite file.
-pub struct SqliteStore {
-    conn: Connection,
+pub type SqliteStore = SqlStore<Sqlite>;
+
+/// A SQLite connection, the [`Dialect`] of [`SqliteStore`].
+pub struct Sqlite {
+    pub(super) conn: Connection,
     path: PathBuf,
 }
 
-impl std::fmt::Debug for SqliteStore {
+impl std::fmt::Debug for Sqlite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("path", &self.path)
-            .finish()
+        f.debug_struct("Sqlite").field("path", &self.path).finish()
     }
 }
 
-impl SqliteStore {
+impl SqlStore<Sqlite> {
     /// Open (creating if missing) the database at `path` and bring its schema up to date.
     ///
     /// # Errors
@@ -96,47 +95,21 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(open_err)?;
         restrict_permissions(path);
-        let mut store = Self {
+        let db = Sqlite {
             conn,
             path: path.to_path_buf(),
         };
-        store.migrate().map_err(|e| match e {
+        let store = Self::migrated(db).map_err(|e| match e {
             StoreError::Sqlite(source) => open_err(source),
             other => other,
         })?;
-        store.repair().map_err(open_err)?;
+        store.db.repair().map_err(open_err)?;
         Ok(store)
     }
+}
 
-    fn migrate(&mut self) -> Result<(), StoreError> {
-        // IMMEDIATE: two processes opening a new file at once migrate one after the other.
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
-        let current: i64 = tx.query_row(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_version",
-            [],
-            |r| r.get(0),
-        )?;
-        if current > SCHEMA_VERSION {
-            return Err(StoreError::SchemaTooNew {
-                found: current,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-            tx.execute_batch(sql)?;
-            tx.execute(
-                "INSERT INTO schema_version (version) VALUES (?1)",
-                [version],
-            )?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn repair(&mut self) -> rusqlite::Result<()> {
+impl Sqlite {
+    fn repair(&self) -> rusqlite::Result<()> {
         let fixed = self.conn.execute(REPAIR_USAGE, [])? + self.conn.execute(REPAIR_QUOTA, [])?;
         if fixed > 0 {
             tracing::warn!(
@@ -147,15 +120,61 @@ impl SqliteStore {
         }
         Ok(())
     }
+}
 
-    fn token_by_id(&self, id: &str) -> Result<TokenInfo, StoreError> {
-        self.conn
-            .query_row(
-                "SELECT id, user_name, role, created_unix, revoked FROM tokens WHERE id = ?1",
-                [id],
-                raw_token,
-            )?
-            .into_info()
+/// SQLite numbers its placeholders `?1`; the shared statements write `$1`.
+fn placeholders(sql: &str) -> String {
+    sql.replace('$', "?")
+}
+
+impl Dialect for Sqlite {
+    // IMMEDIATE: take the write lock at once, so two processes opening a new file migrate one
+    // after the other and a writer never fails to upgrade a read lock.
+    const BEGIN: &'static str = "BEGIN IMMEDIATE";
+    const BIGINT: &'static str = "INTEGER";
+    const INSERTION_ORDER: &'static str = "rowid";
+    const MIGRATIONS: &'static [(i64, &'static str)] = MIGRATIONS;
+
+    fn batch(&mut self, sql: &str) -> Result<(), StoreError> {
+        Ok(self.conn.execute_batch(sql)?)
+    }
+
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&placeholders(sql))?;
+        Ok(stmt.execute(rusqlite::params_from_iter(params))? as u64)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Vec<Value>>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&placeholders(sql))?;
+        let width = stmt.column_count();
+        let rows = stmt.query_map(rusqlite::params_from_iter(params), |row| {
+            (0..width)
+                .map(|i| Ok(from_sqlite(row.get_ref(i)?)))
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// A value as SQLite returns it; a blob (which rtpool never writes) reads as `NULL`.
+fn from_sqlite(value: ValueRef<'_>) -> Value {
+    match value {
+        ValueRef::Integer(i) => Value::Int(i),
+        ValueRef::Real(f) => Value::Real(f),
+        ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Null | ValueRef::Blob(_) => Value::Null,
+    }
+}
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(i) => ValueRef::Integer(*i),
+            Value::Real(f) => ValueRef::Real(*f),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+            Value::Bool(b) => ValueRef::Integer(i64::from(*b)),
+        }))
     }
 }
 
@@ -171,213 +190,12 @@ fn restrict_permissions(path: &Path) {
     let _ = path;
 }
 
-/// A `tokens` row before its role is parsed (row closures cannot return a [`StoreError`]).
-struct RawToken {
-    id: String,
-    user: String,
-    role: String,
-    created_unix: i64,
-    revoked: bool,
-}
-
-impl RawToken {
-    fn into_info(self) -> Result<TokenInfo, StoreError> {
-        Ok(TokenInfo {
-            role: role_from_db(&self.role)?,
-            id: self.id,
-            user: self.user,
-            created_unix: self.created_unix,
-            revoked: self.revoked,
-        })
-    }
-}
-
-fn raw_token(r: &Row<'_>) -> rusqlite::Result<RawToken> {
-    Ok(RawToken {
-        id: r.get(0)?,
-        user: r.get(1)?,
-        role: r.get(2)?,
-        created_unix: r.get(3)?,
-        revoked: r.get(4)?,
-    })
-}
-
-impl Store for SqliteStore {
-    fn create_token(
-        &mut self,
-        user: &str,
-        role: Role,
-        quota_seconds: Option<f64>,
-    ) -> Result<(String, TokenInfo), StoreError> {
-        check_user(user)?;
-        let quota_us = quota_to_us(quota_seconds)?;
-        let token = new_token(role);
-        let hash = token_hash(&token);
-        let info = TokenInfo {
-            id: token_id(&hash),
-            user: user.into(),
-            role,
-            created_unix: now_unix(),
-            revoked: false,
-        };
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT INTO tokens (hash, id, user_name, role, created_unix, revoked)
-             VALUES (?1, ?2, ?3, ?4, ?5, 0)",
-            params![hash, info.id, user, role.as_str(), info.created_unix],
-        )?;
-        tx.execute(
-            "INSERT INTO users (user_name) VALUES (?1) ON CONFLICT (user_name) DO NOTHING",
-            [user],
-        )?;
-        if quota_seconds.is_some() {
-            tx.execute(
-                "UPDATE users SET quota_us = ?2 WHERE user_name = ?1",
-                params![user, quota_us],
-            )?;
-        }
-        tx.commit()?;
-        Ok((token, info))
-    }
-
-    fn list_tokens(&mut self) -> Result<Vec<TokenInfo>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, user_name, role, created_unix, revoked FROM tokens
-             ORDER BY created_unix, rowid",
-        )?;
-        let rows = stmt.query_map([], raw_token)?;
-        rows.map(|r| r?.into_info()).collect()
-    }
-
-    fn revoke(&mut self, id: &str) -> Result<TokenInfo, StoreError> {
-        let prefix = check_id_prefix(id)?;
-        let matches = {
-            let mut stmt = self
-                .conn
-                .prepare("SELECT id FROM tokens WHERE id LIKE ?1 || '%' ORDER BY id")?;
-            let rows = stmt.query_map([&prefix], |r| r.get::<_, String>(0))?;
-            rows.collect::<Result<Vec<_>, _>>()?
-        };
-        let id = one_match(&prefix, matches)?;
-        self.conn
-            .execute("UPDATE tokens SET revoked = 1 WHERE id = ?1", [&id])?;
-        self.token_by_id(&id)
-    }
-
-    fn verify(&mut self, token: &str) -> Result<Option<(String, Role)>, StoreError> {
-        let row: Option<(String, String)> = self
-            .conn
-            .query_row(
-                "SELECT user_name, role FROM tokens WHERE hash = ?1 AND revoked = 0",
-                [token_hash(token)],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        row.map(|(user, role)| Ok((user, role_from_db(&role)?)))
-            .transpose()
-    }
-
-    fn set_quota(&mut self, user: &str, quota_seconds: Option<f64>) -> Result<(), StoreError> {
-        check_user(user)?;
-        let quota_us = quota_to_us(quota_seconds)?;
-        self.conn.execute(
-            "INSERT INTO users (user_name, quota_us) VALUES (?1, ?2)
-             ON CONFLICT (user_name) DO UPDATE SET quota_us = excluded.quota_us",
-            params![user, quota_us],
-        )?;
-        Ok(())
-    }
-
-    fn quotas(&mut self) -> Result<Vec<UserQuota>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT user_name, quota_us, used_us, max_priority FROM users ORDER BY user_name",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(UserQuota {
-                user: r.get::<_, String>(0)?,
-                quota_us: lenient_int(r.get_ref(1)?).map(|q| from_db_int("quota_us", q)),
-                used_us: from_db_int("used_us", lenient_int(r.get_ref(2)?).unwrap_or(0)),
-                max_priority: lenient_int(r.get_ref(3)?)
-                    .map(|p| p.clamp(i32::MIN.into(), i32::MAX.into()) as i32),
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn add_usage(&mut self, usage: &[(String, u64)], watermark: u64) -> Result<(), StoreError> {
-        let watermark = to_db_int("watermark", watermark)?;
-        let tx = self.conn.transaction()?;
-        {
-            let mut add = tx.prepare(
-                "INSERT INTO users (user_name, used_us) VALUES (?1, ?2)
-                 ON CONFLICT (user_name) DO UPDATE SET used_us = CASE
-                     WHEN used_us > 9223372036854775807 - excluded.used_us
-                     THEN 9223372036854775807 ELSE used_us + excluded.used_us END",
-            )?;
-            for (user, delta_us) in usage {
-                add.execute(params![user, usage_to_db(*delta_us)])?;
-            }
-        }
-        tx.execute(
-            "INSERT INTO meta (key, value) VALUES (?1, ?2)
-             ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
-            params![WATERMARK_KEY, watermark],
-        )?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn watermark(&mut self) -> Result<u64, StoreError> {
-        let value: Option<i64> = self
-            .conn
-            .query_row(
-                "SELECT value FROM meta WHERE key = ?1",
-                [WATERMARK_KEY],
-                |r| r.get(0),
-            )
-            .optional()?;
-        Ok(from_db_int("watermark", value.unwrap_or(0)))
-    }
-
-    fn set_max_priority(
-        &mut self,
-        user: &str,
-        max_priority: Option<i32>,
-    ) -> Result<(), StoreError> {
-        check_user(user)?;
-        self.conn.execute(
-            "INSERT INTO users (user_name, max_priority) VALUES (?1, ?2)
-             ON CONFLICT (user_name) DO UPDATE SET max_priority = excluded.max_priority",
-            params![user, max_priority],
-        )?;
-        Ok(())
-    }
-
-    fn revoked_ids(&mut self) -> Result<Vec<String>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT id FROM tokens WHERE revoked <> 0")?;
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-}
-
-/// An integer column read whatever SQLite holds in it: a REAL saturates into `i64`, NULL and
-/// text read as `None`.
-fn lenient_int(value: rusqlite::types::ValueRef<'_>) -> Option<i64> {
-    use rusqlite::types::ValueRef;
-    match value {
-        ValueRef::Integer(i) => Some(i),
-        // `as` saturates (and maps NaN to 0).
-        ValueRef::Real(f) => Some(f as i64),
-        ValueRef::Null | ValueRef::Text(_) | ValueRef::Blob(_) => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::tests::{check_ambiguous, check_store, raw_token_absent_from, sibling_id};
+    use crate::store::{Store, SCHEMA_VERSION};
+    use rtpool_proto::Role;
 
     #[test]
     fn sqlite_store_passes_the_shared_suite() {
@@ -387,6 +205,7 @@ mod tests {
         let tokens = check_store(&mut store);
         let id = store.list_tokens().unwrap()[0].id.clone();
         store
+            .db
             .conn
             .execute(
                 "INSERT INTO tokens VALUES ('planted', ?1, 'mallory', 'client', 0, 0)",
@@ -417,16 +236,19 @@ mod tests {
         );
         assert_eq!(again.list_tokens().unwrap(), vec![info]);
         let versions: i64 = again
+            .db
             .conn
             .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(versions, SCHEMA_VERSION);
         let mode: String = again
+            .db
             .conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
         assert_eq!(mode, "wal");
         let sync: i64 = again
+            .db
             .conn
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
             .unwrap();
@@ -451,6 +273,7 @@ mod tests {
         // What an older master wrote after a worker reported exec_us above 2^63: SQLite turned
         // the overflowing sum into a REAL, and every read of the table failed.
         store
+            .db
             .conn
             .execute_batch(
                 "UPDATE users SET used_us = used_us + 9223372036854775807 WHERE user_name = 'bob';
@@ -458,6 +281,7 @@ mod tests {
             )
             .unwrap();
         let kind: String = store
+            .db
             .conn
             .query_row(
                 "SELECT typeof(used_us) FROM users WHERE user_name = 'bob'",
@@ -477,6 +301,7 @@ mod tests {
             (Some(i64::MAX as u64), 0, i64::MAX as u64)
         );
         let kinds: Vec<String> = again
+            .db
             .conn
             .prepare("SELECT typeof(used_us) FROM users")
             .unwrap()
@@ -517,6 +342,7 @@ mod tests {
         let path = dir.path().join("x.db");
         let store = SqliteStore::open(&path).unwrap();
         store
+            .db
             .conn
             .execute("INSERT INTO schema_version (version) VALUES (99)", [])
             .unwrap();

@@ -13,14 +13,47 @@ use rmp::Marker;
 
 use crate::counts::PackageCounts;
 use crate::error::ProtoError;
+use crate::kind;
+use crate::limits::{
+    FN_HASH_BYTES, KEPT_KEY_BYTES, MAX_FUNCTION_NAME_BYTES, MAX_FUNCTION_VERSION_BYTES,
+    MAX_INTERFACE_BYTES, MAX_NAME_BYTES, MAX_RELEASE_KEYS, MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
+};
 use crate::message::{
-    kind, Assignment, Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, TaskResult,
-    WorkerResult, FN_HASH_BYTES, KEPT_KEY_BYTES, MAX_FUNCTION_NAME_BYTES,
-    MAX_FUNCTION_VERSION_BYTES, MAX_INTERFACE_BYTES, MAX_NAME_BYTES, MAX_RELEASE_KEYS,
-    MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
+    Assignment, Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, TaskResult,
+    WorkerResult,
 };
 use crate::msgpack::{describe, Int, Reader};
 use crate::options::{quote, PackageOpts, CALL_OPTS, SUBMIT_OPTS};
+
+/// A struct read field by field in wire order, each error naming its field
+/// (`read_struct!(r, "WELCOME", Msg::Welcome { version: u32 })` reads `r.u32("WELCOME.version")`);
+/// `name: string(MAX)` passes `MAX` after the field's name; fields after `;` are not on the wire.
+macro_rules! read_struct {
+    ($r:ident, $prefix:literal, $($ty:ident)::+ {
+        $($field:ident: $read:ident $(($($arg:expr),*))?),* $(; $($rest:tt)*)?
+    }) => {
+        $($ty)::+ {
+            $( $field: $r.$read(concat!($prefix, ".", stringify!($field)) $($(, $arg)*)?)?, )*
+            $($($rest)*)?
+        }
+    };
+}
+
+/// An array at `field` whose items take at least `min_item_bytes` each, read by `item`.
+#[inline]
+fn list<T>(
+    r: &mut Reader,
+    field: &str,
+    min_item_bytes: usize,
+    mut item: impl FnMut(&mut Reader) -> Result<T, ProtoError>,
+) -> Result<Vec<T>, ProtoError> {
+    let n = r.array_len(field, min_item_bytes)?;
+    let mut items = Vec::with_capacity(n);
+    for _ in 0..n {
+        items.push(item(r)?);
+    }
+    Ok(items)
+}
 
 /// Decodes one frame body (without its length prefix). `bin` fields of the result share
 /// `body`'s memory.
@@ -138,56 +171,63 @@ pub(super) fn field_count(k: u8) -> usize {
 fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
     Ok(match k {
         kind::HELLO => decode_hello(r)?,
-        kind::WELCOME => Msg::Welcome {
-            version: r.u32("WELCOME.version")?,
-            session: r.u64("WELCOME.session")?,
-            max_frame_bytes: r.u32("WELCOME.max_frame_bytes")?,
-            heartbeat_ms: r.u32("WELCOME.heartbeat_ms")?,
-            lease_ms: r.u32("WELCOME.lease_ms")?,
-            instance: r.u64("WELCOME.instance")?,
-        },
+        kind::WELCOME => read_struct!(
+            r,
+            "WELCOME",
+            Msg::Welcome {
+                version: u32,
+                session: u64,
+                max_frame_bytes: u32,
+                heartbeat_ms: u32,
+                lease_ms: u32,
+                instance: u64
+            }
+        ),
         kind::ERROR => Msg::Error {
             code: r.string("ERROR.code", usize::MAX)?,
             message: r.string("ERROR.message", usize::MAX)?,
             reference: r.u64("ERROR.ref")?,
         },
         kind::SUBMIT => decode_submit(r)?,
-        kind::ACCEPTED => Msg::Accepted {
-            req_id: r.u64("ACCEPTED.req_id")?,
-            package: r.u64("ACCEPTED.package")?,
-            notice: None,
-        },
+        kind::ACCEPTED => read_struct!(r, "ACCEPTED", Msg::Accepted {
+            req_id: u64, package: u64; notice: None
+        }),
         kind::RESULTS => decode_results(r)?,
-        kind::CANCEL => {
-            let package = r.u64("CANCEL.package")?;
-            let n = r.array_len("CANCEL.indices", 1)?;
-            let mut indices = Vec::with_capacity(n);
-            for _ in 0..n {
-                indices.push(r.u32("CANCEL.indices[]")?);
-            }
-            Msg::Cancel { package, indices }
-        }
-        kind::STATUS => Msg::Status {
-            req_id: r.u64("STATUS.req_id")?,
-            package: r.u64("STATUS.package")?,
+        kind::CANCEL => Msg::Cancel {
+            package: r.u64("CANCEL.package")?,
+            indices: list(r, "CANCEL.indices", 1, |r| r.u32("CANCEL.indices[]"))?,
         },
+        kind::STATUS => read_struct!(
+            r,
+            "STATUS",
+            Msg::Status {
+                req_id: u64,
+                package: u64
+            }
+        ),
         kind::STATUS_REPLY => Msg::StatusReply {
             req_id: r.u64("STATUS_REPLY.req_id")?,
             package: r.u64("STATUS_REPLY.package")?,
             counts: PackageCounts::read(r)?,
             workers: r.u32("STATUS_REPLY.workers")?,
         },
-        kind::ATTACH => Msg::Attach {
-            req_id: r.u64("ATTACH.req_id")?,
-            package: r.u64("ATTACH.package")?,
-        },
-        kind::ACK => Msg::Ack {
-            package: r.u64("ACK.package")?,
-            count: r.u64("ACK.count")?,
-        },
-        kind::PULL => Msg::Pull {
-            credits: r.u32("PULL.credits")?,
-        },
+        kind::ATTACH => read_struct!(
+            r,
+            "ATTACH",
+            Msg::Attach {
+                req_id: u64,
+                package: u64
+            }
+        ),
+        kind::ACK => read_struct!(
+            r,
+            "ACK",
+            Msg::Ack {
+                package: u64,
+                count: u64
+            }
+        ),
+        kind::PULL => read_struct!(r, "PULL", Msg::Pull { credits: u32 }),
         kind::ASSIGN => decode_assign(r)?,
         kind::RESULT => decode_result(r)?,
         kind::RETURN => Msg::Return {
@@ -197,31 +237,36 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
             tasks: decode_task_refs(r, "ABORT.tasks")?,
         },
         kind::CALL => decode_call(r)?,
-        kind::FUNCTIONS => Msg::Functions {
-            req_id: r.u64("FUNCTIONS.req_id")?,
-            // Empty asks for every function.
-            name: r.string("FUNCTIONS.name", MAX_FUNCTION_NAME_BYTES)?,
-        },
+        // An empty name asks for every function.
+        kind::FUNCTIONS => read_struct!(
+            r,
+            "FUNCTIONS",
+            Msg::Functions {
+                req_id: u64,
+                name: string(MAX_FUNCTION_NAME_BYTES)
+            }
+        ),
         kind::SERVE => decode_serve(r)?,
         kind::ASSIGN_CALLS => decode_assign_calls(r)?,
         kind::FUNCTIONS_REPLY => decode_functions_reply(r)?,
-        kind::CLUSTER_STATUS => Msg::ClusterStatus {
-            req_id: r.u64("CLUSTER_STATUS.req_id")?,
-        },
-        kind::CLUSTER_STATUS_REPLY => Msg::ClusterStatusReply {
-            req_id: r.u64("CLUSTER_STATUS_REPLY.req_id")?,
-            status: r.map_value("CLUSTER_STATUS_REPLY.status")?,
-        },
-        kind::RELEASE => decode_release(r)?,
-        kind::DROP => {
-            // A bin of 16 bytes: 17 bytes each.
-            let n = r.array_len("DROP.keys", 1 + KEPT_KEY_BYTES)?;
-            let mut keys = Vec::with_capacity(n);
-            for _ in 0..n {
-                keys.push(kept_key(r, "DROP.keys[]")?);
-            }
-            Msg::Drop { keys }
+        kind::CLUSTER_STATUS => {
+            read_struct!(r, "CLUSTER_STATUS", Msg::ClusterStatus { req_id: u64 })
         }
+        kind::CLUSTER_STATUS_REPLY => read_struct!(
+            r,
+            "CLUSTER_STATUS_REPLY",
+            Msg::ClusterStatusReply {
+                req_id: u64,
+                status: map_value
+            }
+        ),
+        kind::RELEASE => decode_release(r)?,
+        kind::DROP => Msg::Drop {
+            // A bin of 16 bytes: 17 bytes each.
+            keys: list(r, "DROP.keys", 1 + KEPT_KEY_BYTES, |r| {
+                r.kept_key("DROP.keys[]")
+            })?,
+        },
         kind::HEARTBEAT => Msg::Heartbeat,
         _ => Msg::Drain,
     })
@@ -240,12 +285,45 @@ fn decode_release(r: &mut Reader) -> Result<Msg, ProtoError> {
     for _ in 0..n {
         r.record("RELEASE.keys[]", 2)?;
         let session = r.u64("RELEASE.keys[].session")?;
-        keys.push((session, kept_key(r, "RELEASE.keys[].key")?));
+        keys.push((session, r.kept_key("RELEASE.keys[].key")?));
     }
     Ok(Msg::Release { keys })
 }
 
-/// A kept result's key: a `bin` of exactly [`KEPT_KEY_BYTES`].
+/// The checked fields the messages share, read as [`Reader`] reads its types (so that
+/// [`read_struct!`] can name them).
+trait ReadChecked {
+    /// A kept result's key: a `bin` of exactly [`KEPT_KEY_BYTES`].
+    fn kept_key(&mut self, field: &str) -> Result<Bytes, ProtoError>;
+    /// The name of a named function: 1 to [`MAX_FUNCTION_NAME_BYTES`] bytes.
+    fn function_name(&mut self, field: &str) -> Result<String, ProtoError>;
+    /// An interface blob: at most [`MAX_INTERFACE_BYTES`].
+    fn interface(&mut self, field: &str) -> Result<Bytes, ProtoError>;
+    /// An array of `u32` at `field`, each named `item` in errors.
+    fn u32_list(&mut self, field: &str, item: &str) -> Result<Vec<u32>, ProtoError>;
+    /// An array of `bin` at `field`, each named `item` in errors.
+    fn bin_list(&mut self, field: &str, item: &str) -> Result<Vec<Bytes>, ProtoError>;
+}
+
+impl ReadChecked for Reader {
+    fn kept_key(&mut self, field: &str) -> Result<Bytes, ProtoError> {
+        kept_key(self, field)
+    }
+    fn function_name(&mut self, field: &str) -> Result<String, ProtoError> {
+        function_name(self, field)
+    }
+    fn interface(&mut self, field: &str) -> Result<Bytes, ProtoError> {
+        interface(self, field)
+    }
+    fn u32_list(&mut self, field: &str, item: &str) -> Result<Vec<u32>, ProtoError> {
+        list(self, field, 1, |r| r.u32(item))
+    }
+    fn bin_list(&mut self, field: &str, item: &str) -> Result<Vec<Bytes>, ProtoError> {
+        // The smallest bin is an empty one: 2 bytes.
+        list(self, field, 2, |r| r.bin(item))
+    }
+}
+
 fn kept_key(r: &mut Reader, field: &str) -> Result<Bytes, ProtoError> {
     let key = r.bin(field)?;
     if key.len() != KEPT_KEY_BYTES {
@@ -260,13 +338,10 @@ fn kept_key(r: &mut Reader, field: &str) -> Result<Bytes, ProtoError> {
 /// `[[task: u64, attempt: u32]]`, as in `RETURN` and `ABORT`.
 fn decode_task_refs(r: &mut Reader, field: &str) -> Result<Vec<(u64, u32)>, ProtoError> {
     // [[task, attempt]]: 3 bytes at least each.
-    let n = r.array_len(field, 3)?;
-    let mut tasks = Vec::with_capacity(n);
-    for _ in 0..n {
+    list(r, field, 3, |r| {
         r.record(field, 2)?;
-        tasks.push((r.u64(field)?, r.u32(field)?));
-    }
-    Ok(tasks)
+        Ok((r.u64(field)?, r.u32(field)?))
+    })
 }
 
 fn decode_hello(r: &mut Reader) -> Result<Msg, ProtoError> {
@@ -279,14 +354,10 @@ fn decode_hello(r: &mut Reader) -> Result<Msg, ProtoError> {
             "HELLO.role: expected \"client\" or \"worker\", found {found:?}"
         )));
     };
-    Ok(Msg::Hello {
-        version,
-        role,
-        token: r.string("HELLO.token", MAX_TOKEN_BYTES)?,
-        name: r.string("HELLO.name", MAX_NAME_BYTES)?,
-        slots: r.u32("HELLO.slots")?,
-        identity: None,
-    })
+    Ok(read_struct!(r, "HELLO", Msg::Hello {
+        token: string(MAX_TOKEN_BYTES), name: string(MAX_NAME_BYTES), slots: u32;
+        version, role, identity: None
+    }))
 }
 
 fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
@@ -301,11 +372,7 @@ fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
     let fn_code = r.bin("SUBMIT.fn_code")?;
     let (opts, bad_option) = PackageOpts::read_map(r, &SUBMIT_OPTS)?;
     // The smallest task is an empty bin: 2 bytes.
-    let n = r.array_len("SUBMIT.tasks", 2)?;
-    let mut tasks = Vec::with_capacity(n);
-    for _ in 0..n {
-        tasks.push(r.bin("SUBMIT.tasks[]")?);
-    }
+    let tasks = list(r, "SUBMIT.tasks", 2, |r| r.bin("SUBMIT.tasks[]"))?;
     if let Some((key, reason)) = bad_option {
         // Only a frame that is well formed to its end earns the non-fatal error.
         r.expect_end()?;
@@ -328,72 +395,68 @@ fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
 fn decode_results(r: &mut Reader) -> Result<Msg, ProtoError> {
     let package = r.u64("RESULTS.package")?;
     // fixarray, 8 one-byte fields and an empty bin: 11 bytes at least.
-    let n = r.array_len("RESULTS.results", 11)?;
-    let mut results = Vec::with_capacity(n);
-    for _ in 0..n {
+    let results = list(r, "RESULTS.results", 11, |r| {
         r.record("RESULTS.results[]", 9)?;
-        results.push(TaskResult {
-            index: r.u32("RESULTS.results[].index")?,
-            status: r.u8("RESULTS.results[].status")?,
-            data: r.bin("RESULTS.results[].data")?,
-            queue_us: r.u64("RESULTS.results[].queue_us")?,
-            worker_us: r.u64("RESULTS.results[].worker_us")?,
-            exec_us: r.u64("RESULTS.results[].exec_us")?,
-            wait_us: r.u64("RESULTS.results[].wait_us")?,
-            flush_us: r.u64("RESULTS.results[].flush_us")?,
-            late_us: r.u64("RESULTS.results[].late_us")?,
-        });
-    }
+        Ok(read_struct!(
+            r,
+            "RESULTS.results[]",
+            TaskResult {
+                index: u32,
+                status: u8,
+                data: bin,
+                queue_us: u64,
+                worker_us: u64,
+                exec_us: u64,
+                wait_us: u64,
+                flush_us: u64,
+                late_us: u64
+            }
+        ))
+    })?;
     Ok(Msg::Results { package, results })
 }
 
 fn decode_assign(r: &mut Reader) -> Result<Msg, ProtoError> {
     // fixarray, task, attempt, two empty bins, a nil and timeout_ms: 9 bytes at least.
-    let n = r.array_len("ASSIGN.tasks", 9)?;
-    let mut tasks = Vec::with_capacity(n);
-    for _ in 0..n {
+    let tasks = list(r, "ASSIGN.tasks", 9, |r| {
         // Six fields, or seven: the inputs of a task whose dependency the master held.
         let fields = r.array_len("ASSIGN.tasks[]", 1)?;
         if fields != 6 && fields != 7 {
             let reason = format!("ASSIGN.tasks[] has {fields} fields, expected 6 or 7");
             return Err(r.malformed(reason));
         }
-        let mut a = Assignment {
-            task: r.u64("ASSIGN.tasks[].task")?,
-            attempt: r.u32("ASSIGN.tasks[].attempt")?,
-            fn_hash: r.bin("ASSIGN.tasks[].fn_hash")?,
-            fn_code: r.bin_or_nil("ASSIGN.tasks[].fn_code")?,
-            args: r.bin("ASSIGN.tasks[].args")?,
-            timeout_ms: r.u32("ASSIGN.tasks[].timeout_ms")?,
-            inputs: Vec::new(),
-        };
+        let mut a = read_struct!(r, "ASSIGN.tasks[]", Assignment {
+            task: u64, attempt: u32, fn_hash: bin, fn_code: bin_or_nil, args: bin,
+            timeout_ms: u32; inputs: Vec::new()
+        });
         if fields == 7 {
-            let m = r.array_len("ASSIGN.tasks[].inputs", 1)?;
-            for _ in 0..m {
-                a.inputs.push(r.bin("ASSIGN.tasks[].inputs[]")?);
-            }
+            a.inputs = list(r, "ASSIGN.tasks[].inputs", 1, |r| {
+                r.bin("ASSIGN.tasks[].inputs[]")
+            })?;
         }
-        tasks.push(a);
-    }
+        Ok(a)
+    })?;
     Ok(Msg::Assign { tasks })
 }
 
 fn decode_result(r: &mut Reader) -> Result<Msg, ProtoError> {
     // fixarray, 6 one-byte fields and an empty bin: 9 bytes at least.
-    let n = r.array_len("RESULT.results", 9)?;
-    let mut results = Vec::with_capacity(n);
-    for _ in 0..n {
+    let results = list(r, "RESULT.results", 9, |r| {
         r.record("RESULT.results[]", 7)?;
-        results.push(WorkerResult {
-            task: r.u64("RESULT.results[].task")?,
-            attempt: r.u32("RESULT.results[].attempt")?,
-            status: r.u8("RESULT.results[].status")?,
-            data: r.bin("RESULT.results[].data")?,
-            exec_us: r.u64("RESULT.results[].exec_us")?,
-            wait_us: r.u64("RESULT.results[].wait_us")?,
-            flush_us: r.u64("RESULT.results[].flush_us")?,
-        });
-    }
+        Ok(read_struct!(
+            r,
+            "RESULT.results[]",
+            WorkerResult {
+                task: u64,
+                attempt: u32,
+                status: u8,
+                data: bin,
+                exec_us: u64,
+                wait_us: u64,
+                flush_us: u64
+            }
+        ))
+    })?;
     Ok(Msg::Result { results })
 }
 
@@ -431,11 +494,15 @@ fn decode_serve(r: &mut Reader) -> Result<Msg, ProtoError> {
     let mut functions = Vec::with_capacity(n);
     for _ in 0..n {
         r.record("SERVE.functions[]", 3)?;
-        functions.push(ServedFunction {
-            name: function_name(r, "SERVE.functions[].name")?,
-            version: r.string("SERVE.functions[].version", MAX_FUNCTION_VERSION_BYTES)?,
-            interface: interface(r, "SERVE.functions[].interface")?,
-        });
+        functions.push(read_struct!(
+            r,
+            "SERVE.functions[]",
+            ServedFunction {
+                name: function_name,
+                version: string(MAX_FUNCTION_VERSION_BYTES),
+                interface: interface
+            }
+        ));
     }
     Ok(Msg::Serve { functions })
 }
@@ -445,26 +512,20 @@ fn decode_call(r: &mut Reader) -> Result<Msg, ProtoError> {
     let (opts, bad_option) = PackageOpts::read_map(r, &CALL_OPTS)?;
     // fixarray, a one-byte name, an empty version, an empty bin, an empty array and a bool:
     // 8 bytes at least.
-    let n = r.array_len("CALL.calls", 8)?;
-    let mut calls = Vec::with_capacity(n);
-    for _ in 0..n {
+    let calls = list(r, "CALL.calls", 8, |r| {
         r.record("CALL.calls[]", 5)?;
-        let name = function_name(r, "CALL.calls[].name")?;
-        let version = r.string("CALL.calls[].version", MAX_FUNCTION_VERSION_BYTES)?;
-        let args = r.bin("CALL.calls[].args")?;
-        let m = r.array_len("CALL.calls[].deps", 1)?;
-        let mut deps = Vec::with_capacity(m);
-        for _ in 0..m {
-            deps.push(r.u32("CALL.calls[].deps[]")?);
-        }
-        calls.push(Call {
-            name,
-            version,
-            args,
-            deps,
-            fetch: r.bool("CALL.calls[].fetch")?,
-        });
-    }
+        Ok(read_struct!(
+            r,
+            "CALL.calls[]",
+            Call {
+                name: function_name,
+                version: string(MAX_FUNCTION_VERSION_BYTES),
+                args: bin,
+                deps: u32_list("CALL.calls[].deps[]"),
+                fetch: bool
+            }
+        ))
+    })?;
     if let Some((key, reason)) = bad_option {
         // As for SUBMIT: only a frame well formed to its end earns the non-fatal error.
         r.expect_end()?;
@@ -485,56 +546,38 @@ fn decode_call(r: &mut Reader) -> Result<Msg, ProtoError> {
 fn decode_assign_calls(r: &mut Reader) -> Result<Msg, ProtoError> {
     // fixarray, task, attempt, a one-byte name, an empty version, an empty bin, an empty array
     // and timeout_ms: 10 bytes at least.
-    let n = r.array_len("ASSIGN_CALLS.calls", 10)?;
-    let mut calls = Vec::with_capacity(n);
-    for _ in 0..n {
+    let calls = list(r, "ASSIGN_CALLS.calls", 10, |r| {
         // Seven fields, or eight: `keep`, sent only when true.
         let fields = r.array_len("ASSIGN_CALLS.calls[]", 1)?;
         if fields != 7 && fields != 8 {
             let reason = format!("ASSIGN_CALLS.calls[] has {fields} fields, expected 7 or 8");
             return Err(r.malformed(reason));
         }
-        let task = r.u64("ASSIGN_CALLS.calls[].task")?;
-        let attempt = r.u32("ASSIGN_CALLS.calls[].attempt")?;
-        let name = function_name(r, "ASSIGN_CALLS.calls[].name")?;
-        let version = r.string("ASSIGN_CALLS.calls[].version", MAX_FUNCTION_VERSION_BYTES)?;
-        let args = r.bin("ASSIGN_CALLS.calls[].args")?;
-        // The smallest input is an empty bin: 2 bytes.
-        let m = r.array_len("ASSIGN_CALLS.calls[].inputs", 2)?;
-        let mut inputs = Vec::with_capacity(m);
-        for _ in 0..m {
-            inputs.push(r.bin("ASSIGN_CALLS.calls[].inputs[]")?);
-        }
-        calls.push(CallAssignment {
-            task,
-            attempt,
-            name,
-            version,
-            args,
-            inputs,
-            timeout_ms: r.u32("ASSIGN_CALLS.calls[].timeout_ms")?,
-            keep: fields == 8 && r.bool("ASSIGN_CALLS.calls[].keep")?,
-        });
-    }
+        Ok(read_struct!(r, "ASSIGN_CALLS.calls[]", CallAssignment {
+            task: u64, attempt: u32, name: function_name,
+            version: string(MAX_FUNCTION_VERSION_BYTES), args: bin,
+            inputs: bin_list("ASSIGN_CALLS.calls[].inputs[]"),
+            timeout_ms: u32; keep: fields == 8 && r.bool("ASSIGN_CALLS.calls[].keep")?
+        }))
+    })?;
     Ok(Msg::AssignCalls { calls })
 }
 
 fn decode_functions_reply(r: &mut Reader) -> Result<Msg, ProtoError> {
     let req_id = r.u64("FUNCTIONS_REPLY.req_id")?;
     // fixarray, a one-byte name, an empty version, servers, an empty bin: 7 bytes at least.
-    let n = r.array_len("FUNCTIONS_REPLY.functions", 7)?;
-    let mut functions = Vec::with_capacity(n);
-    for _ in 0..n {
+    let functions = list(r, "FUNCTIONS_REPLY.functions", 7, |r| {
         r.record("FUNCTIONS_REPLY.functions[]", 4)?;
-        functions.push(FunctionInfo {
-            name: function_name(r, "FUNCTIONS_REPLY.functions[].name")?,
-            version: r.string(
-                "FUNCTIONS_REPLY.functions[].version",
-                MAX_FUNCTION_VERSION_BYTES,
-            )?,
-            servers: r.u32("FUNCTIONS_REPLY.functions[].servers")?,
-            interface: interface(r, "FUNCTIONS_REPLY.functions[].interface")?,
-        });
-    }
+        Ok(read_struct!(
+            r,
+            "FUNCTIONS_REPLY.functions[]",
+            FunctionInfo {
+                name: function_name,
+                version: string(MAX_FUNCTION_VERSION_BYTES),
+                servers: u32,
+                interface: interface
+            }
+        ))
+    })?;
     Ok(Msg::FunctionsReply { req_id, functions })
 }

@@ -20,15 +20,16 @@ use rtpool_proto::{ProtoError, OPTS};
 
 pub use self::call::{decode_call, encode_call};
 #[cfg(test)]
-pub(crate) use self::legacy::{encode_v1, encode_v2};
+pub(crate) use self::legacy::encode_v2;
 
 /// Version written in every file's meta record.
 pub const FORMAT_VERSION: u64 = 3;
 
-/// Oldest version replay reads; it refuses any other. Version 1 has no deadline options in
-/// `Package` records and no `late_us` in `Done` records: they read as their defaults. Version 2
-/// lists its options as fields rather than as an options map.
-pub const MIN_FORMAT_VERSION: u64 = 1;
+/// Oldest version replay reads: the one before [`FORMAT_VERSION`], never older (the retirement
+/// rule of `docs/journal.md`: bumping the format retires the oldest version and its decoder in
+/// `legacy.rs`). An older file is refused with [`super::JournalError::RetiredFormat`]. Version 2
+/// lists a package's options as fields rather than as an options map.
+pub const MIN_FORMAT_VERSION: u64 = FORMAT_VERSION - 1;
 
 /// Payload tags: the first element of every payload array.
 mod tag {
@@ -235,15 +236,15 @@ fn decode_entry(r: &mut Reader) -> Result<Entry, ProtoError> {
         return Err(r.malformed("record: empty array, expected a tag first".to_owned()));
     }
     let tag = r.u64("tag")?;
-    // Older `Package` and `Done` records have other field counts; either form is read whatever
-    // the file's version (an old file is appended to in this version until its upgrade).
+    // A version-2 `Package` record has another field count; either form is read whatever the
+    // file's version (an old file is appended to in this version until its upgrade).
     let (entry, expected) = match tag {
         tag::META => (decode_meta(r)?, 4),
         tag::PACKAGE if fields == PACKAGE_FIELDS => {
             (Entry::Record(Record::Package(decode_package(r)?)), fields)
         }
         tag::PACKAGE if legacy::is_package(fields) => (
-            Entry::Record(Record::Package(legacy::decode_package(r, fields)?)),
+            Entry::Record(Record::Package(legacy::decode_package(r)?)),
             fields,
         ),
         tag::PACKAGE => {
@@ -252,16 +253,15 @@ fn decode_entry(r: &mut Reader) -> Result<Entry, ProtoError> {
             )))
         }
         tag::DONE => {
-            let v1 = fields == 6;
             let done = DoneRecord {
                 package: r.u64("Done.package")?,
                 index: r.u32("Done.index")?,
                 status: r.u8("Done.status")?,
                 data: r.bin("Done.data")?,
                 exec_us: r.u64("Done.exec_us")?,
-                late_us: if v1 { 0 } else { r.u64("Done.late_us")? },
+                late_us: r.u64("Done.late_us")?,
             };
-            (Entry::Record(Record::Done(done)), if v1 { 6 } else { 7 })
+            (Entry::Record(Record::Done(done)), 7)
         }
         tag::DELIVERED => {
             let package = r.u64("Delivered.package")?;
@@ -296,7 +296,9 @@ fn decode_entry(r: &mut Reader) -> Result<Entry, ProtoError> {
 
 fn decode_meta(r: &mut Reader) -> Result<Entry, ProtoError> {
     let version = r.u64("Meta.version")?;
-    if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+    // A retired version (below MIN_FORMAT_VERSION) decodes: replay refuses it with an error of
+    // its own that says how to upgrade. A newer or unknown one cannot be read at all.
+    if version == 0 || version > FORMAT_VERSION {
         return Err(r.malformed(format!(
             "journal format version {version}, this master reads versions \
              {MIN_FORMAT_VERSION} to {FORMAT_VERSION}"

@@ -155,16 +155,15 @@ fn every_package_option_round_trips() {
 }
 
 #[test]
-fn version_1_records_read_with_default_options() {
-    let v1_package = encode_v1(&Record::Package(sample_package(8)));
-    let Entry::Record(Record::Package(p)) = decode(&v1_package).unwrap() else {
-        panic!("not a Package record");
-    };
-    assert_eq!(p, sample_package(8));
-    assert_eq!(
-        (p.opts.replicas, p.opts.quorum, p.opts.on_miss),
-        (1, 1, MissPolicy::Run)
-    );
+fn retired_version_1_records_are_malformed_and_its_meta_decodes() {
+    // Version 1's `Package` was version 2's without the options array (9 fields).
+    let mut v1_package = encode_v2(&Record::Package(sample_package(8)));
+    v1_package.truncate(v1_package.len() - 8);
+    v1_package[0] = 0x99;
+    assert!(decode(&v1_package)
+        .unwrap_err()
+        .contains("record tag 1 has 9 fields, expected 7"));
+    // Its `Done` had no `late_us` (6 fields).
     let done = DoneRecord {
         package: 8,
         index: 2,
@@ -173,8 +172,17 @@ fn version_1_records_read_with_default_options() {
         exec_us: 40,
         late_us: 0,
     };
-    let v1_done = encode_v1(&Record::Done(done.clone()));
-    assert_eq!(decode(&v1_done).unwrap(), Entry::Record(Record::Done(done)));
+    let mut v1_done = encode(&Entry::Record(Record::Done(done)));
+    assert_eq!(v1_done.pop(), Some(0), "late_us 0 is the last byte");
+    v1_done[0] = 0x96;
+    assert!(decode(&v1_done).unwrap_err().contains("Done"));
+    // Its meta record decodes, for replay to refuse the file with how to upgrade it.
+    let meta = Entry::Meta {
+        version: MIN_FORMAT_VERSION - 1,
+        next_package: 1,
+        last_lsn: 2,
+    };
+    assert_eq!(decode(&encode(&meta)).unwrap(), meta);
 }
 
 #[test]
@@ -276,10 +284,10 @@ fn wrong_version_and_unknown_tag_are_rejected() {
     let w = &mut Writer(&mut buf);
     w.array(4);
     w.uint(tag::META);
-    w.uint(MIN_FORMAT_VERSION - 1);
     w.uint(0u64);
     w.uint(0u64);
-    assert!(decode(&buf).unwrap_err().contains("reads versions 1 to 3"));
+    w.uint(0u64);
+    assert!(decode(&buf).unwrap_err().contains("reads versions 2 to 3"));
     let mut buf = Vec::new();
     let w = &mut Writer(&mut buf);
     w.array(2);
