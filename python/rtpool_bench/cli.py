@@ -3,7 +3,7 @@
 ``rtpool bench`` parses ``latency``, ``throughput``, ``payload``, ``all`` (the closed-loop round
 trips of :mod:`rtpool_bench.roundtrip`) and ``latency --rate/--sweep``, ``deadline``, ``hedge``
 (the open-loop benches of :mod:`rtpool_bench.openloop_cli`) here; ``ninf``, ``realtime``,
-``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale`` and ``procs`` have parsers of
+``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale``, ``procs`` and ``soak`` have parsers of
 their own.
 """
 
@@ -31,6 +31,7 @@ BENCHES = ROUNDTRIP_BENCHES + (
     "prefetch",
     "scale",
     "procs",
+    "soak",
 )
 
 
@@ -77,6 +78,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import hostconn
 
         return hostconn.main(argv[1:])
+    if which == "soak":
+        from . import soak
+
+        return soak.main(argv[1:])
     return roundtrip_main(argv)
 
 
@@ -98,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
         "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch, "
-        "procs and scale has its own --help (`rtpool bench ninf --help`: the Ninf paper's grid RPC "
+        "procs, scale and soak has its own --help (`rtpool bench ninf --help`: the Ninf paper's grid RPC "
         "benchmarks)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
