@@ -20,8 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_two_minute_soak_with_faults_delivers_every_owed_result_once():
     proc = subprocess.run(
         [sys.executable, "-m", "rtpool", "bench", "soak", "--minutes", "2", "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     ledger, events, samples = out["ledger"], out["events"], out["samples"]

@@ -36,8 +36,17 @@ from .soak_verdict import Ledger, verdict
 from .stats import machine_info
 
 #: The sampled series, in table order.
-SERIES = ("master_rss_mb", "master_fds", "master_threads", "journal_mb", "packages", "tasks",
-          "functions", "retained", "workers_rss_mb")  # fmt: skip
+SERIES = (
+    "master_rss_mb",
+    "master_fds",
+    "master_threads",
+    "journal_mb",
+    "packages",
+    "tasks",
+    "functions",
+    "retained",
+    "workers_rss_mb",
+)
 #: Longest wait for one round's results (a master restart and re-attachment fit well within).
 RESULT_TIMEOUT_S = 120.0
 BLOB_BYTES = 1 << 20
@@ -74,17 +83,28 @@ class Soak:
         self.rng = random.Random(seed)
         self.ledger = Ledger()
         self.samples: List[Dict[str, float]] = []
-        self.events: Dict[str, int] = {"master_restarts": 0, "worker_kills": 0,
-                                       "host_restarts": 0, "abandoned_clients": 0,
-                                       "client_sessions": 0, "rounds": 0}  # fmt: skip
+        self.events: Dict[str, int] = {
+            "master_restarts": 0,
+            "worker_kills": 0,
+            "host_restarts": 0,
+            "abandoned_clients": 0,
+            "client_sessions": 0,
+            "rounds": 0,
+        }
         self._tag = 0
         self._tag_lock = threading.Lock()
         self._stop = threading.Event()
         self._tmp = tempfile.TemporaryDirectory(prefix="rtpool-soak-")
         base = Path(self._tmp.name)
         self.base, self.data_dir = base, base / "data"
-        args = ["--result-ttl", str(self.plan["result_ttl_s"]), "--max-attempts", "4",
-                "--http", "off"]  # fmt: skip
+        args = [
+            "--result-ttl",
+            str(self.plan["result_ttl_s"]),
+            "--max-attempts",
+            "4",
+            "--http",
+            "off",
+        ]
         self.master = _Master(self.data_dir, base / "master.log", args)
         self.address = self.master.address
         self.hosts = WorkerHosts(self.address, self.master.worker_token, base, workers, procs)
@@ -103,8 +123,9 @@ class Soak:
 
         while not self._stop.is_set():
             try:
-                return rtpool.Client(self.address, self.master.token, name=name,
-                                     reconnect_timeout=RESULT_TIMEOUT_S)  # fmt: skip
+                return rtpool.Client(
+                    self.address, self.master.token, name=name, reconnect_timeout=RESULT_TIMEOUT_S
+                )
             except Exception:  # noqa: BLE001 - the master may be restarting: try again
                 time.sleep(0.2)
         return None
@@ -137,12 +158,20 @@ class Soak:
             view = timed if i % 2 else client
             submit("sleep10ms", tag, tag, lambda t=tag, v=view: v.submit(lib.tagged_sleep, t, 10))
         for tag in self._tags(2):
-            submit("blob1MiB", tag, ("blob", tag, BLOB_BYTES),
-                   lambda t=tag: client.submit(lib.tagged_blob, t, BLOB_BYTES))  # fmt: skip
+            submit(
+                "blob1MiB",
+                tag,
+                ("blob", tag, BLOB_BYTES),
+                lambda t=tag: client.submit(lib.tagged_blob, t, BLOB_BYTES),
+            )
         kept = client.options(keep=True)
         for tag in self._tags(2):
-            submit("kept", tag, 1000 * tag,
-                   lambda t=tag: client.submit(lib.kept_sum, kept.submit(lib.kept_value, t)))  # fmt: skip
+            submit(
+                "kept",
+                tag,
+                1000 * tag,
+                lambda t=tag: client.submit(lib.kept_sum, kept.submit(lib.kept_value, t)),
+            )
         for tag in self._tags(3):
             submit("rpc", tag, tag + 1, lambda t=tag: client.call_async("soak_add", t, 1))
         if with_poison:
@@ -193,8 +222,10 @@ class Soak:
 
     def _faults(self, start: float) -> None:
         p = self.plan
-        due = {k: start + p[k] for k in ("master_restart_s", "worker_kill_s", "host_restart_s",
-                                           "abandon_s")}  # fmt: skip
+        due = {
+            k: start + p[k]
+            for k in ("master_restart_s", "worker_kill_s", "host_restart_s", "abandon_s")
+        }
         while not self._stop.wait(0.2):
             now = time.monotonic()
             if now >= due["worker_kill_s"]:
@@ -224,15 +255,27 @@ class Soak:
     def sample(self, t: float) -> Dict[str, float]:
         pid = self.master.proc.pid
         st = proc_status(pid)
-        row: Dict[str, Any] = {"t_s": round(t, 1), "master_pid": pid,
-                               "master_rss_mb": st.get("rss_mb"), "master_fds": open_fds(pid),
-                               "master_threads": st.get("threads"),
-                               "journal_mb": journal_bytes(self.data_dir) / 2**20,
-                               "workers_rss_mb": self.hosts.rss_mb()}  # fmt: skip
+        row: Dict[str, Any] = {
+            "t_s": round(t, 1),
+            "master_pid": pid,
+            "master_rss_mb": st.get("rss_mb"),
+            "master_fds": open_fds(pid),
+            "master_threads": st.get("threads"),
+            "journal_mb": journal_bytes(self.data_dir) / 2**20,
+            "workers_rss_mb": self.hosts.rss_mb(),
+        }
         try:
             totals = self._status_client.status(timeout=5)["totals"]
-            for k in ("packages", "tasks", "functions", "retained", "clients", "workers",
-                      "packages_expired", "poisoned"):
+            for k in (
+                "packages",
+                "tasks",
+                "functions",
+                "retained",
+                "clients",
+                "workers",
+                "packages_expired",
+                "poisoned",
+            ):
                 row[k] = totals.get(k)
         except Exception:  # noqa: BLE001 - restarting or not yet connected: a gap
             pass
@@ -242,8 +285,10 @@ class Soak:
     def run(self) -> Dict[str, Any]:
         start = time.monotonic()
         threads = [threading.Thread(target=self._steady, name="soak-steady", daemon=True)]
-        threads += [threading.Thread(target=self._churn, args=(f"soak-churn{i}",), daemon=True)
-                    for i in range(2)]  # fmt: skip
+        threads += [
+            threading.Thread(target=self._churn, args=(f"soak-churn{i}",), daemon=True)
+            for i in range(2)
+        ]
         threads.append(threading.Thread(target=self._faults, args=(start,), daemon=True))
         for th in threads:
             th.start()
@@ -255,16 +300,23 @@ class Soak:
                 next_sample += self.plan["sample_s"]
                 row = self.sample(time.monotonic() - start)
                 c = self.ledger.check()
-                self.say(f"{row['t_s']:6.0f} s: master {_fmt(row.get('master_rss_mb'))} MB, "
-                         f"{row.get('master_fds')} fds, {row.get('master_threads')} threads, "
-                         f"journal {_fmt(row['journal_mb'])} MB, tasks {row.get('tasks')}; "
-                         f"{c['delivered']}/{c['owed']} results, {self.events}")  # fmt: skip
+                self.say(
+                    f"{row['t_s']:6.0f} s: master {_fmt(row.get('master_rss_mb'))} MB, "
+                    f"{row.get('master_fds')} fds, {row.get('master_threads')} threads, "
+                    f"journal {_fmt(row['journal_mb'])} MB, tasks {row.get('tasks')}; "
+                    f"{c['delivered']}/{c['owed']} results, {self.events}"
+                )
         self._stop.set()
         for th in threads:  # each finishes its round: bounded by RESULT_TIMEOUT_S
             th.join(RESULT_TIMEOUT_S + 30)
-        return {"plan": self.plan, "events": self.events, "samples": self.samples,
-                "ledger": self.ledger.check(), "verdict": verdict(self.samples, SERIES),
-                "master_log_tail": self.master.log.read_text(errors="replace")[-1500:]}  # fmt: skip
+        return {
+            "plan": self.plan,
+            "events": self.events,
+            "samples": self.samples,
+            "ledger": self.ledger.check(),
+            "verdict": verdict(self.samples, SERIES),
+            "master_log_tail": self.master.log.read_text(errors="replace")[-1500:],
+        }
 
     def close(self) -> None:
         from .recovery import _stop_group
@@ -281,8 +333,9 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
-def run_soak(minutes: float, workers: int = 2, procs: int = 2, seed: int = 1,
-             say: Callable = lambda s: None) -> Dict[str, Any]:  # fmt: skip
+def run_soak(
+    minutes: float, workers: int = 2, procs: int = 2, seed: int = 1, say: Callable = lambda s: None
+) -> Dict[str, Any]:
     """One soak run; returns the plan, events, samples, ledger check and verdict."""
     soak = Soak(minutes, workers, procs, seed, say)
     try:
@@ -300,9 +353,11 @@ def render(out: Dict[str, Any]) -> str:
     for row in out["samples"]:
         lines.append("  ".join(f"{_fmt(row.get(c)):>14}" for c in cols))
     c = out["ledger"]
-    lines.append(f"results: {c['owed']} owed ({c['per_kind']}), {c['delivered']} delivered; "
-                 f"missing {c['missing']}, wrong {c['wrong']}, twice {c['twice']}, "
-                 f"unknown {c['unknown']}; not owed (refused at submit): {c['not_owed']}")  # fmt: skip
+    lines.append(
+        f"results: {c['owed']} owed ({c['per_kind']}), {c['delivered']} delivered; "
+        f"missing {c['missing']}, wrong {c['wrong']}, twice {c['twice']}, "
+        f"unknown {c['unknown']}; not owed (refused at submit): {c['not_owed']}"
+    )
     lines.append(f"events: {out['events']}")
     v = out["verdict"]
     lines.append(f"rule: {v['rule']}")
@@ -310,8 +365,9 @@ def render(out: Dict[str, Any]) -> str:
         mark = {True: "flat", False: "GROWS", None: "n/a"}[r["flat"]]
         lines.append(f"  {r['series']:>16}: {mark:5}  {r['why']}")
     ok = c["ok"] and v["flat"] is not False
-    lines.append(f"verdict: {'PASS' if ok else 'FAIL'} (results {'ok' if c['ok'] else 'NOT ok'},"
-                 f" series {'flat' if v['flat'] else 'not flat' if v['flat'] is False else 'n/a'})")  # fmt: skip
+    series = {True: "flat", False: "not flat", None: "n/a"}[v["flat"]]
+    results = "ok" if c["ok"] else "NOT ok"
+    lines.append(f"verdict: {'PASS' if ok else 'FAIL'} (results {results}, series {series})")
     return "\n".join(lines)
 
 

@@ -152,5 +152,9 @@ def abandon(address: str, token: str, log: Path, results: int) -> subprocess.Pop
     with open(log, "ab") as f:
         return subprocess.Popen(
             [sys.executable, "-c", _ABANDON, address, str(results)],
-            stdout=f, stderr=f, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-        )  # fmt: skip
+            stdout=f,
+            stderr=f,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )

@@ -51,8 +51,14 @@ def flatness(name: str, values: Sequence[float]) -> Dict[str, Any]:
     out: Dict[str, Any] = {"series": name, "allowance": allowance}
     vals = [float(v) for v in values if v is not None]
     if len(vals) < 4:
-        return {**out, "q2_median": None, "q4_median": None, "limit": None, "flat": None,
-                "why": f"{len(vals)} samples: too few for quarters"}  # fmt: skip
+        return {
+            **out,
+            "q2_median": None,
+            "q4_median": None,
+            "limit": None,
+            "flat": None,
+            "why": f"{len(vals)} samples: too few for quarters",
+        }
     n = len(vals)
     q2 = vals[n // 4 : n // 2]
     q4 = vals[n - max(1, n // 4) :]
