@@ -52,19 +52,26 @@ RESULT_TIMEOUT_S = 120.0
 BLOB_BYTES = 1 << 20
 
 
-def plan(minutes: float) -> Dict[str, float]:
-    """The run's timing: sample period, and how often each fault comes, scaled to the run."""
+def plan(minutes: float, restart_every_s: float | None = None) -> Dict[str, float]:
+    """The run's timing: sample period, and how often each fault comes, scaled to the run
+    (``restart_every_s``: the master's restart period instead of the run's third within
+    30..180 s; 0: never)."""
     total = minutes * 60
+    if restart_every_s is None:
+        restart_every_s = min(180.0, max(30.0, total / 3))
     return {
         "total_s": total,
         "sample_s": min(60.0, total / 12),
-        "master_restart_s": min(180.0, max(30.0, total / 3)),
+        "master_restart_s": restart_every_s,  # 0: never
         "worker_kill_s": min(30.0, max(8.0, total / 10)),
         "host_restart_s": min(90.0, max(20.0, total / 5)),
         "abandon_s": min(60.0, max(10.0, total / 8)),
         "poison_s": min(60.0, max(10.0, total / 10)),
         "round_pause_s": 0.1,
-        "result_ttl_s": 5.0,
+        # Short, so abandoned packages expire within the run, yet longer than a client's
+        # reconnection to a restarted master (its backoff reaches 5 s; the master's start and
+        # journal replay under load take a few more): 5 s lost a package now and then.
+        "result_ttl_s": 15.0,
     }
 
 
@@ -78,8 +85,10 @@ def _normal(value: Any) -> Any:
 class Soak:
     """One run: its processes, clients, ledger and samples."""
 
-    def __init__(self, minutes: float, workers: int, procs: int, seed: int, say: Callable):
-        self.plan, self.say = plan(minutes), say
+    def __init__(
+        self, minutes: float, workers: int, procs: int, seed: int, say: Callable, restart_every_s
+    ):
+        self.plan, self.say = plan(minutes, restart_every_s), say
         self.rng = random.Random(seed)
         self.ledger = Ledger()
         self.samples: List[Dict[str, float]] = []
@@ -223,7 +232,7 @@ class Soak:
     def _faults(self, start: float) -> None:
         p = self.plan
         due = {
-            k: start + p[k]
+            k: start + p[k] if p[k] else float("inf")
             for k in ("master_restart_s", "worker_kill_s", "host_restart_s", "abandon_s")
         }
         while not self._stop.wait(0.2):
@@ -334,10 +343,15 @@ def _fmt(v: Any) -> str:
 
 
 def run_soak(
-    minutes: float, workers: int = 2, procs: int = 2, seed: int = 1, say: Callable = lambda s: None
+    minutes: float,
+    workers: int = 2,
+    procs: int = 2,
+    seed: int = 1,
+    say: Callable = lambda s: None,
+    restart_every_s: float | None = None,
 ) -> Dict[str, Any]:
     """One soak run; returns the plan, events, samples, ledger check and verdict."""
-    soak = Soak(minutes, workers, procs, seed, say)
+    soak = Soak(minutes, workers, procs, seed, say, restart_every_s)
     try:
         out = soak.run()
     finally:
@@ -359,6 +373,14 @@ def render(out: Dict[str, Any]) -> str:
         f"unknown {c['unknown']}; not owed (refused at submit): {c['not_owed']}"
     )
     lines.append(f"events: {out['events']}")
+    lives: Dict[int, List[float]] = {}
+    for row in out["samples"]:
+        if row.get("master_rss_mb") is not None:
+            lives.setdefault(row["master_pid"], []).append(row["master_rss_mb"])
+    lines.append(
+        "master RSS over each master's life (first -> last sample, MB): "
+        + ", ".join(f"{v[0]:.1f} -> {v[-1]:.1f} ({len(v)})" for v in lives.values())
+    )
     v = out["verdict"]
     lines.append(f"rule: {v['rule']}")
     for r in v["series"]:
@@ -379,14 +401,24 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="worker hosts (default 2)")
     ap.add_argument("--procs", type=int, default=2, help="processes per worker host (default 2)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (default 1)")
+    ap.add_argument(
+        "--restart-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="kill and restart the master this often (default: a third of the run, within "
+        "30..180 s; 0: never, to see one master's whole life)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     if not 0.5 <= args.minutes <= 24 * 60 or min(args.workers, args.procs) < 1:
         ap.error("--minutes must be within 0.5..1440, --workers and --procs at least 1")
+    if args.restart_every is not None and not args.restart_every >= 0:
+        ap.error("--restart-every must be 0 (never) or a number of seconds")
 
     def say(text: str) -> None:
         print(f"soak: {text}", file=sys.stderr, flush=True)
 
-    out = run_soak(args.minutes, args.workers, args.procs, args.seed, say)
+    out = run_soak(args.minutes, args.workers, args.procs, args.seed, say, args.restart_every)
     print(json.dumps(out) if args.json else render(out))
     return 0 if out["ledger"]["ok"] and out["verdict"]["flat"] is not False else 1
