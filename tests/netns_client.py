@@ -1,4 +1,4 @@
-"""A client on a host of its own, for the multi-host tests (``tests/netns.py``).
+"""A client on a host of its own, for the multi-host tests (``rtpool_bench/netns.py``).
 
 Run in a namespace (``Network.run(host, [python, netns_client.py, ...])``) with the client
 token in ``$RTPOOL_TOKEN`` and ``tests/`` on ``PYTHONPATH``. It connects to the master (over

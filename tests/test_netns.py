@@ -29,7 +29,7 @@ import rtpool
 import tasks
 from conftest import MasterProcess, attach_master, close_master
 from helpers import TESTS_DIR, stop_process, wait_until, worker_env
-from netns import Network, skip_reason
+from rtpool_bench.netns import Network, skip_reason
 
 _SKIP = skip_reason()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")

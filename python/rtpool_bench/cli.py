@@ -3,7 +3,8 @@
 ``rtpool bench`` parses ``latency``, ``throughput``, ``payload``, ``all`` (the closed-loop round
 trips of :mod:`rtpool_bench.roundtrip`) and ``latency --rate/--sweep``, ``deadline``, ``hedge``
 (the open-loop benches of :mod:`rtpool_bench.openloop_cli`) here; ``ninf``, ``realtime``,
-``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale`` and ``procs`` have parsers of
+``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale``, ``procs``, ``soak`` and
+``handshake`` have parsers of
 their own.
 """
 
@@ -31,6 +32,8 @@ BENCHES = ROUNDTRIP_BENCHES + (
     "prefetch",
     "scale",
     "procs",
+    "soak",
+    "handshake",
 )
 
 
@@ -77,6 +80,14 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import hostconn
 
         return hostconn.main(argv[1:])
+    if which == "soak":
+        from . import soak
+
+        return soak.main(argv[1:])
+    if which == "handshake":
+        from . import handshake
+
+        return handshake.main(argv[1:])
     return roundtrip_main(argv)
 
 
@@ -98,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
         "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch, "
-        "procs and scale has its own --help (`rtpool bench ninf --help`: the Ninf paper's grid RPC "
-        "benchmarks)",
+        "procs, scale, soak and handshake has its own --help (`rtpool bench ninf --help`: the "
+        "Ninf paper's grid RPC benchmarks)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")

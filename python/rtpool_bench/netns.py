@@ -1,6 +1,7 @@
-"""Hosts on a private network for multi-host tests: one network namespace per host, joined by
-veth pairs to a bridge in the master host's namespace, and the test process (the root
-namespace) on the same bridge, so a client in the test reaches every host.
+"""Hosts on a private network for multi-host tests and benches (``rtpool bench handshake``):
+one network namespace per host, joined by veth pairs to a bridge in the master host's
+namespace, and the test process (the root namespace) on the same bridge, so a client in the
+test reaches every host.
 
 Names are unique per run (a prefix with the test process's PID and a random suffix); every
 namespace and link is removed by :meth:`Network.close`, also after a failed setup. Cutting a
