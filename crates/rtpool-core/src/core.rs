@@ -36,6 +36,7 @@
 
 mod admission;
 mod calls;
+mod cancel;
 mod client_events;
 mod copies;
 mod dispatch;
@@ -49,10 +50,12 @@ mod locality;
 mod prepare;
 mod reported;
 mod restore_calls;
+mod submit;
 mod timers;
 mod unacked;
 mod view;
 mod worker_events;
+mod worker_loss;
 
 pub use self::view::{PackageView, WorkerView};
 
@@ -122,7 +125,7 @@ pub struct Core {
     pending_aborts: Vec<(WorkerId, TaskId, u32)>,
     /// The latest lost workers' running tasks and which of them were blamed, so that a late
     /// crash report can move the blame to the task that really ran (bounded).
-    recent_losses: std::collections::VecDeque<worker_events::RecentLoss>,
+    recent_losses: std::collections::VecDeque<worker_loss::RecentLoss>,
     /// Credits of the connected workers that are not draining.
     free_credits: u64,
     functions: FunctionTable,
@@ -265,7 +268,7 @@ impl Core {
                 opts,
                 tasks,
             } => {
-                let submit = client_events::Submit {
+                let submit = submit::Submit {
                     client,
                     req_id,
                     package,

@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 
-use super::client_events::NO_TASK;
+use super::submit::NO_TASK;
 use super::Core;
 use crate::event::{Action, CallSpec, RestoredPackage};
 use crate::ids::{Instant, PackageId, TaskId};

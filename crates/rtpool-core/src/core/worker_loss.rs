@@ -1,0 +1,309 @@
+//! A worker lost: its tasks requeued or failed as poison, a late crash report matched to the
+//! loss it explains, and the recent losses remembered for that.
+
+use super::lineage::NO_SOURCE;
+use super::timers::Results;
+use super::Core;
+use crate::event::{Action, LossCause, TaskOutcome, TaskStatus, WorkerOutcome};
+use crate::ids::{Instant, TaskId, WorkerId};
+use crate::task::TaskState;
+
+impl Core {
+    /// Forgets the worker: its running tasks go back to the front of the ready queue (in the
+    /// order they were assigned) with their loss recorded, except those lost on every allowed
+    /// attempt, which fail as poison tasks; its cancelled ones are freed; then dispatches. A
+    /// silent or dismissed worker ([`LossCause`]) is blamed for nothing: its tasks are requeued.
+    pub(super) fn on_worker_lost(
+        &mut self,
+        worker: WorkerId,
+        cause: LossCause,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(w) = self.workers.remove(&worker) else {
+            return;
+        };
+        match self.worker_keys.get_mut(&w.key) {
+            Some(n) if *n > 1 => *n -= 1,
+            _ => {
+                self.worker_keys.remove(&w.key);
+            }
+        }
+        self.free_credits -= u64::from(w.credits);
+        if !w.draining {
+            self.total_slots -= u64::from(w.slots);
+        }
+        self.unserve(worker, &w.serves);
+        let mut held: Vec<(u64, TaskId)> = w
+            .in_flight
+            .iter()
+            .map(|&id| (self.assignment_seq(id), id))
+            .collect();
+        held.sort_unstable();
+        // A worker runs its tasks in the order they were assigned, `slots` at a time: only its
+        // `slots` oldest running tasks can have been executing when it was lost. The others
+        // were waiting in its prefetch queue, and their loss is not held against them. A silent
+        // worker may be alive (stopped, cut off, starved), a dismissed one was closed by the
+        // master: none of their tasks is a suspect.
+        let blame = match cause {
+            LossCause::Closed => w.slots.max(1) as usize,
+            LossCause::Silent | LossCause::Dismissed => 0,
+        };
+        let mut suspects = std::collections::HashSet::new();
+        for &(_, id) in &held {
+            if suspects.len() >= blame {
+                break;
+            }
+            if self
+                .tasks
+                .get(id.0)
+                .is_some_and(|t| matches!(t.state, TaskState::Running { .. }))
+            {
+                suspects.insert(id);
+            }
+        }
+        self.remember_loss(worker, &held, &suspects);
+        let mut poisoned = Results::default();
+        for &(_, id) in held.iter().rev() {
+            let package = self
+                .tasks
+                .get(id.0)
+                .expect("in-flight task is live")
+                .package;
+            let allowed = self.allowed_attempts(package);
+            let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
+            if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
+                let attempt = task.attempt;
+                if !task.losses().iter().any(|(_, a, _)| *a == attempt) {
+                    task.losses_mut().push((worker, attempt, None)); // (not reported already)
+                }
+                if task.losses().len() >= allowed {
+                    let slot = task.package;
+                    let message = poison_message(task.losses());
+                    if self.is_remake(id) {
+                        let data = bytes::Bytes::from(message);
+                        self.remake_answered(id, worker, TaskStatus::Lost, data, now);
+                        continue;
+                    }
+                    let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
+                    let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+                    self.counters.poisoned += 1;
+                    if task.group.is_some() {
+                        self.copy_answered(id, worker, outcome, false, now, &mut poisoned);
+                        continue;
+                    }
+                    let outcome = self.finish_task(id, outcome, now);
+                    // The lost worker holds nothing any more.
+                    let task = self.tasks.get_mut(id.0).expect("just finished");
+                    task.state = TaskState::Done {
+                        holder: None,
+                        acked: false,
+                    };
+                    poisoned.add(self, slot, outcome);
+                    continue;
+                }
+            }
+            if matches!(task.state, TaskState::Running { .. }) {
+                self.counters.requeued += 1;
+            }
+            self.requeue_front(id);
+        }
+        // The transaction intermediates it kept are made again elsewhere.
+        let kept: Vec<u64> = w.kept_calls.iter().copied().collect();
+        self.kept_lost(kept, now);
+        self.push_results(poisoned, out);
+        if self.hungry.len() > 2 * self.workers.len() + 16 {
+            let workers = &self.workers;
+            self.hungry
+                .retain(|(id, epoch)| workers.get(id).is_some_and(|w| w.epoch == *epoch));
+        }
+        self.dispatch(now, out);
+    }
+
+    /// The worker reports that the process running `(task, attempt)` died (status `Lost`, its
+    /// data saying how): the loss counts against the task as a lost worker does. It is retried
+    /// until its package's `max_attempts`, then fails as a poison task naming each attempt.
+    /// Returns the poison outcome, or `None` when the task was requeued.
+    pub(super) fn on_crash_report(
+        &mut self,
+        worker: WorkerId,
+        id: TaskId,
+        attempt: u32,
+        how: &[u8],
+        now: Instant,
+    ) -> Option<(u64, TaskOutcome)> {
+        let slot = self.tasks.get(id.0).expect("checked by the caller").package;
+        let allowed = self.allowed_attempts(slot);
+        let task = self.tasks.get_mut(id.0).expect("checked by the caller");
+        task.losses_mut()
+            .push((worker, attempt, Some(report_text(how))));
+        if task.losses().len() < allowed {
+            self.counters.requeued += 1;
+            self.requeue_front(id);
+            return None;
+        }
+        let message = poison_message(task.losses());
+        if self.is_remake(id) {
+            self.remake_answered(id, worker, TaskStatus::Lost, message.into(), now);
+            return None;
+        }
+        let task = self.tasks.get_mut(id.0).expect("checked by the caller");
+        let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+        self.counters.poisoned += 1;
+        let outcome = self.finish_task(id, outcome, now);
+        let task = self.tasks.get_mut(id.0).expect("just finished");
+        task.state = TaskState::Done {
+            holder: None,
+            acked: false,
+        };
+        Some((slot, outcome))
+    }
+
+    /// A late report of how a lost worker died (sent by `reporter`, its replacement process,
+    /// after the master saw the connection drop): it names the loss recorded for that attempt,
+    /// so that the poison message says what happened. If the master had blamed another task
+    /// of the dead session (its oldest running one, whose result was still waiting to be
+    /// batched), the blame moves: that task's loss is withdrawn and the reported task's
+    /// recorded. A task that reaches its cap this way while queued fails as poison now (the
+    /// returned outcome). Reports of tasks that are gone or done are ignored.
+    pub(super) fn note_crash_report(
+        &mut self,
+        reporter: WorkerId,
+        r: &WorkerOutcome,
+        now: Instant,
+    ) -> Option<(u64, TaskOutcome)> {
+        let task = self.tasks.get(r.task.0)?;
+        if matches!(task.state, TaskState::Done { .. }) || r.attempt > task.attempt {
+            return None;
+        }
+        let slot = task.package;
+        let how = report_text(&r.data);
+        let loss = self
+            .recent_losses
+            .iter()
+            .position(|l| l.held.contains(&(r.task, r.attempt)));
+        let mut lost_by = reporter;
+        if let Some(i) = loss {
+            let loss = self.recent_losses.remove(i).expect("just found");
+            lost_by = loss.worker;
+            for &(id, attempt) in loss.blamed.iter().filter(|&&b| b != (r.task, r.attempt)) {
+                if let Some(t) = self.tasks.get_mut(id.0) {
+                    t.losses_mut()
+                        .retain(|e| !(e.0 == loss.worker && e.1 == attempt && e.2.is_none()));
+                }
+            }
+        }
+        let allowed = self.allowed_attempts(slot);
+        let task = self.tasks.get_mut(r.task.0).expect("checked above");
+        match task
+            .losses_mut()
+            .iter_mut()
+            .find(|(_, a, _)| *a == r.attempt)
+        {
+            Some(entry) if entry.2.is_none() => entry.2 = Some(how),
+            Some(_) => return None,
+            None => task.losses_mut().push((lost_by, r.attempt, Some(how))),
+        }
+        if task.losses().len() < allowed
+            || task.group.is_some()
+            || !matches!(task.state, TaskState::Queued)
+            || task.call.as_ref().is_some_and(|c| c.remakes != NO_SOURCE)
+        {
+            return None; // a running task is judged by its next loss or result
+        }
+        let message = poison_message(task.losses());
+        let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+        self.counters.poisoned += 1;
+        let outcome = self.finish_task(r.task, outcome, now);
+        let task = self.tasks.get_mut(r.task.0).expect("just finished");
+        task.state = TaskState::Done {
+            holder: None,
+            acked: false,
+        };
+        Some((slot, outcome))
+    }
+
+    /// Remembers a lost worker's running tasks and the ones blamed (the latest 64 losses).
+    fn remember_loss(
+        &mut self,
+        worker: WorkerId,
+        held: &[(u64, TaskId)],
+        suspects: &std::collections::HashSet<TaskId>,
+    ) {
+        let attempt_of = |id: TaskId| self.tasks.get(id.0).map_or(0, |t| t.attempt);
+        let running: Vec<(TaskId, u32)> = held
+            .iter()
+            .filter(|(_, id)| {
+                self.tasks
+                    .get(id.0)
+                    .is_some_and(|t| matches!(t.state, TaskState::Running { .. }))
+            })
+            .map(|&(_, id)| (id, attempt_of(id)))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        let blamed = running
+            .iter()
+            .copied()
+            .filter(|(id, _)| suspects.contains(id))
+            .collect();
+        if self.recent_losses.len() >= RECENT_LOSSES {
+            self.recent_losses.pop_front();
+        }
+        self.recent_losses.push_back(RecentLoss {
+            worker,
+            held: running,
+            blamed,
+        });
+    }
+
+    /// When a held task was assigned, in the core-wide assignment order.
+    fn assignment_seq(&self, id: TaskId) -> u64 {
+        match self.tasks.get(id.0).map(|t| t.state) {
+            Some(
+                TaskState::Running { seq, .. }
+                | TaskState::Cancelled { seq, .. }
+                | TaskState::Done {
+                    holder: Some((_, seq)),
+                    ..
+                },
+            ) => seq,
+            other => panic!("in-flight {id} is not held but {other:?}"),
+        }
+    }
+}
+
+/// Lost workers remembered for late crash reports (each holds at most `1 + prefetch` tasks).
+const RECENT_LOSSES: usize = 64;
+
+/// A lost worker's running tasks at the time, and the ones the master blamed for the loss.
+#[derive(Debug)]
+pub(crate) struct RecentLoss {
+    worker: WorkerId,
+    held: Vec<(TaskId, u32)>,
+    blamed: Vec<(TaskId, u32)>,
+}
+
+/// A worker's crash report as text: UTF-8 (lossy), at most 300 bytes (a peer's string).
+fn report_text(data: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&data[..data.len().min(300)]);
+    text.trim().to_owned()
+}
+
+/// The message of a poison task: each attempt, its worker and what happened to it.
+fn poison_message(lost_on: &[(WorkerId, u32, Option<String>)]) -> String {
+    let names: Vec<String> = lost_on
+        .iter()
+        .map(|(w, attempt, how)| match how {
+            Some(how) => format!("attempt {attempt} on {w}: {how}"),
+            None => format!("attempt {attempt} on {w}: worker lost (crashed, killed or cut off)"),
+        })
+        .collect();
+    format!(
+        "poison task: its worker (or the process running it) was lost while running it {} \
+         times ({}); it is not retried",
+        names.len(),
+        names.join("; ")
+    )
+}
