@@ -1,13 +1,23 @@
 //! Giving freed memory back to the operating system (issue 29).
 //!
-//! glibc keeps the pages of freed heap chunks: a master that held 200 MiB of unacknowledged
-//! results stays at that resident size after they are freed (`benches/mem_release.py`: 19 MB at
-//! start, 300-370 MB at the peak, 25-92 MB after the release, 26 MB after a `malloc_trim(0)`).
-//! Once a second this task asks the allocator how many bytes its arenas hold free
-//! (`mallinfo2().fordblks`) and, when at least [`TRIM_MIN_BYTES`] more became free since the
-//! lowest count seen after the last trim, returns the free pages with `malloc_trim(0)`. It runs
-//! on a blocking thread, never on the scheduler's; a master whose memory is locked (real-time
-//! mode, `mlockall`) keeps its pages: re-faulting them later would cost the hot path.
+//! glibc keeps the pages of freed heap chunks, and after a large chunk is freed it raises its
+//! mmap threshold (up to 32 MiB), so later large payloads come from the heap too: a master that
+//! held 200 MiB of unacknowledged results (400 of 512 KiB, `benches/mem_release.py`) went from
+//! 19 MB to 330-380 MB and stayed at 26-73 MB after they were freed, 7 MB of it in the top
+//! of a thread's arena, which `malloc_trim(0)` does not return. Two measures, both for glibc
+//! only and both skipped when the master's memory is locked (real-time mode, `mlockall`:
+//! re-faulting pages, or locking a new mapping per payload, would cost the hot path):
+//!
+//! - [`configure`] fixes the mmap threshold at [`MMAP_THRESHOLD_BYTES`] (glibc's own start
+//!   value, which it then stops moving): a payload, frame or buffer that large gets a mapping
+//!   of its own, unmapped when freed (`MALLOC_MMAP_THRESHOLD_` in the environment wins);
+//! - [`run`], once a second, asks the allocator how many bytes its arenas hold free
+//!   (`mallinfo2().fordblks`) and, when at least [`TRIM_MIN_BYTES`] more became free since the
+//!   lowest count seen after the last trim, returns the free pages with `malloc_trim(0)`, on
+//!   a blocking thread, never on the scheduler's.
+//!
+//! jemalloc (with a background thread and 1 s decay) and mimalloc were measured against
+//! this in `docs/reliability.md` ("Memory back to the OS").
 
 use std::time::Duration;
 
@@ -19,8 +29,24 @@ pub const TRIM_EVERY: Duration = Duration::from_secs(1);
 /// Bytes that must have become free since the last trim (its low point) before the next one.
 pub const TRIM_MIN_BYTES: u64 = 16 << 20;
 
-/// Runs [`Trimmer::tick`] every [`TRIM_EVERY`] until the task is aborted.
+/// Allocations from this size up get a mapping of their own (see the module's doc).
+pub const MMAP_THRESHOLD_BYTES: usize = 128 << 10;
+
+/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD_BYTES`] for the whole process, unless the
+/// environment sets it or the memory is locked. Returns whether it did.
+pub fn configure() -> bool {
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() || sys::memory_locked() {
+        return false;
+    }
+    sys::set_mmap_threshold(MMAP_THRESHOLD_BYTES)
+}
+
+/// [`configure`]s the allocator, then runs [`Trimmer::tick`] every [`TRIM_EVERY`] until the
+/// task is aborted.
 pub async fn run() {
+    if configure() {
+        debug!("allocations of {MMAP_THRESHOLD_BYTES} bytes and more are mapped on their own");
+    }
     let mut tick = tokio::time::interval(TRIM_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut trimmer = Trimmer::default();
@@ -79,11 +105,39 @@ impl Trimmer {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 mod sys {
-    /// Bytes in free chunks of every arena (`mallinfo2`, glibc 2.33+).
+    use std::sync::OnceLock;
+
+    type MallInfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
+
+    /// glibc's `mallinfo2` (2.33+), looked up at run time: linking it would keep the module
+    /// from loading on an older glibc (RHEL 8 has 2.28), where the master then never trims.
+    fn mallinfo2() -> Option<MallInfo2> {
+        static FOUND: OnceLock<Option<MallInfo2>> = OnceLock::new();
+        *FOUND.get_or_init(|| {
+            // SAFETY: dlsym with glibc's RTLD_DEFAULT (a null handle) and a NUL-terminated
+            // name only looks the symbol up.
+            let sym = unsafe { libc::dlsym(std::ptr::null_mut(), c"mallinfo2".as_ptr()) };
+            // SAFETY: a non-null `mallinfo2` is glibc's, of this signature.
+            (!sym.is_null())
+                .then(|| unsafe { std::mem::transmute::<*mut libc::c_void, MallInfo2>(sym) })
+        })
+    }
+
+    /// Bytes in free chunks of every arena (`mallinfo2`), `None` without it.
     pub fn free_bytes() -> Option<u64> {
+        let mallinfo2 = mallinfo2()?;
         // SAFETY: mallinfo2 takes no arguments and returns a plain struct by value.
-        let info = unsafe { libc::mallinfo2() };
+        let info = unsafe { mallinfo2() };
         Some(info.fordblks as u64)
+    }
+
+    /// `mallopt(M_MMAP_THRESHOLD, bytes)`: fixed from then on.
+    pub fn set_mmap_threshold(bytes: usize) -> bool {
+        let Ok(bytes) = libc::c_int::try_from(bytes) else {
+            return false;
+        };
+        // SAFETY: mallopt only sets an allocator parameter.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
     }
 
     /// Returns the free pages of every arena to the OS.
@@ -120,6 +174,9 @@ mod sys {
         None
     }
     pub fn trim() {}
+    pub fn set_mmap_threshold(_bytes: usize) -> bool {
+        false
+    }
     pub fn resident_kib() -> u64 {
         0
     }
@@ -150,7 +207,10 @@ mod tests {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         assert!(sys::free_bytes().is_some());
         let mut t = Trimmer::default();
-        assert!(t.tick().is_none(), "the first reading only sets the low point");
+        assert!(
+            t.tick().is_none(),
+            "the first reading only sets the low point"
+        );
         assert!(t.low.is_some() || cfg!(not(all(target_os = "linux", target_env = "gnu"))));
     }
 }
