@@ -32,13 +32,19 @@ pub const TRIM_MIN_BYTES: u64 = 16 << 20;
 /// Allocations from this size up get a mapping of their own (see the module's doc).
 pub const MMAP_THRESHOLD_BYTES: usize = 128 << 10;
 
-/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD_BYTES`] for the whole process, unless the
-/// environment sets it or the memory is locked. Returns whether it did.
+/// Free room at the top of an arena past which `free` gives it back. glibc raises it to twice
+/// every mapped chunk freed (up to 64 MiB) and, unlike the main arena's, a thread arena's top
+/// is given back by nothing else: fixed here with the mmap threshold.
+pub const TRIM_THRESHOLD_BYTES: usize = 1 << 20;
+
+/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD_BYTES`] and its trim threshold at
+/// [`TRIM_THRESHOLD_BYTES`] for the whole process, unless the environment sets the first or
+/// the memory is locked. Returns whether it did.
 pub fn configure() -> bool {
     if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() || sys::memory_locked() {
         return false;
     }
-    sys::set_mmap_threshold(MMAP_THRESHOLD_BYTES)
+    sys::set_thresholds(MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES)
 }
 
 /// [`configure`]s the allocator, then runs [`Trimmer::tick`] every [`TRIM_EVERY`] until the
@@ -131,13 +137,18 @@ mod sys {
         Some(info.fordblks as u64)
     }
 
-    /// `mallopt(M_MMAP_THRESHOLD, bytes)`: fixed from then on.
-    pub fn set_mmap_threshold(bytes: usize) -> bool {
-        let Ok(bytes) = libc::c_int::try_from(bytes) else {
+    /// `mallopt(M_MMAP_THRESHOLD, mmap)` and `mallopt(M_TRIM_THRESHOLD, trim)`: both fixed
+    /// from then on.
+    pub fn set_thresholds(mmap: usize, trim: usize) -> bool {
+        let (Ok(mmap), Ok(trim)) = (libc::c_int::try_from(mmap), libc::c_int::try_from(trim))
+        else {
             return false;
         };
-        // SAFETY: mallopt only sets an allocator parameter.
-        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
+        // SAFETY: mallopt only sets allocator parameters.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, mmap) == 1
+                && libc::mallopt(libc::M_TRIM_THRESHOLD, trim) == 1
+        }
     }
 
     /// Returns the free pages of every arena to the OS.
@@ -174,7 +185,7 @@ mod sys {
         None
     }
     pub fn trim() {}
-    pub fn set_mmap_threshold(_bytes: usize) -> bool {
+    pub fn set_thresholds(_mmap: usize, _trim: usize) -> bool {
         false
     }
     pub fn resident_kib() -> u64 {
@@ -198,6 +209,15 @@ mod tests {
         assert!(!t.should_trim(56 << 20)); // the pages are returned; still free, no new trim
         assert!(!t.should_trim(8 << 20)); // reused: a new low point
         assert!(t.should_trim(30 << 20)); // and 22 MiB freed again
+    }
+
+    #[test]
+    fn glibc_takes_the_fixed_thresholds() {
+        // Setting them twice is harmless; other tests of this binary only allocate.
+        let want = cfg!(all(target_os = "linux", target_env = "gnu"))
+            && std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none()
+            && !sys::memory_locked();
+        assert_eq!(configure(), want);
     }
 
     #[test]
