@@ -10,7 +10,10 @@
 //!
 //! - [`configure`] fixes the mmap threshold at [`MMAP_THRESHOLD_BYTES`] (glibc's own start
 //!   value, which it then stops moving): a payload, frame or buffer that large gets a mapping
-//!   of its own, unmapped when freed (`MALLOC_MMAP_THRESHOLD_` in the environment wins);
+//!   of its own, unmapped when freed; and the trim threshold at [`TRIM_THRESHOLD_BYTES`], so
+//!   a thread arena gives back its free top (`MALLOC_MMAP_THRESHOLD_` in the environment
+//!   leaves both to glibc). The cost: a 1 MiB payload is mapped and faulted in afresh each
+//!   time (its echo 1.32x slower in `benches/ab_noop.py`, docs/reliability.md);
 //! - [`run`], once a second, asks the allocator how many bytes its arenas hold free
 //!   (`mallinfo2().fordblks`) and, when at least [`TRIM_MIN_BYTES`] more became free since the
 //!   lowest count seen after the last trim, returns the free pages with `malloc_trim(0)`, on
