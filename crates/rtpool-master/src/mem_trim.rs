@@ -8,7 +8,7 @@
 //! only and both skipped when the master's memory is locked (real-time mode, `mlockall`:
 //! re-faulting pages, or locking a new mapping per payload, would cost the hot path):
 //!
-//! - [`configure`] fixes the mmap threshold at [`MMAP_THRESHOLD_BYTES`] (glibc's own start
+//! - [`configure`], in a master that is a process of its own ([`own_the_process`]), fixes the mmap threshold at [`MMAP_THRESHOLD_BYTES`] (glibc's own start
 //!   value, which it then stops moving): a payload, frame or buffer that large gets a mapping
 //!   of its own, unmapped when freed; and the trim threshold at [`TRIM_THRESHOLD_BYTES`], so
 //!   a thread arena gives back its free top (`MALLOC_MMAP_THRESHOLD_` in the environment
@@ -22,6 +22,7 @@
 //! jemalloc (with a background thread and 1 s decay) and mimalloc were measured against
 //! this in `docs/reliability.md` ("Memory back to the OS").
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tracing::debug;
@@ -40,11 +41,25 @@ pub const MMAP_THRESHOLD_BYTES: usize = 128 << 10;
 /// is given back by nothing else: fixed here with the mmap threshold.
 pub const TRIM_THRESHOLD_BYTES: usize = 1 << 20;
 
+/// Set by [`own_the_process`]: the master is the process (the `rtpool-master` binary,
+/// `rtpool master`), not a library inside someone else's (`LocalCluster`, `rtpool.Master`).
+static OWNS_PROCESS: AtomicBool = AtomicBool::new(false);
+
+/// Says that the master runs as a process of its own, so [`configure`] may set the allocator's
+/// process-wide thresholds. An embedded master leaves its host's allocator alone (a library
+/// must not make its host's 1 MiB allocations slower); it still trims.
+pub fn own_the_process() {
+    OWNS_PROCESS.store(true, Ordering::Relaxed);
+}
+
 /// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD_BYTES`] and its trim threshold at
-/// [`TRIM_THRESHOLD_BYTES`] for the whole process, unless the environment sets the first or
-/// the memory is locked. Returns whether it did.
+/// [`TRIM_THRESHOLD_BYTES`] for the whole process, unless the master is embedded in another
+/// program, the environment sets the first, or the memory is locked. Returns whether it did.
 pub fn configure() -> bool {
-    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() || sys::memory_locked() {
+    if !OWNS_PROCESS.load(Ordering::Relaxed)
+        || std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
+        || sys::memory_locked()
+    {
         return false;
     }
     sys::set_thresholds(MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES)
@@ -217,6 +232,7 @@ mod tests {
     #[test]
     fn glibc_takes_the_fixed_thresholds() {
         // Setting them twice is harmless; other tests of this binary only allocate.
+        own_the_process();
         let want = cfg!(all(target_os = "linux", target_env = "gnu"))
             && std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none()
             && !sys::memory_locked();
