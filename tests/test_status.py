@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import socket
@@ -112,6 +113,9 @@ def test_status_table_for_people(loaded):
     assert "test-worker-0" in out and "test-worker-1" in out
     assert "submit → assign" in out and "assign → result" in out
     assert "late results by lateness: ≤" in out  # the 0.4 s late result's bucket
+    # What holds memory: results not acknowledged yet, the journal's queue and buffer.
+    assert re.search(r"held: results [\d.]+ \w?i?B \(unacked [\d.]+ \w?i?B\)", out), out
+    assert re.search(r"journal queue [\d.]+ \w?i?B, buffer [\d.]+ \w?i?B", out), out
     missed = out.split("deadlines met", 1)[1].split("\n", 1)[0]
     assert "missed 0" not in missed and "missed" in missed, missed
     # The held package's row: id, then 0 of 1 done, running 1.

@@ -264,7 +264,33 @@ def _summary(s: Dict[str, Any]) -> Any:
         " missed ",
         (_n(d.get("missed")), "bold red" if missed else ""),
     )
-    return Text("\n").join([head, line])
+    return Text("\n").join([head, line, _held(t, m.get("journal"))])
+
+
+def _held(t: Dict[str, Any], journal: Dict[str, Any] | None) -> Any:
+    """What holds the master's memory: results not acknowledged (sent to a connected client,
+    or kept for a detached one until the result TTL) and the journal's queue and buffer."""
+    from rich.text import Text
+
+    parts = [
+        f"held: results {_bytes(t.get('result_bytes'))}",
+        f" (unacked {_bytes(t.get('unacked_bytes'))})",
+    ]
+    if journal:
+        parts.append(
+            f"   journal queue {_bytes(journal.get('queued_bytes'))}"
+            f", buffer {_bytes(journal.get('buffer_bytes'))}"
+        )
+    return Text.assemble(*parts)
+
+
+def _bytes(v: Any) -> str:
+    if v is None:
+        return "-"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if v >= size:
+            return f"{v / size:.1f} {unit}"
+    return f"{v} B"
 
 
 def render(s: Dict[str, Any], max_rows: int = DEFAULT_MAX_ROWS) -> Any:

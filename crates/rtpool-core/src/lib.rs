@@ -38,5 +38,5 @@ pub use crate::event::{
 };
 pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 pub use crate::overload::{OverloadStatus, MIN_RESULTS as OVERLOAD_MIN_RESULTS};
-pub use crate::stats::{CoreStats, Counters, WorkerStats};
+pub use crate::stats::{CoreStats, Counters, ResultBytes, WorkerStats};
 pub use crate::table::IdHasher;

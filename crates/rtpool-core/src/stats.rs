@@ -127,6 +127,18 @@ core_stats! {
     services,
 }
 
+/// Data bytes of the results the core holds until their client acknowledges them, from
+/// [`Core::result_bytes_held`](crate::Core::result_bytes_held).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResultBytes {
+    /// Every held result: sent to a connected client and not acknowledged yet, or kept for a
+    /// detached client until it comes back or the result TTL drops its package.
+    pub held: u64,
+    /// Those of packages attached to a connected client (sent, waiting for its `ACK`); the
+    /// rest (`held - unacked`) wait for a detached client.
+    pub unacked: u64,
+}
+
 /// Gauges of one worker, from [`Core::worker_stats`](crate::Core::worker_stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerStats {

@@ -11,7 +11,7 @@ use common::{
 };
 use rtpool_core::{
     Action, CoreConfig, Event, Instant, PackageCounts, PackageId, PackageOpts, RestoredPackage,
-    TaskOutcome, TaskStatus, UserId,
+    ResultBytes, TaskOutcome, TaskStatus, UserId,
 };
 
 const TTL_MS: u64 = 300_000;
@@ -229,6 +229,39 @@ fn ttl_expiry_drops_unacked_results_aborts_running_tasks_and_counts_them() {
             package
         }]
     );
+}
+
+#[test]
+fn held_result_bytes_name_unacked_then_detached_results_until_ack_or_ttl() {
+    let mut env = env();
+    let client = env.new_client();
+    let (package, _) = env.submit(client, 3);
+    let w = env.new_worker(3);
+    let tasks = tasks_of(&env.credit(w, 3), w);
+    assert_eq!(env.core.result_bytes_held(), ResultBytes::default());
+    env.answer(w, tasks[0], TaskStatus::Ok, &[7; 1000], 1000);
+    env.answer(w, tasks[1], TaskStatus::Ok, &[7; 300], 1000);
+    let sent = ResultBytes {
+        held: 1300,
+        unacked: 1300,
+    };
+    assert_eq!(env.core.result_bytes_held(), sent);
+    env.ack(client, package, 1);
+    let after_ack = ResultBytes {
+        held: 300,
+        unacked: 300,
+    };
+    assert_eq!(env.core.result_bytes_held(), after_ack);
+    env.lose_client(client);
+    env.answer(w, tasks[2], TaskStatus::Ok, &[7; 50], 1000);
+    let detached = ResultBytes {
+        held: 350,
+        unacked: 0,
+    };
+    assert_eq!(env.core.result_bytes_held(), detached, "kept for the TTL");
+    env.advance(TTL_MS);
+    assert_eq!(freed(&env.tick()), [(package, true)]);
+    assert_eq!(env.core.result_bytes_held(), ResultBytes::default());
 }
 
 #[test]

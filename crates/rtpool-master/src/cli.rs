@@ -23,6 +23,7 @@ where
         }
     };
     crate::init_logging(&logging.filter, logging.format);
+    crate::mem_trim::own_the_process();
     match crate::run_blocking(config) {
         Ok(()) => 0,
         Err(e) => {

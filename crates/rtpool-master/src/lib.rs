@@ -31,6 +31,7 @@ pub mod handle;
 pub mod http;
 pub mod journal;
 pub mod listen;
+pub mod mem_trim;
 pub mod outbound;
 pub mod package_ids;
 pub mod ratelimit;

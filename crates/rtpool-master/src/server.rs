@@ -35,6 +35,7 @@ pub async fn serve(
     let scheduler = tokio::spawn(scheduler.run(sched_rx, sched_tx.clone()));
     let policy = tokio::spawn(ctx.auth.clone().poll_policy());
     let shm_sweep = tokio::spawn(crate::shm_sweep::run());
+    let mem_trim = tokio::spawn(crate::mem_trim::run());
     let mut conns = JoinSet::new();
     let mut refusals = JoinSet::new();
     let conn_stop = stop.clone();
@@ -90,6 +91,7 @@ pub async fn serve(
     let _ = scheduler.await;
     policy.abort();
     shm_sweep.abort();
+    mem_trim.abort();
 }
 
 async fn wait_until(at: Option<tokio::time::Instant>) {

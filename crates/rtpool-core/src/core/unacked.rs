@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::Core;
 use crate::event::Action;
 use crate::ids::{ClientId, TaskId, UserId};
+use crate::stats::ResultBytes;
 use crate::task::TaskState;
 
 impl Core {
@@ -106,9 +107,24 @@ impl Core {
         }
     }
 
+    /// Data bytes of the results held until their client acknowledges them, for the
+    /// master's status. O(held results): one slab lookup each, once per status snapshot (about
+    /// a second), never on an event's path.
+    pub fn result_bytes_held(&self) -> ResultBytes {
+        let mut bytes = ResultBytes::default();
+        for (_, p) in self.packages.iter() {
+            let held = self.result_bytes(&p.unacked);
+            bytes.held += held;
+            if p.client.is_some() {
+                bytes.unacked += held;
+            }
+        }
+        bytes
+    }
+
     /// Data bytes of the results of these `Done` tasks.
-    pub(super) fn result_bytes(&self, ids: &[TaskId]) -> u64 {
-        ids.iter()
+    pub(super) fn result_bytes<'a>(&self, ids: impl IntoIterator<Item = &'a TaskId>) -> u64 {
+        ids.into_iter()
             .filter_map(|id| self.tasks.get(id.0)?.outcome.as_ref())
             .map(|o| o.data.len() as u64)
             .sum()

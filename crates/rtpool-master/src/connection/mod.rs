@@ -423,8 +423,9 @@ impl End {
 /// Make room for the next read. Inside a large frame whose prefix is known, the buffer grows
 /// geometrically towards the frame's size (one copy per doubling instead of one per 64 KiB),
 /// but never by more than what already arrived: a peer cannot make the master reserve memory
-/// for bytes it has not sent.
-fn grow(buf: &mut BytesMut) {
+/// for bytes it has not sent. Returns whether it reserved room for a large frame (the buffer is
+/// then replaced once emptied: `reader::shrink`).
+fn grow(buf: &mut BytesMut) -> bool {
     const MIN_READ: usize = 64 * 1024;
     let free = buf.capacity() - buf.len();
     let missing = rtpool_proto::frame_len(buf).map_or(0, |len| len.saturating_sub(buf.len()));
@@ -432,7 +433,9 @@ fn grow(buf: &mut BytesMut) {
     let want = missing.min(buf.len().max(MIN_READ));
     if missing > 0 && free < want {
         buf.reserve(want);
+        return true;
     } else if free < 4096 {
         buf.reserve(MIN_READ);
     }
+    false
 }

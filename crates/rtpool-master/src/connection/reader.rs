@@ -87,6 +87,8 @@ impl Reader {
         // when it fires early, moves itself to the last read plus the allowed silence.
         let silence = silence.unwrap_or(NEVER);
         let mut last_read = Instant::now();
+        // The buffer was grown for a large frame since it was last replaced.
+        let mut grown = false;
         let timer = tokio::time::sleep_until(last_read + silence);
         tokio::pin!(timer);
         loop {
@@ -119,8 +121,8 @@ impl Reader {
                 }
             }
             self.flush(&mut events);
-            shrink(&mut buf);
-            grow(&mut buf);
+            shrink(&mut buf, &mut grown);
+            grown |= grow(&mut buf);
             let read = loop {
                 tokio::select! {
                     biased;
@@ -403,11 +405,16 @@ impl Reader {
 /// `RESULT`) grew it, and the connection would otherwise hold that allocation for its life.
 const SHRINK_ABOVE: usize = 1 << 20;
 
-/// Once every frame in it was decoded, a read buffer grown past [`SHRINK_ABOVE`] is replaced
-/// by a small one (its old allocation is freed when the last payload cut from it is); a
-/// buffer still holding part of a frame keeps its room, which that frame needs.
-fn shrink(buf: &mut BytesMut) {
-    if buf.is_empty() && buf.capacity() > SHRINK_ABOVE {
+/// Once every frame in it was decoded, a read buffer grown past [`SHRINK_ABOVE`], or `grown`
+/// for a large frame, is replaced by a small one (its old allocation is freed when the last
+/// payload cut from it is); a buffer still holding part of a frame keeps its room, which that
+/// frame needs. `grown` matters because an emptied buffer is a view of what is left of its
+/// allocation after the frames cut from it: its own capacity may be small while it keeps a
+/// whole 4-8 MiB allocation alive for the connection's life (issue 29: a worker's connection
+/// kept up to 7.5 MB after the 512 KiB results it carried were freed).
+fn shrink(buf: &mut BytesMut, grown: &mut bool) {
+    if buf.is_empty() && (*grown || buf.capacity() > SHRINK_ABOVE) {
         *buf = BytesMut::with_capacity(16 * 1024);
+        *grown = false;
     }
 }

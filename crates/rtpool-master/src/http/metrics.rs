@@ -209,6 +209,21 @@ fn tasks(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> {
     )?;
     gauge(
         e,
+        "rtpool_result_data",
+        "Data of the results held until their client acknowledges them.",
+        Some(&Unit::Bytes),
+        one(total("result_bytes")),
+    )?;
+    gauge(
+        e,
+        "rtpool_unacked_result_data",
+        "Of those, the results sent to a connected client and not acknowledged yet (the rest \
+         wait for a detached client, at most the result TTL).",
+        Some(&Unit::Bytes),
+        one(total("unacked_bytes")),
+    )?;
+    gauge(
+        e,
         "rtpool_packages",
         "Live packages.",
         None,
@@ -499,6 +514,13 @@ fn journal_queue(
         "Records waiting for the journal's writer thread (estimated; bounded at 16 MiB).",
         Some(&Unit::Bytes),
         one(j.queued_bytes as f64),
+    )?;
+    gauge(
+        e,
+        "rtpool_journal_buffer",
+        "Capacity of the journal writer thread's group buffer.",
+        Some(&Unit::Bytes),
+        one(j.buffer_bytes as f64),
     )?;
     counter(
         e,

@@ -96,6 +96,7 @@ fn the_journal_queue_and_compaction_are_rendered_with_a_journal_only() {
     assert!(!render(&Arc::new(s.clone())).contains("rtpool_journal_queued"));
     s.master.journal = Some(JournalInfo {
         queued_bytes: 4096,
+        buffer_bytes: 65536,
         backpressure_waits: 3,
         backpressure_s: 0.5,
         compactions: 2,
@@ -107,12 +108,30 @@ fn the_journal_queue_and_compaction_are_rendered_with_a_journal_only() {
     let text = render(&Arc::new(s));
     for line in [
         "rtpool_journal_queued_bytes 4096",
+        "rtpool_journal_buffer_bytes 65536",
         "rtpool_journal_backpressure_waits_total 3",
         "rtpool_journal_backpressure_seconds_total 0.5",
         "rtpool_journal_compactions_total 2",
         "rtpool_journal_compacting 1",
         "rtpool_journal_last_compaction_seconds 0.25",
         "rtpool_journal_last_compaction_pause_seconds 0.02",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_bytes_results_hold_are_rendered_from_the_totals() {
+    let mut s = (*sample()).clone();
+    s.totals.insert("result_bytes", 3 << 20);
+    s.totals.insert("unacked_bytes", 1 << 20);
+    let text = render(&Arc::new(s));
+    for line in [
+        "rtpool_result_data_bytes 3145728",
+        "rtpool_unacked_result_data_bytes 1048576",
     ] {
         assert!(
             text.lines().any(|l| l == line),

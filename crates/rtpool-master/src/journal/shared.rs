@@ -31,6 +31,8 @@ pub(super) struct Shared {
     pub(super) last_compaction_pause_us: AtomicU64,
     /// Estimated bytes of records waiting in the queue.
     pub(super) queued_bytes: AtomicU64,
+    /// Capacity of the writer thread's group buffer, bytes.
+    pub(super) buffer_bytes: AtomicU64,
     /// Appends that waited for room in the queue, and how long in all (microseconds).
     pub(super) backpressure_waits: AtomicU64,
     pub(super) backpressure_us: AtomicU64,

@@ -24,6 +24,13 @@ use super::{FatalHandler, FsyncPolicy, JournalConfig, JournalError};
 /// Most bytes one group write carries; the rest of what was taken goes in the next write.
 const GROUP_MAX_BYTES: usize = 4 << 20;
 
+/// Most room the group buffer keeps between bursts. Small records (no-op results, about
+/// 100 bytes each) never grow it past this, so it is reused; a burst of large ones (512 KiB
+/// results) grows it to [`GROUP_MAX_BYTES`] and more, and that allocation is given back once
+/// the burst is written rather than held for the master's life (issue 29: 4 MiB of a
+/// master's resident size after its results were freed).
+const GROUP_KEEP_BYTES: usize = 1 << 20;
+
 /// How long a busy writer waits for more records before it asks to be woken: under load the
 /// scheduler thread then appends without waking it (a system call and a context switch per
 /// group, ~5 % of the scheduler's time in the `journal_ceiling` bench), at the cost of records
@@ -222,6 +229,11 @@ impl Writer {
             self.write_group(records)?;
             wrote = true;
         }
+        if self.buf.capacity() > GROUP_KEEP_BYTES {
+            self.buf = Vec::new();
+        }
+        let capacity = self.buf.capacity() as u64;
+        self.shared.buffer_bytes.store(capacity, Relaxed);
         if wrote {
             self.sync_per_policy()?;
         }
@@ -256,7 +268,7 @@ impl Writer {
         s.written_lsn.store(self.written_lsn, Relaxed);
         self.buf.clear();
         if self.buf.capacity() > 2 * GROUP_MAX_BYTES {
-            // One huge record should not pin its buffer for the life of the master.
+            // One huge record should not pin its buffer even for the rest of its batch.
             self.buf = Vec::new();
         }
         Ok(())

@@ -84,6 +84,9 @@ pub struct JournalStats {
     pub compacting: bool,
     /// Estimated bytes of records waiting for the writer thread now.
     pub queued_bytes: u64,
+    /// Capacity of the writer thread's group buffer now, bytes (given back once a burst of
+    /// large records is written: see `thread.rs`).
+    pub buffer_bytes: u64,
     /// Appends that waited for room in the queue (backpressure).
     pub backpressure_waits: u64,
     /// Time appends waited for room, in all, in microseconds.
@@ -207,6 +210,7 @@ impl Journal {
             compactions_cancelled: s.compactions_cancelled.load(Relaxed),
             compacting: s.compacting.load(SeqCst),
             queued_bytes: s.queued_bytes.load(Relaxed),
+            buffer_bytes: s.buffer_bytes.load(Relaxed),
             backpressure_waits: s.backpressure_waits.load(Relaxed),
             backpressure_us: s.backpressure_us.load(Relaxed),
             failed: s.failed.load(SeqCst),

@@ -144,6 +144,7 @@ fn journal_info(journal: &Journal, fsync: &str) -> (JournalInfo, FsyncCounts) {
         fsync_buckets: s.fsync_us.to_buckets(),
         fsync_sum_s: s.fsync_us.sum_us as f64 / 1e6,
         queued_bytes: s.queued_bytes,
+        buffer_bytes: s.buffer_bytes,
         backpressure_waits: s.backpressure_waits,
         backpressure_s: s.backpressure_us as f64 / 1e6,
         compactions: s.compactions,

@@ -108,6 +108,10 @@ pub fn build(
     totals.insert("failed", recorder.failed);
     totals.insert("worker_frames_in", recorder.worker_frames_in);
     totals.insert("worker_frames_out", recorder.worker_frames_out);
+    // What results hold (issue 29: a growth of the master's memory has a name).
+    let held = core.result_bytes_held();
+    totals.insert("result_bytes", held.held);
+    totals.insert("unacked_bytes", held.unacked);
     let mut users: HashMap<UserId, UserStatus> = HashMap::new();
     let mut classes: HashMap<(UserId, i32), ClassStatus> = HashMap::new();
     // Cheap copies first; names and the package rows only for the listed ones, so a master

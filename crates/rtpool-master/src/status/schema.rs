@@ -113,6 +113,9 @@ pub struct JournalInfo {
     /// Estimated bytes of records waiting for the journal's writer thread now (the queue is
     /// bounded: past 16 MiB the scheduler waits, which is `backpressure_waits`).
     pub queued_bytes: u64,
+    /// Capacity of the journal writer thread's group buffer, bytes (at most 1 MiB between
+    /// bursts of large records; up to about 8 MiB while one is written).
+    pub buffer_bytes: u64,
     /// Appends that waited for room in that queue since start (the disk was slower than the
     /// scheduler).
     pub backpressure_waits: u64,
