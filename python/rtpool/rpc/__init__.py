@@ -12,7 +12,10 @@ Modules, from the bottom up:
 * ``values.py``: scalar checks and numpy lookups shared by the interface and the codec.
 * ``interface.py``: :class:`Interface` (wire form, ``bind`` checks a call's arguments).
 * ``remote.py``: the ``@remote`` decorator and ``served_functions`` (what a worker serves).
-* ``codec.py``: the values' wire format; ``invoke`` (worker) and ``deliver`` (client).
+* ``schema.py``: the values' extension types (arrays, references, kept results).
+* ``encoding.py``, ``decoding.py``: the values' wire format, both ways.
+* ``invocation.py``: ``invoke`` (a worker runs a call) and ``deliver`` (the client's result).
+* ``codec.py``: the one import of the four above.
 * ``channel.py``: the grid-RPC state of a client connection (interface cache, ``FUNCTIONS``,
   ``CALL`` frames, retry after ``unknown_function``), plugged into the connection's hooks.
 * ``calls.py``: ``Client.call``/``call_async`` and :class:`CallFuture`.

@@ -146,7 +146,7 @@ class Interface:
         self._bound: dict = {}
         # output_specs() by the int scalars' values.
         self._specs: dict = {}
-        # How a worker runs a call whose checks passed, by _bind_key (codec.invoke).
+        # How a worker runs a call whose checks passed, by _bind_key (invocation.invoke).
         self._plans: dict = {}
         self._bytes: bytes | None = None
         # help(iface) documents the instance's __doc__.
