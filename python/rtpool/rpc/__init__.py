@@ -10,7 +10,10 @@ Modules, from the bottom up:
 * ``shape.py``: shape expressions (``"n, n"``, ``"2*n"``).
 * ``annotations.py``: the annotation vocabulary (``Array``, ``In``, ``Out``, ``InOut``).
 * ``values.py``: scalar checks and numpy lookups shared by the interface and the codec.
-* ``interface.py``: :class:`Interface` (wire form, ``bind`` checks a call's arguments).
+* ``params.py``: :class:`Param`, one parameter, and the checks of its wire form.
+* ``binding.py``: ``bind`` (checks a call's arguments) and :class:`BoundCall`.
+* ``interface.py``: :class:`Interface` (construction checks, wire form; ``bind`` from
+  ``binding.py``).
 * ``remote.py``: the ``@remote`` decorator and ``served_functions`` (what a worker serves).
 * ``schema.py``: the values' extension types (arrays, references, kept results).
 * ``encoding.py``, ``decoding.py``: the values' wire format, both ways.
