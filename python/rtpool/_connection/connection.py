@@ -403,9 +403,8 @@ class _Connection(_Acks, _Packages, _Receiver, _Reconnector, _Releases):
             raise self._lost
 
     def new_segment(self, n: int, t0_ns: int, opts: dict) -> _Segment:
-        """A new segment of ``n`` tasks (a request id of its own) sent with package options
-        ``opts`` (wire form); the caller sets its ``futures`` (and ``decode``, ``retry``), then
-        sends it with :meth:`send_segment`."""
+        """A new segment of ``n`` tasks with package options ``opts`` (wire form); the caller
+        sets its ``futures`` (and ``decode``, ``retry``), then sends it (:meth:`send_segment`)."""
         seg = _Segment(self, next(self._ids), n, t0_ns, 0.0)
         seg.opts = opts
         return seg
