@@ -142,10 +142,20 @@ def _choice(*words: str) -> Kind:
     return kind
 
 
-def _seconds(name: str, value: Any, what: str) -> float:
+def _seconds_ms(name: str, value: Any, none: str, since: str = "", also: str = "") -> int:
+    """Milliseconds (rounded up) of ``value``, a positive number of seconds. For the messages:
+    ``none`` is what ``name=None`` means, ``since`` when the seconds count from, ``also`` what
+    else the option takes."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"option {name!r} must be {what}, got {type(value).__name__}")
-    return value
+        raise TypeError(
+            f"option {name!r} must be a number of seconds{also}, got {type(value).__name__}"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"option {name!r} must be a positive number of seconds{since}{also}, got {value!r} "
+            f"(use {name}=None for {none})"
+        )
+    return _to_ms(name, value)
 
 
 def _to_ms(name: str, seconds: float) -> int:
@@ -163,13 +173,7 @@ def _limit_ms(name: str) -> Callable[[Any], int]:
     def convert(value: Any) -> int:
         if value is None:
             return 0  # the wire default: no limit
-        _seconds(name, value, "a number of seconds")
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(
-                f"option {name!r} must be a positive number of seconds, got {value!r} "
-                f"(use {name}=None for no limit)"
-            )
-        return _to_ms(name, value)
+        return _seconds_ms(name, value, "no limit")
 
     return convert
 
@@ -190,13 +194,7 @@ def _due_ms(name: str) -> Callable[[Any], Any]:
             at = value.timestamp()  # naive: local time, as datetime.now() gives it
             _to_ms(name, _until(at, value, name))  # in the past or too far: raise now
             return _At(at)
-        _seconds(name, value, "a number of seconds or a datetime.datetime")
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(
-                f"option {name!r} must be a positive number of seconds from submission or a "
-                f"datetime.datetime, got {value!r} (use {name}=None for none)"
-            )
-        return _to_ms(name, value)
+        return _seconds_ms(name, value, "none", " from submission", " or a datetime.datetime")
 
     return convert
 
