@@ -167,11 +167,11 @@ def test_decode_args_does_not_alias_two_uses_of_one_output():
 
 
 def test_decode_args_decodes_each_input_once(monkeypatch):
-    import rtpool.rpc.codec as codec
+    import rtpool.rpc.decoding as decoding
 
     calls = []
-    real = codec.decode_results
-    monkeypatch.setattr(codec, "decode_results", lambda p: calls.append(p) or real(p))
+    real = decoding.decode_results
+    monkeypatch.setattr(decoding, "decode_results", lambda p: calls.append(p) or real(p))
     inputs = [encode_results([1, 2, 3])]
     assert decode_args(encode_args([Ref(0, 0), Ref(0, 2), Ref(0, 1)]), inputs) == [1, 3, 2]
     assert calls == inputs

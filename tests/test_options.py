@@ -44,6 +44,24 @@ def test_the_table_lists_the_wire_keys_in_spec_order():
     assert VALID_OPTIONS == tuple(o.name for o in OPTIONS if o.wire not in hidden)
 
 
+def test_the_wire_keys_are_the_ones_rust_declares():
+    # crates/rtpool-proto/src/options.rs is the Rust side's one list, read from the native
+    # module: the two languages cannot drift apart.
+    from rtpool import _native
+
+    assert list(WIRE_DEFAULTS) == list(_native.PACKAGE_OPTION_KEYS)
+
+
+def test_a_submission_has_a_deadline_when_its_map_carries_one():
+    assert not _options.has_deadline(merged(priority=2, timeout=1))
+    assert _options.has_deadline(merged(deadline=0.5))
+    at = dt.datetime.now() + dt.timedelta(seconds=100)
+    opts, deadline_at = _options.merge({}, None, {"deadline": at, "admit": True})
+    assert opts == {"admit": True}  # an absolute deadline satisfies admit's need of one
+    assert not _options.has_deadline(opts)
+    assert _options.has_deadline(_options.for_submission(opts, deadline_at))
+
+
 def test_defaults_are_left_out_and_keys_are_in_spec_order():
     assert merged(priority=0, hedge=False, max_attempts=None) == {}
     out = merged(max_attempts=2, timeout=0.05, priority=3)

@@ -21,7 +21,7 @@ from rtpool import _protocol as P
 from rtpool import _serialize as S
 from rtpool.worker import WorkerConnection, adaptive_prefetch
 from rtpool.worker._latency import WINDOW, RoundTrip
-from rtpool.worker._loop import RTT_CAP_NS
+from rtpool.worker._prefetch import RTT_CAP_NS
 
 SLEEP = S.serialize_function(tasks.sleep_return)[1]
 HASH = b"\x02" * 32

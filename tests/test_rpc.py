@@ -80,6 +80,24 @@ def client(fake):
 # -- the client against the fake master -----------------------------------------------------
 
 
+def test_calls_report_their_lateness_only_with_a_deadline(client, pool):
+    plain = pool.submit(client.call_async, "add", 1, 2)
+    answer_functions(client.master, ("add", "2"))
+    _, req_id, opts, _ = recv(client.master, P.CALL)
+    client.master.send(P.ACCEPTED, req_id, 5)
+    late = [0, P.STATUS_OK, codec.encode_results([3]), 11, 22, 33, 44, 55, 250_000]
+    client.master.send(P.RESULTS, 5, [late])
+    plain = plain.result(5)  # the CallFuture
+    assert plain.result(5) == 3 and plain.lateness is None  # no deadline: no lateness
+    timed = client.options(deadline=1).call_async("add", 4, 5)  # the interface is cached
+    _, req_id, opts, _ = recv(client.master, P.CALL)
+    assert opts["deadline_ms"] == 1000
+    client.master.send(P.ACCEPTED, req_id, 6)
+    late[2] = codec.encode_results([9])
+    client.master.send(P.RESULTS, 6, [late])
+    assert timed.result(5) == 9 and timed.lateness == 0.25
+
+
 def test_call_fetches_the_interface_once_and_sends_one_call_frame(client, pool):
     fut = pool.submit(client.call, "add", 2, 3)
     assert answer_functions(client.master, ("add", "2"), ("add", "1"))[2] == "add"

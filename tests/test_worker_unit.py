@@ -140,9 +140,9 @@ def test_results_are_batched_and_each_sent_once(fake, monkeypatch):
     # Batching by count and by an empty queue only: the 1 ms deadline (a result never waits
     # longer than that behind the next task) splits the batch whenever a task is preempted
     # for a millisecond, as next to a CPU hog (2 frames for 2 results in a hog run).
-    from rtpool.worker import _loop
+    from rtpool.worker import _results
 
-    monkeypatch.setattr(_loop, "FLUSH_AFTER_NS", 60 * 10**9)
+    monkeypatch.setattr(_results, "FLUSH_AFTER_NS", 60 * 10**9)
     w = Running(fake)
     w.master.recv_kind(P.PULL)
     noop = S.serialize_function(tasks.noop)[1]

@@ -120,6 +120,11 @@ def lock_memory() -> MemoryLock:
 MASTER_OPTIONS: List[str]
 """The keys ``Master(options=...)`` takes: every ``rtpool master`` option but ``log_level``."""
 
+PACKAGE_OPTION_KEYS: List[str]
+"""The wire keys of the package options map (``SUBMIT.opts``, ``CALL.opts``) in spec order, as
+``crates/rtpool-proto/src/options.rs`` declares them: ``rtpool/_options.py``'s table must list
+the same (``tests/test_options.py``)."""
+
 def master_main(argv: List[str]) -> int:
     """``rtpool master ARGS``: the master's command line, the one the ``rtpool-master`` binary
     parses too (``crates/rtpool-master/src/config/args.rs``).

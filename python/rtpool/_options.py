@@ -1,18 +1,24 @@
 """Package options: the one table that turns ``Client.options()`` keywords into the wire
 ``opts`` map of ``SUBMIT`` and ``CALL`` (``docs/protocol.md``).
 
-Each :class:`Option` names the keyword users write, the wire key, the wire default (left out of
-the map), the converter that checks a value and turns it into its wire form, whether calls of
-named functions take it, and its documentation (``Client.options``'s docstring is built from
-it). Every check happens here, on the client, before anything is sent, so a bad value is a
+:data:`OPTIONS` is the one list of them on the Python side: each row names the keyword users
+write and the wire key once, with the kind of value (which gives the converter that checks a
+value and turns it into its wire form, and the wire default, left out of the map), whether
+calls of named functions take it, the option it needs, and its documentation
+(``Client.options``'s docstring is built from it). Outside this module only ``_deps.py``
+names options (``near`` and ``after``, which it sets, and ``max_attempts``). Every check
+happens here, on the client, before anything is sent, so a bad value is a
 ``TypeError``/``ValueError`` naming the option rather than an ``ERROR rejected`` later.
 
 A view keeps its options in wire form (defaults left out, spec order), computed once by
 :func:`merge`; :func:`for_submission` gives the map of one submission. An absolute deadline (a
-``datetime``) is the one value kept aside: it becomes ``deadline_ms`` with this machine's clock
-at each submission. ``_protocol`` only encodes the map.
+``datetime``) is the one value kept aside: it becomes milliseconds from now with this machine's
+clock at each submission. :func:`has_deadline` tells the connection whether a submission's
+tasks have a deadline (their futures then report their lateness). ``_protocol`` only encodes
+the map.
 
-Adding an option: one :class:`Option` row below (in the position the protocol lists its key).
+Adding an option: one row below (in the position the protocol lists its key), the same line
+in ``crates/rtpool-proto/src/options.rs``, and the code that honours it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ __all__ = [
     "WIRE_DEFAULTS",
     "for_calls",
     "for_submission",
+    "has_deadline",
     "merge",
     "options_doc",
     "seconds_until",
@@ -43,13 +50,14 @@ _urandom = os.urandom
 
 
 class Option(NamedTuple):
-    """One package option, from the ``options()`` keyword to the wire."""
+    """One package option, from the ``options()`` keyword to the wire: a row of
+    :data:`OPTIONS`, made by :func:`_option` or :func:`_internal`."""
 
-    #: The keyword of ``Client.options()``.
+    #: The keyword of ``Client.options()`` ("" for an option the SDK sets itself).
     name: str
     #: The key in the SUBMIT/CALL ``opts`` map.
     wire: str
-    #: The wire value meaning "not set"; it is left out of the map.
+    #: The wire value meaning "not set" (``convert(None)``); it is left out of the map.
     default: Any
     #: ``convert(value)``: the wire value of a user value (None: the default). Raises
     #: TypeError/ValueError naming the option.
@@ -59,24 +67,51 @@ class Option(NamedTuple):
     calls: Any
     #: Its entry in ``Client.options``'s docstring.
     doc: str
+    #: The keyword of an option this one needs set when it is not at its default ("": none).
+    needs: str = ""
 
 
-def _int(name: str, lo: int, hi: int, none: int) -> Callable[[Any], int]:
-    def convert(value: Any) -> int:
-        if value is None:
-            return none
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"option {name!r} must be an int, got {type(value).__name__}")
-        if not lo <= value <= hi:
-            if (lo, hi) == _I32:
-                raise ValueError(f"option {name!r} must fit in 32 bits, got {value}")
-            raise ValueError(f"option {name!r} must be between {lo} and {hi}, got {value}")
-        return value
+# A kind of option: given the option's name, the converter of its values.
+Kind = Callable[[str], Callable[[Any], Any]]
 
-    return convert
+
+def _option(
+    name: str, kind: Kind, doc: str, *, wire: str = "", calls: Any = True, needs: str = ""
+) -> Option:
+    """A user option: keyword ``name``, wire key ``wire`` (the keyword unless given)."""
+    convert = kind(name)
+    return Option(name, wire or name, convert(None), convert, calls, doc, needs)
+
+
+def _internal(wire: str, kind: Kind, calls: Any = False) -> Option:
+    """An option the SDK sets itself (no keyword, no doc)."""
+    convert = kind(wire)
+    return Option("", wire, convert(None), convert, calls, "")
+
+
+def _int(lo: int, hi: int, none: int) -> Kind:
+    """An int from ``lo`` to ``hi``; None is ``none``."""
+
+    def kind(name: str) -> Callable[[Any], int]:
+        def convert(value: Any) -> int:
+            if value is None:
+                return none
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"option {name!r} must be an int, got {type(value).__name__}")
+            if not lo <= value <= hi:
+                if (lo, hi) == _I32:
+                    raise ValueError(f"option {name!r} must fit in 32 bits, got {value}")
+                raise ValueError(f"option {name!r} must be between {lo} and {hi}, got {value}")
+            return value
+
+        return convert
+
+    return kind
 
 
 def _bool(name: str) -> Callable[[Any], bool]:
+    """True or False; None is False."""
+
     def convert(value: Any) -> bool:
         if value is None:
             return False
@@ -87,20 +122,40 @@ def _bool(name: str) -> Callable[[Any], bool]:
     return convert
 
 
-def _on_miss(value: Any) -> str:
-    if value is None:
-        return "run"
-    if not isinstance(value, str):
-        raise TypeError(f"option 'on_miss' must be a str, got {type(value).__name__}")
-    if value not in ("run", "drop"):
-        raise ValueError(f"option 'on_miss' must be 'run' or 'drop', got {value!r}")
-    return value
+def _choice(*words: str) -> Kind:
+    """One of ``words`` (strings); None is the first."""
+
+    def kind(name: str) -> Callable[[Any], str]:
+        listed = " or ".join(repr(w) for w in words)
+
+        def convert(value: Any) -> str:
+            if value is None:
+                return words[0]
+            if not isinstance(value, str):
+                raise TypeError(f"option {name!r} must be a str, got {type(value).__name__}")
+            if value not in words:
+                raise ValueError(f"option {name!r} must be {listed}, got {value!r}")
+            return value
+
+        return convert
+
+    return kind
 
 
-def _seconds(name: str, value: Any, what: str) -> float:
+def _seconds_ms(name: str, value: Any, none: str, since: str = "", also: str = "") -> int:
+    """Milliseconds (rounded up) of ``value``, a positive number of seconds. For the messages:
+    ``none`` is what ``name=None`` means, ``since`` when the seconds count from, ``also`` what
+    else the option takes."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"option {name!r} must be {what}, got {type(value).__name__}")
-    return value
+        raise TypeError(
+            f"option {name!r} must be a number of seconds{also}, got {type(value).__name__}"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"option {name!r} must be a positive number of seconds{since}{also}, got {value!r} "
+            f"(use {name}=None for {none})"
+        )
+    return _to_ms(name, value)
 
 
 def _to_ms(name: str, seconds: float) -> int:
@@ -112,172 +167,140 @@ def _to_ms(name: str, seconds: float) -> int:
     return ms
 
 
-def _timeout_ms(timeout: Any) -> int:
-    if timeout is None:
-        return 0  # the wire default: no limit
-    _seconds("timeout", timeout, "a number of seconds")
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(
-            f"option 'timeout' must be a positive number of seconds, got {timeout!r} "
-            "(use timeout=None for no limit)"
-        )
-    return _to_ms("timeout", timeout)
+def _limit_ms(name: str) -> Callable[[Any], int]:
+    """A positive number of seconds, sent as milliseconds (rounded up); None is 0: none."""
+
+    def convert(value: Any) -> int:
+        if value is None:
+            return 0  # the wire default: no limit
+        return _seconds_ms(name, value, "no limit")
+
+    return convert
 
 
 class _At(float):
-    """An absolute deadline (``time.time()`` seconds): ``deadline_ms`` is computed from it at
+    """An absolute deadline (``time.time()`` seconds): its wire value is computed from it at
     each submission, so it is kept aside from the wire map."""
 
 
-def _deadline_ms(deadline: Any) -> Any:
-    """``deadline_ms`` for seconds from submission; an :class:`_At` for a datetime."""
-    if deadline is None:
-        return 0  # the wire default: no deadline
-    if isinstance(deadline, _dt.datetime):
-        at = deadline.timestamp()  # naive: local time, as datetime.now() gives it
-        _to_ms("deadline", _until(at, deadline))  # in the past or too far: raise now
-        return _At(at)
-    _seconds("deadline", deadline, "a number of seconds or a datetime.datetime")
-    if not (math.isfinite(deadline) and deadline > 0):
-        raise ValueError(
-            f"option 'deadline' must be a positive number of seconds from submission or a "
-            f"datetime.datetime, got {deadline!r} (use deadline=None for none)"
-        )
-    return _to_ms("deadline", deadline)
+def _due_ms(name: str) -> Callable[[Any], Any]:
+    """Milliseconds from submission for seconds from submission; an :class:`_At` for a
+    ``datetime``; None is 0: none."""
+
+    def convert(value: Any) -> Any:
+        if value is None:
+            return 0  # the wire default: none
+        if isinstance(value, _dt.datetime):
+            at = value.timestamp()  # naive: local time, as datetime.now() gives it
+            _to_ms(name, _until(at, value, name))  # in the past or too far: raise now
+            return _At(at)
+        return _seconds_ms(name, value, "none", " from submission", " or a datetime.datetime")
+
+    return convert
 
 
-def _until(at: float, shown: Any) -> float:
+def _until(at: float, shown: Any, name: str) -> float:
     left = at - time.time()
     if left <= 0:
-        raise ValueError(f"option 'deadline' is in the past: {shown} was {-left:.3f} s ago")
+        raise ValueError(f"option {name!r} is in the past: {shown} was {-left:.3f} s ago")
     return left
 
 
-def _key(value: Any) -> str:
-    raise TypeError("the idempotency key is drawn per package, not an option")
+def _drawn(name: str) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if value is None:
+            return ""
+        raise TypeError("the idempotency key is drawn per package, not an option")
+
+    return convert
 
 
-#: The package options, in the order the protocol lists their wire keys.
+#: The package options, in the order the protocol lists their wire keys: the one place an
+#: option is declared on the Python side (``crates/rtpool-proto/src/options.rs`` declares the
+#: wire keys for Rust; ``tests/test_options.py`` checks that the two lists agree).
 OPTIONS: Tuple[Option, ...] = (
-    Option(
-        name="priority",
-        wire="priority",
-        default=0,
-        convert=_int("priority", *_I32, 0),
-        calls=True,
-        doc="``priority`` (int, default 0): higher runs first. Within one priority users take "
+    _option(
+        "priority",
+        _int(*_I32, 0),
+        "``priority`` (int, default 0): higher runs first. Within one priority users take "
         "turns, and each user's packages run earliest deadline first.",
     ),
-    Option(
-        name="timeout",
-        wire="timeout_ms",
-        default=0,
-        convert=_timeout_ms,
-        calls=True,
-        doc="``timeout`` (seconds, default None: no limit): each task's execution time limit; a "
+    _option(
+        "timeout",
+        _limit_ms,
+        "``timeout`` (seconds, default None: no limit): each task's execution time limit; a "
         "task past it is killed and its future raises :class:`~rtpool.errors.TaskTimeoutError`.",
+        wire="timeout_ms",
     ),
-    # Not a user option: a fresh random key per package (with_key), in its spec position.
-    Option(name="", wire="key", default="", convert=_key, calls=True, doc=""),
-    Option(
-        name="deadline",
-        wire="deadline_ms",
-        default=0,
-        convert=_deadline_ms,
-        calls=True,
-        doc="``deadline`` (default None): every task's deadline, as seconds from submission (int "
+    # A fresh random key per package (with_key), in its spec position.
+    _internal("key", _drawn, calls=True),
+    _option(
+        "deadline",
+        _due_ms,
+        "``deadline`` (default None): every task's deadline, as seconds from submission (int "
         "or float > 0) or an absolute ``datetime.datetime`` (aware, or naive in local time), "
         "turned into milliseconds from now with this machine's clock at each submission "
         "(rounded up).",
+        wire="deadline_ms",
     ),
-    Option(
-        name="on_miss",
-        wire="on_miss",
-        default="run",
-        convert=_on_miss,
-        calls=("run",),
-        doc='``on_miss`` (``"run"``, default, or ``"drop"``): late tasks run anyway and report '
+    _option(
+        "on_miss",
+        _choice("run", "drop"),
+        '``on_miss`` (``"run"``, default, or ``"drop"``): late tasks run anyway and report '
         "``future.lateness``, or are dropped and raise "
         ":class:`~rtpool.errors.DeadlineMissedError`.",
+        calls=("run",),
+        needs="deadline",
     ),
-    Option(
-        name="admit",
-        wire="admit",
-        default=False,
-        convert=_bool("admit"),
-        calls=False,
-        doc="``admit`` (bool, default False): admission control; the master refuses a package "
+    _option(
+        "admit",
+        _bool,
+        "``admit`` (bool, default False): admission control; the master refuses a package "
         "that cannot finish by its deadline and its futures raise "
         ":class:`~rtpool.errors.AdmissionError`. Needs ``deadline``.",
-    ),
-    Option(
-        name="replicas",
-        wire="replicas",
-        default=1,
-        convert=_int("replicas", 1, MAX_COPIES, 1),
         calls=False,
-        doc="``replicas`` (1 to 16, default 1): copies of each task, on distinct workers.",
+        needs="deadline",
     ),
-    Option(
-        name="quorum",
-        wire="quorum",
-        default=1,
-        convert=_int("quorum", 1, MAX_COPIES, 1),
+    _option(
+        "replicas",
+        _int(1, MAX_COPIES, 1),
+        "``replicas`` (1 to 16, default 1): copies of each task, on distinct workers.",
         calls=False,
-        doc="``quorum`` (1 to ``replicas``, default 1): byte-equal results needed; copies that "
+    ),
+    _option(
+        "quorum",
+        _int(1, MAX_COPIES, 1),
+        "``quorum`` (1 to ``replicas``, default 1): byte-equal results needed; copies that "
         "never agree raise :class:`~rtpool.errors.QuorumError`.",
-    ),
-    Option(
-        name="max_copies",
-        wire="max_copies",
-        default=0,
-        convert=_int("max_copies", 0, MAX_COPIES, 0),
         calls=False,
-        doc="``max_copies`` (0 to 16, default 0: ``replicas + quorum``): most copies of one task "
+    ),
+    _option(
+        "max_copies",
+        _int(0, MAX_COPIES, 0),
+        "``max_copies`` (0 to 16, default 0: ``replicas + quorum``): most copies of one task "
         "ever started; at least ``replicas``.",
-    ),
-    Option(
-        name="hedge",
-        wire="hedge",
-        default=False,
-        convert=_bool("hedge"),
         calls=False,
-        doc="``hedge`` (bool, default False): a straggling task gets one backup copy on another "
-        "worker; the first result wins.",
     ),
-    Option(
-        name="max_attempts",
-        wire="max_attempts",
-        default=0,
-        convert=_int("max_attempts", 1, 255, 0),
-        calls=True,
-        doc="``max_attempts`` (int 1-255, default None: the master's ``--max-attempts``): how many "
+    _option(
+        "hedge",
+        _bool,
+        "``hedge`` (bool, default False): a straggling task gets one backup copy on another "
+        "worker; the first result wins.",
+        calls=False,
+    ),
+    _option(
+        "max_attempts",
+        _int(1, 255, 0),
+        "``max_attempts`` (int 1-255, default None: the master's ``--max-attempts``): how many "
         "times a task may be attempted (run again after its worker was lost or crashed) "
         "before it fails with :class:`~rtpool.errors.PoisonTaskError`.",
     ),
-    # Not a user option: the worker session holding a task's kept inputs (_deps.py sets it;
-    # docs/data.md).
-    Option(
-        name="", wire="near", default=0, convert=_int("near", 0, 2**63 - 1, 0), calls=False, doc=""
-    ),
-    # Not user options either: the package and index of the task whose result is this task's
-    # input, held by the master (_deps.py; docs/data.md).
-    Option(
-        name="",
-        wire="after",
-        default=0,
-        convert=_int("after", 0, 2**63 - 1, 0),
-        calls=False,
-        doc="",
-    ),
-    Option(
-        name="",
-        wire="after_index",
-        default=0,
-        convert=_int("after_index", 0, 2**32 - 1, 0),
-        calls=False,
-        doc="",
-    ),
+    # The worker session holding a task's kept inputs (_deps.py sets it; docs/data.md).
+    _internal("near", _int(0, 2**63 - 1, 0)),
+    # The package and index of the task whose result is this task's input, held by the
+    # master (_deps.py; docs/data.md).
+    _internal("after", _int(0, 2**63 - 1, 0)),
+    _internal("after_index", _int(0, 2**32 - 1, 0)),
 )
 
 #: The ``options()`` keywords, in protocol order.
@@ -287,6 +310,11 @@ WIRE_DEFAULTS: Dict[str, Any] = {o.wire: o.default for o in OPTIONS}
 _BY_NAME = {o.name: o for o in OPTIONS if o.name}
 # The wire keys written before "key".
 _BEFORE_KEY = frozenset(list(WIRE_DEFAULTS)[: list(WIRE_DEFAULTS).index("key")])
+# The deadline, whose value may be absolute (resolved at each submission), which other
+# options may need, and whose presence makes futures report their lateness.
+_DEADLINE = _BY_NAME["deadline"]
+# Options that need another one set, each with the option it needs.
+_NEEDS = tuple((o, _BY_NAME[o.needs]) for o in OPTIONS if o.needs)
 
 
 def merge(
@@ -301,8 +329,7 @@ def merge(
 
     Returns:
         ``(opts, deadline_at)``: the merged map in wire form (defaults left out, spec order)
-        and the absolute deadline, if the deadline is one (then ``opts`` has no
-        ``deadline_ms``).
+        and the absolute deadline, if the deadline is one (then ``opts`` leaves it out).
 
     Raises:
         TypeError: An unknown option (the message lists the valid ones) or a wrong type.
@@ -316,18 +343,31 @@ def merge(
     for name, value in new.items():
         option = _BY_NAME[name]
         wire = option.convert(value)
-        if option.wire == "deadline_ms":
+        if option is _DEADLINE:
             deadline_at = float(wire) if isinstance(wire, _At) else None
-            wire = 0 if deadline_at is not None else wire
+            wire = option.default if deadline_at is not None else wire
         values[option.wire] = wire
     out = {
         w: values[w] for w, default in WIRE_DEFAULTS.items() if values.get(w, default) != default
     }
-    _check_together(out, deadline_at)
+    _check_copies(out)
+    _check_needs(out, deadline_at)
     return out, deadline_at
 
 
-def _check_together(opts: Dict[str, Any], deadline_at: float | None) -> None:
+def _check_needs(opts: Dict[str, Any], deadline_at: float | None) -> None:
+    for option, needed in _NEEDS:
+        value = opts.get(option.wire, option.default)
+        if value == option.default or needed.wire in opts:
+            continue
+        if needed is _DEADLINE and deadline_at is not None:
+            continue
+        what = f"{option.name!r}" if value is True else f"{option.name}={value!r}"
+        raise ValueError(f"option {what} needs a {needed.name}: pass {needed.name}= too")
+
+
+def _check_copies(opts: Dict[str, Any]) -> None:
+    # The limits between the copy options (the core checks them again).
     replicas = opts.get("replicas", 1)
     quorum = opts.get("quorum", 1)
     max_copies = opts.get("max_copies", 0)
@@ -341,32 +381,33 @@ def _check_together(opts: Dict[str, Any], deadline_at: float | None) -> None:
             f"option 'max_copies' ({max_copies}) must be at least 'replicas' ({replicas}), "
             "or 0 for the default (replicas + quorum)"
         )
-    has_deadline = bool(opts.get("deadline_ms")) or deadline_at is not None
-    if opts.get("admit") and not has_deadline:
-        raise ValueError("option 'admit' needs a deadline: pass deadline= too")
-    if opts.get("on_miss", "run") == "drop" and not has_deadline:
-        raise ValueError("option on_miss='drop' needs a deadline: pass deadline= too")
 
 
 def for_submission(opts: Dict[str, Any], deadline_at: float | None) -> Dict[str, Any]:
-    """The opts map of one submission: with an absolute deadline, ``deadline_ms`` from now.
+    """The opts map of one submission: with an absolute deadline, the deadline from now.
 
     Raises:
         ValueError: The absolute deadline has passed.
     """
     if deadline_at is None:
         return opts
-    left = _until(deadline_at, _dt.datetime.fromtimestamp(deadline_at).isoformat())
-    values = {**opts, "deadline_ms": _to_ms("deadline", left)}
+    name = _DEADLINE.name
+    left = _until(deadline_at, _dt.datetime.fromtimestamp(deadline_at).isoformat(), name)
+    values = {**opts, _DEADLINE.wire: _to_ms(name, left)}
     return {w: values[w] for w in WIRE_DEFAULTS if w in values}
+
+
+def has_deadline(opts: Dict[str, Any]) -> bool:
+    """Whether a submission's opts map (:func:`for_submission`) gives its tasks a deadline."""
+    return _DEADLINE.wire in opts
 
 
 def for_calls(opts: Dict[str, Any]) -> None:
     """Check that calls of named functions take these (wire form) options.
 
     Raises:
-        ValueError: ``replicas``, ``quorum``, ``max_copies``, ``hedge``, ``admit`` or
-            ``on_miss="drop"``: those are for shipped-code tasks.
+        ValueError: An option (or a value of one) that only shipped-code tasks take (the
+            table's ``calls``); the message names it.
     """
     for option in OPTIONS:
         if option.calls is True or option.wire not in opts:

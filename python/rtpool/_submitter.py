@@ -41,7 +41,8 @@ class _Submitter(cf.Executor):
     _rpc: RpcChannel
     # The package options in wire form (_options.merge made them).
     _opts: Dict[str, Any]
-    # An absolute deadline (time.time() seconds): deadline_ms is computed at each submission.
+    # An absolute deadline (time.time() seconds), kept aside: its wire value is computed at
+    # each submission (_options.for_submission).
     _deadline_at: float | None = None
     # Whether _opts were checked for calls of named functions (once per executor).
     _calls_checked = False
@@ -240,8 +241,8 @@ class _Submitter(cf.Executor):
                 Raises:
                     TypeError: An unknown option name (the message lists the valid ones) or a wrong
                         type.
-                    ValueError: A value out of range (``timeout`` not positive, ``deadline`` in the
-                        past, ``quorum`` above ``replicas``, ...) or ``admit`` without a deadline.
+                    ValueError: A value out of range, or options that contradict each other (the
+                        message names them and says what to pass instead).
         """
         keep = _keep_option(self._keep, opts)
         # In wire form once per view (defaults left out, spec order), not once per submission.

@@ -450,6 +450,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "MASTER_OPTIONS",
         rtpool_master::config::options::option_keys(),
     )?;
+    m.add("PACKAGE_OPTION_KEYS", rtpool_proto::OPTION_KEYS.to_vec())?;
     m.add_function(wrap_pyfunction!(token_create, m)?)?;
     m.add_function(wrap_pyfunction!(token_list, m)?)?;
     m.add_function(wrap_pyfunction!(token_revoke, m)?)?;

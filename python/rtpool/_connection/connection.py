@@ -402,11 +402,11 @@ class _Connection(_Acks, _Packages, _Receiver, _Reconnector, _Releases):
         if self._lost is not None:
             raise self._lost
 
-    def new_segment(self, n: int, t0_ns: int, has_deadline: bool) -> _Segment:
-        """A new segment of ``n`` tasks (a request id of its own); the caller sets its
-        ``futures`` (and ``decode``, ``retry``), then sends it with :meth:`send_segment`."""
+    def new_segment(self, n: int, t0_ns: int, opts: dict) -> _Segment:
+        """A new segment of ``n`` tasks with package options ``opts`` (wire form); the caller
+        sets its ``futures`` (and ``decode``, ``retry``), then sends it (:meth:`send_segment`)."""
         seg = _Segment(self, next(self._ids), n, t0_ns, 0.0)
-        seg.has_deadline = has_deadline
+        seg.opts = opts
         return seg
 
     def send_segment(self, seg: _Segment, frame: bytes) -> None:

@@ -18,8 +18,8 @@ from .segment import ALL, _Segment
 _encode_submit = P.encode_submit
 
 # Bytes of a SUBMIT frame besides the function code and the payloads (prefix, array header,
-# kind, req_id, fn_hash, opts with priority, timeout_ms and key), rounded up; and per payload
-# (bin32 header).
+# kind, req_id, fn_hash, and the opts map: 203 bytes with every option set to its widest value
+# and the key), rounded up; and per payload (bin32 header).
 _SUBMIT_OVERHEAD = 256
 _PAYLOAD_OVERHEAD = 5
 _MAX_TASKS_PER_FRAME = 2**32 - 1
@@ -106,13 +106,12 @@ class _Packages:
         n = len(payloads)
         bounds = self._split(payloads, len(code)) if n > 1 else [(0, 1)]
         serialize_us = serialize_ns / 1000 / n
-        has_deadline = "deadline_ms" in opts
         futures: List[Future] = []
         segments: List[_Segment] = []
         single = len(bounds) == 1
         for lo, hi in bounds:
             seg = _Segment(self, next(self._ids), hi - lo, t0_ns, serialize_us)
-            seg.has_deadline = has_deadline
+            seg.opts = opts
             cond = threading.Condition()
             seg.futures = [Future(seg, i, cond) for i in range(hi - lo)]
             tasks = payloads if single else payloads[lo:hi]
@@ -140,8 +139,7 @@ class _Packages:
         """:meth:`submit` for one task: the latency path, kept short."""
         req_id = next(self._ids)  # itertools.count: atomic under the GIL
         seg = _Segment(self, req_id, 1, t0_ns, serialize_ns / 1000)
-        if "deadline_ms" in opts:
-            seg.has_deadline = True
+        seg.opts = opts
         fut = Future(seg, 0)
         seg.futures = [fut]
         seg.frame = frame = _submit_frame(req_id, digest, code, opts, [payload])

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any, Callable, List, Tuple
 
 from .._future import Future
+from .._options import has_deadline
 
 __all__ = ["ALL", "_Segment"]
 
 # "The whole package" for on_local_cancel() and _Segment.pending_cancel: on the wire, CANCEL
 # with no indices.
 ALL = ()
+_NO_OPTS: dict = {}
 
 
 class _Segment:
@@ -27,10 +29,10 @@ class _Segment:
         "error",
         "frame",
         "futures",
-        "has_deadline",
         "n",
         "n_cancelled",
         "n_results",
+        "opts",
         "package",
         "pending_cancel",
         "req_id",
@@ -48,8 +50,8 @@ class _Segment:
         self.package: int | None = None
         self.error: BaseException | None = None
         self.futures: List[Future] | None = None
-        # Whether the package has a deadline (its futures then report their lateness).
-        self.has_deadline = False
+        # The package's opts map as sent (wire form; shared, never changed).
+        self.opts: dict = _NO_OPTS
         # The SUBMIT frame, kept until ACCEPTED so a reconnect re-sends the very same bytes.
         self.frame: bytes | None = None
         self.n = n
@@ -70,3 +72,8 @@ class _Segment:
         # interfaces came from the cache, on ERROR unknown_function). The connection never
         # calls it; see _Connection.take_refused and resend.
         self.retry: Callable[[_Segment, str], None] | None = None
+
+    @property
+    def has_deadline(self) -> bool:
+        """Whether the package has a deadline (its futures then report their lateness)."""
+        return has_deadline(self.opts)

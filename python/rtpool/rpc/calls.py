@@ -4,7 +4,7 @@
 A call's interface comes from the connection's :class:`~rtpool.rpc.channel.RpcChannel`
 (fetched with ``FUNCTIONS`` on first use, then cached); the arguments are checked against it
 (``Interface.bind``) before anything is sent; the call goes out as one ``CALL`` frame, and the
-reader thread turns its result's msgpack data into the call's outputs (``codec.deliver``).
+reader thread turns its result's msgpack data into the call's outputs (``invocation.deliver``).
 Transactions (graphs of calls in one frame) are in ``transaction.py``. Nothing here pickles.
 """
 
@@ -20,15 +20,17 @@ from .._frame import Payload
 from .._future import Future
 from .._protocol import STATUS_ERROR, STATUS_FAILED, STATUS_OK
 from ..errors import CallError, NotFetchedError, RemoteTraceback, TaskFailed
-from . import codec
 from .channel import RpcChannel
+from .decoding import decode_error
+from .encoding import encode_args
 from .interface import Interface, Param
+from .invocation import deliver
 
 __all__ = ["CallFuture", "Output", "call", "call_async"]
 
 _perf_ns = time.perf_counter_ns
-_deliver = codec.deliver
-_encode_args = codec.encode_args
+_deliver = deliver
+_encode_args = encode_args
 # The value of a call that succeeded but whose data stayed on the master (not fetched).
 NOT_FETCHED = object()
 
@@ -38,7 +40,7 @@ NOT_FETCHED = object()
 
 def _remote_error(label: str, data: Any) -> TaskFailed:
     """The :class:`TaskFailed` of a call that raised on its worker (status 1)."""
-    report = codec.decode_error(data)
+    report = decode_error(data)
     type_name, message, tb = report["type"], report["message"], report["traceback"]
     exc = TaskFailed(f"{label} raised {type_name}: {message}", type_name, message, tb)
     if tb:

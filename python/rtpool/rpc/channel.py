@@ -156,7 +156,7 @@ class RpcChannel:
     def new_segment(self, n: int, t0_ns: int, opts: Dict[str, Any]) -> _Segment:
         """A segment for a package of ``n`` calls; the caller sets its ``futures``,
         ``decode`` (and ``retry``), then sends it with :meth:`send_calls`."""
-        return self.conn.new_segment(n, t0_ns, "deadline_ms" in opts)
+        return self.conn.new_segment(n, t0_ns, opts)
 
     def send_calls(self, seg: _Segment, opts: Dict[str, Any], calls: list) -> None:
         """Send a ``CALL`` frame: ``calls`` are ``[name, version, args, deps, fetch]``.

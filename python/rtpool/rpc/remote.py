@@ -12,7 +12,8 @@ import typing
 from typing import Any, Callable
 
 from .annotations import ArraySpec, ModeSpec, type_repr
-from .interface import MAX_INTERFACE_BYTES, Interface, Param, check_name_version
+from .interface import Interface
+from .params import MAX_INTERFACE_BYTES, Param, check_name_version
 
 __all__ = ["interface_of", "remote", "served_functions", "version_key"]
 

@@ -13,8 +13,9 @@ from .._future import Future
 from ..errors import CallError
 from .calls import NOT_FETCHED, CallFuture, Output, arg_name, call_result
 from .channel import RpcChannel
-from .codec import Ref, encode_args
+from .encoding import encode_args
 from .interface import Interface
+from .schema import Ref
 
 __all__ = ["Transaction"]
 

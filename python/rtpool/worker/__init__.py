@@ -10,9 +10,11 @@ connection with ``slots=1`` and runs a single-threaded pull loop. By concern:
 * ``_session.py``: a child's connection: handshake, reading and writing, heartbeats (also
   while a task runs, so the master's lease never expires for a busy worker), signals,
   reconnection with backoff (until ``--reconnect-timeout``).
-* ``_loop.py``: a child's run loop (:class:`WorkerConnection`): credit-based pull with an
-  adaptive prefetch, batched results, ``ABORT``, graceful shutdown (``DRAIN``, pending results,
-  ``RETURN`` of unstarted tasks).
+* ``_loop.py``: a child's run loop (:class:`WorkerConnection`): credit-based pull, ``ABORT``,
+  graceful shutdown (``DRAIN``, pending results, ``RETURN`` of unstarted tasks).
+* ``_prefetch.py``: how many tasks a child queues ahead (the adaptive prefetch).
+* ``_results.py``: batching a child's results into ``RESULT`` frames with its ``PULL``.
+* ``_failures.py``: the rate-limited log lines of failed tasks.
 * ``_task.py``: a task as the loop queues it (named fields, built where ``ASSIGN`` and
   ``ASSIGN_CALLS`` are decoded).
 * ``_executor.py``: running task code, in the child (the fast path) or, for a task with a
@@ -33,7 +35,8 @@ from __future__ import annotations
 from ..errors import ServeError
 from ._arguments import add_arguments
 from ._common import DEFAULT_PREFETCH, EXIT_CONFIG, EXIT_LOST, EXIT_OK, set_parent_death_signal
-from ._loop import WorkerConnection, adaptive_prefetch
+from ._loop import WorkerConnection
+from ._prefetch import adaptive_prefetch
 from ._services import Service, load_services
 from ._supervisor import main, run, run_child
 

@@ -26,7 +26,7 @@ from .. import _protocol as P
 from .._serialize import ENVELOPE_TAG, dumps_result, loads_args
 from .._shm import forget_arguments
 from ..errors import KeptResultLost
-from ..rpc.codec import input_blob, kept_blob
+from ..rpc.schema import input_blob, kept_blob
 from ._common import RESULT_FRAME_OVERHEAD, log, perf_ns
 from ._executor_process import ExecutorDied, ExecutorProcess, address_space_mib
 from ._kept import store as kept_store
@@ -95,10 +95,11 @@ class Executing:
         self.services = list(services)
         self._services_by_key = {(s.name, s.version): s for s in self.services}
         if self.services:
-            from ..rpc import codec as _callcodec  # only with --serve: it may need numpy
+            from ..rpc.encoding import encode_error  # only with --serve: it may need numpy
+            from ..rpc.invocation import invoke
 
-            self._invoke = _callcodec.invoke
-            self._encode_error = _callcodec.encode_error
+            self._invoke = invoke
+            self._encode_error = encode_error
 
     def _function(self, fn_hash: bytes) -> Any:
         fn = self.functions.get(fn_hash)

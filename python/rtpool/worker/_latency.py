@@ -20,7 +20,7 @@ the master had work for it:
 
 The estimate is the minimum over the last :data:`WINDOW` samples, which also drops a sample
 that passed both checks by chance (a package arriving at a master that was idle when a whole
-``PULL`` reached it). ``adaptive_prefetch`` (``_loop.py``) turns it into tasks queued ahead, so
+``PULL`` reached it). ``adaptive_prefetch`` (``_prefetch.py``) turns it into tasks queued ahead, so
 a worker far from its master keeps working while its next credits travel (issue 13). Pure
 bookkeeping: no socket, no clock of its own.
 """

@@ -5,14 +5,10 @@ Each child holds one connection with ``slots=1`` and runs a single-threaded loop
 
 * **Credit-based pull.** The child keeps ``1 + prefetch`` tasks assigned to it (running, queued
   locally or promised by outstanding credits). ``prefetch`` adapts to about 2 ms of work, plus
-  2 round trips to the master (``_latency.py``, at most :data:`RTT_CAP_NS`), by an EMA of
-  the observed time per task: no-op tasks get a deep pipeline (throughput), 10 ms tasks on a
-  near master keep one queued (load balance at the end of a package), 20 ms tasks 100 ms away
-  keep about 11 (the worker does not idle while its credits travel).
+  2 round trips to the master, by an EMA of the observed time per task (``_prefetch.py``),
+  and what the child holds beyond it goes back to the master (``RETURN``).
 * **Batched results.** Results go out in one ``RESULT`` frame, with the ``PULL`` that tops the
-  credits up, in one write: when the local queue runs empty, 64 results are pending, or the
-  oldest pending result would wait more than 1 ms (also counting the next task's expected time,
-  so a long task never holds back the result before it).
+  credits up, in one write (``_results.py``).
 * **Graceful shutdown.** SIGTERM only sets a flag; after the running task the child sends
   ``DRAIN``, its pending results and ``RETURN`` of every unstarted task, then closes. A second
   signal exits at once. Whatever is still in flight is requeued by the master on disconnect.
@@ -21,23 +17,20 @@ Each child holds one connection with ``slots=1`` and runs a single-threaded loop
   dropped (the master requeued them), and unsent results are sent again only to the same
   master instance (which counts them as stale).
 
-The connection itself is ``_session.py``'s, running the code ``_executor.py``'s. A result is
-queued as its wire entry, ``[task, attempt, status, data, exec_us, wait_us, end_ns]``, whose
-last field becomes ``flush_us`` when the frame is built.
+The connection itself is ``_session.py``'s, running the code ``_executor.py``'s, the log of
+failed tasks ``_failures.py``'s.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections import deque
 from typing import Any, List, Sequence
 
 from .. import _dial
 from .. import _protocol as P
-from .._frame import SEGMENT_MIN_BYTES, as_payload
-from .._ratelimit import LogLimiter, suppressed_note
+from .._frame import as_payload
 from ..errors import ProtocolError
 from . import _kept
 from ._common import (
@@ -51,84 +44,26 @@ from ._common import (
     perf_ns,
 )
 from ._executor import Executing
+from ._failures import FailureLog
 from ._latency import RoundTrip
+from ._prefetch import EMA_ALPHA, prefetch_target_ns
+from ._results import SEGMENT_RESULT_BYTES, Reporting
 from ._services import Service, serve_frame
 from ._session import RECV_BYTES, Session
 from ._task import Task, queue_assignments, queue_calls
 from ._watchdog import Watchdog
 
-#: Prefetch aims at this much queued work per child, plus RTT_FACTOR round trips.
-PREFETCH_TARGET_NS = 2_000_000
-#: Round trips of work queued ahead: one hides the credit's trip, the other absorbs the jitter
-#: the windowed minimum does not see (with 1.5 a worker 50 ms away ran at 79 % of ideal against
-#: 89 % at 0 ms on a loaded VM).
-RTT_FACTOR = 2.0
-#: The measured round trip counts up to this much: a bound on what a worker holds when its
-#: estimate is high (an idle master answers PULLs late), so it never hoards more than ~1 s
-#: of work a faster peer could run (and never more than ``--prefetch`` tasks).
-RTT_CAP_NS = 500_000_000
-#: Results wait at most this long for company before they are sent.
-FLUSH_AFTER_NS = 1_000_000
-FLUSH_AFTER_RESULTS = 64
 #: Between two queued tasks the socket is read (new assignments, ABORT) once this long has
 #: passed since the last read. A read that finds nothing costs ~1.7 us (a system call and
 #: Python's BlockingIOError), a third of a no-op task's time in the worker: they now read
 #: every ~10 tasks. A task aborted in the queue meanwhile may start up to this much later
 #: (its result is discarded); arrival times come from the kernel's timestamps either way.
 READ_BETWEEN_TASKS_NS = 50_000
-_EMA_ALPHA = 0.2
 # In-session ERROR codes after which reconnecting would not help.
 _CONFIG_ERRORS = frozenset({P.ERR_AUTH, P.ERR_VERSION})
-# A result entry's fields that the loop reads: its data, and its end time (then flush_us).
-_DATA = 3
-_END = 6
-# A result whose data is at least SEGMENT_MIN_BYTES (this, counting RESULT_OVERHEAD) travels as
-# a segment (a Payload), not copied into the msgpack body.
-_SEGMENT_RESULT_BYTES = SEGMENT_MIN_BYTES + RESULT_OVERHEAD
 
 
-# Failed-task lines: at most one per function and kind of failure per this many seconds.
-_FAILURE_LOG_WINDOW_S = 1.0
-_STATUS_WORDS = {
-    P.STATUS_FAILED: "failed",
-    P.STATUS_TIMEOUT: "timed out",
-    P.STATUS_INPUT_LOST: "input lost (the master makes it again)",
-}
-
-
-def _failure_kind(status: int, data: bytes, is_call: bool) -> str:
-    """The exception type a failed task raised, or the status and the worker's reason."""
-    if status == P.STATUS_ERROR:
-        try:  # the report this worker just built: a pickled dict, a msgpack map for a call
-            if is_call:
-                import msgpack
-
-                return str(msgpack.unpackb(data, raw=False)["type"])
-            import pickle
-
-            return str(pickle.loads(data)["type"])
-        except Exception:
-            return "an error (its report cannot be read here)"
-    name = _STATUS_WORDS.get(status, f"status {status}")
-    if status == P.STATUS_INPUT_LOST:
-        data = data[4:]  # after the input's position
-    reason = bytes(data[:200]).decode("utf-8", "replace")
-    return f"{name}: {reason}"
-
-
-def prefetch_target_ns(rtt_ns: int) -> float:
-    """Work to hold queued: about 2 ms plus ``RTT_FACTOR`` round trips (at most
-    ``RTT_CAP_NS``)."""
-    return PREFETCH_TARGET_NS + RTT_FACTOR * min(rtt_ns, RTT_CAP_NS)
-
-
-def adaptive_prefetch(task_ns: float, max_prefetch: int, rtt_ns: int = 0) -> int:
-    """Tasks to queue ahead: :func:`prefetch_target_ns` of tasks of ``task_ns`` each, from 1 to
-    ``max_prefetch``."""
-    return min(max_prefetch, max(1, int(prefetch_target_ns(rtt_ns) / (task_ns + 1))))
-
-
-class WorkerConnection(Session, Executing, Watchdog):
+class WorkerConnection(Session, Executing, Watchdog, Reporting):
     """One worker connection (``slots=1``): the pull loop of a child process.
 
     Args:
@@ -201,7 +136,7 @@ class WorkerConnection(Session, Executing, Watchdog):
         self._serve = serve_frame(self.services) if self.services else b""
         #: Messages of the master's ``ERROR serve_conflict`` answers (functions refused).
         self.refused: List[str] = []
-        self._failures = LogLimiter(_FAILURE_LOG_WINDOW_S)
+        self._failures = FailureLog()
         if connect:  # else the owner calls connect_first() once its signal handlers are in
             self._start_session(*self._connect(connect_timeout))
 
@@ -305,16 +240,6 @@ class WorkerConnection(Session, Executing, Watchdog):
                 [t.task_id, t.attempt, P.STATUS_CANCELLED, message, 0, wait_us, perf_ns()]
             )
 
-    def _add_result(self, result: list) -> None:
-        """Queue a result that is not the end of a task run here (it asks for no credit)."""
-        size = len(result[_DATA]) + RESULT_OVERHEAD
-        if size >= _SEGMENT_RESULT_BYTES:
-            result[_DATA] = as_payload(result[_DATA])
-        if self.pending_bytes + size > self.frame_budget:
-            self._flush(pull=False)
-        self.pending_bytes += size
-        self.pending.append(result)
-
     # -- running tasks ----------------------------------------------------------------------
 
     def _run(self, t: Task) -> None:
@@ -359,10 +284,10 @@ class WorkerConnection(Session, Executing, Watchdog):
             exc = self._too_large(len(data))
             data = self._call_error(exc) if t.inputs is not None else self._error(exc)
             size = len(data) + RESULT_OVERHEAD
-        if size >= _SEGMENT_RESULT_BYTES:
+        if size >= SEGMENT_RESULT_BYTES:
             data = as_payload(data)  # sent as a segment, not copied into msgpack
         if status != P.STATUS_OK and status != P.STATUS_CANCELLED:
-            self._log_failure(t, status, data)
+            self._failures.task_failed(t, status, data, self.functions)
         if self.pending_bytes + size > self.frame_budget:
             self._flush()
         self.pending_bytes += size
@@ -384,7 +309,7 @@ class WorkerConnection(Session, Executing, Watchdog):
             # (a package of 10 ms tasks after a run of no-ops); the average decays slowly.
             ema = sample
         else:
-            ema += _EMA_ALPHA * (sample - ema)
+            ema += EMA_ALPHA * (sample - ema)
         self.ema_ns = ema
         # adaptive_prefetch(ema, self.max_prefetch, rtt), without a call per task: the target
         # changes only with the round trip.
@@ -411,25 +336,6 @@ class WorkerConnection(Session, Executing, Watchdog):
         board = self.board
         return board is not None and board.board.is_suspect(t.task_id)
 
-    def _log_failure(self, t: Task, status: int, data: bytes) -> None:
-        """One line for a task that did not succeed: task id, function, what went wrong. At
-        most one line per function and kind of failure per second (with a count of those held
-        back), so a package of a million failing tasks does not flood the log."""
-        if t.is_call:
-            name, version = t.function
-            what = f"{name} version {version}"
-        else:
-            fn = self.functions.get(t.function)
-            what = getattr(fn, "__qualname__", None) or f"function {t.function.hex()[:12]}"
-        kind = _failure_kind(status, data, t.is_call)
-        key = (what, status, kind if status == P.STATUS_ERROR else None)
-        held = self._failures.check(key, time.monotonic())
-        if held is not None:
-            log(
-                f"task {t.task_id} (attempt {t.attempt}) of {what} failed: {kind}"
-                + suppressed_note(held, _FAILURE_LOG_WINDOW_S)
-            )
-
     def _give_back(self, count: int) -> None:
         """RETURN the last ``count`` unstarted tasks, so idle workers can take them.
 
@@ -445,75 +351,6 @@ class WorkerConnection(Session, Executing, Watchdog):
         self._send(P.encode(P.RETURN, [[t.task_id, t.attempt] for t in given]))
         self.outstanding = 0
         self.round_trip.withdraw()
-
-    # -- sending results --------------------------------------------------------------------
-
-    def _results_frame(self) -> bytes:
-        """The pending results as one RESULT frame (or nothing), their flush_us filled in."""
-        pending = self.pending
-        if not pending:
-            return b""
-        now = perf_ns()
-        for r in pending:  # (a large result is a Payload already: _run, _add_result)
-            r[_END] = (now - r[_END]) // 1000  # end of execution -> flush_us
-        frame = P.encode(P.RESULT, pending)
-        self.pending = []  # a new list: _flush keeps the old one if the write fails
-        self.pending_bytes = 0
-        return frame
-
-    def _flush(self, pull: bool = True) -> None:
-        """Send the pending results and (``pull``) top the credits up, in one write."""
-        pending = self.pending
-        out = self._results_frame()
-        if pull:
-            credits = 1 + self.prefetch - len(self.queue) - self.outstanding
-            if credits > 0:
-                out += P.encode(P.PULL, credits)
-                self.outstanding += credits
-            else:
-                credits = 0
-        if out:
-            try:
-                self._send(out)
-                if pull and credits:
-                    self.round_trip.on_pull(credits, perf_ns())
-            except Stop:
-                self.unsent += pending  # (empty if there were no results)
-                raise
-
-    def _send_unsent(self) -> None:
-        """Send the results a dropped connection kept back, in frames within the limit."""
-        unsent, self.unsent = self.unsent, []
-        frames = []
-        batch: List[list] = []
-        size = 0
-        for r in unsent:
-            n = len(r[_DATA]) + RESULT_OVERHEAD
-            if n > self.frame_budget:
-                continue  # the new session's limit is lower; stale anyway
-            if batch and size + n > self.frame_budget:
-                frames.append(P.encode(P.RESULT, batch))
-                batch, size = [], 0
-            batch.append(r)
-            size += n
-        if batch:
-            frames.append(P.encode(P.RESULT, batch))
-        if frames:
-            try:
-                self._send(P.join(frames))
-            except Stop:
-                self.unsent = unsent
-                raise
-
-    def _should_flush(self) -> bool:
-        pending = self.pending
-        if not pending:
-            return False
-        if len(pending) >= FLUSH_AFTER_RESULTS:
-            return True
-        # Flush now if the oldest result would otherwise wait past the deadline during the
-        # next task.
-        return perf_ns() - pending[0][_END] + (self.ema_ns or 0) >= FLUSH_AFTER_NS
 
     # -- the loop ---------------------------------------------------------------------------
 

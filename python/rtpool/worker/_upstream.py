@@ -34,7 +34,7 @@ from ._session import RECV_BYTES
 #: At most one write of results and credits to the master per this long while the children
 #: run other tasks: under load the master gets a few frames per host per millisecond, not
 #: three per task. The same bound a child puts on holding its own results for company
-#: (``_loop.FLUSH_AFTER_NS``).
+#: (``_results.FLUSH_AFTER_NS``).
 FLUSH_INTERVAL_NS = 1_000_000
 #: ... or when this many results wait.
 FLUSH_RESULTS = 256
