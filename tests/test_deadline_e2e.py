@@ -29,12 +29,17 @@ def test_quorum_outvotes_a_lying_worker():
     with rtpool.LocalCluster(workers=3, worker_env=env) as cluster:
         cluster.wait_for_workers(3, timeout=30)
         client = cluster.client()
-        pkg = client.options(replicas=2, quorum=2).submit_many(
-            tasks.deadline.square_or_lie, range(30)
-        )
-        assert pkg.results(60) == [x * x for x in range(30)]
-        stats = cluster.stats()
-    # The liar took part (else this proves nothing), and lost every vote.
+        view = client.options(replicas=2, quorum=2)
+        # A worker whose processes start last can miss a package of 60 copies entirely on a
+        # busy machine: packages go on until the liar took part (else this proves nothing),
+        # at most 10. Every package must still come back right.
+        for _ in range(10):
+            pkg = view.submit_many(tasks.deadline.square_or_lie, range(30))
+            assert pkg.results(60) == [x * x for x in range(30)]
+            stats = cluster.stats()
+            if stats["disagreements"] >= 1:
+                break
+    # The liar took part, and lost every vote.
     assert stats["disagreements"] >= 1, stats
     assert stats["quorum_failed"] == 0, stats
 
