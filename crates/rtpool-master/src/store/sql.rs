@@ -22,6 +22,24 @@ pub struct SqlStore<D> {
 }
 
 impl<D: Dialect> SqlStore<D> {
+    /// Sets one column of a user's row (`quota_us`, `max_priority`: a name from this file,
+    /// never from input), creating the row if the user has none.
+    fn set_user_column(
+        &mut self,
+        user: &str,
+        column: &str,
+        value: Value,
+    ) -> Result<(), StoreError> {
+        self.db.execute(
+            &format!(
+                "INSERT INTO users (user_name, {column}) VALUES ($1, $2)
+                 ON CONFLICT (user_name) DO UPDATE SET {column} = excluded.{column}"
+            ),
+            &[user.into(), value],
+        )?;
+        Ok(())
+    }
+
     /// Wrap `db` and bring its schema up to date.
     ///
     /// # Errors
@@ -194,12 +212,7 @@ impl<D: Dialect> Store for SqlStore<D> {
     fn set_quota(&mut self, user: &str, quota_seconds: Option<f64>) -> Result<(), StoreError> {
         check_user(user)?;
         let quota_us = quota_to_us(quota_seconds)?;
-        self.db.execute(
-            "INSERT INTO users (user_name, quota_us) VALUES ($1, $2)
-             ON CONFLICT (user_name) DO UPDATE SET quota_us = excluded.quota_us",
-            &[user.into(), quota_us.into()],
-        )?;
-        Ok(())
+        self.set_user_column(user, "quota_us", quota_us.into())
     }
 
     fn quotas(&mut self) -> Result<Vec<UserQuota>, StoreError> {
@@ -263,12 +276,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         max_priority: Option<i32>,
     ) -> Result<(), StoreError> {
         check_user(user)?;
-        self.db.execute(
-            "INSERT INTO users (user_name, max_priority) VALUES ($1, $2)
-             ON CONFLICT (user_name) DO UPDATE SET max_priority = excluded.max_priority",
-            &[user.into(), max_priority.into()],
-        )?;
-        Ok(())
+        self.set_user_column(user, "max_priority", max_priority.into())
     }
 
     fn revoked_ids(&mut self) -> Result<Vec<String>, StoreError> {
