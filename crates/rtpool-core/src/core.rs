@@ -308,7 +308,7 @@ impl Core {
             Event::Credit { worker, credits } => self.on_credit(worker, credits, now, out),
             Event::Results { worker, results } => self.on_results(worker, results, now, out),
             Event::Returned { worker, tasks } => self.on_returned(worker, &tasks, now, out),
-            Event::Drain { worker } => self.on_drain(worker),
+            Event::Drain { worker } => self.on_drain(worker, now),
             Event::WorkerLost { worker, cause } => self.on_worker_lost(worker, cause, now, out),
             Event::Serve { worker, functions } => self.on_serve(worker, functions, now, out),
             Event::SubmitCalls {

@@ -61,9 +61,17 @@ impl Service {
         true
     }
 
-    /// Nothing refers to it any more.
+    /// Nothing refers to it any more, and its grace after its last server left is over.
     pub(crate) fn is_unused(&self) -> bool {
-        self.servers.is_empty() && self.calls == 0
+        self.servers.is_empty() && self.calls == 0 && self.orphan_at.is_none()
+    }
+
+    /// A call may name it: a worker serves it, or its last server left less than the
+    /// service grace ago (a worker process replaced, a worker reconnecting), so calls wait
+    /// for a server to return instead of being refused. An entry restored from the journal
+    /// that no worker served yet (no interface) is not available.
+    pub(crate) fn is_available(&self) -> bool {
+        !self.servers.is_empty() || (self.orphan_at.is_some() && !self.interface.is_empty())
     }
 }
 
@@ -190,8 +198,9 @@ impl ServiceTable {
         }
     }
 
-    /// The served entry a call names: that version, or the newest served one when `version`
-    /// is empty. Entries no worker serves do not count.
+    /// The available entry a call names ([`Service::is_available`]): that version, or, when
+    /// `version` is empty, the newest served one, else the newest within its grace. Entries
+    /// no worker serves (or served within the grace) do not count.
     pub(crate) fn resolve(&self, name: &str, version: &str) -> Option<u64> {
         let versions = self.by_name.get(name)?;
         versions
@@ -199,15 +208,20 @@ impl ServiceTable {
             .copied()
             .filter(|&slot| {
                 let s = self.table.get(slot).expect("indexed service");
-                !s.servers.is_empty() && (version.is_empty() || s.version == version)
+                s.is_available() && (version.is_empty() || s.version == version)
             })
             .max_by(|&a, &b| {
-                let (a, b) = (self.table.get(a), self.table.get(b));
-                compare_versions(&a.expect("live").version, &b.expect("live").version)
+                let (a, b) = (
+                    self.table.get(a).expect("live"),
+                    self.table.get(b).expect("live"),
+                );
+                let served = (!a.servers.is_empty()).cmp(&!b.servers.is_empty());
+                served.then_with(|| compare_versions(&a.version, &b.version))
             })
     }
 
-    /// Slab keys of the served entries, names sorted, newest version first; one name's only
+    /// Slab keys of the available entries ([`Service::is_available`]), names sorted, served
+    /// ones before those within their grace, then newest version first; one name's only
     /// when `name` is not empty.
     pub(crate) fn listed(&self, name: &str) -> Vec<u64> {
         let mut out = Vec::new();
@@ -220,11 +234,15 @@ impl ServiceTable {
             let mut served: Vec<u64> = versions
                 .iter()
                 .copied()
-                .filter(|&s| !self.table.get(s).expect("indexed").servers.is_empty())
+                .filter(|&s| self.table.get(s).expect("indexed").is_available())
                 .collect();
             served.sort_by(|&a, &b| {
-                let (a, b) = (self.table.get(a), self.table.get(b));
-                compare_versions(&b.expect("live").version, &a.expect("live").version)
+                let (a, b) = (
+                    self.table.get(a).expect("live"),
+                    self.table.get(b).expect("live"),
+                );
+                let served = (!b.servers.is_empty()).cmp(&!a.servers.is_empty());
+                served.then_with(|| compare_versions(&b.version, &a.version))
             });
             out.extend(served);
         }
@@ -238,6 +256,9 @@ impl ServiceTable {
         let mut versions: Vec<&str> = Vec::new();
         for slot in self.listed("") {
             let s = self.table.get(slot).expect("listed");
+            if s.servers.is_empty() {
+                continue; // within its grace: not served now
+            }
             if last.is_some_and(|n| n != s.name) {
                 parts.push(format!("{} ({})", last.unwrap_or(""), versions.join(", ")));
                 versions.clear();

@@ -50,14 +50,42 @@ fn the_registry_lists_who_serves_what_as_workers_come_and_go() {
         .into_iter()
         .map(|f| (format!("{}:{}", f.name, f.version), f.servers))
         .collect();
+    // dmmul lost its last server: listed with none for the service grace (calls may still
+    // name it and wait for a server to return), after the served ones.
     assert_eq!(
         names,
-        vec![("add:2".to_owned(), 1), ("add:1".to_owned(), 1)]
+        vec![
+            ("add:2".to_owned(), 1),
+            ("add:1".to_owned(), 1),
+            ("dmmul:1".to_owned(), 0)
+        ]
     );
-    // A draining worker serves nothing more.
+    // A draining worker serves nothing more: every entry is within its grace, then gone.
     env.drain(b);
+    let names: Vec<u32> = functions(&mut env, "").iter().map(|f| f.servers).collect();
+    assert_eq!(names, vec![0, 0, 0]);
+    assert_eq!(env.core.stats().services, 3);
+    env.tick_after(CoreConfig::default().service_grace_ns / 1_000_000);
     assert!(functions(&mut env, "").is_empty());
     assert_eq!(env.core.stats().services, 0);
+}
+
+#[test]
+fn a_call_naming_a_function_whose_server_just_left_waits_for_the_next_server() {
+    let mut env = TestEnv::new();
+    let a = env.new_server(1, &[("f", "1")], 0);
+    env.lose_worker(a);
+    // Within the grace the call is accepted and queued, not refused.
+    let client = env.new_client();
+    let (_, out) = env.submit_calls(client, vec![call("f", "x", &[])]);
+    assert!(
+        out.iter().any(|x| matches!(x, Action::Accepted { .. })),
+        "refused: {out:?}"
+    );
+    // A new server of the same interface takes it.
+    let b = env.new_server(1, &[("f", "1")], 0);
+    assert_eq!(calls_of(&env.credit(b, 1), b).len(), 1);
+    assert_eq!(env.core.stats().services, 1);
 }
 
 #[test]

@@ -256,7 +256,7 @@ impl Core {
 
     /// Takes the worker's credits and never assigns to it again. Its ring entry, if any, is
     /// skipped when reached.
-    pub(super) fn on_drain(&mut self, worker: WorkerId) {
+    pub(super) fn on_drain(&mut self, worker: WorkerId, now: Instant) {
         if let Some(w) = self.workers.get_mut(&worker) {
             self.free_credits -= u64::from(w.credits);
             if !w.draining {
@@ -265,7 +265,7 @@ impl Core {
             w.credits = 0;
             w.draining = true;
             let serves = std::mem::take(&mut w.serves);
-            self.unserve(worker, &serves);
+            self.unserve(worker, &serves, now);
         }
     }
 

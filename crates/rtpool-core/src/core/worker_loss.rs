@@ -33,7 +33,7 @@ impl Core {
         if !w.draining {
             self.total_slots -= u64::from(w.slots);
         }
-        self.unserve(worker, &w.serves);
+        self.unserve(worker, &w.serves, now);
         let mut held: Vec<(u64, TaskId)> = w
             .in_flight
             .iter()

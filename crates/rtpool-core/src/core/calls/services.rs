@@ -45,12 +45,21 @@ impl Core {
         self.dispatch(now, out);
     }
 
-    /// The worker serves nothing any more (lost, or draining). Services left without a server
-    /// keep their queued calls for the grace period (armed by the next dispatch).
-    pub(in crate::core) fn unserve(&mut self, worker: WorkerId, serves: &[u64]) {
+    /// The worker serves nothing any more (lost, or draining). A service left without a
+    /// server stays for the grace period (`service_grace_ns`), with its queued calls, and new
+    /// calls may still name it: they wait for a server to return (a worker process replaced,
+    /// a worker reconnecting) instead of being refused. The grace timer fails what waits and
+    /// frees the entry.
+    pub(in crate::core) fn unserve(&mut self, worker: WorkerId, serves: &[u64], now: Instant) {
+        let grace = self.config.service_grace_ns;
         for &slot in serves {
             if let Some(s) = self.services.get_mut(slot) {
                 s.remove_server(worker);
+                if s.servers.is_empty() && s.orphan_at.is_none() && grace > 0 {
+                    let at = Instant(now.0.saturating_add(grace));
+                    s.orphan_at = Some(at);
+                    self.timers.insert((at, Timer::Service(slot)), ());
+                }
             }
             self.free_service_if_unused(slot);
         }
