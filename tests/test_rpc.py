@@ -558,6 +558,28 @@ def test_a_call_survives_the_loss_of_its_worker(tmp_path):
         assert fut.result(60) != pid  # it ran again on another worker
 
 
+def test_a_function_whose_only_server_died_is_still_callable_within_the_grace(tmp_path):
+    # The grace (--service-grace, 30 s by default) keeps a function whose last server left
+    # callable: the call waits for the next server instead of UnknownFunctionError.
+    with rtpool.LocalCluster(workers=1, serve=["tasks.rpc_e2e"]) as cluster:
+        cluster.wait_for_workers(timeout=30)
+        client = cluster.client()
+        old = cluster.worker_pids[0]
+        cluster.stop_worker(0, graceful=False)
+
+        def servers():
+            return [i.servers for i in client.functions() if i.name == "pid_after"]
+
+        # Listed with no server once the master noticed the loss (not dropped).
+        wait_until(lambda: servers() == [0], timeout=30)
+        path = tmp_path / "pid"
+        fut = client.call_async("pid_after", str(path), 0.0)
+        assert not fut.done()  # accepted and waiting, not refused
+        cluster.add_worker()
+        pid = fut.result(60)
+        assert pid != old and int(path.read_text()) == pid
+
+
 def test_local_cluster_serve_starts_workers_with_serve(rpc_cluster):
     for pid in rpc_cluster.worker_pids:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

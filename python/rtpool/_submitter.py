@@ -323,7 +323,9 @@ class _Submitter(cf.Executor):
 
     def functions(self) -> List[Interface]:
         """Every function the connected workers serve: one :class:`~rtpool.Interface` per name
-        and version (names sorted, newest version first), with ``servers`` filled in."""
+        and version (names sorted, newest version first), with ``servers`` filled in; a
+        function whose last server left less than the master's ``--service-grace`` ago is
+        listed with ``servers == 0`` (calls of it wait for a server)."""
         return self._rpc.fetch_interfaces("")
 
     def transaction(self) -> Transaction:
