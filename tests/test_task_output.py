@@ -25,9 +25,7 @@ def _expected(i: int, lines: int = 3) -> list:
     )
 
 
-def test_prints_and_log_records_reach_the_client_in_order_with_their_task(
-    workers, client_factory
-):
+def test_prints_and_log_records_reach_the_client_in_order_with_their_task(workers, client_factory):
     workers.start(2)
     seen = []
     client = client_factory(task_output=lambda index, o: seen.append((index, o)))

@@ -337,7 +337,7 @@ fn the_output_of_a_crashed_tasks_last_report_goes_before_its_poison_message() {
         );
     }
     let data = &results(&last)[0].1[0].data;
-    let head = &report_with_output(b"printed by attempt 3", "")[..];
+    let head = report_with_output(b"printed by attempt 3", "");
     assert_eq!(
         &data[..head.len()],
         head,

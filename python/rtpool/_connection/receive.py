@@ -21,11 +21,11 @@ from .. import _protocol as P
 from .._frame import recv_some
 from .._future import Future
 from .._kept import KeptRef
-from .._ratelimit import LogLimiter
-from .._serialize import ENVELOPE_TAG as _ENVELOPE_TAG
 from .._output import OUTPUT_TAG as _OUTPUT_TAG
 from .._output import Sink, decode_section, stderr_sink
 from .._output import split as split_output
+from .._ratelimit import LogLimiter
+from .._serialize import ENVELOPE_TAG as _ENVELOPE_TAG
 from .._serialize import error_from_report, loads_result
 from ..errors import (
     AdmissionError,
