@@ -777,7 +777,8 @@ def test_worker_help_names_the_new_options(capsys):
 
 
 def test_output_buffered_before_an_executor_starts_is_printed_once(fake, tmp_path):
-    proc = _worker_process(fake, tmp_path, buffered=True)  # stdout is a file: block-buffered
+    # Without capture (tasks print to the worker's stdout), a file: block-buffered.
+    proc = _worker_process(fake, tmp_path, "--task-output-kb", "0", buffered=True)
     try:
         master = fake.accept(timeout=30)
         master.send(P.ASSIGN, [assign(1, tasks.print_text, "in the worker")])

@@ -60,6 +60,7 @@ __all__ = [
     "QuotaExceededError",
     "ResultsLost",
     "SlurmCluster",
+    "TaskOutput",
     "TaskTimeoutError",
     "Transaction",
     "UnknownFunctionError",
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ._output import TaskOutput
     from ._progress import as_completed, progress
     from .client import CallFuture, Client, Package, Transaction
     from .cluster import LocalCluster
@@ -86,6 +88,8 @@ _LAZY.update(dict.fromkeys(["Array", "In", "InOut", "Out"], "rpc.annotations"))
 _LAZY.update(Interface="rpc.interface", remote="rpc.remote")
 # Progress of a user's own work (docs/status.md).
 _LAZY.update(progress="_progress", as_completed="_progress")
+# A task's prints and log records (docs/logs.md).
+_LAZY.update(TaskOutput="_output")
 
 
 def __getattr__(name: str) -> Any:

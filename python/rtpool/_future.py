@@ -57,6 +57,9 @@ class Future(cf.Future):
     _entry: tuple | None = None
     _deser_ns = 0
     _done_ns = 0
+    #: What the task printed and logged on its worker (an ``rtpool.TaskOutput``: records in
+    #: order, the worker, bytes dropped), or None when it wrote nothing (``docs/logs.md``).
+    logs: Any = None
 
     # Fewer objects per future for the cyclic GC: a future of a big package would otherwise
     # carry two empty lists (cf.wait()'s waiters and the done callbacks) that the collector

@@ -30,8 +30,9 @@ import types
 import weakref
 from typing import Any, Callable, Dict, List, Tuple
 
-from . import _shm
+from . import _output, _shm
 from ._frame import SEGMENT_MIN_BYTES, Payload
+from ._output import OUTPUT_TAG
 from .errors import RemoteTraceback, TaskFailed
 
 PICKLE_PROTOCOL = 5
@@ -313,6 +314,8 @@ def _loads_view(data: Any, claim: bool = True) -> Tuple[Any, Tuple[str, int] | N
             return _loads(stream, buffers=buffers), (name, gen)
         finally:
             _shm.arguments_unpickled()
+    if view[0] == OUTPUT_TAG:  # a result with its task's output (another worker's input)
+        return _loads_view(_output.split(view)[1], claim)
     if view[0] == _shm.SHM_REF_TAG:  # a result made of its own argument's bytes
         stream, buffers = _shm.read_refs(view)
         return _loads(stream, buffers=buffers), None
@@ -491,7 +494,7 @@ def error_from_report(data: bytes) -> BaseException:
         report itself is unreadable).
     """
     try:
-        report = _loads(data)
+        report = _loads(_output.split(data)[1])  # (its output, if any, is the caller's)
         type_name = str(report["type"])
         message = str(report["message"])
         tb = str(report["traceback"])

@@ -20,6 +20,7 @@ from ._cluster_status import StatusChannel
 from ._connection import _Connection
 from ._dial import Address, TlsOption, default_name
 from ._future import Future
+from ._output import sink_of
 from ._package import Package
 from ._realtime import DEFAULT_IO_PRIORITY
 from ._realtime_client import ClientRealtime
@@ -63,6 +64,12 @@ class Client(_Submitter):
         rt_priority: ``SCHED_FIFO`` priority of those threads, 1-99; the default (51) is one
             above the workers' default, so the client's I/O preempts a task a real-time
             worker runs on the same CPU (``docs/realtime.md``).
+        task_output: What to do with what tasks print and log on their workers (each
+            future's ``logs`` holds it in any case): ``"stderr"`` (default) shows each line on
+            this process's stderr as ``(task 12 @ worker host:pid/3) line``; ``None`` shows
+            nothing; a ``logging.Logger`` gets one record per line; a callable is called with
+            ``(task_index, rtpool.TaskOutput)`` in the client's reader thread (keep it short).
+            See ``docs/logs.md``.
 
     Raises:
         ConnectError: The master cannot be reached (or the TLS handshake failed).
@@ -82,7 +89,9 @@ class Client(_Submitter):
         reconnect_timeout: float = 60.0,
         realtime: bool = False,
         rt_priority: int = DEFAULT_IO_PRIORITY,
+        task_output: Any = "stderr",
     ) -> None:
+        sink = sink_of(task_output)  # (a bad value raises before anything connects)
         if not reconnect_timeout >= 0:
             raise ValueError(f"reconnect_timeout must be >= 0 seconds, got {reconnect_timeout!r}")
         if token is None:
@@ -112,6 +121,7 @@ class Client(_Submitter):
             if self._realtime is not None:
                 self._realtime.release()
             raise
+        self._conn.task_output = sink
         self._rpc = RpcChannel(self._conn)
         self._status = StatusChannel(self._conn)
         # A client dropped without shutdown() closes once its pending tasks are done.

@@ -107,8 +107,10 @@ pub(crate) struct Call {
     pub(crate) remakes: u64,
 }
 
-/// One entry of a task's poison-task record: `(worker, attempt, what happened)`.
-pub(crate) type Loss = (WorkerId, u32, Option<String>);
+/// One entry of a task's poison-task record: `(worker, attempt, what happened, what the task
+/// printed before)`; the last is the opaque task-output head of the worker's report
+/// (`docs/protocol.md`, "Task output"), if it had one.
+pub(crate) type Loss = (WorkerId, u32, Option<String>, Option<bytes::Bytes>);
 
 impl Task {
     /// The poison-task record (empty almost always).

@@ -304,6 +304,69 @@ fn a_late_crash_report_names_the_loss_in_the_poison_message() {
     );
 }
 
+/// A crash report as the worker sends it: the task's output head (`docs/protocol.md`, "Task
+/// output": tag, length, section, padding to 64 bytes), then the text.
+fn report_with_output(section: &[u8], text: &str) -> &'static [u8] {
+    let mut data = vec![0xB8, 0, 0, 0];
+    data.extend_from_slice(&u32::try_from(section.len()).unwrap().to_be_bytes());
+    data.extend_from_slice(section);
+    data.resize(data.len().div_ceil(64) * 64, 0);
+    data.extend_from_slice(text.as_bytes());
+    Box::leak(data.into_boxed_slice())
+}
+
+#[test]
+fn the_output_of_a_crashed_tasks_last_report_goes_before_its_poison_message() {
+    // The master keeps the output opaque: the last attempt's comes back with the message,
+    // which names each attempt by its text alone.
+    let (mut env, _, _) = TestEnv::new().with_package(1);
+    let mut last = Vec::new();
+    let mut task = TaskId(0);
+    for attempt in 1..=3 {
+        let w = env.new_worker(1);
+        task = env.take(w, 1)[0];
+        assert_eq!(env.attempt(task), attempt);
+        let text = format!("task process killed by signal 9 (SIGKILL) (attempt {attempt})");
+        let section = format!("printed by attempt {attempt}");
+        last = env.report(
+            w,
+            task,
+            attempt,
+            TaskStatus::Lost,
+            report_with_output(section.as_bytes(), &text),
+        );
+    }
+    let data = &results(&last)[0].1[0].data;
+    let head = report_with_output(b"printed by attempt 3", "");
+    assert_eq!(
+        &data[..head.len()],
+        head,
+        "the last attempt's output, as sent"
+    );
+    let message = std::str::from_utf8(&data[head.len()..]).expect("the message is text");
+    assert!(message.starts_with("poison task"), "{message}");
+    assert_mentions(
+        message,
+        &["(attempt 1)", "(attempt 3)", "killed by signal 9 (SIGKILL)"],
+    );
+    assert!(!message.contains("printed by"), "{message}");
+    assert_eq!(env.core.stats().tasks, 0, "{task} is done");
+}
+
+#[test]
+fn a_crash_report_whose_output_head_overruns_it_is_all_text() {
+    let mut env = TestEnv::new();
+    let client = env.new_client();
+    env.submit_spec(client, Spec::tasks(1).max_attempts(1));
+    let w = env.new_worker(1);
+    let task = env.take(w, 1)[0];
+    let bogus: &[u8] = b"\xb8\0\0\0\0\0\x10\0worker process exited with code 3";
+    let out = env.report(w, task, 1, TaskStatus::Lost, bogus);
+    let (_, status, message) = only_outcome(&out, "one poison result expected");
+    assert_eq!(status, TaskStatus::Lost);
+    assert_mentions(&message, &["poison task", "exited with code 3"]);
+}
+
 /// A package of two tasks (`max_attempts` 2) that a one-slot worker took both of (two
 /// credits) before its connection closed: that worker and `(innocent, culprit)`, the oldest
 /// task (the one the master blames) and the other.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _protocol as P
+from .._output import split as split_output
 from .._serialize import error_from_report, loads_result
 from ..errors import (
     DeadlineMissedError,
@@ -24,6 +25,7 @@ def task_error(status: int, data: bytes) -> BaseException:
     """The exception of a task that ended with a status other than ok/error/cancelled."""
     if status == P.STATUS_DISAGREE:
         return _quorum_error(data)
+    data = split_output(data)[1]  # (its output, if any, is the caller's)
     message = bytes(data).decode("utf-8", "replace")
     if status == P.STATUS_TIMEOUT:
         return TaskTimeoutError(f"the task ran past its timeout: {message}", "", message)

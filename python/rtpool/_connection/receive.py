@@ -13,12 +13,17 @@ import logging
 import pickle
 import time
 import warnings
-from typing import List
+from typing import Any, List
+
+import msgpack
 
 from .. import _protocol as P
 from .._frame import recv_some
 from .._future import Future
 from .._kept import KeptRef
+from .._output import OUTPUT_TAG as _OUTPUT_TAG
+from .._output import Sink, decode_section, stderr_sink
+from .._output import split as split_output
 from .._ratelimit import LogLimiter
 from .._serialize import ENVELOPE_TAG as _ENVELOPE_TAG
 from .._serialize import error_from_report, loads_result
@@ -60,6 +65,9 @@ _InvalidStateError = cf.InvalidStateError
 
 class _Receiver:
     """The reader thread and the routing of the master's answers."""
+
+    #: What is done with a task's output (``rtpool._output.sink_of``; None: kept only).
+    task_output: Sink | None = stderr_sink
 
     def _run(self, extra: List[list] | None) -> None:
         """The reader thread: read sessions one after the other until the end."""
@@ -191,6 +199,8 @@ class _Receiver:
                     if data and data[0] < _ENVELOPE_TAG:
                         value = pickle_loads(data)
                     else:
+                        if data[0] == _OUTPUT_TAG:
+                            data = self._task_output(fut, r[0], data)
                         value = loads(data)
                 except Exception as exc:
                     error: BaseException | None = TaskFailed(
@@ -201,11 +211,17 @@ class _Receiver:
                     if type(value) is KeptRef:
                         self.adopt(value)  # freed on its worker when the client drops it
             elif status == 1:
-                error = error_from_report(r[2])
+                data = r[2]
+                if data and data[0] == _OUTPUT_TAG:
+                    data = self._task_output(fut, r[0], data)
+                error = error_from_report(data)
             elif status == 2:
                 error = cf.CancelledError()
             else:
-                error = task_error(status, r[2])
+                data = r[2]
+                if data and data[0] == _OUTPUT_TAG:  # a timeout, a crash: what came before
+                    data = self._task_output(fut, r[0], data)
+                error = task_error(status, data)
             t1 = perf_ns()
             r[2] = None
             # A tuple of numbers: the cyclic GC untracks it at its first pass (a list it would
@@ -228,6 +244,22 @@ class _Receiver:
             seg.ack_may_wait = small
             with self._lock:
                 self._finish(seg)
+
+    def _task_output(self, fut: Future, index: int, data: Any) -> Any:
+        """Keep a result's task output in ``fut.logs`` and show it (``Client(task_output=)``);
+        return the result's data itself."""
+        try:
+            section, data = split_output(data)
+        except ValueError as exc:  # its data then fails to load, and says so
+            section = msgpack.packb(["?", 0, [[1, f"(malformed task output: {exc})"]]])
+        output = fut.logs = decode_section(section)  # type: ignore[arg-type]
+        sink = self.task_output
+        if sink is not None:
+            try:
+                sink(index, output)
+            except Exception as exc:  # the caller's callback: never the reader thread's end
+                _log.warning("the task_output callback raised %r", exc)
+        return data
 
     def _on_accepted(self, req_id: int, package: int) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ from typing import List
 
 from ._common import DEFAULT_PREFETCH
 from ._heap import DEFAULT_HEAP_KEEP_MB
+from ._output import DEFAULT_OUTPUT_KB, DEFAULT_RATE_KB, MAX_OUTPUT_KB
 
 #: ``--connection auto`` holds one connection per host from this many processes up: below,
 #: the relay's extra hop costs more latency than the master saves (``docs/workers.md``).
@@ -75,6 +76,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run every task in a killable executor process whose address space (RLIMIT_AS, "
         "the interpreter's own ~100 MiB included) is limited to N MiB; a task past it gets "
         "MemoryError (default: no limit, tasks without a time limit run in the worker process)",
+    )
+    parser.add_argument(
+        "--task-output-kb",
+        type=int,
+        default=DEFAULT_OUTPUT_KB,
+        metavar="N",
+        help="capture each task's prints and logging records, at most N KiB per task (the rest "
+        "is counted as dropped), and send them to the client with its result; 0: no capture, "
+        f"tasks print to the worker's stdout (default: {DEFAULT_OUTPUT_KB})",
+    )
+    parser.add_argument(
+        "--task-output-rate-kb",
+        type=int,
+        default=DEFAULT_RATE_KB,
+        metavar="N",
+        help="at most N KiB of captured task output per second per worker process, over its "
+        f"tasks (default: {DEFAULT_RATE_KB})",
     )
     parser.add_argument(
         "--reconnect-timeout",
@@ -199,6 +217,10 @@ def check_arguments(args: argparse.Namespace) -> str | None:
         return "--task-memory-mb must be at least 1"
     if args.reconnect_timeout < 0:
         return "--reconnect-timeout must be 0 (forever) or more"
+    if not 0 <= getattr(args, "task_output_kb", 0) <= MAX_OUTPUT_KB:
+        return f"--task-output-kb must be from 0 (no capture) to {MAX_OUTPUT_KB}"
+    if getattr(args, "task_output_rate_kb", 1) < 1:
+        return "--task-output-rate-kb must be at least 1"
     if getattr(args, "keep_mb", None) is not None and args.keep_mb < 1:
         return "--keep-mb must be at least 1"
     if getattr(args, "heap_keep_mb", 0) < 0:

@@ -81,6 +81,7 @@ class Executing:
     pending: List[list]
     services: List[Service]
     _suspects: set
+    _capture: Any
 
     def _init_executing(self, services: List[Service]) -> None:
         #: Function code by hash, as ASSIGN sent it (per connection).
@@ -92,6 +93,8 @@ class Executing:
         # (task, attempt) running in the executor process, and whether ABORT named it.
         self._running: Tuple[int, int] | None = None
         self._abort_running = False
+        #: The output prefix of the task the executor process ran last (``_output.py``).
+        self._taken = b""
         self.services = list(services)
         self._services_by_key = {(s.name, s.version): s for s in self.services}
         if self.services:
@@ -140,6 +143,9 @@ class Executing:
             payload = msgpack.packb([payload, t.inputs, t.keep], use_bin_type=True)
         else:
             code = self.codes.get(fn_hash)
+        capture = self._capture if not t.is_call else None
+        if capture is not None:
+            capture.mark(t.task_id, attempt)
         if self.pending:
             self._flush(pull=False)  # a long task must not hold earlier results back
         ex = self._executor
@@ -163,6 +169,8 @@ class Executing:
             raise
         finally:
             self._running = None
+            if capture is not None:  # what it wrote, whatever became of it
+                self._taken = capture.take_area(self.identity)
         if answer is not None:
             status, data, exec_ns = answer
             t_end = perf_ns()
@@ -233,7 +241,15 @@ class Executing:
             return status, data, t_end - t_start
         if code is not None:
             self.codes[fn_hash] = code
-        status, data, t_start, t_end = self._execute(self._function(fn_hash), payload)
+        capture = self._capture
+        if capture is not None:
+            capture.reset()  # the child emptied the area (mark); its state is a fork's copy
+            capture.active = True
+        try:
+            status, data, t_start, t_end = self._execute(self._function(fn_hash), payload)
+        finally:
+            if capture is not None:
+                capture.active = None
         return status, data, t_end - t_start
 
     def _kill_executor(self) -> None:

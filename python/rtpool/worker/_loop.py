@@ -31,6 +31,7 @@ from typing import Any, List, Sequence
 from .. import _dial
 from .. import _protocol as P
 from .._frame import as_payload
+from .._output import wrap
 from ..errors import ProtocolError
 from . import _kept
 from ._common import (
@@ -46,6 +47,7 @@ from ._common import (
 from ._executor import Executing
 from ._failures import FailureLog
 from ._latency import RoundTrip
+from ._output import Capture
 from ._prefetch import EMA_ALPHA, prefetch_target_ns
 from ._results import SEGMENT_RESULT_BYTES, Reporting
 from ._services import Service, serve_frame
@@ -85,6 +87,8 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         identity: The stable identity sent in ``HELLO`` (``host:supervisor-pid/slot`` for a
             supervised child, so a replaced child is the same worker to the master, which
             keeps its pace for hedging). None: ``host:pid`` of this process.
+        capture: This process's capture of task output (``_output.py``), installed by
+            :func:`~rtpool.worker.run_child`; None: tasks print to the worker's stdout.
 
     Raises:
         RtpoolError: The first connection fails (``ConnectError``, ``AuthenticationError``,
@@ -107,6 +111,7 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         board: Any = None,
         connect: bool = True,
         identity: str | None = None,
+        capture: Capture | None = None,
     ) -> None:
         Session.__init__(
             self, address, token, name, connect_timeout, tls, ca_file, reconnect_timeout
@@ -137,6 +142,7 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         #: Messages of the master's ``ERROR serve_conflict`` answers (functions refused).
         self.refused: List[str] = []
         self._failures = FailureLog()
+        self._capture = capture
         if connect:  # else the owner calls connect_first() once its signal handlers are in
             self._start_session(*self._connect(connect_timeout))
 
@@ -251,6 +257,7 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
             # only the executor, and is reported as the task's (status LOST).
             status, data, t_start, t_end = self._run_in_executor(t)
             t_begin = t_start
+            output, self._taken = self._taken, b""
         else:
             if t.attempt > 1 and self.pending:
                 # A retried task may be the one that killed its last worker: send the results
@@ -263,6 +270,7 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
             if board is not None:  # if this process dies now, the parent blames the task
                 board.task_started(t.task_id, t.attempt, started)
             self._inproc = t  # watched by the heartbeat thread (_watchdog.py)
+            output = b""
             if t.inputs is not None:
                 t_begin = perf_ns()
                 status, data, t_start, t_end = self._execute_call(
@@ -270,8 +278,15 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
                 )
             else:
                 fn = self._function(t.function)
+                out = self._capture
+                if out is not None:
+                    out.active = t  # its prints and log records go to its output area
                 t_begin = perf_ns()  # after the one-time code load, no guide to the next
                 status, data, t_start, t_end = self._execute(fn, t.args)
+                if out is not None:
+                    out.active = None
+                    if out.started:  # it printed: rare, and only then any cost
+                        output = out.take(self.identity)
             self._inproc = None
             if self._watching:  # the watchdog acts for this task now: wait until it is done
                 with self._watch_lock:
@@ -288,6 +303,10 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
             data = as_payload(data)  # sent as a segment, not copied into msgpack
         if status != P.STATUS_OK and status != P.STATUS_CANCELLED:
             self._failures.task_failed(t, status, data, self.functions)
+        if output:
+            if size + len(output) <= self.frame_budget:  # else the result goes without it
+                data = wrap(output, data)
+                size += len(output)
         if self.pending_bytes + size > self.frame_budget:
             self._flush()
         self.pending_bytes += size

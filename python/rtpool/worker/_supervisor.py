@@ -31,7 +31,7 @@ import sys
 import time
 import traceback
 from functools import partial
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from .. import _shm
 from .._dial import default_name, worker_identity
@@ -51,6 +51,7 @@ from ._common import (
 )
 from ._heap import keep_freed_heap
 from ._loop import WorkerConnection
+from ._output import board_of, capture_of
 from ._relay import Relay
 from ._relayed import RelayedConnection
 from ._services import serve_frame, services_of
@@ -76,6 +77,7 @@ def run_child(
     reports: List[tuple] | None = None,
     identity: str | None = None,
     link: socket.socket | None = None,
+    output: Tuple[Any, int, int] | None = None,
 ) -> int:
     """Body of one child process: connect, serve, return the exit code.
 
@@ -83,7 +85,8 @@ def run_child(
     predecessor to report to the master, ``(instance, result entry)`` each; ``identity`` the
     slot's stable identity in ``HELLO`` (the same for every child of the slot); ``link`` its end
     of the socket pair to the parent's host connection (``--connection host``), else None: it
-    connects to the master itself.
+    connects to the master itself; ``output`` its area on the parent's output board (else
+    it makes its own).
     """
     realtime = None
     if args.realtime:
@@ -91,6 +94,9 @@ def run_child(
 
         realtime = Realtime(args.rt_priority, args.cpus, args.rt_budget_ms, log=log)
         realtime.apply()
+    capture = capture_of(args, output)
+    if capture is not None:
+        capture.install()  # before the executor forks: it inherits the streams
     try:
         conn = (WorkerConnection if link is None else partial(RelayedConnection, link))(
             args.master,
@@ -105,6 +111,7 @@ def run_child(
             board=board,
             connect=False,
             identity=identity,
+            capture=capture,
         )
     except RtpoolError as exc:
         log(str(exc))
@@ -160,6 +167,8 @@ class Supervisor:
         self.reports: Dict[int, List[tuple]] = {}  # slot -> deaths its next child reports
         self.killed: Dict[int, str] = {}  # pid -> why the parent killed it
         self.board = SlotBoard(args.procs)
+        #: What each child's running task printed (sent with its LOST report if it crashes).
+        self.outputs = board_of(args)
         self.stopping = False
         self.exit_code = EXIT_OK
         #: The host's one master connection (``--connection host``), else None.
@@ -220,7 +229,8 @@ class Supervisor:
             # the master, which keeps the slot's pace (hedging knows a straggler at once).
             identity = worker_identity(slot, parent)
             board = self.board.slot(slot)
-            code = run_child(self.args, self.token, name, board, reports, identity, link)
+            area = self.outputs.area(slot) if self.outputs is not None else None
+            code = run_child(self.args, self.token, name, board, reports, identity, link, area)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -250,7 +260,7 @@ class Supervisor:
         if self.relay is not None:
             # Its running task is reported lost (blamed), what else it held goes back.
             how = self.killed.get(pid) or describe_exit(status)
-            lost = self._lost_entry(state, how) if state.busy else None
+            lost = self._lost_entry(slot, state, how) if state.busy else None
             self.relay.release(slot, lost)
         if self.stopping or (code == EXIT_OK and not state.busy):
             return
@@ -277,16 +287,20 @@ class Supervisor:
     def _report(self, slot: int, state: SlotState, how: str) -> None:
         if self.relay is not None:
             return  # release() reported it already, on the host's connection
-        entry = self._lost_entry(state, how)
+        entry = self._lost_entry(slot, state, how)
         self.reports.setdefault(slot, []).append((state.instance, entry))
 
-    @staticmethod
-    def _lost_entry(state: SlotState, how: str) -> list:
-        """The RESULT entry (status LOST) of the task a dead child was running."""
+    def _lost_entry(self, slot: int, state: SlotState, how: str) -> list:
+        """The RESULT entry (status LOST) of the task a dead child was running, with what
+        the task printed before (``docs/protocol.md``, "Task output")."""
         from .. import _protocol as P
+        from .._output import wrap
 
-        text = f"worker process {how} while running task {state.task_id}"
-        return [state.task_id, state.attempt, P.STATUS_LOST, text.encode(), 0, 0, 0]
+        text = f"worker process {how} while running task {state.task_id}".encode()
+        if self.outputs is not None:  # (the child names itself so too: its identity)
+            worker = worker_identity(slot, os.getpid())
+            text = wrap(self.outputs.take(slot, state.task_id, state.attempt, worker), text)
+        return [state.task_id, state.attempt, P.STATUS_LOST, text, 0, 0, 0]
 
     def _check_gil(self) -> None:
         """Kill a child whose in-process task has starved its heartbeat thread for most of

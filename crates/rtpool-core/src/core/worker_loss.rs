@@ -6,7 +6,8 @@ use super::timers::Results;
 use super::Core;
 use crate::event::{Action, LossCause, TaskOutcome, TaskStatus, WorkerOutcome};
 use crate::ids::{Instant, TaskId, WorkerId};
-use crate::task::TaskState;
+use crate::task::{Loss, Task, TaskState};
+use bytes::Bytes;
 
 impl Core {
     /// Forgets the worker: its running tasks go back to the front of the ready queue (in the
@@ -74,19 +75,18 @@ impl Core {
             let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
             if matches!(task.state, TaskState::Running { .. }) && suspects.contains(&id) {
                 let attempt = task.attempt;
-                if !task.losses().iter().any(|(_, a, _)| *a == attempt) {
-                    task.losses_mut().push((worker, attempt, None)); // (not reported already)
+                if !task.losses().iter().any(|(_, a, _, _)| *a == attempt) {
+                    task.losses_mut().push((worker, attempt, None, None)); // (not reported already)
                 }
                 if task.losses().len() >= allowed {
                     let slot = task.package;
-                    let message = poison_message(task.losses());
+                    let data = poison_data(task.losses());
                     if self.is_remake(id) {
-                        let data = bytes::Bytes::from(message);
                         self.remake_answered(id, worker, TaskStatus::Lost, data, now);
                         continue;
                     }
                     let task = self.tasks.get_mut(id.0).expect("in-flight task is live");
-                    let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+                    let outcome = Self::poison_outcome(task, data, now);
                     self.counters.poisoned += 1;
                     if task.group.is_some() {
                         self.copy_answered(id, worker, outcome, false, now, &mut poisoned);
@@ -135,20 +135,21 @@ impl Core {
         let slot = self.tasks.get(id.0).expect("checked by the caller").package;
         let allowed = self.allowed_attempts(slot);
         let task = self.tasks.get_mut(id.0).expect("checked by the caller");
+        let (output, how) = split_output(how);
         task.losses_mut()
-            .push((worker, attempt, Some(report_text(how))));
+            .push((worker, attempt, Some(report_text(how)), output));
         if task.losses().len() < allowed {
             self.counters.requeued += 1;
             self.requeue_front(id);
             return None;
         }
-        let message = poison_message(task.losses());
+        let data = poison_data(task.losses());
         if self.is_remake(id) {
-            self.remake_answered(id, worker, TaskStatus::Lost, message.into(), now);
+            self.remake_answered(id, worker, TaskStatus::Lost, data, now);
             return None;
         }
         let task = self.tasks.get_mut(id.0).expect("checked by the caller");
-        let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+        let outcome = Self::poison_outcome(task, data, now);
         self.counters.poisoned += 1;
         let outcome = self.finish_task(id, outcome, now);
         let task = self.tasks.get_mut(id.0).expect("just finished");
@@ -177,7 +178,8 @@ impl Core {
             return None;
         }
         let slot = task.package;
-        let how = report_text(&r.data);
+        let (output, how) = split_output(&r.data);
+        let how = report_text(how);
         let loss = self
             .recent_losses
             .iter()
@@ -198,11 +200,13 @@ impl Core {
         match task
             .losses_mut()
             .iter_mut()
-            .find(|(_, a, _)| *a == r.attempt)
+            .find(|(_, a, _, _)| *a == r.attempt)
         {
-            Some(entry) if entry.2.is_none() => entry.2 = Some(how),
+            Some(entry) if entry.2.is_none() => (entry.2, entry.3) = (Some(how), output),
             Some(_) => return None,
-            None => task.losses_mut().push((lost_by, r.attempt, Some(how))),
+            None => task
+                .losses_mut()
+                .push((lost_by, r.attempt, Some(how), output)),
         }
         if task.losses().len() < allowed
             || task.group.is_some()
@@ -211,8 +215,8 @@ impl Core {
         {
             return None; // a running task is judged by its next loss or result
         }
-        let message = poison_message(task.losses());
-        let outcome = Self::system_outcome(task, TaskStatus::Lost, message, now);
+        let data = poison_data(task.losses());
+        let outcome = Self::poison_outcome(task, data, now);
         self.counters.poisoned += 1;
         let outcome = self.finish_task(r.task, outcome, now);
         let task = self.tasks.get_mut(r.task.0).expect("just finished");
@@ -221,6 +225,13 @@ impl Core {
             acked: false,
         };
         Some((slot, outcome))
+    }
+
+    /// A poison task's outcome: [`Core::system_outcome`] with [`poison_data`] for its data.
+    fn poison_outcome(task: &Task, data: Bytes, now: Instant) -> TaskOutcome {
+        let mut outcome = Self::system_outcome(task, TaskStatus::Lost, String::new(), now);
+        outcome.data = data;
+        outcome
     }
 
     /// Remembers a lost worker's running tasks and the ones blamed (the latest 64 losses).
@@ -291,11 +302,46 @@ fn report_text(data: &[u8]) -> String {
     text.trim().to_owned()
 }
 
+/// First byte of a report that starts with the task's output (`docs/protocol.md`, "Task
+/// output"): `0xB8`, 3 zero bytes, the section's length (u32 BE), the section, zero padding
+/// to a multiple of 64 bytes; then the report itself.
+const OUTPUT_TAG: u8 = 0xB8;
+const OUTPUT_ALIGN: usize = 64;
+
+/// A crash report's task-output head (opaque, padding included) and the report's text. A
+/// report whose head does not fit in it is all text (a peer's bytes: never trusted).
+fn split_output(data: &[u8]) -> (Option<Bytes>, &[u8]) {
+    if data.len() < 8 || data[0] != OUTPUT_TAG {
+        return (None, data);
+    }
+    let size = u32::from_be_bytes([data[4], data[5], data[6], data[7]]) as usize;
+    let start = (8 + size).div_ceil(OUTPUT_ALIGN) * OUTPUT_ALIGN;
+    if start > data.len() {
+        return (None, data);
+    }
+    (Some(Bytes::copy_from_slice(&data[..start])), &data[start..])
+}
+
+/// The outcome data of a poison task: the output of its last attempt that reported one (the
+/// client shows it and keeps it with the error), then the message naming each attempt.
+fn poison_data(lost_on: &[Loss]) -> Bytes {
+    let message = poison_message(lost_on);
+    match lost_on.iter().rev().find_map(|l| l.3.as_ref()) {
+        Some(output) => {
+            let mut data = Vec::with_capacity(output.len() + message.len());
+            data.extend_from_slice(output);
+            data.extend_from_slice(message.as_bytes());
+            Bytes::from(data)
+        }
+        None => Bytes::from(message),
+    }
+}
+
 /// The message of a poison task: each attempt, its worker and what happened to it.
-fn poison_message(lost_on: &[(WorkerId, u32, Option<String>)]) -> String {
+fn poison_message(lost_on: &[Loss]) -> String {
     let names: Vec<String> = lost_on
         .iter()
-        .map(|(w, attempt, how)| match how {
+        .map(|(w, attempt, how, _)| match how {
             Some(how) => format!("attempt {attempt} on {w}: {how}"),
             None => format!("attempt {attempt} on {w}: worker lost (crashed, killed or cut off)"),
         })
