@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterator
 from ._cluster_status import StatusChannel
 from ._connection import _Connection
 from ._dial import Address, TlsOption, default_name
-from ._future import Future
+from ._future import DEFAULT_STALL_WARNING_S, Future
 from ._package import Package
 from ._realtime import DEFAULT_IO_PRIORITY
 from ._realtime_client import ClientRealtime
@@ -63,6 +63,11 @@ class Client(_Submitter):
         rt_priority: ``SCHED_FIFO`` priority of those threads, 1-99; the default (51) is one
             above the workers' default, so the client's I/O preempts a task a real-time
             worker runs on the same CPU (``docs/realtime.md``).
+        stall_warning: Seconds a ``result()`` or ``exception()`` without a timeout waits
+            before it asks the master whether anything can run its task (again every as
+            many seconds until it warns); when nothing can (no worker connected, or none
+            serves the function) it logs one warning on the ``rtpool.client`` logger saying
+            so and what to start, and keeps waiting. Default 10; None: never ask.
 
     Raises:
         ConnectError: The master cannot be reached (or the TLS handshake failed).
@@ -82,7 +87,16 @@ class Client(_Submitter):
         reconnect_timeout: float = 60.0,
         realtime: bool = False,
         rt_priority: int = DEFAULT_IO_PRIORITY,
+        stall_warning: float | None = DEFAULT_STALL_WARNING_S,
     ) -> None:
+        if stall_warning is not None and (
+            isinstance(stall_warning, bool)
+            or not isinstance(stall_warning, (int, float))
+            or not 0 < stall_warning < float("inf")
+        ):
+            raise ValueError(
+                f"stall_warning must be a positive number of seconds or None, got {stall_warning!r}"
+            )
         if not reconnect_timeout >= 0:
             raise ValueError(f"reconnect_timeout must be >= 0 seconds, got {reconnect_timeout!r}")
         if token is None:
@@ -112,6 +126,7 @@ class Client(_Submitter):
             if self._realtime is not None:
                 self._realtime.release()
             raise
+        self._conn.stall_warning_s = None if stall_warning is None else float(stall_warning)
         self._rpc = RpcChannel(self._conn)
         self._status = StatusChannel(self._conn)
         # A client dropped without shutdown() closes once its pending tasks are done.
