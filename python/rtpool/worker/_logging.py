@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 
 __all__ = ["LEVELS", "LOG_FORMATS", "configure", "ensure_configured", "logger"]
@@ -46,8 +47,9 @@ def _timestamp(created: float) -> str:
 
 
 class _LineHandler(logging.Handler):
-    """Writes each record as whole lines in one ``os.write`` on file descriptor 2 (no Python
-    buffer that could flush half a line, no lock shared with forked children)."""
+    """Writes each record as whole lines in one ``os.write`` on stderr's file descriptor (no
+    Python buffer that could flush half a line, as ``print`` does under
+    ``PYTHONUNBUFFERED``, and no lock shared with forked children)."""
 
     def __init__(self, json_lines: bool) -> None:
         super().__init__()
@@ -75,9 +77,18 @@ class _LineHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            data = (self.line(record) + "\n").encode("utf-8", "replace")
+            text = self.line(record) + "\n"
+            stream = sys.stderr  # looked up now: whatever stands for stderr at the time
+            try:
+                fd = stream.fileno()
+            except (AttributeError, OSError, ValueError):  # not a file (a test's capture)
+                stream.write(text)
+                stream.flush()
+                return
+            stream.flush()  # anything a print() left in its buffer goes first
+            data = text.encode("utf-8", "replace")
             while data:
-                data = data[os.write(2, data) :]
+                data = data[os.write(fd, data) :]
         except Exception:
             self.handleError(record)
 
