@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -73,6 +74,7 @@ def test_many_processes_write_whole_lines(tmp_path, log_format):
         if pid == 0:  # pragma: no cover - the child
             try:
                 os.dup2(write_fd, 2)
+                sys.stderr = open(2, "w", closefd=False)  # not pytest's capture
                 _logging.configure("info", log_format)
                 for i in range(per_proc):
                     _logging.logger.info("proc %d record %d %s end", n, i, "x" * (200 + n * 97))
