@@ -1,6 +1,6 @@
 """The typed client API (issue 26, item 7): ``submit`` gives a ``Future[T]``, ``map`` an
 ``Iterator[T]``, ``options()`` takes typed keywords. mypy runs on a correct example (no error)
-and a wrong one (exactly the marked errors), both in ``tests/typing/``."""
+and a wrong one (exactly the marked errors), both in ``tests/typecheck/``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import rtpool
 from rtpool._options import VALID_OPTIONS, PackageOptions
 
-TYPING_DIR = Path(__file__).parent / "typing"
+TYPING_DIR = Path(__file__).parent / "typecheck"
 PYTHON_DIR = Path(rtpool.__file__).resolve().parent.parent
 
 
