@@ -4,25 +4,31 @@ a ``cancel()`` that reaches the master, and the task's measurement points."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 from _thread import allocate_lock as _allocate_lock
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from threading import Condition
-from typing import Any, Dict
+from typing import Any, Dict, TypeVar
 
 from ._kept import KeptRef, read_kept
 
-__all__ = ["Future"]
+__all__ = ["DEFAULT_STALL_WARNING_S", "Future"]
 
 _InvalidStateError = cf.InvalidStateError
 # result(timeout) asks the master why nothing came only for timeouts this long, waiting this
 # long at most for its answer.
 _EXPLAIN_AFTER_S = 1.0
 _STATUS_WAIT_S = 1.0
+#: Seconds a result() without a timeout waits before it checks that something can run the task
+#: (the default of the client's ``stall_warning``).
+DEFAULT_STALL_WARNING_S = 10.0
+_log = logging.getLogger("rtpool.client")
 _DONE = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 _NO_WAKES = ()
+_T = TypeVar("_T")
 
 
-class Future(cf.Future):
+class Future(cf.Future[_T]):
     """The future of one rtpool task (a ``concurrent.futures.Future``).
 
     ``cancel()`` succeeds while the result has not arrived, and then also tells the master to
@@ -106,14 +112,57 @@ class Future(cf.Future):
             else:
                 self._wakes.append(lock)
         if timeout is None:
-            lock.acquire()
+            self._wait_unbounded(lock)
         elif not lock.acquire(True, max(0.0, timeout)):
             with self._condition:  # transitions take the list under the condition too
                 if self._wakes and lock in self._wakes:
                     self._wakes.remove(lock)
         return self._state in _DONE
 
-    def result(self, timeout: float | None = None) -> Any:
+    def _wait_unbounded(self, lock: Any) -> None:
+        """Wait for ``lock`` (released when the future is done) with no limit; every
+        ``stall_warning_s`` until a warning was logged, check that something can run the
+        task, and log one warning if nothing can (no worker connected, or none serves the
+        function): a result() that would otherwise block forever in silence says why."""
+        seg = self._seg
+        delay = None if seg is None else seg.conn.stall_warning_s
+        if delay is None or seg is None:
+            lock.acquire()
+            return
+        waited = 0.0
+        while not lock.acquire(True, delay):
+            waited += delay
+            why = self._why_stalled(seg)
+            if why is not None:
+                _log.warning(
+                    "%s has had no result for %g s: %s; result() keeps waiting "
+                    "(Client(stall_warning=None) turns this warning off)",
+                    self._name(),
+                    waited,
+                    why,
+                )
+                lock.acquire()
+                return
+
+    def _why_stalled(self, seg: Any) -> str | None:
+        """Why nothing can run this task, from one status query; None if something can (or
+        the master cannot tell now)."""
+        if seg.package is None or self._state in _DONE or seg.conn.is_reader_thread():
+            return None
+        try:
+            reply, workers = seg.conn.status_and_workers(seg, _STATUS_WAIT_S)
+        except Exception:  # the connection is down or slow: ask again next time
+            return None
+        if reply is None or workers != 0:
+            return None
+        return _no_worker_text(seg, reply)
+
+    def _name(self) -> str:
+        seg = self._seg
+        package = getattr(seg, "package", None)
+        return f"task {self._index} of package {package}" if package is not None else "a task"
+
+    def result(self, timeout: float | None = None) -> _T:
         """The task's return value, waiting up to ``timeout`` seconds.
 
         Raises:
@@ -159,21 +208,37 @@ class Future(cf.Future):
             return base
         if reply is None or workers is None:
             return base
-        total, queued, running = reply[0], reply[1], reply[2]
-        address = seg.conn.address
-        where = f"{queued} of its package's {total} tasks queued, {running} running"
         if workers == 0:
-            if seg.decode is not None:  # a call of a named function
-                return (
-                    f"{base}: no worker connected to the master at {address} serves the "
-                    f"function ({where}); start one with `rtpool worker --serve MODULE`"
-                )
-            return (
-                f"{base}: no worker is connected to the master at {address} ({where}); start "
-                f"one with `rtpool worker --master {address}`"
-            )
+            return f"{base}: {_no_worker_text(seg, reply)}"
+        where = _where(reply)
         workers_text = "1 worker" if workers == 1 else f"{workers} workers"
         return f"{base}; {workers_text} can run it ({where})"
+
+    def running(self) -> bool:
+        """Whether a worker has the task now: assigned to it by the master, and no result here
+        yet (as ``ProcessPoolExecutor``, a task counts as running from when it is handed to a
+        worker, which may hold it a moment behind the task it runs).
+
+        A pending future asks the master (one status round trip, at most 1 s; False if the
+        connection is down): the master does not tell the client when it assigns a task, to
+        keep that path free for results. For a task of :meth:`~rtpool.Client.submit` the
+        answer is exact; for one of a larger package (``submit_many``, ``map``), it is True
+        only while none of its package's tasks is queued (False when some tasks are queued
+        and others run, since the master counts them per package).
+        """
+        if self._state is not PENDING:
+            return False
+        seg = self._seg
+        if seg is None or seg.package is None or seg.conn.is_reader_thread():
+            return False
+        try:
+            reply = seg.conn.status(seg, _STATUS_WAIT_S)
+        except Exception:  # down, reconnecting or slow: nothing known to run it
+            return False
+        if reply is None or self._state is not PENDING:
+            return False
+        total, queued, running = reply[0], reply[1], reply[2]
+        return running > 0 and (total == 1 or queued == 0)
 
     def _finish(self, result: Any, exception: BaseException | None) -> Any:
         """Move to FINISHED; return the waiters' locks to release (the caller releases them
@@ -348,3 +413,22 @@ class Future(cf.Future):
         if r is None or seg is None or not seg.has_deadline:
             return None
         return r[8] / 1e6
+
+
+def _where(reply: tuple) -> str:
+    total, queued, running = reply[0], reply[1], reply[2]
+    return f"{queued} of its package's {total} tasks queued, {running} running"
+
+
+def _no_worker_text(seg: Any, reply: tuple) -> str:
+    """What to say when no connected worker can run a task of ``seg``, and what to do."""
+    address = seg.conn.address
+    if seg.decode is not None:  # a call of a named function
+        return (
+            f"no worker connected to the master at {address} serves the function "
+            f"({_where(reply)}); start one with `rtpool worker --serve MODULE`"
+        )
+    return (
+        f"no worker is connected to the master at {address} ({_where(reply)}); start one "
+        f"with `rtpool worker --master {address}`"
+    )

@@ -27,10 +27,11 @@ import datetime as _dt
 import math
 import os
 import time
-from typing import Any, Callable, Dict, NamedTuple, Tuple
+from typing import Any, Callable, Dict, Literal, NamedTuple, Tuple, TypedDict, Union
 
 __all__ = [
     "OPTIONS",
+    "PackageOptions",
     "VALID_OPTIONS",
     "WIRE_DEFAULTS",
     "for_calls",
@@ -302,6 +303,28 @@ OPTIONS: Tuple[Option, ...] = (
     _internal("after", _int(0, 2**63 - 1, 0)),
     _internal("after_index", _int(0, 2**32 - 1, 0)),
 )
+
+
+class PackageOptions(TypedDict, total=False):
+    """The keywords of ``Client.options()`` with their types, for type checkers and IDEs: the
+    names of :data:`OPTIONS` (in the same order), then ``keep`` and ``keep_bytes``, which the
+    client handles itself (``_submitter._keep_option``). None resets an option to its default.
+    ``tests/test_typing.py`` checks that these names are those of :data:`OPTIONS`: an option
+    added there is added here too."""
+
+    priority: int | None
+    timeout: float | None
+    deadline: Union[float, _dt.datetime, None]
+    on_miss: Literal["run", "drop"] | None
+    admit: bool | None
+    replicas: int | None
+    quorum: int | None
+    max_copies: int | None
+    hedge: bool | None
+    max_attempts: int | None
+    keep: bool | None
+    keep_bytes: int | None
+
 
 #: The ``options()`` keywords, in protocol order.
 VALID_OPTIONS = tuple(o.name for o in OPTIONS if o.name)

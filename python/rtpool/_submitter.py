@@ -10,7 +10,7 @@ import functools
 import itertools
 import pickle
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, TypeVar, overload
 
 from . import _deps, _options, _shm
 from ._anytime import gather as _gather
@@ -26,7 +26,18 @@ from .rpc.channel import RpcChannel
 from .rpc.transaction import Transaction
 
 if TYPE_CHECKING:
+    # typing_extensions for Python 3.9 (ParamSpec and Unpack are in typing from 3.10 and
+    # 3.11); type checkers bundle it, so nothing imports it at run time.
+    from typing_extensions import ParamSpec, Unpack
+
+    from ._options import PackageOptions
     from .rpc.interface import Interface
+
+    _P = ParamSpec("_P")
+
+_T = TypeVar("_T")
+_A = TypeVar("_A")
+_B = TypeVar("_B")
 
 __all__ = ["ClientView"]
 
@@ -49,7 +60,7 @@ class _Submitter(cf.Executor):
     # Results kept on their workers: None no, 0 every result, N those of N bytes or more.
     _keep: int | None = None
 
-    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Run ``fn(*args, **kwargs)`` on a worker.
 
         Every keyword argument goes to ``fn``; package options are set with :meth:`options`.
@@ -64,7 +75,7 @@ class _Submitter(cf.Executor):
             **kwargs: Keyword arguments of ``fn``.
 
         Returns:
-            The task's :class:`Future`.
+            The task's :class:`Future` (a ``Future[T]`` for a ``fn`` returning ``T``).
 
         Raises:
             TypeError: ``fn`` or the arguments cannot be pickled.
@@ -137,13 +148,52 @@ class _Submitter(cf.Executor):
         self._track(segments)
         return Package(self._conn, futures, segments)
 
+    # Overloads by the number of iterables, so that a checker matches each item type against
+    # fn's parameters (typeshed's Executor.map, Callable[..., T], checks nothing); from three
+    # on it cannot. Narrower than Executor.map by the call map(fn) with no iterable at all.
+    @overload  # type: ignore[override]
     def map(
         self,
-        fn: Callable,
+        fn: Callable[[_A], _T],
+        iterable: Iterable[_A],
+        /,
+        *,
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[_T]: ...
+
+    @overload
+    def map(
+        self,
+        fn: Callable[[_A, _B], _T],
+        iterable: Iterable[_A],
+        iterable2: Iterable[_B],
+        /,
+        *,
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[_T]: ...
+
+    @overload
+    def map(
+        self,
+        fn: Callable[..., _T],
+        iterable: Iterable[Any],
+        iterable2: Iterable[Any],
+        iterable3: Iterable[Any],
+        /,
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
-    ) -> Iterator[Any]:
+    ) -> Iterator[_T]: ...
+
+    def map(
+        self,
+        fn: Callable[..., _T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[_T]:
         """Like ``Executor.map``: submit everything now, yield results in input order.
 
         Args:
@@ -216,7 +266,7 @@ class _Submitter(cf.Executor):
         """
         return _gather(futures, deadline, default=default, return_exceptions=return_exceptions)
 
-    def options(self, **opts: Any) -> ClientView:
+    def options(self, **opts: Unpack[PackageOptions]) -> ClientView:
         """An executor sharing this connection that submits with these package options.
 
                 Options given here are merged into this executor's own (``client.options(a=1)
@@ -244,9 +294,10 @@ class _Submitter(cf.Executor):
                     ValueError: A value out of range, or options that contradict each other (the
                         message names them and says what to pass instead).
         """
-        keep = _keep_option(self._keep, opts)
+        given: Dict[str, Any] = dict(opts)
+        keep = _keep_option(self._keep, given)
         # In wire form once per view (defaults left out, spec order), not once per submission.
-        merged, deadline_at = _options.merge(self._opts, self._deadline_at, opts)
+        merged, deadline_at = _options.merge(self._opts, self._deadline_at, given)
         return ClientView(self._conn, self._rpc, merged, deadline_at, keep)
 
     def _track(self, segments: Iterable[_Segment]) -> None:
@@ -449,7 +500,7 @@ class ClientView(_Submitter):
         if self._shut:
             raise RuntimeError("cannot schedule new futures after shutdown")
 
-    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         self._check_open()
         return super().submit(fn, *args, **kwargs)
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterator
 from ._cluster_status import StatusChannel
 from ._connection import _Connection
 from ._dial import Address, TlsOption, default_name
-from ._future import Future
+from ._future import DEFAULT_STALL_WARNING_S, Future
 from ._output import sink_of
 from ._package import Package
 from ._realtime import DEFAULT_IO_PRIORITY
@@ -70,6 +70,11 @@ class Client(_Submitter):
             nothing; a ``logging.Logger`` gets one record per line; a callable is called with
             ``(task_index, rtpool.TaskOutput)`` in the client's reader thread (keep it short).
             See ``docs/logs.md``.
+        stall_warning: Seconds a ``result()`` or ``exception()`` without a timeout waits
+            before it asks the master whether anything can run its task (again every as
+            many seconds until it warns); when nothing can (no worker connected, or none
+            serves the function) it logs one warning on the ``rtpool.client`` logger saying
+            so and what to start, and keeps waiting. Default 10; None: never ask.
 
     Raises:
         ConnectError: The master cannot be reached (or the TLS handshake failed).
@@ -90,8 +95,17 @@ class Client(_Submitter):
         realtime: bool = False,
         rt_priority: int = DEFAULT_IO_PRIORITY,
         task_output: Any = "stderr",
+        stall_warning: float | None = DEFAULT_STALL_WARNING_S,
     ) -> None:
         sink = sink_of(task_output)  # (a bad value raises before anything connects)
+        if stall_warning is not None and (
+            isinstance(stall_warning, bool)
+            or not isinstance(stall_warning, (int, float))
+            or not 0 < stall_warning < float("inf")
+        ):
+            raise ValueError(
+                f"stall_warning must be a positive number of seconds or None, got {stall_warning!r}"
+            )
         if not reconnect_timeout >= 0:
             raise ValueError(f"reconnect_timeout must be >= 0 seconds, got {reconnect_timeout!r}")
         if token is None:
@@ -122,6 +136,7 @@ class Client(_Submitter):
                 self._realtime.release()
             raise
         self._conn.task_output = sink
+        self._conn.stall_warning_s = None if stall_warning is None else float(stall_warning)
         self._rpc = RpcChannel(self._conn)
         self._status = StatusChannel(self._conn)
         # A client dropped without shutdown() closes once its pending tasks are done.

@@ -249,3 +249,12 @@ def reverse_after(b: bytes, marker: str, gate: str, timeout: float = 60.0) -> by
         f.write(str(os.getpid()))
     _wait_for_file(gate, timeout)
     return b[::-1]
+
+
+def mark_then_return_after(x, marker: str, gate: str, timeout: float = 60.0):
+    """Create the file ``marker`` (the task has started), then return ``x`` once the file
+    ``gate`` exists."""
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    _wait_for_file(gate, timeout)
+    return x

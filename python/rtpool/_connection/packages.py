@@ -10,7 +10,7 @@ import threading
 from typing import Any, Dict, List, Tuple
 
 from .. import _protocol as P
-from .._future import Future
+from .._future import DEFAULT_STALL_WARNING_S, Future
 from .._options import with_key
 from ..errors import ConnectionLost, SubmitRejected
 from .segment import ALL, _Segment
@@ -35,6 +35,17 @@ def _submit_frame(req_id: int, digest: bytes, code: bytes, opts: dict, tasks: li
 
 class _Packages:
     """Submitting, cancelling and waiting on packages."""
+
+    #: Seconds a ``result()`` without a timeout waits before it asks the master whether
+    #: anything can run its task, and warns once if nothing can (None: never); the client's
+    #: ``stall_warning``.
+    stall_warning_s: float | None = DEFAULT_STALL_WARNING_S
+    _thread: threading.Thread
+
+    def is_reader_thread(self) -> bool:
+        """Whether the caller is this connection's reader thread, which must not wait for a
+        reply it would have to read itself."""
+        return threading.current_thread() is self._thread
 
     def _check_frame(self, frame: bytes) -> None:
         """Refuse a one-task ``SUBMIT`` frame above the master's limit before it is sent: the

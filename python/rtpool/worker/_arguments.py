@@ -10,6 +10,7 @@ from typing import List
 
 from ._common import DEFAULT_PREFETCH
 from ._heap import DEFAULT_HEAP_KEEP_MB
+from ._logging import LOG_FORMATS
 from ._output import DEFAULT_OUTPUT_KB, DEFAULT_RATE_KB, MAX_OUTPUT_KB
 
 #: ``--connection auto`` holds one connection per host from this many processes up: below,
@@ -160,6 +161,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MODULE",
         help="serve the functions MODULE marks with @rtpool.remote as named functions (grid "
         "RPC, see docs/rpc.md); MODULE must be importable here; repeatable",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        metavar="LEVEL",
+        help="the worker's own log lines at LEVEL and above: error, warn, info, debug, off "
+        "(default: info); task output is not affected",
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="log line format, as the master's: text (time, level, process id, message) or "
+        "json (one object per line: timestamp, level, target, fields) (default: text)",
     )
     parser.add_argument(
         "--parent-pid",

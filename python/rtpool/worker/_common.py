@@ -1,12 +1,16 @@
 """What every part of the worker shares: exit codes, the exception that ends a session, the
-log line, the parent-death signal, and the size estimates of ``RESULT`` frames."""
+log call (``_logging.py`` writes the lines), the parent-death signal, and the size estimates
+of ``RESULT`` frames."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 import time
+
+from ._logging import ensure_configured, logger
 
 EXIT_OK = 0
 #: The child cannot start: bad address, bad token. Restarting would not help.
@@ -29,9 +33,12 @@ RESULT_OVERHEAD = 64
 perf_ns = time.perf_counter_ns
 
 
-def log(message: str) -> None:
-    """One line on stderr, prefixed with the process id."""
-    print(f"rtpool worker[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+def log(message: str, level: int = logging.INFO) -> None:
+    """One record of the worker's log (the ``rtpool.worker`` logger): a line on stderr with
+    the time, the level and the process id, unless ``--log-level`` filters it out."""
+    if not logger.handlers:
+        ensure_configured()
+    logger.log(level, message)
 
 
 class Stop(Exception):

@@ -14,6 +14,7 @@ data, start_ns, end_ns)`` and leaves queueing the result to the loop.
 
 from __future__ import annotations
 
+import logging
 import pickle
 import select
 import struct
@@ -162,7 +163,10 @@ class Executing:
             self._executor = None
             self._suspects.add(t.task_id)
             text = self._died_message(str(died), t.task_id)
-            log(f"{text.decode()} (attempt {attempt}); the master is told and blames the task")
+            log(
+                f"{text.decode()} (attempt {attempt}); the master is told and blames the task",
+                logging.WARNING,
+            )
             return P.STATUS_LOST, text, t_start, perf_ns()
         except BaseException:
             self._kill_executor()
@@ -224,7 +228,8 @@ class Executing:
                 log(
                     f"--task-memory-mb {limit} is below the address space the executor starts "
                     f"with ({base} MiB, the worker's own): tasks will get MemoryError as soon as "
-                    f"they need more memory; use a limit well above {base}"
+                    f"they need more memory; use a limit well above {base}",
+                    logging.WARNING,
                 )
         return ExecutorProcess.start(
             self._executor_task, limit, close=(self.sock, self._wake_r, self._wake_w)

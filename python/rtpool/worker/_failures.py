@@ -5,6 +5,7 @@ of a million failing tasks does not flood the log.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -65,5 +66,6 @@ class FailureLog:
         if held is not None:
             log(
                 f"task {t.task_id} (attempt {t.attempt}) of {what} failed: {kind}"
-                + suppressed_note(held, _FAILURE_LOG_WINDOW_S)
+                + suppressed_note(held, _FAILURE_LOG_WINDOW_S),
+                logging.WARNING,
             )

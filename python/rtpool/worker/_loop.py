@@ -23,6 +23,7 @@ failed tasks ``_failures.py``'s.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections import deque
@@ -153,7 +154,10 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
             # A restarted master requeued every task of ours: their results are not wanted.
             dropped = len(self.unsent) + len(self.pending)
             if dropped:
-                log(f"the master restarted; dropping {dropped} results it no longer expects")
+                log(
+                    f"the master restarted; dropping {dropped} results it no longer expects",
+                    logging.WARNING,
+                )
             self.unsent = []
             self.pending = []
             self.pending_bytes = 0
@@ -208,9 +212,9 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         if code == P.ERR_SERVE_CONFLICT:
             # Not fatal: the master serves the worker's other functions.
             self.refused.append(message)
-            log(f"warning: the master refused to serve a function: {message}")
+            log(f"the master refused to serve a function: {message}", logging.WARNING)
         elif code in P.NON_FATAL_ERRORS:
-            log(f"master reported {code}: {message}")
+            log(f"master reported {code}: {message}", logging.WARNING)
         elif code in _CONFIG_ERRORS:
             raise Stop(EXIT_CONFIG, f"the master reported {code}: {message}")
         else:
@@ -388,9 +392,9 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
                         log(f"{stop}; exiting")
                         return EXIT_OK
                     if stop.code != EXIT_LOST or self.reconnect_timeout is None:
-                        log(f"{stop}; exiting (master {self.address})")
+                        log(f"{stop}; exiting (master {self.address})", logging.ERROR)
                         return stop.code
-                    log(f"{stop}; reconnecting (master {self.address})")
+                    log(f"{stop}; reconnecting (master {self.address})", logging.WARNING)
                 code = self._reconnect()
                 if code is not None:
                     return code

@@ -44,6 +44,7 @@ keeps one connection per process below :data:`HOST_CONNECTION_MIN_PROCS` process
 
 from __future__ import annotations
 
+import logging
 import selectors
 import socket
 import time
@@ -199,7 +200,7 @@ class Relay(Upstream):
         try:
             msgs = link.reader.feed(data)
         except ProtocolError as exc:
-            log(f"bad frame from worker process (slot {link.slot}): {exc}")
+            log(f"bad frame from worker process (slot {link.slot}): {exc}", logging.ERROR)
             self._close_link(link)
             return
         self._from_child(link, msgs)
@@ -411,7 +412,7 @@ class Relay(Upstream):
             f"worker process (slot {link.slot}) was silent for {silent_s:.1f} s, past the "
             f"master's lease of {self.lease_s:g} s (stopped?)"
         )
-        log(f"{why}; its {len(link.held)} tasks go back to the master")
+        log(f"{why}; its {len(link.held)} tasks go back to the master", logging.WARNING)
         self._give_back(link, list(link.held))
         link.ready = False
         link.codes.clear()

@@ -15,6 +15,7 @@ dials, so its reconnection is the parent's (``--reconnect-timeout`` included).
 
 from __future__ import annotations
 
+import logging
 import select
 import socket
 from typing import Any, List, Tuple
@@ -96,7 +97,7 @@ class RelayedConnection(WorkerConnection):
         except ConnectError as exc:
             if self.stopping:
                 return EXIT_OK
-            log(str(exc))
+            log(str(exc), logging.ERROR)
             return EXIT_LOST
         self._start_session(*parts)
         log(

@@ -16,6 +16,7 @@ nothing is sent) and reconnects.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -347,14 +348,14 @@ class Session:
             parts = self._connect(self.connect_timeout)
         except (_dial.MasterUnreachable, MasterBusy) as exc:  # not TLS or a token: it may start
             if self.reconnect_timeout is None:
-                log(str(exc))
+                log(str(exc), logging.ERROR)
                 return EXIT_CONFIG
             limit = self.reconnect_timeout
             within = f"for up to {limit:g} s" if limit else "until it is up"
-            log(f"{exc}; waiting for the master {within} (--reconnect-timeout)")
+            log(f"{exc}; waiting for the master {within} (--reconnect-timeout)", logging.WARNING)
             return self._reconnect(first=True)
         except (RtpoolError, ValueError) as exc:
-            log(str(exc))
+            log(str(exc), logging.ERROR)
             return EXIT_CONFIG
         self._start_session(*parts)
         log(f"connected to the master at {self.address} as {self.name} (session {self.session})")
@@ -379,7 +380,8 @@ class Session:
                     again = "" if first else "re"
                     log(
                         f"could not {again}connect to the master at {self.address} within "
-                        f"{limit:g} s (--reconnect-timeout); exiting"
+                        f"{limit:g} s (--reconnect-timeout); exiting",
+                        logging.ERROR,
                     )
                     return EXIT_LOST
                 delay = min(delay, left)
@@ -389,11 +391,14 @@ class Session:
             try:
                 parts = self._connect(timeout)
             except AuthenticationError as exc:
-                log(f"{exc}; exiting")
+                log(f"{exc}; exiting", logging.ERROR)
                 return EXIT_CONFIG
             except (RtpoolError, OSError, ValueError) as exc:
                 if attempt & (attempt - 1) == 0:  # attempts 1, 2, 4, 8...: a falling rate
-                    log(f"{'' if first else 're'}connection attempt {attempt} failed: {exc}")
+                    log(
+                        f"{'' if first else 're'}connection attempt {attempt} failed: {exc}",
+                        logging.WARNING,
+                    )
                 continue
             self._start_session(*parts)
             again = "" if first else "re"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import signal
 import socket
@@ -37,7 +38,7 @@ from .. import _shm
 from .._dial import default_name, worker_identity
 from .._text import plural
 from ..errors import RtpoolError, ServeError
-from . import _kept
+from . import _kept, _logging
 from ._arguments import HOST_CONNECTION_MIN_PROCS, add_arguments, check_arguments
 from ._board import Slot, SlotBoard, SlotState
 from ._common import (
@@ -114,10 +115,10 @@ def run_child(
             capture=capture,
         )
     except RtpoolError as exc:
-        log(str(exc))
+        log(str(exc), logging.ERROR)
         return EXIT_CONFIG
     except ValueError as exc:
-        log(str(exc))
+        log(str(exc), logging.ERROR)
         return EXIT_CONFIG
     conn.realtime = realtime
     conn.install_signal_handlers()
@@ -179,8 +180,9 @@ class Supervisor:
             self.relay = Relay(args, token, args.name or default_name(), serve)
             if getattr(args, "realtime", False):
                 log(
-                    "warning: --connection host with --realtime: the parent process relays "
-                    "every task and result at normal priority (--connection process does not)"
+                    "--connection host with --realtime: the parent process relays "
+                    "every task and result at normal priority (--connection process does not)",
+                    logging.WARNING,
                 )
 
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -232,7 +234,8 @@ class Supervisor:
             area = self.outputs.area(slot) if self.outputs is not None else None
             code = run_child(self.args, self.token, name, board, reports, identity, link, area)
         except BaseException:
-            traceback.print_exc()
+            # One record (one write), so it cannot run into a sibling's lines.
+            log(f"worker process (slot {slot}) failed:\n{traceback.format_exc()}", logging.ERROR)
         finally:
             try:
                 _shm.at_exit()
@@ -278,10 +281,14 @@ class Supervisor:
             log(
                 f"child {pid} (slot {slot}) {how} while running task {state.task_id} (attempt "
                 f"{state.attempt}); the master is told, and blames the task; restarting the "
-                f"slot in {delay:g} s"
+                f"slot in {delay:g} s",
+                logging.WARNING,
             )
         else:
-            log(f"child {pid} (slot {slot}) died ({how}); restarting it in {delay:g} s")
+            log(
+                f"child {pid} (slot {slot}) died ({how}); restarting it in {delay:g} s",
+                logging.WARNING,
+            )
         self.due[slot] = time.monotonic() + delay
 
     def _report(self, slot: int, state: SlotState, how: str) -> None:
@@ -378,36 +385,46 @@ class Supervisor:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``rtpool worker`` with parsed arguments; return the exit code."""
+    try:  # first: every line below goes through it (and the forked children inherit it)
+        _logging.configure(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"))
+    except ValueError as exc:
+        _logging.configure()
+        log(str(exc), logging.ERROR)
+        return EXIT_CONFIG
     token = args.token
     if token is None and args.token_file is not None:
         try:
             with open(args.token_file, encoding="utf-8") as f:
                 token = f.read().strip()
         except OSError as exc:
-            log(f"cannot read the worker token from --token-file {args.token_file}: {exc}")
+            log(
+                f"cannot read the worker token from --token-file {args.token_file}: {exc}",
+                logging.ERROR,
+            )
             return EXIT_CONFIG
     token = token or os.environ.get("RTPOOL_WORKER_TOKEN")
     if not token:
         log(
             "no worker token: pass --token or --token-file or set RTPOOL_WORKER_TOKEN (the "
-            "master keeps it in its data dir as worker.token)"
+            "master keeps it in its data dir as worker.token)",
+            logging.ERROR,
         )
         return EXIT_CONFIG
     problem = check_arguments(args)
     if problem:
-        log(problem)
+        log(problem, logging.ERROR)
         return EXIT_CONFIG
     if args.keep_mb is not None:
         _kept.set_limit_mb(args.keep_mb)  # before forking: the children inherit it
     problem = keep_freed_heap(args.heap_keep_mb)  # also inherited
     if problem:
-        log(problem)
+        log(problem, logging.WARNING)
     try:
         # Once, before forking: a module that does not load stops the worker here with its
         # name, rather than each child in a restart loop.
         services = services_of(args)
     except ServeError as exc:
-        log(str(exc))
+        log(str(exc), logging.ERROR)
         return EXIT_CONFIG
     if services:
         names = ", ".join(f"{s.name} (version {s.version})" for s in services)

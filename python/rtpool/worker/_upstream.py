@@ -11,6 +11,7 @@ What the messages mean for the children is the relay's: it defines :meth:`_from_
 
 from __future__ import annotations
 
+import logging
 import random
 import selectors
 import socket
@@ -140,9 +141,9 @@ class Upstream:
 
     def _on_error(self, code: str, message: str) -> None:
         if code == P.ERR_SERVE_CONFLICT:
-            log(f"warning: the master refused to serve a function: {message}")
+            log(f"the master refused to serve a function: {message}", logging.WARNING)
         elif code in P.NON_FATAL_ERRORS:
-            log(f"master reported {code}: {message}")
+            log(f"master reported {code}: {message}", logging.WARNING)
         elif code in _CONFIG_ERRORS:
             self._give_up(EXIT_CONFIG, f"the master reported {code}: {message}; exiting")
         else:
@@ -196,15 +197,15 @@ class Upstream:
         if attempt == 1 and not self.ever_connected:
             limit = self.reconnect_timeout
             within = f"for up to {limit:g} s" if limit else "until it is up"
-            log(f"{exc}; waiting for the master {within} (--reconnect-timeout)")
+            log(f"{exc}; waiting for the master {within} (--reconnect-timeout)", logging.WARNING)
         elif attempt & (attempt - 1) == 0:
             again = "re" if self.ever_connected else ""
-            log(f"{again}connection attempt {attempt} failed: {exc}")
+            log(f"{again}connection attempt {attempt} failed: {exc}", logging.WARNING)
         delay = min(_RECONNECT_MAX_S, _RECONNECT_FIRST_S * 2 ** min(attempt - 1, 10))
         self.next_attempt = time.monotonic() + delay * random.uniform(0.5, 1.0)
 
     def _give_up(self, code: int, message: str) -> None:
-        log(message)
+        log(message, logging.ERROR)
         self.exit_code = code
         self._drop_master(None)
 
@@ -261,7 +262,7 @@ class Upstream:
             self.lost_at = time.monotonic()
             self.next_attempt = self.lost_at + _RECONNECT_FIRST_S * random.uniform(0.5, 1.0)
             if why is not None and self.exit_code is None:
-                log(f"{why}; reconnecting (master {self.address})")
+                log(f"{why}; reconnecting (master {self.address})", logging.WARNING)
         self._on_master_lost(why or "the worker is stopping")
         self.orphans += self.results
         self.results = []

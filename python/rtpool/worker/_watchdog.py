@@ -29,6 +29,7 @@ order: either the watchdog reads ``None`` (or another task) and backs off, or th
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any, Deque, List
@@ -86,7 +87,8 @@ class Watchdog:
                 self._give_back(count)
                 log(
                     f"task {t.task_id} has run for {ran_ns / 1e9:.1f} s in this process; "
-                    f"gave back the {count} tasks queued behind it"
+                    f"gave back the {count} tasks queued behind it",
+                    logging.WARNING,
                 )
         except Stop:
             pass  # the loop finds the broken connection when the task ends
@@ -103,7 +105,8 @@ class Watchdog:
         log(
             f"the master aborted task {t.task_id} (attempt {t.attempt}) after it ran {ran:.1f} s "
             "in this process, which cannot interrupt it (it has no timeout=): retiring this "
-            f"process (returning {len(queued)} queued tasks) for a fresh one"
+            f"process (returning {len(queued)} queued tasks) for a fresh one",
+            logging.WARNING,
         )
         out = self._results_frame()
         if queued:
