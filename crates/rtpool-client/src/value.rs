@@ -403,8 +403,8 @@ mod tests {
     fn an_array_is_ext1_with_dtype_ndim_dims_and_data() {
         let a = NdArray::from_i32(&[2], &[1, -1]).unwrap();
         let bytes = encode_args(&[Value::Array(a)], &[]);
-        // list of 1, ext 8 of 24 bytes, type 1, "\x03<i4", ndim 1, dim 2 (u64 LE), data
-        let mut want = vec![0x91, 0xc7, 24, 0x01, 3, b'<', b'i', b'4', 1];
+        // list of 1, ext 8 of 21 bytes, type 1, "\x03<i4", ndim 1, dim 2 (u64 LE), data
+        let mut want = vec![0x91, 0xc7, 21, 0x01, 3, b'<', b'i', b'4', 1];
         want.extend(2u64.to_le_bytes());
         want.extend(1i32.to_le_bytes());
         want.extend((-1i32).to_le_bytes());
