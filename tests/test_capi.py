@@ -87,6 +87,20 @@ def test_c_async_calls_with_wait_all(c_examples, linalg_master):
     assert "async calls=300 n=6" in out.stdout
 
 
+def test_fortran_dmmul_and_linpack(linalg_master):
+    ensure = subprocess.run([ROOT / "scripts" / "ensure-native-toolchain", "gfortran"], capture_output=True, text=True)
+    if ensure.returncode != 0:
+        pytest.skip(f"no Fortran compiler: {ensure.stderr.strip()}")
+    fortran = ROOT / "examples" / "fortran"
+    build = subprocess.run(["make", "-C", str(fortran)], capture_output=True, text=True, timeout=900)
+    assert build.returncode == 0, build.stdout + build.stderr
+    for n in ("100", "1000"):
+        out = run(fortran / "dmmul_linpack", n, master=linalg_master)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"fortran dmmul n={n} max_abs_err=" in out.stdout
+        assert f"fortran linpack n={n} residual=" in out.stdout
+
+
 def test_c_master_down_is_server_not_found(c_examples, tmp_path):
     import socket
 
