@@ -121,6 +121,46 @@ def test_c_wrong_token_is_refused(c_examples, linalg_master):
     assert "refused the token" in out.stderr
 
 
+@pytest.fixture(scope="module")
+def bad_calls(c_examples, tmp_path_factory) -> Path:
+    exe = tmp_path_factory.mktemp("capi") / "bad_calls"
+    lib = ROOT / "target" / "release" / "librtpool.a"
+    cmd = ["gcc", "-O1", "-Wall", f"-I{ROOT / 'include'}", "-o", str(exe), str(ROOT / "tests" / "c" / "bad_calls.c")]
+    build = subprocess.run(cmd + [str(lib), "-lpthread", "-ldl", "-lm", "-lrt"], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    return exe
+
+
+@pytest.mark.parametrize(
+    "case, code, message",
+    [
+        ("unknown", GRPC_FUNCTION_NOT_FOUND, "no worker serves no_such_function"),
+        ("argc", 100, "dmmul: 3 arguments given, the interface takes 4"),
+        ("null_handle", 6, "function handle was never initialized"),
+        ("wait_unknown", 7, "session 12345 is unknown"),
+    ],
+)
+def test_c_bad_calls_get_their_code_and_message(bad_calls, linalg_master, case, code, message):
+    out = run(bad_calls, case, master=linalg_master)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got_code, _, got_message = out.stdout.strip().partition(" ")
+    assert int(got_code) == code, out.stdout
+    assert message in got_message, out.stdout
+
+
+def test_the_checked_in_header_is_what_cbindgen_makes(tmp_path):
+    ensure = subprocess.run([ROOT / "scripts" / "ensure-native-toolchain", "cbindgen"], capture_output=True, text=True)
+    if ensure.returncode != 0:
+        pytest.skip(f"no cbindgen: {ensure.stderr.strip()}")
+    crate = ROOT / "crates" / "rtpool-capi"
+    fresh = tmp_path / "rtpool_grpc.h"
+    cmd = ["cbindgen", "--config", str(crate / "cbindgen.toml"), "--crate", "rtpool-capi"]
+    gen = subprocess.run(cmd + ["--output", str(fresh), str(crate)], capture_output=True, text=True, timeout=120)
+    assert gen.returncode == 0, gen.stderr
+    checked_in = (ROOT / "include" / "rtpool_grpc.h").read_text()
+    assert fresh.read_text() == checked_in, "include/rtpool_grpc.h is stale: run `make capi-header`"
+
+
 def test_c_config_file_errors_name_the_line(c_examples, tmp_path):
     conf = tmp_path / "bad.conf"
     conf.write_text("master = 127.0.0.1:1\nmastr = x\n")
