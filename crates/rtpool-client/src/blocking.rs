@@ -115,9 +115,17 @@ impl Client {
     /// # Errors
     ///
     /// As there.
-    pub fn call_async(&self, name: &str, args: Vec<Value>, opts: &CallOptions) -> Result<CallHandle> {
+    pub fn call_async(
+        &self,
+        name: &str,
+        args: Vec<Value>,
+        opts: &CallOptions,
+    ) -> Result<CallHandle> {
         let inner = self.rt.block_on(self.inner.call_async(name, args, opts))?;
-        Ok(CallHandle { rt: self.rt.clone(), inner })
+        Ok(CallHandle {
+            rt: self.rt.clone(),
+            inner,
+        })
     }
 
     /// A transaction (see [`crate::Transaction`]).
@@ -209,7 +217,10 @@ impl Transaction {
         let handles = rt.block_on(inner.commit(opts))?;
         Ok(handles
             .into_iter()
-            .map(|inner| CallHandle { rt: rt.clone(), inner })
+            .map(|inner| CallHandle {
+                rt: rt.clone(),
+                inner,
+            })
             .collect())
     }
 }

@@ -157,7 +157,9 @@ pub async fn wait_any(handles: &mut [CallHandle]) -> Option<(usize, Result<Outpu
 }
 
 /// [`wait_any`] over borrowed handles (the blocking wrapper's).
-pub(crate) async fn wait_any_of(handles: &mut [&mut CallHandle]) -> Option<(usize, Result<Outputs>)> {
+pub(crate) async fn wait_any_of(
+    handles: &mut [&mut CallHandle],
+) -> Option<(usize, Result<Outputs>)> {
     if handles.iter().all(|h| h.is_done()) {
         return None;
     }

@@ -91,13 +91,24 @@ impl Calls {
         self.requests.insert(req_id, Request::Call(group));
     }
 
-    pub(crate) fn add_functions(&mut self, req_id: u64, name: String, reply: oneshot::Sender<Result<Vec<FunctionInfo>>>) {
-        self.requests.insert(req_id, Request::Functions(name, reply));
+    pub(crate) fn add_functions(
+        &mut self,
+        req_id: u64,
+        name: String,
+        reply: oneshot::Sender<Result<Vec<FunctionInfo>>>,
+    ) {
+        self.requests
+            .insert(req_id, Request::Functions(name, reply));
     }
 
     /// The frames that pick up on a new connection: `ATTACH` (and `CANCEL`) for every
     /// accepted package, then every `CALL` not yet accepted and `FUNCTIONS` not answered.
-    pub(crate) fn resume(&mut self, address: &str, _restarted: bool, mut next_id: impl FnMut() -> u64) -> Vec<Frame> {
+    pub(crate) fn resume(
+        &mut self,
+        address: &str,
+        _restarted: bool,
+        mut next_id: impl FnMut() -> u64,
+    ) -> Vec<Frame> {
         address.clone_into(&mut self.address);
         let mut frames = Vec::new();
         let mut attach = Vec::new();
@@ -109,7 +120,10 @@ impl Calls {
                 attach.push((req_id, gid));
                 frames.push(plain(&Msg::Attach { req_id, package }));
                 if !g.cancelled.is_empty() {
-                    frames.push(plain(&Msg::Cancel { package, indices: g.cancelled.clone() }));
+                    frames.push(plain(&Msg::Cancel {
+                        package,
+                        indices: g.cancelled.clone(),
+                    }));
                 }
             }
         }
@@ -125,9 +139,10 @@ impl Calls {
                         frames.push(f);
                     }
                 }
-                Request::Functions(name, _) => {
-                    frames.push(plain(&Msg::Functions { req_id, name: name.clone() }))
-                }
+                Request::Functions(name, _) => frames.push(plain(&Msg::Functions {
+                    req_id,
+                    name: name.clone(),
+                })),
                 Request::Attach(_) => {}
             }
         }
@@ -137,16 +152,21 @@ impl Calls {
     /// Applies one message; `Some(reason)` for a fatal `ERROR` (the session ends).
     pub(crate) fn on_message(&mut self, msg: Msg) -> Option<String> {
         match msg {
-            Msg::Accepted { req_id, package, .. } => self.on_accepted(req_id, package),
+            Msg::Accepted {
+                req_id, package, ..
+            } => self.on_accepted(req_id, package),
             Msg::Results { package, results } => {
-                let Some(g) = self.by_package.get(&package).and_then(|gid| self.groups.get_mut(gid)) else {
-                    return None;
-                };
+                let g = self
+                    .by_package
+                    .get(&package)
+                    .and_then(|gid| self.groups.get_mut(gid))?;
                 for r in results {
                     g.received += 1;
                     g.ack_due = true;
                     let i = r.index as usize;
-                    let Some(sink) = g.sinks.get_mut(i).and_then(Option::take) else { continue };
+                    let Some(sink) = g.sinks.get_mut(i).and_then(Option::take) else {
+                        continue;
+                    };
                     g.open -= 1;
                     let outcome = if r.status == status::OK {
                         Ok(r.data)
@@ -161,7 +181,11 @@ impl Calls {
                     let _ = reply.send(Ok(functions));
                 }
             }
-            Msg::Error { code, message, reference } => return self.on_error(&code, message, reference),
+            Msg::Error {
+                code,
+                message,
+                reference,
+            } => return self.on_error(&code, message, reference),
             _ => {} // HEARTBEAT, and replies to requests this client does not make
         }
         None
@@ -181,7 +205,10 @@ impl Calls {
             g.package = Some(package);
             g.received = 0;
             if !g.cancelled.is_empty() {
-                self.outbox.push(plain(&Msg::Cancel { package, indices: g.cancelled.clone() }));
+                self.outbox.push(plain(&Msg::Cancel {
+                    package,
+                    indices: g.cancelled.clone(),
+                }));
             }
             self.by_package.insert(package, gid);
         }
@@ -189,19 +216,29 @@ impl Calls {
 
     fn on_error(&mut self, code: &str, message: String, reference: u64) -> Option<String> {
         match code {
-            "unknown_function" | "rejected" | "quota" | "queue_limit" | "admission" | "unknown_dependency" => {
-                let Some(Request::Call(gid)) = self.requests.remove(&reference) else { return None };
-                let Some(g) = self.groups.remove(&gid) else { return None };
+            "unknown_function" | "rejected" | "quota" | "queue_limit" | "admission"
+            | "unknown_dependency" => {
+                let Some(Request::Call(gid)) = self.requests.remove(&reference) else {
+                    return None;
+                };
+                let g = self.groups.remove(&gid)?;
                 let function = g.names.join(", ");
                 let e = if code == "unknown_function" {
-                    ClientError::UnknownFunction { function, served: message }
+                    ClientError::UnknownFunction {
+                        function,
+                        served: message,
+                    }
                 } else {
-                    ClientError::Rejected { address: self.address.clone(), code: code.to_owned(), message }
+                    ClientError::Rejected {
+                        address: self.address.clone(),
+                        code: code.to_owned(),
+                        message,
+                    }
                 };
                 fail(g, &e);
             }
             "unknown_package" => {
-                let Some(&gid) = self.by_package.get(&reference) else { return None };
+                let &gid = self.by_package.get(&reference)?;
                 let attaching = self.requests.iter().find_map(|(id, r)| match r {
                     Request::Attach(g) if *g == gid => Some(*id),
                     _ => None,
@@ -221,11 +258,18 @@ impl Calls {
                 }
             }
             "auth" => {
-                let e = ClientError::Auth { address: self.address.clone(), message: message.clone() };
+                let e = ClientError::Auth {
+                    address: self.address.clone(),
+                    message: message.clone(),
+                };
                 self.fail_all(&e);
                 return Some(format!("auth: {message}"));
             }
-            _ => return Some(format!("the master closed the connection ({code}: {message})")),
+            _ => {
+                return Some(format!(
+                    "the master closed the connection ({code}: {message})"
+                ))
+            }
         }
         None
     }
@@ -237,7 +281,10 @@ impl Calls {
         let mut finished = Vec::new();
         for (&gid, g) in &mut self.groups {
             if let (true, Some(package)) = (g.ack_due, g.package) {
-                frames.push(plain(&Msg::Ack { package, count: g.received }));
+                frames.push(plain(&Msg::Ack {
+                    package,
+                    count: g.received,
+                }));
                 g.ack_due = false;
             }
             if g.open == 0 && g.package.is_some() {
@@ -255,7 +302,9 @@ impl Calls {
     /// Cancels call `index` of `group` and the calls that depend on it, transitively: their
     /// handles resolve to [`ClientError::Cancelled`]; the master sends no result for them.
     pub(crate) fn cancel(&mut self, group: u64, index: u32) -> Vec<Frame> {
-        let Some(g) = self.groups.get_mut(&group) else { return Vec::new() };
+        let Some(g) = self.groups.get_mut(&group) else {
+            return Vec::new();
+        };
         if g.sinks.get(index as usize).is_none_or(Option::is_none) {
             return Vec::new(); // done already
         }
@@ -269,7 +318,9 @@ impl Calls {
         for &i in &gone {
             if let Some(sink) = g.sinks[i as usize].take() {
                 g.open -= 1;
-                let _ = sink.send(Err(ClientError::Cancelled { function: g.names[i as usize].clone() }));
+                let _ = sink.send(Err(ClientError::Cancelled {
+                    function: g.names[i as usize].clone(),
+                }));
                 indices.push(i);
             }
         }

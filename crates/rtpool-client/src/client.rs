@@ -71,7 +71,8 @@ impl Client {
     ///
     /// [`ClientError::ConnectionLost`] when the master cannot be reached.
     pub async fn functions(&self) -> Result<Vec<Interface>> {
-        self.registry("").await?
+        self.registry("")
+            .await?
             .into_iter()
             .map(|f| Interface::from_blob(&f.interface, f.servers))
             .collect()
@@ -110,12 +111,19 @@ impl Client {
         };
         let iface = Arc::new(iface);
         let key = (name.to_owned(), version.map(str::to_owned));
-        self.cache.lock().expect("cache lock").insert(key, iface.clone());
+        self.cache
+            .lock()
+            .expect("cache lock")
+            .insert(key, iface.clone());
         Ok(iface)
     }
 
     /// The cached interface, else fetched: `(interface, from the cache)`.
-    pub(crate) async fn cached(&self, name: &str, version: Option<&str>) -> Result<(Arc<Interface>, bool)> {
+    pub(crate) async fn cached(
+        &self,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<(Arc<Interface>, bool)> {
         let key = (name.to_owned(), version.map(str::to_owned));
         if let Some(iface) = self.cache.lock().expect("cache lock").get(&key) {
             return Ok((iface.clone(), true));
@@ -140,7 +148,12 @@ impl Client {
     /// # Errors
     ///
     /// As [`call`](Self::call); [`ClientError::WaitTimeout`] past `opts.wait`.
-    pub async fn call_with(&self, name: &str, args: Vec<Value>, opts: &CallOptions) -> Result<Outputs> {
+    pub async fn call_with(
+        &self,
+        name: &str,
+        args: Vec<Value>,
+        opts: &CallOptions,
+    ) -> Result<Outputs> {
         let (handle, iface, cached, call) = self.start_call(name, args, opts).await?;
         match handle.await {
             Err(ClientError::UnknownFunction { .. }) if cached => {
@@ -154,7 +167,10 @@ impl Client {
                         problem: format!("its interface changed while calling it; now: {fresh}"),
                     });
                 }
-                let call = Call { version: fresh.version.clone(), ..call };
+                let call = Call {
+                    version: fresh.version.clone(),
+                    ..call
+                };
                 let mut handles = self.submit(vec![call], vec![true], opts).await?;
                 handles.pop().expect("one call, one handle").await
             }
@@ -168,7 +184,12 @@ impl Client {
     ///
     /// [`ClientError::WrongArguments`], [`ClientError::UnknownFunction`] or
     /// [`ClientError::TooLarge`] before anything is sent.
-    pub async fn call_async(&self, name: &str, args: Vec<Value>, opts: &CallOptions) -> Result<CallHandle> {
+    pub async fn call_async(
+        &self,
+        name: &str,
+        args: Vec<Value>,
+        opts: &CallOptions,
+    ) -> Result<CallHandle> {
         Ok(self.start_call(name, args, opts).await?.0)
     }
 
@@ -188,12 +209,22 @@ impl Client {
             fetch: true,
         };
         let mut handles = self.submit(vec![call.clone()], vec![true], opts).await?;
-        Ok((handles.pop().expect("one call, one handle"), iface, cached, call))
+        Ok((
+            handles.pop().expect("one call, one handle"),
+            iface,
+            cached,
+            call,
+        ))
     }
 
     /// Sends one `CALL` of `calls` (with `fetched[i]`: whether call `i`'s outputs come
     /// back) and returns their handles.
-    pub(crate) async fn submit(&self, calls: Vec<Call>, fetched: Vec<bool>, opts: &CallOptions) -> Result<Vec<CallHandle>> {
+    pub(crate) async fn submit(
+        &self,
+        calls: Vec<Call>,
+        fetched: Vec<bool>,
+        opts: &CallOptions,
+    ) -> Result<Vec<CallHandle>> {
         let wire = opts.to_wire()?;
         let names: Vec<String> = calls.iter().map(|c| c.name.clone()).collect();
         let Submitted { group, receivers } = self.link.submit(calls, wire)?;
@@ -203,7 +234,15 @@ impl Client {
             .zip(fetched)
             .enumerate()
             .map(|(i, ((name, rx), fetched))| {
-                CallHandle::new(name, self.link.clone(), group, i as u32, fetched, rx, opts.wait)
+                CallHandle::new(
+                    name,
+                    self.link.clone(),
+                    group,
+                    i as u32,
+                    fetched,
+                    rx,
+                    opts.wait,
+                )
             })
             .collect())
     }
@@ -232,7 +271,11 @@ impl Client {
 fn describe_served(infos: &[FunctionInfo]) -> String {
     let mut names: Vec<(String, Vec<String>)> = Vec::new();
     for f in infos {
-        let v = if f.version.is_empty() { "\"\"".to_owned() } else { f.version.clone() };
+        let v = if f.version.is_empty() {
+            "\"\"".to_owned()
+        } else {
+            f.version.clone()
+        };
         match names.iter_mut().find(|(n, _)| *n == f.name) {
             Some((_, vs)) => vs.push(v),
             None => names.push((f.name.clone(), vec![v])),

@@ -123,7 +123,10 @@ impl Config {
         }
         if let Some(path) = &self.token_file {
             let text = std::fs::read_to_string(path).map_err(|e| {
-                ClientError::Config(format!("cannot read the token file {}: {e}", path.display()))
+                ClientError::Config(format!(
+                    "cannot read the token file {}: {e}",
+                    path.display()
+                ))
             })?;
             let token = text.lines().next().unwrap_or("").trim().to_owned();
             if token.is_empty() {
@@ -157,8 +160,14 @@ mod tests {
         let c = Config::new("h:1").unwrap().token_file(&path);
         assert_eq!(c.resolve_token().unwrap(), "from-file");
         assert_eq!(c.token("given").resolve_token().unwrap(), "given");
-        let missing = Config::new("h:1").unwrap().token_file(dir.path().join("none"));
-        assert!(missing.resolve_token().unwrap_err().to_string().contains("cannot read"));
+        let missing = Config::new("h:1")
+            .unwrap()
+            .token_file(dir.path().join("none"));
+        assert!(missing
+            .resolve_token()
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
     }
 
     #[test]

@@ -28,7 +28,10 @@ impl<'a> Cursor<'a> {
 
     fn take(&mut self, n: usize) -> R<&'a [u8]> {
         if n > self.buf.len() - self.pos {
-            return Err(format!("payload ends {} bytes short", n - (self.buf.len() - self.pos)));
+            return Err(format!(
+                "payload ends {} bytes short",
+                n - (self.buf.len() - self.pos)
+            ));
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -103,7 +106,9 @@ impl<'a> Cursor<'a> {
         let n = self.len(width)?;
         match marker {
             Marker::Str8 | Marker::Str16 | Marker::Str32 => self.string(n),
-            Marker::Bin8 | Marker::Bin16 | Marker::Bin32 => Ok(Value::Bytes(self.take(n)?.to_vec())),
+            Marker::Bin8 | Marker::Bin16 | Marker::Bin32 => {
+                Ok(Value::Bytes(self.take(n)?.to_vec()))
+            }
             Marker::Array16 | Marker::Array32 => self.list(n, depth),
             _ => self.map(n, depth),
         }
@@ -118,7 +123,10 @@ impl<'a> Cursor<'a> {
     fn list(&mut self, n: usize, depth: usize) -> R<Value> {
         // Each element takes at least a byte: a declared count beyond the bytes left is broken.
         if n > self.buf.len() - self.pos {
-            return Err(format!("a list of {n} elements in {} bytes", self.buf.len() - self.pos));
+            return Err(format!(
+                "a list of {n} elements in {} bytes",
+                self.buf.len() - self.pos
+            ));
         }
         (0..n)
             .map(|_| self.value(depth + 1))
@@ -128,7 +136,10 @@ impl<'a> Cursor<'a> {
 
     fn map(&mut self, n: usize, depth: usize) -> R<Value> {
         if n > (self.buf.len() - self.pos) / 2 {
-            return Err(format!("a map of {n} entries in {} bytes", self.buf.len() - self.pos));
+            return Err(format!(
+                "a map of {n} entries in {} bytes",
+                self.buf.len() - self.pos
+            ));
         }
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
@@ -146,7 +157,9 @@ impl<'a> Cursor<'a> {
         let code = i8::from_be_bytes(self.be()?);
         let data = self.take(n)?;
         if code != EXT_ARRAY {
-            return Err(format!("msgpack ext type {code} in a result (only arrays, ext 1)"));
+            return Err(format!(
+                "msgpack ext type {code} in a result (only arrays, ext 1)"
+            ));
         }
         array(data).map(Value::Array)
     }
@@ -247,7 +260,11 @@ mod tests {
         let mut buf = Vec::new();
         let mut w = rtpool_proto::msgpack::Writer(&mut buf);
         w.map(3);
-        for (k, v) in [("type", "ValueError"), ("message", "bad n"), ("traceback", "tb")] {
+        for (k, v) in [
+            ("type", "ValueError"),
+            ("message", "bad n"),
+            ("traceback", "tb"),
+        ] {
             w.str(k);
             w.str(v);
         }

@@ -92,7 +92,11 @@ impl Link {
         let deps = calls.iter().map(|c| c.deps.clone()).collect();
         let n = calls.len();
         let req_id = self.next_id();
-        let msg = Msg::Call { req_id, opts, calls };
+        let msg = Msg::Call {
+            req_id,
+            opts,
+            calls,
+        };
         let mut head = BytesMut::new();
         let mut segments = Vec::new();
         encode_segmented(&msg, &mut head, &mut segments);
@@ -129,7 +133,10 @@ pub(crate) async fn start(config: Config) -> Result<Link> {
         next_id: AtomicU64::new(1),
     });
     let (tx, rx) = mpsc::unbounded_channel();
-    let link = Link { tx, shared: shared.clone() };
+    let link = Link {
+        tx,
+        shared: shared.clone(),
+    };
     let driver = Driver {
         config,
         token,
@@ -181,9 +188,16 @@ impl Driver {
 
     /// Runs one session until it ends; `None` when the client closed.
     async fn serve(&mut self, session: Session) -> Option<String> {
-        let Session { mut reader, writer, welcome, address } = session;
+        let Session {
+            mut reader,
+            writer,
+            welcome,
+            address,
+        } = session;
         *self.shared.address.lock().expect("address lock") = address.clone();
-        self.shared.max_frame.store(welcome.max_frame_bytes, Ordering::Relaxed);
+        self.shared
+            .max_frame
+            .store(welcome.max_frame_bytes, Ordering::Relaxed);
         let restarted = welcome.instance != self.instance;
         self.instance = welcome.instance;
         let next_id = || self.shared.next_id.fetch_add(1, Ordering::Relaxed);
@@ -211,7 +225,7 @@ impl Driver {
                     }
                 }
                 cmd = self.rx.recv() => {
-                    let Some(cmd) = cmd else { return None };
+                    let cmd = cmd?;
                     for f in self.on_command(cmd) {
                         let _ = writer.send(f);
                         sent = true;
@@ -234,13 +248,24 @@ impl Driver {
     fn on_command(&mut self, cmd: Command) -> Vec<Frame> {
         let next_id = || self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         match cmd {
-            Command::Call { group, req_id, frame, names, deps, sinks } => {
-                self.calls.add(group, req_id, frame.clone(), names, deps, sinks);
+            Command::Call {
+                group,
+                req_id,
+                frame,
+                names,
+                deps,
+                sinks,
+            } => {
+                self.calls
+                    .add(group, req_id, frame.clone(), names, deps, sinks);
                 vec![frame]
             }
             Command::Functions { name, reply } => {
                 let req_id = next_id();
-                let f = plain(&Msg::Functions { req_id, name: name.clone() });
+                let f = plain(&Msg::Functions {
+                    req_id,
+                    name: name.clone(),
+                });
                 self.calls.add_functions(req_id, name, reply);
                 vec![f]
             }
@@ -278,7 +303,10 @@ impl Driver {
         }
         let e = ClientError::ConnectionLost {
             address: self.config.addresses().join(","),
-            reason: format!("{reason}; reconnecting for {:?} failed: {last}", self.config.reconnect_timeout),
+            reason: format!(
+                "{reason}; reconnecting for {:?} failed: {last}",
+                self.config.reconnect_timeout
+            ),
         };
         self.calls.fail_all(&e);
         None

@@ -120,7 +120,11 @@ impl Interface {
                 (Some("version"), Value::Str(s)) => iface.version = s,
                 (Some("doc"), Value::Str(s)) => iface.doc = s,
                 (Some("params"), Value::List(items)) => {
-                    iface.params = items.into_iter().map(param).collect::<Result<_, _>>().map_err(bad)?;
+                    iface.params = items
+                        .into_iter()
+                        .map(param)
+                        .collect::<Result<_, _>>()
+                        .map_err(bad)?;
                 }
                 (Some("returns"), Value::Nil) => {}
                 (Some("returns"), v) => iface.returns = Some(param(v).map_err(bad)?),
@@ -165,7 +169,11 @@ impl Interface {
         };
         let inputs: Vec<&Param> = self.inputs().collect();
         let full = args.len() == self.params.len() && args.len() != inputs.len();
-        let slots: Vec<&Param> = if full { self.params.iter().collect() } else { inputs };
+        let slots: Vec<&Param> = if full {
+            self.params.iter().collect()
+        } else {
+            inputs
+        };
         if args.len() != slots.len() {
             return Err(wrong(self.count_message(args.len())));
         }
@@ -176,7 +184,10 @@ impl Interface {
                     return Err(wrong(format!("argument {} is another call's output; that only works within a transaction (pass its result)", p.name)));
                 }
                 if p.mode == Mode::Out {
-                    return Err(wrong(format!("argument {} is an output buffer; a call's result cannot stand for it", p.name)));
+                    return Err(wrong(format!(
+                        "argument {} is an output buffer; a call's result cannot stand for it",
+                        p.name
+                    )));
                 }
                 continue;
             }
@@ -203,12 +214,22 @@ impl Interface {
     }
 
     fn count_message(&self, n: usize) -> String {
-        let names = |ps: &[&Param]| ps.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+        let names = |ps: &[&Param]| {
+            ps.iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let inputs: Vec<&Param> = self.inputs().collect();
         let all: Vec<&Param> = self.params.iter().collect();
         let word = |k: usize| if k == 1 { "argument" } else { "arguments" };
         if inputs.len() == all.len() {
-            format!("takes {} {} ({}), got {n}", all.len(), word(all.len()), names(&all))
+            format!(
+                "takes {} {} ({}), got {n}",
+                all.len(),
+                word(all.len()),
+                names(&all)
+            )
         } else {
             format!(
                 "takes {} {} ({}) or {} with the outputs ({}), got {n}",
@@ -224,23 +245,40 @@ impl Interface {
     fn check_array(&self, p: &Param, v: &Value, ints: &HashMap<&str, i64>) -> Result<(), String> {
         let want = p.dtype.as_deref().unwrap_or("any");
         let Value::Array(a) = v else {
-            return Err(format!("argument {} is {}, expected an array of {want}", p.name, v.describe()));
+            return Err(format!(
+                "argument {} is {}, expected an array of {want}",
+                p.name,
+                v.describe()
+            ));
         };
         if p.dtype.is_some() && a.dtype().name() != Some(want) {
             let got = a.dtype().name().unwrap_or(a.dtype().to_wire());
-            return Err(format!("argument {} has dtype {got}, expected {want}", p.name));
+            return Err(format!(
+                "argument {} has dtype {got}, expected {want}",
+                p.name
+            ));
         }
         let Some(shape) = &p.shape else { return Ok(()) };
-        let dims = eval_shape(shape, ints).map_err(|e| format!("the shape of {} ({shape}): {e}", p.name))?;
+        let dims = eval_shape(shape, ints)
+            .map_err(|e| format!("the shape of {} ({shape}): {e}", p.name))?;
         if dims.iter().any(|d| d.is_some_and(|d| d < 0)) {
-            return Err(format!("the shape of {} ({shape}) gives a negative size", p.name));
+            return Err(format!(
+                "the shape of {} ({shape}) gives a negative size",
+                p.name
+            ));
         }
         let fits = dims.len() == a.shape().len()
-            && dims.iter().zip(a.shape()).all(|(e, &s)| e.is_none_or(|e| e as usize == s));
+            && dims
+                .iter()
+                .zip(a.shape())
+                .all(|(e, &s)| e.is_none_or(|e| e as usize == s));
         if fits {
             return Ok(());
         }
-        let values: Vec<String> = dims.iter().map(|d| d.map_or("*".into(), |d| d.to_string())).collect();
+        let values: Vec<String> = dims
+            .iter()
+            .map(|d| d.map_or("*".into(), |d| d.to_string()))
+            .collect();
         Err(format!(
             "argument {} has shape {}, expected ({shape}) = ({})",
             p.name,
@@ -313,7 +351,13 @@ mod tests {
             version: "1".into(),
             doc: String::new(),
             params: vec![
-                Param { name: "n".into(), mode: Mode::In, type_name: "int".into(), dtype: None, shape: None },
+                Param {
+                    name: "n".into(),
+                    mode: Mode::In,
+                    type_name: "int".into(),
+                    dtype: None,
+                    shape: None,
+                },
                 arr("A", Mode::In),
                 arr("B", Mode::In),
                 arr("C", Mode::Out),
@@ -327,26 +371,46 @@ mod tests {
     fn a_wrong_shape_names_the_argument_and_the_expected_shape() {
         let a = NdArray::from_f64(&[2, 2], &[0.0; 4]).unwrap();
         let b = NdArray::from_f64(&[2, 3], &[0.0; 6]).unwrap();
-        let err = dmmul().check(vec![2i64.into(), a.into(), b.into()], false).unwrap_err();
-        assert_eq!(err.to_string(), "dmmul: argument B has shape (2, 3), expected (n, n) = (2, 2)");
+        let err = dmmul()
+            .check(vec![2i64.into(), a.into(), b.into()], false)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "dmmul: argument B has shape (2, 3), expected (n, n) = (2, 2)"
+        );
     }
 
     #[test]
     fn count_and_type_mistakes_are_named() {
         let err = dmmul().check(vec![2i64.into()], false).unwrap_err();
-        assert!(err.to_string().contains("takes 3 arguments (n, A, B) or 4 with the outputs"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("takes 3 arguments (n, A, B) or 4 with the outputs"),
+            "{err}"
+        );
         let a = NdArray::from_f32(&[2, 2], &[0.0; 4]).unwrap();
-        let err = dmmul().check(vec![2.5f64.into(), a.clone().into(), a.into()], false).unwrap_err();
-        assert_eq!(err.to_string(), "dmmul: argument n has type float, expected int");
+        let err = dmmul()
+            .check(vec![2.5f64.into(), a.clone().into(), a.into()], false)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "dmmul: argument n has type float, expected int"
+        );
     }
 
     #[test]
     fn out_buffers_passed_ninf_style_are_checked_and_not_sent() {
         let a = NdArray::from_f64(&[2, 2], &[0.0; 4]).unwrap();
         let sent = dmmul()
-            .check(vec![2i64.into(), a.clone().into(), a.clone().into(), a.into()], false)
+            .check(
+                vec![2i64.into(), a.clone().into(), a.clone().into(), a.into()],
+                false,
+            )
             .unwrap();
         assert_eq!(sent.len(), 3);
-        assert_eq!(dmmul().to_string(), "dmmul(n: int, A: In[float64[n, n]], B: In[float64[n, n]]) -> C: Out[float64[n, n]]");
+        assert_eq!(
+            dmmul().to_string(),
+            "dmmul(n: int, A: In[float64[n, n]], B: In[float64[n, n]]) -> C: Out[float64[n, n]]"
+        );
     }
 }

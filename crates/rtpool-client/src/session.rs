@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use rtpool_proto::{decode_frame, encode, frame_len, Msg, Role, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+use rtpool_proto::{
+    decode_frame, encode, frame_len, Msg, Role, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -98,7 +100,11 @@ async fn dial(config: &Config, address: &str, token: &str) -> Result<Session, Di
     }
 }
 
-async fn handshake(stream: Box<dyn Stream>, address: &str, token: &str) -> Result<Session, DialError> {
+async fn handshake(
+    stream: Box<dyn Stream>,
+    address: &str,
+    token: &str,
+) -> Result<Session, DialError> {
     let (half, mut write) = tokio::io::split(stream);
     let hello = Msg::Hello {
         version: PROTOCOL_VERSION,
@@ -120,13 +126,23 @@ async fn handshake(stream: Box<dyn Stream>, address: &str, token: &str) -> Resul
         max_frame: DEFAULT_MAX_FRAME,
     };
     let welcome = match reader.next().await {
-        Ok(Msg::Welcome { max_frame_bytes, heartbeat_ms, instance, .. }) => Welcome {
+        Ok(Msg::Welcome {
+            max_frame_bytes,
+            heartbeat_ms,
+            instance,
+            ..
+        }) => Welcome {
             max_frame_bytes: max_frame_bytes as usize,
             heartbeat_ms,
             instance,
         },
         Ok(Msg::Error { code, message, .. }) => return Err(refusal(address, &code, message)),
-        Ok(other) => return Err(DialError::Retry(format!("expected WELCOME, got {}", other.name()))),
+        Ok(other) => {
+            return Err(DialError::Retry(format!(
+                "expected WELCOME, got {}",
+                other.name()
+            )))
+        }
         Err(e) => return Err(DialError::Retry(e)),
     };
     reader.max_frame = welcome.max_frame_bytes.max(DEFAULT_MAX_FRAME);
@@ -159,7 +175,9 @@ impl Reader {
         match decode_frame(&mut self.buf, self.max_frame) {
             Ok(Some(msg)) => Some(Ok(msg)),
             Ok(None) => None,
-            Err(e) => Some(Err(format!("the master sent a frame this client cannot read: {e}"))),
+            Err(e) => Some(Err(format!(
+                "the master sent a frame this client cannot read: {e}"
+            ))),
         }
     }
 
@@ -169,7 +187,11 @@ impl Reader {
             match decode_frame(&mut self.buf, self.max_frame) {
                 Ok(Some(msg)) => return Ok(msg),
                 Ok(None) => {}
-                Err(e) => return Err(format!("the master sent a frame this client cannot read: {e}")),
+                Err(e) => {
+                    return Err(format!(
+                        "the master sent a frame this client cannot read: {e}"
+                    ))
+                }
             }
             let want = frame_len(&self.buf).unwrap_or(0).max(64 * 1024);
             self.buf.reserve(want.saturating_sub(self.buf.len()));
@@ -184,7 +206,10 @@ impl Reader {
 
 /// Writes frames in order until the channel closes or a write fails; frames queued together
 /// go out in one write when they are small.
-async fn write_frames(mut write: WriteHalf<Box<dyn Stream>>, mut rx: mpsc::UnboundedReceiver<Frame>) {
+async fn write_frames(
+    mut write: WriteHalf<Box<dyn Stream>>,
+    mut rx: mpsc::UnboundedReceiver<Frame>,
+) {
     let mut batch = BytesMut::new();
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);

@@ -6,7 +6,10 @@
 use std::collections::HashMap;
 
 /// One dimension's expected size: `None` for `*` or a name this call gives no value.
-pub(crate) fn eval_shape(shape: &str, scalars: &HashMap<&str, i64>) -> Result<Vec<Option<i64>>, String> {
+pub(crate) fn eval_shape(
+    shape: &str,
+    scalars: &HashMap<&str, i64>,
+) -> Result<Vec<Option<i64>>, String> {
     let mut dims: Vec<&str> = shape.split(',').map(str::trim).collect();
     if dims.len() > 1 && dims.last() == Some(&"") {
         dims.pop(); // "n," is 1-d
@@ -19,7 +22,11 @@ pub(crate) fn eval_shape(shape: &str, scalars: &HashMap<&str, i64>) -> Result<Ve
             if d == "*" {
                 return Ok(None);
             }
-            let mut p = Parser { s: d.as_bytes(), pos: 0, scalars };
+            let mut p = Parser {
+                s: d.as_bytes(),
+                pos: 0,
+                scalars,
+            };
             let v = p.expr()?;
             p.skip_ws();
             if p.pos != p.s.len() {
@@ -55,7 +62,9 @@ impl Parser<'_> {
         while let Some(op @ (b'+' | b'-')) = self.peek() {
             self.pos += 1;
             let right = self.term()?;
-            left = left.zip(right).map(|(a, b)| if op == b'+' { a + b } else { a - b });
+            left = left
+                .zip(right)
+                .map(|(a, b)| if op == b'+' { a + b } else { a - b });
         }
         Ok(left)
     }
@@ -100,11 +109,17 @@ impl Parser<'_> {
                     self.pos += 1;
                 }
                 let text = std::str::from_utf8(&self.s[start..self.pos]).expect("digits");
-                text.parse().map(Some).map_err(|_| format!("{text} is too large"))
+                text.parse()
+                    .map(Some)
+                    .map_err(|_| format!("{text} is too large"))
             }
             Some(c) if c.is_ascii_alphabetic() || c == b'_' => {
                 let start = self.pos;
-                while self.s.get(self.pos).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') {
+                while self
+                    .s
+                    .get(self.pos)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                {
                     self.pos += 1;
                 }
                 let name = std::str::from_utf8(&self.s[start..self.pos]).expect("ascii");

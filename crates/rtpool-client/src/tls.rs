@@ -26,11 +26,20 @@ fn tls_err(what: impl std::fmt::Display) -> ClientError {
 ///
 /// [`ClientError::Config`] when the file cannot be read or holds no PEM certificate.
 pub(crate) fn connector(ca_file: &Path) -> Result<TlsConnector, ClientError> {
-    let file = fs::File::open(ca_file)
-        .map_err(|e| tls_err(format!("cannot read the CA file {}: {e}", ca_file.display())))?;
+    let file = fs::File::open(ca_file).map_err(|e| {
+        tls_err(format!(
+            "cannot read the CA file {}: {e}",
+            ca_file.display()
+        ))
+    })?;
     let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut BufReader::new(file))
         .collect::<Result<_, _>>()
-        .map_err(|e| tls_err(format!("{} is not a PEM certificate: {e}", ca_file.display())))?;
+        .map_err(|e| {
+            tls_err(format!(
+                "{} is not a PEM certificate: {e}",
+                ca_file.display()
+            ))
+        })?;
     let mut roots = RootCertStore::empty();
     for cert in certs {
         roots
@@ -56,7 +65,10 @@ pub(crate) fn connector(ca_file: &Path) -> Result<TlsConnector, ClientError> {
 /// # Errors
 ///
 /// [`ClientError::Config`] for a name that is neither a DNS name nor an IP address.
-pub(crate) fn server_name(address: &str, name: Option<&str>) -> Result<ServerName<'static>, ClientError> {
+pub(crate) fn server_name(
+    address: &str,
+    name: Option<&str>,
+) -> Result<ServerName<'static>, ClientError> {
     let host = name.unwrap_or_else(|| {
         let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
         host.trim_start_matches('[').trim_end_matches(']')

@@ -113,7 +113,12 @@ impl Transaction {
     /// # Errors
     ///
     /// As [`call`](Self::call).
-    pub async fn call_version(&mut self, name: &str, version: Option<&str>, args: Vec<Value>) -> Result<TxCall> {
+    pub async fn call_version(
+        &mut self,
+        name: &str,
+        version: Option<&str>,
+        args: Vec<Value>,
+    ) -> Result<TxCall> {
         let (iface, _) = self.client.cached(name, version).await?;
         let index = self.calls.len() as u32;
         let label = format!("call #{index} {name}");
@@ -133,8 +138,17 @@ impl Transaction {
             }
         }
         let outputs = iface.outputs().count() as u32;
-        self.calls.push(Entry { iface, values, deps, fetch: false });
-        Ok(TxCall { index, outputs, label })
+        self.calls.push(Entry {
+            iface,
+            values,
+            deps,
+            fetch: false,
+        });
+        Ok(TxCall {
+            index,
+            outputs,
+            label,
+        })
     }
 
     /// Brings `call`'s outputs to the client even though later calls take them.

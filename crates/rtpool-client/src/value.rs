@@ -133,7 +133,11 @@ impl NdArray {
     /// [`ClientError::WrongArguments`] when `data` is not `shape`'s element count times the
     /// dtype's size (checked for the four known dtypes), or the shape has more than 255
     /// dimensions.
-    pub fn from_raw(dtype: Dtype, shape: Vec<usize>, data: Vec<u8>) -> Result<NdArray, ClientError> {
+    pub fn from_raw(
+        dtype: Dtype,
+        shape: Vec<usize>,
+        data: Vec<u8>,
+    ) -> Result<NdArray, ClientError> {
         let bad = |problem: String| ClientError::WrongArguments {
             function: "array".into(),
             problem,
@@ -330,7 +334,11 @@ pub(crate) fn shape_text(shape: &[usize]) -> String {
         [one] => format!("({one},)"),
         _ => format!(
             "({})",
-            shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -350,7 +358,10 @@ pub fn encode_args(values: &[Value], deps: &[u32]) -> Vec<u8> {
     w.array(values.len());
     for v in values {
         if let Value::Output(r) = v {
-            let input = deps.iter().position(|&d| d == r.call).expect("dependency listed") as u32;
+            let input = deps
+                .iter()
+                .position(|&d| d == r.call)
+                .expect("dependency listed") as u32;
             let output = i64::from(r.output);
             let mut payload = Vec::new();
             let mut pw = Writer(&mut payload);
@@ -403,8 +414,8 @@ mod tests {
     fn an_array_is_ext1_with_dtype_ndim_dims_and_data() {
         let a = NdArray::from_i32(&[2], &[1, -1]).unwrap();
         let bytes = encode_args(&[Value::Array(a)], &[]);
-        // list of 1, ext 8 of 24 bytes, type 1, "\x03<i4", ndim 1, dim 2 (u64 LE), data
-        let mut want = vec![0x91, 0xc7, 24, 0x01, 3, b'<', b'i', b'4', 1];
+        // list of 1, ext 8 of 21 bytes, type 1, "\x03<i4", ndim 1, dim 2 (u64 LE), data
+        let mut want = vec![0x91, 0xc7, 21, 0x01, 3, b'<', b'i', b'4', 1];
         want.extend(2u64.to_le_bytes());
         want.extend(1i32.to_le_bytes());
         want.extend((-1i32).to_le_bytes());
