@@ -23,7 +23,12 @@ pub const RTPOOL_VA_POINTER: i32 = 3;
 /// A varargs argument read as a C `int` and passed on as `int32_t` (a `bool` parameter).
 pub const RTPOOL_VA_BOOL: i32 = 4;
 
-fn start(library: &Library, handle: *mut grpc_function_handle_t, argv: *const *mut c_void, argc: usize) -> Result<grpc_sessionid_t, CapiError> {
+fn start(
+    library: &Library,
+    handle: *mut grpc_function_handle_t,
+    argv: *const *mut c_void,
+    argc: usize,
+) -> Result<grpc_sessionid_t, CapiError> {
     let handle = non_null(handle, "handle")?;
     // SAFETY: non-null, the caller's handle (checked against the table).
     let bound = library.handle(unsafe { *handle })?;
@@ -33,7 +38,14 @@ fn start(library: &Library, handle: *mut grpc_function_handle_t, argv: *const *m
     let wake = cancel.clone();
     let id = library.sessions.start(Box::new(move || wake.notify_one()));
     let opts = *bound.options.lock().unwrap_or_else(|e| e.into_inner());
-    let sent = bound.backend.start(&bound.function, prepared, opts, library.sessions.clone(), id, cancel);
+    let sent = bound.backend.start(
+        &bound.function,
+        prepared,
+        opts,
+        library.sessions.clone(),
+        id,
+        cancel,
+    );
     if let Err(err) = sent {
         library.sessions.discard(id);
         return Err(err);
@@ -51,7 +63,11 @@ fn start(library: &Library, handle: *mut grpc_function_handle_t, argv: *const *m
 /// `handle` points at an initialized handle; `argv` at `argc` pointers valid for the
 /// interface's arguments, the arrays as large as their shapes.
 #[no_mangle]
-pub unsafe extern "C" fn rtpool_call_argv(handle: *mut grpc_function_handle_t, argv: *const *mut c_void, argc: usize) -> grpc_error_t {
+pub unsafe extern "C" fn rtpool_call_argv(
+    handle: *mut grpc_function_handle_t,
+    argv: *const *mut c_void,
+    argc: usize,
+) -> grpc_error_t {
     guard(|| {
         let library = library::current()?;
         let id = start(&library, handle, argv, argc)?;
@@ -90,7 +106,12 @@ pub unsafe extern "C" fn rtpool_call_async_argv(
 ///
 /// `handle` points at a handle, `kinds` at `capacity` ints, `count` at a `size_t`.
 #[no_mangle]
-pub unsafe extern "C" fn rtpool_handle_arg_kinds(handle: *mut grpc_function_handle_t, kinds: *mut i32, capacity: usize, count: *mut usize) -> grpc_error_t {
+pub unsafe extern "C" fn rtpool_handle_arg_kinds(
+    handle: *mut grpc_function_handle_t,
+    kinds: *mut i32,
+    capacity: usize,
+    count: *mut usize,
+) -> grpc_error_t {
     guard(|| {
         let handle = non_null(handle, "handle")?;
         let (kinds, count) = (non_null(kinds, "kinds")?, non_null(count, "count")?);
@@ -128,12 +149,18 @@ fn wait_each(library: &Library, ids: &[grpc_sessionid_t]) -> Result<(), CapiErro
 /// # Safety
 ///
 /// `ids` is null with `length` 0, or points at `length` session ids.
-unsafe fn id_slice<'a>(ids: *const grpc_sessionid_t, length: usize) -> Result<&'a [grpc_sessionid_t], CapiError> {
+unsafe fn id_slice<'a>(
+    ids: *const grpc_sessionid_t,
+    length: usize,
+) -> Result<&'a [grpc_sessionid_t], CapiError> {
     if length == 0 {
         return Ok(&[]);
     }
     if ids.is_null() {
-        return Err(CapiError::new(RTPOOL_INVALID_ARGUMENTS, "the session id array is a null pointer"));
+        return Err(CapiError::new(
+            RTPOOL_INVALID_ARGUMENTS,
+            "the session id array is a null pointer",
+        ));
     }
     // SAFETY: the caller's promise.
     Ok(unsafe { std::slice::from_raw_parts(ids, length) })
@@ -146,7 +173,10 @@ unsafe fn id_slice<'a>(ids: *const grpc_sessionid_t, length: usize) -> Result<&'
 ///
 /// `ids` points at `length` session ids.
 #[no_mangle]
-pub unsafe extern "C" fn grpc_wait_and(ids: *const grpc_sessionid_t, length: usize) -> grpc_error_t {
+pub unsafe extern "C" fn grpc_wait_and(
+    ids: *const grpc_sessionid_t,
+    length: usize,
+) -> grpc_error_t {
     guard(|| {
         let library = library::current()?;
         // SAFETY: the caller's promise.
@@ -161,7 +191,11 @@ pub unsafe extern "C" fn grpc_wait_and(ids: *const grpc_sessionid_t, length: usi
 ///
 /// `ids` points at `length` session ids, `completed` at one.
 #[no_mangle]
-pub unsafe extern "C" fn grpc_wait_or(ids: *const grpc_sessionid_t, length: usize, completed: *mut grpc_sessionid_t) -> grpc_error_t {
+pub unsafe extern "C" fn grpc_wait_or(
+    ids: *const grpc_sessionid_t,
+    length: usize,
+    completed: *mut grpc_sessionid_t,
+) -> grpc_error_t {
     guard(|| {
         let out = non_null(completed, "completed")?;
         // SAFETY: the caller's promise.
@@ -213,11 +247,17 @@ pub extern "C" fn grpc_probe(session_id: grpc_sessionid_t) -> grpc_error_t {
 ///
 /// `ids` points at `length` session ids, `completed` at one.
 #[no_mangle]
-pub unsafe extern "C" fn grpc_probe_or(ids: *const grpc_sessionid_t, length: usize, completed: *mut grpc_sessionid_t) -> grpc_error_t {
+pub unsafe extern "C" fn grpc_probe_or(
+    ids: *const grpc_sessionid_t,
+    length: usize,
+    completed: *mut grpc_sessionid_t,
+) -> grpc_error_t {
     guard(|| {
         let out = non_null(completed, "completed")?;
         // SAFETY: the caller's promise.
-        let id = library::current()?.sessions.probe_or(unsafe { id_slice(ids, length) }?)?;
+        let id = library::current()?
+            .sessions
+            .probe_or(unsafe { id_slice(ids, length) }?)?;
         // SAFETY: non-null, the caller's.
         unsafe { *out = id };
         Ok(())

@@ -46,7 +46,12 @@ pub unsafe extern "C" fn grpc_function_handle_init(
     guard(|| {
         let handle = non_null(handle, "handle")?;
         // SAFETY: the caller's promise.
-        let (server, function) = unsafe { (opt_str(server_name, "server_name")?, req_str(func_name, "func_name")?) };
+        let (server, function) = unsafe {
+            (
+                opt_str(server_name, "server_name")?,
+                req_str(func_name, "func_name")?,
+            )
+        };
         let bound = library::current()?.bind(server.filter(|s| !s.is_empty()), function)?;
         // SAFETY: non-null, the caller's handle.
         unsafe { *handle = bound };
@@ -60,7 +65,10 @@ pub unsafe extern "C" fn grpc_function_handle_init(
 ///
 /// As [`grpc_function_handle_init`].
 #[no_mangle]
-pub unsafe extern "C" fn grpc_function_handle_default(handle: *mut grpc_function_handle_t, func_name: *const c_char) -> grpc_error_t {
+pub unsafe extern "C" fn grpc_function_handle_default(
+    handle: *mut grpc_function_handle_t,
+    func_name: *const c_char,
+) -> grpc_error_t {
     // SAFETY: the caller's promise, passed on.
     unsafe { grpc_function_handle_init(handle, std::ptr::null(), func_name) }
 }
@@ -71,7 +79,9 @@ pub unsafe extern "C" fn grpc_function_handle_default(handle: *mut grpc_function
 ///
 /// `handle` is null or points at a `grpc_function_handle_t`.
 #[no_mangle]
-pub unsafe extern "C" fn grpc_function_handle_destruct(handle: *mut grpc_function_handle_t) -> grpc_error_t {
+pub unsafe extern "C" fn grpc_function_handle_destruct(
+    handle: *mut grpc_function_handle_t,
+) -> grpc_error_t {
     guard(|| {
         let handle = non_null(handle, "handle")?;
         // SAFETY: non-null, the caller's handle.
@@ -82,7 +92,10 @@ pub unsafe extern "C" fn grpc_function_handle_destruct(handle: *mut grpc_functio
     })
 }
 
-fn set_option(handle: *mut grpc_function_handle_t, set: impl FnOnce(&mut crate::backend::HandleOptions)) -> grpc_error_t {
+fn set_option(
+    handle: *mut grpc_function_handle_t,
+    set: impl FnOnce(&mut crate::backend::HandleOptions),
+) -> grpc_error_t {
     guard(|| {
         let handle = non_null(handle, "handle")?;
         // SAFETY: non-null, the caller's handle (checked against the table next).
@@ -99,7 +112,10 @@ fn set_option(handle: *mut grpc_function_handle_t, set: impl FnOnce(&mut crate::
 ///
 /// `handle` is null or points at a `grpc_function_handle_t`.
 #[no_mangle]
-pub unsafe extern "C" fn rtpool_handle_set_deadline_ms(handle: *mut grpc_function_handle_t, deadline_ms: u64) -> grpc_error_t {
+pub unsafe extern "C" fn rtpool_handle_set_deadline_ms(
+    handle: *mut grpc_function_handle_t,
+    deadline_ms: u64,
+) -> grpc_error_t {
     set_option(handle, |o| o.deadline_ms = deadline_ms)
 }
 
@@ -109,7 +125,10 @@ pub unsafe extern "C" fn rtpool_handle_set_deadline_ms(handle: *mut grpc_functio
 ///
 /// As [`rtpool_handle_set_deadline_ms`].
 #[no_mangle]
-pub unsafe extern "C" fn rtpool_handle_set_priority(handle: *mut grpc_function_handle_t, priority: i32) -> grpc_error_t {
+pub unsafe extern "C" fn rtpool_handle_set_priority(
+    handle: *mut grpc_function_handle_t,
+    priority: i32,
+) -> grpc_error_t {
     set_option(handle, |o| o.priority = priority)
 }
 
@@ -120,7 +139,10 @@ pub unsafe extern "C" fn rtpool_handle_set_priority(handle: *mut grpc_function_h
 ///
 /// As [`rtpool_handle_set_deadline_ms`].
 #[no_mangle]
-pub unsafe extern "C" fn rtpool_handle_set_timeout_ms(handle: *mut grpc_function_handle_t, timeout_ms: u64) -> grpc_error_t {
+pub unsafe extern "C" fn rtpool_handle_set_timeout_ms(
+    handle: *mut grpc_function_handle_t,
+    timeout_ms: u64,
+) -> grpc_error_t {
     set_option(handle, |o| o.timeout_ms = timeout_ms)
 }
 

@@ -64,7 +64,11 @@ pub struct Prepared {
 /// # Safety
 ///
 /// `argv` points at `argc` pointers, each valid for what the signature says it is.
-pub unsafe fn read(sig: &Signature, argv: *const *mut c_void, argc: usize) -> Result<Prepared, CapiError> {
+pub unsafe fn read(
+    sig: &Signature,
+    argv: *const *mut c_void,
+    argc: usize,
+) -> Result<Prepared, CapiError> {
     let bad = |problem: String| CapiError::arguments(&sig.function, problem);
     if argc != sig.arg_count() {
         return Err(bad(format!(
@@ -97,23 +101,38 @@ pub unsafe fn read(sig: &Signature, argv: *const *mut c_void, argc: usize) -> Re
         if ptr.is_null() {
             return Err(bad("the return value's pointer is null".into()));
         }
-        let (addr, dims) = destination(kind, ptr, &ints).map_err(|e| bad(format!("return value: {e}")))?;
+        let (addr, dims) =
+            destination(kind, ptr, &ints).map_err(|e| bad(format!("return value: {e}")))?;
         let name = "return value".to_owned();
-        prepared.outputs.push(OutSlot { name, addr, kind: kind.clone(), dims });
+        prepared.outputs.push(OutSlot {
+            name,
+            addr,
+            kind: kind.clone(),
+            dims,
+        });
     }
     for (param, &ptr) in sig.params.iter().zip(args) {
         let at = |e: String| bad(format!("argument {}: {e}", param.name));
         if let Kind::Unsupported(ty) = &param.kind {
-            return Err(at(format!("type {ty} cannot be passed from C; call this function from Python")));
+            return Err(at(format!(
+                "type {ty} cannot be passed from C; call this function from Python"
+            )));
         }
         if param.mode != Mode::Out {
             // SAFETY: ptr is valid for the parameter's kind (the caller's promise).
-            prepared.values.push(unsafe { value(&param.kind, ptr, &ints) }.map_err(at)?);
+            prepared
+                .values
+                .push(unsafe { value(&param.kind, ptr, &ints) }.map_err(at)?);
         }
         if param.mode != Mode::In {
             let (addr, dims) = destination(&param.kind, ptr, &ints).map_err(at)?;
             let name = param.name.clone();
-            prepared.outputs.push(OutSlot { name, addr, kind: param.kind.clone(), dims });
+            prepared.outputs.push(OutSlot {
+                name,
+                addr,
+                kind: param.kind.clone(),
+                dims,
+            });
         }
     }
     Ok(prepared)
@@ -129,10 +148,23 @@ pub unsafe fn read(sig: &Signature, argv: *const *mut c_void, argc: usize) -> Re
 /// # Safety
 ///
 /// Every slot's address is still valid for what it describes (the caller kept its buffers).
-pub unsafe fn write(function: &str, outputs: &[OutSlot], values: Vec<Value>) -> Result<(), CapiError> {
-    let bad = |problem: String| CapiError::new(crate::error::GRPC_SESSION_FAILED, format!("{function}: {problem}"));
+pub unsafe fn write(
+    function: &str,
+    outputs: &[OutSlot],
+    values: Vec<Value>,
+) -> Result<(), CapiError> {
+    let bad = |problem: String| {
+        CapiError::new(
+            crate::error::GRPC_SESSION_FAILED,
+            format!("{function}: {problem}"),
+        )
+    };
     if values.len() != outputs.len() {
-        return Err(bad(format!("the worker sent {} outputs, expected {}", values.len(), outputs.len())));
+        return Err(bad(format!(
+            "the worker sent {} outputs, expected {}",
+            values.len(),
+            outputs.len()
+        )));
     }
     for (slot, value) in outputs.iter().zip(values) {
         let ptr = slot.addr as *mut c_void;
@@ -155,7 +187,9 @@ pub unsafe fn write(function: &str, outputs: &[OutSlot], values: Vec<Value>) -> 
                 }
                 let bytes = array.as_bytes();
                 // SAFETY: the buffer holds prod(dims) elements of dtype, as many bytes as these.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr as *mut u8, bytes.len()) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr as *mut u8, bytes.len())
+                };
             }
             (kind, other) => {
                 return Err(bad(format!(
@@ -175,7 +209,11 @@ pub unsafe fn write(function: &str, outputs: &[OutSlot], values: Vec<Value>) -> 
 /// # Safety
 ///
 /// `ptr` is non-null and valid for `kind`.
-unsafe fn value(kind: &Kind, ptr: *mut c_void, ints: &HashMap<String, i64>) -> Result<Value, String> {
+unsafe fn value(
+    kind: &Kind,
+    ptr: *mut c_void,
+    ints: &HashMap<String, i64>,
+) -> Result<Value, String> {
     // SAFETY (each arm): the caller's promise for the parameter's kind.
     Ok(match kind {
         Kind::Int => Value::Int(unsafe { *(ptr as *const i64) }),
@@ -183,7 +221,11 @@ unsafe fn value(kind: &Kind, ptr: *mut c_void, ints: &HashMap<String, i64>) -> R
         Kind::Bool => Value::Bool(unsafe { *(ptr as *const i32) } != 0),
         Kind::Str => {
             let text = unsafe { CStr::from_ptr(ptr as *const c_char) };
-            Value::Str(text.to_str().map_err(|_| "the string is not UTF-8".to_owned())?.to_owned())
+            Value::Str(
+                text.to_str()
+                    .map_err(|_| "the string is not UTF-8".to_owned())?
+                    .to_owned(),
+            )
         }
         Kind::Array { dtype, .. } => {
             let (data, dims) = array_memory(kind, ptr, ints)?;
@@ -197,27 +239,39 @@ unsafe fn value(kind: &Kind, ptr: *mut c_void, ints: &HashMap<String, i64>) -> R
 }
 
 /// Where an output goes and, for an array, its dimensions.
-fn destination(kind: &Kind, ptr: *mut c_void, ints: &HashMap<String, i64>) -> Result<(usize, Vec<usize>), String> {
+fn destination(
+    kind: &Kind,
+    ptr: *mut c_void,
+    ints: &HashMap<String, i64>,
+) -> Result<(usize, Vec<usize>), String> {
     match kind {
         Kind::Array { .. } => {
             let (data, dims) = array_memory(kind, ptr, ints)?;
             Ok((data as usize, dims))
         }
         Kind::Int | Kind::Float | Kind::Bool => Ok((ptr as usize, Vec::new())),
-        other => Err(format!("an output of type {} cannot be received in C", kind_name(other))),
+        other => Err(format!(
+            "an output of type {} cannot be received in C",
+            kind_name(other)
+        )),
     }
 }
 
 /// An array argument's data pointer and dimensions: from the interface's shape evaluated over
 /// the integer arguments, or from the caller's `rtpool_array_t` when the shape is open.
-fn array_memory(kind: &Kind, ptr: *mut c_void, ints: &HashMap<String, i64>) -> Result<(*mut c_void, Vec<usize>), String> {
+fn array_memory(
+    kind: &Kind,
+    ptr: *mut c_void,
+    ints: &HashMap<String, i64>,
+) -> Result<(*mut c_void, Vec<usize>), String> {
     let Kind::Array { dtype, shape } = kind else {
         unreachable!("array_memory of an array kind only")
     };
     if !kind.needs_described_array() {
         let dims = shape.as_deref().unwrap_or_default();
         let dims = dims.iter().map(|d| match d {
-            Dim::Expr(e) => shape::eval(e, ints).and_then(|v| usize::try_from(v).map_err(|_| format!("dimension {v} is negative"))),
+            Dim::Expr(e) => shape::eval(e, ints)
+                .and_then(|v| usize::try_from(v).map_err(|_| format!("dimension {v} is negative"))),
             Dim::Any => unreachable!("no open dimension here"),
         });
         return Ok((ptr, dims.collect::<Result<_, _>>()?));
@@ -230,7 +284,10 @@ fn array_memory(kind: &Kind, ptr: *mut c_void, ints: &HashMap<String, i64>) -> R
     // SAFETY: a non-null NUL-terminated string (the caller's promise).
     let given = unsafe { CStr::from_ptr(desc.dtype) }.to_string_lossy();
     if Some(&*given) != dtype.name() {
-        return Err(format!("dtype {given}, expected {}", dtype.name().unwrap_or("?")));
+        return Err(format!(
+            "dtype {given}, expected {}",
+            dtype.name().unwrap_or("?")
+        ));
     }
     if !(0..=32).contains(&desc.ndim) {
         return Err(format!("ndim {} is not 0 to 32", desc.ndim));
@@ -243,7 +300,11 @@ fn array_memory(kind: &Kind, ptr: *mut c_void, ints: &HashMap<String, i64>) -> R
         .collect::<Result<_, _>>()?;
     if let Some(expected) = shape {
         if expected.len() != dims.len() {
-            return Err(format!("{} dimensions, expected {}", dims.len(), expected.len()));
+            return Err(format!(
+                "{} dimensions, expected {}",
+                dims.len(),
+                expected.len()
+            ));
         }
         for (i, (want, &got)) in expected.iter().zip(&dims).enumerate() {
             if let Dim::Expr(e) = want {

@@ -64,7 +64,12 @@ impl Backend {
             .thread_name("rtpool-capi")
             .enable_all()
             .build()
-            .map_err(|e| CapiError::new(GRPC_OTHER_ERROR_CODE, format!("cannot start the client's runtime: {e}")))?;
+            .map_err(|e| {
+                CapiError::new(
+                    GRPC_OTHER_ERROR_CODE,
+                    format!("cannot start the client's runtime: {e}"),
+                )
+            })?;
         let client = rt.block_on(Client::connect(config))?;
         Ok(Backend { rt, client })
     }
@@ -94,9 +99,11 @@ impl Backend {
         id: grpc_sessionid_t,
         cancel: Arc<Notify>,
     ) -> Result<(), CapiError> {
-        let mut handle = self
-            .rt
-            .block_on(self.client.call_async(function, prepared.values, &opts.to_client()))?;
+        let mut handle = self.rt.block_on(self.client.call_async(
+            function,
+            prepared.values,
+            &opts.to_client(),
+        ))?;
         let function = function.to_owned();
         let outputs = prepared.outputs;
         self.rt.spawn(async move {
@@ -136,8 +143,12 @@ impl Backend {
 /// the worker's bug, named).
 pub fn to_signature(iface: &Interface) -> Result<Signature, CapiError> {
     let kind = |p: &rtpool_client::Param| {
-        Kind::from_interface(&p.type_name, p.dtype.as_deref(), p.shape.as_deref())
-            .map_err(|e| CapiError::new(GRPC_OTHER_ERROR_CODE, format!("{}: parameter {}: {e}", iface.name, p.name)))
+        Kind::from_interface(&p.type_name, p.dtype.as_deref(), p.shape.as_deref()).map_err(|e| {
+            CapiError::new(
+                GRPC_OTHER_ERROR_CODE,
+                format!("{}: parameter {}: {e}", iface.name, p.name),
+            )
+        })
     };
     let params = iface
         .params

@@ -52,9 +52,13 @@ impl Settings {
             return Ok(Settings::default());
         };
         let text = std::fs::read_to_string(path).map_err(|e| {
-            CapiError::new(GRPC_CONFIGFILE_NOT_FOUND, format!("cannot read the configuration file {path}: {e}"))
+            CapiError::new(
+                GRPC_CONFIGFILE_NOT_FOUND,
+                format!("cannot read the configuration file {path}: {e}"),
+            )
         })?;
-        Settings::parse(&text).map_err(|e| CapiError::new(GRPC_CONFIGFILE_ERROR, format!("{path}: {e}")))
+        Settings::parse(&text)
+            .map_err(|e| CapiError::new(GRPC_CONFIGFILE_ERROR, format!("{path}: {e}")))
     }
 
     /// Parse a file's text.
@@ -70,9 +74,17 @@ impl Settings {
                 continue;
             }
             let at = |e: &str| format!("line {}: {e}", number + 1);
-            let (key, value) = line.split_once('=').ok_or_else(|| at("expected key = value"))?;
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| at("expected key = value"))?;
             let (key, value) = (key.trim(), value.trim().to_owned());
-            let millis = |v: &str| v.parse::<u64>().map_err(|_| at(&format!("{key} must be a number of milliseconds, got {v:?}")));
+            let millis = |v: &str| {
+                v.parse::<u64>().map_err(|_| {
+                    at(&format!(
+                        "{key} must be a number of milliseconds, got {v:?}"
+                    ))
+                })
+            };
             match key {
                 "master" => settings.master = Some(value),
                 "token_file" => settings.token_file = Some(value),
@@ -95,7 +107,11 @@ impl Settings {
     pub fn default_master(&self) -> String {
         self.master
             .clone()
-            .or_else(|| std::env::var("RTPOOL_MASTER").ok().filter(|m| !m.trim().is_empty()))
+            .or_else(|| {
+                std::env::var("RTPOOL_MASTER")
+                    .ok()
+                    .filter(|m| !m.trim().is_empty())
+            })
             .unwrap_or_else(|| DEFAULT_MASTER.to_owned())
     }
 
@@ -105,7 +121,8 @@ impl Settings {
     ///
     /// `GRPC_SERVER_NOT_FOUND`-class config errors from the client crate (a bad address).
     pub fn client_config(&self, addresses: &str) -> Result<Config, CapiError> {
-        let mut config = Config::new(addresses).map_err(|e| CapiError::new(crate::error::GRPC_SERVER_NOT_FOUND, e.to_string()))?;
+        let mut config = Config::new(addresses)
+            .map_err(|e| CapiError::new(crate::error::GRPC_SERVER_NOT_FOUND, e.to_string()))?;
         if let Some(file) = &self.token_file {
             config = config.token_file(file);
         }
@@ -131,7 +148,8 @@ mod tests {
 
     #[test]
     fn a_file_sets_each_key_and_comments_are_ignored() {
-        let text = "# a comment\nmaster = h:1, g:2  # two\nconnect_timeout_ms = 500\n\nca_file=/c.pem\n";
+        let text =
+            "# a comment\nmaster = h:1, g:2  # two\nconnect_timeout_ms = 500\n\nca_file=/c.pem\n";
         let s = Settings::parse(text).unwrap();
         assert_eq!(s.master.as_deref(), Some("h:1, g:2"));
         assert_eq!(s.connect_timeout_ms, Some(500));
@@ -141,10 +159,18 @@ mod tests {
 
     #[test]
     fn bad_lines_name_themselves() {
-        assert!(Settings::parse("master\n").unwrap_err().starts_with("line 1: expected key = value"));
-        assert!(Settings::parse("\nfoo = 1").unwrap_err().contains("line 2: unknown key \"foo\""));
-        assert!(Settings::parse("connect_timeout_ms = soon").unwrap_err().contains("milliseconds"));
-        assert!(Settings::parse("token = abc").unwrap_err().contains("RTPOOL_TOKEN"));
+        assert!(Settings::parse("master\n")
+            .unwrap_err()
+            .starts_with("line 1: expected key = value"));
+        assert!(Settings::parse("\nfoo = 1")
+            .unwrap_err()
+            .contains("line 2: unknown key \"foo\""));
+        assert!(Settings::parse("connect_timeout_ms = soon")
+            .unwrap_err()
+            .contains("milliseconds"));
+        assert!(Settings::parse("token = abc")
+            .unwrap_err()
+            .contains("RTPOOL_TOKEN"));
     }
 
     #[test]

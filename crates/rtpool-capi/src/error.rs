@@ -173,7 +173,11 @@ mod tests {
         };
         let err = CapiError::from(unknown);
         assert_eq!(err.code, GRPC_FUNCTION_NOT_FOUND);
-        assert!(err.message.contains("no worker serves nope"), "{}", err.message);
+        assert!(
+            err.message.contains("no worker serves nope"),
+            "{}",
+            err.message
+        );
         let auth = ClientError::Auth {
             address: "127.0.0.1:1".into(),
             message: "bad token".into(),

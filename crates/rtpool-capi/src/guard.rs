@@ -5,11 +5,14 @@
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::error::{self, grpc_error_t, CapiError, GRPC_OTHER_ERROR_CODE, RTPOOL_INVALID_ARGUMENTS};
+use crate::error::{
+    self, grpc_error_t, CapiError, GRPC_OTHER_ERROR_CODE, RTPOOL_INVALID_ARGUMENTS,
+};
 
 /// Run `body`, catch a panic, record the outcome and return its code.
 pub fn guard(body: impl FnOnce() -> Result<(), CapiError>) -> grpc_error_t {
-    let result = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| Err(panic_error(&*panic)));
+    let result =
+        catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| Err(panic_error(&*panic)));
     error::record(result)
 }
 
@@ -20,7 +23,10 @@ pub fn panic_error(panic: &(dyn std::any::Any + Send)) -> CapiError {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into());
-    CapiError::new(GRPC_OTHER_ERROR_CODE, format!("internal error in librtpool: {what}; please report it"))
+    CapiError::new(
+        GRPC_OTHER_ERROR_CODE,
+        format!("internal error in librtpool: {what}; please report it"),
+    )
 }
 
 /// A C string argument: `None` for null; an error naming `what` when it is not UTF-8.
@@ -58,7 +64,10 @@ pub unsafe fn req_str<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, Cap
 /// `RTPOOL_INVALID_ARGUMENTS` naming `what` when null.
 pub fn non_null<T>(ptr: *mut T, what: &str) -> Result<*mut T, CapiError> {
     if ptr.is_null() {
-        Err(CapiError::new(RTPOOL_INVALID_ARGUMENTS, format!("{what} is a null pointer")))
+        Err(CapiError::new(
+            RTPOOL_INVALID_ARGUMENTS,
+            format!("{what} is a null pointer"),
+        ))
     } else {
         Ok(ptr)
     }
@@ -73,7 +82,10 @@ mod tests {
         let code = guard(|| panic!("boom"));
         assert_eq!(code, GRPC_OTHER_ERROR_CODE);
         // SAFETY: this thread's current message.
-        let msg = unsafe { CStr::from_ptr(error::last_message_ptr()) }.to_str().unwrap().to_owned();
+        let msg = unsafe { CStr::from_ptr(error::last_message_ptr()) }
+            .to_str()
+            .unwrap()
+            .to_owned();
         assert!(msg.contains("internal error in librtpool: boom"), "{msg}");
         assert_eq!(guard(|| Ok(())), 0);
     }

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::backend::{Backend, HandleOptions};
 use crate::config::Settings;
-use crate::error::{CapiError, GRPC_ALREADY_INITIALIZED, GRPC_INVALID_FUNCTION_HANDLE, GRPC_NOT_INITIALIZED};
+use crate::error::{
+    CapiError, GRPC_ALREADY_INITIALIZED, GRPC_INVALID_FUNCTION_HANDLE, GRPC_NOT_INITIALIZED,
+};
 use crate::sessions::Sessions;
 use crate::signature::Signature;
 
@@ -61,7 +63,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub fn initialize(settings: Settings) -> Result<(), CapiError> {
     let mut slot = LIBRARY.write().unwrap_or_else(|e| e.into_inner());
     if slot.is_some() {
-        return Err(CapiError::new(GRPC_ALREADY_INITIALIZED, "grpc_initialize was called already; call grpc_finalize first"));
+        return Err(CapiError::new(
+            GRPC_ALREADY_INITIALIZED,
+            "grpc_initialize was called already; call grpc_finalize first",
+        ));
     }
     *slot = Some(Arc::new(Library {
         settings,
@@ -80,7 +85,11 @@ pub fn initialize(settings: Settings) -> Result<(), CapiError> {
 ///
 /// `GRPC_NOT_INITIALIZED`.
 pub fn finalize() -> Result<(), CapiError> {
-    let library = LIBRARY.write().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(not_initialized)?;
+    let library = LIBRARY
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .ok_or_else(not_initialized)?;
     let backends: Vec<Arc<Backend>> = lock(&library.backends).drain().map(|(_, b)| b).collect();
     lock(&library.handles).clear();
     for backend in backends {
@@ -95,11 +104,18 @@ pub fn finalize() -> Result<(), CapiError> {
 ///
 /// `GRPC_NOT_INITIALIZED`.
 pub fn current() -> Result<Arc<Library>, CapiError> {
-    LIBRARY.read().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(not_initialized)
+    LIBRARY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .ok_or_else(not_initialized)
 }
 
 fn not_initialized() -> CapiError {
-    CapiError::new(GRPC_NOT_INITIALIZED, "GridRPC is not initialized: call grpc_initialize(config_file) first")
+    CapiError::new(
+        GRPC_NOT_INITIALIZED,
+        "GridRPC is not initialized: call grpc_initialize(config_file) first",
+    )
 }
 
 impl Library {
@@ -108,7 +124,11 @@ impl Library {
     /// # Errors
     ///
     /// `GRPC_SERVER_NOT_FOUND`, `GRPC_RPC_REFUSED`, `GRPC_FUNCTION_NOT_FOUND`.
-    pub fn bind(&self, server: Option<&str>, function: &str) -> Result<grpc_function_handle_t, CapiError> {
+    pub fn bind(
+        &self,
+        server: Option<&str>,
+        function: &str,
+    ) -> Result<grpc_function_handle_t, CapiError> {
         let address = server.map_or_else(|| self.settings.default_master(), str::to_owned);
         let backend = self.backend(&address)?;
         let signature = backend.signature(function)?;
@@ -139,7 +159,10 @@ impl Library {
     ///
     /// `GRPC_INVALID_FUNCTION_HANDLE` for an id never handed out or destructed.
     pub fn handle(&self, handle: grpc_function_handle_t) -> Result<Arc<Handle>, CapiError> {
-        lock(&self.handles).get(&handle.id).cloned().ok_or_else(|| invalid_handle(handle.id))
+        lock(&self.handles)
+            .get(&handle.id)
+            .cloned()
+            .ok_or_else(|| invalid_handle(handle.id))
     }
 
     /// Forget a handle.
@@ -148,12 +171,22 @@ impl Library {
     ///
     /// `GRPC_INVALID_FUNCTION_HANDLE`.
     pub fn destruct(&self, handle: grpc_function_handle_t) -> Result<(), CapiError> {
-        lock(&self.handles).remove(&handle.id).map(drop).ok_or_else(|| invalid_handle(handle.id))
+        lock(&self.handles)
+            .remove(&handle.id)
+            .map(drop)
+            .ok_or_else(|| invalid_handle(handle.id))
     }
 }
 
 /// The error of a bad handle id.
 pub fn invalid_handle(id: u64) -> CapiError {
-    let what = if id == 0 { "was never initialized (or was destructed)".to_owned() } else { format!("{id} is unknown (destructed, or from before grpc_finalize)") };
-    CapiError::new(GRPC_INVALID_FUNCTION_HANDLE, format!("function handle {what}; call grpc_function_handle_init first"))
+    let what = if id == 0 {
+        "was never initialized (or was destructed)".to_owned()
+    } else {
+        format!("{id} is unknown (destructed, or from before grpc_finalize)")
+    };
+    CapiError::new(
+        GRPC_INVALID_FUNCTION_HANDLE,
+        format!("function handle {what}; call grpc_function_handle_init first"),
+    )
 }

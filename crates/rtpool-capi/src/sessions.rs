@@ -47,10 +47,17 @@ impl Sessions {
     pub fn start(&self, cancel: Cancel) -> grpc_sessionid_t {
         let mut table = self.lock();
         loop {
-            table.next = if table.next == i32::MAX { 1 } else { table.next + 1 };
+            table.next = if table.next == i32::MAX {
+                1
+            } else {
+                table.next + 1
+            };
             let id = table.next;
             if let std::collections::hash_map::Entry::Vacant(slot) = table.live.entry(id) {
-                slot.insert(Entry { outcome: None, cancel });
+                slot.insert(Entry {
+                    outcome: None,
+                    cancel,
+                });
                 return id;
             }
         }
@@ -80,7 +87,11 @@ impl Sessions {
             match table.live.get(&id) {
                 None => return Err(invalid(id)),
                 Some(entry) if entry.outcome.is_some() => {
-                    return table.live.remove(&id).and_then(|e| e.outcome).expect("checked");
+                    return table
+                        .live
+                        .remove(&id)
+                        .and_then(|e| e.outcome)
+                        .expect("checked");
                 }
                 Some(_) => table = self.changed.wait(table).unwrap_or_else(|e| e.into_inner()),
             }
@@ -93,7 +104,10 @@ impl Sessions {
     /// # Errors
     ///
     /// `GRPC_INVALID_SESSION_ID` when an id is unknown or there is nothing to wait for.
-    pub fn wait_or(&self, ids: Option<&[grpc_sessionid_t]>) -> (grpc_sessionid_t, Result<(), CapiError>) {
+    pub fn wait_or(
+        &self,
+        ids: Option<&[grpc_sessionid_t]>,
+    ) -> (grpc_sessionid_t, Result<(), CapiError>) {
         let mut table = self.lock();
         loop {
             let candidates: Vec<grpc_sessionid_t> = match ids {
@@ -101,14 +115,30 @@ impl Sessions {
                 None => table.live.keys().copied().collect(),
             };
             if candidates.is_empty() {
-                return (0, Err(CapiError::new(GRPC_INVALID_SESSION_ID, "no session to wait for")));
+                return (
+                    0,
+                    Err(CapiError::new(
+                        GRPC_INVALID_SESSION_ID,
+                        "no session to wait for",
+                    )),
+                );
             }
             if let Some(&bad) = candidates.iter().find(|id| !table.live.contains_key(id)) {
                 return (bad, Err(invalid(bad)));
             }
-            let done = candidates.iter().copied().find(|id| table.live[id].outcome.is_some());
+            let done = candidates
+                .iter()
+                .copied()
+                .find(|id| table.live[id].outcome.is_some());
             if let Some(id) = done {
-                return (id, table.live.remove(&id).and_then(|e| e.outcome).expect("checked"));
+                return (
+                    id,
+                    table
+                        .live
+                        .remove(&id)
+                        .and_then(|e| e.outcome)
+                        .expect("checked"),
+                );
             }
             table = self.changed.wait(table).unwrap_or_else(|e| e.into_inner());
         }
@@ -130,7 +160,10 @@ impl Sessions {
         match self.lock().live.get(&id) {
             None => Err(invalid(id)),
             Some(entry) if entry.outcome.is_some() => Ok(()),
-            Some(_) => Err(CapiError::new(GRPC_NOT_COMPLETED, format!("session {id} has not completed"))),
+            Some(_) => Err(CapiError::new(
+                GRPC_NOT_COMPLETED,
+                format!("session {id} has not completed"),
+            )),
         }
     }
 
@@ -147,7 +180,9 @@ impl Sessions {
         ids.iter()
             .copied()
             .find(|id| table.live[id].outcome.is_some())
-            .ok_or_else(|| CapiError::new(GRPC_NONE_COMPLETED, "none of the sessions has completed"))
+            .ok_or_else(|| {
+                CapiError::new(GRPC_NONE_COMPLETED, "none of the sessions has completed")
+            })
     }
 
     /// The outcome code of a session not yet waited for (`GRPC_NOT_COMPLETED` while it runs).
@@ -158,8 +193,12 @@ impl Sessions {
     pub fn error_of(&self, id: grpc_sessionid_t) -> Result<Option<CapiError>, CapiError> {
         match self.lock().live.get(&id) {
             None => Err(invalid(id)),
-            Some(Entry { outcome: None, .. }) => Ok(Some(CapiError::new(GRPC_NOT_COMPLETED, "running"))),
-            Some(Entry { outcome: Some(o), .. }) => Ok(o.clone().err()),
+            Some(Entry { outcome: None, .. }) => {
+                Ok(Some(CapiError::new(GRPC_NOT_COMPLETED, "running")))
+            }
+            Some(Entry {
+                outcome: Some(o), ..
+            }) => Ok(o.clone().err()),
         }
     }
 
@@ -180,7 +219,10 @@ impl Sessions {
 }
 
 fn invalid(id: grpc_sessionid_t) -> CapiError {
-    CapiError::new(GRPC_INVALID_SESSION_ID, format!("session {id} is unknown (never started, or already waited for)"))
+    CapiError::new(
+        GRPC_INVALID_SESSION_ID,
+        format!("session {id} is unknown (never started, or already waited for)"),
+    )
 }
 
 #[cfg(test)]
@@ -198,7 +240,10 @@ mod tests {
         assert_eq!(sessions.probe(id).unwrap_err().code, GRPC_NOT_COMPLETED);
         sessions.complete(id, Err(CapiError::new(GRPC_SESSION_FAILED, "boom")));
         assert!(sessions.probe(id).is_ok());
-        assert_eq!(sessions.error_of(id).unwrap().unwrap().code, GRPC_SESSION_FAILED);
+        assert_eq!(
+            sessions.error_of(id).unwrap().unwrap().code,
+            GRPC_SESSION_FAILED
+        );
         assert_eq!(sessions.wait(id).unwrap_err().message, "boom");
         assert_eq!(sessions.wait(id).unwrap_err().code, GRPC_INVALID_SESSION_ID);
     }
@@ -214,7 +259,10 @@ mod tests {
         finisher.join().unwrap();
         assert_eq!((id, outcome), (b, Ok(())));
         assert_eq!(sessions.live_ids(), vec![a]);
-        assert_eq!(sessions.probe_or(&[a]).unwrap_err().code, GRPC_NONE_COMPLETED);
+        assert_eq!(
+            sessions.probe_or(&[a]).unwrap_err().code,
+            GRPC_NONE_COMPLETED
+        );
         assert_eq!(sessions.wait_or(Some(&[a, 999])).0, 999);
     }
 
@@ -230,6 +278,9 @@ mod tests {
         sessions.complete(id, Ok(()));
         sessions.cancel(id).unwrap();
         assert_eq!(hits.load(Ordering::SeqCst), 1);
-        assert_eq!(sessions.cancel(12345).unwrap_err().code, GRPC_INVALID_SESSION_ID);
+        assert_eq!(
+            sessions.cancel(12345).unwrap_err().code,
+            GRPC_INVALID_SESSION_ID
+        );
     }
 }

@@ -50,7 +50,11 @@ impl Kind {
     /// # Errors
     ///
     /// A message when the shape string does not parse.
-    pub fn from_interface(ty: &str, dtype: Option<&str>, shape: Option<&str>) -> Result<Kind, String> {
+    pub fn from_interface(
+        ty: &str,
+        dtype: Option<&str>,
+        shape: Option<&str>,
+    ) -> Result<Kind, String> {
         Ok(match ty {
             "int" => Kind::Int,
             "float" => Kind::Float,
@@ -62,7 +66,12 @@ impl Kind {
                     Some("float32") => Dtype::F32,
                     Some("int64") => Dtype::I64,
                     Some("int32") => Dtype::I32,
-                    other => return Ok(Kind::Unsupported(format!("array of {}", other.unwrap_or("any dtype")))),
+                    other => {
+                        return Ok(Kind::Unsupported(format!(
+                            "array of {}",
+                            other.unwrap_or("any dtype")
+                        )))
+                    }
                 };
                 let shape = shape.map(shape::parse).transpose()?;
                 Kind::Array { dtype, shape }
@@ -85,7 +94,9 @@ impl Kind {
     pub fn needs_described_array(&self) -> bool {
         match self {
             Kind::Array { shape: None, .. } => true,
-            Kind::Array { shape: Some(dims), .. } => dims.contains(&Dim::Any),
+            Kind::Array {
+                shape: Some(dims), ..
+            } => dims.contains(&Dim::Any),
             _ => false,
         }
     }
@@ -122,7 +133,9 @@ impl Signature {
     /// The varargs kind of each C argument, in order.
     pub fn va_kinds(&self) -> Vec<i32> {
         let params = self.params.iter().map(|p| p.kind.va_kind());
-        params.chain(self.returns.iter().map(|_| crate::RTPOOL_VA_POINTER)).collect()
+        params
+            .chain(self.returns.iter().map(|_| crate::RTPOOL_VA_POINTER))
+            .collect()
     }
 
     /// `dmmul(n: int, A: in float64[n, n], ...) -> ...`, for messages.
@@ -132,7 +145,10 @@ impl Signature {
             .iter()
             .map(|p| format!("{}: {:?} {}", p.name, p.mode, kind_name(&p.kind)))
             .collect();
-        let returns = self.returns.as_ref().map_or(String::new(), |k| format!(" -> {}", kind_name(k)));
+        let returns = self
+            .returns
+            .as_ref()
+            .map_or(String::new(), |k| format!(" -> {}", kind_name(k)));
         format!("{}({}){}", self.function, params.join(", "), returns)
     }
 }
@@ -173,15 +189,27 @@ mod tests {
         let sig = Signature {
             function: "dgefa".into(),
             params: vec![
-                Param { name: "n".into(), mode: Mode::In, kind: Kind::Int },
-                Param { name: "x".into(), mode: Mode::In, kind: Kind::Float },
+                Param {
+                    name: "n".into(),
+                    mode: Mode::In,
+                    kind: Kind::Int,
+                },
+                Param {
+                    name: "x".into(),
+                    mode: Mode::In,
+                    kind: Kind::Float,
+                },
             ],
             returns: Some(Kind::Int),
         };
         assert_eq!(sig.arg_count(), 3);
         assert_eq!(
             sig.va_kinds(),
-            vec![crate::RTPOOL_VA_INT, crate::RTPOOL_VA_DOUBLE, crate::RTPOOL_VA_POINTER]
+            vec![
+                crate::RTPOOL_VA_INT,
+                crate::RTPOOL_VA_DOUBLE,
+                crate::RTPOOL_VA_POINTER
+            ]
         );
         assert_eq!(sig.describe(), "dgefa(n: In int, x: In float) -> int");
     }
