@@ -29,12 +29,16 @@ GRPC_RPC_REFUSED = 8
 
 @pytest.fixture(scope="module")
 def c_examples() -> Path:
-    ensure = subprocess.run([ROOT / "scripts" / "ensure-native-toolchain", "gcc"], capture_output=True, text=True)
+    ensure = subprocess.run(
+        [ROOT / "scripts" / "ensure-native-toolchain", "gcc"], capture_output=True, text=True
+    )
     if ensure.returncode != 0:
         pytest.skip(f"no C toolchain: {ensure.stderr.strip()}")
     if shutil.which("cargo") is None:
         pytest.skip("cargo not found: librtpool is built from crates/rtpool-capi")
-    build = subprocess.run(["make", "-C", str(EXAMPLES)], capture_output=True, text=True, timeout=900)
+    build = subprocess.run(
+        ["make", "-C", str(EXAMPLES)], capture_output=True, text=True, timeout=900
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     return EXAMPLES
 
@@ -59,7 +63,9 @@ def linalg_master(master, workers):
     return master
 
 
-def run(program: Path, *args: str, master=None, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(
+    program: Path, *args: str, master=None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("RTPOOL_")}
     if master is not None:
         base |= {"RTPOOL_MASTER": master.address, "RTPOOL_TOKEN": master.client_token}
@@ -88,11 +94,15 @@ def test_c_async_calls_with_wait_all(c_examples, linalg_master):
 
 
 def test_fortran_dmmul_and_linpack(linalg_master):
-    ensure = subprocess.run([ROOT / "scripts" / "ensure-native-toolchain", "gfortran"], capture_output=True, text=True)
+    ensure = subprocess.run(
+        [ROOT / "scripts" / "ensure-native-toolchain", "gfortran"], capture_output=True, text=True
+    )
     if ensure.returncode != 0:
         pytest.skip(f"no Fortran compiler: {ensure.stderr.strip()}")
     fortran = ROOT / "examples" / "fortran"
-    build = subprocess.run(["make", "-C", str(fortran)], capture_output=True, text=True, timeout=900)
+    build = subprocess.run(
+        ["make", "-C", str(fortran)], capture_output=True, text=True, timeout=900
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     for n in ("100", "1000"):
         out = run(fortran / "dmmul_linpack", n, master=linalg_master)
@@ -125,8 +135,18 @@ def test_c_wrong_token_is_refused(c_examples, linalg_master):
 def bad_calls(c_examples, tmp_path_factory) -> Path:
     exe = tmp_path_factory.mktemp("capi") / "bad_calls"
     lib = ROOT / "target" / "release" / "librtpool.a"
-    cmd = ["gcc", "-O1", "-Wall", f"-I{ROOT / 'include'}", "-o", str(exe), str(ROOT / "tests" / "c" / "bad_calls.c")]
-    build = subprocess.run(cmd + [str(lib), "-lpthread", "-ldl", "-lm", "-lrt"], capture_output=True, text=True)
+    cmd = [
+        "gcc",
+        "-O1",
+        "-Wall",
+        f"-I{ROOT / 'include'}",
+        "-o",
+        str(exe),
+        str(ROOT / "tests" / "c" / "bad_calls.c"),
+    ]
+    build = subprocess.run(
+        cmd + [str(lib), "-lpthread", "-ldl", "-lm", "-lrt"], capture_output=True, text=True
+    )
     assert build.returncode == 0, build.stderr
     return exe
 
@@ -149,13 +169,17 @@ def test_c_bad_calls_get_their_code_and_message(bad_calls, linalg_master, case, 
 
 
 def test_the_checked_in_header_is_what_cbindgen_makes(tmp_path):
-    ensure = subprocess.run([ROOT / "scripts" / "ensure-native-toolchain", "cbindgen"], capture_output=True, text=True)
+    ensure = subprocess.run(
+        [ROOT / "scripts" / "ensure-native-toolchain", "cbindgen"], capture_output=True, text=True
+    )
     if ensure.returncode != 0:
         pytest.skip(f"no cbindgen: {ensure.stderr.strip()}")
     crate = ROOT / "crates" / "rtpool-capi"
     fresh = tmp_path / "rtpool_grpc.h"
     cmd = ["cbindgen", "--config", str(crate / "cbindgen.toml"), "--crate", "rtpool-capi"]
-    gen = subprocess.run(cmd + ["--output", str(fresh), str(crate)], capture_output=True, text=True, timeout=120)
+    gen = subprocess.run(
+        cmd + ["--output", str(fresh), str(crate)], capture_output=True, text=True, timeout=120
+    )
     assert gen.returncode == 0, gen.stderr
     checked_in = (ROOT / "include" / "rtpool_grpc.h").read_text()
     assert fresh.read_text() == checked_in, "include/rtpool_grpc.h is stale: run `make capi-header`"
