@@ -126,3 +126,52 @@ def test_wrong_token_and_master_down_are_clear_errors(example, linalg_master):
     assert out.returncode == 1
     assert f"cannot reach a master at 127.0.0.1:{port}" in out.stderr
     assert "is `rtpool master` running?" in out.stderr
+
+
+def test_rust_client_reconnects_after_a_master_restart(example, tmp_path):
+    m = start_master(tmp_path, args=["--http", "off"])
+    port = m.address.rsplit(":", 1)[1]
+    cmd = [sys.executable, "-m", "rtpool", "worker", "--master", m.address, "--procs", "1"]
+    cmd += ["--serve", "rtpool.lib.linalg"]
+    worker = subprocess.Popen(
+        cmd,
+        env=worker_env(m.worker_token),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    client = rtpool.Client(m.address, m.client_token)
+    proc = None
+    try:
+        wait_until(lambda: any(i.name == "dmmul" for i in client.functions()), timeout=30)
+        env = {**os.environ, "RTPOOL_TOKEN": m.client_token}
+        proc = subprocess.Popen(
+            [str(example), m.address, "--stdin"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+        def ask(n: int) -> list:
+            proc.stdin.write(f"{n}\n")
+            proc.stdin.flush()
+            return [json.loads(proc.stdout.readline()) for _ in range(2)]
+
+        before = ask(8)
+        close_master(m)  # the same data dir and port: the client's token stays valid
+        m = start_master(tmp_path, listen=f"127.0.0.1:{port}", args=["--http", "off"])
+        wait_until(lambda: any(i.name == "dmmul" for i in client.functions()), timeout=30)
+        after = ask(8)
+        assert after == before
+        a, b, _ = matrices(8)
+        np.testing.assert_allclose(after[0]["sum"], (a @ b).sum(), rtol=1e-12)
+    finally:
+        if proc is not None:
+            proc.stdin.close()
+            stop_process(proc)
+            proc.stdout.close()
+        client.close()
+        stop_process(worker, group=True)
+        close_master(m)

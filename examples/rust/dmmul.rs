@@ -4,6 +4,7 @@
 //! ```text
 //! RTPOOL_TOKEN=<client token> cargo run -p rtpool-client --example dmmul -- HOST:PORT [N ...]
 //! cargo run -p rtpool-client --example dmmul -- HOST:PORT --checks   # bad input, one line each
+//! cargo run -p rtpool-client --example dmmul -- HOST:PORT --stdin    # one N a line
 //! ```
 //!
 //! The matrices are made from a formula (`matrix_a`, `matrix_b`, `vector_b`), so a checker
@@ -15,14 +16,17 @@ fn matrix_a(n: usize) -> Vec<f64> {
     let mut a = vec![0.0; n * n];
     for i in 0..n {
         for j in 0..n {
-            a[i * n + j] = ((i * 31 + j * 17) % 97) as f64 / 97.0 + if i == j { n as f64 } else { 0.0 };
+            a[i * n + j] =
+                ((i * 31 + j * 17) % 97) as f64 / 97.0 + if i == j { n as f64 } else { 0.0 };
         }
     }
     a
 }
 
 fn matrix_b(n: usize) -> Vec<f64> {
-    (0..n * n).map(|k| ((k / n * 13 + k % n * 7) % 89) as f64 / 89.0).collect()
+    (0..n * n)
+        .map(|k| ((k / n * 13 + k % n * 7) % 89) as f64 / 89.0)
+        .collect()
 }
 
 fn vector_b(n: usize) -> Vec<f64> {
@@ -30,7 +34,10 @@ fn vector_b(n: usize) -> Vec<f64> {
 }
 
 fn array(value: &Value) -> Vec<f64> {
-    value.as_array().and_then(NdArray::to_f64).expect("an array of float64")
+    value
+        .as_array()
+        .and_then(NdArray::to_f64)
+        .expect("an array of float64")
 }
 
 fn run(client: &blocking::Client, n: usize) -> Result<(), ClientError> {
@@ -38,7 +45,9 @@ fn run(client: &blocking::Client, n: usize) -> Result<(), ClientError> {
     let b = NdArray::from_f64(&[n, n], &matrix_b(n))?;
     let out = client.call("dmmul", vec![n.into(), a.clone().into(), b.into()])?;
     let c = array(&out[0]);
-    let sample: Vec<String> = (0..20).map(|k| format!("{:?}", c[(k * 37 % n) * n + k * 53 % n])).collect();
+    let sample: Vec<String> = (0..20)
+        .map(|k| format!("{:?}", c[(k * 37 % n) * n + k * 53 % n]))
+        .collect();
     println!(
         "{{\"fn\": \"dmmul\", \"n\": {n}, \"sum\": {:?}, \"sample\": [{}]}}",
         c.iter().sum::<f64>(),
@@ -47,7 +56,10 @@ fn run(client: &blocking::Client, n: usize) -> Result<(), ClientError> {
     let rhs = NdArray::from_f64(&[n], &vector_b(n))?;
     let out = client.call("linpack", vec![n.into(), a.into(), rhs.into()])?;
     let x: Vec<String> = array(&out[0]).iter().map(|v| format!("{v:?}")).collect();
-    println!("{{\"fn\": \"linpack\", \"n\": {n}, \"x\": [{}]}}", x.join(", "));
+    println!(
+        "{{\"fn\": \"linpack\", \"n\": {n}, \"x\": [{}]}}",
+        x.join(", ")
+    );
     Ok(())
 }
 
@@ -60,12 +72,32 @@ fn checks(client: &blocking::Client) {
     let big = NdArray::from_f64(&[big_n, big_n], &vec![0.5; big_n * big_n]).unwrap();
     let cases: Vec<(&str, &str, Vec<Value>)> = vec![
         ("count", "dmmul", vec![2i64.into()]),
-        ("dtype", "dmmul", vec![2i64.into(), i32s.clone().into(), i32s.into()]),
-        ("shape", "dmmul", vec![2i64.into(), a.clone().into(), a3.into()]),
-        ("scalar", "dmmul", vec![2.5f64.into(), a.clone().into(), a.clone().into()]),
+        (
+            "dtype",
+            "dmmul",
+            vec![2i64.into(), i32s.clone().into(), i32s.into()],
+        ),
+        (
+            "shape",
+            "dmmul",
+            vec![2i64.into(), a.clone().into(), a3.into()],
+        ),
+        (
+            "scalar",
+            "dmmul",
+            vec![2.5f64.into(), a.clone().into(), a.clone().into()],
+        ),
         ("unknown", "no_such_function", vec![]),
-        ("too_large", "dmmul", vec![big_n.into(), big.clone().into(), big.into()]),
-        ("after", "dmmul", vec![2i64.into(), a.clone().into(), a.into()]),
+        (
+            "too_large",
+            "dmmul",
+            vec![big_n.into(), big.clone().into(), big.into()],
+        ),
+        (
+            "after",
+            "dmmul",
+            vec![2i64.into(), a.clone().into(), a.into()],
+        ),
     ];
     for (case, name, args) in cases {
         match client.call_with(name, args, &CallOptions::default()) {
@@ -73,6 +105,30 @@ fn checks(client: &blocking::Client) {
             Err(e) => println!("{case}: {e}"),
         }
     }
+}
+
+/// Latency of `count` sequential dmmul calls at n = 8 (two 512-byte arrays: a 1 KiB
+/// argument), after 50 warm-up calls: p50, p99, p99.9 and max in microseconds.
+fn bench(client: &blocking::Client, count: usize) {
+    let n = 8;
+    let a = NdArray::from_f64(&[n, n], &matrix_a(n)).unwrap();
+    let args = || vec![Value::from(n), a.clone().into(), a.clone().into()];
+    for _ in 0..50 {
+        client.call("dmmul", args()).expect("warm-up call");
+    }
+    let mut us: Vec<f64> = (0..count.max(1))
+        .map(|_| {
+            let t = std::time::Instant::now();
+            client.call("dmmul", args()).expect("call");
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    us.sort_by(f64::total_cmp);
+    let q = |p: f64| us[((us.len() as f64 * p) as usize).min(us.len() - 1)];
+    println!(
+        "{{\"client\": \"rust\", \"calls\": {}, \"p50_us\": {:.0}, \"p99_us\": {:.0}, \"p999_us\": {:.0}, \"max_us\": {:.0}}}",
+        us.len(), q(0.5), q(0.99), q(0.999), us[us.len() - 1]
+    );
 }
 
 fn main() {
@@ -93,10 +149,31 @@ fn main() {
         checks(&client);
         return;
     }
+    if let Some(k) = rest.iter().position(|a| a == "--bench") {
+        let count = rest.get(k + 1).and_then(|c| c.parse().ok()).unwrap_or(1000);
+        bench(&client, count);
+        return;
+    }
+    if rest.iter().any(|a| a == "--stdin") {
+        // One N a line, answered as in the default mode, or `error: ...` (the client goes on).
+        for line in std::io::stdin().lines() {
+            let n = line
+                .expect("stdin")
+                .trim()
+                .parse()
+                .expect("N is a positive integer");
+            if let Err(e) = run(&client, n) {
+                println!("error: {e}");
+            }
+        }
+        return;
+    }
     let sizes: Vec<usize> = if rest.is_empty() {
         vec![100, 1000]
     } else {
-        rest.iter().map(|s| s.parse().expect("N is a positive integer")).collect()
+        rest.iter()
+            .map(|s| s.parse().expect("N is a positive integer"))
+            .collect()
     };
     for n in sizes {
         if let Err(e) = run(&client, n) {

@@ -10,15 +10,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use crate::calls::Outcome;
+use crate::decode::decode_values;
 use crate::driver::{Command, Link};
 use crate::error::{ClientError, Result};
-use crate::value::{decode_values, Value};
-
-/// What the connection task hands a call: its result data (status 0), or its error.
-pub(crate) type Outcome = Result<Bytes>;
+use crate::value::Value;
 
 /// The outputs of a call: the return value (if any), then its `Out` and `InOut` parameters,
 /// in the interface's order.

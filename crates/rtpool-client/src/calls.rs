@@ -11,10 +11,11 @@ use std::collections::HashMap;
 use rtpool_proto::{status, FunctionInfo, Msg};
 use tokio::sync::oneshot;
 
-use crate::call::Outcome;
-use crate::driver::plain;
 use crate::error::{ClientError, Result};
-use crate::session::Frame;
+use crate::session::{plain, Frame};
+
+/// What the connection task hands a call: its result data (status 0), or its error.
+pub(crate) type Outcome = Result<bytes::Bytes>;
 
 struct Group {
     names: Vec<String>,
@@ -171,7 +172,11 @@ impl Calls {
                     let outcome = if r.status == status::OK {
                         Ok(r.data)
                     } else {
-                        Err(ClientError::from_status(&g.names[i], r.status, &r.data))
+                        Err(crate::decode::error_of_status(
+                            &g.names[i],
+                            r.status,
+                            &r.data,
+                        ))
                     };
                     let _ = sink.send(outcome);
                 }

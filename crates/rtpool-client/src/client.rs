@@ -14,7 +14,6 @@ use crate::driver::{self, Command, Link, Submitted};
 use crate::error::{ClientError, Result};
 use crate::interface::Interface;
 use crate::options::CallOptions;
-use crate::transaction::Transaction;
 use crate::value::{encode_args, Value};
 
 /// Interfaces by (name, version asked for), shared by a client's clones.
@@ -250,12 +249,6 @@ impl Client {
     fn forget(&self, name: &str, version: Option<&str>) {
         let key = (name.to_owned(), version.map(str::to_owned));
         self.cache.lock().expect("cache lock").remove(&key);
-    }
-
-    /// A transaction: calls that may take each other's outputs, sent as one frame by
-    /// [`Transaction::commit`].
-    pub fn transaction(&self) -> Transaction {
-        Transaction::new(self.clone())
     }
 
     /// Closes the connection once every pending call is done (the master keeps calls still

@@ -215,6 +215,22 @@ pub fn decode_values(payload: &[u8]) -> Result<Vec<Value>, ClientError> {
     }
 }
 
+/// The error of a task result with a failing `status` of `function`'s call; `data` is its
+/// result data (a UTF-8 message, or the msgpack error map of status 1).
+pub(crate) fn error_of_status(function: &str, status: u8, data: &[u8]) -> ClientError {
+    use rtpool_proto::status as s;
+    let function = function.to_owned();
+    let message = String::from_utf8_lossy(data).into_owned();
+    match status {
+        s::ERROR => decode_error(&function, data),
+        s::CANCELLED => ClientError::Cancelled { function },
+        s::TIMEOUT => ClientError::TimeLimit { function, message },
+        s::LOST => ClientError::WorkerLost { function, message },
+        s::MISSED => ClientError::DeadlineMissed { function, message },
+        _ => ClientError::Failed { function, message },
+    }
+}
+
 /// The error of an error payload (status 1): msgpack `{"type", "message", "traceback"}`.
 pub fn decode_error(function: &str, payload: &[u8]) -> ClientError {
     let mut fields = [String::new(), String::new(), String::new()];
@@ -256,6 +272,22 @@ mod tests {
     }
 
     #[test]
+    fn statuses_map_to_their_variants() {
+        let lost = error_of_status("dmmul", rtpool_proto::status::LOST, b"3 attempts");
+        assert_eq!(
+            lost,
+            ClientError::WorkerLost {
+                function: "dmmul".into(),
+                message: "3 attempts".into()
+            }
+        );
+        let missed = error_of_status("f", rtpool_proto::status::MISSED, b"late");
+        assert!(matches!(missed, ClientError::DeadlineMissed { .. }));
+        let failed = error_of_status("f", rtpool_proto::status::FAILED, b"dep");
+        assert_eq!(failed.to_string(), "f failed: dep");
+    }
+
+    #[test]
     fn an_error_payload_names_type_and_message() {
         let mut buf = Vec::new();
         let mut w = rtpool_proto::msgpack::Writer(&mut buf);
@@ -270,5 +302,23 @@ mod tests {
         }
         let err = decode_error("dmmul", &buf);
         assert_eq!(err.to_string(), "dmmul raised ValueError: bad n");
+    }
+
+    #[test]
+    fn values_round_trip_through_the_decoder() {
+        let a = NdArray::from_f64(&[1, 2], &[0.5, 2.0]).unwrap();
+        let values = vec![
+            Value::Int(-5),
+            Value::Int(300),
+            Value::Float(1.5),
+            Value::Str("s".into()),
+            Value::Bytes(vec![1, 2]),
+            Value::Bool(true),
+            Value::Nil,
+            Value::Array(a),
+            Value::List(vec![Value::Int(1)]),
+        ];
+        let bytes = crate::value::encode_args(&values, &[]);
+        assert_eq!(decode_values(&bytes).unwrap(), values);
     }
 }

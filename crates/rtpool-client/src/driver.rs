@@ -10,15 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use rtpool_proto::{encode, encode_segmented, Call, FunctionInfo, Msg, PackageOpts};
+use rtpool_proto::{encode_segmented, Call, FunctionInfo, Msg, PackageOpts};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::call::Outcome;
-use crate::calls::Calls;
+use crate::calls::{Calls, Outcome};
 use crate::config::Config;
 use crate::error::{ClientError, Result};
-use crate::session::{backoff, connect_any, Frame, Reader, Session};
+use crate::session::{backoff, connect_any, plain, Frame, Reader, Session};
 
 /// What callers ask of the connection task.
 pub(crate) enum Command {
@@ -347,11 +346,4 @@ fn drain_ready(reader: &mut Reader, calls: &mut Calls) -> Option<String> {
         }
     }
     None
-}
-
-/// A message as one plain frame.
-pub(crate) fn plain(msg: &Msg) -> Frame {
-    let mut out = BytesMut::new();
-    encode(msg, &mut out);
-    (out.freeze(), Vec::new())
 }

@@ -242,3 +242,10 @@ async fn write_frames(
 pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(50u64 << attempt.min(5)).min(Duration::from_secs(2))
 }
+
+/// A message as one plain frame.
+pub(crate) fn plain(msg: &Msg) -> Frame {
+    let mut out = BytesMut::new();
+    encode(msg, &mut out);
+    (out.freeze(), Vec::new())
+}

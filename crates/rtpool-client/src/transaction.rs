@@ -64,6 +64,14 @@ impl TxCall {
     }
 }
 
+impl Client {
+    /// A transaction: calls that may take each other's outputs, sent as one frame by
+    /// [`Transaction::commit`].
+    pub fn transaction(&self) -> Transaction {
+        Transaction::new(self.clone())
+    }
+}
+
 struct Entry {
     iface: Arc<Interface>,
     values: Vec<Value>,

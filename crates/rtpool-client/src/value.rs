@@ -11,8 +11,6 @@ use rtpool_proto::msgpack::Writer;
 
 use crate::error::ClientError;
 
-pub use crate::decode::{decode_error, decode_values};
-
 /// msgpack ext type of an array.
 pub(crate) const EXT_ARRAY: i8 = 1;
 /// msgpack ext type of a reference to a transaction input.
@@ -426,23 +424,5 @@ mod tests {
     fn a_shape_that_does_not_fit_the_data_is_refused() {
         let err = NdArray::from_f64(&[2, 2], &[1.0]).unwrap_err();
         assert!(err.to_string().contains("needs 4 elements, got 1"), "{err}");
-    }
-
-    #[test]
-    fn values_round_trip_through_the_decoder() {
-        let a = NdArray::from_f64(&[1, 2], &[0.5, 2.0]).unwrap();
-        let values = vec![
-            Value::Int(-5),
-            Value::Int(300),
-            Value::Float(1.5),
-            Value::Str("s".into()),
-            Value::Bytes(vec![1, 2]),
-            Value::Bool(true),
-            Value::Nil,
-            Value::Array(a),
-            Value::List(vec![Value::Int(1)]),
-        ];
-        let bytes = encode_args(&values, &[]);
-        assert_eq!(decode_values(&bytes).unwrap(), values);
     }
 }
