@@ -9,7 +9,7 @@ CARGO ?= cargo
 NATIVE_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml -o -name '*.html' 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help install fmt lint test test-rust test-python bench bench-check bench-ninf bench-ops demo clean
+.PHONY: capi capi-header help install fmt lint test test-rust test-python bench bench-check bench-ninf bench-ops demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -70,6 +70,21 @@ BASE ?= HEAD~1
 ROUNDS ?= 4
 bench-check: $(STAMP) ## head vs BASE=rev (default HEAD~1): latency, throughput, 64K/1M echo ratios
 	$(PY) benches/ab_noop.py --compare $(BASE) --rounds $(ROUNDS)
+
+# librtpool for C and Fortran: target/release/librtpool.{a,so} and a pkg-config file pointing at
+# this checkout (PKG_CONFIG_PATH=target/release pkg-config --cflags --libs rtpool).
+capi: ## build librtpool (C/Fortran GridRPC library) and target/release/rtpool.pc
+	$(CARGO) build --release --locked -p rtpool-capi
+	@printf '%s\n' "prefix=$(CURDIR)" 'includedir=$${prefix}/include' 'libdir=$${prefix}/target/release' '' \
+	  'Name: rtpool' 'Description: librtpool, the GridRPC (GFD.52) C API of rtpool' 'Version: 0.1.0' \
+	  'Cflags: -I$${includedir}' 'Libs: $${libdir}/librtpool.a -lpthread -ldl -lm -lrt' > target/release/rtpool.pc
+	@echo "wrote target/release/rtpool.pc"
+
+# include/rtpool_grpc.h, librtpool's C header, is generated from crates/rtpool-capi and checked in
+# (tests/test_capi.py fails when it is stale).
+capi-header: ## regenerate include/rtpool_grpc.h with cbindgen (scripts/ensure-native-toolchain)
+	scripts/ensure-native-toolchain cbindgen
+	cbindgen --config crates/rtpool-capi/cbindgen.toml --crate rtpool-capi --output include/rtpool_grpc.h crates/rtpool-capi
 
 bench-ninf: $(STAMP) ## the Ninf paper's grid RPC benchmarks and bars (about 2 minutes)
 	$(PY) -m rtpool bench ninf
