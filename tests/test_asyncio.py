@@ -221,3 +221,24 @@ def test_await_needs_a_running_loop(client):
     assert fut.cancel()
     with pytest.raises(RuntimeError, match="not connected"):
         asyncio.run(rtpool.AsyncClient("127.0.0.1:1", "t").submit(noop))
+
+
+def test_a_finished_event_loop_is_not_kept_alive(client):
+    import gc
+    import weakref
+
+    from rtpool import _aio
+
+    async def one() -> tuple:
+        fut = client.submit(sleep_return, 3, 0.3)  # pending when awaited: a waker is made
+        value = await fut
+        assert _aio._wakers  # the loop's waker
+        return value, weakref.ref(asyncio.get_running_loop())
+
+    value, loop_ref = asyncio.run(one())
+    assert value == 3
+    # The per-loop waker refers to its loop weakly. (The reader thread may hold the last
+    # future, whose done callback refers to the loop, until it reads its next frame.)
+    client.submit(square, 1).result(30)
+    wait_until(lambda: gc.collect() is not None and loop_ref() is None, timeout=5)
+    assert len(_aio._wakers) == 0

@@ -34,10 +34,14 @@ _wakers_lock = threading.Lock()
 class _Waker:
     """Runs callables on one event loop, handed over from any thread in batches."""
 
-    __slots__ = ("loop", "_lock", "_ready", "_scheduled", "__weakref__")
+    __slots__ = ("_loop", "_lock", "_ready", "_scheduled", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        # Weakly: the waker is the loop's value in _wakers, which must not keep it alive.
+        try:
+            self._loop: Callable[[], Any] = weakref.ref(loop)
+        except TypeError:  # a loop without weak references (then not in _wakers either)
+            self._loop = lambda: loop
         self._lock = threading.Lock()
         self._ready: Deque[Tuple[Callable[[Any], None], Any]] = collections.deque()
         self._scheduled = False
@@ -49,8 +53,11 @@ class _Waker:
             if self._scheduled:
                 return  # the scheduled drain takes this one too
             self._scheduled = True
+        loop = self._loop()
+        if loop is None:
+            return  # the loop is gone: nobody awaits any more
         try:
-            self.loop.call_soon_threadsafe(self._drain)
+            loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop was closed: nobody awaits any more
             pass
 
