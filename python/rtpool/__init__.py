@@ -42,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdmissionError",
     "Array",
+    "AsyncClient",
     "CallError",
     "CallFuture",
     "Client",
@@ -74,6 +75,7 @@ __all__ = [
 if TYPE_CHECKING:
     from ._output import TaskOutput
     from ._progress import as_completed, progress
+    from .async_client import AsyncClient
     from .client import CallFuture, Client, Package, Transaction
     from .cluster import LocalCluster
     from .rpc.annotations import Array, In, InOut, Out
@@ -82,7 +84,9 @@ if TYPE_CHECKING:
     from .slurm import SlurmCluster
 
 _LAZY = {"Client": "client", "Package": "client", "LocalCluster": "cluster"}
-_LAZY.update(CallFuture="client", Transaction="client", SlurmCluster="slurm")
+_LAZY.update(
+    AsyncClient="async_client", CallFuture="client", Transaction="client", SlurmCluster="slurm"
+)
 # Grid RPC (docs/rpc.md): named remote functions and their interfaces.
 _LAZY.update(dict.fromkeys(["Array", "In", "InOut", "Out"], "rpc.annotations"))
 _LAZY.update(Interface="rpc.interface", remote="rpc.remote")

@@ -8,7 +8,7 @@ import logging
 from _thread import allocate_lock as _allocate_lock
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from threading import Condition
-from typing import Any, Dict, TypeVar
+from typing import Any, Dict, Generator, TypeVar
 
 from ._kept import KeptRef, read_kept
 
@@ -192,6 +192,14 @@ class Future(cf.Future[_T]):
         if not self._wait_done(timeout):
             raise TimeoutError(self._timeout_message(timeout))
         return super().exception(0)
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        """``await fut`` in a coroutine: what :meth:`result` gives, without blocking the event
+        loop or starting a thread (``docs/asyncio.md``). Cancelling the awaiting coroutine
+        cancels the task, as :meth:`cancel` does."""
+        from ._aio import await_future  # asyncio only for those who await
+
+        return await_future(self)
 
     def _timeout_message(self, timeout: float | None) -> str:
         """Why no result came within ``timeout``, as far as one short status query tells.

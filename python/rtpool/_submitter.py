@@ -93,10 +93,22 @@ class _Submitter(cf.Executor):
         t0 = _perf_ns()
         digest, code = serialize_function(fn)
         payload = dumps_args(args, kwargs or None, self._conn.shm_owner)
-        t1 = _perf_ns()
+        return self._send_task(digest, code, payload, t0, _perf_ns() - t0, opts)
+
+    def _send_task(
+        self,
+        digest: bytes,
+        code: bytes,
+        payload: Any,
+        t0: int,
+        serialize_ns: int,
+        opts: Dict | None,
+    ) -> Future:
+        """Send one serialized task (the second half of ``submit``; ``AsyncClient`` pickles
+        first, then sends here or from its sender thread)."""
         if opts is None:
             opts = self._opts if self._deadline_at is None else self._submission_opts()
-        fut, seg = self._conn.submit_one(digest, code, opts, payload, t0, t1 - t0)
+        fut, seg = self._conn.submit_one(digest, code, opts, payload, t0, serialize_ns)
         if type(payload) is Payload and payload.shm:
             # The segment lives until the task is done, whatever its outcome (retries on
             # other workers read it again); a dead client's segments are swept.

@@ -8,6 +8,7 @@ join, so the first result comes as soon as the first worker is up.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Mapping, Sequence
 
+from .async_client import AsyncClient
 from .client import Client
 
 __all__ = ["LocalCluster"]
@@ -259,6 +261,26 @@ class LocalCluster:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+    async def __aenter__(self) -> LocalCluster:
+        # The cluster started in __init__ (an in-process master, worker processes spawned,
+        # nothing waited for): only stopping it waits, so only that leaves the loop.
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    async def async_client(self, **kwargs: Any) -> AsyncClient:
+        """:meth:`client` for asyncio: a connected :class:`~rtpool.AsyncClient`, closed with
+        the cluster (connecting runs in the loop's default executor)."""
+        loop = asyncio.get_running_loop()
+        return AsyncClient.from_client(
+            await loop.run_in_executor(None, lambda: self.client(**kwargs))
+        )
+
+    async def wait_for_workers_async(self, n: int | None = None, timeout: float = 10.0) -> None:
+        """:meth:`wait_for_workers` from the loop's default executor."""
+        await asyncio.get_running_loop().run_in_executor(None, self.wait_for_workers, n, timeout)
 
     def __repr__(self) -> str:
         state = "closed" if not self._finalizer.alive else f"{len(self.worker_pids)} workers"

@@ -3,9 +3,8 @@
 ``rtpool bench`` parses ``latency``, ``throughput``, ``payload``, ``all`` (the closed-loop round
 trips of :mod:`rtpool_bench.roundtrip`) and ``latency --rate/--sweep``, ``deadline``, ``hedge``
 (the open-loop benches of :mod:`rtpool_bench.openloop_cli`) here; ``ninf``, ``realtime``,
-``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale``, ``procs``, ``soak`` and
-``handshake`` have parsers of
-their own.
+``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale``, ``procs``, ``soak``,
+``handshake`` and ``asyncio`` have parsers of their own.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ BENCHES = ROUNDTRIP_BENCHES + (
     "procs",
     "soak",
     "handshake",
+    "asyncio",
 )
 
 
@@ -88,6 +88,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import handshake
 
         return handshake.main(argv[1:])
+    if which == "asyncio":
+        from . import aio
+
+        return aio.main(argv[1:])
     return roundtrip_main(argv)
 
 
@@ -109,8 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
         "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch, "
-        "procs, scale, soak and handshake has its own --help (`rtpool bench ninf --help`: the "
-        "Ninf paper's grid RPC benchmarks)",
+        "procs, scale, soak, handshake and asyncio has its own --help (`rtpool bench ninf "
+        "--help`: the Ninf paper's grid RPC benchmarks)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
