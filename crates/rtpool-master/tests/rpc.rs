@@ -325,14 +325,16 @@ fn a_worker_serves_two_functions_and_a_client_lists_them() {
         message.contains("add") && message.contains("mul"),
         "{message}"
     );
-    // The worker's functions go with its connection.
+    // The worker's functions lose their server with its connection; they stay listed with
+    // none for the service grace (calls of them wait for a server to return).
     drop(w);
-    common::wait_until("the worker's functions are gone", || {
+    common::wait_until("the worker's functions have no server", || {
         c.send(&Msg::Functions {
             req_id: 4,
             name: String::new(),
         });
-        functions_reply(c.recv(), 4).is_empty()
+        let listed = functions_reply(c.recv(), 4);
+        listed.len() == 2 && listed.iter().all(|f| f.servers == 0)
     });
 }
 
