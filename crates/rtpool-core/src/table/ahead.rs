@@ -131,7 +131,14 @@ mod tests {
             while ahead.prepare(&mut m, u64::MAX, 32) {}
             if m.capacity() > before {
                 grew_ahead += 1;
-                assert!(m.capacity() >= 2 * before, "doubles the room");
+                // Doubles the room, less at most one slot: the spare key's insert and remove
+                // may leave a tombstone in the new table (hash-dependent: the map's hasher is
+                // random, so this was seen once in 40 runs as 14336 -> 28671).
+                assert!(
+                    m.capacity() + 1 >= 2 * before,
+                    "doubles the room: {before} -> {} at {i}",
+                    m.capacity()
+                );
             }
         }
         assert!(grew_ahead >= 7, "grew {grew_ahead} times ahead of need");
