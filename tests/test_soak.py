@@ -45,7 +45,10 @@ def test_a_two_minute_soak_with_faults_delivers_every_owed_result_once():
     assert max(s.get("packages_expired") or 0 for s in samples) >= 1, samples
     # At least 8 samples, each with the master's readings.
     assert len(samples) >= 8
-    assert all(s["master_rss_mb"] and s["master_fds"] and s["master_threads"] for s in samples)
+    # A sample that falls on a master restart finds the killed master's /proc entry gone: at
+    # most one such sample per restart.
+    read = [s for s in samples if s["master_rss_mb"] and s["master_fds"] and s["master_threads"]]
+    assert len(read) >= len(samples) - events["master_restarts"], samples
     # Descriptors and threads stay flat through the churn (RSS is reported, not asserted:
     # memory return is issue 29 item 2).
     flat = {r["series"]: r["flat"] for r in out["verdict"]["series"]}
