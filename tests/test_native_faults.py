@@ -147,9 +147,7 @@ def test_a_worker_killed_mid_call_reruns_it_and_the_native_client_gets_the_resul
     assert ran != killed and int(path.read_text()) == ran
 
 
-def test_c_array_above_the_frame_limit_is_a_clear_error_and_the_session_goes_on(
-    cluster, faults_c
-):
+def test_c_array_above_the_frame_limit_is_a_clear_error_and_the_session_goes_on(cluster, faults_c):
     # dmmul n = 400: two 1.28 MB arrays, above the master's 1 MiB frame limit.
     out = subprocess.run(
         [str(faults_c), "too_large", "400"],
