@@ -40,7 +40,7 @@ DEFAULTS = {  # (normal, --quick)
     "async_calls": (1000, 50),
     "async_rounds": (3, 1),
     "clients": ((1, 2, 4, 8, 16), (1, 2)),
-    "cell_calls": (500, 20),
+    "cell_calls": (2000, 20),
     "cell_seconds": (5.0, 2.0),
 }
 

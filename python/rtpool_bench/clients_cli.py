@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--async-calls", type=int, help="C calls in flight at once (1000)")
     ap.add_argument("--async-rounds", type=int, help="runs of the async section (3)")
     ap.add_argument("--clients", type=_ints, help="C client processes per cell (1,2,4,8,16)")
-    ap.add_argument("--cell-calls", type=int, help="calls per client per cell, at most (500)")
+    ap.add_argument("--cell-calls", type=int, help="calls per client per cell, at most (2000)")
     ap.add_argument("--cell-seconds", type=float, help="seconds per cell, at most (5)")
     return ap
 
