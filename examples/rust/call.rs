@@ -66,7 +66,9 @@ fn run(mut rest: Vec<String>) -> Result<(), ClientError> {
 fn main() {
     let rest: Vec<String> = std::env::args().skip(1).collect();
     if rest.is_empty() {
-        eprintln!("usage: call HOST:PORT [--ca-file PEM] [--connect-timeout-ms MS] FUNCTION [ARG ...]");
+        eprintln!(
+            "usage: call HOST:PORT [--ca-file PEM] [--connect-timeout-ms MS] FUNCTION [ARG ...]"
+        );
         std::process::exit(2);
     }
     if let Err(e) = run(rest) {
