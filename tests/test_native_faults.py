@@ -20,6 +20,7 @@ import pytest
 import rtpool
 from conftest import close_master, start_master
 from helpers import stop_process, wait_until, worker_env
+from test_capi import c_examples  # noqa: F401 (a fixture)
 from test_tls import TlsMaster, _start_worker, tls_master  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,22 +28,8 @@ RTPOOL_ARGUMENTS_TOO_LARGE = 101
 
 
 @pytest.fixture(scope="module")
-def faults_c(tmp_path_factory) -> Path:
-    ensure = subprocess.run(
-        [ROOT / "scripts" / "ensure-native-toolchain", "gcc"], capture_output=True, text=True
-    )
-    if ensure.returncode != 0:
-        pytest.skip(f"no C toolchain: {ensure.stderr.strip()}")
-    if shutil.which("cargo") is None:
-        pytest.skip("cargo not found: librtpool is built from crates/rtpool-capi")
-    lib = subprocess.run(
-        ["cargo", "build", "-q", "--release", "--locked", "-p", "rtpool-capi"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert lib.returncode == 0, lib.stderr
+def faults_c(c_examples, tmp_path_factory) -> Path:  # noqa: F811 (the fixture imported above)
+    # c_examples (test_capi.py) has installed gcc and built librtpool.
     exe = tmp_path_factory.mktemp("faults") / "faults"
     cmd = ["gcc", "-O1", "-Wall", "-Wextra", "-std=c99", f"-I{ROOT / 'include'}", "-o", str(exe)]
     cmd += [str(ROOT / "tests" / "c" / "faults.c"), str(ROOT / "target/release/librtpool.a")]

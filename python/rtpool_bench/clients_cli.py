@@ -8,17 +8,11 @@ import json
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, Sequence
 
 from . import clients as bc
+from .ninf.cli import positive_ints
 from .stats import machine_info
-
-
-def _ints(text: str) -> List[int]:
-    vals = [int(x) for x in text.replace(" ", "").split(",") if x]
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4, got {text!r}")
-    return vals
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--calls", type=int, help="timed calls per client per round (1000)")
     ap.add_argument("--async-calls", type=int, help="C calls in flight at once (1000)")
     ap.add_argument("--async-rounds", type=int, help="runs of the async section (3)")
-    ap.add_argument("--clients", type=_ints, help="C client processes per cell (1,2,4,8,16)")
+    ap.add_argument(
+        "--clients", type=positive_ints, help="C client processes per cell (1,2,4,8,16)"
+    )
     ap.add_argument("--cell-calls", type=int, help="calls per client per cell, at most (2000)")
     ap.add_argument("--cell-seconds", type=float, help="seconds per cell, at most (5)")
     return ap
