@@ -131,6 +131,30 @@ def test_c_wrong_token_is_refused(c_examples, linalg_master):
     assert "refused the token" in out.stderr
 
 
+def test_c_program_linked_against_the_shared_library_calls_grpc_call(
+    c_examples, linalg_master, tmp_path
+):
+    # The variadic grpc_call comes from librtpool.so (not a static copy linked into the
+    # program): the program needs the .so and leaves grpc_call undefined in itself.
+    libdir = ROOT / "target" / "release"
+    exports = subprocess.run(
+        ["nm", "-D", "--defined-only", str(libdir / "librtpool.so")], capture_output=True, text=True
+    ).stdout.split()
+    assert "grpc_call" in exports and "grpc_call_async" in exports
+    exe = tmp_path / "dmmul_shared"
+    cmd = ["gcc", "-O1", f"-I{ROOT / 'include'}", "-o", str(exe), str(EXAMPLES / "dmmul.c")]
+    cmd += [f"-L{libdir}", "-lrtpool", f"-Wl,-rpath,{libdir}", "-lm"]
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    dynamic = subprocess.run(["readelf", "-d", str(exe)], capture_output=True, text=True).stdout
+    assert "librtpool.so" in dynamic
+    undefined = subprocess.run(["nm", "-u", str(exe)], capture_output=True, text=True).stdout
+    assert "grpc_call" in undefined.split()
+    out = run(exe, "50", master=linalg_master)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("dmmul n=50 max_abs_err=")
+
+
 @pytest.fixture(scope="module")
 def bad_calls(c_examples, tmp_path_factory) -> Path:
     exe = tmp_path_factory.mktemp("capi") / "bad_calls"

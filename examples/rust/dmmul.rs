@@ -5,6 +5,7 @@
 //! RTPOOL_TOKEN=<client token> cargo run -p rtpool-client --example dmmul -- HOST:PORT [N ...]
 //! cargo run -p rtpool-client --example dmmul -- HOST:PORT --checks   # bad input, one line each
 //! cargo run -p rtpool-client --example dmmul -- HOST:PORT --stdin    # one N a line
+//! cargo run -p rtpool-client --example dmmul -- HOST:PORT --bench 1000  # latency, n = 11
 //! ```
 //!
 //! The matrices are made from a formula (`matrix_a`, `matrix_b`, `vector_b`), so a checker
@@ -107,27 +108,41 @@ fn checks(client: &blocking::Client) {
     }
 }
 
-/// Latency of `count` sequential dmmul calls at n = 8 (two 512-byte arrays: a 1 KiB
-/// argument), after 50 warm-up calls: p50, p99, p99.9 and max in microseconds.
+/// Latency of `count` sequential dmmul calls at n = 11 (two 968-byte arrays: about 1 KiB per
+/// argument, as examples/c/latency.c), after 20 warm-up calls, for `rtpool bench clients`: one
+/// JSON line with every call's microseconds and how many products were wrong.
 fn bench(client: &blocking::Client, count: usize) {
-    let n = 8;
-    let a = NdArray::from_f64(&[n, n], &matrix_a(n)).unwrap();
-    let args = || vec![Value::from(n), a.clone().into(), a.clone().into()];
-    for _ in 0..50 {
+    let n = 11;
+    let (a, b) = (matrix_a(n), matrix_b(n));
+    let want: Vec<f64> = (0..n * n)
+        .map(|k| (0..n).map(|j| a[k / n * n + j] * b[j * n + k % n]).sum())
+        .collect();
+    let a = NdArray::from_f64(&[n, n], &a).unwrap();
+    let b = NdArray::from_f64(&[n, n], &b).unwrap();
+    let args = || vec![Value::from(n), a.clone().into(), b.clone().into()];
+    for _ in 0..20 {
         client.call("dmmul", args()).expect("warm-up call");
     }
-    let mut us: Vec<f64> = (0..count.max(1))
+    let mut wrong = 0;
+    let us: Vec<String> = (0..count.max(1))
         .map(|_| {
             let t = std::time::Instant::now();
-            client.call("dmmul", args()).expect("call");
-            t.elapsed().as_secs_f64() * 1e6
+            let out = client.call("dmmul", args()).expect("call");
+            let elapsed = t.elapsed();
+            let c = array(&out[0]);
+            if c.iter()
+                .zip(&want)
+                .any(|(x, y)| (x - y).abs() > 1e-9 * y.abs())
+            {
+                wrong += 1;
+            }
+            format!("{:.1}", elapsed.as_secs_f64() * 1e6)
         })
         .collect();
-    us.sort_by(f64::total_cmp);
-    let q = |p: f64| us[((us.len() as f64 * p) as usize).min(us.len() - 1)];
     println!(
-        "{{\"client\": \"rust\", \"calls\": {}, \"p50_us\": {:.0}, \"p99_us\": {:.0}, \"p999_us\": {:.0}, \"max_us\": {:.0}}}",
-        us.len(), q(0.5), q(0.99), q(0.999), us[us.len() - 1]
+        "{{\"client\": \"rust\", \"calls\": {}, \"wrong\": {wrong}, \"us\": [{}]}}",
+        us.len(),
+        us.join(", ")
     );
 }
 

@@ -34,6 +34,7 @@ BENCHES = ROUNDTRIP_BENCHES + (
     "soak",
     "handshake",
     "asyncio",
+    "clients",
 )
 
 
@@ -88,6 +89,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import handshake
 
         return handshake.main(argv[1:])
+    if which == "clients":
+        from . import clients_cli
+
+        return clients_cli.main(argv[1:])
     if which == "asyncio":
         from . import aio
 
@@ -113,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
         "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch, "
-        "procs, scale, soak, handshake and asyncio has its own --help (`rtpool bench ninf "
-        "--help`: the Ninf paper's grid RPC benchmarks)",
+        "procs, scale, soak, handshake, asyncio and clients has its own --help (`rtpool "
+        "bench ninf --help`: the Ninf paper's grid RPC benchmarks; `rtpool bench clients`: the "
+        "C and Rust clients next to Python's)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")

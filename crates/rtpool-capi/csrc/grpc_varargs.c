@@ -3,12 +3,26 @@
  * handle's function (rtpool_handle_arg_kinds: from the interface fetched from the master),
  * reads them with va_arg, and calls the argument-array form (rtpool_call_argv /
  * rtpool_call_async_argv), which checks and sends them. Scalars arrive by value (int as C
- * int, float as double), everything else as a pointer. */
+ * int, float as double), everything else as a pointer.
+ *
+ * The exported names are naked Rust tail jumps to rtpool_va_grpc_call(_async) (src/varargs.rs),
+ * so that librtpool.so exports them too; where there is no such jump (build.rs defines
+ * RTPOOL_VA_DIRECT) this file defines grpc_call and grpc_call_async itself. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "../../../include/rtpool_grpc.h"
+
+#ifdef RTPOOL_VA_DIRECT
+#define RTPOOL_VA_CALL grpc_call
+#define RTPOOL_VA_CALL_ASYNC grpc_call_async
+#else
+#define RTPOOL_VA_CALL rtpool_va_grpc_call
+#define RTPOOL_VA_CALL_ASYNC rtpool_va_grpc_call_async
+grpc_error_t rtpool_va_grpc_call(grpc_function_handle_t *handle, ...);
+grpc_error_t rtpool_va_grpc_call_async(grpc_function_handle_t *handle, grpc_sessionid_t *session_id, ...);
+#endif
 
 /* grpc_call reads at most this many arguments; a longer interface needs rtpool_call_argv. */
 #define RTPOOL_VA_MAX_ARGS 64
@@ -47,7 +61,7 @@ static grpc_error_t rtpool_va_read(grpc_function_handle_t *handle, va_list *ap, 
     return GRPC_NO_ERROR;
 }
 
-grpc_error_t grpc_call(grpc_function_handle_t *handle, ...) {
+grpc_error_t RTPOOL_VA_CALL(grpc_function_handle_t *handle, ...) {
     union rtpool_va_slot slots[RTPOOL_VA_MAX_ARGS];
     void *argv[RTPOOL_VA_MAX_ARGS];
     size_t argc = 0;
@@ -59,7 +73,7 @@ grpc_error_t grpc_call(grpc_function_handle_t *handle, ...) {
     return rtpool_call_argv(handle, argv, argc);
 }
 
-grpc_error_t grpc_call_async(grpc_function_handle_t *handle, grpc_sessionid_t *session_id, ...) {
+grpc_error_t RTPOOL_VA_CALL_ASYNC(grpc_function_handle_t *handle, grpc_sessionid_t *session_id, ...) {
     union rtpool_va_slot slots[RTPOOL_VA_MAX_ARGS];
     void *argv[RTPOOL_VA_MAX_ARGS];
     size_t argc = 0;

@@ -10,7 +10,8 @@
 //! arguments and writes outputs back by `signature.rs`' view of an interface; `sessions.rs`
 //! is the table of asynchronous calls; `backend.rs` is the only user of `rtpool-client`.
 //! C varargs cannot be defined in stable Rust: `grpc_call` and `grpc_call_async` are a small
-//! C shim (`csrc/grpc_varargs.c`, compiled by build.rs) over `rtpool_call_argv`.
+//! C shim (`csrc/grpc_varargs.c`, compiled by build.rs) over `rtpool_call_argv`, exported
+//! through naked tail jumps (`varargs.rs`) so the shared library has them too.
 
 // An FFI crate dereferences the caller's pointers: every `unsafe` block says why it holds.
 #![allow(unsafe_code)]
@@ -26,5 +27,6 @@ pub mod library;
 pub mod sessions;
 pub mod shape;
 pub mod signature;
+pub mod varargs;
 
 pub use api_call::{RTPOOL_VA_BOOL, RTPOOL_VA_DOUBLE, RTPOOL_VA_INT, RTPOOL_VA_POINTER};

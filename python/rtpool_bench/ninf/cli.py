@@ -65,7 +65,8 @@ def _settings(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def _ints(text: str) -> List[int]:
+def positive_ints(text: str) -> List[int]:
+    """An argparse type: ``"1,2,4"`` -> ``[1, 2, 4]``, every value at least 1."""
     vals = [int(x) for x in text.replace(" ", "").split(",") if x]
     if not vals or min(vals) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4, got {text!r}")
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="BLAS threads of this process and of every worker and client (default 1)",
     )
     g = ap.add_argument_group("linpack")
-    g.add_argument("--sizes", type=_ints, help="orders n (100,200,400,800,1000,1200,1600)")
+    g.add_argument("--sizes", type=positive_ints, help="orders n (100,200,400,800,1000,1200,1600)")
     g.add_argument("--repeats", type=int, help="repetitions per n (5; 3 from n=1000 on)")
     g.add_argument("--size-seconds", type=float, help="time budget per n (60)")
     g.add_argument(
@@ -120,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the unblocked baseline from the n where one solve would take longer (10)",
     )
     g = ap.add_argument_group("multi")
-    g.add_argument("--multi-sizes", type=_ints, help="orders n (600,1000)")
-    g.add_argument("--clients", type=_ints, help="client processes per cell (1,2,4,8,16)")
+    g.add_argument("--multi-sizes", type=positive_ints, help="orders n (600,1000)")
+    g.add_argument("--clients", type=positive_ints, help="client processes per cell (1,2,4,8,16)")
     g.add_argument("--cell-seconds", type=float, help="seconds each cell's clients call (6)")
     g.add_argument("--interval", type=float, default=0.1, help="s: seconds between ticks (0.1)")
     g.add_argument("--probability", type=float, default=0.5, help="p: call at a tick (0.5)")
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("ep")
     g.add_argument("--ep-m", type=int, help="2^m pairs (24: class S)")
     g.add_argument("--ep-chunks", type=int, help="remote calls per run (16)")
-    g.add_argument("--ep-clients", type=_ints, help="client processes (1,2,4)")
+    g.add_argument("--ep-clients", type=positive_ints, help="client processes (1,2,4)")
     g.add_argument("--ep-seconds", type=float, default=120.0, help="time budget per run (120)")
     g = ap.add_argument_group("bars")
     g.add_argument("--bar-calls", type=int, help="round trips of each kind (2000)")

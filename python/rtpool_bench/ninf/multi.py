@@ -27,27 +27,48 @@ from .common import (
 # --- client processes ------------------------------------------------------------------------
 
 
-class ClientProcs:
-    """Client processes of :mod:`rtpool_bench.ninf.client`, as a context manager: started on
-    entry (each prints ``ready``), released together by :meth:`go`, their JSON lines read by
-    :meth:`collect`; any still running on exit is killed by PID."""
+def python_client(cfg: Dict) -> List[str]:
+    """The command of one :mod:`rtpool_bench.ninf.client` process configured by ``cfg``."""
+    return [sys.executable, "-m", "rtpool_bench.ninf.client", json.dumps(cfg)]
 
-    def __init__(self, configs: Sequence[Dict], ready_timeout: float) -> None:
+
+class ClientProcs:
+    """Client processes, as a context manager: started on entry (each prints ``ready``),
+    released together by :meth:`go` (a ``go`` line on their stdin), their JSON lines read by
+    :meth:`collect`; any still running on exit is killed by PID.
+
+    Args:
+        configs: One per process, turned into its command by ``command``.
+        ready_timeout: Seconds for every process to print ``ready``.
+        command: ``cfg -> argv``; default :func:`python_client` (``rtpool bench clients``
+            passes the C clients' command).
+        env: Extra environment of every process.
+    """
+
+    def __init__(
+        self,
+        configs: Sequence[Dict],
+        ready_timeout: float,
+        command: Callable[[Dict], List[str]] = python_client,
+        env: Dict[str, str] | None = None,
+    ) -> None:
         self.configs = list(configs)
         self.ready_timeout = ready_timeout
+        self.command = command
+        self.extra_env = dict(env or {})
         self.procs: List[subprocess.Popen] = []
         self.errs: List = []
         self.lines: queue.Queue = queue.Queue()
 
     def __enter__(self) -> ClientProcs:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env.update(self.extra_env)
         try:
             for i, cfg in enumerate(self.configs):
                 err = tempfile.TemporaryFile()
                 self.errs.append(err)
-                cmd = [sys.executable, "-m", "rtpool_bench.ninf.client", json.dumps(cfg)]
                 p = subprocess.Popen(
-                    cmd,
+                    self.command(cfg),
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=err,
@@ -94,7 +115,7 @@ class ClientProcs:
             if text:
                 tail = f"; client {j} stderr: {text}"
                 break
-        return f"bench ninf: {what}{tail}"
+        return f"bench client processes: {what}{tail}"
 
     def go(self) -> None:
         """Release every client at once."""
