@@ -4,7 +4,7 @@
 trips of :mod:`rtpool_bench.roundtrip`) and ``latency --rate/--sweep``, ``deadline``, ``hedge``
 (the open-loop benches of :mod:`rtpool_bench.openloop_cli`) here; ``ninf``, ``realtime``,
 ``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale``, ``procs``, ``soak``,
-``handshake`` and ``asyncio`` have parsers of their own.
+``powerloss``, ``handshake`` and ``asyncio`` have parsers of their own.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ BENCHES = ROUNDTRIP_BENCHES + (
     "scale",
     "procs",
     "soak",
+    "powerloss",
     "handshake",
     "asyncio",
     "clients",
@@ -85,6 +86,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import soak
 
         return soak.main(argv[1:])
+    if which == "powerloss":
+        from . import powerloss
+
+        return powerloss.main(argv[1:])
     if which == "handshake":
         from . import handshake
 
@@ -118,9 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
         "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch, "
-        "procs, scale, soak, handshake, asyncio and clients has its own --help (`rtpool "
-        "bench ninf --help`: the Ninf paper's grid RPC benchmarks; `rtpool bench clients`: the "
-        "C and Rust clients next to Python's)",
+        "procs, scale, soak, powerloss, handshake, asyncio and clients has its own --help "
+        "(`rtpool bench ninf --help`: the Ninf paper's grid RPC benchmarks; `rtpool bench "
+        "clients`: the C and Rust clients next to Python's)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object, a dict per section")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
