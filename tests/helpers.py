@@ -92,3 +92,22 @@ def worker_processes(
     finally:
         for proc in started:
             stop_process(proc, group=True)
+
+
+def as_from_a_shell() -> None:
+    """``preexec_fn`` for a child that must take Ctrl-C as a program started from a shell
+    does: SIGINT at its default (so Python installs KeyboardInterrupt) and no signal blocked.
+    A child inherits an ignored disposition and the signal mask across exec, and the pytest
+    process's may have been changed by an earlier test: the Ctrl-C tests hung in the full
+    suite only (.ci/run), not alone."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def signal_state() -> str:
+    """This process's SIGINT handler and its blocked and ignored signal sets (for a failure
+    message)."""
+    fields = []
+    with open("/proc/self/status") as status:
+        fields = [line.strip() for line in status if line.startswith(("SigBlk", "SigIgn"))]
+    return f"SIGINT handler {signal.getsignal(signal.SIGINT)!r}; " + "; ".join(fields)

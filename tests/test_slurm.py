@@ -25,7 +25,7 @@ import pytest
 import rtpool
 import rtpool.slurm
 from conftest import close_master, start_master
-from helpers import TESTS_DIR, wait_until
+from helpers import TESTS_DIR, as_from_a_shell, signal_state, wait_until
 from rtpool._slurm_adapt import (
     Demand,
     TaskTimer,
@@ -347,6 +347,7 @@ def test_ctrl_c_cancels_the_jobs(slurm, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_shell,
     ) as proc:
         try:
             job = proc.stdout.readline().strip()
@@ -366,7 +367,10 @@ def test_ctrl_c_cancels_the_jobs(slurm, tmp_path):
                     _, err = proc.communicate(timeout=10)
                 except subprocess.TimeoutExpired:
                     err = "(no stack dump within 10 s)"
-                pytest.fail(f"no exit within 30 s of Ctrl-C; its threads:\n{err}")
+                pytest.fail(
+                    f"no exit within 30 s of Ctrl-C; the test process: {signal_state()}; "
+                    f"its threads:\n{err}"
+                )
             assert "KeyboardInterrupt" in err
             wait_until(lambda: job not in squeue_ids(), timeout=30, interval=0.1)
         finally:

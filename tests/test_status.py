@@ -20,7 +20,7 @@ import pytest
 import rtpool
 import tasks
 from conftest import Workers, close_master, start_master
-from helpers import wait_until
+from helpers import as_from_a_shell, signal_state, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +134,7 @@ def test_status_watch_on_a_terminal_until_ctrl_c(loaded):
         stdout=follower,
         stderr=subprocess.PIPE,
         env=env,
+        preexec_fn=as_from_a_shell,
     )
     os.close(follower)
     out = b""
@@ -156,7 +157,11 @@ def test_status_watch_on_a_terminal_until_ctrl_c(loaded):
                     out += os.read(leader, 65536)
                 except OSError:  # the last writer closed its end
                     break
-        assert proc.wait(timeout=max(0.1, end - time.monotonic())) == 0
+        try:
+            code = proc.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"no exit within 15 s of Ctrl-C; the test process: {signal_state()}")
+        assert code == 0
         assert b"Traceback" not in proc.stderr.read()
     finally:
         if proc.poll() is None:
