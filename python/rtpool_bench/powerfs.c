@@ -544,6 +544,17 @@ static int pf_rmdir(const char *path)
     return 0;
 }
 
+/* The operation that stash() prepared for failed: the stashed copy goes, its pending undo
+ * record moves back to path. */
+static void drop_stash(char *kept, const char *path)
+{
+    if (!kept)
+        return;
+    rename_dirty(kept, path);
+    unlinkat(root_fd, rel(kept), 0);
+    free(kept);
+}
+
 static int pf_unlink(const char *path)
 {
     if (is_hidden(path) || strcmp(path, CTL) == 0)
@@ -551,11 +562,7 @@ static int pf_unlink(const char *path)
     char *kept = stash(path);
     if (unlinkat(root_fd, rel(path), 0) < 0) {
         int e = errno;
-        if (kept) {
-            rename_dirty(kept, path);
-            unlinkat(root_fd, rel(kept), 0);
-            free(kept);
-        }
+        drop_stash(kept, path);
         return -e;
     }
     if (kept)
@@ -577,11 +584,7 @@ static int pf_rename(const char *from, const char *to, unsigned int flags)
     char *kept = stash(to);
     if (renameat(root_fd, rel(from), root_fd, rel(to)) < 0) {
         int e = errno;
-        if (kept) {
-            rename_dirty(kept, to);
-            unlinkat(root_fd, rel(kept), 0);
-            free(kept);
-        }
+        drop_stash(kept, to);
         return -e;
     }
     rename_dirty(from, to);
