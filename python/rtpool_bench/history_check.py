@@ -58,6 +58,8 @@ class Verdict:
     examples: Dict[str, list] = field(default_factory=dict)
     #: Errors of the failed futures of owed tasks, and how often each came.
     lost_errors: Dict[str, int] = field(default_factory=dict)
+    #: Every acknowledged package with a lost task, as ``[c, p]``.
+    lost_packages: List[list] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
@@ -157,6 +159,8 @@ def check(events: Iterable[dict]) -> Verdict:
             if not values:
                 v.lost += 1
                 v._example("lost", [c, p, i])
+                if [c, p] not in v.lost_packages[-1:]:
+                    v.lost_packages.append([c, p])
                 for e in errors.get((c, p, i), ["no result and no error"]):
                     name = e.split(":", 1)[0]
                     v.lost_errors[name] = v.lost_errors.get(name, 0) + 1
@@ -204,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m rtpool_bench.history_check",
         description="Check the histories of a run: 0 lost, 0 duplicated, 0 wrong, 0 phantom.",
     )
-    ap.add_argument("verb", nargs="?", choices=("check",), default="check", help="check (the only verb)")
+    ap.add_argument("verb", nargs="?", choices=("check",), default="check", help="check (default)")
     ap.add_argument("dir", type=Path, help="the directory of client-*.jsonl histories")
     ap.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     args = ap.parse_args(argv)

@@ -146,7 +146,30 @@ def run_once(directory: Path, args: argparse.Namespace, say=lambda s: None) -> D
             _stop_group(p)
         m.kill()
     verdict = check_dir(directory)
-    return {"dir": str(directory), "verdict": verdict.to_dict(), "restart_ms": restart_ms}
+    return {
+        "dir": str(directory),
+        "verdict": verdict.to_dict(),
+        "restart_ms": restart_ms,
+        "lost_ack_to_kill_ms": lost_ack_to_kill_ms(directory, verdict.lost_packages),
+    }
+
+
+def lost_ack_to_kill_ms(directory: Path, lost_packages: List[list]) -> List[float]:
+    """For each lost package, the time from its ``ack`` to the nearest kill (positive: the
+    kill came after the ack), in ms: what the ``--fsync batch`` window explains."""
+    kills = [json.loads(x)["t"] for x in open(directory / "faults.jsonl") if '"kill"' in x]
+    acks: Dict[tuple, float] = {}
+    for c in {c for c, _ in lost_packages}:
+        with open(history_path(directory, c), encoding="utf-8") as f:
+            for line in f:
+                ev = json.loads(line)
+                if ev["type"] == "ack":
+                    acks[(c, ev["p"])] = ev["t"]
+    out = []
+    for c, p in lost_packages:
+        t = acks[(c, p)]
+        out.append(round(min((k - t for k in kills), key=abs) * 1e3, 2))
+    return out
 
 
 def summarize(runs: List[Dict[str, object]]) -> Dict[str, object]:
@@ -174,6 +197,8 @@ def _run_main(args: argparse.Namespace) -> int:
         if not args.json:
             print(render(check_dir(base / f"run{r}"), f"run {r + 1}"))
             print(f"  restart ms (SIGKILL -> first result): {runs[-1]['restart_ms']}")
+            if runs[-1]["lost_ack_to_kill_ms"]:
+                print(f"  lost packages, ack -> kill ms: {runs[-1]['lost_ack_to_kill_ms']}")
     out = {"machine": machine_info(), "fsync": args.fsync or "default", "runs": runs}
     out["summary"] = summarize(runs)
     if args.json:
