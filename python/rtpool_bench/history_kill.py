@@ -157,7 +157,8 @@ def run_once(directory: Path, args: argparse.Namespace, say=lambda s: None) -> D
 def lost_ack_to_kill_ms(directory: Path, lost_packages: List[list]) -> List[float]:
     """For each lost package, the time from its ``ack`` to the nearest kill (positive: the
     kill came after the ack), in ms: what the ``--fsync batch`` window explains."""
-    kills = [json.loads(x)["t"] for x in open(directory / "faults.jsonl") if '"kill"' in x]
+    with open(directory / "faults.jsonl", encoding="utf-8") as f:
+        kills = [json.loads(x)["t"] for x in f if '"kill"' in x]
     acks: Dict[tuple, float] = {}
     for c in {c for c, _ in lost_packages}:
         with open(history_path(directory, c), encoding="utf-8") as f:
