@@ -31,7 +31,9 @@ def _run(clients: int = 2, packages: int = 3, n: int = 4) -> List[dict]:
 
 
 def _drop_result(events: List[dict], c: int, p: int, i: int) -> List[dict]:
-    keep = [e for e in events if not (e["type"] == "result" and (e["c"], e["p"], e["i"]) == (c, p, i))]
+    keep = [
+        e for e in events if not (e["type"] == "result" and (e["c"], e["p"], e["i"]) == (c, p, i))
+    ]
     assert len(keep) == len(events) - 1
     return keep
 
@@ -68,7 +70,9 @@ def test_a_task_whose_future_failed_is_lost_with_its_error():
 
 def test_a_duplicate_is_caught_and_named():
     events = _run()
-    events.append({"t": 9.0, "type": "result", "c": 0, "p": 0, "i": 2, "value": expected_value(0, 0, 2)})
+    events.append(
+        {"t": 9.0, "type": "result", "c": 0, "p": 0, "i": 2, "value": expected_value(0, 0, 2)}
+    )
     v = check(events)
     _bad_only(v, duplicated=1)
     assert v.examples["duplicated"] == [[0, 0, 2, 2]]
@@ -110,7 +114,9 @@ def test_unacknowledged_submissions_are_counted_apart_and_allowed_either_way():
     events.append({"t": 9.0, "type": "invoke", "c": 0, "p": 3, "n": 2})
     events.append({"t": 9.0, "type": "submit_error", "c": 0, "p": 3, "error": "TimeoutError: x"})
     for i in range(2):
-        events.append({"t": 9.1, "type": "result", "c": 0, "p": 3, "i": i, "value": expected_value(0, 3, i)})
+        events.append(
+            {"t": 9.1, "type": "result", "c": 0, "p": 3, "i": i, "value": expected_value(0, 3, i)}
+        )
     # Package 3 of client 1: submitted, never acknowledged, never completed.
     events.append({"t": 9.0, "type": "invoke", "c": 1, "p": 3, "n": 3})
     v = check(events)

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, List, Sequence
 
 #: How long a client waits for a package's ``ACCEPTED`` (across a master restart) before it
 #: gives up on it and calls the submission indeterminate.
@@ -68,6 +68,8 @@ class Recorder:
     def record(self, kind: str, **fields: Any) -> None:
         line = json.dumps({"t": time.monotonic(), "type": kind, **fields})
         with self._lock:
+            if self._file.closed:
+                return  # a future cancelled by the client's close, after the `end` event
             self._file.write(line + "\n")
             self._file.flush()
 
@@ -161,7 +163,7 @@ def run_client(args: argparse.Namespace) -> int:
             futures += [(p, i, f) for i, f in enumerate(pkg.futures)]
             _wait_ack(rec, pkg, c, p)
         drain_end = time.monotonic() + DRAIN_S
-        for p, i, fut in futures:
+        for _, _, fut in futures:
             try:
                 fut.exception(max(0.0, drain_end - time.monotonic()))
             except Exception:

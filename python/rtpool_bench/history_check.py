@@ -98,9 +98,14 @@ def read_histories(directory: Path) -> List[dict]:
                     continue
                 try:
                     ev = json.loads(line)
-                    ev["type"], ev["c"]  # every event names its kind and its client
-                except (ValueError, KeyError, TypeError) as e:
-                    raise ValueError(f"{path}:{no}: not a history event ({e}): {line[:200]!r}")
+                except ValueError as e:
+                    raise ValueError(
+                        f"{path}:{no}: not a history event ({e}): {line[:200]!r}"
+                    ) from e
+                if not isinstance(ev, dict) or "type" not in ev or "c" not in ev:
+                    raise ValueError(
+                        f"{path}:{no}: not a history event (no type or c): {line[:200]!r}"
+                    )
                 events.append(ev)
     return events
 

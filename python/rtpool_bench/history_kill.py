@@ -235,9 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rn.add_argument("--workers", type=int, default=2, help="rtpool worker processes (2)")
     rn.add_argument("--tasks", type=int, default=10, help="tasks per package (10)")
     rn.add_argument("--inflight", type=int, default=4, help="unfinished packages per client (4)")
-    rn.add_argument(
-        "--results-between", type=int, default=200, help="results between kills (200)"
-    )
+    rn.add_argument("--results-between", type=int, default=200, help="results between kills (200)")
     rn.add_argument("--seconds", type=float, default=300.0, help="client budget (300 s)")
     rn.add_argument("--fsync", default=None, help="the master's --fsync (default: its own)")
     rn.add_argument("--dir", default=None, help="keep the histories here (default: a temp dir)")
