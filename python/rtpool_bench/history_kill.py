@@ -197,7 +197,11 @@ def _run_main(args: argparse.Namespace) -> int:
         runs.append(run_once(base / f"run{r}", args, say))
         if not args.json:
             print(render(check_dir(base / f"run{r}"), f"run {r + 1}"))
-            print(f"  restart ms (SIGKILL -> first result): {runs[-1]['restart_ms']}")
+            ms = runs[-1]["restart_ms"]
+            print(
+                f"  restart (SIGKILL -> first result) p50 {percentile(ms, 50)} ms, "
+                f"max {max(ms)} ms: {ms}"
+            )
             if runs[-1]["lost_ack_to_kill_ms"]:
                 print(f"  lost packages, ack -> kill ms: {runs[-1]['lost_ack_to_kill_ms']}")
     out = {"machine": machine_info(), "fsync": args.fsync or "default", "runs": runs}
