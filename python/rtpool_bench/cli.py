@@ -4,7 +4,7 @@
 trips of :mod:`rtpool_bench.roundtrip`) and ``latency --rate/--sweep``, ``deadline``, ``hedge``
 (the open-loop benches of :mod:`rtpool_bench.openloop_cli`) here; ``ninf``, ``realtime``,
 ``recovery``, ``journal``, ``chain``, ``prefetch``, ``scale``, ``procs``, ``soak``,
-``powerloss``, ``handshake`` and ``asyncio`` have parsers of their own.
+``powerloss``, ``history``, ``handshake`` and ``asyncio`` have parsers of their own.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ BENCHES = ROUNDTRIP_BENCHES + (
     "procs",
     "soak",
     "powerloss",
+    "history",
     "handshake",
     "asyncio",
     "clients",
@@ -90,6 +91,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import powerloss
 
         return powerloss.main(argv[1:])
+    if which == "history":
+        from . import history_kill
+
+        return history_kill.main(argv[1:])
     if which == "handshake":
         from . import handshake
 
@@ -123,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         "big package; payload: 1 KiB-16 MiB echoes; all: the three in sequence; deadline: "
         "10 ms tasks with a 50 ms deadline at 80%% of capacity; hedge: one slow worker, with "
         "and without hedging; each of realtime, recovery, journal, ninf, chain, prefetch, "
-        "procs, scale, soak, powerloss, handshake, asyncio and clients has its own --help "
+        "procs, scale, soak, powerloss, history, handshake, asyncio and clients has its own --help "
         "(`rtpool bench ninf --help`: the Ninf paper's grid RPC benchmarks; `rtpool bench "
         "clients`: the C and Rust clients next to Python's)",
     )
