@@ -7,6 +7,7 @@
 //! tasks, packages or workers (the RT-BOINC rule: a predictable worst case).
 
 mod buffers;
+mod class;
 mod client;
 mod config;
 mod core;

@@ -96,6 +96,8 @@ mod tests {
         let now = Instant(0);
         core.handle(
             Event::WorkerJoined {
+                labels: Default::default(),
+                resources: Default::default(),
                 worker: WorkerId(7),
                 slots: 2,
                 key: crate::ids::WorkerKey(7),

@@ -152,7 +152,13 @@ impl TestEnv {
         let worker = WorkerId(self.next_worker);
         self.next_worker += 1;
         assert!(self
-            .step(Event::WorkerJoined { worker, slots, key })
+            .step(Event::WorkerJoined {
+                labels: Default::default(),
+                resources: Default::default(),
+                worker,
+                slots,
+                key
+            })
             .is_empty());
         worker
     }
