@@ -58,7 +58,7 @@ mod view;
 mod worker_events;
 mod worker_loss;
 
-pub use self::view::{PackageView, WorkerView};
+pub use self::view::{ClassView, PackageView, WorkerView};
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -106,7 +106,12 @@ impl Core {
             .services
             .iter()
             .filter(|(_, s)| s.orphan_at.is_some())
-            .count();
+            .count()
+            + self
+                .classes
+                .iter()
+                .filter(|(_, c)| c.orphan_at.is_some())
+                .count();
         assert_eq!(
             armed,
             deadlines + expiries + hedges + drops + orphans,
