@@ -28,7 +28,8 @@ def worker_resources(w: Dict[str, Any]) -> str:
 
 def class_name(c: Dict[str, Any]) -> str:
     """A class as ``/metrics`` names it: ``gpu=1,zone=a``."""
-    return ",".join(p for p in (_pairs(c.get("resources")), _pairs(c.get("labels"))) if p)
+    parts = (_pairs(c.get("resources")), _pairs(c.get("labels")))
+    return c.get("name") or ",".join(p for p in parts if p)
 
 
 def class_rows(classes: List[Dict[str, Any]]) -> List[List[Any]]:
