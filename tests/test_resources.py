@@ -6,6 +6,7 @@ status`` and ``/api/status`` show what each worker has and uses."""
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 
@@ -130,3 +131,42 @@ def test_status_cli_shows_resources_and_classes(workers, client_factory, master)
     assert "gpu 0/2" in out.stdout and "zone=a" in out.stdout, out.stdout
     assert "gpu=3" in out.stdout and "unschedulable" in out.stdout, out.stdout
     waiting.cancel()
+
+
+def test_metrics_and_api_status_show_resources_and_classes(tmp_path):
+    from conftest import Workers, close_master, start_master
+    from test_metrics import get, metric
+
+    m = start_master(tmp_path, args=["--http", "127.0.0.1:0"])
+    pool = Workers(m, tmp_path)
+    client = rtpool.Client(m.address, m.client_token)
+    try:
+        _tagged(pool, "gpu-a", "--resources", "gpu=2", "--label", "zone=a")
+        _workers_up(client, 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", rtpool.UnschedulableWarning)
+            waiting = client.options(resources={"gpu": 3}, unschedulable="wait").submit(
+                rtasks.where
+            )
+            # Its ACCEPTED (and the warning, in the reader thread) comes before this answer.
+            wait_until(lambda: client.status()["resource_classes"], timeout=10)
+        base = m.dashboard_url
+        worker = 'worker="test-worker-0"'
+
+        def series():  # (the snapshot behind /metrics is rebuilt about once a second)
+            text = get(base + "metrics")[1]
+            total = metric(text, f'rtpool_worker_resource_total{{{worker},resource="gpu"}}')
+            stuck = metric(text, 'rtpool_class_unschedulable{class="gpu=3"}')
+            queued = metric(text, 'rtpool_class_queued{class="gpu=3"}')
+            return (total, stuck, queued) if total is not None and stuck else None
+
+        assert wait_until(series, timeout=15, interval=0.2) == (2.0, 1.0, 1.0)
+        api = json.loads(get(base + "api/status")[1])
+        (w,) = api["workers"]
+        assert w["resources"]["gpu"] == 2 and w["labels"] == {"zone": "a"}
+        assert w["in_use"].get("gpu", 0) == 0
+        waiting.cancel()
+    finally:
+        client.close()
+        pool.stop_all()
+        close_master(m)

@@ -306,7 +306,10 @@ class _Receiver:
                 f"worker can run yet; it waits for one to join: {notice}"
             )
             _log.warning("%s", text)
-            warnings.warn(UnschedulableWarning(text), stacklevel=2)
+            try:
+                warnings.warn(UnschedulableWarning(text), stacklevel=2)
+            except Warning:  # -W error: raised here it would end the reader thread
+                pass
             self.last_notice = notice
             return
         if self._notice_log.check(None, _monotonic()) is not None:
