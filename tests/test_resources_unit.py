@@ -140,7 +140,8 @@ def test_declared_values_override_detection(fake_smi, monkeypatch):
     assert inv.resources["gpu"] == 3 and inv.resources["cpu"] == 4
     assert inv.resources["mem_gb"] >= 0 and inv.gpu_ids == ("0", "1", "2")
     assert inv.has_host_resources()
-    assert inv.per_process(4) == {"cpu": 1, **({"mem_gb": inv.resources["mem_gb"] // 4} or {})}
+    share = inv.resources["mem_gb"] // 4
+    assert inv.per_process(4) == {"cpu": 1, **({"mem_gb": share} if share else {})}
     off = inventory(4, {"gpu": 0}, {})
     assert "gpu" not in off.resources and off.gpu_ids == () and not off.has_host_resources()
     more = inventory(2, {"gpu": 5, "cpu": 8, "license_x": 1}, {})
