@@ -84,3 +84,22 @@ def test_killed_worker_task_runs_again_on_another_matching_worker(
     assert again == {"a1": "a2", "a2": "a1"}[tag]  # the other gpu worker, never "plain"
     assert devices == "0"
     assert not list(shared.glob("started-plain-*"))
+
+
+def test_a_task_process_killed_mid_task_frees_its_devices(workers, client_factory, tmp_path):
+    # One host connection (two processes, two GPUs): the relay holds the devices.
+    hide = {"CUDA_VISIBLE_DEVICES": "", rtasks.TAG: "host"}
+    workers.start(2, "--resources", "gpu=2", env=hide)
+    client = client_factory()
+    _status_workers(client, 1)
+    shared = tmp_path / "held"
+    shared.mkdir()
+    fut = client.options(resources={"gpu": 2}).submit(rtasks.held, str(shared))
+    (first,) = wait_until(lambda: list(shared.glob("started-*")), timeout=30)
+    os.kill(int(first.name.rsplit("-", 1)[1]), signal.SIGKILL)  # the task's own process
+    wait_until(lambda: len(list(shared.glob("started-*"))) == 2, timeout=30)
+    (shared / "release").write_text("")
+    tag, devices, _ = fut.result(timeout=60)
+    # Its retry got both devices again: the lost attempt gave them back.
+    assert tag == "host" and sorted(devices.split(",")) == ["0", "1"], devices
+    assert "shares busy" not in workers.log_text(0)
