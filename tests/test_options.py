@@ -36,6 +36,9 @@ def test_the_table_lists_the_wire_keys_in_spec_order():
         "near",
         "after",
         "after_index",
+        "resources",
+        "labels",
+        "unschedulable",
     ]
     assert "key" not in VALID_OPTIONS  # drawn per package, never set by users
     assert "near" not in VALID_OPTIONS  # set by the SDK for kept inputs (docs/data.md)

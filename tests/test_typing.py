@@ -46,5 +46,5 @@ def test_mypy_accepts_the_correct_example_and_flags_each_wrong_line(tmp_path):
     assert [e for e in errors if Path(e[0]).name == ok.name] == [], out.stdout
     got = {(int(n), code) for f, n, code in errors if Path(f).name == wrong.name}
     expected = _expected(wrong)
-    assert len(expected) == 7
+    assert len(expected) == 9
     assert got == expected, out.stdout

@@ -35,6 +35,8 @@ from .errors import (
     ResultsLost,
     TaskTimeoutError,
     UnknownFunctionError,
+    UnschedulableError,
+    UnschedulableWarning,
 )
 
 __version__ = "0.1.0"
@@ -65,6 +67,8 @@ __all__ = [
     "TaskTimeoutError",
     "Transaction",
     "UnknownFunctionError",
+    "UnschedulableError",
+    "UnschedulableWarning",
     "__version__",
     "as_completed",
     "errors",

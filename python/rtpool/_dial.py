@@ -13,7 +13,7 @@ import random
 import socket
 import ssl
 import time
-from typing import List, NamedTuple, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Tuple, Union
 
 from . import _protocol as P
 from ._tls_socket import LockedTlsSocket
@@ -226,6 +226,8 @@ def connect(
     ca_file: str | None = None,
     busy_timeout: float | None = None,
     identity: str | None = None,
+    resources: Dict[str, int] | None = None,
+    labels: Dict[str, str] | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """Open a connection to the master and complete the handshake.
 
@@ -247,6 +249,9 @@ def connect(
         identity: A worker's stable identity (``HELLO.identity``, clipped to 256 bytes): the
             same across its reconnects and the restarts of its process, so the master still
             knows how fast it is (see :func:`worker_identity`). None: not sent.
+        resources: A worker's resources (``HELLO``'s 7th field, ``{name: total}``, sorted),
+            needs ``identity``; None or empty with no labels: not sent.
+        labels: A worker's labels (``HELLO``'s 8th field, sorted); None or empty: not sent.
 
     Returns:
         ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (with
@@ -263,13 +268,19 @@ def connect(
     """
     if busy_timeout is None:
         busy_timeout = BUSY_TIMEOUT_S
+    # HELLO's optional trailing fields after identity (docs/resources.md).
+    extra: list = []
+    if identity and (resources or labels):
+        extra = [dict(resources or {})] + ([dict(labels)] if labels else [])
     started = time.monotonic()
     pause = BUSY_FIRST_PAUSE_S
     attempts = 0
     while True:
         attempts += 1
         try:
-            return _connect_once(address, role, token, name, slots, timeout, tls, ca_file, identity)
+            return _connect_once(
+                address, role, token, name, slots, timeout, tls, ca_file, identity, extra
+            )
         except MasterBusy as exc:
             waited = time.monotonic() - started
             if waited + pause / 2 > busy_timeout:
@@ -291,8 +302,9 @@ def _connect_once(
     tls: TlsOption,
     ca_file: str | None,
     identity: str | None = None,
+    extra: List[Any] | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
-    """One attempt of :func:`connect`."""
+    """One attempt of :func:`connect`; ``extra``: HELLO's fields after ``identity``."""
     host, port = parse_address(address)
     where = f"{host}:{port}"
     context = tls_context(tls, ca_file)
@@ -303,6 +315,7 @@ def _connect_once(
         hello = [P.PROTOCOL_VERSION, role, token, _clip_name(name), slots]
         if identity:
             hello.append(_clip_name(identity))
+            hello += extra or ()
         sock.sendall(P.encode(P.HELLO, *hello))
         reader = P.FrameReader(P.PRE_AUTH_MAX_FRAME)
         msgs: List[list] = []

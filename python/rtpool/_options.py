@@ -27,7 +27,19 @@ import datetime as _dt
 import math
 import os
 import time
-from typing import Any, Callable, Dict, Literal, NamedTuple, Tuple, TypedDict, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Literal,
+    Mapping,
+    NamedTuple,
+    Tuple,
+    TypedDict,
+    Union,
+)
+
+from ._resources import check_labels, check_resources
 
 __all__ = [
     "OPTIONS",
@@ -207,6 +219,28 @@ def _until(at: float, shown: Any, name: str) -> float:
     return left
 
 
+def _resource_map(name: str) -> Callable[[Any], Dict[str, int]]:
+    """A ``{resource: count}`` dict (``_resources.check_resources``), sorted, zero counts left
+    out (asking for none is not asking); None is {}."""
+
+    def convert(value: Any) -> Dict[str, int]:
+        if value is None:
+            return {}
+        checked = check_resources(value, f"option {name!r}")
+        return {k: v for k, v in checked.items() if v}
+
+    return convert
+
+
+def _label_map(name: str) -> Callable[[Any], Dict[str, str]]:
+    """A ``{key: value}`` dict of str (``_resources.check_labels``), sorted; None is {}."""
+
+    def convert(value: Any) -> Dict[str, str]:
+        return {} if value is None else check_labels(value, f"option {name!r}")
+
+    return convert
+
+
 def _drawn(name: str) -> Callable[[Any], str]:
     def convert(value: Any) -> str:
         if value is None:
@@ -302,6 +336,28 @@ OPTIONS: Tuple[Option, ...] = (
     # master (_deps.py; docs/data.md).
     _internal("after", _int(0, 2**63 - 1, 0)),
     _internal("after_index", _int(0, 2**32 - 1, 0)),
+    _option(
+        "resources",
+        _resource_map,
+        "``resources`` (dict, default None: one slot only): what each task holds on its worker "
+        'while it runs, e.g. ``{"gpu": 1, "mem_gb": 8}``; it runs only on a worker whose '
+        "``--resources`` cover it, and a ``gpu`` task's process sees its own devices in "
+        "``CUDA_VISIBLE_DEVICES`` (``docs/resources.md``).",
+    ),
+    _option(
+        "labels",
+        _label_map,
+        "``labels`` (dict, default None): labels the worker must have, equal, e.g. "
+        '``{"zone": "a"}`` (``rtpool worker --label zone=a``).',
+    ),
+    _option(
+        "unschedulable",
+        _choice("error", "wait"),
+        '``unschedulable`` (``"error"``, default, or ``"wait"``): when no connected worker '
+        "could ever run the request, its futures raise "
+        ":class:`~rtpool.errors.UnschedulableError` at once, or the package waits for such a "
+        "worker to join, with an :class:`~rtpool.errors.UnschedulableWarning`.",
+    ),
 )
 
 
@@ -322,6 +378,9 @@ class PackageOptions(TypedDict, total=False):
     max_copies: int | None
     hedge: bool | None
     max_attempts: int | None
+    resources: Mapping[str, int] | None
+    labels: Mapping[str, str] | None
+    unschedulable: Literal["error", "wait"] | None
     keep: bool | None
     keep_bytes: int | None
 

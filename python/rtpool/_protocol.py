@@ -130,6 +130,7 @@ ERR_SLOW_CONSUMER = "slow_consumer"
 ERR_QUEUE_LIMIT = "queue_limit"
 ERR_UNACKED_LIMIT = "unacked_limit"
 ERR_UNKNOWN_DEPENDENCY = "unknown_dependency"
+ERR_UNSCHEDULABLE = "unschedulable"
 NON_FATAL_ERRORS = frozenset(
     {
         ERR_REJECTED,
@@ -140,6 +141,7 @@ NON_FATAL_ERRORS = frozenset(
         ERR_ADMISSION,
         ERR_QUEUE_LIMIT,
         ERR_UNKNOWN_DEPENDENCY,
+        ERR_UNSCHEDULABLE,
     }
 )
 

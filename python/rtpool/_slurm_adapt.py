@@ -17,7 +17,15 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, Mapping, NamedTuple, Tuple
 
-__all__ = ["Demand", "TaskTimer", "adapt_loop", "demand_from_stats", "demand_from_status"]
+__all__ = [
+    "Demand",
+    "TaskTimer",
+    "adapt_loop",
+    "demand_from_stats",
+    "demand_from_status",
+    "serves",
+    "unserved",
+]
 
 #: Completions needed in the window before a task time estimate is trusted.
 _MIN_COMPLETIONS = 3
@@ -75,10 +83,25 @@ def want_jobs(demand: Demand, procs: int, minimum: int, maximum: int, **rule: fl
     return min(maximum, max(minimum, math.ceil(slots / procs)))
 
 
-def demand_from_status(snapshot: Mapping[str, Any]) -> Demand:
+def serves(offer: Mapping[str, Any], cls: Mapping[str, Any]) -> bool:
+    """Whether a worker job offering ``offer`` (``{"resources": {...}, "labels": {...}}``,
+    what its ``rtpool worker`` declares) could serve the resource class ``cls`` (an entry of
+    the snapshot's ``resource_classes``)."""
+    have = offer.get("resources") or {}
+    labels = offer.get("labels") or {}
+    return all(
+        int(have.get(n, 0)) >= int(v) for n, v in (cls.get("resources") or {}).items()
+    ) and all(labels.get(k) == v for k, v in (cls.get("labels") or {}).items())
+
+
+def demand_from_status(
+    snapshot: Mapping[str, Any], offer: Mapping[str, Any] | None = None
+) -> Demand:
     """A :class:`Demand` from the master's status snapshot (the ``STATUS`` answer and
     ``/api/status``: ``totals``, ``workers[].exec_s`` and ``done``, ``packages[]`` with
-    ``queued``, ``running``, ``deadline_in_s``)."""
+    ``queued``, ``running``, ``deadline_in_s``). With ``offer`` (what the pool's jobs have,
+    see :func:`serves`), the tasks of resource classes they could not serve do not count: new
+    jobs would not run them (:func:`unserved` names those classes)."""
     totals = snapshot.get("totals") or {}
     workers = snapshot.get("workers") or []
     exec_s = sum(float(w.get("exec_s") or 0) for w in workers)
@@ -88,11 +111,30 @@ def demand_from_status(snapshot: Mapping[str, Any]) -> Demand:
         left = int(pkg.get("queued") or 0) + int(pkg.get("running") or 0)
         if pkg.get("deadline_in_s") is not None and left > 0:
             deadlines.append((float(pkg["deadline_in_s"]), left))
+    tasks = int(totals.get("queued") or 0) + int(totals.get("running") or 0)
+    if offer is not None:
+        for cls in snapshot.get("resource_classes") or []:
+            if not serves(offer, cls):
+                tasks -= int(cls.get("queued") or 0)
     return Demand(
-        tasks=int(totals.get("queued") or 0) + int(totals.get("running") or 0),
+        tasks=max(0, tasks),
         task_s=exec_s / done if done >= _MIN_COMPLETIONS and exec_s > 0 else None,
         deadlines=tuple(deadlines),
     )
+
+
+def unserved(snapshot: Mapping[str, Any], offer: Mapping[str, Any]) -> Tuple[str, ...]:
+    """The unschedulable classes of the snapshot that the pool's jobs could not serve either
+    (``gpu=4,zone=b``): adapting cannot help them, a pool with more per job can."""
+    out = []
+    for cls in snapshot.get("resource_classes") or []:
+        if cls.get("unschedulable") and not serves(offer, cls):
+            name = cls.get("name") or ",".join(
+                f"{k}={v}"
+                for k, v in sorted({**cls.get("resources", {}), **cls.get("labels", {})}.items())
+            )
+            out.append(str(name))
+    return tuple(out)
 
 
 class TaskTimer:

@@ -68,6 +68,22 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
     )
     up.add_argument("--python", default=sys.executable, help="interpreter on the nodes")
     up.add_argument(
+        "--gpus",
+        type=int,
+        default=0,
+        metavar="N",
+        help="GPUs per job: sbatch --gres=gpu:N, and the worker offers gpu=N to tasks that ask "
+        "(options(resources={'gpu': 1})) (default: 0, none asked)",
+    )
+    up.add_argument(
+        "--mem-gb",
+        type=int,
+        default=None,
+        metavar="N",
+        help="memory per job in GiB: sbatch --mem=NG, and the worker offers mem_gb=N "
+        "(default: the partition's; the worker detects the node's)",
+    )
+    up.add_argument(
         "--mode",
         choices=("sbatch", "srun"),
         default="sbatch",
@@ -110,6 +126,9 @@ def _up(args: argparse.Namespace) -> int:
     if args.workers < 1 or args.procs < 1:
         print("rtpool slurm up: --workers and --procs must be at least 1", file=sys.stderr)
         return 2
+    if args.gpus < 0 or (args.mem_gb is not None and args.mem_gb < 1):
+        print("rtpool slurm up: --gpus must be 0 or more, --mem-gb at least 1", file=sys.stderr)
+        return 2
     token_file = args.token_file or os.path.join(args.default_data_dir(), "worker.token")
     token_file = os.path.abspath(os.path.expanduser(token_file))
     if not os.path.isfile(token_file):
@@ -134,6 +153,8 @@ def _up(args: argparse.Namespace) -> int:
         sbatch_args=args.sbatch_arg,
         python=args.python,
         ca_file=ca_file,
+        gpus=args.gpus,
+        mem_gb=args.mem_gb,
     )
     env = jobs.worker_env()
     ids = _recorded(job_dir)

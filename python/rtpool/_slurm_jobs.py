@@ -14,7 +14,7 @@ import os
 import shlex
 import subprocess
 import sys
-from typing import Dict, Iterable, List, Mapping, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
 from .errors import RtpoolError
 
@@ -51,6 +51,10 @@ class JobSpec:
         worker_args: More ``rtpool worker`` options, as a list.
         ca_file: The master's certificate (or its CA) for ``--ca-file``, readable by the nodes;
             None: plain TCP.
+        gpus: GPUs per job: ``--gres=gpu:N`` for Slurm and ``--resources gpu=N`` for the
+            worker (0: none asked; a GPU Slurm gives anyway is still detected).
+        mem_gb: Memory per job in GiB: ``--mem=NG`` and ``--resources mem_gb=N`` (None:
+            the partition's default, and the worker detects the node's).
     """
 
     def __init__(
@@ -66,9 +70,15 @@ class JobSpec:
         python: str = sys.executable,
         worker_args: Sequence[str] = (),
         ca_file: str | None = None,
+        gpus: int = 0,
+        mem_gb: int | None = None,
     ) -> None:
         if procs < 1:
             raise ValueError("procs must be at least 1")
+        if gpus < 0 or (mem_gb is not None and mem_gb < 1):
+            raise ValueError("gpus must be 0 or more and mem_gb at least 1 (or None)")
+        self.gpus = gpus
+        self.mem_gb = mem_gb
         self.master = master
         self.token_file = token_file
         self.job_dir = job_dir
@@ -90,6 +100,9 @@ class JobSpec:
         cmd += ["--token-file", self.token_file, "--procs", str(self.procs)]
         if self.ca_file is not None:
             cmd += ["--ca-file", self.ca_file]
+        declared = self.declared()
+        if declared:  # what Slurm gives the job is what the worker offers its tasks
+            cmd += ["--resources", ",".join(f"{k}={v}" for k, v in declared.items())]
         cmd += self.worker_args
         line = " ".join(shlex.quote(c) for c in cmd)
         if step:
@@ -109,11 +122,52 @@ class JobSpec:
             f'exec {line} --name "slurm-$SLURM_JOB_ID"\n'
         )
 
+    def declared(self) -> Dict[str, int]:
+        """The ``--resources`` of the worker: the job's GPUs and memory, when asked."""
+        out = {}
+        if self.gpus:
+            out["gpu"] = self.gpus
+        if self.mem_gb:
+            out["mem_gb"] = self.mem_gb
+        return out
+
+    def slurm_resources(self) -> List[str]:
+        """The ``sbatch``/``srun`` options asking for the job's GPUs and memory."""
+        out = []
+        if self.gpus:
+            out.append(f"--gres=gpu:{self.gpus}")
+        if self.mem_gb:
+            out.append(f"--mem={self.mem_gb}G")
+        return out
+
+    def offer(self) -> Dict[str, Any]:
+        """What one job's worker offers tasks, for ``adapt``: ``{"resources", "labels"}``
+        (its slots, GPUs and memory, and what ``worker_args`` declare with ``--resources``
+        and ``--label``)."""
+        from ._resources import parse_labels, parse_resources
+
+        resources: Dict[str, int] = {"cpu": self.procs, **self.declared()}
+        texts, labels = [], []
+        args = iter(self.worker_args)
+        for arg in args:
+            if arg in ("--resources", "--label"):
+                (texts if arg == "--resources" else labels).append(next(args, ""))
+            elif arg.startswith("--resources="):
+                texts.append(arg.partition("=")[2])
+            elif arg.startswith("--label="):
+                labels.append(arg.partition("=")[2])
+        try:
+            resources.update(parse_resources(texts))
+            return {"resources": resources, "labels": parse_labels(labels)}
+        except ValueError:  # the worker says so itself at startup
+            return {"resources": resources, "labels": {}}
+
     def srun_script(self, step_script: str) -> str:
         """The batch script of ``rtpool slurm up --mode srun``: one ``srun`` starting the step
         script in every task of the allocation (``--ntasks`` workers, on as many nodes as
         Slurm gave)."""
-        srun = ["srun", "--kill-on-bad-exit=0", "--cpus-per-task", str(self.procs), step_script]
+        srun = ["srun", "--kill-on-bad-exit=0", "--cpus-per-task", str(self.procs)]
+        srun += [*self.slurm_resources(), step_script]
         return (
             "#!/bin/sh\n"
             "# rtpool workers as the tasks of one job step; by `rtpool slurm up --mode srun`.\n"
@@ -128,7 +182,7 @@ class JobSpec:
             cmd += ["--partition", self.partition]
         if self.walltime:
             cmd += ["--time", self.walltime]
-        return cmd + self.sbatch_args + [script_path]
+        return cmd + self.slurm_resources() + self.sbatch_args + [script_path]
 
 
 def write_private(path: str, text: str) -> None:

@@ -61,7 +61,7 @@ class Steps:
         out = os.path.join(self.spec.job_dir, "slurm-%j.%s.out")
         cmd = ["srun", "--jobid", self.allocation, "--job-name", key, "--ntasks", "1"]
         cmd += ["--cpus-per-task", str(self.spec.procs), "--exact", "--output", out]
-        cmd += ["--kill-on-bad-exit=0", *self.srun_args, self.script]
+        cmd += ["--kill-on-bad-exit=0", *self.spec.slurm_resources(), *self.srun_args, self.script]
         log = open(os.path.join(self.spec.job_dir, f"srun-{key}.log"), "ab")
         try:
             self._clients[key] = subprocess.Popen(

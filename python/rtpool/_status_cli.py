@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any, Callable, Dict, List
 
+from ._status_resources import CLASS_COLUMNS, class_rows, worker_resources
+
 __all__ = ["add_arguments", "render", "run"]
 
 _HELP = """\
@@ -214,7 +216,9 @@ def _n(v: Any) -> str:
 
 
 #: Columns of text (left-aligned); the others hold numbers.
-_TEXT_COLUMNS = frozenset({"stage", "name", "host", "user", "id"})
+_TEXT_COLUMNS = frozenset(
+    {"stage", "name", "host", "user", "id", "class", "state", "resources (used/total); labels"}
+)
 
 
 def _table(title: str, columns: List[str], rows: List[List[Any]], total: int) -> Any:
@@ -315,7 +319,18 @@ def render(s: Dict[str, Any], max_rows: int = DEFAULT_MAX_ROWS) -> Any:
     parts.append(
         _table(
             "workers",
-            ["name", "host", "slots", "running", "credits", "done", "tasks/s", "exec", "seen"],
+            [
+                "name",
+                "host",
+                "slots",
+                "running",
+                "credits",
+                "done",
+                "tasks/s",
+                "exec",
+                "seen",
+                "resources (used/total); labels",
+            ],
             [
                 [
                     str(w.get("name") or f"#{w.get('id')}"),
@@ -327,12 +342,18 @@ def render(s: Dict[str, Any], max_rows: int = DEFAULT_MAX_ROWS) -> Any:
                     _n(w.get("tasks_per_s")),
                     "-" if w.get("exec_s") is None else f"{w['exec_s']:.1f} s",
                     _secs(-(w.get("last_seen_s") or 0)),
+                    worker_resources(w),
                 ]
                 for w in workers[:max_rows]
             ],
             len(workers),
         )
     )
+    classes = s.get("resource_classes") or []
+    if classes:  # (none: every package is in the default class, the totals above)
+        parts.append(
+            _table("resource classes", CLASS_COLUMNS, class_rows(classes[:max_rows]), len(classes))
+        )
     packages = s.get("packages") or []
     total = len(packages) + (s.get("packages_omitted") or 0)
     parts.append(_table("packages", _PACKAGE_COLUMNS, _package_rows(packages[:max_rows]), total))

@@ -41,6 +41,8 @@ __all__ = [
     "TaskTimeoutError",
     "UnknownDependencyError",
     "UnknownFunctionError",
+    "UnschedulableError",
+    "UnschedulableWarning",
 ]
 
 
@@ -260,6 +262,26 @@ class OverloadWarning(RuntimeWarning):
     counts every notice. To be refused at once instead, submit with ``admit=True``; to have
     late tasks dropped, ``on_miss="drop"``; or add workers.
     """
+
+
+class UnschedulableError(SubmitRejected):
+    """No connected worker could ever run the package (``ERROR unschedulable``): it asks for
+    more of a resource than any worker has (``options(resources=...)``), or for labels no
+    worker carries (``options(labels=...)``).
+
+    Nothing of it ran and the connection stays usable; the message names the resource or
+    label and the most any connected worker has. Add a worker that has it (``rtpool worker
+    --resources gpu=4``, ``--label zone=a``), or submit with ``unschedulable="wait"`` to
+    queue the package until one joins (``docs/resources.md``).
+    """
+
+
+class UnschedulableWarning(RuntimeWarning):
+    """The master accepted a package that no connected worker can run yet
+    (``options(unschedulable="wait")``): it waits until a matching worker joins, and ``rtpool
+    status`` shows its class as unschedulable. Issued through :mod:`warnings` (and logged on
+    the ``rtpool.client`` logger) once per package, with the master's words on what is
+    missing."""
 
 
 class QueueLimitError(SubmitRejected):

@@ -98,16 +98,28 @@ class _Pool:
             self.backend.close()
 
 
-def _poller(master: LocalCluster) -> Callable[[], adapt.Demand]:
+def _poller(master: LocalCluster, offer: Dict[str, Any]) -> Callable[[], adapt.Demand]:
     """What ``adapt`` asks the master each time: its status snapshot when the client can ask
-    for one (per-package deadlines, per-worker execution time), else ``stats()``."""
+    for one (per-package deadlines, per-worker execution time, the resource classes: tasks
+    of a class the pool's jobs (``offer``) cannot serve do not count, and are named once on
+    stderr), else ``stats()``."""
     timer = adapt.TaskTimer()
     probe: List[Client] = []  # the connection the snapshot is asked over, made on first use
+    told: set = set()
 
     def poll() -> adapt.Demand:
         snapshot = _status_snapshot(master, probe)
         if snapshot is not None:
-            return adapt.demand_from_status(snapshot)
+            for name in set(adapt.unserved(snapshot, offer)) - told:
+                told.add(name)
+                print(
+                    f"rtpool SlurmCluster.adapt: tasks of class {name} wait and no worker job "
+                    "of this pool could run them; start a SlurmCluster whose jobs have it "
+                    "(gpus=, mem_gb=, worker_args=['--label', ...])",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return adapt.demand_from_status(snapshot, offer)
         return adapt.demand_from_stats(master.stats(), timer, time.monotonic())
 
     return poll
@@ -208,6 +220,11 @@ class SlurmCluster:
         tls_key: The private key of ``tls_cert``; stays here (only read by the master).
         ca_file: What the workers trust with ``tls_cert`` (default: ``tls_cert`` itself, right
             for a self-signed one); copied into ``job_dir`` as ``ca.pem``.
+        gpus: GPUs per worker job: ``--gres=gpu:N`` for Slurm, ``--resources gpu=N`` for the
+            worker, so tasks with ``options(resources={"gpu": 1})`` run there
+            (``docs/resources.md``). 0: none asked.
+        mem_gb: Memory per worker job in GiB: ``--mem=NG`` and ``--resources mem_gb=N``.
+            None: the partition's default (the worker detects the node's).
 
     Raises:
         RtpoolError: The master cannot start, ``sbatch``/``srun`` fails (its message
@@ -240,6 +257,8 @@ class SlurmCluster:
         tls_cert: str | os.PathLike | None = None,
         tls_key: str | os.PathLike | None = None,
         ca_file: str | os.PathLike | None = None,
+        gpus: int = 0,
+        mem_gb: int | None = None,
     ) -> None:
         if mode not in ("sbatch", "srun"):
             raise ValueError(f"mode must be 'sbatch' or 'srun', got {mode!r}")
@@ -295,6 +314,8 @@ class SlurmCluster:
                 python=python,
                 worker_args=args + list(worker_args),
                 ca_file=worker_ca,
+                gpus=gpus,
+                mem_gb=mem_gb,
             )
             env = jobs.worker_env(sys.path)
             if mode == "srun":
@@ -416,7 +437,7 @@ class SlurmCluster:
         stop = threading.Event()
         thread = threading.Thread(
             target=adapt.adapt_loop,
-            args=(self._pool, _poller(self._master), stop),
+            args=(self._pool, _poller(self._master, self._pool.spec.offer()), stop),
             kwargs=dict(
                 minimum=minimum,
                 maximum=maximum,

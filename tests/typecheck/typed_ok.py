@@ -33,5 +33,7 @@ def use(client: rtpool.Client) -> None:
         keep=True,
     )
     again: int = view.options(hedge=True).submit(square, 4).result()
+    gpu = client.options(resources={"gpu": 1, "mem_gb": 8}, labels={"zone": "a"})
+    waits: int = gpu.options(unschedulable="wait").submit(square, 5).result()
     running: bool = fut.running()
-    print(fut, total, text, list(squares), list(labels), list(sums), again, running)
+    print(fut, total, text, list(squares), list(labels), list(sums), again, running, waits)

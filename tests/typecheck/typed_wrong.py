@@ -18,4 +18,6 @@ def use(client: rtpool.Client) -> None:
     client.options(priorty=3)  # E: call-arg
     client.options(on_miss="later")  # E: arg-type
     client.options(timeout="2s")  # E: arg-type
+    client.options(resources={"gpu": "one"})  # E: dict-item
+    client.options(unschedulable="later")  # E: arg-type
     print(text)

@@ -53,6 +53,9 @@ pub struct CoreConfig {
     /// Admission control for every package with a deadline, not only those that ask for it
     /// with `admit` (default false; see `docs/deadlines.md` for why).
     pub admit_deadlines: bool,
+    /// Most resource classes (distinct requests of resources and labels) at once (default
+    /// 256): a package making one more, when no unused class can be forgotten, is refused.
+    pub max_resource_classes: usize,
 }
 
 impl Default for CoreConfig {
@@ -74,6 +77,7 @@ impl Default for CoreConfig {
             overload_window_ns: 10 * 1_000_000_000,
             overload_miss_ratio: 0.05,
             admit_deadlines: false,
+            max_resource_classes: 256,
         }
     }
 }

@@ -37,6 +37,7 @@
 mod admission;
 mod calls;
 mod cancel;
+mod classes;
 mod client_events;
 mod copies;
 mod dispatch;
@@ -57,7 +58,7 @@ mod view;
 mod worker_events;
 mod worker_loss;
 
-pub use self::view::{PackageView, WorkerView};
+pub use self::view::{ClassView, PackageView, WorkerView};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -67,6 +68,7 @@ pub use self::reported::REPORT_MARGIN_US;
 use bytes::Bytes;
 
 use crate::buffers::IdBuffers;
+use crate::class::ClassTable;
 use crate::client::{Client, User};
 use crate::config::CoreConfig;
 use crate::estimate::{Estimate, Estimator};
@@ -99,6 +101,8 @@ pub(crate) enum Timer {
     Hedge(TaskId, u32),
     /// A service's grace period without servers (slab key of the service).
     Service(u64),
+    /// A resource class's grace period without servers (slab key of the class).
+    Class(u64),
 }
 
 /// The scheduler state machine.
@@ -143,6 +147,10 @@ pub struct Core {
     services: ServiceTable,
     /// Services whose queues may hold calls (checked lazily by call dispatch).
     waiting_services: BTreeSet<u64>,
+    /// Resource classes (`class.rs`): the queues of packages that ask for resources or labels.
+    classes: ClassTable,
+    /// Classes whose queues may hold tasks (checked lazily by class dispatch).
+    waiting_classes: BTreeSet<u64>,
     /// What was learned of the links to all workers: the default for a worker not yet measured.
     pool_link: Link,
     /// Transaction intermediates kept on workers (`lineage.rs`).
@@ -226,6 +234,8 @@ impl Core {
             estimates: Map::default(),
             services: ServiceTable::default(),
             waiting_services: BTreeSet::new(),
+            classes: ClassTable::default(),
+            waiting_classes: BTreeSet::new(),
             pool_link: Link::default(),
             kept_calls: Table::default(),
             pending_drops: Vec::new(),
@@ -304,7 +314,13 @@ impl Core {
                 req_id,
                 package,
             } => self.on_status(client, req_id, package, out),
-            Event::WorkerJoined { worker, slots, key } => self.on_worker_joined(worker, slots, key),
+            Event::WorkerJoined {
+                worker,
+                slots,
+                key,
+                resources,
+                labels,
+            } => self.on_worker_joined(worker, slots, key, resources, labels),
             Event::Credit { worker, credits } => self.on_credit(worker, credits, now, out),
             Event::Results { worker, results } => self.on_results(worker, results, now, out),
             Event::Returned { worker, tasks } => self.on_returned(worker, &tasks, now, out),
@@ -352,7 +368,7 @@ impl Core {
         CoreStats {
             tasks: self.tasks.len(),
             packages: self.packages.len(),
-            queued: self.queue.len(),
+            queued: self.queue.len() + self.class_queued(),
             running: self.running,
             cancelling: self.cancelling,
             retained: self.retained,

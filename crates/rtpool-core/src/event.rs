@@ -22,7 +22,7 @@ pub use rtpool_proto::Call as CallSpec;
 pub use rtpool_proto::FunctionInfo as ServiceInfo;
 /// A named function a worker serves (grid RPC), as its `SERVE` declares it: the wire's type.
 pub use rtpool_proto::ServedFunction as ServiceDecl;
-pub use rtpool_proto::{MissPolicy, PackageCounts, PackageOpts};
+pub use rtpool_proto::{Labels, MissPolicy, PackageCounts, PackageOpts, Resources, Unschedulable};
 
 pub use self::action::{Action, AssignCall, AssignTask};
 pub use self::outcome::{TaskOutcome, TaskStatus, WorkerOutcome};
@@ -120,6 +120,10 @@ pub enum Event {
         /// What it runs on, the same after a reconnect or a restart of its process: its
         /// pace is learned under this key.
         key: WorkerKey,
+        /// What it has for tasks that ask for resources (`gpu=2`); empty: nothing.
+        resources: Resources,
+        /// Its labels (`zone=a`).
+        labels: Labels,
     },
     /// A worker grants `credits` more tasks.
     Credit {

@@ -7,6 +7,7 @@
 //! tasks, packages or workers (the RT-BOINC rule: a predictable worst case).
 
 mod buffers;
+mod class;
 mod client;
 mod config;
 mod core;
@@ -28,13 +29,13 @@ mod task;
 mod worker;
 
 pub use crate::config::CoreConfig;
+pub use crate::core::{ClassView, PackageView, WorkerView};
 pub use crate::core::{Core, CALLS_HASH, REPORT_MARGIN_US};
-pub use crate::core::{PackageView, WorkerView};
 pub use crate::estimate::Estimate;
 pub use crate::event::{
-    Action, AssignCall, AssignTask, CallSpec, Event, LossCause, MissPolicy, PackageCounts,
-    PackageOpts, RejectReason, RestoredPackage, ServiceDecl, ServiceInfo, TaskOutcome, TaskStatus,
-    WorkerOutcome,
+    Action, AssignCall, AssignTask, CallSpec, Event, Labels, LossCause, MissPolicy, PackageCounts,
+    PackageOpts, RejectReason, Resources, RestoredPackage, ServiceDecl, ServiceInfo, TaskOutcome,
+    TaskStatus, Unschedulable, WorkerOutcome,
 };
 pub use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 pub use crate::overload::{OverloadStatus, MIN_RESULTS as OVERLOAD_MIN_RESULTS};

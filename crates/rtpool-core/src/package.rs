@@ -55,6 +55,9 @@ pub(crate) struct Package {
     pub(crate) est_us: u64,
     /// A package of calls of named functions (no code of its own).
     pub(crate) calls: bool,
+    /// Its resource class (slab key), when it asks for resources or labels: its tasks queue
+    /// there, not in the core's queue.
+    pub(crate) class: Option<u64>,
 }
 
 impl Package {
@@ -97,6 +100,7 @@ impl Package {
             seq: 0,
             est_us: 0,
             calls: false,
+            class: None,
         }
     }
 

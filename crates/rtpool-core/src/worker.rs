@@ -1,8 +1,10 @@
 //! [`Worker`]: one worker connection's credits, in-flight tasks and code cache.
 
+use rtpool_proto::{Labels, Resources};
+
 use crate::ids::{FnHash, TaskId, WorkerKey};
 use crate::placement::Link;
-use crate::table::{IdSet, Set};
+use crate::table::{IdMap, IdSet, Set};
 
 /// One worker.
 #[derive(Debug)]
@@ -39,6 +41,16 @@ pub(crate) struct Worker {
     /// It reported a time longer than the master saw the task run ([`crate::Action::Overreported`]
     /// was sent once for it).
     pub(crate) overreported: bool,
+    /// What it has for tasks that ask (`gpu=2`), as it announced on joining.
+    pub(crate) resources: Resources,
+    /// Its labels (`zone=a`).
+    pub(crate) labels: Labels,
+    /// How much of each of `resources` its running tasks hold, in the same order.
+    pub(crate) in_use: Vec<u64>,
+    /// Slab keys of the resource classes it can serve.
+    pub(crate) classes: Vec<u64>,
+    /// Its tasks that hold resources, with their class.
+    pub(crate) holding: IdMap<TaskId, u64>,
 }
 
 /// Hedged tasks a worker remembers (see [`Worker::hedged`]).
@@ -62,7 +74,41 @@ impl Worker {
             hedged: Vec::new(),
             kept_calls: Set::default(),
             overreported: false,
+            resources: Resources::default(),
+            labels: Labels::default(),
+            in_use: Vec::new(),
+            classes: Vec::new(),
+            holding: IdMap::default(),
         }
+    }
+
+    /// Its free resources cover `request` now.
+    pub(crate) fn has_free(&self, request: &Resources) -> bool {
+        request.iter().all(|(name, asked)| {
+            self.resource_index(name)
+                .is_some_and(|i| self.total_at(i).saturating_sub(self.in_use[i]) >= asked)
+        })
+    }
+
+    /// Takes (`take`) or gives back a request's amounts.
+    pub(crate) fn account(&mut self, request: &Resources, take: bool) {
+        for (name, amount) in request.iter() {
+            if let Some(i) = self.resource_index(name) {
+                self.in_use[i] = if take {
+                    self.in_use[i] + amount
+                } else {
+                    self.in_use[i].saturating_sub(amount)
+                };
+            }
+        }
+    }
+
+    fn resource_index(&self, name: &str) -> Option<usize> {
+        self.resources.iter().position(|(n, _)| n == name)
+    }
+
+    fn total_at(&self, i: usize) -> u64 {
+        self.resources.iter().nth(i).map_or(0, |(_, a)| a)
     }
 
     /// Remembers that `(task, attempt)`, running here, got a hedge copy elsewhere.

@@ -278,7 +278,7 @@ fn admission_counts_the_work_ahead_at_the_same_priority_or_higher() {
     // 20 queued tasks of 10 ms at priority 0: 100 ms of work for 2 slots.
     env.submit_spec(client, Spec::tasks(20).function(5));
     let urgent = Spec::tasks(1).function(5).deadline_ms(50).admit();
-    let (_, out) = env.submit_raw(client, urgent);
+    let (_, out) = env.submit_raw(client, urgent.clone());
     let reason = rejected(&out);
     assert!(
         matches!(
@@ -300,7 +300,7 @@ fn admission_with_no_worker_refuses_and_with_no_estimate_admits() {
     let mut env = TestEnv::new();
     let client = env.new_client();
     let spec = Spec::tasks(1).function(9).deadline_ms(50).admit();
-    let (_, out) = env.submit_raw(client, spec);
+    let (_, out) = env.submit_raw(client, spec.clone());
     let reason = rejected(&out);
     assert_eq!(
         reason,

@@ -226,6 +226,8 @@ fn rejoining_worker_id_is_ignored_while_connected() {
     env.credit(w, 2);
     assert!(env
         .step(rtpool_core::Event::WorkerJoined {
+            labels: Default::default(),
+            resources: Default::default(),
             worker: w,
             slots: 9,
             key: rtpool_core::WorkerKey(w.0),

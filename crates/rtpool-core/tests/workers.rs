@@ -128,6 +128,8 @@ fn worker_ids_may_be_reused_after_loss() {
     env.credit(w, 3);
     env.lose_worker(w);
     let out = env.step(rtpool_core::Event::WorkerJoined {
+        labels: Default::default(),
+        resources: Default::default(),
         worker: w,
         slots: 1,
         key: rtpool_core::WorkerKey(w.0),

@@ -196,6 +196,8 @@ fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
     // Version mismatch.
     let mut p = Peer::connect(&m);
     p.send(&Msg::Hello {
+        labels: Default::default(),
+        resources: Default::default(),
         version: 99,
         role: Role::Client,
         token: client_tok.clone(),
@@ -208,6 +210,8 @@ fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
     // A version-1 peer (before segmented frames) is refused with both versions named.
     let mut p = Peer::connect(&m);
     p.send(&Msg::Hello {
+        labels: Default::default(),
+        resources: Default::default(),
         version: 1,
         role: Role::Worker,
         token: "whatever".into(),
@@ -300,6 +304,9 @@ fn a_submit_with_every_deadline_option_is_accepted_and_status_reply_has_ten_fiel
     let (_w1, _) = Peer::hello(&m, Role::Worker, &worker_token, 2);
     let (_w2, _) = Peer::hello(&m, Role::Worker, &worker_token, 2);
     let opts = PackageOpts {
+        labels: Default::default(),
+        resources: Default::default(),
+        unschedulable: Default::default(),
         priority: 1,
         timeout_ms: 5_000,
         key: "e2e-every-option".into(),

@@ -61,6 +61,8 @@ impl Peer {
 
     fn hello(mut self, role: Role, token: &str, slots: u32) -> (Self, Msg) {
         self.send(&Msg::Hello {
+            labels: Default::default(),
+            resources: Default::default(),
             version: rtpool_proto::PROTOCOL_VERSION,
             role,
             token: token.into(),
@@ -247,6 +249,8 @@ fn connections_beyond_the_limit_get_busy_and_the_limit_frees_up() {
     wait_until("a new connection is welcome", || {
         let mut p = Peer::plain(&m);
         p.send(&Msg::Hello {
+            labels: Default::default(),
+            resources: Default::default(),
             version: rtpool_proto::PROTOCOL_VERSION,
             role: Role::Client,
             token: client_token(&m),

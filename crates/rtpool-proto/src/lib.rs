@@ -20,4 +20,7 @@ pub use counts::PackageCounts;
 pub use error::ProtoError;
 pub use limits::*;
 pub use message::*;
-pub use options::{MissPolicy, OptFields, PackageOpts, CALL_OPTS, OPTION_KEYS, OPTS, SUBMIT_OPTS};
+pub use options::{
+    check_name, Labels, MissPolicy, OptFields, PackageOpts, Resources, Unschedulable, CALL_OPTS,
+    MAX_ENTRIES, MAX_LABEL_VALUE_BYTES, MAX_RESOURCE_NAME_BYTES, OPTION_KEYS, OPTS, SUBMIT_OPTS,
+};

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::counts::PackageCounts;
 use crate::error::ProtoError;
 use crate::kind;
-use crate::options::PackageOpts;
+use crate::options::{Labels, PackageOpts, Resources};
 
 /// Protocol version spoken by this crate.
 pub const PROTOCOL_VERSION: u32 = 2;
@@ -110,6 +110,10 @@ pub struct Assignment {
     /// The results of the tasks this one depends on, held by the master (package option
     /// `after`), in order; empty for every other task (and then not on the wire).
     pub inputs: Vec<Bytes>,
+    /// What the task holds of its worker while it runs (its package's `resources`), for the
+    /// worker to pick devices (`gpu`: which GPUs); empty for every other task (and then not on
+    /// the wire: an eighth field, after `inputs`).
+    pub res: Resources,
 }
 
 /// One task's result as a worker publishes it.
@@ -214,6 +218,12 @@ pub enum Msg {
         /// the restarts of its process (`host:supervisor-pid/slot`), at most 256 bytes. The
         /// master keeps what it learns of the worker's speed under it. `None`: not sent.
         identity: Option<String>,
+        /// Optional trailing field (after `identity`): what a worker has to hold for tasks
+        /// that ask (`gpu=2`); empty: not sent.
+        resources: Resources,
+        /// Optional trailing field (after `resources`): the worker's labels (`zone=a`);
+        /// empty: not sent.
+        labels: Labels,
     },
     /// Kind 2: handshake accepted.
     Welcome {

@@ -13,6 +13,8 @@
 //! (`quorum <= replicas`, at most 16 copies, `admit` without a deadline) are the core's to
 //! check.
 
+mod request;
+
 use std::ops::Range;
 
 use bytes::BufMut;
@@ -21,6 +23,11 @@ use rmp::Marker;
 use crate::error::ProtoError;
 use crate::limits::MAX_KEY_BYTES;
 use crate::msgpack::{describe, Int, Reader, Writer};
+
+pub use self::request::{
+    check_name, Labels, Resources, Unschedulable, MAX_ENTRIES, MAX_LABEL_VALUE_BYTES,
+    MAX_NAME_BYTES as MAX_RESOURCE_NAME_BYTES,
+};
 
 /// What the master does with the tasks of a package that can no longer make their deadline
 /// (`opts.on_miss`).
@@ -191,6 +198,13 @@ package_options! {
     after: u64 = 0 => "after", limit (0, i64::MAX);
     /// The index of the producing task in package `after`.
     after_index: u32 = 0 => "after_index";
+    /// What each task holds of its worker while it runs, beside its slot (`gpu=1`): it runs
+    /// only on a worker whose totals cover it, when that worker has it free. Empty = nothing.
+    resources: Resources = Resources::default() => "resources";
+    /// Labels the worker must have, each equal (`zone=a`). Empty = any worker.
+    labels: Labels = Labels::default() => "labels";
+    /// What happens when no connected worker could ever serve `resources` and `labels`.
+    unschedulable: Unschedulable = Unschedulable::Error => "unschedulable";
 }
 
 impl PackageOpts {
@@ -420,7 +434,10 @@ impl OptionValue for MissPolicy {
 
 /// Reads a `str` option and returns its range: `Ok(Err(reason))` for another type (the value
 /// is consumed), `Err` when the body itself is broken.
-fn read_str(r: &mut Reader, field: &str) -> Result<Result<Range<usize>, String>, ProtoError> {
+pub(crate) fn read_str(
+    r: &mut Reader,
+    field: &str,
+) -> Result<Result<Range<usize>, String>, ProtoError> {
     if matches!(
         r.peek_marker(),
         Some(Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32)
@@ -437,7 +454,7 @@ fn read_str(r: &mut Reader, field: &str) -> Result<Result<Range<usize>, String>,
 
 /// Reads an integer option within `min..=max`: `Ok(Err(reason))` for a wrong type or range
 /// (the value is consumed), `Err` when the body itself is broken.
-fn read_int(
+pub(crate) fn read_int(
     r: &mut Reader,
     field: &str,
     min: i64,

@@ -131,8 +131,34 @@ fn wrong_field_counts() {
         &["HELLO.identity: expected str"],
     );
     fields[6] = V::s("host:1/0");
+    // A seventh is the worker's resources (a map of str to integer), an eighth its labels
+    // (str to str), a ninth is one too many.
     fields.push(V::U(0));
-    assert_malformed(&V::A(fields), Some(kind::HELLO), &["7 fields, expected 5"]);
+    assert_malformed(
+        &V::A(fields.clone()),
+        Some(kind::HELLO),
+        &["HELLO.resources: expected a map"],
+    );
+    fields[7] = V::M(vec![(V::s("GPU"), V::U(1))]);
+    assert_malformed(
+        &V::A(fields.clone()),
+        Some(kind::HELLO),
+        &["HELLO.resources", "not a valid name"],
+    );
+    fields[7] = V::M(vec![(V::s("gpu"), V::U(2))]);
+    fields.push(V::M(vec![(V::s("zone"), V::U(1))]));
+    assert_malformed(
+        &V::A(fields.clone()),
+        Some(kind::HELLO),
+        &["HELLO.labels", "zone: expected a str"],
+    );
+    fields[8] = V::M(vec![(V::s("zone"), V::s("a"))]);
+    fields.push(V::U(0));
+    assert_malformed(
+        &V::A(fields),
+        Some(kind::HELLO),
+        &["9 fields, expected 5 to 8"],
+    );
     assert_malformed(
         &V::A(vec![V::U(24), V::Nil]),
         Some(kind::HEARTBEAT),
@@ -446,7 +472,8 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             key: "deadline".into(),
             reason: "unknown option (version 1 knows `priority`, `timeout_ms`, `key`, \
                      `deadline_ms`, `on_miss`, `admit`, `replicas`, `quorum`, `max_copies`, \
-                     `hedge`, `max_attempts`, `near`, `after` and `after_index`)"
+                     `hedge`, `max_attempts`, `near`, `after`, `after_index`, `resources`, `labels` and \
+                     `unschedulable`)"
                 .into(),
         }
     );
@@ -459,8 +486,8 @@ fn unknown_option_is_a_non_fatal_bad_option() {
             code: "rejected".into(),
             message: "SUBMIT 9 has a bad option `deadline`: unknown option (version 1 knows \
                       `priority`, `timeout_ms`, `key`, `deadline_ms`, `on_miss`, `admit`, \
-                      `replicas`, `quorum`, `max_copies`, `hedge`, `max_attempts`, `near`, `after` \
-                      and `after_index`)"
+                      `replicas`, `quorum`, `max_copies`, `hedge`, `max_attempts`, `near`, `after`, \
+                      `after_index`, `resources`, `labels` and `unschedulable`)"
                 .into(),
             reference: 9,
         }

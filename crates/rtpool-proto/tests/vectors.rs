@@ -147,6 +147,7 @@ fn msg_to_json(msg: &Msg) -> Value {
             name,
             slots,
             identity: None,
+            ..
         } => json!([version, role.as_str(), token, name, slots]),
         Msg::Hello {
             version,
@@ -155,6 +156,7 @@ fn msg_to_json(msg: &Msg) -> Value {
             name,
             slots,
             identity: Some(identity),
+            ..
         } => json!([version, role.as_str(), token, name, slots, identity]),
         Msg::Welcome {
             version,

@@ -37,6 +37,8 @@ from ..errors import (
     SubmitRejected,
     TaskFailed,
     UnknownDependencyError,
+    UnschedulableError,
+    UnschedulableWarning,
 )
 from .outcomes import task_error
 
@@ -61,6 +63,12 @@ def notice_limiter() -> LogLimiter:
 _loads = loads_result
 _pickle_loads = pickle.loads
 _InvalidStateError = cf.InvalidStateError
+
+
+def _is_unschedulable_notice(opts: dict, notice: str) -> bool:
+    """Whether an ``ACCEPTED`` notice says that no worker can run the package yet: the
+    package asked to wait for one, and the notice is not the overload warning."""
+    return opts.get("unschedulable") == "wait" and "overload" not in notice
 
 
 class _Receiver:
@@ -286,9 +294,24 @@ class _Receiver:
             self._send(P.encode(P.CANCEL, package, list(pending)), quiet=True)
 
     def _on_notice(self, package: int, notice: str) -> None:
-        """The master's warning about a package it accepted (it is overloaded): issued as an
-        :class:`OverloadWarning` and a log line at most once per window, and counted (after
-        the warning, so a reader that sees the count also sees the warning)."""
+        """The master's warning about a package it accepted: that no connected worker can run
+        it yet (``options(unschedulable="wait")``), an :class:`UnschedulableWarning` once per
+        package; else that it is overloaded, an :class:`OverloadWarning` and a log line at
+        most once per window, and counted (after the warning, so a reader that sees the
+        count also sees the warning)."""
+        seg = self._segments.get(package) or self._late.get(package)
+        if seg is not None and _is_unschedulable_notice(seg.opts, notice):
+            text = (
+                f"the master at {self.address} accepted package {package}, which no connected "
+                f"worker can run yet; it waits for one to join: {notice}"
+            )
+            _log.warning("%s", text)
+            try:
+                warnings.warn(UnschedulableWarning(text), stacklevel=2)
+            except Warning:  # -W error: raised here it would end the reader thread
+                pass
+            self.last_notice = notice
+            return
         if self._notice_log.check(None, _monotonic()) is not None:
             text = (
                 f"the master at {self.address} accepted package {package} with a warning: {notice}"
@@ -318,6 +341,7 @@ class _Receiver:
             P.ERR_ADMISSION,
             P.ERR_QUEUE_LIMIT,
             P.ERR_UNKNOWN_DEPENDENCY,
+            P.ERR_UNSCHEDULABLE,
         ):
             with self._cond:
                 self._drop_since = None
@@ -340,6 +364,11 @@ class _Receiver:
                     exc = UnknownDependencyError(
                         f"the master at {self.address} cannot hold the package (request {ref}) "
                         f"for its input: {message}"
+                    )
+                elif code == P.ERR_UNSCHEDULABLE:
+                    exc = UnschedulableError(
+                        f"the master at {self.address} refused the package (request {ref}): "
+                        f"{message}"
                     )
                 elif code == P.ERR_QUEUE_LIMIT:
                     exc = QueueLimitError(

@@ -41,8 +41,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="host: the parent process holds one master connection for all --procs processes "
         "and relays their tasks and results (the master sends one frame per round for the "
         "host, not one per process); process: each process holds its own; auto: host from "
-        f"{HOST_CONNECTION_MIN_PROCS} processes up, unless --realtime (default: "
-        "$RTPOOL_WORKER_CONNECTION, else auto)",
+        f"{HOST_CONNECTION_MIN_PROCS} processes up, unless --realtime, and from 2 up when the "
+        "host has a resource other than cpu and mem_gb (a GPU, a declared licence: one "
+        "connection holds them) (default: $RTPOOL_WORKER_CONNECTION, else auto)",
+    )
+    parser.add_argument(
+        "--resources",
+        action="append",
+        default=[],
+        metavar="NAME=N,...",
+        help="what this host offers tasks that ask for it (options(resources=...)), e.g. "
+        "gpu=2,mem_gb=64,license_x=1; names [a-z][a-z0-9_]*, whole numbers; repeatable. "
+        "Detected unless given: cpu (= --procs), mem_gb (MemTotal in GiB), gpu (nvidia-smi -L, "
+        "else /proc/driver/nvidia/gpus, within $CUDA_VISIBLE_DEVICES); gpu=0 turns detected "
+        "GPUs off. A task asking gpu=K runs with CUDA_VISIBLE_DEVICES set to K devices of its "
+        "own (default: $RTPOOL_WORKER_RESOURCES, else detected only; docs/resources.md)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label tasks may ask for (options(labels={'zone': 'a'})), e.g. zone=a; "
+        "repeatable (default: $RTPOOL_WORKER_LABELS, comma-separated KEY=VALUE, else none)",
     )
     parser.add_argument(
         "--prefetch",
@@ -217,6 +238,38 @@ def _check_realtime(args: argparse.Namespace) -> str | None:
         return "--rt-priority must be 1-99"
     if args.rt_budget_ms < 0:
         return "--rt-budget-ms must be 0 (no budget) or more"
+    return None
+
+
+def check_resources(args: argparse.Namespace, detect: bool = True) -> str | None:
+    """Parse ``--resources``/``--label`` (or their environment variables), detect the rest and
+    set ``args.inventory`` (``_inventory.Inventory``); apply the connection rule: a host
+    resource (anything but cpu and mem_gb) with ``--procs`` > 1 needs one host connection.
+    The error message for a bad value or combination, else None."""
+    from .._resources import parse_labels, parse_resources
+    from ._inventory import inventory
+
+    texts = list(getattr(args, "resources", None) or ())
+    labels = list(getattr(args, "label", None) or ())
+    if not texts and os.environ.get("RTPOOL_WORKER_RESOURCES"):
+        texts = [os.environ["RTPOOL_WORKER_RESOURCES"]]
+    if not labels and os.environ.get("RTPOOL_WORKER_LABELS"):
+        labels = [t for t in os.environ["RTPOOL_WORKER_LABELS"].split(",") if t.strip()]
+    try:
+        declared = parse_resources(texts)
+        args.inventory = inv = inventory(args.procs, declared, parse_labels(labels), detect)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    if args.procs > 1 and inv.has_host_resources():
+        host = sorted(n for n in inv.resources if n not in ("cpu", "mem_gb"))
+        if args.connection == "process":
+            return (
+                f"--connection process with --procs {args.procs} cannot share this host's "
+                f"{', '.join(host)} between the processes (each would claim all of it): use "
+                "--connection host or auto, or --procs 1"
+            )
+        if args.connection == "auto":
+            args.connection = "host"
     return None
 
 

@@ -15,6 +15,7 @@ data, start_ns, end_ns)`` and leaves queueing the result to the loop.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import select
 import struct
@@ -35,6 +36,8 @@ from ._services import CALL_INDEX, CALL_KEY, Service
 from ._task import Task
 
 _loads = pickle.loads
+#: The variable that gives a GPU task its devices (``docs/resources.md``).
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 _dumps = pickle.dumps
 
 
@@ -90,6 +93,9 @@ class Executing:
         #: Loaded functions by hash (per connection).
         self.functions: Dict[bytes, Any] = {}
         self._executor: ExecutorProcess | None = None
+        #: The CUDA_VISIBLE_DEVICES ids the executor process was started with (None: the
+        #: worker's own environment).
+        self._executor_devices: Tuple[str, ...] | None = None
         self._memory_warned = False
         # (task, attempt) running in the executor process, and whether ABORT named it.
         self._running: Tuple[int, int] | None = None
@@ -125,9 +131,13 @@ class Executing:
 
     # -- the executor process (tasks with limits) -------------------------------------------
 
-    def _run_in_executor(self, t: Task) -> Tuple[int, bytes, int, int]:
+    def _run_in_executor(
+        self, t: Task, devices: Tuple[str, ...] | None = None
+    ) -> Tuple[int, bytes, int, int]:
         """Run a task in the executor process until it answers, its time limit passes, or
-        ``ABORT``.
+        ``ABORT``. With ``devices`` (a GPU task's), in an executor started with them in its
+        ``CUDA_VISIBLE_DEVICES``: CUDA reads it once per process, so a task on other devices
+        than the last one's gets a fresh executor.
 
         Returns ``(status, data, start_ns, end_ns)`` like :meth:`_execute`; the executor is
         killed (with its process group) on a timeout or an abort, and when the connection
@@ -150,8 +160,11 @@ class Executing:
         if self.pending:
             self._flush(pull=False)  # a long task must not hold earlier results back
         ex = self._executor
+        if devices is not None and devices != self._executor_devices:
+            self._kill_executor()
+            ex = None
         if ex is None or not ex.is_alive():
-            ex = self._executor = self._start_executor()
+            ex = self._executor = self._start_executor(devices)
         t_start = perf_ns()
         deadline = t_start + timeout_ms * 1_000_000 if timeout_ms else None
         self._running = (t.task_id, attempt)
@@ -219,7 +232,24 @@ class Executing:
                 self._drain_wakeups()
         return None
 
-    def _start_executor(self) -> ExecutorProcess:
+    def _start_executor(self, devices: Tuple[str, ...] | None = None) -> ExecutorProcess:
+        if devices is None:
+            self._executor_devices = None
+            return self._fork_executor()
+        # The fork inherits the environment: set for it, put back here at once.
+        saved = os.environ.get(CUDA_VISIBLE_DEVICES)
+        os.environ[CUDA_VISIBLE_DEVICES] = ",".join(devices)
+        try:
+            ex = self._fork_executor()
+        finally:
+            if saved is None:
+                del os.environ[CUDA_VISIBLE_DEVICES]
+            else:
+                os.environ[CUDA_VISIBLE_DEVICES] = saved
+        self._executor_devices = devices
+        return ex
+
+    def _fork_executor(self) -> ExecutorProcess:
         limit = self.task_memory_mb
         if limit and not self._memory_warned:
             self._memory_warned = True

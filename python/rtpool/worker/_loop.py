@@ -27,7 +27,7 @@ import logging
 import socket
 import threading
 from collections import deque
-from typing import Any, List, Sequence
+from typing import Any, List, Sequence, Tuple
 
 from .. import _dial
 from .. import _protocol as P
@@ -45,6 +45,7 @@ from ._common import (
     log,
     perf_ns,
 )
+from ._devices import DevicePool, gpu_count
 from ._executor import Executing
 from ._failures import FailureLog
 from ._latency import RoundTrip
@@ -144,6 +145,9 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         self.refused: List[str] = []
         self._failures = FailureLog()
         self._capture = capture
+        #: This process's GPUs when it holds its own connection and the host's devices
+        #: (``--procs 1``), else None (a host's relay gives each task its devices).
+        self.devices: DevicePool | None = None
         if connect:  # else the owner calls connect_first() once its signal handlers are in
             self._start_session(*self._connect(connect_timeout))
 
@@ -256,10 +260,21 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         # wait_us runs from receipt to the call (unpickling the arguments included), exec_us
         # is the call (for a named function, decoding its arguments and encoding its results
         # included), and flush_us from its end to the write (pickling the result included).
-        if t.timeout_ms or self.task_memory_mb or (t.attempt > 1 and self._is_suspect(t)):
+        devices = None if t.res is None else self._devices_of(t)
+        if (
+            t.timeout_ms
+            or self.task_memory_mb
+            or devices is not None
+            or (t.attempt > 1 and self._is_suspect(t))
+        ):
             # A retry of a task that killed a child of this worker runs where a crash costs
-            # only the executor, and is reported as the task's (status LOST).
-            status, data, t_start, t_end = self._run_in_executor(t)
+            # only the executor, and is reported as the task's (status LOST). A GPU task
+            # runs there with its devices in CUDA_VISIBLE_DEVICES (_executor.py).
+            try:
+                status, data, t_start, t_end = self._run_in_executor(t, devices)
+            finally:
+                if devices is not None and t.devices is None:
+                    self.devices.free((t.task_id, t.attempt))  # type: ignore[union-attr]
             t_begin = t_start
             output, self._taken = self._taken, b""
         else:
@@ -351,6 +366,16 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         # has none: a slow worker hands back all it cannot start.
         if surplus > prefetch // 2:
             self._give_back(surplus)
+
+    def _devices_of(self, t: Task) -> Tuple[str, ...] | None:
+        """The device ids a task with a request runs on: those its host's relay gave it, else
+        those this process takes for it now (freed when it ends); None: it asks for no GPU."""
+        if t.devices is not None:
+            return t.devices or None
+        count = gpu_count(t.res)
+        if not count or self.devices is None:
+            return None
+        return self.devices.take((t.task_id, t.attempt), count, owner=0)
 
     def _is_suspect(self, t: Task) -> bool:
         """Whether a retried task killed a child of this worker (or its executor here)."""

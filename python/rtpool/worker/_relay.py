@@ -23,6 +23,9 @@ supervisor between its checks of the children):
 * **Returns.** A child's ``RETURN`` is forwarded (in the same batch); since the master
   withdraws all of a connection's credits on ``RETURN``, the relay asks again, in the same
   write, for the other children's.
+* **Devices.** A task whose entry asks for GPUs (its ``res``) gets that many free device ids
+  of the host (``_devices.py``: those its child had last, if free), appended to the entry as
+  a ninth field for the child, and held until its result, return or loss passes here.
 * **ABORT** goes to the child holding the task, ``DROP`` (kept values released) to every
   child (each ignores the keys it does not hold); a child's heartbeats are answered here.
 * **A child that dies** (:meth:`Relay.release`, from the supervisor once it reaped it): its
@@ -54,6 +57,7 @@ from typing import Any, Deque, Dict, List, Tuple
 from .. import _protocol as P
 from ..errors import ProtocolError
 from ._common import log, perf_ns
+from ._devices import DevicePool, gpu_count
 from ._relayed import ERR_HOST_LOST
 from ._upstream import _HEARTBEAT, _MAX_ORPHANS, Lost, Upstream, flat
 
@@ -105,6 +109,9 @@ class Relay(Upstream):
         self.check_links_at = 0.0
         #: Tasks handed to the children so far (the closing line counts them).
         self.relayed = 0
+        inv = getattr(args, "inventory", None)
+        #: The host's GPUs, given to the tasks that ask for them (None: it has none).
+        self.devices = DevicePool(inv.gpu_ids) if inv is not None and inv.gpu_ids else None
 
     # -- children's links ---------------------------------------------------------------------
 
@@ -143,6 +150,8 @@ class Relay(Upstream):
         if lost is not None and (lost[0], lost[1]) in link.held:
             del link.held[(lost[0], lost[1])]
             self.owner.pop((lost[0], lost[1]), None)
+            if self.devices is not None:
+                self.devices.free((lost[0], lost[1]))
             self.add_results([lost])
         self._give_back(link, list(link.held))
         self.flush()
@@ -215,12 +224,14 @@ class Relay(Upstream):
                     self._orphans(link, msg[1])
                 continue  # the rest of an old session
             elif kind == P.RESULT:
-                owner, held = self.owner, link.held
+                owner, held, devices = self.owner, link.held, self.devices
                 for r in msg[1]:
                     key = (r[0], r[1])
                     if key in held:
                         del held[key]
                         owner.pop(key, None)
+                        if devices is not None:
+                            devices.free(key)
                 self.add_results(msg[1])
             elif kind == P.PULL:
                 if not link.draining:
@@ -272,6 +283,8 @@ class Relay(Upstream):
         for k in keys:
             del link.held[k]
             self.owner.pop(k, None)
+            if self.devices is not None:
+                self.devices.free(k)
         if keys and self.sock is not None:
             self._return_up(keys)
 
@@ -322,6 +335,10 @@ class Relay(Upstream):
                 else:
                     e[3] = codes.get(fn_hash)
                     link.codes.add(fn_hash)
+            if len(e) == 8 and self.devices is not None and kind == P.ASSIGN:
+                count = gpu_count(e[7])
+                if count:  # its devices, for the child (the ninth field: _task.py)
+                    e.append(list(self.devices.take(key, count, owner=link.slot)))
             owner[key] = link.slot
             link.held[key] = None
             self.relayed += 1
@@ -457,3 +474,5 @@ class Relay(Upstream):
         self.hungry.clear()
         self.owner.clear()
         self.codes.clear()
+        if self.devices is not None:
+            self.devices.clear()

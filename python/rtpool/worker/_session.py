@@ -25,7 +25,7 @@ import struct
 import sys
 import threading
 import time
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from .. import _dial, _shm
 from .. import _protocol as P
@@ -92,6 +92,9 @@ class Session:
         #: The stable identity sent in ``HELLO`` (the owner sets it; see
         #: ``_dial.worker_identity``), under which the master keeps this worker's pace.
         self.identity: str | None = None
+        #: The resources and labels sent in ``HELLO`` (the owner sets them; empty: none).
+        self.resources: Dict[str, int] = {}
+        self.labels: Dict[str, str] = {}
         self._token = token
         self.connect_timeout = connect_timeout
         self.reconnect_timeout = reconnect_timeout
@@ -130,6 +133,8 @@ class Session:
             timeout=timeout,
             tls=self._tls_context or False,
             identity=self.identity,
+            resources=self.resources,
+            labels=self.labels,
         )
 
     def _start_session(

@@ -39,7 +39,12 @@ from .._dial import default_name, worker_identity
 from .._text import plural
 from ..errors import RtpoolError, ServeError
 from . import _kept, _logging
-from ._arguments import HOST_CONNECTION_MIN_PROCS, add_arguments, check_arguments
+from ._arguments import (
+    HOST_CONNECTION_MIN_PROCS,
+    add_arguments,
+    check_arguments,
+    check_resources,
+)
 from ._board import Slot, SlotBoard, SlotState
 from ._common import (
     EXIT_CONFIG,
@@ -121,6 +126,14 @@ def run_child(
         log(str(exc), logging.ERROR)
         return EXIT_CONFIG
     conn.realtime = realtime
+    inv = getattr(args, "inventory", None)
+    if inv is not None and link is None:  # its own connection: it declares its share
+        conn.resources = dict(inv.resources) if args.procs == 1 else inv.per_process(args.procs)
+        conn.labels = dict(inv.labels)
+        if args.procs == 1 and inv.gpu_ids:
+            from ._devices import DevicePool
+
+            conn.devices = DevicePool(inv.gpu_ids)
     conn.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     code = conn.connect_first()  # waits for a master that is not up yet
@@ -410,7 +423,7 @@ def run(args: argparse.Namespace) -> int:
             logging.ERROR,
         )
         return EXIT_CONFIG
-    problem = check_arguments(args)
+    problem = check_arguments(args) or check_resources(args)
     if problem:
         log(problem, logging.ERROR)
         return EXIT_CONFIG
@@ -429,6 +442,11 @@ def run(args: argparse.Namespace) -> int:
     if services:
         names = ", ".join(f"{s.name} (version {s.version})" for s in services)
         log(f"serving {plural(len(services), 'function')}: {names}")
+    connection = "host" if host_connection(args) else "process"
+    log(
+        f"worker {args.name or default_name()}: {plural(args.procs, 'process', 'processes')} "
+        f"(--connection {connection}); {args.inventory.describe()}"
+    )
     if args.parent_pid is not None:
         set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != args.parent_pid:

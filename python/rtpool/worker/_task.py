@@ -8,19 +8,21 @@ are its dependencies' result blobs, so both kinds share the queue, the credits, 
 and the result batching.
 
 Every field of an entry is required, but for an ``ASSIGN`` entry's seventh, its inputs (only
-a task the master held for another task's result has them: ``docs/data.md``): an entry of
-the wrong shape is a :class:`~rtpool.errors.ProtocolError` that names the message and the
-fields.
+a task the master held for another task's result has them: ``docs/data.md``), and its eighth,
+``res``, the resources its package asks for (only with a request: ``docs/resources.md``); on
+the link from a host's relay to its child (never from the master) a ninth follows, the device
+ids the relay gave the task (``_devices.py``). An entry of the wrong shape is a
+:class:`~rtpool.errors.ProtocolError` that names the message and the fields.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, NamedTuple
+from typing import Any, Callable, Dict, List, NamedTuple, Tuple
 
 from .._kept import args_with_inputs
 from ..errors import ProtocolError
 
-_ASSIGNMENT_FIELDS = "task, attempt, fn_hash, fn_code, args, timeout_ms[, inputs]"
+_ASSIGNMENT_FIELDS = "task, attempt, fn_hash, fn_code, args, timeout_ms[, inputs[, res]]"
 _CALL_FIELDS = "task, attempt, name, version, args, inputs, timeout_ms[, keep]"
 
 
@@ -44,6 +46,11 @@ class Task(NamedTuple):
     #: A call whose result is kept here (an intermediate result of a transaction): it is
     #: answered with a reference (``docs/rpc.md``).
     keep: bool = False
+    #: The resources the task holds while it runs (``ASSIGN``'s ``res``), or None.
+    res: Dict[str, int] | None = None
+    #: The device ids given to it by the host's relay (``CUDA_VISIBLE_DEVICES``), or None:
+    #: this process picks them (``res`` asks for a GPU) or there are none.
+    devices: Tuple[str, ...] | None = None
 
     @property
     def is_call(self) -> bool:
@@ -72,14 +79,29 @@ def queue_assignments(
     """
     try:
         for entry in entries:
-            if len(entry) == 7:  # a task the master held: its producer's result comes along
+            res = devices = None
+            if len(entry) > 6:
+                if len(entry) > 7:  # a package with a resource request (docs/resources.md)
+                    res = entry[7]
+                    if len(entry) == 9:  # from the host's relay: the task's devices
+                        devices = tuple(entry[8])
+                    elif len(entry) != 8 or not isinstance(res, dict):
+                        raise ValueError
+                    del entry[7:]
+                # A task the master held: its producer's result comes along.
                 task_id, attempt, fn_hash, fn_code, args, timeout_ms, inputs = entry
-                args = args_with_inputs(args, inputs)
+                if inputs or res is None:  # (with a request, [] stands for none)
+                    args = args_with_inputs(args, inputs)
             else:
                 task_id, attempt, fn_hash, fn_code, args, timeout_ms = entry
             if fn_code is not None:
                 codes[fn_hash] = fn_code
-            put(_new(Task, (task_id, attempt, fn_hash, now, args, timeout_ms, None, False)))
+            put(
+                _new(
+                    Task,
+                    (task_id, attempt, fn_hash, now, args, timeout_ms, None, False, res, devices),
+                )
+            )
     except (TypeError, ValueError):
         raise _malformed("ASSIGN", entries, _ASSIGNMENT_FIELDS) from None
 
@@ -100,9 +122,8 @@ def queue_calls(entries: List[list], now: int, put: Callable[[Task], None]) -> N
         for entry in entries:
             keep = len(entry) == 8 and entry.pop() is True
             task_id, attempt, name, version, args, inputs, timeout_ms = entry
-            put(
-                _new(Task, (task_id, attempt, (name, version), now, args, timeout_ms, inputs, keep))
-            )
+            task = (task_id, attempt, (name, version), now, args, timeout_ms, inputs, keep)
+            put(_new(Task, (*task, None, None)))
     except (TypeError, ValueError, AttributeError):
         raise _malformed("ASSIGN_CALLS", entries, _CALL_FIELDS) from None
 

@@ -16,7 +16,7 @@ import random
 import selectors
 import socket
 import time
-from typing import Any, List
+from typing import Any, Dict, List
 
 from .. import _dial
 from .. import _protocol as P
@@ -76,6 +76,10 @@ class Upstream:
         self.reconnect_timeout = args.reconnect_timeout
         self.tls = _dial.tls_context(args.tls, args.ca_file)
         self.serve = serve
+        # The host's resources and labels, in HELLO (docs/resources.md).
+        inv = getattr(args, "inventory", None)
+        self.resources: Dict[str, int] = dict(inv.resources) if inv is not None else {}
+        self.labels: Dict[str, str] = dict(inv.labels) if inv is not None else {}
         #: The relay's selector; the master connection is registered with data None.
         self.selector = selectors.DefaultSelector()
         self.sock: Any = None  # the master connection (None: not connected)
@@ -176,6 +180,8 @@ class Upstream:
                 busy_timeout=0,
                 # The host's stable identity: its reconnects keep the pace the master learned.
                 identity=_dial.worker_identity(),
+                resources=self.resources,
+                labels=self.labels,
             )
         except AuthenticationError as exc:
             self._give_up(EXIT_CONFIG, f"{exc}; exiting")

@@ -84,7 +84,10 @@ impl Core {
                             s.queue.remove(slot, task.queue_pos);
                         }
                     }
-                    None => self.queue.remove(slot, task.queue_pos),
+                    None => {
+                        let pos = task.queue_pos;
+                        self.unqueue(slot, pos);
+                    }
                 }
                 self.tasks.remove(id.0);
             }

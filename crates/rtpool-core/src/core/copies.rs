@@ -67,7 +67,8 @@ impl Core {
         let slot = task.package;
         match task.state {
             TaskState::Queued => {
-                self.queue.remove(slot, task.queue_pos);
+                let pos = task.queue_pos;
+                self.unqueue(slot, pos);
                 self.tasks.remove(id.0);
             }
             TaskState::Running { worker, seq, .. } => self.abort_running(id, slot, worker, seq),

@@ -25,8 +25,13 @@ impl Core {
     pub(super) fn dispatch(&mut self, now: Instant, out: &mut Vec<Action>) {
         self.dispatch_calls(now, out);
         let mut batches: Vec<(WorkerId, Vec<AssignTask>)> = Vec::new();
-        let mut slot_of: HashMap<WorkerId, usize> = HashMap::new();
         let mut dropped = Results::default();
+        self.dispatch_classes(now, &mut dropped, &mut batches);
+        let mut slot_of: HashMap<WorkerId, usize> = batches
+            .iter()
+            .enumerate()
+            .map(|(i, (w, _))| (*w, i))
+            .collect();
         // Workers that found nothing they may run this round: back in the ring afterwards.
         let mut passed: Vec<WorkerId> = Vec::new();
         let mut skipped: Vec<TaskId> = Vec::new();
@@ -81,7 +86,7 @@ impl Core {
 
     /// A queued task of an `on_miss = drop` package whose deadline is nearer than its
     /// function's trusted p50 (extra copies are not judged: they go with their task).
-    fn cannot_make_it(&mut self, id: TaskId, slot: u64, now: Instant) -> bool {
+    pub(super) fn cannot_make_it(&mut self, id: TaskId, slot: u64, now: Instant) -> bool {
         let p = self.packages.get(slot).expect("queued task's package");
         let Some(deadline) = p.deadline.filter(|_| p.opts.on_miss == MissPolicy::Drop) else {
             return false;
@@ -95,7 +100,7 @@ impl Core {
     }
 
     /// Fails a popped task that cannot make its deadline with status 7.
-    fn drop_late(&mut self, id: TaskId, slot: u64, now: Instant, results: &mut Results) {
+    pub(super) fn drop_late(&mut self, id: TaskId, slot: u64, now: Instant, results: &mut Results) {
         // Put back as queued first: finishing a queued task takes it off the queue's count.
         self.enqueue(id, true);
         let task = self.tasks.get(id.0).expect("popped task is live");
@@ -145,7 +150,7 @@ impl Core {
 
     /// Moves a queued task to the worker: next attempt, one credit, in-flight, and the function
     /// code if this worker has not been sent it yet.
-    fn assign(&mut self, id: TaskId, worker: WorkerId, now: Instant) -> AssignTask {
+    pub(super) fn assign(&mut self, id: TaskId, worker: WorkerId, now: Instant) -> AssignTask {
         let timeout_ms = self.start(id, worker, now);
         let task = self.tasks.get(id.0).expect("just started");
         let fn_hash = self
@@ -169,6 +174,7 @@ impl Core {
             args: task.args.clone(),
             timeout_ms,
             inputs,
+            res: crate::event::Resources::default(),
         };
         self.arm_hedge(id, now);
         assignment

@@ -43,11 +43,18 @@ impl Core {
             self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
             return;
         }
-        let est = self
-            .packages
-            .get(slot)
-            .expect("checked by queue_key")
-            .est_us;
+        let p = self.packages.get(slot).expect("checked by queue_key");
+        let (est, class) = (p.est_us, p.class);
+        if let Some((c, q)) = class.and_then(|c| self.classes.get_mut(c).map(|q| (c, q))) {
+            let pos = if front {
+                q.queue.push_front(slot, key, est, id)
+            } else {
+                q.queue.push_back(slot, key, est, id)
+            };
+            self.waiting_classes.insert(c);
+            self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
+            return;
+        }
         let pos = if front {
             self.queue.push_front(slot, key, est, id)
         } else {
@@ -68,10 +75,18 @@ impl Core {
     /// released by its worker. The caller has checked that the task exists and is held; the
     /// worker may already be removed (worker lost).
     pub(super) fn requeue_front(&mut self, id: TaskId) {
-        let task = self.tasks.get_mut(id.0).expect("requeue of a freed task");
-        if let Some(w) = task.holder().and_then(|w| self.workers.get_mut(&w)) {
+        let holder = self
+            .tasks
+            .get(id.0)
+            .expect("requeue of a freed task")
+            .holder();
+        if let Some(w) = holder.and_then(|w| self.workers.get_mut(&w)) {
             w.in_flight.remove(&id);
+            if !w.holding.is_empty() {
+                self.free_resources(holder.expect("a holder"), id);
+            }
         }
+        let task = self.tasks.get_mut(id.0).expect("checked");
         match task.state {
             TaskState::Running { .. } => {
                 task.state = TaskState::Queued;

@@ -54,7 +54,15 @@ impl Core {
                         .expect("a live call's service")
                         .queue
                         .remove(slot, task.queue_pos),
-                    None => self.queue.remove(slot, task.queue_pos),
+                    None => match package.class {
+                        Some(class) => self
+                            .classes
+                            .get_mut(class)
+                            .expect("a live package's class")
+                            .queue
+                            .remove(slot, task.queue_pos),
+                        None => self.queue.remove(slot, task.queue_pos),
+                    },
                 }
                 None
             }
@@ -155,6 +163,9 @@ impl Core {
         }
         self.package_slots.remove(&p.id);
         self.forget_held(slot, &p);
+        if let Some(class) = p.class {
+            self.class_package_freed(class);
+        }
         if !p.calls {
             self.functions.release(&p.fn_hash);
         }

@@ -226,8 +226,9 @@ impl Core {
         if task.state != TaskState::Queued {
             return;
         }
-        self.queue.remove(task.package, task.queue_pos);
+        let (slot, pos) = (task.package, task.queue_pos);
         task.state = TaskState::Waiting;
+        self.unqueue(slot, pos);
     }
 
     /// Task `id` was decided with `outcome` (its worker `on`, if it ran): the packages that

@@ -49,9 +49,10 @@ impl Core {
             self.check_user_bounds(user, u64::from(total), bytes)?;
             self.check_admission(&s.fn_hash, &s.opts, total)?;
             let producer = self.check_held_submit(user, &s.opts, s.tasks.len())?;
-            Ok((total, producer))
+            let class = self.class_for(&s.opts)?;
+            Ok((total, producer, class))
         });
-        let (total, producer) = match checked {
+        let (total, producer, class) = match checked {
             Ok(ok) => ok,
             Err(reason) => {
                 if matches!(
@@ -79,6 +80,7 @@ impl Core {
             now,
         );
         self.user_takes(user, u64::from(total), bytes);
+        self.set_class(slot, class);
         let ids = self.create_tasks(slot, s.tasks, now);
         self.packages.get_mut(slot).expect("just made").tasks = ids;
         if let Some(producer) = producer {
@@ -148,13 +150,13 @@ impl Core {
     fn create_tasks(&mut self, slot: u64, payloads: Vec<Bytes>, now: Instant) -> Vec<TaskId> {
         let key = self.queue_key(slot);
         let p = self.packages.get_mut(slot).expect("live package");
-        let (est, replicas) = (p.est_us, p.opts.replicas());
+        let (est, replicas, class) = (p.est_us, p.opts.replicas(), p.class);
         // The package's own buffer (room for every task, touched ahead: see `IdBuffers`).
         let mut ids = std::mem::take(&mut p.tasks);
         ids.reserve(payloads.len());
         for (index, args) in (0u32..).zip(payloads) {
             let id = TaskId(self.tasks.insert(Task::new(slot, index, args, now)));
-            let pos = self.queue.push_back(slot, key, est, id);
+            let pos = self.push_new(class, slot, key, est, id);
             self.tasks.get_mut(id.0).expect("just made").queue_pos = pos;
             for _ in 1..replicas {
                 self.new_copy(id, now, false);
@@ -180,6 +182,8 @@ impl Core {
         let slot = self.create_package(
             r.package, r.user, None, r.fn_hash, r.fn_code, r.opts, total, now,
         );
+        let class = self.restored_class(slot);
+        self.set_class(slot, class);
         let key = self.queue_key(slot);
         let p = self.packages.get(slot).expect("just made");
         let (est, replicas) = (p.est_us, p.opts.replicas());
@@ -224,7 +228,7 @@ impl Core {
                 ids.push(TaskId(self.tasks.insert(task)));
             } else {
                 let id = TaskId(self.tasks.insert(task));
-                let pos = self.queue.push_back(slot, key, est, id);
+                let pos = self.push_new(class, slot, key, est, id);
                 self.tasks.get_mut(id.0).expect("just made").queue_pos = pos;
                 for _ in 1..replicas {
                     self.new_copy(id, now, false);

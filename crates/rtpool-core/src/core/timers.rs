@@ -102,6 +102,7 @@ impl Core {
                 }
                 Timer::Hedge(id, attempt) => self.on_hedge_timer(id, attempt, now),
                 Timer::Service(slot) => self.on_orphan_timer(slot, now, &mut results),
+                Timer::Class(slot) => self.on_class_timer(slot, now, &mut results),
             }
         }
         self.push_results(results, out);

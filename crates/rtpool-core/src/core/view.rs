@@ -28,7 +28,7 @@ pub struct PackageView {
 }
 
 /// One connected worker, as a status page shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerView {
     /// Its id (the master's session id).
     pub id: WorkerId,
@@ -40,6 +40,31 @@ pub struct WorkerView {
     pub in_flight: usize,
     /// It asked for no more work.
     pub draining: bool,
+    /// What it has for tasks that ask (`gpu=2`).
+    pub resources: crate::event::Resources,
+    /// How much of each its running tasks hold.
+    pub in_use: crate::event::Resources,
+    /// Its labels.
+    pub labels: crate::event::Labels,
+}
+
+/// A read-only view of one resource class (packages asking for the same resources and labels).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassView {
+    /// `gpu=1,zone=a`.
+    pub name: String,
+    /// What each task holds.
+    pub resources: crate::event::Resources,
+    /// The labels its worker needs.
+    pub labels: crate::event::Labels,
+    /// Tasks queued.
+    pub queued: usize,
+    /// Tasks running.
+    pub running: u64,
+    /// Connected workers that can serve it.
+    pub workers: usize,
+    /// No connected worker can serve it.
+    pub unschedulable: bool,
 }
 
 impl Core {
@@ -55,6 +80,19 @@ impl Core {
         })
     }
 
+    /// Every resource class, in no particular order. O(classes).
+    pub fn class_views(&self) -> impl Iterator<Item = ClassView> + '_ {
+        self.classes.iter().map(|(_, c)| ClassView {
+            name: c.describe(),
+            resources: c.resources.clone(),
+            labels: c.labels.clone(),
+            queued: c.queue.len(),
+            running: c.running,
+            workers: c.servers.len(),
+            unschedulable: c.servers.is_empty(),
+        })
+    }
+
     /// Every connected worker, in no particular order. O(workers).
     pub fn worker_views(&self) -> impl Iterator<Item = WorkerView> + '_ {
         self.workers.iter().map(|(id, w)| WorkerView {
@@ -63,6 +101,15 @@ impl Core {
             credits: w.credits,
             in_flight: w.in_flight.len(),
             draining: w.draining,
+            resources: w.resources.clone(),
+            in_use: crate::event::Resources::new(
+                w.resources
+                    .iter()
+                    .zip(&w.in_use)
+                    .map(|((n, _), used)| (n.to_owned(), *used)),
+            )
+            .unwrap_or_default(),
+            labels: w.labels.clone(),
         })
     }
 
@@ -96,6 +143,8 @@ mod tests {
         let now = Instant(0);
         core.handle(
             Event::WorkerJoined {
+                labels: Default::default(),
+                resources: Default::default(),
                 worker: WorkerId(7),
                 slots: 2,
                 key: crate::ids::WorkerKey(7),

@@ -3,7 +3,7 @@
 
 use super::timers::Results;
 use super::Core;
-use crate::event::{Action, TaskOutcome, TaskStatus, WorkerOutcome};
+use crate::event::{Action, Labels, Resources, TaskOutcome, TaskStatus, WorkerOutcome};
 use crate::ids::{Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
 use crate::task::TaskState;
 use crate::worker::Worker;
@@ -41,15 +41,27 @@ impl Core {
     /// Registers a worker with no credits. A second join under a connected id is ignored: ids
     /// are the shell's sessions, so that would be a shell bug, and replacing the worker would
     /// strand its tasks.
-    pub(super) fn on_worker_joined(&mut self, worker: WorkerId, slots: u32, key: WorkerKey) {
+    pub(super) fn on_worker_joined(
+        &mut self,
+        worker: WorkerId,
+        slots: u32,
+        key: WorkerKey,
+        resources: Resources,
+        labels: Labels,
+    ) {
         if self.workers.contains_key(&worker) {
             return;
         }
         let epoch = self.next_epoch;
         self.next_epoch += 1;
         self.total_slots += u64::from(slots);
-        self.workers.insert(worker, Worker::new(slots, epoch, key));
+        let mut w = Worker::new(slots, epoch, key);
+        w.in_use = vec![0; resources.len()];
+        w.resources = resources;
+        w.labels = labels;
+        self.workers.insert(worker, w);
         *self.worker_keys.entry(key).or_insert(0) += 1;
+        self.join_classes(worker);
     }
 
     /// Adds credits (saturating) and dispatches. Ignored for unknown or draining workers.
@@ -134,11 +146,15 @@ impl Core {
             Some(c) => self.services.get(c.service).map(|s| s.fn_hash),
             None => self.packages.get(slot).map(|p| p.fn_hash),
         };
-        let (mut hedged_fn, mut key) = (None, None);
+        let (mut hedged_fn, mut key, mut held) = (None, None, false);
         if let Some(w) = self.workers.get_mut(&worker) {
             w.in_flight.remove(&r.task);
             hedged_fn = w.take_hedged(r.task, r.attempt);
             key = Some(w.key);
+            held = !w.holding.is_empty();
+        }
+        if held {
+            self.free_resources(worker, r.task);
         }
         // The worker's pace learns from every run it finished, a lost race included (then its
         // package may be gone: the function was noted when the hedge started).

@@ -35,6 +35,7 @@ impl Core {
             self.total_slots -= u64::from(w.slots);
         }
         self.unserve(worker, &w.serves, now);
+        self.leave_classes(worker, &w, now);
         let mut held: Vec<(u64, TaskId)> = w
             .in_flight
             .iter()

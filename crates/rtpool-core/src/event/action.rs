@@ -3,6 +3,7 @@
 //! [`AssignCall`]).
 
 use bytes::Bytes;
+use rtpool_proto::Resources;
 
 use super::{PackageCounts, RejectReason, ServiceInfo, TaskOutcome};
 use crate::ids::{ClientId, FnHash, PackageId, TaskId, WorkerId};
@@ -47,6 +48,9 @@ pub struct AssignTask {
     /// The result of the task it depends on, held by the master (package option `after`);
     /// empty for every other task.
     pub inputs: Vec<Bytes>,
+    /// What the task holds of its worker while it runs (its package's `resources`); empty
+    /// for a task that asks for none.
+    pub res: Resources,
 }
 
 /// An order the shell carries out.

@@ -50,6 +50,10 @@ pub enum RejectReason {
         /// What is wrong.
         reason: String,
     },
+    /// No connected worker has the resources or labels the package asks for (its option
+    /// `unschedulable` is `"error"`).
+    #[error("{0}")]
+    Unschedulable(String),
     /// Admission control: no worker slot is connected (or every worker drains), so nothing
     /// can finish by the deadline.
     #[error(

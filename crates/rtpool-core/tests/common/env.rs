@@ -152,8 +152,40 @@ impl TestEnv {
         let worker = WorkerId(self.next_worker);
         self.next_worker += 1;
         assert!(self
-            .step(Event::WorkerJoined { worker, slots, key })
+            .step(Event::WorkerJoined {
+                labels: Default::default(),
+                resources: Default::default(),
+                worker,
+                slots,
+                key
+            })
             .is_empty());
+        worker
+    }
+
+    /// A new worker with `slots` slots, `resources` and `labels`, and no credits.
+    pub fn new_worker_with(
+        &mut self,
+        slots: u32,
+        resources: &[(&str, u64)],
+        labels: &[(&str, &str)],
+    ) -> WorkerId {
+        let worker = WorkerId(self.next_worker);
+        self.next_worker += 1;
+        let resources =
+            rtpool_core::Resources::new(resources.iter().map(|(n, a)| ((*n).to_owned(), *a)));
+        let labels = rtpool_core::Labels::new(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        self.step(Event::WorkerJoined {
+            worker,
+            slots,
+            key: WorkerKey(worker.0),
+            resources: resources.unwrap(),
+            labels: labels.unwrap(),
+        });
         worker
     }
 

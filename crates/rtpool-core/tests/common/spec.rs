@@ -2,7 +2,7 @@
 //! (`Spec::tasks(4).deadline_ms(50)`), and [`call`]/[`calls`], the calls of a transaction.
 
 use bytes::Bytes;
-use rtpool_core::{CallSpec, PackageId};
+use rtpool_core::{CallSpec, Labels, PackageId, Resources, Unschedulable};
 
 /// A call of `name` (newest version) with `args`, taking the results of `deps`.
 pub fn call(name: &str, args: &str, deps: &[u32]) -> CallSpec {
@@ -25,7 +25,7 @@ pub fn calls(name: &str, graph: &[(&str, &[u32])]) -> Vec<CallSpec> {
 }
 
 /// A package to submit.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Spec {
     /// Tasks in it.
     pub tasks: usize,
@@ -55,6 +55,9 @@ pub struct Spec {
     pub max_attempts: u32,
     /// A dependency held by the master: `(package, index)` of the producing task.
     pub after: Option<(PackageId, u32)>,
+    /// What each task holds of its worker (`gpu=1`), the labels it needs, and whether it
+    /// waits when no worker can serve it.
+    pub request: (Resources, Labels, Unschedulable),
 }
 
 impl Spec {
@@ -75,7 +78,28 @@ impl Spec {
             hedge: false,
             max_attempts: 0,
             after: None,
+            request: Default::default(),
         }
+    }
+
+    /// The same, asking for `resources` and `labels` of its worker.
+    pub fn asking(self, resources: &[(&str, u64)], labels: &[(&str, &str)]) -> Self {
+        let resources = Resources::new(resources.iter().map(|(n, a)| ((*n).to_owned(), *a)));
+        let labels = Labels::new(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        Self {
+            request: (resources.unwrap(), labels.unwrap(), self.request.2),
+            ..self
+        }
+    }
+
+    /// The same, waiting when no worker can serve its request.
+    pub fn waiting(mut self) -> Self {
+        self.request.2 = Unschedulable::Wait;
+        self
     }
 
     /// The same, with a deadline `ms` after submission.

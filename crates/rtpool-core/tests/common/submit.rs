@@ -67,6 +67,9 @@ impl TestEnv {
                 max_attempts: spec.max_attempts,
                 after: spec.after.map_or(0, |(p, _)| p.0),
                 after_index: spec.after.map_or(0, |(_, i)| i),
+                resources: spec.request.0,
+                labels: spec.request.1,
+                unschedulable: spec.request.2,
                 ..PackageOpts::default()
             },
             tasks,

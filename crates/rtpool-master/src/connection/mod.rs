@@ -236,7 +236,7 @@ async fn serve_halves<R, W>(
         }
     };
     place.hello_received();
-    let (role, slots, name, worker_identity, identity, _session) = match hello {
+    let (role, slots, name, worker_identity, identity, has, _session) = match hello {
         Ok(Ok(Msg::Hello {
             version,
             role,
@@ -244,9 +244,20 @@ async fn serve_halves<R, W>(
             name,
             slots,
             identity: worker_identity,
+            resources,
+            labels,
         })) => match check_hello(&ctx, version, role, &token).await {
             Ok(identity) => match place.promote(role) {
-                Ok(session) => (role, slots, name, worker_identity, identity, session),
+                // The session guard holds this connection's place until the function ends.
+                Ok(session) => (
+                    role,
+                    slots,
+                    name,
+                    worker_identity,
+                    identity,
+                    (resources, labels),
+                    session,
+                ),
                 Err(refusal) => {
                     if let Some(line) = ctx.gate.note_refusal(&refusal, std::time::Instant::now()) {
                         warn!("{line}");
@@ -308,6 +319,8 @@ async fn serve_halves<R, W>(
             user: UserId(0),
         },
         Role::Worker => Event::WorkerJoined {
+            resources: has.0,
+            labels: has.1,
             worker: WorkerId(session),
             slots,
             key: worker_key(&user, worker_identity.as_deref(), session),

@@ -3,6 +3,8 @@
 //! snapshot at scrape time. Nothing here touches the scheduler: it renders on the HTTP
 //! thread what the scheduler published last. `docs/operations.md` lists every metric.
 
+mod classes;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -155,6 +157,7 @@ impl Collector for StatusCollector {
         tasks(&mut enc, s)?;
         workers(&mut enc, s)?;
         events(&mut enc, s)?;
+        classes::classes(&mut enc, s)?;
         resources(&mut enc, s)
     }
 }

@@ -38,6 +38,9 @@ fn package(id: u64, user: &str, tasks: usize) -> Record {
         fn_code: Bytes::from(format!("code of {id}")),
         tasks: (0..tasks).map(|i| Bytes::from(vec![i as u8; i])).collect(),
         opts: rtpool_core::PackageOpts {
+            labels: Default::default(),
+            resources: Default::default(),
+            unschedulable: Default::default(),
             key: format!("k{id}"),
             priority: id as i32 % 5 - 2,
             timeout_ms: 1000 + id as u32,

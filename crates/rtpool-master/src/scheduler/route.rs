@@ -2,7 +2,7 @@
 //! becomes there.
 
 use bytes::Bytes;
-use rtpool_core::{Action, RejectReason, TaskOutcome};
+use rtpool_core::{Action, TaskOutcome};
 use rtpool_proto::{Assignment, CallAssignment, Msg, TaskResult};
 use tracing::{info, warn};
 
@@ -70,6 +70,7 @@ impl Scheduler {
                 let tasks = tasks
                     .into_iter()
                     .map(|t| Assignment {
+                        res: t.res,
                         task: t.task.0,
                         attempt: t.attempt,
                         fn_hash: Bytes::copy_from_slice(&t.fn_hash.0),
@@ -86,7 +87,15 @@ impl Scheduler {
                 req_id,
                 package,
             } => {
-                let notice = self.overload_notice(package);
+                // A package queued for a worker that can serve it (option unschedulable =
+                // "wait") is told so first; an overload warning joins it.
+                let notice = match (
+                    self.core.unschedulable_notice(package),
+                    self.overload_notice(package),
+                ) {
+                    (Some(a), Some(b)) => Some(format!("{a}; also, {b}")),
+                    (a, b) => a.or(b),
+                };
                 self.send(
                     client.0,
                     Msg::Accepted {
@@ -101,19 +110,7 @@ impl Scheduler {
                 req_id,
                 reason,
             } => {
-                let code = match reason {
-                    RejectReason::QuotaExhausted { .. } => "quota",
-                    RejectReason::Admission { .. } | RejectReason::NoWorkerSlots { .. } => {
-                        "admission"
-                    }
-                    RejectReason::UnknownFunction { .. } => "unknown_function",
-                    RejectReason::UserLimit { .. } => "queue_limit",
-                    RejectReason::UnknownDependency { .. } => "unknown_dependency",
-                    RejectReason::Empty
-                    | RejectReason::TooManyTasks { .. }
-                    | RejectReason::InvalidOptions(_)
-                    | RejectReason::InvalidCall { .. } => "rejected",
-                };
+                let code = crate::status::recorder::refusal_code(&reason);
                 let msg = Msg::Error {
                     code: code.into(),
                     message: reason.to_string(),

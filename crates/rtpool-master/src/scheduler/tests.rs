@@ -311,6 +311,9 @@ fn met_missed_and_late_us_reach_the_wire() {
 #[test]
 fn package_options_survive_the_journal_record() {
     let opts = PackageOpts {
+        labels: Default::default(),
+        resources: Default::default(),
+        unschedulable: Default::default(),
         priority: -2,
         timeout_ms: 900,
         key: "k-1".into(),

@@ -140,6 +140,8 @@ async fn handshake(config: &SimConfig, index: usize) -> Result<Session, Refusal>
     let mut out = BytesMut::new();
     encode(
         &Msg::Hello {
+            labels: Default::default(),
+            resources: Default::default(),
             version: PROTOCOL_VERSION,
             role: Role::Worker,
             token: config.token.clone(),

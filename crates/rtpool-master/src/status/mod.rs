@@ -19,8 +19,8 @@ use self::histogram::FsyncCounts;
 pub use self::recorder::Recorder;
 pub use self::schema::Status;
 use self::schema::{
-    ClassStatus, Deadlines, JournalInfo, Latency, MasterInfo, PackageStatus, Rates, UserStatus,
-    WorkerStatus, MAX_PACKAGES,
+    ClassStatus, Deadlines, JournalInfo, Latency, MasterInfo, PackageStatus, Rates,
+    ResourceClassStatus, UserStatus, WorkerStatus, MAX_PACKAGES,
 };
 
 /// What a snapshot says about the master that the core and the recorder do not know.
@@ -98,6 +98,9 @@ pub fn build(
                 last_seen_s: rec.map_or(0.0, |r| {
                     core_now.0.saturating_sub(r.last_seen.0) as f64 / 1e9
                 }),
+                resources: amounts(&w.resources),
+                in_use: amounts(&w.in_use),
+                labels: named(&w.labels),
             }
         })
         .collect();
@@ -253,6 +256,7 @@ pub fn build(
             .unwrap_or_default(),
         connections,
         classes,
+        resource_classes: resource_classes(core),
         histograms,
     }
 }
@@ -298,6 +302,36 @@ fn write_value(w: &mut Writer<'_, BytesMut>, value: &serde_json::Value) {
             }
         }
     }
+}
+
+/// A resource map as the status shows it.
+fn amounts(r: &rtpool_core::Resources) -> BTreeMap<String, u64> {
+    r.iter().map(|(n, a)| (n.to_owned(), a)).collect()
+}
+
+/// A label map as the status shows it.
+fn named(l: &rtpool_core::Labels) -> BTreeMap<String, String> {
+    l.iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The resource classes, by name.
+fn resource_classes(core: &Core) -> Vec<ResourceClassStatus> {
+    let mut classes: Vec<ResourceClassStatus> = core
+        .class_views()
+        .map(|c| ResourceClassStatus {
+            name: c.name,
+            resources: amounts(&c.resources),
+            labels: named(&c.labels),
+            queued: c.queued as u64,
+            running: c.running,
+            workers: c.workers as u64,
+            unschedulable: c.unschedulable,
+        })
+        .collect();
+    classes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    classes
 }
 
 #[cfg(test)]

@@ -325,6 +325,7 @@ pub fn refusal_code(reason: &rtpool_core::RejectReason) -> &'static str {
         R::UnknownFunction { .. } => "unknown_function",
         R::UserLimit { .. } => "queue_limit",
         R::UnknownDependency { .. } => "unknown_dependency",
+        R::Unschedulable(_) => "unschedulable",
         R::Empty | R::TooManyTasks { .. } | R::InvalidOptions(_) | R::InvalidCall { .. } => {
             "rejected"
         }

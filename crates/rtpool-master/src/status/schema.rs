@@ -36,6 +36,9 @@ pub struct Status {
     pub connection_refusals: std::collections::BTreeMap<&'static str, u64>,
     /// Tasks by user and priority class, over every live package (not only the listed ones).
     pub classes: Vec<ClassStatus>,
+    /// Tasks by resource class (what they ask of their workers), with the workers that can
+    /// serve each.
+    pub resource_classes: Vec<ResourceClassStatus>,
     /// Histograms since start, by metric name without the `rtpool_` prefix
     /// (`submit_to_assign_seconds`, `assign_to_result_seconds`, `deadline_lateness_seconds`,
     /// `journal_fsync_seconds`): what `/metrics` exports.
@@ -229,6 +232,32 @@ pub struct WorkerStatus {
     pub tasks_per_s: f64,
     /// Seconds since it last sent a `PULL`, `RESULT` or `RETURN` (heartbeats not counted).
     pub last_seen_s: f64,
+    /// What it has for tasks that ask (`{"gpu": 2, "mem_gb": 64}`), as it announced.
+    pub resources: std::collections::BTreeMap<String, u64>,
+    /// How much of each its running tasks hold now.
+    pub in_use: std::collections::BTreeMap<String, u64>,
+    /// Its labels (`{"zone": "a"}`).
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+/// Packages that ask for the same resources and labels of their workers (a resource class);
+/// packages that ask for nothing are not listed (their tasks are the other totals).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ResourceClassStatus {
+    /// `gpu=1,zone=a`.
+    pub name: String,
+    /// What each task holds while it runs.
+    pub resources: std::collections::BTreeMap<String, u64>,
+    /// The labels its worker needs.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Tasks waiting for a worker.
+    pub queued: u64,
+    /// Tasks running.
+    pub running: u64,
+    /// Connected workers able to serve it.
+    pub workers: u64,
+    /// No connected worker can serve it: its tasks wait (option `unschedulable="wait"`).
+    pub unschedulable: bool,
 }
 
 /// One live package.

@@ -35,6 +35,8 @@ impl Peer {
         let mut p = Self::connect(master);
         let name = "test".to_string();
         p.send(&Msg::Hello {
+            labels: Default::default(),
+            resources: Default::default(),
             version: rtpool_proto::PROTOCOL_VERSION,
             role,
             token: token.into(),

@@ -16,14 +16,13 @@ use crate::error::ProtoError;
 use crate::kind;
 use crate::limits::{
     FN_HASH_BYTES, KEPT_KEY_BYTES, MAX_FUNCTION_NAME_BYTES, MAX_FUNCTION_VERSION_BYTES,
-    MAX_INTERFACE_BYTES, MAX_NAME_BYTES, MAX_RELEASE_KEYS, MAX_SERVE_FUNCTIONS, MAX_TOKEN_BYTES,
+    MAX_INTERFACE_BYTES, MAX_RELEASE_KEYS, MAX_SERVE_FUNCTIONS,
 };
 use crate::message::{
-    Assignment, Call, CallAssignment, FunctionInfo, Msg, Role, ServedFunction, TaskResult,
-    WorkerResult,
+    Call, CallAssignment, FunctionInfo, Msg, ServedFunction, TaskResult, WorkerResult,
 };
 use crate::msgpack::{describe, Int, Reader};
-use crate::options::{quote, PackageOpts, CALL_OPTS, SUBMIT_OPTS};
+use crate::options::{PackageOpts, CALL_OPTS, SUBMIT_OPTS};
 
 /// A struct read field by field in wire order, each error naming its field
 /// (`read_struct!(r, "WELCOME", Msg::Welcome { version: u32 })` reads `r.u32("WELCOME.version")`);
@@ -54,6 +53,10 @@ fn list<T>(
     }
     Ok(items)
 }
+
+mod worker;
+
+use self::worker::{decode_assign, decode_hello, read_hello_trailing};
 
 /// Decodes one frame body (without its length prefix). `bin` fields of the result share
 /// `body`'s memory.
@@ -111,23 +114,31 @@ fn decode_reader_ref(r: &mut Reader) -> Result<Msg, ProtoError> {
     r.set_kind(kind);
     let name = kind::name(kind).unwrap_or("?");
     let expected = field_count(kind);
-    // `ACCEPTED` may carry one optional trailing field, its notice, and `HELLO` one, the
-    // worker's identity (see `docs/protocol.md`).
-    let trailing = matches!(kind, kind::ACCEPTED | kind::HELLO) && elems - 1 == expected + 1;
-    if elems - 1 != expected && !trailing {
+    // `ACCEPTED` may carry one optional trailing field, its notice, and `HELLO` up to three,
+    // a worker's identity, resources and labels (see `docs/protocol.md`).
+    let most = match kind {
+        kind::ACCEPTED => 1,
+        kind::HELLO => 3,
+        _ => 0,
+    };
+    let extra = (elems - 1).checked_sub(expected).filter(|e| *e <= most);
+    let Some(extra) = extra else {
+        let expected = match most {
+            0 => expected.to_string(),
+            _ => format!("{expected} to {}", expected + most),
+        };
         return Err(r.malformed(format!(
             "{name} has {} fields, expected {expected}",
             elems - 1
         )));
-    }
+    };
     let mut msg = decode_fields(r, kind)?;
-    match (trailing, &mut msg) {
-        (true, Msg::Accepted { notice: n, .. }) => {
+    match (extra, &mut msg) {
+        (0, _) => {}
+        (_, Msg::Accepted { notice: n, .. }) => {
             *n = Some(r.string("ACCEPTED.notice", MAX_NOTICE_BYTES)?);
         }
-        (true, Msg::Hello { identity: i, .. }) => {
-            *i = Some(r.string("HELLO.identity", MAX_NAME_BYTES)?);
-        }
+        (_, hello @ Msg::Hello { .. }) => read_hello_trailing(r, hello, extra)?,
         _ => {}
     }
     r.expect_end()?;
@@ -344,22 +355,6 @@ fn decode_task_refs(r: &mut Reader, field: &str) -> Result<Vec<(u64, u32)>, Prot
     })
 }
 
-fn decode_hello(r: &mut Reader) -> Result<Msg, ProtoError> {
-    let version = r.u32("HELLO.version")?;
-    let role_range = r.str_range("HELLO.role", usize::MAX)?;
-    let role_bytes = r.bytes_of(role_range);
-    let Some(role) = Role::from_wire(role_bytes) else {
-        let found = quote(role_bytes);
-        return Err(r.malformed(format!(
-            "HELLO.role: expected \"client\" or \"worker\", found {found:?}"
-        )));
-    };
-    Ok(read_struct!(r, "HELLO", Msg::Hello {
-        token: string(MAX_TOKEN_BYTES), name: string(MAX_NAME_BYTES), slots: u32;
-        version, role, identity: None
-    }))
-}
-
 fn decode_submit(r: &mut Reader) -> Result<Msg, ProtoError> {
     let req_id = r.u64("SUBMIT.req_id")?;
     let fn_hash = r.bin("SUBMIT.fn_hash")?;
@@ -414,29 +409,6 @@ fn decode_results(r: &mut Reader) -> Result<Msg, ProtoError> {
         ))
     })?;
     Ok(Msg::Results { package, results })
-}
-
-fn decode_assign(r: &mut Reader) -> Result<Msg, ProtoError> {
-    // fixarray, task, attempt, two empty bins, a nil and timeout_ms: 9 bytes at least.
-    let tasks = list(r, "ASSIGN.tasks", 9, |r| {
-        // Six fields, or seven: the inputs of a task whose dependency the master held.
-        let fields = r.array_len("ASSIGN.tasks[]", 1)?;
-        if fields != 6 && fields != 7 {
-            let reason = format!("ASSIGN.tasks[] has {fields} fields, expected 6 or 7");
-            return Err(r.malformed(reason));
-        }
-        let mut a = read_struct!(r, "ASSIGN.tasks[]", Assignment {
-            task: u64, attempt: u32, fn_hash: bin, fn_code: bin_or_nil, args: bin,
-            timeout_ms: u32; inputs: Vec::new()
-        });
-        if fields == 7 {
-            a.inputs = list(r, "ASSIGN.tasks[].inputs", 1, |r| {
-                r.bin("ASSIGN.tasks[].inputs[]")
-            })?;
-        }
-        Ok(a)
-    })?;
-    Ok(Msg::Assign { tasks })
 }
 
 fn decode_result(r: &mut Reader) -> Result<Msg, ProtoError> {

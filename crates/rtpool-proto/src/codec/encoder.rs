@@ -19,8 +19,16 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
             token,
             name,
             identity,
+            resources,
+            labels,
             ..
-        } => 48 + token.len() + name.len() + identity.as_ref().map_or(0, String::len),
+        } => {
+            48 + token.len()
+                + name.len()
+                + identity.as_ref().map_or(0, String::len)
+                + 48 * resources.len()
+                + 176 * labels.iter().count()
+        }
         Msg::Error { code, message, .. } => 32 + code.len() + message.len(),
         Msg::Submit { fn_code, tasks, .. } => {
             96 + fn_code.len() + tasks.iter().map(|t| 5 + t.len()).sum::<usize>()
@@ -35,6 +43,7 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
                     + a.fn_code.as_ref().map_or(0, Bytes::len)
                     + a.args.len()
                     + a.inputs.iter().map(|i| 5 + i.len()).sum::<usize>()
+                    + 48 * a.res.len()
             };
             8 + tasks.iter().map(one).sum::<usize>()
         }
@@ -85,15 +94,32 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             name,
             slots,
             identity,
+            resources,
+            labels,
         } => {
-            w.head(k, if identity.is_some() { 6 } else { 5 });
+            // Trailing fields only as far as needed: labels need resources (maybe empty)
+            // before them, resources an identity (maybe empty).
+            let trailing = if !labels.is_empty() {
+                3
+            } else if !resources.is_empty() {
+                2
+            } else {
+                usize::from(identity.is_some())
+            };
+            w.head(k, 5 + trailing);
             w.uint(*version);
             w.str(role.as_str());
             w.str(token);
             w.str(name);
             w.uint(*slots);
-            if let Some(identity) = identity {
-                w.str(identity);
+            if trailing >= 1 {
+                w.str(identity.as_deref().unwrap_or(""));
+            }
+            if trailing >= 2 {
+                resources.write(w);
+            }
+            if trailing >= 3 {
+                labels.write(w);
             }
         }
         Msg::Welcome {
@@ -218,7 +244,14 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             for a in tasks {
                 // The seventh field only for a task that has inputs: every other assignment
                 // stays as version 2 first defined it.
-                w.array(if a.inputs.is_empty() { 6 } else { 7 });
+                let fields = if !a.res.is_empty() {
+                    8
+                } else if !a.inputs.is_empty() {
+                    7
+                } else {
+                    6
+                };
+                w.array(fields);
                 w.uint(a.task);
                 w.uint(a.attempt);
                 s.bin(w, &a.fn_hash);
@@ -228,11 +261,14 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
                 }
                 s.bin(w, &a.args);
                 w.uint(a.timeout_ms);
-                if !a.inputs.is_empty() {
+                if fields >= 7 {
                     w.array(a.inputs.len());
                     for input in &a.inputs {
                         s.bin(w, input);
                     }
+                }
+                if fields == 8 {
+                    a.res.write(w);
                 }
             }
         }

@@ -49,7 +49,7 @@ pub fn samples() -> Vec<(String, Msg)> {
     let mut out: Vec<(String, Msg)> = vec![
         (
             "hello_client".into(),
-            Msg::Hello {
+            Msg::Hello { labels: Default::default(), resources: Default::default(),
                 version: 1,
                 role: Role::Client,
                 token: "client-token".into(),
@@ -60,7 +60,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         ),
         (
             "hello_worker".into(),
-            Msg::Hello {
+            Msg::Hello { labels: Default::default(), resources: Default::default(),
                 version: 1,
                 role: Role::Worker,
                 token: "worker-token".into(),
@@ -71,7 +71,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         ),
         (
             "hello_worker_identity".into(),
-            Msg::Hello {
+            Msg::Hello { labels: Default::default(), resources: Default::default(),
                 version: 2,
                 role: Role::Worker,
                 token: "worker-token".into(),
@@ -82,7 +82,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         ),
         (
             "hello_utf8_name".into(),
-            Msg::Hello {
+            Msg::Hello { labels: Default::default(), resources: Default::default(),
                 version: 1,
                 role: Role::Client,
                 token: "t".into(),
@@ -126,7 +126,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                 req_id: 10,
                 fn_hash: hash(0),
                 fn_code: Bytes::from_static(b"\x80\x05\x95code"),
-                opts: PackageOpts {
+                opts: PackageOpts { labels: Default::default(), resources: Default::default(), unschedulable: Default::default(),
                     priority: 2,
                     timeout_ms: 1_500,
                     key: "5f0c2d3e9a7b4c1d8e6f0a2b3c4d5e6f".into(),
@@ -402,7 +402,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         (
             "assign_with_fn_code".into(),
             Msg::Assign {
-                tasks: vec![Assignment {
+                tasks: vec![Assignment { res: Default::default(),
                     task: 77,
                     attempt: 1,
                     fn_hash: hash(0),
@@ -417,7 +417,7 @@ pub fn samples() -> Vec<(String, Msg)> {
             "assign_cached_fn_code_nil".into(),
             Msg::Assign {
                 tasks: vec![
-                    Assignment {
+                    Assignment { res: Default::default(),
                         task: 78,
                         attempt: 1,
                         fn_hash: hash(0),
@@ -426,7 +426,7 @@ pub fn samples() -> Vec<(String, Msg)> {
                         timeout_ms: 0,
                         inputs: Vec::new(),
                     },
-                    Assignment {
+                    Assignment { res: Default::default(),
                         task: 79,
                         attempt: 2,
                         fn_hash: hash(0),
@@ -441,7 +441,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         (
             "assign_with_inputs".into(),
             Msg::Assign {
-                tasks: vec![Assignment {
+                tasks: vec![Assignment { res: Default::default(),
                     task: 80,
                     attempt: 1,
                     fn_hash: hash(0),
@@ -786,6 +786,9 @@ fn arb_submit_opts() -> impl Strategy<Value = PackageOpts> {
                 (replicas, quorum, max_copies, hedge),
                 (max_attempts, near, after, after_index),
             )| PackageOpts {
+                labels: Default::default(),
+                resources: Default::default(),
+                unschedulable: Default::default(),
                 priority,
                 timeout_ms,
                 key,
@@ -816,6 +819,7 @@ fn arb_assignment() -> impl Strategy<Value = Assignment> {
     )
         .prop_map(
             |(task, attempt, fn_hash, fn_code, args, timeout_ms, inputs)| Assignment {
+                res: Default::default(),
                 task,
                 attempt,
                 fn_hash,
@@ -958,6 +962,8 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
             .prop_flat_map(|fields| (Just(fields), proptest::option::of("\\PC{0,64}")))
             .prop_map(
                 |((version, role, token, name, slots), identity)| Msg::Hello {
+                    labels: Default::default(),
+                    resources: Default::default(),
                     version,
                     role,
                     token,

@@ -13,11 +13,37 @@ impl Core {
     pub(super) fn check_queue(&self, queued_tasks: usize) {
         self.queue.check();
         let mut seen = HashSet::new();
-        let mut entries: Vec<(u64, crate::queue::QueueKey, u64, TaskId, Option<u64>)> = self
+        // (package slot, key, position, task, service, class)
+        type Entry = (
+            u64,
+            crate::queue::QueueKey,
+            u64,
+            TaskId,
+            Option<u64>,
+            Option<u64>,
+        );
+        let mut entries: Vec<Entry> = self
             .queue
             .iter()
-            .map(|(slot, key, pos, id)| (slot, key, pos, id, None))
+            .map(|(slot, key, pos, id)| (slot, key, pos, id, None, None))
             .collect();
+        let mut in_classes = 0;
+        for (class, c) in self.classes.iter() {
+            c.queue.check();
+            in_classes += c.queue.len();
+            if !c.queue.is_empty() && !c.servers.is_empty() {
+                assert!(
+                    self.waiting_classes.contains(&class),
+                    "class {} has queued tasks and servers but is not waiting",
+                    c.describe()
+                );
+            }
+            entries.extend(
+                c.queue
+                    .iter()
+                    .map(|(slot, key, pos, id)| (slot, key, pos, id, None, Some(class))),
+            );
+        }
         let mut in_services = 0;
         for (svc, s) in self.services.iter() {
             s.queue.check();
@@ -32,10 +58,10 @@ impl Core {
             entries.extend(
                 s.queue
                     .iter()
-                    .map(|(slot, key, pos, id)| (slot, key, pos, id, Some(svc))),
+                    .map(|(slot, key, pos, id)| (slot, key, pos, id, Some(svc), None)),
             );
         }
-        for (slot, key, pos, id, svc) in entries {
+        for (slot, key, pos, id, svc, class) in entries {
             let task = self
                 .tasks
                 .get(id.0)
@@ -52,6 +78,13 @@ impl Core {
                 svc,
                 "{id} is queued in the wrong queue"
             );
+            if svc.is_none() {
+                assert_eq!(
+                    self.packages.get(slot).and_then(|p| p.class),
+                    class,
+                    "{id} is queued outside its package's resource class"
+                );
+            }
             assert_eq!(task.package, slot, "{id} is queued under another package");
             assert_eq!(task.queue_pos, pos, "{id} is queued at another position");
             assert_eq!(key, self.queue_key(slot), "{id} is queued with a stale key");
@@ -62,6 +95,65 @@ impl Core {
             "{queued_tasks} queued tasks, {} queue entries",
             seen.len()
         );
-        assert_eq!(self.queue.len() + in_services, queued_tasks, "queue count");
+        assert_eq!(
+            self.queue.len() + in_services + in_classes,
+            queued_tasks,
+            "queue count"
+        );
+        self.check_classes();
+    }
+
+    /// Each worker's resources in use are the sum of its holding tasks' requests, never above
+    /// its totals; each class's servers are exactly the connected workers that can serve it,
+    /// and its running count is the number of tasks holding it.
+    fn check_classes(&self) {
+        let mut running: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        for (id, w) in self.workers.iter() {
+            let mut want = vec![0u64; w.in_use.len()];
+            for (task, class) in w.holding.iter() {
+                assert!(
+                    w.in_flight.contains(task),
+                    "worker {id} holds resources for {task}, which it does not hold"
+                );
+                *running.entry(*class).or_default() += 1;
+                let c = self.classes.get(*class).expect("a held class is live");
+                for (name, amount) in c.resources.iter() {
+                    let i = w
+                        .resources
+                        .iter()
+                        .position(|(n, _)| n == name)
+                        .expect("held on a worker that has it");
+                    want[i] += amount;
+                }
+            }
+            assert_eq!(w.in_use, want, "worker {id}'s resources in use");
+            for ((name, total), used) in w.resources.iter().zip(&w.in_use) {
+                assert!(*used <= total, "worker {id} uses {used} of {total} {name}");
+            }
+            for (class, c) in self.classes.iter() {
+                let serves = c.is_served_by(&w.resources, &w.labels);
+                assert_eq!(
+                    w.classes.contains(&class),
+                    serves,
+                    "worker {id} and class {}",
+                    c.describe()
+                );
+                assert_eq!(
+                    c.servers.contains(id),
+                    serves,
+                    "class {} servers",
+                    c.describe()
+                );
+            }
+        }
+        for (class, c) in self.classes.iter() {
+            assert_eq!(
+                c.running,
+                running.get(&class).copied().unwrap_or(0),
+                "class {} running count",
+                c.describe()
+            );
+            assert!(c.servers.iter().all(|w| self.workers.contains_key(w)));
+        }
     }
 }

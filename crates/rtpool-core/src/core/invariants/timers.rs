@@ -29,6 +29,15 @@ impl Core {
                         "{id}'s time limit is not its timer"
                     );
                 }
+                Timer::Class(slot) => {
+                    let c = self.classes.get(slot).expect("timer of a forgotten class");
+                    assert_eq!(
+                        c.orphan_at,
+                        Some(at),
+                        "class {}'s grace is not its timer",
+                        c.describe()
+                    );
+                }
                 Timer::ResultTtl(slot) => {
                     let p = self.packages.get(slot).expect("timer of a freed package");
                     assert!(p.client.is_none(), "{} is attached but has a TTL", p.id);
@@ -97,7 +106,12 @@ impl Core {
             .services
             .iter()
             .filter(|(_, s)| s.orphan_at.is_some())
-            .count();
+            .count()
+            + self
+                .classes
+                .iter()
+                .filter(|(_, c)| c.orphan_at.is_some())
+                .count();
         assert_eq!(
             armed,
             deadlines + expiries + hedges + drops + orphans,
