@@ -153,3 +153,28 @@ fn replicas_of_a_class_task_go_to_distinct_matching_workers() {
     assert_eq!(tasks_of(&out, a).len(), 1, "{out:?}");
     assert_eq!(tasks_of(&out, b).len(), 1, "{out:?}");
 }
+
+#[test]
+fn a_class_with_many_busy_servers_feeds_whichever_one_gets_a_credit() {
+    // 100 servers of gpu=1, each running one gpu task; more gpu tasks queued. Whichever
+    // server answers and asks again gets the next one, however far down the servers' list it
+    // is (a placement that looked at a fixed window of servers left it idle).
+    let mut env = TestEnv::new();
+    let c = env.new_client();
+    let workers: Vec<_> = (0..100)
+        .map(|_| env.new_worker_with(2, &[("gpu", 1)], &[]))
+        .collect();
+    let (_, out) = env.submit_spec(c, Spec::tasks(150).asking(&[("gpu", 1)], &[]));
+    assert!(out.is_empty() || assignments(&out).is_empty());
+    let mut running = Vec::new();
+    for &w in &workers {
+        let got = tasks_of(&env.credit(w, 2), w);
+        assert_eq!(got.len(), 1, "one gpu, one task, the second credit waits");
+        running.push((w, got[0]));
+    }
+    for &(w, id) in running.iter().rev().take(40) {
+        let out = env.complete(w, id);
+        assert_eq!(tasks_of(&out, w).len(), 1, "{w} freed its gpu and had a credit");
+        assert_eq!(gpu_in_use(&env, w), 1);
+    }
+}

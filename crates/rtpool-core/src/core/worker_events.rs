@@ -82,6 +82,7 @@ impl Core {
         w.credits = w.credits.saturating_add(credits);
         self.free_credits += u64::from(w.credits - before);
         self.ring_if_hungry(worker);
+        self.offer_classes(worker);
         self.dispatch(now, out);
     }
 
