@@ -174,7 +174,25 @@ fn a_class_with_many_busy_servers_feeds_whichever_one_gets_a_credit() {
     }
     for &(w, id) in running.iter().rev().take(40) {
         let out = env.complete(w, id);
-        assert_eq!(tasks_of(&out, w).len(), 1, "{w} freed its gpu and had a credit");
+        assert_eq!(
+            tasks_of(&out, w).len(),
+            1,
+            "{w} freed its gpu and had a credit"
+        );
         assert_eq!(gpu_in_use(&env, w), 1);
     }
+}
+
+#[test]
+fn classes_of_equal_priority_take_turns() {
+    let mut env = TestEnv::new();
+    let c = env.new_client();
+    let w = env.new_worker_with(4, &[("gpu", 4), ("mem_gb", 4)], &[]);
+    let (_, gpu) = env.submit_spec(c, Spec::tasks(4).asking(&[("gpu", 1)], &[]));
+    let (_, mem) = env.submit_spec(c, Spec::tasks(4).asking(&[("mem_gb", 1)], &[]));
+    assert!(assignments(&gpu).is_empty() && assignments(&mem).is_empty());
+    let out = env.credit(w, 4);
+    let (_, tasks) = &assignments(&out)[0];
+    let gpus = tasks.iter().filter(|t| t.res.get("gpu") == 1).count();
+    assert_eq!((gpus, tasks.len() - gpus), (2, 2), "{out:?}");
 }

@@ -293,7 +293,8 @@ impl Core {
     }
 
     /// Places queued class tasks while a server of their class has a credit and the request
-    /// free: each time the class whose head task has the highest priority. Returns the
+    /// free: each time the class whose head task has the highest priority, classes of equal
+    /// priority in turn (round robin from the one after the last served). Returns the
     /// assignments per worker.
     pub(super) fn dispatch_classes(
         &mut self,
@@ -306,7 +307,12 @@ impl Core {
         }
         loop {
             let mut best: Option<(Reverse<i32>, u64, WorkerId)> = None;
-            let waiting: Vec<u64> = self.waiting_classes.iter().copied().collect();
+            // From the class after the last one served: at equal priority classes take turns.
+            let turn = self.class_turn;
+            let waiting: Vec<u64> = (self.waiting_classes.range(turn..))
+                .chain(self.waiting_classes.range(..turn))
+                .copied()
+                .collect();
             for slot in waiting {
                 let Some(priority) = self.classes.get(slot).and_then(|c| c.queue.top_priority())
                 else {
@@ -332,6 +338,7 @@ impl Core {
             let Some((_, slot, worker)) = best else {
                 break;
             };
+            self.class_turn = slot + 1;
             let c = self.classes.get_mut(slot).expect("chosen");
             let (id, pkg) = c.queue.pop().expect("a waiting class has a task");
             if self.cannot_make_it(id, pkg, now) {
