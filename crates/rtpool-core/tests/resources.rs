@@ -196,3 +196,51 @@ fn classes_of_equal_priority_take_turns() {
     let gpus = tasks.iter().filter(|t| t.res.get("gpu") == 1).count();
     assert_eq!((gpus, tasks.len() - gpus), (2, 2), "{out:?}");
 }
+
+#[test]
+fn admission_control_counts_only_the_slots_that_can_serve_the_class() {
+    let mut env = TestEnv::new();
+    env.learn(5, 10_000, 10);
+    let c = env.new_client();
+    for _ in 0..8 {
+        let w = env.new_worker(1);
+        env.credit(w, 0);
+    }
+    let gpu = env.new_worker_with(1, &[("gpu", 1)], &[]);
+    env.credit(gpu, 0);
+    // 4 tasks of 10 ms: 3 x 10 ms on the one gpu slot + a p95 > 30 ms (on all 9 slots it
+    // would fit).
+    let spec = Spec::tasks(4)
+        .function(5)
+        .deadline_ms(30)
+        .admit()
+        .asking(&[("gpu", 1)], &[]);
+    let (_, out) = env.submit_raw(c, spec.clone());
+    let reason = out
+        .iter()
+        .find_map(|a| match a {
+            Action::Rejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("refused: {out:?}"));
+    assert!(
+        matches!(reason, RejectReason::Admission { slots: 1, .. }),
+        "{reason:?}"
+    );
+    // The same package without the request fits the 9 slots.
+    let (_, out) = env.submit_raw(c, Spec::tasks(4).function(5).deadline_ms(30).admit());
+    assert!(matches!(out[0], Action::Accepted { .. }), "{out:?}");
+    // A draining gpu worker's slot does not count any more.
+    env.drain(gpu);
+    let (_, out) = env.submit_raw(c, spec.deadline_ms(1_000));
+    assert!(
+        matches!(
+            out[0],
+            Action::Rejected {
+                reason: RejectReason::NoWorkerSlots { .. },
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+}

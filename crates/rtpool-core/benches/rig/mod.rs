@@ -76,16 +76,16 @@ fn class_request(k: usize) -> Resources {
     Resources::new([("gpu".to_owned(), gpu), ("mem_gb".to_owned(), mem)]).expect("valid")
 }
 
-/// What every worker of the heterogeneous rig has: room for a full prefetch of any class.
-fn worker_resources(classes: usize) -> Resources {
+/// What the sink of the heterogeneous rig has: room for whatever it takes before it reaches
+/// a lost worker's tasks (it holds them all until it answers them together).
+const SINK_ROOM: u64 = 1 << 40;
+
+/// What every worker of the heterogeneous rig has: `room` of each resource.
+fn worker_resources(classes: usize, room: u64) -> Resources {
     if classes == 0 {
         return Resources::default();
     }
-    Resources::new([
-        ("gpu".to_owned(), CLASS_ROOM),
-        ("mem_gb".to_owned(), CLASS_ROOM),
-    ])
-    .expect("valid")
+    Resources::new([("gpu".to_owned(), room), ("mem_gb".to_owned(), room)]).expect("valid")
 }
 
 /// A background worker and the tasks it runs, oldest first.
@@ -448,11 +448,16 @@ impl Rig {
 
     /// The `WorkerJoined` of a new worker: the rig's resources, no label.
     pub(super) fn join_event(&self, id: WorkerId, slots: u32) -> Event {
+        let room = if id == self.sink || self.sink == WorkerId(0) {
+            SINK_ROOM
+        } else {
+            CLASS_ROOM
+        };
         Event::WorkerJoined {
             worker: id,
             slots,
             key: WorkerKey(id.0),
-            resources: worker_resources(self.classes),
+            resources: worker_resources(self.classes, room),
             labels: Labels::default(),
         }
     }
@@ -466,6 +471,10 @@ impl Rig {
                 assert_eq!(w, worker, "only the credited worker is hungry");
                 got.extend(tasks.iter().map(|t| (t.task, t.attempt)));
             }
+        }
+        if got.len() != credits as usize {
+            // Say why first, if the core knows (the walk names an idle server).
+            self.core.check_invariants();
         }
         assert_eq!(got.len(), credits as usize, "the queue has enough tasks");
         got

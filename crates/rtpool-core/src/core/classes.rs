@@ -135,7 +135,7 @@ impl Core {
     }
 
     /// Forgets a class made for a package that was then refused, if nothing else uses it.
-    fn forget_class_if_unused(&mut self, slot: u64) {
+    pub(super) fn forget_class_if_unused(&mut self, slot: u64) {
         let Some(class) = self.classes.get(slot) else {
             return;
         };

@@ -275,6 +275,12 @@ impl Core {
             self.free_credits -= u64::from(w.credits);
             if !w.draining {
                 self.total_slots -= u64::from(w.slots);
+                // Its classes' admission control stops counting its slots too.
+                for &class in &w.classes {
+                    if let Some(c) = self.classes.get_mut(class) {
+                        c.slots = c.slots.saturating_sub(u64::from(w.slots));
+                    }
+                }
             }
             w.credits = 0;
             w.draining = true;

@@ -164,6 +164,14 @@ impl Core {
                 c.describe()
             );
             assert!(c.servers.iter().all(|w| self.workers.contains_key(w)));
+            let slots: u64 = c
+                .servers
+                .iter()
+                .filter_map(|w| self.workers.get(w))
+                .filter(|w| !w.draining)
+                .map(|w| u64::from(w.slots))
+                .sum();
+            assert_eq!(c.slots, slots, "class {} slots", c.describe());
         }
     }
 }
