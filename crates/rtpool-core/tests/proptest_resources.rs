@@ -14,8 +14,6 @@
 
 mod common;
 
-use std::collections::HashMap;
-
 use common::{assignments, Spec, TestEnv};
 use proptest::prelude::*;
 use rtpool_core::{Action, RejectReason, TaskId, WorkerId};
