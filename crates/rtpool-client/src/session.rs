@@ -107,6 +107,8 @@ async fn handshake(
 ) -> Result<Session, DialError> {
     let (half, mut write) = tokio::io::split(stream);
     let hello = Msg::Hello {
+        labels: Default::default(),
+        resources: Default::default(),
         version: PROTOCOL_VERSION,
         role: Role::Client,
         token: token.to_owned(),

@@ -199,6 +199,8 @@ async fn drive(scheduler: Scheduler, length: Duration) -> String {
         .map(|i| {
             let session = 100 + i;
             let event = Event::WorkerJoined {
+                labels: Default::default(),
+                resources: Default::default(),
                 worker: WorkerId(session),
                 slots: CREDITS,
                 key: WorkerKey(session),

@@ -58,6 +58,8 @@ impl Rig {
             Instant(0),
         );
         rig.handle(Event::WorkerJoined {
+            labels: Default::default(),
+            resources: Default::default(),
             worker: WORKER,
             slots: 64,
             key: WorkerKey(WORKER.0),
@@ -164,6 +166,8 @@ fn per_second(packages: u64, workers: u64) -> (f64, f64, f64) {
     for w in 0..workers {
         core.handle(
             Event::WorkerJoined {
+                labels: Default::default(),
+                resources: Default::default(),
                 worker: WorkerId(1_000 + w),
                 slots: 8,
                 key: WorkerKey(1_000 + w),

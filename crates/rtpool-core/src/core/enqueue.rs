@@ -80,11 +80,11 @@ impl Core {
             .get(id.0)
             .expect("requeue of a freed task")
             .holder();
-        if let Some(worker) = holder {
-            if let Some(w) = self.workers.get_mut(&worker) {
-                w.in_flight.remove(&id);
+        if let Some(w) = holder.and_then(|w| self.workers.get_mut(&w)) {
+            w.in_flight.remove(&id);
+            if !w.holding.is_empty() {
+                self.free_resources(holder.expect("a holder"), id);
             }
-            self.free_resources(worker, id);
         }
         let task = self.tasks.get_mut(id.0).expect("checked");
         match task.state {

@@ -147,13 +147,16 @@ impl Core {
             Some(c) => self.services.get(c.service).map(|s| s.fn_hash),
             None => self.packages.get(slot).map(|p| p.fn_hash),
         };
-        let (mut hedged_fn, mut key) = (None, None);
+        let (mut hedged_fn, mut key, mut held) = (None, None, false);
         if let Some(w) = self.workers.get_mut(&worker) {
             w.in_flight.remove(&r.task);
             hedged_fn = w.take_hedged(r.task, r.attempt);
             key = Some(w.key);
+            held = !w.holding.is_empty();
         }
-        self.free_resources(worker, r.task);
+        if held {
+            self.free_resources(worker, r.task);
+        }
         // The worker's pace learns from every run it finished, a lost race included (then its
         // package may be gone: the function was noted when the hedge started).
         let live_fn = fn_hash.filter(|_| self.packages.get(slot).is_some());

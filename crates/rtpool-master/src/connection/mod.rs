@@ -236,7 +236,7 @@ async fn serve_halves<R, W>(
         }
     };
     place.hello_received();
-    let (role, slots, name, worker_identity, identity, has) = match hello {
+    let (role, slots, name, worker_identity, identity, has, _session) = match hello {
         Ok(Ok(Msg::Hello {
             version,
             role,
@@ -248,13 +248,15 @@ async fn serve_halves<R, W>(
             labels,
         })) => match check_hello(&ctx, version, role, &token).await {
             Ok(identity) => match place.promote(role) {
-                Ok(_session) => (
+                // The session guard holds this connection's place until the function ends.
+                Ok(session) => (
                     role,
                     slots,
                     name,
                     worker_identity,
                     identity,
                     (resources, labels),
+                    session,
                 ),
                 Err(refusal) => {
                     if let Some(line) = ctx.gate.note_refusal(&refusal, std::time::Instant::now()) {

@@ -304,6 +304,36 @@ fn write_value(w: &mut Writer<'_, BytesMut>, value: &serde_json::Value) {
     }
 }
 
+/// A resource map as the status shows it.
+fn amounts(r: &rtpool_core::Resources) -> BTreeMap<String, u64> {
+    r.iter().map(|(n, a)| (n.to_owned(), a)).collect()
+}
+
+/// A label map as the status shows it.
+fn named(l: &rtpool_core::Labels) -> BTreeMap<String, String> {
+    l.iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The resource classes, by name.
+fn resource_classes(core: &Core) -> Vec<ResourceClassStatus> {
+    let mut classes: Vec<ResourceClassStatus> = core
+        .class_views()
+        .map(|c| ResourceClassStatus {
+            name: c.name,
+            resources: amounts(&c.resources),
+            labels: named(&c.labels),
+            queued: c.queued as u64,
+            running: c.running,
+            workers: c.workers as u64,
+            unschedulable: c.unschedulable,
+        })
+        .collect();
+    classes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    classes
+}
+
 #[cfg(test)]
 mod tests {
     use super::schema::{PackageStatus, UserStatus};
@@ -417,34 +447,4 @@ mod tests {
             assert!(text.contains(key), "{key} missing");
         }
     }
-}
-
-/// A resource map as the status shows it.
-fn amounts(r: &rtpool_core::Resources) -> BTreeMap<String, u64> {
-    r.iter().map(|(n, a)| (n.to_owned(), a)).collect()
-}
-
-/// A label map as the status shows it.
-fn named(l: &rtpool_core::Labels) -> BTreeMap<String, String> {
-    l.iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-/// The resource classes, by name.
-fn resource_classes(core: &Core) -> Vec<ResourceClassStatus> {
-    let mut classes: Vec<ResourceClassStatus> = core
-        .class_views()
-        .map(|c| ResourceClassStatus {
-            name: c.name,
-            resources: amounts(&c.resources),
-            labels: named(&c.labels),
-            queued: c.queued as u64,
-            running: c.running,
-            workers: c.workers as u64,
-            unschedulable: c.unschedulable,
-        })
-        .collect();
-    classes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    classes
 }

@@ -40,8 +40,11 @@ pub fn check_name(name: &str) -> Option<String> {
 
 /// Named amounts, sorted by name, each name once: a worker's totals or a task's request.
 /// Amounts are whole numbers (GPUs, GiB of memory, licenses); a missing name is 0.
+///
+/// Boxed (and `None` when empty), so that every package's options, which hold one, grow by
+/// two words only.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Resources(Vec<(String, u64)>);
+pub struct Resources(Option<Box<[(String, u64)]>>);
 
 impl Resources {
     /// Checks and sorts `entries`: valid names, each once, at most [`MAX_ENTRIES`], amounts
@@ -68,29 +71,33 @@ impl Resources {
             return Err(format!("resource {} given twice", w[0].0));
         }
         v.retain(|(_, amount)| *amount > 0);
-        Ok(Self(v))
+        Ok(Self((!v.is_empty()).then(|| v.into_boxed_slice())))
     }
 
     /// No resource named.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_none()
+    }
+
+    fn entries(&self) -> &[(String, u64)] {
+        self.0.as_deref().unwrap_or(&[])
     }
 
     /// The entries, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.0.iter().map(|(n, a)| (n.as_str(), *a))
+        self.entries().iter().map(|(n, a)| (n.as_str(), *a))
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.entries().len()
     }
 
     /// The amount of `name` (0 when absent).
     pub fn get(&self, name: &str) -> u64 {
-        self.0
-            .binary_search_by(|(n, _)| n.as_str().cmp(name))
-            .map_or(0, |i| self.0[i].1)
+        let e = self.entries();
+        e.binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .map_or(0, |i| e[i].1)
     }
 
     /// The first entry of `self` that `total` has less of, as `(name, asked, has)`; `None`
@@ -118,8 +125,8 @@ impl Resources {
 
     /// Writes it as a msgpack map in name order.
     pub fn write<B: BufMut>(&self, w: &mut Writer<'_, B>) {
-        w.map(self.0.len());
-        for (name, amount) in &self.0 {
+        w.map(self.entries().len());
+        for (name, amount) in self.entries() {
             w.str(name);
             w.uint(*amount);
         }
@@ -128,8 +135,10 @@ impl Resources {
 
 /// Named strings, sorted by key, each key once: a worker's labels or the labels a task
 /// requires (all must be equal on the worker).
+///
+/// Boxed and `None` when empty, as [`Resources`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Labels(Vec<(String, String)>);
+pub struct Labels(Option<Box<[(String, String)]>>);
 
 impl Labels {
     /// Checks and sorts `entries`: valid keys, each once, values of at most
@@ -158,25 +167,29 @@ impl Labels {
         if let Some(w) = v.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(format!("label {} given twice", w[0].0));
         }
-        Ok(Self(v))
+        Ok(Self((!v.is_empty()).then(|| v.into_boxed_slice())))
     }
 
     /// No label.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_none()
+    }
+
+    fn entries(&self) -> &[(String, String)] {
+        self.0.as_deref().unwrap_or(&[])
     }
 
     /// The entries, sorted by key.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.entries().iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+        let e = self.entries();
+        e.binary_search_by(|(k, _)| k.as_str().cmp(key))
             .ok()
-            .map(|i| self.0[i].1.as_str())
+            .map(|i| e[i].1.as_str())
     }
 
     /// The first required label that `have` lacks or has another value of, as
@@ -204,8 +217,8 @@ impl Labels {
 
     /// Writes it as a msgpack map in key order.
     pub fn write<B: BufMut>(&self, w: &mut Writer<'_, B>) {
-        w.map(self.0.len());
-        for (key, value) in &self.0 {
+        w.map(self.entries().len());
+        for (key, value) in self.entries() {
             w.str(key);
             w.str(value);
         }
