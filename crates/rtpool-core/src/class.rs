@@ -9,11 +9,13 @@
 //! from a rotating start, as the placement of calls does. Packages without a request use the
 //! core's queue and none of this.
 
+use std::collections::VecDeque;
+
 use rtpool_proto::{Labels, Resources};
 
 use crate::ids::{Instant, WorkerId};
 use crate::queue::ReadyQueue;
-use crate::table::{IdMap, Map, Table};
+use crate::table::{IdMap, IdSet, Map, Table};
 
 /// One request: the resources each task holds while it runs and the labels its worker needs.
 #[derive(Debug)]
@@ -23,8 +25,13 @@ pub(crate) struct ResClass {
     /// Connected workers that can serve it, in joining order.
     pub(crate) servers: Vec<WorkerId>,
     positions: IdMap<WorkerId, usize>,
-    /// Where the next placement starts looking (rotates, so ties go round robin).
-    pub(crate) cursor: usize,
+    /// Servers that may take one of its tasks now: offered when they get a credit or free
+    /// resources, each at most once (`offered`); placement pops them front to back and drops
+    /// those that cannot (no credit, the request not free: they are offered again when that
+    /// changes), so it never looks at a busy server twice and never misses an idle one, however
+    /// many servers the class has. Lazily cleaned, like the core's hungry ring.
+    ready: VecDeque<WorkerId>,
+    offered: IdSet<WorkerId>,
     /// Slots of its servers (admission control counts only these).
     pub(crate) slots: u64,
     /// Its queued tasks.
@@ -63,8 +70,44 @@ impl ResClass {
         if let Some(&moved) = self.servers.get(pos) {
             self.positions.insert(moved, pos);
         }
+        self.offered.remove(&worker);
+        if self.ready.len() > 2 * self.servers.len() + 16 {
+            let (positions, offered) = (&self.positions, &self.offered);
+            self.ready
+                .retain(|w| positions.contains_key(w) && offered.contains(w));
+        }
         self.slots = self.slots.saturating_sub(u64::from(slots));
         true
+    }
+
+    /// Offers a server for the next placement (at the back; ignored if it is offered already
+    /// or does not serve this).
+    pub(crate) fn offer(&mut self, worker: WorkerId) {
+        if self.positions.contains_key(&worker) && self.offered.insert(worker) {
+            self.ready.push_back(worker);
+        }
+    }
+
+    /// Offers a server again at the front (it was popped and not used).
+    pub(crate) fn offer_front(&mut self, worker: WorkerId) {
+        if self.positions.contains_key(&worker) && self.offered.insert(worker) {
+            self.ready.push_front(worker);
+        }
+    }
+
+    /// The next offered server that still serves this (it is no longer offered).
+    pub(crate) fn pop_offered(&mut self) -> Option<WorkerId> {
+        while let Some(worker) = self.ready.pop_front() {
+            if self.offered.remove(&worker) {
+                return Some(worker);
+            }
+        }
+        None
+    }
+
+    /// Offered servers (for the invariant walk).
+    pub(crate) fn offered(&self) -> impl Iterator<Item = &WorkerId> {
+        self.offered.iter()
     }
 
     /// `gpu=1,zone=a`: the request, resources first, as status and metrics name the class.
@@ -122,7 +165,8 @@ impl ClassTable {
             labels: labels.clone(),
             servers: Vec::new(),
             positions: IdMap::default(),
-            cursor: 0,
+            ready: VecDeque::new(),
+            offered: IdSet::default(),
             slots: 0,
             queue: ReadyQueue::default(),
             packages: 0,

@@ -151,6 +151,8 @@ pub struct Core {
     classes: ClassTable,
     /// Classes whose queues may hold tasks (checked lazily by class dispatch).
     waiting_classes: BTreeSet<u64>,
+    /// Where class dispatch starts looking next (the slot after the class last served).
+    class_turn: u64,
     /// What was learned of the links to all workers: the default for a worker not yet measured.
     pool_link: Link,
     /// Transaction intermediates kept on workers (`lineage.rs`).
@@ -236,6 +238,7 @@ impl Core {
             waiting_services: BTreeSet::new(),
             classes: ClassTable::default(),
             waiting_classes: BTreeSet::new(),
+            class_turn: 0,
             pool_link: Link::default(),
             kept_calls: Table::default(),
             pending_drops: Vec::new(),

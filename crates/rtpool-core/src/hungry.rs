@@ -32,6 +32,11 @@ impl HungryRing {
         self.ring.pop_front()
     }
 
+    /// The front entry, live or dead.
+    pub(crate) fn front(&self) -> Option<(WorkerId, u64)> {
+        self.ring.front().copied()
+    }
+
     /// Keeps only the entries `keep` accepts, in order.
     pub(crate) fn retain(&mut self, keep: impl FnMut(&(WorkerId, u64)) -> bool) {
         self.ring.retain(keep);

@@ -493,6 +493,17 @@ fn options_for_copies_and_bad_dependencies_are_refused() {
     assert!(rejection(&out)
         .to_string()
         .contains("replicas is for shipped-code tasks"));
+    let opts = PackageOpts {
+        resources: rtpool_core::Resources::new([("gpu".to_owned(), 1)]).unwrap(),
+        ..PackageOpts::default()
+    };
+    let (_, out) = env.submit_calls_with(client, opts, vec![call("f", "x", &[])]);
+    let message = rejection(&out).to_string();
+    assert!(
+        matches!(rejection(&out), RejectReason::InvalidOptions(_))
+            && message.contains("cannot ask for resources or labels yet (this one asks gpu=1)"),
+        "{message}"
+    );
     let (_, out) = env.submit_calls(client, vec![call("f", "x", &[0])]);
     assert_eq!(
         rejection(&out),

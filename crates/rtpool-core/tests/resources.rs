@@ -153,3 +153,94 @@ fn replicas_of_a_class_task_go_to_distinct_matching_workers() {
     assert_eq!(tasks_of(&out, a).len(), 1, "{out:?}");
     assert_eq!(tasks_of(&out, b).len(), 1, "{out:?}");
 }
+
+#[test]
+fn a_class_with_many_busy_servers_feeds_whichever_one_gets_a_credit() {
+    // 100 servers of gpu=1, each running one gpu task; more gpu tasks queued. Whichever
+    // server answers and asks again gets the next one, however far down the servers' list it
+    // is (a placement that looked at a fixed window of servers left it idle).
+    let mut env = TestEnv::new();
+    let c = env.new_client();
+    let workers: Vec<_> = (0..100)
+        .map(|_| env.new_worker_with(2, &[("gpu", 1)], &[]))
+        .collect();
+    let (_, out) = env.submit_spec(c, Spec::tasks(150).asking(&[("gpu", 1)], &[]));
+    assert!(out.is_empty() || assignments(&out).is_empty());
+    let mut running = Vec::new();
+    for &w in &workers {
+        let got = tasks_of(&env.credit(w, 2), w);
+        assert_eq!(got.len(), 1, "one gpu, one task, the second credit waits");
+        running.push((w, got[0]));
+    }
+    for &(w, id) in running.iter().rev().take(40) {
+        let out = env.complete(w, id);
+        assert_eq!(
+            tasks_of(&out, w).len(),
+            1,
+            "{w} freed its gpu and had a credit"
+        );
+        assert_eq!(gpu_in_use(&env, w), 1);
+    }
+}
+
+#[test]
+fn classes_of_equal_priority_take_turns() {
+    let mut env = TestEnv::new();
+    let c = env.new_client();
+    let w = env.new_worker_with(4, &[("gpu", 4), ("mem_gb", 4)], &[]);
+    let (_, gpu) = env.submit_spec(c, Spec::tasks(4).asking(&[("gpu", 1)], &[]));
+    let (_, mem) = env.submit_spec(c, Spec::tasks(4).asking(&[("mem_gb", 1)], &[]));
+    assert!(assignments(&gpu).is_empty() && assignments(&mem).is_empty());
+    let out = env.credit(w, 4);
+    let (_, tasks) = &assignments(&out)[0];
+    let gpus = tasks.iter().filter(|t| t.res.get("gpu") == 1).count();
+    assert_eq!((gpus, tasks.len() - gpus), (2, 2), "{out:?}");
+}
+
+#[test]
+fn admission_control_counts_only_the_slots_that_can_serve_the_class() {
+    let mut env = TestEnv::new();
+    env.learn(5, 10_000, 10);
+    let c = env.new_client();
+    for _ in 0..8 {
+        let w = env.new_worker(1);
+        env.credit(w, 0);
+    }
+    let gpu = env.new_worker_with(1, &[("gpu", 1)], &[]);
+    env.credit(gpu, 0);
+    // 4 tasks of 10 ms: 3 x 10 ms on the one gpu slot + a p95 > 30 ms (on all 9 slots it
+    // would fit).
+    let spec = Spec::tasks(4)
+        .function(5)
+        .deadline_ms(30)
+        .admit()
+        .asking(&[("gpu", 1)], &[]);
+    let (_, out) = env.submit_raw(c, spec.clone());
+    let reason = out
+        .iter()
+        .find_map(|a| match a {
+            Action::Rejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("refused: {out:?}"));
+    assert!(
+        matches!(reason, RejectReason::Admission { slots: 1, .. }),
+        "{reason:?}"
+    );
+    // The same package without the request fits the 9 slots.
+    let (_, out) = env.submit_raw(c, Spec::tasks(4).function(5).deadline_ms(30).admit());
+    assert!(matches!(out[0], Action::Accepted { .. }), "{out:?}");
+    // A draining gpu worker's slot does not count any more.
+    env.drain(gpu);
+    let (_, out) = env.submit_raw(c, spec.deadline_ms(1_000));
+    assert!(
+        matches!(
+            out[0],
+            Action::Rejected {
+                reason: RejectReason::NoWorkerSlots { .. },
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+}

@@ -35,9 +35,9 @@ mod ops;
 
 pub use self::ops::Op;
 use rtpool_core::{
-    Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, LossCause, MissPolicy,
-    PackageCounts, PackageId, PackageOpts, TaskId, TaskStatus, UserId, WorkerId, WorkerKey,
-    WorkerOutcome,
+    Action, ClientId, Core, CoreConfig, Event, FnHash, Instant, Labels, LossCause, MissPolicy,
+    PackageCounts, PackageId, PackageOpts, Resources, TaskId, TaskStatus, UserId, WorkerId,
+    WorkerKey, WorkerOutcome,
 };
 
 /// Users (and clients: one each).
@@ -64,6 +64,29 @@ const HEDGE_EXEC_US: u64 = 1_000;
 /// Results of the hedged function learned before the first hedged package, so its estimate is
 /// trusted (`CoreConfig::estimate_min_samples` is 5) and hedge timers are armed.
 const HEDGE_WARM_UP: usize = 8;
+
+/// Most copies of the largest request a worker holds at once (a full prefetch), so resources
+/// never stop a worker of the heterogeneous rig from taking what its credits allow.
+const CLASS_ROOM: u64 = 8 * PREFETCH as u64;
+
+/// Class `k`'s request in the heterogeneous rig: `gpu = 1 + k % 8`, `mem_gb = 1 + k / 8`
+/// (64 distinct requests, each at most 8 of either).
+fn class_request(k: usize) -> Resources {
+    let (gpu, mem) = (1 + (k % 8) as u64, 1 + (k / 8 % 8) as u64);
+    Resources::new([("gpu".to_owned(), gpu), ("mem_gb".to_owned(), mem)]).expect("valid")
+}
+
+/// What the sink of the heterogeneous rig has: room for whatever it takes before it reaches
+/// a lost worker's tasks (it holds them all until it answers them together).
+const SINK_ROOM: u64 = 1 << 40;
+
+/// What every worker of the heterogeneous rig has: `room` of each resource.
+fn worker_resources(classes: usize, room: u64) -> Resources {
+    if classes == 0 {
+        return Resources::default();
+    }
+    Resources::new([("gpu".to_owned(), room), ("mem_gb".to_owned(), room)]).expect("valid")
+}
 
 /// A background worker and the tasks it runs, oldest first.
 struct Busy {
@@ -130,6 +153,11 @@ pub struct Rig {
     /// Tasks the sink took beyond those lost workers left (users take turns, so the sink takes
     /// other users' front tasks before it reaches all of a lost worker's).
     pub sink_extra: u64,
+    /// Resource classes the packages are spread over, round robin (0: none, every package in
+    /// the default class: the homogeneous rig).
+    pub classes: usize,
+    /// The class of the next package.
+    next_class: usize,
 }
 
 fn client_of(user: u64) -> ClientId {
@@ -155,6 +183,13 @@ fn ok(task: TaskId, attempt: u32, status: TaskStatus) -> WorkerOutcome {
 impl Rig {
     /// A core with `n` queued tasks and `w` workers running 4 tasks each.
     pub fn new(n: usize, w: usize) -> Self {
+        Self::with_classes(n, w, 0)
+    }
+
+    /// The same core with every package asking for one of `classes` resource requests
+    /// (round robin, [`class_request`]) and every worker able to serve them all: each
+    /// assignment goes through class dispatch, each worker is a server of every class.
+    pub fn with_classes(n: usize, w: usize, classes: usize) -> Self {
         let config = CoreConfig {
             max_exec_ns: MAX_EXEC_NS,
             ..CoreConfig::default()
@@ -179,6 +214,8 @@ impl Rig {
             deadline_fired: 0,
             hedge_checks: 0,
             sink_extra: 0,
+            classes,
+            next_class: 0,
         };
         for user in 1..=USERS {
             rig.apply(Event::ClientJoined {
@@ -316,9 +353,13 @@ impl Rig {
     fn submit_event(
         &mut self,
         tasks: usize,
-        opts: PackageOpts,
+        mut opts: PackageOpts,
         fn_hash: Option<FnHash>,
     ) -> (Event, PackageId, ClientId) {
+        if self.classes > 0 {
+            opts.resources = class_request(self.next_class % self.classes);
+            self.next_class += 1;
+        }
         let user = self.next_user % USERS + 1;
         self.next_user += 1;
         let package = PackageId(self.next_package);
@@ -396,19 +437,29 @@ impl Rig {
     fn join(&mut self, slots: u32, credits: u32) -> Busy {
         let id = WorkerId(self.next_worker);
         self.next_worker += 1;
-        self.apply(Event::WorkerJoined {
-            worker: id,
-            slots,
-            key: WorkerKey(id.0),
-            resources: Default::default(),
-            labels: Default::default(),
-        });
+        self.apply(self.join_event(id, slots));
         let tasks = if credits > 0 {
             self.give(id, credits).into()
         } else {
             VecDeque::new()
         };
         Busy { id, tasks }
+    }
+
+    /// The `WorkerJoined` of a new worker: the rig's resources, no label.
+    pub(super) fn join_event(&self, id: WorkerId, slots: u32) -> Event {
+        let room = if id == self.sink || self.sink == WorkerId(0) {
+            SINK_ROOM
+        } else {
+            CLASS_ROOM
+        };
+        Event::WorkerJoined {
+            worker: id,
+            slots,
+            key: WorkerKey(id.0),
+            resources: worker_resources(self.classes, room),
+            labels: Labels::default(),
+        }
     }
 
     /// Gives a worker credits; returns the tasks it was assigned.
@@ -420,6 +471,10 @@ impl Rig {
                 assert_eq!(w, worker, "only the credited worker is hungry");
                 got.extend(tasks.iter().map(|t| (t.task, t.attempt)));
             }
+        }
+        if got.len() != credits as usize {
+            // Say why first, if the core knows (the walk names an idle server).
+            self.core.check_invariants();
         }
         assert_eq!(got.len(), credits as usize, "the queue has enough tasks");
         got
@@ -435,7 +490,7 @@ impl Rig {
         let mut taken = Vec::new();
         while !missing.is_empty() {
             assert!(
-                taken.len() <= 2 * USERS as usize * lost.len(),
+                taken.len() <= 2 * USERS as usize * lost.len() * self.classes.max(1),
                 "the lost tasks are not at the front of their users' queues"
             );
             for (task, attempt) in self.give(sink, missing.len() as u32) {

@@ -32,11 +32,14 @@ pub enum Op {
     /// free credit (the queue is never empty), so the core re-arms the check a p95 later
     /// instead of starting a backup copy.
     HedgeTick,
+    /// `WorkerJoined` of a worker with no credit: with resource classes, it is checked against
+    /// each class and becomes a server of those it can serve (every one, in this rig).
+    WorkerJoin,
 }
 
 impl Op {
     /// Every operation, in table order.
-    pub const ALL: [Op; 11] = [
+    pub const ALL: [Op; 12] = [
         Op::Submit1,
         Op::Submit100,
         Op::Assign,
@@ -48,6 +51,7 @@ impl Op {
         Op::TimeLimitTick,
         Op::DeadlineTick,
         Op::HedgeTick,
+        Op::WorkerJoin,
     ];
 
     /// Name in the tables.
@@ -64,6 +68,7 @@ impl Op {
             Op::TimeLimitTick => "tick: 1 time limit fires",
             Op::DeadlineTick => "tick: deadline drops a 4-task package",
             Op::HedgeTick => "tick: 1 hedge check (re-armed)",
+            Op::WorkerJoin => "worker joins (no credit yet)",
         }
     }
 
@@ -81,6 +86,7 @@ impl Op {
             Op::TimeLimitTick => "tick_time_limit",
             Op::DeadlineTick => "tick_deadline",
             Op::HedgeTick => "tick_hedge",
+            Op::WorkerJoin => "worker_join",
         }
     }
 }
@@ -89,6 +95,12 @@ impl Rig {
     /// The event to time, with the state set up for it; `self.now` is its instant.
     pub(super) fn prepare(&mut self, op: Op) -> Event {
         match op {
+            Op::WorkerJoin => {
+                let id = WorkerId(self.next_worker);
+                self.next_worker += 1;
+                self.now += STEP_NS;
+                self.join_event(id, SLOTS)
+            }
             Op::Submit1 => self.prepare_submit(1, PackageOpts::default()),
             Op::Submit100 => self.prepare_submit(PACKAGE, PackageOpts::default()),
             Op::Assign => {
@@ -247,6 +259,17 @@ impl Rig {
     /// Undoes what the timed call did, from its actions.
     pub(super) fn undo(&mut self, op: Op, out: &[Action]) {
         match op {
+            Op::WorkerJoin => {
+                assert!(
+                    out.is_empty(),
+                    "a worker with no credit is sent nothing: {out:?}"
+                );
+                let out = self.apply(Event::WorkerLost {
+                    worker: WorkerId(self.next_worker - 1),
+                    cause: LossCause::Closed,
+                });
+                assert!(out.is_empty(), "it held nothing: {out:?}");
+            }
             Op::Submit1 | Op::Submit100 => {
                 let Some(Action::Accepted {
                     client, package, ..

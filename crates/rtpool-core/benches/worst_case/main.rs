@@ -55,6 +55,7 @@
 mod rig;
 
 mod cell;
+mod hetero;
 mod plan;
 mod probe;
 mod report;
@@ -74,7 +75,8 @@ fn main() {
     let load_before = report::load_average();
     report::print_header(&plan, &locked, &probe, &load_before);
     let mut cells = run::cells(&plan);
-    let totals = run::rounds(&plan, &probe, &mut cells);
+    let mut totals = run::rounds(&plan, &probe, &mut cells);
+    let hetero = hetero::run(&plan, &probe, &mut totals.steady_floor);
 
     let (steady, growth): (Vec<&Cell>, Vec<&Cell>) = cells.iter().partition(|c| !c.growing);
     report::print_table(
@@ -86,6 +88,7 @@ fn main() {
         &growth,
     );
     let ratio_json = report::ratios(&plan, &cells);
+    hetero::print(&hetero, &cells);
     report::print_bar(&plan, &cells);
     report::print_floor(&cells, &totals);
     if plan.quick {
@@ -108,6 +111,7 @@ fn main() {
             "seconds": elapsed,
             "cells": cells.iter().map(report::cell_json).collect::<Vec<_>>(),
             "ratios": ratio_json,
+            "heterogeneous": hetero::json(&hetero),
             "deadline_ticks": totals.deadline_ticks,
             "hedge_ticks": totals.hedge_ticks,
             "sink_extra_tasks": totals.sink_extra,

@@ -31,7 +31,7 @@ fn build_rigs(plan: &Plan, round: usize) -> Rigs {
 /// Times `op` on every core, interleaved in blocks; `cells` are the op's, in `rigs` order.
 ///
 /// After each timed call, `floor` times its fixed computation once (outside the call's timing).
-fn run_op(
+pub fn run_op(
     plan: &Plan,
     probe: &SchedProbe,
     op: Op,

@@ -59,22 +59,37 @@ impl Core {
     /// at its priority or above and the work running (each task at its function's mean) are
     /// spread over the worker slots, then its own tasks; its last task takes the function's
     /// p95. A function with no result yet is admitted (nothing is known). O(priority classes).
+    ///
+    /// A package of a resource class (`class`) counts only the slots of the workers that can
+    /// serve it, the work queued in its class, and the running work's share of those slots
+    /// (running work spread evenly over all slots: the core does not track it per class).
     pub(super) fn check_admission(
         &mut self,
         fn_hash: &FnHash,
         opts: &PackageOpts,
         tasks: u32,
+        class: Option<u64>,
     ) -> Result<(), RejectReason> {
         let asked = opts.admit || self.config.admit_deadlines;
         if !asked || opts.deadline_ms == 0 {
             return Ok(());
         }
         let deadline_us = u64::from(opts.deadline_ms) * 1_000;
-        let slots = self.total_slots.min(u64::from(u32::MAX)) as u32;
-        let backlog_us = self
-            .queue
-            .work_at_or_above(opts.priority)
-            .saturating_add(self.running_work_us);
+        let (all_slots, queued_us, running_us) = match class.and_then(|c| self.classes.get(c)) {
+            Some(c) => {
+                let share = u128::from(self.running_work_us) * u128::from(c.slots)
+                    / u128::from(self.total_slots.max(1));
+                let share = u64::try_from(share).unwrap_or(u64::MAX);
+                (c.slots, c.queue.work_at_or_above(opts.priority), share)
+            }
+            None => (
+                self.total_slots,
+                self.queue.work_at_or_above(opts.priority),
+                self.running_work_us,
+            ),
+        };
+        let slots = all_slots.min(u64::from(u32::MAX)) as u32;
+        let backlog_us = queued_us.saturating_add(running_us);
         let est = self.estimate(fn_hash).unwrap_or_default();
         let refuse = |finish_us: u64| RejectReason::Admission {
             tasks,

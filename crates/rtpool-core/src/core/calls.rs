@@ -112,6 +112,19 @@ impl Core {
                 "{name} is for shipped-code tasks; calls of named functions do not support it"
             )));
         }
+        // TODO(#26): place calls only on servers of their function that match and fit.
+        if !opts.resources.is_empty() || !opts.labels.is_empty() {
+            let asks = [opts.resources.describe(), opts.labels.describe()]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(",");
+            return Err(RejectReason::InvalidOptions(format!(
+                "calls of named functions cannot ask for resources or labels yet (this one asks \
+                 {asks}); serve the function only from workers that have them (rtpool worker \
+                 --resources / --label), or ship the code as a task package, which can ask"
+            )));
+        }
         Self::check_options(opts)
     }
 

@@ -4,9 +4,11 @@
 //!
 //! Cost: a submission looks its request up in a hash map (and makes a new class with one pass
 //! over the workers, rarely); a joining worker is checked against each class, O(classes);
-//! dispatch looks at the classes with queued tasks and, per class, at most
-//! [`MAX_CANDIDATES`] servers from a rotating start: O(classes) per assignment, independent of
-//! the numbers of tasks and workers.
+//! dispatch looks at the classes with queued tasks and, per class, at its offered servers
+//! (those that got a credit or freed resources since it last looked, lazily cleaned): O(classes)
+//! per assignment plus the stale offers it drops (each made by an earlier event), independent
+//! of the numbers of tasks and workers. A credit or a freed request offers its worker to each
+//! class it serves: O(classes).
 
 use std::cmp::Reverse;
 
@@ -15,8 +17,9 @@ use super::{Core, Timer};
 use crate::event::{AssignTask, PackageOpts, RejectReason, TaskStatus, Unschedulable};
 use crate::ids::{Instant, TaskId, WorkerId};
 
-/// Servers looked at per placement of a class task.
-const MAX_CANDIDATES: usize = 64;
+/// Offered servers holding a copy of a class's head task that a placement passes over before
+/// it gives up for this round (copies of one task are at most 16).
+const MAX_CANDIDATES: usize = 32;
 
 /// Workers looked at to say what the best of them has, in an error message.
 const MAX_DESCRIBED: usize = 4096;
@@ -100,6 +103,9 @@ impl Core {
         for (&id, w) in self.workers.iter_mut() {
             if class.is_served_by(&w.resources, &w.labels) {
                 class.add_server(id, if w.draining { 0 } else { w.slots });
+                if w.is_hungry() {
+                    class.offer(id);
+                }
                 w.classes.push(slot);
             }
         }
@@ -129,7 +135,7 @@ impl Core {
     }
 
     /// Forgets a class made for a package that was then refused, if nothing else uses it.
-    fn forget_class_if_unused(&mut self, slot: u64) {
+    pub(super) fn forget_class_if_unused(&mut self, slot: u64) {
         let Some(class) = self.classes.get(slot) else {
             return;
         };
@@ -287,7 +293,8 @@ impl Core {
     }
 
     /// Places queued class tasks while a server of their class has a credit and the request
-    /// free: each time the class whose head task has the highest priority. Returns the
+    /// free: each time the class whose head task has the highest priority, classes of equal
+    /// priority in turn (round robin from the one after the last served). Returns the
     /// assignments per worker.
     pub(super) fn dispatch_classes(
         &mut self,
@@ -299,33 +306,45 @@ impl Core {
             return;
         }
         loop {
-            let mut best: Option<(Reverse<i32>, u64, usize)> = None;
-            let mut drained = Vec::new();
-            for &slot in &self.waiting_classes {
+            let mut best: Option<(Reverse<i32>, u64, WorkerId)> = None;
+            // From the class after the last one served: at equal priority classes take turns.
+            let turn = self.class_turn;
+            let waiting: Vec<u64> = (self.waiting_classes.range(turn..))
+                .chain(self.waiting_classes.range(..turn))
+                .copied()
+                .collect();
+            for slot in waiting {
                 let Some(priority) = self.classes.get(slot).and_then(|c| c.queue.top_priority())
                 else {
-                    drained.push(slot);
+                    self.waiting_classes.remove(&slot);
                     continue;
                 };
                 let key = Reverse(priority);
                 if best.as_ref().is_some_and(|(k, _, _)| *k <= key) {
                     continue;
                 }
-                if let Some(server) = self.place_in_class(slot) {
-                    best = Some((key, slot, server));
+                let Some(server) = self.place_in_class(slot) else {
+                    // No server can take its head now: it waits for a credit or freed
+                    // resources, which put it back (`offer_classes`, `free_resources`).
+                    self.waiting_classes.remove(&slot);
+                    continue;
+                };
+                if let Some((_, old, worker)) = best.replace((key, slot, server)) {
+                    if let Some(c) = self.classes.get_mut(old) {
+                        c.offer_front(worker);
+                    }
                 }
             }
-            for slot in drained {
-                self.waiting_classes.remove(&slot);
-            }
-            let Some((_, slot, server)) = best else {
+            let Some((_, slot, worker)) = best else {
                 break;
             };
+            self.class_turn = slot + 1;
             let c = self.classes.get_mut(slot).expect("chosen");
-            let worker = c.servers[server];
-            c.cursor = server + 1;
             let (id, pkg) = c.queue.pop().expect("a waiting class has a task");
             if self.cannot_make_it(id, pkg, now) {
+                if let Some(c) = self.classes.get_mut(slot) {
+                    c.offer_front(worker);
+                }
                 self.drop_late(id, pkg, now, dropped);
                 continue;
             }
@@ -336,6 +355,10 @@ impl Core {
             let w = self.workers.get_mut(&worker).expect("placed on");
             w.account(&assignment.res, true);
             w.holding.insert(id, slot);
+            if w.is_hungry() && w.has_free(&c.resources) {
+                // At the back: servers with room take its tasks in turn.
+                c.offer(worker);
+            }
             match batches.iter_mut().find(|(b, _)| *b == worker) {
                 Some((_, tasks)) => tasks.push(assignment),
                 None => batches.push((worker, vec![assignment])),
@@ -343,22 +366,58 @@ impl Core {
         }
     }
 
-    /// The index in the class's server list of a server with a free credit, the request
-    /// free, and no other copy of the head task, looking at no more than [`MAX_CANDIDATES`]
-    /// servers from its cursor.
-    fn place_in_class(&self, slot: u64) -> Option<usize> {
-        let c = self.classes.get(slot)?;
-        let n = c.servers.len();
-        let head = c.queue.peek()?;
-        (0..n.min(MAX_CANDIDATES))
-            .map(|k| (c.cursor + k) % n)
-            .find(|&i| {
-                let id = c.servers[i];
-                self.workers
-                    .get(&id)
-                    .is_some_and(|w| w.is_hungry() && w.has_free(&c.resources))
-                    && !self.conflicts(head, id)
-            })
+    /// An offered server of the class that has a credit, the request free and no other copy
+    /// of the head task, taken off the class's offers (the caller uses it or offers it back).
+    /// Offered servers that cannot take a task are dropped; those holding a copy of the head
+    /// are put back in front, at most [`MAX_CANDIDATES`] of them. Amortised O(1): each
+    /// dropped offer was made by an earlier event.
+    fn place_in_class(&mut self, slot: u64) -> Option<WorkerId> {
+        let head = self.classes.get(slot)?.queue.peek()?;
+        let mut aside = Vec::new();
+        let mut found = None;
+        while aside.len() < MAX_CANDIDATES {
+            let c = self.classes.get_mut(slot)?;
+            let Some(id) = c.pop_offered() else {
+                break;
+            };
+            let fits = self
+                .workers
+                .get(&id)
+                .is_some_and(|w| w.is_hungry() && w.has_free(&c.resources));
+            if !fits {
+                continue;
+            }
+            if self.conflicts(head, id) {
+                aside.push(id);
+                continue;
+            }
+            found = Some(id);
+            break;
+        }
+        let c = self.classes.get_mut(slot)?;
+        for id in aside.into_iter().rev() {
+            c.offer_front(id);
+        }
+        found
+    }
+
+    /// A worker got a credit (or freed resources): offered to each class it serves; a class
+    /// with queued tasks is looked at by the next dispatch. O(classes it serves).
+    pub(super) fn offer_classes(&mut self, worker: WorkerId) {
+        let Some(w) = self.workers.get(&worker) else {
+            return;
+        };
+        if w.classes.is_empty() || !w.is_hungry() {
+            return;
+        }
+        for &slot in &w.classes {
+            if let Some(c) = self.classes.get_mut(slot) {
+                c.offer(worker);
+                if !c.queue.is_empty() {
+                    self.waiting_classes.insert(slot);
+                }
+            }
+        }
     }
 
     /// A task leaves its worker (answered, returned, requeued): what it held is free again.
@@ -374,9 +433,7 @@ impl Core {
         };
         c.running = c.running.saturating_sub(1);
         w.account(&c.resources, false);
-        if !c.queue.is_empty() {
-            self.waiting_classes.insert(slot);
-        }
+        self.offer_classes(worker);
     }
 
     /// Takes a queued task of the package in `slot` off its queue (its class's or the core's).

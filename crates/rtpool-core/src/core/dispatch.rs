@@ -76,6 +76,7 @@ impl Core {
         for worker in passed {
             self.ring_if_hungry(worker);
         }
+        self.trim_hungry();
         self.push_results(dropped, out);
         out.extend(
             batches
@@ -131,6 +132,21 @@ impl Core {
                 w.in_ring = true;
                 self.hungry.push_back(worker, w.epoch);
             }
+        }
+    }
+
+    /// Drops the ring's front entries that cannot take a task. Class dispatch uses credits
+    /// without popping the ring, so with only class tasks queued the entries of busy and lost
+    /// workers would pile up until a lost worker's compaction walks them all (O(workers) in one
+    /// event). Amortised O(1): each entry dropped was pushed by an earlier event.
+    fn trim_hungry(&mut self) {
+        while let Some((id, epoch)) = self.hungry.front() {
+            match self.workers.get_mut(&id).filter(|w| w.epoch == epoch) {
+                Some(w) if w.is_hungry() => break,
+                Some(w) => w.in_ring = false,
+                None => {}
+            }
+            self.hungry.pop_front();
         }
     }
 

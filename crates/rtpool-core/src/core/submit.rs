@@ -47,10 +47,20 @@ impl Core {
             Self::check_options(&s.opts)?;
             self.check_quota(user)?;
             self.check_user_bounds(user, u64::from(total), bytes)?;
-            self.check_admission(&s.fn_hash, &s.opts, total)?;
-            let producer = self.check_held_submit(user, &s.opts, s.tasks.len())?;
             let class = self.class_for(&s.opts)?;
-            Ok((total, producer, class))
+            let rest = self
+                .check_admission(&s.fn_hash, &s.opts, total, class)
+                .and_then(|()| self.check_held_submit(user, &s.opts, s.tasks.len()));
+            match rest {
+                Ok(producer) => Ok((total, producer, class)),
+                Err(reason) => {
+                    // A class made for this package alone goes with it.
+                    if let Some(class) = class {
+                        self.forget_class_if_unused(class);
+                    }
+                    Err(reason)
+                }
+            }
         });
         let (total, producer, class) = match checked {
             Ok(ok) => ok,

@@ -82,6 +82,7 @@ impl Core {
         w.credits = w.credits.saturating_add(credits);
         self.free_credits += u64::from(w.credits - before);
         self.ring_if_hungry(worker);
+        self.offer_classes(worker);
         self.dispatch(now, out);
     }
 
@@ -277,6 +278,12 @@ impl Core {
             self.free_credits -= u64::from(w.credits);
             if !w.draining {
                 self.total_slots -= u64::from(w.slots);
+                // Its classes' admission control stops counting its slots too.
+                for &class in &w.classes {
+                    if let Some(c) = self.classes.get_mut(class) {
+                        c.slots = c.slots.saturating_sub(u64::from(w.slots));
+                    }
+                }
             }
             w.credits = 0;
             w.draining = true;

@@ -31,13 +31,23 @@ impl Core {
         for (class, c) in self.classes.iter() {
             c.queue.check();
             in_classes += c.queue.len();
-            if !c.queue.is_empty() && !c.servers.is_empty() {
-                assert!(
-                    self.waiting_classes.contains(&class),
-                    "class {} has queued tasks and servers but is not waiting",
-                    c.describe()
-                );
+            // Dispatch left no server idle that could start the class's head task.
+            if let Some(head) = c.queue.peek() {
+                for id in &c.servers {
+                    let w = self.workers.get(id).expect("servers are connected");
+                    assert!(
+                        !(w.is_hungry() && w.has_free(&c.resources) && !self.conflicts(head, *id)),
+                        "class {} could start {head} on {id}, which has a credit and the \
+                         request free, but did not",
+                        c.describe()
+                    );
+                }
             }
+            assert!(
+                c.offered().all(|w| c.servers.contains(w)),
+                "class {} offers a worker that does not serve it",
+                c.describe()
+            );
             entries.extend(
                 c.queue
                     .iter()
@@ -154,6 +164,14 @@ impl Core {
                 c.describe()
             );
             assert!(c.servers.iter().all(|w| self.workers.contains_key(w)));
+            let slots: u64 = c
+                .servers
+                .iter()
+                .filter_map(|w| self.workers.get(w))
+                .filter(|w| !w.draining)
+                .map(|w| u64::from(w.slots))
+                .sum();
+            assert_eq!(c.slots, slots, "class {} slots", c.describe());
         }
     }
 }

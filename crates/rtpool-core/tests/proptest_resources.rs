@@ -1,0 +1,241 @@
+//! Random workers with random resources and labels, random requests, against a model of what
+//! resource classes must guarantee.
+//!
+//! Workers join with 0-3 `gpu` and no `zone` label, `zone=a` or `zone=b`; packages ask for
+//! 0-2 `gpu` and maybe a zone, with the policy `error` or `wait`; workers grant credits,
+//! answer, return their tasks, drain and are lost. The request of a package is encoded in its
+//! function (`gpu * 3 + zone`), so every assignment says what its task asked. After every step,
+//! besides the core's own invariants (in-use is the sum of the running tasks' requests, class
+//! queues and servers consistent, no server idle that could start its class's head), the
+//! model checks: a task only lands on a connected, non-draining worker that has what it asks
+//! (resources at least the request, labels equal), the assignment carries the request, the
+//! requests a worker holds never exceed its totals, and a submission is refused as
+//! unschedulable exactly when its policy is `error` and no connected worker could serve it.
+
+mod common;
+
+use common::{assignments, Spec, TestEnv};
+use proptest::prelude::*;
+use rtpool_core::{Action, RejectReason, TaskId, WorkerId};
+
+const ZONES: [Option<&str>; 3] = [None, Some("a"), Some("b")];
+
+#[derive(Debug, Clone)]
+enum Op {
+    AddWorker {
+        slots: u32,
+        gpu: u64,
+        zone: usize,
+    },
+    LoseWorker {
+        w: usize,
+    },
+    Drain {
+        w: usize,
+    },
+    Credit {
+        w: usize,
+        n: u32,
+    },
+    Submit {
+        tasks: usize,
+        gpu: u64,
+        zone: usize,
+        wait: bool,
+    },
+    Complete {
+        w: usize,
+        k: usize,
+    },
+    Return {
+        w: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (1u32..4, 0u64..4, 0usize..3)
+            .prop_map(|(slots, gpu, zone)| Op::AddWorker { slots, gpu, zone }),
+        1 => any::<usize>().prop_map(|w| Op::LoseWorker { w }),
+        1 => any::<usize>().prop_map(|w| Op::Drain { w }),
+        4 => (any::<usize>(), 1u32..4).prop_map(|(w, n)| Op::Credit { w, n }),
+        3 => (1usize..5, 0u64..3, 0usize..3, any::<bool>())
+            .prop_map(|(tasks, gpu, zone, wait)| Op::Submit { tasks, gpu, zone, wait }),
+        4 => (any::<usize>(), any::<usize>()).prop_map(|(w, k)| Op::Complete { w, k }),
+        1 => any::<usize>().prop_map(|w| Op::Return { w }),
+    ]
+}
+
+/// A worker as the model knows it.
+struct Peer {
+    id: WorkerId,
+    gpu: u64,
+    zone: usize,
+    draining: bool,
+    /// Tasks it holds and the gpus each asked for.
+    held: Vec<(TaskId, u64)>,
+}
+
+impl Peer {
+    fn serves(&self, gpu: u64, zone: usize) -> bool {
+        self.gpu >= gpu && (zone == 0 || self.zone == zone)
+    }
+}
+
+struct Model {
+    env: TestEnv,
+    peers: Vec<Peer>,
+    client: rtpool_core::ClientId,
+}
+
+impl Model {
+    fn new() -> Self {
+        let mut env = TestEnv::new();
+        let client = env.new_client();
+        Self {
+            env,
+            peers: Vec::new(),
+            client,
+        }
+    }
+
+    fn peer(&mut self, w: usize) -> Option<usize> {
+        (!self.peers.is_empty()).then(|| w % self.peers.len())
+    }
+
+    /// Checks every assignment in `out` against the model, and records it.
+    fn observe(&mut self, out: &[Action]) {
+        for (worker, tasks) in assignments(out) {
+            let peer = self
+                .peers
+                .iter_mut()
+                .find(|p| p.id == worker)
+                .expect("assigned to a connected worker");
+            assert!(!peer.draining, "assigned to draining {worker}");
+            for t in tasks {
+                let f = u64::from(t.fn_hash.0[0]);
+                let (gpu, zone) = (f / 3, (f % 3) as usize);
+                assert!(
+                    peer.serves(gpu, zone),
+                    "{} asks gpu={gpu} zone={:?}, landed on {worker} with gpu={} zone={:?}",
+                    t.task,
+                    ZONES[zone],
+                    peer.gpu,
+                    ZONES[peer.zone]
+                );
+                assert_eq!(t.res.get("gpu"), gpu, "the assignment carries the request");
+                peer.held.push((t.task, gpu));
+            }
+            let used: u64 = peer.held.iter().map(|(_, g)| g).sum();
+            assert!(
+                used <= peer.gpu,
+                "{worker} holds {used} gpu of {}",
+                peer.gpu
+            );
+        }
+    }
+
+    fn apply(&mut self, op: Op) {
+        match op {
+            Op::AddWorker { slots, gpu, zone } => {
+                let resources: Vec<(&str, u64)> = if gpu > 0 { vec![("gpu", gpu)] } else { vec![] };
+                let labels: Vec<(&str, &str)> =
+                    ZONES[zone].map(|z| ("zone", z)).into_iter().collect();
+                let id = self.env.new_worker_with(slots, &resources, &labels);
+                self.peers.push(Peer {
+                    id,
+                    gpu,
+                    zone,
+                    draining: false,
+                    held: Vec::new(),
+                });
+            }
+            Op::LoseWorker { w } => {
+                let Some(i) = self.peer(w) else { return };
+                let peer = self.peers.remove(i);
+                let out = self.env.lose_worker(peer.id);
+                self.observe(&out);
+            }
+            Op::Drain { w } => {
+                let Some(i) = self.peer(w) else { return };
+                self.peers[i].draining = true;
+                let id = self.peers[i].id;
+                let out = self.env.drain(id);
+                self.observe(&out);
+            }
+            Op::Credit { w, n } => {
+                let Some(i) = self.peer(w) else { return };
+                let id = self.peers[i].id;
+                let out = self.env.credit(id, n);
+                self.observe(&out);
+            }
+            Op::Submit {
+                tasks,
+                gpu,
+                zone,
+                wait,
+            } => self.submit(tasks, gpu, zone, wait),
+            Op::Complete { w, k } => {
+                let Some(i) = self.peer(w) else { return };
+                if self.peers[i].held.is_empty() {
+                    return;
+                }
+                let k = k % self.peers[i].held.len();
+                let (task, _) = self.peers[i].held.remove(k);
+                let id = self.peers[i].id;
+                let out = self.env.complete(id, task);
+                self.observe(&out);
+            }
+            Op::Return { w } => {
+                let Some(i) = self.peer(w) else { return };
+                let tasks: Vec<TaskId> = self.peers[i].held.drain(..).map(|(t, _)| t).collect();
+                let id = self.peers[i].id;
+                let out = self.env.return_tasks(id, &tasks);
+                self.observe(&out);
+            }
+        }
+    }
+
+    fn submit(&mut self, tasks: usize, gpu: u64, zone: usize, wait: bool) {
+        let resources: Vec<(&str, u64)> = if gpu > 0 { vec![("gpu", gpu)] } else { vec![] };
+        let labels: Vec<(&str, &str)> = ZONES[zone].map(|z| ("zone", z)).into_iter().collect();
+        let mut spec = Spec::tasks(tasks)
+            .function((gpu * 3) as u8 + zone as u8)
+            .asking(&resources, &labels);
+        if wait {
+            spec = spec.waiting();
+        }
+        let asks = gpu > 0 || zone > 0;
+        let servable = self.peers.iter().any(|p| p.serves(gpu, zone));
+        let (_, out) = self.env.submit_raw(self.client, spec);
+        let refused = out.iter().any(|a| {
+            matches!(
+                a,
+                Action::Rejected {
+                    reason: RejectReason::Unschedulable(_),
+                    ..
+                }
+            )
+        });
+        assert_eq!(
+            refused,
+            asks && !wait && !servable,
+            "gpu={gpu} zone={:?} wait={wait}: refused as unschedulable exactly when no \
+             connected worker can serve it and it does not wait: {out:?}",
+            ZONES[zone]
+        );
+        self.observe(&out);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_workers_and_requests(ops in proptest::collection::vec(op(), 1..60)) {
+        let mut model = Model::new();
+        for op in ops {
+            model.apply(op);
+        }
+    }
+}
