@@ -95,6 +95,8 @@ fn core_with_queue(queued: usize) -> Core {
             worker: WORKER,
             slots: 1,
             key: WorkerKey(WORKER.0),
+            resources: Default::default(),
+            labels: Default::default(),
         },
     );
     handle(&mut core, submit_event(queued));

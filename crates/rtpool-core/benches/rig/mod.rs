@@ -400,6 +400,8 @@ impl Rig {
             worker: id,
             slots,
             key: WorkerKey(id.0),
+            resources: Default::default(),
+            labels: Default::default(),
         });
         let tasks = if credits > 0 {
             self.give(id, credits).into()
