@@ -195,18 +195,7 @@ fn status_and_metrics_show_worker_resources_labels_and_classes() {
     );
 
     // One result frees one GPU: the third task starts, and in_use follows.
-    let a = &tasks[0];
-    gpu.send(&Msg::Result {
-        results: vec![WorkerResult {
-            task: a.task,
-            attempt: a.attempt,
-            status: 0,
-            data: a.args.clone(),
-            exec_us: 10,
-            wait_us: 0,
-            flush_us: 0,
-        }],
-    });
+    gpu.send(&result(&tasks[..1]));
     let Msg::Assign { tasks: third } = gpu.recv() else {
         panic!("expected the third task's ASSIGN");
     };
@@ -216,4 +205,35 @@ fn status_and_metrics_show_worker_resources_labels_and_classes() {
         class(&status, "gpu=1").is_some_and(|c| c["queued"] == 0 && c["running"] == 2)
     });
     assert_eq!(worker_entry(&status, "gpu-a")["in_use"], json!({"gpu": 2}));
+
+    // Every result in: nothing held, and a name none holds is left out of in_use.
+    gpu.send(&result(&[tasks[1].clone(), third[0].clone()]));
+    wait_until("the snapshot shows the class done", || {
+        status = status_json(http);
+        class(&status, "gpu=1").is_none_or(|c| c["running"] == 0)
+    });
+    assert_eq!(worker_entry(&status, "gpu-a")["in_use"], json!({}));
+    let text = get(http, "/metrics");
+    assert_eq!(
+        metric(&text, &format!("rtpool_worker_resource_in_use{gpu_a}")),
+        Some(0.0)
+    );
+}
+
+/// The worker's `RESULT` for `tasks`, each ok.
+fn result(tasks: &[rtpool_proto::Assignment]) -> Msg {
+    Msg::Result {
+        results: tasks
+            .iter()
+            .map(|a| WorkerResult {
+                task: a.task,
+                attempt: a.attempt,
+                status: 0,
+                data: a.args.clone(),
+                exec_us: 10,
+                wait_us: 0,
+                flush_us: 0,
+            })
+            .collect(),
+    }
 }
