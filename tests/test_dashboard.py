@@ -204,3 +204,111 @@ def _measure_update_latency(browser, client, samples: int = 8) -> None:
     )
     assert len(gaps) >= 5
     assert all(lag > 0 for lag in lags)
+
+
+class _RawWorker:
+    """A worker by hand (``rtpool._protocol``): it announces resources and labels in its
+    ``HELLO`` (the Python worker's flags for them are not needed), heartbeats from a thread
+    so its lease holds, and keeps the tasks it is assigned without running them."""
+
+    def __init__(self, address: str, token: str, name: str, resources: dict, labels: dict) -> None:
+        from rtpool import _protocol as P
+
+        self.P = P
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.reader = P.FrameReader()
+        self.msgs: list = []
+        self.lock = threading.Lock()
+        hello = (P.PROTOCOL_VERSION, "worker", token, name, 4, name + "/0", resources, labels)
+        self.send(P.encode(P.HELLO, *hello))
+        welcome = self.recv(10)
+        assert welcome[0] == P.WELCOME, welcome
+        self.stopped = threading.Event()
+        interval = welcome[4] / 1000 / 2
+        self.beat = threading.Thread(target=self._heartbeat, args=(interval,), daemon=True)
+        self.beat.start()
+
+    def send(self, frame) -> None:
+        with self.lock:
+            self.P.sendall(self.sock, frame)
+
+    def _heartbeat(self, interval: float) -> None:
+        while not self.stopped.wait(interval):
+            self.send(self.P.encode(self.P.HEARTBEAT))
+
+    def recv(self, timeout: float) -> list:
+        """The next message other than a HEARTBEAT."""
+        self.sock.settimeout(timeout)
+        while True:
+            while not self.msgs:
+                data = self.sock.recv(1 << 20)
+                assert data, "the master closed the worker connection"
+                self.msgs.extend(self.reader.feed(data))
+            msg = self.msgs.pop(0)
+            if msg[0] != self.P.HEARTBEAT:
+                return msg
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.beat.join(timeout=10)
+        self.sock.close()
+
+
+_TABLE = """
+return [...document.querySelectorAll(arguments[0] + ' tbody tr[data-key]')].map(
+    (tr) => [tr.dataset.name ?? tr.dataset.key, [...tr.cells].map((c) => c.textContent)]);
+"""
+
+
+def _table(browser, selector: str) -> dict:
+    """``{row name: [cell texts]}`` of a table as the page drew it."""
+    return {name: cells for name, cells in browser.execute_script(_TABLE, selector)}
+
+
+def test_dashboard_shows_worker_resources_labels_and_resource_classes(browser):
+    from selenium.webdriver.common.by import By
+
+    from test_worker_supervisor import RawClient
+
+    with rtpool.LocalCluster(workers=1, http="127.0.0.1:0") as cluster:
+        cluster.wait_for_workers(1, timeout=30)
+        browser.get(cluster.dashboard_url)
+        wait_until(lambda: _page(browser, "window.rtpoolDashboard.updates") >= 1, timeout=15)
+        section = browser.find_element(By.ID, "classes-section")
+        assert not section.is_displayed(), "no class yet: the table is hidden"
+
+        gpu = _RawWorker(
+            cluster.address, cluster.worker_token, "gpu-box", {"gpu": 2}, {"zone": "a"}
+        )
+        client = RawClient(cluster.address, cluster.client_token)
+        try:
+            # Three tasks of gpu=1 on the one worker of gpu=2: two run, one waits.
+            client.submit(tasks.square, [(i,) for i in range(3)], resources={"gpu": 1})
+            # gpu=4 fits no worker: queued, and marked unschedulable, with "wait".
+            client.submit(tasks.square, [(9,)], resources={"gpu": 4}, unschedulable="wait")
+            gpu.send(gpu.P.encode(gpu.P.PULL, 4))
+            assigned = gpu.recv(10)
+            assert assigned[0] == gpu.P.ASSIGN and len(assigned[1]) == 2, assigned
+
+            def classes_drawn():
+                c = _table(browser, "#classes")
+                return c.get("gpu=1", [None] * 3)[2] == "2" and "gpu=4" in c and c
+
+            classes = wait_until(classes_drawn, timeout=15, interval=0.05)
+            assert section.is_displayed()
+            # class, queued, running, workers able, state
+            assert classes["gpu=1"] == ["gpu=1", "1", "2", "1", ""], classes
+            assert classes["gpu=4"] == ["gpu=4", "1", "0", "0", "unschedulable"], classes
+            badges = browser.find_elements(By.CSS_SELECTOR, "#classes .badge")
+            assert [b.text for b in badges] == ["unschedulable"]
+
+            workers = _table(browser, "#workers")
+            assert len(workers) == 2, workers
+            # The last two columns: resources as in_use/total name, and labels.
+            assert workers["gpu-box"][-2:] == ["2/2 gpu", "zone=a"], workers
+            (plain,) = [cells for name, cells in workers.items() if name != "gpu-box"]
+            assert plain[-2:] == ["", ""], workers
+        finally:
+            client.close()
+            gpu.close()
