@@ -91,6 +91,9 @@ def test_every_option_goes_on_the_wire_in_spec_order(fake, client):
         timeout=3,
         priority=2,
         max_attempts=4,
+        resources={"mem_gb": 8, "gpu": 1},
+        labels={"zone": "a"},
+        unschedulable="wait",
     )
     view.submit(tasks.square, 2)
     opts = fake.accept().recv_kind(P.SUBMIT)[4]
@@ -109,6 +112,9 @@ def test_every_option_goes_on_the_wire_in_spec_order(fake, client):
         "max_copies": 5,
         "hedge": True,
         "max_attempts": 4,
+        "resources": {"gpu": 1, "mem_gb": 8},
+        "labels": {"zone": "a"},
+        "unschedulable": "wait",
     }
     assert len(opts["key"]) == 32
 
@@ -220,7 +226,7 @@ def test_unknown_option_lists_every_valid_one(client):
         client.options(dedline=3)
     assert str(info.value) == (
         "unknown option 'dedline'; valid options: priority, timeout, deadline, on_miss, admit, "
-        "replicas, quorum, max_copies, hedge, max_attempts"
+        "replicas, quorum, max_copies, hedge, max_attempts, resources, labels, unschedulable"
     )
 
 

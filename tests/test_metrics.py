@@ -81,7 +81,10 @@ def test_metrics_status_and_events_follow_the_work_and_a_deadline_miss(http_mast
         wait_until(lambda: status(base)["totals"]["workers"] == 2, timeout=30, interval=0.2)
         client = rtpool.Client(http_master.address, http_master.client_token)
         try:
-            assert client.submit_many(tasks.square, range(20)).results(60) == [
+            # Asking for a slot's cpu (each worker process announces cpu=1) makes a resource
+            # class, so its series are on /metrics too.
+            view = client.options(resources={"cpu": 1})
+            assert view.submit_many(tasks.square, range(20)).results(60) == [
                 x * x for x in range(20)
             ]
             # A 0.1 s deadline on a 0.5 s task: a miss this test causes (on_miss="run" keeps

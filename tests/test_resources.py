@@ -155,7 +155,7 @@ def test_metrics_and_api_status_show_resources_and_classes(tmp_path):
 
         def series():  # (the snapshot behind /metrics is rebuilt about once a second)
             text = get(base + "metrics")[1]
-            total = metric(text, f'rtpool_worker_resource_total{{{worker},resource="gpu"}}')
+            total = metric(text, f'rtpool_worker_resource_capacity{{{worker},resource="gpu"}}')
             stuck = metric(text, 'rtpool_class_unschedulable{class="gpu=3"}')
             queued = metric(text, 'rtpool_class_queued{class="gpu=3"}')
             return (total, stuck, queued) if total is not None and stuck else None

@@ -171,7 +171,7 @@ fn status_and_metrics_show_worker_resources_labels_and_classes() {
     let series = |s: &str| metric(&text, s);
     let gpu_a = r#"{worker="gpu-a",resource="gpu"}"#;
     assert_eq!(
-        series(&format!("rtpool_worker_resource_total{gpu_a}")),
+        series(&format!("rtpool_worker_resource_capacity{gpu_a}")),
         Some(2.0)
     );
     assert_eq!(
@@ -179,7 +179,7 @@ fn status_and_metrics_show_worker_resources_labels_and_classes() {
         Some(2.0)
     );
     assert!(
-        !text.contains(r#"rtpool_worker_resource_total{worker="plain""#),
+        !text.contains(r#"rtpool_worker_resource_capacity{worker="plain""#),
         "a worker without resources has no resource series:\n{text}"
     );
     assert_eq!(series(r#"rtpool_class_queued{class="gpu=1"}"#), Some(1.0));

@@ -26,7 +26,7 @@ pub(super) fn classes(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::
     };
     gauge(
         e,
-        "rtpool_worker_resource_total",
+        "rtpool_worker_resource_capacity",
         "What a worker has for tasks that ask for resources, by worker and resource.",
         None,
         per_resource(false),
