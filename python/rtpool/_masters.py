@@ -210,7 +210,8 @@ class Masters:
 
     def on_standby(self, cand: Candidate, leader: Tuple[str, int] | None) -> None:
         """Report that ``cand`` is a standby, once per change of what it says."""
-        line = f"master {cand.label} is a standby; leader {_label(*leader) if leader else 'unknown'}"
+        named = _label(*leader) if leader else "unknown"
+        line = f"master {cand.label} is a standby; leader {named}"
         if self._said.get(cand.label) != line:
             self._said[cand.label] = line
             self._say(line)

@@ -39,8 +39,8 @@ from typing import Any, Callable, Dict, List, Tuple
 from .. import _protocol as P
 from .. import _shm
 from .._dial import Address, TlsOption, connect
-from .._masters import Masters
 from .._future import Future
+from .._masters import Masters
 from ..errors import ConnectionLost
 from .acks import _Acks
 from .packages import _Packages

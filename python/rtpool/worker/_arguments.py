@@ -286,7 +286,9 @@ def check_arguments(args: argparse.Namespace) -> str | None:
     value or combination, else None. The token is :func:`run`'s to check (it may come from
     the environment)."""
     if not args.master:
-        return "--master is required (HOST:PORT, several separated by commas), or set $RTPOOL_MASTER"
+        return (
+            "--master is required (HOST:PORT, several separated by commas), or set $RTPOOL_MASTER"
+        )
     try:
         parse_addresses(args.master)
     except ValueError as exc:
