@@ -221,3 +221,15 @@ def test_rtpool_master_env_gives_the_addresses(master, monkeypatch):
     monkeypatch.setenv("RTPOOL_MASTER", f"{_dead_address()},{master.address}")
     with rtpool.Client(None, master.client_token) as client:
         wait_until(lambda: client.address == master.address)
+
+
+@pytest.mark.asyncio
+async def test_the_async_client_takes_the_list_too(master, workers):
+    workers.start(1)
+    with _standby(master.address) as standby:
+        addresses = [_dead_address(), standby.address, master.address]
+        async with rtpool.AsyncClient(addresses, master.client_token) as client:
+            fut = await client.submit(tasks.square, 6)
+            assert await fut == 36
+            assert client.address == master.address
+        assert standby.hellos == 1
