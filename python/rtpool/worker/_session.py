@@ -389,7 +389,7 @@ class Session:
                 if left <= 0:
                     again = "" if first else "re"
                     log(
-                        f"could not {again}connect to the master at {self.address} within "
+                        f"could not {again}connect to the master at {self.masters.spec} within "
                         f"{limit:g} s (--reconnect-timeout); exiting",
                         logging.ERROR,
                     )

@@ -168,7 +168,7 @@ class Upstream:
         if self.attempt and limit and now - self.lost_at > limit:
             self._give_up(
                 EXIT_LOST,
-                f"could not {again}connect to the master at {self.address} within {limit:g} s "
+                f"could not {again}connect to the master at {self.masters.spec} within {limit:g} s "
                 "(--reconnect-timeout); exiting",
             )
             return
