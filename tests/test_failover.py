@@ -40,6 +40,21 @@ def _standby(leader: str | None) -> FakeMaster:
     return fake
 
 
+def _depose(conn, leader: str) -> None:
+    """Send ``not_leader`` naming ``leader`` on ``conn`` and close it gracefully: half-close,
+    then read until the peer closes (closing with unread bytes would reset the connection,
+    and a reset may discard the ERROR before the peer reads it)."""
+    conn.send(P.ERROR, P.ERR_NOT_LEADER, f"lost the lease (leader: {leader})", 0)
+    conn.sock.shutdown(socket.SHUT_WR)
+    conn.sock.settimeout(TIMEOUT_S)
+    try:
+        while conn.sock.recv(1 << 16):
+            pass
+    except OSError:
+        pass
+    conn.sock.close()
+
+
 def _worker(addresses: str, token: str, log, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "rtpool", "worker", "--master", addresses, *extra]
     with open(log, "wb") as f:
@@ -125,8 +140,7 @@ def test_a_deposed_leader_sends_the_client_to_the_new_one(master, workers):
             fut = client.submit(tasks.square, 9)
             conn.recv_kind(P.SUBMIT)  # never ACCEPTED by the old leader
             old.refusal = (P.ERR_NOT_LEADER, "lost the lease (leader: unknown)")
-            conn.send(P.ERROR, P.ERR_NOT_LEADER, f"lost the lease (leader: {master.address})", 0)
-            conn.close()
+            _depose(conn, master.address)
             assert fut.result(TIMEOUT_S) == 81
             assert client.address == master.address
             assert old.hellos == 1
@@ -142,8 +156,7 @@ def test_a_deposed_leader_sends_a_worker_to_the_new_one(master, tmp_path):
         try:
             conn = old.accept(timeout=TIMEOUT_S)
             old.refusal = (P.ERR_NOT_LEADER, "lost the lease (leader: unknown)")
-            conn.send(P.ERROR, P.ERR_NOT_LEADER, f"lost the lease (leader: {master.address})", 0)
-            conn.close()
+            _depose(conn, master.address)
             with rtpool.Client(master.address, master.client_token) as client:
                 assert client.submit(tasks.square, 4).result(TIMEOUT_S) == 16
             assert old.hellos == 1
