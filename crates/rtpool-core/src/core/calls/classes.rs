@@ -24,6 +24,7 @@ use crate::core::{Core, Timer};
 use crate::event::{RejectReason, TaskStatus, Unschedulable};
 use crate::ids::{Instant, TaskId, WorkerId};
 use crate::service::ClassCalls;
+use crate::task::TaskState;
 
 impl Core {
     /// The resource class of the package in `slot` (`None`: it asks for nothing).
@@ -209,7 +210,8 @@ impl Core {
                 .packages
                 .get(pkg)
                 .is_some_and(|p| p.opts.unschedulable == Unschedulable::Wait);
-            if waits {
+            // Failing one may have ended another already (a remake fails its readers).
+            if waits || !self.is_queued(id) {
                 continue;
             }
             if self.is_remake(id) {
@@ -240,6 +242,13 @@ impl Core {
                 self.timers.remove(&(at, Timer::Calls(slot, class)));
             }
         }
+    }
+
+    /// Task `id` is live and queued.
+    pub(in crate::core) fn is_queued(&self, id: TaskId) -> bool {
+        self.tasks
+            .get(id.0)
+            .is_some_and(|t| t.state == TaskState::Queued)
     }
 
     /// Takes a queued call of the package in `slot` off its service's queue (the one of its

@@ -199,6 +199,10 @@ impl Core {
             self.config.service_grace_ns as f64 / 1e9
         );
         for id in ids {
+            // Failing one may have ended another already (a remake fails its readers).
+            if !self.is_queued(id) {
+                continue;
+            }
             if self.is_remake(id) {
                 let data = Bytes::from(message.clone());
                 self.remake_answered(id, WorkerId(0), TaskStatus::Failed, data, now);
