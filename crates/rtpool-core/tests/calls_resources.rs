@@ -231,3 +231,40 @@ fn a_draining_server_stops_getting_class_calls() {
     let out = env.credit(a2, 2);
     assert_eq!(calls_of(&out, a2).len(), 2);
 }
+
+#[test]
+fn a_restored_package_of_calls_keeps_its_request_and_waits_for_a_matching_server() {
+    let mut env = TestEnv::new();
+    // Restored before any worker is back: it waits whatever its policy (`error` here).
+    let out = env.step(rtpool_core::Event::Restore(Box::new(
+        rtpool_core::RestoredPackage {
+            package: rtpool_core::PackageId(9),
+            user: rtpool_core::UserId(1),
+            fn_hash: rtpool_core::CALLS_HASH,
+            fn_code: bytes::Bytes::new(),
+            opts: asking(&[("gpu", 1)], &[]),
+            tasks: Vec::new(),
+            done: Vec::new(),
+            delivered: Vec::new(),
+            // The journal names the version each call was resolved to.
+            calls: calls("f", &[("x", &[]), ("y", &[0])])
+                .into_iter()
+                .map(|mut c| {
+                    c.version = "1".to_owned();
+                    c
+                })
+                .collect(),
+        },
+    )));
+    assert!(call_assignments(&out).is_empty(), "{out:?}");
+    let plain = server(&mut env, 2, &[], &[], 0);
+    assert_eq!(calls_of(&env.credit(plain, 2), plain), vec![]);
+    let gpu = server(&mut env, 2, &[("gpu", 1)], &[], 0);
+    let out = env.credit(gpu, 2);
+    let first = calls_of(&out, gpu);
+    assert_eq!(first.len(), 1, "{out:?}");
+    assert_eq!(call_assignments(&out)[0].1[0].res.get("gpu"), 1);
+    let out = env.complete(gpu, first[0]);
+    assert_eq!(calls_of(&out, plain), vec![]);
+    assert_eq!(calls_of(&out, gpu).len(), 1, "the dependent call follows: {out:?}");
+}
