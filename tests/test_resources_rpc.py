@@ -112,9 +112,7 @@ def test_a_gpu_call_gets_one_device_and_two_gpus_run_at_most_two_at_once(
     assert not any(int(r[2]) for r in results), results  # never a device shared at once
 
 
-def test_a_transaction_with_labels_runs_every_call_on_the_matching_server(
-    workers, client_factory
-):
+def test_a_transaction_with_labels_runs_every_call_on_the_matching_server(workers, client_factory):
     workers.start(1, "--serve", "tasks.rpc_resources", "--label", "zone=a", env={rtasks.TAG: "a"})
     workers.start(1, "--serve", "tasks.rpc_resources", "--label", "zone=b", env={rtasks.TAG: "b"})
     client = client_factory()

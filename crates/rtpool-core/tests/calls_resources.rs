@@ -116,7 +116,10 @@ fn a_call_no_server_of_its_function_can_run_is_refused_by_name() {
     let RejectReason::Unschedulable(message) = only_rejection(&out) else {
         panic!("{out:?}");
     };
-    assert_mentions(&message, &["gpu=1", "'f' version 1", "unschedulable=\"wait\""]);
+    assert_mentions(
+        &message,
+        &["gpu=1", "'f' version 1", "unschedulable=\"wait\""],
+    );
     // No worker at all has it: the class's own message, naming what the best one has.
     let (_, out) = env.submit_calls_with(c, asking(&[("gpu", 4)], &[]), calls("f", &[("x", &[])]));
     let RejectReason::Unschedulable(message) = only_rejection(&out) else {
@@ -196,7 +199,8 @@ fn calls_left_without_a_matching_server_fail_after_the_grace_unless_they_wait() 
     let c = env.new_client();
     server(&mut env, 1, &[], &[], 1);
     let a = server(&mut env, 1, &[], &[("zone", "a")], 0);
-    let (_, out) = env.submit_calls_with(c, asking(&[], &[("zone", "a")]), calls("f", &[("x", &[])]));
+    let (_, out) =
+        env.submit_calls_with(c, asking(&[], &[("zone", "a")]), calls("f", &[("x", &[])]));
     assert!(call_assignments(&out).is_empty());
     let opts = PackageOpts {
         unschedulable: Unschedulable::Wait,
@@ -266,5 +270,9 @@ fn a_restored_package_of_calls_keeps_its_request_and_waits_for_a_matching_server
     assert_eq!(call_assignments(&out)[0].1[0].res.get("gpu"), 1);
     let out = env.complete(gpu, first[0]);
     assert_eq!(calls_of(&out, plain), vec![]);
-    assert_eq!(calls_of(&out, gpu).len(), 1, "the dependent call follows: {out:?}");
+    assert_eq!(
+        calls_of(&out, gpu).len(),
+        1,
+        "the dependent call follows: {out:?}"
+    );
 }

@@ -150,7 +150,10 @@ impl Model {
                 .iter_mut()
                 .find(|p| p.id == worker)
                 .expect("assigned to a connected worker");
-            assert!(!peer.draining && peer.serves, "call on {worker}, not a server of f");
+            assert!(
+                !peer.draining && peer.serves,
+                "call on {worker}, not a server of f"
+            );
             for c in calls {
                 let asked: u64 = String::from_utf8_lossy(&c.args).parse().expect("a request");
                 let (gpu, zone) = (asked / 3, (asked % 3) as usize);
@@ -161,7 +164,11 @@ impl Model {
                     peer.gpu,
                     ZONES[peer.zone]
                 );
-                assert_eq!(c.res.get("gpu"), gpu, "the call's entry carries the request");
+                assert_eq!(
+                    c.res.get("gpu"),
+                    gpu,
+                    "the call's entry carries the request"
+                );
                 peer.held.push((c.task, gpu));
             }
             Self::check_held(peer);
@@ -291,7 +298,11 @@ impl Model {
 
 impl Model {
     fn submit_calls(&mut self, n: usize, gpu: u64, zone: usize, wait: bool) {
-        let resources = if gpu > 0 { vec![("gpu".to_owned(), gpu)] } else { vec![] };
+        let resources = if gpu > 0 {
+            vec![("gpu".to_owned(), gpu)]
+        } else {
+            vec![]
+        };
         let labels: Vec<(String, String)> = ZONES[zone]
             .map(|z| ("zone".to_owned(), z.to_owned()))
             .into_iter()

@@ -4,8 +4,7 @@
 use bytes::{Bytes, BytesMut};
 use rtpool_proto::{
     decode_frame, encode, encode_to_vec, Assignment, CallAssignment, Labels, Msg, PackageOpts,
-    Resources, Role,
-    Unschedulable,
+    Resources, Role, Unschedulable,
 };
 
 fn roundtrip(msg: &Msg) -> Msg {

@@ -234,8 +234,11 @@ fn msg_to_json(msg: &Msg) -> Value {
                     entry.push(json!(c.keep));
                 }
                 if !c.res.is_empty() {
-                    let res: serde_json::Map<String, Value> =
-                        c.res.iter().map(|(n, a)| (n.to_owned(), json!(a))).collect();
+                    let res: serde_json::Map<String, Value> = c
+                        .res
+                        .iter()
+                        .map(|(n, a)| (n.to_owned(), json!(a)))
+                        .collect();
                     entry.push(Value::Object(res));
                 }
                 Value::Array(entry)

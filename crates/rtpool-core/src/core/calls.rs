@@ -73,8 +73,7 @@ impl Core {
             let services = self.resolve_calls(&calls)?;
             let class = self.class_for(&opts)?;
             if let Some(class) = class {
-                if let Err(reason) = self.check_call_class(class, &services, opts.unschedulable)
-                {
+                if let Err(reason) = self.check_call_class(class, &services, opts.unschedulable) {
                     // A class made for this package alone goes with it.
                     self.forget_class_if_unused(class);
                     return Err(reason);

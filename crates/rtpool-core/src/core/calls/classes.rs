@@ -65,8 +65,7 @@ impl Core {
                 continue;
             }
             seen.push(service);
-            if self.class_calls(service, class).servers.is_empty()
-                && policy == Unschedulable::Error
+            if self.class_calls(service, class).servers.is_empty() && policy == Unschedulable::Error
             {
                 return Err(RejectReason::Unschedulable(
                     self.call_unschedulable_message(service, class),
@@ -127,8 +126,7 @@ impl Core {
     /// `worker` serves `service` now: it becomes a server of each sub-queue of the service
     /// whose class it can serve. O(sub-queues of the service).
     pub(in crate::core) fn serve_class_calls(&mut self, worker: WorkerId, service: u64) {
-        let (Some(w), Some(s)) = (self.workers.get(&worker), self.services.get_mut(service))
-        else {
+        let (Some(w), Some(s)) = (self.workers.get(&worker), self.services.get_mut(service)) else {
             return;
         };
         for (&class, cc) in &mut s.classes {
@@ -199,7 +197,11 @@ impl Core {
             return;
         }
         let ids: Vec<(u64, TaskId)> = cc.queue.iter().map(|(p, _, _, id)| (p, id)).collect();
-        let asks = self.classes.get(class).map(|c| c.describe()).unwrap_or_default();
+        let asks = self
+            .classes
+            .get(class)
+            .map(|c| c.describe())
+            .unwrap_or_default();
         let message = format!(
             "no connected worker can run this call any more: the last worker that served \
              '{name}' with {asks} left and none came back within {:.0} s",

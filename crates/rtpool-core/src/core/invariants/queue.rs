@@ -138,7 +138,13 @@ impl Core {
         let mut have = cc.servers.clone();
         want.sort_unstable();
         have.sort_unstable();
-        assert_eq!(have, want, "servers of {}'s calls of {}", s.name, c.describe());
+        assert_eq!(
+            have,
+            want,
+            "servers of {}'s calls of {}",
+            s.name,
+            c.describe()
+        );
         if cc.queue.is_empty() || cc.servers.len() > 64 {
             return;
         }
