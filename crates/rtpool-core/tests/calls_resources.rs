@@ -276,3 +276,19 @@ fn a_restored_package_of_calls_keeps_its_request_and_waits_for_a_matching_server
         "the dependent call follows: {out:?}"
     );
 }
+
+#[test]
+fn a_class_counts_its_queued_and_running_calls() {
+    let mut env = TestEnv::new();
+    let c = env.new_client();
+    let w = server(&mut env, 4, &[("gpu", 1)], &[], 4);
+    let graph: Vec<(&str, &[u32])> = vec![("x", &[]); 3];
+    let (_, out) = env.submit_calls_with(c, asking(&[("gpu", 1)], &[]), calls("f", &graph));
+    assert_eq!(calls_of(&out, w).len(), 1);
+    let view = env
+        .core
+        .class_views()
+        .find(|v| v.name == "gpu=1")
+        .expect("its class");
+    assert_eq!((view.queued, view.running, view.workers), (2, 1, 1));
+}
