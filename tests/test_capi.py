@@ -182,6 +182,7 @@ def bad_calls(c_examples, tmp_path_factory) -> Path:
         ("argc", 100, "dmmul: 3 arguments given, the interface takes 4"),
         ("null_handle", 6, "function handle was never initialized"),
         ("wait_unknown", 7, "session 12345 is unknown"),
+        ("unschedulable", GRPC_RPC_REFUSED, "it asks gpu=1,zone=nowhere"),
     ],
 )
 def test_c_bad_calls_get_their_code_and_message(bad_calls, linalg_master, case, code, message):

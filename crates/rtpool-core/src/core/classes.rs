@@ -127,6 +127,7 @@ impl Core {
             w.classes.retain(|c| !unused.contains(c));
         }
         for slot in unused {
+            self.forget_class_calls(slot);
             self.waiting_classes.remove(&slot);
             if let Some(at) = self.classes.remove(slot).and_then(|c| c.orphan_at) {
                 self.timers.remove(&(at, Timer::Class(slot)));
@@ -151,6 +152,7 @@ impl Core {
                 w.classes.retain(|&c| c != slot);
             }
         }
+        self.forget_class_calls(slot);
         self.waiting_classes.remove(&slot);
         self.classes.remove(slot);
     }
@@ -204,7 +206,11 @@ impl Core {
     /// (it waits, policy `wait`), or `None`.
     pub fn unschedulable_notice(&self, package: crate::ids::PackageId) -> Option<String> {
         let slot = *self.package_slots.get(&package)?;
-        let class = self.packages.get(slot)?.class?;
+        let p = self.packages.get(slot)?;
+        let class = p.class?;
+        if p.calls {
+            return self.call_class_notice(slot, class);
+        }
         let c = self.classes.get(class)?;
         c.servers.is_empty().then(|| {
             format!(
