@@ -15,8 +15,11 @@
 //! bounded queue to the writer), `thread` (the writer thread: group commit, fsync policy).
 
 mod background;
+mod backend;
 mod compact;
 mod frame;
+pub mod pg;
+mod pg_writer;
 mod queue;
 mod record;
 mod replay;
@@ -33,7 +36,8 @@ use std::time::Duration;
 pub use record::{
     decode_call, encode_call, DoneRecord, PackageRecord, Record, FORMAT_VERSION, MIN_FORMAT_VERSION,
 };
-pub use writer::{Journal, JournalStats};
+pub use backend::Journal;
+pub use writer::{FileJournal, JournalStats};
 
 /// When the writer thread calls `fdatasync`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,6 +253,37 @@ pub enum JournalError {
     /// The writer thread stopped after a fatal error; nothing more is written.
     #[error("journal writer has stopped after a fatal error; restart the master")]
     Stopped,
+    /// A PostgreSQL journal's database refused or failed an operation (`--ha`).
+    #[error(
+        "cannot {op} the journal in PostgreSQL: {source}; check that the database of --ha is \
+         reachable and the login may create tables"
+    )]
+    Database {
+        /// What was being done (`connect to`, `replay`, `write`, ...).
+        op: &'static str,
+        /// The client's error.
+        source: postgres::Error,
+    },
+    /// A PostgreSQL journal's write came from an epoch that no longer holds the lease: another
+    /// master leads now, and this one must stop (fencing).
+    #[error("journal write refused: epoch {mine} is not the leader's ({leader})")]
+    Fenced {
+        /// This master's epoch.
+        mine: u64,
+        /// The epoch in the lease row now.
+        leader: u64,
+    },
+    /// A record read back from the PostgreSQL journal does not decode.
+    #[error(
+        "the journal in PostgreSQL is corrupt at seq {seq}: {reason}; restore the table \
+         rtpool_journal from a backup, or empty it to start without its packages"
+    )]
+    CorruptRow {
+        /// The row's sequence number (its LSN).
+        seq: u64,
+        /// Why it does not decode.
+        reason: String,
+    },
     /// An fsync policy string [`FsyncPolicy::from_str`] does not know.
     #[error("unknown fsync policy {text:?}; use always, batch, batch:<ms> or off")]
     BadPolicy {

@@ -1,0 +1,307 @@
+//! [`PgJournal`]: the journal as rows of a PostgreSQL table, for masters in high-availability
+//! mode (`--ha`, docs/ha.md).
+//!
+//! A row is one record: `rtpool_journal(seq, epoch, record)`, `seq` its LSN, `record` the SAME
+//! msgpack payload the file journal frames (`record.rs`; no second format), `epoch` the lease
+//! epoch of the master that wrote it. Opening replays the table in `seq` order through the
+//! file journal's replay state (`replay.rs`), so both backends rebuild the same packages.
+//!
+//! Writes are fenced by the database: the writer thread (`pg_writer.rs`) commits each group
+//! in one transaction that first takes the lease row `FOR SHARE` (a takeover's `UPDATE` of
+//! that row waits for it, and it waits for a takeover) and inserts only `WHERE EXISTS` a lease
+//! row with its epoch. A master whose epoch is gone can therefore never add a row; its writer
+//! reports [`JournalError::Fenced`] once through [`PgJournalConfig::on_fenced`] and stops.
+//! The lease row itself is `crate::ha`'s; this module only reads its `epoch`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+use tokio::sync::watch;
+
+use super::pg_writer::PgWriter;
+use super::queue::Queue;
+use super::record::{self, Entry};
+use super::replay::State;
+use super::shared::Shared;
+use super::writer::snapshot;
+use super::{JournalError, JournalStats, Record, Replay, DEFAULT_COMPACT_MIN_BYTES};
+
+/// The journal table. `seq` is the record's LSN (0: the meta record a compaction writes).
+pub const JOURNAL_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS rtpool_journal (
+    seq BIGINT PRIMARY KEY,
+    epoch BIGINT NOT NULL,
+    record BYTEA NOT NULL
+)";
+
+/// Called once, from the writer thread, when the database refused a write from this epoch.
+pub type FenceHandler = Arc<dyn Fn(&JournalError) + Send + Sync>;
+
+/// How to open a [`PgJournal`].
+#[derive(Clone)]
+pub struct PgJournalConfig {
+    /// `postgres://user@host:port/db` (the database of `--ha`).
+    pub url: String,
+    /// The lease epoch this master holds; every row it writes carries it, and only while the
+    /// lease row still has it.
+    pub epoch: u64,
+    /// The lease, milliseconds: a transaction left open longer (a master frozen mid-commit)
+    /// is ended by the server (`idle_in_transaction_session_timeout`), so it cannot hold the
+    /// lease row's lock against a takeover; also the connect timeout.
+    pub lease_ms: u32,
+    /// Never compact below this many bytes of rows; above it, compact when they have doubled
+    /// since the last compaction.
+    pub compact_min_bytes: u64,
+    /// Called once when a write is refused (another master leads): stop leading.
+    pub on_fenced: FenceHandler,
+}
+
+impl PgJournalConfig {
+    /// A config with the default compaction threshold (64 MiB) and a handler that only logs.
+    pub fn new(url: String, epoch: u64, lease_ms: u32) -> Self {
+        PgJournalConfig {
+            url,
+            epoch,
+            lease_ms,
+            compact_min_bytes: DEFAULT_COMPACT_MIN_BYTES,
+            on_fenced: Arc::new(|_| {}),
+        }
+    }
+}
+
+/// A cheap, cloneable handle to the PostgreSQL journal; all clones share one writer thread.
+#[derive(Clone)]
+pub struct PgJournal {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// `postgres://host:port/db#rtpool_journal`, for log lines (no password).
+    path: PathBuf,
+    queue: Arc<Queue>,
+    thread: Mutex<Option<JoinHandle<Option<JournalError>>>>,
+    shared: Arc<Shared>,
+    durable: watch::Receiver<u64>,
+    /// Why the last commit failed while the writer retries (database unreachable).
+    unavailable: Arc<Mutex<Option<String>>>,
+}
+
+/// Connects to `url` with `lease_ms` as the connect timeout and the longest a transaction may
+/// stay open idle. Call it off the tokio runtime's threads (the client runs one of its own).
+///
+/// # Errors
+///
+/// The client's error when the server cannot be reached or refuses the login.
+pub fn connect(url: &str, lease_ms: u32) -> Result<Client, postgres::Error> {
+    let mut config: postgres::Config = url.parse()?;
+    let lease = Duration::from_millis(lease_ms.into());
+    config.connect_timeout(lease);
+    config.application_name("rtpool-master");
+    let mut client = config.connect(NoTls)?;
+    client.batch_execute(&format!(
+        "SET idle_in_transaction_session_timeout = {lease_ms}"
+    ))?;
+    Ok(client)
+}
+
+impl PgJournal {
+    /// Connects, creates the table if needed, replays it in `seq` order and starts the writer
+    /// thread appending after the highest LSN. Blocking: call it off the tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`JournalError::Database`] when the database cannot be reached or read,
+    /// [`JournalError::CorruptRow`] for a row that does not decode.
+    pub fn open(cfg: PgJournalConfig) -> Result<(PgJournal, Replay), JournalError> {
+        let started = Instant::now();
+        let db = |op| move |source| JournalError::Database { op, source };
+        let mut client = connect(&cfg.url, cfg.lease_ms).map_err(db("connect to"))?;
+        client
+            .batch_execute(JOURNAL_TABLE_SQL)
+            .map_err(db("create the table of"))?;
+        let (state, bytes) = read_state(&mut client, i64::MAX, 0)?;
+        let mut replay = state.into_replay();
+        replay.bytes = bytes;
+        replay.elapsed = started.elapsed();
+        let queue = Arc::new(Queue::new(replay.last_lsn + 1));
+        let shared = Arc::new(Shared::default());
+        shared.file_bytes.store(bytes, Relaxed);
+        shared.written_lsn.store(replay.last_lsn, Relaxed);
+        shared.synced_lsn.store(replay.last_lsn, Relaxed);
+        let (durable_tx, durable) = watch::channel(replay.last_lsn);
+        let unavailable = Arc::new(Mutex::new(None));
+        let path = PathBuf::from(format!(
+            "{}#rtpool_journal",
+            crate::store::redact_url(&cfg.url)
+        ));
+        let writer = PgWriter {
+            client: Some(client),
+            cfg,
+            queue: queue.clone(),
+            shared: shared.clone(),
+            durable_tx,
+            unavailable: unavailable.clone(),
+            written_lsn: replay.last_lsn,
+            table_bytes: bytes,
+            base_bytes: 0,
+            pending: Vec::new(),
+            last_warned: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name("rtpool-journal-pg".into())
+            .spawn(move || writer.run())
+            .map_err(|e| JournalError::io("start writer thread for", &path, e))?;
+        let inner = Inner {
+            path,
+            queue,
+            thread: Mutex::new(Some(thread)),
+            shared,
+            durable,
+            unavailable,
+        };
+        let journal = PgJournal {
+            inner: Arc::new(inner),
+        };
+        Ok((journal, replay))
+    }
+
+    /// Queues `rec` for the writer thread and returns its LSN; never waits for the database
+    /// (only for room while 16 MiB of records wait, as the file journal).
+    pub fn append(&self, rec: Record) -> u64 {
+        let (lsn, sent) = self.inner.queue.append(rec, &self.inner.shared);
+        if !sent && !self.inner.shared.dropped_warned.swap(true, Relaxed) {
+            tracing::error!(
+                lsn,
+                "journal in PostgreSQL is closed or fenced; records are no longer written"
+            );
+        }
+        lsn
+    }
+
+    /// Highest LSN committed.
+    pub fn durable(&self) -> watch::Receiver<u64> {
+        self.inner.durable.clone()
+    }
+
+    /// Why records cannot be committed now, while the writer retries (`None`: they can).
+    pub fn unavailable(&self) -> Option<String> {
+        self.inner
+            .unavailable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Charges up to `lsn` are in the user store: compaction may drop them.
+    pub fn set_watermark(&self, lsn: u64) {
+        self.inner.shared.watermark.fetch_max(lsn, SeqCst);
+    }
+
+    /// A snapshot of the counters (`file_bytes`: bytes of record payloads in the table;
+    /// `fsyncs` and `groups`: commits).
+    pub fn stats(&self) -> JournalStats {
+        snapshot(&self.inner.shared, &self.inner.queue, &self.inner.durable)
+    }
+
+    /// Compacts the table now (after what is queued) and waits for it.
+    ///
+    /// # Errors
+    ///
+    /// The compaction's error, or [`JournalError::Stopped`].
+    pub fn compact_now(&self) -> Result<(), JournalError> {
+        let (ack_tx, ack_rx) = mpsc::channel();
+        if !self.inner.queue.compact(ack_tx) {
+            return Err(JournalError::Stopped);
+        }
+        ack_rx.recv().unwrap_or(Err(JournalError::Stopped))
+    }
+
+    /// Commits what is queued (for at most about a lease while the database is unreachable),
+    /// then stops the writer thread. Idempotent.
+    ///
+    /// # Errors
+    ///
+    /// The error that stopped the writer ([`JournalError::Fenced`] when another master leads).
+    pub fn close(&self) -> Result<(), JournalError> {
+        let mut thread = self
+            .inner
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.inner.queue.close();
+        if let Some(handle) = thread.take() {
+            let fatal = handle.join().unwrap_or(Some(JournalError::Stopped));
+            if let Some(err) = fatal {
+                return Err(err);
+            }
+        }
+        if self.inner.shared.failed.load(SeqCst) {
+            return Err(JournalError::Stopped);
+        }
+        Ok(())
+    }
+
+    /// The database and table, for log lines.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.queue.close();
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(handle) = thread.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Reads the rows with `seq <= upto` in order into a replay state (charges at or below
+/// `watermark` not kept); returns it with the rows' payload bytes.
+pub(super) fn read_state<C: postgres::GenericClient>(
+    client: &mut C,
+    upto: i64,
+    watermark: u64,
+) -> Result<(State, u64), JournalError> {
+    let rows = client
+        .query(
+            "SELECT seq, record FROM rtpool_journal WHERE seq <= $1 ORDER BY seq",
+            &[&upto],
+        )
+        .map_err(|source| JournalError::Database {
+            op: "replay",
+            source,
+        })?;
+    let mut state = State::default();
+    state.drop_charges_upto = watermark;
+    let mut bytes = 0u64;
+    for row in rows {
+        let seq: i64 = row.get(0);
+        let payload: &[u8] = row.get(1);
+        bytes += payload.len() as u64;
+        let corrupt = |reason: String| JournalError::CorruptRow {
+            seq: seq as u64,
+            reason,
+        };
+        let entry = record::decode(payload).map_err(corrupt)?;
+        if let Entry::Meta { version, .. } = entry {
+            if version < record::MIN_FORMAT_VERSION || version > record::FORMAT_VERSION {
+                return Err(corrupt(format!(
+                    "its meta record is of format version {version}; this master reads {} \
+                     and {}",
+                    record::MIN_FORMAT_VERSION,
+                    record::FORMAT_VERSION
+                )));
+            }
+        }
+        state.apply(seq as u64, entry);
+    }
+    Ok((state, bytes))
+}
