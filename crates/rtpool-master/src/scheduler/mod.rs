@@ -144,7 +144,8 @@ impl Scheduler {
     pub fn with_journal(mut self, journal: Journal, replay: Replay, policy: FsyncPolicy) -> Self {
         self.core_config.report_deliveries = true;
         self.core = Core::new(self.core_config.clone());
-        self.ack_after_fsync = policy == FsyncPolicy::Always;
+        // PostgreSQL (`--ha`): a package is acknowledged only once its row is committed.
+        self.ack_after_fsync = policy == FsyncPolicy::Always || journal.is_commit_acked();
         for p in &replay.packages {
             self.package_ids.reserve(PackageId(p.record.package));
         }
@@ -437,6 +438,19 @@ impl Scheduler {
                 self.flushing = false;
                 self.set_quotas(quotas);
             }
+            ToScheduler::Fenced { message } => {
+                // High availability: another master leads (or may); nothing more is
+                // acknowledged here, and every peer is told where to go.
+                for tx in self.routes.values() {
+                    let _ = tx.send(Out::SendAndClose(Msg::Error {
+                        code: "not_leader".into(),
+                        message: message.clone(),
+                        reference: 0,
+                    }));
+                }
+                self.routes.clear();
+                return false;
+            }
             ToScheduler::Shutdown => {
                 for tx in self.routes.values() {
                     let _ = tx.send(Out::SendAndClose(Msg::Error {
@@ -468,6 +482,9 @@ impl Scheduler {
         );
         if let Event::SubmitCalls { package, .. } = &mut event {
             *package = self.package_ids.next_id();
+        }
+        if self.refuse_unjournalable(&event) {
+            return;
         }
         if let Event::Submit {
             client,
