@@ -17,17 +17,7 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 use tokio::sync::watch;
 
-use crate::journal::pg::{connect, JOURNAL_TABLE_SQL};
-
-/// The lease table and its one row (epoch 0, expired: the first master to look takes it).
-pub const LEASE_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS rtpool_leader (
-    id INT PRIMARY KEY,
-    epoch BIGINT NOT NULL,
-    holder TEXT NOT NULL,
-    advertise TEXT NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL
-);
-INSERT INTO rtpool_leader VALUES (1, 0, '', '', '-infinity') ON CONFLICT (id) DO NOTHING";
+use crate::journal::pg::{connect, JOURNAL_TABLE_SQL, LEASE_TABLE_SQL};
 
 /// Arbitrary constant naming the lock two masters creating the tables at once take in turn.
 const SCHEMA_LOCK: i64 = 0x7274_6861_6c65;

@@ -365,3 +365,6 @@ fn hostname() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".into())
 }
+
+#[cfg(test)]
+mod tests;

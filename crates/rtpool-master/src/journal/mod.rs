@@ -303,4 +303,6 @@ impl JournalError {
 }
 
 #[cfg(test)]
+mod pg_tests;
+#[cfg(test)]
 mod tests;

@@ -37,6 +37,17 @@ pub const JOURNAL_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS rtpool_journal (
     record BYTEA NOT NULL
 )";
 
+/// The lease table (`crate::ha::lease` takes and renews it; the journal reads its epoch) and
+/// its one row (epoch 0, expired: the first master to look takes it).
+pub const LEASE_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS rtpool_leader (
+    id INT PRIMARY KEY,
+    epoch BIGINT NOT NULL,
+    holder TEXT NOT NULL,
+    advertise TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+INSERT INTO rtpool_leader VALUES (1, 0, '', '', '-infinity') ON CONFLICT (id) DO NOTHING";
+
 /// Called once, from the writer thread, when the database refused a write from this epoch.
 pub type FenceHandler = Arc<dyn Fn(&JournalError) + Send + Sync>;
 

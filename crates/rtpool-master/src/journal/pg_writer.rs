@@ -27,7 +27,7 @@ const RETRY: Duration = Duration::from_millis(100);
 const WARN_EVERY: Duration = Duration::from_secs(1);
 
 /// The insert of a group: rows only while the lease row has this epoch (`$1`).
-const INSERT_SQL: &str = "INSERT INTO rtpool_journal (seq, epoch, record)
+pub(super) const INSERT_SQL: &str = "INSERT INTO rtpool_journal (seq, epoch, record)
     SELECT s, $1, r FROM unnest($2::int8[], $3::bytea[]) AS t(s, r)
     WHERE EXISTS (SELECT 1 FROM rtpool_leader WHERE id = 1 AND epoch = $1)
     ON CONFLICT (seq) DO NOTHING";

@@ -1,0 +1,133 @@
+//! The PostgreSQL journal against a real server (`$RTPOOL_TEST_PG_URL`; skipped with a note
+//! without one): replay gives what the file journal gives, compaction keeps it, and a write
+//! from an epoch that lost the lease is refused by the database itself.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::pg::{connect, PgJournal, PgJournalConfig};
+use super::pg_writer::INSERT_SQL;
+use super::tests::{append_all, assert_replay_matches, done, package, scenario, wait_durable};
+use super::{Journal, JournalError, Record};
+
+/// A URL of the test server whose connections use a fresh schema of their own (created
+/// here), or `None` with a loud note when there is no server.
+pub(crate) fn fresh_schema_url() -> Option<String> {
+    let url = match std::env::var("RTPOOL_TEST_PG_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            eprintln!(
+                "\n*** NOTE: RTPOOL_TEST_PG_URL is not set: the PostgreSQL journal and lease \
+                 tests did NOT run. `make test` starts a server (scripts/pg-test-server). ***\n"
+            );
+            return None;
+        }
+    };
+    let mut raw = [0u8; 6];
+    getrandom::getrandom(&mut raw).unwrap();
+    let schema = format!("rtpool_ha_test_{}", hex::encode(raw));
+    let mut client = connect(&url, 5000).expect("connect to the test server");
+    client
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Some(format!("{url}{sep}options=-csearch_path%3D{schema}"))
+}
+
+/// Creates the tables and sets the lease row to `epoch`, as a lease taken would.
+fn set_epoch(url: &str, epoch: u64) {
+    let mut client = connect(url, 5000).unwrap();
+    client.batch_execute(super::pg::LEASE_TABLE_SQL).unwrap();
+    client.batch_execute(super::pg::JOURNAL_TABLE_SQL).unwrap();
+    client
+        .execute(
+            "UPDATE rtpool_leader SET epoch = $1 WHERE id = 1",
+            &[&(epoch as i64)],
+        )
+        .unwrap();
+}
+
+fn open(url: &str, epoch: u64, fenced: &Arc<AtomicUsize>) -> (Journal, super::Replay) {
+    let mut cfg = PgJournalConfig::new(url.to_owned(), epoch, 5000);
+    let count = fenced.clone();
+    cfg.on_fenced = Arc::new(move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    let (j, replay) = PgJournal::open(cfg).expect("open the journal in PostgreSQL");
+    (Journal::from(j), replay)
+}
+
+#[test]
+fn pg_journal_replays_what_was_committed_and_compaction_keeps_it() {
+    let Some(url) = fresh_schema_url() else { return };
+    set_epoch(&url, 1);
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let (journal, replay) = open(&url, 1, &fenced);
+    assert!(replay.packages.is_empty() && replay.last_lsn == 0);
+    let records = scenario();
+    let lsns = append_all(&journal, &records);
+    assert_eq!(lsns, (1..=records.len() as u64).collect::<Vec<_>>());
+    assert!(wait_durable(&journal, *lsns.last().unwrap(), Duration::from_secs(10)));
+    journal.close().unwrap();
+    // A takeover: the next epoch replays the same state.
+    set_epoch(&url, 2);
+    let (journal, replay) = open(&url, 2, &fenced);
+    assert_replay_matches(&replay, &records);
+    assert_eq!(replay.last_lsn, records.len() as u64);
+    let rows_before = journal.stats().file_bytes;
+    journal.compact_now().unwrap();
+    let after = journal.stats();
+    assert!(after.file_bytes < rows_before, "{after:?} vs {rows_before}");
+    assert_eq!(after.compactions, 1);
+    // Appends continue after the highest LSN, and replay after compaction matches.
+    let more = vec![done(7, 1, 70), package(9, "erin", 2)];
+    let lsn = append_all(&journal, &more);
+    assert_eq!(lsn[0], records.len() as u64 + 1);
+    assert!(wait_durable(&journal, lsn[1], Duration::from_secs(10)));
+    journal.close().unwrap();
+    set_epoch(&url, 3);
+    let (journal, replay) = open(&url, 3, &fenced);
+    let all: Vec<Record> = records.iter().chain(&more).cloned().collect();
+    // The watermark was 0: every charge kept, as the file journal keeps them.
+    assert_replay_matches(&replay, &all);
+    journal.close().unwrap();
+    assert_eq!(fenced.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_write_from_an_old_epoch_is_refused_by_the_database() {
+    let Some(url) = fresh_schema_url() else { return };
+    set_epoch(&url, 5);
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let (old, _) = open(&url, 5, &fenced);
+    let lsn = old.append(package(1, "alice", 1));
+    assert!(wait_durable(&old, lsn, Duration::from_secs(10)));
+    // Another master takes the lease.
+    set_epoch(&url, 6);
+    let refused = old.append(package(2, "alice", 1));
+    assert!(!wait_durable(&old, refused, Duration::from_millis(500)));
+    match old.close() {
+        Err(JournalError::Fenced { mine: 5, leader: 6 }) => {}
+        other => panic!("expected the write to be refused as fenced, got {other:?}"),
+    }
+    assert_eq!(fenced.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        JournalError::Fenced { mine: 5, leader: 6 }.to_string(),
+        "journal write refused: epoch 5 is not the leader's (6)"
+    );
+    // The database itself refuses the insert of epoch 5, even without the writer's check.
+    let mut client = connect(&url, 5000).unwrap();
+    let n = client
+        .execute(
+            INSERT_SQL,
+            &[&5i64, &vec![100i64], &vec![b"x".as_slice()]],
+        )
+        .unwrap();
+    assert_eq!(n, 0, "a row of an old epoch was inserted");
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM rtpool_journal", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "only the record written while epoch 5 led");
+}
