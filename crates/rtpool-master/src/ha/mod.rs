@@ -161,11 +161,23 @@ async fn run_phases(
 ) {
     tokio::pin!(signalled);
     let address = shared.addr.to_string();
+    // The epoch of the last term: a term ends before the lease thread has heard of it, so
+    // only a newer epoch starts the next one.
+    let mut led = 0;
     loop {
+        let standby = standby::serve(
+            &shared.listener,
+            &shared.ctx,
+            &mut view,
+            &shared.status,
+            &address,
+            led,
+        );
         let epoch = tokio::select! {
             () = &mut signalled => return,
-            epoch = standby::serve(&shared.listener, &shared.ctx, &mut view, &shared.status, &address) => epoch,
+            epoch = standby => epoch,
         };
+        led = epoch;
         match lead(shared, epoch, &mut view, &mut signalled).await {
             Ended::Signal => return,
             Ended::Fenced => shared.lease.resign(),
@@ -234,9 +246,13 @@ async fn lead(
     ));
     let ended = watch_term(epoch, view, &fenced, signalled).await;
     if let Some(why) = &ended {
+        let mut now = view.borrow().clone();
+        if now.leader.as_deref() == Some(&shared.advertise) {
+            now.leader = None; // ourselves, as far as we knew: who leads now is unknown
+        }
         let message = format!(
             "this master no longer leads ({why}); connect to the leader {}",
-            view.borrow().leader_suffix()
+            now.leader_suffix()
         );
         tracing::warn!("high availability: {message}; closing every connection");
         let _ = fence_tx.send(ToScheduler::Fenced { message });

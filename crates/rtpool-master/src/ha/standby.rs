@@ -46,21 +46,28 @@ pub fn standby_status(address: &str, view: &LeaseView) -> Status {
     status
 }
 
-/// Serves `listener` as a standby until the lease is ours; returns its epoch.
+/// Serves `listener` as a standby until the lease is ours with an epoch above `led` (the
+/// last term's); returns it.
 pub async fn serve(
     listener: &TcpListener,
     ctx: &Arc<ConnCtx>,
     view: &mut watch::Receiver<LeaseView>,
     status: &watch::Sender<Arc<Status>>,
     address: &str,
+    led: u64,
 ) -> u64 {
     let mut refusals = JoinSet::new();
     let mut logged: Option<(u64, Option<String>)> = None;
     loop {
-        let now = view.borrow_and_update().clone();
-        if let Some(epoch) = now.held {
-            refusals.shutdown().await;
-            return epoch;
+        let mut now = view.borrow_and_update().clone();
+        match now.held {
+            Some(epoch) if epoch > led => {
+                refusals.shutdown().await;
+                return epoch;
+            }
+            // The term that just ended, not yet resigned by the lease thread.
+            Some(_) => now.leader = None,
+            None => {}
         }
         status.send_replace(Arc::new(standby_status(address, &now)));
         let seen = (now.epoch, now.leader.clone());

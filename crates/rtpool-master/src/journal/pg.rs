@@ -112,8 +112,9 @@ pub fn connect(url: &str, lease_ms: u32) -> Result<Client, postgres::Error> {
     config.connect_timeout(lease);
     config.application_name("rtpool-master");
     let mut client = config.connect(NoTls)?;
+    // No NOTICE lines (`relation ... already exists, skipping`) in the master's log.
     client.batch_execute(&format!(
-        "SET idle_in_transaction_session_timeout = {lease_ms}"
+        "SET client_min_messages = warning; SET idle_in_transaction_session_timeout = {lease_ms}"
     ))?;
     Ok(client)
 }
