@@ -157,8 +157,9 @@ impl Runner {
                     if self.last_warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(5)) {
                         self.last_warned = Some(Instant::now());
                         tracing::warn!(
-                            "high availability: cannot reach the lease in {}: {e}; retrying",
-                            crate::store::redact_url(&self.cfg.url)
+                            "high availability: cannot reach the lease in {}: {}; retrying",
+                            crate::store::redact_url(&self.cfg.url),
+                            crate::journal::pg_detail(&e)
                         );
                     }
                 }

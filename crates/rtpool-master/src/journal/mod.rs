@@ -255,14 +255,14 @@ pub enum JournalError {
     Stopped,
     /// A PostgreSQL journal's database refused or failed an operation (`--ha`).
     #[error(
-        "cannot {op} the journal in PostgreSQL: {source}; check that the database of --ha is \
+        "cannot {op} the journal in PostgreSQL: {detail}; check that the database of --ha is \
          reachable and the login may create tables"
     )]
     Database {
         /// What was being done (`connect to`, `replay`, `write`, ...).
         op: &'static str,
-        /// The client's error.
-        source: postgres::Error,
+        /// The client's error with the server's message, if any (see [`pg_detail`]).
+        detail: String,
     },
     /// A PostgreSQL journal's write came from an epoch that no longer holds the lease: another
     /// master leads now, and this one must stop (fencing).
@@ -290,6 +290,21 @@ pub enum JournalError {
         /// What was given.
         text: String,
     },
+}
+
+/// A PostgreSQL client error with what the server said (`postgres::Error`'s own text is only
+/// `db error` for those).
+pub fn pg_detail(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => {
+            let mut text = e.to_string();
+            if let Some(src) = std::error::Error::source(e) {
+                text = format!("{text}: {src}");
+            }
+            text
+        }
+    }
 }
 
 impl JournalError {

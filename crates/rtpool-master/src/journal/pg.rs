@@ -129,7 +129,12 @@ impl PgJournal {
     /// [`JournalError::CorruptRow`] for a row that does not decode.
     pub fn open(cfg: PgJournalConfig) -> Result<(PgJournal, Replay), JournalError> {
         let started = Instant::now();
-        let db = |op| move |source| JournalError::Database { op, source };
+        let db = |op| {
+            move |e: postgres::Error| JournalError::Database {
+                op,
+                detail: super::pg_detail(&e),
+            }
+        };
         let mut client = connect(&cfg.url, cfg.lease_ms).map_err(db("connect to"))?;
         client
             .batch_execute(JOURNAL_TABLE_SQL)
@@ -287,9 +292,9 @@ pub(super) fn read_state<C: postgres::GenericClient>(
             "SELECT seq, record FROM rtpool_journal WHERE seq <= $1 ORDER BY seq",
             &[&upto],
         )
-        .map_err(|source| JournalError::Database {
+        .map_err(|e| JournalError::Database {
             op: "replay",
-            source,
+            detail: super::pg_detail(&e),
         })?;
     let mut state = State::default();
     state.drop_charges_upto = watermark;

@@ -131,3 +131,57 @@ fn a_write_from_an_old_epoch_is_refused_by_the_database() {
         .get(0);
     assert_eq!(rows, 1, "only the record written while epoch 5 led");
 }
+
+/// Waits, at most `timeout`, until `f` holds.
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+#[test]
+fn while_its_database_is_unreachable_the_journal_says_so_and_commits_once_it_is_back() {
+    let Ok(base) = std::env::var("RTPOOL_TEST_PG_URL") else {
+        return drop(fresh_schema_url()); // prints the note
+    };
+    // A database of its own: connections to it can be refused without touching the others.
+    let mut raw = [0u8; 6];
+    getrandom::getrandom(&mut raw).unwrap();
+    let name = format!("rtpool_down_test_{}", hex::encode(raw));
+    let mut admin = connect(&base, 5000).unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let url = format!("{}/{name}", base.rsplit_once('/').unwrap().0);
+    set_epoch(&url, 1);
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let (journal, _) = open(&url, 1, &fenced);
+    let lsn = journal.append(package(1, "alice", 1));
+    assert!(wait_durable(&journal, lsn, Duration::from_secs(10)));
+    assert_eq!(journal.unavailable(), None);
+    // The database goes away: no new connection, and the journal's own is ended.
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        ))
+        .unwrap();
+    let waiting = journal.append(package(2, "alice", 1));
+    assert!(wait_until(Duration::from_secs(10), || journal.unavailable().is_some()));
+    let why = journal.unavailable().unwrap();
+    assert!(why.contains("journal database is unreachable"), "{why}");
+    assert!(!wait_durable(&journal, waiting, Duration::from_millis(300)));
+    // Back: the queued record commits, and the journal says it can commit again.
+    admin
+        .batch_execute(&format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"))
+        .unwrap();
+    assert!(wait_durable(&journal, waiting, Duration::from_secs(10)));
+    assert_eq!(journal.unavailable(), None);
+    journal.close().unwrap();
+    assert_eq!(fenced.load(Ordering::SeqCst), 0);
+}

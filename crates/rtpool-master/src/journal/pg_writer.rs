@@ -326,5 +326,10 @@ fn check_epoch(txn: &mut Transaction<'_>, epoch: u64) -> Result<(), Failed> {
 
 /// Maps a client error to a retry of `op`.
 fn retry(op: &'static str) -> impl Fn(postgres::Error) -> Failed {
-    move |source| Failed::Retry(JournalError::Database { op, source })
+    move |e| {
+        Failed::Retry(JournalError::Database {
+            op,
+            detail: super::pg_detail(&e),
+        })
+    }
 }
