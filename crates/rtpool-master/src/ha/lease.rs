@@ -165,11 +165,11 @@ impl Runner {
                 }
             }
             self.publish(next);
-            // Leader: renew every third of the lease; standby: look ten times a lease, so a
+            // Leader: renew every third of the lease; standby: look twenty times a lease, so a
             // takeover comes soon after the expiry.
             let pause = match self.view.held {
                 Some(_) => self.cfg.lease() / 3,
-                None => (self.cfg.lease() / 10).max(Duration::from_millis(10)),
+                None => (self.cfg.lease() / 20).max(Duration::from_millis(10)),
             };
             let wait = pause.saturating_sub(started.elapsed());
             match cmds.recv_timeout(wait) {

@@ -154,8 +154,9 @@ impl PgJournal {
             "{}#rtpool_journal",
             crate::store::redact_url(&cfg.url)
         ));
+        drop(client); // the writer connects, and prepares its insert, on its own
         let writer = PgWriter {
-            client: Some(client),
+            client: None,
             cfg,
             queue: queue.clone(),
             shared: shared.clone(),
