@@ -27,8 +27,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
 
+from helpers import wait_until
 from rtpool import _protocol as P
 from rtpool_bench.ha_cluster import fresh_database, is_leader, start_pair, wait_leader
 from rtpool_bench.history_ha import run_failover
@@ -38,7 +38,9 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _db(pg_url: str, tag: str) -> str:
-    return fresh_database(pg_url, f"rtpool_test_ha_{tag}_{os.getpid()}_{time.monotonic_ns() % 10**9}")
+    return fresh_database(
+        pg_url, f"rtpool_test_ha_{tag}_{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    )
 
 
 def _get(http: str, path: str) -> tuple[int, str]:
@@ -133,7 +135,10 @@ def test_a_frozen_leader_loses_the_lease_and_fences_itself_when_it_resumes(pg_ur
     client = rtpool.Client(a.address, token, name="frozen-test")
     stopped = False
     try:
-        assert client.submit_many(noop, [() for _ in range(20)], star=True).futures[-1].result(30) is None
+        assert (
+            client.submit_many(noop, [() for _ in range(20)], star=True).futures[-1].result(30)
+            is None
+        )
         # Load on the leader while it freezes: its journal has records to commit on resume.
         pkgs = [client.submit_many(noop, [() for _ in range(50)], star=True) for _ in range(4)]
         os.kill(a.pid, signal.SIGSTOP)
@@ -148,8 +153,13 @@ def test_a_frozen_leader_loses_the_lease_and_fences_itself_when_it_resumes(pg_ur
         stopped = False
         log = a.m.log
         wait_until(lambda: _log_has(log, "no longer leads"), timeout=30)
-        wait_until(lambda: _log_has(log, "journal write refused: epoch 1 is not the leader's (2)"), timeout=30)
-        wait_until(lambda: not is_leader(a.http) and _get(a.http, "/api/status")[0] == 200, timeout=30)
+        wait_until(
+            lambda: _log_has(log, "journal write refused: epoch 1 is not the leader's (2)"),
+            timeout=30,
+        )
+        wait_until(
+            lambda: not is_leader(a.http) and _get(a.http, "/api/status")[0] == 200, timeout=30
+        )
         sa = json.loads(_get(a.http, "/api/status")[1])["ha"]
         assert sa["role"] == "standby" and sa["leader"] == b.address
         # Back as a standby: it names the new leader.

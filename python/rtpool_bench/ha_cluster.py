@@ -117,5 +117,3 @@ def wait_ready(http: str, timeout: float) -> None:
             pass
         time.sleep(0.01)
     raise TimeoutError(f"the master at {http} was not ready within {timeout:g} s")
-
-

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from .ha_cluster import fresh_database, is_leader, start_pair, wait_leader, LEAD_TIMEOUT_S
+from .ha_cluster import LEAD_TIMEOUT_S, fresh_database, is_leader, start_pair, wait_leader
 from .history import ACK_WAIT_S, DRAIN_S
 from .history_check import check_dir, render
 from .history_ha_throughput import add_throughput_args, throughput_main
@@ -38,6 +38,7 @@ from .history_kill import PROGRESS_TIMEOUT_S, _client, _Results
 from .leader_proxy import LeaderProxy
 from .recovery import _start_worker_at, _stop_group
 from .stats import machine_info, percentile
+
 
 def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) -> Dict:
     """One run: two HA masters, workers, clients, ``args.kills`` leader SIGKILLs, the verdict.

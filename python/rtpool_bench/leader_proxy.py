@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 import urllib.request
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 #: How often the masters' ``/leader`` is polled.
 POLL_S = 0.02
@@ -37,7 +37,7 @@ class LeaderProxy:
         #: ``host:port`` for clients and workers.
         self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.closing = threading.Event()
-        self._leader: Optional[str] = None
+        self._leader: str | None = None
         self._changed = threading.Condition()
         self._threads: List[threading.Thread] = []
         self._spawn(self._poll_loop)
@@ -49,7 +49,7 @@ class LeaderProxy:
         self._threads.append(t)
 
     @property
-    def leader(self) -> Optional[str]:
+    def leader(self) -> str | None:
         """The peer address of the master that answered ``/leader`` 200 last, if any."""
         with self._changed:
             return self._leader
@@ -71,7 +71,7 @@ class LeaderProxy:
                     self._changed.notify_all()
             self.closing.wait(POLL_S)
 
-    def _wait_leader(self) -> Optional[str]:
+    def _wait_leader(self) -> str | None:
         end = time.monotonic() + self.hold_s
         with self._changed:
             while self._leader is None and not self.closing.is_set():

@@ -311,7 +311,15 @@ impl MasterHandle {
                             Err(e) => return drop(ready_tx.send(Err(e))),
                         };
                     let _ = ready_tx.send(Ok((addr, http)));
-                    server::serve(Arc::new(listener), ctx, scheduler, sched_tx, sched_rx, stop_rx).await;
+                    server::serve(
+                        Arc::new(listener),
+                        ctx,
+                        scheduler,
+                        sched_tx,
+                        sched_rx,
+                        stop_rx,
+                    )
+                    .await;
                 });
             })
             .map_err(|e| MasterError::Runtime(e.to_string()))?;

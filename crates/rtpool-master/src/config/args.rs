@@ -17,8 +17,8 @@ use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 use super::logging::parse_log_filter;
 pub use super::logging::{LogFormat, Logging};
 use super::parse::{
-    parse_fsync, parse_ha_lease, parse_hedge_factor, parse_listen, parse_miss_ratio, parse_positive,
-    parse_positive_u64, parse_priority, parse_seconds,
+    parse_fsync, parse_ha_lease, parse_hedge_factor, parse_listen, parse_miss_ratio,
+    parse_positive, parse_positive_u64, parse_priority, parse_seconds,
 };
 use super::MasterConfig;
 use crate::journal::FsyncPolicy;
@@ -258,7 +258,12 @@ pub struct MasterArgs {
     /// (postgres://user@host:port/db; also $RTPOOL_HA). Any number of masters may point at one
     /// database: one leads, the others are standbys that answer HELLO with `not_leader` and
     /// take over when the leader's lease runs out (see docs/ha.md).
-    #[arg(long, value_name = "URL", env = "RTPOOL_HA", help_heading = "High availability")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RTPOOL_HA",
+        help_heading = "High availability"
+    )]
     pub ha: Option<String>,
     /// With --ha: the address clients and workers should use for this master, HOST:PORT
     /// (default: the listen address unless it is 0.0.0.0 or ::, else this machine's

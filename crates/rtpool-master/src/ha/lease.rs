@@ -154,7 +154,10 @@ impl Runner {
                     self.client = None;
                     next.db_ok = false;
                     next.leader = None;
-                    if self.last_warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(5)) {
+                    if self
+                        .last_warned
+                        .is_none_or(|at| at.elapsed() >= Duration::from_secs(5))
+                    {
                         self.last_warned = Some(Instant::now());
                         tracing::warn!(
                             "high availability: cannot reach the lease in {}: {}; retrying",
@@ -202,7 +205,9 @@ impl Runner {
                 next.valid_until = Some(started + self.cfg.lease() - self.cfg.margin());
                 return Ok(());
             }
-            tracing::warn!("high availability: lease of epoch {epoch} lost (another master took it)");
+            tracing::warn!(
+                "high availability: lease of epoch {epoch} lost (another master took it)"
+            );
             next.held = None;
             next.valid_until = None;
         }

@@ -65,10 +65,13 @@ struct Shared<'a> {
 /// opened.
 pub fn run_blocking(mut config: MasterConfig) -> Result<(), MasterError> {
     config.validate()?;
-    let url = config.ha.clone().ok_or_else(|| MasterError::InvalidConfig {
-        option: "ha",
-        reason: "needs a postgres:// URL".into(),
-    })?;
+    let url = config
+        .ha
+        .clone()
+        .ok_or_else(|| MasterError::InvalidConfig {
+            option: "ha",
+            reason: "needs a postgres:// URL".into(),
+        })?;
     if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
         return Err(MasterError::InvalidConfig {
             option: "ha",
@@ -122,7 +125,14 @@ pub fn run_blocking(mut config: MasterConfig) -> Result<(), MasterError> {
             Some((l, hc)) => Some(HttpServer::start(l, hc, status_rx)?),
             None => None,
         };
-        handle::announce(&config, &tokens, created, addr, ctx.tls.as_ref(), http.as_ref());
+        handle::announce(
+            &config,
+            &tokens,
+            created,
+            addr,
+            ctx.tls.as_ref(),
+            http.as_ref(),
+        );
         tracing::info!(
             "high availability: lease and journal in {}, lease {} ms, advertised as {advertise}",
             crate::store::redact_url(&url),
@@ -317,7 +327,9 @@ async fn open_journal(
         .spawn(move || {
             let _ = tx.send(PgJournal::open(cfg).map(|(j, r)| (Journal::from(j), r)));
         })
-        .map_err(|e| JournalError::io("start a thread to open", std::path::Path::new("journal"), e))?;
+        .map_err(|e| {
+            JournalError::io("start a thread to open", std::path::Path::new("journal"), e)
+        })?;
     rx.await.unwrap_or(Err(JournalError::Stopped))
 }
 

@@ -22,7 +22,9 @@ fn fresh_url() -> Option<String> {
     getrandom::getrandom(&mut raw).unwrap();
     let schema = format!("rtpool_lease_test_{}", hex::encode(raw));
     let mut client = connect(&url, 5000).expect("connect to the test server");
-    client.batch_execute(&format!("CREATE SCHEMA {schema}")).unwrap();
+    client
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
     let sep = if url.contains('?') { '&' } else { '?' };
     Some(format!("{url}{sep}options=-csearch_path%3D{schema}"))
 }
@@ -58,9 +60,15 @@ fn the_lease_is_taken_once_renewed_by_its_holder_and_taken_over_after_expiry() {
     let mut cb = connect(&url, 5000).unwrap();
     setup(&mut ca, 5000).unwrap();
     setup(&mut cb, 5000).unwrap();
-    let epoch = take(&mut ca, &a).unwrap().expect("the first master takes the lease");
+    let epoch = take(&mut ca, &a)
+        .unwrap()
+        .expect("the first master takes the lease");
     assert_eq!(epoch, 1);
-    assert_eq!(take(&mut cb, &b).unwrap(), None, "a live lease is not taken");
+    assert_eq!(
+        take(&mut cb, &b).unwrap(),
+        None,
+        "a live lease is not taken"
+    );
     assert_eq!(look(&mut cb).unwrap(), (1, Some("a:7070".into())));
     assert!(renew(&mut ca, epoch, 400).unwrap());
     // Not renewed: it expires by the database's clock and b takes it with a new epoch.
@@ -80,9 +88,12 @@ fn the_lease_thread_leads_renews_and_gives_way_when_stopped() {
         .build()
         .unwrap();
     let led = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), view_a.wait_for(|v| v.held.is_some()))
-            .await
-            .map(|v| v.map(|v| v.clone()))
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            view_a.wait_for(|v| v.held.is_some()),
+        )
+        .await
+        .map(|v| v.map(|v| v.clone()))
     });
     let led = led.expect("took the lease in time").unwrap();
     assert_eq!(led.held, Some(1));
@@ -90,7 +101,11 @@ fn the_lease_thread_leads_renews_and_gives_way_when_stopped() {
     let (_second, mut view_b) = LeaseThread::start(config(&url, "b", 300)).unwrap();
     // b stands by while a renews, for several leases.
     let standby = rt.block_on(async {
-        let _ = tokio::time::timeout(Duration::from_millis(1200), view_b.wait_for(|v| v.held.is_some())).await;
+        let _ = tokio::time::timeout(
+            Duration::from_millis(1200),
+            view_b.wait_for(|v| v.held.is_some()),
+        )
+        .await;
         view_b.borrow().clone()
     });
     assert_eq!(standby.held, None, "b took a lease a renews: {standby:?}");
@@ -98,9 +113,12 @@ fn the_lease_thread_leads_renews_and_gives_way_when_stopped() {
     // a stops: it gives the lease up, and b takes it.
     first.stop();
     let took = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), view_b.wait_for(|v| v.held.is_some()))
-            .await
-            .map(|v| v.map(|v| v.clone()))
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            view_b.wait_for(|v| v.held.is_some()),
+        )
+        .await
+        .map(|v| v.map(|v| v.clone()))
     });
     assert_eq!(took.expect("b took over in time").unwrap().held, Some(2));
 }

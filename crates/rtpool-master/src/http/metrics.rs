@@ -4,6 +4,7 @@
 //! thread what the scheduler published last. `docs/operations.md` lists every metric.
 
 mod classes;
+mod ha;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -158,34 +159,9 @@ impl Collector for StatusCollector {
         workers(&mut enc, s)?;
         events(&mut enc, s)?;
         classes::classes(&mut enc, s)?;
-        ha(&mut enc, s)?;
+        ha::ha(&mut enc, s)?;
         resources(&mut enc, s)
     }
-}
-
-/// High availability: the role (one series per role, 1 for this master's) and the epoch.
-fn ha(e: &mut DescriptorEncoder, s: &Status) -> Result<(), std::fmt::Error> {
-    let Some(ha) = &s.ha else {
-        return Ok(());
-    };
-    let roles = ["leader", "standby"].map(|role| {
-        let labels: Labels = vec![("role", role.to_string())];
-        (labels, f64::from(u8::from(ha.role == role)))
-    });
-    gauge(
-        e,
-        "rtpool_ha_role",
-        "This master's high-availability role: 1 for the role it has, 0 for the other.",
-        None,
-        roles,
-    )?;
-    gauge(
-        e,
-        "rtpool_ha_epoch",
-        "The leader lease's epoch: this master's while it leads, else the last one seen.",
-        None,
-        one(ha.epoch as f64),
-    )
 }
 
 fn total(s: &Status, key: &str) -> f64 {

@@ -14,11 +14,12 @@
 //! compaction thread, beside the writer), [`writer`] (the [`Journal`] handle), `queue` (the
 //! bounded queue to the writer), `thread` (the writer thread: group commit, fsync policy).
 
-mod background;
 mod backend;
+mod background;
 mod compact;
 mod frame;
 pub mod pg;
+mod pg_conn;
 mod pg_writer;
 mod queue;
 mod record;
@@ -33,10 +34,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use backend::Journal;
 pub use record::{
     decode_call, encode_call, DoneRecord, PackageRecord, Record, FORMAT_VERSION, MIN_FORMAT_VERSION,
 };
-pub use backend::Journal;
 pub use writer::{FileJournal, JournalStats};
 
 /// When the writer thread calls `fdatasync`.

@@ -17,18 +17,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use postgres::{Client, NoTls};
 use tokio::sync::watch;
 
+use super::pg_conn::read_state;
+pub use super::pg_conn::{connect, FenceHandler, PgJournalConfig};
 use super::pg_writer::PgWriter;
 use super::queue::Queue;
-use super::record::{self, Entry};
-use super::replay::State;
 use super::shared::Shared;
 use super::writer::snapshot;
-use super::{JournalError, JournalStats, Record, Replay, DEFAULT_COMPACT_MIN_BYTES};
+use super::{JournalError, JournalStats, Record, Replay};
 
 /// The journal table. `seq` is the record's LSN (0: the meta record a compaction writes).
 pub const JOURNAL_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS rtpool_journal (
@@ -48,41 +47,6 @@ pub const LEASE_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS rtpool_leader (
 );
 INSERT INTO rtpool_leader VALUES (1, 0, '', '', '-infinity') ON CONFLICT (id) DO NOTHING";
 
-/// Called once, from the writer thread, when the database refused a write from this epoch.
-pub type FenceHandler = Arc<dyn Fn(&JournalError) + Send + Sync>;
-
-/// How to open a [`PgJournal`].
-#[derive(Clone)]
-pub struct PgJournalConfig {
-    /// `postgres://user@host:port/db` (the database of `--ha`).
-    pub url: String,
-    /// The lease epoch this master holds; every row it writes carries it, and only while the
-    /// lease row still has it.
-    pub epoch: u64,
-    /// The lease, milliseconds: a transaction left open longer (a master frozen mid-commit)
-    /// is ended by the server (`idle_in_transaction_session_timeout`), so it cannot hold the
-    /// lease row's lock against a takeover; also the connect timeout.
-    pub lease_ms: u32,
-    /// Never compact below this many bytes of rows; above it, compact when they have doubled
-    /// since the last compaction.
-    pub compact_min_bytes: u64,
-    /// Called once when a write is refused (another master leads): stop leading.
-    pub on_fenced: FenceHandler,
-}
-
-impl PgJournalConfig {
-    /// A config with the default compaction threshold (64 MiB) and a handler that only logs.
-    pub fn new(url: String, epoch: u64, lease_ms: u32) -> Self {
-        PgJournalConfig {
-            url,
-            epoch,
-            lease_ms,
-            compact_min_bytes: DEFAULT_COMPACT_MIN_BYTES,
-            on_fenced: Arc::new(|_| {}),
-        }
-    }
-}
-
 /// A cheap, cloneable handle to the PostgreSQL journal; all clones share one writer thread.
 #[derive(Clone)]
 pub struct PgJournal {
@@ -98,25 +62,6 @@ struct Inner {
     durable: watch::Receiver<u64>,
     /// Why the last commit failed while the writer retries (database unreachable).
     unavailable: Arc<Mutex<Option<String>>>,
-}
-
-/// Connects to `url` with `lease_ms` as the connect timeout and the longest a transaction may
-/// stay open idle. Call it off the tokio runtime's threads (the client runs one of its own).
-///
-/// # Errors
-///
-/// The client's error when the server cannot be reached or refuses the login.
-pub fn connect(url: &str, lease_ms: u32) -> Result<Client, postgres::Error> {
-    let mut config: postgres::Config = url.parse()?;
-    let lease = Duration::from_millis(lease_ms.into());
-    config.connect_timeout(lease);
-    config.application_name("rtpool-master");
-    let mut client = config.connect(NoTls)?;
-    // No NOTICE lines (`relation ... already exists, skipping`) in the master's log.
-    client.batch_execute(&format!(
-        "SET client_min_messages = warning; SET idle_in_transaction_session_timeout = {lease_ms}"
-    ))?;
-    Ok(client)
 }
 
 impl PgJournal {
@@ -279,47 +224,4 @@ impl Drop for Inner {
             let _ = handle.join();
         }
     }
-}
-
-/// Reads the rows with `seq <= upto` in order into a replay state (charges at or below
-/// `watermark` not kept); returns it with the rows' payload bytes.
-pub(super) fn read_state<C: postgres::GenericClient>(
-    client: &mut C,
-    upto: i64,
-    watermark: u64,
-) -> Result<(State, u64), JournalError> {
-    let rows = client
-        .query(
-            "SELECT seq, record FROM rtpool_journal WHERE seq <= $1 ORDER BY seq",
-            &[&upto],
-        )
-        .map_err(|e| JournalError::Database {
-            op: "replay",
-            detail: super::pg_detail(&e),
-        })?;
-    let mut state = State::default();
-    state.drop_charges_upto = watermark;
-    let mut bytes = 0u64;
-    for row in rows {
-        let seq: i64 = row.get(0);
-        let payload: &[u8] = row.get(1);
-        bytes += payload.len() as u64;
-        let corrupt = |reason: String| JournalError::CorruptRow {
-            seq: seq as u64,
-            reason,
-        };
-        let entry = record::decode(payload).map_err(corrupt)?;
-        if let Entry::Meta { version, .. } = entry {
-            if version < record::MIN_FORMAT_VERSION || version > record::FORMAT_VERSION {
-                return Err(corrupt(format!(
-                    "its meta record is of format version {version}; this master reads {} \
-                     and {}",
-                    record::MIN_FORMAT_VERSION,
-                    record::FORMAT_VERSION
-                )));
-            }
-        }
-        state.apply(seq as u64, entry);
-    }
-    Ok((state, bytes))
 }

@@ -60,7 +60,9 @@ fn open(url: &str, epoch: u64, fenced: &Arc<AtomicUsize>) -> (Journal, super::Re
 
 #[test]
 fn pg_journal_replays_what_was_committed_and_compaction_keeps_it() {
-    let Some(url) = fresh_schema_url() else { return };
+    let Some(url) = fresh_schema_url() else {
+        return;
+    };
     set_epoch(&url, 1);
     let fenced = Arc::new(AtomicUsize::new(0));
     let (journal, replay) = open(&url, 1, &fenced);
@@ -68,7 +70,11 @@ fn pg_journal_replays_what_was_committed_and_compaction_keeps_it() {
     let records = scenario();
     let lsns = append_all(&journal, &records);
     assert_eq!(lsns, (1..=records.len() as u64).collect::<Vec<_>>());
-    assert!(wait_durable(&journal, *lsns.last().unwrap(), Duration::from_secs(10)));
+    assert!(wait_durable(
+        &journal,
+        *lsns.last().unwrap(),
+        Duration::from_secs(10)
+    ));
     journal.close().unwrap();
     // A takeover: the next epoch replays the same state.
     set_epoch(&url, 2);
@@ -97,7 +103,9 @@ fn pg_journal_replays_what_was_committed_and_compaction_keeps_it() {
 
 #[test]
 fn a_write_from_an_old_epoch_is_refused_by_the_database() {
-    let Some(url) = fresh_schema_url() else { return };
+    let Some(url) = fresh_schema_url() else {
+        return;
+    };
     set_epoch(&url, 5);
     let fenced = Arc::new(AtomicUsize::new(0));
     let (old, _) = open(&url, 5, &fenced);
@@ -119,10 +127,7 @@ fn a_write_from_an_old_epoch_is_refused_by_the_database() {
     // The database itself refuses the insert of epoch 5, even without the writer's check.
     let mut client = connect(&url, 5000).unwrap();
     let n = client
-        .execute(
-            INSERT_SQL,
-            &[&5i64, &vec![100i64], &vec![b"x".as_slice()]],
-        )
+        .execute(INSERT_SQL, &[&5i64, &vec![100i64], &vec![b"x".as_slice()]])
         .unwrap();
     assert_eq!(n, 0, "a row of an old epoch was inserted");
     let rows: i64 = client
@@ -172,13 +177,17 @@ fn while_its_database_is_unreachable_the_journal_says_so_and_commits_once_it_is_
         ))
         .unwrap();
     let waiting = journal.append(package(2, "alice", 1));
-    assert!(wait_until(Duration::from_secs(10), || journal.unavailable().is_some()));
+    assert!(wait_until(Duration::from_secs(10), || journal
+        .unavailable()
+        .is_some()));
     let why = journal.unavailable().unwrap();
     assert!(why.contains("journal database is unreachable"), "{why}");
     assert!(!wait_durable(&journal, waiting, Duration::from_millis(300)));
     // Back: the queued record commits, and the journal says it can commit again.
     admin
-        .batch_execute(&format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"))
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"
+        ))
         .unwrap();
     assert!(wait_durable(&journal, waiting, Duration::from_secs(10)));
     assert_eq!(journal.unavailable(), None);

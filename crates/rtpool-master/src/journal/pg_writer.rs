@@ -14,7 +14,7 @@ use postgres::{Client, Statement, Transaction};
 use tokio::sync::watch;
 
 use super::compact;
-use super::pg::{connect, read_state, PgJournalConfig};
+use super::pg_conn::{connect, read_state, PgJournalConfig};
 use super::queue::{Cmd, Queue, Taken};
 use super::record::{self, Entry};
 use super::shared::Shared;
@@ -249,7 +249,9 @@ impl PgWriter {
         let cut = self.written_lsn as i64;
         let watermark = self.shared.watermark.load(SeqCst);
         let client = self.client()?;
-        let mut txn = client.transaction().map_err(retry("begin a compaction of"))?;
+        let mut txn = client
+            .transaction()
+            .map_err(retry("begin a compaction of"))?;
         check_epoch(&mut txn, epoch)?;
         let (state, _) = read_state(&mut txn, cut, watermark).map_err(Failed::Retry)?;
         let mut rows: Vec<(i64, Vec<u8>)> = Vec::new();
@@ -297,7 +299,9 @@ impl PgWriter {
         if self.client.is_none() {
             let mut client =
                 connect(&self.cfg.url, self.cfg.lease_ms).map_err(retry("connect to"))?;
-            let insert = client.prepare(INSERT_SQL).map_err(retry("prepare a write to"))?;
+            let insert = client
+                .prepare(INSERT_SQL)
+                .map_err(retry("prepare a write to"))?;
             self.client = Some((client, insert));
         }
         let (client, insert) = self.client.as_mut().expect("connected just now");
@@ -329,7 +333,10 @@ impl PgWriter {
 /// takeover) and checks that it still has `epoch`.
 fn check_epoch(txn: &mut Transaction<'_>, epoch: u64) -> Result<(), Failed> {
     let row = txn
-        .query_opt("SELECT epoch FROM rtpool_leader WHERE id = 1 FOR SHARE", &[])
+        .query_opt(
+            "SELECT epoch FROM rtpool_leader WHERE id = 1 FOR SHARE",
+            &[],
+        )
         .map_err(retry("read the lease of"))?;
     let leader = row.map_or(0, |r| r.get::<_, i64>(0) as u64);
     if leader != epoch {

@@ -254,11 +254,7 @@ impl Drop for Inner {
 }
 
 /// The counters of `shared` as [`JournalStats`] (both backends keep the same ones).
-pub(super) fn snapshot(
-    s: &Shared,
-    queue: &Queue,
-    durable: &watch::Receiver<u64>,
-) -> JournalStats {
+pub(super) fn snapshot(s: &Shared, queue: &Queue, durable: &watch::Receiver<u64>) -> JournalStats {
     JournalStats {
         file_bytes: s.file_bytes.load(Relaxed),
         records: s.records.load(Relaxed),

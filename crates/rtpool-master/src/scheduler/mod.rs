@@ -30,7 +30,7 @@ use tracing::{info, warn};
 
 use crate::auth::Authenticator;
 use crate::journal::{FsyncPolicy, Journal, Record, Replay};
-use crate::outbound::{Out, OutboundTx};
+use crate::outbound::OutboundTx;
 use crate::package_ids::PackageIds;
 use crate::stats::{MasterStats, ReplayStats};
 use crate::status::recorder::IdMap;
@@ -438,29 +438,12 @@ impl Scheduler {
                 self.flushing = false;
                 self.set_quotas(quotas);
             }
-            ToScheduler::Fenced { message } => {
-                // High availability: another master leads (or may); nothing more is
-                // acknowledged here, and every peer is told where to go.
-                for tx in self.routes.values() {
-                    let _ = tx.send(Out::SendAndClose(Msg::Error {
-                        code: "not_leader".into(),
-                        message: message.clone(),
-                        reference: 0,
-                    }));
-                }
-                self.routes.clear();
-                return false;
-            }
+            // High availability: another master leads (or may); nothing more is acknowledged
+            // here, and every peer is told where to go.
+            ToScheduler::Fenced { message } => return self.close_all("not_leader", message),
             ToScheduler::Shutdown => {
-                for tx in self.routes.values() {
-                    let _ = tx.send(Out::SendAndClose(Msg::Error {
-                        code: "shutdown".into(),
-                        message: "the master is shutting down; reconnect when it is back".into(),
-                        reference: 0,
-                    }));
-                }
-                self.routes.clear();
-                return false;
+                let message = "the master is shutting down; reconnect when it is back";
+                return self.close_all("shutdown", message.into());
             }
         }
         true
