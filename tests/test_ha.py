@@ -17,6 +17,7 @@ Figures (failover times) are printed, not asserted; ``rtpool bench ha`` measures
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -173,3 +174,93 @@ def test_a_frozen_leader_loses_the_lease_and_fences_itself_when_it_resumes(pg_ur
         _stop_group(worker)
         a.kill()
         b.kill()
+
+
+def test_sigterm_gives_the_lease_up_so_the_standby_takes_over_at_once(pg_url, tmp_path):
+    a, b = start_pair(tmp_path, _db(pg_url, "term"), 60_000)
+    try:
+        # With a one-minute lease, only a lease given up lets b lead within the bound.
+        a.m.proc.send_signal(signal.SIGTERM)
+        assert a.m.proc.wait(30) == 0
+        wait_leader(b.http, 20)
+        assert _log_has(a.m.log, "gave up the lease of epoch 1")
+        ha = json.loads(_get(b.http, "/api/status")[1])["ha"]
+        assert ha["role"] == "leader" and ha["epoch"] == 2
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_a_bad_ha_url_is_refused_with_what_to_give(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtpool",
+            "master",
+            "--ha",
+            "mysql://db/x",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RTPOOL_DATA_DIR": str(tmp_path)},
+    )
+    assert out.returncode == 1, out
+    assert "must be a postgres://user@host:port/db URL" in out.stderr, out.stderr
+
+
+def test_while_the_database_is_unreachable_the_leader_refuses_new_packages_saying_so(
+    pg_url, tmp_path
+):
+    import subprocess
+
+    from rtpool_bench.ha_cluster import HaMaster, psql
+
+    url = _db(pg_url, "down")
+    name = url.rsplit("/", 1)[1]
+    a = HaMaster(tmp_path, "a", url, 5000)  # a long lease: the window before it fences
+    try:
+        wait_leader(a.http, 30)
+        token = (a.data / "client.token").read_text().strip()
+        host, port = a.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, "client", token, "test-ha", 0))
+            reader = P.FrameReader()
+            msgs: list = []
+
+            def read_one() -> list:
+                while not msgs:
+                    data = s.recv(65536)
+                    assert data, "closed"
+                    msgs.extend(reader.feed(data))
+                return msgs.pop(0)
+
+            assert read_one()[0] == P.WELCOME
+            sql = (
+                f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false; SELECT "
+                f"pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+            )
+            subprocess.run([psql(), pg_url, "-q", "-c", sql], check=True, timeout=60)
+            # The first package's commit finds the database gone (it waits, unacknowledged);
+            # the next is refused at once, saying why.
+            code = b"never runs: no worker"
+            fn_hash = hashlib.sha256(code).digest()
+            s.sendall(P.encode_submit(1, fn_hash, code, {}, [b"\x90"]))
+            wait_until(lambda: _log_has(a.m.log, "journal database unreachable"), timeout=10)
+            s.sendall(P.encode_submit(2, fn_hash, code, {}, [b"\x90"]))
+            answer = read_one()
+            assert answer[:2] == [P.ERROR, "rejected"], answer
+            assert "journal database is unreachable" in answer[2], answer
+            assert answer[3] == 2, answer
+    finally:
+        subprocess.run(
+            [psql(), pg_url, "-q", "-c", f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"],
+            timeout=60,
+        )
+        a.kill()

@@ -55,7 +55,7 @@ impl Scheduler {
     /// unreachable) is refused at once with `ERROR rejected` saying so, rather than left
     /// unanswered: the client may retry (another master may have taken over by then).
     /// Returns whether it refused `event`.
-    pub(super) fn refuse_unjournalable(&mut self, event: &Event) -> bool {
+    pub(super) fn refuse_unjournalable(&self, event: &Event) -> bool {
         let (client, req_id) = match event {
             Event::Submit { client, req_id, .. } | Event::SubmitCalls { client, req_id, .. } => {
                 (*client, *req_id)
@@ -70,17 +70,9 @@ impl Scheduler {
             message: reason,
             reference: req_id,
         };
-        if self.held.is_empty() {
-            self.reply(client.0, msg, false);
-        } else {
-            // After the acknowledgements still held, in order.
-            let held = super::Held::Reply {
-                session: client.0,
-                msg,
-                close: false,
-            };
-            self.held.push_back((self.last_lsn, held));
-        }
+        // At once, even past acknowledgements still held (they wait for the same database, and
+        // may never come): the client matches answers by `req_id`.
+        self.reply(client.0, msg, false);
         true
     }
 }
