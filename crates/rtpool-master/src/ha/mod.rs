@@ -14,6 +14,7 @@
 
 pub mod lease;
 pub mod standby;
+pub mod tail;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -175,6 +176,10 @@ async fn run_phases(
     // only a newer epoch starts the next one.
     let mut led = 0;
     loop {
+        // A warm copy of the journal while standing by (none: a takeover replays it all).
+        let tailer = tail::Tailer::start(shared.url.clone(), shared.config.ha_lease_ms)
+            .map_err(|e| tracing::warn!("high availability: no journal tailer: {e}"))
+            .ok();
         let standby = standby::serve(
             &shared.listener,
             &shared.ctx,
@@ -188,7 +193,7 @@ async fn run_phases(
             epoch = standby => epoch,
         };
         led = epoch;
-        match lead(shared, epoch, &mut view, &mut signalled).await {
+        match lead(shared, epoch, tailer, &mut view, &mut signalled).await {
             Ended::Signal => return,
             Ended::Fenced => shared.lease.resign(),
         }
@@ -199,13 +204,14 @@ async fn run_phases(
 async fn lead(
     shared: &Shared<'_>,
     epoch: u64,
+    tailer: Option<tail::Tailer>,
     view: &mut watch::Receiver<LeaseView>,
     signalled: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) -> Ended {
     let fenced = Arc::new(Notify::new());
     let opened = tokio::select! {
         () = signalled.as_mut() => return Ended::Signal,
-        opened = open_journal(shared, epoch, fenced.clone()) => opened,
+        opened = open_journal(shared, epoch, tailer, fenced.clone()) => opened,
     };
     let (journal, replay) = match opened {
         Ok(j) => j,
@@ -313,10 +319,12 @@ async fn watch_term(
 }
 
 /// Opens the journal of `epoch` on a thread of its own (the client blocks on a runtime of its
-/// own); `fenced` is notified if the database refuses one of its writes.
+/// own), from the standby's tailed copy when there is one (then it reads only the rows since
+/// its last look); `fenced` is notified if the database refuses one of its writes.
 async fn open_journal(
     shared: &Shared<'_>,
     epoch: u64,
+    tailer: Option<tail::Tailer>,
     fenced: Arc<Notify>,
 ) -> Result<(Journal, Replay), JournalError> {
     let mut cfg = PgJournalConfig::new(shared.url.clone(), epoch, shared.config.ha_lease_ms);
@@ -325,7 +333,9 @@ async fn open_journal(
     std::thread::Builder::new()
         .name("rtpool-journal-open".into())
         .spawn(move || {
-            let _ = tx.send(PgJournal::open(cfg).map(|(j, r)| (Journal::from(j), r)));
+            let warm = tailer.map(tail::Tailer::finish).unwrap_or_default();
+            let opened = PgJournal::open_warm(cfg, warm);
+            let _ = tx.send(opened.map(|(j, r)| (Journal::from(j), r)));
         })
         .map_err(|e| {
             JournalError::io("start a thread to open", std::path::Path::new("journal"), e)

@@ -20,6 +20,7 @@ mod compact;
 mod frame;
 pub mod pg;
 mod pg_conn;
+mod pg_tail;
 mod pg_writer;
 mod queue;
 mod record;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use backend::Journal;
+pub use pg_tail::WarmState;
 pub use record::{
     decode_call, encode_call, DoneRecord, PackageRecord, Record, FORMAT_VERSION, MIN_FORMAT_VERSION,
 };

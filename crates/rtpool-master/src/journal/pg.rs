@@ -21,8 +21,9 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use super::pg_conn::read_state;
+use super::pg_conn::db;
 pub use super::pg_conn::{connect, FenceHandler, PgJournalConfig};
+use super::pg_tail::WarmState;
 use super::pg_writer::PgWriter;
 use super::queue::Queue;
 use super::shared::Shared;
@@ -73,21 +74,32 @@ impl PgJournal {
     /// [`JournalError::Database`] when the database cannot be reached or read,
     /// [`JournalError::CorruptRow`] for a row that does not decode.
     pub fn open(cfg: PgJournalConfig) -> Result<(PgJournal, Replay), JournalError> {
+        PgJournal::open_warm(cfg, WarmState::default())
+    }
+
+    /// As [`PgJournal::open`], reading only the rows `warm` has not applied yet (a standby's
+    /// tailed copy, see [`WarmState`]). Call it once this master holds the lease: then every
+    /// row of the epochs before is visible.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgJournal::open`].
+    pub fn open_warm(
+        cfg: PgJournalConfig,
+        mut warm: WarmState,
+    ) -> Result<(PgJournal, Replay), JournalError> {
         let started = Instant::now();
-        let db = |op| {
-            move |e: postgres::Error| JournalError::Database {
-                op,
-                detail: super::pg_detail(&e),
-            }
-        };
         let mut client = connect(&cfg.url, cfg.lease_ms).map_err(db("connect to"))?;
         client
             .batch_execute(JOURNAL_TABLE_SQL)
             .map_err(db("create the table of"))?;
-        let (state, bytes) = read_state(&mut client, i64::MAX, 0)?;
-        let mut replay = state.into_replay();
-        replay.bytes = bytes;
-        replay.elapsed = started.elapsed();
+        warm.catch_up(&mut client)?;
+        let tail = warm.last_rows;
+        let (replay, bytes) = warm.into_replay(started);
+        tracing::info!(
+            "journal in PostgreSQL: {tail} rows read at open, {} records replayed in all",
+            replay.records
+        );
         let queue = Arc::new(Queue::new(replay.last_lsn + 1));
         let shared = Arc::new(Shared::default());
         shared.file_bytes.store(bytes, Relaxed);

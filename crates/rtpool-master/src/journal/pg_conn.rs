@@ -76,12 +76,15 @@ pub(super) fn read_state<C: postgres::GenericClient>(
             "SELECT seq, record FROM rtpool_journal WHERE seq <= $1 ORDER BY seq",
             &[&upto],
         )
-        .map_err(|e| JournalError::Database {
-            op: "replay",
-            detail: super::pg_detail(&e),
-        })?;
+        .map_err(db("replay"))?;
     let mut state = State::default();
     state.drop_charges_upto = watermark;
+    let bytes = apply_rows(&mut state, &rows)?;
+    Ok((state, bytes))
+}
+
+/// Applies `(seq, record)` rows in order to `state`; returns their payload bytes.
+pub(super) fn apply_rows(state: &mut State, rows: &[postgres::Row]) -> Result<u64, JournalError> {
     let mut bytes = 0u64;
     for row in rows {
         let seq: i64 = row.get(0);
@@ -104,5 +107,13 @@ pub(super) fn read_state<C: postgres::GenericClient>(
         }
         state.apply(seq as u64, entry);
     }
-    Ok((state, bytes))
+    Ok(bytes)
+}
+
+/// Maps a client error of `op` to [`JournalError::Database`].
+pub(super) fn db(op: &'static str) -> impl Fn(postgres::Error) -> JournalError {
+    move |e| JournalError::Database {
+        op,
+        detail: super::pg_detail(&e),
+    }
 }

@@ -194,3 +194,59 @@ fn while_its_database_is_unreachable_the_journal_says_so_and_commits_once_it_is_
     journal.close().unwrap();
     assert_eq!(fenced.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn a_standby_tailing_the_table_takes_over_with_the_same_state_reading_only_the_tail() {
+    let Some(url) = fresh_schema_url() else {
+        return;
+    };
+    set_epoch(&url, 1);
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let (leader, _) = open(&url, 1, &fenced);
+    let records = scenario();
+    let (first, rest) = records.split_at(6);
+    let mut tail_client = connect(&url, 5000).unwrap();
+    let mut warm = super::WarmState::default();
+    warm.catch_up(&mut tail_client).unwrap(); // an empty table
+    assert_eq!(warm.last_rows, 0);
+    let lsns = append_all(&leader, first);
+    assert!(wait_durable(
+        &leader,
+        *lsns.last().unwrap(),
+        Duration::from_secs(10)
+    ));
+    warm.catch_up(&mut tail_client).unwrap();
+    assert_eq!(warm.last_rows, first.len() as u64);
+    // Then a compaction (the rows rewritten, a meta row at seq 0) and more records.
+    leader.compact_now().unwrap();
+    let lsns = append_all(&leader, rest);
+    assert!(wait_durable(
+        &leader,
+        *lsns.last().unwrap(),
+        Duration::from_secs(10)
+    ));
+    warm.catch_up(&mut tail_client).unwrap();
+    let more = vec![done(7, 1, 70), package(9, "erin", 2)];
+    let lsns = append_all(&leader, &more);
+    assert!(wait_durable(
+        &leader,
+        *lsns.last().unwrap(),
+        Duration::from_secs(10)
+    ));
+    leader.close().unwrap();
+    // The takeover reads only the two rows since the last look, and replays what a cold
+    // open replays.
+    set_epoch(&url, 2);
+    let mut cfg = PgJournalConfig::new(url.clone(), 2, 5000);
+    cfg.on_fenced = Arc::new(|_| {});
+    let (warm_j, warm_replay) = PgJournal::open_warm(cfg, warm).unwrap();
+    let all: Vec<Record> = records.iter().chain(&more).cloned().collect();
+    assert_replay_matches(&warm_replay, &all);
+    assert_eq!(warm_replay.last_lsn, all.len() as u64);
+    warm_j.close().unwrap();
+    let (cold, cold_replay) = open(&url, 2, &fenced);
+    assert_eq!(warm_replay.packages, cold_replay.packages);
+    assert_eq!(warm_replay.charges, cold_replay.charges);
+    assert_eq!(warm_replay.next_package, cold_replay.next_package);
+    cold.close().unwrap();
+}
