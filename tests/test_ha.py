@@ -246,7 +246,9 @@ def test_while_the_database_is_unreachable_the_leader_refuses_new_packages_sayin
                 f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false; SELECT "
                 f"pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
             )
-            subprocess.run([psql(), pg_url, "-q", "-c", sql], check=True, timeout=60)
+            subprocess.run(
+                [psql(), pg_url, "-q", "-c", sql], check=True, timeout=60, capture_output=True
+            )
             # The first package's commit finds the database gone (it waits, unacknowledged);
             # the next is refused at once, saying why.
             code = b"never runs: no worker"
