@@ -106,6 +106,7 @@ def test_leader_killed_under_load_the_standby_takes_over_and_nothing_acknowledge
         results_between=100,
         seconds=120.0,
         lease_ms=1000,
+        fault="kill",
     )
     out = run_failover(tmp_path / "run", args)
     v = out["verdict"]

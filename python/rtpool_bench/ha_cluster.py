@@ -117,3 +117,19 @@ def wait_ready(http: str, timeout: float) -> None:
             pass
         time.sleep(0.01)
     raise TimeoutError(f"the master at {http} was not ready within {timeout:g} s")
+
+
+def wait_standby(http: str, timeout: float) -> None:
+    """Waits until ``http``'s status says it stands by (a resumed leader fenced itself)."""
+    import json
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://{http}/api/status", timeout=0.5) as r:
+                if json.loads(r.read()).get("ha", {}).get("role") == "standby":
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.01)
+    raise TimeoutError(f"the master at {http} did not stand by within {timeout:g} s")

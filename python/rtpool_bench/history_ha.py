@@ -7,7 +7,9 @@ fresh database per run), a :class:`~rtpool_bench.leader_proxy.LeaderProxy` in fr
 ``/leader``), real ``rtpool worker`` processes and recording clients
 (:mod:`rtpool_bench.history`). While they submit, it kills the leader with SIGKILL (by PID)
 ``--kills`` times, each once ``--results-between`` new results have come, and restarts the
-killed master as a standby. The failover time of a kill is from the SIGKILL to the first
+killed master as a standby; with ``--fault stop`` it SIGSTOPs the leader instead, until the
+other leads, then SIGCONTs it (it must fence itself and stand by; the journal writes the
+database refused are counted from the logs). The failover time is from the fault to the first
 result any client received after the other master answered ``/leader`` 200 (so surely from
 the new leader). Then the clients drain and the checker judges their histories.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +33,14 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from .ha_cluster import LEAD_TIMEOUT_S, fresh_database, is_leader, start_pair, wait_leader
+from .ha_cluster import (
+    LEAD_TIMEOUT_S,
+    fresh_database,
+    is_leader,
+    start_pair,
+    wait_leader,
+    wait_standby,
+)
 from .history import ACK_WAIT_S, DRAIN_S
 from .history_check import check_dir, render
 from .history_ha_throughput import add_throughput_args, throughput_main
@@ -69,8 +79,11 @@ def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) 
                 leader = next(m for m in masters if is_leader(m.http))
                 other = next(m for m in masters if m is not leader)
                 t_kill = time.monotonic()
-                leader.kill()  # SIGKILL, by PID
-                flog.write(json.dumps({"t": t_kill, "type": "kill", "n": k}) + "\n")
+                if args.fault == "stop":
+                    os.kill(leader.pid, signal.SIGSTOP)  # frozen past its lease
+                else:
+                    leader.kill()  # SIGKILL, by PID
+                flog.write(json.dumps({"t": t_kill, "type": args.fault, "n": k}) + "\n")
                 t_lead = wait_leader(other.http, LEAD_TIMEOUT_S)
                 first = results.wait(
                     results.count + args.results_between,
@@ -79,10 +92,16 @@ def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) 
                     f"results after failover {k + 1}",
                 )
                 failover_ms.append(round((first - t_kill) * 1e3, 1))
-                leader.restart()  # back as a standby
+                if args.fault == "stop":
+                    os.kill(leader.pid, signal.SIGCONT)  # it must find it lost the lease
+                    wait_standby(leader.http, LEAD_TIMEOUT_S)
+                else:
+                    leader.restart()  # back as a standby
                 flog.write(json.dumps({"t": time.monotonic(), "type": "restarted", "n": k}) + "\n")
                 flog.flush()
-                say(f"kill {k + 1}/{args.kills}: first result {failover_ms[-1]} ms after SIGKILL")
+                say(
+                    f"{args.fault} {k + 1}/{args.kills}: first result {failover_ms[-1]} ms after it"
+                )
         stop.touch()
         for p in procs[args.workers :]:
             try:
@@ -96,7 +115,16 @@ def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) 
         for m in masters:
             m.kill()
     verdict = check_dir(directory)
-    return {"dir": str(directory), "verdict": verdict.to_dict(), "failover_ms": failover_ms}
+    refused = sum(
+        (directory / f"master-{n}.log").read_text(errors="replace").count("journal write refused")
+        for n in ("a", "b")
+    )
+    return {
+        "dir": str(directory),
+        "verdict": verdict.to_dict(),
+        "failover_ms": failover_ms,
+        "refused_writes": refused,
+    }
 
 
 def _failover_main(args: argparse.Namespace) -> int:
@@ -113,9 +141,12 @@ def _failover_main(args: argparse.Namespace) -> int:
     dup = sum(run["verdict"]["duplicated"] for run in runs)
     wrong = sum(run["verdict"]["wrong"] for run in runs)
     owed = sum(run["verdict"]["owed"] for run in runs)
+    refused = sum(run["refused_writes"] for run in runs)
+    what = "SIGKILLs" if args.fault == "kill" else "SIGSTOPs past the lease (then SIGCONT)"
     print(
-        f"{valid}/{len(runs)} runs valid; {len(every)} leader kills (lease {args.lease_ms} ms); "
-        f"owed {owed}, lost {lost}, duplicated {dup}, wrong {wrong}; failover (SIGKILL -> "
+        f"{valid}/{len(runs)} runs valid; {len(every)} leader {what} (lease {args.lease_ms} "
+        f"ms); journal writes of an old epoch refused (log lines): {refused}; "
+        f"owed {owed}, lost {lost}, duplicated {dup}, wrong {wrong}; failover (fault -> "
         f"first result from the new leader) p50 {percentile(every, 50)} ms, max "
         f"{max(every) if every else None} ms"
     )
@@ -142,6 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     fo.add_argument("--results-between", type=int, default=200, help="results between kills")
     fo.add_argument("--seconds", type=float, default=600.0, help="client budget (600 s)")
     fo.add_argument("--lease-ms", type=int, default=1000, help="the masters' --ha-lease-ms")
+    fo.add_argument(
+        "--fault",
+        choices=("kill", "stop"),
+        default="kill",
+        help="kill: SIGKILL the leader (then restart it); stop: SIGSTOP it until the standby "
+        "leads, then SIGCONT (it must fence itself)",
+    )
     fo.add_argument("--dir", default=None, help="keep the histories here")
     add_throughput_args(sub.add_parser("throughput", help="HA vs local journal, same run"))
     args = ap.parse_args(argv)
