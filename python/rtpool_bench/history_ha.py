@@ -8,8 +8,9 @@ fresh database per run), a :class:`~rtpool_bench.leader_proxy.LeaderProxy` in fr
 (:mod:`rtpool_bench.history`). While they submit, it kills the leader with SIGKILL (by PID)
 ``--kills`` times, each once ``--results-between`` new results have come, and restarts the
 killed master as a standby; with ``--fault stop`` it SIGSTOPs the leader instead, until the
-other leads, then SIGCONTs it (it must fence itself and stand by; the journal writes the
-database refused are counted from the logs). The failover time is from the fault to the first
+other leads, then SIGCONTs it at once (it must fence itself, closing its connections with
+``not_leader``, and stand by; the journal writes the database refused are counted from the
+logs). The failover time is from the fault to the first
 result any client received after the other master answered ``/leader`` 200 (so surely from
 the new leader). Then the clients drain and the checker judges their histories.
 
@@ -85,6 +86,10 @@ def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) 
                     leader.kill()  # SIGKILL, by PID
                 flog.write(json.dumps({"t": t_kill, "type": args.fault, "n": k}) + "\n")
                 t_lead = wait_leader(other.http, LEAD_TIMEOUT_S)
+                if args.fault == "stop":
+                    # Resumed at once: its peers, still connected to it (a frozen master's
+                    # TCP connections stay up), learn only from it that it lost the lease.
+                    os.kill(leader.pid, signal.SIGCONT)
                 first = results.wait(
                     results.count + args.results_between,
                     t_lead,
@@ -93,8 +98,7 @@ def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) 
                 )
                 failover_ms.append(round((first - t_kill) * 1e3, 1))
                 if args.fault == "stop":
-                    os.kill(leader.pid, signal.SIGCONT)  # it must find it lost the lease
-                    wait_standby(leader.http, LEAD_TIMEOUT_S)
+                    wait_standby(leader.http, LEAD_TIMEOUT_S)  # it fenced itself
                 else:
                     leader.restart()  # back as a standby
                 flog.write(json.dumps({"t": time.monotonic(), "type": "restarted", "n": k}) + "\n")
