@@ -48,6 +48,7 @@ impl Journal {
     }
 
     /// Queues `rec` and returns its LSN; never waits for I/O (see [`FileJournal::append`]).
+    #[inline]
     pub fn append(&self, rec: Record) -> u64 {
         match &self.backend {
             Backend::File(j) => j.append(rec),
@@ -65,12 +66,14 @@ impl Journal {
 
     /// Whether a package may be acknowledged only once its record is durable whatever the
     /// fsync policy (PostgreSQL: an acknowledgement is a committed row).
+    #[inline]
     pub fn is_commit_acked(&self) -> bool {
         matches!(self.backend, Backend::Pg(_))
     }
 
     /// `Some(reason)` while the journal cannot make records durable but may again (its
     /// database unreachable): new packages are refused with it rather than left unanswered.
+    #[inline]
     pub fn unavailable(&self) -> Option<String> {
         match &self.backend {
             Backend::File(_) => None,
