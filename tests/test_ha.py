@@ -8,8 +8,9 @@ processes on one real PostgreSQL database (the ``pg_url`` fixture).
   Kubernetes Service would; the address lists of the client side are another branch's): the
   standby takes over and the history checker finds nothing acknowledged lost, nothing twice.
 - The leader is SIGSTOPped past its lease: the standby takes over; on SIGCONT the old leader
-  finds it lost the lease, closes its connections with ``not_leader`` and the database refuses
-  its journal writes (the log line is asserted).
+  finds it lost the lease, closes its connections with ``not_leader`` and stands by. Frozen
+  with a journal write in flight while another epoch takes the row, its write is refused by
+  the database (the log line is asserted).
 
 Figures (failover times) are printed, not asserted; ``rtpool bench ha`` measures them.
 """
@@ -31,7 +32,7 @@ import pytest
 
 from helpers import wait_until
 from rtpool import _protocol as P
-from rtpool_bench.ha_cluster import fresh_database, is_leader, start_pair, wait_leader
+from rtpool_bench.ha_cluster import fresh_database, start_pair, wait_leader
 from rtpool_bench.history_ha import run_failover
 from rtpool_bench.recovery import _start_worker_at, _stop_group
 
@@ -122,55 +123,174 @@ def test_leader_killed_under_load_the_standby_takes_over_and_nothing_acknowledge
     assert v["valid"]
 
 
+def _logged_in(address: str, token: str) -> tuple[socket.socket, P.FrameReader]:
+    """A raw client connection past its WELCOME."""
+    host, port = address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(P.encode(P.HELLO, P.PROTOCOL_VERSION, "client", token, "raw", 0))
+    reader = P.FrameReader()
+    msgs: list = []
+    while not msgs:
+        data = s.recv(65536)
+        assert data, "closed during the handshake"
+        msgs = reader.feed(data)
+    assert msgs[0][0] == P.WELCOME, msgs
+    return s, reader
+
+
+def _read_all(s: socket.socket, reader: P.FrameReader) -> list:
+    """Every message until the master closes the connection (bounded by the socket timeout)."""
+    out: list = []
+    with s:
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return out
+            out += reader.feed(data)
+
+
 def _log_has(path: Path, text: str) -> bool:
     return text in path.read_text(errors="replace")
 
 
-def test_a_frozen_leader_loses_the_lease_and_fences_itself_when_it_resumes(pg_url, tmp_path):
-    import rtpool
-    from rtpool_bench.tasks import noop
-
-    a, b = start_pair(tmp_path, _db(pg_url, "freeze"), 1000)
+def test_a_leader_frozen_past_its_lease_is_taken_over_and_fences_itself_on_resume(pg_url, tmp_path):
+    """SIGSTOP past the lease: the standby takes over by the lease's expiry alone; SIGCONT: the
+    old leader's renewal is overdue by its own clock, it closes its connections with
+    ``not_leader`` and stands by, naming the new leader. (Whether it still had a journal write
+    to be refused depends on timing; the next test makes one certain.)"""
+    a, b = start_pair(tmp_path, _db(pg_url, "frozen"), 1000)
     token = (a.data / "client.token").read_text().strip()
-    wtoken = (a.data / "worker.token").read_text().strip()
-    worker = _start_worker_at(a.address, wtoken, tmp_path / "worker.log", ["--procs", "2"])
-    client = rtpool.Client(a.address, token, name="frozen-test")
     stopped = False
     try:
-        assert (
-            client.submit_many(noop, [() for _ in range(20)], star=True).futures[-1].result(30)
-            is None
-        )
-        # Load on the leader while it freezes: its journal has records to commit on resume.
-        pkgs = [client.submit_many(noop, [() for _ in range(50)], star=True) for _ in range(4)]
+        raw, reader = _logged_in(a.address, token)
         os.kill(a.pid, signal.SIGSTOP)
         stopped = True
         t_stop = time.monotonic()
-        more = [client.submit_many(noop, [() for _ in range(50)], star=True) for _ in range(4)]
         wait_leader(b.http, 30)
         print(f"\nstandby led {time.monotonic() - t_stop:.3f} s after SIGSTOP")
         ha = json.loads(_get(b.http, "/api/status")[1])["ha"]
         assert ha["role"] == "leader" and ha["epoch"] == 2
         os.kill(a.pid, signal.SIGCONT)
         stopped = False
-        log = a.m.log
-        wait_until(lambda: _log_has(log, "no longer leads"), timeout=30)
-        wait_until(
-            lambda: _log_has(log, "journal write refused: epoch 1 is not the leader's (2)"),
-            timeout=30,
-        )
-        wait_until(
-            lambda: not is_leader(a.http) and _get(a.http, "/api/status")[0] == 200, timeout=30
-        )
-        sa = json.loads(_get(a.http, "/api/status")[1])["ha"]
-        assert sa["role"] == "standby" and sa["leader"] == b.address
-        # Back as a standby: it names the new leader.
-        kind, code, message = _hello_answer(a.address, token)[:3]
-        assert code == "not_leader" and message.endswith(f"(leader: {b.address})"), message
-        del pkgs, more
+        answers = _read_all(raw, reader)
+        errors = [m for m in answers if m[0] == P.ERROR]
+        assert [m[1] for m in errors] == ["not_leader"], answers
+        assert "no longer leads" in errors[0][2], errors
+
+        def standby_naming_b() -> bool:
+            status, text = _get(a.http, "/api/status")
+            ha = json.loads(text).get("ha", {}) if status == 200 else {}
+            return ha.get("role") == "standby" and ha.get("leader") == b.address
+
+        wait_until(standby_naming_b, timeout=30)
+        assert _log_has(a.m.log, "the lease of epoch 1 was not renewed in time")
     finally:
         if stopped:
             os.kill(a.pid, signal.SIGCONT)
+        a.kill()
+        b.kill()
+
+
+def test_a_frozen_leaders_write_in_flight_is_refused_by_the_database(pg_url, tmp_path):
+    """The leader freezes (SIGSTOP) with a journal write in flight; meanwhile its lease runs
+    out and another epoch takes the row; the standby takes over. Resumed (SIGCONT), the old
+    leader fences itself, and the database refuses its write. The write is made to be in flight
+    deterministically: this test holds the lease row's lock (as a takeover's UPDATE would)
+    while the leader commits, then moves the epoch on before letting go."""
+    import subprocess
+
+    import rtpool
+    from rtpool_bench.ha_cluster import psql
+    from rtpool_bench.tasks import noop
+
+    url = _db(pg_url, "freeze")
+    a, b = start_pair(tmp_path, url, 1000)
+    token = (a.data / "client.token").read_text().strip()
+    wtoken = (a.data / "worker.token").read_text().strip()
+    worker = _start_worker_at(a.address, wtoken, tmp_path / "worker.log", ["--procs", "2"])
+    client = rtpool.Client(a.address, token, name="frozen-test")
+    lock = subprocess.Popen(
+        [psql(), url, "-q", "-v", "ON_ERROR_STOP=1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    stopped = False
+    try:
+        assert (
+            client.submit_many(noop, [() for _ in range(20)], star=True).futures[-1].result(30)
+            is None
+        )
+        raw, reader = _logged_in(a.address, token)
+        assert lock.stdin is not None
+        lock.stdin.write("BEGIN; SELECT epoch FROM rtpool_leader WHERE id = 1 FOR UPDATE;\n")
+        lock.stdin.flush()
+        # A package whose commit waits for the row (its ACCEPTED with it).
+        pkg = client.submit_many(noop, [() for _ in range(50)], star=True)
+
+        def insert_waits() -> bool:
+            q = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE 'WITH lease%'"
+            )
+            out = subprocess.run(
+                [psql(), url, "-tA", "-c", q], capture_output=True, text=True, timeout=30
+            )
+            return out.stdout.strip() == "1"
+
+        wait_until(insert_waits, timeout=10)
+        os.kill(a.pid, signal.SIGSTOP)
+        stopped = True
+        t_stop = time.monotonic()
+        # Another epoch takes the row, its lease already over: the standby takes it next.
+        lock.stdin.write(
+            "UPDATE rtpool_leader SET epoch = epoch + 1, holder = 'test', "
+            "expires_at = '-infinity' WHERE id = 1; COMMIT;\n"
+        )
+        lock.stdin.flush()
+        wait_leader(b.http, 30)
+        print(f"\nstandby led {time.monotonic() - t_stop:.3f} s after SIGSTOP")
+        ha = json.loads(_get(b.http, "/api/status")[1])["ha"]
+        assert ha["role"] == "leader" and ha["epoch"] == 3
+        os.kill(a.pid, signal.SIGCONT)
+        stopped = False
+        log = a.m.log
+        wait_until(lambda: _log_has(log, "no longer leads"), timeout=30)
+        wait_until(
+            lambda: _log_has(log, "journal write refused: epoch 1 is not the leader's ("),
+            timeout=30,
+        )
+
+        # Back as a standby, which names the new leader once it looked at the lease row.
+        def standby_naming_b() -> bool:
+            status, text = _get(a.http, "/api/status")
+            ha = json.loads(text).get("ha", {}) if status == 200 else {}
+            return ha.get("role") == "standby" and ha.get("leader") == b.address
+
+        wait_until(standby_naming_b, timeout=30)
+        kind, code, message = _hello_answer(a.address, token)[:3]
+        assert code == "not_leader" and message.endswith(f"(leader: {b.address})"), message
+        # Its peers were told: the raw client got not_leader.
+        answers = _read_all(raw, reader)
+        assert [m[1] for m in answers if m[0] == P.ERROR] == ["not_leader"], answers
+        # The refused package is in no epoch's journal: not one row of epoch 1 after the cut.
+        rows = subprocess.run(
+            [psql(), url, "-tA", "-c", "SELECT count(*) FROM rtpool_journal WHERE epoch = 1"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        before = int(rows.stdout.strip())
+        assert before > 0  # the first package's records, committed while it led
+        del pkg
+    finally:
+        if stopped:
+            os.kill(a.pid, signal.SIGCONT)
+        if lock.poll() is None:
+            assert lock.stdin is not None
+            lock.stdin.close()
+            lock.wait(30)
         client.close()
         _stop_group(worker)
         a.kill()
