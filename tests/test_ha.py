@@ -161,8 +161,8 @@ def test_a_leader_frozen_past_its_lease_is_taken_over_and_fences_itself_on_resum
     a, b = start_pair(tmp_path, _db(pg_url, "frozen"), 1000)
     token = (a.data / "client.token").read_text().strip()
     stopped = False
+    raw, reader = _logged_in(a.address, token)
     try:
-        raw, reader = _logged_in(a.address, token)
         os.kill(a.pid, signal.SIGSTOP)
         stopped = True
         t_stop = time.monotonic()
@@ -187,6 +187,7 @@ def test_a_leader_frozen_past_its_lease_is_taken_over_and_fences_itself_on_resum
     finally:
         if stopped:
             os.kill(a.pid, signal.SIGCONT)
+        raw.close()
         a.kill()
         b.kill()
 
@@ -217,6 +218,7 @@ def test_a_frozen_leaders_write_in_flight_is_refused_by_the_database(pg_url, tmp
         text=True,
     )
     stopped = False
+    raw = None
     try:
         assert (
             client.submit_many(noop, [() for _ in range(20)], star=True).futures[-1].result(30)
@@ -226,6 +228,24 @@ def test_a_frozen_leaders_write_in_flight_is_refused_by_the_database(pg_url, tmp
         assert lock.stdin is not None
         lock.stdin.write("BEGIN; SELECT epoch FROM rtpool_leader WHERE id = 1 FOR UPDATE;\n")
         lock.stdin.flush()
+
+        def count(q: str) -> int:
+            out = subprocess.run(
+                [psql(), url, "-tA", "-c", q], capture_output=True, text=True, timeout=30
+            )
+            return int(out.stdout.strip() or 0)
+
+        # The row is locked before the package comes.
+        wait_until(
+            lambda: (
+                count(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
+                    "AND query LIKE 'SELECT epoch FROM rtpool_leader%FOR UPDATE%'"
+                )
+                == 1
+            ),
+            timeout=10,
+        )
         # A package whose commit waits for the row (its ACCEPTED with it).
         pkg = client.submit_many(noop, [() for _ in range(50)], star=True)
 
@@ -234,10 +254,7 @@ def test_a_frozen_leaders_write_in_flight_is_refused_by_the_database(pg_url, tmp
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                 "AND query LIKE 'WITH lease%'"
             )
-            out = subprocess.run(
-                [psql(), url, "-tA", "-c", q], capture_output=True, text=True, timeout=30
-            )
-            return out.stdout.strip() == "1"
+            return count(q) == 1
 
         wait_until(insert_waits, timeout=10)
         os.kill(a.pid, signal.SIGSTOP)
@@ -287,6 +304,8 @@ def test_a_frozen_leaders_write_in_flight_is_refused_by_the_database(pg_url, tmp
     finally:
         if stopped:
             os.kill(a.pid, signal.SIGCONT)
+        if raw is not None:
+            raw.close()
         if lock.poll() is None:
             assert lock.stdin is not None
             lock.stdin.close()
