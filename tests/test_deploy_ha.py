@@ -162,6 +162,6 @@ def test_the_ha_env_example_names_what_the_drop_in_reads():
         for line in (SYSTEMD / "master-ha.env.example").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    assert set(env) == {"RTPOOL_HA", "RTPOOL_ADVERTISE"}
+    assert set(env) == {"RTPOOL_HA", "RTPOOL_ADVERTISE", "RTPOOL_HTTP_TOKEN"}
     assert env["RTPOOL_HA"].startswith("postgres://")
     assert "${RTPOOL_ADVERTISE}" in (SYSTEMD / "rtpool-master-ha.conf").read_text()

@@ -34,6 +34,7 @@ BENCHES = ROUNDTRIP_BENCHES + (
     "soak",
     "powerloss",
     "history",
+    "ha",
     "handshake",
     "asyncio",
     "clients",
@@ -95,6 +96,10 @@ def bench_main(argv: Sequence[str]) -> int:
         from . import history_kill
 
         return history_kill.main(argv[1:])
+    if which == "ha":
+        from . import history_ha
+
+        return history_ha.main(argv[1:])
     if which == "handshake":
         from . import handshake
 

@@ -24,7 +24,12 @@ where
     };
     crate::init_logging(&logging.filter, logging.format);
     crate::mem_trim::own_the_process();
-    match crate::run_blocking(config) {
+    let run = if config.ha.is_some() {
+        crate::ha::run_blocking(config)
+    } else {
+        crate::run_blocking(config)
+    };
+    match run {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("{name}: {e}");

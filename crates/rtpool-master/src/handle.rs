@@ -46,7 +46,7 @@ pub struct MasterHandle {
 }
 
 /// The data dir's exclusive lock, taken before anything in the dir is read or written.
-fn lock_data_dir(config: &MasterConfig) -> Result<Option<DataDirLock>, MasterError> {
+pub(crate) fn lock_data_dir(config: &MasterConfig) -> Result<Option<DataDirLock>, MasterError> {
     config
         .data_dir
         .as_deref()
@@ -57,7 +57,7 @@ fn lock_data_dir(config: &MasterConfig) -> Result<Option<DataDirLock>, MasterErr
 
 /// The HTTP listener's socket and settings, bound now so a bad `--http` fails at start-up;
 /// `None` when off, or when the default address is taken (warned once).
-fn bind_http(
+pub(crate) fn bind_http(
     config: &MasterConfig,
     tls: Option<&Tls>,
 ) -> Result<Option<(std::net::TcpListener, HttpConfig)>, MasterError> {
@@ -109,7 +109,7 @@ fn with_status(
     Ok((scheduler, Some(server)))
 }
 
-fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {
+pub(crate) fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> {
     let (mut tokens, created) = match &config.data_dir {
         Some(dir) => Tokens::load_or_create(dir)?,
         None => (Tokens::generate(), true),
@@ -126,7 +126,7 @@ fn resolve_tokens(config: &MasterConfig) -> Result<(Tokens, bool), MasterError> 
 /// The master's runtime: one thread, the caller's, which serves every connection and runs the
 /// scheduler. In real-time mode the caller has entered it already ([`enter_realtime`]); the
 /// blocking pool's threads (store look-ups) enter as they start.
-fn build_runtime(realtime: &Realtime) -> Result<tokio::runtime::Runtime, MasterError> {
+pub(crate) fn build_runtime(realtime: &Realtime) -> Result<tokio::runtime::Runtime, MasterError> {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     realtime.install(&mut builder);
     builder
@@ -137,7 +137,7 @@ fn build_runtime(realtime: &Realtime) -> Result<tokio::runtime::Runtime, MasterE
 
 /// Put the calling thread (the one that will run the runtime) in real-time mode and log one
 /// line on what is in effect; the guard uncounts it.
-fn enter_realtime(realtime: &Realtime) -> crate::realtime::ThreadGuard {
+pub(crate) fn enter_realtime(realtime: &Realtime) -> crate::realtime::ThreadGuard {
     let guard = realtime.enter_thread_guard();
     if realtime.is_enabled() {
         tracing::info!("real-time mode: {}", realtime.summary());
@@ -147,7 +147,7 @@ fn enter_realtime(realtime: &Realtime) -> crate::realtime::ThreadGuard {
 
 /// Bind the peers' listener with a backlog sized for the connection limit (see
 /// [`crate::listen`]).
-async fn bind(listen: &str, limits: Limits) -> Result<TcpListener, MasterError> {
+pub(crate) async fn bind(listen: &str, limits: Limits) -> Result<TcpListener, MasterError> {
     crate::listen::bind(
         listen,
         crate::listen::listen_backlog(limits.max_connections),
@@ -160,7 +160,7 @@ async fn bind(listen: &str, limits: Limits) -> Result<TcpListener, MasterError> 
 }
 
 /// Connection settings, with the data dir's store (if any) behind the authenticator.
-fn conn_ctx(
+pub(crate) fn conn_ctx(
     config: &MasterConfig,
     tokens: Tokens,
     tls: Option<Tls>,
@@ -254,7 +254,7 @@ fn scheduler(config: &MasterConfig, instance: u64) -> Result<Scheduler, MasterEr
 }
 
 /// A random number naming this master process (`WELCOME.instance`).
-fn random_instance() -> u64 {
+pub(crate) fn random_instance() -> u64 {
     let mut bytes = [0u8; 8];
     if getrandom::getrandom(&mut bytes).is_err() {
         let t = std::time::SystemTime::now()
@@ -311,7 +311,15 @@ impl MasterHandle {
                             Err(e) => return drop(ready_tx.send(Err(e))),
                         };
                     let _ = ready_tx.send(Ok((addr, http)));
-                    server::serve(listener, ctx, scheduler, sched_tx, sched_rx, stop_rx).await;
+                    server::serve(
+                        Arc::new(listener),
+                        ctx,
+                        scheduler,
+                        sched_tx,
+                        sched_rx,
+                        stop_rx,
+                    )
+                    .await;
                 });
             })
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
@@ -447,7 +455,12 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
         let (stop, stop_rx) = watch::channel(false);
         let (sched_tx, sched_rx) = mpsc::unbounded_channel();
         let server = tokio::spawn(server::serve(
-            listener, ctx, scheduler, sched_tx, sched_rx, stop_rx,
+            Arc::new(listener),
+            ctx,
+            scheduler,
+            sched_tx,
+            sched_rx,
+            stop_rx,
         ));
         signalled.await;
         tracing::info!("signal received, shutting down");
@@ -465,7 +478,7 @@ pub fn run_blocking(config: MasterConfig) -> Result<(), MasterError> {
     result
 }
 
-fn announce(
+pub(crate) fn announce(
     config: &MasterConfig,
     tokens: &Tokens,
     created: bool,
@@ -520,7 +533,7 @@ fn announce(
 /// Installs the SIGINT and SIGTERM handlers now and returns a future that completes at the
 /// first of them (SIGINT is Ctrl-C: the same graceful shutdown as SIGTERM).
 #[cfg(unix)]
-fn signals() -> impl std::future::Future<Output = ()> {
+pub(crate) fn signals() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("cannot install a SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("cannot install a SIGINT handler");
@@ -533,7 +546,7 @@ fn signals() -> impl std::future::Future<Output = ()> {
 }
 
 #[cfg(not(unix))]
-fn signals() -> impl std::future::Future<Output = ()> {
+pub(crate) fn signals() -> impl std::future::Future<Output = ()> {
     async {
         let _ = tokio::signal::ctrl_c().await;
     }

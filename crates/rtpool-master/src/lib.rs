@@ -27,6 +27,7 @@ pub mod connection;
 pub mod data_dir;
 pub mod error;
 pub mod fd_limit;
+pub mod ha;
 pub mod handle;
 pub mod http;
 pub mod journal;

@@ -22,9 +22,10 @@ use crate::scheduler::{Scheduler, ToScheduler};
 const MAX_REFUSALS: usize = 64;
 
 /// Serve `listener` until `stop` turns true; then tell every peer, close every connection and
-/// return.
+/// return. The listener closes when the last clone of it is dropped: here for a single master,
+/// later for one in high-availability mode, whose standby serves the same socket next.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Arc<TcpListener>,
     ctx: Arc<ConnCtx>,
     scheduler: Scheduler,
     sched_tx: mpsc::UnboundedSender<ToScheduler>,

@@ -17,8 +17,8 @@ use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 use super::logging::parse_log_filter;
 pub use super::logging::{LogFormat, Logging};
 use super::parse::{
-    parse_fsync, parse_hedge_factor, parse_listen, parse_miss_ratio, parse_positive,
-    parse_positive_u64, parse_priority, parse_seconds,
+    parse_fsync, parse_ha_lease, parse_hedge_factor, parse_listen, parse_miss_ratio,
+    parse_positive, parse_positive_u64, parse_priority, parse_seconds,
 };
 use super::MasterConfig;
 use crate::journal::FsyncPolicy;
@@ -254,6 +254,27 @@ pub struct MasterArgs {
         help_heading = "Reliability"
     )]
     pub journal_compact_mb_per_s: Option<u32>,
+    /// High availability: keep the leader lease and the journal in this PostgreSQL database
+    /// (postgres://user@host:port/db; also $RTPOOL_HA). Any number of masters may point at one
+    /// database: one leads, the others are standbys that answer HELLO with `not_leader` and
+    /// take over when the leader's lease runs out (see docs/ha.md).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RTPOOL_HA",
+        help_heading = "High availability"
+    )]
+    pub ha: Option<String>,
+    /// With --ha: the address clients and workers should use for this master, HOST:PORT
+    /// (default: the listen address unless it is 0.0.0.0 or ::, else this machine's
+    /// hostname and the listen port).
+    #[arg(long, value_name = "HOST:PORT", help_heading = "High availability")]
+    pub advertise: Option<String>,
+    /// With --ha: the leader lease, in milliseconds (default: 1000). A standby takes over at
+    /// most about this long after the leader stopped renewing; the leader renews every third
+    /// of it. (--lease-ms is the workers' lease.)
+    #[arg(long = "ha-lease-ms", value_name = "MS", value_parser = parse_ha_lease, help_heading = "High availability")]
+    pub ha_lease_ms: Option<u32>,
 
     /// Straggler hedging: a task of a package submitted with hedge=True gets a backup copy on
     /// another worker once it has run F times its function's p95 execution time (above 1;
@@ -422,6 +443,9 @@ impl MasterArgs {
             fsync,
             journal,
             journal_compact_mb_per_s,
+            ha,
+            advertise,
+            ha_lease_ms,
             hedge_factor,
             service_grace_s,
             overload_miss_ratio,
@@ -489,6 +513,9 @@ impl MasterArgs {
             journal_compact_mb_per_s,
         );
         config.journal &= journal;
+        set(&mut config.ha, ha.map(Some));
+        set(&mut config.advertise, advertise.map(Some));
+        set(&mut config.ha_lease_ms, ha_lease_ms);
         set(&mut config.hedge_factor, hedge_factor);
         set(&mut config.service_grace, service_grace_s.map(secs));
         set(&mut config.overload_miss_ratio, overload_miss_ratio);

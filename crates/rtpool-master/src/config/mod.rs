@@ -24,6 +24,9 @@ pub const DEFAULT_LOG_SUMMARY: Duration = Duration::from_secs(60);
 /// Default of [`MasterConfig::service_grace`], in seconds.
 pub const DEFAULT_SERVICE_GRACE_SECS: u64 = 30;
 
+/// The leader lease of `--ha` when none is given, milliseconds.
+pub const DEFAULT_HA_LEASE_MS: u32 = 1000;
+
 /// Configuration of one master.
 #[derive(Debug, Clone)]
 pub struct MasterConfig {
@@ -48,6 +51,14 @@ pub struct MasterConfig {
     /// User store: `None` = SQLite in the data dir (when there is one), or `sqlite:///path`,
     /// or `postgres://user@host:port/db`.
     pub store: Option<String>,
+    /// High availability: the PostgreSQL database holding the leader lease and the journal
+    /// (`--ha`); `None`: a single master with its journal in the data dir.
+    pub ha: Option<String>,
+    /// With [`MasterConfig::ha`]: the address peers should use for this master; `None`: the
+    /// listen address, or the hostname and its port when it listens on every interface.
+    pub advertise: Option<String>,
+    /// With [`MasterConfig::ha`]: the leader lease in milliseconds (default 1000).
+    pub ha_lease_ms: u32,
     /// How long a disconnected client's packages keep running and keep their results
     /// (default 300 s).
     pub result_ttl: Duration,
@@ -275,6 +286,9 @@ impl Default for MasterConfig {
             heartbeat_ms: 1000,
             handshake_timeout: Duration::from_secs(3),
             lease_ms: 3000,
+            ha: None,
+            advertise: None,
+            ha_lease_ms: DEFAULT_HA_LEASE_MS,
             store: None,
             result_ttl: Duration::from_secs(300),
             max_attempts: 3,

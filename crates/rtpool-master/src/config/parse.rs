@@ -71,6 +71,17 @@ pub(super) fn parse_priority(text: &str) -> Result<u8, String> {
     }
 }
 
+/// `--ha-lease-ms`: at least 100 ms (the leader renews every third of it, and must do so over a
+/// database round trip) and at most an hour.
+pub(super) fn parse_ha_lease(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(ms @ 100..=3_600_000) => Ok(ms),
+        _ => Err(format!(
+            "must be a whole number of milliseconds from 100 to 3600000 (default 1000), not {text:?}"
+        )),
+    }
+}
+
 /// `--fsync`: `always`, `batch`, `batch:MS` or `off`.
 pub(super) fn parse_fsync(text: &str) -> Result<FsyncPolicy, String> {
     text.parse()

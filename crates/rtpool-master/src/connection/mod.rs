@@ -179,8 +179,15 @@ fn note_eviction(ctx: &ConnCtx, peer: &str, place: &Pending) {
 /// reading a frame (after a TLS handshake when the master serves TLS, so the peer can read the
 /// refusal).
 pub async fn refuse_busy(stream: TcpStream, ctx: Arc<ConnCtx>, refusal: Refusal) {
-    let deadline = Instant::now() + ctx.handshake_timeout.min(LINGER);
     let msg = error_msg("busy", refusal.message(), 0);
+    refuse_with(stream, ctx, msg).await;
+}
+
+/// Answer a connection with `msg` (a fatal `ERROR`) without reading a frame, after a TLS
+/// handshake when the master serves TLS, drain what the peer sent (its `HELLO`) for a moment
+/// and close: a full master's `busy`, a standby's `not_leader`.
+pub async fn refuse_with(stream: TcpStream, ctx: Arc<ConnCtx>, msg: Msg) {
+    let deadline = Instant::now() + ctx.handshake_timeout.min(LINGER);
     match establish(stream, &ctx, deadline).await {
         Some(Transport::Plain(s)) => {
             let (rd, wr) = s.into_split();

@@ -4,6 +4,7 @@
 //! thread what the scheduler published last. `docs/operations.md` lists every metric.
 
 mod classes;
+mod ha;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -158,6 +159,7 @@ impl Collector for StatusCollector {
         workers(&mut enc, s)?;
         events(&mut enc, s)?;
         classes::classes(&mut enc, s)?;
+        ha::ha(&mut enc, s)?;
         resources(&mut enc, s)
     }
 }

@@ -8,6 +8,8 @@
 //! | `GET /api/status` | the latest [`Status`] snapshot as JSON                       |
 //! | `GET /api/events` | `event: status` with the same JSON, about once a second      |
 //! | `GET /healthz` | `ok`                                                            |
+//! | `GET /readyz`  | 200, or 503 for an `--ha` standby that cannot reach its database |
+//! | `GET /leader`  | 200 on the master that serves (leader or single), else 503      |
 //!
 //! It runs on a thread of its own with its own one-thread runtime, not on the master's: the
 //! master's runtime is the scheduler's thread, and rendering pages there would delay tasks.
@@ -295,6 +297,8 @@ fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz_route))
+        .route("/leader", get(leader_route))
         .merge(guarded)
         .with_state(state)
 }
@@ -324,6 +328,43 @@ async fn require_token(State(state): State<AppState>, req: Request, next: Next) 
         "this master's HTTP listener needs its token: Authorization: Bearer TOKEN (or ?token=TOKEN)\n",
     )
         .into_response()
+}
+
+/// Readiness for a load balancer: 200 for a single master, a leader, or a standby that can
+/// reach its database (it could take over); 503 for a standby that cannot.
+async fn readyz_route(State(state): State<AppState>) -> Response {
+    let status = state.rendered.borrow().status.clone();
+    match &status.ha {
+        None => (StatusCode::OK, "ready\n").into_response(),
+        Some(ha) if ha.is_leader() || ha.db_ok => {
+            (StatusCode::OK, format!("ready: {}\n", ha.role)).into_response()
+        }
+        Some(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "standby: cannot reach its --ha database\n",
+        )
+            .into_response(),
+    }
+}
+
+/// 200 only on the master that serves (a leader, or a single master): what a Kubernetes
+/// Service's readiness probe points at to reach the leader.
+async fn leader_route(State(state): State<AppState>) -> Response {
+    let status = state.rendered.borrow().status.clone();
+    match &status.ha {
+        None => (StatusCode::OK, "leader (single master)\n").into_response(),
+        Some(ha) if ha.is_leader() => {
+            (StatusCode::OK, format!("leader, epoch {}\n", ha.epoch)).into_response()
+        }
+        Some(ha) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "standby (leader: {})\n",
+                ha.leader.as_deref().unwrap_or("unknown")
+            ),
+        )
+            .into_response(),
+    }
 }
 
 async fn status_route(State(state): State<AppState>) -> Response {

@@ -115,6 +115,25 @@ pub(crate) fn write(
         }
         Ok(!cancel.load(SeqCst))
     };
+    if !entries(state, watermark, &mut put)? {
+        return Ok(None);
+    }
+    let file = out
+        .into_inner()
+        .map_err(|e| JournalError::io("write", &tmp, e.into_error()))?;
+    Ok(Some((file, size)))
+}
+
+/// Calls `put` with every record of the compacted form of `state`, meta record first, with
+/// its LSN; stops early and returns `Ok(false)` when `put` returns `Ok(false)` (cancelled).
+/// The file and the PostgreSQL journal ([`super::pg`]) both compact through it.
+///
+/// Charges with an LSN at or below `watermark` are left out: the user store has them.
+pub(crate) fn entries<E>(
+    state: &State,
+    watermark: u64,
+    put: &mut impl FnMut(u64, &Entry) -> Result<bool, E>,
+) -> Result<bool, E> {
     let meta = Entry::Meta {
         version: record::FORMAT_VERSION,
         next_package: state.next_package,
@@ -136,7 +155,7 @@ pub(crate) fn write(
             )?;
         }
         if !going {
-            return Ok(None);
+            return Ok(false);
         }
     }
     let kept = state.kept_done_lsns();
@@ -150,13 +169,10 @@ pub(crate) fn write(
         let user = state.user_name(*user).to_owned();
         let exec_us = *exec_us;
         if !put(*lsn, &Entry::Record(Record::Charge { user, exec_us }))? {
-            return Ok(None);
+            return Ok(false);
         }
     }
-    let file = out
-        .into_inner()
-        .map_err(|e| JournalError::io("write", &tmp, e.into_error()))?;
-    Ok(Some((file, size)))
+    Ok(true)
 }
 
 /// Renames [`tmp_path`] over `path` and fsyncs the directory so the rename survives a crash.

@@ -14,9 +14,14 @@
 //! compaction thread, beside the writer), [`writer`] (the [`Journal`] handle), `queue` (the
 //! bounded queue to the writer), `thread` (the writer thread: group commit, fsync policy).
 
+mod backend;
 mod background;
 mod compact;
 mod frame;
+pub mod pg;
+mod pg_conn;
+mod pg_tail;
+mod pg_writer;
 mod queue;
 mod record;
 mod replay;
@@ -30,10 +35,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use backend::Journal;
+pub use pg_tail::WarmState;
 pub use record::{
     decode_call, encode_call, DoneRecord, PackageRecord, Record, FORMAT_VERSION, MIN_FORMAT_VERSION,
 };
-pub use writer::{Journal, JournalStats};
+pub use writer::{FileJournal, JournalStats};
 
 /// When the writer thread calls `fdatasync`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,12 +256,58 @@ pub enum JournalError {
     /// The writer thread stopped after a fatal error; nothing more is written.
     #[error("journal writer has stopped after a fatal error; restart the master")]
     Stopped,
+    /// A PostgreSQL journal's database refused or failed an operation (`--ha`).
+    #[error(
+        "cannot {op} the journal in PostgreSQL: {detail}; check that the database of --ha is \
+         reachable and the login may create tables"
+    )]
+    Database {
+        /// What was being done (`connect to`, `replay`, `write`, ...).
+        op: &'static str,
+        /// The client's error with the server's message, if any (see [`pg_detail`]).
+        detail: String,
+    },
+    /// A PostgreSQL journal's write came from an epoch that no longer holds the lease: another
+    /// master leads now, and this one must stop (fencing).
+    #[error("journal write refused: epoch {mine} is not the leader's ({leader})")]
+    Fenced {
+        /// This master's epoch.
+        mine: u64,
+        /// The epoch in the lease row now.
+        leader: u64,
+    },
+    /// A record read back from the PostgreSQL journal does not decode.
+    #[error(
+        "the journal in PostgreSQL is corrupt at seq {seq}: {reason}; restore the table \
+         rtpool_journal from a backup, or empty it to start without its packages"
+    )]
+    CorruptRow {
+        /// The row's sequence number (its LSN).
+        seq: u64,
+        /// Why it does not decode.
+        reason: String,
+    },
     /// An fsync policy string [`FsyncPolicy::from_str`] does not know.
     #[error("unknown fsync policy {text:?}; use always, batch, batch:<ms> or off")]
     BadPolicy {
         /// What was given.
         text: String,
     },
+}
+
+/// A PostgreSQL client error with what the server said (`postgres::Error`'s own text is only
+/// `db error` for those).
+pub fn pg_detail(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => {
+            let mut text = e.to_string();
+            if let Some(src) = std::error::Error::source(e) {
+                text = format!("{text}: {src}");
+            }
+            text
+        }
+    }
 }
 
 impl JournalError {
@@ -267,5 +320,7 @@ impl JournalError {
     }
 }
 
+#[cfg(test)]
+mod pg_tests;
 #[cfg(test)]
 mod tests;

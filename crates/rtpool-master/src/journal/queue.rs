@@ -143,6 +143,11 @@ impl Queue {
         self.lock().next_lsn - 1
     }
 
+    /// Whether [`Queue::close`] was called (or the writer stopped).
+    pub(super) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Accepts no more commands; the writer drains what is queued, then ends. Appenders
     /// waiting for room go on (their records are dropped).
     pub(super) fn close(&self) {

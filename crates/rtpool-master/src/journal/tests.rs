@@ -30,7 +30,7 @@ fn open(dir: &Path, policy: FsyncPolicy) -> (Journal, Replay) {
     Journal::open(config(dir, policy).0).expect("open journal")
 }
 
-fn package(id: u64, user: &str, tasks: usize) -> Record {
+pub(super) fn package(id: u64, user: &str, tasks: usize) -> Record {
     Record::Package(PackageRecord {
         package: id,
         user: user.to_owned(),
@@ -63,7 +63,7 @@ fn package(id: u64, user: &str, tasks: usize) -> Record {
     })
 }
 
-fn done(package: u64, index: u32, exec_us: u64) -> Record {
+pub(super) fn done(package: u64, index: u32, exec_us: u64) -> Record {
     Record::Done(DoneRecord {
         package,
         index,
@@ -75,7 +75,7 @@ fn done(package: u64, index: u32, exec_us: u64) -> Record {
 }
 
 /// Waits, at most `timeout`, until the durable LSN reaches `lsn`; returns whether it did.
-fn wait_durable(journal: &Journal, lsn: u64, timeout: Duration) -> bool {
+pub(super) fn wait_durable(journal: &Journal, lsn: u64, timeout: Duration) -> bool {
     let mut rx = journal.durable();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -136,7 +136,7 @@ fn expected(records: &[Record]) -> (Vec<ReplayedPackage>, u64, Vec<(String, u64,
 }
 
 /// A scenario with every record type, ended and live packages, partial deliveries.
-fn scenario() -> Vec<Record> {
+pub(super) fn scenario() -> Vec<Record> {
     vec![
         package(1, "alice", 3),
         package(2, "bob", 2),
@@ -164,7 +164,7 @@ fn scenario() -> Vec<Record> {
     ]
 }
 
-fn append_all(journal: &Journal, records: &[Record]) -> Vec<u64> {
+pub(super) fn append_all(journal: &Journal, records: &[Record]) -> Vec<u64> {
     records.iter().map(|r| journal.append(r.clone())).collect()
 }
 
@@ -180,7 +180,7 @@ fn frame_offsets(path: &Path) -> Vec<usize> {
     offsets
 }
 
-fn assert_replay_matches(replay: &Replay, records: &[Record]) {
+pub(super) fn assert_replay_matches(replay: &Replay, records: &[Record]) {
     let (packages, next_package, charges) = expected(records);
     assert_eq!(replay.packages, packages);
     assert_eq!(replay.next_package, next_package);

@@ -1,7 +1,7 @@
-//! The [`Journal`] handle: open (replay, upgrade), LSN assignment, stats, compaction on demand
+//! The [`FileJournal`] handle: open (replay, upgrade), LSN assignment, stats, compaction on demand
 //! and close.
 //!
-//! Callers never wait for I/O: [`Journal::append`] only assigns an LSN and queues the record
+//! Callers never wait for I/O: [`FileJournal::append`] only assigns an LSN and queues the record
 //! (`queue.rs`; it waits only while the queue is full); the writer thread (`thread.rs`)
 //! takes whatever has queued, writes it with one `write`, then syncs as the policy says.
 
@@ -27,9 +27,9 @@ use super::{JournalConfig, JournalError, Replay};
 
 /// A cheap, cloneable handle to the journal; all clones share one file and writer thread.
 ///
-/// Dropping the last clone closes the journal as [`Journal::close`] does.
+/// Dropping the last clone closes the journal as [`FileJournal::close`] does.
 #[derive(Clone)]
-pub struct Journal {
+pub struct FileJournal {
     inner: Arc<Inner>,
 }
 
@@ -37,7 +37,7 @@ struct Inner {
     path: PathBuf,
     /// LSNs and the commands for the writer thread.
     queue: Arc<Queue>,
-    /// The writer thread until [`Journal::close`] joins it.
+    /// The writer thread until [`FileJournal::close`] joins it.
     thread: Mutex<Option<JoinHandle<Option<JournalError>>>>,
     shared: Arc<Shared>,
     durable: watch::Receiver<u64>,
@@ -97,7 +97,7 @@ pub struct JournalStats {
     pub fsync_us: crate::status::histogram::FsyncCounts,
 }
 
-impl Journal {
+impl FileJournal {
     /// Replays the journal at `cfg.path` (a missing file is an empty journal, a torn last
     /// record is cut off), then starts the writer thread appending after it. A file of an
     /// older format version ([`super::MIN_FORMAT_VERSION`] or later) is rewritten in the
@@ -107,7 +107,7 @@ impl Journal {
     ///
     /// [`JournalError::Corrupt`] when a damaged record has valid ones after it;
     /// [`JournalError::Io`] when the file or its directory cannot be read or written.
-    pub fn open(cfg: JournalConfig) -> Result<(Journal, Replay), JournalError> {
+    pub fn open(cfg: JournalConfig) -> Result<(FileJournal, Replay), JournalError> {
         let started = Instant::now();
         let path = cfg.path.clone();
         remove_stale_compaction(&path)?;
@@ -129,7 +129,7 @@ impl Journal {
             shared,
             durable,
         };
-        let journal = Journal {
+        let journal = FileJournal {
             inner: Arc::new(inner),
         };
         if replay.format_version < record::FORMAT_VERSION {
@@ -189,33 +189,7 @@ impl Journal {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> JournalStats {
-        let s = &self.inner.shared;
-        JournalStats {
-            file_bytes: s.file_bytes.load(Relaxed),
-            records: s.records.load(Relaxed),
-            bytes_written: s.bytes_written.load(Relaxed),
-            groups: s.groups.load(Relaxed),
-            fsyncs: s.fsyncs.load(SeqCst),
-            compactions: s.compactions.load(Relaxed),
-            last_group_records: s.last_group_records.load(Relaxed),
-            last_group_bytes: s.last_group_bytes.load(Relaxed),
-            max_group_records: s.max_group_records.load(Relaxed),
-            last_lsn: self.inner.queue.last_lsn(),
-            written_lsn: s.written_lsn.load(Relaxed),
-            synced_lsn: s.synced_lsn.load(SeqCst),
-            durable_lsn: *self.inner.durable.borrow(),
-            watermark: s.watermark.load(Relaxed),
-            last_compaction_us: s.last_compaction_us.load(Relaxed),
-            last_compaction_pause_us: s.last_compaction_pause_us.load(Relaxed),
-            compactions_cancelled: s.compactions_cancelled.load(Relaxed),
-            compacting: s.compacting.load(SeqCst),
-            queued_bytes: s.queued_bytes.load(Relaxed),
-            buffer_bytes: s.buffer_bytes.load(Relaxed),
-            backpressure_waits: s.backpressure_waits.load(Relaxed),
-            backpressure_us: s.backpressure_us.load(Relaxed),
-            failed: s.failed.load(SeqCst),
-            fsync_us: s.fsync_us.read(),
-        }
+        snapshot(&self.inner.shared, &self.inner.queue, &self.inner.durable)
     }
 
     /// Compacts now, covering everything queued so far, and waits for it. The compaction runs
@@ -276,6 +250,36 @@ impl Drop for Inner {
             // The thread already reported a fatal error through `on_fatal`.
             let _ = handle.join();
         }
+    }
+}
+
+/// The counters of `shared` as [`JournalStats`] (both backends keep the same ones).
+pub(super) fn snapshot(s: &Shared, queue: &Queue, durable: &watch::Receiver<u64>) -> JournalStats {
+    JournalStats {
+        file_bytes: s.file_bytes.load(Relaxed),
+        records: s.records.load(Relaxed),
+        bytes_written: s.bytes_written.load(Relaxed),
+        groups: s.groups.load(Relaxed),
+        fsyncs: s.fsyncs.load(SeqCst),
+        compactions: s.compactions.load(Relaxed),
+        last_group_records: s.last_group_records.load(Relaxed),
+        last_group_bytes: s.last_group_bytes.load(Relaxed),
+        max_group_records: s.max_group_records.load(Relaxed),
+        last_lsn: queue.last_lsn(),
+        written_lsn: s.written_lsn.load(Relaxed),
+        synced_lsn: s.synced_lsn.load(SeqCst),
+        durable_lsn: *durable.borrow(),
+        watermark: s.watermark.load(Relaxed),
+        last_compaction_us: s.last_compaction_us.load(Relaxed),
+        last_compaction_pause_us: s.last_compaction_pause_us.load(Relaxed),
+        compactions_cancelled: s.compactions_cancelled.load(Relaxed),
+        compacting: s.compacting.load(SeqCst),
+        queued_bytes: s.queued_bytes.load(Relaxed),
+        buffer_bytes: s.buffer_bytes.load(Relaxed),
+        backpressure_waits: s.backpressure_waits.load(Relaxed),
+        backpressure_us: s.backpressure_us.load(Relaxed),
+        failed: s.failed.load(SeqCst),
+        fsync_us: s.fsync_us.read(),
     }
 }
 

@@ -2,10 +2,11 @@
 //! accepted package of code; `calls_journal.rs` does the same for packages of calls.
 
 use bytes::Bytes;
-use rtpool_core::{Action, FnHash, PackageId, PackageOpts};
+use rtpool_core::{Action, Event, FnHash, PackageId, PackageOpts};
+use rtpool_proto::Msg;
 
 use super::Scheduler;
-use crate::journal::{DoneRecord, PackageRecord, Record};
+use crate::journal::{DoneRecord, Journal, PackageRecord, Record};
 
 impl Scheduler {
     /// Appends the journal record an action implies, if any.
@@ -46,6 +47,33 @@ impl Scheduler {
             }
             _ => {}
         }
+    }
+}
+
+impl Scheduler {
+    /// A submission the journal cannot make durable now (its PostgreSQL database is
+    /// unreachable) is refused at once with `ERROR rejected` saying so, rather than left
+    /// unanswered: the client may retry (another master may have taken over by then).
+    /// Returns whether it refused `event`.
+    pub(super) fn refuse_unjournalable(&self, event: &Event) -> bool {
+        let (client, req_id) = match event {
+            Event::Submit { client, req_id, .. } | Event::SubmitCalls { client, req_id, .. } => {
+                (*client, *req_id)
+            }
+            _ => return false,
+        };
+        let Some(reason) = self.journal.as_ref().and_then(Journal::unavailable) else {
+            return false;
+        };
+        let msg = Msg::Error {
+            code: "rejected".into(),
+            message: reason,
+            reference: req_id,
+        };
+        // At once, even past acknowledgements still held (they wait for the same database, and
+        // may never come): the client matches answers by `req_id`.
+        self.reply(client.0, msg, false);
+        true
     }
 }
 

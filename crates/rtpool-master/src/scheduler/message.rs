@@ -63,4 +63,10 @@ pub enum ToScheduler {
     Quotas(Vec<UserQuota>),
     /// Tell every peer the master is going away, then stop.
     Shutdown,
+    /// High availability: this master no longer leads. Close every connection with
+    /// `ERROR not_leader` and `message` (which names the leader), then stop.
+    Fenced {
+        /// Human-readable, ending `(leader: HOST:PORT)` or `(leader: unknown)`.
+        message: String,
+    },
 }

@@ -30,7 +30,7 @@ use tracing::{info, warn};
 
 use crate::auth::Authenticator;
 use crate::journal::{FsyncPolicy, Journal, Record, Replay};
-use crate::outbound::{Out, OutboundTx};
+use crate::outbound::OutboundTx;
 use crate::package_ids::PackageIds;
 use crate::stats::{MasterStats, ReplayStats};
 use crate::status::recorder::IdMap;
@@ -144,7 +144,8 @@ impl Scheduler {
     pub fn with_journal(mut self, journal: Journal, replay: Replay, policy: FsyncPolicy) -> Self {
         self.core_config.report_deliveries = true;
         self.core = Core::new(self.core_config.clone());
-        self.ack_after_fsync = policy == FsyncPolicy::Always;
+        // PostgreSQL (`--ha`): a package is acknowledged only once its row is committed.
+        self.ack_after_fsync = policy == FsyncPolicy::Always || journal.is_commit_acked();
         for p in &replay.packages {
             self.package_ids.reserve(PackageId(p.record.package));
         }
@@ -437,16 +438,12 @@ impl Scheduler {
                 self.flushing = false;
                 self.set_quotas(quotas);
             }
+            // High availability: another master leads (or may); nothing more is acknowledged
+            // here, and every peer is told where to go.
+            ToScheduler::Fenced { message } => return self.close_all("not_leader", message),
             ToScheduler::Shutdown => {
-                for tx in self.routes.values() {
-                    let _ = tx.send(Out::SendAndClose(Msg::Error {
-                        code: "shutdown".into(),
-                        message: "the master is shutting down; reconnect when it is back".into(),
-                        reference: 0,
-                    }));
-                }
-                self.routes.clear();
-                return false;
+                let message = "the master is shutting down; reconnect when it is back";
+                return self.close_all("shutdown", message.into());
             }
         }
         true
@@ -468,6 +465,9 @@ impl Scheduler {
         );
         if let Event::SubmitCalls { package, .. } = &mut event {
             *package = self.package_ids.next_id();
+        }
+        if self.refuse_unjournalable(&event) {
+            return;
         }
         if let Event::Submit {
             client,

@@ -10,6 +10,20 @@ use super::Scheduler;
 use crate::outbound::Out;
 
 impl Scheduler {
+    /// Closes every connection with a fatal `ERROR code` and `message`, and forgets them
+    /// (shutdown, or fenced under `--ha`); returns `false`: the scheduler stops.
+    pub(super) fn close_all(&mut self, code: &str, message: String) -> bool {
+        for tx in self.routes.values() {
+            let _ = tx.send(Out::SendAndClose(Msg::Error {
+                code: code.into(),
+                message: message.clone(),
+                reference: 0,
+            }));
+        }
+        self.routes.clear();
+        false
+    }
+
     pub(super) fn reply(&self, session: u64, msg: Msg, close: bool) {
         if let Some(tx) = self.routes.get(&session) {
             let _ = tx.send(if close {

@@ -8,6 +8,7 @@ use rtpool_core::{
 use rtpool_proto::{CallAssignment, FunctionInfo};
 
 use super::*;
+use crate::outbound::Out;
 
 /// A scheduler with one client route (session 5), and that route's receiving end.
 fn with_client() -> (Scheduler, crate::outbound::OutboundRx) {

@@ -258,6 +258,8 @@ pub fn build(
         classes,
         resource_classes: resource_classes(core),
         histograms,
+        // Filled in by `crate::ha` around the scheduler's snapshots.
+        ha: None,
     }
 }
 

@@ -43,6 +43,32 @@ pub struct Status {
     /// (`submit_to_assign_seconds`, `assign_to_result_seconds`, `deadline_lateness_seconds`,
     /// `journal_fsync_seconds`): what `/metrics` exports.
     pub histograms: std::collections::BTreeMap<&'static str, HistogramStatus>,
+    /// High availability (`--ha`): this master's role; absent for a single master.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ha: Option<HaStatus>,
+}
+
+/// A master's place among the masters sharing one `--ha` database.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HaStatus {
+    /// `leader` (holds the lease and serves) or `standby` (answers `HELLO` with `not_leader`).
+    pub role: &'static str,
+    /// The lease epoch: the leader's own, or for a standby the last one it saw in the lease
+    /// row (0: none yet).
+    pub epoch: u64,
+    /// The leader's advertised address as the lease row names it (`None`: unknown, e.g. no
+    /// leader or the database unreachable).
+    pub leader: Option<String>,
+    /// Whether this master's last look at the database succeeded (a standby that cannot reach
+    /// it could not take over: `/readyz` answers 503).
+    pub db_ok: bool,
+}
+
+impl HaStatus {
+    /// Whether this master leads.
+    pub fn is_leader(&self) -> bool {
+        self.role == "leader"
+    }
 }
 
 /// Tasks of one user at one priority.

@@ -126,7 +126,6 @@ pub(crate) enum Entry {
 }
 
 /// Encodes `entry` as its msgpack payload.
-#[cfg(test)]
 pub(crate) fn encode(entry: &Entry) -> Vec<u8> {
     let mut out = Vec::new();
     encode_into(&mut out, entry);
