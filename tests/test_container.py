@@ -3,20 +3,28 @@ of deploy/container/Containerfile.prebuilt (the Dockerfile's runtime on a Debian
 debootstrap, the wheel made here; scripts/container-test-image) runs the master as its
 non-root user, serves workers and clients on the host, stops gracefully on SIGTERM, and keeps
 its journal in the volume: a package accepted before a restart of the container completes
-after it. Root only (podman, runc and debootstrap come from Debian's packages when missing)."""
+after it; and an HA pair made from the deployment files (the systemd drop-in's command line on
+the host, the Kubernetes overlay's args in the image) on one PostgreSQL fails over to the
+master in the image when the host's is killed. Root only (podman, runc and debootstrap come
+from Debian's packages when missing)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Iterator, List
 
 import pytest
+import yaml
 
 import rtpool
+import tasks
 from conftest import MasterProcess, attach_master
 from helpers import stop_process, wait_until, worker_processes
 
@@ -144,3 +152,106 @@ def test_a_package_accepted_before_a_container_restart_completes_after_it(
             assert [f.result(timeout=120) for f in futures] == [n * n for n in range(10)]
     finally:
         client.close()
+
+
+# --- HA: the deployment files' command lines, one master in the image --------------------
+
+
+def _drop_in_command(rtpool: str, listen: str, http: str, data: Path) -> List[str]:
+    """The ExecStart of deploy/systemd/rtpool-master-ha.conf, as systemd would run it here."""
+    text = (ROOT / "deploy" / "systemd" / "rtpool-master-ha.conf").read_text()
+    (line,) = [x for x in text.splitlines() if x.startswith("ExecStart=/")]
+    argv = shlex.split(line.split("=", 1)[1].replace("${RTPOOL_ADVERTISE}", listen))
+    swap = {"/usr/local/bin/rtpool": rtpool, "0.0.0.0:7070": listen, "0.0.0.0:7071": http}
+    return [swap.get(a, str(data) if a == "/var/lib/rtpool" else a) for a in argv]
+
+
+def _overlay_args(listen: str, http: str) -> List[str]:
+    """The master args of deploy/kubernetes-ha's patch, with this pod's address."""
+    patch = yaml.safe_load((ROOT / "deploy" / "kubernetes-ha" / "master-ha-patch.yaml").read_text())
+    (c,) = patch["spec"]["template"]["spec"]["containers"]
+    pod = "$(POD_NAME).rtpool-master-pods.$(POD_NAMESPACE).svc:7070"
+    swap = {pod: listen, "0.0.0.0:7070": listen, "0.0.0.0:7071": http}
+    return [swap.get(a, a) for a in c["args"]]
+
+
+def _http_json(http: str, path: str, token: str) -> dict:
+    req = urllib.request.Request(
+        f"http://{http}{path}", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def test_an_ha_pair_from_the_deploy_files_fails_over_to_the_master_in_the_image(
+    image, pg_url, data_dir, tmp_path
+):
+    from rtpool_bench.ha_cluster import free_port, fresh_database, wait_leader, wait_ready
+
+    db = fresh_database(pg_url, f"rtpool_test_container_ha_{os.getpid()}")
+    token = "h" * 40
+    env_file = dict(
+        line.split("=", 1)
+        for line in (ROOT / "deploy" / "systemd" / "master-ha.env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    # Master A: the systemd drop-in's command line, a host process with its env file's names.
+    a_listen, a_http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    a_data = tmp_path / "a"
+    rtpool_bin = str(Path(sys.executable).parent / "rtpool")
+    env = {**os.environ, **env_file, "RTPOOL_HA": db, "RTPOOL_ADVERTISE": a_listen}
+    env["RTPOOL_HTTP_TOKEN"] = token
+    with open(tmp_path / "a.log", "ab") as log:
+        a_proc = subprocess.Popen(
+            _drop_in_command(rtpool_bin, a_listen, a_http, a_data),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+    b = None
+    try:
+        a = attach_master(a_proc, a_data, tmp_path / "a.log")
+        wait_leader(a_http, 30)
+        # Master B: the Kubernetes overlay's args, in the image, the tokens copied as the
+        # docs say (the overlay's init container does it from the Secret).
+        for name in ("client.token", "worker.token"):
+            shutil.copy2(a_data / name, data_dir / name)
+            os.chown(data_dir / name, UID, UID)
+        b_listen, b_http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        name = f"rtpool-test-ha-{os.getpid()}"
+        cmd = ["podman", "run", "--rm", "--name", name, "--network=host"]
+        cmd += ["-e", f"RTPOOL_HA={db}", "-e", f"RTPOOL_HTTP_TOKEN={token}"]
+        cmd += ["-v", f"{data_dir}:/var/lib/rtpool", image, *_overlay_args(b_listen, b_http)]
+        with open(tmp_path / "b.log", "ab") as log:
+            b_proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        b = (name, b_proc)
+        wait_ready(b_http, 60)
+        sb = _http_json(b_http, "/api/status", token)["ha"]
+        assert sb["role"] == "standby" and sb["leader"] == a_listen, sb
+        epoch = sb["epoch"]
+        addresses = f"{a_listen},{b_listen}"
+        with worker_processes(a, tmp_path) as start:
+            # The worker and the client are given both masters (the Service's two pods).
+            a.address = addresses
+            start()
+            with rtpool.Client(addresses, a.client_token, reconnect_timeout=120) as client:
+                wait_until(lambda: len(client.status()["workers"]) == 1, timeout=60)
+                assert client.submit(pow, 3, 4).result(timeout=60) == 81
+                futures = [client.submit(tasks.sleep_return, n, 0.05) for n in range(40)]
+                futures[0].result(timeout=60)
+                a_proc.kill()  # the host's master dies under load: B, in the image, takes over
+                a_proc.wait(10)
+                wait_leader(b_http, 30)
+                assert [f.result(timeout=120) for f in futures] == list(range(40))
+                assert client.submit(pow, 2, 10).result(timeout=60) == 1024
+        sb = _http_json(b_http, "/api/status", token)["ha"]
+        assert sb["role"] == "leader" and sb["epoch"] > epoch and sb["leader"] == b_listen, sb
+        assert podman("exec", name, "id", "-u") == str(UID)
+    finally:
+        stop_process(a_proc)
+        if a_proc.stdout is not None:
+            a_proc.stdout.close()
+        if b is not None:
+            podman("rm", "-f", b[0], timeout=60, check=False)
+            stop_process(b[1])
