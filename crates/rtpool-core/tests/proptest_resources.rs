@@ -10,7 +10,8 @@
 //! model checks: a task only lands on a connected, non-draining worker that has what it asks
 //! (resources at least the request, labels equal), the assignment carries the request, the
 //! requests a worker holds never exceed its totals, and a submission is refused as
-//! unschedulable exactly when its policy is `error` and no connected worker could serve it.
+//! unschedulable exactly when its policy is `error` and no connected worker that is not
+//! draining could serve it.
 
 mod common;
 
@@ -206,7 +207,10 @@ impl Model {
             spec = spec.waiting();
         }
         let asks = gpu > 0 || zone > 0;
-        let servable = self.peers.iter().any(|p| p.serves(gpu, zone));
+        let servable = self
+            .peers
+            .iter()
+            .any(|p| !p.draining && p.serves(gpu, zone));
         let (_, out) = self.env.submit_raw(self.client, spec);
         let refused = out.iter().any(|a| {
             matches!(
@@ -221,7 +225,7 @@ impl Model {
             refused,
             asks && !wait && !servable,
             "gpu={gpu} zone={:?} wait={wait}: refused as unschedulable exactly when no \
-             connected worker can serve it and it does not wait: {out:?}",
+             connected, non-draining worker can serve it and it does not wait: {out:?}",
             ZONES[zone]
         );
         self.observe(&out);

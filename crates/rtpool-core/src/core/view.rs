@@ -82,14 +82,14 @@ impl Core {
 
     /// Every resource class, in no particular order. O(classes).
     pub fn class_views(&self) -> impl Iterator<Item = ClassView> + '_ {
-        self.classes.iter().map(|(_, c)| ClassView {
+        self.classes.iter().map(|(slot, c)| ClassView {
             name: c.describe(),
             resources: c.resources.clone(),
             labels: c.labels.clone(),
             queued: c.queue.len(),
             running: c.running,
-            workers: c.servers.len(),
-            unschedulable: c.servers.is_empty(),
+            workers: self.class_servers(slot),
+            unschedulable: !self.class_has_server(slot),
         })
     }
 
