@@ -89,10 +89,17 @@ impl Core {
             k.classes.push(slot);
             let class = self.classes.get_mut(slot).expect("just made");
             class.kinds.push(kind);
-            // Its idle workers wait for this class's tasks too.
+            // Its idle workers wait for this class's tasks too; the others are not offered to
+            // every class of their kind any more, so they offer themselves when idle again.
             for id in &k.workers {
-                if self.workers.get(id).is_some_and(|w| w.is_hungry()) {
+                let w = self
+                    .workers
+                    .get_mut(id)
+                    .expect("a kind's worker is connected");
+                if w.is_hungry() {
                     class.offer(*id);
+                } else {
+                    w.offered_all = false;
                 }
             }
         }
