@@ -289,3 +289,20 @@ fn a_request_only_draining_workers_could_serve_is_refused_and_its_queue_fails_af
     let out = env.credit(again, 1);
     assert_eq!(tasks_of(&out, again).len(), 1, "{out:?}");
 }
+
+#[test]
+fn a_worker_idle_before_its_class_existed_takes_the_class_tasks_when_idle_again() {
+    // Idle with no class to wait in, then without a credit while the class is made, then
+    // with credits again: it must wait in the new class's offers too.
+    let mut env = TestEnv::new();
+    let c = env.new_client();
+    let w = env.new_worker_with(2, &[], &[("zone", "a")]);
+    env.credit(w, 1);
+    env.return_tasks(w, &[]);
+    let (_, out) = env.submit_spec(c, Spec::tasks(1).asking(&[], &[("zone", "a")]));
+    assert!(assignments(&out).is_empty(), "no credit: {out:?}");
+    let out = env.credit(w, 2);
+    assert_eq!(tasks_of(&out, w).len(), 1, "{out:?}");
+    let (_, out) = env.submit_spec(c, Spec::tasks(1).asking(&[], &[("zone", "a")]));
+    assert_eq!(tasks_of(&out, w).len(), 1, "its second credit: {out:?}");
+}
