@@ -61,7 +61,14 @@ impl Core {
         let Some(c) = self.classes.get_mut(slot) else {
             return;
         };
-        if !c.in_pass && c.has_offers() && !c.queue.is_empty() {
+        if c.has_offers() && !c.queue.is_empty() {
+            self.want_pass(slot);
+        }
+    }
+
+    /// Places the class on a waiting server after the workers of this event are served.
+    fn want_pass(&mut self, slot: u64) {
+        if let Some(c) = self.classes.get_mut(slot).filter(|c| !c.in_pass) {
             c.in_pass = true;
             self.class_pass.push(slot);
         }
@@ -159,8 +166,9 @@ impl Core {
                 break;
             }
             for slot in passed_for_near {
-                // The worker holding its input waits in its offers: it gets a look.
-                self.class_queue_changed(slot);
+                // The worker holding its input takes it, or, if that one gets busy with another
+                // class first, the pass finds this worker waiting in the offers.
+                self.want_pass(slot);
             }
             let Some(slot) = chosen else {
                 self.offer_idle(worker);

@@ -70,6 +70,7 @@ impl TestEnv {
                 resources: spec.request.0,
                 labels: spec.request.1,
                 unschedulable: spec.request.2,
+                near: spec.near,
                 ..PackageOpts::default()
             },
             tasks,
