@@ -71,7 +71,6 @@ impl TestEnv {
                 labels: spec.request.1,
                 unschedulable: spec.request.2,
                 near: spec.near,
-                ..PackageOpts::default()
             },
             tasks,
         });
