@@ -3,7 +3,8 @@
 //! (`class_dispatch.rs` places queued class tasks; `class.rs` and `kind.rs` have the tables).
 //!
 //! Cost: a submission looks its request up in a hash map (and makes a new class with one pass
-//! over the kinds and the idle workers of the kinds that serve it, rarely). A joining worker
+//! over the kinds and over the workers of the kinds that serve it, to offer the idle ones,
+//! rarely). A joining worker
 //! looks its totals and labels up in a hash map and joins that kind, O(1) whatever the number
 //! of classes; only the first worker of a new kind is checked against each class, O(classes).
 //! A leaving (lost) worker is swap-removed from its kind, O(1) besides the tasks it held; the

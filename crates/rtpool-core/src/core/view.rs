@@ -61,9 +61,9 @@ pub struct ClassView {
     pub queued: usize,
     /// Tasks running.
     pub running: u64,
-    /// Connected workers that can serve it.
+    /// Connected workers that can serve it, draining ones included.
     pub workers: usize,
-    /// No connected worker can serve it.
+    /// No connected worker that is not draining can serve it.
     pub unschedulable: bool,
 }
 
