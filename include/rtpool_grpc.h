@@ -242,6 +242,25 @@ grpc_error_t rtpool_handle_set_priority(struct grpc_function_handle_t *handle, i
 // As [`rtpool_handle_set_deadline_ms`].
 grpc_error_t rtpool_handle_set_timeout_ms(struct grpc_function_handle_t *handle, uint64_t timeout_ms);
 
+// rtpool: each of the handle's later calls holds `amount` of resource `name` (`"gpu"`) on its
+// worker while it runs, so it runs only on a server of its function that has it free
+// (`docs/resources.md`); 0 removes the request of `name`. A call no connected server could
+// ever run fails with `GRPC_RPC_REFUSED` and a message naming the request.
+//
+// # Safety
+//
+// `handle` as [`rtpool_handle_set_deadline_ms`]; `name` is null or a NUL-terminated string.
+grpc_error_t rtpool_handle_set_resource(struct grpc_function_handle_t *handle, const char *name, uint64_t amount);
+
+// rtpool: each of the handle's later calls runs only on a worker with label `key` equal to
+// `value` (`rtpool worker --label key=value`); a null `value` removes the label `key`.
+//
+// # Safety
+//
+// `handle` as [`rtpool_handle_set_deadline_ms`]; `key` and `value` are null or
+// NUL-terminated strings.
+grpc_error_t rtpool_handle_set_label(struct grpc_function_handle_t *handle, const char *key, const char *value);
+
 // The fixed description of `error_code` (never null, static).
 const char *grpc_error_string(grpc_error_t error_code);
 

@@ -69,19 +69,23 @@ class FakeMaster:
 
     lease_ms = 15000
     instance = 1
+    #: ``(code, message)``: answer every HELLO with this ERROR and close (a standby answers
+    #: ``("not_leader", "... (leader: HOST:PORT)")``); None: WELCOME.
+    refusal: tuple | None = None
 
     def __init__(
         self,
         token: str = "tok",
         max_frame_bytes: int = P.DEFAULT_MAX_FRAME,
         heartbeat_ms: int = 5000,
+        listen: tuple = ("127.0.0.1", 0),
     ) -> None:
         self.token = token
         self.max_frame_bytes = max_frame_bytes
         self.heartbeat_ms = heartbeat_ms
         self.hellos = 0  # handshakes so far
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.listener = socket.create_server(listen)
+        self.address = f"{listen[0]}:{self.listener.getsockname()[1]}"
         self.conns: queue.Queue[FakeConn] = queue.Queue()
         self._open: List[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
@@ -109,6 +113,11 @@ class FakeMaster:
             return
         hello = msgs[0]
         self.hellos += 1
+        if self.refusal is not None:
+            code, message = self.refusal
+            sock.sendall(P.encode(P.ERROR, code, message, 0))
+            sock.close()
+            return
         if hello[0] != P.HELLO or hello[3] != self.token:
             sock.sendall(P.encode(P.ERROR, "auth", "bad token for this master", 0))
             sock.close()

@@ -182,6 +182,7 @@ def bad_calls(c_examples, tmp_path_factory) -> Path:
         ("argc", 100, "dmmul: 3 arguments given, the interface takes 4"),
         ("null_handle", 6, "function handle was never initialized"),
         ("wait_unknown", 7, "session 12345 is unknown"),
+        ("unschedulable", GRPC_RPC_REFUSED, "it asks gpu=1,zone=nowhere"),
     ],
 )
 def test_c_bad_calls_get_their_code_and_message(bad_calls, linalg_master, case, code, message):
@@ -215,3 +216,24 @@ def test_c_config_file_errors_name_the_line(c_examples, tmp_path):
     out = run(c_examples / "dmmul", "4", str(conf))
     assert out.returncode == 10 + 3, out.stdout + out.stderr  # GRPC_CONFIGFILE_ERROR
     assert 'line 2: unknown key "mastr"' in out.stderr
+
+
+def test_c_follows_the_leader_a_standby_names(c_examples, linalg_master):
+    """``RTPOOL_MASTER`` lists a dead address, a standby naming the leader, and another
+    standby: the C program reaches the leader (named, not next in the list)."""
+    import socket
+
+    from fakemaster import FakeMaster
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    with FakeMaster() as standby, FakeMaster() as other:
+        standby.refusal = ("not_leader", f"standby (leader: {linalg_master.address})")
+        other.refusal = ("not_leader", "standby (leader: unknown)")
+        masters = f"{dead},{standby.address},{other.address}"
+        env = {"RTPOOL_MASTER": masters, "RTPOOL_TOKEN": linalg_master.client_token}
+        out = run(c_examples / "dmmul", "50", env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.startswith("dmmul n=50 max_abs_err=")
+        assert standby.hellos >= 1 and other.hellos == 0

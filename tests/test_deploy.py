@@ -324,6 +324,22 @@ def test_dockerfile_runs_rtpool_as_non_root_on_port_7070():
         assert pod_spec(kind_name)["securityContext"]["runAsUser"] == uid
 
 
+def test_the_prebuilt_containerfile_has_the_dockerfiles_runtime():
+    """deploy/container/Containerfile.prebuilt (what tests/test_container.py builds and runs
+    with podman) must not drift from the Dockerfile's runtime stage."""
+    runtime = (ROOT / "Dockerfile").read_text().split("# --- runtime", 1)[1]
+    prebuilt = (ROOT / "deploy" / "container" / "Containerfile.prebuilt").read_text()
+
+    def lines(text: str) -> list:
+        keep = ("USER ", "WORKDIR ", "VOLUME ", "EXPOSE ", "ENTRYPOINT ", "CMD ")
+        return [line for line in text.splitlines() if line.startswith(keep)]
+
+    assert lines(prebuilt) == lines(runtime)
+    assert len(lines(runtime)) == 6
+    for needle in ("RTPOOL_DATA_DIR=/var/lib/rtpool", "--uid 10001", "PYTHONUNBUFFERED=1"):
+        assert needle in runtime and needle in prebuilt, needle
+
+
 # --- systemd --------------------------------------------------------------------------------
 
 

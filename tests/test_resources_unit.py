@@ -20,9 +20,10 @@ from rtpool import _options
 from rtpool import _protocol as P
 from rtpool import _serialize as S
 from rtpool._resources import check_labels, parse_labels, parse_resources
+from rtpool.errors import ProtocolError
 from rtpool.worker._devices import DevicePool, gpu_count
 from rtpool.worker._inventory import detect_gpus, inventory
-from rtpool.worker._task import queue_assignments
+from rtpool.worker._task import queue_assignments, queue_calls
 
 FAKE_SMI = """#!/bin/sh
 echo "GPU 0: Fake T4 (UUID: GPU-aaaa-0000)"
@@ -180,6 +181,25 @@ def test_assignments_carry_res_and_relay_devices():
         ({"gpu": 2}, ("1", "0")),
     ]
     assert got[1].args == args  # inputs [] stand for none
+
+
+def test_calls_carry_res_and_relay_devices():
+    got = []
+    entries = [
+        [1, 1, "f", "1", b"a", [], 0],
+        [2, 1, "f", "1", b"a", [], 0, True],
+        [3, 1, "f", "1", b"a", [b"i"], 0, False, {"gpu": 1}],
+        [4, 1, "f", "1", b"a", [], 0, True, {"gpu": 2}, ["1", "0"]],
+    ]
+    queue_calls(entries, 0, got.append)
+    assert [(t.keep, t.res, t.devices, t.inputs) for t in got] == [
+        (False, None, None, []),
+        (True, None, None, []),
+        (False, {"gpu": 1}, None, [b"i"]),
+        (True, {"gpu": 2}, ("1", "0"), []),
+    ]
+    with pytest.raises(ProtocolError, match=r"timeout_ms\[, keep\[, res\]\]"):
+        queue_calls([[5, 1, "f", "1", b"a", [], 0, False, "not a map"]], 0, got.append)
 
 
 # -- a real worker against the fake master -----------------------------------------------------

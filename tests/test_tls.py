@@ -142,3 +142,30 @@ def test_local_cluster_with_tls() -> None:
     with rtpool.LocalCluster(workers=1, tls=True) as cluster:
         client = cluster.client()
         assert client.submit(tasks.square, 7).result(timeout=60) == 49
+
+
+def test_tls_checks_each_record_against_the_configured_name(
+    tls_master: TlsMaster, monkeypatch
+) -> None:
+    """A name with two records (a dead 127.0.0.2, then the master's 127.0.0.1) is dialled
+    record by record, and the certificate (for localhost and 127.0.0.1) is checked against the
+    name: ``localhost`` passes, ``other.test`` does not, though its record is 127.0.0.1."""
+    import socket
+
+    port = int(tls_master.address.rsplit(":", 1)[1])
+    real = socket.getaddrinfo
+
+    def resolve(host, *args, **kwargs):
+        if host in ("localhost", "other.test"):
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))
+                for ip in ("127.0.0.2", "127.0.0.1")
+            ]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    ca = str(tls_master.cert)
+    with rtpool.Client(f"localhost:{port}", tls_master.client_token, ca_file=ca) as client:
+        assert client.address == f"localhost:{port} (127.0.0.1)"
+    with pytest.raises(ConnectError, match=r"other\.test:\d+ \(127\.0\.0\.1\) is not trusted"):
+        rtpool.Client(f"other.test:{port}", tls_master.client_token, ca_file=ca)

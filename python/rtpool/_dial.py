@@ -13,13 +13,13 @@ import random
 import socket
 import ssl
 import time
-from typing import Any, Dict, List, NamedTuple, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Set, Tuple, Union
 
 from . import _protocol as P
+from ._masters import Address, Candidate, Masters, leader_of
 from ._tls_socket import LockedTlsSocket
 from .errors import AuthenticationError, ConnectError, MasterBusy, ProtocolError
 
-Address = Union[str, Tuple[str, int]]
 #: ``False``: plain TCP; ``True``: TLS checked against the system's trust store (or ``ca_file``);
 #: an ``ssl.SSLContext``: TLS with that context.
 TlsOption = Union[bool, ssl.SSLContext]
@@ -44,23 +44,6 @@ class Welcome(NamedTuple):
     heartbeat_ms: int
     lease_ms: int = 0
     instance: int = 0
-
-
-def parse_address(address: Address) -> Tuple[str, int]:
-    """Split ``"host:port"`` (or ``"[v6]:port"``) or pass a ``(host, port)`` tuple through.
-
-    Raises:
-        ValueError: The address has no valid port.
-    """
-    if isinstance(address, tuple):
-        host, port = address
-        return str(host), int(port)
-    host, sep, port = str(address).rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"master address must be 'host:port', got {address!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
 
 
 def default_name() -> str:
@@ -90,8 +73,16 @@ class MasterUnreachable(ConnectError):
     else sees a :class:`~rtpool.errors.ConnectError`."""
 
 
-def _open_socket(host: str, port: int, timeout: float) -> socket.socket:
-    where = f"{host}:{port}"
+class NotLeader(MasterUnreachable):
+    """The master is a standby (or a leader that lost its lease): it answered ``HELLO`` with
+    ``ERROR not_leader``. ``leader`` is the ``(host, port)`` it named, or None (unknown)."""
+
+    def __init__(self, message: str, leader: Tuple[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
+def _open_socket(host: str, port: int, timeout: float, where: str) -> socket.socket:
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except socket.gaierror as exc:
@@ -209,13 +200,15 @@ def _handshake_error(msg: list, where: str, role: str) -> Exception:
         )
     if code == P.ERR_BUSY:
         return MasterBusy(f"master at {where} is busy: {message}")
+    if code == P.ERR_NOT_LEADER:
+        return NotLeader(f"master at {where} is not the leader ({message})", leader_of(message))
     if code == P.ERR_SHUTDOWN:
         return ConnectError(f"master at {where} is shutting down ({message}); try again later")
     return ProtocolError(f"master at {where} refused the handshake: {code}: {message}")
 
 
 def connect(
-    address: Address,
+    address: Address | Masters,
     *,
     role: str,
     token: str,
@@ -229,20 +222,27 @@ def connect(
     resources: Dict[str, int] | None = None,
     labels: Dict[str, str] | None = None,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
-    """Open a connection to the master and complete the handshake.
+    """Open a connection to the master (the leader, of several) and complete the handshake.
 
-    A master that answers ``busy`` (its connection limits are reached) is tried again after a
-    jittered pause, 0.1 s doubling up to 5 s, for up to ``busy_timeout`` seconds.
+    One pass tries every address once, from the one that worked last (see
+    :class:`~rtpool._masters.Masters`): a refused or silent address gives way to the next at
+    once; a standby's ``not_leader`` to the leader it names, then the rest. A pass in which a
+    master answered ``busy`` (its connection limits are reached) is tried again after a
+    jittered pause, 0.1 s doubling up to 5 s, for up to ``busy_timeout`` seconds; one in which
+    no leader answered (an election under way), so for up to ``timeout`` seconds too.
 
     Args:
-        address: ``"host:port"`` or ``(host, port)``.
+        address: ``"host:port"``, ``(host, port)``, several (``"h1:7070,h2:7070"`` or a
+            list), or a :class:`~rtpool._masters.Masters` that keeps what dialling learned.
         role: ``"client"`` or ``"worker"``.
         token: The master's token for that role.
         name: Informational peer name (clipped to 256 bytes).
         slots: Tasks run at once (workers), 0 for clients.
-        timeout: Seconds to wait for the connection, the TLS handshake and ``WELCOME``.
+        timeout: Seconds to wait for the connection, the TLS handshake and ``WELCOME`` (per
+            address).
         tls: ``False`` for plain TCP, ``True`` for TLS checked against the system trust store
-            (or ``ca_file``), or a ready ``ssl.SSLContext``.
+            (or ``ca_file``), or a ready ``ssl.SSLContext``. The certificate is checked
+            against each address's configured host name.
         ca_file: PEM file of the certificates to trust (implies TLS).
         busy_timeout: Seconds to keep retrying a busy master (0: do not retry; default
             :data:`BUSY_TIMEOUT_S`).
@@ -258,28 +258,35 @@ def connect(
         TLS a :class:`~rtpool._tls_socket.LockedTlsSocket`, safe for a reader thread and
         writer threads at once), the
         ``WELCOME`` fields, the frame reader (its limit raised to ``max_frame_bytes``) and any
-        messages that arrived right after ``WELCOME``.
+        messages that arrived right after ``WELCOME``. ``Masters.current`` names the address.
 
     Raises:
-        ConnectError: The master cannot be reached or closed the connection.
+        ValueError: ``address`` is not an address or a list of them.
+        ConnectError: No master can be reached, or each closed the connection.
+        NotLeader: Every master reached is a standby (none leads, or the leader is down).
         MasterBusy: The master was still busy after ``busy_timeout`` seconds.
         AuthenticationError: The master refused the token.
         ProtocolError: The master answered something that is not a ``WELCOME``.
     """
+    masters = address if isinstance(address, Masters) else Masters(address)
     if busy_timeout is None:
         busy_timeout = BUSY_TIMEOUT_S
     # HELLO's optional trailing fields after identity (docs/resources.md).
     extra: list = []
     if identity and (resources or labels):
         extra = [dict(resources or {})] + ([dict(labels)] if labels else [])
+    context = tls_context(tls, ca_file)
     started = time.monotonic()
     pause = BUSY_FIRST_PAUSE_S
     attempts = 0
     while True:
         attempts += 1
         try:
-            return _connect_once(
-                address, role, token, name, slots, timeout, tls, ca_file, identity, extra
+            return _connect_pass(
+                masters,
+                lambda cand: _connect_once(
+                    cand, role, token, name, slots, timeout, context, identity, extra
+                ),
             )
         except MasterBusy as exc:
             waited = time.monotonic() - started
@@ -288,29 +295,86 @@ def connect(
                     f"{exc} (gave up after {attempts} attempts in {waited:.1f} s); retry later, "
                     "or ask the master's operator to raise --max-connections"
                 ) from None
+        except NotLeader as exc:
+            waited = time.monotonic() - started
+            if waited + pause / 2 > min(busy_timeout, timeout):
+                raise NotLeader(
+                    f"{exc} (no leader after {attempts} passes in {waited:.1f} s); is a master "
+                    "leading (see the masters' logs)?",
+                    exc.leader,
+                ) from None
         time.sleep(random.uniform(pause / 2, pause))
         pause = min(pause * 2, BUSY_MAX_PAUSE_S)
 
 
+_Dialled = Tuple[socket.socket, Welcome, P.FrameReader, List[list]]
+
+
+def _connect_pass(masters: Masters, attempt: Callable[[Candidate], _Dialled]) -> _Dialled:
+    """Try each address of ``masters`` once (a named leader first); the first session."""
+    queue = masters.candidates()
+    tried: Set[Tuple[str, int]] = set()
+    errors: List[ConnectError] = []
+    while queue:
+        cand = queue.pop(0)
+        if (cand.host, cand.port) in tried:
+            continue
+        tried.add((cand.host, cand.port))
+        try:
+            dialled = attempt(cand)
+        except NotLeader as exc:
+            masters.on_standby(cand, exc.leader)
+            if exc.leader is not None:
+                masters.place_leader(queue, tried, exc.leader)
+            errors.append(exc)
+            continue
+        except ConnectError as exc:  # refused, silent, busy, shutting down, TLS: the next one
+            masters.on_failed(cand)
+            errors.append(exc)
+            continue
+        masters.on_connected(cand)
+        return dialled
+    raise _pass_error(masters, errors)
+
+
+def _pass_error(masters: Masters, errors: List[ConnectError]) -> ConnectError:
+    """One error for a pass in which every address failed: the error itself when there was
+    one address; else the most telling kind (busy, then no leader, then unreachable) with
+    every address's reason."""
+    if len(errors) == 1:
+        return errors[0]
+    kinds = [type(e) for e in errors]
+    kind: type = ConnectError
+    if MasterBusy in kinds:
+        kind = MasterBusy
+    elif NotLeader in kinds and all(issubclass(k, MasterUnreachable) for k in kinds):
+        kind = NotLeader
+    elif all(issubclass(k, MasterUnreachable) for k in kinds):
+        kind = MasterUnreachable
+    message = f"no master of {masters.spec} took the connection: " + " | ".join(map(str, errors))
+    if kind is NotLeader:
+        leaders = [e.leader for e in errors if isinstance(e, NotLeader) and e.leader]
+        return NotLeader(message, leaders[-1] if leaders else None)
+    return kind(message)
+
+
 def _connect_once(
-    address: Address,
+    cand: Candidate,
     role: str,
     token: str,
     name: str,
     slots: int,
     timeout: float,
-    tls: TlsOption,
-    ca_file: str | None,
+    context: ssl.SSLContext | None,
     identity: str | None = None,
     extra: List[Any] | None = None,
-) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
-    """One attempt of :func:`connect`; ``extra``: HELLO's fields after ``identity``."""
-    host, port = parse_address(address)
-    where = f"{host}:{port}"
-    context = tls_context(tls, ca_file)
-    sock = _open_socket(host, port, timeout)
+) -> _Dialled:
+    """One attempt of :func:`connect` at one address; ``extra``: HELLO's fields after
+    ``identity``."""
+    where = cand.label
+    sock = _open_socket(cand.host, cand.port, timeout, where)
     if context is not None:
-        sock = _wrap_tls(sock, context, host, where)
+        sock = _wrap_tls(sock, context, cand.server_name, where)
     try:
         hello = [P.PROTOCOL_VERSION, role, token, _clip_name(name), slots]
         if identity:

@@ -131,6 +131,7 @@ ERR_QUEUE_LIMIT = "queue_limit"
 ERR_UNACKED_LIMIT = "unacked_limit"
 ERR_UNKNOWN_DEPENDENCY = "unknown_dependency"
 ERR_UNSCHEDULABLE = "unschedulable"
+ERR_NOT_LEADER = "not_leader"
 NON_FATAL_ERRORS = frozenset(
     {
         ERR_REJECTED,

@@ -41,9 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Callable[[]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "--master",
-        default="127.0.0.1:7070",
-        metavar="HOST:PORT",
-        help="master address (default: 127.0.0.1:7070)",
+        default=os.environ.get("RTPOOL_MASTER") or "127.0.0.1:7070",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="master address; several (a leader and its standbys) separated by commas: the "
+        "leader answers (default: $RTPOOL_MASTER, else 127.0.0.1:7070)",
     )
     parser.add_argument(
         "--token-file",
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             ca_file=args.ca_file,
             reconnect_timeout=0 if not args.watch else 60.0,
         )
-    except RtpoolError as exc:
+    except (RtpoolError, ValueError) as exc:  # ValueError: a bad --master, named in it
         return _fail(str(exc))
     try:
         if args.watch:

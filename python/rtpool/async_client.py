@@ -319,7 +319,8 @@ class AsyncClient(_AsyncSubmitter):
     (``docs/asyncio.md``).
 
     Args:
-        address: The master's ``"host:port"`` or ``(host, port)``.
+        address: The master's ``"host:port"`` or ``(host, port)``, or several (a leader and
+            its standbys) as :class:`~rtpool.Client` takes them.
         token: The client token; by default ``$RTPOOL_TOKEN``.
         **kwargs: The other arguments of :class:`~rtpool.Client` (``tls``, ``ca_file``,
             ``connect_timeout``, ``reconnect_timeout``, ...).
@@ -376,7 +377,8 @@ class AsyncClient(_AsyncSubmitter):
 
     @property
     def address(self) -> str:
-        """The master's ``host:port``."""
+        """The ``host:port`` of the master the client is (or was last) connected to: with
+        several addresses, the leader's."""
         return self.sync.address
 
     async def status(self, timeout: float = 10.0) -> Dict[str, Any]:

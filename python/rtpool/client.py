@@ -42,7 +42,11 @@ class Client(_Submitter):
             print(list(client.map(pow, range(10), range(10))))
 
     Args:
-        address: The master's ``"host:port"`` or ``(host, port)``.
+        address: The master's ``"host:port"`` or ``(host, port)``; or several, a leader and
+            its standbys (``"m1:7070,m2:7070"``, a list, or one DNS name with a record per
+            master): the client dials them in turn, follows the leader a standby names, and
+            after a failover re-attaches its packages on the new leader (``docs/ha.md``).
+            None: ``$RTPOOL_MASTER``.
         token: The master's client token; by default ``$RTPOOL_TOKEN``.
         name: Name shown in the master's log and status (default ``hostname:pid``).
         connect_timeout: Seconds to wait for the connection and the handshake.
@@ -77,6 +81,8 @@ class Client(_Submitter):
             so and what to start, and keeps waiting. Default 10; None: never ask.
 
     Raises:
+        ValueError: ``address`` is not ``host:port`` (or a list of them); the message names
+            the bad entry.
         ConnectError: The master cannot be reached (or the TLS handshake failed).
         AuthenticationError: The master refused the token (or none was given).
         ProtocolError: The master answered the handshake with something unexpected.
@@ -84,7 +90,7 @@ class Client(_Submitter):
 
     def __init__(
         self,
-        address: Address,
+        address: Address | None,
         token: str | None = None,
         *,
         name: str | None = None,
@@ -148,7 +154,8 @@ class Client(_Submitter):
 
     @property
     def address(self) -> str:
-        """The master's ``host:port``."""
+        """The ``host:port`` of the master the client is (or was last) connected to: with
+        several addresses, the leader's."""
         return self._conn.address
 
     @property

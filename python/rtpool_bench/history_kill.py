@@ -11,6 +11,11 @@ stop submitting, drain, and the checker (:mod:`rtpool_bench.history_check`) judg
 histories. Per run it prints the verdict and the restart time of each kill: from the SIGKILL
 to the first result any client received from the restarted master.
 
+``--failover`` restarts the master on a second port instead, alternating (the same data dir):
+workers and clients are given both addresses (``127.0.0.1:P1,127.0.0.1:P2``) and must find
+the master on the other one, as they find the new leader after an HA takeover (the journal
+carries over, the new master has a new ``instance``).
+
 The fault driver writes its own events (``kill``, ``listening``) to ``DIR/faults.jsonl`` with
 the same monotonic clock as the clients. Every wait is bounded in count and time; every
 process started here is stopped here, by PID.
@@ -22,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -81,9 +87,17 @@ class _Results:
         raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-def _client(directory: Path, c: int, m: _Master, args: argparse.Namespace, stop: Path):
+def _free_port() -> int:
+    """A port nothing listens on now (for the master's second address)."""
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return s.getsockname()[1]
+
+
+def _client(
+    directory: Path, c: int, m: _Master, args: argparse.Namespace, stop: Path, address: str
+):
     cmd = [sys.executable, "-m", "rtpool_bench.history", "client", "--dir", str(directory)]
-    cmd += ["--client", str(c), "--address", m.address, "--tasks", str(args.tasks)]
+    cmd += ["--client", str(c), "--address", address, "--tasks", str(args.tasks)]
     cmd += ["--inflight", str(args.inflight), "--seconds", str(args.seconds)]
     cmd += ["--stop", str(stop)]
     env = {**os.environ, "RTPOOL_TOKEN": m.token}
@@ -107,14 +121,17 @@ def run_once(directory: Path, args: argparse.Namespace, say=lambda s: None) -> D
     stop = directory / "stop"
     extra = [] if args.fsync is None else ["--fsync", args.fsync]
     m = _Master(directory / "data", directory / "master.log", extra)
-    port = m.address.rsplit(":", 1)[1]
+    ports = [int(m.address.rsplit(":", 1)[1])]
+    if getattr(args, "failover", False):
+        ports.append(_free_port())
+    addresses = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs: List[subprocess.Popen] = []
     restart_ms: List[float] = []
     try:
         for w in range(args.workers):
             log = directory / f"worker{w}.log"
-            procs.append(_start_worker_at(m.address, m.worker_token, log, ["--procs", "2"]))
-        procs += [_client(directory, c, m, args, stop) for c in range(args.clients)]
+            procs.append(_start_worker_at(addresses, m.worker_token, log, ["--procs", "2"]))
+        procs += [_client(directory, c, m, args, stop, addresses) for c in range(args.clients)]
         results = _Results(directory, args.clients)
         results.wait(args.results_between, None, PROGRESS_TIMEOUT_S, "the first results")
         with open(faults, "a") as flog:
@@ -122,7 +139,7 @@ def run_once(directory: Path, args: argparse.Namespace, say=lambda s: None) -> D
                 t_kill = time.monotonic()
                 m.kill()  # SIGKILL, by PID (Popen.kill)
                 flog.write(json.dumps({"t": t_kill, "type": "kill", "n": k}) + "\n")
-                m.start(f"127.0.0.1:{port}")
+                m.start(f"127.0.0.1:{ports[(k + 1) % len(ports)]}")
                 t_up = time.monotonic()
                 flog.write(json.dumps({"t": t_up, "type": "listening", "n": k}) + "\n")
                 flog.flush()
@@ -243,6 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rn.add_argument("--seconds", type=float, default=300.0, help="client budget (300 s)")
     rn.add_argument("--fsync", default=None, help="the master's --fsync (default: its own)")
     rn.add_argument("--dir", default=None, help="keep the histories here (default: a temp dir)")
+    rn.add_argument(
+        "--failover",
+        action="store_true",
+        help="restart each time on the other of two ports (clients and workers get both)",
+    )
     rn.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     if args.verb == "check":

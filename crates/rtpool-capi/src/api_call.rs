@@ -37,7 +37,11 @@ fn start(
     let cancel = Arc::new(Notify::new());
     let wake = cancel.clone();
     let id = library.sessions.start(Box::new(move || wake.notify_one()));
-    let opts = *bound.options.lock().unwrap_or_else(|e| e.into_inner());
+    let opts = bound
+        .options
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let sent = bound.backend.start(
         &bound.function,
         prepared,

@@ -96,13 +96,18 @@ fn set_option(
     handle: *mut grpc_function_handle_t,
     set: impl FnOnce(&mut crate::backend::HandleOptions),
 ) -> grpc_error_t {
-    guard(|| {
-        let handle = non_null(handle, "handle")?;
-        // SAFETY: non-null, the caller's handle (checked against the table next).
-        let bound = library::current()?.handle(unsafe { *handle })?;
-        set(&mut bound.options.lock().unwrap_or_else(|e| e.into_inner()));
-        Ok(())
-    })
+    guard(|| set_option_in(handle, set))
+}
+
+fn set_option_in(
+    handle: *mut grpc_function_handle_t,
+    set: impl FnOnce(&mut crate::backend::HandleOptions),
+) -> Result<(), crate::error::CapiError> {
+    let handle = non_null(handle, "handle")?;
+    // SAFETY: non-null, the caller's handle (checked against the table next).
+    let bound = library::current()?.handle(unsafe { *handle })?;
+    set(&mut bound.options.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(())
 }
 
 /// rtpool: the deadline of the handle's later calls, `deadline_ms` after each is sent (0:
@@ -144,6 +149,49 @@ pub unsafe extern "C" fn rtpool_handle_set_timeout_ms(
     timeout_ms: u64,
 ) -> grpc_error_t {
     set_option(handle, |o| o.timeout_ms = timeout_ms)
+}
+
+/// rtpool: each of the handle's later calls holds `amount` of resource `name` (`"gpu"`) on its
+/// worker while it runs, so it runs only on a server of its function that has it free
+/// (`docs/resources.md`); 0 removes the request of `name`. A call no connected server could
+/// ever run fails with `GRPC_RPC_REFUSED` and a message naming the request.
+///
+/// # Safety
+///
+/// `handle` as [`rtpool_handle_set_deadline_ms`]; `name` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn rtpool_handle_set_resource(
+    handle: *mut grpc_function_handle_t,
+    name: *const c_char,
+    amount: u64,
+) -> grpc_error_t {
+    guard(|| {
+        // SAFETY: the caller's promise.
+        let name = unsafe { req_str(name, "resource name") }?;
+        set_option_in(handle, |o| o.set_resource(name, amount))
+    })
+}
+
+/// rtpool: each of the handle's later calls runs only on a worker with label `key` equal to
+/// `value` (`rtpool worker --label key=value`); a null `value` removes the label `key`.
+///
+/// # Safety
+///
+/// `handle` as [`rtpool_handle_set_deadline_ms`]; `key` and `value` are null or
+/// NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn rtpool_handle_set_label(
+    handle: *mut grpc_function_handle_t,
+    key: *const c_char,
+    value: *const c_char,
+) -> grpc_error_t {
+    guard(|| {
+        // SAFETY: the caller's promise.
+        let key = unsafe { req_str(key, "label key") }?;
+        // SAFETY: as above.
+        let value = unsafe { opt_str(value, "label value") }?;
+        set_option_in(handle, |o| o.set_label(key, value))
+    })
 }
 
 /// The fixed description of `error_code` (never null, static).

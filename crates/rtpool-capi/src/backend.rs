@@ -21,7 +21,7 @@ use crate::sessions::{grpc_sessionid_t, Sessions};
 use crate::signature::{Kind, Mode, Param, Signature};
 
 /// Per-handle call options (the `rtpool_handle_set_*` extensions); zero means "not set".
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct HandleOptions {
     /// Priority (higher runs first); 0 is the default.
     pub priority: i32,
@@ -29,11 +29,33 @@ pub struct HandleOptions {
     pub deadline_ms: u64,
     /// The call's time limit on its worker, in milliseconds; 0: none.
     pub timeout_ms: u64,
+    /// What each call holds of its worker (`gpu=1`), by name; empty: one slot only.
+    pub resources: Vec<(String, u64)>,
+    /// Labels its worker must have, by key.
+    pub labels: Vec<(String, String)>,
 }
 
 impl HandleOptions {
-    fn to_client(self) -> CallOptions {
+    /// Sets resource `name` to `amount` (0 removes it).
+    pub fn set_resource(&mut self, name: &str, amount: u64) {
+        self.resources.retain(|(n, _)| n != name);
+        if amount > 0 {
+            self.resources.push((name.to_owned(), amount));
+        }
+    }
+
+    /// Sets label `key` to `value` (`None` removes it).
+    pub fn set_label(&mut self, key: &str, value: Option<&str>) {
+        self.labels.retain(|(k, _)| k != key);
+        if let Some(value) = value {
+            self.labels.push((key.to_owned(), value.to_owned()));
+        }
+    }
+
+    fn to_client(&self) -> CallOptions {
         let mut opts = CallOptions::new().priority(self.priority);
+        opts.resources = self.resources.clone();
+        opts.labels = self.labels.clone();
         if self.deadline_ms > 0 {
             opts = opts.deadline(Duration::from_millis(self.deadline_ms));
         }

@@ -222,7 +222,7 @@ impl Calls {
     fn on_error(&mut self, code: &str, message: String, reference: u64) -> Option<String> {
         match code {
             "unknown_function" | "rejected" | "quota" | "queue_limit" | "admission"
-            | "unknown_dependency" => {
+            | "unknown_dependency" | "unschedulable" => {
                 let Some(Request::Call(gid)) = self.requests.remove(&reference) else {
                     return None;
                 };

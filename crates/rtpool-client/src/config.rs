@@ -34,7 +34,8 @@ pub struct Config {
 
 impl Config {
     /// A configuration for the masters at `addresses` (`"h1:7070,h2:7070"`; tried in order,
-    /// and in turn when reconnecting). The token defaults to `$RTPOOL_TOKEN`.
+    /// each reconnection pass from the last good address; a standby's `not_leader` sends the
+    /// dial to the leader it names). The token defaults to `$RTPOOL_TOKEN`.
     ///
     /// # Errors
     ///

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::calls::{Calls, Outcome};
 use crate::config::Config;
 use crate::error::{ClientError, Result};
+use crate::masters::Masters;
 use crate::session::{backoff, connect_any, plain, Frame, Reader, Session};
 
 /// What callers ask of the connection task.
@@ -125,7 +126,8 @@ impl Link {
 /// spawns the connection task.
 pub(crate) async fn start(config: Config) -> Result<Link> {
     let token = config.resolve_token()?;
-    let session = connect_any(&config, &token).await?;
+    let mut masters = Masters::new(config.addresses());
+    let session = connect_any(&config, &mut masters, &token).await?;
     let shared = Arc::new(Shared {
         max_frame: AtomicUsize::new(session.welcome.max_frame_bytes),
         address: Mutex::new(session.address.clone()),
@@ -138,6 +140,7 @@ pub(crate) async fn start(config: Config) -> Result<Link> {
     };
     let driver = Driver {
         config,
+        masters,
         token,
         shared,
         rx,
@@ -151,6 +154,8 @@ pub(crate) async fn start(config: Config) -> Result<Link> {
 
 struct Driver {
     config: Config,
+    /// Where to dial next (the last good address, a leader a `not_leader` named).
+    masters: Masters,
     token: String,
     shared: Arc<Shared>,
     rx: mpsc::UnboundedReceiver<Command>,
@@ -285,13 +290,16 @@ impl Driver {
     /// Reconnects with backoff for up to the reconnect timeout; `None` (and every pending
     /// call failed) when it ran out or the master refused us.
     async fn reconnect(&mut self, reason: &str) -> Option<Session> {
+        if reason.contains("not_leader") {
+            self.masters.follow(reason); // deposed: dial the leader it names first
+        }
         let until = Instant::now() + self.config.reconnect_timeout;
         let mut attempt = 0;
         let mut last = reason.to_owned();
         while Instant::now() < until {
             tokio::time::sleep(backoff(attempt)).await;
             attempt += 1;
-            match connect_any(&self.config, &self.token).await {
+            match connect_any(&self.config, &mut self.masters, &self.token).await {
                 Ok(s) => return Some(s),
                 Err(e @ (ClientError::Auth { .. } | ClientError::Config(_))) => {
                     self.calls.fail_all(&e);
@@ -314,7 +322,7 @@ impl Driver {
     /// Disconnected with a new command: one round of dialling; the command fails with the
     /// reason when no master answers.
     async fn redial_for(&mut self, cmd: Command) -> Option<Session> {
-        match connect_any(&self.config, &self.token).await {
+        match connect_any(&self.config, &mut self.masters, &self.token).await {
             Ok(s) => {
                 // Queue the command's frames; `resume` sends them once the session starts.
                 let _ = self.on_command(cmd);

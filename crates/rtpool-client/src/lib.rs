@@ -35,6 +35,7 @@ mod decode;
 mod driver;
 mod error;
 mod interface;
+mod masters;
 mod options;
 mod session;
 mod shape;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rtpool_proto::PackageOpts;
+use rtpool_proto::{Labels, PackageOpts, Resources, Unschedulable};
 
 use crate::error::ClientError;
 
@@ -34,6 +34,14 @@ pub struct CallOptions {
     pub max_attempts: Option<u32>,
     /// The function's version; `None`: the newest served.
     pub version: Option<String>,
+    /// What the call holds of its worker while it runs (`gpu=1`): it runs only on a server
+    /// of its function that has it free (`docs/resources.md`). Empty: one slot only.
+    pub resources: Vec<(String, u64)>,
+    /// Labels its worker must have, equal (`zone=a`).
+    pub labels: Vec<(String, String)>,
+    /// When no connected worker could serve the request: queue it until one joins (`true`),
+    /// or fail at once with [`ClientError::Rejected`] of code `unschedulable` (`false`).
+    pub wait_if_unschedulable: bool,
 }
 
 impl CallOptions {
@@ -78,12 +86,31 @@ impl CallOptions {
         self
     }
 
+    /// Adds a resource to [`CallOptions::resources`].
+    pub fn resource(mut self, name: impl Into<String>, amount: u64) -> Self {
+        self.resources.push((name.into(), amount));
+        self
+    }
+
+    /// Adds a label to [`CallOptions::labels`].
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets [`CallOptions::wait_if_unschedulable`].
+    pub fn wait_if_unschedulable(mut self, wait: bool) -> Self {
+        self.wait_if_unschedulable = wait;
+        self
+    }
+
     /// The package options on the wire, with a fresh idempotency `key`.
     ///
     /// # Errors
     ///
     /// [`ClientError::Config`] for a deadline or time limit beyond the protocol's `u32`
-    /// milliseconds (49 days), or `max_attempts` outside 1 to 255.
+    /// milliseconds (49 days), `max_attempts` outside 1 to 255, or a resource or label
+    /// the protocol does not take (a bad name, one given twice).
     pub(crate) fn to_wire(&self) -> Result<PackageOpts, ClientError> {
         let ms = |what: &str, d: Option<Duration>| -> Result<u32, ClientError> {
             let Some(d) = d else { return Ok(0) };
@@ -104,6 +131,13 @@ impl CallOptions {
                 )));
             }
             opts.max_attempts = n;
+        }
+        opts.resources = Resources::new(self.resources.iter().cloned())
+            .map_err(|e| ClientError::Config(format!("resources: {e}")))?;
+        opts.labels = Labels::new(self.labels.iter().cloned())
+            .map_err(|e| ClientError::Config(format!("labels: {e}")))?;
+        if self.wait_if_unschedulable {
+            opts.unschedulable = Unschedulable::Wait;
         }
         opts.key = random_key();
         Ok(opts)
@@ -133,5 +167,24 @@ mod tests {
         assert_eq!((o.priority, o.deadline_ms, o.timeout_ms), (3, 250, 2000));
         assert_eq!(o.key.len(), 32);
         assert!(CallOptions::new().max_attempts(0).to_wire().is_err());
+    }
+
+    #[test]
+    fn resources_and_labels_go_on_the_wire_and_bad_ones_are_refused() {
+        let o = CallOptions::new()
+            .resource("gpu", 1)
+            .label("zone", "a")
+            .wait_if_unschedulable(true)
+            .to_wire()
+            .unwrap();
+        assert_eq!(
+            (o.resources.describe(), o.labels.describe()),
+            ("gpu=1".into(), "zone=a".into())
+        );
+        assert_eq!(o.unschedulable, Unschedulable::Wait);
+        let twice = CallOptions::new().resource("gpu", 1).resource("gpu", 2);
+        let err = twice.to_wire().unwrap_err().to_string();
+        assert!(err.contains("gpu given twice"), "{err}");
+        assert!(CallOptions::new().to_wire().unwrap().resources.is_empty());
     }
 }

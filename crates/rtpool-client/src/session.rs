@@ -4,6 +4,8 @@
 //!
 //! What to send and what the frames mean is the driver's (`driver.rs`).
 
+use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -16,6 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::config::Config;
 use crate::error::ClientError;
+use crate::masters::{leader_of, Masters};
 
 /// A byte stream to the master: TCP, or TLS over TCP.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -51,31 +54,93 @@ pub(crate) struct Session {
 pub(crate) enum DialError {
     /// Try the next address (refused, timed out, busy).
     Retry(String),
+    /// The master is a standby (or a deposed leader): try the leader it names next, if any,
+    /// then the other addresses.
+    NotLeader { leader: Option<String>, why: String },
     /// Stop: retrying cannot help (bad token, TLS setup, protocol version).
     Fatal(ClientError),
 }
 
-/// Tries each address of `config` once, in order; the first session that authenticates.
-pub(crate) async fn connect_any(config: &Config, token: &str) -> Result<Session, ClientError> {
-    let mut last = String::from("no address");
-    for address in config.addresses() {
-        match dial(config, address, token).await {
-            Ok(s) => return Ok(s),
-            Err(DialError::Retry(why)) => last = format!("{address}: {why}"),
-            Err(DialError::Fatal(e)) => return Err(e),
+/// One pass over the addresses of `config` in the order `masters` gives (the last good one
+/// first), each at most once; a standby's `not_leader` puts the leader it names next. A name
+/// with several records is several masters: each record is dialled in turn (TLS still checks
+/// the name). The first session that authenticates.
+pub(crate) async fn connect_any(
+    config: &Config,
+    masters: &mut Masters,
+    token: &str,
+) -> Result<Session, ClientError> {
+    let mut queue: VecDeque<String> = masters.pass().into();
+    let mut tried: Vec<String> = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
+    while let Some(address) = queue.pop_front() {
+        if tried.contains(&address) {
+            continue;
         }
+        tried.push(address.clone());
+        for (target, label) in records(&address).await {
+            match dial(config, &address, target, &label, token).await {
+                Ok(s) => {
+                    masters.on_connected(&address);
+                    return Ok(s);
+                }
+                Err(DialError::Retry(why)) => reasons.push(format!("{label}: {why}")),
+                Err(DialError::NotLeader { leader, why }) => {
+                    reasons.push(format!("{label}: {why}"));
+                    if let Some(leader) = leader.filter(|l| !tried.contains(l)) {
+                        queue.retain(|a| *a != leader);
+                        queue.push_front(leader);
+                        break; // the other records of this name come after the leader
+                    }
+                }
+                Err(DialError::Fatal(e)) => return Err(e),
+            }
+        }
+        masters.on_failed(&address);
     }
     Err(ClientError::Unreachable {
         addresses: config.addresses().join(","),
-        reason: last,
+        reason: if reasons.is_empty() {
+            "no address".into()
+        } else {
+            reasons.join("; ")
+        },
     })
 }
 
-async fn dial(config: &Config, address: &str, token: &str) -> Result<Session, DialError> {
+/// The records of `address`: each resolved socket address when the name has several (with a
+/// label naming it), else the address itself (resolved again by the dial, which reports a
+/// failure to resolve it).
+async fn records(address: &str) -> Vec<(Option<SocketAddr>, String)> {
+    let mut ips: Vec<SocketAddr> = Vec::new();
+    if let Ok(found) = tokio::net::lookup_host(address).await {
+        for a in found {
+            if !ips.contains(&a) {
+                ips.push(a);
+            }
+        }
+    }
+    if ips.len() <= 1 {
+        return vec![(None, address.to_owned())];
+    }
+    ips.into_iter()
+        .map(|ip| (Some(ip), format!("{address} ({})", ip.ip())))
+        .collect()
+}
+
+async fn dial(
+    config: &Config,
+    address: &str,
+    target: Option<SocketAddr>,
+    label: &str,
+    token: &str,
+) -> Result<Session, DialError> {
     let work = async {
-        let tcp = TcpStream::connect(address)
-            .await
-            .map_err(|e| DialError::Retry(e.to_string()))?;
+        let tcp = match target {
+            Some(ip) => TcpStream::connect(ip).await,
+            None => TcpStream::connect(address).await,
+        }
+        .map_err(|e| DialError::Retry(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
         let stream: Box<dyn Stream> = match &config.ca_file {
             None => Box::new(tcp),
@@ -89,7 +154,7 @@ async fn dial(config: &Config, address: &str, token: &str) -> Result<Session, Di
                 Box::new(tls)
             }
         };
-        handshake(stream, address, token).await
+        handshake(stream, label, token).await
     };
     match tokio::time::timeout(config.connect_timeout, work).await {
         Ok(r) => r,
@@ -167,6 +232,10 @@ fn refusal(address: &str, code: &str, message: String) -> DialError {
         "version" => DialError::Fatal(ClientError::Config(format!(
             "the master at {address} speaks another protocol version ({message}): upgrade rtpool on one side"
         ))),
+        "not_leader" => DialError::NotLeader {
+            leader: leader_of(&message),
+            why: format!("not the leader ({message})"),
+        },
         _ => DialError::Retry(format!("{code}: {message}")),
     }
 }
@@ -240,9 +309,13 @@ async fn write_frames(
     let _ = write.shutdown().await;
 }
 
-/// Backoff between reconnection attempts: 50 ms doubling to 2 s.
+/// Backoff between reconnection passes: 50 ms doubling to 2 s, each drawn between half and
+/// all of it (clients of a failed-over master do not come back in step).
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(50u64 << attempt.min(5)).min(Duration::from_secs(2))
+    let full = Duration::from_millis(50u64 << attempt.min(5)).min(Duration::from_secs(2));
+    let mut byte = [0u8; 1];
+    let _ = getrandom::getrandom(&mut byte);
+    full / 2 + full / 2 * u32::from(byte[0]) / 255
 }
 
 /// A message as one plain frame.
@@ -250,4 +323,100 @@ pub(crate) fn plain(msg: &Msg) -> Frame {
     let mut out = BytesMut::new();
     encode(msg, &mut out);
     (out.freeze(), Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A stand-in master on 127.0.0.1 answering every `HELLO` with `answer`; the count of
+    /// `HELLO`s it read.
+    async fn fake(answer: Msg) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let hellos = Arc::new(AtomicUsize::new(0));
+        let count = hellos.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let mut buf = BytesMut::new();
+                while !matches!(decode_frame(&mut buf, DEFAULT_MAX_FRAME), Ok(Some(_))) {
+                    if sock.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                        break;
+                    }
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                let mut out = BytesMut::new();
+                encode(&answer, &mut out);
+                let _ = sock.write_all(&out).await;
+                if matches!(answer, Msg::Error { .. }) {
+                    drop(sock);
+                } else {
+                    tokio::spawn(async move {
+                        let mut sink = [0u8; 1024];
+                        while sock.read(&mut sink).await.unwrap_or(0) > 0 {}
+                    });
+                }
+            }
+        });
+        (address, hellos)
+    }
+
+    fn welcome() -> Msg {
+        Msg::Welcome {
+            version: PROTOCOL_VERSION,
+            session: 1,
+            max_frame_bytes: DEFAULT_MAX_FRAME as u32,
+            heartbeat_ms: 1000,
+            lease_ms: 3000,
+            instance: 7,
+        }
+    }
+
+    fn not_leader(leader: &str) -> Msg {
+        Msg::Error {
+            code: "not_leader".into(),
+            message: format!("this master is a standby (leader: {leader})"),
+            reference: 0,
+        }
+    }
+
+    fn dead() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_standby_sends_the_dial_to_the_leader_it_names() {
+        let (leader, leader_hellos) = fake(welcome()).await;
+        let (other, other_hellos) = fake(not_leader("unknown")).await;
+        let (standby, standby_hellos) = fake(not_leader(&leader)).await;
+        let config = Config::new(&format!("{},{standby},{other},{leader}", dead())).unwrap();
+        let mut masters = Masters::new(config.addresses());
+        let s = connect_any(&config, &mut masters, "t").await.unwrap();
+        assert_eq!(s.address, leader);
+        assert_eq!(s.welcome.instance, 7);
+        let counts =
+            [&standby_hellos, &other_hellos, &leader_hellos].map(|c| c.load(Ordering::SeqCst));
+        assert_eq!(counts, [1, 0, 1]);
+        assert_eq!(masters.pass()[0], leader); // the next pass starts where this one ended
+    }
+
+    #[tokio::test]
+    async fn no_leader_among_the_masters_is_unreachable_with_every_reason() {
+        let (a, _) = fake(not_leader("unknown")).await;
+        let config = Config::new(&format!("{a},{}", dead())).unwrap();
+        let mut masters = Masters::new(config.addresses());
+        let Err(e) = connect_any(&config, &mut masters, "t").await else {
+            panic!("connected without a leader");
+        };
+        let text = e.to_string();
+        assert!(matches!(e, ClientError::Unreachable { .. }), "{text}");
+        assert!(text.contains(&format!("{a}: not the leader")), "{text}");
+        assert!(text.contains("refused"), "{text}");
+    }
 }

@@ -51,6 +51,11 @@ pub(crate) struct ResClass {
 }
 
 impl ResClass {
+    /// A worker of this kind (`Worker::kind`) serves it. O(kinds that serve it).
+    pub(crate) fn is_served_by_kind(&self, kind: Option<u64>) -> bool {
+        kind.is_some_and(|k| self.kinds.contains(&k))
+    }
+
     /// A worker with these totals and labels can serve it.
     pub(crate) fn is_served_by(&self, totals: &Resources, labels: &Labels) -> bool {
         self.resources.shortfall(totals).is_none() && self.labels.mismatch(labels).is_none()

@@ -105,6 +105,9 @@ pub(crate) enum Timer {
     Service(u64),
     /// A resource class's grace period without servers (slab key of the class).
     Class(u64),
+    /// The grace period of a service's calls of one resource class without a worker that
+    /// serves both: `(service, class)`, slab keys.
+    Calls(u64, u64),
 }
 
 /// The scheduler state machine.

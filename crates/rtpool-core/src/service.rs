@@ -3,7 +3,9 @@
 //! A service is one `(name, version)` with its interface blob, the connected workers that
 //! serve it, and the queue of its calls that wait for a free server. An entry lives while a
 //! worker serves it or a live call names it; calls hold it by slab key, so it is never freed
-//! under them.
+//! under them. Calls whose package asks for resources or labels queue apart, one
+//! [`ClassCalls`] per resource class, with the servers of the function that also serve the
+//! class (`core/calls/classes.rs` keeps those lists).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -36,29 +38,92 @@ pub(crate) struct Service {
     pub(crate) calls: u64,
     /// When its queued calls fail if no server returns (armed while it has none).
     pub(crate) orphan_at: Option<Instant>,
+    /// Its calls of packages that ask for resources or labels, by resource class (slab key):
+    /// made when a call of that class is first submitted, kept while the class lives (so a
+    /// steady stream of such calls never rebuilds its server list). Empty for the functions
+    /// whose calls ask for nothing: their path does not look here.
+    pub(crate) classes: BTreeMap<u64, ClassCalls>,
+}
+
+/// The calls of one service whose package asks for one request (a resource class): queued
+/// apart from the service's other calls, for the servers of the service that can serve the
+/// class. Placement looks at these servers only, from a rotating start, as for the others.
+#[derive(Debug, Default)]
+pub(crate) struct ClassCalls {
+    /// Connected, non-draining workers that serve the function and can serve the class.
+    pub(crate) servers: Vec<WorkerId>,
+    positions: IdMap<WorkerId, usize>,
+    /// Where the next placement starts looking.
+    pub(crate) cursor: usize,
+    /// Its calls that wait for a server with a credit and the request free.
+    pub(crate) queue: ReadyQueue,
+    /// When its queued calls of packages with the policy `error` fail if no server returns
+    /// (armed when its last server leaves).
+    pub(crate) orphan_at: Option<Instant>,
+}
+
+impl ClassCalls {
+    /// Adds a server; false if it already is one.
+    pub(crate) fn add_server(&mut self, worker: WorkerId) -> bool {
+        add_server(&mut self.servers, &mut self.positions, worker)
+    }
+
+    /// Removes a server, O(1); false if it was not one.
+    pub(crate) fn remove_server(&mut self, worker: WorkerId) -> bool {
+        remove_server(&mut self.servers, &mut self.positions, worker)
+    }
+}
+
+fn add_server(
+    servers: &mut Vec<WorkerId>,
+    positions: &mut IdMap<WorkerId, usize>,
+    worker: WorkerId,
+) -> bool {
+    if positions.contains_key(&worker) {
+        return false;
+    }
+    positions.insert(worker, servers.len());
+    servers.push(worker);
+    true
+}
+
+fn remove_server(
+    servers: &mut Vec<WorkerId>,
+    positions: &mut IdMap<WorkerId, usize>,
+    worker: WorkerId,
+) -> bool {
+    let Some(pos) = positions.remove(&worker) else {
+        return false;
+    };
+    servers.swap_remove(pos);
+    if let Some(&moved) = servers.get(pos) {
+        positions.insert(moved, pos);
+    }
+    true
 }
 
 impl Service {
     /// Adds a server; false if it already serves this.
     pub(crate) fn add_server(&mut self, worker: WorkerId) -> bool {
-        if self.positions.contains_key(&worker) {
-            return false;
-        }
-        self.positions.insert(worker, self.servers.len());
-        self.servers.push(worker);
-        true
+        add_server(&mut self.servers, &mut self.positions, worker)
     }
 
     /// Removes a server, O(1); false if it did not serve this.
     pub(crate) fn remove_server(&mut self, worker: WorkerId) -> bool {
-        let Some(pos) = self.positions.remove(&worker) else {
-            return false;
-        };
-        self.servers.swap_remove(pos);
-        if let Some(&moved) = self.servers.get(pos) {
-            self.positions.insert(moved, pos);
+        remove_server(&mut self.servers, &mut self.positions, worker)
+    }
+
+    /// The queue of its calls of resource class `class` (`None`: those that ask for nothing).
+    pub(crate) fn queue_of(&mut self, class: Option<u64>) -> Option<&mut ReadyQueue> {
+        match class {
+            None => Some(&mut self.queue),
+            Some(c) => self.classes.get_mut(&c).map(|cc| &mut cc.queue),
         }
-        true
+    }
+
+    /// Calls queued, in every queue of it.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len() + self.classes.values().map(|c| c.queue.len()).sum::<usize>()
     }
 
     /// Nothing refers to it any more, and its grace after its last server left is over.
@@ -145,6 +210,7 @@ impl ServiceTable {
             queue: ReadyQueue::default(),
             calls: 0,
             orphan_at: None,
+            classes: BTreeMap::new(),
         };
         s.add_server(worker);
         let slot = self.table.insert(s);
@@ -177,6 +243,7 @@ impl ServiceTable {
             queue: ReadyQueue::default(),
             calls: 0,
             orphan_at: None,
+            classes: BTreeMap::new(),
         });
         self.by_name.entry(key.0.clone()).or_default().push(slot);
         self.by_key.insert(key, slot);

@@ -498,10 +498,11 @@ fn options_for_copies_and_bad_dependencies_are_refused() {
         ..PackageOpts::default()
     };
     let (_, out) = env.submit_calls_with(client, opts, vec![call("f", "x", &[])]);
+    // A request no server of the function can serve (no worker has a GPU): refused by name
+    // (calls_resources.rs has the rest).
     let message = rejection(&out).to_string();
     assert!(
-        matches!(rejection(&out), RejectReason::InvalidOptions(_))
-            && message.contains("cannot ask for resources or labels yet (this one asks gpu=1)"),
+        matches!(rejection(&out), RejectReason::Unschedulable(_)) && message.contains("gpu=1"),
         "{message}"
     );
     let (_, out) = env.submit_calls(client, vec![call("f", "x", &[0])]);

@@ -13,10 +13,15 @@
 //! requests a worker holds never exceed its totals, and a submission is refused as
 //! unschedulable exactly when its policy is `error` and no connected worker that is not
 //! draining could serve it.
+//!
+//! Some workers serve the named function `f`, and packages of calls of `f` ask as packages of
+//! tasks do (their request in their arguments): a call lands only on a non-draining server of
+//! `f` that has what it asks, carries its request, and is never refused when such a server
+//! is connected; when refused as unschedulable, no such server is.
 
 mod common;
 
-use common::{assignments, Spec, TestEnv};
+use common::{assignments, call, call_assignments, Spec, TestEnv};
 use proptest::prelude::*;
 use rtpool_core::{Action, RejectReason, TaskId, WorkerId};
 
@@ -28,6 +33,7 @@ enum Op {
         slots: u32,
         gpu: u64,
         zone: usize,
+        serves: bool,
     },
     LoseWorker {
         w: usize,
@@ -54,12 +60,18 @@ enum Op {
     Return {
         w: usize,
     },
+    SubmitCalls {
+        calls: usize,
+        gpu: u64,
+        zone: usize,
+        wait: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        2 => (1u32..4, 0u64..4, 0usize..3)
-            .prop_map(|(slots, gpu, zone)| Op::AddWorker { slots, gpu, zone }),
+        2 => (1u32..4, 0u64..4, 0usize..3, any::<bool>())
+            .prop_map(|(slots, gpu, zone, serves)| Op::AddWorker { slots, gpu, zone, serves }),
         1 => any::<usize>().prop_map(|w| Op::LoseWorker { w }),
         1 => any::<usize>().prop_map(|w| Op::Drain { w }),
         4 => (any::<usize>(), 1u32..4).prop_map(|(w, n)| Op::Credit { w, n }),
@@ -67,6 +79,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(tasks, gpu, zone, wait, near)| Op::Submit { tasks, gpu, zone, wait, near }),
         4 => (any::<usize>(), any::<usize>()).prop_map(|(w, k)| Op::Complete { w, k }),
         1 => any::<usize>().prop_map(|w| Op::Return { w }),
+        3 => (1usize..4, 0u64..3, 0usize..3, any::<bool>())
+            .prop_map(|(calls, gpu, zone, wait)| Op::SubmitCalls { calls, gpu, zone, wait }),
     ]
 }
 
@@ -75,6 +89,8 @@ struct Peer {
     id: WorkerId,
     gpu: u64,
     zone: usize,
+    /// It serves the named function `f`.
+    serves: bool,
     draining: bool,
     /// Tasks it holds and the gpus each asked for.
     held: Vec<(TaskId, u64)>,
@@ -130,6 +146,42 @@ impl Model {
                 assert_eq!(t.res.get("gpu"), gpu, "the assignment carries the request");
                 peer.held.push((t.task, gpu));
             }
+            Self::check_held(peer);
+        }
+        for (worker, calls) in call_assignments(out) {
+            let peer = self
+                .peers
+                .iter_mut()
+                .find(|p| p.id == worker)
+                .expect("assigned to a connected worker");
+            assert!(
+                !peer.draining && peer.serves,
+                "call on {worker}, not a server of f"
+            );
+            for c in calls {
+                let asked: u64 = String::from_utf8_lossy(&c.args).parse().expect("a request");
+                let (gpu, zone) = (asked / 3, (asked % 3) as usize);
+                assert!(
+                    peer.serves(gpu, zone),
+                    "a call asking gpu={gpu} zone={:?} landed on {worker} with gpu={} zone={:?}",
+                    ZONES[zone],
+                    peer.gpu,
+                    ZONES[peer.zone]
+                );
+                assert_eq!(
+                    c.res.get("gpu"),
+                    gpu,
+                    "the call's entry carries the request"
+                );
+                peer.held.push((c.task, gpu));
+            }
+            Self::check_held(peer);
+        }
+    }
+
+    fn check_held(peer: &Peer) {
+        let worker = peer.id;
+        {
             let used: u64 = peer.held.iter().map(|(_, g)| g).sum();
             assert!(
                 used <= peer.gpu,
@@ -141,15 +193,25 @@ impl Model {
 
     fn apply(&mut self, op: Op) {
         match op {
-            Op::AddWorker { slots, gpu, zone } => {
+            Op::AddWorker {
+                slots,
+                gpu,
+                zone,
+                serves,
+            } => {
                 let resources: Vec<(&str, u64)> = if gpu > 0 { vec![("gpu", gpu)] } else { vec![] };
                 let labels: Vec<(&str, &str)> =
                     ZONES[zone].map(|z| ("zone", z)).into_iter().collect();
                 let id = self.env.new_worker_with(slots, &resources, &labels);
+                if serves {
+                    let out = self.env.serve(id, &[("f", "1")]);
+                    self.observe(&out);
+                }
                 self.peers.push(Peer {
                     id,
                     gpu,
                     zone,
+                    serves,
                     draining: false,
                     held: Vec::new(),
                 });
@@ -180,6 +242,12 @@ impl Model {
                 wait,
                 near,
             } => self.submit(tasks, gpu, zone, wait, near),
+            Op::SubmitCalls {
+                calls,
+                gpu,
+                zone,
+                wait,
+            } => self.submit_calls(calls, gpu, zone, wait),
             Op::Complete { w, k } => {
                 let Some(i) = self.peer(w) else { return };
                 if self.peers[i].held.is_empty() {
@@ -236,6 +304,53 @@ impl Model {
              connected, non-draining worker can serve it and it does not wait: {out:?}",
             ZONES[zone]
         );
+        self.observe(&out);
+    }
+}
+
+impl Model {
+    fn submit_calls(&mut self, n: usize, gpu: u64, zone: usize, wait: bool) {
+        let resources = if gpu > 0 {
+            vec![("gpu".to_owned(), gpu)]
+        } else {
+            vec![]
+        };
+        let labels: Vec<(String, String)> = ZONES[zone]
+            .map(|z| ("zone".to_owned(), z.to_owned()))
+            .into_iter()
+            .collect();
+        let opts = rtpool_core::PackageOpts {
+            resources: rtpool_core::Resources::new(resources).unwrap(),
+            labels: rtpool_core::Labels::new(labels).unwrap(),
+            unschedulable: if wait {
+                rtpool_core::Unschedulable::Wait
+            } else {
+                rtpool_core::Unschedulable::Error
+            },
+            ..Default::default()
+        };
+        let asked = (gpu * 3 + zone as u64).to_string();
+        // A chain: each call after the first takes the previous one's result.
+        let calls = (0..n as u32)
+            .map(|i| {
+                let deps: Vec<u32> = (i > 0).then(|| i - 1).into_iter().collect();
+                call("f", &asked, &deps)
+            })
+            .collect();
+        let servable = self
+            .peers
+            .iter()
+            .any(|p| p.serves && !p.draining && p.serves(gpu, zone));
+        let (_, out) = self.env.submit_calls_with(self.client, opts, calls);
+        let refusal = out.iter().find_map(|a| match a {
+            Action::Rejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        });
+        match refusal {
+            Some(RejectReason::Unschedulable(m)) => assert!(!wait && !servable, "{m}"),
+            Some(other) => assert!(!servable, "refused with a server that can run it: {other}"),
+            None => {}
+        }
         self.observe(&out);
     }
 }

@@ -157,6 +157,7 @@ fn estimated_size(out: &Out) -> usize {
                         + c.version.len()
                         + c.args.len()
                         + c.inputs.iter().map(|i| 5 + i.len()).sum::<usize>()
+                        + 48 * c.res.len()
                 })
                 .sum::<usize>()
         }

@@ -182,8 +182,12 @@ pub struct CallAssignment {
     /// Execution time limit, milliseconds; 0 = none.
     pub timeout_ms: u32,
     /// Keep the result on the worker and answer with a reference blob (an intermediate result
-    /// of a transaction); on the wire only when true, as an eighth field.
+    /// of a transaction); on the wire only when true or when `res` follows, as an eighth
+    /// field.
     pub keep: bool,
+    /// What the call holds of its worker while it runs (its package's `resources`), as a
+    /// ninth field only when not empty (the same rule as [`Assignment::res`]).
+    pub res: Resources,
 }
 
 /// One served function as `FUNCTIONS_REPLY` lists it.

@@ -3,8 +3,8 @@
 
 use bytes::{Bytes, BytesMut};
 use rtpool_proto::{
-    decode_frame, encode, encode_to_vec, Assignment, Labels, Msg, PackageOpts, Resources, Role,
-    Unschedulable,
+    decode_frame, encode, encode_to_vec, Assignment, CallAssignment, Labels, Msg, PackageOpts,
+    Resources, Role, Unschedulable,
 };
 
 fn roundtrip(msg: &Msg) -> Msg {
@@ -109,4 +109,41 @@ fn an_assignment_with_resources_has_eight_fields() {
         bytes.ends_with(&[0x90, 0x81, 0xa3, b'g', b'p', b'u', 0x01]),
         "{bytes:02x?}"
     );
+}
+
+#[test]
+fn a_call_with_resources_has_nine_fields_and_one_without_stays_as_before() {
+    let call = |keep, res| CallAssignment {
+        task: 1,
+        attempt: 1,
+        name: "f".into(),
+        version: String::new(),
+        args: Bytes::new(),
+        inputs: Vec::new(),
+        timeout_ms: 0,
+        keep,
+        res,
+    };
+    let msg = Msg::AssignCalls {
+        calls: vec![call(false, res(&[("gpu", 1)]))],
+    };
+    assert_eq!(roundtrip(&msg), msg);
+    let bytes = encode_to_vec(&msg);
+    // [28, [[task, attempt, name, version, args, [], timeout, false, {"gpu": 1}]]]
+    assert!(
+        bytes.ends_with(&[
+            0x99, 0x01, 0x01, 0xa1, b'f', 0xa0, 0xc4, 0x00, 0x90, 0x00, 0xc2, 0x81, 0xa3, b'g',
+            b'p', b'u', 0x01
+        ]),
+        "{bytes:02x?}"
+    );
+    // Without a request: seven fields, or eight with `keep`, as before.
+    let plain = encode_to_vec(&Msg::AssignCalls {
+        calls: vec![call(false, Resources::default())],
+    });
+    assert!(plain.ends_with(&[0x97, 0x01, 0x01, 0xa1, b'f', 0xa0, 0xc4, 0x00, 0x90, 0x00]));
+    let kept = Msg::AssignCalls {
+        calls: vec![call(true, res(&[("gpu", 2)]))],
+    };
+    assert_eq!(roundtrip(&kept), kept);
 }

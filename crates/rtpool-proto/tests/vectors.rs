@@ -230,8 +230,16 @@ fn msg_to_json(msg: &Msg) -> Value {
                     Value::Array(inputs),
                     json!(c.timeout_ms),
                 ];
-                if c.keep {
-                    entry.push(json!(true));
+                if c.keep || !c.res.is_empty() {
+                    entry.push(json!(c.keep));
+                }
+                if !c.res.is_empty() {
+                    let res: serde_json::Map<String, Value> = c
+                        .res
+                        .iter()
+                        .map(|(n, a)| (n.to_owned(), json!(a)))
+                        .collect();
+                    entry.push(Value::Object(res));
                 }
                 Value::Array(entry)
             })

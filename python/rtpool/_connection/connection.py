@@ -38,8 +38,9 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from .. import _protocol as P
 from .. import _shm
-from .._dial import Address, TlsOption, connect, parse_address
+from .._dial import Address, TlsOption, connect
 from .._future import Future
+from .._masters import Masters
 from ..errors import ConnectionLost
 from .acks import _Acks
 from .packages import _Packages
@@ -51,14 +52,14 @@ from .segment import ALL, _Segment
 _sendall = P.sendall
 
 
-def _shm_owner(host: str) -> str | None:
+def _shm_owner(hosts: List[str]) -> str | None:
     """The owner tag for shared-memory payloads: with ``RTPOOL_SHM=1``, or by default (auto)
-    when the master is on a loopback address; None (TCP only) otherwise or with
+    when every master is on a loopback address; None (TCP only) otherwise or with
     ``RTPOOL_SHM=0``."""
     if not _shm.available():
         return None
     forced = os.environ.get("RTPOOL_SHM", "auto").strip().lower() in ("1", "on", "yes", "true")
-    local = host in ("localhost", "::1") or host.startswith("127.")
+    local = all(host in ("localhost", "::1") or host.startswith("127.") for host in hosts)
     if forced or local:
         _shm.sweep()  # segments of clients that died on this host
         return _shm.owner()
@@ -107,11 +108,13 @@ class _Connection(_Acks, _Packages, _Receiver, _Reconnector, _Releases):
         reconnect_timeout: float = 60.0,
         thread_start: Callable[[str], Callable[[], None]] | None = None,
     ):
-        host, port = parse_address(address)
-        self.address = f"{host}:{port}"
+        #: The master addresses (several: a leader and standbys), and where to dial next.
+        self.masters = Masters(address)
+        #: The address of the master this connection is (or was last) on.
+        self.address = self.masters.current
         #: This client's shared-memory owner tag when its master (and so, by default, its
         #: workers) is on this host, else None: large payloads then go through /dev/shm.
-        self.shm_owner = _shm_owner(host)
+        self.shm_owner = _shm_owner(self.masters.hosts())
         self._shm_attached = bool(self.shm_owner)
         if self._shm_attached:
             _shm.attach()  # the process's segments go when its last client closes
@@ -125,7 +128,8 @@ class _Connection(_Acks, _Packages, _Receiver, _Reconnector, _Releases):
         }
         self.connect_timeout = connect_timeout
         self.reconnect_timeout = reconnect_timeout
-        sock, welcome, reader, extra = connect((host, port), **self._hello, timeout=connect_timeout)
+        sock, welcome, reader, extra = connect(self.masters, **self._hello, timeout=connect_timeout)
+        self.address = self.masters.current
         # Locks of threads waiting in Future.result(), released by the reader thread.
         self._wakes: List[Any] = []
         self._send_lock = threading.Lock()

@@ -62,6 +62,8 @@ class _Reconnector:
             closed = self._closed
         if fatal is not None:
             reason = f"the master reported {fatal[0]}: {fatal[1]}"
+            if fatal[0] == P.ERR_NOT_LEADER:  # deposed: dial the leader it names first
+                self.masters.follow(fatal[1])
         if closed or self.reconnect_timeout <= 0 or (fatal is not None and fatal[0] in _NO_RETRY):
             self._connection_lost(reason)
             return None
@@ -109,7 +111,7 @@ class _Reconnector:
                 _log.warning("lost the connection to the master at %s (%s)", self.address, reason)
             try:
                 sock, welcome, reader, extra = connect(
-                    self.address,
+                    self.masters,
                     **self._hello,
                     timeout=max(0.05, min(self.connect_timeout, remaining)),
                 )
@@ -119,6 +121,7 @@ class _Reconnector:
             except (ConnectError, ProtocolError) as exc:
                 last_error = str(exc)
                 continue
+            self.address = self.masters.current
             self._resume(sock, welcome, reader)
             return extra
         self._connection_lost(reason)
@@ -160,7 +163,7 @@ class _Reconnector:
             "reconnected to the master at %s (session %d%s): attached %s, re-sent %s",
             self.address,
             self.session,
-            ", the master restarted" if restarted else "",
+            ", a new master instance (restarted or failed over)" if restarted else "",
             plural(len(self._attaching), "package"),
             plural(len(resend), "submission"),
         )

@@ -8,6 +8,7 @@ import argparse
 import os
 from typing import List
 
+from .._masters import parse_addresses
 from ._common import DEFAULT_PREFETCH
 from ._heap import DEFAULT_HEAP_KEEP_MB
 from ._logging import LOG_FORMATS
@@ -21,7 +22,14 @@ CONNECTION_MODES = ("auto", "host", "process")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``rtpool worker`` options to a parser."""
-    parser.add_argument("--master", required=True, metavar="HOST:PORT", help="master address")
+    parser.add_argument(
+        "--master",
+        default=os.environ.get("RTPOOL_MASTER") or None,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="master address; several (a leader and its standbys, docs/ha.md) separated by "
+        "commas, or a DNS name with one record per master: the worker follows the leader "
+        "(default: $RTPOOL_MASTER)",
+    )
     parser.add_argument(
         "--token", default=None, help="worker token (default: $RTPOOL_WORKER_TOKEN)"
     )
@@ -277,6 +285,14 @@ def check_arguments(args: argparse.Namespace) -> str | None:
     """Check what argparse cannot and fill the real-time defaults: the error message for a bad
     value or combination, else None. The token is :func:`run`'s to check (it may come from
     the environment)."""
+    if not args.master:
+        return (
+            "--master is required (HOST:PORT, several separated by commas), or set $RTPOOL_MASTER"
+        )
+    try:
+        parse_addresses(args.master)
+    except ValueError as exc:
+        return f"--master: {exc}"
     if args.procs < 1:
         return "--procs must be at least 1"
     if args.connection not in CONNECTION_MODES:

@@ -222,6 +222,8 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         elif code in _CONFIG_ERRORS:
             raise Stop(EXIT_CONFIG, f"the master reported {code}: {message}")
         else:
+            if code == P.ERR_NOT_LEADER:  # deposed: dial the leader it names first
+                self.masters.follow(message)
             raise Stop(EXIT_LOST, f"the master reported {code}: {message}")
 
     def _on_abort(self, entries: List[list], now: int) -> None:

@@ -23,9 +23,10 @@ supervisor between its checks of the children):
 * **Returns.** A child's ``RETURN`` is forwarded (in the same batch); since the master
   withdraws all of a connection's credits on ``RETURN``, the relay asks again, in the same
   write, for the other children's.
-* **Devices.** A task whose entry asks for GPUs (its ``res``) gets that many free device ids
-  of the host (``_devices.py``: those its child had last, if free), appended to the entry as
-  a ninth field for the child, and held until its result, return or loss passes here.
+* **Devices.** A task or call whose entry asks for GPUs (its ``res``) gets that many free
+  device ids of the host (``_devices.py``: those its child had last, if free), appended to the
+  entry after ``res`` for the child (``_task.py``), and held until its result, return or loss
+  passes here.
 * **ABORT** goes to the child holding the task, ``DROP`` (kept values released) to every
   child (each ignores the keys it does not hold); a child's heartbeats are answered here.
 * **A child that dies** (:meth:`Relay.release`, from the supervisor once it reaped it): its
@@ -335,9 +336,11 @@ class Relay(Upstream):
                 else:
                     e[3] = codes.get(fn_hash)
                     link.codes.add(fn_hash)
-            if len(e) == 8 and self.devices is not None and kind == P.ASSIGN:
-                count = gpu_count(e[7])
-                if count:  # its devices, for the child (the ninth field: _task.py)
+            # res is an ASSIGN entry's eighth field, an ASSIGN_CALLS entry's ninth.
+            res_at = 7 if kind == P.ASSIGN else 8
+            if len(e) == res_at + 1 and self.devices is not None:
+                count = gpu_count(e[res_at])
+                if count:  # its devices, for the child (the field after res: _task.py)
                     e.append(list(self.devices.take(key, count, owner=link.slot)))
             owner[key] = link.slot
             link.held[key] = None

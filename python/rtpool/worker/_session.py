@@ -87,7 +87,10 @@ class Session:
         ca_file: str | None,
         reconnect_timeout: float | None,
     ) -> None:
-        self.address = address
+        #: The master addresses (a leader and standbys), and where to dial next.
+        self.masters = _dial.Masters(address, say=lambda line: log(line, logging.WARNING))
+        #: The address of the master this worker is (or was last) connected to.
+        self.address = self.masters.current
         self.name = name
         #: The stable identity sent in ``HELLO`` (the owner sets it; see
         #: ``_dial.worker_identity``), under which the master keeps this worker's pace.
@@ -124,8 +127,8 @@ class Session:
         Raises:
             ConnectError, AuthenticationError, ProtocolError: As ``_dial.connect()``.
         """
-        return _dial.connect(
-            self.address,
+        parts = _dial.connect(
+            self.masters,
             role="worker",
             token=self._token,
             name=self.name,
@@ -136,6 +139,8 @@ class Session:
             resources=self.resources,
             labels=self.labels,
         )
+        self.address = self.masters.current
+        return parts
 
     def _start_session(
         self,
@@ -384,7 +389,7 @@ class Session:
                 if left <= 0:
                     again = "" if first else "re"
                     log(
-                        f"could not {again}connect to the master at {self.address} within "
+                        f"could not {again}connect to the master at {self.masters.spec} within "
                         f"{limit:g} s (--reconnect-timeout); exiting",
                         logging.ERROR,
                     )

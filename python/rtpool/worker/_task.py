@@ -11,7 +11,9 @@ Every field of an entry is required, but for an ``ASSIGN`` entry's seventh, its 
 a task the master held for another task's result has them: ``docs/data.md``), and its eighth,
 ``res``, the resources its package asks for (only with a request: ``docs/resources.md``); on
 the link from a host's relay to its child (never from the master) a ninth follows, the device
-ids the relay gave the task (``_devices.py``). An entry of the wrong shape is a
+ids the relay gave the task (``_devices.py``). An ``ASSIGN_CALLS`` entry has the same tail
+one field later: ``keep`` eighth (when true or when ``res`` follows), ``res`` ninth, the
+relay's device ids tenth. An entry of the wrong shape is a
 :class:`~rtpool.errors.ProtocolError` that names the message and the fields.
 """
 
@@ -23,7 +25,7 @@ from .._kept import args_with_inputs
 from ..errors import ProtocolError
 
 _ASSIGNMENT_FIELDS = "task, attempt, fn_hash, fn_code, args, timeout_ms[, inputs[, res]]"
-_CALL_FIELDS = "task, attempt, name, version, args, inputs, timeout_ms[, keep]"
+_CALL_FIELDS = "task, attempt, name, version, args, inputs, timeout_ms[, keep[, res]]"
 
 
 class Task(NamedTuple):
@@ -111,27 +113,35 @@ def queue_calls(entries: List[list], now: int, put: Callable[[Task], None]) -> N
 
     Args:
         entries: ``ASSIGN_CALLS``'s entries, ``[task, attempt, name, version, args, inputs,
-            timeout_ms]`` each, or with an eighth field, ``keep``.
+            timeout_ms]`` each, or with an eighth field, ``keep``, and a ninth, ``res``.
         now: ``perf_counter_ns()`` of the receipt.
         put: Called with each call, in order.
 
     Raises:
-        ProtocolError: An entry does not have seven or eight fields.
+        ProtocolError: An entry does not have seven to nine fields.
     """
     try:
         for entry in entries:
+            res = devices = None
+            if len(entry) > 8:  # a package with a resource request (docs/resources.md)
+                res = entry[8]
+                if len(entry) == 10:  # from the host's relay: the call's devices
+                    devices = tuple(entry[9])
+                elif len(entry) != 9 or not isinstance(res, dict):
+                    raise ValueError
+                del entry[8:]
             keep = len(entry) == 8 and entry.pop() is True
             task_id, attempt, name, version, args, inputs, timeout_ms = entry
             task = (task_id, attempt, (name, version), now, args, timeout_ms, inputs, keep)
-            put(_new(Task, (*task, None, None)))
+            put(_new(Task, (*task, res, devices)))
     except (TypeError, ValueError, AttributeError):
         raise _malformed("ASSIGN_CALLS", entries, _CALL_FIELDS) from None
 
 
 def _malformed(kind: str, entries: Any, fields: str) -> ProtocolError:
     count = len(fields.split(","))
-    # A bracketed last field is optional.
-    counts = (count - 1, count) if fields.endswith("]") else (count,)
+    # Bracketed trailing fields are optional, each within the one before.
+    counts = tuple(range(count - fields.count("["), count + 1))
     bad = next(
         (e for e in (entries if isinstance(entries, list) else [entries]) if not _fits(e, counts)),
         entries,

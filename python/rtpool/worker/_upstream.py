@@ -69,7 +69,10 @@ class Upstream:
     """
 
     def __init__(self, args: Any, token: str, name: str, serve: bytes) -> None:
-        self.address = args.master
+        #: The master addresses (a leader and standbys), and where to dial next.
+        self.masters = _dial.Masters(args.master, say=lambda line: log(line, logging.WARNING))
+        #: The address of the master this host is (or was last) connected to.
+        self.address = self.masters.current
         self.token = token
         self.name = name
         self.slots = args.procs
@@ -151,6 +154,8 @@ class Upstream:
         elif code in _CONFIG_ERRORS:
             self._give_up(EXIT_CONFIG, f"the master reported {code}: {message}; exiting")
         else:
+            if code == P.ERR_NOT_LEADER:  # deposed: dial the leader it names first
+                self.masters.follow(message)
             raise Lost(f"the master reported {code}: {message}")
 
     def _connect(self) -> None:
@@ -163,14 +168,14 @@ class Upstream:
         if self.attempt and limit and now - self.lost_at > limit:
             self._give_up(
                 EXIT_LOST,
-                f"could not {again}connect to the master at {self.address} within {limit:g} s "
+                f"could not {again}connect to the master at {self.masters.spec} within {limit:g} s "
                 "(--reconnect-timeout); exiting",
             )
             return
         self.attempt += 1
         try:
             sock, welcome, reader, early = _dial.connect(
-                self.address,
+                self.masters,
                 role="worker",
                 token=self.token,
                 name=self.name,
@@ -192,6 +197,7 @@ class Upstream:
         except (RtpoolError, ValueError) as exc:  # a protocol version the master refuses
             self._give_up(EXIT_CONFIG, str(exc))
             return
+        self.address = self.masters.current
         self._start(sock, welcome, reader, early)
 
     def _retry_later(self, exc: Exception) -> None:

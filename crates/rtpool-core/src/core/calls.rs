@@ -8,9 +8,15 @@
 //! calls are placed on the serving worker with a free credit that has the lowest estimated
 //! completion time (`crate::placement`), before shipped-code tasks are dispatched.
 //!
+//! A package of calls may ask for resources or labels as a package of tasks does: its calls
+//! then run only on servers of their function that can serve its resource class, holding the
+//! request while they run ([`classes`]).
+//!
 //! This file holds the submission of a package of calls; [`services`] the registry, [`dispatch`]
-//! the placement of queued calls on servers, [`dependents`] what a decided call passes on.
+//! the placement of queued calls on servers, [`classes`] the calls that ask for resources or
+//! labels, [`dependents`] what a decided call passes on.
 
+mod classes;
 mod dependents;
 mod dispatch;
 mod services;
@@ -33,7 +39,8 @@ const MAX_DEPS: usize = 1024;
 impl Core {
     /// Creates a package of calls, resolving each call's function and version, then
     /// dispatches. Refused: options calls do not support, a function (or version) no worker
-    /// serves, a dependency that is not an earlier call.
+    /// serves, a dependency that is not an earlier call, a request of resources or labels no
+    /// server of a called function can serve (policy `error`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_submit_calls(
         &mut self,
@@ -64,9 +71,17 @@ impl Core {
             self.check_quota(user)?;
             self.check_user_bounds(user, u64::from(total), bytes)?;
             let services = self.resolve_calls(&calls)?;
-            Ok((total, services))
+            let class = self.class_for(&opts)?;
+            if let Some(class) = class {
+                if let Err(reason) = self.check_call_class(class, &services, opts.unschedulable) {
+                    // A class made for this package alone goes with it.
+                    self.forget_class_if_unused(class);
+                    return Err(reason);
+                }
+            }
+            Ok((total, services, class))
         });
-        let (total, services) = match checked {
+        let (total, services, class) = match checked {
             Ok(ok) => ok,
             Err(reason) => {
                 out.push(Action::Rejected {
@@ -88,6 +103,7 @@ impl Core {
             now,
         );
         self.user_takes(user, u64::from(total), bytes);
+        self.set_class(slot, class);
         self.create_calls(slot, calls, &services, now);
         out.push(Action::Accepted {
             client,
@@ -110,19 +126,6 @@ impl Core {
         if let Some((_, name)) = refused.iter().find(|(set, _)| *set) {
             return Err(RejectReason::InvalidOptions(format!(
                 "{name} is for shipped-code tasks; calls of named functions do not support it"
-            )));
-        }
-        // TODO(#26): place calls only on servers of their function that match and fit.
-        if !opts.resources.is_empty() || !opts.labels.is_empty() {
-            let asks = [opts.resources.describe(), opts.labels.describe()]
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join(",");
-            return Err(RejectReason::InvalidOptions(format!(
-                "calls of named functions cannot ask for resources or labels yet (this one asks \
-                 {asks}); serve the function only from workers that have them (rtpool worker \
-                 --resources / --label), or ship the code as a task package, which can ask"
             )));
         }
         Self::check_options(opts)

@@ -80,9 +80,8 @@ impl Core {
                 package.counts.queued -= 1;
                 match &call {
                     Some(c) => {
-                        if let Some(s) = self.services.get_mut(c.service) {
-                            s.queue.remove(slot, task.queue_pos);
-                        }
+                        let pos = task.queue_pos;
+                        self.unqueue_call(c.service, slot, pos);
                     }
                     None => {
                         let pos = task.queue_pos;

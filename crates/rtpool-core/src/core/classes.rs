@@ -156,6 +156,7 @@ impl Core {
             k.classes.retain(|c| !unused.contains(c));
         }
         for slot in unused {
+            self.forget_class_calls(slot);
             if let Some(at) = self.classes.remove(slot).and_then(|c| c.orphan_at) {
                 self.timers.remove(&(at, Timer::Class(slot)));
             }
@@ -178,6 +179,7 @@ impl Core {
                 k.classes.retain(|&c| c != slot);
             }
         }
+        self.forget_class_calls(slot);
         self.classes.remove(slot);
     }
 
@@ -236,7 +238,11 @@ impl Core {
     /// (it waits, policy `wait`), or `None`.
     pub fn unschedulable_notice(&self, package: crate::ids::PackageId) -> Option<String> {
         let slot = *self.package_slots.get(&package)?;
-        let class = self.packages.get(slot)?.class?;
+        let p = self.packages.get(slot)?;
+        let class = p.class?;
+        if p.calls {
+            return self.call_class_notice(slot, class);
+        }
         self.classes.get(class)?;
         (!self.class_has_server(class)).then(|| {
             format!(

@@ -29,15 +29,22 @@ impl Core {
         let slot = task.package;
         let key = self.queue_key(slot);
         if let Some(service) = task.call.as_ref().map(|c| c.service) {
-            // A call queues with its function, for the workers that serve it.
-            let s = self
-                .services
-                .get_mut(service)
-                .expect("a live call's service");
+            // A call queues with its function, for the workers that serve it (in the
+            // function's sub-queue of its class if it asks for resources or labels).
+            let queue = match self.class_of(slot) {
+                None => {
+                    &mut self
+                        .services
+                        .get_mut(service)
+                        .expect("a live call's service")
+                        .queue
+                }
+                Some(class) => &mut self.class_calls(service, class).queue,
+            };
             let pos = if front {
-                s.queue.push_front(slot, key, 0, id)
+                queue.push_front(slot, key, 0, id)
             } else {
-                s.queue.push_back(slot, key, 0, id)
+                queue.push_back(slot, key, 0, id)
             };
             self.waiting_services.insert(service);
             self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;

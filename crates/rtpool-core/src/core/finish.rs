@@ -53,7 +53,8 @@ impl Core {
                         .services
                         .get_mut(service)
                         .expect("a live call's service")
-                        .queue
+                        .queue_of(package.class)
+                        .expect("a class call's sub-queue lives with its class")
                         .remove(slot, task.queue_pos),
                     None => match package.class {
                         Some(class) => {

@@ -66,6 +66,9 @@ impl Core {
             n as u32,
             now,
         );
+        // Its class, waiting whatever its policy: its servers may not have reconnected yet.
+        let class = self.restored_class(slot);
+        self.set_class(slot, class);
         let mut ids = Vec::with_capacity(n);
         let (mut kept, mut bytes) = (0u32, 0u64);
         for ((index, spec), dependents) in (0u32..).zip(r.calls.into_iter().take(n)).zip(dependents)

@@ -103,6 +103,9 @@ impl Core {
                 Timer::Hedge(id, attempt) => self.on_hedge_timer(id, attempt, now),
                 Timer::Service(slot) => self.on_orphan_timer(slot, now, &mut results),
                 Timer::Class(slot) => self.on_class_timer(slot, now, &mut results),
+                Timer::Calls(service, class) => {
+                    self.on_class_calls_timer(service, class, now, &mut results);
+                }
             }
         }
         self.push_results(results, out);

@@ -80,13 +80,20 @@ impl Core {
         })
     }
 
-    /// Every resource class, in no particular order. O(classes).
+    /// Every resource class, in no particular order; its `queued` counts its queued tasks and
+    /// calls. O(classes + the services' sub-queues).
     pub fn class_views(&self) -> impl Iterator<Item = ClassView> + '_ {
-        self.classes.iter().map(|(slot, c)| ClassView {
+        let mut calls: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+        for (_, s) in self.services.iter() {
+            for (&class, cc) in &s.classes {
+                *calls.entry(class).or_default() += cc.queue.len();
+            }
+        }
+        self.classes.iter().map(move |(slot, c)| ClassView {
             name: c.describe(),
             resources: c.resources.clone(),
             labels: c.labels.clone(),
-            queued: c.queue.len(),
+            queued: c.queue.len() + calls.get(&slot).copied().unwrap_or(0),
             running: c.running,
             workers: self.class_servers(slot),
             unschedulable: !self.class_has_server(slot),

@@ -28,6 +28,9 @@ pub struct AssignCall {
     /// Keep the result on the worker and answer with a reference to it: an intermediate
     /// result of a transaction, which only the calls that depend on it read.
     pub keep: bool,
+    /// What the call holds of its worker while it runs (its package's `resources`); empty
+    /// for a call that asks for none.
+    pub res: Resources,
 }
 
 /// One task inside an [`Action::Assign`].

@@ -42,6 +42,7 @@ impl Scheduler {
                         inputs: c.inputs,
                         timeout_ms: c.timeout_ms,
                         keep: c.keep,
+                        res: c.res,
                     })
                     .collect();
                 self.send(worker.0, Msg::AssignCalls { calls });

@@ -121,6 +121,7 @@ fn rpc_actions_become_their_frames() {
             inputs: vec![input.clone()],
             timeout_ms: 70,
             keep: true,
+            res: Default::default(),
         }],
     });
     let expected = Msg::AssignCalls {
@@ -133,6 +134,7 @@ fn rpc_actions_become_their_frames() {
             inputs: vec![input],
             timeout_ms: 70,
             keep: true,
+            res: Default::default(),
         }],
     };
     assert_eq!(sent(&mut rx), expected);

@@ -22,7 +22,7 @@ use crate::message::{
     Call, CallAssignment, FunctionInfo, Msg, ServedFunction, TaskResult, WorkerResult,
 };
 use crate::msgpack::{describe, Int, Reader};
-use crate::options::{PackageOpts, CALL_OPTS, SUBMIT_OPTS};
+use crate::options::{PackageOpts, Resources, CALL_OPTS, SUBMIT_OPTS};
 
 /// A struct read field by field in wire order, each error naming its field
 /// (`read_struct!(r, "WELCOME", Msg::Welcome { version: u32 })` reads `r.u32("WELCOME.version")`);
@@ -519,18 +519,25 @@ fn decode_assign_calls(r: &mut Reader) -> Result<Msg, ProtoError> {
     // fixarray, task, attempt, a one-byte name, an empty version, an empty bin, an empty array
     // and timeout_ms: 10 bytes at least.
     let calls = list(r, "ASSIGN_CALLS.calls", 10, |r| {
-        // Seven fields, or eight: `keep`, sent only when true.
+        // Seven fields, eight (`keep`, sent when true or when `res` follows) or nine (the
+        // resources the call holds).
         let fields = r.array_len("ASSIGN_CALLS.calls[]", 1)?;
-        if fields != 7 && fields != 8 {
-            let reason = format!("ASSIGN_CALLS.calls[] has {fields} fields, expected 7 or 8");
+        if !(7..=9).contains(&fields) {
+            let reason = format!("ASSIGN_CALLS.calls[] has {fields} fields, expected 7 to 9");
             return Err(r.malformed(reason));
         }
-        Ok(read_struct!(r, "ASSIGN_CALLS.calls[]", CallAssignment {
+        let mut c = read_struct!(r, "ASSIGN_CALLS.calls[]", CallAssignment {
             task: u64, attempt: u32, name: function_name,
             version: string(MAX_FUNCTION_VERSION_BYTES), args: bin,
             inputs: bin_list("ASSIGN_CALLS.calls[].inputs[]"),
-            timeout_ms: u32; keep: fields == 8 && r.bool("ASSIGN_CALLS.calls[].keep")?
-        }))
+            timeout_ms: u32; keep: fields >= 8 && r.bool("ASSIGN_CALLS.calls[].keep")?,
+            res: Resources::default()
+        });
+        if fields == 9 {
+            c.res = Resources::read(r, "ASSIGN_CALLS.calls[].res")?
+                .map_err(|reason| r.malformed(format!("ASSIGN_CALLS.calls[].res: {reason}")))?;
+        }
+        Ok(c)
     })?;
     Ok(Msg::AssignCalls { calls })
 }

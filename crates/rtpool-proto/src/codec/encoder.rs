@@ -68,6 +68,7 @@ pub(super) fn size_hint(msg: &Msg) -> usize {
                     + c.version.len()
                     + c.args.len()
                     + c.inputs.iter().map(|i| 5 + i.len()).sum::<usize>()
+                    + 48 * c.res.len()
             };
             8 + calls.iter().map(one).sum::<usize>()
         }
@@ -352,7 +353,16 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             w.head(k, 1);
             w.array(calls.len());
             for c in calls {
-                w.array(if c.keep { 8 } else { 7 });
+                // Trailing fields only as far as needed: `res` needs `keep` (maybe false)
+                // before it; a call that asks for nothing is as version 2 defined it.
+                let fields = if !c.res.is_empty() {
+                    9
+                } else if c.keep {
+                    8
+                } else {
+                    7
+                };
+                w.array(fields);
                 w.uint(c.task);
                 w.uint(c.attempt);
                 w.str(&c.name);
@@ -363,8 +373,11 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
                     s.bin(w, input);
                 }
                 w.uint(c.timeout_ms);
-                if c.keep {
-                    w.bool(true);
+                if fields >= 8 {
+                    w.bool(c.keep);
+                }
+                if fields == 9 {
+                    c.res.write(w);
                 }
             }
         }

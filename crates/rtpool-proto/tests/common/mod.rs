@@ -8,7 +8,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use rtpool_proto::{
     Assignment, Call, CallAssignment, FunctionInfo, MissPolicy, Msg, PackageCounts, PackageOpts,
-    Role, ServedFunction, TaskResult, WorkerResult,
+    Resources, Role, ServedFunction, TaskResult, WorkerResult,
 };
 
 /// A 32-byte function hash: `start, start+1, ...`.
@@ -659,6 +659,7 @@ fn rpc_samples() -> Vec<(String, Msg)> {
                         inputs: vec![],
                         timeout_ms: 0,
                         keep: false,
+                        res: Default::default(),
                     },
                     CallAssignment {
                         task: 81,
@@ -672,8 +673,26 @@ fn rpc_samples() -> Vec<(String, Msg)> {
                         ],
                         timeout_ms: 1_500,
                         keep: true,
+                        res: Default::default(),
                     },
                 ],
+            },
+        ),
+        (
+            // A call of a package that asks for resources: `keep` (false) and `res` follow.
+            "assign_calls_with_res".into(),
+            Msg::AssignCalls {
+                calls: vec![CallAssignment {
+                    task: 82,
+                    attempt: 1,
+                    name: "train".into(),
+                    version: "".into(),
+                    args: Bytes::from_static(b"\x90"),
+                    inputs: vec![],
+                    timeout_ms: 0,
+                    keep: false,
+                    res: Resources::new([("gpu".to_owned(), 1)]).unwrap(),
+                }],
             },
         ),
         (
@@ -899,18 +918,22 @@ fn arb_call_assignment() -> impl Strategy<Value = CallAssignment> {
             vec(arb_bytes(20), 0..4),
             arb_u32(),
             any::<bool>(),
+            arb_resources(),
         ),
     )
         .prop_map(
-            |((task, attempt, name, version), (args, inputs, timeout_ms, keep))| CallAssignment {
-                task,
-                attempt,
-                name,
-                version,
-                args,
-                inputs,
-                timeout_ms,
-                keep,
+            |((task, attempt, name, version), (args, inputs, timeout_ms, keep, res))| {
+                CallAssignment {
+                    task,
+                    attempt,
+                    name,
+                    version,
+                    args,
+                    inputs,
+                    timeout_ms,
+                    keep,
+                    res,
+                }
             },
         )
 }
@@ -1136,4 +1159,13 @@ pub fn frame_of(body: &[u8]) -> BytesMut {
 /// A whole frame around the msgpack encoding of `value`.
 pub fn frame(value: &V) -> BytesMut {
     frame_of(&value.to_bytes())
+}
+
+fn arb_resources() -> impl Strategy<Value = Resources> {
+    proptest::collection::btree_map(
+        prop_oneof![Just("gpu"), Just("mem_gb"), Just("license_x")],
+        0u64..100,
+        0..3,
+    )
+    .prop_map(|m| Resources::new(m.into_iter().map(|(n, a)| (n.to_owned(), a))).unwrap())
 }

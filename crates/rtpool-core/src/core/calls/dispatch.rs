@@ -9,10 +9,14 @@ use crate::core::{Core, Timer};
 use crate::event::{Action, AssignCall, TaskStatus};
 use crate::ids::{Instant, TaskId, WorkerId};
 use crate::placement::{self, Candidate};
+use rtpool_proto::Resources;
 
 /// Servers looked at per placement, from a rotating start: placement stays O(1) however many
 /// workers serve a function.
 const MAX_CANDIDATES: usize = 64;
+
+/// How queued calls compare: highest priority, then shortest estimated execution.
+type CallKey = (std::cmp::Reverse<i32>, u64);
 
 /// A function's mean execution time must be at least this long for its results to teach a
 /// worker's speed, microseconds.
@@ -29,37 +33,66 @@ impl Core {
         }
         let mut batches: Vec<(WorkerId, Vec<AssignCall>)> = Vec::new();
         loop {
-            let mut best: Option<((std::cmp::Reverse<i32>, u64), u64, usize)> = None;
+            // (key, service, resource class of its sub-queue, server index)
+            let mut best: Option<(CallKey, u64, Option<u64>, usize)> = None;
             let mut drained = Vec::new();
             for &slot in &self.waiting_services {
                 let Some(s) = self.services.get(slot) else {
                     drained.push(slot);
                     continue;
                 };
-                let Some(priority) = s.queue.top_priority() else {
-                    drained.push(slot);
-                    continue;
-                };
                 let est = self.estimates.get(&s.fn_hash).map_or(0, |e| e.mean_hint());
-                let key = (std::cmp::Reverse(priority), est);
-                if best.as_ref().is_some_and(|(k, _, _)| *k <= key) {
-                    continue;
+                let mut queued = false;
+                if let Some(priority) = s.queue.top_priority() {
+                    queued = true;
+                    let key = (std::cmp::Reverse(priority), est);
+                    let better = best.as_ref().is_none_or(|(k, ..)| key < *k);
+                    if better {
+                        if let Some(server) = self.place(slot, None) {
+                            best = Some((key, slot, None, server));
+                        }
+                    }
                 }
-                if let Some(server) = self.place(slot) {
-                    best = Some((key, slot, server));
+                // Calls that ask for resources or labels: one sub-queue per class (none for
+                // the functions whose calls ask for nothing).
+                for (&class, cc) in &s.classes {
+                    let Some(priority) = cc.queue.top_priority() else {
+                        continue;
+                    };
+                    queued = true;
+                    let key = (std::cmp::Reverse(priority), est);
+                    if best.as_ref().is_some_and(|(k, ..)| *k <= key) {
+                        continue;
+                    }
+                    if let Some(server) = self.place(slot, Some(class)) {
+                        best = Some((key, slot, Some(class), server));
+                    }
+                }
+                if !queued {
+                    drained.push(slot);
                 }
             }
             for slot in drained {
                 self.waiting_services.remove(&slot);
             }
-            let Some((_, slot, server)) = best else {
+            let Some((_, slot, class, server)) = best else {
                 break;
             };
             let s = self.services.get_mut(slot).expect("chosen");
-            let worker = s.servers[server];
-            s.cursor = server + 1;
-            let (id, _) = s.queue.pop().expect("a waiting service has a call");
-            let call = self.assign_call(id, worker, now);
+            let (worker, id) = match class {
+                None => {
+                    s.cursor = server + 1;
+                    let (id, _) = s.queue.pop().expect("a waiting service has a call");
+                    (s.servers[server], id)
+                }
+                Some(c) => {
+                    let cc = s.classes.get_mut(&c).expect("chosen");
+                    cc.cursor = server + 1;
+                    let (id, _) = cc.queue.pop().expect("a waiting class has a call");
+                    (cc.servers[server], id)
+                }
+            };
+            let call = self.assign_call(id, worker, class, now);
             match batches.iter_mut().find(|(w, _)| *w == worker) {
                 Some((_, calls)) => calls.push(call),
                 None => batches.push((worker, vec![call])),
@@ -73,16 +106,24 @@ impl Core {
         );
     }
 
-    /// The index in the service's server list of the best server with a free credit for its
-    /// head call, looking at no more than [`MAX_CANDIDATES`] servers from its cursor.
-    pub(super) fn place(&self, slot: u64) -> Option<usize> {
+    /// The index in the service's server list (or, for `class`, its sub-queue's) of the best
+    /// server with a free credit (and the class's request free) for the head call of that
+    /// queue, looking at no more than [`MAX_CANDIDATES`] servers from its cursor.
+    pub(super) fn place(&self, slot: u64, class: Option<u64>) -> Option<usize> {
         let s = self.services.get(slot)?;
-        let n = s.servers.len();
+        let (servers, cursor, queue, request) = match class {
+            None => (&s.servers, s.cursor, &s.queue, None),
+            Some(c) => {
+                let cc = s.classes.get(&c)?;
+                let request = &self.classes.get(c)?.resources;
+                (&cc.servers, cc.cursor, &cc.queue, Some(request))
+            }
+        };
+        let n = servers.len();
         if n == 0 {
             return None;
         }
-        let bytes = s
-            .queue
+        let bytes = queue
             .peek()
             .and_then(|id| self.tasks.get(id.0))
             .map_or(0, |t| {
@@ -96,11 +137,11 @@ impl Core {
         let mut cands = Vec::new();
         let mut index = Vec::new();
         for k in 0..n.min(MAX_CANDIDATES) {
-            let i = (s.cursor + k) % n;
-            let Some(w) = self.workers.get(&s.servers[i]) else {
+            let i = (cursor + k) % n;
+            let Some(w) = self.workers.get(&servers[i]) else {
                 continue;
             };
-            if !w.is_hungry() {
+            if !w.is_hungry() || request.is_some_and(|r| !w.has_free(r)) {
                 continue;
             }
             cands.push(Candidate {
@@ -121,7 +162,7 @@ impl Core {
             let Some(s) = self.services.get_mut(slot) else {
                 continue;
             };
-            if s.servers.is_empty() && s.orphan_at.is_none() && !s.queue.is_empty() {
+            if s.servers.is_empty() && s.orphan_at.is_none() && s.queued() > 0 {
                 let at = Instant(now.0.saturating_add(grace));
                 s.orphan_at = Some(at);
                 self.timers.insert((at, Timer::Service(slot)), ());
@@ -143,7 +184,13 @@ impl Core {
         if !s.servers.is_empty() {
             return;
         }
-        let ids: Vec<TaskId> = s.queue.iter().map(|(_, _, _, id)| id).collect();
+        // Its calls of every class too: no worker serves the function at all.
+        let ids: Vec<TaskId> = s
+            .queue
+            .iter()
+            .chain(s.classes.values().flat_map(|cc| cc.queue.iter()))
+            .map(|(_, _, _, id)| id)
+            .collect();
         let message = format!(
             "no worker serves '{}' version {} any more: its last server left and none came \
              back within {:.0} s",
@@ -152,6 +199,10 @@ impl Core {
             self.config.service_grace_ns as f64 / 1e9
         );
         for id in ids {
+            // Failing one may have ended another already (a remake fails its readers).
+            if !self.is_queued(id) {
+                continue;
+            }
             if self.is_remake(id) {
                 let data = Bytes::from(message.clone());
                 self.remake_answered(id, WorkerId(0), TaskStatus::Failed, data, now);
@@ -167,8 +218,15 @@ impl Core {
     }
 
     /// Moves a queued call to the worker: next attempt, one credit, in-flight.
-    pub(super) fn assign_call(&mut self, id: TaskId, worker: WorkerId, now: Instant) -> AssignCall {
+    pub(super) fn assign_call(
+        &mut self,
+        id: TaskId,
+        worker: WorkerId,
+        class: Option<u64>,
+        now: Instant,
+    ) -> AssignCall {
         let timeout_ms = self.start(id, worker, now);
+        let res = class.map_or_else(Resources::default, |c| self.hold_for_call(id, worker, c));
         let task = self.tasks.get(id.0).expect("just started");
         let call = task.call.as_ref().expect("a call");
         let s = self
@@ -185,6 +243,7 @@ impl Core {
             timeout_ms,
             // Not fetched means other calls depend on it and the client does not want it.
             keep: !call.fetch,
+            res,
         }
     }
 

@@ -34,6 +34,9 @@ impl Core {
                     if let Some(at) = s.orphan_at.take() {
                         self.timers.remove(&(at, Timer::Service(slot)));
                     }
+                    if !s.classes.is_empty() {
+                        self.serve_class_calls(worker, slot);
+                    }
                 }
                 Registered::Conflict => out.push(Action::ServeRefused {
                     worker,
@@ -60,6 +63,9 @@ impl Core {
                     s.orphan_at = Some(at);
                     self.timers.insert((at, Timer::Service(slot)), ());
                 }
+                if !s.classes.is_empty() {
+                    self.unserve_class_calls(worker, slot, now);
+                }
             }
             self.free_service_if_unused(slot);
         }
@@ -72,6 +78,11 @@ impl Core {
         };
         if let Some(at) = s.orphan_at {
             self.timers.remove(&(at, Timer::Service(slot)));
+        }
+        for (&class, cc) in &s.classes {
+            if let Some(at) = cc.orphan_at {
+                self.timers.remove(&(at, Timer::Calls(slot, class)));
+            }
         }
         self.services.free_if_unused(slot);
     }

@@ -56,8 +56,8 @@ impl Core {
         let mut in_services = 0;
         for (svc, s) in self.services.iter() {
             s.queue.check();
-            in_services += s.queue.len();
-            if !s.queue.is_empty() {
+            in_services += s.queued();
+            if s.queued() > 0 {
                 assert!(
                     self.waiting_services.contains(&svc),
                     "service {} has queued calls but is not waiting",
@@ -69,6 +69,15 @@ impl Core {
                     .iter()
                     .map(|(slot, key, pos, id)| (slot, key, pos, id, Some(svc), None)),
             );
+            for (&class, cc) in &s.classes {
+                cc.queue.check();
+                self.check_class_calls(svc, class, cc);
+                entries.extend(
+                    cc.queue
+                        .iter()
+                        .map(|(slot, key, pos, id)| (slot, key, pos, id, Some(svc), Some(class))),
+                );
+            }
         }
         for (slot, key, pos, id, svc, class) in entries {
             let task = self
@@ -87,13 +96,11 @@ impl Core {
                 svc,
                 "{id} is queued in the wrong queue"
             );
-            if svc.is_none() {
-                assert_eq!(
-                    self.packages.get(slot).and_then(|p| p.class),
-                    class,
-                    "{id} is queued outside its package's resource class"
-                );
-            }
+            assert_eq!(
+                self.packages.get(slot).and_then(|p| p.class),
+                class,
+                "{id} is queued outside its package's resource class"
+            );
             assert_eq!(task.package, slot, "{id} is queued under another package");
             assert_eq!(task.queue_pos, pos, "{id} is queued at another position");
             assert_eq!(key, self.queue_key(slot), "{id} is queued with a stale key");
@@ -110,6 +117,50 @@ impl Core {
             "queue count"
         );
         self.check_classes();
+    }
+
+    /// A service's sub-queue of a class: its servers are exactly the servers of the service
+    /// that serve the class, and, while they are few enough for placement to see them all,
+    /// none could start its head call now.
+    fn check_class_calls(&self, svc: u64, class: u64, cc: &crate::service::ClassCalls) {
+        let s = self.services.get(svc).expect("listed");
+        let c = self
+            .classes
+            .get(class)
+            .unwrap_or_else(|| panic!("service {} has calls of a forgotten class", s.name));
+        let mut want: Vec<_> = s
+            .servers
+            .iter()
+            .filter(|w| {
+                self.workers
+                    .get(w)
+                    .is_some_and(|w| c.is_served_by_kind(w.kind))
+            })
+            .copied()
+            .collect();
+        let mut have = cc.servers.clone();
+        want.sort_unstable();
+        have.sort_unstable();
+        assert_eq!(
+            have,
+            want,
+            "servers of {}'s calls of {}",
+            s.name,
+            c.describe()
+        );
+        if cc.queue.is_empty() || cc.servers.len() > 64 {
+            return;
+        }
+        for id in &cc.servers {
+            let w = self.workers.get(id).expect("servers are connected");
+            assert!(
+                !(w.is_hungry() && w.has_free(&c.resources)),
+                "{}'s calls of {} could start on {id}, which has a credit and the request \
+                 free, but did not",
+                s.name,
+                c.describe()
+            );
+        }
     }
 
     /// Each worker's resources in use are the sum of its holding tasks' requests, never above

@@ -67,6 +67,14 @@ impl Core {
                     );
                     assert_eq!(task.hedge_at, Some(at), "{id}'s hedge_at is not its timer");
                 }
+                Timer::Calls(service, class) => {
+                    let cc = self
+                        .services
+                        .get(service)
+                        .and_then(|s| s.classes.get(&class))
+                        .unwrap_or_else(|| panic!("grace timer of freed calls {service}/{class}"));
+                    assert_eq!(cc.orphan_at, Some(at), "calls {service}/{class}'s grace");
+                }
                 Timer::Service(slot) => {
                     let s = self
                         .services
@@ -111,6 +119,12 @@ impl Core {
                 .classes
                 .iter()
                 .filter(|(_, c)| c.orphan_at.is_some())
+                .count()
+            + self
+                .services
+                .iter()
+                .flat_map(|(_, s)| s.classes.values())
+                .filter(|cc| cc.orphan_at.is_some())
                 .count();
         assert_eq!(
             armed,

@@ -140,9 +140,7 @@ impl Core {
         if task.state == TaskState::Queued {
             task.state = TaskState::Waiting;
             let pos = task.queue_pos;
-            if let Some(s) = self.services.get_mut(service) {
-                s.queue.remove(slot, pos);
-            }
+            self.unqueue_call(service, slot, pos);
         }
     }
 
@@ -276,15 +274,14 @@ impl Core {
         let call = task.call.as_ref().expect("a remake is a call");
         match task.state {
             TaskState::Running { .. } => self.leave_running(slot),
-            TaskState::Queued => {
-                if let Some(s) = self.services.get_mut(call.service) {
-                    s.queue.remove(slot, task.queue_pos);
-                }
-            }
+            TaskState::Queued => self.unqueue_call(call.service, slot, task.queue_pos),
             _ => {}
         }
-        if let Some(w) = task.holder().and_then(|w| self.workers.get_mut(&w)) {
-            w.in_flight.remove(&id);
+        if let Some(holder) = task.holder() {
+            if let Some(w) = self.workers.get_mut(&holder) {
+                w.in_flight.remove(&id);
+            }
+            self.free_resources(holder, id);
         }
         let call = task.call.expect("a remake is a call");
         self.service_call_ended(call.service);
@@ -397,9 +394,7 @@ impl Core {
             TaskState::Queued => {
                 let pos = task.queue_pos;
                 self.tasks.remove(id.0);
-                if let Some(s) = self.services.get_mut(call.service) {
-                    s.queue.remove(slot, pos);
-                }
+                self.unqueue_call(call.service, slot, pos);
             }
             TaskState::Waiting => {
                 self.tasks.remove(id.0);
