@@ -2,12 +2,11 @@
 //!
 //! A package that asks for resources (`gpu=1`) or labels (`zone=a`) queues its tasks in the
 //! class of that exact request, not in the core's ready queue: each class has its own
-//! [`ReadyQueue`] (so priorities, fair share and EDF hold within it) and the list of connected
-//! workers whose totals and labels can serve it. Which workers can serve a class is decided
-//! when the class is made (one pass over the workers) and when a worker joins (one check per
-//! class), never while dispatching, so placing a task looks at a bounded number of servers
-//! from a rotating start, as the placement of calls does. Packages without a request use the
-//! core's queue and none of this.
+//! [`ReadyQueue`] (so priorities, fair share and EDF hold within it) and the list of worker
+//! kinds (`kind.rs`: workers with the same totals and labels) that can serve it. Which kinds
+//! can serve a class is decided when the class is made (one pass over the kinds) and when a
+//! kind is made (one check per class), never while dispatching or when a worker of a known
+//! kind joins. Packages without a request use the core's queue and none of this.
 
 use std::collections::VecDeque;
 
@@ -15,25 +14,32 @@ use rtpool_proto::{Labels, Resources};
 
 use crate::ids::{Instant, WorkerId};
 use crate::queue::ReadyQueue;
-use crate::table::{IdMap, IdSet, Map, Table};
+use crate::table::{IdSet, Map, Table};
 
 /// One request: the resources each task holds while it runs and the labels its worker needs.
 #[derive(Debug)]
 pub(crate) struct ResClass {
     pub(crate) resources: Resources,
     pub(crate) labels: Labels,
-    /// Connected workers that can serve it, in joining order.
-    pub(crate) servers: Vec<WorkerId>,
-    positions: IdMap<WorkerId, usize>,
-    /// Servers that may take one of its tasks now: offered when they get a credit or free
-    /// resources, each at most once (`offered`); placement pops them front to back and drops
-    /// those that cannot (no credit, the request not free: they are offered again when that
-    /// changes), so it never looks at a busy server twice and never misses an idle one, however
-    /// many servers the class has. Lazily cleaned, like the core's hungry ring.
+    /// Slab keys of the worker kinds that can serve it (`kind.rs`): its servers are their
+    /// workers.
+    pub(crate) kinds: Vec<u64>,
+    /// Servers that may take one of its tasks now, for a task queued while they wait: a
+    /// worker left with a credit and nothing it could take is offered to each class it serves,
+    /// each at most once (`offered`); placement pops them front to back and drops those that
+    /// cannot (no credit, the request not free, gone: they are offered again when they are left
+    /// idle again), so it never looks at a busy server twice and never misses an idle one,
+    /// however many servers the class has. Lazily cleaned, like the core's hungry ring. A
+    /// worker busy with the tasks of its kind's ready classes is never offered.
     ready: VecDeque<WorkerId>,
     offered: IdSet<WorkerId>,
-    /// Slots of its servers (admission control counts only these).
-    pub(crate) slots: u64,
+    /// The priority and turn of its entry in its kinds' ready sets (`None`: not in them; it is in
+    /// them exactly while a task is queued).
+    pub(crate) ready_key: Option<(i32, u64)>,
+    /// Its turn among classes of equal priority: the sequence number of its last service.
+    pub(crate) turn: u64,
+    /// It is in the core's list of classes to place this event (`class_pass`).
+    pub(crate) in_pass: bool,
     /// Its queued tasks.
     pub(crate) queue: ReadyQueue,
     /// Live packages of this class.
@@ -45,54 +51,51 @@ pub(crate) struct ResClass {
 }
 
 impl ResClass {
+    /// A worker of this kind (`Worker::kind`) serves it. O(kinds that serve it).
+    pub(crate) fn is_served_by_kind(&self, kind: Option<u64>) -> bool {
+        kind.is_some_and(|k| self.kinds.contains(&k))
+    }
+
     /// A worker with these totals and labels can serve it.
     pub(crate) fn is_served_by(&self, totals: &Resources, labels: &Labels) -> bool {
         self.resources.shortfall(totals).is_none() && self.labels.mismatch(labels).is_none()
     }
 
-    /// Adds a server; false if it already serves this.
-    pub(crate) fn add_server(&mut self, worker: WorkerId, slots: u32) -> bool {
-        if self.positions.contains_key(&worker) {
-            return false;
-        }
-        self.positions.insert(worker, self.servers.len());
-        self.servers.push(worker);
-        self.slots += u64::from(slots);
-        true
-    }
-
-    /// Removes a server, O(1); false if it did not serve this.
-    pub(crate) fn remove_server(&mut self, worker: WorkerId, slots: u32) -> bool {
-        let Some(pos) = self.positions.remove(&worker) else {
-            return false;
-        };
-        self.servers.swap_remove(pos);
-        if let Some(&moved) = self.servers.get(pos) {
-            self.positions.insert(moved, pos);
-        }
-        self.offered.remove(&worker);
-        if self.ready.len() > 2 * self.servers.len() + 16 {
-            let (positions, offered) = (&self.positions, &self.offered);
-            self.ready
-                .retain(|w| positions.contains_key(w) && offered.contains(w));
-        }
-        self.slots = self.slots.saturating_sub(u64::from(slots));
-        true
-    }
-
-    /// Offers a server for the next placement (at the back; ignored if it is offered already
-    /// or does not serve this).
+    /// Offers a server for the next placement (at the back; ignored if it is offered
+    /// already). The caller checked that it serves this.
     pub(crate) fn offer(&mut self, worker: WorkerId) {
-        if self.positions.contains_key(&worker) && self.offered.insert(worker) {
+        if self.offered.insert(worker) {
             self.ready.push_back(worker);
         }
     }
 
     /// Offers a server again at the front (it was popped and not used).
     pub(crate) fn offer_front(&mut self, worker: WorkerId) {
-        if self.positions.contains_key(&worker) && self.offered.insert(worker) {
+        if self.offered.insert(worker) {
             self.ready.push_front(worker);
         }
+    }
+
+    /// Some server may be offered (lazily: it may be gone or busy).
+    pub(crate) fn has_offers(&self) -> bool {
+        !self.offered.is_empty()
+    }
+
+    /// Offer entries, stale ones included (to bound them).
+    pub(crate) fn offer_entries(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Keeps only the offers `keep` accepts (the caller's compaction of stale entries).
+    pub(crate) fn retain_offers(&mut self, mut keep: impl FnMut(WorkerId) -> bool) {
+        let offered = &mut self.offered;
+        self.ready.retain(|&w| {
+            let live = offered.contains(&w) && keep(w);
+            if !live {
+                offered.remove(&w);
+            }
+            live
+        });
     }
 
     /// The next offered server that still serves this (it is no longer offered).
@@ -103,11 +106,6 @@ impl ResClass {
             }
         }
         None
-    }
-
-    /// Offered servers (for the invariant walk).
-    pub(crate) fn offered(&self) -> impl Iterator<Item = &WorkerId> {
-        self.offered.iter()
     }
 
     /// `gpu=1,zone=a`: the request, resources first, as status and metrics name the class.
@@ -163,11 +161,12 @@ impl ClassTable {
         let slot = self.classes.insert(ResClass {
             resources: resources.clone(),
             labels: labels.clone(),
-            servers: Vec::new(),
-            positions: IdMap::default(),
+            kinds: Vec::new(),
             ready: VecDeque::new(),
             offered: IdSet::default(),
-            slots: 0,
+            ready_key: None,
+            turn: 0,
+            in_pass: false,
             queue: ReadyQueue::default(),
             packages: 0,
             running: 0,
@@ -177,7 +176,7 @@ impl ClassTable {
         slot
     }
 
-    /// Forgets an unused class (the caller took it off its servers' lists).
+    /// Forgets an unused class (the caller took it off its kinds).
     pub(crate) fn remove(&mut self, slot: u64) -> Option<ResClass> {
         let c = self.classes.remove(slot)?;
         self.by_request

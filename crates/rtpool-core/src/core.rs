@@ -37,6 +37,7 @@
 mod admission;
 mod calls;
 mod cancel;
+mod class_dispatch;
 mod classes;
 mod client_events;
 mod copies;
@@ -77,6 +78,7 @@ use crate::function::FunctionTable;
 use crate::group::Group;
 use crate::hungry::HungryRing;
 use crate::ids::{ClientId, FnHash, Instant, PackageId, TaskId, UserId, WorkerId, WorkerKey};
+use crate::kind::KindTable;
 use crate::overload::OverloadWatch;
 use crate::package::Package;
 use crate::placement::Link;
@@ -152,10 +154,17 @@ pub struct Core {
     waiting_services: BTreeSet<u64>,
     /// Resource classes (`class.rs`): the queues of packages that ask for resources or labels.
     classes: ClassTable,
-    /// Classes whose queues may hold tasks (checked lazily by class dispatch).
-    waiting_classes: BTreeSet<u64>,
-    /// Where class dispatch starts looking next (the slot after the class last served).
-    class_turn: u64,
+    /// Worker kinds (`kind.rs`): the workers of one set of totals and labels, and the
+    /// classes they serve.
+    kinds: KindTable,
+    /// The next turn a served class takes (`ResClass::turn`).
+    next_turn: u64,
+    /// Workers of a kind that got a credit or freed resources this event: class dispatch
+    /// gives each the best task of its kind's ready classes.
+    class_workers: Vec<WorkerId>,
+    /// Classes whose head task changed this event while servers may wait for it: class
+    /// dispatch places it on one of its offered servers.
+    class_pass: Vec<u64>,
     /// What was learned of the links to all workers: the default for a worker not yet measured.
     pool_link: Link,
     /// Transaction intermediates kept on workers (`lineage.rs`).
@@ -240,8 +249,10 @@ impl Core {
             services: ServiceTable::default(),
             waiting_services: BTreeSet::new(),
             classes: ClassTable::default(),
-            waiting_classes: BTreeSet::new(),
-            class_turn: 0,
+            kinds: KindTable::default(),
+            next_turn: 1,
+            class_workers: Vec::new(),
+            class_pass: Vec::new(),
             pool_link: Link::default(),
             kept_calls: Table::default(),
             pending_drops: Vec::new(),

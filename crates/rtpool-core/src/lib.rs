@@ -17,6 +17,7 @@ mod function;
 mod group;
 mod hungry;
 mod ids;
+mod kind;
 mod order;
 mod overload;
 mod package;

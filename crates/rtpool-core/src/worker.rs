@@ -47,8 +47,14 @@ pub(crate) struct Worker {
     pub(crate) labels: Labels,
     /// How much of each of `resources` its running tasks hold, in the same order.
     pub(crate) in_use: Vec<u64>,
-    /// Slab keys of the resource classes it can serve.
-    pub(crate) classes: Vec<u64>,
+    /// Slab key of its kind (`kind.rs`), whose classes it can serve; `None` when it has no
+    /// resources and no labels (it serves no class).
+    pub(crate) kind: Option<u64>,
+    /// Its index in its kind's workers.
+    pub(crate) kind_pos: usize,
+    /// It is offered to every class of its kind (it waits, hungry, for their next task); a
+    /// placement that pops it from one clears this.
+    pub(crate) offered_all: bool,
     /// Its tasks that hold resources, with their class.
     pub(crate) holding: IdMap<TaskId, u64>,
 }
@@ -77,7 +83,9 @@ impl Worker {
             resources: Resources::default(),
             labels: Labels::default(),
             in_use: Vec::new(),
-            classes: Vec::new(),
+            kind: None,
+            kind_pos: 0,
+            offered_all: false,
             holding: IdMap::default(),
         }
     }

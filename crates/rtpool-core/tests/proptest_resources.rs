@@ -2,7 +2,8 @@
 //! resource classes must guarantee.
 //!
 //! Workers join with 0-3 `gpu` and no `zone` label, `zone=a` or `zone=b`; packages ask for
-//! 0-2 `gpu` and maybe a zone, with the policy `error` or `wait`; workers grant credits,
+//! 0-2 `gpu` and maybe a zone, with the policy `error` or `wait`, and maybe keep their input
+//! on one of the workers (`near`); workers grant credits,
 //! answer, return their tasks, drain and are lost. The request of a package is encoded in its
 //! function (`gpu * 3 + zone`), so every assignment says what its task asked. After every step,
 //! besides the core's own invariants (in-use is the sum of the running tasks' requests, class
@@ -10,7 +11,8 @@
 //! model checks: a task only lands on a connected, non-draining worker that has what it asks
 //! (resources at least the request, labels equal), the assignment carries the request, the
 //! requests a worker holds never exceed its totals, and a submission is refused as
-//! unschedulable exactly when its policy is `error` and no connected worker could serve it.
+//! unschedulable exactly when its policy is `error` and no connected worker that is not
+//! draining could serve it.
 //!
 //! Some workers serve the named function `f`, and packages of calls of `f` ask as packages of
 //! tasks do (their request in their arguments): a call lands only on a non-draining server of
@@ -48,6 +50,8 @@ enum Op {
         gpu: u64,
         zone: usize,
         wait: bool,
+        /// A peer that keeps the input (`near`), if in range.
+        near: usize,
     },
     Complete {
         w: usize,
@@ -71,8 +75,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(|w| Op::LoseWorker { w }),
         1 => any::<usize>().prop_map(|w| Op::Drain { w }),
         4 => (any::<usize>(), 1u32..4).prop_map(|(w, n)| Op::Credit { w, n }),
-        3 => (1usize..5, 0u64..3, 0usize..3, any::<bool>())
-            .prop_map(|(tasks, gpu, zone, wait)| Op::Submit { tasks, gpu, zone, wait }),
+        3 => (1usize..5, 0u64..3, 0usize..3, any::<bool>(), 0usize..8)
+            .prop_map(|(tasks, gpu, zone, wait, near)| Op::Submit { tasks, gpu, zone, wait, near }),
         4 => (any::<usize>(), any::<usize>()).prop_map(|(w, k)| Op::Complete { w, k }),
         1 => any::<usize>().prop_map(|w| Op::Return { w }),
         3 => (1usize..4, 0u64..3, 0usize..3, any::<bool>())
@@ -236,7 +240,8 @@ impl Model {
                 gpu,
                 zone,
                 wait,
-            } => self.submit(tasks, gpu, zone, wait),
+                near,
+            } => self.submit(tasks, gpu, zone, wait, near),
             Op::SubmitCalls {
                 calls,
                 gpu,
@@ -264,7 +269,7 @@ impl Model {
         }
     }
 
-    fn submit(&mut self, tasks: usize, gpu: u64, zone: usize, wait: bool) {
+    fn submit(&mut self, tasks: usize, gpu: u64, zone: usize, wait: bool, near: usize) {
         let resources: Vec<(&str, u64)> = if gpu > 0 { vec![("gpu", gpu)] } else { vec![] };
         let labels: Vec<(&str, &str)> = ZONES[zone].map(|z| ("zone", z)).into_iter().collect();
         let mut spec = Spec::tasks(tasks)
@@ -273,8 +278,15 @@ impl Model {
         if wait {
             spec = spec.waiting();
         }
+        // Half the time no `near`; otherwise a peer, maybe one that cannot serve it.
+        if let Some(p) = self.peers.get(near) {
+            spec = spec.near(p.id);
+        }
         let asks = gpu > 0 || zone > 0;
-        let servable = self.peers.iter().any(|p| p.serves(gpu, zone));
+        let servable = self
+            .peers
+            .iter()
+            .any(|p| !p.draining && p.serves(gpu, zone));
         let (_, out) = self.env.submit_raw(self.client, spec);
         let refused = out.iter().any(|a| {
             matches!(
@@ -289,7 +301,7 @@ impl Model {
             refused,
             asks && !wait && !servable,
             "gpu={gpu} zone={:?} wait={wait}: refused as unschedulable exactly when no \
-             connected worker can serve it and it does not wait: {out:?}",
+             connected, non-draining worker can serve it and it does not wait: {out:?}",
             ZONES[zone]
         );
         self.observe(&out);

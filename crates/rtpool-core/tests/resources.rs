@@ -230,9 +230,10 @@ fn admission_control_counts_only_the_slots_that_can_serve_the_class() {
     // The same package without the request fits the 9 slots.
     let (_, out) = env.submit_raw(c, Spec::tasks(4).function(5).deadline_ms(30).admit());
     assert!(matches!(out[0], Action::Accepted { .. }), "{out:?}");
-    // A draining gpu worker's slot does not count any more.
+    // A draining gpu worker's slot does not count any more (a package that waits for a server
+    // gets that far: see the next test for one that does not).
     env.drain(gpu);
-    let (_, out) = env.submit_raw(c, spec.deadline_ms(1_000));
+    let (_, out) = env.submit_raw(c, spec.deadline_ms(1_000).waiting());
     assert!(
         matches!(
             out[0],
@@ -243,4 +244,65 @@ fn admission_control_counts_only_the_slots_that_can_serve_the_class() {
         ),
         "{out:?}"
     );
+}
+
+#[test]
+fn a_request_only_draining_workers_could_serve_is_refused_and_its_queue_fails_after_the_grace() {
+    let mut env = TestEnv::new();
+    let c = env.new_client();
+    let gpu = env.new_worker_with(1, &[("gpu", 1)], &[]);
+    let plain = env.new_worker(1);
+    env.credit(plain, 1);
+    // Queued behind a running task, then its only server drains.
+    env.credit(gpu, 1);
+    let (_, out) = env.submit_spec(c, Spec::tasks(2).asking(&[("gpu", 1)], &[]));
+    assert_eq!(tasks_of(&out, gpu).len(), 1, "{out:?}");
+    env.drain(gpu);
+    let (_, out) = env.submit_raw(c, Spec::tasks(1).asking(&[("gpu", 1)], &[]));
+    let reason = out
+        .iter()
+        .find_map(|a| match a {
+            Action::Rejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("refused: {out:?}"));
+    let RejectReason::Unschedulable(message) = reason else {
+        panic!("{reason:?}");
+    };
+    assert!(
+        message.contains("gpu=1") && message.contains("draining"),
+        "{message}"
+    );
+    assert!(env
+        .core
+        .class_views()
+        .any(|v| v.name == "gpu=1" && v.unschedulable && v.workers == 1));
+    // The queued task fails after the grace, as when its last server leaves.
+    let out = env.tick_after(31_000);
+    let outcomes = common::outcomes(&out);
+    assert_eq!(outcomes.len(), 1, "{out:?}");
+    assert_eq!(outcomes[0].1, TaskStatus::Failed, "{out:?}");
+    // A server that joins serves the class again.
+    let again = env.new_worker_with(1, &[("gpu", 1)], &[]);
+    let (_, out) = env.submit_spec(c, Spec::tasks(1).asking(&[("gpu", 1)], &[]));
+    assert!(assignments(&out).is_empty(), "{out:?}");
+    let out = env.credit(again, 1);
+    assert_eq!(tasks_of(&out, again).len(), 1, "{out:?}");
+}
+
+#[test]
+fn a_worker_idle_before_its_class_existed_takes_the_class_tasks_when_idle_again() {
+    // Idle with no class to wait in, then without a credit while the class is made, then
+    // with credits again: it must wait in the new class's offers too.
+    let mut env = TestEnv::new();
+    let c = env.new_client();
+    let w = env.new_worker_with(2, &[], &[("zone", "a")]);
+    env.credit(w, 1);
+    env.return_tasks(w, &[]);
+    let (_, out) = env.submit_spec(c, Spec::tasks(1).asking(&[], &[("zone", "a")]));
+    assert!(assignments(&out).is_empty(), "no credit: {out:?}");
+    let out = env.credit(w, 2);
+    assert_eq!(tasks_of(&out, w).len(), 1, "{out:?}");
+    let (_, out) = env.submit_spec(c, Spec::tasks(1).asking(&[], &[("zone", "a")]));
+    assert_eq!(tasks_of(&out, w).len(), 1, "its second credit: {out:?}");
 }

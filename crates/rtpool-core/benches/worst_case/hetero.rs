@@ -3,8 +3,9 @@
 //! serve, so each worker is a server of every class and each assignment goes through class
 //! dispatch), at 10^3 and 10^6 queued tasks and 1,000 busy workers, printed next to the
 //! homogeneous figures of the same size. `worker joins` is the case of issue 26: a joining
-//! worker is checked against each class, O(classes). At 10^3 tasks there are 10 packages of
-//! 100: 64 classes do not fit in them, so that core is left out.
+//! worker of a kind that exists (the same totals as the others) joins its kind, O(1) however
+//! many classes there are. At 10^3 tasks there are 10 packages of 100: 64 classes do not fit
+//! in them, so that core is left out.
 
 use serde_json::json;
 

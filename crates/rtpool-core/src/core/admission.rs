@@ -75,19 +75,20 @@ impl Core {
             return Ok(());
         }
         let deadline_us = u64::from(opts.deadline_ms) * 1_000;
-        let (all_slots, queued_us, running_us) = match class.and_then(|c| self.classes.get(c)) {
-            Some(c) => {
-                let share = u128::from(self.running_work_us) * u128::from(c.slots)
-                    / u128::from(self.total_slots.max(1));
-                let share = u64::try_from(share).unwrap_or(u64::MAX);
-                (c.slots, c.queue.work_at_or_above(opts.priority), share)
-            }
-            None => (
-                self.total_slots,
-                self.queue.work_at_or_above(opts.priority),
-                self.running_work_us,
-            ),
-        };
+        let (all_slots, queued_us, running_us) =
+            match class.and_then(|slot| Some((self.class_slots(slot), self.classes.get(slot)?))) {
+                Some((class_slots, c)) => {
+                    let share = u128::from(self.running_work_us) * u128::from(class_slots)
+                        / u128::from(self.total_slots.max(1));
+                    let share = u64::try_from(share).unwrap_or(u64::MAX);
+                    (class_slots, c.queue.work_at_or_above(opts.priority), share)
+                }
+                None => (
+                    self.total_slots,
+                    self.queue.work_at_or_above(opts.priority),
+                    self.running_work_us,
+                ),
+            };
         let slots = all_slots.min(u64::from(u32::MAX)) as u32;
         let backlog_us = queued_us.saturating_add(running_us);
         let est = self.estimate(fn_hash).unwrap_or_default();

@@ -1,25 +1,23 @@
-//! Resource classes in the core: a package's request interned at submission, the workers that
-//! can serve each class, placement of queued class tasks on a server with the resources free,
-//! and what a task holds of its worker while it runs (`class.rs` has the table itself).
+//! Resource classes in the core: a package's request interned at submission, the worker kinds
+//! that can serve each class, and workers joining, draining and leaving them
+//! (`class_dispatch.rs` places queued class tasks; `class.rs` and `kind.rs` have the tables).
 //!
 //! Cost: a submission looks its request up in a hash map (and makes a new class with one pass
-//! over the workers, rarely); a joining worker is checked against each class, O(classes);
-//! dispatch looks at the classes with queued tasks and, per class, at its offered servers
-//! (those that got a credit or freed resources since it last looked, lazily cleaned): O(classes)
-//! per assignment plus the stale offers it drops (each made by an earlier event), independent
-//! of the numbers of tasks and workers. A credit or a freed request offers its worker to each
-//! class it serves: O(classes).
+//! over the kinds and over the workers of the kinds that serve it, to offer the idle ones,
+//! rarely). A joining worker
+//! looks its totals and labels up in a hash map and joins that kind, O(1) whatever the number
+//! of classes; only the first worker of a new kind is checked against each class, O(classes).
+//! A leaving (lost) worker is swap-removed from its kind, O(1) besides the tasks it held; the
+//! last worker of a kind to go takes the kind off its classes, O(classes of the kind). Whether
+//! a class has a server, and its slots for admission control, are sums over its kinds
+//! (`O(kinds that serve it)`, a handful unless every worker announces other totals).
 
 use std::cmp::Reverse;
 
 use super::timers::Results;
 use super::{Core, Timer};
-use crate::event::{AssignTask, PackageOpts, RejectReason, TaskStatus, Unschedulable};
+use crate::event::{PackageOpts, RejectReason, TaskStatus, Unschedulable};
 use crate::ids::{Instant, TaskId, WorkerId};
-
-/// Offered servers holding a copy of a class's head task that a placement passes over before
-/// it gives up for this round (copies of one task are at most 16).
-const MAX_CANDIDATES: usize = 32;
 
 /// Workers looked at to say what the best of them has, in an error message.
 const MAX_DESCRIBED: usize = 4096;
@@ -36,8 +34,7 @@ impl Core {
             Some(slot) => slot,
             None => self.make_class(opts)?,
         };
-        let class = self.classes.get(slot).expect("just found");
-        if class.servers.is_empty() && opts.unschedulable == Unschedulable::Error {
+        if !self.class_has_server(slot) && opts.unschedulable == Unschedulable::Error {
             let message = self.unschedulable_message(slot);
             self.forget_class_if_unused(slot);
             return Err(RejectReason::Unschedulable(message));
@@ -67,24 +64,6 @@ impl Core {
         }
     }
 
-    /// Queues a new task at the back of its class's queue or the core's.
-    pub(super) fn push_new(
-        &mut self,
-        class: Option<u64>,
-        slot: u64,
-        key: crate::queue::QueueKey,
-        est_us: u64,
-        id: TaskId,
-    ) -> u64 {
-        match class.and_then(|c| self.classes.get_mut(c).map(|q| (c, q))) {
-            Some((c, q)) => {
-                self.waiting_classes.insert(c);
-                q.queue.push_back(slot, key, est_us, id)
-            }
-            None => self.queue.push_back(slot, key, est_us, id),
-        }
-    }
-
     fn make_class(&mut self, opts: &PackageOpts) -> Result<u64, RejectReason> {
         if self.classes.len() >= self.config.max_resource_classes {
             self.sweep_classes();
@@ -99,17 +78,65 @@ impl Core {
         let slot = self
             .classes
             .insert(opts.resources.clone(), opts.labels.clone());
-        let class = self.classes.get_mut(slot).expect("just made");
-        for (&id, w) in self.workers.iter_mut() {
-            if class.is_served_by(&w.resources, &w.labels) {
-                class.add_server(id, if w.draining { 0 } else { w.slots });
+        let kinds: Vec<u64> = self
+            .kinds
+            .iter()
+            .filter(|(_, k)| opts.resources.shortfall(&k.resources).is_none())
+            .filter(|(_, k)| opts.labels.mismatch(&k.labels).is_none())
+            .map(|(kind, _)| kind)
+            .collect();
+        for &kind in &kinds {
+            let k = self.kinds.get_mut(kind).expect("listed");
+            k.classes.push(slot);
+            let class = self.classes.get_mut(slot).expect("just made");
+            class.kinds.push(kind);
+            // Its idle workers wait for this class's tasks too; the others are not offered to
+            // every class of their kind any more, so they offer themselves when idle again.
+            for id in &k.workers {
+                let w = self
+                    .workers
+                    .get_mut(id)
+                    .expect("a kind's worker is connected");
                 if w.is_hungry() {
-                    class.offer(id);
+                    class.offer(*id);
+                } else {
+                    w.offered_all = false;
                 }
-                w.classes.push(slot);
             }
         }
         Ok(slot)
+    }
+
+    /// Whether a connected worker that is not draining can serve the class. O(its kinds).
+    pub(super) fn class_has_server(&self, slot: u64) -> bool {
+        self.classes.get(slot).is_some_and(|c| {
+            c.kinds
+                .iter()
+                .any(|&k| self.kinds.get(k).is_some_and(|k| k.active > 0))
+        })
+    }
+
+    /// Connected workers (draining ones included) that can serve the class. O(its kinds).
+    pub(super) fn class_servers(&self, slot: u64) -> usize {
+        self.classes.get(slot).map_or(0, |c| {
+            c.kinds
+                .iter()
+                .filter_map(|&k| self.kinds.get(k))
+                .map(|k| k.workers.len())
+                .sum()
+        })
+    }
+
+    /// Slots of the workers that can serve the class and are not draining (admission
+    /// control counts only these). O(its kinds).
+    pub(super) fn class_slots(&self, slot: u64) -> u64 {
+        self.classes.get(slot).map_or(0, |c| {
+            c.kinds
+                .iter()
+                .filter_map(|&k| self.kinds.get(k))
+                .map(|k| k.slots)
+                .sum()
+        })
     }
 
     /// Forgets every unused class (at the class limit: rare), taking each off its servers.
@@ -123,12 +150,13 @@ impl Core {
         if unused.is_empty() {
             return;
         }
-        for w in self.workers.values_mut() {
-            w.classes.retain(|c| !unused.contains(c));
+        let kinds: Vec<u64> = self.kinds.iter().map(|(kind, _)| kind).collect();
+        for kind in kinds {
+            let k = self.kinds.get_mut(kind).expect("listed");
+            k.classes.retain(|c| !unused.contains(c));
         }
         for slot in unused {
             self.forget_class_calls(slot);
-            self.waiting_classes.remove(&slot);
             if let Some(at) = self.classes.remove(slot).and_then(|c| c.orphan_at) {
                 self.timers.remove(&(at, Timer::Class(slot)));
             }
@@ -146,14 +174,12 @@ impl Core {
         if let Some(at) = class.orphan_at {
             self.timers.remove(&(at, Timer::Class(slot)));
         }
-        let servers = class.servers.clone();
-        for id in servers {
-            if let Some(w) = self.workers.get_mut(&id) {
-                w.classes.retain(|&c| c != slot);
+        for &kind in &class.kinds {
+            if let Some(k) = self.kinds.get_mut(kind) {
+                k.classes.retain(|&c| c != slot);
             }
         }
         self.forget_class_calls(slot);
-        self.waiting_classes.remove(&slot);
         self.classes.remove(slot);
     }
 
@@ -162,9 +188,15 @@ impl Core {
     pub(super) fn unschedulable_message(&self, slot: u64) -> String {
         let class = self.classes.get(slot).expect("live class");
         let asks = class.describe();
-        let n = self.workers.len();
+        let n = self.workers.values().filter(|w| !w.draining).count();
+        let draining = self.workers.len() - n;
         let mut why = String::new();
-        if n == 0 {
+        if self.class_servers(slot) > 0 {
+            why = format!(
+                "every worker that has it is draining ({draining} draining, {n} other workers \
+                 connected)"
+            );
+        } else if n == 0 {
             why.push_str("no worker is connected");
         } else if let Some((name, asked)) = class.resources.iter().find(|(name, asked)| {
             !self
@@ -211,8 +243,8 @@ impl Core {
         if p.calls {
             return self.call_class_notice(slot, class);
         }
-        let c = self.classes.get(class)?;
-        c.servers.is_empty().then(|| {
+        self.classes.get(class)?;
+        (!self.class_has_server(class)).then(|| {
             format!(
                 "queued until a worker that can run it joins: {}",
                 self.unschedulable_message(class)
@@ -220,28 +252,113 @@ impl Core {
         })
     }
 
-    /// A joining worker becomes a server of each class it can serve.
+    /// A joining worker joins the kind of its totals and labels (made if new: one check per
+    /// class), and so becomes a server of each class the kind serves. O(1) for a known kind.
     pub(super) fn join_classes(&mut self, worker: WorkerId) {
         let Some(w) = self.workers.get_mut(&worker) else {
             return;
         };
-        let slots: Vec<u64> = self.classes.iter().map(|(slot, _)| slot).collect();
-        for slot in slots {
-            let class = self.classes.get_mut(slot).expect("listed");
-            if class.is_served_by(&w.resources, &w.labels) && class.add_server(worker, w.slots) {
-                if let Some(at) = class.orphan_at.take() {
-                    self.timers.remove(&(at, Timer::Class(slot)));
-                }
-                w.classes.push(slot);
-                if !class.queue.is_empty() {
-                    self.waiting_classes.insert(slot);
-                }
+        if w.resources.is_empty() && w.labels.is_empty() {
+            return;
+        }
+        // Looked up by the worker's own signature, moved out and back: no clone on the way.
+        let signature = (
+            std::mem::take(&mut w.resources),
+            std::mem::take(&mut w.labels),
+        );
+        let found = self.kinds.find(&signature);
+        let w = self.workers.get_mut(&worker).expect("checked");
+        (w.resources, w.labels) = signature;
+        let kind = match found {
+            Some(kind) => kind,
+            None => self.make_kind(worker),
+        };
+        let w = self.workers.get_mut(&worker).expect("checked");
+        let k = self.kinds.get_mut(kind).expect("just found");
+        w.kind = Some(kind);
+        w.kind_pos = k.workers.len();
+        k.workers.push(worker);
+        if !w.draining {
+            k.active += 1;
+            k.slots += u64::from(w.slots);
+            if k.active == 1 {
+                self.kind_activated(kind);
             }
         }
     }
 
-    /// A worker leaving (lost or draining) stops serving its classes; the tasks it ran hold
-    /// nothing any more. Arms the grace timer of classes left without a server.
+    /// Makes the kind of a worker's totals and labels, a server of each class it can serve
+    /// (one check per class), with those that have tasks queued in its ready set.
+    fn make_kind(&mut self, worker: WorkerId) -> u64 {
+        let w = self.workers.get(&worker).expect("joining");
+        let kind = self.kinds.insert(w.resources.clone(), w.labels.clone());
+        let k = self.kinds.get_mut(kind).expect("just made");
+        for (slot, c) in self.classes.iter() {
+            if c.is_served_by(&k.resources, &k.labels) {
+                k.classes.push(slot);
+                if let Some((priority, turn)) = c.ready_key {
+                    k.ready.insert((Reverse(priority), turn, slot));
+                }
+            }
+        }
+        let classes = k.classes.clone();
+        for slot in classes {
+            self.classes.get_mut(slot).expect("listed").kinds.push(kind);
+        }
+        kind
+    }
+
+    /// The first worker of a kind that is not draining: its classes have a server again.
+    fn kind_activated(&mut self, kind: u64) {
+        let k = self.kinds.get(kind).expect("live kind");
+        for &slot in &k.classes {
+            if let Some(at) = self.classes.get_mut(slot).and_then(|c| c.orphan_at.take()) {
+                self.timers.remove(&(at, Timer::Class(slot)));
+            }
+        }
+    }
+
+    /// The last worker of a kind that is not draining left or drains: arms the grace timer of
+    /// its classes left without a server.
+    fn kind_deactivated(&mut self, kind: u64, now: Instant) {
+        let Some(k) = self.kinds.get(kind) else {
+            return;
+        };
+        let at = Instant(now.0.saturating_add(self.config.service_grace_ns));
+        for &slot in &k.classes {
+            if self.class_has_server(slot) {
+                continue;
+            }
+            let c = self.classes.get_mut(slot).expect("a kind's class is live");
+            if c.orphan_at.is_none() {
+                c.orphan_at = Some(at);
+                self.timers.insert((at, Timer::Class(slot)), ());
+            }
+        }
+    }
+
+    /// A worker drains: its slots stop counting for its classes, and a class whose servers
+    /// all drain has none (its queued tasks wait out the grace period, then fail as when the
+    /// last server leaves). The caller has not marked it draining yet.
+    pub(super) fn drain_classes(&mut self, worker: WorkerId, now: Instant) {
+        let Some(w) = self.workers.get(&worker).filter(|w| !w.draining) else {
+            return;
+        };
+        let Some(kind) = w.kind else {
+            return;
+        };
+        let slots = u64::from(w.slots);
+        let k = self.kinds.get_mut(kind).expect("a worker's kind is live");
+        k.active -= 1;
+        k.slots -= slots;
+        if k.active == 0 {
+            self.kind_deactivated(kind, now);
+        }
+    }
+
+    /// A worker leaving (lost) stops serving its classes; the tasks it ran hold nothing any
+    /// more. Arms the grace timer of classes left without a server; the last worker of a kind
+    /// takes the kind off its classes. O(1) besides the tasks it held, unless it was the last.
     pub(super) fn leave_classes(
         &mut self,
         worker: WorkerId,
@@ -253,16 +370,33 @@ impl Core {
                 c.running = c.running.saturating_sub(1);
             }
         }
-        for &slot in &w.classes {
-            let Some(c) = self.classes.get_mut(slot) else {
-                continue;
-            };
-            c.remove_server(worker, if w.draining { 0 } else { w.slots });
-            if c.servers.is_empty() && c.orphan_at.is_none() {
-                let at = Instant(now.0.saturating_add(self.config.service_grace_ns));
-                c.orphan_at = Some(at);
-                self.timers.insert((at, Timer::Class(slot)), ());
+        let Some(kind) = w.kind else {
+            return;
+        };
+        let k = self.kinds.get_mut(kind).expect("a worker's kind is live");
+        debug_assert_eq!(k.workers.get(w.kind_pos), Some(&worker));
+        k.workers.swap_remove(w.kind_pos);
+        if let Some(&moved) = k.workers.get(w.kind_pos) {
+            self.workers
+                .get_mut(&moved)
+                .expect("a kind's worker")
+                .kind_pos = w.kind_pos;
+        }
+        if !w.draining {
+            k.active -= 1;
+            k.slots -= u64::from(w.slots);
+            if k.active == 0 {
+                self.kind_deactivated(kind, now);
             }
+        }
+        let k = self.kinds.get(kind).expect("live kind");
+        if k.workers.is_empty() {
+            for &slot in &k.classes {
+                if let Some(c) = self.classes.get_mut(slot) {
+                    c.kinds.retain(|&x| x != kind);
+                }
+            }
+            self.kinds.remove(kind);
         }
     }
 
@@ -273,9 +407,10 @@ impl Core {
             return;
         };
         c.orphan_at = None;
-        if !c.servers.is_empty() {
+        if self.class_has_server(slot) {
             return;
         }
+        let c = self.classes.get(slot).expect("checked");
         let ids: Vec<(u64, TaskId)> = c.queue.iter().map(|(slot, _, _, id)| (slot, id)).collect();
         let message = format!(
             "no connected worker can run this task any more: the last worker with {} left and \
@@ -295,162 +430,6 @@ impl Core {
             let outcome = Self::system_outcome(task, TaskStatus::Failed, message.clone(), now);
             let outcome = self.finish_task(id, outcome, now);
             results.add(self, pkg, outcome);
-        }
-    }
-
-    /// Places queued class tasks while a server of their class has a credit and the request
-    /// free: each time the class whose head task has the highest priority, classes of equal
-    /// priority in turn (round robin from the one after the last served). Returns the
-    /// assignments per worker.
-    pub(super) fn dispatch_classes(
-        &mut self,
-        now: Instant,
-        dropped: &mut Results,
-        batches: &mut Vec<(WorkerId, Vec<AssignTask>)>,
-    ) {
-        if self.waiting_classes.is_empty() {
-            return;
-        }
-        loop {
-            let mut best: Option<(Reverse<i32>, u64, WorkerId)> = None;
-            // From the class after the last one served: at equal priority classes take turns.
-            let turn = self.class_turn;
-            let waiting: Vec<u64> = (self.waiting_classes.range(turn..))
-                .chain(self.waiting_classes.range(..turn))
-                .copied()
-                .collect();
-            for slot in waiting {
-                let Some(priority) = self.classes.get(slot).and_then(|c| c.queue.top_priority())
-                else {
-                    self.waiting_classes.remove(&slot);
-                    continue;
-                };
-                let key = Reverse(priority);
-                if best.as_ref().is_some_and(|(k, _, _)| *k <= key) {
-                    continue;
-                }
-                let Some(server) = self.place_in_class(slot) else {
-                    // No server can take its head now: it waits for a credit or freed
-                    // resources, which put it back (`offer_classes`, `free_resources`).
-                    self.waiting_classes.remove(&slot);
-                    continue;
-                };
-                if let Some((_, old, worker)) = best.replace((key, slot, server)) {
-                    if let Some(c) = self.classes.get_mut(old) {
-                        c.offer_front(worker);
-                    }
-                }
-            }
-            let Some((_, slot, worker)) = best else {
-                break;
-            };
-            self.class_turn = slot + 1;
-            let c = self.classes.get_mut(slot).expect("chosen");
-            let (id, pkg) = c.queue.pop().expect("a waiting class has a task");
-            if self.cannot_make_it(id, pkg, now) {
-                if let Some(c) = self.classes.get_mut(slot) {
-                    c.offer_front(worker);
-                }
-                self.drop_late(id, pkg, now, dropped);
-                continue;
-            }
-            let mut assignment = self.assign(id, worker, now);
-            let c = self.classes.get_mut(slot).expect("chosen");
-            c.running += 1;
-            assignment.res = c.resources.clone();
-            let w = self.workers.get_mut(&worker).expect("placed on");
-            w.account(&assignment.res, true);
-            w.holding.insert(id, slot);
-            if w.is_hungry() && w.has_free(&c.resources) {
-                // At the back: servers with room take its tasks in turn.
-                c.offer(worker);
-            }
-            match batches.iter_mut().find(|(b, _)| *b == worker) {
-                Some((_, tasks)) => tasks.push(assignment),
-                None => batches.push((worker, vec![assignment])),
-            }
-        }
-    }
-
-    /// An offered server of the class that has a credit, the request free and no other copy
-    /// of the head task, taken off the class's offers (the caller uses it or offers it back).
-    /// Offered servers that cannot take a task are dropped; those holding a copy of the head
-    /// are put back in front, at most [`MAX_CANDIDATES`] of them. Amortised O(1): each
-    /// dropped offer was made by an earlier event.
-    fn place_in_class(&mut self, slot: u64) -> Option<WorkerId> {
-        let head = self.classes.get(slot)?.queue.peek()?;
-        let mut aside = Vec::new();
-        let mut found = None;
-        while aside.len() < MAX_CANDIDATES {
-            let c = self.classes.get_mut(slot)?;
-            let Some(id) = c.pop_offered() else {
-                break;
-            };
-            let fits = self
-                .workers
-                .get(&id)
-                .is_some_and(|w| w.is_hungry() && w.has_free(&c.resources));
-            if !fits {
-                continue;
-            }
-            if self.conflicts(head, id) {
-                aside.push(id);
-                continue;
-            }
-            found = Some(id);
-            break;
-        }
-        let c = self.classes.get_mut(slot)?;
-        for id in aside.into_iter().rev() {
-            c.offer_front(id);
-        }
-        found
-    }
-
-    /// A worker got a credit (or freed resources): offered to each class it serves; a class
-    /// with queued tasks is looked at by the next dispatch. O(classes it serves).
-    pub(super) fn offer_classes(&mut self, worker: WorkerId) {
-        let Some(w) = self.workers.get(&worker) else {
-            return;
-        };
-        if w.classes.is_empty() || !w.is_hungry() {
-            return;
-        }
-        for &slot in &w.classes {
-            if let Some(c) = self.classes.get_mut(slot) {
-                c.offer(worker);
-                if !c.queue.is_empty() {
-                    self.waiting_classes.insert(slot);
-                }
-            }
-        }
-    }
-
-    /// A task leaves its worker (answered, returned, requeued): what it held is free again.
-    pub(super) fn free_resources(&mut self, worker: WorkerId, id: TaskId) {
-        let Some(w) = self.workers.get_mut(&worker) else {
-            return;
-        };
-        let Some(slot) = w.holding.remove(&id) else {
-            return;
-        };
-        let Some(c) = self.classes.get_mut(slot) else {
-            return;
-        };
-        c.running = c.running.saturating_sub(1);
-        w.account(&c.resources, false);
-        self.offer_classes(worker);
-    }
-
-    /// Takes a queued task of the package in `slot` off its queue (its class's or the core's).
-    pub(super) fn unqueue(&mut self, slot: u64, pos: u64) {
-        match self.packages.get(slot).and_then(|p| p.class) {
-            Some(class) => {
-                if let Some(c) = self.classes.get_mut(class) {
-                    c.queue.remove(slot, pos);
-                }
-            }
-            None => self.queue.remove(slot, pos),
         }
     }
 

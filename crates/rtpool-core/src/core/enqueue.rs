@@ -58,8 +58,8 @@ impl Core {
             } else {
                 q.queue.push_back(slot, key, est, id)
             };
-            self.waiting_classes.insert(c);
             self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
+            self.class_queue_changed(c);
             return;
         }
         let pos = if front {

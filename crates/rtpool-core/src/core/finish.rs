@@ -44,6 +44,7 @@ impl Core {
             .packages
             .get_mut(slot)
             .expect("live task without package");
+        let mut unqueued_from = None;
         let holder = match task.state {
             TaskState::Queued => {
                 package.counts.queued -= 1;
@@ -56,12 +57,14 @@ impl Core {
                         .expect("a class call's sub-queue lives with its class")
                         .remove(slot, task.queue_pos),
                     None => match package.class {
-                        Some(class) => self
-                            .classes
-                            .get_mut(class)
-                            .expect("a live package's class")
-                            .queue
-                            .remove(slot, task.queue_pos),
+                        Some(class) => {
+                            self.classes
+                                .get_mut(class)
+                                .expect("a live package's class")
+                                .queue
+                                .remove(slot, task.queue_pos);
+                            unqueued_from = Some(class);
+                        }
                         None => self.queue.remove(slot, task.queue_pos),
                     },
                 }
@@ -108,6 +111,9 @@ impl Core {
         let (index, call) = (task.index, task.call.take());
         let group = task.group.take();
         self.retained += 1;
+        if let Some(class) = unqueued_from {
+            self.class_queue_changed(class);
+        }
         self.user_releases(user, bytes);
         self.disarm_task_timer(id);
         if let Some(call) = call {

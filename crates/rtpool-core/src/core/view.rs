@@ -61,9 +61,9 @@ pub struct ClassView {
     pub queued: usize,
     /// Tasks running.
     pub running: u64,
-    /// Connected workers that can serve it.
+    /// Connected workers that can serve it, draining ones included.
     pub workers: usize,
-    /// No connected worker can serve it.
+    /// No connected worker that is not draining can serve it.
     pub unschedulable: bool,
 }
 
@@ -95,8 +95,8 @@ impl Core {
             labels: c.labels.clone(),
             queued: c.queue.len() + calls.get(&slot).copied().unwrap_or(0),
             running: c.running,
-            workers: c.servers.len(),
-            unschedulable: c.servers.is_empty(),
+            workers: self.class_servers(slot),
+            unschedulable: !self.class_has_server(slot),
         })
     }
 

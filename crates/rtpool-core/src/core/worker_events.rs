@@ -274,16 +274,12 @@ impl Core {
     /// Takes the worker's credits and never assigns to it again. Its ring entry, if any, is
     /// skipped when reached.
     pub(super) fn on_drain(&mut self, worker: WorkerId, now: Instant) {
+        // Its classes' admission control stops counting its slots too.
+        self.drain_classes(worker, now);
         if let Some(w) = self.workers.get_mut(&worker) {
             self.free_credits -= u64::from(w.credits);
             if !w.draining {
                 self.total_slots -= u64::from(w.slots);
-                // Its classes' admission control stops counting its slots too.
-                for &class in &w.classes {
-                    if let Some(c) = self.classes.get_mut(class) {
-                        c.slots = c.slots.saturating_sub(u64::from(w.slots));
-                    }
-                }
             }
             w.credits = 0;
             w.draining = true;

@@ -58,6 +58,8 @@ pub struct Spec {
     /// What each task holds of its worker (`gpu=1`), the labels it needs, and whether it
     /// waits when no worker can serve it.
     pub request: (Resources, Labels, Unschedulable),
+    /// The worker that keeps its input (`near`; 0: none).
+    pub near: u64,
 }
 
 impl Spec {
@@ -79,6 +81,15 @@ impl Spec {
             max_attempts: 0,
             after: None,
             request: Default::default(),
+            near: 0,
+        }
+    }
+
+    /// The same, with its input kept on `worker` (option `near`).
+    pub fn near(self, worker: rtpool_core::WorkerId) -> Self {
+        Self {
+            near: worker.0,
+            ..self
         }
     }
 

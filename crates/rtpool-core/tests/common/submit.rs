@@ -70,7 +70,7 @@ impl TestEnv {
                 resources: spec.request.0,
                 labels: spec.request.1,
                 unschedulable: spec.request.2,
-                ..PackageOpts::default()
+                near: spec.near,
             },
             tasks,
         });

@@ -40,10 +40,14 @@ impl Core {
             .get_mut(service)
             .expect("a live call's service");
         let workers = &self.workers;
+        let c = self.classes.get(class);
         s.classes.entry(class).or_insert_with(|| {
             let mut cc = ClassCalls::default();
             for &w in &s.servers {
-                if workers.get(&w).is_some_and(|w| w.classes.contains(&class)) {
+                let serves = workers
+                    .get(&w)
+                    .is_some_and(|w| c.is_some_and(|c| c.is_served_by_kind(w.kind)));
+                if serves {
                     cc.add_server(w);
                 }
             }
@@ -79,7 +83,7 @@ impl Core {
     /// request and which serve the function, and what to do.
     fn call_unschedulable_message(&self, service: u64, class: u64) -> String {
         let c = self.classes.get(class).expect("live class");
-        if c.servers.is_empty() {
+        if !self.class_has_server(class) {
             return self.unschedulable_message(class);
         }
         let s = self.services.get(service).expect("live service");
@@ -95,7 +99,7 @@ impl Core {
              ... --resources / --label), or submit with unschedulable=\"wait\" to queue it \
              until one joins",
             asks = c.describe(),
-            have = c.servers.len(),
+            have = self.class_servers(class),
             name = s.name,
             serve = s.servers.len(),
         )
@@ -129,8 +133,12 @@ impl Core {
         let (Some(w), Some(s)) = (self.workers.get(&worker), self.services.get_mut(service)) else {
             return;
         };
+        let classes = &self.classes;
         for (&class, cc) in &mut s.classes {
-            if w.classes.contains(&class) && cc.add_server(worker) {
+            let serves = classes
+                .get(class)
+                .is_some_and(|c| c.is_served_by_kind(w.kind));
+            if serves && cc.add_server(worker) {
                 if let Some(at) = cc.orphan_at.take() {
                     self.timers.remove(&(at, Timer::Calls(service, class)));
                 }

@@ -33,7 +33,11 @@ impl Core {
             in_classes += c.queue.len();
             // Dispatch left no server idle that could start the class's head task.
             if let Some(head) = c.queue.peek() {
-                for id in &c.servers {
+                for id in c
+                    .kinds
+                    .iter()
+                    .flat_map(|&k| &self.kinds.get(k).expect("live").workers)
+                {
                     let w = self.workers.get(id).expect("servers are connected");
                     assert!(
                         !(w.is_hungry() && w.has_free(&c.resources) && !self.conflicts(head, *id)),
@@ -43,11 +47,6 @@ impl Core {
                     );
                 }
             }
-            assert!(
-                c.offered().all(|w| c.servers.contains(w)),
-                "class {} offers a worker that does not serve it",
-                c.describe()
-            );
             entries.extend(
                 c.queue
                     .iter()
@@ -132,7 +131,11 @@ impl Core {
         let mut want: Vec<_> = s
             .servers
             .iter()
-            .filter(|w| c.servers.contains(w))
+            .filter(|w| {
+                self.workers
+                    .get(w)
+                    .is_some_and(|w| c.is_served_by_kind(w.kind))
+            })
             .copied()
             .collect();
         let mut have = cc.servers.clone();
@@ -187,22 +190,43 @@ impl Core {
             for ((name, total), used) in w.resources.iter().zip(&w.in_use) {
                 assert!(*used <= total, "worker {id} uses {used} of {total} {name}");
             }
+            match w.kind {
+                None => assert!(
+                    w.resources.is_empty() && w.labels.is_empty(),
+                    "worker {id} has resources or labels and no kind"
+                ),
+                Some(kind) => {
+                    let k = self.kinds.get(kind).expect("a worker's kind is live");
+                    assert!(
+                        k.resources == w.resources && k.labels == w.labels,
+                        "worker {id} is in the kind of other totals or labels"
+                    );
+                    assert_eq!(
+                        k.workers.get(w.kind_pos),
+                        Some(id),
+                        "worker {id}'s kind index"
+                    );
+                }
+            }
             for (class, c) in self.classes.iter() {
                 let serves = c.is_served_by(&w.resources, &w.labels);
                 assert_eq!(
-                    w.classes.contains(&class),
+                    w.kind.is_some_and(|k| c.kinds.contains(&k)),
                     serves,
                     "worker {id} and class {}",
                     c.describe()
                 );
-                assert_eq!(
-                    c.servers.contains(id),
-                    serves,
-                    "class {} servers",
-                    c.describe()
-                );
+                if let Some(kind) = w.kind {
+                    assert_eq!(
+                        self.kinds.get(kind).expect("live").classes.contains(&class),
+                        serves,
+                        "worker {id}'s kind and class {}",
+                        c.describe()
+                    );
+                }
             }
         }
+        self.check_kinds();
         for (class, c) in self.classes.iter() {
             assert_eq!(
                 c.running,
@@ -210,15 +234,48 @@ impl Core {
                 "class {} running count",
                 c.describe()
             );
-            assert!(c.servers.iter().all(|w| self.workers.contains_key(w)));
-            let slots: u64 = c
-                .servers
+            let key = c.queue.top_priority().map(|p| (p, c.turn));
+            assert_eq!(c.ready_key, key, "class {}'s ready key", c.describe());
+        }
+    }
+
+    /// Each kind: its workers connected and of its signature, its counts of active workers
+    /// and slots, its classes exactly those it can serve (both ways), and its ready set
+    /// exactly its classes with a task queued, at their keys.
+    fn check_kinds(&self) {
+        for (kind, k) in self.kinds.iter() {
+            assert!(
+                !k.workers.is_empty(),
+                "kind {kind} has no worker and was kept"
+            );
+            let active: Vec<&crate::worker::Worker> = k
+                .workers
                 .iter()
-                .filter_map(|w| self.workers.get(w))
+                .map(|id| self.workers.get(id).expect("a kind's worker is connected"))
                 .filter(|w| !w.draining)
-                .map(|w| u64::from(w.slots))
-                .sum();
-            assert_eq!(c.slots, slots, "class {} slots", c.describe());
+                .collect();
+            assert_eq!(
+                k.active as usize,
+                active.len(),
+                "kind {kind}'s active workers"
+            );
+            let slots: u64 = active.iter().map(|w| u64::from(w.slots)).sum();
+            assert_eq!(k.slots, slots, "kind {kind}'s slots");
+            let mut ready = std::collections::BTreeSet::new();
+            for (class, c) in self.classes.iter() {
+                let serves = c.is_served_by(&k.resources, &k.labels);
+                assert_eq!(
+                    k.classes.contains(&class),
+                    serves,
+                    "kind {kind}, {}",
+                    c.describe()
+                );
+                assert_eq!(c.kinds.contains(&kind), serves, "{}'s kinds", c.describe());
+                if let (true, Some((p, turn))) = (serves, c.ready_key) {
+                    ready.insert((std::cmp::Reverse(p), turn, class));
+                }
+            }
+            assert_eq!(k.ready, ready, "kind {kind}'s ready classes");
         }
     }
 }
