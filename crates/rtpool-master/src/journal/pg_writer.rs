@@ -134,10 +134,7 @@ impl PgWriter {
         let mut closed_at: Option<Instant> = None;
         loop {
             match self.commit() {
-                Ok(()) => {
-                    self.set_unavailable(None);
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 Err(Failed::Fenced(err)) => return Err(err),
                 Err(Failed::Retry(err)) => {
                     self.client = None;
@@ -165,6 +162,9 @@ impl PgWriter {
         drop(recs);
         self.pending = pending;
         done?;
+        // Reachable again before the commit is published: whoever sees the record durable
+        // must not still see the database as unreachable.
+        self.set_unavailable(None);
         self.note_commit();
         Ok(())
     }
