@@ -24,11 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .ha_cluster import LEAD_TIMEOUT_S, fresh_database, is_leader, psql, wait_ready
+from .ha_cluster import LEAD_TIMEOUT_S, fresh_database, psql
 from .history import history_path
 from .netns import Network
 from .recovery import _stop_group
@@ -41,13 +42,40 @@ PORT, HTTP_PORT = 7070, 8080
 _PG_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pg-test-server"
 
 
+#: The masters' ``--http-token`` (beyond loopback their HTTP listener needs one).
+HTTP_TOKEN = "rtpool-netns-test"
+
+
+def _get(http: str, path: str) -> tuple[int, bytes]:
+    """``(status, body)`` of ``GET path`` with the token; ``(0, b"")`` when unreachable."""
+    try:
+        url = f"http://{http}{path}?token={HTTP_TOKEN}"
+        with urllib.request.urlopen(url, timeout=0.5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError:
+        return 0, b""
+
+
 def status(http: str) -> Dict:
     """The master's ``/api/status`` ``ha`` part, or ``{}`` when it does not answer."""
+    code, body = _get(http, "/api/status")
     try:
-        with urllib.request.urlopen(f"http://{http}/api/status", timeout=0.5) as r:
-            return json.loads(r.read()).get("ha", {})
-    except (OSError, ValueError):
+        return json.loads(body).get("ha", {}) if code == 200 else {}
+    except ValueError:
         return {}
+
+
+def is_leader(http: str) -> bool:
+    """Whether the master at ``http`` answers ``/leader`` 200."""
+    return _get(http, "/leader")[0] == 200
+
+
+def wait_leader(http: str, timeout: float) -> float:
+    """Waits until ``http`` leads; returns the monotonic time it was seen leading."""
+    wait_for(lambda: is_leader(http), timeout, f"the master at {http} to lead")
+    return time.monotonic()
 
 
 def wait_for(pred, timeout: float, what: str):
@@ -75,7 +103,7 @@ class NetMaster:
         self.cmd = [sys.executable, "-m", "rtpool", "master", "--listen", self.address]
         self.cmd += ["--advertise", self.address, "--http", self.http, "--ha", url]
         self.cmd += ["--ha-lease-ms", str(lease_ms), "--data-dir", str(self.data)]
-        self.cmd += ["--log-level", "info"]
+        self.cmd += ["--http-token", HTTP_TOKEN, "--log-level", "info"]
         self.proc: Optional[subprocess.Popen] = None
 
     def start(self) -> None:
@@ -126,7 +154,9 @@ class NetRun:
         for f in ("client.token", "worker.token"):  # every master accepts the same tokens
             shutil.copy2(first.data / f, second.data / f)
         second.start()
-        wait_ready(second.http, LEAD_TIMEOUT_S)
+        wait_for(
+            lambda: _get(second.http, "/readyz")[0] == 200, LEAD_TIMEOUT_S, "m2 to be ready"
+        )
         wtoken = (first.data / "worker.token").read_text().strip()
         token = (first.data / "client.token").read_text().strip()
         for host in ("w1", "w2"):

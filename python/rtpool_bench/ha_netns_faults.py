@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Sequence
 
-from .ha_cluster import LEAD_TIMEOUT_S, wait_leader, wait_standby
-from .ha_netns import NetCluster, NetMaster, NetRun, freeze, status, thaw, wait_for
+from .ha_cluster import LEAD_TIMEOUT_S
+from .ha_netns import NetCluster, NetMaster, NetRun, freeze, status, thaw, wait_for, wait_leader
 from .history import ACK_WAIT_S, DRAIN_S, history_path
 from .history_check import check_dir, render
 from .history_kill import PROGRESS_TIMEOUT_S, _Results
@@ -109,7 +109,6 @@ def _stop(run: NetRun, leader: NetMaster, other: NetMaster, results: _Results, n
         thaw(leader)
     first = _after(results, n, t_lead, "results after the freeze")
     why = _wait_fenced(leader, before)
-    wait_standby(leader.http, LEAD_TIMEOUT_S)
     return {"t0": t0, "first": first, "fenced": why, "old": _wait_standby_naming(leader, other)}
 
 
