@@ -93,7 +93,15 @@ class NetMaster:
     """``rtpool master --ha`` on host ``host`` (its PID is the master's: ``ip netns exec``
     execs it), restartable on the same address."""
 
-    def __init__(self, net: Network, host: str, directory: Path, url: str, lease_ms: int):
+    def __init__(
+        self,
+        net: Network,
+        host: str,
+        directory: Path,
+        url: str,
+        lease_ms: int,
+        peer_lease_ms: int = 3000,
+    ):
         self.net, self.host = net, host
         self.data = directory / f"data-{host}"
         self.data.mkdir(parents=True, exist_ok=True)
@@ -102,7 +110,8 @@ class NetMaster:
         self.http = f"{net.ip[host]}:{HTTP_PORT}"
         self.cmd = [sys.executable, "-m", "rtpool", "master", "--listen", self.address]
         self.cmd += ["--advertise", self.address, "--http", self.http, "--ha", url]
-        self.cmd += ["--ha-lease-ms", str(lease_ms), "--data-dir", str(self.data)]
+        self.cmd += ["--ha-lease-ms", str(lease_ms), "--lease-ms", str(peer_lease_ms)]
+        self.cmd += ["--data-dir", str(self.data)]
         self.cmd += ["--http-token", HTTP_TOKEN, "--log-level", "info"]
         self.proc: Optional[subprocess.Popen] = None
 
@@ -143,7 +152,10 @@ class NetRun:
     def __init__(self, cluster: "NetCluster", directory: Path, url: str, opts) -> None:
         self.cluster, self.dir, self.url, self.opts = cluster, directory, url, opts
         net = cluster.net
-        self.masters = [NetMaster(net, h, directory, url, opts.lease_ms) for h in MASTER_HOSTS]
+        self.masters = [
+            NetMaster(net, h, directory, url, opts.lease_ms, opts.peer_lease_ms)
+            for h in MASTER_HOSTS
+        ]
         self.stop_file = directory / "stop"
         self.workers: List[subprocess.Popen] = []
         self.clients: List[subprocess.Popen] = []

@@ -80,9 +80,10 @@ def _after(results: _Results, n: int, t: float, what: str) -> float:
 def _kill(run: NetRun, leader: NetMaster, other: NetMaster, results: _Results, n: int) -> Dict:
     t0 = time.monotonic()
     leader.kill()
-    first = _after(results, n, wait_leader(other.http, LEAD_TIMEOUT_S), "results after the kill")
+    t_lead = wait_leader(other.http, LEAD_TIMEOUT_S)
+    first = _after(results, n, t_lead, "results after the kill")
     leader.start()
-    return {"t0": t0, "first": first, "old": _wait_standby_naming(leader, other)}
+    return {"t0": t0, "t_lead": t_lead, "first": first, "old": _wait_standby_naming(leader, other)}
 
 
 def _partition(run: NetRun, leader: NetMaster, other: NetMaster, results, n: int) -> Dict:
@@ -96,7 +97,8 @@ def _partition(run: NetRun, leader: NetMaster, other: NetMaster, results, n: int
         why = _wait_fenced(leader, before)
     finally:
         run.cluster.net.restore(leader.host)
-    return {"t0": t0, "first": first, "fenced": why, "old": _wait_standby_naming(leader, other)}
+    old = _wait_standby_naming(leader, other)
+    return {"t0": t0, "t_lead": t_lead, "first": first, "fenced": why, "old": old}
 
 
 def _stop(run: NetRun, leader: NetMaster, other: NetMaster, results: _Results, n: int) -> Dict:
@@ -109,7 +111,8 @@ def _stop(run: NetRun, leader: NetMaster, other: NetMaster, results: _Results, n
         thaw(leader)
     first = _after(results, n, t_lead, "results after the freeze")
     why = _wait_fenced(leader, before)
-    return {"t0": t0, "first": first, "fenced": why, "old": _wait_standby_naming(leader, other)}
+    old = _wait_standby_naming(leader, other)
+    return {"t0": t0, "t_lead": t_lead, "first": first, "fenced": why, "old": old}
 
 
 def _pgrestart(run: NetRun, leader: NetMaster, other: NetMaster, results, n: int) -> Dict:
@@ -123,9 +126,11 @@ def _pgrestart(run: NetRun, leader: NetMaster, other: NetMaster, results, n: int
         run.cluster.pg_resume()
     t_back = time.monotonic()
     now = run.leader()
+    t_lead = time.monotonic()
     first = _after(results, n, t_back, "results after PostgreSQL came back")
     return {
         "t0": t0,
+        "t_lead": t_lead,
         "first": first,
         "fenced": why,
         "pg_down_ms": _ms(t_back - t0),
@@ -182,7 +187,7 @@ def run_fault(cluster: NetCluster, directory: Path, opts: argparse.Namespace) ->
     finally:
         run.close()
     logs = [m.log_text() for m in run.masters]
-    t0, first = facts.pop("t0"), facts.pop("first")
+    t0, first, t_lead = facts.pop("t0"), facts.pop("first"), facts.pop("t_lead", None)
     return {
         "dir": str(directory),
         "fault": opts.fault,
@@ -190,6 +195,8 @@ def run_fault(cluster: NetCluster, directory: Path, opts: argparse.Namespace) ->
         "old_epoch": epoch,
         "verdict": check_dir(directory).to_dict(),
         "failover_ms": _ms(first - t0),
+        # Fault -> the other master seen leading (polled every 10 ms; None: no takeover).
+        "takeover_ms": None if t_lead is None else _ms(t_lead - t0),
         "old_epoch_writes_accepted": run.old_epoch_writes_after(epoch),
         "refused_writes": sum(t.count("journal write refused") for t in logs),
         "rejected_submissions": _rejections(run),
@@ -200,6 +207,7 @@ def run_fault(cluster: NetCluster, directory: Path, opts: argparse.Namespace) ->
 
 def _summary(runs: list, opts: argparse.Namespace) -> str:
     every = [r["failover_ms"] for r in runs]
+    took = [r["takeover_ms"] for r in runs if r["takeover_ms"] is not None]
     v = [r["verdict"] for r in runs]
     what = "fault -> next result" if opts.fault == "standby" else "failover (fault -> first "
     what += "" if opts.fault == "standby" else "result from the new leader)"
@@ -213,6 +221,12 @@ def _summary(runs: list, opts: argparse.Namespace) -> str:
         f"lines): {sum(r['refused_writes'] for r in runs)}; submissions refused (database "
         f"unreachable): {sum(r['rejected_submissions'] for r in runs)}; {what} p50 "
         f"{percentile(every, 50)} ms, p99 {percentile(every, 99)} ms, max {max(every)} ms"
+        + (
+            f"; takeover (fault -> the other master leads) p50 {percentile(took, 50)} ms, "
+            f"max {max(took)} ms"
+            if took
+            else ""
+        )
     )
 
 
@@ -226,6 +240,13 @@ def add_netns_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--results-between", type=int, default=200, help="results before/after (200)")
     ap.add_argument("--seconds", type=float, default=600.0, help="client budget (600 s)")
     ap.add_argument("--lease-ms", type=int, default=1000, help="the masters' --ha-lease-ms")
+    ap.add_argument(
+        "--peer-lease-ms",
+        type=int,
+        default=3000,
+        help="the masters' --lease-ms (3000, the default): peers behind a cut cable find the "
+        "silence after 3 of these plus a heartbeat, which sets a partition's failover time",
+    )
     ap.add_argument("--dir", default=None, help="keep the histories and logs here")
 
 
