@@ -27,10 +27,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from .ha_cluster import LEAD_TIMEOUT_S, fresh_database, psql
-from .history import history_path
 from .netns import Network
 from .recovery import _stop_group
 
@@ -113,7 +112,7 @@ class NetMaster:
         self.cmd += ["--ha-lease-ms", str(lease_ms), "--lease-ms", str(peer_lease_ms)]
         self.cmd += ["--data-dir", str(self.data)]
         self.cmd += ["--http-token", HTTP_TOKEN, "--log-level", "info"]
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
@@ -149,7 +148,7 @@ class NetMaster:
 class NetRun:
     """One run's processes: two masters, workers on ``w1`` and ``w2``, clients on ``c``."""
 
-    def __init__(self, cluster: "NetCluster", directory: Path, url: str, opts) -> None:
+    def __init__(self, cluster: NetCluster, directory: Path, url: str, opts) -> None:
         self.cluster, self.dir, self.url, self.opts = cluster, directory, url, opts
         net = cluster.net
         self.masters = [
@@ -166,9 +165,7 @@ class NetRun:
         for f in ("client.token", "worker.token"):  # every master accepts the same tokens
             shutil.copy2(first.data / f, second.data / f)
         second.start()
-        wait_for(
-            lambda: _get(second.http, "/readyz")[0] == 200, LEAD_TIMEOUT_S, "m2 to be ready"
-        )
+        wait_for(lambda: _get(second.http, "/readyz")[0] == 200, LEAD_TIMEOUT_S, "m2 to be ready")
         wtoken = (first.data / "worker.token").read_text().strip()
         token = (first.data / "client.token").read_text().strip()
         for host in ("w1", "w2"):

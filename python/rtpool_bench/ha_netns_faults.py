@@ -65,9 +65,11 @@ def _wait_fenced(m: NetMaster, before: int) -> str:
 
 def _wait_standby_naming(m: NetMaster, leader: NetMaster) -> Dict:
     return wait_for(
-        lambda: (s := status(m.http)).get("role") == "standby"
-        and s.get("leader") == leader.address
-        and s,
+        lambda: (
+            (s := status(m.http)).get("role") == "standby"
+            and s.get("leader") == leader.address
+            and s
+        ),
         LEAD_TIMEOUT_S,
         f"master {m.host} to stand by naming {leader.host}",
     )

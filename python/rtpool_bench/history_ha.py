@@ -45,9 +45,9 @@ from .ha_cluster import (
     wait_leader,
     wait_standby,
 )
+from .ha_netns_faults import add_netns_args, netns_main
 from .history import ACK_WAIT_S, DRAIN_S
 from .history_check import check_dir, render
-from .ha_netns_faults import add_netns_args, netns_main
 from .history_ha_throughput import add_throughput_args, throughput_main
 from .history_kill import PROGRESS_TIMEOUT_S, _client, _Results
 from .leader_proxy import LeaderProxy
