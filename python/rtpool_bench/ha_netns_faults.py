@@ -194,6 +194,8 @@ def run_fault(cluster: NetCluster, directory: Path, opts: argparse.Namespace) ->
         "dir": str(directory),
         "fault": opts.fault,
         "old_leader": leader.host,
+        "old_address": leader.address,
+        "other_address": other.address,
         "old_epoch": epoch,
         "verdict": check_dir(directory).to_dict(),
         "failover_ms": _ms(first - t0),
