@@ -41,7 +41,8 @@ from .history_kill import PROGRESS_TIMEOUT_S, _Results
 from .stats import machine_info, percentile
 
 FAULTS = ("kill", "partition", "stop", "pgrestart", "standby")
-_FENCE = "this master no longer leads"
+#: The line of a self-fencing (the writer's "journal write refused ... no longer leads" is not one).
+_FENCE = "high availability: this master no longer leads ("
 
 
 def _ms(seconds: float) -> float:
