@@ -163,6 +163,13 @@ _RUN: Dict[str, Callable[..., Dict]] = {
 }
 
 
+def _has_result(path: Path) -> bool:
+    try:
+        return '"type": "result"' in path.read_text()
+    except FileNotFoundError:
+        return False
+
+
 def _rejections(run: NetRun) -> int:
     """Submissions refused because the journal database was unreachable (``submit_error``
     events: not acknowledged, so not owed)."""
@@ -182,6 +189,13 @@ def run_fault(cluster: NetCluster, directory: Path, opts: argparse.Namespace) ->
     try:
         results = _Results(directory, opts.clients)
         results.wait(opts.results_between, None, PROGRESS_TIMEOUT_S, "the first results")
+        # Every client under way first: one still starting (its first connect) when the fault
+        # comes would only meet it in its handshake, or find the stop file before it began.
+        wait_for(
+            lambda: all(_has_result(history_path(run.dir, c)) for c in range(opts.clients)),
+            PROGRESS_TIMEOUT_S,
+            "a result for every client",
+        )
         leader = run.leader()
         other = run.other(leader)
         epoch = int(status(leader.http)["epoch"])
