@@ -241,7 +241,8 @@ def _summary(runs: list, opts: argparse.Namespace) -> str:
         f"unreachable): {sum(r['rejected_submissions'] for r in runs)}; {what} p50 "
         f"{percentile(every, 50)} ms, p99 {percentile(every, 99)} ms, max {max(every)} ms"
         + (
-            f"; takeover (fault -> the other master leads) p50 {percentile(took, 50)} ms, "
+            f"; takeover (fault -> {'a' if opts.fault == 'pgrestart' else 'the other'} master "
+            f"leads) p50 {percentile(took, 50)} ms, "
             f"max {max(took)} ms"
             if took
             else ""
