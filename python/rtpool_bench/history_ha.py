@@ -165,7 +165,7 @@ def _failover_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``rtpool bench ha failover|throughput ...``."""
+    """``rtpool bench ha failover|netns|throughput ...``."""
     ap = argparse.ArgumentParser(
         prog="rtpool bench ha",
         description=(__doc__ or "").replace("``", "`"),
