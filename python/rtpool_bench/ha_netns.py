@@ -222,13 +222,11 @@ class NetRun:
     def journal_epochs(self) -> Dict[int, List[int]]:
         """``{epoch: [rows, min seq, max seq]}`` of the journal table (seq 0, the compaction's
         meta record, left out)."""
-        out = subprocess.run(
-            [psql(), self.url, "-At", "-F", " ", "-c",
-             "SELECT epoch, count(*), min(seq), max(seq) FROM rtpool_journal WHERE seq > 0 "
-             "GROUP BY epoch ORDER BY epoch"],
-            capture_output=True, text=True, timeout=30, check=True,
-        )  # fmt: skip
-        rows = [list(map(int, line.split())) for line in out.stdout.split("\n") if line.strip()]
+        out = self._query(
+            "SELECT epoch, count(*), min(seq), max(seq) FROM rtpool_journal WHERE seq > 0 "
+            "GROUP BY epoch ORDER BY epoch"
+        )
+        rows = [list(map(int, line.split())) for line in out.split("\n") if line.strip()]
         return {r[0]: r[1:] for r in rows}
 
     def old_epoch_writes_after(self, old: int) -> int:
@@ -236,13 +234,29 @@ class NetRun:
         writes of an old epoch the database accepted after a newer leader wrote (must be 0;
         a package is acknowledged only once its record is committed, so also no package
         acknowledged by the old leader after the new one started)."""
-        out = subprocess.run(
-            [psql(), self.url, "-At", "-c",
-             f"SELECT count(*) FROM rtpool_journal WHERE epoch <= {int(old)} AND seq > "
-             f"(SELECT min(seq) FROM rtpool_journal WHERE epoch > {int(old)})"],
-            capture_output=True, text=True, timeout=30, check=True,
-        )  # fmt: skip
-        return int(out.stdout.strip())
+        return int(
+            self._query(
+                f"SELECT count(*) FROM rtpool_journal WHERE epoch <= {int(old)} AND seq > "
+                f"(SELECT min(seq) FROM rtpool_journal WHERE epoch > {int(old)})"
+            ).strip()
+        )
+
+    def _query(self, sql: str) -> str:
+        """``sql``'s rows (``psql -At``), with connect and statement timeouts of 10 s and one
+        more try: a fact query must not hang a run, and reading twice changes nothing."""
+        env = {**os.environ, "PGCONNECT_TIMEOUT": "10", "PGOPTIONS": "-c statement_timeout=10000"}
+        cmd = [psql(), self.url, "-At", "-F", " ", "-c", sql]
+        why = ""
+        for _ in range(2):
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)
+            except subprocess.TimeoutExpired:
+                why = "timed out after 30 s"
+                continue
+            if out.returncode == 0:
+                return out.stdout
+            why = out.stderr.strip()
+        raise RuntimeError(f"psql on {self.url} failed twice ({why}): {sql}")
 
 
 class NetCluster:
