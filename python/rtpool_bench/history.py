@@ -15,7 +15,11 @@ Every event is one JSON line in ``DIR/client-C.jsonl``, stamped with ``time.mono
   acknowledged);
 * ``ack``: ``{c, p, id}``, the master's ``ACCEPTED`` (the package id);
 * ``submit_error``: ``{c, p, error}``, the submission failed or was never acknowledged within
-  ``ACK_WAIT_S``: the package is indeterminate, it may or may not complete;
+  ``ACK_WAIT_S``: the package is indeterminate, it may or may not complete. A refusal the
+  master says is passing (``ERROR rejected``: its journal database is unreachable, "retry
+  shortly") also gets ``"retry": true``; the client then pauses (``REJECTED_PAUSE_S``,
+  doubling to ``REJECTED_PAUSE_MAX_S``) before its next package, so an outage of the
+  database does not use up its packages at once;
 * ``result``: ``{c, p, i, value}``, a task's value as its future resolved;
 * ``fail``: ``{c, p, i, error}``, a task's future failed (``ResultsLost``, a connection lost);
 * ``pending``: ``{c, p, i}`` at the end, for a future still unresolved after the drain;
@@ -41,6 +45,17 @@ from typing import Any, List, Sequence
 ACK_WAIT_S = 60.0
 #: How long a client waits at the end for its last results before writing ``pending`` events.
 DRAIN_S = 60.0
+#: The pause after a passing refusal (the journal database unreachable), doubling up to the max.
+REJECTED_PAUSE_S, REJECTED_PAUSE_MAX_S = 0.1, 1.0
+
+
+def is_passing_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` is the master's refusal of a package while its journal database is out
+    of reach (``ERROR rejected`` saying to retry shortly): the package was not acknowledged,
+    the same one later may be."""
+    from rtpool.errors import SubmitRejected
+
+    return isinstance(exc, SubmitRejected) and "journal database is unreachable" in str(exc)
 
 
 def expected_value(c: int, p: int, i: int) -> str:
@@ -114,8 +129,9 @@ def _on_done(rec: Recorder, c: int, p: int, i: int, room: _Room):
     return callback
 
 
-def _wait_ack(rec: Recorder, pkg, c: int, p: int) -> bool:
-    """Record the package's ``ACCEPTED`` (``ack``) or why there is none (``submit_error``)."""
+def _wait_ack(rec: Recorder, pkg, c: int, p: int) -> bool | None:
+    """Record the package's ``ACCEPTED`` (``ack``) or why there is none (``submit_error``).
+    Returns True when acknowledged, None when refused for a passing reason, else False."""
     end = time.monotonic() + ACK_WAIT_S
     while True:
         try:
@@ -128,8 +144,18 @@ def _wait_ack(rec: Recorder, pkg, c: int, p: int) -> bool:
                 rec.record("submit_error", c=c, p=p, error=f"TimeoutError: {e}")
                 return False
         except Exception as e:
+            if is_passing_refusal(e):
+                rec.record("submit_error", c=c, p=p, error=f"{type(e).__name__}: {e}", retry=True)
+                return None
             rec.record("submit_error", c=c, p=p, error=f"{type(e).__name__}: {e}")
             return False
+
+
+def _pause(seconds: float, until: float, stop: Path | None) -> None:
+    """Sleeps ``seconds`` at most, less if the time budget ends or the stop file appears."""
+    end = min(time.monotonic() + seconds, until)
+    while time.monotonic() < end and not (stop is not None and stop.exists()):
+        time.sleep(min(0.02, max(0.0, end - time.monotonic())))
 
 
 def run_client(args: argparse.Namespace) -> int:
@@ -143,7 +169,7 @@ def run_client(args: argparse.Namespace) -> int:
     room = _Room(args.inflight * n)  # at most `inflight` packages unresolved at a time
     futures: List[Any] = []
     stop, end = Path(args.stop) if args.stop else None, time.monotonic() + args.seconds
-    submitted = 0
+    submitted, pause = 0, REJECTED_PAUSE_S
     try:
         for p in range(args.packages):
             # Room first (bounded by the time budget): a master that is down does not make
@@ -161,7 +187,13 @@ def run_client(args: argparse.Namespace) -> int:
             for i, fut in enumerate(pkg.futures):
                 fut.add_done_callback(_on_done(rec, c, p, i, room))
             futures += [(p, i, f) for i, f in enumerate(pkg.futures)]
-            _wait_ack(rec, pkg, c, p)
+            if _wait_ack(rec, pkg, c, p) is None:
+                # Refused while the master's journal database is unreachable: back off before
+                # the next package (bounded by the budget), as a real client retries.
+                _pause(pause, end, stop)
+                pause = min(pause * 2, REJECTED_PAUSE_MAX_S)
+            else:
+                pause = REJECTED_PAUSE_S
         drain_end = time.monotonic() + DRAIN_S
         for _, _, fut in futures:
             try:

@@ -14,6 +14,9 @@ logs). The failover time is from the fault to the first
 result any client received after the other master answered ``/leader`` 200 (so surely from
 the new leader). Then the clients drain and the checker judges their histories.
 
+``netns`` runs the faults across hosts (network namespaces: PostgreSQL, the masters, the
+workers and the clients each on a host of its own; :mod:`rtpool_bench.ha_netns_faults`).
+
 ``throughput`` measures, in one run, packages of 100 no-op tasks through a master with the
 journal in PostgreSQL and through one with its local journal (default ``--fsync``, and
 ``always``), alternating rounds.
@@ -42,6 +45,7 @@ from .ha_cluster import (
     wait_leader,
     wait_standby,
 )
+from .ha_netns_faults import add_netns_args, netns_main
 from .history import ACK_WAIT_S, DRAIN_S
 from .history_check import check_dir, render
 from .history_ha_throughput import add_throughput_args, throughput_main
@@ -72,7 +76,9 @@ def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) 
             log = directory / f"worker{w}.log"
             procs.append(_start_worker_at(proxy.address, wtoken, log, ["--procs", "2"]))
         front = argparse.Namespace(address=proxy.address, token=token)
-        procs += [_client(directory, c, front, args, stop) for c in range(args.clients)]
+        procs += [
+            _client(directory, c, front, args, stop, proxy.address) for c in range(args.clients)
+        ]
         results = _Results(directory, args.clients)
         results.wait(args.results_between, None, PROGRESS_TIMEOUT_S, "the first results")
         with open(directory / "faults.jsonl", "a") as flog:
@@ -159,7 +165,7 @@ def _failover_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``rtpool bench ha failover|throughput ...``."""
+    """``rtpool bench ha failover|netns|throughput ...``."""
     ap = argparse.ArgumentParser(
         prog="rtpool bench ha",
         description=(__doc__ or "").replace("``", "`"),
@@ -186,9 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     fo.add_argument("--dir", default=None, help="keep the histories here")
     add_throughput_args(sub.add_parser("throughput", help="HA vs local journal, same run"))
+    add_netns_args(sub.add_parser("netns", help="faults across hosts (network namespaces)"))
     args = ap.parse_args(argv)
     if args.verb == "throughput":
         return throughput_main(args)
+    if args.verb == "netns":
+        return netns_main(args)
     return _failover_main(args)
 
 
