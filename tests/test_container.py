@@ -32,10 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "container-test-image"
 UID = 10001  # the image's user (USER in the Dockerfile and Containerfile.prebuilt)
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("apt-get") is None and shutil.which("podman") is None,
-    reason="building the image needs root (podman with runc) and podman or apt-get to get it",
-)
+# The image is built in the first test's setup: debootstrap, maturin and podman take minutes.
+pytestmark = [
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("apt-get") is None and shutil.which("podman") is None,
+        reason="building the image needs root (podman with runc) and podman or apt-get to get it",
+    ),
+]
 
 
 def _script(command: str, timeout: float) -> str:

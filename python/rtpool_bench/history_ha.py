@@ -81,6 +81,7 @@ def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) 
         ]
         results = _Results(directory, args.clients)
         results.wait(args.results_between, None, PROGRESS_TIMEOUT_S, "the first results")
+        results.wait_every_client(PROGRESS_TIMEOUT_S)
         with open(directory / "faults.jsonl", "a") as flog:
             for k in range(args.kills):
                 leader = next(m for m in masters if is_leader(m.http))

@@ -52,6 +52,7 @@ class _Results:
         self.paths = [history_path(directory, c) for c in range(clients)]
         self.offsets = [0] * clients
         self.count = 0
+        self.per_client = [0] * clients
         self.times: List[float] = []  # of the results read by the last poll()
 
     def poll(self) -> int:
@@ -69,8 +70,20 @@ class _Results:
                 ev = json.loads(line)
                 if ev["type"] == "result":
                     self.count += 1
+                    self.per_client[k] += 1
                     self.times.append(ev["t"])
         return self.count
+
+    def wait_every_client(self, timeout: float) -> None:
+        """Until every client has a result: one still starting when the first fault comes
+        would meet it in its first connect (a new ``Client`` does not retry a refused one)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.poll()
+            if all(self.per_client):
+                return
+            time.sleep(0.005)
+        raise TimeoutError(f"timed out after {timeout:g} s waiting for a result from every client")
 
     def wait(self, at_least: int, after_t: float | None, timeout: float, what: str) -> float:
         """Until ``at_least`` results (and one stamped after ``after_t``); returns the first
@@ -134,6 +147,7 @@ def run_once(directory: Path, args: argparse.Namespace, say=lambda s: None) -> D
         procs += [_client(directory, c, m, args, stop, addresses) for c in range(args.clients)]
         results = _Results(directory, args.clients)
         results.wait(args.results_between, None, PROGRESS_TIMEOUT_S, "the first results")
+        results.wait_every_client(PROGRESS_TIMEOUT_S)
         with open(faults, "a") as flog:
             for k in range(args.kills):
                 t_kill = time.monotonic()
