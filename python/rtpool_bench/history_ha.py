@@ -46,10 +46,9 @@ from .ha_cluster import (
     wait_standby,
 )
 from .ha_netns_faults import add_netns_args, netns_main
-from .history import ACK_WAIT_S, DRAIN_S
 from .history_check import check_dir, render
 from .history_ha_throughput import add_throughput_args, throughput_main
-from .history_kill import PROGRESS_TIMEOUT_S, _client, _Results
+from .history_kill import PROGRESS_TIMEOUT_S, _client, _Results, stop_clients
 from .leader_proxy import LeaderProxy
 from .recovery import _start_worker_at, _stop_group
 from .stats import machine_info, percentile
@@ -113,12 +112,7 @@ def run_failover(directory: Path, args: argparse.Namespace, say=lambda s: None) 
                 say(
                     f"{args.fault} {k + 1}/{args.kills}: first result {failover_ms[-1]} ms after it"
                 )
-        stop.touch()
-        for p in procs[args.workers :]:
-            try:
-                p.wait(ACK_WAIT_S + DRAIN_S + 30)
-            except subprocess.TimeoutExpired:
-                pass  # its history lacks the end event: the checker says so
+        stop_clients(stop, procs[args.workers :])
     finally:
         for p in procs:
             _stop_group(p)

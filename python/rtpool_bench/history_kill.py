@@ -120,6 +120,18 @@ def _client(
         )
 
 
+def stop_clients(stop: Path, clients: List[subprocess.Popen]) -> None:
+    """Tells the recording clients to stop and waits for each (bounded): they drain
+    (DRAIN_S) after waiting at most ACK_WAIT_S for a last ACCEPTED. One that does not end in
+    time lacks the end event in its history, which the checker reports."""
+    stop.touch()
+    for p in clients:
+        try:
+            p.wait(ACK_WAIT_S + DRAIN_S + 30)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def run_once(directory: Path, args: argparse.Namespace, say=lambda s: None) -> Dict[str, object]:
     """One run: master, workers, clients, ``args.kills`` SIGKILLs and restarts, the verdict.
 
@@ -165,13 +177,7 @@ def run_once(directory: Path, args: argparse.Namespace, say=lambda s: None) -> D
                 )
                 restart_ms.append(round((first - t_kill) * 1e3, 1))
                 say(f"kill {k + 1}/{args.kills}: first result {restart_ms[-1]} ms after SIGKILL")
-        stop.touch()
-        # The clients drain (DRAIN_S) after waiting at most ACK_WAIT_S for a last ACCEPTED.
-        for p in procs[args.workers :]:
-            try:
-                p.wait(ACK_WAIT_S + DRAIN_S + 30)
-            except subprocess.TimeoutExpired:
-                pass  # its history lacks the end event: the checker says so
+        stop_clients(stop, procs[args.workers :])
     finally:
         for p in procs:
             _stop_group(p)
