@@ -94,3 +94,13 @@ def test_fsync_off_loses_every_package_since_the_journal_was_made(tmp_path: Path
     # Written to the page cache, never synced: the power cut takes every record back.
     assert cut["lost"] == cut["acknowledged"]
     assert cut["powerfs"]["dropped_bytes"] > 0
+
+
+def test_fsync_always_loses_no_acknowledged_call(tmp_path: Path):
+    # Packages of grid-RPC calls, each still running on a worker when the power goes: their
+    # ACCEPTED too must wait for the record's fsync.
+    cut = run_cut("always", tmp_path, seconds=1.0, rate_per_s=200.0, calls=True)
+    _report(cut)
+    assert cut["calls"] and cut["acknowledged"] >= 50
+    assert cut["lost"] == 0 and cut["wrong"] == 0
+    assert cut["powerfs"]["cuts"] == 1

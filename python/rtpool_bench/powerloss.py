@@ -31,7 +31,7 @@ import rtpool
 from rtpool.errors import ResultsLost
 
 from .powerfs import PowerFS, unavailable
-from .recovery import _Master, _start_worker, _stop_group
+from .recovery import _Master, _start_worker, _stop_group, _wait
 from .stats import machine_info
 from .tasks import echo
 
@@ -56,10 +56,15 @@ def window_ms(mode: str) -> float | None:
 
 
 def _submit_paced(
-    client: rtpool.Client, seconds: float, rate_per_s: float, max_packages: int
+    client: rtpool.Client,
+    seconds: float,
+    rate_per_s: float,
+    max_packages: int,
+    flag: Path | None = None,
 ) -> List[tuple]:
     """Submit one-task packages one after another, each acknowledged before the next, at
-    ``rate_per_s``; returns ``(index, package, acknowledged_at)`` per package."""
+    ``rate_per_s`` (packages of one call of ``powerloss_wait`` when ``flag`` is given);
+    returns ``(index, future, acknowledged_at)`` per package."""
     acked: List[tuple] = []
     start = time.monotonic()
     end = start + seconds
@@ -70,17 +75,21 @@ def _submit_paced(
         due = start + i / rate_per_s
         if due > now:
             time.sleep(due - now)  # pacing, not a wait on a race
-        pkg = client.submit_many(echo, [i])
-        _ = pkg.id  # waits for ACCEPTED (raises if it never comes)
-        acked.append((i, pkg, time.monotonic()))
+        if flag is None:
+            pkg = client.submit_many(echo, [i])
+            _ = pkg.id  # waits for ACCEPTED (raises if it never comes)
+            fut = pkg.futures[0]
+        else:  # a package of one call, running (or queued) until the flag file is removed
+            fut = client.call_async("powerloss_wait", str(flag), i)
+            client._conn.wait_accepted(fut._seg, 10.0)  # the package id: its ACCEPTED came
+        acked.append((i, fut, time.monotonic()))
     return acked
 
 
 def _outcome(acked: List[tuple], kill_at: float) -> Dict[str, object]:
     lost, wrong = [], 0
     end = time.monotonic() + RESULT_TIMEOUT_S
-    for i, pkg, acked_at in acked:
-        fut = pkg.futures[0]
+    for i, fut, acked_at in acked:
         try:
             value = fut.result(max(0.1, end - time.monotonic()))
         except ResultsLost:
@@ -107,8 +116,11 @@ def run_cut(
     seconds: float = 1.5,
     rate_per_s: float = 400.0,
     max_packages: int = 2000,
+    calls: bool = False,
 ) -> Dict[str, object]:
-    """One power cut under ``--fsync mode`` in ``workdir`` (made, left for its logs).
+    """One power cut under ``--fsync mode`` in ``workdir`` (made, left for its logs); with
+    ``calls``, the packages are grid-RPC calls still running on a worker at the cut (the
+    worker serving them dies with the power) instead of tasks no worker has taken.
 
     Returns:
         ``mode``, ``window_ms``, ``acknowledged``, ``lost``, ``wrong`` (completed with another
@@ -123,15 +135,25 @@ def run_cut(
         args = ["--fsync", mode, "--http", "off"]
         master = _Master(data, workdir / "master.log", args)
         worker = client = None
+        flag = workdir / "calls-wait" if calls else None
+        serve = ["--serve", "rtpool_bench.soak_lib"] if calls else []
         try:
             client = rtpool.Client(master.address, master.token, name="powerloss")
-            acked = _submit_paced(client, seconds, rate_per_s, max_packages)
+            if flag is not None:
+                flag.touch()
+                worker = _start_worker(master, workdir / "worker0.log", serve)
+                _wait(lambda: _serves(client), 60, "the worker serving powerloss_wait")
+            acked = _submit_paced(client, seconds, rate_per_s, max_packages, flag)
             master.proc.kill()  # kill -9, and the power goes with it
             kill_at = time.monotonic()
+            if worker is not None:  # the calls' worker goes down with it
+                _stop_group(worker)
             master.kill()
             counters = fs.cut()
+            if flag is not None:
+                flag.unlink()  # the calls the restarted master runs again return at once
             master.start(master.address)
-            worker = _start_worker(master, workdir / "worker.log")
+            worker = _start_worker(master, workdir / "worker.log", serve)
             result = _outcome(acked, kill_at)
         finally:
             if client is not None:
@@ -139,7 +161,17 @@ def run_cut(
             if worker is not None:
                 _stop_group(worker)
             master.kill()
-    return {"mode": mode, "window_ms": window_ms(mode), **result, "powerfs": counters}
+    return {
+        "mode": mode,
+        "calls": calls,
+        "window_ms": window_ms(mode),
+        **result,
+        "powerfs": counters,
+    }
+
+
+def _serves(client: rtpool.Client) -> bool:
+    return any(f.name == "powerloss_wait" for f in client.functions())
 
 
 def _line(cut: Dict[str, object]) -> str:
@@ -152,7 +184,7 @@ def _line(cut: Dict[str, object]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``rtpool bench powerloss [--cuts N] [--modes always,batch,...] [--json]``."""
+    """``rtpool bench powerloss [--cuts N] [--modes always,batch,...] [--calls] [--json]``."""
     ap = argparse.ArgumentParser(prog="rtpool bench powerloss", description=__doc__.split("\n")[0])
     ap.add_argument("--cuts", type=int, default=3, help="power cuts per mode (default 3)")
     ap.add_argument(
@@ -162,6 +194,11 @@ def main(argv: Sequence[str]) -> int:
     )
     ap.add_argument("--seconds", type=float, default=1.5, help="submission time per cut (1.5)")
     ap.add_argument("--rate", type=float, default=400.0, help="packages per second (400)")
+    ap.add_argument(
+        "--calls",
+        action="store_true",
+        help="packages of one grid-RPC call each, running on a worker at the cut",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON document at the end")
     opts = ap.parse_args(argv)
     if opts.cuts < 1 or opts.rate <= 0 or opts.seconds <= 0:
@@ -181,7 +218,7 @@ def main(argv: Sequence[str]) -> int:
         for n in range(opts.cuts):
             for mode in modes:
                 workdir = Path(tmp) / f"{mode.replace(':', '-')}-{n}"
-                cut = run_cut(mode, workdir, opts.seconds, opts.rate)
+                cut = run_cut(mode, workdir, opts.seconds, opts.rate, calls=opts.calls)
                 cuts.append(cut)
                 if not opts.json:
                     print(_line(cut), flush=True)

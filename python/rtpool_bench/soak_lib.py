@@ -49,3 +49,13 @@ def poison(tag: int) -> int:
 def soak_add(a: int, b: int) -> int:
     """soak_add adds two integers (the soak's grid-RPC call)."""
     return a + b
+
+
+@rtpool.remote("powerloss_wait", version="1")
+def powerloss_wait(flag: str, tag: int) -> int:
+    """Returns ``tag`` once the file ``flag`` is gone (at most 120 s): the call of
+    ``rtpool bench powerloss --calls``, which must still be running when the power goes."""
+    end = time.monotonic() + 120.0
+    while os.path.exists(flag) and time.monotonic() < end:
+        time.sleep(0.01)
+    return tag

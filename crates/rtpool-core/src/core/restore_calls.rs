@@ -13,28 +13,30 @@ use bytes::Bytes;
 use super::submit::NO_TASK;
 use super::Core;
 use crate::event::{Action, CallSpec, RestoredPackage};
-use crate::ids::{Instant, PackageId, TaskId};
+use crate::ids::{Instant, TaskId};
 use crate::task::{Call, Task, TaskState};
 
 impl Core {
-    /// The version each call of a live package of calls was resolved to, by index (the
-    /// journal records it so the restored calls name what they ran on); `None` if the package
-    /// is not a live package of calls. A call no longer live reads as `""`.
-    pub fn call_versions(&self, package: PackageId) -> Option<Vec<String>> {
-        let slot = *self.package_slots.get(&package)?;
-        let p = self.packages.get(slot).filter(|p| p.calls)?;
-        let versions = (0u32..)
-            .zip(&p.tasks)
-            .map(|(index, id)| {
-                self.tasks
-                    .get(id.0)
-                    .filter(|t| t.package == slot && t.index == index)
-                    .and_then(|t| t.call.as_ref())
-                    .and_then(|c| self.services.get(c.service))
-                    .map_or_else(String::new, |s| s.version.clone())
-            })
-            .collect();
-        Some(versions)
+    /// Pins each call that names no version to the version a submission now resolves it to
+    /// (the newest served), before the package reaches the core: the master journals a
+    /// package of calls before it is applied (under `--fsync always` it is applied once its
+    /// record is durable), so the record and the restored calls name what the calls run on.
+    /// False if some call resolves to nothing now (the core will refuse the package if it
+    /// still does when it is applied).
+    pub fn pin_call_versions(&self, calls: &mut [CallSpec]) -> bool {
+        let mut all = true;
+        for call in calls.iter_mut() {
+            match self.services.resolve(&call.name, &call.version) {
+                Some(slot) if call.version.is_empty() => {
+                    if let Some(s) = self.services.get(slot) {
+                        call.version.clone_from(&s.version);
+                    }
+                }
+                Some(_) => {}
+                None => all = false,
+            }
+        }
+        all
     }
 
     /// Recreates a package of calls from the journal, detached, with its TTL armed.

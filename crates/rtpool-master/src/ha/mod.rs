@@ -289,12 +289,20 @@ async fn watch_term(
     fenced: &Notify,
     signalled: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) -> Option<String> {
+    let expired = || format!("the lease of epoch {epoch} was not renewed in time");
+    let mut last_until: Option<Instant> = None;
     loop {
         let now = view.borrow_and_update().clone();
         if now.held != Some(epoch) {
+            // Back from a freeze, the lease thread may report the lease taken before the
+            // timer below fires: the term ran out by our own clock first, so say that.
+            if last_until.is_some_and(|until| until <= Instant::now()) {
+                return Some(expired());
+            }
             return Some(format!("the lease of epoch {epoch} was lost"));
         }
         let until = now.valid_until.unwrap_or_else(Instant::now);
+        last_until = Some(until);
         tokio::select! {
             () = signalled.as_mut() => return None,
             () = fenced.notified() => {
@@ -309,9 +317,7 @@ async fn watch_term(
                 // Not renewed in time by our own clock (frozen, or the database out of
                 // reach): the database may already let another master take over.
                 if view.borrow().valid_until == now.valid_until {
-                    return Some(format!(
-                        "the lease of epoch {epoch} was not renewed in time"
-                    ));
+                    return Some(expired());
                 }
             }
         }

@@ -1,35 +1,42 @@
-//! Packages of calls in the journal: the `Package` record of an accepted package of calls
-//! (written once the core accepted it, with the version each call was resolved to), and its
-//! calls read back at restore. Their deliveries and ends are journaled as any package's; their
-//! results are not (a restored package of calls runs its undelivered calls again).
+//! Packages of calls in the journal: the `Package` record of a package of calls, written
+//! before the core sees it (each call that names no version pinned to the one it resolves to
+//! now, so the record names what the calls run on), and its calls read back at restore. Their
+//! deliveries and ends are journaled as any package's (a refused or deduplicated one gets its
+//! `End` at once); their results are not (a restored package of calls runs its undelivered
+//! calls again).
 //!
-//! Under `--fsync always` a package of calls is acknowledged before its record is durable
-//! (within the journal's next sync): the core resolves the versions the record names.
+//! Under `--fsync always` a package of calls is held, like a package of code, until its
+//! record is durable: the client's `ACCEPTED` means that a master crash loses nothing of it.
 
-use rtpool_core::{CallSpec, ClientId, PackageId, PackageOpts, CALLS_HASH};
+use rtpool_core::{CallSpec, Event, CALLS_HASH};
 use tracing::warn;
 
-use super::Scheduler;
+use super::{Held, Scheduler};
 use crate::journal::{decode_call, encode_call, PackageRecord, Record};
 
 impl Scheduler {
-    /// Journals the package of calls the core just accepted as `package`.
-    pub(super) fn journal_calls(
-        &mut self,
-        package: PackageId,
-        client: ClientId,
-        mut calls: Vec<CallSpec>,
-        opts: PackageOpts,
-    ) {
-        let Some(journal) = &self.journal else {
-            return;
+    /// Journals a submission of calls (numbered already); `None` when it is held until its
+    /// record is durable (`--fsync always`), else the event, to apply now. One whose calls
+    /// resolve to nothing now is not journaled when nothing is held (the core refuses it on
+    /// this same state at once).
+    pub(super) fn journal_calls(&mut self, mut event: Event) -> Option<Event> {
+        let Event::SubmitCalls {
+            client,
+            package,
+            calls,
+            opts,
+            ..
+        } = &mut event
+        else {
+            return Some(event);
         };
-        if let Some(versions) = self.core.call_versions(package) {
-            for (call, version) in calls.iter_mut().zip(versions) {
-                if !version.is_empty() {
-                    call.version = version;
-                }
-            }
+        let Some(journal) = &self.journal else {
+            return Some(event);
+        };
+        let resolvable = self.core.pin_call_versions(calls);
+        if !resolvable && self.held.is_empty() {
+            self.unjournaled = Some(*package);
+            return Some(event);
         }
         let user = self
             .client_users
@@ -42,9 +49,14 @@ impl Scheduler {
             fn_hash: CALLS_HASH.0,
             fn_code: bytes::Bytes::new(),
             tasks: calls.iter().map(encode_call).collect(),
-            opts,
+            opts: opts.clone(),
         };
         self.last_lsn = journal.append(Record::Package(record));
+        if self.ack_after_fsync {
+            self.held.push_back((self.last_lsn, Held::Event(event)));
+            return None;
+        }
+        Some(event)
     }
 }
 

@@ -469,7 +469,12 @@ impl Scheduler {
         if self.refuse_unjournalable(&event) {
             return;
         }
-        if let Event::Submit {
+        if let Event::SubmitCalls { .. } = &event {
+            match self.journal_calls(event) {
+                Some(now) => event = now,
+                None => return, // held until its record is durable
+            }
+        } else if let Event::Submit {
             client,
             package,
             fn_hash,
@@ -513,18 +518,8 @@ impl Scheduler {
 
     /// Runs the core on one event and carries out its actions.
     fn apply_now(&mut self, event: Event) {
-        let (submitted, calls) = match &event {
-            Event::Submit { package, .. } => (Some(*package), false),
-            Event::SubmitCalls { package, .. } => (Some(*package), true),
-            _ => (None, false),
-        };
-        let journal_calls = match &event {
-            Event::SubmitCalls {
-                client,
-                calls,
-                opts,
-                ..
-            } if self.journal.is_some() => Some((*client, calls.clone(), opts.clone())),
+        let submitted = match &event {
+            Event::Submit { package, .. } | Event::SubmitCalls { package, .. } => Some(*package),
             _ => None,
         };
         let user = match &event {
@@ -543,22 +538,13 @@ impl Scheduler {
         });
         self.core.handle(event, now, &mut self.actions);
         let mut actions = std::mem::take(&mut self.actions);
-        if let (Some(package), Some((client, calls, opts))) = (submitted, journal_calls) {
-            let created = actions
-                .iter()
-                .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
-            if created {
-                self.journal_calls(package, client, calls, opts);
-            }
-        }
         if let (Some(package), Some(journal)) = (submitted, &self.journal) {
-            // A refused or deduplicated submission never became a package: end its record (a
-            // call package has none).
+            // A refused or deduplicated submission never became a package: end its record.
             let created = actions
                 .iter()
                 .any(|a| matches!(a, Action::Accepted { package: p, .. } if *p == package));
             let journaled = self.unjournaled.take() != Some(package);
-            if !created && !calls && journaled {
+            if !created && journaled {
                 self.last_lsn = journal.append(Record::End { package: package.0 });
             }
         }
