@@ -232,8 +232,8 @@ def connect(
     One pass tries every address once, from the one that worked last (see
     :class:`~rtpool._masters.Masters`): a refused or silent address gives way to the next at
     once; a standby's ``not_leader`` to the leader it names, then the rest. With several
-    addresses each waits at most ``FIRST_PASS_TIMEOUT_S`` (1 s) unless the last pass found no
-    master at all. A pass in which a master answered ``busy`` (its connection limits are
+    addresses each waits at most ``FIRST_PASS_TIMEOUT_S`` (1 s), doubled by each pass in a
+    row that found no master at all. A pass in which a master answered ``busy`` (its connection limits are
     reached) is tried again after a jittered pause, 0.1 s doubling up to 5 s, for up to
     ``busy_timeout`` seconds; one in which a standby answered but no leader (an election under
     way) after 0.05-0.1 s, for up to ``timeout`` seconds.
@@ -246,7 +246,7 @@ def connect(
         name: Informational peer name (clipped to 256 bytes).
         slots: Tasks run at once (workers), 0 for clients.
         timeout: Seconds to wait for the connection, the TLS handshake and ``WELCOME`` (per
-            address; with several, 1 s at most while the last pass had an answer).
+            address; with several, 1 s at first: ``Masters.dial_timeout``).
         tls: ``False`` for plain TCP, ``True`` for TLS checked against the system trust store
             (or ``ca_file``), or a ready ``ssl.SSLContext``. The certificate is checked
             against each address's configured host name.

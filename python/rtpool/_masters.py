@@ -11,8 +11,8 @@ It also holds the pacing every dialler shares (the client's reconnection, the wo
 dial's own retries; ``docs/reliability.md``): while a master answers (a standby's
 ``not_leader``: an election under way, and a standby is cheap to ask) the next pass comes
 after :data:`LEADER_SEARCH_PAUSE_S`, not after a doubling backoff; with several addresses a
-pass waits at most :data:`FIRST_PASS_TIMEOUT_S` per address until a pass found no master at
-all; and a session that ended in silence (a cut path) starts the next pass at the next
+pass waits at most :data:`FIRST_PASS_TIMEOUT_S` per address (doubling while passes find no
+master at all); and a session that ended in silence (a cut path) starts the next pass at the next
 address, not at the silent one.
 """
 
@@ -36,8 +36,8 @@ MASTER_ENV = "RTPOOL_MASTER"
 #: tenth of the default HA lease, so the new leader is found within ~0.1 s of its takeover.
 LEADER_SEARCH_PAUSE_S = 0.1
 #: With several addresses, the most a pass waits for one address (TCP connect and handshake),
-#: unless the last pass found no master at all: a dead or cut address then costs at most this,
-#: and a slow but live one is given the full timeout on the next pass.
+#: doubled by each pass in a row that found no master at all, up to the connect timeout: a
+#: dead or cut address costs little, and a slow but live one still gets its time.
 FIRST_PASS_TIMEOUT_S = 1.0
 
 _LEADER = re.compile(r"\(leader: ([^()\s]+)\)\s*$")
@@ -268,11 +268,11 @@ class Masters:
         self.unanswered_passes = 0 if answered else self.unanswered_passes + 1
 
     def dial_timeout(self, timeout: float, addresses: int) -> float:
-        """The wait per address in the next pass over ``addresses`` candidates: ``timeout``,
-        or :data:`FIRST_PASS_TIMEOUT_S` when there are several and the last pass did not
-        come back empty (see the module docstring)."""
-        if addresses > 1 and self.unanswered_passes == 0:
-            return min(timeout, FIRST_PASS_TIMEOUT_S)
+        """The wait per address in the next pass over ``addresses`` candidates: ``timeout``
+        for one; for several :data:`FIRST_PASS_TIMEOUT_S`, doubled by each pass in a row that
+        found no master at all (a slow but live one gets its time), up to ``timeout``."""
+        if addresses > 1:
+            return min(timeout, FIRST_PASS_TIMEOUT_S * 2 ** min(self.unanswered_passes, 16))
         return timeout
 
     def retry_pause(self, backoff: float) -> float:

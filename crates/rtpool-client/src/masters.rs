@@ -6,15 +6,15 @@
 //! It also paces the passes (as the Python side's `_masters.py`): while a standby answers
 //! (an election under way, and a standby is cheap to ask) the next pass comes after
 //! [`LEADER_SEARCH_PAUSE`], not after the doubling backoff; and with several addresses each
-//! waits at most [`FIRST_PASS_TIMEOUT`] unless the last pass found no master at all, so a dead
-//! or cut address costs little.
+//! waits at most [`FIRST_PASS_TIMEOUT`] (doubling while passes find no master at all), so a
+//! dead or cut address costs little.
 
 use std::time::Duration;
 
 /// The pause before the next pass while a standby answers (drawn between half and all of it).
 pub(crate) const LEADER_SEARCH_PAUSE: Duration = Duration::from_millis(100);
-/// With several addresses, the most one address may take in a pass (connect and handshake)
-/// unless the last pass found no master at all.
+/// With several addresses, the most one address may take in a pass (connect and handshake),
+/// doubled by each pass in a row that found no master at all.
 pub(crate) const FIRST_PASS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The addresses of a [`Config`](crate::Config) and what dialling learned about them.
@@ -52,11 +52,12 @@ impl Masters {
         };
     }
 
-    /// The most one address may take in the next pass: `timeout`, or
-    /// [`FIRST_PASS_TIMEOUT`] with several addresses unless the last pass found no master.
+    /// The most one address may take in the next pass: `timeout` for one address; for
+    /// several [`FIRST_PASS_TIMEOUT`], doubled by each pass in a row that found no master at
+    /// all (a slow but live one still gets its time), up to `timeout`.
     pub(crate) fn dial_timeout(&self, timeout: Duration) -> Duration {
-        if self.addresses.len() > 1 && self.unanswered_passes == 0 {
-            timeout.min(FIRST_PASS_TIMEOUT)
+        if self.addresses.len() > 1 {
+            timeout.min(FIRST_PASS_TIMEOUT * (1u32 << self.unanswered_passes.min(16)))
         } else {
             timeout
         }
@@ -144,7 +145,11 @@ mod tests {
         m.on_pass_failed(true); // a standby answered: still short, and soon
         assert!(m.standby_answered);
         assert_eq!(m.dial_timeout(long), FIRST_PASS_TIMEOUT);
-        m.on_pass_failed(false); // nobody: the full wait next time
+        m.on_pass_failed(false); // nobody: twice the wait next time, up to the timeout
+        assert_eq!(m.dial_timeout(long), 2 * FIRST_PASS_TIMEOUT);
+        for _ in 0..5 {
+            m.on_pass_failed(false);
+        }
         assert_eq!(m.dial_timeout(long), long);
         m.on_connected("b:2");
         assert_eq!(m.dial_timeout(long), FIRST_PASS_TIMEOUT);
