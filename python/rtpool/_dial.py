@@ -233,9 +233,10 @@ def connect(
     :class:`~rtpool._masters.Masters`): a refused or silent address gives way to the next at
     once; a standby's ``not_leader`` to the leader it names, then the rest. With several
     addresses each waits at most ``FIRST_PASS_TIMEOUT_S`` (1 s), doubled by each pass in a
-    row that found no master at all. A pass in which a master answered ``busy`` (its connection limits are
-    reached) is tried again after a jittered pause, 0.1 s doubling up to 5 s, for up to
-    ``busy_timeout`` seconds; one in which a standby answered but no leader (an election under
+    row that found no master at all. A pass in which a master answered ``busy`` (its
+    connection limits are reached) is tried again after a jittered pause, 0.1 s doubling up to
+    5 s, for up to ``busy_timeout`` seconds; one in which a standby answered but no leader (an
+    election under
     way) after 0.05-0.1 s, for up to ``timeout`` seconds.
 
     Args:
