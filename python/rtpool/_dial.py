@@ -236,8 +236,7 @@ def connect(
     row that found no master at all. A pass in which a master answered ``busy`` (its
     connection limits are reached) is tried again after a jittered pause, 0.1 s doubling up to
     5 s, for up to ``busy_timeout`` seconds; one in which a standby answered but no leader (an
-    election under
-    way) after 0.05-0.1 s, for up to ``timeout`` seconds.
+    election under way) after 0.05-0.1 s, for up to ``timeout`` seconds.
 
     Args:
         address: ``"host:port"``, ``(host, port)``, several (``"h1:7070,h2:7070"`` or a
