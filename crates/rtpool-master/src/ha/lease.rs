@@ -326,7 +326,10 @@ pub fn setup(client: &mut Client, lease_ms: u32) -> Result<(), postgres::Error> 
 /// Takes the lease if it has expired by the database's clock (or this holder has it): a new
 /// epoch, and its [`LOCK_KEY`] taken in the same statement. Returns `(epoch, locked)`, or
 /// `None` when another master's lease is still running.
-pub fn take(client: &mut Client, cfg: &LeaseConfig) -> Result<Option<(u64, bool)>, postgres::Error> {
+pub fn take(
+    client: &mut Client,
+    cfg: &LeaseConfig,
+) -> Result<Option<(u64, bool)>, postgres::Error> {
     let row = client.query_opt(
         concat!(
             "UPDATE rtpool_leader SET epoch = epoch + 1, holder = $1, advertise = $2, \

@@ -163,8 +163,10 @@ fn no_early_take_when_the_leader_has_not_renewed_since_the_database_started() {
     assert_eq!(take(&mut ca, &a).unwrap(), Some((1, true)));
     // As after a restart of PostgreSQL: every session ended, the last renewal before it.
     drop(ca);
-    cb.batch_execute("UPDATE rtpool_leader SET renewed_at = pg_postmaster_start_time() - interval '1 second'")
-        .unwrap();
+    cb.batch_execute(
+        "UPDATE rtpool_leader SET renewed_at = pg_postmaster_start_time() - interval '1 second'",
+    )
+    .unwrap();
     let seen = look_live(&mut cb, &b.holder).unwrap();
     assert_eq!((seen.epoch, seen.holder_gone), (1, false));
     // The leader's first renewal on its new session takes its lock again: still no early take.
