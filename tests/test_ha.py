@@ -425,6 +425,12 @@ def test_while_the_database_is_unreachable_the_leader_refuses_new_packages_sayin
             assert answer[:2] == [P.ERROR, "rejected"], answer
             assert "journal database is unreachable" in answer[2], answer
             assert answer[3] == 2, answer
+            # Past 4/5 of its lease it fences itself by its own clock, and from then on says
+            # standby although its term still winds down (closing the journal waits for the
+            # database): a front following /leader must not route to it meanwhile.
+            wait_until(lambda: _get(a.http, "/leader")[0] == 503, timeout=30)
+            assert json.loads(_get(a.http, "/api/status")[1])["ha"]["role"] == "standby"
+            assert _log_has(a.m.log, "no longer leads")
     finally:
         subprocess.run(
             [psql(), pg_url, "-q", "-c", f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"],
