@@ -32,7 +32,7 @@ import pytest
 
 from helpers import wait_until
 from rtpool import _protocol as P
-from rtpool_bench.ha_cluster import fresh_database, start_pair, wait_leader
+from rtpool_bench.ha_cluster import fresh_database, start_pair, wait_leader, wait_ready
 from rtpool_bench.history_ha import run_failover
 from rtpool_bench.recovery import _start_worker_at, _stop_group
 
@@ -121,6 +121,31 @@ def test_leader_killed_under_load_the_standby_takes_over_and_nothing_acknowledge
         v["lost_errors"],
     )
     assert v["valid"]
+
+
+def test_a_killed_leader_is_replaced_at_once_not_when_its_lease_runs_out(pg_url, tmp_path):
+    """SIGKILL ends the leader's database session at once (its kernel closes the socket), so
+    the standby takes the lease early, by the leader's lock, not by the expiry: with a lease
+    of two minutes only the early path can make it lead within ``LEAD_TIMEOUT_S`` (30 s), and
+    its log says which path it took."""
+    a, b = start_pair(tmp_path, _db(pg_url, "early"), 120_000)
+    try:
+        a.kill()
+        wait_leader(b.http, 30)
+        ha = json.loads(_get(b.http, "/api/status")[1])["ha"]
+        assert ha["role"] == "leader" and ha["epoch"] == 2
+        assert _log_has(
+            b.m.log,
+            "took the leader lease early, epoch 2 (120000 ms): the database session of epoch "
+            "1's leader has ended",
+        ), b.m.log.read_text()[-3000:]
+        # Restarted, the old leader stands by: the new leader's session holds its lock.
+        a.restart()
+        wait_ready(a.http, 30)
+        assert json.loads(_get(a.http, "/api/status")[1])["ha"]["role"] == "standby"
+    finally:
+        a.kill()
+        b.kill()
 
 
 def _logged_in(address: str, token: str) -> tuple[socket.socket, P.FrameReader]:
@@ -400,6 +425,12 @@ def test_while_the_database_is_unreachable_the_leader_refuses_new_packages_sayin
             assert answer[:2] == [P.ERROR, "rejected"], answer
             assert "journal database is unreachable" in answer[2], answer
             assert answer[3] == 2, answer
+            # Past 4/5 of its lease it fences itself by its own clock, and from then on says
+            # standby although its term still winds down (closing the journal waits for the
+            # database): a front following /leader must not route to it meanwhile.
+            wait_until(lambda: _get(a.http, "/leader")[0] == 503, timeout=30)
+            assert json.loads(_get(a.http, "/api/status")[1])["ha"]["role"] == "standby"
+            assert _log_has(a.m.log, "no longer leads")
     finally:
         subprocess.run(
             [psql(), pg_url, "-q", "-c", f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"],

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Set, Tuple, Union
 
 from . import _protocol as P
-from ._masters import Address, Candidate, Masters, leader_of
+from ._masters import LEADER_SEARCH_PAUSE_S, Address, Candidate, Masters, leader_of
 from ._tls_socket import LockedTlsSocket
 from .errors import AuthenticationError, ConnectError, MasterBusy, ProtocolError
 
@@ -80,6 +80,11 @@ class NotLeader(MasterUnreachable):
     def __init__(self, message: str, leader: Tuple[str, int] | None = None) -> None:
         super().__init__(message)
         self.leader = leader
+
+
+class HandshakeTimeout(MasterUnreachable):
+    """The connection was accepted but ``WELCOME`` never came within the timeout: a silent
+    address, as one that does not accept (an overloaded master, or a path that stalls)."""
 
 
 def _open_socket(host: str, port: int, timeout: float, where: str) -> socket.socket:
@@ -226,10 +231,12 @@ def connect(
 
     One pass tries every address once, from the one that worked last (see
     :class:`~rtpool._masters.Masters`): a refused or silent address gives way to the next at
-    once; a standby's ``not_leader`` to the leader it names, then the rest. A pass in which a
-    master answered ``busy`` (its connection limits are reached) is tried again after a
-    jittered pause, 0.1 s doubling up to 5 s, for up to ``busy_timeout`` seconds; one in which
-    no leader answered (an election under way), so for up to ``timeout`` seconds too.
+    once; a standby's ``not_leader`` to the leader it names, then the rest. With several
+    addresses each waits at most ``FIRST_PASS_TIMEOUT_S`` (1 s), doubled by each pass in a
+    row that found no master at all. A pass in which a master answered ``busy`` (its
+    connection limits are reached) is tried again after a jittered pause, 0.1 s doubling up to
+    5 s, for up to ``busy_timeout`` seconds; one in which a standby answered but no leader (an
+    election under way) after 0.05-0.1 s, for up to ``timeout`` seconds.
 
     Args:
         address: ``"host:port"``, ``(host, port)``, several (``"h1:7070,h2:7070"`` or a
@@ -239,7 +246,7 @@ def connect(
         name: Informational peer name (clipped to 256 bytes).
         slots: Tasks run at once (workers), 0 for clients.
         timeout: Seconds to wait for the connection, the TLS handshake and ``WELCOME`` (per
-            address).
+            address; with several, 1 s at first: ``Masters.dial_timeout``).
         tls: ``False`` for plain TCP, ``True`` for TLS checked against the system trust store
             (or ``ca_file``), or a ready ``ssl.SSLContext``. The certificate is checked
             against each address's configured host name.
@@ -284,8 +291,9 @@ def connect(
         try:
             return _connect_pass(
                 masters,
-                lambda cand: _connect_once(
-                    cand, role, token, name, slots, timeout, context, identity, extra
+                timeout,
+                lambda cand, wait: _connect_once(
+                    cand, role, token, name, slots, wait, context, identity, extra
                 ),
             )
         except MasterBusy as exc:
@@ -297,12 +305,15 @@ def connect(
                 ) from None
         except NotLeader as exc:
             waited = time.monotonic() - started
-            if waited + pause / 2 > min(busy_timeout, timeout):
+            if waited + LEADER_SEARCH_PAUSE_S / 2 > min(busy_timeout, timeout):
                 raise NotLeader(
                     f"{exc} (no leader after {attempts} passes in {waited:.1f} s); is a master "
                     "leading (see the masters' logs)?",
                     exc.leader,
                 ) from None
+            # A standby answered: an election is under way; ask again soon, not later.
+            time.sleep(masters.retry_pause(pause))
+            continue
         time.sleep(random.uniform(pause / 2, pause))
         pause = min(pause * 2, BUSY_MAX_PAUSE_S)
 
@@ -310,9 +321,13 @@ def connect(
 _Dialled = Tuple[socket.socket, Welcome, P.FrameReader, List[list]]
 
 
-def _connect_pass(masters: Masters, attempt: Callable[[Candidate], _Dialled]) -> _Dialled:
-    """Try each address of ``masters`` once (a named leader first); the first session."""
+def _connect_pass(
+    masters: Masters, timeout: float, attempt: Callable[[Candidate, float], _Dialled]
+) -> _Dialled:
+    """Try each address of ``masters`` once (a named leader first), each for at most
+    ``masters.dial_timeout(timeout)``; the first session."""
     queue = masters.candidates()
+    wait = masters.dial_timeout(timeout, len(queue))
     tried: Set[Tuple[str, int]] = set()
     errors: List[ConnectError] = []
     while queue:
@@ -321,7 +336,7 @@ def _connect_pass(masters: Masters, attempt: Callable[[Candidate], _Dialled]) ->
             continue
         tried.add((cand.host, cand.port))
         try:
-            dialled = attempt(cand)
+            dialled = attempt(cand, wait)
         except NotLeader as exc:
             masters.on_standby(cand, exc.leader)
             if exc.leader is not None:
@@ -334,7 +349,14 @@ def _connect_pass(masters: Masters, attempt: Callable[[Candidate], _Dialled]) ->
             continue
         masters.on_connected(cand)
         return dialled
+    # Answered: a master spoke (a standby, busy, shutting down), not only the network.
+    masters.on_pass_failed(any(_answered(e) for e in errors))
     raise _pass_error(masters, errors)
+
+
+def _answered(error: ConnectError) -> bool:
+    """Whether a master (not only the network) gave ``error``: a standby, busy, shutting down."""
+    return isinstance(error, NotLeader) or not isinstance(error, MasterUnreachable)
 
 
 def _pass_error(masters: Masters, errors: List[ConnectError]) -> ConnectError:
@@ -387,7 +409,7 @@ def _connect_once(
             try:
                 data = sock.recv(65536)
             except socket.timeout:
-                raise ConnectError(
+                raise HandshakeTimeout(
                     f"master at {where} did not answer the handshake within {timeout:g} s; "
                     "is it an rtpool master?"
                 ) from None

@@ -6,12 +6,21 @@ name with several records): one is the leader, the others standbys that answer `
 and what dialling learned: the address that worked last (the next pass starts there) and the
 leader a standby or a deposed leader named (tried next). Opening the connection itself is
 ``_dial.connect``'s; this module does no I/O but name resolution.
+
+It also holds the pacing every dialler shares (the client's reconnection, the worker's, the
+dial's own retries; ``docs/reliability.md``): while a master answers (a standby's
+``not_leader``: an election under way, and a standby is cheap to ask) the next pass comes
+after :data:`LEADER_SEARCH_PAUSE_S`, not after a doubling backoff; with several addresses a
+pass waits at most :data:`FIRST_PASS_TIMEOUT_S` per address (doubling while passes find no
+master at all); and a session that ended in silence (a cut path) starts the next pass at the next
+address, not at the silent one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import socket
 from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple, Union
@@ -22,6 +31,14 @@ Address = Union[str, Tuple[str, int], Sequence[Union[str, Tuple[str, int]]]]
 
 #: The environment variable a client (``Client(None)``) and the CLI read the addresses from.
 MASTER_ENV = "RTPOOL_MASTER"
+
+#: The pause before the next pass while a standby answers (drawn in ``[d/2, d]``): about a
+#: tenth of the default HA lease, so the new leader is found within ~0.1 s of its takeover.
+LEADER_SEARCH_PAUSE_S = 0.1
+#: With several addresses, the most a pass waits for one address (TCP connect and handshake),
+#: doubled by each pass in a row that found no master at all, up to the connect timeout: a
+#: dead or cut address costs little, and a slow but live one still gets its time.
+FIRST_PASS_TIMEOUT_S = 1.0
 
 _LEADER = re.compile(r"\(leader: ([^()\s]+)\)\s*$")
 _log = logging.getLogger("rtpool.client")
@@ -168,6 +185,13 @@ class Masters:
         self._last: Tuple[str, int] | None = None  # (host, port) dialled last with success
         self._leader: Tuple[str, int] | None = None  # named by a not_leader, to try first
         self._said: Dict[str, str] = {}  # label -> the standby line last said for it
+        self._skip_last = False  # the last session ended in silence: start after it
+        #: Passes in a row in which no master answered (every address refused, silent or
+        #: unresolvable); 0 after a session or a pass in which one answered.
+        self.unanswered_passes = 0
+        #: Whether the last failed pass had a master answering (a standby): the leader is
+        #: being elected, and the next pass should come soon.
+        self.standby_answered = False
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -186,11 +210,14 @@ class Masters:
         for host, port in self.entries:
             out.extend(c for c in _resolve(host, port) if c not in out)
         first = self._leader or self._last
+        skip = self._skip_last and self._leader is None and len(out) > 1
         self._leader = None
+        self._skip_last = False
         if first is not None:
             at = [i for i, c in enumerate(out) if (c.host, c.port) == first]
             if at:
-                out = out[at[0] :] + out[: at[0]]
+                start = (at[0] + 1) % len(out) if skip else at[0]
+                out = out[start:] + out[:start]
             else:  # a leader outside the list (named by a standby): first, then the list
                 out.insert(0, Candidate(first[0], first[1], first[0], _label(*first)))
         return out
@@ -227,3 +254,30 @@ class Masters:
         self._last = (cand.host, cand.port)
         self.current = cand.label
         self._said.clear()
+        self.unanswered_passes = 0
+        self.standby_answered = False
+
+    def on_silent(self) -> None:
+        """The last session ended in silence (no word past the silence check, or a TCP
+        timeout): its path may be cut, so the next pass starts at the next address."""
+        self._skip_last = True
+
+    def on_pass_failed(self, answered: bool) -> None:
+        """A pass found no leader; ``answered``: some master answered (a standby, busy)."""
+        self.standby_answered = answered
+        self.unanswered_passes = 0 if answered else self.unanswered_passes + 1
+
+    def dial_timeout(self, timeout: float, addresses: int) -> float:
+        """The wait per address in the next pass over ``addresses`` candidates: ``timeout``
+        for one; for several :data:`FIRST_PASS_TIMEOUT_S`, doubled by each pass in a row that
+        found no master at all (a slow but live one gets its time), up to ``timeout``."""
+        if addresses > 1:
+            return min(timeout, FIRST_PASS_TIMEOUT_S * 2 ** min(self.unanswered_passes, 16))
+        return timeout
+
+    def retry_pause(self, backoff: float) -> float:
+        """The pause before the next pass, drawn in ``[d/2, d]``: ``d`` =
+        :data:`LEADER_SEARCH_PAUSE_S` while a standby answered, else ``backoff`` (the
+        caller's, doubling)."""
+        d = min(backoff, LEADER_SEARCH_PAUSE_S) if self.standby_answered else backoff
+        return random.uniform(d / 2, d)

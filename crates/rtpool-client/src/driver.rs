@@ -18,7 +18,7 @@ use crate::calls::{Calls, Outcome};
 use crate::config::Config;
 use crate::error::{ClientError, Result};
 use crate::masters::Masters;
-use crate::session::{backoff, connect_any, plain, Frame, Reader, Session};
+use crate::session::{connect_any, pause, plain, Frame, Reader, Session};
 
 /// What callers ask of the connection task.
 pub(crate) enum Command {
@@ -122,12 +122,38 @@ impl Link {
     }
 }
 
+/// The first session. With several addresses a pass that found no leader (refused, silent,
+/// standbys: a failover under way) is tried again as a reconnection would be, within the
+/// reconnect timeout; with one address it fails at once (a master not running, a typo).
+async fn first_session(
+    config: &Config,
+    masters: &mut Masters,
+    token: &str,
+) -> std::result::Result<Session, ClientError> {
+    let until = Instant::now() + config.reconnect_timeout;
+    let mut attempt = 0;
+    loop {
+        match connect_any(config, masters, token).await {
+            Err(ClientError::Unreachable { .. })
+                if config.addresses().len() > 1 && Instant::now() < until =>
+            {
+                let left = until.saturating_duration_since(Instant::now());
+                tokio::time::sleep(pause(masters, attempt).min(left)).await;
+                if !masters.standby_answered {
+                    attempt += 1;
+                }
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Connects (the first session synchronously, so a bad token or address fails here) and
 /// spawns the connection task.
 pub(crate) async fn start(config: Config) -> Result<Link> {
     let token = config.resolve_token()?;
     let mut masters = Masters::new(config.addresses());
-    let session = connect_any(&config, &mut masters, &token).await?;
+    let session = first_session(&config, &mut masters, &token).await?;
     let shared = Arc::new(Shared {
         max_frame: AtomicUsize::new(session.welcome.max_frame_bytes),
         address: Mutex::new(session.address.clone()),
@@ -297,8 +323,10 @@ impl Driver {
         let mut attempt = 0;
         let mut last = reason.to_owned();
         while Instant::now() < until {
-            tokio::time::sleep(backoff(attempt)).await;
-            attempt += 1;
+            tokio::time::sleep(pause(&self.masters, attempt)).await;
+            if !self.masters.standby_answered {
+                attempt += 1; // doubles only while no master answers
+            }
             match connect_any(&self.config, &mut self.masters, &self.token).await {
                 Ok(s) => return Some(s),
                 Err(e @ (ClientError::Auth { .. } | ClientError::Config(_))) => {

@@ -2,6 +2,20 @@
 //! address that gave the last session first, the leader a `not_leader` named (a standby's
 //! answer to `HELLO`, or a deposed leader's on an open session) before that, and each address
 //! at most once per pass. Dialling itself is `session.rs`'s; this module does no I/O.
+//!
+//! It also paces the passes (as the Python side's `_masters.py`): while a standby answers
+//! (an election under way, and a standby is cheap to ask) the next pass comes after
+//! [`LEADER_SEARCH_PAUSE`], not after the doubling backoff; and with several addresses each
+//! waits at most [`FIRST_PASS_TIMEOUT`] (doubling while passes find no master at all), so a
+//! dead or cut address costs little.
+
+use std::time::Duration;
+
+/// The pause before the next pass while a standby answers (drawn between half and all of it).
+pub(crate) const LEADER_SEARCH_PAUSE: Duration = Duration::from_millis(100);
+/// With several addresses, the most one address may take in a pass (connect and handshake),
+/// doubled by each pass in a row that found no master at all.
+pub(crate) const FIRST_PASS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The addresses of a [`Config`](crate::Config) and what dialling learned about them.
 #[derive(Debug, Clone)]
@@ -11,6 +25,10 @@ pub(crate) struct Masters {
     last: Option<String>,
     /// The leader a `not_leader` named, dialled first in the next pass.
     leader: Option<String>,
+    /// Whether the last failed pass had a standby answering (the leader is being elected).
+    pub(crate) standby_answered: bool,
+    /// Failed passes in a row in which no master answered (refused, silent, unresolvable).
+    unanswered_passes: u32,
 }
 
 impl Masters {
@@ -19,6 +37,29 @@ impl Masters {
             addresses: addresses.to_vec(),
             last: None,
             leader: None,
+            standby_answered: false,
+            unanswered_passes: 0,
+        }
+    }
+
+    /// A pass found no leader; `answered`: a master answered (a standby).
+    pub(crate) fn on_pass_failed(&mut self, answered: bool) {
+        self.standby_answered = answered;
+        self.unanswered_passes = if answered {
+            0
+        } else {
+            self.unanswered_passes.saturating_add(1)
+        };
+    }
+
+    /// The most one address may take in the next pass: `timeout` for one address; for
+    /// several [`FIRST_PASS_TIMEOUT`], doubled by each pass in a row that found no master at
+    /// all (a slow but live one still gets its time), up to `timeout`.
+    pub(crate) fn dial_timeout(&self, timeout: Duration) -> Duration {
+        if self.addresses.len() > 1 {
+            timeout.min(FIRST_PASS_TIMEOUT * (1u32 << self.unanswered_passes.min(16)))
+        } else {
+            timeout
         }
     }
 
@@ -45,6 +86,8 @@ impl Masters {
     /// `address` gave a session: the next pass starts with it.
     pub(crate) fn on_connected(&mut self, address: &str) {
         self.last = Some(address.to_owned());
+        self.standby_answered = false;
+        self.unanswered_passes = 0;
     }
 
     /// `address` could not be dialled: a followed leader outside the list is forgotten.
@@ -92,6 +135,25 @@ mod tests {
         m.on_connected("z:9");
         m.on_failed("z:9");
         assert_eq!(m.pass(), ["a:1", "b:2"]);
+    }
+
+    #[test]
+    fn several_addresses_get_a_short_wait_until_a_pass_finds_no_master() {
+        let long = Duration::from_secs(10);
+        let mut m = masters(&["a:1", "b:2"]);
+        assert_eq!(m.dial_timeout(long), FIRST_PASS_TIMEOUT);
+        m.on_pass_failed(true); // a standby answered: still short, and soon
+        assert!(m.standby_answered);
+        assert_eq!(m.dial_timeout(long), FIRST_PASS_TIMEOUT);
+        m.on_pass_failed(false); // nobody: twice the wait next time, up to the timeout
+        assert_eq!(m.dial_timeout(long), 2 * FIRST_PASS_TIMEOUT);
+        for _ in 0..5 {
+            m.on_pass_failed(false);
+        }
+        assert_eq!(m.dial_timeout(long), long);
+        m.on_connected("b:2");
+        assert_eq!(m.dial_timeout(long), FIRST_PASS_TIMEOUT);
+        assert_eq!(masters(&["a:1"]).dial_timeout(long), long);
     }
 
     #[test]

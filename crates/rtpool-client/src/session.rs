@@ -71,21 +71,24 @@ pub(crate) async fn connect_any(
     token: &str,
 ) -> Result<Session, ClientError> {
     let mut queue: VecDeque<String> = masters.pass().into();
+    let wait = masters.dial_timeout(config.connect_timeout);
     let mut tried: Vec<String> = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
+    let mut answered = false;
     while let Some(address) = queue.pop_front() {
         if tried.contains(&address) {
             continue;
         }
         tried.push(address.clone());
         for (target, label) in records(&address).await {
-            match dial(config, &address, target, &label, token).await {
+            match dial(config, &address, target, &label, token, wait).await {
                 Ok(s) => {
                     masters.on_connected(&address);
                     return Ok(s);
                 }
                 Err(DialError::Retry(why)) => reasons.push(format!("{label}: {why}")),
                 Err(DialError::NotLeader { leader, why }) => {
+                    answered = true;
                     reasons.push(format!("{label}: {why}"));
                     if let Some(leader) = leader.filter(|l| !tried.contains(l)) {
                         queue.retain(|a| *a != leader);
@@ -98,6 +101,7 @@ pub(crate) async fn connect_any(
         }
         masters.on_failed(&address);
     }
+    masters.on_pass_failed(answered);
     Err(ClientError::Unreachable {
         addresses: config.addresses().join(","),
         reason: if reasons.is_empty() {
@@ -134,6 +138,7 @@ async fn dial(
     target: Option<SocketAddr>,
     label: &str,
     token: &str,
+    wait: Duration,
 ) -> Result<Session, DialError> {
     let work = async {
         let tcp = match target {
@@ -156,12 +161,9 @@ async fn dial(
         };
         handshake(stream, label, token).await
     };
-    match tokio::time::timeout(config.connect_timeout, work).await {
+    match tokio::time::timeout(wait, work).await {
         Ok(r) => r,
-        Err(_) => Err(DialError::Retry(format!(
-            "no WELCOME within {:?}",
-            config.connect_timeout
-        ))),
+        Err(_) => Err(DialError::Retry(format!("no WELCOME within {wait:?}"))),
     }
 }
 
@@ -312,7 +314,21 @@ async fn write_frames(
 /// Backoff between reconnection passes: 50 ms doubling to 2 s, each drawn between half and
 /// all of it (clients of a failed-over master do not come back in step).
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    let full = Duration::from_millis(50u64 << attempt.min(5)).min(Duration::from_secs(2));
+    jittered(Duration::from_millis(50u64 << attempt.min(5)).min(Duration::from_secs(2)))
+}
+
+/// The pause before the next pass: [`LEADER_SEARCH_PAUSE`](crate::masters::LEADER_SEARCH_PAUSE)
+/// while a standby answered the last one (an election), else [`backoff`]`(attempt)`.
+pub(crate) fn pause(masters: &Masters, attempt: u32) -> Duration {
+    if masters.standby_answered {
+        jittered(crate::masters::LEADER_SEARCH_PAUSE)
+    } else {
+        backoff(attempt)
+    }
+}
+
+/// Between half and all of `full`.
+fn jittered(full: Duration) -> Duration {
     let mut byte = [0u8; 1];
     let _ = getrandom::getrandom(&mut byte);
     full / 2 + full / 2 * u32::from(byte[0]) / 255

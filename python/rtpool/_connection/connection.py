@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from .. import _protocol as P
 from .. import _shm
-from .._dial import Address, TlsOption, connect
+from .._dial import Address, TlsOption
 from .._future import Future
 from .._masters import Masters
 from ..errors import ConnectionLost
@@ -128,7 +128,7 @@ class _Connection(_Acks, _Packages, _Receiver, _Reconnector, _Releases):
         }
         self.connect_timeout = connect_timeout
         self.reconnect_timeout = reconnect_timeout
-        sock, welcome, reader, extra = connect(self.masters, **self._hello, timeout=connect_timeout)
+        sock, welcome, reader, extra = self._connect_first()
         self.address = self.masters.current
         # Locks of threads waiting in Future.result(), released by the reader thread.
         self._wakes: List[Any] = []

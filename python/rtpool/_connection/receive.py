@@ -9,6 +9,7 @@ A mixin of :class:`~rtpool._connection.connection._Connection` (the state is the
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import logging
 import pickle
 import time
@@ -137,6 +138,8 @@ class _Receiver:
             reason = f"the master sent a malformed message: {exc!r}"
         except (OSError, AttributeError) as exc:  # AttributeError: closed under our feet
             reason = f"connection error: {getattr(exc, 'strerror', None) or exc}"
+            if getattr(exc, "errno", None) == errno.ETIMEDOUT:  # keepalive, TCP_USER_TIMEOUT
+                self._silent = self._silent or reason
         for lock in self._wakes:
             lock.release()
         self._wakes.clear()

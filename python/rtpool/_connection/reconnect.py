@@ -8,13 +8,12 @@ A mixin of :class:`~rtpool._connection.connection._Connection` (the state is the
 from __future__ import annotations
 
 import logging
-import random
 import socket
 import time
-from typing import Any, List
+from typing import Any, List, Tuple
 
 from .. import _protocol as P
-from .._dial import connect
+from .._dial import MasterUnreachable, connect
 from .._text import plural
 from ..errors import AuthenticationError, ConnectError, ConnectionLost, ProtocolError
 
@@ -32,7 +31,30 @@ _NO_RETRY = frozenset(
 
 
 class _Reconnector:
-    """Reconnecting after the connection broke."""
+    """Reconnecting after the connection broke, and the first connection."""
+
+    def _connect_first(self) -> Tuple[socket.socket, Any, P.FrameReader, List[list]]:
+        """The first connection. With several addresses (a leader and standbys) a pass that
+        found no leader, only refusals, silence or standbys (a failover under way), is tried
+        again as a reconnection would be, within ``reconnect_timeout``; one address fails at
+        once (a master that is not running, a mistyped address: say so now)."""
+        started = _monotonic()
+        backoff = _BACKOFF_FIRST
+        while True:
+            try:
+                return connect(self.masters, **self._hello, timeout=self.connect_timeout)
+            except MasterUnreachable as exc:  # refused, silent or a standby: not TLS, a token
+                left = started + self.reconnect_timeout - _monotonic()
+                if len(self.masters) < 2 or self.reconnect_timeout <= 0:
+                    raise
+                if left <= 0:
+                    raise type(exc)(
+                        f"{exc}; no leader within reconnect_timeout ({self.reconnect_timeout:g} s)"
+                    ) from None
+                pause = min(self.masters.retry_pause(backoff), left)
+                if not self.masters.standby_answered:
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
+                time.sleep(pause)
 
     def _after_drop(self, reason: str) -> List[list] | None:
         """The connection broke: reconnect if that is wanted and possible. Return the messages
@@ -60,6 +82,8 @@ class _Reconnector:
                 )
             self._cond.notify_all()
             closed = self._closed
+        if self._silent is not None:  # a cut path, maybe: the next pass starts elsewhere
+            self.masters.on_silent()
         if fatal is not None:
             reason = f"the master reported {fatal[0]}: {fatal[1]}"
             if fatal[0] == P.ERR_NOT_LEADER:  # deposed: dial the leader it names first
@@ -102,8 +126,11 @@ class _Reconnector:
                         f"(last attempt: {last_error})"
                     )
                     break
-                pause = min(random.uniform(self._backoff / 2, self._backoff), remaining)
-                self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
+                # A standby answered the last pass: the leader is being elected, ask again
+                # soon; nobody answered: back off, doubling.
+                pause = min(self.masters.retry_pause(self._backoff), remaining)
+                if not self.masters.standby_answered:
+                    self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
                 if self._cond.wait_for(lambda: self._closed or not self._needs_connection(), pause):
                     continue  # closed, or nothing left (cancelled): see above
             if not last_error:

@@ -16,6 +16,7 @@ nothing is sent) and reconnects.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import select
@@ -25,7 +26,7 @@ import struct
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NoReturn, Tuple
 
 from .. import _dial, _shm
 from .. import _protocol as P
@@ -290,7 +291,7 @@ class Session:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            raise Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
+            self._on_recv_error(exc)
         if not data:
             raise Stop(EXIT_LOST, "the master closed the connection")
         self._last_recv = time.monotonic()
@@ -307,7 +308,7 @@ class Session:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            raise Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
+            self._on_recv_error(exc)
         if not n:
             raise Stop(EXIT_LOST, "the master closed the connection")
         self._last_recv = time.monotonic()
@@ -316,6 +317,11 @@ class Session:
         except ProtocolError as exc:
             raise Stop(EXIT_LOST, f"bad frame from the master: {exc}") from None
         self._on_messages(msgs, _received_ns(()))
+
+    def _on_recv_error(self, exc: OSError) -> NoReturn:
+        if exc.errno == errno.ETIMEDOUT:  # keepalive or TCP_USER_TIMEOUT: a silent path
+            self.masters.on_silent()
+        raise Stop(EXIT_LOST, f"connection error: {exc.strerror or exc}") from None
 
     def _on_messages(self, msgs: List[list], received_ns: int) -> None:
         raise NotImplementedError
@@ -337,6 +343,7 @@ class Session:
         if self.sock in readable:
             self._recv_nowait()
         elif not readable and self.master_answers:
+            self.masters.on_silent()  # the path may be cut: the next pass starts elsewhere
             raise Stop(
                 EXIT_LOST,
                 f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
@@ -375,15 +382,17 @@ class Session:
         """Connect again, with exponential backoff and jitter: None once a new session is up,
         else the exit code (``reconnect_timeout`` passed, bad token, or a signal). ``first``:
         the master was never reached yet (the lines say "connect", not "reconnect")."""
-        import random  # only here: start-up time counts
-
         lost = time.monotonic()
         limit = self.reconnect_timeout
         attempt = 0
+        backoff = _RECONNECT_FIRST_S
         while True:  # bounded by reconnect_timeout when set (0 = forever, by request)
             attempt += 1
-            delay = min(_RECONNECT_MAX_S, _RECONNECT_FIRST_S * 2 ** min(attempt - 1, 10))
-            delay *= random.uniform(0.5, 1.0)  # workers of a restarted master spread out
+            # Jittered, so workers of a restarted master spread out; short while a standby
+            # answered the last pass (an election), doubling while no master answers.
+            delay = self.masters.retry_pause(backoff)
+            if not self.masters.standby_answered:
+                backoff = min(backoff * 2, _RECONNECT_MAX_S)
             if limit:
                 left = lost + limit - time.monotonic()
                 if left <= 0:

@@ -11,6 +11,7 @@ What the messages mean for the children is the relay's: it defines :meth:`_from_
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import selectors
@@ -109,6 +110,7 @@ class Upstream:
         self.lost_at = time.monotonic()
         self.attempt = 0
         self.next_attempt = 0.0
+        self.backoff = _RECONNECT_FIRST_S  # doubles while no master answers a pass
 
     # -- the relay's part -------------------------------------------------------------------
 
@@ -213,8 +215,10 @@ class Upstream:
         elif attempt & (attempt - 1) == 0:
             again = "re" if self.ever_connected else ""
             log(f"{again}connection attempt {attempt} failed: {exc}", logging.WARNING)
-        delay = min(_RECONNECT_MAX_S, _RECONNECT_FIRST_S * 2 ** min(attempt - 1, 10))
-        self.next_attempt = time.monotonic() + delay * random.uniform(0.5, 1.0)
+        # Short while a standby answered (an election under way), else doubling; jittered.
+        self.next_attempt = time.monotonic() + self.masters.retry_pause(self.backoff)
+        if not self.masters.standby_answered:
+            self.backoff = min(self.backoff * 2, _RECONNECT_MAX_S)
 
     def _give_up(self, code: int, message: str) -> None:
         log(message, logging.ERROR)
@@ -249,6 +253,7 @@ class Upstream:
         )
         self.ever_connected = True
         self.attempt = 0
+        self.backoff = _RECONNECT_FIRST_S
         self.frames = [self.serve] if self.serve else []
         self.frame_budget = welcome.max_frame_bytes - RESULT_FRAME_OVERHEAD
         orphans, self.orphans = self.orphans, []
@@ -288,6 +293,8 @@ class Upstream:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
+            if exc.errno == errno.ETIMEDOUT:  # keepalive or TCP_USER_TIMEOUT: a silent path
+                self.masters.on_silent()
             raise Lost(f"connection error: {exc.strerror or exc}") from None
         if not data:
             raise Lost("the master closed the connection")
@@ -340,6 +347,7 @@ class Upstream:
             self.beat_at = now
             self.frames.append(_HEARTBEAT)
         if self.master_answers and now - self.last_recv > self.silence_s:
+            self.masters.on_silent()  # the path may be cut: the next pass starts elsewhere
             raise Lost(
                 f"no word from the master for {self.silence_s:g} s (it answers heartbeats); "
                 "the path to it may be cut"

@@ -1,10 +1,20 @@
 //! The leader lease: one row of `rtpool_leader` with a fencing epoch, taken when it has
-//! expired by the database's clock and renewed by its holder every third of the lease.
+//! expired by the database's clock, or at once when its holder's database session has ended
+//! (its process is gone), and renewed by its holder every third of the lease.
 //!
 //! Why a row and not an advisory lock (docs/ha.md): a session-level advisory lock belongs to a
 //! connection, and a SIGSTOPped or frozen leader keeps its connection open, so it would keep
 //! the lock for ever while serving nobody; a row's expiry is judged by one clock, the
 //! database's, for every master, and its epoch fences the journal (`journal::pg`).
+//!
+//! The leader *also* holds a session-level advisory lock keyed by its epoch ([`LOCK_KEY`]),
+//! for liveness only: a killed leader's session ends at once (its kernel closes the socket),
+//! so a standby that can take that lock knows nobody holds the lease's session and takes the
+//! row at once (`WHERE epoch = the one it saw`) instead of at expiry. Safety still rests on the
+//! epoch alone. After a PostgreSQL restart every session has ended, so the early take is
+//! allowed only once the leader renewed after the server started (`renewed_at >
+//! pg_postmaster_start_time()`): its first renewal on its new session takes the lock in the
+//! same statement, so a restart of the database is not a failover.
 //!
 //! This module owns the SQL of the lease and the thread that runs it ([`LeaseThread`]), which
 //! publishes a [`LeaseView`] on every change. It does not decide what a master does with the
@@ -21,6 +31,22 @@ use crate::journal::pg::{connect, JOURNAL_TABLE_SQL, LEASE_TABLE_SQL};
 
 /// Arbitrary constant naming the lock two masters creating the tables at once take in turn.
 const SCHEMA_LOCK: i64 = 0x7274_6861_6c65;
+
+/// The advisory lock the leader of `epoch` holds on its lease session, as SQL of `epoch`: the
+/// lease table's OID (one per schema, so deployments or tests sharing a database never share
+/// a lock) and the epoch's low 31 bits.
+macro_rules! lock_key {
+    ($epoch:literal) => {
+        concat!(
+            "(('rtpool_leader'::regclass)::oid::bigint << 31) | (",
+            $epoch,
+            " & 2147483647)"
+        )
+    };
+}
+
+/// [`lock_key!`] of the `epoch` column, for documentation and tests.
+pub const LOCK_KEY: &str = lock_key!("epoch");
 
 /// How to run the lease.
 #[derive(Debug, Clone)]
@@ -131,6 +157,8 @@ struct Runner {
     view: LeaseView,
     tx: watch::Sender<LeaseView>,
     last_warned: Option<Instant>,
+    /// The epoch whose [`LOCK_KEY`] this thread's current session holds.
+    locked: Option<u64>,
 }
 
 impl Runner {
@@ -141,6 +169,7 @@ impl Runner {
             view: LeaseView::default(),
             tx,
             last_warned: None,
+            locked: None,
         }
     }
 
@@ -177,6 +206,9 @@ impl Runner {
             let wait = pause.saturating_sub(started.elapsed());
             match cmds.recv_timeout(wait) {
                 Ok(Cmd::Resign) => {
+                    // A new session: the old one's lock goes with it, so a standby may take
+                    // over at once (this master no longer serves).
+                    self.client = None;
                     let mut next = self.view.clone();
                     next.held = None;
                     next.valid_until = None;
@@ -196,12 +228,23 @@ impl Runner {
         }
     }
 
-    /// One round: renew what is held, else try to take it, else look who holds it.
+    /// One round: renew what is held, else try to take it, else look who holds it (and take
+    /// it at once when its holder's session has ended).
     fn step(&mut self, next: &mut LeaseView, started: Instant) -> Result<(), postgres::Error> {
         let lease_ms = self.cfg.lease_ms;
-        let client = self.client()?;
         if let Some(epoch) = next.held {
-            if renew(client, epoch, lease_ms)? {
+            self.client()?; // first: a new session holds no lock yet
+            let lock = self.locked != Some(epoch);
+            let client = self.client()?;
+            if let Some(locked) = renew_locking(client, epoch, lease_ms, lock)? {
+                if lock && locked {
+                    self.locked = Some(epoch);
+                } else if lock {
+                    tracing::warn!(
+                        "high availability: another session holds the lock of epoch {epoch}; \
+                         a standby may be taking over"
+                    );
+                }
                 next.valid_until = Some(started + self.cfg.lease() - self.cfg.margin());
                 return Ok(());
             }
@@ -213,20 +256,32 @@ impl Runner {
         }
         let cfg = self.cfg.clone();
         let client = self.client()?;
-        if let Some(epoch) = take(client, &cfg)? {
-            tracing::info!(
-                "high availability: took the leader lease, epoch {epoch} ({} ms)",
-                lease_ms
-            );
-            next.held = Some(epoch);
-            next.valid_until = Some(started + cfg.lease() - cfg.margin());
-            next.epoch = epoch;
-            next.leader = Some(cfg.advertise.clone());
-            return Ok(());
+        let mut taken = take(client, &cfg)?.map(|t| (t, None));
+        if taken.is_none() {
+            let seen = look_live(client, &cfg.holder)?;
+            next.epoch = seen.epoch;
+            next.leader = seen.leader;
+            if seen.holder_gone {
+                taken = take_from(client, &cfg, seen.epoch)?.map(|t| (t, Some(seen.epoch)));
+            }
         }
-        let (epoch, leader) = look(client)?;
+        let Some(((epoch, locked), early)) = taken else {
+            return Ok(());
+        };
+        match early {
+            Some(was) => tracing::info!(
+                "high availability: took the leader lease early, epoch {epoch} ({lease_ms} ms): \
+                 the database session of epoch {was}'s leader has ended"
+            ),
+            None => tracing::info!(
+                "high availability: took the leader lease, epoch {epoch} ({lease_ms} ms)"
+            ),
+        }
+        self.locked = locked.then_some(epoch);
+        next.held = Some(epoch);
+        next.valid_until = Some(started + cfg.lease() - cfg.margin());
         next.epoch = epoch;
-        next.leader = leader;
+        next.leader = Some(cfg.advertise.clone());
         Ok(())
     }
 
@@ -235,6 +290,7 @@ impl Runner {
             let mut client = connect(&self.cfg.url, self.cfg.lease_ms)?;
             setup(&mut client, self.cfg.lease_ms)?;
             self.client = Some(client);
+            self.locked = None;
         }
         Ok(self.client.as_mut().expect("connected just now"))
     }
@@ -268,25 +324,82 @@ pub fn setup(client: &mut Client, lease_ms: u32) -> Result<(), postgres::Error> 
 }
 
 /// Takes the lease if it has expired by the database's clock (or this holder has it): a new
-/// epoch. Returns it, or `None` when another master's lease is still running.
-pub fn take(client: &mut Client, cfg: &LeaseConfig) -> Result<Option<u64>, postgres::Error> {
+/// epoch, and its [`LOCK_KEY`] taken in the same statement. Returns `(epoch, locked)`, or
+/// `None` when another master's lease is still running.
+pub fn take(
+    client: &mut Client,
+    cfg: &LeaseConfig,
+) -> Result<Option<(u64, bool)>, postgres::Error> {
     let row = client.query_opt(
-        "UPDATE rtpool_leader SET epoch = epoch + 1, holder = $1, advertise = $2, \
-         expires_at = now() + $3 * interval '1 millisecond' \
-         WHERE id = 1 AND (expires_at < now() OR holder = $1) RETURNING epoch",
+        concat!(
+            "UPDATE rtpool_leader SET epoch = epoch + 1, holder = $1, advertise = $2, \
+             expires_at = now() + $3 * interval '1 millisecond', renewed_at = now() \
+             WHERE id = 1 AND (expires_at < now() OR holder = $1) \
+             RETURNING epoch, pg_try_advisory_lock(",
+            lock_key!("epoch"),
+            ")"
+        ),
         &[&cfg.holder, &cfg.advertise, &f64::from(cfg.lease_ms)],
     )?;
-    Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+    Ok(row.map(|r| (r.get::<_, i64>(0) as u64, r.get(1))))
+}
+
+/// Takes the lease of `seen` (an unexpired one whose holder's session has ended: this
+/// session holds `seen`'s lock) with a new epoch, unless the row moved on meanwhile; then
+/// lets `seen`'s lock go. Returns `(epoch, locked)` as [`take`].
+pub fn take_from(
+    client: &mut Client,
+    cfg: &LeaseConfig,
+    seen: u64,
+) -> Result<Option<(u64, bool)>, postgres::Error> {
+    let row = client.query_opt(
+        concat!(
+            "UPDATE rtpool_leader SET epoch = epoch + 1, holder = $1, advertise = $2, \
+             expires_at = now() + $3 * interval '1 millisecond', renewed_at = now() \
+             WHERE id = 1 AND epoch = $4 \
+             RETURNING epoch, pg_try_advisory_lock(",
+            lock_key!("epoch"),
+            ")"
+        ),
+        &[
+            &cfg.holder,
+            &cfg.advertise,
+            &f64::from(cfg.lease_ms),
+            &(seen as i64),
+        ],
+    )?;
+    client.execute(
+        concat!("SELECT pg_advisory_unlock(", lock_key!("$1::bigint"), ")"),
+        &[&(seen as i64)],
+    )?;
+    Ok(row.map(|r| (r.get::<_, i64>(0) as u64, r.get(1))))
 }
 
 /// Extends the lease of `epoch`; `false` when the row has another epoch (lost).
 pub fn renew(client: &mut Client, epoch: u64, lease_ms: u32) -> Result<bool, postgres::Error> {
-    let n = client.execute(
-        "UPDATE rtpool_leader SET expires_at = now() + $2 * interval '1 millisecond' \
-         WHERE id = 1 AND epoch = $1",
-        &[&(epoch as i64), &f64::from(lease_ms)],
+    Ok(renew_locking(client, epoch, lease_ms, false)?.is_some())
+}
+
+/// [`renew`], and with `lock` take the epoch's [`LOCK_KEY`] in the same statement (on a new
+/// session: a standby must never see a renewal after the database started without the
+/// lock). `None` when lost, else whether the lock was taken (`true` without `lock`).
+pub fn renew_locking(
+    client: &mut Client,
+    epoch: u64,
+    lease_ms: u32,
+    lock: bool,
+) -> Result<Option<bool>, postgres::Error> {
+    let row = client.query_opt(
+        concat!(
+            "UPDATE rtpool_leader SET expires_at = now() + $2 * interval '1 millisecond', \
+             renewed_at = now() WHERE id = 1 AND epoch = $1 \
+             RETURNING CASE WHEN $3 THEN pg_try_advisory_lock(",
+            lock_key!("epoch"),
+            ") ELSE true END"
+        ),
+        &[&(epoch as i64), &f64::from(lease_ms), &lock],
     )?;
-    Ok(n == 1)
+    Ok(row.map(|r| r.get(0)))
 }
 
 /// The row's epoch, and the advertised address of its holder while its lease runs.
@@ -299,4 +412,39 @@ pub fn look(client: &mut Client) -> Result<(u64, Option<String>), postgres::Erro
     let live: bool = row.get(2);
     let advertise: String = row.get(1);
     Ok((epoch, (live && !advertise.is_empty()).then_some(advertise)))
+}
+
+/// What a standby's look found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// The row's epoch.
+    pub epoch: u64,
+    /// The advertised address of its holder while its lease runs.
+    pub leader: Option<String>,
+    /// The lease runs, but its holder's session has ended: this session now holds the
+    /// epoch's [`LOCK_KEY`] and may [`take_from`] it.
+    pub holder_gone: bool,
+}
+
+/// [`look`], and while another holder's lease runs and it renewed after the database
+/// started, try its epoch's lock: taken means its session has ended.
+pub fn look_live(client: &mut Client, me: &str) -> Result<Seen, postgres::Error> {
+    let row = client.query_one(
+        concat!(
+            "SELECT epoch, advertise, expires_at > now(), \
+             CASE WHEN expires_at > now() AND holder <> $1 \
+             AND renewed_at > pg_postmaster_start_time() \
+             THEN pg_try_advisory_lock(",
+            lock_key!("epoch"),
+            ") ELSE false END FROM rtpool_leader WHERE id = 1"
+        ),
+        &[&me],
+    )?;
+    let live: bool = row.get(2);
+    let advertise: String = row.get(1);
+    Ok(Seen {
+        epoch: row.get::<_, i64>(0) as u64,
+        leader: (live && !advertise.is_empty()).then_some(advertise),
+        holder_gone: row.get(3),
+    })
 }

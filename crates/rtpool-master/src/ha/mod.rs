@@ -272,6 +272,12 @@ async fn lead(
         );
         tracing::warn!("high availability: {message}; closing every connection");
         let _ = fence_tx.send(ToScheduler::Fenced { message });
+        // A standby from now on for `/leader` and `/readyz`, not once the term has wound down
+        // (closing the journal may wait for the database): a front must not route here.
+        forward.abort();
+        let address = shared.addr.to_string();
+        let standby = standby::standby_status(&address, &now);
+        shared.status.send_replace(Arc::new(standby));
     }
     let _ = stop.send(true);
     let _ = server.await;

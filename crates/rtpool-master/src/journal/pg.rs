@@ -44,9 +44,10 @@ pub const LEASE_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS rtpool_leader (
     epoch BIGINT NOT NULL,
     holder TEXT NOT NULL,
     advertise TEXT NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL
+    expires_at TIMESTAMPTZ NOT NULL,
+    renewed_at TIMESTAMPTZ NOT NULL
 );
-INSERT INTO rtpool_leader VALUES (1, 0, '', '', '-infinity') ON CONFLICT (id) DO NOTHING";
+INSERT INTO rtpool_leader VALUES (1, 0, '', '', '-infinity', '-infinity') ON CONFLICT (id) DO NOTHING";
 
 /// A cheap, cloneable handle to the PostgreSQL journal; all clones share one writer thread.
 #[derive(Clone)]
