@@ -29,6 +29,7 @@ pub mod gate;
 mod handshake;
 pub mod keepalive;
 mod reader;
+mod seldom;
 
 use self::bounds::{Bounds, MAX_SLOTS};
 use self::gate::{Gate, Pending, Refusal};
@@ -36,6 +37,7 @@ use self::handshake::{
     answer_and_close, check_hello, establish, linger, read_hello, refuse, worker_key, Transport,
 };
 use self::reader::{ReadEnd, Reader};
+use self::seldom::Seldom;
 use crate::auth::{Authenticator, Identity, Policy};
 use crate::outbound::{error_msg, write_loop, OutboundTx};
 use crate::ratelimit::{self, LogLimiter};
@@ -358,27 +360,38 @@ async fn serve_halves<R, W>(
         bounds,
         answered: false,
     };
+    // What ends a session besides its peer: polled only when one of them fires, not for each
+    // frame the reader wakes for (`seldom.rs`).
+    let dismissal = Seldom::new(async {
+        tokio::select! {
+            () = revoked(&mut policy, &identity) => Dismissal::Revoked,
+            _ = shutdown.wait_for(|stop| *stop) => Dismissal::Shutdown,
+            () = overflow.notify.notified() => Dismissal::SlowConsumer,
+        }
+    });
     let end = tokio::select! {
         end = reader.read_loop(&mut rd, buf) => End::Read(end),
-        () = revoked(&mut policy, &identity) => {
-            let id = identity.token_id.as_deref().unwrap_or_default();
-            warn!(session, %user, token = id, "token revoked: closing the session");
-            let msg = error_msg(
-                "auth",
-                format!(
-                    "token {id} of user {user} was revoked (`rtpool token revoke`): the master \
-                     closed this session; connect again with a valid token"
-                ),
-                0,
-            );
-            let _ = sched.send(ToScheduler::Reply { session, msg, close: true });
-            End::Dismissed { answered: true }
-        }
-        _ = shutdown.wait_for(|stop| *stop) => End::Dismissed { answered: false },
-        () = overflow.notify.notified() => {
-            warn!(session, "slow consumer: closing");
-            End::Dismissed { answered: true }
-        }
+        why = dismissal => match why {
+            Dismissal::Revoked => {
+                let id = identity.token_id.as_deref().unwrap_or_default();
+                warn!(session, %user, token = id, "token revoked: closing the session");
+                let msg = error_msg(
+                    "auth",
+                    format!(
+                        "token {id} of user {user} was revoked (`rtpool token revoke`): the \
+                         master closed this session; connect again with a valid token"
+                    ),
+                    0,
+                );
+                let _ = sched.send(ToScheduler::Reply { session, msg, close: true });
+                End::Dismissed { answered: true }
+            }
+            Dismissal::Shutdown => End::Dismissed { answered: false },
+            Dismissal::SlowConsumer => {
+                warn!(session, "slow consumer: closing");
+                End::Dismissed { answered: true }
+            }
+        },
     };
     let lost = match role {
         Role::Client => Event::ClientLost {
@@ -420,6 +433,16 @@ fn master_heartbeat_period(lease_ms: u32, heartbeat_ms: u32) -> Duration {
         3 * u64::from(heartbeat_ms.max(1))
     };
     Duration::from_millis(3 * lease / 2)
+}
+
+/// Why the master ends a session its peer did not.
+enum Dismissal {
+    /// The session's token was revoked.
+    Revoked,
+    /// The master shuts down.
+    Shutdown,
+    /// The peer does not read what it is sent.
+    SlowConsumer,
 }
 
 /// How a session ended, as the master saw it.
