@@ -170,3 +170,46 @@ fn journal_info(journal: &Journal, fsync: &str) -> (JournalInfo, FsyncCounts) {
     };
     (info, s.fsync_us)
 }
+
+#[cfg(test)]
+mod tests {
+    use rtpool_core::CoreConfig;
+
+    use super::*;
+
+    #[test]
+    fn with_a_demand_the_tick_publishes_only_the_snapshots_asked_for() {
+        let (tx, mut rx) = watch::channel(Arc::new(Status::default()));
+        let demand = Arc::new(Demand::default());
+        let mut scheduler = Scheduler::new(CoreConfig::default(), 1)
+            .with_status(true, MasterFacts::default(), Some(tx))
+            .with_status_demand(demand.clone());
+        // The first snapshot is published at once, asked for or not.
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        scheduler.on_status_tick();
+        assert!(!rx.has_changed().unwrap(), "nobody asked: no snapshot");
+        demand.want();
+        scheduler.on_status_tick();
+        assert!(
+            rx.has_changed().unwrap(),
+            "asked: the next tick publishes one"
+        );
+        rx.borrow_and_update();
+        scheduler.on_status_tick();
+        assert!(!rx.has_changed().unwrap(), "one request, one snapshot");
+    }
+
+    #[test]
+    fn without_a_demand_every_tick_publishes() {
+        let (tx, mut rx) = watch::channel(Arc::new(Status::default()));
+        let mut scheduler = Scheduler::new(CoreConfig::default(), 1).with_status(
+            true,
+            MasterFacts::default(),
+            Some(tx),
+        );
+        rx.borrow_and_update();
+        scheduler.on_status_tick();
+        assert!(rx.has_changed().unwrap());
+    }
+}
