@@ -209,10 +209,12 @@ fn slow_consumer(limit_bytes: usize) -> Msg {
 ///
 /// When nothing was written for `idle` (`None`: never), the writer sends a `HEARTBEAT` of its
 /// own, so a peer hears from the master at least once per `idle` whatever it sends: peers judge
-/// the master silent after 3 leases and a heartbeat, and `idle` is a lease. The master answers only
+/// the master silent after 3 leases and a heartbeat, and `idle` is 1.5 leases
+/// (`connection::master_heartbeat_period`). The master answers only
 /// a connection's first `HEARTBEAT` (`connection::reader`): an idle link costs one frame each way per interval, and a busy
 /// one none. One timer per connection for its life: a write only notes its time, and the timer,
-/// when it fires early, moves itself to the last write plus `idle` (no timer work per write).
+/// when it fires early, moves itself to the last write plus `idle` (no timer work per write),
+/// on the [`TIMER_STEP`] grid.
 ///
 /// Frames are encoded in protocol version 2: a payload of at least
 /// [`rtpool_proto::SEGMENT_MIN_BYTES`] is not copied into `buf` but written from where the
