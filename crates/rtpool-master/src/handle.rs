@@ -24,7 +24,7 @@ use crate::realtime::Realtime;
 use crate::scheduler::{Scheduler, ToScheduler};
 use crate::server;
 use crate::stats::MasterStats;
-use crate::status::{CountsSource, MasterFacts, Status};
+use crate::status::{CountsSource, Demand, MasterFacts, Status};
 use crate::tls::{self, Tls};
 
 /// A master running in a background thread. Dropping it stops the master.
@@ -104,8 +104,11 @@ fn with_status(
     let (tx, rx) = watch::channel(Arc::new(Status::default()));
     // The first snapshot goes into the channel before the listener starts: its thread renders
     // what the channel holds when it starts, so it never serves the empty default.
-    let scheduler = scheduler.with_status(config.metrics, facts, Some(tx));
-    let server = HttpServer::start(listener, http_config, rx)?;
+    let demand = Arc::new(Demand::default());
+    let scheduler = scheduler
+        .with_status(config.metrics, facts, Some(tx))
+        .with_status_demand(demand.clone());
+    let server = HttpServer::start_on_demand(listener, http_config, rx, Some(demand))?;
     Ok((scheduler, Some(server)))
 }
 

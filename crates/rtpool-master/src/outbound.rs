@@ -47,6 +47,27 @@ pub fn rejected(req_id: u64, message: String) -> Msg {
 /// Largest write the writer batches before flushing.
 const WRITE_BATCH_BYTES: usize = 1 << 20;
 
+/// The grid every connection's silence timer fires on (the writer's idle heartbeat here, the
+/// reader's lease in `connection::reader`). tokio fires each timer at its own millisecond, so
+/// 10,000 connections whose timers fall at random instants woke the idle master about once a
+/// millisecond for a timer alone (issue 25); on the grid, the timers due in one step fire in
+/// one wake-up. The cost is a timer up to one step late, nothing against a lease of seconds.
+pub(crate) const TIMER_STEP: std::time::Duration = std::time::Duration::from_millis(64);
+
+/// `deadline` moved up to the next point of the [`TIMER_STEP`] grid (the grid starts at the
+/// first call in this process; a deadline before it is returned as it is).
+pub(crate) fn on_grid(deadline: Instant) -> Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = Instant::from_std(*ORIGIN.get_or_init(std::time::Instant::now));
+    let step = TIMER_STEP.as_nanos();
+    let Some(offset) = deadline.checked_duration_since(origin) else {
+        return deadline;
+    };
+    let steps = offset.as_nanos().div_ceil(step);
+    // At most 30 years of nanoseconds (`connection::NEVER`): fits in u64.
+    origin + std::time::Duration::from_nanos(u64::try_from(steps * step).unwrap_or(u64::MAX))
+}
+
 /// The sending end of one connection's outbound queue, held by the scheduler.
 ///
 /// The queue itself is unbounded (the scheduler never waits for a peer), but it counts the bytes
@@ -188,10 +209,12 @@ fn slow_consumer(limit_bytes: usize) -> Msg {
 ///
 /// When nothing was written for `idle` (`None`: never), the writer sends a `HEARTBEAT` of its
 /// own, so a peer hears from the master at least once per `idle` whatever it sends: peers judge
-/// the master silent after 3 leases and a heartbeat, and `idle` is a lease. The master answers only
+/// the master silent after 3 leases and a heartbeat, and `idle` is 1.5 leases
+/// (`connection::master_heartbeat_period`). The master answers only
 /// a connection's first `HEARTBEAT` (`connection::reader`): an idle link costs one frame each way per interval, and a busy
 /// one none. One timer per connection for its life: a write only notes its time, and the timer,
-/// when it fires early, moves itself to the last write plus `idle` (no timer work per write).
+/// when it fires early, moves itself to the last write plus `idle` (no timer work per write),
+/// on the [`TIMER_STEP`] grid.
 ///
 /// Frames are encoded in protocol version 2: a payload of at least
 /// [`rtpool_proto::SEGMENT_MIN_BYTES`] is not copied into `buf` but written from where the
@@ -207,7 +230,7 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
     let mut batch = Batch::default();
     let shared = rx.shared.clone();
     let mut last_write = Instant::now();
-    let timer = tokio::time::sleep_until(last_write + idle);
+    let timer = tokio::time::sleep_until(on_grid(last_write + idle));
     tokio::pin!(timer);
     loop {
         let (first, size) = tokio::select! {
@@ -219,7 +242,7 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
             () = &mut timer => {
                 let due = last_write + idle;
                 if Instant::now() < due {
-                    timer.as_mut().reset(due);
+                    timer.as_mut().reset(on_grid(due));
                     continue;
                 }
                 (Out::Send(Msg::Heartbeat), 0)
@@ -249,7 +272,7 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
         }
         last_write = Instant::now();
         if timer.deadline() <= last_write {
-            timer.as_mut().reset(last_write + idle);
+            timer.as_mut().reset(on_grid(last_write + idle));
         }
         shared
             .queued_bytes

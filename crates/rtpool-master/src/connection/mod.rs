@@ -29,6 +29,7 @@ pub mod gate;
 mod handshake;
 pub mod keepalive;
 mod reader;
+mod seldom;
 
 use self::bounds::{Bounds, MAX_SLOTS};
 use self::gate::{Gate, Pending, Refusal};
@@ -36,6 +37,7 @@ use self::handshake::{
     answer_and_close, check_hello, establish, linger, read_hello, refuse, worker_key, Transport,
 };
 use self::reader::{ReadEnd, Reader};
+use self::seldom::Seldom;
 use crate::auth::{Authenticator, Identity, Policy};
 use crate::outbound::{error_msg, write_loop, OutboundTx};
 use crate::ratelimit::{self, LogLimiter};
@@ -344,13 +346,7 @@ async fn serve_halves<R, W>(
         tx,
         event: join,
     });
-    // The master heartbeats a peer it sent nothing to for a lease (3 heartbeats when there is
-    // none): peers give it 3 leases and a heartbeat of silence (docs/protocol.md).
-    let idle = Duration::from_millis(u64::from(if ctx.lease_ms > 0 {
-        ctx.lease_ms
-    } else {
-        3 * ctx.heartbeat_ms.max(1)
-    }));
+    let idle = master_heartbeat_period(ctx.lease_ms, ctx.heartbeat_ms);
     let mut writer = tokio::spawn(write_loop(wr, rx, Some(idle)));
     let mut policy = ctx.auth.policy();
     let mut reader = Reader {
@@ -364,27 +360,38 @@ async fn serve_halves<R, W>(
         bounds,
         answered: false,
     };
+    // What ends a session besides its peer: polled only when one of them fires, not for each
+    // frame the reader wakes for (`seldom.rs`).
+    let dismissal = Seldom::new(async {
+        tokio::select! {
+            () = revoked(&mut policy, &identity) => Dismissal::Revoked,
+            _ = shutdown.wait_for(|stop| *stop) => Dismissal::Shutdown,
+            () = overflow.notify.notified() => Dismissal::SlowConsumer,
+        }
+    });
     let end = tokio::select! {
         end = reader.read_loop(&mut rd, buf) => End::Read(end),
-        () = revoked(&mut policy, &identity) => {
-            let id = identity.token_id.as_deref().unwrap_or_default();
-            warn!(session, %user, token = id, "token revoked: closing the session");
-            let msg = error_msg(
-                "auth",
-                format!(
-                    "token {id} of user {user} was revoked (`rtpool token revoke`): the master \
-                     closed this session; connect again with a valid token"
-                ),
-                0,
-            );
-            let _ = sched.send(ToScheduler::Reply { session, msg, close: true });
-            End::Dismissed { answered: true }
-        }
-        _ = shutdown.wait_for(|stop| *stop) => End::Dismissed { answered: false },
-        () = overflow.notify.notified() => {
-            warn!(session, "slow consumer: closing");
-            End::Dismissed { answered: true }
-        }
+        why = dismissal => match why {
+            Dismissal::Revoked => {
+                let id = identity.token_id.as_deref().unwrap_or_default();
+                warn!(session, %user, token = id, "token revoked: closing the session");
+                let msg = error_msg(
+                    "auth",
+                    format!(
+                        "token {id} of user {user} was revoked (`rtpool token revoke`): the \
+                         master closed this session; connect again with a valid token"
+                    ),
+                    0,
+                );
+                let _ = sched.send(ToScheduler::Reply { session, msg, close: true });
+                End::Dismissed { answered: true }
+            }
+            Dismissal::Shutdown => End::Dismissed { answered: false },
+            Dismissal::SlowConsumer => {
+                warn!(session, "slow consumer: closing");
+                End::Dismissed { answered: true }
+            }
+        },
     };
     let lost = match role {
         Role::Client => Event::ClientLost {
@@ -409,6 +416,33 @@ async fn serve_halves<R, W>(
         writer.abort();
     }
     info!(session, "disconnected");
+}
+
+/// How long the master lets a link it wrote nothing on stay silent before it sends a
+/// `HEARTBEAT` of its own: half of 3 leases, the bulk of its peers' patience (they judge the
+/// master silent after 3 leases and one of their heartbeats; 3 heartbeats stand for the lease
+/// when there is none: docs/protocol.md). A peer then hears from an idle master at least twice
+/// per window, so a period lost to a stall on either side still leaves it a whole one: 4.5 s
+/// at the defaults, where the patience is 10 s. Each of these frames is a write on the master
+/// and a wake-up on the peer: with 10,000 idle workers, a period of one lease (3 s) cost the
+/// master about as much CPU as their own heartbeats (issue 25).
+fn master_heartbeat_period(lease_ms: u32, heartbeat_ms: u32) -> Duration {
+    let lease = if lease_ms > 0 {
+        u64::from(lease_ms)
+    } else {
+        3 * u64::from(heartbeat_ms.max(1))
+    };
+    Duration::from_millis(3 * lease / 2)
+}
+
+/// Why the master ends a session its peer did not.
+enum Dismissal {
+    /// The session's token was revoked.
+    Revoked,
+    /// The master shuts down.
+    Shutdown,
+    /// The peer does not read what it is sent.
+    SlowConsumer,
 }
 
 /// How a session ended, as the master saw it.
@@ -458,4 +492,22 @@ fn grow(buf: &mut BytesMut) -> bool {
         buf.reserve(MIN_READ);
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_master_heartbeats_twice_per_window_of_its_peers_patience() {
+        // Defaults: peers wait 3 x 3 s + 1 s = 10 s; the master speaks every 4.5 s.
+        assert_eq!(
+            master_heartbeat_period(3000, 1000),
+            Duration::from_millis(4500)
+        );
+        // No lease: 3 heartbeats stand for it (peers wait 3 x 300 + 100 = 1000 ms).
+        assert_eq!(master_heartbeat_period(0, 100), Duration::from_millis(450));
+        // A heartbeat of 0 is read as 1 ms, never a period of nothing.
+        assert_eq!(master_heartbeat_period(0, 0), Duration::from_millis(4));
+    }
 }

@@ -18,7 +18,7 @@ use tracing::warn;
 
 use super::bounds::{Bounds, MAX_CREDITS};
 use super::{grow, ConnCtx, NEVER};
-use crate::outbound::{error_msg, rejected};
+use crate::outbound::{error_msg, on_grid, rejected};
 use crate::scheduler::ToScheduler;
 
 /// A silence timer that fires this late means the master was stalled, not the peer silent.
@@ -89,7 +89,7 @@ impl Reader {
         let mut last_read = Instant::now();
         // The buffer was grown for a large frame since it was last replaced.
         let mut grown = false;
-        let timer = tokio::time::sleep_until(last_read + silence);
+        let timer = tokio::time::sleep_until(on_grid(last_read + silence));
         tokio::pin!(timer);
         loop {
             loop {
@@ -140,7 +140,7 @@ impl Reader {
                                 late.as_millis()
                             );
                             last_read = Instant::now();
-                            timer.as_mut().reset(last_read + silence);
+                            timer.as_mut().reset(on_grid(last_read + silence));
                             continue;
                         }
                         let deadline = last_read + silence;
@@ -149,7 +149,7 @@ impl Reader {
                             self.reply(&mut events, msg, true);
                             return ReadEnd::Silent;
                         }
-                        timer.as_mut().reset(deadline);
+                        timer.as_mut().reset(on_grid(deadline));
                     }
                 }
             };

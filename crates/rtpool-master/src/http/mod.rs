@@ -15,7 +15,10 @@
 //! master's runtime is the scheduler's thread, and rendering pages there would delay tasks.
 //! The scheduler publishes one snapshot a second through a `watch` channel; a task here
 //! renders its JSON once and every reader (status requests, every event stream) shares it.
-//! Nothing here can make the scheduler wait.
+//! Nothing here can make the scheduler wait. Given a [`Demand`] (a single master), the
+//! scheduler builds a snapshot only when a reader asked for one: a request finding the latest
+//! older than [`STALE_AFTER`] waits for the next (at most about a second), an open event
+//! stream asks for each, and an unwatched master builds and renders none.
 //!
 //! Beyond loopback the listener needs TLS (the main port's certificate, so it serves HTTPS)
 //! or a token (`--http-token`): [`check_exposure`].
@@ -43,7 +46,7 @@ use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
 
 use crate::error::MasterError;
-use crate::status::Status;
+use crate::status::{Demand, Status};
 use crate::tls::Tls;
 
 /// The page served at `/`.
@@ -58,6 +61,14 @@ const MAX_SUBSCRIBERS: usize = 64;
 /// An event stream that fell this many snapshots behind (its reader does not keep up) is
 /// closed: a slow reader costs neither memory nor the others' updates.
 const MAX_SKIPPED: u64 = 5;
+
+/// A snapshot older than this is not served as it is when the scheduler builds on demand: the
+/// request asks for a fresh one and waits for it (the scheduler's status tick is 1 s).
+const STALE_AFTER: Duration = Duration::from_millis(1500);
+
+/// How long a request waits for the snapshot it asked for before it takes the latest there is
+/// (a scheduler busy with a burst may be late; the answer is then older, never missing).
+const FRESH_WAIT: Duration = Duration::from_secs(3);
 
 /// A request's headers must arrive within this time.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,6 +89,8 @@ struct Rendered {
     seq: u64,
     status: Arc<Status>,
     json: Arc<str>,
+    /// When it was rendered (its snapshot was published just before).
+    at: std::time::Instant,
 }
 
 #[derive(Clone)]
@@ -85,6 +98,25 @@ struct AppState {
     rendered: watch::Receiver<Rendered>,
     token: Option<Arc<str>>,
     subscribers: Arc<AtomicUsize>,
+    /// Where readers ask the scheduler for a snapshot; `None`: it publishes one a second.
+    demand: Option<Arc<Demand>>,
+}
+
+impl AppState {
+    /// The latest rendering, after asking for a fresh one when the scheduler builds on demand
+    /// and waiting for it (up to [`FRESH_WAIT`]) when the latest is older than
+    /// [`STALE_AFTER`].
+    async fn fresh(&self) -> Rendered {
+        if let Some(demand) = &self.demand {
+            demand.want();
+            let mut rx = self.rendered.clone();
+            let stale = rx.borrow_and_update().at.elapsed() > STALE_AFTER;
+            if stale {
+                let _ = tokio::time::timeout(FRESH_WAIT, rx.changed()).await;
+            }
+        }
+        self.rendered.borrow().clone()
+    }
 }
 
 /// Refuses an address beyond loopback unless there is TLS or a token.
@@ -140,6 +172,21 @@ impl HttpServer {
         config: HttpConfig,
         status: watch::Receiver<Arc<Status>>,
     ) -> Result<Self, MasterError> {
+        Self::start_on_demand(listener, config, status, None)
+    }
+
+    /// As [`HttpServer::start`], for a scheduler that publishes a snapshot only when `demand`
+    /// says a reader wants one (the listener asks on each request that reads it).
+    ///
+    /// # Errors
+    ///
+    /// When the thread or its runtime cannot be started.
+    pub fn start_on_demand(
+        listener: std::net::TcpListener,
+        config: HttpConfig,
+        status: watch::Receiver<Arc<Status>>,
+        demand: Option<Arc<Demand>>,
+    ) -> Result<Self, MasterError> {
         let addr = listener
             .local_addr()
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
@@ -151,7 +198,7 @@ impl HttpServer {
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
         let thread = std::thread::Builder::new()
             .name("rtpool-http".into())
-            .spawn(move || rt.block_on(serve(listener, config, status, stop_rx)))
+            .spawn(move || rt.block_on(serve(listener, config, status, demand, stop_rx)))
             .map_err(|e| MasterError::Runtime(e.to_string()))?;
         Ok(Self {
             addr,
@@ -199,6 +246,7 @@ async fn serve(
     listener: std::net::TcpListener,
     config: HttpConfig,
     status: watch::Receiver<Arc<Status>>,
+    demand: Option<Arc<Demand>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let listener = match TcpListener::from_std(listener) {
@@ -212,6 +260,7 @@ async fn serve(
         rendered,
         token: config.token.as_deref().map(Arc::from),
         subscribers: Arc::new(AtomicUsize::new(0)),
+        demand,
     };
     let app = router(state);
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -285,6 +334,7 @@ fn render(snapshot: &Arc<Status>, seq: u64) -> Rendered {
         seq,
         status: snapshot.clone(),
         json: Arc::from(json),
+        at: std::time::Instant::now(),
     }
 }
 
@@ -368,7 +418,7 @@ async fn leader_route(State(state): State<AppState>) -> Response {
 }
 
 async fn status_route(State(state): State<AppState>) -> Response {
-    let json = state.rendered.borrow().json.clone();
+    let json = state.fresh().await.json;
     (
         [(header::CONTENT_TYPE, "application/json")],
         json.to_string(),
@@ -377,7 +427,7 @@ async fn status_route(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics_route(State(state): State<AppState>) -> Response {
-    let status = state.rendered.borrow().status.clone();
+    let status = state.fresh().await.status;
     (
         [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
         metrics::render(&status),
@@ -407,8 +457,14 @@ async fn events_route(State(state): State<AppState>) -> Response {
     let mut rx = state.rendered.clone();
     // The current snapshot first, then each new one.
     rx.mark_changed();
-    let stream =
-        futures_util::stream::unfold((rx, 0u64, guard), |(mut rx, last, guard)| async move {
+    let demand = state.demand.clone();
+    let stream = futures_util::stream::unfold((rx, 0u64, guard), move |(mut rx, last, guard)| {
+        let demand = demand.clone();
+        async move {
+            // Ask for the next one: a stream open is a reader of every snapshot.
+            if let Some(demand) = &demand {
+                demand.want();
+            }
             rx.changed().await.ok()?;
             let r = rx.borrow_and_update().clone();
             if last > 0 && r.seq > last + MAX_SKIPPED {
@@ -420,7 +476,8 @@ async fn events_route(State(state): State<AppState>) -> Response {
             }
             let event = Event::default().event("status").data(&*r.json);
             Some((Ok::<_, Infallible>(event), (rx, r.seq, guard)))
-        });
+        }
+    });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()

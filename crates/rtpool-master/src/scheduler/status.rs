@@ -13,7 +13,7 @@ use super::Scheduler;
 use crate::journal::Journal;
 use crate::status::histogram::FsyncCounts;
 use crate::status::schema::JournalInfo;
-use crate::status::{self, MasterFacts, Recorder, Status};
+use crate::status::{self, Demand, MasterFacts, Recorder, Status};
 
 /// How often the snapshot is rebuilt and published (and the recorder sampled).
 pub const STATUS_PERIOD: Duration = Duration::from_secs(1);
@@ -30,6 +30,8 @@ pub struct StatusState {
     pub(super) publisher: Option<watch::Sender<Arc<Status>>>,
     /// The last snapshot built, and when.
     pub(super) last: Option<(Instant, Arc<Status>)>,
+    /// When set, the tick publishes only the snapshots a reader asked for; `None`: every one.
+    pub(super) demand: Option<Arc<Demand>>,
 }
 
 impl Default for StatusState {
@@ -39,6 +41,7 @@ impl Default for StatusState {
             facts: MasterFacts::default(),
             publisher: None,
             last: None,
+            demand: None,
         }
     }
 }
@@ -57,6 +60,7 @@ impl Scheduler {
             facts,
             publisher,
             last: None,
+            demand: None,
         };
         // A first snapshot now, so the listener never serves an empty one (the master starts
         // it after this, and before the scheduler task runs its first tick).
@@ -69,10 +73,22 @@ impl Scheduler {
         self
     }
 
-    /// The periodic tick: sample the recorder, publish a fresh snapshot to the listener.
+    /// Publish a snapshot only when `demand` says a reader wants one (the HTTP listener
+    /// marks each request that reads it), instead of every [`STATUS_PERIOD`].
+    pub fn with_status_demand(mut self, demand: Arc<Demand>) -> Self {
+        self.status.demand = Some(demand);
+        self
+    }
+
+    /// The periodic tick: sample the recorder, publish a fresh snapshot to the listener (if
+    /// one is wanted).
     pub(super) fn on_status_tick(&mut self) {
         self.status.recorder.sample();
-        if self.status.publisher.is_some() {
+        let wanted = match &self.status.demand {
+            Some(demand) => demand.take(),
+            None => true,
+        };
+        if wanted && self.status.publisher.is_some() {
             let snapshot = self.build_status();
             if let Some(tx) = &self.status.publisher {
                 tx.send_replace(snapshot);
@@ -153,4 +169,47 @@ fn journal_info(journal: &Journal, fsync: &str) -> (JournalInfo, FsyncCounts) {
         last_compaction_pause_s: s.last_compaction_pause_us as f64 / 1e6,
     };
     (info, s.fsync_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use rtpool_core::CoreConfig;
+
+    use super::*;
+
+    #[test]
+    fn with_a_demand_the_tick_publishes_only_the_snapshots_asked_for() {
+        let (tx, mut rx) = watch::channel(Arc::new(Status::default()));
+        let demand = Arc::new(Demand::default());
+        let mut scheduler = Scheduler::new(CoreConfig::default(), 1)
+            .with_status(true, MasterFacts::default(), Some(tx))
+            .with_status_demand(demand.clone());
+        // The first snapshot is published at once, asked for or not.
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        scheduler.on_status_tick();
+        assert!(!rx.has_changed().unwrap(), "nobody asked: no snapshot");
+        demand.want();
+        scheduler.on_status_tick();
+        assert!(
+            rx.has_changed().unwrap(),
+            "asked: the next tick publishes one"
+        );
+        rx.borrow_and_update();
+        scheduler.on_status_tick();
+        assert!(!rx.has_changed().unwrap(), "one request, one snapshot");
+    }
+
+    #[test]
+    fn without_a_demand_every_tick_publishes() {
+        let (tx, mut rx) = watch::channel(Arc::new(Status::default()));
+        let mut scheduler = Scheduler::new(CoreConfig::default(), 1).with_status(
+            true,
+            MasterFacts::default(),
+            Some(tx),
+        );
+        rx.borrow_and_update();
+        scheduler.on_status_tick();
+        assert!(rx.has_changed().unwrap());
+    }
 }

@@ -47,6 +47,30 @@ impl std::fmt::Debug for CountsSource {
     }
 }
 
+/// Whether a reader wants a fresh snapshot: the HTTP listener says so on each request that
+/// reads one (and for as long as an event stream is open), the scheduler's status tick builds
+/// one only then. A snapshot is O(workers + packages) to build and to render: with 10,000
+/// workers, building and rendering one a second that nobody read was about a tenth of an idle
+/// master's CPU (issue 25).
+#[derive(Debug, Default)]
+pub struct Demand {
+    wanted: std::sync::atomic::AtomicBool,
+}
+
+impl Demand {
+    /// A reader wants the next snapshot.
+    pub fn want(&self) {
+        self.wanted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a reader asked since the last call (and forget it).
+    pub fn take(&self) -> bool {
+        self.wanted
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// Assembles a snapshot. O(packages + workers + users); `journal` is the journal's part, if
 /// there is one (with its fsync histogram); `core_now` the core's clock now (for the time left to deadlines).
 pub fn build(
