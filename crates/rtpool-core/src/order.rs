@@ -359,7 +359,11 @@ mod tests {
         for seq in 1..=3 {
             orders.insert(&mut tree, (0, seq), seq);
         }
-        assert_eq!((orders.len(), tree.len()), (2, 3), "the smallest is held in front");
+        assert_eq!(
+            (orders.len(), tree.len()),
+            (2, 3),
+            "the smallest is held in front"
+        );
         // The front package drains and is requeued: no node is made or freed either way.
         assert_eq!(orders.remove(&mut tree, (0, 1)), Some(1));
         assert_eq!(orders.first(&tree), Some(((0, 2), 2)));

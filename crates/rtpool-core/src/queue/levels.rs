@@ -81,7 +81,11 @@ impl Levels {
 
     /// The classes of `Reverse(priority)` up to `to` (priority `to.0` or higher), highest first.
     pub(super) fn up_to(&self, to: Reverse<i32>) -> impl Iterator<Item = &Class> {
-        let top = self.top.iter().filter(move |(k, _)| *k <= to).map(|(_, c)| c);
+        let top = self
+            .top
+            .iter()
+            .filter(move |(k, _)| *k <= to)
+            .map(|(_, c)| c);
         top.chain(self.rest.range(..=to).map(|(_, c)| c))
     }
 }
