@@ -17,13 +17,24 @@ use crate::queue::ReadyQueue;
 use crate::table::{IdSet, Map, Table};
 
 /// One request: the resources each task holds while it runs and the labels its worker needs.
+///
+/// `repr(C)`, the fields a requeued or queued task touches first (its queue, then the class's
+/// ready key, turn and counts): a lost worker's tasks go back to as many classes as it held
+/// tasks, each cold in cache, so each class costs as few cache lines as its fields allow.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct ResClass {
-    pub(crate) resources: Resources,
-    pub(crate) labels: Labels,
-    /// Slab keys of the worker kinds that can serve it (`kind.rs`): its servers are their
-    /// workers.
-    pub(crate) kinds: Vec<u64>,
+    /// Its queued tasks.
+    pub(crate) queue: ReadyQueue,
+    /// The priority and turn of its entry in its kinds' ready sets (`None`: not in them; it is in
+    /// them exactly while a task is queued).
+    pub(crate) ready_key: Option<(i32, u64)>,
+    /// Its turn among classes of equal priority: the sequence number of its last service.
+    pub(crate) turn: u64,
+    /// Its tasks running now (each holds the request on its worker).
+    pub(crate) running: u64,
+    /// It is in the core's list of classes to place this event (`class_pass`).
+    pub(crate) in_pass: bool,
     /// Servers that may take one of its tasks now, for a task queued while they wait: a
     /// worker left with a credit and nothing it could take is offered to each class it serves,
     /// each at most once (`offered`); placement pops them front to back and drops those that
@@ -31,23 +42,17 @@ pub(crate) struct ResClass {
     /// idle again), so it never looks at a busy server twice and never misses an idle one,
     /// however many servers the class has. Lazily cleaned, like the core's hungry ring. A
     /// worker busy with the tasks of its kind's ready classes is never offered.
-    ready: VecDeque<WorkerId>,
     offered: IdSet<WorkerId>,
-    /// The priority and turn of its entry in its kinds' ready sets (`None`: not in them; it is in
-    /// them exactly while a task is queued).
-    pub(crate) ready_key: Option<(i32, u64)>,
-    /// Its turn among classes of equal priority: the sequence number of its last service.
-    pub(crate) turn: u64,
-    /// It is in the core's list of classes to place this event (`class_pass`).
-    pub(crate) in_pass: bool,
-    /// Its queued tasks.
-    pub(crate) queue: ReadyQueue,
+    ready: VecDeque<WorkerId>,
     /// Live packages of this class.
     pub(crate) packages: u64,
-    /// Its tasks running now (each holds the request on its worker).
-    pub(crate) running: u64,
     /// When its queued tasks fail if no server returns (armed while it has none).
     pub(crate) orphan_at: Option<Instant>,
+    /// Slab keys of the worker kinds that can serve it (`kind.rs`): its servers are their
+    /// workers.
+    pub(crate) kinds: Vec<u64>,
+    pub(crate) resources: Resources,
+    pub(crate) labels: Labels,
 }
 
 impl ResClass {

@@ -162,6 +162,9 @@ pub struct Core {
     /// Workers of a kind that got a credit or freed resources this event: class dispatch
     /// gives each the best task of its kind's ready classes.
     class_workers: Vec<WorkerId>,
+    /// A lost worker's held tasks, `(assignment sequence, task)`: the buffer is kept from one
+    /// loss to the next, so a loss allocates nothing for it.
+    lost_held: Vec<(u64, TaskId)>,
     /// Classes whose head task changed this event while servers may wait for it: class
     /// dispatch places it on one of its offered servers.
     class_pass: Vec<u64>,
@@ -252,6 +255,7 @@ impl Core {
             kinds: KindTable::default(),
             next_turn: 1,
             class_workers: Vec::new(),
+            lost_held: Vec::new(),
             class_pass: Vec::new(),
             pool_link: Link::default(),
             kept_calls: Table::default(),

@@ -8,6 +8,14 @@
 //! once the slab has room, and [`Orders::prepare`] makes that room ahead like the queue's
 //! other slabs (a `BTreeMap` per user, before, allocated a fresh node every ~11 packages: the
 //! last first-touch page fault of a growing submission).
+//!
+//! A tree's smallest entry may be held outside the treap, in the tree itself
+//! ([`OrderTree::front`]): a key inserted below every key of the treap goes there, and leaves
+//! it in O(1). That is the queue's front package, whose last queued task a worker takes and
+//! gets back when it is lost or returns it: the package leaves its user's tree and comes back
+//! to the front of it, which touched some 2 ln n nodes of the treap each way (cold in cache:
+//! a lost worker holding the last task of 16 packages in 16 resource classes paid that 16
+//! times, issue 26), and now touches none.
 
 use crate::table::Table;
 
@@ -25,23 +33,30 @@ struct OrderNode {
     right: Option<u64>,
 }
 
-/// One tree: its root's slab key, its size and its smallest entry (kept, so the queue's pop
-/// reads it in O(1) rather than walking the left spine).
+/// One tree: its treap's root slab key, size and smallest entry (kept, so the queue's pop
+/// reads it in O(1) rather than walking the left spine), and the entry held in front of the
+/// treap.
 #[derive(Debug, Default)]
 pub(crate) struct OrderTree {
     root: Option<u64>,
+    /// Nodes in the treap (`front` not counted).
     len: usize,
+    /// The treap's smallest entry.
     first: Option<(OrderKey, u64)>,
+    /// An entry below every key of the treap, held outside it: the tree's smallest. Filled by
+    /// an insert below the treap's first key when it is empty, emptied by the removal of its
+    /// key (or moved into the treap by an insert below it), each O(1) but that move.
+    front: Option<(OrderKey, u64)>,
 }
 
 impl OrderTree {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.len + usize::from(self.front.is_some())
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len == 0 && self.front.is_none()
     }
 }
 
@@ -88,8 +103,27 @@ impl Orders {
             .unwrap_or_else(|| panic!("order tree: no node {id}"))
     }
 
-    /// Adds `key` (not in `tree` yet) for package `slot`. O(log n) expected.
+    /// Adds `key` (not in `tree` yet) for package `slot`. O(1) below every key when nothing
+    /// is held in front, else O(log n) expected.
     pub(crate) fn insert(&mut self, tree: &mut OrderTree, key: OrderKey, slot: u64) {
+        match tree.front {
+            None if tree.first.is_none_or(|(k, _)| key < k) => {
+                tree.front = Some((key, slot));
+                return;
+            }
+            Some((k, s)) if key < k => {
+                // The new smallest takes the front; the old one is the treap's smallest now.
+                tree.front = Some((key, slot));
+                self.insert_node(tree, k, s);
+                return;
+            }
+            _ => {}
+        }
+        self.insert_node(tree, key, slot);
+    }
+
+    /// Adds `key` to the treap.
+    fn insert_node(&mut self, tree: &mut OrderTree, key: OrderKey, slot: u64) {
         let id = self.nodes.insert(OrderNode {
             key,
             slot,
@@ -107,8 +141,13 @@ impl Orders {
     }
 
     /// Removes `key` from `tree`; returns its package slot, `None` if it was not there.
-    /// O(log n) expected.
+    /// O(1) for the entry held in front, else O(log n) expected.
     pub(crate) fn remove(&mut self, tree: &mut OrderTree, key: OrderKey) -> Option<u64> {
+        if let Some((k, slot)) = tree.front.filter(|&(k, _)| k == key) {
+            debug_assert_eq!(k, key);
+            tree.front = None;
+            return Some(slot);
+        }
         // Descend to the node, remembering the link that points at it.
         let mut parent: Option<(u64, bool)> = None; // (node, went left)
         let mut cursor = tree.root;
@@ -143,7 +182,7 @@ impl Orders {
 
     /// The smallest key of `tree` and its package slot. O(1).
     pub(crate) fn first(&self, tree: &OrderTree) -> Option<(OrderKey, u64)> {
-        tree.first
+        tree.front.or(tree.first)
     }
 
     /// The smallest key of `tree` and its package slot, found by walking the left spine.
@@ -196,7 +235,8 @@ impl Orders {
 
     /// Every `(key, slot)` of `tree`, smallest first. O(n): for invariant checks.
     pub(crate) fn entries(&self, tree: &OrderTree) -> Vec<(OrderKey, u64)> {
-        let mut out = Vec::with_capacity(tree.len);
+        let mut out = Vec::with_capacity(tree.len + 1);
+        out.extend(tree.front);
         let mut stack = Vec::new();
         let mut cursor = tree.root;
         while cursor.is_some() || !stack.is_empty() {
@@ -212,8 +252,8 @@ impl Orders {
         out
     }
 
-    /// Checks `tree`'s order, heap property and size; returns its node count. O(n): for
-    /// invariant checks.
+    /// Checks `tree`'s order, heap property and size; returns its treap's node count. O(n):
+    /// for invariant checks.
     pub(crate) fn check(&self, tree: &OrderTree) -> usize {
         let mut stack: Vec<u64> = tree.root.into_iter().collect();
         let mut n = 0;
@@ -238,11 +278,8 @@ impl Orders {
         }
         assert_eq!(n, tree.len, "order tree size");
         let entries = self.entries(tree);
-        assert_eq!(
-            tree.first,
-            entries.first().copied(),
-            "order tree: kept first"
-        );
+        let treap = &entries[usize::from(tree.front.is_some())..];
+        assert_eq!(tree.first, treap.first().copied(), "order tree: kept first");
         assert!(
             entries.windows(2).all(|w| w[0].0 < w[1].0),
             "order tree: keys out of order"
@@ -316,6 +353,35 @@ mod tests {
     }
 
     #[test]
+    fn the_front_entry_leaves_and_comes_back_without_a_treap_node() {
+        let mut orders = Orders::default();
+        let mut tree = OrderTree::default();
+        for seq in 1..=3 {
+            orders.insert(&mut tree, (0, seq), seq);
+        }
+        assert_eq!(
+            (orders.len(), tree.len()),
+            (2, 3),
+            "the smallest is held in front"
+        );
+        // The front package drains and is requeued: no node is made or freed either way.
+        assert_eq!(orders.remove(&mut tree, (0, 1)), Some(1));
+        assert_eq!(orders.first(&tree), Some(((0, 2), 2)));
+        orders.insert(&mut tree, (0, 1), 1);
+        assert_eq!((orders.len(), tree.len()), (2, 3));
+        // A key below the front takes its place; the old front joins the treap.
+        orders.insert(&mut tree, (0, 0), 0);
+        assert_eq!((orders.len(), tree.len()), (3, 4));
+        assert_eq!(orders.check(&tree), 3);
+        let keys: Vec<u64> = orders.entries(&tree).iter().map(|e| e.1).collect();
+        assert_eq!(keys, vec![0, 1, 2, 3]);
+        // A treap key removed while a front is held leaves the front alone.
+        assert_eq!(orders.remove(&mut tree, (0, 2)), Some(2));
+        assert_eq!(orders.first(&tree), Some(((0, 0), 0)));
+        orders.check(&tree);
+    }
+
+    #[test]
     fn sorted_inserts_keep_the_tree_shallow() {
         // Keys in increasing order, the worst case of an unbalanced tree: the treap's depth
         // stays logarithmic.
@@ -340,7 +406,9 @@ mod tests {
         // 2 ln(10^5) is 23; a sorted chain would be 10^5.
         assert!(depth <= 60, "depth {depth} for {n} sorted keys");
         assert_eq!(orders.first(&tree), Some(((u64::MAX, 0), 0)));
-        assert_eq!(orders.len(), n as usize);
+        // The first key, below an empty treap, is held in front.
+        assert_eq!(orders.len(), n as usize - 1);
+        assert_eq!(tree.len(), n as usize);
         for seq in 0..n {
             assert_eq!(orders.first(&tree), Some(((u64::MAX, seq), seq)));
             assert_eq!(orders.remove(&mut tree, (u64::MAX, seq)), Some(seq));

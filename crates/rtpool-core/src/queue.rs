@@ -25,15 +25,17 @@
 //! of every package's list; `check` the queue's self-checks for the invariant walk.
 
 mod check;
+mod levels;
 mod package;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::ids::{TaskId, UserId};
 use crate::order::{OrderKey, OrderTree, Orders};
 use crate::table::{DenseMap, IdMap, Table};
 
+use self::levels::Levels;
 use self::package::{Node, PackageQueue, PackageQueues};
 
 /// Where a package's tasks queue: the class, the user, and the EDF order within the user.
@@ -62,26 +64,32 @@ struct UserQueue {
 
 /// One priority class.
 #[derive(Debug, Default)]
+#[repr(C)]
 struct Class {
+    /// Estimated work of the class's queued tasks, microseconds of one slot (first: every
+    /// push and pop writes it).
+    work_us: u64,
     users: IdMap<UserId, UserQueue>,
     /// Users with queued tasks, in turn order (each appears once).
     turns: VecDeque<UserId>,
-    /// Estimated work of the class's queued tasks, microseconds of one slot.
-    work_us: u64,
 }
 
 /// Priority classes (highest first) of users (round robin) of packages (EDF) of tasks (FIFO).
+///
+/// `repr(C)`, in the order a push reads its fields: a push to a cold queue (one of many
+/// resource classes', `class.rs`) touches as few cache lines as the fields allow.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct ReadyQueue {
-    classes: BTreeMap<Reverse<i32>, Class>,
+    /// Queued tasks.
+    live: usize,
+    classes: Levels,
     /// Package slab key to its queued tasks.
     packages: PackageQueues,
     /// The list nodes of every queued task; a node's slab key is the task's position.
     nodes: Table<Node>,
     /// The nodes of every user's package order.
     orders: Orders,
-    /// Queued tasks.
-    live: usize,
 }
 
 impl ReadyQueue {
@@ -112,15 +120,15 @@ impl ReadyQueue {
         if self.live == 0 {
             return None;
         }
-        self.classes.first_key_value().map(|(p, _)| p.0)
+        self.classes.first_key().map(|p| p.0)
     }
 
     /// Estimated work queued at priority `priority` or higher, microseconds of one slot.
     /// O(priority classes).
     pub(crate) fn work_at_or_above(&self, priority: i32) -> u64 {
         self.classes
-            .range(..=Reverse(priority))
-            .map(|(_, c)| c.work_us)
+            .up_to(Reverse(priority))
+            .map(|c| c.work_us)
             .sum()
     }
 
@@ -205,7 +213,7 @@ impl ReadyQueue {
     /// The package's queue, entered in its user and class if it had no task queued; counts one
     /// more queued task.
     fn package_entry(&mut self, slot: u64, key: QueueKey, est_us: u64) -> &mut PackageQueue {
-        let class = self.classes.entry(Reverse(key.priority)).or_default();
+        let class = self.classes.entry(Reverse(key.priority));
         class.work_us = class.work_us.saturating_add(est_us);
         self.live += 1;
         let pq = self.packages.get_or_insert_with(slot, || PackageQueue {
@@ -241,7 +249,7 @@ impl ReadyQueue {
         let (key, est_us, now_empty) = (pq.key, pq.est_us, pq.is_empty());
         let class = self
             .classes
-            .get_mut(&Reverse(key.priority))
+            .get_mut(Reverse(key.priority))
             .expect("class of a queued package");
         class.work_us = class.work_us.saturating_sub(est_us);
         if now_empty {
@@ -260,7 +268,7 @@ impl ReadyQueue {
         debug_assert!(pq.is_empty());
         let user = self
             .classes
-            .get_mut(&Reverse(pq.key.priority))
+            .get_mut(Reverse(pq.key.priority))
             .and_then(|c| c.users.get_mut(&pq.key.user))
             .expect("user of a queued package");
         self.orders.remove(&mut user.packages, pq.key.order());
@@ -271,10 +279,9 @@ impl ReadyQueue {
     /// and its package's slab key. Cost: O(log classes + log packages of the user), plus the turns of users whose packages all went since their last turn.
     pub(crate) fn pop(&mut self) -> Option<(TaskId, u64)> {
         while self.live > 0 {
-            let mut class_entry = self.classes.first_entry()?;
-            let class = class_entry.get_mut();
+            let class = self.classes.first_mut()?;
             let Some(user_id) = class.turns.pop_front() else {
-                class_entry.remove();
+                self.classes.remove_first();
                 continue;
             };
             let user = class.users.get(&user_id).expect("a turn names a user");
@@ -282,7 +289,7 @@ impl ReadyQueue {
                 // Its packages all went (cancelled) since its last turn.
                 class.users.remove(&user_id);
                 if class.users.is_empty() {
-                    class_entry.remove();
+                    self.classes.remove_first();
                 }
                 continue;
             };
@@ -317,7 +324,7 @@ impl ReadyQueue {
             if user_done {
                 class.users.remove(&user_id);
                 if class.users.is_empty() {
-                    class_entry.remove();
+                    self.classes.remove_first();
                 }
             } else {
                 class.turns.push_back(user_id);
@@ -330,7 +337,7 @@ impl ReadyQueue {
     /// The task [`Self::pop`] would take, without taking it. O(log n); may skip users whose
     /// packages all went (as `pop` would).
     pub(crate) fn peek(&self) -> Option<TaskId> {
-        let class = self.classes.values().find(|c| {
+        let (_, class) = self.classes.iter().find(|(_, c)| {
             c.turns
                 .iter()
                 .any(|u| c.users.get(u).is_some_and(|q| !q.packages.is_empty()))

@@ -8,7 +8,12 @@
 //! looks its totals and labels up in a hash map and joins that kind, O(1) whatever the number
 //! of classes; only the first worker of a new kind is checked against each class, O(classes).
 //! A leaving (lost) worker is swap-removed from its kind, O(1) besides the tasks it held; the
-//! last worker of a kind to go takes the kind off its classes, O(classes of the kind). Whether
+//! last worker of a kind to go takes the kind off its classes, O(classes of the kind). Each
+//! task it held goes back to the front of its package in its class's queue, which is O(1) and
+//! touches a few cache lines of that class (the queue's hot fields first, its top priority
+//! level and its front package held in front of their trees: `class.rs`, `queue/levels.rs`,
+//! `order.rs`), however many classes there are; its class's ready key changes only when the
+//! class had nothing queued (`class_dispatch.rs`). Whether
 //! a class has a server, and its slots for admission control, are sums over its kinds
 //! (`O(kinds that serve it)`, a handful unless every worker announces other totals).
 

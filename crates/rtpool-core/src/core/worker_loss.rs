@@ -36,11 +36,9 @@ impl Core {
         }
         self.unserve(worker, &w.serves, now);
         self.leave_classes(worker, &w, now);
-        let mut held: Vec<(u64, TaskId)> = w
-            .in_flight
-            .iter()
-            .map(|&id| (self.assignment_seq(id), id))
-            .collect();
+        let mut held = std::mem::take(&mut self.lost_held);
+        held.clear();
+        held.extend(w.in_flight.iter().map(|&id| (self.assignment_seq(id), id)));
         held.sort_unstable();
         // A worker runs its tasks in the order they were assigned, `slots` at a time: only its
         // `slots` oldest running tasks can have been executing when it was lost. The others
@@ -109,6 +107,7 @@ impl Core {
             }
             self.requeue_front(id);
         }
+        self.lost_held = held;
         // The transaction intermediates it kept are made again elsewhere.
         let kept: Vec<u64> = w.kept_calls.iter().copied().collect();
         self.kept_lost(kept, now);
@@ -242,32 +241,33 @@ impl Core {
         held: &[(u64, TaskId)],
         suspects: &std::collections::HashSet<TaskId>,
     ) {
-        let attempt_of = |id: TaskId| self.tasks.get(id.0).map_or(0, |t| t.attempt);
-        let running: Vec<(TaskId, u32)> = held
-            .iter()
-            .filter(|(_, id)| {
-                self.tasks
-                    .get(id.0)
-                    .is_some_and(|t| matches!(t.state, TaskState::Running { .. }))
-            })
-            .map(|&(_, id)| (id, attempt_of(id)))
-            .collect();
-        if running.is_empty() {
+        let running = held.iter().filter_map(|&(_, id)| {
+            let t = self.tasks.get(id.0)?;
+            matches!(t.state, TaskState::Running { .. }).then_some((id, t.attempt))
+        });
+        if running.clone().next().is_none() {
             return;
         }
-        let blamed = running
-            .iter()
-            .copied()
-            .filter(|(id, _)| suspects.contains(id))
-            .collect();
-        if self.recent_losses.len() >= RECENT_LOSSES {
-            self.recent_losses.pop_front();
-        }
-        self.recent_losses.push_back(RecentLoss {
-            worker,
-            held: running,
-            blamed,
-        });
+        // The oldest loss's buffers are reused once 64 are kept: no allocation per loss.
+        let mut loss = match self.recent_losses.len() >= RECENT_LOSSES {
+            true => self.recent_losses.pop_front().expect("full"),
+            false => RecentLoss {
+                worker,
+                held: Vec::new(),
+                blamed: Vec::new(),
+            },
+        };
+        loss.worker = worker;
+        loss.held.clear();
+        loss.held.extend(running);
+        loss.blamed.clear();
+        loss.blamed.extend(
+            loss.held
+                .iter()
+                .copied()
+                .filter(|(id, _)| suspects.contains(id)),
+        );
+        self.recent_losses.push_back(loss);
     }
 
     /// When a held task was assigned, in the core-wide assignment order.

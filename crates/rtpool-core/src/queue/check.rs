@@ -57,7 +57,7 @@ impl ReadyQueue {
         assert_eq!(live, self.live, "queue live count");
         let mut listed = 0;
         let mut ordered = 0;
-        for (prio, class) in &self.classes {
+        for (prio, class) in self.classes.iter() {
             assert!(!class.users.is_empty(), "empty class {}", prio.0);
             assert_eq!(
                 class.turns.len(),
