@@ -180,6 +180,9 @@ class Supervisor:
         self.due: Dict[int, float] = {}  # slot -> when to restart it
         self.reports: Dict[int, List[tuple]] = {}  # slot -> deaths its next child reports
         self.killed: Dict[int, str] = {}  # pid -> why the parent killed it
+        # pid -> when (board clock) the child was last seen stopped: its silence counts from
+        # then, so a child just resumed (SIGCONT) has time to beat before it is judged.
+        self.stopped_ns: Dict[int, int] = {}
         self.board = SlotBoard(args.procs)
         #: What each child's running task printed (sent with its LOST report if it crashes).
         self.outputs = board_of(args)
@@ -272,6 +275,7 @@ class Supervisor:
     def _on_exit(self, pid: int, slot: int, status: int) -> None:
         """A child ended: decide whether and when its slot starts again, say why."""
         code = os.waitstatus_to_exitcode(status)
+        self.stopped_ns.pop(pid, None)
         state = self.board.read(slot)
         if self.relay is not None:
             # Its running task is reported lost (blamed), what else it held goes back.
@@ -334,9 +338,16 @@ class Supervisor:
             if not (state.busy and state.lease_ms):
                 continue
             limit_ns = state.lease_ms * 1_000_000 * _GIL_SHARE
-            quiet_ns = now - max(state.beat_ns, state.started_ns)
-            if quiet_ns < limit_ns or _is_stopped(pid):
-                continue  # a stopped child (SIGSTOP, a debugger) holds nothing: not its task
+            quiet_ns = now - max(state.beat_ns, state.started_ns, self.stopped_ns.get(pid, 0))
+            if quiet_ns < limit_ns / 2:
+                continue
+            if _is_stopped(pid):
+                # A stopped child (SIGSTOP, a debugger) holds nothing: not its task. Looked at
+                # from half the limit on, so a stop long enough to matter is seen.
+                self.stopped_ns[pid] = now
+                continue
+            if quiet_ns < limit_ns:
+                continue
             self.killed[pid] = (
                 f"was killed (signal 9, SIGKILL) by the worker because its task held the GIL for "
                 f"more than {quiet_ns / 1e9:.1f} s, past {_GIL_SHARE:.0%} of the master's lease "
