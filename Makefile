@@ -48,7 +48,7 @@ test-rust: ## Rust unit, property and scenario tests (+ benches compile)
 	$(CARGO) bench --workspace --locked -- --test
 
 test-python: $(STAMP) ## pytest end-to-end tests against a real master
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=25
 
 # A throwaway PostgreSQL (scripts/pg-test-server) serves the store tests of both suites through
 # RTPOOL_TEST_PG_URL; it is stopped however the tests end. tests/test_slurm.py starts and stops
