@@ -41,6 +41,14 @@ from typing import Any, List, Tuple
 from . import _shm_pool
 from ._shm_pool import SHM_DIR, start_time
 
+def _env_kib(name: str, default_kib: int) -> int:
+    """A size knob from the environment, in KiB (the default when unset or unreadable)."""
+    try:
+        return max(0, int(os.environ.get(name, default_kib))) * 1024
+    except ValueError:
+        return default_kib * 1024
+
+
 #: Prefix of every segment's name.
 PREFIX = "rtpool-"
 #: First byte of a shared-memory envelope.
@@ -48,8 +56,17 @@ SHM_TAG = 0xB6
 #: First byte of a reference envelope: a result whose buffers lie in its task's argument
 #: segment, sent as offsets into it (no copy).
 SHM_REF_TAG = 0xB7
-#: Smallest payload (sum of its out-of-band buffers) sent through shared memory.
-SHM_MIN_BYTES = 256 * 1024
+#: Smallest payload (sum of its out-of-band buffers) sent through shared memory; below it,
+#: out-of-band buffers travel as TCP segments. ``RTPOOL_SHM_MIN_KB`` overrides it (read once,
+#: per process: a client and its workers may differ, each decides what it sends).
+#:
+#: Chosen from the measured curve (docs/benchmarks.md, "The payload curve against a minimal
+#: pool", 2026-12-07): a ``bytes`` echo through shared memory against TCP segments,
+#: interleaved in one process, took tcp/shm = 1.04x at 64 KiB, 1.07x at 80 KiB, 1.18x at
+#: 128 KiB and 1.42x at 256 KiB (numpy: 1.04x, 1.20x): shared memory is never slower from
+#: the out-of-band threshold up (``_serialize.OOB_MIN_BYTES``, 64 KiB, below which a buffer
+#: stays in the pickle stream), so the two thresholds are one. It was 256 KiB before.
+SHM_MIN_BYTES = _env_kib("RTPOOL_SHM_MIN_KB", 64)
 
 #: Seconds between two tidy passes of a process.
 TIDY_EVERY_S = 1.0
