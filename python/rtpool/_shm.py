@@ -41,6 +41,7 @@ from typing import Any, List, Tuple
 from . import _shm_pool
 from ._shm_pool import SHM_DIR, start_time
 
+
 def _env_kib(name: str, default_kib: int) -> int:
     """A size knob from the environment, in KiB (the default when unset or unreadable)."""
     try:
