@@ -61,13 +61,13 @@ SHM_REF_TAG = 0xB7
 #: out-of-band buffers travel as TCP segments. ``RTPOOL_SHM_MIN_KB`` overrides it (read once,
 #: per process: a client and its workers may differ, each decides what it sends).
 #:
-#: Chosen from the measured curve (docs/benchmarks.md, "The payload curve against a minimal
-#: pool", 2026-12-07): a ``bytes`` echo through shared memory against TCP segments,
-#: interleaved in one process, took tcp/shm = 1.04x at 64 KiB, 1.07x at 80 KiB, 1.18x at
-#: 128 KiB and 1.42x at 256 KiB (numpy: 1.04x, 1.20x): shared memory is never slower from
-#: the out-of-band threshold up (``_serialize.OOB_MIN_BYTES``, 64 KiB, below which a buffer
-#: stays in the pickle stream), so the two thresholds are one. It was 256 KiB before.
-SHM_MIN_BYTES = _env_kib("RTPOOL_SHM_MIN_KB", 64)
+#: Measured for issue 25 (docs/benchmarks.md, "The payload curve against a minimal pool",
+#: 2026-12-07): one client toggling its transport per round trip against one worker found
+#: shared memory 1.04-1.05x faster than TCP segments at 64 KiB (1.13-1.20x at 128 KiB), but
+#: ``rtpool bench payload --sizes 64K,1M`` (two workers, the comparators beside) with
+#: ``RTPOOL_SHM_MIN_KB=64`` against 256, alternated four times each, was 1.3-1.5x slower at
+#: 64 KiB every time. Until that is explained the default stays 256 KiB.
+SHM_MIN_BYTES = _env_kib("RTPOOL_SHM_MIN_KB", 256)
 
 #: Seconds between two tidy passes of a process.
 TIDY_EVERY_S = 1.0

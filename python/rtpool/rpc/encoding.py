@@ -4,7 +4,7 @@ argument payloads (client), result and error payloads (worker).
 Copies: encoding copies an array's bytes once, straight into the payload (an array under
 64 KiB twice, ``tobytes()`` then the join: cheaper than a view at that size; plus one more
 for a non-contiguous or big-endian array, made contiguous little-endian first); when the
-client's workers share its host, an argument payload of 64 KiB or more is that copy, into a
+client's workers share its host, an argument payload of 256 KiB or more is that copy, into a
 shared-memory segment (``rtpool._shm``).
 
 numpy is never imported here: an array to encode comes from a process that has it.
