@@ -150,11 +150,39 @@ def test_bench_payload_json_echoes_are_correct():
         if "numpy/shm" in r["variants"]:  # a task making a new array, beside the echo
             assert "numpy-new/shm" in r["variants"]
         assert {"bytes/tcp", "numpy/tcp"} <= set(r["variants"]) and set(r["floors"]) == {
+            "pool",
+            "relay",
             "tcp",
             "memcpy",
         }
         for s in sides:
             assert s["count"] == 5 and 0 < s["p50_us"] <= s["p99_us"] <= s["max_us"], s
+        # The bar: rtpool's best default path against the minimal pool and the relay, as the
+        # ratio of their p50s (consistency only, never a speed assertion).
+        best = r["variants"][r["best_default"]]
+        assert r["best_default"].split("/")[0] in ("bytes", "numpy")
+        for peer, key in (("pool", "vs_pool"), ("relay", "vs_relay")):
+            expected = r["floors"][peer]["p50_us"] / best["p50_us"]
+            assert abs(r[key] - expected) <= 0.001 * expected + 0.001, (peer, r)
+
+
+def test_bench_payload_table_prints_the_comparators():
+    # A wide console: rich would wrap the headers at the default 80 columns.
+    proc = subprocess.run(
+        [sys.executable, "-m", "rtpool", "bench", "payload", "--sizes", "4K,128K"]
+        + ["--payload-reps", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for text in ("floor: pool", "floor: relay", "rtpool best default", "/ pool", "/ relay"):
+        assert text in out, out
+    assert "4 KiB" in out and "128 KiB" in out, out
 
 
 @pytest.mark.parametrize("cmd", ["demo", "bench"])

@@ -406,3 +406,40 @@ def test_no_leak_after_the_master_is_killed(shm, tmp_path: Path) -> None:
             client.close()
         workers.stop_all()
         close_master(m)
+
+
+THRESHOLD_SIZES = (64 * 1024 - 1, 64 * 1024, 64 * 1024 + 1, 256 * 1024 - 1, 256 * 1024, MIB)
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_sizes_at_each_threshold_echo_correctly(
+    transport, monkeypatch, workers, client_factory
+) -> None:
+    # Right below, at and above the out-of-band/segment threshold (64 KiB) and the
+    # shared-memory one (256 KiB; RTPOOL_SHM_MIN_KB), over both transports.
+    from rtpool import _serialize, _shm
+
+    monkeypatch.setattr(_shm, "_enabled", transport == "shm")
+    assert _serialize.OOB_MIN_BYTES == 64 * 1024 and _shm.SHM_MIN_BYTES == 256 * 1024
+    workers.start(1)
+    client = client_factory()
+    assert (client._conn.shm_owner is not None) == (transport == "shm")
+    for size in THRESHOLD_SIZES:
+        data = bytes(range(251)) * (size // 251) + b"z" * (size % 251)
+        assert client.submit(tasks.payload.echo, data).result(30) == data, size
+        arr = np.frombuffer(data, dtype=np.uint8)
+        back = client.submit(tasks.payload.echo, arr).result(30)
+        assert np.array_equal(back, arr), size
+
+
+def test_the_shared_memory_threshold_decides_the_transport(shm) -> None:
+    from rtpool import _serialize
+
+    owner = shm.owner()
+    below = _serialize.dumps_args((b"a" * (shm.SHM_MIN_BYTES - 1),), None, owner)
+    at = _serialize.dumps_args((b"a" * shm.SHM_MIN_BYTES,), None, owner)
+    try:
+        assert not getattr(below, "shm", "")  # bytes in the stream, or a TCP segment
+        assert at.shm and bytes(at)[0] == shm.SHM_TAG  # an envelope naming a segment
+    finally:
+        shm.release(at.shm)

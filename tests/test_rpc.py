@@ -528,6 +528,9 @@ def test_arrays_travel_without_pickle(rpc_client, monkeypatch):
     ]:
         monkeypatch.setattr(target, name, refuse)
     conn = rpc_client._conn
+    # The inline TCP layout, whatever RTPOOL_SHM_MIN_KB says (two 32 KiB matrices would go
+    # through shared memory when the worker shares the host at a threshold of 64 KiB).
+    monkeypatch.setattr(conn, "shm_owner", None)
     frames, data = [], []
     real_send, real_results = conn._send, conn._on_results
     conn._send = lambda frame, *a, **k: (frames.append(frame), real_send(frame, *a, **k))
@@ -598,6 +601,9 @@ def test_a_call_above_the_frame_limit_is_refused_before_sending(pool):
     with FakeMaster(max_frame_bytes=64 * 1024) as fake:
         client = rtpool.Client(fake.address, "tok")
         conn = fake.accept()
+        # Over TCP whatever RTPOOL_SHM_MIN_KB says: through shared memory, 80 KB of arguments
+        # would be a small envelope, below any frame limit.
+        client._conn.shm_owner = None
         try:
             fut = pool.submit(client.call, "scale", 10_000, np.zeros(10_000), 2.0)
             answer_functions(conn, ("scale", "1"))

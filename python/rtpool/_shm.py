@@ -41,6 +41,15 @@ from typing import Any, List, Tuple
 from . import _shm_pool
 from ._shm_pool import SHM_DIR, start_time
 
+
+def _env_kib(name: str, default_kib: int) -> int:
+    """A size knob from the environment, in KiB (the default when unset or unreadable)."""
+    try:
+        return max(0, int(os.environ.get(name, default_kib))) * 1024
+    except ValueError:
+        return default_kib * 1024
+
+
 #: Prefix of every segment's name.
 PREFIX = "rtpool-"
 #: First byte of a shared-memory envelope.
@@ -48,8 +57,17 @@ SHM_TAG = 0xB6
 #: First byte of a reference envelope: a result whose buffers lie in its task's argument
 #: segment, sent as offsets into it (no copy).
 SHM_REF_TAG = 0xB7
-#: Smallest payload (sum of its out-of-band buffers) sent through shared memory.
-SHM_MIN_BYTES = 256 * 1024
+#: Smallest payload (sum of its out-of-band buffers) sent through shared memory; below it,
+#: out-of-band buffers travel as TCP segments. ``RTPOOL_SHM_MIN_KB`` overrides it (read once,
+#: per process: a client and its workers may differ, each decides what it sends).
+#:
+#: Measured for issue 25 (docs/benchmarks.md, "The payload curve against a minimal pool",
+#: 2026-12-07): one client toggling its transport per round trip against one worker found
+#: shared memory 1.04-1.05x faster than TCP segments at 64 KiB (1.13-1.20x at 128 KiB), but
+#: ``rtpool bench payload --sizes 64K,1M`` (two workers, the comparators beside) with
+#: ``RTPOOL_SHM_MIN_KB=64`` against 256, alternated four times each, was 1.3-1.5x slower at
+#: 64 KiB every time. Until that is explained the default stays 256 KiB.
+SHM_MIN_BYTES = _env_kib("RTPOOL_SHM_MIN_KB", 256)
 
 #: Seconds between two tidy passes of a process.
 TIDY_EVERY_S = 1.0

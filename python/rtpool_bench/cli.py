@@ -170,15 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("payload")
     g.add_argument(
         "--sizes",
-        default="1K,64K,1M,16M,64M,256M",
-        help="comma-separated sizes (default 1K,64K,1M,16M,64M,256M)",
+        default="1K,4K,16K,32K,64K,128K,256K,512K,1M,16M",
+        help="comma-separated sizes (default 1K,4K,16K,32K,64K,128K,256K,512K,1M,16M; "
+        "64M and 256M also run)",
     )
     g.add_argument(
         "--payload-reps",
         type=int,
         default=0,
-        help="round trips per size and variant (default: 300, 200, 60, 12, 5, 3 for 1K, 64K, "
-        "1M, 16M, 64M, 256M)",
+        help="round trips per size and variant (default: 200 up to 256K, 100 up to 1M, 12 up "
+        "to 16M, 5 up to 64M, 3 above)",
     )
     g.add_argument(
         "--payload-seconds", type=float, default=8.0, help="time budget per size (default 8)"

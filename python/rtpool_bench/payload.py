@@ -6,10 +6,14 @@ and a numpy array, with shared memory off (segmented TCP frames, out-of-band pic
 and on (``/dev/shm`` segments, only an envelope over TCP), a task returning a new copy of the
 array over shared memory (``numpy-new/shm``: an echo's result is its argument's bytes and
 travels as offsets into the argument's segment, a new array is copied once more), then the
-floors: a raw Python TCP
-echo (:class:`~rtpool_bench.floor.EchoPeer`: one hop, no master, no pickling) and two
-``memcpy`` (numpy copies) of the payload, the least any echo that copies once each way pays.
-MB/s = 2 x size / p50 round trip (MB = 10^6 bytes), as issue 16 measured Ray.
+comparators and floors (issue 25 item 2): the ``bytes`` echoed through a minimal asyncio
+pickle pool and a raw 2-hop relay (:mod:`rtpool_bench.minpool`: client -> asyncio master ->
+worker and back, the bar rtpool must meet at every size), a raw Python TCP echo
+(:class:`~rtpool_bench.floor.EchoPeer`: one hop, no master, no pickling) and two ``memcpy``
+(numpy copies) of the payload, the least any echo that copies once each way pays.
+MB/s = 2 x size / p50 round trip (MB = 10^6 bytes), as issue 16 measured Ray. Each size's row
+names rtpool's best default variant (``bytes`` or numpy over the transport the client picks)
+and its speed against the pool and the relay (their p50 / its p50: 1.00x or more meets the bar).
 
 With ``--ray-python PYTHON`` (a venv with ``ray`` and ``numpy``), Ray's
 ``ray.get(echo.remote(x))`` of the same ``bytes`` and array joins the rotation
@@ -26,19 +30,19 @@ import time
 from typing import Callable, Dict, List, Sequence
 
 from .floor import EchoPeer, make_frame
+from .minpool import MinimalPool
 from .stats import percentile
 from .tasks import echo, echo_copy
 
-#: Round trips per size and variant at most (the time budget may stop earlier).
-PAYLOAD_REPS = {
-    1 << 10: 300,
-    64 << 10: 200,
-    1 << 20: 60,
-    16 << 20: 12,
-    64 << 20: 5,
-    256 << 20: 3,
-}
-DEFAULT_SIZES = "1K,64K,1M,16M,64M,256M"
+#: Round trips per size and variant at most (the time budget may stop earlier): sizes up to
+#: a key take its count.
+PAYLOAD_REPS = (
+    (256 << 10, 200),
+    (1 << 20, 100),
+    (16 << 20, 12),
+    (64 << 20, 5),
+)
+DEFAULT_SIZES = "1K,4K,16K,32K,64K,128K,256K,512K,1M,16M"
 VARIANTS = (
     ("bytes", "tcp"),
     ("numpy", "tcp"),
@@ -62,6 +66,27 @@ def _stats(samples_ns: Sequence[int], size: int) -> Dict[str, object]:
         "max_us": round(max(us), 1),
         "mb_per_s": round(2 * size / p50, 1) if p50 else None,
     }
+
+
+def reps_for(size: int) -> int:
+    """The default count of round trips per variant at ``size`` bytes."""
+    return next((n for top, n in PAYLOAD_REPS if size <= top), 3)
+
+
+def best_default(row: Dict[str, object], shared_memory: bool) -> tuple:
+    """(name, stats) of rtpool's fastest default path at one size: ``bytes`` or a numpy array
+    echoed over the transport the client picks by itself (shared memory when it has it)."""
+    transport = "shm" if shared_memory else "tcp"
+    found = [(k, row["variants"][k]) for k in (f"bytes/{transport}", f"numpy/{transport}")]
+    found = [(k, st) for k, st in found if st and st.get("p50_us")]
+    return min(found, key=lambda kv: kv[1]["p50_us"]) if found else ("-", {})
+
+
+def speed_ratio(ours: Dict[str, object], theirs: Dict[str, object]) -> float | None:
+    """How many times faster rtpool's p50 is than ``theirs`` (>= 1: rtpool as fast or faster)."""
+    if not ours or not theirs or not ours.get("p50_us") or not theirs.get("p50_us"):
+        return None
+    return round(theirs["p50_us"] / ours["p50_us"], 3)
 
 
 def _payload(kind: str, size: int):
@@ -159,13 +184,15 @@ def _bench(workers, sizes, max_reps, seconds_per_size, say, ray) -> Dict[str, ob
             master_options={"max_frame_mb": MAX_FRAME_MB, "max_buffered_mb": MAX_FRAME_MB},
         ) as cluster,
         EchoPeer() as peer,
+        MinimalPool("pool", workers) as pool,
+        MinimalPool("relay", workers) as relay,
     ):
         cluster.wait_for_workers(workers, timeout=30)
         with cluster.client() as client:
             conn = client._conn
             owner = conn.shm_owner
             for size in sizes:
-                reps = max_reps or PAYLOAD_REPS.get(size, 5)
+                reps = max_reps or reps_for(size)
                 say(f"payload: {size} bytes, up to {reps} round trips per variant")
                 payloads = {kind: _payload(kind, size) for kind in ("bytes", "numpy")}
                 payloads["numpy-new"] = payloads["numpy"]
@@ -174,7 +201,8 @@ def _bench(workers, sizes, max_reps, seconds_per_size, say, ray) -> Dict[str, ob
                 dst = np.empty_like(src)
                 variants = [v for v in VARIANTS if v[1] == "tcp" or owner]
                 samples: Dict[str, List[int]] = {f"{k}/{t}": [] for k, t in variants}
-                floors: Dict[str, List[int]] = {"tcp": [], "memcpy": []}
+                floors: Dict[str, List[int]] = {"pool": [], "relay": [], "tcp": [], "memcpy": []}
+                body = frame[4:]
                 wrong = 0
 
                 if ray is not None:
@@ -185,6 +213,8 @@ def _bench(workers, sizes, max_reps, seconds_per_size, say, ray) -> Dict[str, ob
                 if ray is not None:
                     ray.roundtrip(size, "bytes")
                     ray.roundtrip(size, "numpy")
+                pool.roundtrip(payloads["bytes"])
+                relay.roundtrip_frame(body)
                 gc.collect()
                 deadline = time.perf_counter() + seconds_per_size
                 n = 0
@@ -198,6 +228,12 @@ def _bench(workers, sizes, max_reps, seconds_per_size, say, ray) -> Dict[str, ob
                         elapsed, ok = ray.roundtrip(size, kind)
                         samples[f"ray/{kind}"].append(elapsed)
                         wrong += not ok
+                    elapsed, back = pool.roundtrip(payloads["bytes"])
+                    floors["pool"].append(elapsed)
+                    wrong += back != payloads["bytes"]
+                    elapsed, ok = relay.roundtrip_frame(body)
+                    floors["relay"].append(elapsed)
+                    wrong += not ok
                     floors["tcp"].append(peer.roundtrip_ns(frame))
                     t0 = time.perf_counter_ns()
                     np.copyto(dst, src)
@@ -205,59 +241,15 @@ def _bench(workers, sizes, max_reps, seconds_per_size, say, ray) -> Dict[str, ob
                     floors["memcpy"].append(time.perf_counter_ns() - t0)
                     n += 1
                 conn.shm_owner = owner
-                rows.append(
-                    {
-                        "size_bytes": size,
-                        "variants": {k: _stats(v, size) for k, v in samples.items()},
-                        "floors": {k: _stats(v, size) for k, v in floors.items()},
-                        "wrong_echoes": wrong,
-                    }
-                )
+                row = {
+                    "size_bytes": size,
+                    "variants": {k: _stats(v, size) for k, v in samples.items()},
+                    "floors": {k: _stats(v, size) for k, v in floors.items()},
+                    "wrong_echoes": wrong,
+                }
+                name, ours = best_default(row, bool(owner))
+                row["best_default"] = name
+                row["vs_pool"] = speed_ratio(ours, row["floors"]["pool"])
+                row["vs_relay"] = speed_ratio(ours, row["floors"]["relay"])
+                rows.append(row)
     return {"workers": workers, "shared_memory": bool(owner), "sizes": rows}
-
-
-def render(s: Dict[str, object], console) -> None:
-    """The section as a rich table: one row per size and variant, floors last."""
-    from rich.table import Table
-
-    from .roundtrip import fmt_size
-    from .stats import fmt_us
-
-    t = Table(
-        title=f"Payload echo through a task, LocalCluster(workers={s['workers']}); "
-        "floors in the same run",
-        title_justify="left",
-    )
-    for col in ("size", "variant", "n", "p50", "p99", "max", "MB/s"):
-        t.add_column(col, justify="left" if col in ("size", "variant") else "right")
-    for row in s["sizes"]:
-        size = fmt_size(row["size_bytes"]) + (" [red]wrong echo[/]" if row["wrong_echoes"] else "")
-        entries = list(row["variants"].items()) + [
-            (f"floor: {k}", v) for k, v in row["floors"].items()
-        ]
-        for i, (name, st) in enumerate(entries):
-            t.add_row(
-                size if i == 0 else "",
-                name,
-                str(st["count"]),
-                fmt_us(st["p50_us"]),
-                fmt_us(st["p99_us"]),
-                fmt_us(st["max_us"]),
-                f"{st['mb_per_s']:,.0f}" if st["mb_per_s"] else "-",
-            )
-    console.print(t)
-    if s.get("ray_version"):
-        for row in s["sizes"]:
-            v = row["variants"]
-            ours, ray = v.get("numpy/shm") or v["numpy/tcp"], v.get("ray/numpy")
-            if ray and ours["mb_per_s"] and ray["mb_per_s"]:
-                console.print(
-                    f"{fmt_size(row['size_bytes'])}: rtpool numpy "
-                    f"{ours['mb_per_s'] / ray['mb_per_s']:.2f}x Ray {s['ray_version']}'s MB/s"
-                )
-    console.print(
-        "[dim]variant: what the task echoes / how it travels (tcp: segmented frames; shm: "
-        "/dev/shm segments). floor tcp: raw Python TCP echo, one hop; floor memcpy: two numpy "
-        "copies. MB/s = 2 x size / p50 (MB = 10^6 bytes). Variants and floors alternate one "
-        "round trip each. The VM is shared: compare rows of one run only.[/]"
-    )

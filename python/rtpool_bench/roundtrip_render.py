@@ -21,7 +21,7 @@ def render(result: Dict[str, object], console) -> None:
     if "throughput" in result:
         _render_throughput(result["throughput"], console)
     if "payload" in result:
-        from .payload import render as render_payload
+        from .payload_render import render as render_payload
 
         render_payload(result["payload"], console)
 

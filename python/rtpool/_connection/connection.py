@@ -233,12 +233,12 @@ class _Connection(_Acks, _Packages, _Receiver, _Reconnector, _Releases):
                 if self._ack_later:
                     # Deferred ACKs ride in front of the frame, in the same write: the master
                     # reads both in one wake-up (the sequential path: the last result's ACK
-                    # and the next SUBMIT).
+                    # and the next SUBMIT). A segmented frame (a Frame: a payload in shared
+                    # memory or a TCP segment) takes them as its first part: one sendmsg, not
+                    # a write of the ACKs before it (a second master wake-up per round trip).
                     acks = self._take_acks()
-                    if type(frame) is bytes:
+                    if acks:
                         frame = acks + frame
-                    elif acks:
-                        sock.sendall(acks)
                 _sendall(sock, frame)
             except OSError as exc:
                 error = exc
