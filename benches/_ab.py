@@ -145,6 +145,8 @@ def format_value(name: str, value: float | None) -> str:
         return "-"
     if is_better_higher(name):
         return f"{value:,.0f}/s"
+    if " / " in name:  # a ratio of two figures of the same run
+        return f"{value:.2f}x"
     return f"{value:,.1f} us"
 
 
