@@ -73,7 +73,11 @@ def size_label(size: int) -> str:
 def latency_figures(data: Mapping) -> Figures:
     """No-op round-trip percentiles (us) from ``rtpool bench latency --json``."""
     rt = data["latency"]["rtpool"]
-    return {f"latency {label}": rt.get(key) for key, label in LATENCY_KEYS}
+    figures: Figures = {f"latency {label}": rt.get(key) for key, label in LATENCY_KEYS}
+    aio = data["latency"].get("aio_relay")  # issue 25's 2-hop floor, in the same run
+    if aio and aio.get("p50_us") and rt.get("p50_us"):
+        figures["latency p50 / asyncio relay"] = rt["p50_us"] / aio["p50_us"]
+    return figures
 
 
 def throughput_figures(data: Mapping) -> Figures:
@@ -141,6 +145,8 @@ def format_value(name: str, value: float | None) -> str:
         return "-"
     if is_better_higher(name):
         return f"{value:,.0f}/s"
+    if " / " in name:  # a ratio of two figures of the same run
+        return f"{value:.2f}x"
     return f"{value:,.1f} us"
 
 

@@ -147,13 +147,19 @@ def readme_rows(run: Mapping) -> List[tuple]:
     lat = run.get("latency")
     if lat:
         rt, tcp, chain = lat["rtpool"], lat["floor"], lat.get("relay_chain") or {}
+        aio = lat.get("aio_relay") or {}
         rows.append(
             (
                 "no-op round trip p50 / p99 / p99.9",
                 " / ".join(us(rt.get(k)) for k in ("p50_us", "p99_us", "p99_9_us")),
                 f"raw TCP ping-pong {us(tcp['p50_us'])} ({ratio(rt['p50_us'], tcp['p50_us'])}); "
                 f"3-process relay chain {us(chain.get('p50_us'))} "
-                f"({ratio(rt['p50_us'], chain.get('p50_us'))})",
+                f"({ratio(rt['p50_us'], chain.get('p50_us'))})"
+                + (
+                    f"; asyncio relay {us(aio['p50_us'])} ({ratio(rt['p50_us'], aio['p50_us'])})"
+                    if aio.get("p50_us")
+                    else ""
+                ),
             )
         )
     thr = run.get("throughput")
@@ -224,6 +230,8 @@ def _latency_lines(lat: Mapping) -> List[str]:
     sides = [("rtpool", lat["rtpool"]), ("raw TCP ping-pong", lat["floor"])]
     if lat.get("relay_chain"):
         sides.append(("relay chain: driver -> relay -> echo and back", lat["relay_chain"]))
+    if lat.get("aio_relay"):
+        sides.append(("asyncio relay: driver -> asyncio relay -> echo and back", lat["aio_relay"]))
     p50 = lat["rtpool"]["p50_us"]
     rows = [
         (name, s.get("count", "-"), *(us(s.get(k)) for k, _ in _PCTS), ratio(p50, s["p50_us"]))

@@ -121,6 +121,12 @@ def test_bench_latency_json_percentiles_in_order():
     assert lat["rtpool"]["count"] == 200 and lat["floor"]["count"] == 200
     assert_ordered_percentiles(lat["rtpool"])
     assert_ordered_percentiles(lat["floor"])
+    # Issue 25's 2-hop floor (client -> asyncio relay -> echo worker), interleaved alike.
+    assert lat["aio_relay"]["count"] == 200 and lat["relay_chain"]["count"] == 200
+    assert_ordered_percentiles(lat["aio_relay"])
+    assert lat["p50_ratio_to_aio_relay"] == pytest.approx(
+        lat["rtpool"]["p50_us"] / lat["aio_relay"]["p50_us"], abs=0.001
+    )
     assert lat["p50_ratio"] == pytest.approx(
         lat["rtpool"]["p50_us"] / lat["floor"]["p50_us"], abs=0.001
     )

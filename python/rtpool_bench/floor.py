@@ -57,6 +57,7 @@ class EchoPeer:
     """
 
     def __init__(self, connect_timeout_s: float = 15.0, relay: bool = False) -> None:
+        self._relay = relay
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._buf = bytearray(_HEADER.size)
@@ -67,11 +68,7 @@ class EchoPeer:
             listener.settimeout(0.2)
             port = listener.getsockname()[1]
             # Run this file as a script: the child needs nothing of rtpool and starts faster.
-            self._proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), str(port)]
-                + (["relay"] if relay else []),
-                stdin=subprocess.DEVNULL,
-            )
+            self._proc = subprocess.Popen(self._command(port), stdin=subprocess.DEVNULL)
             sock = self._accept(listener, connect_timeout_s)
             sock.settimeout(None)
             _nodelay(sock)
@@ -96,6 +93,19 @@ class EchoPeer:
                     raise TimeoutError(
                         f"the echo peer did not connect within {timeout_s:.0f} s"
                     ) from None
+
+    def _command(self, port: int) -> list:
+        """The child's command line: this file as a script, connecting back to ``port``."""
+        return [sys.executable, os.path.abspath(__file__), str(port)] + (
+            ["relay"] if self._relay else []
+        )
+
+    def detach(self) -> socket.socket:
+        """Hand the connection to the caller, who then owns it and must end it with a zero
+        length frame (``close()`` only waits for the child then)."""
+        sock, self._sock = self._sock, None
+        assert sock is not None, "echo peer is closed"
+        return sock
 
     @property
     def pid(self) -> int | None:

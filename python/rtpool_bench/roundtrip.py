@@ -22,12 +22,14 @@ run in :mod:`rtpool_bench.openloop_cli`.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import gc
 import statistics
 import time
 from typing import Callable, Dict, List, Sequence
 
 from .floor import EchoPeer, make_frame
+from .floor_aio import AioRelayChain
 from .stats import (
     new_histogram,
     percentile,
@@ -42,6 +44,7 @@ from .tasks import noop
 FLOOR_MESSAGE_BYTES = 128
 
 LATENCY_P50_BAR = 3.0  # rtpool p50 / floor p50
+AIO_RELAY_P50_BAR = 1.2  # rtpool p50 / asyncio relay p50 (issue 25)
 LATENCY_P99_9_BAR_US = 5000
 THROUGHPUT_BAR = 20_000  # tasks/s
 
@@ -62,7 +65,9 @@ def _cluster(workers: int):
 def bench_latency(
     workers: int, count: int, seconds: float, warmup: int, block: int, say: Callable
 ) -> Dict[str, object]:
-    """Sequential no-op round trips on rtpool and on the raw TCP floor, interleaved in blocks.
+    """Sequential no-op round trips on rtpool and on three floors, interleaved in blocks: the
+    one-hop TCP ping-pong, the blocking relay chain and the asyncio relay chain (issue 25's
+    2-hop floor: client -> asyncio relay -> echo worker and back).
 
     Args:
         workers: Worker processes of the LocalCluster.
@@ -75,7 +80,12 @@ def bench_latency(
     Returns:
         The section's JSON-ready dict.
     """
-    with _cluster(workers) as cluster, EchoPeer() as peer, EchoPeer(relay=True) as chain:
+    # Floors: 1-hop ping-pong, the blocking relay chain, the issue's asyncio relay (2 hops).
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(_cluster(workers))
+        peer = stack.enter_context(EchoPeer())
+        chain = stack.enter_context(EchoPeer(relay=True))
+        aio_chain = stack.enter_context(AioRelayChain())
         cluster.wait_for_workers(workers, timeout=30)
         with cluster.client() as client:
             frame = make_frame(FLOOR_MESSAGE_BYTES)
@@ -85,10 +95,12 @@ def bench_latency(
                 client.submit(noop).result(timeout=RESULT_TIMEOUT_S)
                 peer.roundtrip_ns(frame)
                 chain.roundtrip_ns(frame)
+                aio_chain.roundtrip_ns(frame)
                 if time.perf_counter() > stop:
                     break
             gc.collect()
             h_rt, h_floor, h_chain = new_histogram(), new_histogram(), new_histogram()
+            h_aio = new_histogram()
             points: List[Dict[str, float]] = []
             say(f"latency: up to {count} round trips each, blocks of {block}")
             deadline = time.perf_counter() + seconds
@@ -109,10 +121,12 @@ def bench_latency(
                     record_ns(h_floor, peer.roundtrip_ns(frame))
                 for _ in range(in_block):
                     record_ns(h_chain, chain.roundtrip_ns(frame))
+                for _ in range(in_block):
+                    record_ns(h_aio, aio_chain.roundtrip_ns(frame))
                 done += in_block
                 blocks += 1
     rt, floor = summarize_histogram(h_rt), summarize_histogram(h_floor)
-    relay_chain = summarize_histogram(h_chain)
+    relay_chain, aio_relay = summarize_histogram(h_chain), summarize_histogram(h_aio)
     p50_ratio = safe_ratio(rt["p50_us"], floor["p50_us"])
     return {
         "workers": workers,
@@ -126,9 +140,11 @@ def bench_latency(
         "rtpool": rt,
         "floor": floor,
         "relay_chain": relay_chain,
+        "aio_relay": aio_relay,
         "p50_ratio": p50_ratio,
         "chain_p50_ratio": safe_ratio(relay_chain["p50_us"], floor["p50_us"]),
         "p50_ratio_to_chain": safe_ratio(rt["p50_us"], relay_chain["p50_us"]),
+        "p50_ratio_to_aio_relay": safe_ratio(rt["p50_us"], aio_relay["p50_us"]),
         "p99_9_ratio": safe_ratio(rt["p99_9_us"], floor["p50_us"]),
         "breakdown_us": breakdown(points),
         "bars": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from .roundtrip import LATENCY_P50_BAR, LATENCY_P99_9_BAR_US, THROUGHPUT_BAR
+from .roundtrip import AIO_RELAY_P50_BAR, LATENCY_P50_BAR, LATENCY_P99_9_BAR_US, THROUGHPUT_BAR
 from .stats import fmt_ratio, fmt_us, verdict
 
 
@@ -41,6 +41,7 @@ def _render_latency(s: Dict[str, object], console) -> None:
         ("rtpool", s["rtpool"]),
         ("TCP floor", s["floor"]),
         ("relay chain", s["relay_chain"]),
+        ("asyncio relay", s["aio_relay"]),
     ):
         t.add_row(
             name,
@@ -60,10 +61,16 @@ def _render_latency(s: Dict[str, object], console) -> None:
         f"processes and four hops as rtpool with no work at all; rtpool p50 / relay chain p50 "
         f"= {fmt_ratio(s['p50_ratio_to_chain'])}"
     )
+    aio = s["p50_ratio_to_aio_relay"]
+    console.print(
+        f"rtpool p50 / asyncio relay p50 = {fmt_ratio(aio)} "
+        f"(issue 25's 2-hop floor: client -> asyncio relay process -> echo worker and back; "
+        f"bar <= {AIO_RELAY_P50_BAR}x: {verdict(aio is not None and aio <= AIO_RELAY_P50_BAR)})"
+    )
     _render_breakdown(s["breakdown_us"], console)
     console.print(
         f"[dim]HdrHistogram, us, 3 significant digits; blocks of {s['block']} rtpool round "
-        f"trips, then as many floor and as many relay-chain round trips "
+        f"trips, then as many floor, relay-chain and asyncio-relay round trips "
         f"({s['floor_message_bytes']}-byte frames, "
         f"TCP_NODELAY), alternating, after {s['warmup']} warm-up round trips each"
         f"{'; stopped by the time budget' if s['stopped_by_time'] else ''}.[/]"

@@ -38,6 +38,8 @@ class _Acks:
     sock: Any
     _last_send: float
     _ack_since: float = 0.0
+    _wakes: Any
+    _release_wakes: Any
 
     def _defer_acks(self, acks: Any) -> None:
         with self._lock:
@@ -86,7 +88,10 @@ class _Acks:
         try:
             sock = self.sock
             if sock is not None:
-                sock.sendall(_ack_frames(acks))
+                frames = _ack_frames(acks)
+                if self._wakes:
+                    self._release_wakes()  # sendall() drops the GIL: they run meanwhile
+                sock.sendall(frames)
                 self._last_send = _monotonic()
         except OSError:
             pass  # the next recv() sees the broken connection

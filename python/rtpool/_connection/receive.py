@@ -21,6 +21,7 @@ import msgpack
 from .. import _protocol as P
 from .._frame import recv_some
 from .._future import Future
+from .._future import finish_batch as _finish_batch
 from .._kept import KeptRef
 from .._output import OUTPUT_TAG as _OUTPUT_TAG
 from .._output import Sink, decode_section, stderr_sink
@@ -104,20 +105,24 @@ class _Receiver:
             while True:
                 if msgs:
                     dispatch(msgs)
-                    if wakes:
-                        # Released only now, after the whole batch: a waiter woken earlier
-                        # would find this thread still holding the GIL and block once more.
-                        for lock in wakes:
-                            lock.release()
-                        wakes.clear()
+                    # The waiters' locks are released after the whole batch and as late as
+                    # can be: a waiter woken while this thread still runs Python would find
+                    # the GIL held and block once more (a second wake-up on the latency
+                    # path). So an ACK that is written releases them just before its
+                    # sendall() (which lets them run); otherwise they go right before the
+                    # next recv (which drops the GIL), after the deferred ACKs' bookkeeping.
                     if self._acks:
-                        self._send_acks()  # its sendall() lets the woken threads run
+                        self._send_acks()
                     if self._releases:
+                        if wakes:
+                            self._release_wakes()
                         self._flush_releases()
                     if self.closing:
                         self.close_if_idle()
                         if self._closed:
                             break
+                if wakes:
+                    self._release_wakes()
                 view = want()
                 if view is not None:
                     # Inside a large frame: straight into its buffer (no copy, no join).
@@ -140,10 +145,15 @@ class _Receiver:
             reason = f"connection error: {getattr(exc, 'strerror', None) or exc}"
             if getattr(exc, "errno", None) == errno.ETIMEDOUT:  # keepalive, TCP_USER_TIMEOUT
                 self._silent = self._silent or reason
-        for lock in self._wakes:
-            lock.release()
-        self._wakes.clear()
+        self._release_wakes()
         return self._silent or reason
+
+    def _release_wakes(self) -> None:
+        """Wake the threads waiting for the futures finished since the last call."""
+        wakes = self._wakes
+        for lock in wakes:
+            lock.release()
+        wakes.clear()
 
     def _dispatch(self, msgs: List[list]) -> None:
         for msg in msgs:
@@ -191,6 +201,8 @@ class _Receiver:
         loads = _loads
         pickle_loads = _pickle_loads
         decode = seg.decode
+        cond = futures[0]._condition
+        done: List[tuple] = []  # (future, value, error), finished together after the loop
         for r in results:
             fut = futures[r[0]]
             if fut._entry is not None:
@@ -241,8 +253,10 @@ class _Receiver:
             fut._deser_ns = t1 - t0
             fut._done_ns = t1
             if status == 2:
-                if not fut._to_cancelled():
-                    continue
+                if fut._to_cancelled():
+                    seg.n_results += 1
+            elif fut._condition is cond:
+                done.append((fut, value, error))
             else:
                 wakes = fut._finish(value, error)
                 if wakes is None:
@@ -250,7 +264,16 @@ class _Receiver:
                 fut._invoke_callbacks()
                 if wakes:
                     self._wakes.extend(wakes)  # released after the batch, see _read_session
-            seg.n_results += 1
+                seg.n_results += 1
+        if done:
+            # One package's futures share a condition: taken once for the whole batch.
+            finished, wakes = _finish_batch(cond, done)
+            for fut in finished:
+                if fut._done_callbacks:
+                    fut._invoke_callbacks()
+            if wakes:
+                self._wakes.extend(wakes)  # released after the batch, see _read_session
+            seg.n_results += len(finished)  # not those cancelled while on the way
         if seg.n_results + seg.n_cancelled >= seg.n:
             seg.ack_may_wait = small
             with self._lock:
