@@ -10,19 +10,22 @@
 //!    in submission order; within a package, tasks in index order (returned and requeued tasks
 //!    go to the front of their package).
 //!
-//! Within a package, the tasks form a doubly linked list whose nodes live in the queue's own
+//! Within a package, the tasks form a doubly linked list whose nodes live in the queue's
 //! slab ([`Table`] of [`Node`]): a push to the back or the front links one node, and the task
 //! remembers its node (its position), so taking a cancelled (or master-finished) task out is an
 //! exact O(1) unlink: the queue holds only queued tasks, and no operation ever walks past dead
 //! entries or compacts. The nodes are why a growing queue allocates nothing per task: the slab
-//! grows a chunk at a time, and [`ReadyQueue::prepare`] makes the next chunk ahead of need (a
+//! grows a chunk at a time, and [`QueueStore::prepare`] makes the next chunk ahead of need (a
 //! B-tree per package, as before, allocated fresh nodes from the heap as the queue grew: most
 //! of the page faults of a growing submission). Each user's packages are ordered by a treap
-//! whose nodes live in one more slab of the queue ([`Orders`]), prepared the same way (it was
+//! whose nodes live in one more slab of the queue's ([`Orders`]), prepared the same way (it was
 //! a `BTreeMap` per user, the last allocation of a growing submission).
 //!
+//! The slabs and the package entries are a [`QueueStore`], which one queue ([`ReadyQueue`]: a
+//! service's) or many ([`Queue`]s: the core's and every resource class's, issue 26) use.
+//!
 //! This file holds the queue and its operations; [`package`] a package's list and the store
-//! of every package's list; `check` the queue's self-checks for the invariant walk.
+//! of every package's list; `check` the queues' self-checks for the invariant walk.
 
 mod check;
 mod levels;
