@@ -2,7 +2,8 @@
 //!
 //! A package that asks for resources (`gpu=1`) or labels (`zone=a`) queues its tasks in the
 //! class of that exact request, not in the core's ready queue: each class has its own
-//! [`ReadyQueue`] (so priorities, fair share and EDF hold within it) and the list of worker
+//! [`Queue`] (so priorities, fair share and EDF hold within it; its packages' entries and task
+//! nodes are in the store it shares with the core's queue, `Core::queue_store`) and the list of worker
 //! kinds (`kind.rs`: workers with the same totals and labels) that can serve it. Which kinds
 //! can serve a class is decided when the class is made (one pass over the kinds) and when a
 //! kind is made (one check per class), never while dispatching or when a worker of a known
@@ -13,7 +14,7 @@ use std::collections::VecDeque;
 use rtpool_proto::{Labels, Resources};
 
 use crate::ids::{Instant, WorkerId};
-use crate::queue::ReadyQueue;
+use crate::queue::Queue;
 use crate::table::{IdSet, Map, Table};
 
 /// One request: the resources each task holds while it runs and the labels its worker needs.
@@ -25,7 +26,7 @@ use crate::table::{IdSet, Map, Table};
 #[repr(C)]
 pub(crate) struct ResClass {
     /// Its queued tasks.
-    pub(crate) queue: ReadyQueue,
+    pub(crate) queue: Queue,
     /// The priority and turn of its entry in its kinds' ready sets (`None`: not in them; it is in
     /// them exactly while a task is queued).
     pub(crate) ready_key: Option<(i32, u64)>,
@@ -172,7 +173,7 @@ impl ClassTable {
             ready_key: None,
             turn: 0,
             in_pass: false,
-            queue: ReadyQueue::default(),
+            queue: Queue::default(),
             packages: 0,
             running: 0,
             orphan_at: None,

@@ -82,7 +82,7 @@ use crate::kind::KindTable;
 use crate::overload::OverloadWatch;
 use crate::package::Package;
 use crate::placement::Link;
-use crate::queue::ReadyQueue;
+use crate::queue::{Queue, QueueStore};
 use crate::service::ServiceTable;
 use crate::stats::{CoreStats, Counters, WorkerStats};
 use crate::table::{Ahead, IdMap, Map, Table};
@@ -125,7 +125,11 @@ pub struct Core {
     latest_owner: Option<(UserId, Option<ClientId>)>,
     /// `(user, idempotency key)` of live packages.
     keys: Map<(UserId, String), PackageId>,
-    queue: ReadyQueue,
+    /// The queue of packages without a request.
+    queue: Queue,
+    /// The packages' entries and tasks' nodes of `queue` and of every resource class's queue
+    /// (`ResClass::queue`): a package queues in one of them only.
+    queue_store: QueueStore,
     /// The packages' lists of task ids, recycled and made ahead of need.
     buffers: IdBuffers,
     /// Copy groups of tasks that run as several copies.
@@ -235,7 +239,8 @@ impl Core {
             slots_ahead: Ahead::default(),
             latest_owner: None,
             keys: Map::default(),
-            queue: ReadyQueue::dense(),
+            queue: Queue::default(),
+            queue_store: QueueStore::dense(),
             buffers: IdBuffers::default(),
             groups: Table::default(),
             pending_aborts: Vec::new(),

@@ -45,11 +45,15 @@ impl Core {
     ) -> u64 {
         match class.and_then(|c| self.classes.get_mut(c).map(|q| (c, q))) {
             Some((c, q)) => {
-                let pos = q.queue.push_back(slot, key, est_us, id);
+                let pos = q
+                    .queue
+                    .push_back(&mut self.queue_store, slot, key, est_us, id);
                 self.class_queue_changed(c);
                 pos
             }
-            None => self.queue.push_back(slot, key, est_us, id),
+            None => self
+                .queue
+                .push_back(&mut self.queue_store, slot, key, est_us, id),
         }
     }
 
@@ -152,7 +156,7 @@ impl Core {
                 if !w.has_free(&c.resources) {
                     continue;
                 }
-                let Some(head) = c.queue.peek() else {
+                let Some(head) = c.queue.peek(&self.queue_store) else {
                     continue;
                 };
                 if self.conflicts(head, worker) {
@@ -188,7 +192,10 @@ impl Core {
         batches: &mut Vec<(WorkerId, Vec<AssignTask>)>,
     ) {
         let c = self.classes.get_mut(slot).expect("a ready class is live");
-        let (id, pkg) = c.queue.pop().expect("a ready class has a task");
+        let (id, pkg) = c
+            .queue
+            .pop(&mut self.queue_store)
+            .expect("a ready class has a task");
         if self.cannot_make_it(id, pkg, now) {
             // Queued back and finished: the class's key follows.
             self.drop_late(id, pkg, now, dropped);
@@ -273,7 +280,7 @@ impl Core {
     /// put back in front, at most [`MAX_CANDIDATES`] of them. Amortised O(1): each dropped
     /// offer was made by an earlier event.
     fn place_in_class(&mut self, slot: u64) -> Option<WorkerId> {
-        let head = self.classes.get(slot)?.queue.peek()?;
+        let head = self.classes.get(slot)?.queue.peek(&self.queue_store)?;
         if let Some(near) = self.tasks.get(head.0).and_then(|t| {
             let near = self.packages.get(t.package)?.opts.near;
             (near != 0).then_some(WorkerId(near))
@@ -347,11 +354,11 @@ impl Core {
         match self.packages.get(slot).and_then(|p| p.class) {
             Some(class) => {
                 if let Some(c) = self.classes.get_mut(class) {
-                    c.queue.remove(slot, pos);
+                    c.queue.remove(&mut self.queue_store, slot, pos);
                     self.class_queue_changed(class);
                 }
             }
-            None => self.queue.remove(slot, pos),
+            None => self.queue.remove(&mut self.queue_store, slot, pos),
         }
     }
 }

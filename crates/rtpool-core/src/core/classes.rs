@@ -416,7 +416,11 @@ impl Core {
             return;
         }
         let c = self.classes.get(slot).expect("checked");
-        let ids: Vec<(u64, TaskId)> = c.queue.iter().map(|(slot, _, _, id)| (slot, id)).collect();
+        let ids: Vec<(u64, TaskId)> = c
+            .queue
+            .iter(&self.queue_store)
+            .map(|(slot, _, _, id)| (slot, id))
+            .collect();
         let message = format!(
             "no connected worker can run this task any more: the last worker with {} left and \
              none came back within {:.0} s",

@@ -40,7 +40,7 @@ impl Core {
                 break;
             };
             let mut found = None;
-            while let Some((id, slot)) = self.queue.pop() {
+            while let Some((id, slot)) = self.queue.pop(&mut self.queue_store) {
                 // Another copy is on this worker, or the task's data is on a worker that
                 // can take it now (locality.rs).
                 if self.conflicts(id, worker) || self.prefers_other(id, worker) {

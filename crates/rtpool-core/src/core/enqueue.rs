@@ -54,18 +54,21 @@ impl Core {
         let (est, class) = (p.est_us, p.class);
         if let Some((c, q)) = class.and_then(|c| self.classes.get_mut(c).map(|q| (c, q))) {
             let pos = if front {
-                q.queue.push_front(slot, key, est, id)
+                q.queue
+                    .push_front(&mut self.queue_store, slot, key, est, id)
             } else {
-                q.queue.push_back(slot, key, est, id)
+                q.queue.push_back(&mut self.queue_store, slot, key, est, id)
             };
             self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
             self.class_queue_changed(c);
             return;
         }
         let pos = if front {
-            self.queue.push_front(slot, key, est, id)
+            self.queue
+                .push_front(&mut self.queue_store, slot, key, est, id)
         } else {
-            self.queue.push_back(slot, key, est, id)
+            self.queue
+                .push_back(&mut self.queue_store, slot, key, est, id)
         };
         self.tasks.get_mut(id.0).expect("checked").queue_pos = pos;
     }

@@ -62,10 +62,12 @@ impl Core {
                                 .get_mut(class)
                                 .expect("a live package's class")
                                 .queue
-                                .remove(slot, task.queue_pos);
+                                .remove(&mut self.queue_store, slot, task.queue_pos);
                             unqueued_from = Some(class);
                         }
-                        None => self.queue.remove(slot, task.queue_pos),
+                        None => self
+                            .queue
+                            .remove(&mut self.queue_store, slot, task.queue_pos),
                     },
                 }
                 None

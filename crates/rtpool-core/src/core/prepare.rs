@@ -16,7 +16,7 @@ impl Core {
     pub fn prepare(&mut self, max_slots: usize) -> bool {
         let tasks = self.tasks.prepare(max_slots);
         let packages = self.packages.prepare(max_slots);
-        let queue = self.queue.prepare(max_slots);
+        let queue = self.queue_store.prepare(max_slots);
         let buffers = self.buffers.prepare(max_slots * 16);
         let maps = self.prepare_maps(max_slots / 8);
         tasks || packages || queue || buffers || maps

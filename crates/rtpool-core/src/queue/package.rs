@@ -96,12 +96,4 @@ impl PackageQueues {
             Self::Sparse(_) => false,
         }
     }
-
-    /// Every `(slot, queue)`. O(slots) when dense: for invariant checks only.
-    pub(super) fn iter(&self) -> Box<dyn Iterator<Item = (u64, &PackageQueue)> + '_> {
-        match self {
-            Self::Dense(m) => Box::new(m.iter()),
-            Self::Sparse(m) => Box::new(m.iter().map(|(&slot, pq)| (slot, pq))),
-        }
-    }
 }

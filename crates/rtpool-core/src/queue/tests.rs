@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::check::Linked;
 use super::*;
 
 fn key(priority: i32, user: u64, deadline: u64, seq: u64) -> QueueKey {
@@ -33,7 +34,7 @@ fn higher_priority_first_fifo_within_a_package() {
     assert_eq!(drain(&mut q), vec![2, 5, 1, 3, 4]);
     assert!(q.is_empty());
     assert_eq!(q.iter().count(), 0);
-    assert!(q.classes.is_empty(), "empty classes are removed");
+    assert!(q.queue.classes.is_empty(), "empty classes are removed");
 }
 
 #[test]
@@ -45,7 +46,15 @@ fn submit_and_cancel_churn_does_not_grow_the_turns() {
         q.remove(slot, pos);
     }
     q.check();
-    assert!(q.classes.get_mut(Reverse(0)).expect("queued").turns.len() <= 2);
+    assert!(
+        q.queue
+            .classes
+            .get_mut(Reverse(0))
+            .expect("queued")
+            .turns
+            .len()
+            <= 2
+    );
     assert_eq!(drain(&mut q), vec![1]);
     assert!(q.is_empty());
 }
@@ -195,4 +204,82 @@ proptest::proptest! {
 #[should_panic(expected = "not queued")]
 fn removing_from_an_unqueued_package_panics() {
     ReadyQueue::default().remove(9, 0);
+}
+
+proptest::proptest! {
+    /// Queues sharing one store (the core's and its resource classes'): three [`Queue`]s on
+    /// one store, each package in one of them (`slot % 3`), against three [`ReadyQueue`]s with
+    /// a store each doing the same operations (priorities, users and deadlines mixed): the
+    /// same pops, the same entries, each queue's own check and the store's check of their sums
+    /// after each operation, the store's entries and nodes exactly the queues'.
+    #[test]
+    fn queues_sharing_a_store_behave_as_queues_with_their_own(
+        dense in proptest::bool::ANY,
+        ops in proptest::collection::vec((0u8..4, 0u64..12, 0usize..64), 1..300)
+    ) {
+        let mut store = if dense { QueueStore::dense() } else { QueueStore::default() };
+        let mut shared: Vec<Queue> = (0..3).map(|_| Queue::default()).collect();
+        let mut alone: Vec<ReadyQueue> = (0..3).map(|_| ReadyQueue::default()).collect();
+        // Queued tasks: (slot, task, position in the shared store, position in its own).
+        let mut queued: Vec<(u64, u64, u64, u64)> = Vec::new();
+        let mut next = 0;
+        for (op, slot, pick) in ops {
+            let k = key((slot % 2) as i32, slot % 4, if slot < 6 { 1000 - slot } else { u64::MAX }, slot);
+            let i = (slot % 3) as usize;
+            match op {
+                0 | 1 => {
+                    next += 1;
+                    let t = TaskId(next);
+                    let (a, b) = if op == 0 {
+                        (shared[i].push_back(&mut store, slot, k, 2, t), alone[i].push_back(slot, k, 2, t))
+                    } else {
+                        (shared[i].push_front(&mut store, slot, k, 2, t), alone[i].push_front(slot, k, 2, t))
+                    };
+                    queued.push((slot, next, a, b));
+                }
+                2 => {
+                    if !queued.is_empty() {
+                        let (s, _, a, b) = queued.swap_remove(pick % queued.len());
+                        let i = (s % 3) as usize;
+                        shared[i].remove(&mut store, s, a);
+                        alone[i].remove(s, b);
+                    }
+                }
+                _ => {
+                    let i = pick % 3;
+                    let got = shared[i].pop(&mut store);
+                    proptest::prop_assert_eq!(got, alone[i].pop());
+                    if let Some((t, _)) = got {
+                        queued.retain(|e| e.1 != t.0);
+                    }
+                }
+            }
+            let mut linked = Linked::default();
+            for (q, r) in shared.iter().zip(&alone) {
+                linked += q.check(&store);
+                r.check();
+                proptest::prop_assert_eq!(q.len(), r.len());
+                proptest::prop_assert_eq!(q.top_priority(), r.top_priority());
+                proptest::prop_assert_eq!(q.peek(&store), r.peek());
+                let mut a: Vec<(u64, u64)> = q.iter(&store).map(|(s, _, _, t)| (s, t.0)).collect();
+                let mut b: Vec<(u64, u64)> = r.iter().map(|(s, _, _, t)| (s, t.0)).collect();
+                a.sort_unstable();
+                b.sort_unstable();
+                proptest::prop_assert_eq!(a, b);
+            }
+            store.check(linked);
+            proptest::prop_assert_eq!(linked.nodes, queued.len());
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "nodes outside every list")]
+fn a_store_with_an_entry_of_no_queue_fails_its_check() {
+    let mut store = QueueStore::default();
+    let (mut a, mut b) = (Queue::default(), Queue::default());
+    a.push_back(&mut store, 1, key(0, 1, u64::MAX, 1), 0, TaskId(1));
+    b.push_back(&mut store, 2, key(0, 1, u64::MAX, 2), 0, TaskId(2));
+    // Queue `b` left out of the walk: its entry is nobody's.
+    store.check(a.check(&store));
 }

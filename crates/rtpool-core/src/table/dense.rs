@@ -86,7 +86,8 @@ impl<T> DenseMap<T> {
         self.slots.prepare(max_slots, || None)
     }
 
-    /// Every `(id, value)`, in slot order. O(slots): for invariant checks only.
+    /// Every `(id, value)`, in slot order. O(slots): for tests only.
+    #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
         self.slots
             .iter()

@@ -11,7 +11,7 @@ impl Core {
     /// Each queued task has exactly one queue entry, at its position, in its package's queue
     /// with its package's key, and the queue holds nothing else.
     pub(super) fn check_queue(&self, queued_tasks: usize) {
-        self.queue.check();
+        let mut linked = self.queue.check(&self.queue_store);
         let mut seen = HashSet::new();
         // (package slot, key, position, task, service, class)
         type Entry = (
@@ -24,15 +24,15 @@ impl Core {
         );
         let mut entries: Vec<Entry> = self
             .queue
-            .iter()
+            .iter(&self.queue_store)
             .map(|(slot, key, pos, id)| (slot, key, pos, id, None, None))
             .collect();
         let mut in_classes = 0;
         for (class, c) in self.classes.iter() {
-            c.queue.check();
+            linked += c.queue.check(&self.queue_store);
             in_classes += c.queue.len();
             // Dispatch left no server idle that could start the class's head task.
-            if let Some(head) = c.queue.peek() {
+            if let Some(head) = c.queue.peek(&self.queue_store) {
                 for id in c
                     .kinds
                     .iter()
@@ -49,10 +49,12 @@ impl Core {
             }
             entries.extend(
                 c.queue
-                    .iter()
+                    .iter(&self.queue_store)
                     .map(|(slot, key, pos, id)| (slot, key, pos, id, None, Some(class))),
             );
         }
+        // The shared store holds the core's and the classes' entries, and nothing else.
+        self.queue_store.check(linked);
         let mut in_services = 0;
         for (svc, s) in self.services.iter() {
             s.queue.check();
