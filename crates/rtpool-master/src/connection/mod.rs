@@ -255,6 +255,7 @@ async fn serve_halves<R, W>(
             identity: worker_identity,
             resources,
             labels,
+            features,
         })) => match check_hello(&ctx, version, role, &token).await {
             Ok(identity) => match place.promote(role) {
                 // The session guard holds this connection's place until the function ends.
@@ -264,7 +265,7 @@ async fn serve_halves<R, W>(
                     name,
                     worker_identity,
                     identity,
-                    (resources, labels),
+                    (resources, labels, features),
                     session,
                 ),
                 Err(refusal) => {
@@ -303,6 +304,7 @@ async fn serve_halves<R, W>(
     };
     let session = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
     let welcome = Msg::Welcome {
+        idle_heartbeat_ms: 0,
         version: PROTOCOL_VERSION,
         session,
         max_frame_bytes: ctx.max_frame_bytes.min(u32::MAX as usize) as u32,

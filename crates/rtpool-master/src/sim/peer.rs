@@ -140,6 +140,7 @@ async fn handshake(config: &SimConfig, index: usize) -> Result<Session, Refusal>
     let mut out = BytesMut::new();
     encode(
         &Msg::Hello {
+            features: 0,
             labels: Default::default(),
             resources: Default::default(),
             version: PROTOCOL_VERSION,
