@@ -203,7 +203,6 @@ pub struct FunctionInfo {
     pub interface: Bytes,
 }
 
-/// Every message of protocol version 1.
 /// The bits of `HELLO.features`.
 pub mod features {
     /// The worker heartbeats at `WELCOME.idle_heartbeat_ms` while it holds no task, and at
@@ -211,6 +210,7 @@ pub mod features {
     pub const IDLE_HEARTBEAT: u32 = 1;
 }
 
+/// Every message of protocol version 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Msg {
     /// Kind 1: first frame of every connection.

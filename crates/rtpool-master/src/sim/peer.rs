@@ -140,7 +140,9 @@ async fn handshake(config: &SimConfig, index: usize) -> Result<Session, Refusal>
     let mut out = BytesMut::new();
     encode(
         &Msg::Hello {
-            features: 0,
+            // It answers every task at once: between frames it holds none, so it heartbeats
+            // at the idle rate when the master offers one (issue 25).
+            features: rtpool_proto::features::IDLE_HEARTBEAT,
             labels: Default::default(),
             resources: Default::default(),
             version: PROTOCOL_VERSION,
@@ -168,13 +170,24 @@ async fn handshake(config: &SimConfig, index: usize) -> Result<Session, Refusal>
         Msg::Welcome {
             heartbeat_ms,
             lease_ms,
+            idle_heartbeat_ms,
             ..
-        } => Ok(Session {
-            stream,
-            heartbeat: Duration::from_millis(u64::from(heartbeat_ms.max(1))),
-            lease: (lease_ms > 0).then(|| Duration::from_millis(u64::from(lease_ms))),
-            buf,
-        }),
+        } => {
+            let ms = |ms: u32| Duration::from_millis(u64::from(ms));
+            let lease = (lease_ms > 0).then(|| ms(lease_ms));
+            // The silence the master allows it: the lease, or the idle limit (idle
+            // heartbeat + lease) when the master offered an idle heartbeat.
+            let (heartbeat, lease) = match idle_heartbeat_ms {
+                0 => (ms(heartbeat_ms.max(1)), lease),
+                idle => (ms(idle), lease.map(|l| l + ms(idle))),
+            };
+            Ok(Session {
+                stream,
+                heartbeat,
+                lease,
+                buf,
+            })
+        }
         Msg::Error { code, .. } if code == "busy" => Err(Refusal::Busy),
         Msg::Error { code, message, .. } => Err(Refusal::Fatal(format!("{code}: {message}"))),
         other => Err(Refusal::Fatal(format!("{other:?} instead of WELCOME"))),
