@@ -138,6 +138,8 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         self.prefetch = 1
         self.queue: deque[Task] = deque()
         self.pending: List[list] = []
+        #: A task taken from the queue is running (read by the heartbeat thread).
+        self._running = False
         # Results whose write failed when the connection dropped, for the next session.
         self.unsent: List[list] = []
         self._serve = serve_frame(self.services) if self.services else b""
@@ -166,6 +168,9 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
             self.pending = []
             self.pending_bytes = 0
         return restarted
+
+    def _holds_tasks(self) -> bool:
+        return self._running or bool(self.queue) or bool(self.pending)
 
     def _end_session(self) -> None:
         """Close the connection and forget what the master took back with it."""
@@ -464,7 +469,11 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
                     continue
             if realtime is not None:
                 realtime.between_tasks()  # back to SCHED_FIFO if the last task was demoted
-            self._run(queue.popleft())
+            self._running = True
+            try:
+                self._run(queue.popleft())
+            finally:
+                self._running = False
             if not queue or self._should_flush():
                 self._flush()
         return self._drain()
