@@ -309,9 +309,7 @@ async fn serve_halves<R, W>(
     // A worker that said it heartbeats slower while idle is told how slow (and judged by the
     // idle limit while it holds no task); any other peer as before issue 25.
     let idle_heartbeat_ms = match (role, ctx.lease) {
-        (Role::Worker, Some(_)) if has.2 & features::IDLE_HEARTBEAT != 0 => {
-            ctx.idle_heartbeat_ms
-        }
+        (Role::Worker, Some(_)) if has.2 & features::IDLE_HEARTBEAT != 0 => ctx.idle_heartbeat_ms,
         _ => 0,
     };
     let idle_limit = (idle_heartbeat_ms > 0)

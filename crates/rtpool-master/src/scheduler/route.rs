@@ -56,7 +56,12 @@ impl Scheduler {
             return;
         };
         let live = tx.liveness();
-        if live.holds() && self.core.worker_stats(worker).is_none_or(|s| s.in_flight == 0) {
+        if live.holds()
+            && self
+                .core
+                .worker_stats(worker)
+                .is_none_or(|s| s.in_flight == 0)
+        {
             live.released();
         }
     }
