@@ -91,6 +91,9 @@ def test_scale_bench_says_when_the_simulator_itself_was_silent_past_the_lease():
     # connect again and the package completes, no task failed as poison.
     cmd = [sys.executable, "-m", "rtpool", "bench", "scale", "--workers", "100"]
     cmd += ["--tasks", "100000", "--latency-count", "20", "--master-arg=--lease-ms=1000"]
+    # Idle simulated workers judged by the lease too (no idle heartbeat): those the package
+    # left idle would otherwise rightly keep their connections through a 2.5 s stop.
+    cmd += ["--master-arg=--idle-heartbeat-ms=0"]
     proc = subprocess.Popen(
         [*cmd, "--json"],
         cwd=ROOT,
