@@ -60,7 +60,8 @@ def test_hello_then_pull_then_result(fake):
     w = Running(fake)
     # The trailing identity is this process's ``host:pid``: a lone worker (not supervised).
     identity = f"{socket.gethostname()}:{os.getpid()}"
-    hello = [P.HELLO, P.PROTOCOL_VERSION, "worker", "tok", "unit-worker", 1, identity]
+    # Then empty resources and labels, and the features: it heartbeats slower while idle.
+    hello = [P.HELLO, P.PROTOCOL_VERSION, "worker", "tok", "unit-worker", 1, identity, {}, {}, 1]
     assert w.master.hello == hello
     assert w.master.recv_kind(P.PULL) == [P.PULL, 2]  # 1 slot + prefetch 1 until it learns
     w.master.send(P.ASSIGN, [assignment(10)])
