@@ -6,6 +6,7 @@ import os
 import pickle
 import socket
 import threading
+import time
 
 import pytest
 
@@ -60,7 +61,8 @@ def test_hello_then_pull_then_result(fake):
     w = Running(fake)
     # The trailing identity is this process's ``host:pid``: a lone worker (not supervised).
     identity = f"{socket.gethostname()}:{os.getpid()}"
-    hello = [P.HELLO, P.PROTOCOL_VERSION, "worker", "tok", "unit-worker", 1, identity]
+    # Then empty resources and labels, and the features: it heartbeats slower while idle.
+    hello = [P.HELLO, P.PROTOCOL_VERSION, "worker", "tok", "unit-worker", 1, identity, {}, {}, 1]
     assert w.master.hello == hello
     assert w.master.recv_kind(P.PULL) == [P.PULL, 2]  # 1 slot + prefetch 1 until it learns
     w.master.send(P.ASSIGN, [assignment(10)])
@@ -204,6 +206,54 @@ def test_heartbeat_when_idle():
         w = Running(fake)
         w.master.recv_kind(P.PULL)
         assert w.master.recv_kind(P.HEARTBEAT, timeout=2) == [P.HEARTBEAT]
+        w.master.close()
+        assert w.join() == EXIT_LOST
+
+
+class IdleRateMaster(FakeMaster):
+    """A master that offers the idle heartbeat (WELCOME's 7th field)."""
+
+    lease_ms = 300
+
+    def welcome_fields(self) -> list:
+        return [*super().welcome_fields(), 2000]
+
+
+def _heartbeats(conn, seconds: float, stop_at=None) -> int:
+    """HEARTBEAT frames read in the next ``seconds`` (or until a frame of ``stop_at``)."""
+    count, end = 0, time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        try:
+            msg = conn.recv(timeout=left)
+        except TimeoutError:
+            break
+        if msg is None:
+            break
+        if msg[0] == P.HEARTBEAT:
+            count += 1
+        elif msg[0] == stop_at:
+            break
+    return count
+
+
+def test_heartbeats_at_the_idle_rate_unless_a_task_is_held():
+    # heartbeat_ms 50 (a lease of 300 allows it), idle rate 2 s: while it holds nothing the
+    # worker is silent for 1.8 s at least; while a task runs it beats every 50 ms; after the
+    # result it is idle again (the flag is set per batch, so this fails if it never clears).
+    with IdleRateMaster(heartbeat_ms=50) as fake:
+        w = Running(fake)
+        w.master.recv_kind(P.PULL)
+        w.master.recv_kind(P.HEARTBEAT, skip=())  # the one sent at the session's start
+        assert _heartbeats(w.master, 1.0) == 0
+        sleeper = S.serialize_function(tasks.sleep_return)[1]
+        w.master.send(
+            P.ASSIGN, [assignment(1, sleeper, args=((7, 1.0), None), fn_hash=b"\x02" * 32)]
+        )
+        assert _heartbeats(w.master, 5.0, stop_at=P.RESULT) >= 3
+        # The master speaks (as a real one would within its heartbeat): a worker that hears
+        # nothing for its period asks for an answer, which is not what this counts.
+        w.master.send(P.HEARTBEAT)
+        assert _heartbeats(w.master, 1.0) == 0
         w.master.close()
         assert w.join() == EXIT_LOST
 

@@ -44,6 +44,14 @@ class Welcome(NamedTuple):
     heartbeat_ms: int
     lease_ms: int = 0
     instance: int = 0
+    #: How often this worker heartbeats while it holds no task (only to a worker whose
+    #: ``HELLO`` had :data:`FEATURE_IDLE_HEARTBEAT`); 0: every ``heartbeat_ms``.
+    idle_heartbeat_ms: int = 0
+
+
+#: ``HELLO.features`` bit: this worker heartbeats at ``WELCOME.idle_heartbeat_ms`` while it
+#: holds no task, at ``heartbeat_ms`` from the moment it receives one (issue 25).
+FEATURE_IDLE_HEARTBEAT = 1
 
 
 def default_name() -> str:
@@ -226,6 +234,7 @@ def connect(
     identity: str | None = None,
     resources: Dict[str, int] | None = None,
     labels: Dict[str, str] | None = None,
+    features: int = 0,
 ) -> Tuple[socket.socket, Welcome, P.FrameReader, List[list]]:
     """Open a connection to the master (the leader, of several) and complete the handshake.
 
@@ -259,6 +268,8 @@ def connect(
         resources: A worker's resources (``HELLO``'s 7th field, ``{name: total}``, sorted),
             needs ``identity``; None or empty with no labels: not sent.
         labels: A worker's labels (``HELLO``'s 8th field, sorted); None or empty: not sent.
+        features: A worker's ``HELLO.features`` (9th field, :data:`FEATURE_IDLE_HEARTBEAT`);
+            0: not sent.
 
     Returns:
         ``(socket, welcome, reader, extra)``: a blocking socket with ``TCP_NODELAY`` (with
@@ -280,7 +291,10 @@ def connect(
         busy_timeout = BUSY_TIMEOUT_S
     # HELLO's optional trailing fields after identity (docs/resources.md).
     extra: list = []
-    if identity and (resources or labels):
+    if features:
+        identity = identity or ""
+        extra = [dict(resources or {}), dict(labels or {}), features]
+    elif identity and (resources or labels):
         extra = [dict(resources or {})] + ([dict(labels)] if labels else [])
     context = tls_context(tls, ca_file)
     started = time.monotonic()
@@ -399,8 +413,8 @@ def _connect_once(
         sock = _wrap_tls(sock, context, cand.server_name, where)
     try:
         hello = [P.PROTOCOL_VERSION, role, token, _clip_name(name), slots]
-        if identity:
-            hello.append(_clip_name(identity))
+        if identity or extra:
+            hello.append(_clip_name(identity or ""))
             hello += extra or ()
         sock.sendall(P.encode(P.HELLO, *hello))
         reader = P.FrameReader(P.PRE_AUTH_MAX_FRAME)
@@ -432,7 +446,8 @@ def _connect_once(
         first = msgs[0]
         if first[0] == P.ERROR:
             raise _handshake_error(first, where, role)
-        if first[0] != P.WELCOME or len(first) not in (5, 7):  # 5: before lease_ms/instance
+        # 5: before lease_ms/instance; 8: with idle_heartbeat_ms
+        if first[0] != P.WELCOME or len(first) not in (5, 7, 8):
             raise ProtocolError(f"master at {where} answered HELLO with {first!r:.100}")
         welcome = Welcome(*first[1:])
         _set_user_timeout(sock, welcome.lease_ms)

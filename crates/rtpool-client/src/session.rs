@@ -174,6 +174,7 @@ async fn handshake(
 ) -> Result<Session, DialError> {
     let (half, mut write) = tokio::io::split(stream);
     let hello = Msg::Hello {
+        features: 0,
         labels: Default::default(),
         resources: Default::default(),
         version: PROTOCOL_VERSION,
@@ -384,6 +385,7 @@ mod tests {
 
     fn welcome() -> Msg {
         Msg::Welcome {
+            idle_heartbeat_ms: 0,
             version: PROTOCOL_VERSION,
             session: 1,
             max_frame_bytes: DEFAULT_MAX_FRAME as u32,

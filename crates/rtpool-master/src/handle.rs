@@ -180,6 +180,7 @@ pub(crate) fn conn_ctx(
         auth: Authenticator::new(tokens, store),
         max_frame_bytes: config.max_frame_bytes,
         heartbeat_ms: config.heartbeat_ms,
+        idle_heartbeat_ms: config.idle_heartbeat_ms(),
         handshake_timeout: config.handshake_timeout,
         lease_ms: config.lease_ms,
         instance,

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -57,8 +57,7 @@ pub(crate) const TIMER_STEP: std::time::Duration = std::time::Duration::from_mil
 /// `deadline` moved up to the next point of the [`TIMER_STEP`] grid (the grid starts at the
 /// first call in this process; a deadline before it is returned as it is).
 pub(crate) fn on_grid(deadline: Instant) -> Instant {
-    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let origin = Instant::from_std(*ORIGIN.get_or_init(std::time::Instant::now));
+    let origin = origin();
     let step = TIMER_STEP.as_nanos();
     let Some(offset) = deadline.checked_duration_since(origin) else {
         return deadline;
@@ -66,6 +65,71 @@ pub(crate) fn on_grid(deadline: Instant) -> Instant {
     let steps = offset.as_nanos().div_ceil(step);
     // At most 30 years of nanoseconds (`connection::NEVER`): fits in u64.
     origin + std::time::Duration::from_nanos(u64::try_from(steps * step).unwrap_or(u64::MAX))
+}
+
+/// The first instant any connection timer looked at in this process: the [`TIMER_STEP`] grid's
+/// origin, and the zero of [`Liveness`]'s stamps.
+fn origin() -> Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    Instant::from_std(*ORIGIN.get_or_init(std::time::Instant::now))
+}
+
+/// What a worker connection's reader needs to know of the core to judge its silence (issue
+/// 25): whether the worker holds a task (the lease protects only those), and since when. The
+/// scheduler writes it, the reader reads it when its silence timer fires; nothing on a frame's
+/// path waits for it.
+#[derive(Debug, Default)]
+pub(crate) struct Liveness {
+    /// The core counts a task on this connection: set when the scheduler assigns one, cleared
+    /// when an event of the worker (a result, a return) left it none.
+    held: AtomicBool,
+    /// When the scheduler last assigned a task here: nanoseconds since [`origin`].
+    assigned_at: AtomicU64,
+    /// The reader judges the connection by its idle limit (its timer may be far off): an
+    /// assignment must wake it through `nudge` to apply the lease from now.
+    parked: AtomicBool,
+    /// Wakes a parked reader.
+    pub(crate) nudge: Notify,
+}
+
+impl Liveness {
+    /// A task was assigned on this connection at `now`.
+    pub(crate) fn assigned(&self, now: Instant) {
+        let at = now.saturating_duration_since(origin()).as_nanos();
+        self.assigned_at
+            .store(u64::try_from(at).unwrap_or(u64::MAX), Ordering::Relaxed);
+        // SeqCst with `park`: either the reader sees `held`, or this sees `parked`.
+        if !self.held.swap(true, Ordering::SeqCst) && self.parked.load(Ordering::SeqCst) {
+            self.nudge.notify_one();
+        }
+    }
+
+    /// The worker holds no task any more.
+    pub(crate) fn released(&self) {
+        self.held.store(false, Ordering::SeqCst);
+    }
+
+    /// When the worker got a task it still holds (its last assignment), or `None`: it holds none.
+    pub(crate) fn held_since(&self) -> Option<Instant> {
+        self.held.load(Ordering::SeqCst).then(|| {
+            let at = self.assigned_at.load(Ordering::Relaxed);
+            origin() + std::time::Duration::from_nanos(at)
+        })
+    }
+
+    /// Whether the core counts a task on this connection.
+    pub(crate) fn holds(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// The reader waits by the idle limit (`true`) or the lease (`false`); returns when the
+    /// worker got its last task if it holds one (checked after `parked` was set, so an
+    /// assignment racing with this is seen here or nudges the reader).
+    pub(crate) fn park(&self, parked: bool) -> Option<Instant> {
+        // (The reader ignores the answer when it unparks.)
+        self.parked.store(parked, Ordering::SeqCst);
+        self.held_since()
+    }
 }
 
 /// The sending end of one connection's outbound queue, held by the scheduler.
@@ -92,6 +156,8 @@ pub(crate) struct Outbound {
     overflowed: AtomicBool,
     /// Wakes the connection's reader when the queue overflowed.
     pub(crate) notify: Notify,
+    /// Whether the worker on this connection holds a task (unused for clients).
+    pub(crate) live: Liveness,
 }
 
 /// The writer's end of an [`OutboundTx`].
@@ -118,6 +184,7 @@ impl OutboundTx {
             limit_bytes,
             overflowed: AtomicBool::new(false),
             notify: Notify::new(),
+            live: Liveness::default(),
         });
         let rx = OutboundRx {
             rx,
@@ -148,6 +215,11 @@ impl OutboundTx {
             return false;
         }
         true
+    }
+
+    /// Whether the worker on this connection holds a task, and since when.
+    pub(crate) fn liveness(&self) -> &Liveness {
+        &self.shared.live
     }
 
     /// Estimated bytes queued and not yet written (for tests and gauges).

@@ -196,6 +196,7 @@ fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
     // Version mismatch.
     let mut p = Peer::connect(&m);
     p.send(&Msg::Hello {
+        features: 0,
         labels: Default::default(),
         resources: Default::default(),
         version: 99,
@@ -210,6 +211,7 @@ fn bad_peers_get_a_clear_error_and_only_they_are_closed() {
     // A version-1 peer (before segmented frames) is refused with both versions named.
     let mut p = Peer::connect(&m);
     p.send(&Msg::Hello {
+        features: 0,
         labels: Default::default(),
         resources: Default::default(),
         version: 1,

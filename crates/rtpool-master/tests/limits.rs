@@ -61,6 +61,7 @@ impl Peer {
 
     fn hello(mut self, role: Role, token: &str, slots: u32) -> (Self, Msg) {
         self.send(&Msg::Hello {
+            features: 0,
             labels: Default::default(),
             resources: Default::default(),
             version: rtpool_proto::PROTOCOL_VERSION,
@@ -249,6 +250,7 @@ fn connections_beyond_the_limit_get_busy_and_the_limit_frees_up() {
     wait_until("a new connection is welcome", || {
         let mut p = Peer::plain(&m);
         p.send(&Msg::Hello {
+            features: 0,
             labels: Default::default(),
             resources: Default::default(),
             version: rtpool_proto::PROTOCOL_VERSION,

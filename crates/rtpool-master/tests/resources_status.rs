@@ -55,6 +55,7 @@ fn labels(entries: &[(&str, &str)]) -> Labels {
 fn worker(m: &MasterHandle, name: &str, slots: u32, res: Resources, lab: Labels) -> Peer {
     let mut p = Peer::connect(m);
     p.send(&Msg::Hello {
+        features: 0,
         version: rtpool_proto::PROTOCOL_VERSION,
         role: Role::Worker,
         token: m.tokens().worker.clone(),

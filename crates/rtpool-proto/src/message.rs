@@ -203,6 +203,13 @@ pub struct FunctionInfo {
     pub interface: Bytes,
 }
 
+/// The bits of `HELLO.features`.
+pub mod features {
+    /// The worker heartbeats at `WELCOME.idle_heartbeat_ms` while it holds no task, and at
+    /// `heartbeat_ms` from the moment it receives one.
+    pub const IDLE_HEARTBEAT: u32 = 1;
+}
+
 /// Every message of protocol version 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Msg {
@@ -228,6 +235,9 @@ pub enum Msg {
         /// Optional trailing field (after `resources`): the worker's labels (`zone=a`);
         /// empty: not sent.
         labels: Labels,
+        /// Optional trailing field (after `labels`): what the worker's side of the protocol
+        /// knows beyond version 2, a bit set of [`features`]; 0: not sent.
+        features: u32,
     },
     /// Kind 2: handshake accepted.
     Welcome {
@@ -244,6 +254,11 @@ pub enum Msg {
         /// Random number drawn at master start: a change tells a reconnecting peer the master
         /// restarted.
         instance: u64,
+        /// Optional trailing field, only to a worker whose `HELLO` had
+        /// [`features::IDLE_HEARTBEAT`]: how often that worker heartbeats while it holds no
+        /// task (the master's silence limit for it is then this plus `lease_ms`); 0: not sent
+        /// (the worker heartbeats every `heartbeat_ms` whatever it holds).
+        idle_heartbeat_ms: u32,
     },
     /// Kind 3: an error; fatal codes close the connection.
     Error {

@@ -153,11 +153,18 @@ fn wrong_field_counts() {
         &["HELLO.labels", "zone: expected a str"],
     );
     fields[8] = V::M(vec![(V::s("zone"), V::s("a"))]);
+    fields.push(V::s("idle"));
+    assert_malformed(
+        &V::A(fields.clone()),
+        Some(kind::HELLO),
+        &["HELLO.features"],
+    );
+    fields[9] = V::U(1);
     fields.push(V::U(0));
     assert_malformed(
         &V::A(fields),
         Some(kind::HELLO),
-        &["9 fields, expected 5 to 8"],
+        &["10 fields, expected 5 to 9"],
     );
     assert_malformed(
         &V::A(vec![V::U(24), V::Nil]),

@@ -28,6 +28,7 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 
 fn hello(identity: Option<&str>, resources: Resources, labels: Labels) -> Msg {
     Msg::Hello {
+        features: 0,
         version: 2,
         role: Role::Worker,
         token: "t".into(),

@@ -165,6 +165,7 @@ fn msg_to_json(msg: &Msg) -> Value {
             heartbeat_ms,
             lease_ms,
             instance,
+            ..
         } => json!([
             version,
             session,

@@ -138,6 +138,10 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         self.prefetch = 1
         self.queue: deque[Task] = deque()
         self.pending: List[list] = []
+        #: The main loop is between a batch's arrival and its return to waiting, so a task
+        #: taken from the queue may be running (read by the heartbeat thread; set per batch,
+        #: not per task: the no-op hot path).
+        self._busy = True
         # Results whose write failed when the connection dropped, for the next session.
         self.unsent: List[list] = []
         self._serve = serve_frame(self.services) if self.services else b""
@@ -166,6 +170,9 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
             self.pending = []
             self.pending_bytes = 0
         return restarted
+
+    def _holds_tasks(self) -> bool:
+        return self._busy or bool(self.queue) or bool(self.pending)
 
     def _end_session(self) -> None:
         """Close the connection and forget what the master took back with it."""
@@ -448,6 +455,7 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
         queue = self.queue
         realtime = self.realtime
         read_ns = 0
+        self._busy = True  # until the loop first waits with nothing held
         while not self.stopping:
             if queue:
                 now = perf_ns()
@@ -459,9 +467,13 @@ class WorkerConnection(Session, Executing, Watchdog, Reporting):
             else:
                 if self.pending:
                     self._flush()
+                # Nothing queued, running or unsent: the heartbeat thread may go idle (an
+                # assignment read by _wait fills the queue before a task can run).
+                self._busy = False
                 self._wait()  # it also reads what woke it: no second recv
                 if not queue or self.stopping:
                     continue
+                self._busy = True
             if realtime is not None:
                 realtime.between_tasks()  # back to SCHED_FIFO if the last task was demoted
             self._run(queue.popleft())

@@ -139,6 +139,7 @@ class Session:
             identity=self.identity,
             resources=self.resources,
             labels=self.labels,
+            features=_dial.FEATURE_IDLE_HEARTBEAT,
         )
         self.address = self.masters.current
         return parts
@@ -169,6 +170,11 @@ class Session:
             # At least three heartbeats per lease, whatever heartbeat_ms says.
             heartbeat_ms = min(heartbeat_ms, max(welcome.lease_ms // 3, 1))
         self.heartbeat_s = heartbeat_ms / 1000
+        # While it holds no task, a worker heartbeats at the master's idle rate, if it offered
+        # one (issue 25: the lease protects tasks; an idle worker is judged by the idle heartbeat
+        # plus a lease); from the moment it holds one, every heartbeat_s again.
+        idle_ms = getattr(welcome, "idle_heartbeat_ms", 0)
+        self.idle_heartbeat_s = max(idle_ms / 1000, self.heartbeat_s)
         # A TLS socket (LockedTlsSocket) has no recvmsg and takes no recv flags; it may hold
         # decrypted bytes that select() does not see.
         self._tls = getattr(sock, "is_tls", False)
@@ -249,16 +255,22 @@ class Session:
             if watch is not None:
                 watch()
             _shm.tidy()  # idle result segments, mappings of removed argument segments
-            if time.monotonic() - self._last_send >= self.heartbeat_s * 0.9:
+            period = self.heartbeat_s if self._holds_tasks() else self.idle_heartbeat_s
+            if time.monotonic() - self._last_send >= period * 0.9:
                 try:
                     with self._send_lock:
                         self.sock.sendall(_HEARTBEAT)
                         self._last_send = time.monotonic()
                 except OSError:
                     pass  # the main loop finds the broken connection and reconnects
-            elif time.monotonic() - self._last_recv >= self.heartbeat_s * 0.9:
+            elif time.monotonic() - self._last_recv >= period * 0.9:
                 # Sending, but hearing nothing: ask for the master's answer (see _wait).
                 self._send_quietly(_HEARTBEAT)
+
+    def _holds_tasks(self) -> bool:
+        """Whether this worker holds a task (queued, running or its result unsent): then its
+        lease runs and it heartbeats every ``heartbeat_s``; else every ``idle_heartbeat_s``."""
+        return True
 
     def _send_quietly(self, data: bytes) -> None:
         """Send ``data``; a broken connection is left for the main loop to find."""

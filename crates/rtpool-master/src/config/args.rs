@@ -121,6 +121,16 @@ pub struct MasterArgs {
         help_heading = "Limits"
     )]
     pub heartbeat_ms: Option<u32>,
+    /// How often a worker that holds no task heartbeats, in milliseconds (default: 3 leases,
+    /// 9000; 0: as often as a busy one). Such a worker is closed after this plus the lease of
+    /// silence; from the moment it is assigned a task, within a lease.
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        help_heading = "Limits"
+    )]
+    pub idle_heartbeat_ms: Option<u32>,
     /// Authenticated connections (clients and workers) served at once; more are answered
     /// `ERROR busy` and closed (default: from the open-file limit, which the master raises to
     /// its hard limit: (limit - 128) * 7/8, at most 65536; 784 at 1024).
@@ -424,6 +434,7 @@ impl MasterArgs {
             tls_self_signed,
             max_frame_mb,
             heartbeat_ms,
+            idle_heartbeat_ms,
             max_connections,
             max_unauthenticated,
             max_unauthenticated_per_host,
@@ -467,6 +478,7 @@ impl MasterArgs {
         config.tls_self_signed |= tls_self_signed;
         set(&mut config.max_frame_bytes, max_frame_mb.map(|mb| mb << 20));
         set(&mut config.heartbeat_ms, heartbeat_ms);
+        set(&mut config.idle_heartbeat, idle_heartbeat_ms.map(Some));
         set(&mut config.max_connections, max_connections);
         set(
             &mut config.max_unauthenticated,

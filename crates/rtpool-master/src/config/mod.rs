@@ -43,6 +43,9 @@ pub struct MasterConfig {
     pub max_frame_bytes: usize,
     /// How often idle workers send heartbeats (default 1000 ms).
     pub heartbeat_ms: u32,
+    /// How often a worker that holds no task heartbeats (`--idle-heartbeat-ms`); `None`: every
+    /// 3 leases (9000 ms by default); 0: every `heartbeat_ms`, like a busy one.
+    pub idle_heartbeat: Option<u32>,
     /// A peer must complete its handshake (TLS included) within this time (default 3 s).
     pub handshake_timeout: Duration,
     /// A worker that sent nothing for this long is closed with `ERROR lease_expired` and its
@@ -228,6 +231,20 @@ impl MasterConfig {
 pub const BUFFERED_BEHIND_BYTES: usize = 64 << 20;
 
 impl MasterConfig {
+    /// How often a worker that holds no task heartbeats, announced in `WELCOME`: the
+    /// `--idle-heartbeat-ms` given, else 3 leases; 0 (as often as a busy worker) without a
+    /// lease or when it would not be slower than `heartbeat_ms`.
+    pub fn idle_heartbeat_ms(&self) -> u32 {
+        let idle = self
+            .idle_heartbeat
+            .unwrap_or_else(|| self.lease_ms.saturating_mul(3));
+        if self.lease_ms == 0 || idle <= self.heartbeat_ms {
+            0
+        } else {
+            idle
+        }
+    }
+
     /// Outbound bytes one connection may have waiting (`max_buffered_bytes`, or by default
     /// one maximum frame plus [`BUFFERED_BEHIND_BYTES`]).
     pub fn outbound_limit_bytes(&self) -> usize {
@@ -284,6 +301,7 @@ impl Default for MasterConfig {
             worker_token: None,
             max_frame_bytes: rtpool_proto::DEFAULT_MAX_FRAME,
             heartbeat_ms: 1000,
+            idle_heartbeat: None,
             handshake_timeout: Duration::from_secs(3),
             lease_ms: 3000,
             ha: None,

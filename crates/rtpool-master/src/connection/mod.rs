@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use rtpool_core::{ClientId, Event, LossCause, UserId, WorkerId};
-use rtpool_proto::{encode, Msg, Role, PROTOCOL_VERSION};
+use rtpool_proto::{encode, features, Msg, Role, PROTOCOL_VERSION};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
@@ -52,6 +52,9 @@ pub struct ConnCtx {
     pub max_frame_bytes: usize,
     /// Announced to workers in `WELCOME`.
     pub heartbeat_ms: u32,
+    /// How often a worker that holds no task heartbeats, announced in `WELCOME` to workers
+    /// that know it (`HELLO.features`); 0: as often as a busy one.
+    pub idle_heartbeat_ms: u32,
     /// Time a peer has to complete its handshake, TLS handshake included.
     pub handshake_timeout: Duration,
     /// Worker lease, announced in `WELCOME`.
@@ -255,6 +258,7 @@ async fn serve_halves<R, W>(
             identity: worker_identity,
             resources,
             labels,
+            features,
         })) => match check_hello(&ctx, version, role, &token).await {
             Ok(identity) => match place.promote(role) {
                 // The session guard holds this connection's place until the function ends.
@@ -264,7 +268,7 @@ async fn serve_halves<R, W>(
                     name,
                     worker_identity,
                     identity,
-                    (resources, labels),
+                    (resources, labels, features),
                     session,
                 ),
                 Err(refusal) => {
@@ -302,7 +306,16 @@ async fn serve_halves<R, W>(
         }
     };
     let session = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    // A worker that said it heartbeats slower while idle is told how slow (and judged by the
+    // idle limit while it holds no task); any other peer as before issue 25.
+    let idle_heartbeat_ms = match (role, ctx.lease) {
+        (Role::Worker, Some(_)) if has.2 & features::IDLE_HEARTBEAT != 0 => ctx.idle_heartbeat_ms,
+        _ => 0,
+    };
+    let idle_limit = (idle_heartbeat_ms > 0)
+        .then(|| Duration::from_millis(idle_heartbeat_ms.into()) + ctx.lease.unwrap_or_default());
     let welcome = Msg::Welcome {
+        idle_heartbeat_ms,
         version: PROTOCOL_VERSION,
         session,
         max_frame_bytes: ctx.max_frame_bytes.min(u32::MAX as usize) as u32,
@@ -321,6 +334,7 @@ async fn serve_halves<R, W>(
     info!(%peer, %name, %user, session, ?role, slots, "connected");
     let (tx, rx) = OutboundTx::new(ctx.max_buffered_bytes);
     let overflow = tx.shared.clone();
+    let shared = tx.shared.clone();
     let join = match role {
         // The scheduler fills in the user's id from `user`.
         Role::Client => Event::ClientJoined {
@@ -359,6 +373,8 @@ async fn serve_halves<R, W>(
         pulled: false,
         bounds,
         answered: false,
+        idle_limit,
+        shared,
     };
     // What ends a session besides its peer: polled only when one of them fires, not for each
     // frame the reader wakes for (`seldom.rs`).

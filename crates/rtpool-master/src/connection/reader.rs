@@ -18,7 +18,7 @@ use tracing::warn;
 
 use super::bounds::{Bounds, MAX_CREDITS};
 use super::{grow, ConnCtx, NEVER};
-use crate::outbound::{error_msg, on_grid, rejected};
+use crate::outbound::{error_msg, on_grid, rejected, Outbound};
 use crate::scheduler::ToScheduler;
 
 /// A silence timer that fires this late means the master was stalled, not the peer silent.
@@ -67,6 +67,11 @@ pub(super) struct Reader {
     pub(super) bounds: Bounds,
     /// This peer's first `HEARTBEAT` was answered (the only one that is).
     pub(super) answered: bool,
+    /// A worker that heartbeats slower while it holds no task (`HELLO.features`): the silence
+    /// allowed it then (its idle heartbeat plus the lease); `None`: the lease, always.
+    pub(super) idle_limit: Option<Duration>,
+    /// Shared with the scheduler: whether the worker holds a task, and since when.
+    pub(super) shared: Arc<Outbound>,
 }
 
 impl Reader {
@@ -86,6 +91,14 @@ impl Reader {
         // One timer for the connection's life: a read only notes its time, and the timer,
         // when it fires early, moves itself to the last read plus the allowed silence.
         let silence = silence.unwrap_or(NEVER);
+        // A worker that holds no task may be silent for its idle limit, and one that got a
+        // task must be heard within a lease of it (or of its last frame, whichever is later):
+        // the timer runs to the lease; when it finds the worker idle it parks on the idle
+        // limit, and an assignment nudges it back (`Liveness`).
+        let idle_limit = self.idle_limit.filter(|_| silence != NEVER);
+        let shared = self.shared.clone();
+        let live = &shared.live;
+        let mut parked = false;
         let mut last_read = Instant::now();
         // The buffer was grown for a large frame since it was last replaced.
         let mut grown = false;
@@ -124,7 +137,7 @@ impl Reader {
             shrink(&mut buf, &mut grown);
             grown |= grow(&mut buf);
             let read = loop {
-                tokio::select! {
+                let judge = tokio::select! {
                     biased;
                     read = rd.read_buf(&mut buf) => break read,
                     () = &mut timer => {
@@ -143,15 +156,35 @@ impl Reader {
                             timer.as_mut().reset(on_grid(last_read + silence));
                             continue;
                         }
-                        let deadline = last_read + silence;
-                        if Instant::now() >= deadline {
-                            let msg = self.silence_error(code, silence);
-                            self.reply(&mut events, msg, true);
-                            return ReadEnd::Silent;
-                        }
-                        timer.as_mut().reset(on_grid(deadline));
+                        true
                     }
+                    // An assignment to a parked (idle) worker: its lease runs from now.
+                    () = live.nudge.notified(), if parked => false,
+                };
+                let (deadline, limit) = match idle_limit {
+                    None => (last_read + silence, silence),
+                    Some(idle) => {
+                        // Park first, then look: an assignment racing with this is seen
+                        // here, or nudges the timer (`Liveness::park`).
+                        match live.park(true) {
+                            Some(since) => {
+                                live.park(false);
+                                parked = false;
+                                (last_read.max(since) + silence, silence)
+                            }
+                            None => {
+                                parked = true;
+                                (last_read + idle, idle)
+                            }
+                        }
+                    }
+                };
+                if judge && Instant::now() >= deadline {
+                    let msg = self.silence_error(code, limit);
+                    self.reply(&mut events, msg, true);
+                    return ReadEnd::Silent;
                 }
+                timer.as_mut().reset(on_grid(deadline));
             };
             match read {
                 // TCP_USER_TIMEOUT (set to the lease): data unacknowledged that long, a silence.
@@ -167,6 +200,10 @@ impl Reader {
     fn silence_error(&self, code: &str, silence: Duration) -> Msg {
         let ms = silence.as_millis();
         let message = match self.role {
+            Role::Worker if Some(silence) == self.idle_limit => format!(
+                "no frame from this worker for {ms} ms (the limit for a worker that holds no \
+                 task: its idle heartbeat and a lease): closing"
+            ),
             Role::Worker => format!(
                 "no frame from this worker for {ms} ms (its lease): closing and requeueing its \
                  tasks; a worker sends HEARTBEAT while it computes"

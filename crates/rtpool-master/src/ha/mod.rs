@@ -383,6 +383,7 @@ fn term_ctx(base: &ConnCtx, instance: u64) -> ConnCtx {
         auth: base.auth.clone(),
         max_frame_bytes: base.max_frame_bytes,
         heartbeat_ms: base.heartbeat_ms,
+        idle_heartbeat_ms: base.idle_heartbeat_ms,
         handshake_timeout: base.handshake_timeout,
         lease_ms: base.lease_ms,
         instance,

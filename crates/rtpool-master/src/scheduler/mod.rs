@@ -527,6 +527,10 @@ impl Scheduler {
             _ => None,
         };
         let user = user.map_or("", |u| self.user_names[u.0 as usize].as_str());
+        let from_worker = match &event {
+            Event::Results { worker, .. } | Event::Returned { worker, .. } => Some(*worker),
+            _ => None,
+        };
         self.activity.on_event(&event, user);
         let now = self.now();
         let client_users = &self.client_users;
@@ -555,6 +559,9 @@ impl Scheduler {
             self.route(action);
         }
         self.actions = actions;
+        if let Some(worker) = from_worker {
+            self.note_released(worker);
+        }
     }
 }
 

@@ -42,6 +42,30 @@ impl Scheduler {
         }
     }
 
+    /// The worker of `session` holds a task from now: its lease runs (`connection::reader`).
+    fn note_assigned(&self, session: u64) {
+        if let Some(tx) = self.routes.get(&session) {
+            tx.liveness().assigned(tokio::time::Instant::now());
+        }
+    }
+
+    /// After an event of `worker` that may have taken its last task (a result, a return): tell
+    /// its reader when it holds none, so that its silence is judged by the idle limit.
+    pub(super) fn note_released(&self, worker: rtpool_core::WorkerId) {
+        let Some(tx) = self.routes.get(&worker.0) else {
+            return;
+        };
+        let live = tx.liveness();
+        if live.holds()
+            && self
+                .core
+                .worker_stats(worker)
+                .is_none_or(|s| s.in_flight == 0)
+        {
+            live.released();
+        }
+    }
+
     pub(super) fn route(&mut self, action: Action) {
         match action {
             Action::AssignCalls { worker, calls } => {
@@ -59,6 +83,7 @@ impl Scheduler {
                         res: c.res,
                     })
                     .collect();
+                self.note_assigned(worker.0);
                 self.send(worker.0, Msg::AssignCalls { calls });
             }
             Action::FunctionsReply {
@@ -95,6 +120,7 @@ impl Scheduler {
                         inputs: t.inputs,
                     })
                     .collect();
+                self.note_assigned(worker.0);
                 self.send(worker.0, Msg::Assign { tasks });
             }
             Action::Accepted {

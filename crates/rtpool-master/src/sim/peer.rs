@@ -45,6 +45,8 @@ struct Session {
     stream: TcpStream,
     heartbeat: Duration,
     lease: Option<Duration>,
+    /// The silence allowed while it holds no task (the lease without an idle heartbeat).
+    idle_limit: Option<Duration>,
     buf: BytesMut,
 }
 
@@ -140,6 +142,9 @@ async fn handshake(config: &SimConfig, index: usize) -> Result<Session, Refusal>
     let mut out = BytesMut::new();
     encode(
         &Msg::Hello {
+            // It answers every task at once: between frames it holds none, so it heartbeats
+            // at the idle rate when the master offers one (issue 25).
+            features: rtpool_proto::features::IDLE_HEARTBEAT,
             labels: Default::default(),
             resources: Default::default(),
             version: PROTOCOL_VERSION,
@@ -167,13 +172,25 @@ async fn handshake(config: &SimConfig, index: usize) -> Result<Session, Refusal>
         Msg::Welcome {
             heartbeat_ms,
             lease_ms,
+            idle_heartbeat_ms,
             ..
-        } => Ok(Session {
-            stream,
-            heartbeat: Duration::from_millis(u64::from(heartbeat_ms.max(1))),
-            lease: (lease_ms > 0).then(|| Duration::from_millis(u64::from(lease_ms))),
-            buf,
-        }),
+        } => {
+            let ms = |ms: u32| Duration::from_millis(u64::from(ms));
+            let lease = (lease_ms > 0).then(|| ms(lease_ms));
+            // The silence the master allows it while it holds no task: the lease, or the idle
+            // limit (idle heartbeat + lease) when the master offered an idle heartbeat.
+            let (heartbeat, idle_limit) = match idle_heartbeat_ms {
+                0 => (ms(heartbeat_ms.max(1)), lease),
+                idle => (ms(idle), lease.map(|l| l + ms(idle))),
+            };
+            Ok(Session {
+                stream,
+                heartbeat,
+                lease,
+                idle_limit,
+                buf,
+            })
+        }
         Msg::Error { code, .. } if code == "busy" => Err(Refusal::Busy),
         Msg::Error { code, message, .. } => Err(Refusal::Fatal(format!("{code}: {message}"))),
         other => Err(Refusal::Fatal(format!("{other:?} instead of WELCOME"))),
@@ -183,17 +200,31 @@ async fn handshake(config: &SimConfig, index: usize) -> Result<Session, Refusal>
 /// Measures one session's silences: the time between two frames it sent.
 struct Silence {
     lease: Option<Duration>,
+    /// The silence allowed while it holds no task.
+    idle_limit: Option<Duration>,
     last_write: Instant,
+    /// The last write answered tasks.
+    answered: bool,
     past_lease: bool,
 }
 
 impl Silence {
-    /// Notes the silence that ends now (a write, or the master's verdict on it).
-    fn end(&mut self, counters: &SimCounters) {
+    /// Notes the silence that ends now (a write, or the master's verdict on it); `answering`:
+    /// this write carries results. A silence between two answers (mid-package) is judged by
+    /// the lease (the master assigns at once after a result: the worker then holds a task),
+    /// any other by the idle limit (an approximation: the simulator cannot tell when an
+    /// `ASSIGN` reached its socket).
+    fn end(&mut self, counters: &SimCounters, answering: bool) {
         let now = Instant::now();
         let silent = now - self.last_write;
         SimCounters::max(&counters.max_silence_us, silent);
-        if !self.past_lease && self.lease.is_some_and(|lease| silent >= lease) {
+        let limit = if answering && self.answered {
+            self.lease
+        } else {
+            self.idle_limit
+        };
+        self.answered = answering;
+        if !self.past_lease && limit.is_some_and(|limit| silent >= limit) {
             self.past_lease = true;
             SimCounters::add(&counters.silent_past_lease, 1);
         }
@@ -202,7 +233,8 @@ impl Silence {
 
     /// The master ended this session's lease: count it, and whether the simulator was late.
     fn lease_lost(&mut self, counters: &SimCounters) -> Ended {
-        self.end(counters);
+        let answered = self.answered;
+        self.end(counters, answered);
         SimCounters::add(&counters.lease_lost, 1);
         if self.past_lease {
             SimCounters::add(&counters.lease_lost_late, 1);
@@ -213,7 +245,12 @@ impl Silence {
     /// The connection failed: after a silence of a lease, that is the master ending the lease
     /// (its `ERROR` lost with the reset, or not read before writing); otherwise a loss.
     fn failed(&mut self, counters: &SimCounters, what: String) -> Ended {
-        if self.past_lease || self.lease.is_some_and(|l| self.last_write.elapsed() >= l) {
+        let limit = if self.answered {
+            self.lease
+        } else {
+            self.idle_limit
+        };
+        if self.past_lease || limit.is_some_and(|l| self.last_write.elapsed() >= l) {
             return self.lease_lost(counters);
         }
         lost(counters, what)
@@ -237,13 +274,17 @@ async fn serve(
         mut stream,
         heartbeat,
         lease,
+        idle_limit,
         mut buf,
     } = session;
     let mut silence = Silence {
         lease,
+        idle_limit,
         last_write: Instant::now(),
+        answered: false,
         past_lease: false,
     };
+    let mut answering = false;
     let mut out = BytesMut::with_capacity(256);
     let data = Bytes::from_static(NOOP_RESULT);
     encode(
@@ -255,7 +296,7 @@ async fn serve(
     let mut next_heartbeat = Instant::now();
     loop {
         if !out.is_empty() {
-            silence.end(counters);
+            silence.end(counters, std::mem::take(&mut answering));
             if let Err(e) = stream.write_all(&out).await {
                 return silence.failed(counters, format!("write: {e}"));
             }
@@ -309,6 +350,7 @@ async fn serve(
             let credits = u32::try_from(results.len()).unwrap_or(u32::MAX);
             SimCounters::add(&counters.tasks, results.len() as u64);
             encode(&Msg::Result { results }, &mut out);
+            answering = true;
             encode(&Msg::Pull { credits }, &mut out);
         }
     }

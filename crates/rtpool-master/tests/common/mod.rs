@@ -35,6 +35,7 @@ impl Peer {
         let mut p = Self::connect(master);
         let name = "test".to_string();
         p.send(&Msg::Hello {
+            features: 0,
             labels: Default::default(),
             resources: Default::default(),
             version: rtpool_proto::PROTOCOL_VERSION,

@@ -114,11 +114,12 @@ fn decode_reader_ref(r: &mut Reader) -> Result<Msg, ProtoError> {
     r.set_kind(kind);
     let name = kind::name(kind).unwrap_or("?");
     let expected = field_count(kind);
-    // `ACCEPTED` may carry one optional trailing field, its notice, and `HELLO` up to three,
-    // a worker's identity, resources and labels (see `docs/protocol.md`).
+    // `ACCEPTED` may carry one optional trailing field, its notice, `WELCOME` one, the idle
+    // heartbeat, and `HELLO` up to four, a worker's identity, resources, labels and features
+    // (see `docs/protocol.md`).
     let most = match kind {
-        kind::ACCEPTED => 1,
-        kind::HELLO => 3,
+        kind::ACCEPTED | kind::WELCOME => 1,
+        kind::HELLO => 4,
         _ => 0,
     };
     let extra = (elems - 1).checked_sub(expected).filter(|e| *e <= most);
@@ -139,6 +140,15 @@ fn decode_reader_ref(r: &mut Reader) -> Result<Msg, ProtoError> {
             *n = Some(r.string("ACCEPTED.notice", MAX_NOTICE_BYTES)?);
         }
         (_, hello @ Msg::Hello { .. }) => read_hello_trailing(r, hello, extra)?,
+        (
+            _,
+            Msg::Welcome {
+                idle_heartbeat_ms: idle,
+                ..
+            },
+        ) => {
+            *idle = r.u32("WELCOME.idle_heartbeat_ms")?;
+        }
         _ => {}
     }
     r.expect_end()?;
@@ -191,7 +201,8 @@ fn decode_fields(r: &mut Reader, k: u8) -> Result<Msg, ProtoError> {
                 max_frame_bytes: u32,
                 heartbeat_ms: u32,
                 lease_ms: u32,
-                instance: u64
+                instance: u64;
+                idle_heartbeat_ms: 0
             }
         ),
         kind::ERROR => Msg::Error {

@@ -97,10 +97,13 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             identity,
             resources,
             labels,
+            features,
         } => {
-            // Trailing fields only as far as needed: labels need resources (maybe empty)
-            // before them, resources an identity (maybe empty).
-            let trailing = if !labels.is_empty() {
+            // Trailing fields only as far as needed: features need labels (maybe empty)
+            // before them, labels resources, resources an identity (maybe empty).
+            let trailing = if *features != 0 {
+                4
+            } else if !labels.is_empty() {
                 3
             } else if !resources.is_empty() {
                 2
@@ -122,6 +125,9 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             if trailing >= 3 {
                 labels.write(w);
             }
+            if trailing >= 4 {
+                w.uint(*features);
+            }
         }
         Msg::Welcome {
             version,
@@ -130,14 +136,18 @@ pub(super) fn write_body(msg: &Msg, out: &mut BytesMut, mut s: Segs<'_>) {
             heartbeat_ms,
             lease_ms,
             instance,
+            idle_heartbeat_ms,
         } => {
-            w.head(k, 6);
+            w.head(k, 6 + usize::from(*idle_heartbeat_ms != 0));
             w.uint(*version);
             w.uint(*session);
             w.uint(*max_frame_bytes);
             w.uint(*heartbeat_ms);
             w.uint(*lease_ms);
             w.uint(*instance);
+            if *idle_heartbeat_ms != 0 {
+                w.uint(*idle_heartbeat_ms);
+            }
         }
         Msg::Error {
             code,

@@ -49,7 +49,7 @@ pub fn samples() -> Vec<(String, Msg)> {
     let mut out: Vec<(String, Msg)> = vec![
         (
             "hello_client".into(),
-            Msg::Hello { labels: Default::default(), resources: Default::default(),
+            Msg::Hello { features: 0, labels: Default::default(), resources: Default::default(),
                 version: 1,
                 role: Role::Client,
                 token: "client-token".into(),
@@ -60,7 +60,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         ),
         (
             "hello_worker".into(),
-            Msg::Hello { labels: Default::default(), resources: Default::default(),
+            Msg::Hello { features: 0, labels: Default::default(), resources: Default::default(),
                 version: 1,
                 role: Role::Worker,
                 token: "worker-token".into(),
@@ -71,7 +71,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         ),
         (
             "hello_worker_identity".into(),
-            Msg::Hello { labels: Default::default(), resources: Default::default(),
+            Msg::Hello { features: 0, labels: Default::default(), resources: Default::default(),
                 version: 2,
                 role: Role::Worker,
                 token: "worker-token".into(),
@@ -82,7 +82,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         ),
         (
             "hello_utf8_name".into(),
-            Msg::Hello { labels: Default::default(), resources: Default::default(),
+            Msg::Hello { features: 0, labels: Default::default(), resources: Default::default(),
                 version: 1,
                 role: Role::Client,
                 token: "t".into(),
@@ -93,7 +93,7 @@ pub fn samples() -> Vec<(String, Msg)> {
         ),
         (
             "welcome".into(),
-            Msg::Welcome {
+            Msg::Welcome { idle_heartbeat_ms: 0,
                 version: 1,
                 session: 42,
                 max_frame_bytes: 256 << 20,
@@ -985,6 +985,7 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
             .prop_flat_map(|fields| (Just(fields), proptest::option::of("\\PC{0,64}")))
             .prop_map(
                 |((version, role, token, name, slots), identity)| Msg::Hello {
+                    features: 0,
                     labels: Default::default(),
                     resources: Default::default(),
                     version,
@@ -1004,6 +1005,7 @@ pub fn arb_msg() -> impl Strategy<Value = Msg> {
             arb_u64()
         )
             .prop_map(|(v, s, m, h, l, i)| Msg::Welcome {
+                idle_heartbeat_ms: 0,
                 version: v,
                 session: s,
                 max_frame_bytes: m,

@@ -21,11 +21,12 @@ pub(super) fn decode_hello(r: &mut Reader) -> Result<Msg, ProtoError> {
     Ok(read_struct!(r, "HELLO", Msg::Hello {
         token: string(MAX_TOKEN_BYTES), name: string(MAX_NAME_BYTES), slots: u32;
         version, role, identity: None, resources: Resources::default(),
-        labels: Labels::default()
+        labels: Labels::default(), features: 0
     }))
 }
 
-/// Reads the `extra` (1 to 3) trailing fields of a `HELLO`: identity, resources, labels.
+/// Reads the `extra` (1 to 4) trailing fields of a `HELLO`: identity, resources, labels,
+/// features.
 pub(super) fn read_hello_trailing(
     r: &mut Reader,
     hello: &mut Msg,
@@ -35,6 +36,7 @@ pub(super) fn read_hello_trailing(
         identity,
         resources,
         labels,
+        features,
         ..
     } = hello
     else {
@@ -48,6 +50,9 @@ pub(super) fn read_hello_trailing(
     if extra >= 3 {
         *labels = Labels::read(r, "HELLO.labels")?
             .map_err(|reason| r.malformed(format!("HELLO.labels: {reason}")))?;
+    }
+    if extra >= 4 {
+        *features = r.u32("HELLO.features")?;
     }
     Ok(())
 }
