@@ -72,6 +72,9 @@ class FakeMaster:
     #: ``(code, message)``: answer every HELLO with this ERROR and close (a standby answers
     #: ``("not_leader", "... (leader: HOST:PORT)")``); None: WELCOME.
     refusal: tuple | None = None
+    #: Refuse a HELLO of more than this many fields as ``malformed`` (as a master that predates
+    #: its trailing fields does); None: any.
+    max_hello_fields: int | None = None
 
     def __init__(
         self,
@@ -113,6 +116,10 @@ class FakeMaster:
             return
         hello = msgs[0]
         self.hellos += 1
+        if self.max_hello_fields is not None and len(hello) - 1 > self.max_hello_fields:
+            sock.sendall(P.encode(P.ERROR, P.ERR_MALFORMED, "HELLO has too many fields", 0))
+            sock.close()
+            return
         if self.refusal is not None:
             code, message = self.refusal
             sock.sendall(P.encode(P.ERROR, code, message, 0))

@@ -258,6 +258,28 @@ def test_heartbeats_at_the_idle_rate_unless_a_task_is_held():
         assert w.join() == EXIT_LOST
 
 
+class OlderMaster(FakeMaster):
+    """A master from before HELLO.features: a HELLO of 9 fields is malformed to it."""
+
+    max_hello_fields = 8
+
+
+def test_a_worker_connects_to_a_master_that_predates_hello_features():
+    with OlderMaster(heartbeat_ms=50) as fake:
+        w = Running(fake)
+        # Refused with the features, then welcomed without: host:pid and no trailing maps.
+        assert w.master.hello[1:] == [
+            P.PROTOCOL_VERSION, "worker", "tok", "unit-worker", 1,
+            f"{socket.gethostname()}:{os.getpid()}",
+        ]  # fmt: skip
+        assert fake.hellos == 2
+        w.master.recv_kind(P.PULL)
+        # Judged by the lease, always: it heartbeats every heartbeat_ms while idle.
+        assert _heartbeats(w.master, 1.0) >= 3
+        w.master.close()
+        assert w.join() == EXIT_LOST
+
+
 def test_fatal_error_from_master_ends_the_worker(fake):
     w = Running(fake)
     w.master.recv_kind(P.PULL)

@@ -8,6 +8,7 @@ connection built on it (reader thread, reconnection) is ``_connection/``.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -217,7 +218,9 @@ def _handshake_error(msg: list, where: str, role: str) -> Exception:
         return NotLeader(f"master at {where} is not the leader ({message})", leader_of(message))
     if code == P.ERR_SHUTDOWN:
         return ConnectError(f"master at {where} is shutting down ({message}); try again later")
-    return ProtocolError(f"master at {where} refused the handshake: {code}: {message}")
+    refused = ProtocolError(f"master at {where} refused the handshake: {code}: {message}")
+    refused.code = code  # type: ignore[attr-defined]  # connect() falls back on "malformed"
+    return refused
 
 
 def connect(
@@ -291,11 +294,14 @@ def connect(
         busy_timeout = BUSY_TIMEOUT_S
     # HELLO's optional trailing fields after identity (docs/resources.md).
     extra: list = []
+    if identity and (resources or labels):
+        extra = [dict(resources or {})] + ([dict(labels)] if labels else [])
+    # Without the features: what a master older than HELLO.features is sent after it refused
+    # them as malformed (an upgrade of the workers before their master).
+    plain = (identity, extra)
     if features:
         identity = identity or ""
         extra = [dict(resources or {}), dict(labels or {}), features]
-    elif identity and (resources or labels):
-        extra = [dict(resources or {})] + ([dict(labels)] if labels else [])
     context = tls_context(tls, ca_file)
     started = time.monotonic()
     pause = BUSY_FIRST_PAUSE_S
@@ -306,8 +312,8 @@ def connect(
             return _connect_pass(
                 masters,
                 timeout,
-                lambda cand, wait: _connect_once(
-                    cand, role, token, name, slots, wait, context, identity, extra
+                lambda cand, wait: _connect_once_or_plain(
+                    cand, role, token, name, slots, wait, context, (identity, extra), plain
                 ),
             )
         except MasterBusy as exc:
@@ -333,6 +339,31 @@ def connect(
 
 
 _Dialled = Tuple[socket.socket, Welcome, P.FrameReader, List[list]]
+
+
+def _connect_once_or_plain(
+    cand: Candidate,
+    role: str,
+    token: str,
+    name: str,
+    slots: int,
+    wait: float,
+    context: ssl.SSLContext | None,
+    hello: Tuple[str | None, list],
+    plain: Tuple[str | None, list],
+) -> _Dialled:
+    """:func:`_connect_once` with ``hello``'s trailing fields; if the master refuses them as
+    malformed and they carry more than ``plain`` (``HELLO.features``, which masters before it
+    refuse), once more with ``plain``: such a master then judges the worker as before."""
+    try:
+        return _connect_once(cand, role, token, name, slots, wait, context, *hello)
+    except ProtocolError as exc:
+        if hello == plain or getattr(exc, "code", None) != P.ERR_MALFORMED:
+            raise
+    logging.getLogger(__name__).info(
+        "master at %s refused HELLO.features (an older master): connecting without", cand.label
+    )
+    return _connect_once(cand, role, token, name, slots, wait, context, *plain)
 
 
 def _connect_pass(
