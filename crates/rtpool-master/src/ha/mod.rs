@@ -312,6 +312,11 @@ async fn watch_term(
         tokio::select! {
             () = signalled.as_mut() => return None,
             () = fenced.notified() => {
+                // Back from a freeze, a write queued before it may be refused before the timer
+                // below fires: the term ran out by our own clock first, so say that.
+                if until <= Instant::now() {
+                    return Some(expired());
+                }
                 return Some(format!("the database refused a journal write of epoch {epoch}"));
             }
             changed = view.changed() => {
