@@ -164,10 +164,14 @@ impl State {
             .map(|(user, exec_us, lsn)| (names[user as usize].clone(), exec_us, lsn))
             .collect();
         charges.sort_by_key(|c| c.2);
+        // In the order they were accepted, not by id: a held dependent (option `after`) is
+        // restored after its producer, which it must find live to be held again (ids are not
+        // monotonic across master instances, and a dependent may have the lower one).
+        let mut live: Vec<LivePackage> = self.live.into_values().collect();
+        live.sort_unstable_by_key(|p| p.lsn);
         Replay {
-            packages: self
-                .live
-                .into_values()
+            packages: live
+                .into_iter()
                 .map(|p| ReplayedPackage {
                     record: p.record,
                     done: p.done.into_iter().map(|(_, d)| d).collect(),

@@ -91,7 +91,7 @@ pub(super) fn wait_durable(journal: &Journal, lsn: u64, timeout: Duration) -> bo
 /// What replaying `records` (with LSNs 1, 2, ...) must give: packages, next_package, charges.
 /// Written independently of `replay.rs`, as plainly as possible.
 fn expected(records: &[Record]) -> (Vec<ReplayedPackage>, u64, Vec<(String, u64, u64)>) {
-    let mut live: BTreeMap<u64, ReplayedPackage> = BTreeMap::new();
+    let mut live: BTreeMap<u64, (u64, ReplayedPackage)> = BTreeMap::new();
     let mut users = BTreeMap::new();
     let mut next_package = 0;
     let mut charges = Vec::new();
@@ -106,20 +106,20 @@ fn expected(records: &[Record]) -> (Vec<ReplayedPackage>, u64, Vec<(String, u64,
                     done: vec![],
                     delivered: vec![],
                 };
-                live.insert(p.package, fresh);
+                live.insert(p.package, (lsn, fresh));
             }
             Record::Done(d) => {
                 if let Some(user) = users.get(&d.package) {
                     charges.push((user.clone(), d.exec_us, lsn));
                 }
-                if let Some(p) = live.get_mut(&d.package) {
+                if let Some((_, p)) = live.get_mut(&d.package) {
                     if !p.delivered.contains(&d.index) {
                         p.done.push(d.clone());
                     }
                 }
             }
             Record::Delivered { package, indices } => {
-                if let Some(p) = live.get_mut(package) {
+                if let Some((_, p)) = live.get_mut(package) {
                     let all: BTreeSet<u32> = p.delivered.iter().chain(indices).copied().collect();
                     p.delivered = all.into_iter().collect();
                     let delivered = p.delivered.clone();
@@ -132,7 +132,10 @@ fn expected(records: &[Record]) -> (Vec<ReplayedPackage>, u64, Vec<(String, u64,
             Record::Charge { user, exec_us } => charges.push((user.clone(), *exec_us, lsn)),
         }
     }
-    (live.into_values().collect(), next_package, charges)
+    // In the order the packages were accepted (their `Package` record's LSN).
+    let mut live: Vec<(u64, ReplayedPackage)> = live.into_values().collect();
+    live.sort_by_key(|(lsn, _)| *lsn);
+    (live.into_iter().map(|(_, p)| p).collect(), next_package, charges)
 }
 
 /// A scenario with every record type, ended and live packages, partial deliveries.
@@ -904,3 +907,6 @@ fn a_last_record_with_a_good_crc_but_a_bad_payload_is_corruption_not_a_torn_tail
 
 #[path = "tests_background.rs"]
 mod background;
+
+#[path = "tests_order.rs"]
+mod order;
