@@ -135,7 +135,11 @@ fn expected(records: &[Record]) -> (Vec<ReplayedPackage>, u64, Vec<(String, u64,
     // In the order the packages were accepted (their `Package` record's LSN).
     let mut live: Vec<(u64, ReplayedPackage)> = live.into_values().collect();
     live.sort_by_key(|(lsn, _)| *lsn);
-    (live.into_iter().map(|(_, p)| p).collect(), next_package, charges)
+    (
+        live.into_iter().map(|(_, p)| p).collect(),
+        next_package,
+        charges,
+    )
 }
 
 /// A scenario with every record type, ended and live packages, partial deliveries.

@@ -8,7 +8,11 @@ use super::*;
 fn packages_replay_in_acceptance_order_also_after_a_compaction() {
     let dir = tempfile::tempdir().unwrap();
     // Accepted in this order; the later ones have the lower ids.
-    let records = vec![package(900, "u", 1), package(40, "u", 1), package(7, "u", 1)];
+    let records = vec![
+        package(900, "u", 1),
+        package(40, "u", 1),
+        package(7, "u", 1),
+    ];
     let (journal, _) = open(dir.path(), FsyncPolicy::Off);
     append_all(&journal, &records);
     journal.close().unwrap();
