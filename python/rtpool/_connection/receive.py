@@ -247,11 +247,11 @@ class _Receiver:
                 error = task_error(status, data)
             t1 = perf_ns()
             r[2] = None
+            r.append(t1 - t0)
+            r.append(t1)
             # A tuple of numbers: the cyclic GC untracks it at its first pass (a list it would
             # carry through every generation with its future).
             fut._entry = tuple(r)
-            fut._deser_ns = t1 - t0
-            fut._done_ns = t1
             if status == 2:
                 if fut._to_cancelled():
                     seg.n_results += 1

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 from .. import _shm
 from .._connection import _Segment, task_error
 from .._frame import Payload
-from .._future import Future
+from .._future import Future, prime_layout
 from .._protocol import STATUS_ERROR, STATUS_FAILED, STATUS_OK
 from ..errors import CallError, NotFetchedError, RemoteTraceback, TaskFailed
 from .channel import RpcChannel
@@ -139,6 +139,9 @@ class CallFuture(Future):
 
     def __repr__(self) -> str:
         return f"<rtpool.CallFuture {self._label} state={self._state}>"
+
+
+prime_layout(CallFuture, ("_call", "_label", "_tx", "_specs"))
 
 
 class Output:
