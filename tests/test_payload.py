@@ -408,19 +408,28 @@ def test_no_leak_after_the_master_is_killed(shm, tmp_path: Path) -> None:
         close_master(m)
 
 
-THRESHOLD_SIZES = (64 * 1024 - 1, 64 * 1024, 64 * 1024 + 1, 256 * 1024 - 1, 256 * 1024, MIB)
+THRESHOLD_SIZES = (
+    64 * 1024 - 1,
+    64 * 1024,
+    64 * 1024 + 1,
+    128 * 1024 - 1,
+    128 * 1024,
+    256 * 1024 - 1,
+    256 * 1024,
+    MIB,
+)
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_sizes_at_each_threshold_echo_correctly(
     transport, monkeypatch, workers, client_factory
 ) -> None:
-    # Right below, at and above the out-of-band/segment threshold (64 KiB) and the
-    # shared-memory one (256 KiB; RTPOOL_SHM_MIN_KB), over both transports.
+    # Right below, at and above the segment threshold (64 KiB), the out-of-band one (128 KiB)
+    # and the shared-memory one (256 KiB; RTPOOL_SHM_MIN_KB), over both transports.
     from rtpool import _serialize, _shm
 
     monkeypatch.setattr(_shm, "_enabled", transport == "shm")
-    assert _serialize.OOB_MIN_BYTES == 64 * 1024 and _shm.SHM_MIN_BYTES == 256 * 1024
+    assert _serialize.OOB_MIN_BYTES == 128 * 1024 and _shm.SHM_MIN_BYTES == 256 * 1024
     workers.start(1)
     client = client_factory()
     assert (client._conn.shm_owner is not None) == (transport == "shm")

@@ -181,8 +181,12 @@ def _dumps_fallback(obj: Any, what: str) -> bytes:
 ENVELOPE_TAG = 0xB5
 #: Buffers in an envelope start at multiples of this many bytes from its first byte.
 ENVELOPE_ALIGN = 64
-#: Buffers smaller than this stay inside the pickle stream (cheaper than a table entry).
-OOB_MIN_BYTES = SEGMENT_MIN_BYTES
+#: Buffers smaller than this stay inside the pickle stream (cheaper than a table entry and
+#: the envelope around it). Measured for issue 25 (docs/benchmarks.md, "64 KiB in the pickle
+#: stream"): a 64 KiB and a 96 KiB ``bytes`` echo were 10-25 % faster pickled in the stream
+#: (the frame still carries it as a segment from SEGMENT_MIN_BYTES on) than out of band, in
+#: every one of 8 interleaved rounds; from 128 KiB the two were within noise.
+OOB_MIN_BYTES = 2 * SEGMENT_MIN_BYTES
 _ENV_HEAD = struct.Struct(">B3xIQ")
 _shm_local = _shm._local
 # Results that never hold a buffer to take out of band (a large str stays in the stream).
