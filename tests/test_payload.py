@@ -424,8 +424,8 @@ THRESHOLD_SIZES = (
 def test_sizes_at_each_threshold_echo_correctly(
     transport, monkeypatch, workers, client_factory
 ) -> None:
-    # Right below, at and above the segment threshold (64 KiB), the out-of-band one (128 KiB)
-    # and the shared-memory one (256 KiB; RTPOOL_SHM_MIN_KB), over both transports.
+    # Right below, at and above the old segment threshold (64 KiB), the out-of-band and segment
+    # one (128 KiB) and the shared-memory one (256 KiB; RTPOOL_SHM_MIN_KB), over both transports.
     from rtpool import _serialize, _shm
 
     monkeypatch.setattr(_shm, "_enabled", transport == "shm")

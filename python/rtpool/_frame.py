@@ -16,8 +16,9 @@ from typing import Any, Iterable, List, Sequence, Union
 
 #: Top bit of the prefix: set for a segmented frame (low 31 bits: the head length).
 SEGMENTED_FLAG = 0x80000000
-#: Smallest payload sent as a segment; smaller ones stay inline in the head.
-SEGMENT_MIN_BYTES = 64 * 1024
+#: Smallest payload sent as a segment; smaller ones stay inline in the head (the Rust
+#: codec's ``SEGMENT_MIN_BYTES`` is the same; measured: ``_serialize.OOB_MIN_BYTES``).
+SEGMENT_MIN_BYTES = 128 * 1024
 #: Most segments one frame may carry.
 MAX_SEGMENTS = 65535
 #: msgpack ext type of a segment reference.

@@ -182,11 +182,12 @@ ENVELOPE_TAG = 0xB5
 #: Buffers in an envelope start at multiples of this many bytes from its first byte.
 ENVELOPE_ALIGN = 64
 #: Buffers smaller than this stay inside the pickle stream (cheaper than a table entry and
-#: the envelope around it). Measured for issue 25 (docs/benchmarks.md, "64 KiB in the pickle
-#: stream"): a 64 KiB and a 96 KiB ``bytes`` echo were 10-25 % faster pickled in the stream
-#: (the frame still carries it as a segment from SEGMENT_MIN_BYTES on) than out of band, in
-#: every one of 8 interleaved rounds; from 128 KiB the two were within noise.
-OOB_MIN_BYTES = 2 * SEGMENT_MIN_BYTES
+#: the envelope around it), and the payload inline in its frame. Measured for issue 25
+#: (docs/benchmarks.md, "GC objects per future and the 64 KiB step"): a 64 KiB ``bytes`` echo
+#: was 10-25 % faster in the stream than out of band in every one of 8 interleaved rounds, and
+#: inline in the frame 7-16 % faster again than as a segment in 4 of 4; the segment threshold
+#: (``_frame.SEGMENT_MIN_BYTES``, the Rust codec's too) moved to 128 KiB with it.
+OOB_MIN_BYTES = SEGMENT_MIN_BYTES
 _ENV_HEAD = struct.Struct(">B3xIQ")
 _shm_local = _shm._local
 # Results that never hold a buffer to take out of band (a large str stays in the stream).

@@ -17,7 +17,7 @@ use crate::msgpack::{Writer, SEGMENT_EXT_TYPE};
 pub const SEGMENTED_FLAG: u32 = 0x8000_0000;
 
 /// Smallest `bin` the encoder sends as a segment; smaller ones stay inline in the head.
-pub const SEGMENT_MIN_BYTES: usize = 64 * 1024;
+pub const SEGMENT_MIN_BYTES: usize = 128 * 1024;
 
 /// Most segments one frame may carry.
 pub const MAX_SEGMENTS: usize = 65_535;
