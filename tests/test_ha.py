@@ -294,7 +294,10 @@ def test_a_frozen_leaders_write_in_flight_is_refused_by_the_database(pg_url, tmp
         wait_leader(b.http, 30)
         print(f"\nstandby led {time.monotonic() - t_stop:.3f} s after SIGSTOP")
         ha = json.loads(_get(b.http, "/api/status")[1])["ha"]
-        assert ha["role"] == "leader" and ha["epoch"] == 3
+        # Past the test's epoch 2. Next to a CPU hog the standby's first term can lapse before
+        # this read and be taken again (epoch 4, seen in a CI run with two hogs): the claim is
+        # that the write of epoch 1 is refused, checked below, not how many terms came between.
+        assert ha["role"] == "leader" and ha["epoch"] >= 3
         os.kill(a.pid, signal.SIGCONT)
         stopped = False
         log = a.m.log
